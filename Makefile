@@ -1,0 +1,56 @@
+# zaya build. `make` builds build/zaya; `make test` installs what is missing, builds and runs every test;
+# `make demo` installs, builds and runs the main job.
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O3 -march=native
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc
+LDLIBS  += -lopenblas -lcjson -lm
+LDFLAGS += -fopenmp
+
+LIB_SRC  := $(sort $(wildcard src/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/unit/*.c))
+HDRS     := $(wildcard src/*.h src/*.inc src/cli/*.h tests/unit/*.h)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format
+
+all: $(BUILD)/zaya $(BUILD)/zaya_tests
+
+$(BUILD)/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/zaya: $(LIB_OBJ) $(CLI_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/zaya_tests: $(LIB_OBJ) $(TEST_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# Sanitizer build of the unit tests (ASan + UBSan), in its own build tree.
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	        LDFLAGS="-fopenmp -fsanitize=address,undefined" build-asan/zaya_tests build-asan/zaya
+
+deps:
+	@scripts/install-deps.sh
+
+unit-test: all
+	OMP_NUM_THREADS=2 $(BUILD)/zaya_tests
+
+asan-test: asan
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 build-asan/zaya_tests
+
+test: deps
+	@$(MAKE) --no-print-directory all asan
+	@tests/run_all.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+clean:
+	rm -rf build build-asan

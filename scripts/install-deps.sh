@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what zaya needs on a fresh Debian machine, skipping whatever is already there:
+# C libraries from apt, the Python test oracle (torch, transformers) from PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PKGS=(build-essential clang libopenblas-dev libcjson-dev libomp-dev)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "[deps] apt-get install ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+if ! python3 - <<'PY' 2>/dev/null
+import importlib, sys
+for m in ("numpy", "torch", "transformers", "safetensors", "tokenizers"):
+    importlib.import_module(m)
+import transformers
+from transformers import ZayaForCausalLM  # noqa: F401
+PY
+then
+    echo "[deps] python3 -m pip install -r tests/requirements.txt"
+    python3 -m pip install -q -r tests/requirements.txt
+fi
+echo "[deps] ok"

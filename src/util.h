@@ -1,0 +1,64 @@
+/* util: errors, checked allocation, deterministic RNG, small helpers shared by every module. */
+#ifndef ZAYA_UTIL_H
+#define ZAYA_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Library code never exits: a failing function fills a ZyErr and returns a non-zero status. */
+typedef struct {
+    char msg[1024];
+} ZyErr;
+
+/* Formats the message into err (if non-NULL) and returns -1, so callers can `return zy_fail(...)`. */
+int zy_fail(ZyErr *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prepends "context: " to an existing error message; returns -1. */
+int zy_wrap(ZyErr *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 64-byte aligned, zero-filled allocation; NULL on failure (or on n == 0 returns a valid pointer). */
+void *zy_calloc(size_t n_bytes);
+void zy_free(void *p);
+
+/* Overflow-checked size arithmetic: returns 0 and sets *out, or -1 on overflow. */
+int zy_mul_size(size_t a, size_t b, size_t *out);
+
+/* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
+int zy_read_file(const char *path, char **data, size_t *len, ZyErr *err);
+/* Writes data to path via a temporary file + fsync + rename, so a reader never sees a half-written file. */
+int zy_write_file_atomic(const char *path, const void *data, size_t len, ZyErr *err);
+/* mkdir -p */
+int zy_mkdirs(const char *path, ZyErr *err);
+/* Joins dir and name into out (size cap); returns -1 if it does not fit. */
+int zy_path_join(char *out, size_t cap, const char *dir, const char *name, ZyErr *err);
+
+/* Deterministic RNG (xoshiro256**, seeded by splitmix64): identical streams on every platform. */
+typedef struct {
+    uint64_t s[4];
+} ZyRng;
+void zy_rng_seed(ZyRng *rng, uint64_t seed);
+uint64_t zy_rng_next(ZyRng *rng);
+double zy_rng_uniform(ZyRng *rng);              /* [0, 1) */
+double zy_rng_normal(ZyRng *rng);               /* standard normal (Box-Muller, no cached spare) */
+
+/* Element types of tensors in files (safetensors, npy) and in memory. */
+typedef enum {
+    ZY_DT_F64, ZY_DT_F32, ZY_DT_F16, ZY_DT_BF16,
+    ZY_DT_I64, ZY_DT_I32, ZY_DT_I16, ZY_DT_I8,
+    ZY_DT_U64, ZY_DT_U32, ZY_DT_U16, ZY_DT_U8, ZY_DT_BOOL,
+    ZY_DT_COUNT
+} ZyDtype;
+size_t zy_dtype_size(ZyDtype dt);
+const char *zy_dtype_name(ZyDtype dt); /* safetensors spelling: "F32", "BF16", ... */
+
+#define ZY_MAX_DIMS 8
+
+/* bf16/f16 <-> f32 conversions (bf16 rounding: nearest-even, NaN kept quiet). */
+float zy_bf16_to_f32(uint16_t h);
+uint16_t zy_f32_to_bf16(float f);
+float zy_f16_to_f32(uint16_t h);
+
+double zy_now_seconds(void);
+
+#define ZY_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every test suite and prints one closing line with the totals: "N passed, N failed".
+# Each suite prints its own "<suite>: N passed, N failed" line; a suite that crashes before printing it
+# counts as one failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+total_pass=0
+total_fail=0
+log_dir=build/test-logs
+mkdir -p "$log_dir"
+
+run_suite() {
+    local name=$1
+    shift
+    echo "=== suite: $name"
+    local log="$log_dir/$name.log"
+    "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local line
+    line=$(grep -E '^[a-z_-]+: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "suite $name: no summary line (exit $rc)"
+        total_fail=$((total_fail + 1))
+        return
+    fi
+    local p f
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+}
+
+run_suite unit build/zaya_tests
+run_suite unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/zaya_tests
+for t in tests/cli/*.sh; do
+    [ -e "$t" ] || continue
+    run_suite "$(basename "$t" .sh)" bash "$t"
+done
+for t in tests/oracle/test_*.py; do
+    [ -e "$t" ] || continue
+    run_suite "$(basename "$t" .py)" python3 "$t"
+done
+
+echo
+echo "${total_pass} passed, ${total_fail} failed"
+[ "$total_fail" -eq 0 ]
