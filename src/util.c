@@ -30,7 +30,16 @@ int zy_wrap(ZyErr *err, const char *fmt, ...) {
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
         memcpy(old, err->msg, sizeof old);
-        snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+        size_t n = strlen(prefix);
+        if (n > sizeof err->msg - 3) n = sizeof err->msg - 3;
+        memcpy(err->msg, prefix, n);
+        err->msg[n] = ':';
+        err->msg[n + 1] = ' ';
+        size_t room = sizeof err->msg - n - 3;
+        size_t m = strnlen(old, sizeof old);
+        if (m > room) m = room;
+        memcpy(err->msg + n + 2, old, m);
+        err->msg[n + 2 + m] = '\0';
     }
     return -1;
 }

@@ -1,0 +1,193 @@
+/* zaya init / forward / convert: create, run and rewrite model directories. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "config.h"
+#include "model.h"
+#include "model_io.h"
+#include "npy.h"
+#include "safetensors.h"
+
+static int wants_help(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
+int cmd_init(int argc, char **argv) {
+    const char *config_path = NULL, *out = NULL;
+    uint64_t seed = 0;
+    ArgSpec specs[] = {
+        {"--config", ARG_STRING, 1, &config_path, "model config.json (Hugging Face ZAYA keys)", 0},
+        {"--out", ARG_STRING, 1, &out, "output model directory", 0},
+        {"--seed", ARG_U64, 0, &seed, "initialisation seed (default 0)", 0},
+    };
+    const int n = ZY_ARRAY_LEN(specs);
+    if (wants_help(argc, argv)) {
+        args_usage("init", "--config CFG.json --out DIR [--seed N]", specs, n);
+        return 0;
+    }
+    ZyErr err = {{0}};
+    ZayaConfig cfg;
+    Model m;
+    if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "init", &err) || config_load(&cfg, config_path, &err) ||
+        model_create(&m, &cfg, &err)) {
+        fprintf(stderr, "zaya: %s\n", err.msg);
+        return 1;
+    }
+    model_init_weights(&m, seed);
+    int rc = model_save_dir(&m, out, ZY_DT_F32, &err);
+    if (rc)
+        fprintf(stderr, "zaya: %s\n", err.msg);
+    else
+        printf("initialised %s: %zu parameters (%zu trainable), seed %llu\n", out, params_count(&m.params, 0),
+               params_count(&m.params, 1), (unsigned long long)seed);
+    model_free(&m);
+    return rc ? 1 : 0;
+}
+
+static int write_grads(const Model *m, const Activations *a, const char *path, ZyErr *err) {
+    const ParamTable *t = &m->params;
+    int n = 0;
+    StWriteTensor *ts = calloc((size_t)(t->count + m->cfg.num_layers), sizeof *ts);
+    char(*names)[32] = calloc((size_t)m->cfg.num_layers, sizeof *names);
+    if (!ts || !names) {
+        free(ts);
+        free(names);
+        return zy_fail(err, "out of memory");
+    }
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->info[i];
+        if (!param_trainable(p)) continue;
+        StWriteTensor *w = &ts[n++];
+        w->name = p->name;
+        w->ndim = p->ndim;
+        for (int k = 0; k < p->ndim; k++) w->shape[k] = p->shape[k];
+        w->src_dtype = w->out_dtype = ZY_DT_F32;
+        w->data = t->grad + p->offset;
+    }
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        snprintf(names[l], sizeof names[l], "routing.layer%d", l);
+        StWriteTensor *w = &ts[n++];
+        w->name = names[l];
+        w->ndim = 2;
+        w->shape[0] = a->B;
+        w->shape[1] = a->T;
+        w->src_dtype = w->out_dtype = ZY_DT_I32;
+        w->data = a->layers[l].choice;
+    }
+    int rc = st_write(path, ts, n, NULL, err);
+    free(ts);
+    free(names);
+    return rc;
+}
+
+int cmd_forward(int argc, char **argv) {
+    const char *model_dir = NULL, *tokens_path = NULL, *logits_out = NULL, *grads_out = NULL;
+    ArgSpec specs[] = {
+        {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
+        {"--tokens", ARG_STRING, 1, &tokens_path, "token ids, .npy int32/int64 [B, T]", 0},
+        {"--logits-out", ARG_STRING, 0, &logits_out, "write float32 logits [B, T, V] as .npy", 0},
+        {"--grads-out", ARG_STRING, 0, &grads_out, "write float32 gradients + routing as .safetensors", 0},
+    };
+    const int n = ZY_ARRAY_LEN(specs);
+    if (wants_help(argc, argv)) {
+        args_usage("forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors]", specs, n);
+        return 0;
+    }
+    ZyErr err = {{0}};
+    Model m;
+    Activations a;
+    int32_t *tokens = NULL, *targets = NULL;
+    int ndim, rc = 1, have_model = 0, have_acts = 0;
+    int64_t shape[ZY_MAX_DIMS];
+    if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "forward", &err)) goto fail;
+    if (model_load_dir(&m, model_dir, &err)) goto fail;
+    have_model = 1;
+    if (npy_read_tokens(tokens_path, &tokens, &ndim, shape, &err)) goto fail;
+    if (ndim == 1) { /* a single sequence */
+        shape[1] = shape[0];
+        shape[0] = 1;
+    } else if (ndim != 2) {
+        zy_fail(&err, "%s: tokens must have shape [B, T] (got %d dimensions)", tokens_path, ndim);
+        goto fail;
+    }
+    if (shape[0] <= 0 || shape[1] <= 0 || shape[0] * shape[1] > (1 << 26)) {
+        zy_fail(&err, "%s: token array shape [%lld, %lld] is empty or too large", tokens_path, (long long)shape[0],
+                (long long)shape[1]);
+        goto fail;
+    }
+    const int B = (int)shape[0], T = (int)shape[1];
+    if (model_check_tokens(&m, tokens, B, T, &err)) {
+        zy_wrap(&err, "%s", tokens_path);
+        goto fail;
+    }
+    if (acts_create(&a, &m.cfg, B, T, &err)) goto fail;
+    have_acts = 1;
+    targets = malloc((size_t)B * T * sizeof *targets);
+    if (!targets) {
+        zy_fail(&err, "out of memory");
+        goto fail;
+    }
+    make_next_token_targets(targets, tokens, B, T);
+    model_forward(&m, &a, tokens);
+    double loss;
+    if (grads_out) {
+        params_zero_grad(&m.params);
+        loss = model_backward(&m, &a, targets);
+        if (write_grads(&m, &a, grads_out, &err)) goto fail;
+    } else {
+        loss = model_loss(&m, &a, targets);
+    }
+    if (logits_out) {
+        int64_t lshape[3] = {B, T, m.cfg.vocab_size};
+        if (npy_write(logits_out, ZY_DT_F32, a.logits, 3, lshape, &err)) goto fail;
+    }
+    printf("loss %.10g\n", loss);
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    if (have_acts) acts_free(&a);
+    if (have_model) model_free(&m);
+    free(tokens);
+    free(targets);
+    return rc;
+}
+
+int cmd_convert(int argc, char **argv) {
+    const char *model_dir = NULL, *out = NULL, *dtype = "f32";
+    ArgSpec specs[] = {
+        {"--model", ARG_STRING, 1, &model_dir, "input model directory", 0},
+        {"--out", ARG_STRING, 1, &out, "output model directory", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "f32 (default) or bf16", 0},
+    };
+    const int n = ZY_ARRAY_LEN(specs);
+    if (wants_help(argc, argv)) {
+        args_usage("convert", "--model DIR --out DIR2 [--dtype f32|bf16]", specs, n);
+        return 0;
+    }
+    ZyErr err = {{0}};
+    Model m;
+    if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "convert", &err)) goto fail_noload;
+    ZyDtype dt;
+    if (strcmp(dtype, "f32") == 0)
+        dt = ZY_DT_F32;
+    else if (strcmp(dtype, "bf16") == 0)
+        dt = ZY_DT_BF16;
+    else {
+        zy_fail(&err, "convert: --dtype must be f32 or bf16 (got \"%s\")", dtype);
+        goto fail_noload;
+    }
+    if (model_load_dir(&m, model_dir, &err)) goto fail_noload;
+    int rc = model_save_dir(&m, out, dt, &err);
+    model_free(&m);
+    if (rc) goto fail_noload;
+    printf("wrote %s (%s)\n", out, dtype);
+    return 0;
+fail_noload:
+    fprintf(stderr, "zaya: %s\n", err.msg);
+    return 1;
+}

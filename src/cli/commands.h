@@ -1,0 +1,9 @@
+/* The subcommands of the zaya CLI; each returns the process exit status. */
+#ifndef ZAYA_CLI_COMMANDS_H
+#define ZAYA_CLI_COMMANDS_H
+
+int cmd_init(int argc, char **argv);
+int cmd_forward(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+
+#endif

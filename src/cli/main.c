@@ -1,0 +1,39 @@
+/* zaya: the ZAYA1 training system — command-line entry. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} Command;
+
+static const Command commands[] = {
+    {"init", cmd_init, "create a model directory initialised from scratch"},
+    {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
+    {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zaya <command> [options]   (zaya <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc, argv);
+    fprintf(stderr, "zaya: unknown command \"%s\"\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,316 @@
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int get_int(const cJSON *root, const char *key, int required, int def, int *out, const char *label,
+                   ZyErr *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return zy_fail(err, "%s: missing key \"%s\"", label, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v)) return zy_fail(err, "%s: key \"%s\" must be an integer", label, key);
+    double d = v->valuedouble;
+    if (d != floor(d) || d < -2147483648.0 || d > 2147483647.0)
+        return zy_fail(err, "%s: key \"%s\" must be an integer (got %g)", label, key, d);
+    *out = (int)d;
+    return 0;
+}
+
+static int get_float(const cJSON *root, const char *key, int required, float def, float *out, const char *label,
+                     ZyErr *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return zy_fail(err, "%s: missing key \"%s\"", label, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v)) return zy_fail(err, "%s: key \"%s\" must be a number", label, key);
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *root, const char *key, int required, int def, int *out, const char *label,
+                    ZyErr *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return zy_fail(err, "%s: missing key \"%s\"", label, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(v)) return zy_fail(err, "%s: key \"%s\" must be true or false", label, key);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Token ids may be null, an int, or (eos) a list of ints; we keep the first. */
+static int get_token_id(const cJSON *root, const char *key, int def, int *out, const char *label, ZyErr *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (v && cJSON_IsArray(v)) {
+        v = cJSON_GetArrayItem(v, 0);
+        if (!v) {
+            *out = -1;
+            return 0;
+        }
+    }
+    if (v && cJSON_IsNull(v)) {
+        *out = -1;
+        return 0;
+    }
+    if (v && !cJSON_IsNumber(v)) return zy_fail(err, "%s: key \"%s\" must be an integer or null", label, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 2147483647.0)
+        return zy_fail(err, "%s: key \"%s\" must be a non-negative integer", label, key);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+/* rope_parameters: {"hybrid": {"rope_type": "default", "rope_theta": θ, "partial_rotary_factor": f}} (the
+ * transformers 5 layout), also accepted flat ({"rope_type", "rope_theta", ...}) or as legacy top-level
+ * rope_theta / partial_rotary_factor keys. */
+static int parse_rope(const cJSON *root, ZayaConfig *cfg, const char *label, ZyErr *err) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *src = NULL;
+    if (rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp)) return zy_fail(err, "%s: key \"rope_parameters\" must be an object", label);
+        const cJSON *hybrid = cJSON_GetObjectItemCaseSensitive(rp, "hybrid");
+        if (hybrid) {
+            if (!cJSON_IsObject(hybrid))
+                return zy_fail(err, "%s: key \"rope_parameters.hybrid\" must be an object", label);
+            src = hybrid;
+        } else {
+            src = rp;
+        }
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(src, "rope_type");
+        if (type && !(cJSON_IsString(type) && strcmp(type->valuestring, "default") == 0))
+            return zy_fail(err, "%s: key \"rope_parameters.hybrid.rope_type\": only \"default\" is supported",
+                           label);
+        if (get_float(src, "rope_theta", 1, 0, &cfg->rope_theta, label, err)) return zy_wrap(err, "rope_parameters");
+        if (get_float(src, "partial_rotary_factor", 0, 1.0f, &cfg->partial_rotary_factor, label, err))
+            return zy_wrap(err, "rope_parameters");
+        return 0;
+    }
+    if (get_float(root, "rope_theta", 1, 0, &cfg->rope_theta, label, err)) return -1;
+    return get_float(root, "partial_rotary_factor", 0, 0.5f, &cfg->partial_rotary_factor, label, err);
+}
+
+int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
+    struct {
+        const char *key;
+        int value;
+    } positive[] = {
+        {"vocab_size", c->vocab_size},
+        {"hidden_size", c->hidden_size},
+        {"num_hidden_layers", c->num_layers},
+        {"num_attention_heads", c->num_heads},
+        {"num_key_value_heads", c->num_kv_heads},
+        {"head_dim", c->head_dim},
+        {"num_experts", c->num_experts},
+        {"moe_intermediate_size", c->moe_intermediate_size},
+        {"router_hidden_size", c->router_hidden_size},
+        {"cca_time0", c->cca_time0},
+        {"cca_time1", c->cca_time1},
+        {"max_position_embeddings", c->max_position_embeddings},
+    };
+    for (size_t i = 0; i < ZY_ARRAY_LEN(positive); i++)
+        if (positive[i].value <= 0)
+            return zy_fail(err, "%s: key \"%s\" must be positive (got %d)", label, positive[i].key, positive[i].value);
+    if (c->num_heads % c->num_kv_heads != 0)
+        return zy_fail(err, "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", label,
+                       c->num_heads, c->num_kv_heads);
+    if ((c->num_kv_heads * c->head_dim) % 2 != 0)
+        return zy_fail(err, "%s: num_key_value_heads*head_dim (%d) must be even (values are split current/delayed)",
+                       label, c->num_kv_heads * c->head_dim);
+    if (!(c->partial_rotary_factor > 0.0f && c->partial_rotary_factor <= 1.0f))
+        return zy_fail(err, "%s: key \"partial_rotary_factor\" must be in (0, 1] (got %g)", label,
+                       (double)c->partial_rotary_factor);
+    double rd = c->head_dim * (double)c->partial_rotary_factor;
+    if (rd != floor(rd) || ((int)rd) % 2 != 0 || rd < 2)
+        return zy_fail(err, "%s: head_dim*partial_rotary_factor = %g must be an even integer >= 2", label, rd);
+    if (!(c->rope_theta > 1.0f) || !isfinite(c->rope_theta))
+        return zy_fail(err, "%s: key \"rope_theta\" must be a finite number > 1 (got %g)", label, (double)c->rope_theta);
+    if (!(c->rms_norm_eps > 0.0f) || !isfinite(c->rms_norm_eps))
+        return zy_fail(err, "%s: key \"rms_norm_eps\" must be positive (got %g)", label, (double)c->rms_norm_eps);
+    if (!(c->initializer_range > 0.0f) || !isfinite(c->initializer_range))
+        return zy_fail(err, "%s: key \"initializer_range\" must be positive", label);
+    if (c->pad_token_id >= c->vocab_size)
+        return zy_fail(err, "%s: pad_token_id (%d) must be < vocab_size (%d)", label, c->pad_token_id, c->vocab_size);
+    if (c->bos_token_id >= c->vocab_size)
+        return zy_fail(err, "%s: bos_token_id (%d) must be < vocab_size (%d)", label, c->bos_token_id, c->vocab_size);
+    if (c->eos_token_id >= c->vocab_size)
+        return zy_fail(err, "%s: eos_token_id (%d) must be < vocab_size (%d)", label, c->eos_token_id, c->vocab_size);
+    /* Guard the sizes that multiply into allocations. */
+    double per_layer = (double)c->num_experts * 3.0 * c->moe_intermediate_size * c->hidden_size;
+    if (per_layer * c->num_layers > 1e12 || (double)c->vocab_size * c->hidden_size > 1e12)
+        return zy_fail(err, "%s: model too large (more than 1e12 parameters)", label);
+    return 0;
+}
+
+int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyErr *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cJSON *root = cJSON_Parse(json_text);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        char near[32] = "";
+        if (at) snprintf(near, sizeof near, "%.20s", at);
+        return zy_fail(err, "%s: invalid JSON near \"%s\"", label, near);
+    }
+    int rc = -1;
+    if (!cJSON_IsObject(root)) {
+        zy_fail(err, "%s: expected a JSON object", label);
+        goto done;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!mt) {
+        zy_fail(err, "%s: missing key \"model_type\" (expected \"zaya\")", label);
+        goto done;
+    }
+    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "zaya") != 0) {
+        zy_fail(err, "%s: key \"model_type\" must be \"zaya\"", label);
+        goto done;
+    }
+    int experts_per_tok = 0, lm_head_bias = 0, attention_bias = 0;
+    if (get_int(root, "vocab_size", 1, 0, &cfg->vocab_size, label, err) ||
+        get_int(root, "hidden_size", 1, 0, &cfg->hidden_size, label, err) ||
+        get_int(root, "num_hidden_layers", 1, 0, &cfg->num_layers, label, err) ||
+        get_int(root, "num_attention_heads", 1, 0, &cfg->num_heads, label, err) ||
+        get_int(root, "num_key_value_heads", 1, 0, &cfg->num_kv_heads, label, err) ||
+        get_int(root, "head_dim", 1, 0, &cfg->head_dim, label, err) ||
+        get_int(root, "moe_intermediate_size", 1, 0, &cfg->moe_intermediate_size, label, err) ||
+        get_int(root, "num_experts", 1, 0, &cfg->num_experts, label, err) ||
+        get_int(root, "num_experts_per_tok", 1, 0, &experts_per_tok, label, err) ||
+        get_int(root, "router_hidden_size", 1, 0, &cfg->router_hidden_size, label, err) ||
+        get_int(root, "cca_time0", 1, 0, &cfg->cca_time0, label, err) ||
+        get_int(root, "cca_time1", 1, 0, &cfg->cca_time1, label, err) ||
+        get_float(root, "rms_norm_eps", 1, 0, &cfg->rms_norm_eps, label, err) ||
+        get_bool(root, "tie_word_embeddings", 1, 0, &cfg->tie_word_embeddings, label, err) ||
+        get_int(root, "max_position_embeddings", 1, 0, &cfg->max_position_embeddings, label, err) ||
+        get_float(root, "initializer_range", 0, 0.02f, &cfg->initializer_range, label, err) ||
+        get_bool(root, "lm_head_bias", 0, 0, &lm_head_bias, label, err) ||
+        get_bool(root, "attention_bias", 0, 0, &attention_bias, label, err) ||
+        get_token_id(root, "bos_token_id", 2, &cfg->bos_token_id, label, err) ||
+        get_token_id(root, "eos_token_id", 106, &cfg->eos_token_id, label, err) ||
+        get_token_id(root, "pad_token_id", 0, &cfg->pad_token_id, label, err) || parse_rope(root, cfg, label, err))
+        goto done;
+    if (experts_per_tok != 1) {
+        zy_fail(err, "%s: key \"num_experts_per_tok\" must be 1 (ZAYA routes top-1; got %d)", label, experts_per_tok);
+        goto done;
+    }
+    if (lm_head_bias || attention_bias) {
+        zy_fail(err, "%s: key \"%s\" = true is not supported", label, lm_head_bias ? "lm_head_bias" : "attention_bias");
+        goto done;
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0)) {
+        zy_fail(err, "%s: key \"hidden_act\" must be \"silu\"", label);
+        goto done;
+    }
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (types && !cJSON_IsNull(types)) {
+        if (!cJSON_IsArray(types)) {
+            zy_fail(err, "%s: key \"layer_types\" must be a list", label);
+            goto done;
+        }
+        if (cJSON_GetArraySize(types) != cfg->num_layers) {
+            zy_fail(err, "%s: key \"layer_types\" has %d entries, num_hidden_layers is %d", label,
+                    cJSON_GetArraySize(types), cfg->num_layers);
+            goto done;
+        }
+        int i = 0;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, types) {
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "hybrid") != 0) {
+                zy_fail(err, "%s: key \"layer_types[%d]\": unsupported layer type %s%s%s (only \"hybrid\")", label, i,
+                        cJSON_IsString(t) ? "\"" : "", cJSON_IsString(t) ? t->valuestring : "(not a string)",
+                        cJSON_IsString(t) ? "\"" : "");
+                goto done;
+            }
+            i++;
+        }
+    }
+    rc = config_validate(cfg, label, err);
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int config_load(ZayaConfig *cfg, const char *path, ZyErr *err) {
+    char *text;
+    size_t len;
+    if (zy_read_file(path, &text, &len, err)) return -1;
+    if (strlen(text) != len) {
+        free(text);
+        return zy_fail(err, "%s: file contains a NUL byte", path);
+    }
+    int rc = config_parse(cfg, text, path, err);
+    free(text);
+    return rc;
+}
+
+char *config_to_json(const ZayaConfig *c, const char *torch_dtype) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("ZayaForCausalLM"));
+    cJSON_AddStringToObject(root, "model_type", "zaya");
+    cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_layers);
+    cJSON_AddNumberToObject(root, "num_attention_heads", c->num_heads);
+    cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_kv_heads);
+    cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(root, "moe_intermediate_size", c->moe_intermediate_size);
+    cJSON_AddNumberToObject(root, "num_experts", c->num_experts);
+    cJSON_AddNumberToObject(root, "num_experts_per_tok", 1);
+    cJSON_AddNumberToObject(root, "router_hidden_size", c->router_hidden_size);
+    cJSON_AddNumberToObject(root, "cca_time0", c->cca_time0);
+    cJSON_AddNumberToObject(root, "cca_time1", c->cca_time1);
+    cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position_embeddings);
+    cJSON_AddNumberToObject(root, "initializer_range", c->initializer_range);
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    cJSON *rp = cJSON_AddObjectToObject(root, "rope_parameters");
+    cJSON *hy = cJSON_AddObjectToObject(rp, "hybrid");
+    cJSON_AddStringToObject(hy, "rope_type", "default");
+    cJSON_AddNumberToObject(hy, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(hy, "partial_rotary_factor", c->partial_rotary_factor);
+    const struct {
+        const char *key;
+        int v;
+    } ids[] = {{"bos_token_id", c->bos_token_id}, {"eos_token_id", c->eos_token_id}, {"pad_token_id", c->pad_token_id}};
+    for (size_t i = 0; i < ZY_ARRAY_LEN(ids); i++) {
+        if (ids[i].v >= 0)
+            cJSON_AddNumberToObject(root, ids[i].key, ids[i].v);
+        else
+            cJSON_AddNullToObject(root, ids[i].key);
+    }
+    cJSON_AddStringToObject(root, "torch_dtype", torch_dtype);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+int config_save(const ZayaConfig *cfg, const char *path, const char *torch_dtype, ZyErr *err) {
+    char *s = config_to_json(cfg, torch_dtype);
+    if (!s) return zy_fail(err, "%s: out of memory serialising config", path);
+    size_t n = strlen(s);
+    char *with_nl = malloc(n + 2);
+    if (!with_nl) {
+        free(s);
+        return zy_fail(err, "%s: out of memory", path);
+    }
+    memcpy(with_nl, s, n);
+    with_nl[n] = '\n';
+    int rc = zy_write_file_atomic(path, with_nl, n + 1, err);
+    free(s);
+    free(with_nl);
+    return rc;
+}

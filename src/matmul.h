@@ -1,0 +1,13 @@
+/* matmul: the one seam every matrix product goes through (OpenBLAS today; the GPU backend plugs in here).
+ * Row-major C = alpha * op(A) op(B) + beta * C with op = transpose when trans_* is non-zero;
+ * op(A) is M x K, op(B) is K x N. */
+#ifndef ZAYA_MATMUL_H
+#define ZAYA_MATMUL_H
+
+void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+             int ldb, float beta, float *C, int ldc);
+/* Double precision, for the finite-difference reference checks. */
+void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, const double *A, int lda,
+                 const double *B, int ldb, double beta, double *C, int ldc);
+
+#endif

@@ -1,0 +1,557 @@
+/* The ZAYA1 model (ARCHITECTURE.md): parameter layout, forward and backward. */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "matmul.h"
+
+/* ======================================================================================================
+ * Parameter layout. One walk over the model registers every tensor (HF name, shape, optimizer, init) and,
+ * run again over an arena, hands out the pointers, so names and shapes are written exactly once.
+ * ====================================================================================================== */
+
+typedef struct {
+    ParamTable *table;
+    float *base; /* NULL: registering; else binding views into this arena */
+    int cursor;
+    ZyErr *err;
+    int failed;
+} LayoutWalk;
+
+static float *tensor(LayoutWalk *w, ParamKind kind, ParamInit init, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                     const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+
+static float *tensor(LayoutWalk *w, ParamKind kind, ParamInit init, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                     const char *fmt, ...) {
+    if (w->failed) return NULL;
+    if (w->base) return w->base + w->table->info[w->cursor++].offset;
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[3] = {d0, d1, d2};
+    if (params_add(w->table, name, kind, init, ndim, shape, w->err) < 0) w->failed = 1;
+    return NULL;
+}
+
+static void walk_layout(LayoutWalk *w, const ZayaConfig *c, Weights *out) {
+    const int64_t D = c->hidden_size, V = c->vocab_size, Cq = cfg_q_channels(c), Ck = cfg_k_channels(c);
+    const int64_t C = Cq + Ck, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    const ParamKind A = PARAM_ADAMW, MU = PARAM_MUON;
+    out->embed = tensor(w, A, INIT_NORMAL, 2, V, D, 0, "model.embed_tokens.weight");
+    out->in_scale = tensor(w, A, INIT_ONE, 1, D, 0, 0, "model.input_hidden_states_scale");
+    out->in_bias = tensor(w, A, INIT_ZERO, 1, D, 0, 0, "model.input_hidden_states_bias");
+    for (int l = 0; l < c->num_layers; l++) {
+        LayerWeights *L = &out->layers[l];
+#define P "model.layers.%d."
+        L->input_norm = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "input_layernorm.weight", l);
+        L->w_q = tensor(w, MU, INIT_NORMAL, 2, Cq, D, 0, P "self_attn.qkv_proj.q_proj.weight", l);
+        L->w_k = tensor(w, MU, INIT_NORMAL, 2, Ck, D, 0, P "self_attn.qkv_proj.k_proj.weight", l);
+        L->w_v_current = tensor(w, MU, INIT_NORMAL, 2, Ck / 2, D, 0, P "self_attn.qkv_proj.v_proj_current.weight", l);
+        L->w_v_delayed = tensor(w, MU, INIT_NORMAL, 2, Ck / 2, D, 0, P "self_attn.qkv_proj.v_proj_delayed.weight", l);
+        L->conv_dw_w = tensor(w, A, INIT_NORMAL, 3, C, 1, c->cca_time0, P "self_attn.qkv_proj.conv_qk_depthwise.weight", l);
+        L->conv_dw_b = tensor(w, A, INIT_ZERO, 1, C, 0, 0, P "self_attn.qkv_proj.conv_qk_depthwise.bias", l);
+        L->conv_gr_w = tensor(w, A, INIT_NORMAL, 3, C, c->head_dim, c->cca_time1, P "self_attn.qkv_proj.conv_qk_grouped.weight", l);
+        L->conv_gr_b = tensor(w, A, INIT_ZERO, 1, C, 0, 0, P "self_attn.qkv_proj.conv_qk_grouped.bias", l);
+        L->temp = tensor(w, A, INIT_ONE, 1, c->num_kv_heads, 0, 0, P "self_attn.qk_norm.temp", l);
+        L->w_o = tensor(w, MU, INIT_NORMAL, 2, D, Cq, 0, P "self_attn.o_proj.weight", l);
+        L->attn_hs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_residual_scale.hidden_states_scale", l);
+        L->attn_hb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_attention_residual_scale.hidden_states_bias", l);
+        L->attn_rs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_residual_scale.residual_scale", l);
+        L->attn_rb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_attention_residual_scale.residual_bias", l);
+        L->post_norm = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_layernorm.weight", l);
+        L->router_down_w = tensor(w, MU, INIT_NORMAL, 2, R, D, 0, P "mlp.gate.down_proj.weight", l);
+        L->router_down_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.down_proj.bias", l);
+        L->router_state_scale = l > 0 ? tensor(w, A, INIT_ONE, 1, R, 0, 0, P "mlp.gate.router_states_scale", l) : NULL;
+        L->router_norm = tensor(w, A, INIT_ONE, 1, R, 0, 0, P "mlp.gate.router_mlp.norm.weight", l);
+        L->router_fc1_w = tensor(w, MU, INIT_NORMAL, 2, R, R, 0, P "mlp.gate.router_mlp.fc1.weight", l);
+        L->router_fc1_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.router_mlp.fc1.bias", l);
+        L->router_fc2_w = tensor(w, MU, INIT_NORMAL, 2, R, R, 0, P "mlp.gate.router_mlp.fc2.weight", l);
+        L->router_fc2_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.router_mlp.fc2.bias", l);
+        L->router_out_w = tensor(w, MU, INIT_NORMAL, 2, E + 1, R, 0, P "mlp.gate.router_mlp.out_proj.weight", l);
+        L->balancing_bias = tensor(w, PARAM_BUFFER, INIT_BALANCING_BIAS, 1, E + 1, 0, 0, P "mlp.gate.balancing_biases", l);
+        L->expert_gate_up = tensor(w, MU, INIT_NORMAL, 3, E, 2 * I, D, P "mlp.experts.gate_up_proj", l);
+        L->expert_down = tensor(w, MU, INIT_NORMAL, 3, E, D, I, P "mlp.experts.down_proj", l);
+        L->mlp_hs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_mlp_residual_scale.hidden_states_scale", l);
+        L->mlp_hb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_mlp_residual_scale.hidden_states_bias", l);
+        L->mlp_rs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_mlp_residual_scale.residual_scale", l);
+        L->mlp_rb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_mlp_residual_scale.residual_bias", l);
+#undef P
+    }
+    out->final_norm = tensor(w, A, INIT_ONE, 1, D, 0, 0, "model.norm.weight");
+    out->lm_head = c->tie_word_embeddings ? out->embed : tensor(w, A, INIT_NORMAL, 2, V, D, 0, "lm_head.weight");
+}
+
+int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    if (config_validate(cfg, "model config", err)) return -1;
+    m->w.layers = calloc((size_t)cfg->num_layers, sizeof(LayerWeights));
+    m->g.layers = calloc((size_t)cfg->num_layers, sizeof(LayerWeights));
+    if (!m->w.layers || !m->g.layers) {
+        model_free(m);
+        return zy_fail(err, "out of memory");
+    }
+    LayoutWalk walk = {.table = &m->params, .err = err};
+    Weights scratch = {.layers = m->w.layers};
+    walk_layout(&walk, cfg, &scratch);
+    if (walk.failed || params_alloc(&m->params, err)) {
+        model_free(m);
+        return -1;
+    }
+    LayoutWalk bind_w = {.table = &m->params, .base = m->params.data};
+    walk_layout(&bind_w, cfg, &m->w);
+    LayoutWalk bind_g = {.table = &m->params, .base = m->params.grad};
+    walk_layout(&bind_g, cfg, &m->g);
+    return 0;
+}
+
+void model_free(Model *m) {
+    params_free(&m->params);
+    free(m->w.layers);
+    free(m->g.layers);
+    memset(m, 0, sizeof *m);
+}
+
+void model_init_weights(Model *m, uint64_t seed) {
+    ZyRng rng;
+    zy_rng_seed(&rng, seed);
+    const double std = m->cfg.initializer_range;
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        float *x = m->params.data + p->offset;
+        for (size_t j = 0; j < p->numel; j++) {
+            switch (p->init) {
+            case INIT_ZERO: x[j] = 0.0f; break;
+            case INIT_ONE: x[j] = 1.0f; break;
+            case INIT_NORMAL: x[j] = (float)(std * zy_rng_normal(&rng)); break;
+            case INIT_BALANCING_BIAS: x[j] = j + 1 == p->numel ? -1.0f : 0.0f; break; /* skip expert held at -1 */
+            }
+        }
+    }
+}
+
+/* ======================================================================================================
+ * Activations: one block, carved into named buffers.
+ * ====================================================================================================== */
+
+typedef struct {
+    char *base;
+    size_t used;
+} Carver;
+
+static void *carve(Carver *c, size_t n_elems, size_t elem_size) {
+    size_t bytes = (n_elems * elem_size + 63) & ~(size_t)63;
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += bytes;
+    return p;
+}
+#define CARVE_F(c, n) ((float *)carve((c), (size_t)(n), sizeof(float)))
+#define CARVE_I(c, n) ((int32_t *)carve((c), (size_t)(n), sizeof(int32_t)))
+
+static void carve_all(Carver *cv, Activations *a, const ZayaConfig *c) {
+    const size_t N = (size_t)a->B * a->T, T = (size_t)a->T, D = c->hidden_size, V = c->vocab_size;
+    const size_t Cq = cfg_q_channels(c), Ck = cfg_k_channels(c), C = Cq + Ck, R = c->router_hidden_size;
+    const size_t E1 = c->num_experts + 1, I = c->moe_intermediate_size, Hq = c->num_heads, Hkv = c->num_kv_heads;
+    const size_t NM = (size_t)a->B * (T + c->cca_time1 - 1), rd = cfg_rotary_dim(c);
+    a->tokens = CARVE_I(cv, N);
+    for (int l = 0; l < c->num_layers; l++) {
+        LayerActs *L = &a->layers[l];
+        L->x_in = CARVE_F(cv, N * D);
+        L->u_attn = CARVE_F(cv, N * D);
+        L->rstd_attn = CARVE_F(cv, N);
+        L->qk_down = CARVE_F(cv, N * C);
+        L->conv_mid = CARVE_F(cv, NM * C);
+        L->conv_out = CARVE_F(cv, N * C);
+        L->query_pre = CARVE_F(cv, N * Cq);
+        L->key_pre = CARVE_F(cv, N * Ck);
+        L->q_norm = CARVE_F(cv, N * Hq);
+        L->k_norm = CARVE_F(cv, N * Hkv);
+        L->query = CARVE_F(cv, N * Cq);
+        L->key = CARVE_F(cv, N * Ck);
+        L->v_current = CARVE_F(cv, N * Ck / 2);
+        L->v_delayed = CARVE_F(cv, N * Ck / 2);
+        L->value = CARVE_F(cv, N * Ck);
+        L->probs = CARVE_F(cv, (size_t)a->B * Hq * T * T);
+        L->attn_out = CARVE_F(cv, N * Cq);
+        L->attn_proj = CARVE_F(cv, N * D);
+        L->x_mid = CARVE_F(cv, N * D);
+        L->u_mlp = CARVE_F(cv, N * D);
+        L->rstd_mlp = CARVE_F(cv, N);
+        L->router_z = CARVE_F(cv, N * R);
+        L->router_zn = CARVE_F(cv, N * R);
+        L->router_rstd = CARVE_F(cv, N);
+        L->router_h1_pre = CARVE_F(cv, N * R);
+        L->router_h1 = CARVE_F(cv, N * R);
+        L->router_h2_pre = CARVE_F(cv, N * R);
+        L->router_h2 = CARVE_F(cv, N * R);
+        L->router_logits = CARVE_F(cv, N * E1);
+        L->router_probs = CARVE_F(cv, N * E1);
+        L->choice = CARVE_I(cv, N);
+        L->gate = CARVE_F(cv, N);
+        L->expert_offset = CARVE_I(cv, E1);
+        L->expert_cursor = CARVE_I(cv, E1);
+        L->sorted_rows = CARVE_I(cv, N);
+        L->expert_in = CARVE_F(cv, N * D);
+        L->expert_gu = CARVE_F(cv, N * 2 * I);
+        L->expert_act = CARVE_F(cv, N * I);
+        L->expert_out = CARVE_F(cv, N * D);
+        L->moe_out = CARVE_F(cv, N * D);
+    }
+    a->x_final = CARVE_F(cv, N * D);
+    a->final_normed = CARVE_F(cv, N * D);
+    a->final_rstd = CARVE_F(cv, N);
+    a->logits = CARVE_F(cv, N * V);
+    a->rope_cos = CARVE_F(cv, T * rd / 2);
+    a->rope_sin = CARVE_F(cv, T * rd / 2);
+    BackwardScratch *d = &a->d;
+    d->d_x = CARVE_F(cv, N * D);
+    d->d_u = CARVE_F(cv, N * D);
+    d->d_h = CARVE_F(cv, N * D);
+    d->d_qk_down = CARVE_F(cv, N * C);
+    d->d_conv_out = CARVE_F(cv, N * C);
+    d->d_conv_mid = CARVE_F(cv, NM * C);
+    d->d_query = CARVE_F(cv, N * Cq);
+    d->d_key = CARVE_F(cv, N * Ck);
+    d->d_value = CARVE_F(cv, N * Ck);
+    d->d_vc = CARVE_F(cv, N * Ck / 2);
+    d->d_vd = CARVE_F(cv, N * Ck / 2);
+    d->d_attn_out = CARVE_F(cv, N * Cq);
+    d->d_probs = CARVE_F(cv, T * T);
+    d->d_z = CARVE_F(cv, N * R);
+    d->d_z_carry = CARVE_F(cv, N * R);
+    d->d_zn = CARVE_F(cv, N * R);
+    d->d_h1 = CARVE_F(cv, N * R);
+    d->d_h2 = CARVE_F(cv, N * R);
+    d->d_router_logits = CARVE_F(cv, N * E1);
+    d->d_gate = CARVE_F(cv, N);
+    d->d_expert_out = CARVE_F(cv, N * D);
+    d->d_expert_act = CARVE_F(cv, N * I);
+    d->d_expert_gu = CARVE_F(cv, N * 2 * I);
+    d->d_expert_in = CARVE_F(cv, N * D);
+    d->d_final = CARVE_F(cv, N * D);
+    d->d_logits = CARVE_F(cv, N * V);
+}
+
+int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err) {
+    memset(a, 0, sizeof *a);
+    if (B <= 0 || T <= 0) return zy_fail(err, "batch shape [%d, %d] must be positive", B, T);
+    a->B = B;
+    a->T = T;
+    a->layers = calloc((size_t)cfg->num_layers, sizeof(LayerActs));
+    if (!a->layers) return zy_fail(err, "out of memory");
+    Carver sizing = {0};
+    carve_all(&sizing, a, cfg);
+    a->block = zy_calloc(sizing.used);
+    if (!a->block) {
+        free(a->layers);
+        a->layers = NULL;
+        return zy_fail(err, "out of memory allocating %zu MB of activations for batch [%d, %d]", sizing.used >> 20, B, T);
+    }
+    Carver cv = {.base = a->block};
+    carve_all(&cv, a, cfg);
+    rope_tables(a->rope_cos, a->rope_sin, T, cfg_rotary_dim(cfg), cfg->rope_theta);
+    return 0;
+}
+
+void acts_free(Activations *a) {
+    zy_free(a->block);
+    free(a->layers);
+    memset(a, 0, sizeof *a);
+}
+
+int model_check_tokens(const Model *m, const int32_t *tokens, int B, int T, ZyErr *err) {
+    if (T > m->cfg.max_position_embeddings)
+        return zy_fail(err, "sequence length %d exceeds max_position_embeddings %d", T, m->cfg.max_position_embeddings);
+    for (long i = 0; i < (long)B * T; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return zy_fail(err, "token id %d at [%ld, %ld] is outside the vocabulary [0, %d)", tokens[i], i / T, i % T,
+                           m->cfg.vocab_size);
+    return 0;
+}
+
+void make_next_token_targets(int32_t *targets, const int32_t *tokens, int B, int T) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) targets[(long)b * T + t] = t + 1 < T ? tokens[(long)b * T + t + 1] : -1;
+}
+
+/* ======================================================================================================
+ * Forward
+ * ====================================================================================================== */
+
+/* CCA attention on u = RMSNorm(x); writes L->attn_proj [N, D]. */
+static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const Activations *a) {
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
+    /* 1. down projections into X = [q0 | k0] */
+    zy_gemm(0, 1, N, Cq, D, 1, L->u_attn, D, W->w_q, D, 0, L->qk_down, C);
+    zy_gemm(0, 1, N, Ck, D, 1, L->u_attn, D, W->w_k, D, 0, L->qk_down + Cq, C);
+    /* 2. the two causal convolutions over time */
+    cca_conv_forward(L->conv_out, L->conv_mid, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B,
+                     T, C, dh, c->cca_time0, c->cca_time1);
+    /* 3. q-k mean skip */
+    qk_mean_forward(L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
+    /* 4. values with a one-token delay */
+    linear_forward(L->v_current, L->u_attn, W->w_v_current, NULL, N, D, Ck / 2);
+    linear_forward(L->v_delayed, L->u_attn, W->w_v_delayed, NULL, N, D, Ck / 2);
+    delayed_value_forward(L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
+    /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature */
+    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* fp32 machine epsilon */
+    l2norm_forward(L->query, L->q_norm, L->query_pre, NULL, N, Hq, dh, scale, eps);
+    l2norm_forward(L->key, L->k_norm, L->key_pre, W->temp, N, Hkv, dh, scale, eps);
+    /* 6. partial RoPE */
+    const int rd = cfg_rotary_dim(c);
+    rope_forward(L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
+    rope_forward(L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    /* 7. causal softmax attention in the latent space */
+    attention_forward(L->attn_out, L->probs, L->query, L->key, L->value, B, T, Hq, Hkv, dh);
+    /* 8. output projection */
+    linear_forward(L->attn_proj, L->attn_out, W->w_o, NULL, N, Cq, D);
+}
+
+/* Groups the token rows by chosen expert (counting sort, stable), skip-expert tokens left out. */
+static void group_by_expert(LayerActs *L, int N, int E) {
+    int32_t *off = L->expert_offset, *cursor = L->expert_cursor;
+    memset(off, 0, (size_t)(E + 1) * sizeof *off);
+    for (int r = 0; r < N; r++)
+        if (L->choice[r] < E) off[L->choice[r] + 1]++;
+    for (int e = 0; e < E; e++) off[e + 1] += off[e];
+    memcpy(cursor, off, (size_t)E * sizeof *off);
+    for (int r = 0; r < N; r++)
+        if (L->choice[r] < E) L->sorted_rows[cursor[L->choice[r]]++] = r;
+}
+
+/* MoE block on u = RMSNorm(x) with router state r_prev (NULL at layer 0); writes L->moe_out, L->router_z. */
+static void moe_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const float *r_prev, int N) {
+    const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer */
+    linear_forward(L->router_z, L->u_mlp, W->router_down_w, W->router_down_b, N, D, R);
+    if (r_prev) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < N; r++)
+            for (int i = 0; i < R; i++) L->router_z[(long)r * R + i] += r_prev[(long)r * R + i] * W->router_state_scale[i];
+    }
+    rmsnorm_forward(L->router_zn, L->router_rstd, L->router_z, W->router_norm, N, R, c->rms_norm_eps);
+    linear_forward(L->router_h1_pre, L->router_zn, W->router_fc1_w, W->router_fc1_b, N, R, R);
+    gelu_forward(L->router_h1, L->router_h1_pre, (long)N * R);
+    linear_forward(L->router_h2_pre, L->router_h1, W->router_fc2_w, W->router_fc2_b, N, R, R);
+    gelu_forward(L->router_h2, L->router_h2_pre, (long)N * R);
+    linear_forward(L->router_logits, L->router_h2, W->router_out_w, NULL, N, R, E + 1);
+    router_choice_forward(L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N, E + 1);
+
+    /* dropless top-1 experts: gather each expert's tokens, SwiGLU, scale by the gate, scatter back */
+    group_by_expert(L, N, E);
+    memset(L->moe_out, 0, (size_t)N * D * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int n = L->expert_offset[e + 1] - L->expert_offset[e], start = L->expert_offset[e];
+        if (n == 0) continue;
+        float *xin = L->expert_in + (long)start * D, *gu = L->expert_gu + (long)start * 2 * I;
+        float *act = L->expert_act + (long)start * I, *y = L->expert_out + (long)start * D;
+        for (int k = 0; k < n; k++) memcpy(xin + (long)k * D, L->u_mlp + (long)L->sorted_rows[start + k] * D, D * sizeof(float));
+        linear_forward(gu, xin, W->expert_gate_up + (long)e * 2 * I * D, NULL, n, D, 2 * I);
+        swiglu_forward(act, gu, n, I);
+        linear_forward(y, act, W->expert_down + (long)e * D * I, NULL, n, I, D);
+        for (int k = 0; k < n; k++) {
+            int row = L->sorted_rows[start + k];
+            float g = L->gate[row];
+            for (int i = 0; i < D; i++) L->moe_out[(long)row * D + i] = g * y[(long)k * D + i];
+        }
+    }
+}
+
+void model_forward(Model *m, Activations *a, const int32_t *tokens) {
+    const ZayaConfig *c = &m->cfg;
+    const int N = a->B * a->T, D = c->hidden_size;
+    const Weights *w = &m->w;
+    memcpy(a->tokens, tokens, (size_t)N * sizeof *tokens);
+    /* x = (Emb[tokens] + b_in) ⊙ s_in */
+    embed_forward(a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D);
+    const float *r_prev = NULL;
+    for (int l = 0; l < c->num_layers; l++) {
+        const LayerWeights *W = &w->layers[l];
+        LayerActs *L = &a->layers[l];
+        float *x_out = l + 1 < c->num_layers ? a->layers[l + 1].x_in : a->x_final;
+        /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr */
+        rmsnorm_forward(L->u_attn, L->rstd_attn, L->x_in, W->input_norm, N, D, c->rms_norm_eps);
+        cca_forward(c, W, L, a);
+        residual_merge_forward(L->x_mid, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D);
+        /* m, r = MoE(RMSNorm(x), r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr' */
+        rmsnorm_forward(L->u_mlp, L->rstd_mlp, L->x_mid, W->post_norm, N, D, c->rms_norm_eps);
+        moe_forward(c, W, L, r_prev, N);
+        residual_merge_forward(x_out, L->moe_out, L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
+        r_prev = L->router_z;
+    }
+    /* logits = RMSNorm(x; w_final) · headᵀ */
+    rmsnorm_forward(a->final_normed, a->final_rstd, a->x_final, w->final_norm, N, D, c->rms_norm_eps);
+    linear_forward(a->logits, a->final_normed, w->lm_head, NULL, N, D, c->vocab_size);
+}
+
+double model_loss(const Model *m, const Activations *a, const int32_t *targets) {
+    return cross_entropy(NULL, a->logits, targets, a->B * a->T, m->cfg.vocab_size, 1.0);
+}
+
+/* ======================================================================================================
+ * Backward (reverse order of the forward; every gradient accumulates)
+ * ====================================================================================================== */
+
+static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
+
+/* Input: d->d_h = dL/d(moe_out), d->d_z = dL/dz carried from the next layer's router (zero at the last layer).
+ * Output: d->d_u += dL/du_mlp; d->d_z_carry = dL/dr_prev for the previous layer. */
+static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
+                         const float *r_prev, BackwardScratch *d, int N) {
+    const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    zero(d->d_gate, N);
+    for (int e = 0; e < E; e++) {
+        int n = L->expert_offset[e + 1] - L->expert_offset[e], start = L->expert_offset[e];
+        if (n == 0) continue;
+        const float *xin = L->expert_in + (long)start * D, *gu = L->expert_gu + (long)start * 2 * I;
+        const float *act = L->expert_act + (long)start * I, *y = L->expert_out + (long)start * D;
+        float *dy = d->d_expert_out, *dact = d->d_expert_act, *dgu = d->d_expert_gu, *dxin = d->d_expert_in;
+        /* out = gate · y: dgate = Σ dout·y, dy = gate · dout */
+        for (int k = 0; k < n; k++) {
+            int row = L->sorted_rows[start + k];
+            const float *dout = d->d_h + (long)row * D;
+            double dg = 0;
+            for (int i = 0; i < D; i++) {
+                dg += (double)dout[i] * y[(long)k * D + i];
+                dy[(long)k * D + i] = L->gate[row] * dout[i];
+            }
+            d->d_gate[row] = (float)dg;
+        }
+        zero(dact, (size_t)n * I);
+        zero(dgu, (size_t)n * 2 * I);
+        zero(dxin, (size_t)n * D);
+        linear_backward(dact, G->expert_down + (long)e * D * I, NULL, dy, act, W->expert_down + (long)e * D * I, n, I, D);
+        swiglu_backward(dgu, dact, gu, n, I);
+        linear_backward(dxin, G->expert_gate_up + (long)e * 2 * I * D, NULL, dgu, xin,
+                        W->expert_gate_up + (long)e * 2 * I * D, n, D, 2 * I);
+        for (int k = 0; k < n; k++) {
+            float *du = d->d_u + (long)L->sorted_rows[start + k] * D;
+            for (int i = 0; i < D; i++) du[i] += dxin[(long)k * D + i];
+        }
+    }
+    /* router MLP, through the gate only */
+    zero(d->d_router_logits, (size_t)N * (E + 1));
+    router_choice_backward(d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, E + 1);
+    zero(d->d_h2, (size_t)N * R);
+    linear_backward(d->d_h2, G->router_out_w, NULL, d->d_router_logits, L->router_h2, W->router_out_w, N, R, E + 1);
+    zero(d->d_h1, (size_t)N * R);
+    gelu_backward(d->d_h1, d->d_h2, L->router_h2_pre, (long)N * R); /* d_h1 = d(h2_pre) */
+    zero(d->d_h2, (size_t)N * R);
+    linear_backward(d->d_h2, G->router_fc2_w, G->router_fc2_b, d->d_h1, L->router_h1, W->router_fc2_w, N, R, R); /* d_h2 = d(h1) */
+    zero(d->d_h1, (size_t)N * R);
+    gelu_backward(d->d_h1, d->d_h2, L->router_h1_pre, (long)N * R); /* d_h1 = d(h1_pre) */
+    zero(d->d_zn, (size_t)N * R);
+    linear_backward(d->d_zn, G->router_fc1_w, G->router_fc1_b, d->d_h1, L->router_zn, W->router_fc1_w, N, R, R);
+    rmsnorm_backward(d->d_z, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
+    /* z = u W_downᵀ + b + r_prev ⊙ γ */
+    if (r_prev) {
+        for (int i = 0; i < R; i++) {
+            double acc = 0;
+            for (int r = 0; r < N; r++) acc += (double)d->d_z[(long)r * R + i] * r_prev[(long)r * R + i];
+            G->router_state_scale[i] += (float)acc;
+        }
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < N; r++)
+            for (int i = 0; i < R; i++) d->d_z_carry[(long)r * R + i] = d->d_z[(long)r * R + i] * W->router_state_scale[i];
+    }
+    linear_backward(d->d_u, G->router_down_w, G->router_down_b, d->d_z, L->u_mlp, W->router_down_w, N, D, R);
+}
+
+/* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
+static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
+                         const Activations *a, BackwardScratch *d) {
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
+    /* 8. output projection */
+    zero(d->d_attn_out, (size_t)N * Cq);
+    linear_backward(d->d_attn_out, G->w_o, NULL, d->d_h, L->attn_out, W->w_o, N, Cq, D);
+    /* 7. attention */
+    zero(d->d_query, (size_t)N * Cq);
+    zero(d->d_key, (size_t)N * Ck);
+    zero(d->d_value, (size_t)N * Ck);
+    attention_backward(d->d_query, d->d_key, d->d_value, d->d_probs, d->d_attn_out, L->probs, L->query, L->key,
+                       L->value, B, T, Hq, Hkv, dh);
+    /* 4. delayed values (first, so d_value is free scratch afterwards) */
+    zero(d->d_vc, (size_t)N * Ck / 2);
+    zero(d->d_vd, (size_t)N * Ck / 2);
+    delayed_value_backward(d->d_vc, d->d_vd, d->d_value, B, T, Ck / 2);
+    linear_backward(d->d_u, G->w_v_current, NULL, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2);
+    linear_backward(d->d_u, G->w_v_delayed, NULL, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2);
+    /* 6. RoPE (in place on the gradients) */
+    const int rd = cfg_rotary_dim(c);
+    rope_backward(d->d_query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
+    rope_backward(d->d_key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    /* 5. QK norm → gradients of query_pre / key_pre (reusing the free d_attn_out / d_value buffers) */
+    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+    float *d_query_pre = d->d_attn_out, *d_key_pre = d->d_value;
+    zero(d_query_pre, (size_t)N * Cq);
+    zero(d_key_pre, (size_t)N * Ck);
+    l2norm_backward(d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, N, Hq, dh, scale, eps);
+    l2norm_backward(d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, N, Hkv, dh, scale, eps);
+    /* 3. q-k mean skip → dY (conv output) and dX (direct path) */
+    zero(d->d_conv_out, (size_t)N * C);
+    zero(d->d_qk_down, (size_t)N * C);
+    qk_mean_backward(d->d_conv_out, d->d_qk_down, d_query_pre, d_key_pre, N, Hq, Hkv, dh);
+    /* 2. convolutions */
+    cca_conv_backward(d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
+                      d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
+                      c->cca_time1);
+    /* 1. down projections (dX has row stride C) */
+    zy_gemm(0, 0, N, D, Cq, 1, d->d_qk_down, C, W->w_q, D, 1, d->d_u, D);
+    zy_gemm(1, 0, Cq, D, N, 1, d->d_qk_down, C, L->u_attn, D, 1, G->w_q, D);
+    zy_gemm(0, 0, N, D, Ck, 1, d->d_qk_down + Cq, C, W->w_k, D, 1, d->d_u, D);
+    zy_gemm(1, 0, Ck, D, N, 1, d->d_qk_down + Cq, C, L->u_attn, D, 1, G->w_k, D);
+}
+
+double model_backward(Model *m, Activations *a, const int32_t *targets) {
+    const ZayaConfig *c = &m->cfg;
+    const int N = a->B * a->T, D = c->hidden_size, R = c->router_hidden_size;
+    const Weights *w = &m->w;
+    Weights *g = &m->g;
+    BackwardScratch *d = &a->d;
+    /* loss and head */
+    double loss = cross_entropy(d->d_logits, a->logits, targets, N, c->vocab_size, 1.0);
+    zero(d->d_final, (size_t)N * D);
+    linear_backward(d->d_final, g->lm_head, NULL, d->d_logits, a->final_normed, w->lm_head, N, D, c->vocab_size);
+    zero(d->d_x, (size_t)N * D);
+    rmsnorm_backward(d->d_x, g->final_norm, d->d_final, a->x_final, w->final_norm, a->final_rstd, N, D);
+    zero(d->d_z_carry, (size_t)N * R);
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        const LayerWeights *W = &w->layers[l];
+        LayerWeights *G = &g->layers[l];
+        LayerActs *L = &a->layers[l];
+        const float *r_prev = l > 0 ? a->layers[l - 1].router_z : NULL;
+        /* x_out = (m + bh') ⊙ sh' + (x_mid + br') ⊙ sr'  →  d_h = dm, d_u accumulates dx_mid */
+        zero(d->d_h, (size_t)N * D);
+        zero(d->d_u, (size_t)N * D);
+        residual_merge_backward(d->d_h, d->d_u, G->mlp_hs, G->mlp_hb, G->mlp_rs, G->mlp_rb, d->d_x, L->moe_out,
+                                L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
+        memcpy(d->d_x, d->d_u, (size_t)N * D * sizeof(float)); /* d_x = dL/dx_mid (residual path) */
+        /* MoE: d_z starts with the gradient carried back from layer l+1's router */
+        memcpy(d->d_z, d->d_z_carry, (size_t)N * R * sizeof(float));
+        zero(d->d_z_carry, (size_t)N * R);
+        zero(d->d_u, (size_t)N * D);
+        moe_backward(c, W, G, L, r_prev, d, N);
+        rmsnorm_backward(d->d_x, G->post_norm, d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, N, D);
+        /* x_mid = (a + bh) ⊙ sh + (x_in + br) ⊙ sr */
+        zero(d->d_h, (size_t)N * D);
+        zero(d->d_u, (size_t)N * D);
+        residual_merge_backward(d->d_h, d->d_u, G->attn_hs, G->attn_hb, G->attn_rs, G->attn_rb, d->d_x, L->attn_proj,
+                                L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D);
+        memcpy(d->d_x, d->d_u, (size_t)N * D * sizeof(float)); /* d_x = dL/dx_in (residual path) */
+        zero(d->d_u, (size_t)N * D);
+        cca_backward(c, W, G, L, a, d);
+        rmsnorm_backward(d->d_x, G->input_norm, d->d_u, L->x_in, W->input_norm, L->rstd_attn, N, D);
+    }
+    embed_backward(g->embed, g->in_bias, g->in_scale, d->d_x, w->embed, a->tokens, w->in_bias, w->in_scale, N, D,
+                   c->pad_token_id);
+    return loss;
+}

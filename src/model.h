@@ -1,0 +1,122 @@
+/* model: ZAYA1 (ARCHITECTURE.md) — parameters, forward, backward. model.c reads like the spec. */
+#ifndef ZAYA_MODEL_H
+#define ZAYA_MODEL_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "params.h"
+#include "util.h"
+
+/* Pointers into one arena (parameters or gradients) for one decoder layer. */
+typedef struct {
+    float *input_norm;                                   /* input_layernorm.weight [D] */
+    float *w_q, *w_k, *w_v_current, *w_v_delayed;         /* qkv_proj.* [Cq,D] [Ck,D] [Ck/2,D] [Ck/2,D] */
+    float *conv_dw_w, *conv_dw_b;                        /* conv_qk_depthwise [C,1,k0], [C] */
+    float *conv_gr_w, *conv_gr_b;                        /* conv_qk_grouped [C,dh,k1], [C] */
+    float *temp;                                         /* qk_norm.temp [Hkv] */
+    float *w_o;                                          /* o_proj [D,Cq] */
+    float *attn_hs, *attn_hb, *attn_rs, *attn_rb;        /* post_attention_residual_scale [D] x4 */
+    float *post_norm;                                    /* post_attention_layernorm [D] */
+    float *router_down_w, *router_down_b;                /* mlp.gate.down_proj [R,D], [R] */
+    float *router_state_scale;                           /* γ [R]; NULL at layer 0 */
+    float *router_norm;                                  /* router_mlp.norm [R] */
+    float *router_fc1_w, *router_fc1_b, *router_fc2_w, *router_fc2_b; /* [R,R], [R] */
+    float *router_out_w;                                 /* router_mlp.out_proj [E+1,R] */
+    float *balancing_bias;                               /* [E+1] buffer, not trained */
+    float *expert_gate_up, *expert_down;                 /* [E,2I,D], [E,D,I] */
+    float *mlp_hs, *mlp_hb, *mlp_rs, *mlp_rb;            /* post_mlp_residual_scale [D] x4 */
+} LayerWeights;
+
+typedef struct {
+    float *embed;                  /* model.embed_tokens.weight [V,D] */
+    float *in_scale, *in_bias;     /* model.input_hidden_states_{scale,bias} [D] */
+    LayerWeights *layers;
+    float *final_norm;             /* model.norm.weight [D] */
+    float *lm_head;                /* lm_head.weight [V,D], or == embed when tied */
+} Weights;
+
+typedef struct {
+    ZayaConfig cfg;
+    ParamTable params;
+    Weights w; /* views of params.data */
+    Weights g; /* views of params.grad (same layout) */
+} Model;
+
+/* Builds the tensor table for cfg and allocates zeroed parameters and gradients. */
+int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err);
+void model_free(Model *m);
+/* Initialises every parameter for training from scratch (ARCHITECTURE.md), deterministically from seed. */
+void model_init_weights(Model *m, uint64_t seed);
+
+/* Saved activations of one layer for a batch [B, T]; N = B*T rows. */
+typedef struct {
+    float *x_in, *u_attn, *rstd_attn;                    /* residual in; RMSNorm(x) [N,D]; 1/rms [N] */
+    float *qk_down;                                      /* X = [q0 | k0] [N,C] */
+    float *conv_mid;                                     /* depthwise output M [B*(T+k1-1), C] */
+    float *conv_out;                                     /* grouped output Y [N,C] */
+    float *query_pre, *key_pre;                          /* after the q-k mean skip [N,Cq], [N,Ck] */
+    float *q_norm, *k_norm;                              /* L2 norms [N,Hq], [N,Hkv] */
+    float *query, *key;                                  /* normalised + RoPE [N,Cq], [N,Ck] */
+    float *v_current, *v_delayed, *value;                /* [N,Ck/2] x2, [N,Ck] */
+    float *probs;                                        /* attention probabilities [B,Hq,T,T] */
+    float *attn_out;                                     /* concat_h o_h [N,Cq] */
+    float *attn_proj;                                    /* o_proj output [N,D] */
+    float *x_mid, *u_mlp, *rstd_mlp;                     /* after attention merge; RMSNorm [N,D]; [N] */
+    float *router_z;                                     /* z (after EDA) = r_next [N,R] */
+    float *router_zn, *router_rstd;                      /* RMSNorm(z) [N,R], [N] */
+    float *router_h1_pre, *router_h1, *router_h2_pre, *router_h2; /* [N,R] */
+    float *router_logits, *router_probs;                 /* [N,E+1] */
+    int32_t *choice;                                     /* chosen expert, E = skip [N] */
+    float *gate;                                         /* p[choice] [N] */
+    int32_t *expert_offset;                              /* [E+1]: rows of expert e are sorted_rows[off[e]..off[e+1]) */
+    int32_t *expert_cursor;                              /* [E] scratch for the counting sort */
+    int32_t *sorted_rows;                                /* token rows grouped by expert (skip excluded) [N] */
+    float *expert_in;                                    /* gathered u rows [N,D] */
+    float *expert_gu;                                    /* [N,2I] */
+    float *expert_act;                                   /* silu(g)*v [N,I] */
+    float *expert_out;                                   /* before the gate [N,D] */
+    float *moe_out;                                      /* gate * expert_out scattered back [N,D] */
+} LayerActs;
+
+/* Gradient scratch for the backward pass (shared by all layers). */
+typedef struct {
+    float *d_x, *d_u, *d_h;                              /* [N,D] */
+    float *d_qk_down, *d_conv_out, *d_conv_mid;          /* [N,C], [N,C], [B*(T+k1-1),C] */
+    float *d_query, *d_key, *d_value, *d_vc, *d_vd;      /* [N,Cq], [N,Ck], [N,Ck], [N,Ck/2] x2 */
+    float *d_attn_out, *d_probs;                         /* [N,Cq], [T,T] */
+    float *d_z, *d_z_carry, *d_zn, *d_h1, *d_h2;         /* [N,R] */
+    float *d_router_logits, *d_gate;                     /* [N,E+1], [N] */
+    float *d_expert_out, *d_expert_act, *d_expert_gu, *d_expert_in; /* [N,D], [N,I], [N,2I], [N,D] */
+    float *d_final, *d_logits;                           /* [N,D], [N,V] */
+} BackwardScratch;
+
+typedef struct {
+    int B, T;
+    int32_t *tokens;           /* [N] copy of the batch */
+    LayerActs *layers;
+    float *x_final;            /* residual stream after the last layer [N,D] */
+    float *final_normed, *final_rstd;
+    float *logits;             /* [N,V] */
+    float *rope_cos, *rope_sin; /* [T, rd/2] */
+    BackwardScratch d;
+    void *block;               /* one allocation behind everything above */
+} Activations;
+
+int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err);
+void acts_free(Activations *a);
+
+/* Checks token ids (0 <= id < V) and T against max_position_embeddings; errors name the offending index. */
+int model_check_tokens(const Model *m, const int32_t *tokens, int B, int T, ZyErr *err);
+/* Forward pass for tokens [B,T] (already checked); fills a->logits [B*T, V]. */
+void model_forward(Model *m, Activations *a, const int32_t *tokens);
+/* Mean cross-entropy of a->logits against targets [B*T] (-1 = ignored); 0 when no target counts. */
+double model_loss(const Model *m, const Activations *a, const int32_t *targets);
+/* Backward pass of the mean cross-entropy against targets; ACCUMULATES into m->params.grad. Requires the
+ * forward pass on the same Activations. Returns the loss. */
+double model_backward(Model *m, Activations *a, const int32_t *targets);
+
+/* Next-token targets for a [B,T] batch: targets[b,t] = tokens[b,t+1], -1 at t = T-1. */
+void make_next_token_targets(int32_t *targets, const int32_t *tokens, int B, int T);
+
+#endif

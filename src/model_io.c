@@ -1,0 +1,159 @@
+#include "model_io.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "safetensors.h"
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The shard files to read: model.safetensors, or the distinct files named by the index's weight_map. */
+static int list_weight_files(const char *dir, char ***files, int *n_files, ZyErr *err) {
+    char path[4096];
+    *files = NULL;
+    *n_files = 0;
+    if (zy_path_join(path, sizeof path, dir, "model.safetensors", err)) return -1;
+    if (file_exists(path)) {
+        *files = calloc(1, sizeof(char *));
+        if (!*files || !((*files)[0] = strdup(path))) return zy_fail(err, "out of memory");
+        *n_files = 1;
+        return 0;
+    }
+    if (zy_path_join(path, sizeof path, dir, "model.safetensors.index.json", err)) return -1;
+    if (!file_exists(path))
+        return zy_fail(err, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
+    char *text;
+    size_t len;
+    if (zy_read_file(path, &text, &len, err)) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (!map || !cJSON_IsObject(map)) {
+        cJSON_Delete(root);
+        return zy_fail(err, "%s: invalid index (expected a JSON object with \"weight_map\")", path);
+    }
+    int cap = cJSON_GetArraySize(map);
+    char **list = calloc((size_t)(cap > 0 ? cap : 1), sizeof(char *));
+    int n = 0, rc = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, map) {
+        if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || it->valuestring[0] == '.') {
+            rc = zy_fail(err, "%s: weight_map[\"%s\"] must be a plain file name", path, it->string);
+            break;
+        }
+        char full[4096];
+        if ((rc = zy_path_join(full, sizeof full, dir, it->valuestring, err))) break;
+        int seen = 0;
+        for (int i = 0; i < n && !seen; i++) seen = strcmp(list[i], full) == 0;
+        if (!seen && !(list[n++] = strdup(full))) {
+            rc = zy_fail(err, "out of memory");
+            break;
+        }
+    }
+    cJSON_Delete(root);
+    if (rc) {
+        for (int i = 0; i < n; i++) free(list[i]);
+        free(list);
+        return -1;
+    }
+    *files = list;
+    *n_files = n;
+    return 0;
+}
+
+int model_load_weights(Model *m, const char *dir, ZyErr *err) {
+    char **files;
+    int n_files;
+    if (list_weight_files(dir, &files, &n_files, err)) return -1;
+    StFile *st = calloc((size_t)n_files, sizeof *st);
+    char *loaded = calloc((size_t)m->params.count, 1);
+    int rc = 0, opened = 0;
+    if (!st || !loaded) rc = zy_fail(err, "out of memory");
+    for (int f = 0; f < n_files && !rc; f++, opened++) rc = st_open(&st[f], files[f], err);
+    for (int f = 0; f < opened && !rc; f++) {
+        for (int e = 0; e < st[f].n_entries && !rc; e++) {
+            const StEntry *en = &st[f].entries[e];
+            int idx = params_find(&m->params, en->name);
+            if (idx < 0) {
+                /* A tied model may still carry a copy of the head; it is the embedding by definition. */
+                if (m->cfg.tie_word_embeddings && strcmp(en->name, "lm_head.weight") == 0) continue;
+                rc = zy_fail(err, "%s: unexpected tensor \"%s\" (not part of this ZAYA config)", files[f], en->name);
+                break;
+            }
+            const ParamInfo *p = &m->params.info[idx];
+            if (loaded[idx]) {
+                rc = zy_fail(err, "%s: tensor \"%s\" appears in more than one file", files[f], en->name);
+                break;
+            }
+            int same = en->ndim == p->ndim;
+            for (int k = 0; same && k < p->ndim; k++) same = en->shape[k] == p->shape[k];
+            if (!same) {
+                char want[96] = "", got[96] = "";
+                for (int k = 0; k < p->ndim; k++)
+                    snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", k ? ", " : "", (long long)p->shape[k]);
+                for (int k = 0; k < en->ndim; k++)
+                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", k ? ", " : "", (long long)en->shape[k]);
+                rc = zy_fail(err, "%s: tensor \"%s\" has shape [%s], the config needs [%s]", files[f], en->name, got, want);
+                break;
+            }
+            if (en->dtype != ZY_DT_F32 && en->dtype != ZY_DT_BF16 && en->dtype != ZY_DT_F16) {
+                rc = zy_fail(err, "%s: tensor \"%s\" has dtype %s; expected F32, BF16 or F16", files[f], en->name,
+                             zy_dtype_name(en->dtype));
+                break;
+            }
+            rc = st_read_f32(&st[f], en, m->params.data + p->offset, err);
+            loaded[idx] = 1;
+        }
+    }
+    for (int i = 0; i < m->params.count && !rc; i++)
+        if (!loaded[i]) rc = zy_fail(err, "%s: missing tensor \"%s\"", dir, m->params.info[i].name);
+    for (int f = 0; f < opened; f++) st_close(&st[f]);
+    for (int f = 0; f < n_files; f++) free(files[f]);
+    free(files);
+    free(st);
+    free(loaded);
+    return rc;
+}
+
+int model_load_dir(Model *m, const char *dir, ZyErr *err) {
+    char path[4096];
+    ZayaConfig cfg;
+    if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&cfg, path, err)) return -1;
+    if (model_create(m, &cfg, err)) return -1;
+    if (model_load_weights(m, dir, err)) {
+        model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+int model_save_dir(const Model *m, const char *dir, ZyDtype dtype, ZyErr *err) {
+    if (dtype != ZY_DT_F32 && dtype != ZY_DT_BF16) return zy_fail(err, "model_save_dir: dtype must be F32 or BF16");
+    if (zy_mkdirs(dir, err)) return -1;
+    char path[4096];
+    const ParamTable *t = &m->params;
+    StWriteTensor *ts = calloc((size_t)t->count, sizeof *ts);
+    if (!ts) return zy_fail(err, "out of memory");
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->info[i];
+        ts[i].name = p->name;
+        ts[i].ndim = p->ndim;
+        for (int k = 0; k < p->ndim; k++) ts[i].shape[k] = p->shape[k];
+        ts[i].src_dtype = ZY_DT_F32;
+        ts[i].out_dtype = p->kind == PARAM_BUFFER ? ZY_DT_F32 : dtype; /* balancing biases stay fp32 */
+        ts[i].data = t->data + p->offset;
+    }
+    static const char *const metadata[] = {"format", "pt", NULL};
+    int rc = zy_path_join(path, sizeof path, dir, "model.safetensors", err);
+    if (!rc) rc = st_write(path, ts, t->count, metadata, err);
+    free(ts);
+    if (rc) return -1;
+    if (zy_path_join(path, sizeof path, dir, "config.json", err)) return -1;
+    return config_save(&m->cfg, path, dtype == ZY_DT_BF16 ? "bfloat16" : "float32", err);
+}

@@ -1,0 +1,18 @@
+/* model_io: a model directory in the Hugging Face layout — config.json + model.safetensors (or the sharded
+ * model.safetensors.index.json form) — to and from a Model. */
+#ifndef ZAYA_MODEL_IO_H
+#define ZAYA_MODEL_IO_H
+
+#include "model.h"
+#include "util.h"
+
+/* Loads DIR/config.json and the weights. Every tensor of the layout must be present with its exact shape
+ * and a float dtype (F32, BF16, F16); an unknown tensor is an error too. */
+int model_load_dir(Model *m, const char *dir, ZyErr *err);
+/* Loads weights for an already-created model from a safetensors file or an index. */
+int model_load_weights(Model *m, const char *dir, ZyErr *err);
+/* Writes DIR/config.json and DIR/model.safetensors (parameters in `dtype`: ZY_DT_F32 or ZY_DT_BF16;
+ * balancing biases always F32). Creates DIR if needed. */
+int model_save_dir(const Model *m, const char *dir, ZyDtype dtype, ZyErr *err);
+
+#endif

@@ -1,0 +1,521 @@
+/* Every op's backward against central finite differences, in double precision on tiny shapes, and the float
+ * instantiation against the double one. The scalar checked is L = Σ g ⊙ op(inputs) for a random g. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "test.h"
+#include "util.h"
+
+#define FD_STEP 1e-5
+#define FD_TOL 1e-7
+
+typedef struct FdCase FdCase;
+struct FdCase {
+    void (*forward)(FdCase *c, double *out); /* recomputes the op's output from the current inputs */
+    size_t n_out;
+    void *state;
+};
+
+static double *randn(ZyRng *rng, size_t n, double scale) {
+    double *p = calloc(n ? n : 1, sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = scale * zy_rng_normal(rng);
+    return p;
+}
+
+static double weighted_sum(FdCase *c, const double *g) {
+    double *out = calloc(c->n_out, sizeof *out);
+    c->forward(c, out);
+    double s = 0;
+    for (size_t i = 0; i < c->n_out; i++) s += g[i] * out[i];
+    free(out);
+    return s;
+}
+
+/* Max relative error between the analytic gradient of `param` and central differences. */
+static double fd_error(FdCase *c, const double *g, double *param, size_t n, const double *analytic) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double keep = param[i];
+        param[i] = keep + FD_STEP;
+        double lp = weighted_sum(c, g);
+        param[i] = keep - FD_STEP;
+        double lm = weighted_sum(c, g);
+        param[i] = keep;
+        double num = (lp - lm) / (2 * FD_STEP);
+        double err = fabs(num - analytic[i]) / fmax(1.0, fabs(num));
+        if (err > worst) worst = err;
+    }
+    return worst;
+}
+
+#define CHECK_GRAD(c, g, param, n, analytic, label)                                              \
+    do {                                                                                         \
+        double e_ = fd_error((c), (g), (param), (n), (analytic));                                \
+        CHECK_MSG(e_ < FD_TOL, "%s: finite-difference error %.3g", (label), e_);                 \
+    } while (0)
+
+/* ---- linear ---------------------------------------------------------------------------------------------- */
+typedef struct {
+    double *x, *w, *b;
+    int rows, in, out;
+} LinearState;
+
+static void linear_fd_forward(FdCase *c, double *out) {
+    LinearState *s = c->state;
+    linear_forward_f64(out, s->x, s->w, s->b, s->rows, s->in, s->out);
+}
+
+TEST(linear_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 1);
+    LinearState s = {.rows = 5, .in = 4, .out = 3};
+    s.x = randn(&rng, 20, 1);
+    s.w = randn(&rng, 12, 1);
+    s.b = randn(&rng, 3, 1);
+    FdCase c = {linear_fd_forward, 15, &s};
+    double *g = randn(&rng, 15, 1), *dx = calloc(20, 8), *dw = calloc(12, 8), *db = calloc(3, 8);
+    linear_backward_f64(dx, dw, db, g, s.x, s.w, s.rows, s.in, s.out);
+    CHECK_GRAD(&c, g, s.x, 20, dx, "dx");
+    CHECK_GRAD(&c, g, s.w, 12, dw, "dw");
+    CHECK_GRAD(&c, g, s.b, 3, db, "db");
+    free(s.x), free(s.w), free(s.b), free(g), free(dx), free(dw), free(db);
+}
+
+/* ---- RMSNorm --------------------------------------------------------------------------------------------- */
+typedef struct {
+    double *x, *w, *rstd;
+    int rows, dim;
+} NormState;
+
+static void rmsnorm_fd_forward(FdCase *c, double *out) {
+    NormState *s = c->state;
+    rmsnorm_forward_f64(out, s->rstd, s->x, s->w, s->rows, s->dim, 1e-5);
+}
+
+TEST(rmsnorm_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 2);
+    NormState s = {.rows = 3, .dim = 7};
+    s.x = randn(&rng, 21, 1);
+    s.w = randn(&rng, 7, 1);
+    s.rstd = calloc(3, 8);
+    FdCase c = {rmsnorm_fd_forward, 21, &s};
+    double *g = randn(&rng, 21, 1), *dx = calloc(21, 8), *dw = calloc(7, 8), *y = calloc(21, 8);
+    rmsnorm_forward_f64(y, s.rstd, s.x, s.w, 3, 7, 1e-5);
+    rmsnorm_backward_f64(dx, dw, g, s.x, s.w, s.rstd, 3, 7);
+    CHECK_GRAD(&c, g, s.x, 21, dx, "dx");
+    CHECK_GRAD(&c, g, s.w, 7, dw, "dw");
+    free(s.x), free(s.w), free(s.rstd), free(g), free(dx), free(dw), free(y);
+}
+
+/* ---- residual merge ---------------------------------------------------------------------------------------- */
+typedef struct {
+    double *h, *res, *hs, *hb, *rs, *rb;
+    int rows, dim;
+} MergeState;
+
+static void merge_fd_forward(FdCase *c, double *out) {
+    MergeState *s = c->state;
+    residual_merge_forward_f64(out, s->h, s->res, s->hs, s->hb, s->rs, s->rb, s->rows, s->dim);
+}
+
+TEST(residual_merge_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 3);
+    const int R = 3, D = 5, N = R * D;
+    MergeState s = {randn(&rng, N, 1), randn(&rng, N, 1), randn(&rng, D, 1), randn(&rng, D, 1),
+                    randn(&rng, D, 1), randn(&rng, D, 1), R, D};
+    FdCase c = {merge_fd_forward, N, &s};
+    double *g = randn(&rng, N, 1);
+    double *dh = calloc(N, 8), *dres = calloc(N, 8), *dhs = calloc(D, 8), *dhb = calloc(D, 8), *drs = calloc(D, 8),
+           *drb = calloc(D, 8);
+    residual_merge_backward_f64(dh, dres, dhs, dhb, drs, drb, g, s.h, s.res, s.hs, s.hb, s.rs, s.rb, R, D);
+    CHECK_GRAD(&c, g, s.h, N, dh, "dh");
+    CHECK_GRAD(&c, g, s.res, N, dres, "dres");
+    CHECK_GRAD(&c, g, s.hs, D, dhs, "dhs");
+    CHECK_GRAD(&c, g, s.hb, D, dhb, "dhb");
+    CHECK_GRAD(&c, g, s.rs, D, drs, "drs");
+    CHECK_GRAD(&c, g, s.rb, D, drb, "drb");
+    free(s.h), free(s.res), free(s.hs), free(s.hb), free(s.rs), free(s.rb), free(g);
+    free(dh), free(dres), free(dhs), free(dhb), free(drs), free(drb);
+}
+
+/* ---- embedding input --------------------------------------------------------------------------------------- */
+typedef struct {
+    double *emb, *bias, *scale;
+    const int32_t *tokens;
+    int rows, dim;
+} EmbedState;
+
+static void embed_fd_forward(FdCase *c, double *out) {
+    EmbedState *s = c->state;
+    embed_forward_f64(out, s->emb, s->tokens, s->bias, s->scale, s->rows, s->dim);
+}
+
+TEST(embed_backward_matches_finite_differences_except_pad_row) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 4);
+    const int V = 5, D = 4, R = 6;
+    static const int32_t tokens[6] = {1, 0, 3, 1, 4, 0}; /* pad id 0 appears twice, token 1 twice */
+    EmbedState s = {randn(&rng, V * D, 1), randn(&rng, D, 1), randn(&rng, D, 1), tokens, R, D};
+    FdCase c = {embed_fd_forward, R * D, &s};
+    double *g = randn(&rng, R * D, 1), *de = calloc(V * D, 8), *db = calloc(D, 8), *ds = calloc(D, 8);
+    embed_backward_f64(de, db, ds, g, s.emb, tokens, s.bias, s.scale, R, D, 0);
+    for (int i = 0; i < D; i++) CHECK(de[i] == 0.0); /* the pad row receives nothing from the lookup */
+    CHECK_GRAD(&c, g, s.emb + D, (V - 1) * D, de + D, "demb (non-pad rows)");
+    CHECK_GRAD(&c, g, s.bias, D, db, "dbias");
+    CHECK_GRAD(&c, g, s.scale, D, ds, "dscale");
+    free(s.emb), free(s.bias), free(s.scale), free(g), free(de), free(db), free(ds);
+}
+
+/* ---- CCA convolutions -------------------------------------------------------------------------------------- */
+typedef struct {
+    double *X, *w0, *b0, *w1, *b1, *M;
+    int B, T, C, dh, k0, k1;
+} ConvState;
+
+static void conv_fd_forward(FdCase *c, double *out) {
+    ConvState *s = c->state;
+    cca_conv_forward_f64(out, s->M, s->X, s->w0, s->b0, s->w1, s->b1, s->B, s->T, s->C, s->dh, s->k0, s->k1);
+}
+
+static void check_conv(int *zy_test_failed_, int k0, int k1, uint64_t seed) {
+    ZyRng rng;
+    zy_rng_seed(&rng, seed);
+    ConvState s = {.B = 2, .T = 4, .C = 6, .dh = 2, .k0 = k0, .k1 = k1};
+    const int N = s.B * s.T * s.C, NM = s.B * (s.T + k1 - 1) * s.C;
+    s.X = randn(&rng, N, 1);
+    s.w0 = randn(&rng, s.C * k0, 1);
+    s.b0 = randn(&rng, s.C, 1);
+    s.w1 = randn(&rng, s.C * s.dh * k1, 1);
+    s.b1 = randn(&rng, s.C, 1);
+    s.M = calloc(NM, 8);
+    FdCase c = {conv_fd_forward, N, &s};
+    double *g = randn(&rng, N, 1), *y = calloc(N, 8), *dX = calloc(N, 8), *dM = calloc(NM, 8);
+    double *dw0 = calloc(s.C * k0, 8), *db0 = calloc(s.C, 8), *dw1 = calloc(s.C * s.dh * k1, 8), *db1 = calloc(s.C, 8);
+    conv_fd_forward(&c, y);
+    /* The very first output sees only padding through the depthwise conv: Y(0) = b1 + w1·[b0 ... b0, ...]. */
+    cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, g, s.X, s.M, s.w0, s.w1, s.B, s.T, s.C, s.dh, k0, k1);
+    char label[64];
+    snprintf(label, sizeof label, "k0=%d k1=%d dX", k0, k1);
+    CHECK_GRAD(&c, g, s.X, N, dX, label);
+    CHECK_GRAD(&c, g, s.w0, s.C * k0, dw0, "dw0");
+    CHECK_GRAD(&c, g, s.b0, s.C, db0, "db0");
+    CHECK_GRAD(&c, g, s.w1, s.C * s.dh * k1, dw1, "dw1");
+    CHECK_GRAD(&c, g, s.b1, s.C, db1, "db1");
+    free(s.X), free(s.w0), free(s.b0), free(s.w1), free(s.b1), free(s.M), free(g), free(y), free(dX), free(dM);
+    free(dw0), free(db0), free(dw1), free(db1);
+}
+
+TEST(cca_conv_backward_matches_finite_differences) {
+    check_conv(zy_test_failed_, 2, 2, 5);
+    check_conv(zy_test_failed_, 3, 2, 6);
+    check_conv(zy_test_failed_, 2, 3, 7);
+    check_conv(zy_test_failed_, 1, 1, 8);
+}
+
+/* Padded positions: with X = 0 everywhere each output is b1 + Σ_{i,j} w1[o,i,j] b0[g dh + i]. */
+TEST(cca_conv_padded_positions_carry_the_depthwise_bias) {
+    const int B = 1, T = 3, C = 4, dh = 2, k0 = 2, k1 = 2;
+    double X[12] = {0}, w0[8], b0[4] = {1, 2, 3, 4}, w1[16], b1[4] = {0.5, -0.5, 1, -1}, M[16], Y[12];
+    for (int i = 0; i < 8; i++) w0[i] = 0.1 * (i + 1);
+    for (int i = 0; i < 16; i++) w1[i] = 0.01 * (i + 1);
+    cca_conv_forward_f64(Y, M, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < C; o++) {
+            int g = o / dh;
+            double want = b1[o];
+            for (int i = 0; i < dh; i++)
+                for (int j = 0; j < k1; j++) want += w1[(o * dh + i) * k1 + j] * b0[g * dh + i];
+            CHECK_NEAR(Y[t * C + o], want, 1e-12);
+        }
+}
+
+/* ---- q-k mean skip ----------------------------------------------------------------------------------------- */
+typedef struct {
+    double *Y, *X;
+    int rows, Hq, Hkv, dh;
+} QkState;
+
+static void qk_fd_forward(FdCase *c, double *out) {
+    QkState *s = c->state;
+    int Cq = s->Hq * s->dh;
+    qk_mean_forward_f64(out, out + (size_t)s->rows * Cq, s->Y, s->X, s->rows, s->Hq, s->Hkv, s->dh);
+}
+
+TEST(qk_mean_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 9);
+    QkState s = {.rows = 3, .Hq = 6, .Hkv = 2, .dh = 2};
+    const int C = (s.Hq + s.Hkv) * s.dh, Cq = s.Hq * s.dh, Ck = s.Hkv * s.dh, N = s.rows * C;
+    s.Y = randn(&rng, N, 1);
+    s.X = randn(&rng, N, 1);
+    FdCase c = {qk_fd_forward, (size_t)s.rows * (Cq + Ck), &s};
+    double *g = randn(&rng, c.n_out, 1), *dY = calloc(N, 8), *dX = calloc(N, 8);
+    qk_mean_backward_f64(dY, dX, g, g + s.rows * Cq, s.rows, s.Hq, s.Hkv, s.dh);
+    CHECK_GRAD(&c, g, s.Y, N, dY, "dY");
+    CHECK_GRAD(&c, g, s.X, N, dX, "dX");
+    free(s.Y), free(s.X), free(g), free(dY), free(dX);
+}
+
+/* ---- delayed values ---------------------------------------------------------------------------------------- */
+typedef struct {
+    double *vc, *vd;
+    int B, T, half;
+} DelayState;
+
+static void delay_fd_forward(FdCase *c, double *out) {
+    DelayState *s = c->state;
+    delayed_value_forward_f64(out, s->vc, s->vd, s->B, s->T, s->half);
+}
+
+TEST(delayed_value_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 10);
+    DelayState s = {.B = 2, .T = 3, .half = 3};
+    const int n = s.B * s.T * s.half;
+    s.vc = randn(&rng, n, 1);
+    s.vd = randn(&rng, n, 1);
+    FdCase c = {delay_fd_forward, 2 * (size_t)n, &s};
+    double *g = randn(&rng, 2 * n, 1), *dvc = calloc(n, 8), *dvd = calloc(n, 8), *v = calloc(2 * n, 8);
+    delay_fd_forward(&c, v);
+    CHECK(v[s.half] == 0.0 && v[s.T * 2 * s.half + s.half] == 0.0); /* t = 0 of each row sees u_{-1} = 0 */
+    delayed_value_backward_f64(dvc, dvd, g, s.B, s.T, s.half);
+    CHECK_GRAD(&c, g, s.vc, n, dvc, "dvc");
+    CHECK_GRAD(&c, g, s.vd, n, dvd, "dvd");
+    free(s.vc), free(s.vd), free(g), free(dvc), free(dvd), free(v);
+}
+
+/* ---- QK L2 norm with temperature --------------------------------------------------------------------------- */
+typedef struct {
+    double *x, *temp, *norm;
+    int rows, H, dh;
+} L2State;
+
+static void l2_fd_forward(FdCase *c, double *out) {
+    L2State *s = c->state;
+    l2norm_forward_f64(out, s->norm, s->x, s->temp, s->rows, s->H, s->dh, sqrt((double)s->dh), 1.1920928955078125e-07);
+}
+
+TEST(l2norm_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 11);
+    L2State s = {.rows = 3, .H = 2, .dh = 4};
+    const int n = s.rows * s.H * s.dh;
+    s.x = randn(&rng, n, 1);
+    s.temp = randn(&rng, s.H, 1);
+    s.norm = calloc(s.rows * s.H, 8);
+    for (int i = 0; i < s.dh; i++) s.x[i] *= 1e-9; /* one head below the clamp: the gradient is linear there */
+    FdCase c = {l2_fd_forward, n, &s};
+    double *g = randn(&rng, n, 1), *dx = calloc(n, 8), *dt = calloc(s.H, 8), *y = calloc(n, 8);
+    l2_fd_forward(&c, y);
+    l2norm_backward_f64(dx, dt, g, s.x, s.norm, s.temp, s.rows, s.H, s.dh, sqrt((double)s.dh), 1.1920928955078125e-07);
+    /* Below the clamp (head 0 of row 0) the op is linear: dx = dy·temp·√dh/eps exactly. */
+    for (int i = 0; i < s.dh; i++)
+        CHECK_NEAR(dx[i], g[i] * s.temp[0] * sqrt((double)s.dh) / 1.1920928955078125e-07, 1e-12);
+    CHECK_GRAD(&c, g, s.x + s.dh, n - s.dh, dx + s.dh, "dx");
+    CHECK_GRAD(&c, g, s.temp, s.H, dt, "dtemp");
+    free(s.x), free(s.temp), free(s.norm), free(g), free(dx), free(dt), free(y);
+}
+
+/* ---- RoPE -------------------------------------------------------------------------------------------------- */
+typedef struct {
+    double *x, *cosv, *sinv;
+    int rows, T, H, dh, rd;
+} RopeState;
+
+static void rope_fd_forward(FdCase *c, double *out) {
+    RopeState *s = c->state;
+    memcpy(out, s->x, c->n_out * sizeof *out);
+    rope_forward_f64(out, s->cosv, s->sinv, s->rows, s->T, s->H, s->dh, s->rd);
+}
+
+TEST(rope_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 12);
+    for (int rd = 4; rd <= 8; rd += 4) { /* partial (4 of 8) and full rotation */
+        RopeState s = {.rows = 6, .T = 3, .H = 2, .dh = 8, .rd = rd};
+        const int n = s.rows * s.H * s.dh;
+        s.x = randn(&rng, n, 1);
+        s.cosv = calloc(s.T * rd / 2, 8);
+        s.sinv = calloc(s.T * rd / 2, 8);
+        rope_tables_f64(s.cosv, s.sinv, s.T, rd, 10000.0);
+        FdCase c = {rope_fd_forward, n, &s};
+        double *g = randn(&rng, n, 1), *dx = calloc(n, 8);
+        memcpy(dx, g, n * sizeof *dx);
+        rope_backward_f64(dx, s.cosv, s.sinv, s.rows, s.T, s.H, s.dh, rd);
+        CHECK_GRAD(&c, g, s.x, n, dx, rd == 4 ? "partial rope dx" : "full rope dx");
+        free(s.x), free(s.cosv), free(s.sinv), free(g), free(dx);
+    }
+}
+
+TEST(rope_tables_match_reference_formula) {
+    /* inv_freq_i = θ^(-2i/rd); x'[i] = x[i]cos a − x[i+rd/2] sin a */
+    float c[4 * 2], s[4 * 2];
+    rope_tables(c, s, 4, 4, 10000.0f);
+    CHECK_NEAR(c[3 * 2 + 1], cos(3.0 * pow(10000.0, -0.5)), 1e-6);
+    CHECK_NEAR(s[2 * 2 + 0], sin(2.0), 1e-6);
+}
+
+/* ---- causal GQA attention ---------------------------------------------------------------------------------- */
+typedef struct {
+    double *Q, *K, *V, *P;
+    int B, T, Hq, Hkv, dh;
+} AttnState;
+
+static void attn_fd_forward(FdCase *c, double *out) {
+    AttnState *s = c->state;
+    attention_forward_f64(out, s->P, s->Q, s->K, s->V, s->B, s->T, s->Hq, s->Hkv, s->dh);
+}
+
+TEST(attention_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 13);
+    AttnState s = {.B = 2, .T = 4, .Hq = 4, .Hkv = 2, .dh = 3};
+    const int nq = s.B * s.T * s.Hq * s.dh, nk = s.B * s.T * s.Hkv * s.dh;
+    s.Q = randn(&rng, nq, 1);
+    s.K = randn(&rng, nk, 1);
+    s.V = randn(&rng, nk, 1);
+    s.P = calloc((size_t)s.B * s.Hq * s.T * s.T, 8);
+    FdCase c = {attn_fd_forward, nq, &s};
+    double *g = randn(&rng, nq, 1), *o = calloc(nq, 8), *dQ = calloc(nq, 8), *dK = calloc(nk, 8), *dV = calloc(nk, 8);
+    double *dP = calloc(s.T * s.T, 8);
+    attn_fd_forward(&c, o);
+    /* causality: the first query's output is exactly its own value */
+    for (int i = 0; i < s.dh; i++) CHECK_NEAR(o[i], s.V[i], 1e-12);
+    attention_backward_f64(dQ, dK, dV, dP, g, s.P, s.Q, s.K, s.V, s.B, s.T, s.Hq, s.Hkv, s.dh);
+    CHECK_GRAD(&c, g, s.Q, nq, dQ, "dQ");
+    CHECK_GRAD(&c, g, s.K, nk, dK, "dK");
+    CHECK_GRAD(&c, g, s.V, nk, dV, "dV");
+    free(s.Q), free(s.K), free(s.V), free(s.P), free(g), free(o), free(dQ), free(dK), free(dV), free(dP);
+}
+
+/* ---- activations ------------------------------------------------------------------------------------------- */
+typedef struct {
+    double *x;
+    int rows, I;
+} ActState;
+
+static void gelu_fd_forward(FdCase *c, double *out) {
+    ActState *s = c->state;
+    gelu_forward_f64(out, s->x, (long)c->n_out);
+}
+
+static void swiglu_fd_forward(FdCase *c, double *out) {
+    ActState *s = c->state;
+    swiglu_forward_f64(out, s->x, s->rows, s->I);
+}
+
+TEST(gelu_and_swiglu_backward_match_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 14);
+    ActState s = {randn(&rng, 24, 2), 4, 3};
+    FdCase c = {gelu_fd_forward, 24, &s};
+    double *g = randn(&rng, 24, 1), *dx = calloc(24, 8);
+    gelu_backward_f64(dx, g, s.x, 24);
+    CHECK_GRAD(&c, g, s.x, 24, dx, "gelu dx");
+    double one = 1.0, gelu_one;
+    gelu_forward_f64(&gelu_one, &one, 1);
+    CHECK_NEAR(gelu_one, 0.8413447460685429, 1e-12); /* exact (erf) GELU: 1·Φ(1) */
+    FdCase c2 = {swiglu_fd_forward, 12, &s};
+    memset(dx, 0, 24 * sizeof *dx);
+    swiglu_backward_f64(dx, g, s.x, 4, 3);
+    CHECK_GRAD(&c2, g, s.x, 24, dx, "swiglu dgu");
+    free(s.x), free(g), free(dx);
+}
+
+/* ---- router choice ----------------------------------------------------------------------------------------- */
+typedef struct {
+    double *logits, *bias, *probs;
+    int32_t *choice;
+    int rows, n;
+} RouterState;
+
+static void router_fd_forward(FdCase *c, double *out) {
+    RouterState *s = c->state;
+    router_choice_forward_f64(s->probs, s->choice, out, s->logits, s->bias, s->rows, s->n);
+}
+
+TEST(router_choice_gate_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 15);
+    const int rows = 6, n = 4; /* 3 experts + skip */
+    RouterState s = {randn(&rng, rows * n, 1), randn(&rng, n, 0.1), calloc(rows * n, 8), calloc(rows, 4), rows, n};
+    s.logits[2 * n + 3] = 5; /* row 2 surely routes to the skip expert */
+    FdCase c = {router_fd_forward, rows, &s};
+    double *g = randn(&rng, rows, 1), *gate = calloc(rows, 8), *dl = calloc(rows * n, 8);
+    router_fd_forward(&c, gate);
+    CHECK(s.choice[2] == n - 1);
+    for (int r = 0; r < rows; r++) {
+        int best = 0;
+        for (int e = 1; e < n; e++)
+            if (s.probs[r * n + e] + s.bias[e] > s.probs[r * n + best] + s.bias[best]) best = e;
+        CHECK(s.choice[r] == best);
+        CHECK(gate[r] == s.probs[r * n + best]); /* unbiased, not renormalised */
+    }
+    router_choice_backward_f64(dl, g, s.probs, s.choice, rows, n);
+    for (int e = 0; e < n; e++) CHECK(dl[2 * n + e] == 0.0); /* the skip expert sends no gradient */
+    /* For the FD check the skip row's "gate" is still an output; exclude it by zeroing its weight. */
+    g[2] = 0;
+    memset(dl, 0, rows * n * sizeof *dl);
+    router_choice_backward_f64(dl, g, s.probs, s.choice, rows, n);
+    CHECK_GRAD(&c, g, s.logits, rows * n, dl, "dlogits");
+    free(s.logits), free(s.bias), free(s.probs), free(s.choice), free(g), free(gate), free(dl);
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------------------------- */
+typedef struct {
+    double *logits;
+    const int32_t *targets;
+    int rows, V;
+} CeState;
+
+static void ce_fd_forward(FdCase *c, double *out) {
+    CeState *s = c->state;
+    out[0] = cross_entropy_f64(NULL, s->logits, s->targets, s->rows, s->V, 1.0);
+}
+
+TEST(cross_entropy_backward_matches_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 16);
+    static const int32_t targets[4] = {2, -1, 0, 4};
+    CeState s = {randn(&rng, 20, 2), targets, 4, 5};
+    FdCase c = {ce_fd_forward, 1, &s};
+    double g = 1.0, *dl = calloc(20, 8);
+    double loss = cross_entropy_f64(dl, s.logits, targets, 4, 5, 1.0);
+    double want = 0;
+    for (int r = 0; r < 4; r++) {
+        if (targets[r] < 0) continue;
+        double sum = 0;
+        for (int v = 0; v < 5; v++) sum += exp(s.logits[r * 5 + v]);
+        want += log(sum) - s.logits[r * 5 + targets[r]];
+    }
+    CHECK_NEAR(loss, want / 3, 1e-12);
+    for (int v = 0; v < 5; v++) CHECK(dl[5 + v] == 0.0); /* ignored target */
+    CHECK_GRAD(&c, &g, s.logits, 20, dl, "dlogits");
+    static const int32_t none[2] = {-1, -1};
+    CHECK(cross_entropy_f64(NULL, s.logits, none, 2, 5, 1.0) == 0.0);
+    free(s.logits), free(dl);
+}
+
+/* ---- float instantiation agrees with the double one --------------------------------------------------------- */
+TEST(float_ops_agree_with_double_ops) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 17);
+    const int B = 2, T = 5, Hq = 4, Hkv = 2, dh = 4, nq = B * T * Hq * dh, nk = B * T * Hkv * dh;
+    double *Q = randn(&rng, nq, 1), *K = randn(&rng, nk, 1), *V = randn(&rng, nk, 1);
+    double *O = calloc(nq, 8), *P = calloc(B * Hq * T * T, 8);
+    float *Qf = malloc(nq * 4), *Kf = malloc(nk * 4), *Vf = malloc(nk * 4), *Of = malloc(nq * 4),
+          *Pf = malloc(B * Hq * T * T * 4);
+    for (int i = 0; i < nq; i++) Qf[i] = (float)Q[i];
+    for (int i = 0; i < nk; i++) Kf[i] = (float)K[i], Vf[i] = (float)V[i];
+    for (int i = 0; i < nq; i++) Q[i] = Qf[i];
+    for (int i = 0; i < nk; i++) K[i] = Kf[i], V[i] = Vf[i];
+    attention_forward_f64(O, P, Q, K, V, B, T, Hq, Hkv, dh);
+    attention_forward(Of, Pf, Qf, Kf, Vf, B, T, Hq, Hkv, dh);
+    double worst = 0;
+    for (int i = 0; i < nq; i++) worst = fmax(worst, fabs(O[i] - Of[i]));
+    CHECK_MSG(worst < 1e-5, "attention float vs double %.3g", worst);
+    free(Q), free(K), free(V), free(O), free(P), free(Qf), free(Kf), free(Vf), free(Of), free(Pf);
+}
