@@ -143,10 +143,8 @@ int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
         return zy_fail(err, "%s: key \"initializer_range\" must be positive", label);
     if (c->pad_token_id >= c->vocab_size)
         return zy_fail(err, "%s: pad_token_id (%d) must be < vocab_size (%d)", label, c->pad_token_id, c->vocab_size);
-    if (c->bos_token_id >= c->vocab_size)
-        return zy_fail(err, "%s: bos_token_id (%d) must be < vocab_size (%d)", label, c->bos_token_id, c->vocab_size);
-    if (c->eos_token_id >= c->vocab_size)
-        return zy_fail(err, "%s: eos_token_id (%d) must be < vocab_size (%d)", label, c->eos_token_id, c->vocab_size);
+    /* bos/eos are not used by the model itself (the tokenizer checks them), so only pad is validated here: it
+     * selects the embedding row that receives no gradient. */
     /* Guard the sizes that multiply into allocations. */
     double per_layer = (double)c->num_experts * 3.0 * c->moe_intermediate_size * c->hidden_size;
     if (per_layer * c->num_layers > 1e12 || (double)c->vocab_size * c->hidden_size > 1e12)

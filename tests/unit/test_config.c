@@ -1,0 +1,94 @@
+/* config.json parsing and validation: good configs load, every bad class is rejected naming the key. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "test.h"
+
+static const char *GOOD =
+    "{\"model_type\": \"zaya\", \"vocab_size\": 64, \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8, \"moe_intermediate_size\": 8,"
+    " \"num_experts\": 3, \"num_experts_per_tok\": 1, \"router_hidden_size\": 8, \"cca_time0\": 2, \"cca_time1\": 2,"
+    " \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true, \"max_position_embeddings\": 64,"
+    " \"rope_parameters\": {\"hybrid\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0,"
+    " \"partial_rotary_factor\": 0.5}}, \"layer_types\": [\"hybrid\", \"hybrid\"], \"pad_token_id\": 0}";
+
+/* Replaces the first occurrence of `from` in GOOD with `to` and parses the result. */
+static int parse_variant(const char *from, const char *to, ZyErr *err) {
+    const char *at = strstr(GOOD, from);
+    if (!at) return -2;
+    size_t n = strlen(GOOD) + strlen(to) + 1;
+    char *s = malloc(n);
+    size_t pre = (size_t)(at - GOOD);
+    memcpy(s, GOOD, pre);
+    strcpy(s + pre, to);
+    strcat(s, at + strlen(from));
+    ZayaConfig cfg;
+    int rc = config_parse(&cfg, s, "cfg.json", err);
+    free(s);
+    return rc;
+}
+
+TEST(config_good_parses_with_all_fields) {
+    ZayaConfig c;
+    ZyErr err = {{0}};
+    REQUIRE(config_parse(&c, GOOD, "cfg.json", &err) == 0);
+    CHECK(c.vocab_size == 64 && c.hidden_size == 16 && c.num_layers == 2 && c.num_heads == 4 && c.num_kv_heads == 2);
+    CHECK(c.head_dim == 8 && c.num_experts == 3 && c.cca_time0 == 2 && c.tie_word_embeddings == 1);
+    CHECK(c.rope_theta == 10000.0f && c.partial_rotary_factor == 0.5f && cfg_rotary_dim(&c) == 4);
+    CHECK(c.initializer_range == 0.02f); /* default */
+    /* round trip through our writer */
+    char *json = config_to_json(&c, "float32");
+    ZayaConfig c2;
+    REQUIRE(config_parse(&c2, json, "roundtrip", &err) == 0);
+    free(json);
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+}
+
+TEST(config_rejects_each_bad_input_naming_the_key) {
+    static const struct {
+        const char *from, *to, *expect;
+    } cases[] = {
+        {"\"vocab_size\": 64,", "", "missing key \"vocab_size\""},
+        {"\"hidden_size\": 16", "\"hidden_size\": \"16\"", "\"hidden_size\" must be an integer"},
+        {"\"hidden_size\": 16", "\"hidden_size\": 16.5", "\"hidden_size\" must be an integer"},
+        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "multiple of num_key_value_heads"},
+        {"\"num_experts_per_tok\": 1", "\"num_experts_per_tok\": 2", "num_experts_per_tok"},
+        {"\"partial_rotary_factor\": 0.5", "\"partial_rotary_factor\": 0.125", "must be an even integer"},
+        {"\"partial_rotary_factor\": 0.5", "\"partial_rotary_factor\": 1.5", "partial_rotary_factor"},
+        {"\"num_experts\": 3", "\"num_experts\": 0", "\"num_experts\" must be positive"},
+        {"\"head_dim\": 8", "\"head_dim\": -8", "\"head_dim\" must be positive"},
+        {"\"cca_time0\": 2", "\"cca_time0\": 0", "\"cca_time0\" must be positive"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid_sliding\"]", "unsupported layer type \"hybrid_sliding\""},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\"]", "layer_types"},
+        {"\"model_type\": \"zaya\"", "\"model_type\": \"llama\"", "model_type"},
+        {"\"tie_word_embeddings\": true", "\"tie_word_embeddings\": 1", "tie_word_embeddings"},
+        {"\"rope_theta\": 10000.0,", "", "rope_theta"},
+        {"\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", "rope_type"},
+        {"\"rms_norm_eps\": 1e-5", "\"rms_norm_eps\": -1", "rms_norm_eps"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 64", "pad_token_id"},
+        {"{\"model_type\"", "[{\"model_type\"", "invalid JSON"},
+    };
+    for (size_t i = 0; i < ZY_ARRAY_LEN(cases); i++) {
+        ZyErr err = {{0}};
+        int rc = parse_variant(cases[i].from, cases[i].to, &err);
+        CHECK_MSG(rc == -1, "case %zu (%s) was accepted", i, cases[i].expect);
+        CHECK_MSG(strstr(err.msg, cases[i].expect) != NULL, "case %zu: message \"%s\" lacks \"%s\"", i, err.msg,
+                  cases[i].expect);
+        CHECK_MSG(strstr(err.msg, "cfg.json") != NULL, "case %zu: message \"%s\" does not name the file", i, err.msg);
+    }
+}
+
+TEST(config_files_in_repo_load) {
+    static const char *files[] = {"configs/zaya1-base.json", "configs/tiny.json"};
+    for (size_t i = 0; i < ZY_ARRAY_LEN(files); i++) {
+        ZayaConfig c;
+        ZyErr err = {{0}};
+        CHECK_MSG(config_load(&c, files[i], &err) == 0, "%s", err.msg);
+    }
+    ZayaConfig base;
+    ZyErr err = {{0}};
+    REQUIRE(config_load(&base, "configs/zaya1-base.json", &err) == 0);
+    CHECK(base.vocab_size == 262272 && base.hidden_size == 2048 && base.num_layers == 40 && base.num_experts == 16);
+    CHECK(cfg_rotary_dim(&base) == 64 && cfg_conv_pad(&base) == 2);
+}
