@@ -32,7 +32,7 @@ $(BUILD)/zaya_tests: $(LIB_OBJ) $(TEST_OBJ)
 
 # Sanitizer build of the unit tests (ASan + UBSan), in its own build tree.
 asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	$(MAKE) CC=clang BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	        LDFLAGS="-fopenmp -fsanitize=address,undefined" build-asan/zaya_tests build-asan/zaya
 
 deps:

@@ -1,6 +1,8 @@
 /* zaya: the ZAYA1 training system — command-line entry. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 
@@ -22,7 +24,23 @@ static void usage(FILE *f) {
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
+/* Debian's OpenBLAS 0.3.21 takes AVX-512 AMD CPUs (Zen 4/5) for Haswell and runs sgemm at half speed; it picks
+ * its kernels when the library loads, before main, so the fix is to set OPENBLAS_CORETYPE and re-exec once.
+ * A user's explicit OPENBLAS_CORETYPE always wins. */
+static void fix_openblas_coretype(char **argv) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_is("amd") || !__builtin_cpu_supports("avx512f")) return;
+    if (setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
+    execv("/proc/self/exe", argv); /* on failure, carry on with the slower kernels */
+    unsetenv("OPENBLAS_CORETYPE");
+#else
+    (void)argv;
+#endif
+}
+
 int main(int argc, char **argv) {
+    fix_openblas_coretype(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;
