@@ -4,7 +4,7 @@ CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc
-LDLIBS  += -lopenblas -lcjson -lm
+LDLIBS  += -lopenblas -lcjson -lpcre2-8 -lz -lm
 LDFLAGS += -fopenmp
 
 LIB_SRC  := $(sort $(wildcard src/*.c))
