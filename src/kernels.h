@@ -31,7 +31,7 @@ void swiglu_forward(float *act, const float *gu, int rows, int I);
 void swiglu_backward(float *dgu, const float *dact, const float *gu, int rows, int I);
 void router_choice_forward(float *probs, int32_t *choice, float *gate, const float *logits, const float *bias, int rows, int n_classes);
 void router_choice_backward(float *dlogits, const float *dgate, const float *probs, const int32_t *choice, int rows, int n_classes);
-double cross_entropy(float *dlogits, const float *logits, const int32_t *targets, int rows, int V, double dloss);
+double cross_entropy(float *dlogits, float *row_loss, const float *logits, const int32_t *targets, int rows, int V, double dloss);
 
 void linear_forward_f64(double *y, const double *x, const double *w, const double *bias, int rows, int in, int out);
 void linear_backward_f64(double *dx, double *dw, double *dbias, const double *dy, const double *x, const double *w, int rows, int in, int out);
@@ -59,7 +59,7 @@ void swiglu_forward_f64(double *act, const double *gu, int rows, int I);
 void swiglu_backward_f64(double *dgu, const double *dact, const double *gu, int rows, int I);
 void router_choice_forward_f64(double *probs, int32_t *choice, double *gate, const double *logits, const double *bias, int rows, int n_classes);
 void router_choice_backward_f64(double *dlogits, const double *dgate, const double *probs, const int32_t *choice, int rows, int n_classes);
-double cross_entropy_f64(double *dlogits, const double *logits, const int32_t *targets, int rows, int V, double dloss);
+double cross_entropy_f64(double *dlogits, double *row_loss, const double *logits, const int32_t *targets, int rows, int V, double dloss);
 
 /* RoPE cos/sin tables [T, rd/2] for positions 0..T-1, built in fp32 like the reference. */
 void rope_tables(float *cosv, float *sinv, int T, int rd, float theta);

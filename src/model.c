@@ -208,6 +208,7 @@ static void carve_all(Carver *cv, Activations *a, const ZayaConfig *c) {
     a->final_normed = CARVE_F(cv, N * D);
     a->final_rstd = CARVE_F(cv, N);
     a->logits = CARVE_F(cv, N * V);
+    a->row_loss = CARVE_F(cv, N);
     a->rope_cos = CARVE_F(cv, T * rd / 2);
     a->rope_sin = CARVE_F(cv, T * rd / 2);
     BackwardScratch *d = &a->d;
@@ -392,8 +393,8 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
     linear_forward(a->logits, a->final_normed, w->lm_head, NULL, N, D, c->vocab_size);
 }
 
-double model_loss(const Model *m, const Activations *a, const int32_t *targets) {
-    return cross_entropy(NULL, a->logits, targets, a->B * a->T, m->cfg.vocab_size, 1.0);
+double model_loss(const Model *m, Activations *a, const int32_t *targets) {
+    return cross_entropy(NULL, a->row_loss, a->logits, targets, a->B * a->T, m->cfg.vocab_size, 1.0);
 }
 
 /* ======================================================================================================
@@ -518,7 +519,7 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
     Weights *g = &m->g;
     BackwardScratch *d = &a->d;
     /* loss and head */
-    double loss = cross_entropy(d->d_logits, a->logits, targets, N, c->vocab_size, 1.0);
+    double loss = cross_entropy(d->d_logits, a->row_loss, a->logits, targets, N, c->vocab_size, 1.0);
     zero(d->d_final, (size_t)N * D);
     linear_backward(d->d_final, g->lm_head, NULL, d->d_logits, a->final_normed, w->lm_head, N, D, c->vocab_size);
     zero(d->d_x, (size_t)N * D);

@@ -98,6 +98,7 @@ typedef struct {
     float *x_final;            /* residual stream after the last layer [N,D] */
     float *final_normed, *final_rstd;
     float *logits;             /* [N,V] */
+    float *row_loss;           /* [N] per-position loss (scratch of the cross-entropy) */
     float *rope_cos, *rope_sin; /* [T, rd/2] */
     BackwardScratch d;
     void *block;               /* one allocation behind everything above */
@@ -111,7 +112,7 @@ int model_check_tokens(const Model *m, const int32_t *tokens, int B, int T, ZyEr
 /* Forward pass for tokens [B,T] (already checked); fills a->logits [B*T, V]. */
 void model_forward(Model *m, Activations *a, const int32_t *tokens);
 /* Mean cross-entropy of a->logits against targets [B*T] (-1 = ignored); 0 when no target counts. */
-double model_loss(const Model *m, const Activations *a, const int32_t *targets);
+double model_loss(const Model *m, Activations *a, const int32_t *targets);
 /* Backward pass of the mean cross-entropy against targets; ACCUMULATES into m->params.grad. Requires the
  * forward pass on the same Activations. Returns the loss. */
 double model_backward(Model *m, Activations *a, const int32_t *targets);
