@@ -5,5 +5,6 @@
 int cmd_init(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_debug(int argc, char **argv);
 
 #endif

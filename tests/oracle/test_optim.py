@@ -1,0 +1,123 @@
+"""AdamW and Muon steps (with global-norm clipping) against PyTorch: torch.optim.AdamW, and Muon written in a
+few lines of torch from SYSTEM.md. zaya runs through `zaya debug optim`. Tolerance: 1e-5 relative."""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ZAYA = os.path.join(ROOT, "build", "zaya")
+TOL = 1e-5
+
+
+def ns5(G, steps=5):
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.clone()
+    tall = G.size(0) > G.size(1)
+    if tall:
+        X = X.T
+    X = X / (X.norm() + 1e-7)
+    for _ in range(steps):
+        A = X @ X.T
+        B = b * A + c * A @ A
+        X = a * X + B @ X
+    return X.T if tall else X
+
+
+def muon_step(W, G, M, lr, wd, mu):
+    """W, G, M: [m, n] (one matrix). Moonlight-style RMS matching."""
+    M.mul_(mu).add_(G)
+    N = G + mu * M
+    O = ns5(N)
+    m, n = W.shape
+    W.sub_(lr * (0.2 * math.sqrt(max(m, n)) * O + wd * W))
+
+
+def run_case(name, shapes, steps, lr, wd, clip, seed):
+    rng = np.random.default_rng(seed)
+    params = {k: rng.standard_normal(s).astype(np.float32) * 0.5 for k, s in shapes.items()}
+    grads = [{k: rng.standard_normal(s).astype(np.float32) * (0.1 if "adamw" in k else 1.0) for k, s in shapes.items()}
+             for _ in range(steps)]
+    tensors = dict(params)
+    for k, g in enumerate(grads):
+        for n, v in g.items():
+            tensors[f"grad{k}/{n}"] = v
+    with tempfile.TemporaryDirectory() as d:
+        inp, out = os.path.join(d, "in.safetensors"), os.path.join(d, "out.safetensors")
+        save_file(tensors, inp)
+        cmd = [ZAYA, "debug", "optim", "--in", inp, "--out", out, "--steps", str(steps), "--lr", str(lr),
+               "--weight-decay", str(wd), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8", "--momentum", "0.95",
+               "--clip", str(clip)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return [(f"{name}: zaya debug optim failed: {r.stderr.strip()}", False)]
+        got = load_file(out)
+    # torch reference
+    tp = {k: torch.tensor(v, dtype=torch.float32) for k, v in params.items()}
+    adam_decay = [tp[k] for k in tp if k.startswith("adamw/") and tp[k].dim() >= 2]
+    adam_nodecay = [tp[k] for k in tp if k.startswith("adamw/") and tp[k].dim() < 2]
+    for t in tp.values():
+        t.requires_grad_(True)
+    groups = []
+    if adam_decay:
+        groups.append({"params": adam_decay, "weight_decay": wd})
+    if adam_nodecay:
+        groups.append({"params": adam_nodecay, "weight_decay": 0.0})
+    adam = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8) if groups else None
+    moms = {k: torch.zeros_like(v) for k, v in tp.items() if k.startswith("muon/")}
+    for g in grads:
+        for k, t in tp.items():
+            t.grad = torch.tensor(g[k])
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(list(tp.values()), clip)
+        if adam:
+            adam.step()
+        with torch.no_grad():
+            for k, t in tp.items():
+                if not k.startswith("muon/"):
+                    continue
+                if t.dim() == 3:
+                    for e in range(t.shape[0]):
+                        muon_step(t[e], t.grad[e], moms[k][e], lr, wd, 0.95)
+                else:
+                    muon_step(t, t.grad, moms[k], lr, wd, 0.95)
+    results = []
+    for k, t in tp.items():
+        ref = t.detach().numpy()
+        start = params[k]
+        # compare the updates (final - start), the part the optimizer computed
+        du_ref, du = ref - start, got[k] - start
+        err = np.linalg.norm(du - du_ref) / max(np.linalg.norm(du_ref), 1e-30)
+        results.append((f"{name} {k} {list(t.shape)}: update rel err {err:.2e}", err <= TOL))
+    return results
+
+
+def main():
+    if not os.path.exists(ZAYA):
+        print(f"build/zaya not found at {ZAYA}; run make first")
+        print("optim: 0 passed, 1 failed")
+        return 1
+    shapes = {"muon/wide": (16, 24), "muon/tall": (40, 12), "muon/experts": (3, 8, 12), "adamw/embed": (10, 6),
+              "adamw/norm": (7,), "adamw/conv": (5, 1, 2)}
+    cases = [
+        ("plain", shapes, 3, 0.02, 0.0, 0.0, 1),
+        ("weight-decay", shapes, 3, 0.01, 0.1, 0.0, 2),
+        ("clipped", shapes, 4, 0.02, 0.05, 1.0, 3),
+    ]
+    passed = failed = 0
+    for c in cases:
+        for line, ok in run_case(*c):
+            print(("ok   " if ok else "FAIL ") + line)
+            passed += ok
+            failed += not ok
+    print(f"optim: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
