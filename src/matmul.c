@@ -1,6 +1,9 @@
 #include "matmul.h"
 
 #include <cblas.h>
+#include <stdlib.h>
+
+#include "util.h"
 
 void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
              int ldb, float beta, float *C, int ldc) {
@@ -24,4 +27,24 @@ void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, co
     }
     cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
                 alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+double zy_sgemm_probe_gflops(int n, double seconds) {
+    float *a = zy_calloc((size_t)n * n * sizeof(float)), *b = zy_calloc((size_t)n * n * sizeof(float));
+    float *c = zy_calloc((size_t)n * n * sizeof(float));
+    if (!a || !b || !c) {
+        zy_free(a), zy_free(b), zy_free(c);
+        return 0.0;
+    }
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)((i % 7) - 3) * 0.01f;
+    zy_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up: threads, caches */
+    int reps = 0;
+    double t0 = zy_now_seconds(), t;
+    do {
+        zy_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        reps++;
+        t = zy_now_seconds() - t0;
+    } while (t < seconds);
+    zy_free(a), zy_free(b), zy_free(c);
+    return 2.0 * n * (double)n * n * reps / t / 1e9;
 }

@@ -10,4 +10,8 @@ void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const f
 void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, const double *A, int lda,
                  const double *B, int ldb, double beta, double *C, int ldc);
 
+/* Measured sgemm throughput (GFLOP/s) of this process's BLAS on square matrices of size n, timed for about
+ * `seconds` after a warm-up: the peak MFU is quoted against. */
+double zy_sgemm_probe_gflops(int n, double seconds);
+
 #endif

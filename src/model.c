@@ -277,6 +277,15 @@ int model_check_tokens(const Model *m, const int32_t *tokens, int B, int T, ZyEr
     return 0;
 }
 
+double model_train_flops_per_token(const ZayaConfig *c, int T) {
+    const double D = c->hidden_size, Cq = cfg_q_channels(c), Ck = cfg_k_channels(c), C = Cq + Ck;
+    const double R = c->router_hidden_size, E1 = c->num_experts + 1, I = c->moe_intermediate_size;
+    const double per_layer = Cq * D + 2 * Ck * D + D * Cq + C * c->head_dim * c->cca_time1 + R * D + 2 * R * R +
+                             E1 * R + 3 * I * D;
+    const double active = c->num_layers * per_layer + (double)c->vocab_size * D;
+    return 6.0 * active + 6.0 * c->num_layers * c->num_heads * c->head_dim * (double)T;
+}
+
 void make_next_token_targets(int32_t *targets, const int32_t *tokens, int B, int T) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) targets[(long)b * T + t] = t + 1 < T ? tokens[(long)b * T + t + 1] : -1;

@@ -117,6 +117,11 @@ double model_loss(const Model *m, Activations *a, const int32_t *targets);
  * forward pass on the same Activations. Returns the loss. */
 double model_backward(Model *m, Activations *a, const int32_t *targets);
 
+/* Training FLOPs per token at sequence length T: 6 × active matrix parameters (q, k, v, o, the grouped conv,
+ * the router's matrices, one expert, the head) plus 6 × L × Hq × dh × T for attention scores and values (the
+ * llm.c convention: the causal half is counted as whole). */
+double model_train_flops_per_token(const ZayaConfig *c, int T);
+
 /* Next-token targets for a [B,T] batch: targets[b,t] = tokens[b,t+1], -1 at t = T-1. */
 void make_next_token_targets(int32_t *targets, const int32_t *tokens, int B, int T);
 

@@ -1,0 +1,320 @@
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "model_io.h"
+#include "safetensors.h"
+
+#define OPTIM_FILE "optimizer.safetensors"
+
+int file_crc32(const char *path, uint32_t *crc, uint64_t *size, ZyErr *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return zy_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf = malloc(CHUNK);
+    if (!buf) {
+        fclose(f);
+        return zy_fail(err, "out of memory");
+    }
+    uLong c = crc32(0L, Z_NULL, 0);
+    uint64_t n = 0;
+    size_t got;
+    while ((got = fread(buf, 1, CHUNK, f)) > 0) {
+        c = crc32(c, buf, (uInt)got);
+        n += got;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    free(buf);
+    if (bad) return zy_fail(err, "%s: read error", path);
+    *crc = (uint32_t)c;
+    *size = n;
+    return 0;
+}
+
+static int fsync_path(const char *path, ZyErr *err) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return zy_fail(err, "%s: cannot open for fsync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    if (rc != 0 && errno != EINVAL) return zy_fail(err, "%s: fsync failed: %s", path, strerror(errno));
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int remove_tree(const char *path) { return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int step_of(const char *name, long long *step) {
+    char tail;
+    return sscanf(name, "step-%lld%c", step, &tail) == 1;
+}
+
+static int write_optimizer(const char *path, const Model *m, const Optimizer *o, ZyErr *err) {
+    const ParamTable *t = &m->params;
+    StWriteTensor *ts = calloc((size_t)2 * t->count, sizeof *ts);
+    char(*names)[160] = calloc((size_t)2 * t->count, sizeof *names);
+    if (!ts || !names) {
+        free(ts);
+        free(names);
+        return zy_fail(err, "out of memory");
+    }
+    int n = 0;
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->info[i];
+        if (!param_trainable(p) || !o->owned[i]) continue;
+        for (int which = 0; which < 2; which++) {
+            if (which == 1 && p->kind == PARAM_MUON) continue; /* Muon keeps one moment; that slot is scratch */
+            snprintf(names[n], sizeof names[n], "%s/%s", which ? "exp_avg_sq" : "exp_avg", p->name);
+            ts[n].name = names[n];
+            ts[n].ndim = p->ndim;
+            memcpy(ts[n].shape, p->shape, sizeof p->shape);
+            ts[n].src_dtype = ts[n].out_dtype = ZY_DT_F32;
+            ts[n].data = (which ? o->exp_avg_sq : o->exp_avg) + p->offset;
+            n++;
+        }
+    }
+    int rc = st_write(path, ts, n, NULL, err);
+    free(ts);
+    free(names);
+    return rc;
+}
+
+static int write_manifest(const char *dir, int64_t step, ZyErr *err) {
+    static const char *files[] = {"config.json", "model.safetensors", OPTIM_FILE, "trainer_state.json", "run.json"};
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "zaya-checkpoint");
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "step", (double)step);
+    cJSON *arr = cJSON_AddArrayToObject(root, "files");
+    int rc = 0;
+    for (size_t i = 0; i < ZY_ARRAY_LEN(files) && !rc; i++) {
+        char path[4096];
+        struct stat st;
+        if ((rc = zy_path_join(path, sizeof path, dir, files[i], err))) break;
+        if (stat(path, &st) != 0) continue; /* run.json is optional */
+        uint32_t crc;
+        uint64_t size;
+        if ((rc = file_crc32(path, &crc, &size, err))) break;
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", files[i]);
+        cJSON_AddNumberToObject(f, "bytes", (double)size);
+        cJSON_AddNumberToObject(f, "crc32", (double)crc);
+        cJSON_AddItemToArray(arr, f);
+    }
+    char *text = rc ? NULL : cJSON_Print(root);
+    cJSON_Delete(root);
+    if (rc) return -1;
+    char path[4096];
+    rc = zy_path_join(path, sizeof path, dir, "manifest.json", err);
+    if (!rc) rc = zy_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int ckpt_list(const char *root, char dirs[][512], int max, ZyErr *err) {
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return zy_fail(err, "%s: cannot list checkpoints: %s", root, strerror(errno));
+    }
+    long long steps[1024];
+    char names[1024][64];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 1024) {
+        long long s;
+        if (!step_of(e->d_name, &s) || strlen(e->d_name) >= sizeof names[0]) continue;
+        steps[n] = s;
+        snprintf(names[n], sizeof names[n], "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* newest first */
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            long long ts = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = ts;
+            char tn[64];
+            memcpy(tn, names[j], sizeof tn);
+            memcpy(names[j], names[j - 1], sizeof tn);
+            memcpy(names[j - 1], tn, sizeof tn);
+        }
+    int out = n < max ? n : max;
+    for (int i = 0; i < out; i++)
+        if (zy_path_join(dirs[i], 512, root, names[i], err)) return -1;
+    return out;
+}
+
+static void remove_stale_temporaries(const char *root, const char *keep_name) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, ".tmp-step-", 10) != 0 || strcmp(e->d_name, keep_name) == 0) continue;
+        if (snprintf(path, sizeof path, "%s/%s", root, e->d_name) < (int)sizeof path) remove_tree(path);
+    }
+    closedir(d);
+}
+
+int ckpt_save(const char *root, int64_t step, const CheckpointContent *c, int keep, char *out_dir, size_t cap,
+              ZyErr *err) {
+    char tmp_name[128], final_name[64], tmp[4096], final[4096], path[4096];
+    snprintf(tmp_name, sizeof tmp_name, ".tmp-step-%08lld-%ld", (long long)step, (long)getpid());
+    snprintf(final_name, sizeof final_name, "step-%08lld", (long long)step);
+    if (zy_mkdirs(root, err) || zy_path_join(tmp, sizeof tmp, root, tmp_name, err) ||
+        zy_path_join(final, sizeof final, root, final_name, err))
+        return -1;
+    remove_stale_temporaries(root, tmp_name);
+    remove_tree(tmp);
+    int rc = model_save_dir(c->model, tmp, ZY_DT_F32, err);
+    if (!rc) rc = zy_path_join(path, sizeof path, tmp, OPTIM_FILE, err);
+    if (!rc) rc = write_optimizer(path, c->model, c->optim, err);
+    if (!rc) rc = zy_path_join(path, sizeof path, tmp, "trainer_state.json", err);
+    if (!rc) rc = zy_write_file_atomic(path, c->trainer_state_json, strlen(c->trainer_state_json), err);
+    if (!rc && c->run_json) rc = zy_path_join(path, sizeof path, tmp, "run.json", err);
+    if (!rc && c->run_json) rc = zy_write_file_atomic(path, c->run_json, strlen(c->run_json), err);
+    if (!rc) rc = write_manifest(tmp, step, err);
+    if (!rc) rc = fsync_path(tmp, err);
+    if (rc) {
+        remove_tree(tmp);
+        return zy_wrap(err, "saving checkpoint %s", final);
+    }
+    struct stat st;
+    if (stat(final, &st) == 0) {
+        /* Never overwrite a published checkpoint: move the old one aside (kept, not deleted). */
+        char aside[4200];
+        snprintf(aside, sizeof aside, "%s.replaced-%lld", final, (long long)time(NULL));
+        if (rename(final, aside) != 0) {
+            remove_tree(tmp);
+            return zy_fail(err, "%s exists and cannot be moved aside: %s", final, strerror(errno));
+        }
+    }
+    if (rename(tmp, final) != 0) {
+        int e = errno;
+        remove_tree(tmp);
+        return zy_fail(err, "publishing %s failed: %s", final, strerror(e));
+    }
+    if (fsync_path(root, err)) return -1;
+    char line[128];
+    int n = snprintf(line, sizeof line, "%s\n", final_name);
+    if (zy_path_join(path, sizeof path, root, "latest", err) || zy_write_file_atomic(path, line, (size_t)n, err))
+        return -1;
+    if (out_dir) snprintf(out_dir, cap, "%s", final);
+    if (keep > 0) {
+        char dirs[256][512];
+        int count = ckpt_list(root, dirs, 256, err);
+        for (int i = keep; i < count; i++)
+            if (strcmp(dirs[i], final) != 0) remove_tree(dirs[i]);
+    }
+    return 0;
+}
+
+int ckpt_latest(const char *root, char *dir, size_t cap, ZyErr *err) {
+    char path[4096], *text;
+    size_t len;
+    if (zy_path_join(path, sizeof path, root, "latest", err)) return -1;
+    if (zy_read_file(path, &text, &len, err)) return zy_fail(err, "%s: no checkpoint to resume from (no 'latest' file)", root);
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ')) text[--len] = '\0';
+    long long s;
+    int ok = step_of(text, &s) && !strchr(text, '/');
+    int rc = ok ? zy_path_join(dir, cap, root, text, err) : zy_fail(err, "%s: invalid content \"%.40s\"", path, text);
+    free(text);
+    return rc;
+}
+
+int ckpt_verify(const char *dir, ZyErr *err) {
+    char path[4096], *text;
+    size_t len;
+    if (zy_path_join(path, sizeof path, dir, "manifest.json", err)) return -1;
+    if (zy_read_file(path, &text, &len, err)) return zy_wrap(err, "checkpoint %s is incomplete", dir);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *files = root ? cJSON_GetObjectItemCaseSensitive(root, "files") : NULL;
+    if (!files || !cJSON_IsArray(files)) {
+        cJSON_Delete(root);
+        return zy_fail(err, "%s: invalid manifest (expected an object with a \"files\" list)", path);
+    }
+    int rc = 0, have_model = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(f, "bytes");
+        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
+        if (!cJSON_IsString(name) || !cJSON_IsNumber(bytes) || !cJSON_IsNumber(crc) || strchr(name->valuestring, '/')) {
+            rc = zy_fail(err, "%s: malformed entry in \"files\"", path);
+            break;
+        }
+        char fp[4096];
+        if ((rc = zy_path_join(fp, sizeof fp, dir, name->valuestring, err))) break;
+        uint32_t got_crc;
+        uint64_t got_size;
+        if ((rc = file_crc32(fp, &got_crc, &got_size, err))) {
+            zy_wrap(err, "checkpoint %s", dir);
+            break;
+        }
+        if (got_size != (uint64_t)bytes->valuedouble) {
+            rc = zy_fail(err, "%s: size %llu, manifest says %.0f (truncated or corrupt)", fp, (unsigned long long)got_size,
+                         bytes->valuedouble);
+            break;
+        }
+        if (got_crc != (uint32_t)crc->valuedouble) {
+            rc = zy_fail(err, "%s: CRC-32 %08x, manifest says %08x (corrupt)", fp, got_crc, (uint32_t)crc->valuedouble);
+            break;
+        }
+        have_model |= strcmp(name->valuestring, "model.safetensors") == 0;
+    }
+    cJSON_Delete(root);
+    if (!rc && !have_model) rc = zy_fail(err, "%s: manifest lists no model.safetensors", path);
+    return rc;
+}
+
+int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_state_json, ZyErr *err) {
+    char path[4096];
+    ZayaConfig saved;
+    if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&saved, path, err)) return -1;
+    if (memcmp(&saved, &model->cfg, sizeof saved) != 0)
+        return zy_fail(err, "%s: the checkpoint's model config differs from the run's model config", path);
+    if (model_load_weights(model, dir, err)) return -1;
+    StFile f;
+    if (zy_path_join(path, sizeof path, dir, OPTIM_FILE, err) || st_open(&f, path, err)) return -1;
+    const ParamTable *t = &model->params;
+    int rc = 0;
+    for (int i = 0; i < t->count && !rc; i++) {
+        const ParamInfo *p = &t->info[i];
+        if (!param_trainable(p) || !optim->owned[i]) continue;
+        for (int which = 0; which < 2 && !rc; which++) {
+            if (which == 1 && p->kind == PARAM_MUON) continue;
+            char name[160];
+            snprintf(name, sizeof name, "%s/%s", which ? "exp_avg_sq" : "exp_avg", p->name);
+            const StEntry *e = st_find(&f, name);
+            if (!e)
+                rc = zy_fail(err, "%s: missing optimizer tensor %s", path, name);
+            else if (e->numel != p->numel || e->dtype != ZY_DT_F32)
+                rc = zy_fail(err, "%s: optimizer tensor %s has the wrong shape or dtype", path, name);
+            else
+                rc = st_read_f32(&f, e, (which ? optim->exp_avg_sq : optim->exp_avg) + p->offset, err);
+        }
+    }
+    st_close(&f);
+    if (rc) return -1;
+    size_t len;
+    if (zy_path_join(path, sizeof path, dir, "trainer_state.json", err) || zy_read_file(path, trainer_state_json, &len, err))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,245 @@
+#include "report.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model.h"
+
+/* Keeps the lines of metrics.jsonl whose "step" is <= keep_step. */
+static int truncate_metrics(const char *path, int64_t keep_step, ZyErr *err) {
+    char *text;
+    size_t len;
+    if (access(path, F_OK) != 0) return 0;
+    if (zy_read_file(path, &text, &len, err)) return -1;
+    char *out = malloc(len + 1);
+    if (!out) {
+        free(text);
+        return zy_fail(err, "out of memory");
+    }
+    size_t n = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *s = o ? cJSON_GetObjectItemCaseSensitive(o, "step") : NULL;
+        int keep = cJSON_IsNumber(s) && s->valuedouble <= (double)keep_step;
+        cJSON_Delete(o);
+        if (!keep) continue;
+        size_t l = strlen(line);
+        memcpy(out + n, line, l);
+        out[n + l] = '\n';
+        n += l + 1;
+    }
+    int rc = zy_write_file_atomic(path, out, n, err);
+    free(text);
+    free(out);
+    return rc;
+}
+
+int report_open(Report *r, const RunConfig *rc, const ZayaConfig *cfg, double peak_gflops, int64_t resume_step,
+                int quiet, ZyErr *err) {
+    memset(r, 0, sizeof *r);
+    r->rc = rc;
+    r->cfg = *cfg;
+    r->peak_gflops = peak_gflops;
+    r->quiet = quiet;
+    r->tty = isatty(STDERR_FILENO);
+    snprintf(r->out_dir, sizeof r->out_dir, "%s", rc->out_dir);
+    char path[RUN_PATH + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out_dir);
+    if (resume_step >= 0) {
+        if (truncate_metrics(path, resume_step, err)) return -1;
+    }
+    r->metrics = fopen(path, resume_step >= 0 ? "a" : "w");
+    if (!r->metrics) return zy_fail(err, "%s: cannot open for writing", path);
+    snprintf(path, sizeof path, "%s/events.log", rc->out_dir);
+    r->events = fopen(path, "a");
+    if (!r->events) {
+        fclose(r->metrics);
+        return zy_fail(err, "%s: cannot open for writing", path);
+    }
+    return 0;
+}
+
+void report_close(Report *r) {
+    if (r->metrics) fclose(r->metrics);
+    if (r->events) fclose(r->events);
+    r->metrics = r->events = NULL;
+}
+
+void report_event(Report *r, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    time_t now = time(NULL);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", gmtime(&now));
+    if (r->events) {
+        fprintf(r->events, "%s %s\n", stamp, msg);
+        fflush(r->events);
+    }
+    if (!r->quiet) fprintf(stderr, "%s%s\n", r->tty ? "\r\033[K" : "", msg);
+}
+
+static void format_duration(double s, char *out, size_t cap) {
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(out, cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60)
+        snprintf(out, cap, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(out, cap, "%lds", t);
+}
+
+void report_step(Report *r, const StepMetrics *m) {
+    double tps = m->step_tokens / (m->step_seconds > 0 ? m->step_seconds : 1e-9);
+    r->tokens_per_s = r->tokens_per_s > 0 ? 0.9 * r->tokens_per_s + 0.1 * tps : tps;
+    double flops = model_train_flops_per_token(&r->cfg, m->seq_len);
+    double mfu = r->peak_gflops > 0 ? r->tokens_per_s * flops / (r->peak_gflops * 1e9) : 0;
+    double mean_entropy = 0;
+    for (int l = 0; l < m->n_layers; l++) mean_entropy += m->entropy[l] / m->n_layers;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", "train");
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    cJSON_AddNumberToObject(o, "phase", m->phase);
+    cJSON_AddNumberToObject(o, "loss", m->loss);
+    cJSON_AddNumberToObject(o, "lr", m->lr);
+    cJSON_AddNumberToObject(o, "grad_norm", m->grad_norm);
+    cJSON_AddNumberToObject(o, "tokens", m->tokens_seen);
+    cJSON_AddNumberToObject(o, "seq_len", m->seq_len);
+    cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(o, "mfu", mfu);
+    cJSON_AddNumberToObject(o, "scatter_factor", m->scatter);
+    cJSON_AddItemToObject(o, "routing_entropy", cJSON_CreateDoubleArray(m->entropy, m->n_layers));
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (r->metrics && line) {
+        fprintf(r->metrics, "%s\n", line);
+        fflush(r->metrics);
+    }
+    free(line);
+    if (r->quiet) return;
+    double now = zy_now_seconds();
+    int last = m->step == m->end_step;
+    if (!last && now - r->last_print < (r->tty ? 0.2 : 0) && m->step % r->rc->log_interval != 0) return;
+    if (!r->tty && !last && m->step % r->rc->log_interval != 0) return;
+    r->last_print = now;
+    char eta[32];
+    /* ETA from this process's average step time */
+    format_duration((double)(m->end_step - m->step) * m->elapsed / fmax(1.0, (double)m->steps_run), eta, sizeof eta);
+    fprintf(stderr, "%sstep %lld/%lld | phase %d/%d %s | loss %.4f | lr %.2e | %.1fk tok/s | MFU %.1f%% | entropy %.3f | ETA %s%s",
+            r->tty ? "\r\033[K" : "", (long long)m->step, (long long)r->rc->total_steps, m->phase + 1, r->rc->n_phases,
+            r->rc->phases[m->phase].name, m->loss, m->lr, r->tokens_per_s / 1000, 100 * mfu, mean_entropy, eta,
+            r->tty && !last ? "" : "\n");
+    fflush(stderr);
+}
+
+void report_eval(Report *r, int64_t step, int phase, const char *name, double value) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", "eval");
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "phase", phase);
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddNumberToObject(o, "value", value);
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (r->metrics && line) {
+        fprintf(r->metrics, "%s\n", line);
+        fflush(r->metrics);
+    }
+    free(line);
+    report_event(r, "eval step %lld: %s = %.4f", (long long)step, name, value);
+}
+
+/* metrics.jsonl → whitespace tables for gnuplot: train.tsv (step loss entropy_0..), val.tsv (step val_loss). */
+int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
+    char path[RUN_PATH + 64], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    if (zy_read_file(path, &text, &len, err)) return -1;
+    char train_path[RUN_PATH + 64], val_path[RUN_PATH + 64];
+    snprintf(train_path, sizeof train_path, "%s/plot_train.tsv", out_dir);
+    snprintf(val_path, sizeof val_path, "%s/plot_val.tsv", out_dir);
+    FILE *ft = fopen(train_path, "w"), *fv = fopen(val_path, "w");
+    if (!ft || !fv) {
+        if (ft) fclose(ft);
+        if (fv) fclose(fv);
+        free(text);
+        return zy_fail(err, "%s: cannot write plot data", out_dir);
+    }
+    int n_layers = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *o = cJSON_Parse(line);
+        if (!o) continue;
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
+        if (cJSON_IsString(kind) && cJSON_IsNumber(step)) {
+            if (strcmp(kind->valuestring, "train") == 0) {
+                const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss");
+                const cJSON *ent = cJSON_GetObjectItemCaseSensitive(o, "routing_entropy");
+                fprintf(ft, "%.0f %.6g", step->valuedouble, cJSON_IsNumber(loss) ? loss->valuedouble : NAN);
+                const cJSON *e;
+                int k = 0;
+                cJSON_ArrayForEach(e, ent) {
+                    fprintf(ft, " %.6g", e->valuedouble);
+                    k++;
+                }
+                if (k > n_layers) n_layers = k;
+                fprintf(ft, "\n");
+            } else if (strcmp(kind->valuestring, "eval") == 0) {
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "value");
+                if (cJSON_IsString(name) && strcmp(name->valuestring, "val_loss") == 0 && cJSON_IsNumber(v))
+                    fprintf(fv, "%.0f %.6g\n", step->valuedouble, v->valuedouble);
+            }
+        }
+        cJSON_Delete(o);
+    }
+    fclose(ft);
+    fclose(fv);
+    free(text);
+    char script_path[RUN_PATH + 64];
+    snprintf(script_path, sizeof script_path, "%s/plots.gp", out_dir);
+    FILE *g = fopen(script_path, "w");
+    if (!g) return zy_fail(err, "%s: cannot write", script_path);
+    fprintf(g, "set terminal pngcairo size 1000,600\nset grid\nset key top right\n");
+    for (int i = 1; i < rc->n_phases; i++)
+        fprintf(g, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 2 lc rgb 'gray40'\n",
+                (long long)rc->phases[i].first_step, (long long)rc->phases[i].first_step);
+    for (int i = 0; i < rc->n_phases; i++)
+        fprintf(g, "set label %d '%s' at %lld, graph 0.97 offset 1,0 tc rgb 'gray30'\n", i + 1, rc->phases[i].name,
+                (long long)rc->phases[i].first_step);
+    fprintf(g, "set output '%s/loss.png'\nset title 'zaya: loss'\nset xlabel 'step'\nset ylabel 'cross-entropy'\n", out_dir);
+    fprintf(g, "plot '%s' using 1:2 with lines lw 1 lc rgb '#4477aa' title 'train'", train_path);
+    fprintf(g, ", '%s' using 1:2 with linespoints pt 7 ps 0.8 lw 2 lc rgb '#cc3311' title 'val'\n", val_path);
+    fprintf(g, "set output '%s/routing_entropy.png'\nset title 'zaya: routing entropy H(f)/ln E per layer'\n"
+               "set ylabel 'normalised entropy'\nset yrange [0:1.05]\nset key bottom right\n", out_dir);
+    if (n_layers > 0) {
+        fprintf(g, "plot ");
+        for (int l = 0; l < n_layers; l++)
+            fprintf(g, "%s'%s' using 1:%d with lines title 'layer %d'", l ? ", " : "", train_path, l + 3, l);
+        fprintf(g, "\n");
+    }
+    fclose(g);
+    char cmd[3 * RUN_PATH];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", script_path);
+    FILE *p = popen(cmd, "r");
+    if (!p) return zy_fail(err, "cannot run gnuplot");
+    char buf[512], first[512] = "";
+    while (fgets(buf, sizeof buf, p))
+        if (!first[0]) snprintf(first, sizeof first, "%s", buf);
+    int status = pclose(p);
+    if (status != 0) return zy_fail(err, "gnuplot failed (is it installed?): %s", first);
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* report: what a person watching a run sees — a live progress line (step/total, phase, loss, lr, tokens/s, MFU,
+ * ETA), OUT_DIR/metrics.jsonl (one JSON object per step and per evaluation), OUT_DIR/events.log, and PNG plots
+ * (loss curves with the phases marked, routing entropy per layer) drawn with gnuplot. */
+#ifndef ZAYA_REPORT_H
+#define ZAYA_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "runconfig.h"
+#include "util.h"
+
+typedef struct {
+    int64_t step;          /* steps completed, this one included */
+    int phase;
+    double loss, lr, grad_norm;
+    double tokens_seen;    /* in the whole run */
+    double step_seconds, step_tokens;
+    int seq_len;
+    const double *entropy; /* [n_layers] normalised routing entropy */
+    int n_layers;
+    double elapsed;        /* seconds since this process started training */
+    double tokens_run;     /* tokens this process trained */
+    int64_t steps_run;     /* steps this process trained */
+    int64_t end_step;      /* where this process will stop */
+    double scatter;        /* loader scatter factor */
+} StepMetrics;
+
+typedef struct {
+    const RunConfig *rc;
+    ZayaConfig cfg;
+    double peak_gflops;
+    FILE *metrics, *events;
+    int quiet, tty;
+    double tokens_per_s;   /* smoothed */
+    double last_print;
+    char out_dir[RUN_PATH];
+} Report;
+
+/* Opens OUT_DIR/metrics.jsonl and events.log. When resuming from step `resume_step` (>= 0), metrics lines of
+ * later steps (work that is about to be redone) are dropped first, so the file shows every step once. */
+int report_open(Report *r, const RunConfig *rc, const ZayaConfig *cfg, double peak_gflops, int64_t resume_step,
+                int quiet, ZyErr *err);
+void report_step(Report *r, const StepMetrics *m);
+void report_eval(Report *r, int64_t step, int phase, const char *name, double value);
+void report_event(Report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Draws OUT_DIR/loss.png and OUT_DIR/routing_entropy.png from metrics.jsonl (needs gnuplot; a missing gnuplot
+ * is reported, not fatal). */
+int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err);
+void report_close(Report *r);
+
+#endif
