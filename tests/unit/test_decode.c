@@ -1,0 +1,231 @@
+/* Cached decoding against the full forward: the same logits (1e-5 relative per position) and the same routing,
+ * token by token and in prefill chunks of any size, on small random models with every norm, scale, bias,
+ * temperature and balancing bias moved away from its init. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "decode.h"
+#include "model.h"
+#include "test.h"
+
+typedef struct {
+    int k0, k1, Hq, Hkv, dh, L, tied;
+    float rot;
+} Shape;
+
+static const Shape shapes[] = {
+    {2, 2, 4, 2, 8, 2, 1, 0.5f},  /* ZAYA1-like */
+    {3, 2, 4, 1, 8, 2, 0, 1.0f},  /* MQA, longer depthwise kernel */
+    {2, 3, 4, 4, 8, 3, 1, 0.5f},  /* MHA (Hkv = Hq), longer grouped kernel */
+    {3, 3, 2, 2, 8, 2, 0, 1.0f},  /* P = 4 */
+    {2, 2, 6, 3, 8, 2, 0, 0.25f}, /* odd Hkv: a value head straddles the current/delayed halves */
+};
+
+static int make_model(Model *m, const Shape *s, uint64_t seed, ZyErr *err) {
+    ZayaConfig c = {.vocab_size = 61, .hidden_size = 24, .num_layers = s->L, .num_heads = s->Hq,
+                    .num_kv_heads = s->Hkv, .head_dim = s->dh, .num_experts = 3, .moe_intermediate_size = 12,
+                    .router_hidden_size = 8, .cca_time0 = s->k0, .cca_time1 = s->k1, .rms_norm_eps = 1e-5f,
+                    .tie_word_embeddings = s->tied, .max_position_embeddings = 64, .rope_theta = 10000.0f,
+                    .partial_rotary_factor = s->rot, .initializer_range = 0.02f, .bos_token_id = 1,
+                    .eos_token_id = 2, .pad_token_id = 0};
+    if (model_create(m, &c, err)) return -1;
+    model_init_weights(m, seed);
+    /* Move everything off its init so no term hides behind a 0 or a 1. */
+    ZyRng rng;
+    zy_rng_seed(&rng, seed * 7919 + 1);
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        float *x = m->params.data + p->offset;
+        const int64_t fan_in = p->shape[p->ndim - 1];
+        for (size_t j = 0; j < p->numel; j++) {
+            double g = zy_rng_normal(&rng), u = zy_rng_uniform(&rng);
+            if (strstr(p->name, "balancing_biases"))
+                x[j] = j + 1 == p->numel ? (float)(-0.06 + 0.08 * u) : (float)(0.05 * g);
+            else if (strstr(p->name, "qk_norm.temp"))
+                x[j] = (float)(0.5 + 1.5 * u);
+            else if (strstr(p->name, "conv_qk") && p->ndim == 3)
+                x[j] = (float)(0.3 * g);
+            else if (strstr(p->name, "router_mlp.out_proj"))
+                x[j] = (float)(2.0 * g / sqrt((double)fan_in)); /* confident routing: decisions far from ties */
+            else if (p->init == INIT_ONE)
+                x[j] = (float)(0.5 + u);
+            else if (p->init == INIT_ZERO)
+                x[j] = (float)(0.1 * g);
+            else
+                x[j] = (float)(g / sqrt((double)fan_in));
+        }
+    }
+    return 0;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sets each layer's skip-expert bias so that about a quarter of the tokens skip, halfway between two tokens'
+ * thresholds (no routing decided by rounding). Layers only affect deeper ones: calibrate in depth order. */
+static void calibrate_skip(Model *m, Activations *a, const int32_t *tok) {
+    const int N = a->B * a->T, E = m->cfg.num_experts;
+    float *t = malloc(sizeof(float) * N);
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        model_forward(m, a, tok);
+        const float *p = a->layers[l].router_probs, *bias = m->w.layers[l].balancing_bias;
+        for (int i = 0; i < N; i++) { /* token i skips iff bias[E] > max_e(p_e + b_e) - p_E */
+            float best = -INFINITY;
+            for (int e = 0; e < E; e++) best = fmaxf(best, p[(long)i * (E + 1) + e] + bias[e]);
+            t[i] = best - p[(long)i * (E + 1) + E];
+        }
+        qsort(t, (size_t)N, sizeof *t, cmp_float);
+        const int k = N / 4 > 0 ? N / 4 : 1;
+        m->w.layers[l].balancing_bias[E] = k < N ? 0.5f * (t[k - 1] + t[k]) : t[N - 1] + 0.01f;
+    }
+    free(t);
+}
+
+static double rel_err(const float *x, const float *ref, int n) {
+    double d = 0, r = 0;
+    for (int i = 0; i < n; i++) {
+        d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
+        r += (double)ref[i] * ref[i];
+    }
+    return sqrt(d) / fmax(sqrt(r), 1e-30);
+}
+
+typedef struct {
+    double max_err;
+    int route_mismatch, positions;
+} Agreement;
+
+/* Runs the sequence through the cache in pieces of the given sizes (cycled) and compares every position's
+ * logits and routing with the full forward. */
+static int run_pieces(const Model *m, KVCache *c, const int32_t *tok, int B, int T, const int *sizes, int n_sizes,
+                      const float *ref, const int32_t *ref_route, Agreement *ag, ZyErr *err) {
+    const int V = m->cfg.vocab_size, L = m->cfg.num_layers;
+    float *lg = malloc(sizeof(float) * B * T * V);
+    int32_t *piece = malloc(sizeof(int32_t) * B * T), *route = malloc(sizeof(int32_t) * L * B * T);
+    int rc = 0;
+    kvcache_reset(c);
+    for (int t0 = 0, k = 0; t0 < T && rc == 0; k++) {
+        int n = sizes[k % n_sizes];
+        if (n > T - t0) n = T - t0;
+        for (int b = 0; b < B; b++) memcpy(piece + b * n, tok + b * T + t0, sizeof(int32_t) * n);
+        rc = model_decode_ex(m, c, piece, n, lg, 0, route, err);
+        for (int b = 0; b < B && rc == 0; b++)
+            for (int t = 0; t < n; t++) {
+                double e = rel_err(lg + ((long)b * n + t) * V, ref + ((long)b * T + t0 + t) * V, V);
+                if (!(e <= ag->max_err)) ag->max_err = e; /* NaN sticks */
+                ag->positions++;
+                for (int l = 0; l < L; l++)
+                    ag->route_mismatch += route[((long)l * B + b) * n + t] != ref_route[((long)l * B + b) * T + t0 + t];
+            }
+        t0 += n;
+    }
+    free(lg);
+    free(piece);
+    free(route);
+    return rc;
+}
+
+TEST(decode_matches_full_forward) {
+    ZyErr err = {{0}};
+    Agreement ag = {0};
+    int runs = 0;
+    for (size_t si = 0; si < ZY_ARRAY_LEN(shapes); si++)
+        for (int B = 1; B <= (si % 2 == 0 ? 2 : 1); B++) { /* B = 2 on every other shape keeps this quick */
+            Model m;
+            REQUIRE(make_model(&m, &shapes[si], 100 + si, &err) == 0);
+            const int T = B == 1 ? 36 + (int)si : 23 + (int)si, V = m.cfg.vocab_size, L = m.cfg.num_layers;
+            int32_t *tok = malloc(sizeof(int32_t) * B * T), *ref_route = malloc(sizeof(int32_t) * L * B * T);
+            ZyRng rng;
+            zy_rng_seed(&rng, 5 + si * 3 + B);
+            for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(zy_rng_next(&rng) % V);
+            Activations a;
+            REQUIRE(acts_create(&a, &m.cfg, B, T, &err) == 0);
+            calibrate_skip(&m, &a, tok);
+            model_forward(&m, &a, tok);
+            /* routing as [L, B, T] */
+            int skipped = 0;
+            for (int l = 0; l < L; l++)
+                for (int i = 0; i < B * T; i++) {
+                    ref_route[(long)l * B * T + i] = a.layers[l].choice[i];
+                    skipped += a.layers[l].choice[i] == m.cfg.num_experts;
+                }
+            CHECK_MSG(skipped > 0 && skipped < L * B * T, "skipped %d of %d", skipped, L * B * T); /* both the skip expert and real experts are exercised */
+            KVCache c;
+            REQUIRE(kvcache_create(&c, &m.cfg, B, T, &err) == 0);
+            static const int one[] = {1}, mixed[] = {7, 1, 1, 5, 2, 1, 11, 3};
+            CHECK(run_pieces(&m, &c, tok, B, T, one, 1, a.logits, ref_route, &ag, &err) == 0);
+            CHECK(run_pieces(&m, &c, tok, B, T, mixed, 8, a.logits, ref_route, &ag, &err) == 0);
+            kvcache_free(&c);
+            /* a chunk cap smaller than the prefill: pieces split inside model_decode */
+            REQUIRE(kvcache_create_ex(&c, &m.cfg, B, T, 4, &err) == 0);
+            const int big[] = {T > 30 ? 30 : T, 1, 2};
+            CHECK(run_pieces(&m, &c, tok, B, T, big, 3, a.logits, ref_route, &ag, &err) == 0);
+            /* last_only: one prefill of all but the last token, then the last token */
+            kvcache_reset(&c);
+            float *lg = malloc(sizeof(float) * B * V);
+            int32_t *pre = malloc(sizeof(int32_t) * B * T);
+            for (int b = 0; b < B; b++) memcpy(pre + b * (T - 1), tok + b * T, sizeof(int32_t) * (T - 1));
+            REQUIRE(model_decode(&m, &c, pre, T - 1, lg, 1, &err) == 0);
+            for (int b = 0; b < B; b++) {
+                double e = rel_err(lg + (long)b * V, a.logits + ((long)b * T + T - 2) * V, V);
+                CHECK_MSG(e < 1e-5, "last_only prefill err %.3g", e);
+            }
+            int32_t last[2] = {tok[T - 1], B > 1 ? tok[2 * T - 1] : 0};
+            REQUIRE(model_decode(&m, &c, last, 1, lg, 1, &err) == 0);
+            for (int b = 0; b < B; b++) {
+                double e = rel_err(lg + (long)b * V, a.logits + ((long)b * T + T - 1) * V, V);
+                CHECK_MSG(e < 1e-5, "last token err %.3g", e);
+            }
+            CHECK(c.len == T);
+            free(lg);
+            free(pre);
+            kvcache_free(&c);
+            acts_free(&a);
+            free(tok);
+            free(ref_route);
+            model_free(&m);
+            runs++;
+        }
+    printf("    decode vs full forward: %d models x 3 schedules, %d positions, max rel err %.3g, %d routing "
+           "mismatches\n", runs, ag.positions, ag.max_err, ag.route_mismatch);
+    CHECK_MSG(ag.max_err < 1e-5, "max rel err %.3g", ag.max_err);
+    CHECK(ag.route_mismatch == 0);
+}
+
+TEST(decode_errors_leave_the_cache_untouched) {
+    ZyErr err = {{0}};
+    Model m;
+    REQUIRE(make_model(&m, &shapes[0], 3, &err) == 0);
+    KVCache c;
+    CHECK(kvcache_create(&c, &m.cfg, 1, 65, &err) == -1 && strstr(err.msg, "max_position_embeddings"));
+    CHECK(kvcache_create(&c, &m.cfg, 0, 8, &err) == -1);
+    REQUIRE(kvcache_create(&c, &m.cfg, 1, 8, &err) == 0);
+    const int V = m.cfg.vocab_size;
+    float lg[2 * 61], lg2[61];
+    int32_t tok[9] = {3, 4, 5, 6, 7, 8, 9, 10, 11};
+    REQUIRE(model_decode(&m, &c, tok, 5, lg, 1, &err) == 0);
+    CHECK(model_decode(&m, &c, tok, 4, lg, 1, &err) == -1 && strstr(err.msg, "KV cache full"));
+    int32_t bad[2] = {1, V};
+    CHECK(model_decode(&m, &c, bad, 2, lg, 0, &err) == -1 && strstr(err.msg, "token id 61 at [0, 1]"));
+    bad[1] = -1;
+    CHECK(model_decode(&m, &c, bad, 2, lg, 0, &err) == -1 && strstr(err.msg, "outside the vocabulary"));
+    CHECK(model_decode(&m, &c, tok, 0, lg, 0, &err) == -1);
+    CHECK(c.len == 5);
+    /* the failed calls changed nothing: the next token gives the same logits as in a fresh run */
+    REQUIRE(model_decode(&m, &c, tok + 5, 1, lg2, 1, &err) == 0);
+    kvcache_reset(&c);
+    REQUIRE(model_decode(&m, &c, tok, 6, lg, 1, &err) == 0);
+    CHECK(rel_err(lg2, lg, V) < 1e-6);
+    /* logits may be NULL (fill the cache only) */
+    kvcache_reset(&c);
+    REQUIRE(model_decode(&m, &c, tok, 5, NULL, 0, &err) == 0);
+    REQUIRE(model_decode(&m, &c, tok + 5, 1, lg, 1, &err) == 0);
+    CHECK(rel_err(lg2, lg, V) < 1e-6);
+    CHECK(kvcache_bytes_per_token(&m.cfg) == (size_t)2 * 2 * 2 * 8 * sizeof(float)); /* L * 2 * Hkv*dh floats */
+    kvcache_free(&c);
+    model_free(&m);
+}
