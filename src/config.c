@@ -253,6 +253,17 @@ int config_load(ZayaConfig *cfg, const char *path, ZyErr *err) {
     return rc;
 }
 
+/* The double closest to the shortest decimal that reads back as f, so 1e-5f is written "1e-05" rather than
+ * "9.99999974737875e-06". */
+static double short_decimal(float f) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return (double)f;
+}
+
 char *config_to_json(const ZayaConfig *c, const char *torch_dtype) {
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
@@ -270,16 +281,16 @@ char *config_to_json(const ZayaConfig *c, const char *torch_dtype) {
     cJSON_AddNumberToObject(root, "router_hidden_size", c->router_hidden_size);
     cJSON_AddNumberToObject(root, "cca_time0", c->cca_time0);
     cJSON_AddNumberToObject(root, "cca_time1", c->cca_time1);
-    cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(root, "rms_norm_eps", short_decimal(c->rms_norm_eps));
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position_embeddings);
-    cJSON_AddNumberToObject(root, "initializer_range", c->initializer_range);
+    cJSON_AddNumberToObject(root, "initializer_range", short_decimal(c->initializer_range));
     cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON *rp = cJSON_AddObjectToObject(root, "rope_parameters");
     cJSON *hy = cJSON_AddObjectToObject(rp, "hybrid");
     cJSON_AddStringToObject(hy, "rope_type", "default");
-    cJSON_AddNumberToObject(hy, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(hy, "partial_rotary_factor", c->partial_rotary_factor);
+    cJSON_AddNumberToObject(hy, "rope_theta", short_decimal(c->rope_theta));
+    cJSON_AddNumberToObject(hy, "partial_rotary_factor", short_decimal(c->partial_rotary_factor));
     const struct {
         const char *key;
         int v;
