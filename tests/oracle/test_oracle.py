@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Oracle test: `zaya forward` against Hugging Face transformers' ZayaForCausalLM (float32, eager attention,
+eager experts) on tiny randomised models. Checks logits, loss, every gradient (names and values) and the routing
+of every token in every layer.
+
+    python tests/oracle/test_oracle.py [--only cfg3,cfg7] [--keep DIR]
+
+The last line is `oracle: N passed, N failed`; the exit status is non-zero if any check failed.
+ZAYA_BIN overrides the binary (see common.py; fake_zaya.py is an HF stand-in used to validate this script).
+"""
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np  # noqa: E402
+
+from common import (Results, ZayaMissing, build_model, fmt, hf_reference, load_model, make_config,  # noqa: E402
+                    make_tokens, parse_loss, rel_err, run_zaya, save_model, significant_digits, trainable_names,
+                    zaya_cmd)
+
+TOL_LOGITS = 1e-5
+TOL_LOSS = 1e-6
+TOL_GRAD = 1e-4
+GRAD_FLOOR = 1e-5  # see the gradient check
+
+# name, model shape, batch, token dtype, target skip fraction, save options
+CONFIGS = [
+    dict(name="cfg1", shape=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 head_dim=8, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                                 cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=True,
+                                 vocab_size=128),
+         B=1, T=17, tok_dtype=np.int64, skip=0.25),
+    dict(name="cfg2", shape=dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2,
+                                 head_dim=8, num_experts=5, moe_intermediate_size=24, router_hidden_size=24,
+                                 cca_time0=3, cca_time1=2, partial_rotary_factor=1.0, tie_word_embeddings=False,
+                                 vocab_size=200),
+         B=3, T=17, tok_dtype=np.int32, skip=0.3),
+    dict(name="cfg3", shape=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                                 head_dim=8, num_experts=2, moe_intermediate_size=16, router_hidden_size=16,
+                                 cca_time0=2, cca_time1=3, partial_rotary_factor=0.5, tie_word_embeddings=True,
+                                 vocab_size=150, pad_token_id=5),
+         B=3, T=3, tok_dtype=np.int32, skip=0.2),
+    dict(name="cfg4", shape=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                 head_dim=8, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                                 cca_time0=3, cca_time1=3, partial_rotary_factor=1.0, tie_word_embeddings=False,
+                                 vocab_size=100, rope_theta=1e6),
+         B=1, T=2, tok_dtype=np.int64, skip=0.0),
+    dict(name="cfg5", shape=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                 head_dim=8, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                                 cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=True,
+                                 vocab_size=128),
+         B=3, T=1, tok_dtype=np.int64, skip=0.34),
+    # odd Hkv (a value head straddles the current/delayed halves), Hq*dh != D, rotary dim 2, no pad token
+    dict(name="cfg6", shape=dict(hidden_size=40, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=3,
+                                 head_dim=8, num_experts=4, moe_intermediate_size=20, router_hidden_size=16,
+                                 cca_time0=2, cca_time1=2, partial_rotary_factor=0.25, tie_word_embeddings=False,
+                                 vocab_size=120, pad_token_id=None),
+         B=3, T=17, tok_dtype=np.int32, skip=0.15),
+    # the larger one: ZAYA1-like head layout, T=64, sharded checkpoint (model.safetensors.index.json)
+    dict(name="cfg7", shape=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 head_dim=16, num_experts=4, moe_intermediate_size=32, router_hidden_size=32,
+                                 cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=True,
+                                 vocab_size=300, rope_theta=1e6),
+         B=3, T=64, tok_dtype=np.int64, skip=0.25, shard="40KB"),
+    # G=4 with wide heads, three layers, E=5, untied, everything at once
+    dict(name="cfg9", shape=dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
+                                 head_dim=32, num_experts=5, moe_intermediate_size=48, router_hidden_size=32,
+                                 cca_time0=3, cca_time1=3, partial_rotary_factor=0.5, tie_word_embeddings=False,
+                                 vocab_size=256, rope_theta=5e6),
+         B=3, T=64, tok_dtype=np.int32, skip=0.35),
+    # a single layer (no EDA at all), MQA with dh=16, full rotary, eps 1e-6
+    dict(name="cfg8", shape=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                 head_dim=16, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                                 cca_time0=3, cca_time1=3, partial_rotary_factor=1.0, tie_word_embeddings=True,
+                                 vocab_size=128, rms_norm_eps=1e-6),
+         B=1, T=64, tok_dtype=np.int32, skip=0.1),
+]
+
+
+def describe(c):
+    s = c["shape"]
+    return (f"B={c['B']} T={c['T']} L={s['num_hidden_layers']} Hq/Hkv={s['num_attention_heads']}/"
+            f"{s['num_key_value_heads']} dh={s['head_dim']} E={s['num_experts']} "
+            f"cca={s['cca_time0']},{s['cca_time1']} prf={s['partial_rotary_factor']} "
+            f"{'tied' if s['tie_word_embeddings'] else 'untied'}")
+
+
+def run_config(c, work, res, seed):
+    name = c["name"]
+    cfg = make_config(**c["shape"])
+    B, T, V = c["B"], c["T"], cfg.vocab_size
+    L = cfg.num_hidden_layers
+    tokens = make_tokens(B, T, V, seed, pad_id=cfg.pad_token_id if cfg.pad_token_id is not None else 0)
+    model = build_model(cfg, seed, tokens, c["skip"])
+    mdir = work / name / "model"
+    save_model(model, mdir, c.get("shard"))
+    if c.get("shard"):
+        assert (mdir / "model.safetensors.index.json").is_file(), "sharding did not happen"
+    # the reference is computed on the model as loaded back from the files zaya reads
+    ref_model = load_model(mdir)
+    ref = hf_reference(ref_model, tokens)
+    names = set(trainable_names(ref_model))
+    label = f"{name} {describe(c)}"
+
+    res.check(ref["consistent"], f"{name} hf-routing-selfcheck",
+              "recomputing argmax(softmax(logits)+balancing_biases) did not reproduce the router's choice")
+
+    tok_path = work / name / "tokens.npy"
+    np.save(tok_path, tokens.astype(c["tok_dtype"]))
+    lpath = work / name / "logits.npy"
+    gpath = work / name / "grads.safetensors"
+    t0 = time.time()
+    rc, out, err = run_zaya(["forward", "--model", mdir, "--tokens", tok_path, "--logits-out", lpath,
+                             "--grads-out", gpath])
+    wall = time.time() - t0
+    loss = parse_loss(out)
+    ok_run = rc == 0 and loss is not None
+    res.check(ok_run, f"{name} run", f"rc={rc} loss-line={'ok' if loss is not None else 'missing'}; "
+              f"stdout tail: {out.strip()[-300:]!r} stderr tail: {err.strip()[-600:]!r}")
+    if not ok_run:
+        for chk in ("logits", "loss", "grad-names", "grads", "routing"):
+            res.check(False, f"{name} {chk}", "zaya forward failed")
+        print(f"FAIL {label}", flush=True)
+        return
+
+    worst = {}
+    ok_all = True
+
+    # logits
+    try:
+        lg = np.load(lpath)
+        if lg.dtype != np.float32 or lg.shape != (B, T, V):
+            raise ValueError(f"logits file dtype {lg.dtype} shape {lg.shape}, want float32 {(B, T, V)}")
+        e = rel_err(lg, ref["logits"])
+        worst["logits"] = e
+        ok = res.check(e <= TOL_LOGITS, f"{name} logits", f"rel err {e:.3e} > {TOL_LOGITS}")
+    except Exception as ex:  # noqa: BLE001
+        ok = res.check(False, f"{name} logits", str(ex))
+    ok_all &= ok
+
+    # loss
+    last = out.strip().splitlines()[-1].split()[1]
+    if T > 1:
+        e = abs(loss - ref["loss"]) / abs(ref["loss"])
+        digits = significant_digits(last)
+        ok = res.check(e <= TOL_LOSS and digits >= 9, f"{name} loss",
+                       f"zaya {last} hf {ref['loss']!r} rel {e:.3e} (tol {TOL_LOSS}), {digits} significant digits")
+    else:
+        e = abs(loss)
+        ok = res.check(loss == 0.0, f"{name} loss", f"T=1 must print loss 0, got {last}")
+    worst["loss"] = e
+    ok_all &= ok
+
+    # gradients
+    try:
+        from safetensors.numpy import load_file
+        gz = load_file(str(gpath))
+    except Exception as ex:  # noqa: BLE001
+        gz = None
+        res.check(False, f"{name} grad-names", f"cannot read {gpath}: {ex}")
+        res.check(False, f"{name} grads", "no gradient file")
+        ok_all = False
+    worst_g = (0.0, "-")
+    if gz is not None:
+        gnames = {k for k in gz if not k.startswith("routing.")}
+        missing = sorted(names - gnames)
+        extra = sorted(gnames - names)
+        bad_meta = [f"{k}: {gz[k].dtype}{list(gz[k].shape)} want float32{list(ref['grads'][k].shape)}"
+                    for k in sorted(names & gnames)
+                    if gz[k].dtype != np.float32 or gz[k].shape != ref["grads"][k].shape]
+        ok = res.check(not missing and not extra and not bad_meta, f"{name} grad-names",
+                       f"missing {missing} extra {extra} bad dtype/shape {bad_meta}")
+        ok_all &= ok
+        # A gradient that is mathematically zero (e.g. q/k of a sequence whose only query sees one key) is 0 in
+        # HF but may come out as rounding noise elsewhere: the denominator has a floor relative to the norm of
+        # all gradients together (0 when every gradient is 0, as for T = 1: then zaya must give exact zeros).
+        gnorm = float(np.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64))) for v in ref["grads"].values())))
+        tiny = max(GRAD_FLOOR * gnorm, 1e-30)
+        errs = []
+        for k in sorted(names & gnames):
+            if gz[k].shape != ref["grads"][k].shape:
+                errs.append((float("inf"), k))
+                continue
+            errs.append((rel_err(gz[k], ref["grads"][k], tiny), k))
+        errs.sort(key=lambda x: -x[0])
+        if errs:
+            worst_g = errs[0]
+        bad = [(k, v) for v, k in errs if not v <= TOL_GRAD]
+        ok = res.check(bool(errs) and not bad, f"{name} grads",
+                       f"{len(bad)} gradients over {TOL_GRAD}: " + ", ".join(f"{k} {v:.2e}" for k, v in bad[:8]))
+        ok_all &= ok
+
+        # routing
+        problems = []
+        for l in range(L):
+            key = f"routing.layer{l}"
+            if key not in gz:
+                problems.append(f"{key} missing")
+                continue
+            r = gz[key]
+            if r.dtype != np.int32 or r.shape != (B, T):
+                problems.append(f"{key} dtype {r.dtype} shape {r.shape}, want int32 {(B, T)}")
+                continue
+            diff = np.argwhere(r != ref["routing"][l])
+            if len(diff):
+                b, t = diff[0]
+                problems.append(f"layer {l}: {len(diff)} tokens differ, first (b={b}, t={t}) zaya "
+                                f"{r[b, t]} hf {ref['routing'][l][b, t]} (hf min margin {ref['margin'][l]:.1e})")
+        extra_r = sorted(k for k in gz if k.startswith("routing.") and k not in {f"routing.layer{l}" for l in range(L)})
+        if extra_r:
+            problems.append(f"unexpected {extra_r}")
+        ok = res.check(not problems, f"{name} routing", "; ".join(problems))
+        ok_all &= ok
+
+    skip = float(np.mean(ref["skip"]))
+    print(f"{'ok  ' if ok_all else 'FAIL'} {label} logits {fmt(worst.get('logits', float('nan')))} "
+          f"loss {fmt(worst.get('loss', float('nan')))} grad {fmt(worst_g[0])} ({worst_g[1]}) "
+          f"skip {skip:.2f} [{' '.join(f'{s:.2f}' for s in ref['skip'])}] margin {min(ref['margin']):.1e} "
+          f"zaya {wall:.2f}s", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", help="comma-separated config names")
+    ap.add_argument("--keep", help="write the work files here and keep them")
+    ap.add_argument("--seed", type=int, default=1234)
+    a = ap.parse_args()
+    res = Results("oracle")
+    t_start = time.time()
+    try:
+        print("zaya:", " ".join(zaya_cmd()), flush=True)
+    except ZayaMissing as ex:
+        print(f"oracle: cannot run: {ex}", file=sys.stderr, flush=True)
+        res.check(False, "zaya binary", str(ex))
+        res.finish()
+    if a.keep:
+        work = Path(a.keep)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="zaya_oracle_"))
+    configs = CONFIGS
+    if a.only:
+        want = set(a.only.split(","))
+        configs = [c for c in CONFIGS if c["name"] in want]
+    try:
+        for c in configs:
+            (work / c["name"]).mkdir(parents=True, exist_ok=True)
+            try:
+                run_config(c, work, res, a.seed + 101 * int(c['name'][3:]))
+            except Exception as ex:  # noqa: BLE001 - a crash in one config is one failed test
+                import traceback
+                traceback.print_exc()
+                res.check(False, f"{c['name']} harness", repr(ex))
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"time {time.time() - t_start:.1f}s", flush=True)
+    res.finish()
+
+
+if __name__ == "__main__":
+    main()
