@@ -352,3 +352,54 @@ int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, fl
 int model_decode(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only, ZyErr *err) {
     return model_decode_ex(m, c, tokens, n, logits, last_only, NULL, err);
 }
+
+/* ---- generation ----------------------------------------------------------------------------------------------- */
+
+int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+             int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+             GenerateStats *st, ZyErr *err) {
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n_prompt;
+    if (c->batch != 1) return zy_fail(err, "generate: the KV cache must hold one sequence (has %d)", c->batch);
+    if (s->V != m->cfg.vocab_size)
+        return zy_fail(err, "generate: sampler built for %d tokens, model has %d", s->V, m->cfg.vocab_size);
+    if (n_prompt <= 0) return zy_fail(err, "generate: empty prompt");
+    if (n_prompt > c->max_len)
+        return zy_fail(err, "generate: prompt of %d tokens does not fit the %d-token context", n_prompt, c->max_len);
+    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
+    if (!logits) return zy_fail(err, "out of memory");
+    kvcache_reset(c);
+    int rc = -1;
+    double t0 = zy_now_seconds();
+    if (model_decode(m, c, prompt, n_prompt, logits, 1, err)) goto done;
+    st->prefill_s = zy_now_seconds() - t0;
+    t0 = zy_now_seconds();
+    st->stop = GEN_STOP_MAX_TOKENS;
+    while (st->n_generated < max_new) {
+        int32_t tok = sample_next(s, p, logits, rng);
+        st->n_generated++;
+        int stop = 0;
+        for (int i = 0; i < n_stop; i++) stop |= tok == stop_ids[i];
+        int cb = fn ? fn(ctx, tok, err) : 0;
+        if (cb < 0) goto done;
+        if (stop) {
+            st->stop = GEN_STOP_EOS;
+            break;
+        }
+        if (cb > 0) {
+            st->stop = GEN_STOP_CALLBACK;
+            break;
+        }
+        if (st->n_generated == max_new) break; /* the last token needs no forward */
+        if (c->len >= c->max_len) {
+            st->stop = GEN_STOP_CACHE_FULL;
+            break;
+        }
+        if (model_decode(m, c, &tok, 1, logits, 1, err)) goto done;
+    }
+    st->decode_s = zy_now_seconds() - t0;
+    rc = 0;
+done:
+    free(logits);
+    return rc;
+}

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "sampling.h"
 #include "util.h"
 
 /* Scratch for one chunk of B*chunk new token rows (sized once, reused by every call). */
@@ -68,5 +69,26 @@ int model_decode(const Model *m, KVCache *c, const int32_t *tokens, int n, float
 /* The same, also writing each token's chosen expert per layer to routing [L, batch, n] (E = skip) if non-NULL. */
 int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
                     int32_t *routing, ZyErr *err);
+
+/* ---- generation (one sequence) ---------------------------------------------------------------------------- */
+
+typedef enum { GEN_STOP_MAX_TOKENS, GEN_STOP_EOS, GEN_STOP_CALLBACK, GEN_STOP_CACHE_FULL } GenStop;
+
+typedef struct {
+    int n_prompt, n_generated;
+    double prefill_s;  /* the prompt's forward, up to the first token's logits */
+    double decode_s;   /* the single-token steps after that (n_generated - 1 of them), sampling included */
+    GenStop stop;
+} GenerateStats;
+
+/* Called with each generated token: return 0 to go on, > 0 to stop after this token, < 0 for an error (err filled). */
+typedef int (*GenerateTokenFn)(void *ctx, int32_t token, ZyErr *err);
+
+/* Resets the cache (batch 1), prefills the prompt, then samples up to max_new tokens, feeding each back. Stops
+ * after a token in stop_ids (it is reported to fn and counted), at max_new, when fn asks, or when the cache is
+ * full. */
+int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+             int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+             GenerateStats *st, ZyErr *err);
 
 #endif

@@ -5,6 +5,7 @@
 int cmd_init(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 int cmd_debug(int argc, char **argv);
 
 #endif

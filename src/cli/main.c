@@ -16,6 +16,7 @@ static const Command commands[] = {
     {"init", cmd_init, "create a model directory initialised from scratch"},
     {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},
+    {"generate", cmd_generate, "generate text from a prompt (cached decoding, sampling)"},
     {"debug", cmd_debug, "developer checks used by the test suite (debug optim ...)"},
 };
 

@@ -229,3 +229,59 @@ TEST(decode_errors_leave_the_cache_untouched) {
     kvcache_free(&c);
     model_free(&m);
 }
+
+typedef struct {
+    int32_t toks[64];
+    int n, stop_after;
+} Collected;
+
+static int collect(void *ctx, int32_t tok, ZyErr *err) {
+    Collected *c = ctx;
+    c->toks[c->n++] = tok;
+    return c->n == c->stop_after;
+}
+
+/* Greedy generation: every token is the argmax of the full forward's logits over the sequence so far. */
+TEST(decode_generate_greedy_matches_full_forward_argmax) {
+    ZyErr err = {{0}};
+    Model m;
+    REQUIRE(make_model(&m, &shapes[1], 11, &err) == 0);
+    const int V = m.cfg.vocab_size, n_prompt = 5, max_new = 20;
+    KVCache c;
+    Sampler s;
+    REQUIRE(kvcache_create(&c, &m.cfg, 1, n_prompt + max_new, &err) == 0);
+    REQUIRE(sampler_create(&s, V, &err) == 0);
+    SamplingParams greedy = {0, 0, 1};
+    ZyRng rng;
+    zy_rng_seed(&rng, 1);
+    int32_t seq[32] = {1, 7, 3, 9, 4};
+    Collected col = {.stop_after = -1};
+    GenerateStats st;
+    REQUIRE(generate(&m, &c, &s, &greedy, &rng, seq, n_prompt, max_new, NULL, 0, collect, &col, &st, &err) == 0);
+    CHECK(st.n_generated == max_new && col.n == max_new && st.stop == GEN_STOP_MAX_TOKENS);
+    memcpy(seq + n_prompt, col.toks, sizeof(int32_t) * max_new);
+    Activations a;
+    const int T = n_prompt + max_new - 1;
+    REQUIRE(acts_create(&a, &m.cfg, 1, T, &err) == 0);
+    model_forward(&m, &a, seq);
+    for (int t = n_prompt - 1; t < T; t++) CHECK(sample_argmax(a.logits + (long)t * V, V) == seq[t + 1]);
+    acts_free(&a);
+    /* a stop id ends generation after it; the callback can stop too; the cache size bounds the length */
+    int32_t stop = col.toks[3];
+    Collected c2 = {.stop_after = -1};
+    REQUIRE(generate(&m, &c, &s, &greedy, &rng, seq, n_prompt, max_new, &stop, 1, collect, &c2, &st, &err) == 0);
+    int first = 0;
+    while (col.toks[first] != stop) first++;
+    CHECK(st.stop == GEN_STOP_EOS && c2.n == first + 1 && st.n_generated == first + 1);
+    Collected c3 = {.stop_after = 2};
+    REQUIRE(generate(&m, &c, &s, &greedy, &rng, seq, n_prompt, max_new, NULL, 0, collect, &c3, &st, &err) == 0);
+    CHECK(st.stop == GEN_STOP_CALLBACK && c3.n == 2);
+    kvcache_free(&c);
+    REQUIRE(kvcache_create(&c, &m.cfg, 1, n_prompt + 3, &err) == 0);
+    REQUIRE(generate(&m, &c, &s, &greedy, &rng, seq, n_prompt, max_new, NULL, 0, NULL, NULL, &st, &err) == 0);
+    CHECK(st.stop == GEN_STOP_CACHE_FULL && st.n_generated == 4); /* 3 fed back + the last one sampled */
+    CHECK(generate(&m, &c, &s, &greedy, &rng, seq, 9, max_new, NULL, 0, NULL, NULL, &st, &err) == -1);
+    sampler_free(&s);
+    kvcache_free(&c);
+    model_free(&m);
+}

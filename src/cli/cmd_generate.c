@@ -1,0 +1,164 @@
+/* zaya generate: prefill a prompt, then cached decoding with sampling; text streams to stdout as it is produced. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "decode.h"
+#include "model.h"
+#include "model_io.h"
+#include "sampling.h"
+
+/* "1 2 3" or "1,2,3" → ids (malloc'ed). */
+static int parse_ids(const char *text, int32_t **out, int *n_out, ZyErr *err) {
+    size_t cap = 16, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return zy_fail(err, "out of memory");
+    const char *p = text;
+    for (;;) {
+        while (*p == ',' || isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',' && !isspace((unsigned char)*end))) {
+            free(ids);
+            return zy_fail(err, "generate: --prompt with --ids must be token ids separated by spaces or commas "
+                                "(bad \"%.20s\")", p);
+        }
+        if (n == cap) {
+            int32_t *grown = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!grown) {
+                free(ids);
+                return zy_fail(err, "out of memory");
+            }
+            ids = grown;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    if (n == 0) {
+        free(ids);
+        return zy_fail(err, "generate: empty prompt");
+    }
+    *out = ids;
+    *n_out = (int)n;
+    return 0;
+}
+
+typedef struct {
+    int first;
+} IdsOut;
+
+static int print_id(void *ctx, int32_t tok, ZyErr *err) {
+    IdsOut *o = ctx;
+    printf(o->first ? "%d" : " %d", tok);
+    o->first = 0;
+    fflush(stdout);
+    return 0;
+}
+
+static const char *stop_reason(GenStop s) {
+    switch (s) {
+    case GEN_STOP_EOS: return "end of sequence";
+    case GEN_STOP_CALLBACK: return "stop requested";
+    case GEN_STOP_CACHE_FULL: return "context full";
+    case GEN_STOP_MAX_TOKENS: break;
+    }
+    return "max tokens";
+}
+
+static void print_stats(const GenerateStats *st, const KVCache *c, const ZayaConfig *cfg) {
+    fprintf(stderr, "prompt tokens     %d\n", st->n_prompt);
+    fprintf(stderr, "generated tokens  %d (stopped: %s)\n", st->n_generated, stop_reason(st->stop));
+    fprintf(stderr, "prefill           %.4f s (%.1f tokens/s)\n", st->prefill_s,
+            st->prefill_s > 0 ? st->n_prompt / st->prefill_s : 0.0);
+    const int steps = st->n_generated > 0 ? st->n_generated - 1 : 0;
+    fprintf(stderr, "decode            %.1f tokens/s (%d steps in %.4f s)\n", st->decode_s > 0 ? steps / st->decode_s : 0.0,
+            steps, st->decode_s);
+    fprintf(stderr, "KV cache          %zu bytes per token (k+v, %d layers), %zu bytes in all for %d tokens "
+                    "(with the conv/value state)\n",
+            kvcache_bytes_per_token(cfg), cfg->num_layers, c->cache_bytes, c->max_len);
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL;
+    int max_tokens = 128, top_k = 0, ids_mode = 0;
+    double temperature = 0.8, top_p = 0.95;
+    uint64_t seed = 0;
+    ArgSpec specs[] = {
+        {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
+        {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer file (required unless --ids)", 0},
+        {"--prompt", ARG_STRING, 1, &prompt, "prompt text (with --ids: token ids, e.g. \"2 17 5\")", 0},
+        {"--max-tokens", ARG_INT, 0, &max_tokens, "tokens to generate at most (default 128)", 0},
+        {"--temperature", ARG_FLOAT, 0, &temperature, "sampling temperature, 0 = greedy (default 0.8)", 0},
+        {"--top-k", ARG_INT, 0, &top_k, "keep the k most likely tokens, 0 = off (default 0)", 0},
+        {"--top-p", ARG_FLOAT, 0, &top_p, "nucleus sampling mass (default 0.95; 1 = off)", 0},
+        {"--seed", ARG_U64, 0, &seed, "sampling seed (default 0)", 0},
+        {"--ids", ARG_SWITCH, 0, &ids_mode, "token ids in and out, no tokenizer (no bos is added)", 0},
+    };
+    const int n = ZY_ARRAY_LEN(specs);
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            args_usage("generate",
+                       "--model DIR (--tokenizer T | --ids) --prompt TEXT [--max-tokens N] [--temperature t] "
+                       "[--top-k k] [--top-p p] [--seed s]",
+                       specs, n);
+            return 0;
+        }
+    ZyErr err = {{0}};
+    Model m;
+    KVCache c;
+    Sampler smp;
+    int32_t *ids = NULL;
+    int n_ids = 0, rc = 1, have_model = 0, have_cache = 0, have_sampler = 0;
+    SamplingParams sp;
+    if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "generate", &err)) goto fail;
+    sp = (SamplingParams){temperature, top_k, top_p};
+    if (sampling_validate(&sp, &err)) {
+        zy_wrap(&err, "generate");
+        goto fail;
+    }
+    if (max_tokens < 0) {
+        zy_fail(&err, "generate: --max-tokens must be >= 0 (got %d)", max_tokens);
+        goto fail;
+    }
+    if (!ids_mode) {
+        zy_fail(&err, "generate: text prompts need the tokenizer module, which is not built yet: use --ids");
+        goto fail;
+    }
+    if (parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
+    if (model_load_dir(&m, model_dir, &err)) goto fail;
+    have_model = 1;
+    if (model_check_tokens(&m, ids, 1, n_ids, &err)) {
+        zy_wrap(&err, "generate: prompt");
+        goto fail;
+    }
+    /* the last generated token is never fed back, so the context needs n_prompt + max_tokens - 1 slots */
+    long need = (long)n_ids + (max_tokens > 0 ? max_tokens - 1 : 0);
+    int max_len = need < m.cfg.max_position_embeddings ? (int)need : m.cfg.max_position_embeddings;
+    if (kvcache_create(&c, &m.cfg, 1, max_len, &err)) goto fail;
+    have_cache = 1;
+    if (sampler_create(&smp, m.cfg.vocab_size, &err)) goto fail;
+    have_sampler = 1;
+    ZyRng rng;
+    zy_rng_seed(&rng, seed);
+    const int32_t eos = m.cfg.eos_token_id;
+    IdsOut out = {1};
+    GenerateStats st;
+    if (generate(&m, &c, &smp, &sp, &rng, ids, n_ids, max_tokens, &eos, eos >= 0, print_id, &out, &st, &err)) goto fail;
+    printf("\n");
+    fflush(stdout);
+    print_stats(&st, &c, &m.cfg);
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    free(ids);
+    if (have_sampler) sampler_free(&smp);
+    if (have_cache) kvcache_free(&c);
+    if (have_model) model_free(&m);
+    return rc;
+}
