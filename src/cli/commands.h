@@ -7,5 +7,6 @@ int cmd_forward(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_debug(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
 
 #endif

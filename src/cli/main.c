@@ -18,6 +18,7 @@ static const Command commands[] = {
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},
     {"generate", cmd_generate, "generate text from a prompt (cached decoding, sampling)"},
     {"debug", cmd_debug, "developer checks used by the test suite (debug optim ...)"},
+    {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer (HF tokenizer.json); encode, decode"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,93 @@
+/* tokenizer: byte-level BPE (GPT-2 style) whose file format is Hugging Face `tokenizer.json`, so that the
+ * `tokenizers` library loads zaya's files and encodes any text to the same ids, and zaya loads the
+ * ByteLevel BPE files that `tokenizers` writes. */
+#ifndef ZAYA_TOKENIZER_H
+#define ZAYA_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+typedef struct Tokenizer Tokenizer;
+
+/* Special tokens are fixed for tokenizers zaya trains: id 0 "<|pad|>", 1 "<|bos|>", 2 "<|eos|>"; then the 256
+ * byte tokens (ordered by their GPT-2 byte-level character, as HF's trainer orders them); then merges.
+ * A loaded HF file keeps its own ids: look specials up with tokenizer_token_id(). */
+#define TOK_PAD_ID 0
+#define TOK_BOS_ID 1
+#define TOK_EOS_ID 2
+#define TOK_PAD_TEXT "<|pad|>"
+#define TOK_BOS_TEXT "<|bos|>"
+#define TOK_EOS_TEXT "<|eos|>"
+
+#define TOK_MIN_VOCAB 260        /* 3 specials + 256 bytes + at least one merge */
+#define TOK_MAX_VOCAB (1 << 21)  /* anything larger is a mistake */
+
+typedef struct {
+    double seconds;        /* wall time of the whole training */
+    double count_seconds;  /* of which reading and counting pre-tokens */
+    double input_mb;       /* bytes of text read (after JSONL extraction), in MB (1e6 bytes) */
+    int merges;            /* merges learned */
+    int64_t words;         /* unique pre-tokens counted */
+} TokenizerTrainStats;
+
+/* Trains on plain-text files (each file is one text) and .jsonl files (the "text" string of every line).
+ * Pre-tokenizes like encoding (special-token strings in the text are left out of the counts), then learns
+ * merges with HF's BpeTrainer rule (most frequent adjacent pair, ties to the smallest (left id, right id))
+ * until the vocabulary holds vocab_size tokens or no pair is left. Counting runs on OpenMP threads. */
+int tokenizer_train(const char *const *files, int n_files, int vocab_size, Tokenizer **out, TokenizerTrainStats *stats,
+                    ZyErr *err);
+/* Same, on texts in memory (text i is lens[i] bytes). */
+int tokenizer_train_texts(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, Tokenizer **out,
+                          TokenizerTrainStats *stats, ZyErr *err);
+
+/* Loads a HF tokenizer.json with a BPE model, ByteLevel pre-tokenizer (add_prefix_space false, use_regex true),
+ * no normalizer, a ByteLevel or no decoder / post-processor; merges as ["a","b"] pairs or "a b" strings.
+ * Anything else is refused with "<path>: <field>: <reason>". */
+int tokenizer_load(const char *path, Tokenizer **out, ZyErr *err);
+/* Same from JSON text in memory; label names it in errors. */
+int tokenizer_load_json(const char *json, size_t len, const char *label, Tokenizer **out, ZyErr *err);
+/* Writes tokenizer.json atomically (temporary file + fsync + rename). */
+int tokenizer_save(const Tokenizer *t, const char *path, ZyErr *err);
+/* The JSON text tokenizer_save writes (malloc'ed, NUL-terminated). */
+int tokenizer_to_json(const Tokenizer *t, char **json, size_t *len, ZyErr *err);
+
+/* Encodes any bytes (invalid UTF-8 included: every byte that does not start a valid UTF-8 character is a
+ * pre-token of its own). Added/special token strings in the text map to their ids, as HF does. For valid
+ * UTF-8 the ids equal HF `tokenizers`' Tokenizer.encode(text).ids for the same file.
+ * Uses the tokenizer's own pre-token cache, so it is NOT thread-safe on one Tokenizer: threads that share
+ * a Tokenizer use tokenizer_encode_with() and a cache each (or none). *ids is malloc'ed (NULL when empty). */
+int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids, ZyErr *err);
+
+typedef struct TokenizerCache TokenizerCache;
+TokenizerCache *tokenizer_cache_new(void);
+void tokenizer_cache_free(TokenizerCache *c);
+/* Thread-safe given a cache per thread; cache may be NULL (no caching). */
+int tokenizer_encode_with(const Tokenizer *t, TokenizerCache *cache, const char *text, size_t len, int32_t **ids,
+                          size_t *n_ids, ZyErr *err);
+
+/* Raw bytes (*bytes malloc'ed, NUL-terminated for convenience); special tokens decode to their text; an id
+ * outside the vocabulary is an error. decode(encode(x)) == x for every byte string x. */
+int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, char **bytes, size_t *len, ZyErr *err);
+
+/* Largest id + 1 (ids without a token are holes that decode refuses). */
+int tokenizer_vocab_size(const Tokenizer *t);
+/* Id of a token by its text in the file (added tokens and model vocab), or -1. */
+int tokenizer_token_id(const Tokenizer *t, const char *token);
+/* Text of a token as stored in the file (byte-level characters for model tokens), or NULL. */
+const char *tokenizer_token_text(const Tokenizer *t, int id);
+int tokenizer_n_merges(const Tokenizer *t);
+/* Merge number `rank` as (left id, right id); -1 if out of range. */
+int tokenizer_merge(const Tokenizer *t, int rank, int *left, int *right);
+void tokenizer_free(Tokenizer *t);
+
+/* Pre-tokenization alone (GPT-2 regex semantics, as HF's ByteLevel pre-tokenizer splits; special tokens are
+ * not looked for): *ends[i] is the end offset of piece i. */
+int tokenizer_pretokenize(const char *text, size_t len, size_t **ends, size_t *n, ZyErr *err);
+/* The same split computed with PCRE2 (UTF + UCP) running the GPT-2 regex itself, for tests. PCRE2 10.42
+ * knows Unicode 14 while HF (Oniguruma) and the built-in table know Unicode 16: returns 1 (and still the
+ * split) when the text holds a code point the two classify differently, 0 when the results must agree. */
+int tokenizer_pretokenize_pcre2(const char *text, size_t len, size_t **ends, size_t *n, ZyErr *err);
+
+#endif
