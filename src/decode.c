@@ -40,6 +40,7 @@ static void carve_cache(Carver *cv, KVCache *c) {
         c->vd_prev[l] = CF(cv, B * Ck / 2);
     }
     c->cache_bytes = cv->used;
+    c->mark_state = CF(cv, (size_t)f->num_layers * B * (P * C + Ck / 2));
     c->rope_cos = CF(cv, ML * half_rd);
     c->rope_sin = CF(cv, ML * half_rd);
     DecodeScratch *s = &c->s;
@@ -134,6 +135,30 @@ void kvcache_reset(KVCache *c) {
         memset(c->vd_prev[l], 0, B * half * sizeof(float));
     }
     c->len = 0;
+    kvcache_mark(c);
+}
+
+/* The per-sequence state of every layer, in or out of the mark buffer. */
+static void copy_state(KVCache *c, int save) {
+    const size_t B = c->batch, P = c->conv_pad, C = cfg_conv_channels(&c->cfg), half = cfg_k_channels(&c->cfg) / 2;
+    float *m = c->mark_state;
+    for (int l = 0; l < c->cfg.num_layers; l++) {
+        float *conv = c->conv_state[l], *vd = c->vd_prev[l];
+        memcpy(save ? m : conv, save ? conv : m, B * P * C * sizeof(float));
+        m += B * P * C;
+        memcpy(save ? m : vd, save ? vd : m, B * half * sizeof(float));
+        m += B * half;
+    }
+}
+
+void kvcache_mark(KVCache *c) {
+    copy_state(c, 1);
+    c->mark_len = c->len;
+}
+
+void kvcache_rewind(KVCache *c) {
+    copy_state(c, 0);
+    c->len = c->mark_len;
 }
 
 void kvcache_free(KVCache *c) {

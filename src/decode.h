@@ -45,6 +45,8 @@ typedef struct {
     float **conv_state;                     /* per layer [B, P, C]: X at positions len-P..len-1 (0 before 0) */
     float **vd_prev;                        /* per layer [B, Ck/2]: vd of the token at len-1 (0 when len = 0) */
     float *rope_cos, *rope_sin;             /* [max_len, rd/2], fp32 like the full forward */
+    int mark_len;                           /* kvcache_mark: the length and per-sequence state saved */
+    float *mark_state;                      /* conv_state and vd_prev of every layer, back to back */
     DecodeScratch s;
     size_t cache_bytes;                     /* k̂, v and the per-sequence state */
     void *block;                            /* one allocation behind everything above */
@@ -58,6 +60,10 @@ int kvcache_create(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, Zy
 /* The same with an explicit chunk size: inputs longer than `chunk` tokens per sequence run in pieces. */
 int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, ZyErr *err);
 void kvcache_reset(KVCache *c); /* length 0, state zeroed */
+/* Remembers the current length and state; kvcache_rewind returns to it (the k̂/v rows before the mark are never
+ * overwritten), e.g. to score several continuations of one prefilled context. */
+void kvcache_mark(KVCache *c);
+void kvcache_rewind(KVCache *c);
 void kvcache_free(KVCache *c);
 /* Bytes of k̂ and v for one token of one sequence, all layers, fp32. */
 size_t kvcache_bytes_per_token(const ZayaConfig *cfg);

@@ -17,7 +17,7 @@ int sampling_validate(const SamplingParams *p, ZyErr *err) {
 int sampler_create(Sampler *s, int V, ZyErr *err) {
     memset(s, 0, sizeof *s);
     if (V <= 0) return zy_fail(err, "sampler: vocabulary size %d", V);
-    s->V = V;
+    s->V = s->n_allowed = V;
     s->probs = malloc((size_t)V * sizeof *s->probs);
     s->order = malloc((size_t)V * sizeof *s->order);
     s->bucket_mass = malloc(SAMPLER_BUCKETS * sizeof *s->bucket_mass);
@@ -84,8 +84,7 @@ static void select_top(const float *p, int32_t *order, int V, int k) {
 /* Top-p over the whole vocabulary in O(V): a histogram of the probabilities' top 16 bits (monotonic for positive
  * floats) finds the bucket where the mass crosses the target; only that bucket is sorted. Fills order[0..n) with
  * the nucleus (higher buckets in id order, then the crossing bucket best first) and returns n; *mass its mass. */
-static int nucleus(Sampler *s, double target, double *mass) {
-    const int V = s->V;
+static int nucleus(Sampler *s, int V, double target, double *mass) {
     memset(s->bucket_mass, 0, SAMPLER_BUCKETS * sizeof *s->bucket_mass);
     for (int i = 0; i < V; i++) {
         uint32_t bits;
@@ -125,7 +124,7 @@ static int nucleus(Sampler *s, double target, double *mass) {
 }
 
 int32_t sample_next(Sampler *s, const SamplingParams *p, const float *logits, ZyRng *rng) {
-    const int V = s->V;
+    const int V = s->n_allowed > 0 && s->n_allowed < s->V ? s->n_allowed : s->V;
     if (p->temperature == 0) return sample_argmax(logits, V);
     /* softmax(logits / T), max-shifted; the sum is of the stored (float) values so later walks agree with it */
     const double mx = logits[sample_argmax(logits, V)], invT = 1.0 / p->temperature;
@@ -151,7 +150,7 @@ int32_t sample_next(Sampler *s, const SamplingParams *p, const float *logits, Zy
     int n;
     double mass;
     if (top_k == V && V > 4096) { /* top-p alone over a large vocabulary: no full sort */
-        n = nucleus(s, p->top_p * sum, &mass);
+        n = nucleus(s, V, p->top_p * sum, &mass);
     } else { /* the k most likely in order, then top-p on what top-k kept (as in transformers) */
         select_top(s->probs, s->order, V, top_k);
         double mass_k = 0;

@@ -15,6 +15,7 @@ typedef struct {
 /* Scratch for one vocabulary size, allocated once (no allocation per token). */
 typedef struct {
     int V;
+    int n_allowed;  /* only ids < n_allowed are drawn (default V): a tokenizer smaller than a padded vocabulary */
     float *probs;   /* [V] */
     int32_t *order; /* [V] candidate token ids */
     double *bucket_mass; /* [SAMPLER_BUCKETS] probability mass per histogram bucket (top-p) */

@@ -8,9 +8,11 @@
 #include "args.h"
 #include "commands.h"
 #include "decode.h"
+#include "eval.h"
 #include "model.h"
 #include "model_io.h"
 #include "sampling.h"
+#include "tokenizer.h"
 
 /* "1 2 3" or "1,2,3" → ids (malloc'ed). */
 static int parse_ids(const char *text, int32_t **out, int *n_out, ZyErr *err) {
@@ -58,6 +60,24 @@ static int print_id(void *ctx, int32_t tok, ZyErr *err) {
     printf(o->first ? "%d" : " %d", tok);
     o->first = 0;
     fflush(stdout);
+    return 0;
+}
+
+/* Streams each token's bytes as it comes (byte-level BPE decodes token by token, concatenated); eos prints nothing. */
+typedef struct {
+    const Tokenizer *tok;
+    int32_t eos;
+} TextOut;
+
+static int print_text(void *ctx, int32_t tok, ZyErr *err) {
+    TextOut *o = ctx;
+    if (tok == o->eos) return 0;
+    char *bytes = NULL;
+    size_t len = 0;
+    if (tokenizer_decode(o->tok, &tok, 1, &bytes, &len, err)) return -1;
+    fwrite(bytes, 1, len, stdout);
+    fflush(stdout);
+    free(bytes);
     return 0;
 }
 
@@ -113,6 +133,7 @@ int cmd_generate(int argc, char **argv) {
     Model m;
     KVCache c;
     Sampler smp;
+    Tokenizer *tok = NULL;
     int32_t *ids = NULL;
     int n_ids = 0, rc = 1, have_model = 0, have_cache = 0, have_sampler = 0;
     SamplingParams sp;
@@ -126,13 +147,37 @@ int cmd_generate(int argc, char **argv) {
         zy_fail(&err, "generate: --max-tokens must be >= 0 (got %d)", max_tokens);
         goto fail;
     }
-    if (!ids_mode) {
-        zy_fail(&err, "generate: text prompts need the tokenizer module, which is not built yet: use --ids");
+    if (!ids_mode && !tok_path) {
+        zy_fail(&err, "generate: give --tokenizer (or --ids to pass token ids)");
         goto fail;
     }
-    if (parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
+    if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
     if (model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
+    EvalTokenizer et = {0};
+    if (!ids_mode) {
+        if (tokenizer_load(tok_path, &tok, &err)) goto fail;
+        if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
+            zy_fail(&err, "generate: %s has %d tokens, more than the model's vocabulary of %d", tok_path,
+                    tokenizer_vocab_size(tok), m.cfg.vocab_size);
+            goto fail;
+        }
+        eval_tokenizer_from(&et, tok, &m.cfg);
+        int32_t *body = NULL;
+        size_t n_body = 0;
+        if (tokenizer_encode(tok, prompt, strlen(prompt), &body, &n_body, &err)) goto fail;
+        const int has_bos = et.bos_id >= 0;
+        ids = malloc(sizeof(int32_t) * (n_body + 1));
+        if (!ids || n_body + has_bos == 0 || n_body > (size_t)1 << 30) {
+            free(body);
+            zy_fail(&err, ids ? "generate: empty prompt" : "out of memory");
+            goto fail;
+        }
+        if (has_bos) ids[0] = et.bos_id;
+        if (n_body) memcpy(ids + has_bos, body, sizeof(int32_t) * n_body);
+        free(body);
+        n_ids = (int)n_body + has_bos;
+    }
     if (model_check_tokens(&m, ids, 1, n_ids, &err)) {
         zy_wrap(&err, "generate: prompt");
         goto fail;
@@ -144,12 +189,20 @@ int cmd_generate(int argc, char **argv) {
     have_cache = 1;
     if (sampler_create(&smp, m.cfg.vocab_size, &err)) goto fail;
     have_sampler = 1;
+    if (tok) smp.n_allowed = tokenizer_vocab_size(tok); /* never sample an id the tokenizer cannot decode */
     ZyRng rng;
     zy_rng_seed(&rng, seed);
-    const int32_t eos = m.cfg.eos_token_id;
-    IdsOut out = {1};
+    /* stop at the config's eos, and in text mode at the tokenizer's too */
+    int32_t stops[2];
+    int n_stops = 0;
+    if (m.cfg.eos_token_id >= 0) stops[n_stops++] = m.cfg.eos_token_id;
+    if (!ids_mode && et.eos_id >= 0 && et.eos_id != m.cfg.eos_token_id) stops[n_stops++] = et.eos_id;
+    IdsOut ids_out = {1};
+    TextOut text_out = {tok, et.eos_id};
     GenerateStats st;
-    if (generate(&m, &c, &smp, &sp, &rng, ids, n_ids, max_tokens, &eos, eos >= 0, print_id, &out, &st, &err)) goto fail;
+    if (generate(&m, &c, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, ids_mode ? print_id : print_text,
+                 ids_mode ? (void *)&ids_out : (void *)&text_out, &st, &err))
+        goto fail;
     printf("\n");
     fflush(stdout);
     print_stats(&st, &c, &m.cfg);
@@ -160,5 +213,6 @@ fail:
     if (have_sampler) sampler_free(&smp);
     if (have_cache) kvcache_free(&c);
     if (have_model) model_free(&m);
+    tokenizer_free(tok);
     return rc;
 }

@@ -285,3 +285,40 @@ TEST(decode_generate_greedy_matches_full_forward_argmax) {
     kvcache_free(&c);
     model_free(&m);
 }
+
+/* mark/rewind: continuations of one prefilled context give the logits of a fresh run over context + continuation. */
+TEST(decode_mark_and_rewind) {
+    ZyErr err = {{0}};
+    Model m;
+    REQUIRE(make_model(&m, &shapes[3], 21, &err) == 0); /* P = 4: the conv state spans several tokens */
+    const int V = m.cfg.vocab_size;
+    KVCache c;
+    REQUIRE(kvcache_create_ex(&c, &m.cfg, 1, 20, 3, &err) == 0);
+    int32_t ctx[6] = {1, 9, 8, 7, 6, 5}, a[5] = {11, 12, 13, 14, 15}, b[2] = {21, 22}, full[11];
+    float *lg = malloc(sizeof(float) * 5 * V), *ref = malloc(sizeof(float) * 5 * V);
+    REQUIRE(model_decode(&m, &c, ctx, 6, NULL, 0, &err) == 0);
+    kvcache_mark(&c);
+    REQUIRE(model_decode(&m, &c, a, 5, lg, 0, &err) == 0);
+    kvcache_rewind(&c);
+    CHECK(c.len == 6);
+    REQUIRE(model_decode(&m, &c, b, 2, lg, 0, &err) == 0);
+    kvcache_rewind(&c);
+    REQUIRE(model_decode(&m, &c, a, 1, lg + 2 * V, 0, &err) == 0);
+    /* reference: fresh runs */
+    memcpy(full, ctx, sizeof ctx);
+    memcpy(full + 6, b, sizeof b);
+    kvcache_reset(&c);
+    REQUIRE(model_decode(&m, &c, full, 8, NULL, 0, &err) == 0);
+    kvcache_reset(&c);
+    REQUIRE(model_decode(&m, &c, full, 6, NULL, 0, &err) == 0);
+    REQUIRE(model_decode(&m, &c, b, 2, ref, 0, &err) == 0);
+    CHECK(rel_err(lg, ref, 2 * V) < 1e-6);
+    kvcache_reset(&c);
+    memcpy(full + 6, a, sizeof a);
+    REQUIRE(model_decode(&m, &c, full, 7, ref, 1, &err) == 0);
+    CHECK(rel_err(lg + 2 * V, ref, V) < 1e-6);
+    free(lg);
+    free(ref);
+    kvcache_free(&c);
+    model_free(&m);
+}

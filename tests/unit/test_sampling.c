@@ -166,3 +166,22 @@ TEST(sampling_rejects_bad_parameters) {
     Sampler s;
     CHECK(sampler_create(&s, 0, &err) == -1);
 }
+
+/* n_allowed restricts every mode to the first ids (a tokenizer smaller than the padded vocabulary). */
+TEST(sampling_respects_n_allowed) {
+    ZyErr err = {{0}};
+    Sampler s;
+    REQUIRE(sampler_create(&s, 6000, &err) == 0);
+    float *lg = malloc(sizeof(float) * 6000);
+    for (int i = 0; i < 6000; i++) lg[i] = i >= 5000 ? 5.0f : (float)(i % 7) * 0.1f;
+    s.n_allowed = 5000;
+    ZyRng rng;
+    zy_rng_seed(&rng, 3);
+    const SamplingParams ps[4] = {{0, 0, 1}, {1, 0, 1}, {1, 10, 1}, {1, 0, 0.5}};
+    int bad = 0;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 50; i++) bad += sample_next(&s, &ps[k], lg, &rng) >= 5000;
+    CHECK(bad == 0);
+    free(lg);
+    sampler_free(&s);
+}
