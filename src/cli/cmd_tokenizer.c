@@ -122,7 +122,7 @@ static int cmd_encode(int argc, char **argv) {
     const char *tok_path = NULL, *text = NULL, *input = NULL, *out = NULL;
     int pieces = 0;
     ArgSpec specs[] = {
-        {"--tokenizer", ARG_STRING, 1, &tok_path, "tokenizer.json", 0},
+        {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer.json (required unless --pieces)", 0},
         {"--text", ARG_STRING, 0, &text, "text to encode", 0},
         {"--input", ARG_STRING, 0, &input, "file to encode (any bytes)", 0},
         {"--out", ARG_STRING, 0, &out, "write the ids as an int32 .npy instead of printing them", 0},
@@ -130,7 +130,7 @@ static int cmd_encode(int argc, char **argv) {
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
-        args_usage("tokenizer encode", "--tokenizer T (--text STR | --input FILE) [--out ids.npy] [--pieces]", specs, n);
+        args_usage("tokenizer encode", "--tokenizer T (--text STR | --input FILE) [--out ids.npy] | --pieces", specs, n);
         return 0;
     }
     ZyErr err = {{0}};
@@ -152,6 +152,10 @@ static int cmd_encode(int argc, char **argv) {
     }
     if (pieces) {
         rc = print_pieces(text, len, &err) ? 1 : 0;
+        goto done;
+    }
+    if (!tok_path) {
+        zy_fail(&err, "tokenizer encode: missing required option --tokenizer");
         goto done;
     }
     if (tokenizer_load(tok_path, &t, &err)) goto done;
