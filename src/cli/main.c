@@ -17,6 +17,7 @@ static const Command commands[] = {
     {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},
     {"generate", cmd_generate, "generate text from a prompt (cached decoding, sampling)"},
+    {"eval", cmd_eval, "evaluate: multiple-choice / exact-match tasks, held-out loss"},
     {"debug", cmd_debug, "developer checks used by the test suite (debug optim ...)"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer (HF tokenizer.json); encode, decode"},
 };

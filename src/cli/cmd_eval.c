@@ -1,0 +1,136 @@
+/* zaya eval: downstream tasks (JSONL) and held-out loss (shards or a token file); logic in eval.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "eval.h"
+#include "model.h"
+#include "model_io.h"
+#include "npy.h"
+#include "tokenizer.h"
+
+#define MAX_TASKS 64
+
+typedef struct {
+    const int32_t *tok;
+    uint64_t n;
+} ArraySource;
+
+static int array_read(void *ctx, uint64_t off, size_t n, int32_t *out, ZyErr *err) {
+    const ArraySource *s = ctx;
+    if (off > s->n || n > s->n - off) return zy_fail(err, "read of %zu tokens at %llu past the end", n, (unsigned long long)off);
+    memcpy(out, s->tok + off, n * sizeof *out);
+    return 0;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *model_dir = NULL, *tok_path = NULL, *task = NULL, *shards = NULL, *split = "val", *tokens_path = NULL;
+    const char *json_out = NULL;
+    int limit = 0, seq_len = 0;
+    uint64_t max_tokens = 0;
+    ArgSpec specs[] = {
+        {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
+        {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer.json (needed for --task)", 0},
+        {"--task", ARG_STRING, 0, &task, "task file(s) .jsonl: multiple choice or exact match; more may follow", 0},
+        {"--limit", ARG_INT, 0, &limit, "score only the first N examples of each task", 0},
+        {"--shards", ARG_STRING, 0, &shards, "shard directory for the held-out loss", 0},
+        {"--split", ARG_STRING, 0, &split, "shard split (default val)", 0},
+        {"--tokens", ARG_STRING, 0, &tokens_path, "held-out tokens from an int32/int64 .npy instead of shards", 0},
+        {"--max-tokens", ARG_U64, 0, &max_tokens, "held-out predictions at most (default: all)", 0},
+        {"--seq-len", ARG_INT, 0, &seq_len, "held-out window length (default: min(1024, max positions))", 0},
+        {"--json", ARG_STRING, 0, &json_out, "also write the results as JSON", 0},
+    };
+    const int n = ZY_ARRAY_LEN(specs);
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            args_usage("eval",
+                       "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
+                       "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT]",
+                       specs, n);
+            return 0;
+        }
+    ZyErr err = {{0}};
+    const char *tasks[MAX_TASKS];
+    int n_tasks = 0, rc = 1, have_model = 0;
+    Model m;
+    Tokenizer *tok = NULL;
+    EvalResult *results = NULL;
+    int32_t *held = NULL;
+    double loss = NAN;
+    uint64_t n_scored = 0;
+    char held_name[300] = "";
+    if (args_parse(argc, argv, 2, specs, n, tasks + 1, MAX_TASKS - 1, &n_tasks, "eval", &err)) goto fail;
+    if (n_tasks > 0 && !task) {
+        zy_fail(&err, "eval: unexpected argument \"%s\"", tasks[1]);
+        goto fail;
+    }
+    if (task) tasks[0] = task, n_tasks++;
+    const char **task_list = task ? tasks : NULL;
+    if (!task && !shards && !tokens_path) {
+        zy_fail(&err, "eval: nothing to evaluate: give --task, --shards or --tokens");
+        goto fail;
+    }
+    if (shards && tokens_path) {
+        zy_fail(&err, "eval: --shards and --tokens are alternatives");
+        goto fail;
+    }
+    if (task && !tok_path) {
+        zy_fail(&err, "eval: --task needs --tokenizer");
+        goto fail;
+    }
+    if (limit < 0 || seq_len < 0) {
+        zy_fail(&err, "eval: --limit and --seq-len must be >= 0");
+        goto fail;
+    }
+    if (model_load_dir(&m, model_dir, &err)) goto fail;
+    have_model = 1;
+    if (tok_path) {
+        if (tokenizer_load(tok_path, &tok, &err)) goto fail;
+        if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
+            zy_fail(&err, "eval: %s has %d tokens, more than the model's vocabulary of %d", tok_path,
+                    tokenizer_vocab_size(tok), m.cfg.vocab_size);
+            goto fail;
+        }
+    }
+    results = calloc((size_t)(n_tasks > 0 ? n_tasks : 1), sizeof *results);
+    if (!results) {
+        zy_fail(&err, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n_tasks; i++) {
+        if (eval_task_file(&m, tok, task_list[i], limit, &results[i], &err)) goto fail;
+        fprintf(stderr, "%s: %d examples in %.2f s\n", task_list[i], results[i].n, results[i].seconds);
+    }
+    if (seq_len == 0) seq_len = m.cfg.max_position_embeddings < 1024 ? m.cfg.max_position_embeddings : 1024;
+    if (tokens_path) {
+        int ndim;
+        int64_t shape[ZY_MAX_DIMS];
+        if (npy_read_tokens(tokens_path, &held, &ndim, shape, &err)) goto fail;
+        uint64_t total = 1;
+        for (int d = 0; d < ndim; d++) total *= (uint64_t)shape[d];
+        ArraySource as = {held, total};
+        EvalTokenSource src = {&as, total, array_read};
+        if (eval_token_loss(&m, &src, seq_len, max_tokens, &loss, &n_scored, &err)) {
+            zy_wrap(&err, "%s", tokens_path);
+            goto fail;
+        }
+        const char *base = strrchr(tokens_path, '/');
+        snprintf(held_name, sizeof held_name, "%s", base ? base + 1 : tokens_path);
+    } else if (shards) {
+        zy_fail(&err, "eval: --shards needs the shard reader, which is not built yet: use --tokens");
+        goto fail;
+    }
+    eval_print_table(stdout, results, n_tasks, held_name, loss, n_scored);
+    if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, &err)) goto fail;
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    free(results);
+    free(held);
+    tokenizer_free(tok);
+    if (have_model) model_free(&m);
+    return rc;
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# CLI test of `zaya eval` (and `zaya generate` in text mode): a tokenizer trained on a tiny corpus, a tiny model,
+# multiple-choice and exact-match task files, held-out tokens; checks the table, the JSON, --limit, determinism
+# and the error paths (a malformed line is reported as file:line). Ends with "eval: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ZAYA=${ZAYA_BIN:-build/zaya}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+pass=0
+fail=0
+check() { # check NAME CONDITION-STATUS [DETAIL]
+    if [ "$2" -eq 0 ]; then
+        pass=$((pass + 1))
+        echo "  ok   $1"
+    else
+        fail=$((fail + 1))
+        echo "  FAIL $1${3:+: $3}"
+    fi
+}
+finish() {
+    echo "eval: ${pass} passed, ${fail} failed"
+    [ "$fail" -eq 0 ]
+    exit
+}
+if [ ! -x "$ZAYA" ]; then
+    check "setup" 1 "$ZAYA not built (run make)"
+    finish
+fi
+work=$(mktemp -d /tmp/zaya-eval-cli.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# --- setup: tokenizer, model (vocabulary above the tokenizer's), task files, held-out tokens -------------------
+for i in 1 2 3 4 5 6; do
+    cat <<'EOF'
+The quick brown fox jumps over the lazy dog. The capital of France is Paris.
+A cat sat on the mat. Two plus two is four. The sky is blue and the grass is green.
+EOF
+done >"$work/corpus.txt"
+"$ZAYA" tokenizer train --input "$work/corpus.txt" --vocab-size 300 --out "$work/tok.json" >/dev/null 2>&1
+check "setup tokenizer" $?
+sed -e 's/"vocab_size": *[0-9]*/"vocab_size": 320/' -e 's/"bos_token_id": *[0-9]*/"bos_token_id": 1/' \
+    -e 's/"eos_token_id": *[0-9]*/"eos_token_id": 2/' configs/tiny.json >"$work/cfg.json"
+"$ZAYA" init --config "$work/cfg.json" --out "$work/model" --seed 3 >/dev/null 2>&1
+check "setup model" $?
+cat >"$work/mc.jsonl" <<'EOF'
+{"context": "The capital of France is", "choices": [" Paris", " a dog", " blue"], "answer": 0}
+
+{"context": "Two plus two is ", "choices": ["four", "green", "the mat"], "answer": 0}
+{"context": "A cat sat on the", "choices": [" mat", " sky"], "answer": 0}
+EOF
+cat >"$work/qa.jsonl" <<'EOF'
+{"prompt": "The sky is", "answer": "blue"}
+{"prompt": "A cat sat on the", "answer": "mat"}
+EOF
+"$ZAYA" tokenizer encode --tokenizer "$work/tok.json" --input "$work/corpus.txt" --out "$work/held.npy" >/dev/null 2>&1
+check "setup held-out tokens" $?
+
+# --- the table ---------------------------------------------------------------------------------------------------
+out=$("$ZAYA" eval --model "$work/model" --tokenizer "$work/tok.json" --task "$work/mc.jsonl" "$work/qa.jsonl" \
+    --tokens "$work/held.npy" --seq-len 32 --json "$work/res.json" 2>"$work/err")
+rc=$?
+check "eval runs" $rc "$(tail -3 "$work/err")"
+echo "$out" | sed 's/^/    /'
+echo "$out" | head -1 | grep -Eq '^task +type +n +acc +acc_norm/em +ppl$'
+check "table header" $?
+echo "$out" | grep -Eq '^mc +mc +3 +[01]\.[0-9]{4} +[01]\.[0-9]{4} +[0-9]+\.[0-9]{4}$'
+check "mc row: n=3, acc, acc_norm, ppl" $?
+echo "$out" | grep -Eq '^qa +exact +2 +- +[01]\.[0-9]{4} +-$'
+check "exact-match row" $?
+echo "$out" | grep -Eq '^held\.npy +loss +[0-9]+ +- +- +[0-9]+\.[0-9]{4} +\(loss [0-9]+\.[0-9]+\)$'
+check "held-out row" $?
+python3 - "$work/res.json" <<'EOF'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+t = {x["task"]: x for x in r["tasks"]}
+assert t["mc"]["type"] == "mc" and t["mc"]["n"] == 3 and 0 <= t["mc"]["acc"] <= 1 and t["mc"]["ppl"] > 1
+assert t["qa"]["type"] == "exact" and "exact_match" in t["qa"] and "acc" not in t["qa"]
+h = r["heldout"]
+assert h["tokens"] > 0 and abs(math.exp(h["loss"]) - h["ppl"]) < 1e-6 * h["ppl"]
+EOF
+check "json results" $?
+
+out2=$("$ZAYA" eval --model "$work/model" --tokenizer "$work/tok.json" --task "$work/mc.jsonl" "$work/qa.jsonl" \
+    --tokens "$work/held.npy" --seq-len 32 2>/dev/null)
+[ "$out" = "$out2" ]
+check "deterministic" $?
+
+out=$("$ZAYA" eval --model "$work/model" --tokenizer "$work/tok.json" --task "$work/mc.jsonl" --limit 1 2>/dev/null)
+echo "$out" | grep -Eq '^mc +mc +1 '
+check "--limit" $?
+
+out=$("$ZAYA" eval --model "$work/model" --tokens "$work/held.npy" --seq-len 16 --max-tokens 40 2>/dev/null)
+echo "$out" | grep -Eq '^held\.npy +loss +40 '
+check "--max-tokens" $?
+
+# --- errors: exit 1, "zaya: <file>:<line>: <reason>" -------------------------------------------------------------
+expect_error() { # NAME PATTERN ARGS...
+    local name=$1 pattern=$2
+    shift 2
+    "$ZAYA" eval "$@" >/dev/null 2>"$work/err"
+    local rc=$?
+    if [ $rc -eq 1 ] && grep -Eq -e "$pattern" "$work/err"; then check "$name" 0; else check "$name" 1 "rc=$rc $(cat "$work/err")"; fi
+}
+M=(--model "$work/model" --tokenizer "$work/tok.json")
+printf '{"context": "a", "choices": ["b"], "answer": 0}\n{"context": "a", "choices": ["b"], "answer": 0\n' >"$work/bad1.jsonl"
+expect_error "malformed JSON line" "^zaya: $work/bad1.jsonl:2: not a JSON object" "${M[@]}" --task "$work/bad1.jsonl"
+printf '{"context": "a", "choices": ["b", "c"], "answer": 0}\n\n{"context": "a", "choices": ["b", "c"], "answer": 2}\n' >"$work/bad2.jsonl"
+expect_error "answer out of range" "^zaya: $work/bad2.jsonl:3: \"answer\" must be an integer index" "${M[@]}" --task "$work/bad2.jsonl"
+printf '{"question": "a", "label": 1}\n' >"$work/bad3.jsonl"
+expect_error "unknown task type" "^zaya: $work/bad3.jsonl:1: unknown task line" "${M[@]}" --task "$work/bad3.jsonl"
+printf '{"prompt": "a", "answer": "b"}\n{"prompt": "a"}\n' >"$work/bad4.jsonl"
+expect_error "exact-match line without answer" "^zaya: $work/bad4.jsonl:2: an exact-match line needs" "${M[@]}" --task "$work/bad4.jsonl"
+expect_error "later task file malformed" "^zaya: $work/bad1.jsonl:2:" "${M[@]}" --task "$work/mc.jsonl" "$work/bad1.jsonl"
+expect_error "missing task file" "$work/nope.jsonl" "${M[@]}" --task "$work/nope.jsonl"
+expect_error "task without tokenizer" "--task needs --tokenizer" --model "$work/model" --task "$work/mc.jsonl"
+expect_error "nothing to evaluate" "nothing to evaluate" --model "$work/model"
+expect_error "bad flag" "unknown option" --model "$work/model" --tokens "$work/held.npy" --bogus 1
+expect_error "window longer than the model" "max_position_embeddings" --model "$work/model" --tokens "$work/held.npy" --seq-len 100000
+
+# --- generate in text mode (needs the same tokenizer) -----------------------------------------------------------
+"$ZAYA" generate --model "$work/model" --tokenizer "$work/tok.json" --prompt "The capital of" --max-tokens 12 \
+    --seed 1 >"$work/gen.out" 2>"$work/gen.err"
+rc=$?
+grep -q "^prompt tokens" "$work/gen.err" && grep -q "^decode .* tokens/s" "$work/gen.err" &&
+    grep -Eq "^KV cache +256 bytes per token" "$work/gen.err" && [ -s "$work/gen.out" ]
+check "generate text: output and stats" $((rc + $?)) "$(cat "$work/gen.err")"
+"$ZAYA" generate --model "$work/model" --tokenizer "$work/tok.json" --prompt "The capital of" --max-tokens 12 \
+    --seed 1 >"$work/gen2.out" 2>/dev/null
+cmp -s "$work/gen.out" "$work/gen2.out"
+check "generate text: deterministic for a seed" $?
+"$ZAYA" generate --model "$work/model" --prompt "x" >/dev/null 2>"$work/err"
+[ $? -eq 1 ] && grep -q "give --tokenizer" "$work/err"
+check "generate without tokenizer or --ids" $?
+finish
