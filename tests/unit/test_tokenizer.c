@@ -1,0 +1,655 @@
+/* Tokenizer: pre-tokenizer against PCRE2 running the GPT-2 regex, byte round trips (invalid UTF-8 too),
+ * special tokens, training (hand-checked merges, determinism, files vs memory vs JSONL), the merge loops
+ * against a plain reference, tokenizer.json refusals with their messages, HF file variants, and a mutation
+ * fuzz loop over tokenizer.json text. */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "tokenizer.h"
+
+/* ---- helpers ---- */
+
+static const char *const WORDS[] = {"the", "of", "and", "to", "in", "is", "was", "that", "for", "it", "with", "as",
+                                    "on", "be", "at", "by", "this", "had", "not", "are", "but", "from", "or", "have",
+                                    "token", "tokens", "merge", "merges", "byte", "pair", "encoding", "don't", "it's",
+                                    "we'll", "they're", "I've", "Hello", "World", "ZAYA", "model"};
+static const char *const EXTRA[] = {"é", "ß", "Ελλάδα", "Москва", "日本語", "한국어", "नमस्ते", "مرحبا", "😀", "👨‍👩‍👧",
+                                    "１２３", "٣٤", "\t", "\n", "\n\n", "  ", "\u00a0", "\u3000", "...", "?!", "(x)",
+                                    "3.14159", "1000000", "#include", "{}", "=>", "--"};
+
+static char *make_text(ZyRng *rng, size_t target, size_t *len) {
+    size_t cap = target + 256, n = 0;
+    char *s = malloc(cap + 1);
+    while (n < target) {
+        const char *w;
+        double u = zy_rng_uniform(rng);
+        if (u < 0.8)
+            w = WORDS[zy_rng_next(rng) % ZY_ARRAY_LEN(WORDS)];
+        else
+            w = EXTRA[zy_rng_next(rng) % ZY_ARRAY_LEN(EXTRA)];
+        size_t l = strlen(w);
+        if (n + l + 2 > cap) break;
+        memcpy(s + n, w, l);
+        n += l;
+        s[n++] = zy_rng_uniform(rng) < 0.1 ? '\n' : ' ';
+    }
+    s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+/* A tokenizer trained on ~n_bytes of generated text. */
+static Tokenizer *small_tokenizer(size_t n_bytes, int vocab, uint64_t seed) {
+    ZyRng rng;
+    zy_rng_seed(&rng, seed);
+    size_t len;
+    char *text = make_text(&rng, n_bytes, &len);
+    const char *texts[1] = {text};
+    Tokenizer *t = NULL;
+    ZyErr err;
+    if (tokenizer_train_texts(texts, &len, 1, vocab, &t, NULL, &err)) fprintf(stderr, "    train: %s\n", err.msg);
+    free(text);
+    return t;
+}
+
+static int roundtrip(Tokenizer *t, const char *s, size_t n) {
+    int32_t *ids;
+    size_t n_ids, len;
+    char *back;
+    ZyErr err;
+    if (tokenizer_encode(t, s, n, &ids, &n_ids, &err)) return 0;
+    int ok = tokenizer_decode(t, ids, n_ids, &back, &len, &err) == 0 && len == n && memcmp(back, s, n) == 0;
+    free(ids);
+    if (ok) free(back);
+    return ok;
+}
+
+/* noinline: GCC 12 otherwise reports a false "dangling pointer" through the out-parameter */
+__attribute__((noinline)) static char *to_json(const Tokenizer *t) {
+    char *json = NULL;
+    size_t len;
+    ZyErr err;
+    if (tokenizer_to_json(t, &json, &len, &err)) return NULL;
+    return json;
+}
+
+/* Replaces the first occurrence of `from` in s (a malloc'ed copy is returned; NULL if absent). */
+static char *replace1(const char *s, const char *from, const char *to) {
+    const char *p = strstr(s, from);
+    if (!p) return NULL;
+    size_t a = (size_t)(p - s), fl = strlen(from), tl = strlen(to), n = strlen(s);
+    char *r = malloc(n - fl + tl + 1);
+    memcpy(r, s, a);
+    memcpy(r + a, to, tl);
+    memcpy(r + a + tl, p + fl, n - a - fl + 1);
+    return r;
+}
+
+static int same_ids(Tokenizer *a, Tokenizer *b, const char *text) {
+    int32_t *x, *y;
+    size_t nx, ny;
+    ZyErr err;
+    if (tokenizer_encode(a, text, strlen(text), &x, &nx, &err) || tokenizer_encode(b, text, strlen(text), &y, &ny, &err)) return 0;
+    int ok = nx == ny && (nx == 0 || memcmp(x, y, nx * sizeof *x) == 0);
+    free(x);
+    free(y);
+    return ok;
+}
+
+/* ---- pre-tokenizer ---- */
+
+/* Characters whose class Unicode 14 (PCRE2) and 16 (the built-in table) agree on, plus bytes that are
+ * invalid UTF-8. */
+static const char *const ALPHABET[] = {
+    "a", "b", "Z", "s", "t", "r", "e", "v", "l", "m", "d", "'", "'", " ", " ", " ", "  ", "\t", "\n", "\r", "\x0b", "\x0c",
+    "0", "7", "!", ".", ",", "?", "-", "_", "<", "|", ">", "é", "ß", "Ω", "ж", "中", "文", "ا", "ب", "न", "ि", "्", "あ",
+    "한", "ก", "ั", "٣", "१", "１", "²", "½", "Ⅻ", "😀", "\u200d", "🏽", "\u00a0", "\u3000", "\u2028", "\u2029", "\x85",
+    "\u1680", "\u2009", "\u200b", "\ufeff", "©", "€", "—", "“", "\x80", "\xff", "\xc3", "\xe2\x82", "\xed\xa0\x80", "\xf4\x90"};
+
+static char *random_text(ZyRng *rng, size_t n_chars, size_t *len) {
+    char *s = malloc(n_chars * 4 + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < n_chars; i++) {
+        const char *c = ALPHABET[zy_rng_next(rng) % ZY_ARRAY_LEN(ALPHABET)];
+        size_t l = strlen(c);
+        memcpy(s + n, c, l);
+        n += l;
+    }
+    s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+TEST(tok_pretokenize_matches_pcre2_regex) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 11);
+    ZyErr err;
+    int checked = 0;
+    for (int it = 0; it < 400; it++) {
+        size_t len;
+        char *s = random_text(&rng, 1 + zy_rng_next(&rng) % 60, &len);
+        size_t *a, *b, na, nb;
+        REQUIRE(tokenizer_pretokenize(s, len, &a, &na, &err) == 0);
+        int rc = tokenizer_pretokenize_pcre2(s, len, &b, &nb, &err);
+        CHECK_MSG(rc == 0, "PCRE2 reference: rc %d (%s)", rc, rc < 0 ? err.msg : "class mismatch");
+        int same = na == nb && memcmp(a, b, na * sizeof *a) == 0;
+        CHECK_MSG(same, "split differs on \"%s\" (%zu vs %zu pieces)", s, na, nb);
+        checked += same;
+        free(a);
+        free(b);
+        free(s);
+    }
+    CHECK(checked == 400);
+}
+
+TEST(tok_pretokenize_examples) {
+    struct {
+        const char *text;
+        size_t ends[12];
+    } cases[] = {
+        {"Hello  world's 123", {5, 6, 12, 14, 18}},
+        {"a\xff" "b", {1, 2, 3}},           /* an invalid byte is its own piece */
+        {"  \xff", {2, 3}},                 /* and ends the white-space run like the end of the text */
+        {"\xe2\x82", {1, 2}},               /* a truncated character: two invalid bytes */
+        {"a\t\tb", {1, 2, 3, 4}},
+        {"x   ", {1, 4}},
+        {" 's", {2, 3}},
+        {"'ll've", {3, 6}},
+        {"?'s", {2, 3}},
+        {"1½ ٣", {3, 6}},                   /* ½ is a number (No) */
+        {"\xc2\x85\xc2\x85" "x", {2, 4, 5}}, /* U+0085 is white space for Oniguruma */
+    };
+    ZyErr err;
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
+        size_t *e, n, want = 0;
+        while (want < 12 && cases[c].ends[want]) want++;
+        REQUIRE(tokenizer_pretokenize(cases[c].text, strlen(cases[c].text), &e, &n, &err) == 0);
+        int ok = n == want && memcmp(e, cases[c].ends, n * sizeof *e) == 0;
+        CHECK_MSG(ok, "case %zu \"%s\": %zu pieces, want %zu", c, cases[c].text, n, want);
+        free(e);
+    }
+}
+
+/* ---- encode / decode ---- */
+
+TEST(tok_roundtrip_any_bytes) {
+    Tokenizer *t = small_tokenizer(40000, 500, 1);
+    REQUIRE(t);
+    ZyRng rng;
+    zy_rng_seed(&rng, 5);
+    int bad = 0;
+    for (int it = 0; it < 300 && bad < 5; it++) {
+        size_t n = zy_rng_next(&rng) % 200;
+        char *s = malloc(n + 1);
+        for (size_t i = 0; i < n; i++) s[i] = (char)(zy_rng_next(&rng) & 0xFF);
+        if (!roundtrip(t, s, n)) bad++;
+        free(s);
+        size_t len;
+        char *u = random_text(&rng, zy_rng_next(&rng) % 80, &len);
+        if (!roundtrip(t, u, len)) bad++;
+        free(u);
+    }
+    CHECK(bad == 0);
+    CHECK(roundtrip(t, "", 0));
+    CHECK(roundtrip(t, "\0\0a\0", 4));
+    tokenizer_free(t);
+}
+
+TEST(tok_special_tokens) {
+    Tokenizer *t = small_tokenizer(20000, 400, 2);
+    REQUIRE(t);
+    CHECK(tokenizer_token_id(t, "<|pad|>") == TOK_PAD_ID && tokenizer_token_id(t, "<|bos|>") == TOK_BOS_ID &&
+          tokenizer_token_id(t, "<|eos|>") == TOK_EOS_ID);
+    const char *text = "a<|bos|>b <|eos|><|pad|><|bos";
+    int32_t *ids;
+    size_t n;
+    ZyErr err;
+    REQUIRE(tokenizer_encode(t, text, strlen(text), &ids, &n, &err) == 0);
+    int n_special = 0;
+    for (size_t i = 0; i < n; i++) n_special += ids[i] <= 2;
+    CHECK(n_special == 3);
+    REQUIRE(n >= 6);
+    CHECK(ids[1] == TOK_BOS_ID);
+    char *back;
+    size_t len;
+    REQUIRE(tokenizer_decode(t, ids, n, &back, &len, &err) == 0);
+    CHECK(len == strlen(text) && memcmp(back, text, len) == 0);
+    free(back);
+    free(ids);
+    int32_t one = TOK_EOS_ID;
+    REQUIRE(tokenizer_decode(t, &one, 1, &back, &len, &err) == 0);
+    CHECK(strcmp(back, "<|eos|>") == 0);
+    free(back);
+    int32_t bad[2] = {5, tokenizer_vocab_size(t)};
+    CHECK(tokenizer_decode(t, bad, 2, &back, &len, &err) != 0 && strstr(err.msg, "outside the vocabulary"));
+    bad[1] = -1;
+    CHECK(tokenizer_decode(t, bad, 2, &back, &len, &err) != 0 && strstr(err.msg, "id -1 at position 1"));
+    REQUIRE(tokenizer_encode(t, "", 0, &ids, &n, &err) == 0);
+    CHECK(n == 0 && ids == NULL);
+    tokenizer_free(t);
+}
+
+/* The plain definition of BPE: merge the lowest-rank adjacent pair (leftmost on ties) until none is left. */
+static size_t reference_bpe(const Tokenizer *t, const int *rank_of, int V, int32_t *sym, size_t m) {
+    for (;;) {
+        int best_rank = -1;
+        size_t best = 0;
+        for (size_t k = 0; k + 1 < m; k++) {
+            int r = rank_of[(size_t)sym[k] * (size_t)V + (size_t)sym[k + 1]];
+            if (r >= 0 && (best_rank < 0 || r < best_rank)) {
+                best_rank = r;
+                best = k;
+            }
+        }
+        if (best_rank < 0) return m;
+        int l, r;
+        tokenizer_merge(t, best_rank, &l, &r);
+        char merged[512];
+        snprintf(merged, sizeof merged, "%s%s", tokenizer_token_text(t, l), tokenizer_token_text(t, r));
+        sym[best] = tokenizer_token_id(t, merged);
+        memmove(sym + best + 1, sym + best + 2, (m - best - 2) * sizeof *sym);
+        m--;
+    }
+}
+
+TEST(tok_merges_match_reference_bpe) {
+    Tokenizer *t = small_tokenizer(40000, 520, 3);
+    REQUIRE(t);
+    int V = tokenizer_vocab_size(t);
+    int *rank_of = malloc((size_t)V * (size_t)V * sizeof *rank_of);
+    for (size_t i = 0; i < (size_t)V * (size_t)V; i++) rank_of[i] = -1;
+    for (int r = tokenizer_n_merges(t) - 1; r >= 0; r--) {
+        int a, b;
+        tokenizer_merge(t, r, &a, &b);
+        rank_of[(size_t)a * (size_t)V + (size_t)b] = r;
+    }
+    ZyRng rng;
+    zy_rng_seed(&rng, 9);
+    const char *letters = "theorkanswmdil";
+    int bad = 0;
+    for (int it = 0; it < 120; it++) { /* one long letter run = one pre-token; long ones take the heap path */
+        size_t n = 1 + zy_rng_next(&rng) % (it < 60 ? 40 : 400);
+        char s[401];
+        for (size_t i = 0; i < n; i++) s[i] = letters[zy_rng_next(&rng) % strlen(letters)];
+        s[n] = '\0';
+        int32_t *ids, sym[400];
+        size_t n_ids;
+        ZyErr err;
+        REQUIRE(tokenizer_encode(t, s, n, &ids, &n_ids, &err) == 0);
+        for (size_t i = 0; i < n; i++) {
+            char one[2] = {s[i], 0};
+            sym[i] = tokenizer_token_id(t, one);
+        }
+        size_t m = reference_bpe(t, rank_of, V, sym, n);
+        if (m != n_ids || memcmp(sym, ids, m * sizeof *ids) != 0) bad++;
+        free(ids);
+    }
+    CHECK(bad == 0);
+    free(rank_of);
+    tokenizer_free(t);
+}
+
+TEST(tok_cache_variants_agree) {
+    Tokenizer *t = small_tokenizer(30000, 450, 4);
+    Tokenizer *u = small_tokenizer(30000, 300, 5);
+    REQUIRE(t && u);
+    ZyRng rng;
+    zy_rng_seed(&rng, 6);
+    size_t len;
+    char *text = make_text(&rng, 20000, &len);
+    int32_t *a, *b, *c, *d;
+    size_t na, nb, nc, nd;
+    ZyErr err;
+    TokenizerCache *cache = tokenizer_cache_new();
+    REQUIRE(tokenizer_encode(t, text, len, &a, &na, &err) == 0);
+    REQUIRE(tokenizer_encode_with(t, NULL, text, len, &b, &nb, &err) == 0);
+    REQUIRE(tokenizer_encode_with(u, cache, text, len, &d, &nd, &err) == 0); /* the cache then moves to t */
+    REQUIRE(tokenizer_encode_with(t, cache, text, len, &c, &nc, &err) == 0);
+    CHECK(na == nb && na == nc && memcmp(a, b, na * 4) == 0 && memcmp(a, c, na * 4) == 0);
+    CHECK(nd > na); /* the smaller vocabulary needs more tokens */
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    tokenizer_cache_free(cache);
+    free(text);
+    tokenizer_free(t);
+    tokenizer_free(u);
+}
+
+/* ---- training ---- */
+
+TEST(tok_train_hand_checked_merges) {
+    /* "ab ab ab cd": pre-tokens ab, Ġab x2, Ġcd. Pairs: (a,b) 3, (Ġ,a) 2, (Ġ,c) 1, (c,d) 1. Merges: a b; then
+     * Ġ ab (2); then the tie (Ġ,c)/(c,d) goes to the smaller ids: 'c' (69) < 'Ġ' (223), so c d; then Ġ cd. */
+    const char *text = "ab ab ab cd";
+    size_t len = strlen(text);
+    const char *texts[1] = {text};
+    Tokenizer *t = NULL;
+    TokenizerTrainStats st;
+    ZyErr err;
+    REQUIRE(tokenizer_train_texts(texts, &len, 1, 300, &t, &st, &err) == 0);
+    CHECK(st.merges == 4 && tokenizer_n_merges(t) == 4 && tokenizer_vocab_size(t) == 263 && st.words == 3);
+    const char *want[4][2] = {{"a", "b"}, {"Ġ", "ab"}, {"c", "d"}, {"Ġ", "cd"}};
+    for (int r = 0; r < 4 && r < tokenizer_n_merges(t); r++) {
+        int a, b;
+        tokenizer_merge(t, r, &a, &b);
+        CHECK_MSG(strcmp(tokenizer_token_text(t, a), want[r][0]) == 0 && strcmp(tokenizer_token_text(t, b), want[r][1]) == 0,
+                  "merge %d is %s %s", r, tokenizer_token_text(t, a), tokenizer_token_text(t, b));
+    }
+    CHECK(tokenizer_token_id(t, "!") == 3 && tokenizer_token_id(t, "c") == 69 && tokenizer_token_id(t, "Ġ") == 223 &&
+          tokenizer_token_id(t, "ab") == 259 && tokenizer_token_id(t, "Ġcd") == 262);
+    int32_t *ids;
+    size_t n;
+    REQUIRE(tokenizer_encode(t, "cd ab", 5, &ids, &n, &err) == 0);
+    CHECK(n == 2 && ids[0] == 261 && ids[1] == 260);
+    free(ids);
+    tokenizer_free(t);
+}
+
+static char *path_in(const char *dir, const char *name) {
+    char *p = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", dir, name);
+    return p;
+}
+
+static char *write_tmp(const char *dir, const char *name, const char *data, size_t len) {
+    char *p = path_in(dir, name);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fwrite(data, 1, len, f);
+        fclose(f);
+    }
+    return p;
+}
+
+TEST(tok_train_deterministic_files_memory_jsonl) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 7);
+    size_t l1, l2;
+    char *t1 = make_text(&rng, 30000, &l1), *t2 = make_text(&rng, 20000, &l2);
+    char dir[] = "/tmp/zy_tok_XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    char *p1 = write_tmp(dir, "a.txt", t1, l1), *p2 = write_tmp(dir, "b.txt", t2, l2);
+    /* the same two texts as JSONL records */
+    cJSON *r1 = cJSON_CreateObject(), *r2 = cJSON_CreateObject();
+    cJSON_AddStringToObject(r1, "text", t1);
+    cJSON_AddNumberToObject(r2, "id", 2);
+    cJSON_AddStringToObject(r2, "text", t2);
+    char *j1 = cJSON_PrintUnformatted(r1), *j2 = cJSON_PrintUnformatted(r2);
+    size_t jl = strlen(j1) + strlen(j2) + 4;
+    char *jsonl = malloc(jl + 1);
+    snprintf(jsonl, jl + 1, "%s\n\n%s\n", j1, j2);
+    char *p3 = write_tmp(dir, "c.jsonl", jsonl, strlen(jsonl));
+    const char *files[2] = {p1, p2}, *texts[2] = {t1, t2}, *jfiles[1] = {p3};
+    size_t lens[2] = {l1, l2};
+    Tokenizer *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    TokenizerTrainStats st;
+    ZyErr err;
+    REQUIRE(tokenizer_train(files, 2, 700, &a, &st, &err) == 0);
+    /* the text runs out of pairs before 700 tokens: training stops there */
+    CHECK(st.input_mb > 0.049 && st.input_mb < 0.051 && st.merges > 100 && st.seconds >= 0);
+    CHECK(tokenizer_vocab_size(a) == 259 + st.merges && tokenizer_vocab_size(a) < 700);
+    REQUIRE(tokenizer_train(files, 2, 700, &b, NULL, &err) == 0);
+    REQUIRE(tokenizer_train_texts(texts, lens, 2, 700, &c, NULL, &err) == 0);
+    REQUIRE(tokenizer_train(jfiles, 1, 700, &d, NULL, &err) == 0);
+    char *ja = to_json(a), *jb = to_json(b), *jc = to_json(c), *jd = to_json(d);
+    REQUIRE(ja && jb && jc && jd);
+    CHECK(strcmp(ja, jb) == 0);
+    CHECK(strcmp(ja, jc) == 0);
+    CHECK(strcmp(ja, jd) == 0);
+    /* save -> load -> save is the identity, and the loaded copy encodes the same */
+    char *tp = path_in(dir, "tok.json");
+    REQUIRE(tokenizer_save(a, tp, &err) == 0);
+    Tokenizer *e = NULL;
+    REQUIRE(tokenizer_load(tp, &e, &err) == 0);
+    char *je = to_json(e);
+    CHECK(je && strcmp(ja, je) == 0);
+    CHECK(same_ids(a, e, t2));
+    free(je);
+    tokenizer_free(e);
+    unlink(tp);
+    free(tp);
+    /* errors */
+    const char *missing[1] = {"/nonexistent/zy.txt"};
+    CHECK(tokenizer_train(missing, 1, 700, &e, NULL, &err) != 0 && strstr(err.msg, "/nonexistent/zy.txt: cannot open"));
+    CHECK(tokenizer_train(files, 2, 259, &e, NULL, &err) != 0 && strstr(err.msg, "too small"));
+    CHECK(tokenizer_train(files, 2, TOK_MAX_VOCAB + 1, &e, NULL, &err) != 0 && strstr(err.msg, "too large"));
+    char *bad1 = write_tmp(dir, "d.jsonl", "{\"text\": \"ok\"}\n{\"txt\": \"no\"}\n", 30);
+    const char *bf1[1] = {bad1};
+    CHECK(tokenizer_train(bf1, 1, 700, &e, NULL, &err) != 0 && strstr(err.msg, "d.jsonl: line 2: no \"text\" string"));
+    char *bad2 = write_tmp(dir, "e.jsonl", "{\"text\": \"ok\"\n", 14);
+    const char *bf2[1] = {bad2};
+    CHECK(tokenizer_train(bf2, 1, 700, &e, NULL, &err) != 0 && strstr(err.msg, "e.jsonl: line 1: invalid JSON"));
+    const char *all[5] = {p1, p2, p3, bad1, bad2};
+    for (int i = 0; i < 5; i++) unlink(all[i]);
+    rmdir(dir);
+    free(ja), free(jb), free(jc), free(jd);
+    free(p1), free(p2), free(p3), free(bad1), free(bad2);
+    cJSON_Delete(r1), cJSON_Delete(r2);
+    cJSON_free(j1), cJSON_free(j2);
+    free(jsonl), free(t1), free(t2);
+    tokenizer_free(a), tokenizer_free(b), tokenizer_free(c), tokenizer_free(d);
+}
+
+/* ---- tokenizer.json ---- */
+
+TEST(tok_load_refusals_name_the_field) {
+    Tokenizer *t = small_tokenizer(20000, 300, 8);
+    REQUIRE(t);
+    char *base = to_json(t);
+    REQUIRE(base);
+    struct {
+        const char *from, *to, *msg;
+    } cases[] = {
+        {"\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model.type: \"WordPiece\" is not supported"},
+        {"\"pre_tokenizer\": {\"type\": \"ByteLevel\"", "\"pre_tokenizer\": {\"type\": \"Whitespace\"", "pre_tokenizer: type \"Whitespace\""},
+        {"\"pre_tokenizer\": {", "\"pre_tokenizer\": null, \"x\": {", "pre_tokenizer: missing"},
+        {"\"add_prefix_space\": false", "\"add_prefix_space\": true", "pre_tokenizer.add_prefix_space: true"},
+        {"\"add_prefix_space\": false, ", "", "pre_tokenizer.add_prefix_space: missing"},
+        {"\"use_regex\": true", "\"use_regex\": false", "pre_tokenizer.use_regex: false"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", "normalizer: only null is supported (got type \"NFC\")"},
+        {"\"truncation\": null", "\"truncation\": {\"max_length\": 5}", "truncation: only null"},
+        {"\"post_processor\": null", "\"post_processor\": {\"type\": \"TemplateProcessing\"}", "post_processor: type \"TemplateProcessing\""},
+        {"\"decoder\": {\"type\": \"ByteLevel\"", "\"decoder\": {\"type\": \"WordPiece\"", "decoder: type \"WordPiece\""},
+        {"\"model\": {", "\"modelx\": {", "model: missing"},
+        {"\"vocab\": {", "\"vocabx\": {", "model.vocab: missing"},
+        {"\"vocab\": {", "\"vocab\": [], \"v\": {", "model.vocab: expected an object, got an array"},
+        {"\"<|pad|>\": 0,", "\"<|pad|>\": -1,", "model.vocab[\"<|pad|>\"]: id must be an integer"},
+        {"\"<|pad|>\": 0,", "\"<|pad|>\": 0.5,", "model.vocab[\"<|pad|>\"]: id must be an integer"},
+        {"\"<|bos|>\": 1,", "\"<|bos|>\": 0,", "model.vocab[\"<|bos|>\"]: id 0 is already \"<|pad|>\""},
+        {"\"<|bos|>\": 1,", "\"<|bos|>\": 1, \"<|bos|>\": 1,", "model.vocab: token \"<|bos|>\" appears twice"},
+        {"\"<|pad|>\": 0,", "\"\": 0,", "model.vocab: empty token"},
+        {"\"merges\": [", "\"mergesx\": [", "model.merges: missing"},
+        {"\"merges\": [", "\"merges\": 5, \"m\": [", "model.merges: expected an array, got a number"},
+        {"\"merges\": [", "\"merges\": [[\"zzunknown\", \"a\"],", "model.merges[0]: token \"zzunknown\" is not in model.vocab"},
+        {"\"merges\": [", "\"merges\": [[\"~\", \"~\"],", "model.merges[0]: merged token \"~~\" is not in model.vocab"},
+        {"\"merges\": [", "\"merges\": [\"a b c\",", "model.merges[0]: \"a b c\" is not two tokens"},
+        {"\"merges\": [", "\"merges\": [\"ab\",", "model.merges[0]: \"ab\" is not two tokens"},
+        {"\"merges\": [", "\"merges\": [[\"a\"],", "model.merges[0]: expected [\"left\", \"right\"]"},
+        {"\"merges\": [", "\"merges\": [7,", "model.merges[0]: expected"},
+        {"\"dropout\": null", "\"dropout\": 0.1", "model.dropout: only null"},
+        {"\"byte_fallback\": false", "\"byte_fallback\": true", "model.byte_fallback: true is not supported"},
+        {"\"continuing_subword_prefix\": null", "\"continuing_subword_prefix\": \"##\"", "model.continuing_subword_prefix"},
+        {"\"end_of_word_suffix\": null", "\"end_of_word_suffix\": \"</w>\"", "model.end_of_word_suffix"},
+        {"\"unk_token\": null", "\"unk_token\": \"<nope>\"", "model.unk_token: \"<nope>\" is not in model.vocab"},
+        {"\"fuse_unk\": false", "\"fuse_unk\": 0", "model.fuse_unk: not a boolean"},
+        {"\"added_tokens\": [", "\"added_tokens\": {}, \"a\": [", "added_tokens: expected an array"},
+        {"\"lstrip\": false", "\"lstrip\": true", "added_tokens[0].lstrip: true is not supported"},
+        {"\"single_word\": false", "\"single_word\": 1", "added_tokens[0].single_word: not a boolean"},
+        {"{\"id\": 0, \"content\": \"<|pad|>\"", "{\"id\": 7, \"content\": \"<|pad|>\"", "added_tokens[0]: \"<|pad|>\" has id 7 but model.vocab gives it 0"},
+        {"\"content\": \"<|pad|>\"", "\"content\": \"\"", "added_tokens[0].content: missing or empty"},
+        {"{\"id\": 0,", "{\"id\": \"0\",", "added_tokens[0].id: missing or not an integer"},
+        {"{\"id\": 0, \"content\": \"<|pad|>\"", "{\"id\": 1, \"content\": \"<|new|>\"", "added_tokens[0]: id 1 of \"<|new|>\" is already \"<|bos|>\""},
+        {"\n}\n", "\n}\nx", "unexpected data after the top-level value"},
+        {"\"version\"", "\"version\" \"", "invalid JSON near byte"},
+    };
+    ZyErr err;
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
+        char *j = replace1(base, cases[c].from, cases[c].to);
+        if (!j) {
+            CHECK_MSG(0, "case %zu: \"%s\" not found in the JSON", c, cases[c].from);
+            continue;
+        }
+        Tokenizer *u = NULL;
+        err.msg[0] = '\0';
+        int rc = tokenizer_load_json(j, strlen(j), "cfg/tok.json", &u, &err);
+        CHECK_MSG(rc != 0 && u == NULL && strncmp(err.msg, "cfg/tok.json: ", 14) == 0 && strstr(err.msg, cases[c].msg),
+                  "case %zu: rc %d, message \"%s\", expected \"%s\"", c, rc, err.msg, cases[c].msg);
+        tokenizer_free(u);
+        free(j);
+    }
+    Tokenizer *u = NULL;
+    CHECK(tokenizer_load_json("[1]", 3, "arr.json", &u, &err) != 0 && strstr(err.msg, "arr.json: expected a JSON object"));
+    CHECK(tokenizer_load_json(base, strlen(base) / 2, "half.json", &u, &err) != 0 && strstr(err.msg, "half.json: invalid JSON"));
+    CHECK(tokenizer_load("/nonexistent/tok.json", &u, &err) != 0 && strstr(err.msg, "/nonexistent/tok.json: cannot open"));
+    free(base);
+    tokenizer_free(t);
+}
+
+/* Variants HF writes or accepts: "a b" merges, optional fields left out, GPT-2's "" affixes and ByteLevel
+ * post-processor, an added token outside model.vocab, ignore_merges, unk_token with fuse_unk. */
+TEST(tok_load_hf_variants) {
+    Tokenizer *t = small_tokenizer(30000, 400, 10);
+    REQUIRE(t);
+    char *base = to_json(t);
+    cJSON *root = cJSON_Parse(base);
+    REQUIRE(root);
+    cJSON *model = cJSON_GetObjectItem(root, "model");
+    cJSON *merges = cJSON_GetObjectItem(model, "merges");
+    cJSON *legacy = cJSON_CreateArray();
+    for (cJSON *m = merges->child; m; m = m->next) {
+        char s[256];
+        snprintf(s, sizeof s, "%s %s", m->child->valuestring, m->child->next->valuestring);
+        cJSON_AddItemToArray(legacy, cJSON_CreateString(s));
+    }
+    cJSON_ReplaceItemInObject(model, "merges", legacy);
+    cJSON_DeleteItemFromObject(model, "ignore_merges");
+    cJSON_DeleteItemFromObject(model, "dropout");
+    cJSON_ReplaceItemInObject(model, "continuing_subword_prefix", cJSON_CreateString(""));
+    cJSON_ReplaceItemInObject(model, "end_of_word_suffix", cJSON_CreateString(""));
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "pre_tokenizer"), "use_regex");
+    cJSON_ReplaceItemInObject(root, "post_processor", cJSON_Parse("{\"type\": \"ByteLevel\", \"trim_offsets\": false}"));
+    cJSON_ReplaceItemInObject(root, "decoder", cJSON_CreateNull());
+    cJSON *extra = cJSON_Parse("{\"id\": 400, \"content\": \"[MASK]\", \"special\": true}");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(root, "added_tokens"), extra);
+    char *variant = cJSON_PrintUnformatted(root);
+    Tokenizer *u = NULL;
+    ZyErr err;
+    REQUIRE(tokenizer_load_json(variant, strlen(variant), "variant.json", &u, &err) == 0);
+    const char *text = "the token merges don't encoding é 日本語 1000000\n\n  (x)";
+    CHECK(same_ids(t, u, text));
+    CHECK(tokenizer_vocab_size(u) == 401 && tokenizer_token_id(u, "[MASK]") == 400);
+    int32_t *ids;
+    size_t n;
+    REQUIRE(tokenizer_encode(u, "a[MASK]b", 8, &ids, &n, &err) == 0);
+    CHECK(n == 3 && ids[1] == 400);
+    free(ids);
+    char *back;
+    size_t len;
+    int32_t hole = 399; /* ids 259 + merges < 399 < 400 have no token here? only if the vocab stopped early */
+    if (!tokenizer_token_text(u, hole)) CHECK(tokenizer_decode(u, &hole, 1, &back, &len, &err) != 0 && strstr(err.msg, "has no token"));
+    tokenizer_free(u);
+    cJSON_free(variant);
+    cJSON_Delete(root);
+    free(base);
+    tokenizer_free(t);
+
+    /* a hand-made vocabulary: bytes 'a', 'b' only, unk, one merge; ignore_merges and fuse_unk */
+    const char *mini =
+        "{\"added_tokens\": [], \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": %s, \"ignore_merges\": %s,"
+        " \"vocab\": {\"<unk>\": 0, \"a\": 1, \"b\": 2, \"ab\": 3, \"bab\": 4, \"ba\": 5}, \"merges\": [\"a b\", \"b a\"]}}";
+    char js[600];
+    struct {
+        const char *fuse, *ignore, *text;
+        int n, ids[6];
+    } cases[] = {
+        {"false", "false", "abxxb", 4, {3, 0, 0, 2}},
+        {"true", "false", "abxxb", 3, {3, 0, 2}},
+        {"false", "false", "bab", 2, {2, 3}},   /* (a,b) ranks before (b,a) */
+        {"false", "true", "bab", 1, {4}},       /* the whole word is in the vocab */
+        {"true", "true", "xab", 2, {0, 3}},
+    };
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
+        snprintf(js, sizeof js, mini, cases[c].fuse, cases[c].ignore);
+        REQUIRE(tokenizer_load_json(js, strlen(js), "mini.json", &u, &err) == 0);
+        REQUIRE(tokenizer_encode(u, cases[c].text, strlen(cases[c].text), &ids, &n, &err) == 0);
+        CHECK_MSG((int)n == cases[c].n && memcmp(ids, cases[c].ids, n * sizeof *ids) == 0, "case %zu: %zu ids", c, n);
+        free(ids);
+        tokenizer_free(u);
+    }
+}
+
+/* Random mutations of a valid tokenizer.json: loading must fail cleanly or give a tokenizer that works. */
+TEST(tok_load_mutation_fuzz) {
+    Tokenizer *t = small_tokenizer(8000, 280, 12);
+    REQUIRE(t);
+    char *base = to_json(t);
+    REQUIRE(base);
+    size_t blen = strlen(base);
+    tokenizer_free(t);
+    ZyRng rng;
+    zy_rng_seed(&rng, 13);
+    static const char pool[] = "{}[]\":,0123456789-.e \\nulltrufaseBPEByteLevel";
+    char *buf = malloc(2 * blen + 64);
+    int loaded = 0, refused = 0, bad_msg = 0;
+    for (int it = 0; it < 1500; it++) {
+        memcpy(buf, base, blen);
+        size_t n = blen;
+        int edits = 1 + (int)(zy_rng_next(&rng) % 4);
+        for (int e = 0; e < edits && n > 0; e++) {
+            size_t at = zy_rng_next(&rng) % n;
+            switch (zy_rng_next(&rng) % 6) {
+            case 0: buf[at] = (char)(zy_rng_next(&rng) & 0xFF); break;
+            case 1: buf[at] = pool[zy_rng_next(&rng) % (sizeof pool - 1)]; break;
+            case 2: { /* delete a range */
+                size_t k = 1 + zy_rng_next(&rng) % 40;
+                if (k > n - at) k = n - at;
+                memmove(buf + at, buf + at + k, n - at - k);
+                n -= k;
+                break;
+            }
+            case 3: { /* duplicate a range */
+                size_t k = 1 + zy_rng_next(&rng) % 40;
+                if (k > n - at) k = n - at;
+                if (n + k <= 2 * blen) {
+                    memmove(buf + at + k, buf + at, n - at);
+                    n += k;
+                }
+                break;
+            }
+            case 4: n = at; break; /* truncate */
+            default: buf[at] = "0123456789"[zy_rng_next(&rng) % 10]; break;
+            }
+        }
+        Tokenizer *u = NULL;
+        ZyErr err;
+        err.msg[0] = '\0';
+        if (tokenizer_load_json(buf, n, "fuzz.json", &u, &err) != 0) {
+            refused++;
+            if (u || strncmp(err.msg, "fuzz.json: ", 11) != 0) bad_msg++;
+            continue;
+        }
+        loaded++;
+        const char *text = "the model's tokens\n\n 123 é\xff";
+        int32_t *ids;
+        size_t n_ids, len;
+        char *back;
+        if (tokenizer_encode(u, text, strlen(text), &ids, &n_ids, &err) == 0) {
+            if (tokenizer_decode(u, ids, n_ids, &back, &len, &err) == 0) free(back);
+            else bad_msg++; /* ids it made itself must decode */
+            free(ids);
+        }
+        tokenizer_free(u);
+    }
+    CHECK_MSG(bad_msg == 0, "%d bad outcomes", bad_msg);
+    CHECK(loaded > 0 && refused > 0);
+    free(buf);
+    free(base);
+}
