@@ -9,5 +9,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_debug(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 
 #endif

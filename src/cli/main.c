@@ -20,6 +20,7 @@ static const Command commands[] = {
     {"eval", cmd_eval, "evaluate: multiple-choice / exact-match tasks, held-out loss"},
     {"debug", cmd_debug, "developer checks used by the test suite (debug optim ...)"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer (HF tokenizer.json); encode, decode"},
+    {"data", cmd_data, "synthetic curriculum corpus (synth); text -> token shards (prepare, info)"},
 };
 
 static void usage(FILE *f) {
