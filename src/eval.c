@@ -525,6 +525,19 @@ done:
     return rc;
 }
 
+static int shard_read(void *ctx, uint64_t offset, size_t n, int32_t *out, ZyErr *err) {
+    return shardset_read(ctx, offset, n, out, err);
+}
+
+int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, double *loss, uint64_t *n_scored,
+                    ZyErr *err) {
+    if (shardset_vocab_size(shards) > m->cfg.vocab_size)
+        return zy_fail(err, "eval: the shards' vocabulary (%d) is larger than the model's (%d)",
+                       shardset_vocab_size(shards), m->cfg.vocab_size);
+    EvalTokenSource src = {shards, shardset_num_tokens(shards), shard_read};
+    return eval_token_loss(m, &src, seq_len, max_tokens, loss, n_scored, err);
+}
+
 /* ---- reporting ------------------------------------------------------------------------------------------------ */
 
 static const char *type_name(EvalTaskType t) { return t == EVAL_TASK_MC ? "mc" : "exact"; }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "model.h"
+#include "shards.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -60,6 +61,10 @@ typedef struct {
  * Uses model_forward / model_loss. *n_scored gets the number of predictions. */
 int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens, double *loss,
                     uint64_t *n_scored, ZyErr *err);
+
+/* The same over a shard split's token stream (shardset_open'ed by the caller). */
+int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, double *loss, uint64_t *n_scored,
+                    ZyErr *err);
 
 /* Writes {"tasks": [...], "heldout": {...}} (heldout only when n_heldout > 0) atomically to path. */
 int eval_write_json(const char *path, const EvalResult *results, int n_results, const char *heldout_name,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLI test of `zaya eval` (and `zaya generate` in text mode): a tokenizer trained on a tiny corpus, a tiny model,
-# multiple-choice and exact-match task files, held-out tokens; checks the table, the JSON, --limit, determinism
+# multiple-choice and exact-match task files, held-out tokens (.npy and shards); checks the table, the JSON, --limit, determinism
 # and the error paths (a malformed line is reported as file:line). Ends with "eval: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -93,6 +93,36 @@ out=$("$ZAYA" eval --model "$work/model" --tokens "$work/held.npy" --seq-len 16 
 echo "$out" | grep -Eq '^held\.npy +loss +40 '
 check "--max-tokens" $?
 
+# --- the synthetic curriculum's eval tasks (zaya data synth) load and score; long prompts are cut from the left -
+if "$ZAYA" data synth --out "$work/synth" --scale 0.01 >/dev/null 2>&1; then
+    out=$("$ZAYA" eval --model "$work/model" --tokenizer "$work/tok.json" --task "$work"/synth/eval/*.jsonl --limit 3 \
+        2>"$work/err")
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(echo "$out" | grep -Ec '^[a-z_0-9]+ +(mc|exact) +3 ')" -eq "$(ls "$work"/synth/eval/*.jsonl | wc -l)" ]
+    check "synthetic eval tasks" $? "rc=$rc $(tail -2 "$work/err")"
+else
+    check "synthetic eval tasks" 1 "zaya data synth failed"
+fi
+
+# --- held-out loss on a shard split ------------------------------------------------------------------------------
+i=0
+while IFS= read -r line; do
+    [ -n "$line" ] && printf '{"text": "%s %d"}\n' "$line" $((i += 1))
+done < <(for k in 1 2 3 4 5 6 7 8; do cat "$work/corpus.txt"; done) >"$work/docs.jsonl"
+"$ZAYA" data prepare --tokenizer "$work/tok.json" --input "$work/docs.jsonl" --out "$work/shards" --val-fraction 0.3 \
+    >/dev/null 2>&1
+check "setup shards" $?
+out=$("$ZAYA" eval --model "$work/model" --shards "$work/shards" --seq-len 32 --json "$work/sh.json" 2>"$work/err")
+check "eval --shards runs" $? "$(cat "$work/err")"
+echo "$out" | sed 's/^/    /'
+echo "$out" | grep -Eq '^val +loss +[0-9]+ +- +- +[0-9]+\.[0-9]{4} +\(loss [0-9]+\.[0-9]+\)$'
+check "shard row (val)" $?
+grep -q '"name":.*"val"' "$work/sh.json" && ! grep -q '"tasks":.*{' "$work/sh.json"
+check "shard json" $?
+out=$("$ZAYA" eval --model "$work/model" --shards "$work/shards" --split train --max-tokens 50 --seq-len 16 2>/dev/null)
+echo "$out" | grep -Eq '^train +loss +50 '
+check "--split train --max-tokens" $?
+
 # --- errors: exit 1, "zaya: <file>:<line>: <reason>" -------------------------------------------------------------
 expect_error() { # NAME PATTERN ARGS...
     local name=$1 pattern=$2
@@ -115,6 +145,14 @@ expect_error "missing task file" "$work/nope.jsonl" "${M[@]}" --task "$work/nope
 expect_error "task without tokenizer" "--task needs --tokenizer" --model "$work/model" --task "$work/mc.jsonl"
 expect_error "nothing to evaluate" "nothing to evaluate" --model "$work/model"
 expect_error "bad flag" "unknown option" --model "$work/model" --tokens "$work/held.npy" --bogus 1
+expect_error "unknown split" "unknown split \"bogus\"" --model "$work/model" --shards "$work/shards" --split bogus
+expect_error "shards and tokens together" "alternatives" --model "$work/model" --shards "$work/shards" --tokens "$work/held.npy"
+expect_error "missing shard directory" "$work/none" --model "$work/model" --shards "$work/none"
+"$ZAYA" init --config configs/tiny.json --out "$work/small" >/dev/null 2>&1
+expect_error "shards with a larger vocabulary than the model" "vocabulary \(300\) is larger than the model's \(128\)" \
+    --model "$work/small" --shards "$work/shards"
+expect_error "tokenizer larger than the model" "more than the model's vocabulary" --model "$work/small" \
+    --tokenizer "$work/tok.json" --task "$work/mc.jsonl"
 expect_error "window longer than the model" "max_position_embeddings" --model "$work/model" --tokens "$work/held.npy" --seq-len 100000
 
 # --- generate in text mode (needs the same tokenizer) -----------------------------------------------------------
