@@ -169,6 +169,7 @@ void eval_tokenizer_from(EvalTokenizer *et, const Tokenizer *t, const ZayaConfig
     et->decode = tok_decode;
     et->bos_id = tokenizer_token_id(t, TOK_BOS_TEXT);
     et->eos_id = tokenizer_token_id(t, TOK_EOS_TEXT);
+    et->vocab_size = tokenizer_vocab_size(t);
     if (et->bos_id < 0) et->bos_id = cfg->bos_token_id >= 0 && cfg->bos_token_id < cfg->vocab_size ? cfg->bos_token_id : -1;
     if (et->eos_id < 0) et->eos_id = cfg->eos_token_id >= 0 && cfg->eos_token_id < cfg->vocab_size ? cfg->eos_token_id : -1;
 }
@@ -399,6 +400,7 @@ static int score_exact(const Model *m, const EvalTokenizer *tok, TaskFile *t, in
         kvcache_free(&c);
         return -1;
     }
+    if (tok->vocab_size > 0 && tok->vocab_size < s.V) s.n_allowed = tok->vocab_size;
     SamplingParams greedy = {0, 0, 1};
     ZyRng rng;
     zy_rng_seed(&rng, 0);

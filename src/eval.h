@@ -20,6 +20,7 @@ typedef struct {
     int (*decode)(void *ctx, const int32_t *ids, size_t n, char **bytes, size_t *len, ZyErr *err);
     int32_t bos_id; /* prepended to every context / prompt; -1: none */
     int32_t eos_id; /* ends a generated answer; -1: none */
+    int vocab_size; /* ids it can decode are < vocab_size (greedy answers never pick others); 0: the model's */
 } EvalTokenizer;
 
 /* The adapter for a zaya Tokenizer: bos/eos are its "<|bos|>"/"<|eos|>" tokens, else the model config's ids. */

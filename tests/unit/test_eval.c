@@ -48,7 +48,7 @@ static int toy_decode(void *ctx, const int32_t *ids, size_t n, char **bytes, siz
     return 0;
 }
 
-static const EvalTokenizer toy = {NULL, toy_encode, toy_decode, 1, 2};
+static const EvalTokenizer toy = {NULL, toy_encode, toy_decode, 1, 2, 40};
 
 static int toy_model(Model *m, ZyErr *err) {
     ZayaConfig c = {.vocab_size = 40, .hidden_size = 24, .num_layers = 2, .num_heads = 4, .num_kv_heads = 2,
@@ -153,7 +153,7 @@ TEST(eval_multiple_choice_matches_brute_force) {
 }
 
 /* Greedy answer by full-forward argmax, stopping at a newline, eos or the token cap. */
-static void brute_answer(Model *m, const char *prompt, char *out) {
+static void brute_answer(Model *m, const char *prompt, int n_allowed, char *out) {
     const int V = m->cfg.vocab_size, np = (int)strlen(prompt);
     int32_t tok[128];
     int T = 1 + np, n = 0;
@@ -166,7 +166,7 @@ static void brute_answer(Model *m, const char *prompt, char *out) {
         model_forward(m, &a, tok);
         const float *l = a.logits + (long)(T - 1) * V;
         int best = 0;
-        for (int v = 1; v < V; v++)
+        for (int v = 1; v < n_allowed && v < V; v++)
             if (l[v] > l[best]) best = v;
         acts_free(&a);
         if (best == 2) break;
@@ -184,18 +184,22 @@ TEST(eval_exact_match_greedy) {
     char dir[] = "/tmp/zaya_eval_XXXXXX", path[64], a1[64], a2[64], text[512];
     REQUIRE(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/qa.jsonl", dir);
-    brute_answer(&m, "what is one", a1);
-    brute_answer(&m, "name a color", a2);
-    CHECK(strlen(a1) > 0);
-    /* the first reference matches after stripping whitespace, the second does not */
-    snprintf(text, sizeof text, "{\"prompt\": \"what is one\", \"answer\": \"  %s \"}\n"
-                                "{\"prompt\": \"name a color\", \"answer\": \"%sq\"}\n", a1, a2);
-    write_text(path, text);
     EvalResult r;
-    REQUIRE(eval_task_file_with(&m, &toy, path, 0, &r, &err) == 0);
-    CHECK(r.type == EVAL_TASK_EXACT && r.n == 2);
-    CHECK_NEAR(r.exact_match, 0.5, 1e-12);
-    CHECK(isnan(r.acc) && isnan(r.ppl));
+    for (int pass = 0; pass < 2; pass++) { /* the whole vocabulary, then a tokenizer knowing only ids < 20 */
+        EvalTokenizer tk = toy;
+        tk.vocab_size = pass ? 20 : 40;
+        brute_answer(&m, "what is one", tk.vocab_size, a1);
+        brute_answer(&m, "name a color", tk.vocab_size, a2);
+        CHECK(strlen(a1) > 0);
+        /* the first reference matches after stripping whitespace, the second does not */
+        snprintf(text, sizeof text, "{\"prompt\": \"what is one\", \"answer\": \"  %s \"}\n"
+                                    "{\"prompt\": \"name a color\", \"answer\": \"%sq\"}\n", a1, a2);
+        write_text(path, text);
+        REQUIRE(eval_task_file_with(&m, &tk, path, 0, &r, &err) == 0);
+        CHECK(r.type == EVAL_TASK_EXACT && r.n == 2);
+        CHECK_NEAR(r.exact_match, 0.5, 1e-12);
+        CHECK(isnan(r.acc) && isnan(r.ppl));
+    }
     /* JSON report and table */
     char jpath[80];
     snprintf(jpath, sizeof jpath, "%s/out.json", dir);
