@@ -3,6 +3,7 @@
 #ifndef ZAYA_TRAIN_H
 #define ZAYA_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "util.h"
@@ -14,6 +15,7 @@ typedef struct {
     int resume;                     /* continue from OUT_DIR/checkpoints/latest */
     int64_t stop_after;             /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     int quiet;                      /* no progress line */
+    volatile sig_atomic_t *stop_flag; /* set asynchronously (SIGTERM): checkpoint at the next step and return */
 } TrainOptions;
 
 /* Runs (or resumes) a training run. On success the final weights are in OUT_DIR/final/ and the latest

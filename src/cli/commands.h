@@ -8,6 +8,7 @@ int cmd_convert(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_debug(int argc, char **argv);
+int cmd_train_model(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 

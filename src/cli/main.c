@@ -13,6 +13,7 @@ typedef struct {
 } Command;
 
 static const Command commands[] = {
+    {"train", cmd_train_model, "train a model: curriculum, checkpoints, resume (zaya train RUN.json)"},
     {"init", cmd_init, "create a model directory initialised from scratch"},
     {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},

@@ -1,0 +1,86 @@
+/* zaya train RUN.json [--override key=value ...] [--resume] [--stop-after N] [--quiet] */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "train.h"
+
+/* Set by SIGTERM/SIGINT: the trainer saves a checkpoint at the next step boundary and exits 0 (preemption). */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zaya train RUN.json [--override key=value ...] [--resume] [--stop-after N] [--quiet]\n"
+               "  --override k=v   edit the run config (dotted keys, list indices: phases.0.tokens=1e6)\n"
+               "  --resume         continue from OUT_DIR/checkpoints/latest (verified first)\n"
+               "  --stop-after N   stop after N steps in total, saving a checkpoint\n"
+               "  --quiet          no progress line\n");
+}
+
+int cmd_train_model(int argc, char **argv) {
+    TrainOptions o = {0};
+    const char **overrides = calloc((size_t)argc, sizeof *overrides);
+    int n_over = 0;
+    if (!overrides) return 1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            free(overrides);
+            return 0;
+        } else if (strcmp(a, "--override") == 0 && i + 1 < argc) {
+            overrides[n_over++] = argv[++i];
+        } else if (strncmp(a, "--override=", 11) == 0) {
+            overrides[n_over++] = a + 11;
+        } else if (strcmp(a, "--resume") == 0) {
+            o.resume = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            o.quiet = 1;
+        } else if (strcmp(a, "--stop-after") == 0 && i + 1 < argc) {
+            char *end;
+            long long v = strtoll(argv[++i], &end, 10);
+            if (*end || v <= 0) {
+                fprintf(stderr, "zaya: train: --stop-after expects a positive integer, got \"%s\"\n", argv[i]);
+                free(overrides);
+                return 1;
+            }
+            o.stop_after = v;
+        } else if (a[0] == '-' ) {
+            fprintf(stderr, "zaya: train: unknown or incomplete option \"%s\"\n", a);
+            usage(stderr);
+            free(overrides);
+            return 1;
+        } else if (!o.run_path) {
+            o.run_path = a;
+        } else {
+            fprintf(stderr, "zaya: train: unexpected argument \"%s\"\n", a);
+            free(overrides);
+            return 1;
+        }
+    }
+    if (!o.run_path) {
+        usage(stderr);
+        free(overrides);
+        return 1;
+    }
+    o.overrides = overrides;
+    o.n_overrides = n_over;
+    o.stop_flag = &stop_requested;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    ZyErr err = {{0}};
+    int rc = train_run(&o, &err);
+    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    free(overrides);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,44 @@
+/* loader: the training batches, deterministic from (seed, step) and the per-dataset read cursors.
+ * Each row of a global batch picks a dataset by the phase's mixture weights with a hash of (seed, step, row)
+ * and takes the next seq_len+1 tokens at that dataset's cursor, so every dataset is read sequentially
+ * (scatter factor near 1) and the global batch is the same whatever part of it a process reads. */
+#ifndef ZAYA_LOADER_H
+#define ZAYA_LOADER_H
+
+#include <stdint.h>
+
+#include "shards.h"
+#include "util.h"
+
+#define LOADER_MAX_DATASETS 16
+
+typedef struct {
+    int dataset;       /* index into the loader's datasets */
+    uint64_t offset;   /* first token of the window in that dataset's train stream */
+} BatchRow;
+
+typedef struct {
+    int n_datasets;
+    ShardSet *train[LOADER_MAX_DATASETS];
+    char names[LOADER_MAX_DATASETS][64];
+    uint64_t cursor[LOADER_MAX_DATASETS]; /* next unread token per dataset */
+    uint64_t epoch[LOADER_MAX_DATASETS];  /* completed passes per dataset */
+    uint64_t seed;
+} Loader;
+
+/* Opens the train split of each shard directory (dirs[i] named names[i]). */
+int loader_open(Loader *l, int n, const char *const *names, const char *const *dirs, uint64_t seed, int verify_crc,
+                ZyErr *err);
+void loader_close(Loader *l);
+/* Plans the global batch of `step`: rows [batch] of (dataset, offset), advancing the cursors. weights[n_datasets]
+ * are the phase's mixture weights (zero = unused). Errors if a chosen dataset is shorter than one window. */
+int loader_plan(Loader *l, uint64_t step, int batch, int seq_len, const double *weights, BatchRow *rows, ZyErr *err);
+/* Reads the planned rows [first, first+count) into tokens [count, seq_len+1]. */
+int loader_read(Loader *l, const BatchRow *rows, int first, int count, int seq_len, int32_t *tokens, ZyErr *err);
+/* Scatter factor over everything read so far: pages touched / pages the bytes occupy (1.0 is ideal). */
+double loader_scatter_factor(const Loader *l);
+
+/* A 64-bit mix of (seed, a, b): splitmix64 finaliser; stable across platforms. */
+uint64_t hash3(uint64_t seed, uint64_t a, uint64_t b);
+
+#endif

@@ -1,0 +1,380 @@
+#include "train.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "loader.h"
+#include "matmul.h"
+#include "model.h"
+#include "model_io.h"
+#include "optim.h"
+#include "report.h"
+#include "runconfig.h"
+#include "shards.h"
+
+typedef struct {
+    RunConfig rc;
+    char *run_json;
+    Model model;
+    int have_model;
+    Optimizer opt;
+    int have_opt;
+    Balancer bal;
+    int have_bal;
+    Loader loader;
+    int have_loader;
+    ShardSet *val[RUN_MAX_DATASETS];
+    Activations acts;
+    int acts_T; /* sequence length the activations are sized for (0 = none) */
+    BatchRow *rows;
+    int32_t *window, *inputs, *targets;
+    int64_t *route_counts; /* [L, E+1] for the current step */
+    int64_t step;          /* optimizer steps completed */
+    double tokens_seen;
+    char ckpt_root[RUN_PATH + 32];
+    Report report;
+    int have_report;
+} Trainer;
+
+static void trainer_free(Trainer *t) {
+    if (t->acts_T) acts_free(&t->acts);
+    if (t->have_loader) loader_close(&t->loader);
+    for (int i = 0; i < RUN_MAX_DATASETS; i++)
+        if (t->val[i]) shardset_close(t->val[i]);
+    if (t->have_bal) balancer_free(&t->bal);
+    if (t->have_opt) optim_free(&t->opt);
+    if (t->have_model) model_free(&t->model);
+    if (t->have_report) report_close(&t->report);
+    free(t->rows), free(t->window), free(t->inputs), free(t->targets), free(t->route_counts);
+    free(t->run_json);
+}
+
+/* Activations are sized per phase (its sequence length), so allocation happens at phase boundaries only. */
+static int ensure_acts(Trainer *t, int T, ZyErr *err) {
+    if (t->acts_T == T) return 0;
+    if (t->acts_T) acts_free(&t->acts);
+    t->acts_T = 0;
+    if (acts_create(&t->acts, &t->model.cfg, t->rc.micro_batch, T, err)) return -1;
+    t->acts_T = T;
+    free(t->window), free(t->inputs), free(t->targets);
+    size_t rows = (size_t)t->rc.micro_batch;
+    t->window = malloc(rows * (T + 1) * sizeof(int32_t));
+    t->inputs = malloc(rows * T * sizeof(int32_t));
+    t->targets = malloc(rows * T * sizeof(int32_t));
+    if (!t->window || !t->inputs || !t->targets) return zy_fail(err, "out of memory");
+    return 0;
+}
+
+/* Windows [rows, T+1] → inputs [rows, T] and next-token targets [rows, T]. */
+static void split_windows(const int32_t *w, int rows, int T, int32_t *inputs, int32_t *targets) {
+    for (int r = 0; r < rows; r++) {
+        memcpy(inputs + (size_t)r * T, w + (size_t)r * (T + 1), (size_t)T * sizeof(int32_t));
+        memcpy(targets + (size_t)r * T, w + (size_t)r * (T + 1) + 1, (size_t)T * sizeof(int32_t));
+    }
+}
+
+/* ---- trainer state (JSON) --------------------------------------------------------------------------------- */
+
+static char *state_to_json(const Trainer *t) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "zaya-trainer-state");
+    cJSON_AddNumberToObject(root, "step", (double)t->step);
+    cJSON_AddNumberToObject(root, "optimizer_step", (double)t->opt.step);
+    cJSON_AddNumberToObject(root, "tokens_seen", t->tokens_seen);
+    cJSON_AddNumberToObject(root, "seed", (double)t->rc.seed);
+    cJSON_AddNumberToObject(root, "phase", runconfig_phase_of(&t->rc, t->step));
+    cJSON *ld = cJSON_AddObjectToObject(root, "loader");
+    for (int d = 0; d < t->loader.n_datasets; d++) {
+        cJSON *o = cJSON_AddObjectToObject(ld, t->loader.names[d]);
+        cJSON_AddNumberToObject(o, "cursor", (double)t->loader.cursor[d]);
+        cJSON_AddNumberToObject(o, "epoch", (double)t->loader.epoch[d]);
+    }
+    cJSON *b = cJSON_AddObjectToObject(root, "balancer");
+    cJSON_AddNumberToObject(b, "step", (double)t->bal.step);
+    size_t n = (size_t)t->bal.num_layers * t->bal.num_experts;
+    cJSON_AddItemToObject(b, "exp_avg", cJSON_CreateDoubleArray(t->bal.exp_avg, (int)n));
+    cJSON_AddItemToObject(b, "exp_avg_sq", cJSON_CreateDoubleArray(t->bal.exp_avg_sq, (int)n));
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+static int number_at(const cJSON *o, const char *key, double *out, const char *label, ZyErr *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) return zy_fail(err, "%s: missing or non-numeric \"%s\"", label, key);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int state_from_json(Trainer *t, const char *text, const char *label, ZyErr *err) {
+    cJSON *root = cJSON_Parse(text);
+    if (!root) return zy_fail(err, "%s: invalid JSON", label);
+    int rc = -1;
+    double d = 0;
+    if (number_at(root, "step", &d, label, err)) goto done;
+    t->step = (int64_t)d;
+    if (number_at(root, "optimizer_step", &d, label, err)) goto done;
+    t->opt.step = (int64_t)d;
+    if (number_at(root, "tokens_seen", &t->tokens_seen, label, err)) goto done;
+    if (number_at(root, "seed", &d, label, err)) goto done;
+    if ((uint64_t)d != t->rc.seed) {
+        zy_fail(err, "%s: the checkpoint was trained with seed %.0f, the run config says %llu", label, d,
+                (unsigned long long)t->rc.seed);
+        goto done;
+    }
+    const cJSON *ld = cJSON_GetObjectItemCaseSensitive(root, "loader");
+    for (int i = 0; i < t->loader.n_datasets; i++) {
+        const cJSON *o = ld ? cJSON_GetObjectItemCaseSensitive(ld, t->loader.names[i]) : NULL;
+        if (!o) {
+            zy_fail(err, "%s: no loader state for dataset \"%s\"", label, t->loader.names[i]);
+            goto done;
+        }
+        if (number_at(o, "cursor", &d, label, err)) goto done;
+        t->loader.cursor[i] = (uint64_t)d;
+        if (number_at(o, "epoch", &d, label, err)) goto done;
+        t->loader.epoch[i] = (uint64_t)d;
+    }
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "balancer");
+    if (!b || number_at(b, "step", &d, label, err)) {
+        if (!b) zy_fail(err, "%s: no balancer state", label);
+        goto done;
+    }
+    t->bal.step = (int64_t)d;
+    const int n = t->bal.num_layers * t->bal.num_experts;
+    const char *keys[2] = {"exp_avg", "exp_avg_sq"};
+    double *dst[2] = {t->bal.exp_avg, t->bal.exp_avg_sq};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
+        if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n) {
+            zy_fail(err, "%s: balancer.%s must be a list of %d numbers", label, keys[k], n);
+            goto done;
+        }
+        int i = 0;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, arr) dst[k][i++] = v->valuedouble;
+    }
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---- validation ------------------------------------------------------------------------------------------- */
+
+/* Mean next-token loss over the first val_batches micro-batches of each dataset's val split (the same
+ * windows every time), averaged over the datasets that have one; *out = NAN if none has. */
+static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
+    double sum = 0;
+    int n = 0;
+    for (int d = 0; d < t->rc.n_datasets; d++) {
+        ShardSet *v = t->val[d];
+        if (!v) continue;
+        uint64_t window = (uint64_t)T + 1, avail = shardset_num_tokens(v) / window;
+        int rows = t->rc.micro_batch;
+        for (int b = 0; b < t->rc.val_batches; b++) {
+            if ((uint64_t)(b + 1) * rows > avail) break;
+            for (int r = 0; r < rows; r++)
+                if (shardset_read(v, ((uint64_t)b * rows + r) * window, window, t->window + (size_t)r * window, err))
+                    return zy_wrap(err, "validation data of \"%s\"", t->rc.dataset_names[d]);
+            split_windows(t->window, rows, T, t->inputs, t->targets);
+            if (model_check_tokens(&t->model, t->inputs, rows, T, err) ||
+                model_check_tokens(&t->model, t->targets, rows, T, err))
+                return zy_wrap(err, "validation data of \"%s\"", t->rc.dataset_names[d]);
+            model_forward(&t->model, &t->acts, t->inputs);
+            sum += model_loss(&t->model, &t->acts, t->targets);
+            n++;
+        }
+    }
+    *out = n ? sum / n : NAN;
+    return 0;
+}
+
+/* ---- one optimizer step ----------------------------------------------------------------------------------- */
+
+static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, ZyErr *err) {
+    const RunConfig *rc = &t->rc;
+    const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
+    const int T = ph->seq_len, mb = rc->micro_batch, n_micro = rc->batch_size / mb;
+    const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
+    if (ensure_acts(t, T, err)) return -1;
+    if (loader_plan(&t->loader, (uint64_t)t->step, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
+    params_zero_grad(&t->model.params);
+    memset(t->route_counts, 0, (size_t)L * (E + 1) * sizeof *t->route_counts);
+    double loss = 0;
+    for (int k = 0; k < n_micro; k++) {
+        if (loader_read(&t->loader, t->rows, k * mb, mb, T, t->window, err)) return -1;
+        split_windows(t->window, mb, T, t->inputs, t->targets);
+        if (model_check_tokens(&t->model, t->inputs, mb, T, err) ||
+            model_check_tokens(&t->model, t->targets, mb, T, err))
+            return zy_wrap(err, "training data at step %lld", (long long)t->step);
+        model_forward(&t->model, &t->acts, t->inputs);
+        loss += model_backward(&t->model, &t->acts, t->targets);
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < mb * T; i++) t->route_counts[(size_t)l * (E + 1) + t->acts.layers[l].choice[i]]++;
+    }
+    loss /= n_micro;
+    if (n_micro > 1) grad_scale(&t->model.params, 1.0 / n_micro); /* mean over micro-batches */
+    double gnorm = grad_global_norm(&t->model.params);
+    if (!isfinite(loss) || !isfinite(gnorm))
+        return zy_fail(err, "non-finite loss (%g) or gradient norm (%g) at step %lld", loss, gnorm, (long long)t->step);
+    grad_clip(&t->model.params, rc->grad_clip, gnorm);
+    double lr = schedule_lr(&rc->schedule, t->step);
+    optim_step(&t->opt, &t->model.params, lr);
+    if (rc->balancing) {
+        float *biases[256];
+        for (int l = 0; l < L && l < 256; l++) biases[l] = t->model.w.layers[l].balancing_bias;
+        balancer_update(&t->bal, t->route_counts, biases);
+    }
+    t->step++;
+    t->tokens_seen += (double)rc->batch_size * T;
+    *loss_out = loss;
+    *gnorm_out = gnorm;
+    *lr_out = lr;
+    return 0;
+}
+
+static int save_checkpoint(Trainer *t, ZyErr *err) {
+    char *state = state_to_json(t);
+    if (!state) return zy_fail(err, "out of memory");
+    CheckpointContent c = {.model = &t->model, .optim = &t->opt, .trainer_state_json = state, .run_json = t->run_json};
+    char dir[600];
+    double t0 = zy_now_seconds();
+    int rc = ckpt_save(t->ckpt_root, t->step, &c, t->rc.ckpt_keep, dir, sizeof dir, err);
+    free(state);
+    if (!rc) report_event(&t->report, "checkpoint %s (%.2f s)", dir, zy_now_seconds() - t0);
+    return rc;
+}
+
+/* ---- set-up ----------------------------------------------------------------------------------------------- */
+
+static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
+    RunConfig *rc = &t->rc;
+    if (runconfig_load(rc, o->run_path, o->overrides, o->n_overrides, &t->run_json, err)) return -1;
+    if (snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/checkpoints", rc->out_dir) >= (int)sizeof t->ckpt_root)
+        return zy_fail(err, "out_dir too long");
+    if (zy_mkdirs(rc->out_dir, err)) return -1;
+    /* model */
+    if (rc->init_from[0]) {
+        if (model_load_dir(&t->model, rc->init_from, err)) return -1;
+    } else {
+        ZayaConfig cfg;
+        if (config_load(&cfg, rc->model_config, err) || model_create(&t->model, &cfg, err)) return -1;
+        model_init_weights(&t->model, rc->seed);
+    }
+    t->have_model = 1;
+    const ZayaConfig *c = &t->model.cfg;
+    for (int i = 0; i < rc->n_phases; i++)
+        if (rc->phases[i].seq_len > c->max_position_embeddings)
+            return zy_fail(err, "%s: phase \"%s\" seq_len %d exceeds the model's max_position_embeddings %d",
+                           o->run_path, rc->phases[i].name, rc->phases[i].seq_len, c->max_position_embeddings);
+    if (optim_create(&t->opt, &t->model.params, &rc->optim, err)) return -1;
+    t->have_opt = 1;
+    if (balancer_create(&t->bal, c->num_layers, c->num_experts, rc->balancing_lr, err)) return -1;
+    t->have_bal = 1;
+    /* data */
+    const char *names[RUN_MAX_DATASETS], *dirs[RUN_MAX_DATASETS];
+    for (int i = 0; i < rc->n_datasets; i++) names[i] = rc->dataset_names[i], dirs[i] = rc->dataset_dirs[i];
+    if (loader_open(&t->loader, rc->n_datasets, names, dirs, rc->seed, 1, err)) return -1;
+    t->have_loader = 1;
+    for (int i = 0; i < rc->n_datasets; i++) {
+        if (shardset_vocab_size(t->loader.train[i]) > c->vocab_size)
+            return zy_fail(err, "dataset \"%s\": token vocabulary %d is larger than the model's vocab_size %d", names[i],
+                           shardset_vocab_size(t->loader.train[i]), c->vocab_size);
+        ZyErr ignore;
+        if (shardset_open(&t->val[i], dirs[i], "val", 1, &ignore) != 0 || shardset_num_tokens(t->val[i]) == 0) {
+            if (t->val[i]) shardset_close(t->val[i]);
+            t->val[i] = NULL; /* no val split: validation skips this dataset */
+        }
+    }
+    t->rows = calloc((size_t)rc->batch_size, sizeof *t->rows);
+    t->route_counts = calloc((size_t)c->num_layers * (c->num_experts + 1), sizeof *t->route_counts);
+    if (!t->rows || !t->route_counts) return zy_fail(err, "out of memory");
+    /* resume */
+    if (o->resume) {
+        char dir[600];
+        char *state = NULL;
+        if (ckpt_latest(t->ckpt_root, dir, sizeof dir, err) || ckpt_verify(dir, err) ||
+            ckpt_load(dir, &t->model, &t->opt, &state, err))
+            return -1;
+        int r = state_from_json(t, state, dir, err);
+        free(state);
+        if (r) return -1;
+        fprintf(stderr, "resumed from %s at step %lld\n", dir, (long long)t->step);
+    }
+    return 0;
+}
+
+int train_run(const TrainOptions *o, ZyErr *err) {
+    Trainer t;
+    memset(&t, 0, sizeof t);
+    int rc = -1;
+    if (trainer_open(&t, o, err)) goto done;
+    const RunConfig *r = &t.rc;
+    const ZayaConfig *c = &t.model.cfg;
+    double peak = zy_sgemm_probe_gflops(512, 0.3);
+    if (report_open(&t.report, r, c, peak, o->resume ? t.step : -1, o->quiet, err)) goto done;
+    t.have_report = 1;
+    report_event(&t.report, "model: %zu parameters (%zu trainable); %lld steps in %d phases; sgemm peak %.1f GFLOP/s",
+                 params_count(&t.model.params, 0), params_count(&t.model.params, 1), (long long)r->total_steps,
+                 r->n_phases, peak);
+    int64_t end = r->total_steps;
+    if (o->stop_after > 0 && o->stop_after < end) end = o->stop_after;
+    const double t_start = zy_now_seconds(), tokens_at_start = t.tokens_seen;
+    const int64_t step_at_start = t.step;
+    while (t.step < end) {
+        int phase = runconfig_phase_of(r, t.step);
+        double loss = 0, gnorm = 0, lr = 0;
+        double t0 = zy_now_seconds();
+        if (train_step(&t, &loss, &gnorm, &lr, err)) goto done;
+        double now = zy_now_seconds();
+        const int T = r->phases[phase].seq_len;
+        double step_tokens = (double)r->batch_size * T;
+        double entropy[256];
+        for (int l = 0; l < c->num_layers && l < 256; l++)
+            entropy[l] = routing_entropy(t.route_counts + (size_t)l * (c->num_experts + 1), c->num_experts);
+        StepMetrics m = {.step = t.step, .phase = phase, .loss = loss, .lr = lr, .grad_norm = gnorm,
+                         .tokens_seen = t.tokens_seen, .step_seconds = now - t0, .step_tokens = step_tokens,
+                         .seq_len = T, .entropy = entropy, .n_layers = c->num_layers,
+                         .elapsed = now - t_start, .tokens_run = t.tokens_seen - tokens_at_start,
+                         .steps_run = t.step - step_at_start, .end_step = end,
+                         .scatter = loader_scatter_factor(&t.loader)};
+        report_step(&t.report, &m);
+        int last = t.step == end;
+        if (r->eval_interval > 0 && (t.step % r->eval_interval == 0 || last)) {
+            double vl = NAN;
+            if (validation_loss(&t, T, &vl, err)) goto done;
+            if (!isnan(vl)) report_eval(&t.report, t.step, phase, "val_loss", vl);
+        }
+        int stopping = o->stop_flag && *o->stop_flag;
+        if ((r->ckpt_interval > 0 && t.step % r->ckpt_interval == 0) || last || stopping)
+            if (save_checkpoint(&t, err)) goto done;
+        if (stopping) {
+            report_event(&t.report, "stop requested: checkpoint saved at step %lld; resume with --resume", (long long)t.step);
+            break;
+        }
+    }
+    if (t.step >= r->total_steps) {
+        char final_dir[RUN_PATH + 16];
+        snprintf(final_dir, sizeof final_dir, "%s/final", r->out_dir);
+        if (model_save_dir(&t.model, final_dir, ZY_DT_F32, err)) goto done;
+        report_event(&t.report, "final model: %s", final_dir);
+    }
+    report_event(&t.report, "trained %lld steps in %.1f s; loader scatter factor %.3f", (long long)(t.step - step_at_start),
+                 zy_now_seconds() - t_start, loader_scatter_factor(&t.loader));
+    ZyErr plot_err;
+    if (report_plot(r->out_dir, r, &plot_err))
+        report_event(&t.report, "plots skipped: %s", plot_err.msg);
+    else
+        report_event(&t.report, "plots: %s/loss.png, %s/routing_entropy.png", r->out_dir, r->out_dir);
+    rc = 0;
+done:
+    trainer_free(&t);
+    return rc;
+}

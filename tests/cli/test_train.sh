@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# End-to-end training checks on a tiny model and the synthetic corpus:
+#  - resume is bit-exact: N steps straight == K steps, stop, resume to N (byte-identical final weights),
+#    with the stop before and after a phase boundary and with a SIGTERM preemption;
+#  - the balancing controller lifts routing entropy from a skewed start (and without it, it stays low);
+#  - bad run configs, corrupt checkpoints and corrupt shards fail cleanly and never damage saved checkpoints.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ZAYA=build/zaya
+W=$(mktemp -d /tmp/zaya_train_test.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+pass=0
+fail=0
+ok() { echo "ok   $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+finish() { echo "train: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+
+# ---- data: synth corpus → tokenizer → shards (small) ------------------------------------------------------
+$ZAYA data synth --out "$W/corpus" --seed 3 --scale 0.05 >/dev/null || { bad "data synth"; finish; }
+$ZAYA tokenizer train --input "$W/corpus/general.jsonl" "$W/corpus/mathcode.jsonl" "$W/corpus/longctx.jsonl" \
+    --vocab-size 384 --out "$W/tok.json" >/dev/null || { bad "tokenizer train"; finish; }
+for d in general mathcode longctx; do
+    $ZAYA data prepare --tokenizer "$W/tok.json" --input "$W/corpus/$d.jsonl" --out "$W/data/$d" --val-fraction 0.05 \
+        >/dev/null 2>&1 || { bad "data prepare $d"; finish; }
+done
+ok "tiny corpus, tokenizer and shards"
+
+cat >"$W/model.json" <<JSON
+{"model_type": "zaya", "vocab_size": 384, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 1,
+ "router_hidden_size": 16, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+ "max_position_embeddings": 256, "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 10000.0,
+ "partial_rotary_factor": 0.5}}, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+JSON
+# 2 phases: steps 0-5 at seq 32 (6 steps), steps 6-11 at seq 64 (6 steps)
+cat >"$W/run.json" <<JSON
+{"model": "$W/model.json", "tokenizer": "$W/tok.json",
+ "datasets": {"general": "$W/data/general", "mathcode": "$W/data/mathcode", "longctx": "$W/data/longctx"},
+ "phases": [{"name": "web", "tokens": 2304, "seq_len": 32, "mixture": {"general": 0.7, "mathcode": 0.3}},
+            {"name": "long", "tokens": 4608, "seq_len": 64, "mixture": {"longctx": 0.5, "mathcode": 0.5}}],
+ "batch_size": 12, "micro_batch": 4,
+ "optimizer": {"lr": 0.01, "weight_decay": 0.01, "grad_clip": 1.0},
+ "schedule": {"type": "wsd", "warmup_steps": 2, "decay_fraction": 0.3},
+ "checkpoint": {"interval": 4, "keep": 2}, "eval": {"interval": 6, "val_batches": 1},
+ "seed": 11, "out_dir": "$W/straight"}
+JSON
+
+# ---- resume exactness --------------------------------------------------------------------------------------
+$ZAYA train "$W/run.json" --quiet >"$W/straight.log" 2>&1 || { bad "straight run"; cat "$W/straight.log"; finish; }
+check "straight run wrote final weights and plots" test -s "$W/straight/final/model.safetensors" -a -s "$W/straight/loss.png"
+for k in 3 8; do
+    out="$W/resumed$k"
+    $ZAYA train "$W/run.json" --override out_dir="$out" --stop-after $k --quiet >"$out.log" 2>&1 &&
+        $ZAYA train "$W/run.json" --override out_dir="$out" --resume --quiet >>"$out.log" 2>&1 ||
+        { bad "stop at $k and resume"; cat "$out.log"; continue; }
+    check "stop after step $k, resume: final weights byte-identical" cmp -s "$W/straight/final/model.safetensors" "$out/final/model.safetensors"
+    check "stop after step $k, resume: metrics show every step once" \
+        test "$(grep -c '"kind":"train"' "$out/metrics.jsonl")" -eq 12
+done
+# preemption: SIGTERM mid-run saves a checkpoint and exits 0; resume completes identically
+out="$W/preempt"
+$ZAYA train "$W/run.json" --override out_dir="$out" --override checkpoint.interval=0 --quiet >"$out.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do [ -s "$out/metrics.jsonl" ] && break; sleep 0.05; done
+kill -TERM $pid
+wait $pid
+rc=$?
+check "SIGTERM: exit status 0" test $rc -eq 0
+check "SIGTERM: a checkpoint was saved" test -s "$out/checkpoints/latest"
+$ZAYA train "$W/run.json" --override out_dir="$out" --override checkpoint.interval=0 --resume --quiet >>"$out.log" 2>&1
+check "SIGTERM then resume: final weights byte-identical" cmp -s "$W/straight/final/model.safetensors" "$out/final/model.safetensors"
+
+# ---- bad input -------------------------------------------------------------------------------------------
+expect_fail() { # name, expected message substring, command...
+    local name=$1 msg=$2; shift 2
+    local errf="$W/err.txt"
+    if "$@" >/dev/null 2>"$errf"; then bad "$name: succeeded"; return; fi
+    if grep -q -- "$msg" "$errf"; then ok "$name: $(head -c 160 "$errf")"; else bad "$name: message was: $(cat "$errf")"; fi
+}
+expect_fail "unknown run-config key" 'unknown key "optimizer.learning_rate"' \
+    $ZAYA train "$W/run.json" --override optimizer.learning_rate=0.1 --override out_dir="$W/x1"
+expect_fail "impossible batch split" "must be a multiple of micro_batch" \
+    $ZAYA train "$W/run.json" --override micro_batch=5 --override out_dir="$W/x2"
+expect_fail "missing shard directory" "data/nothere" \
+    $ZAYA train "$W/run.json" --override datasets.general="$W/data/nothere" --override out_dir="$W/x3"
+expect_fail "mixture names an unknown dataset" "no such dataset" \
+    $ZAYA train "$W/run.json" --override 'phases.0.mixture={"web": 1}' --override out_dir="$W/x4"
+expect_fail "seq_len beyond max_position_embeddings" "max_position_embeddings" \
+    $ZAYA train "$W/run.json" --override phases.1.seq_len=512 --override out_dir="$W/x5"
+expect_fail "unknown CLI flag" "unknown or incomplete option" $ZAYA train "$W/run.json" --resum
+# a corrupt checkpoint: resume refuses it and leaves it as it was
+cp -r "$W/resumed3" "$W/corrupt"
+latest=$(cat "$W/corrupt/checkpoints/latest")
+f="$W/corrupt/checkpoints/$latest/model.safetensors"
+printf '\x01' | dd of="$f" bs=1 seek=2000 conv=notrunc status=none
+before=$(md5sum "$f")
+expect_fail "corrupt checkpoint (flipped byte)" "CRC-32" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" --resume
+check "corrupt checkpoint left untouched" test "$(md5sum "$f")" = "$before"
+cp "$W/resumed3/checkpoints/$latest/model.safetensors" "$f"   # undo the flip, damage another file
+truncate -s 1000 "$W/corrupt/checkpoints/$latest/optimizer.safetensors"
+expect_fail "corrupt checkpoint (truncated)" "truncated" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" --resume
+# a corrupt shard
+cp -r "$W/data/general" "$W/badshard"
+sh=$(ls "$W/badshard"/train-*.bin | head -1)
+printf '\xff\xff' | dd of="$sh" bs=1 seek=100 conv=notrunc status=none
+expect_fail "corrupt shard" "CRC" $ZAYA train "$W/run.json" --override datasets.general="$W/badshard" --override out_dir="$W/x6"
+
+# ---- balancing controller --------------------------------------------------------------------------------
+$ZAYA init --config "$W/model.json" --out "$W/skewed" --seed 5 >/dev/null
+python3 - "$W/skewed/model.safetensors" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+p = sys.argv[1]
+t = load_file(p)
+for k in t:
+    if k.endswith("balancing_biases"):
+        t[k][0] = 0.05  # router logits are near-uniform at init: expert 0 takes every token
+save_file(t, p, metadata={"format": "pt"})
+PY
+for mode in true false; do
+    cat >"$W/bal_$mode.json" <<JSON
+{"init_from": "$W/skewed", "datasets": {"general": "$W/data/general"},
+ "phases": [{"name": "p", "tokens": 491520, "seq_len": 32, "mixture": {"general": 1}}],
+ "batch_size": 48, "micro_batch": 48, "optimizer": {"lr": 0.003}, "balancing": {"enabled": $mode, "lr": 0.003},
+ "seed": 1, "out_dir": "$W/bal_$mode"}
+JSON
+    $ZAYA train "$W/bal_$mode.json" --quiet >"$W/bal_$mode.log" 2>&1 || { bad "balancing run ($mode)"; cat "$W/bal_$mode.log"; }
+done
+# per layer: entropy at the first step, and the mean over the last 50 steps (one step's counts are noisy)
+summary() {
+    python3 - "$1" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"train"' in l]
+first = min(rows[0]["routing_entropy"])
+tail = rows[-50:]
+n_layers = len(rows[0]["routing_entropy"])
+last = min(sum(r["routing_entropy"][l] for r in tail) / len(tail) for l in range(n_layers))
+print(f"{first:.3f} {last:.3f}")
+PY
+}
+read -r first_on last_on < <(summary "$W/bal_true/metrics.jsonl")
+read -r first_off last_off < <(summary "$W/bal_false/metrics.jsonl")
+echo "     routing entropy (worst layer): step 1 $first_on -> mean of steps 271-320 $last_on with the controller; $first_off -> $last_off without"
+check "skewed router starts unbalanced (entropy < 0.5)" python3 -c "import sys; sys.exit(not $first_on < 0.5)"
+check "controller lifts entropy above 0.9 within 320 steps" python3 -c "import sys; sys.exit(not $last_on > 0.9)"
+check "without the controller entropy stays below 0.9" python3 -c "import sys; sys.exit(not $last_off < 0.9)"
+finish
