@@ -1620,7 +1620,7 @@ static int wtu_drain(Trainer *tr) {
     for (size_t i = 0; i < tr->wtu_n; i++) {
         size_t j = mix64(tr->wtu[i].pair) & mask;
         while (tr->wtu_idx.slots[j].key != tr->wtu[i].pair) j = (j + 1) & mask;
-        tr->wtu[i].n = (uint32_t)j;
+        tr->wtu[i].n = (uint32_t)j; /* the list is gone: n keeps the slot */
     }
     for (size_t i = 0; i < tr->wtu_n; i++) tr->wtu_idx.slots[tr->wtu[i].n].key = PM_EMPTY;
     tr->wtu_idx.count = 0;
