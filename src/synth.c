@@ -888,6 +888,13 @@ static void gen_mathcode_doc(Gen *g, Str *o) {
 
 /* -------------------------------------------------------------------------------------------- long ctx */
 
+/* Filler lengths in bytes: "long" at toy scale, sized for models trained on a few hundred tokens of context (the
+ * eval prompts, ~150-330 tokens with a 1k-token vocabulary, fit a 256-token phase-3 window). */
+#define LONG_MIN 500
+#define LONG_MAX 3000
+#define EVAL_LONG_MIN 400
+#define EVAL_LONG_MAX 900
+
 static const char *const T_FILLER_EXTRA[] = {
     "The {L2} was {A} that {SE}.", "{X} {VT} a {A} {O2} near the {L2}.", "Nobody could explain the {AP} {AN}.",
     "{W}.", "A {J} {VI} {ADV} by the {L2}.", "The {O2} on the table was {A}.",
@@ -939,7 +946,7 @@ static void gen_kv(Gen *g, Str *o, int eval, Str *ans) {
     ZyRng *r = &g->rng;
     Story st;
     story_init(g, &st);
-    int n = range(r, 3, 9), keys[9], vals[9];
+    int n = eval ? range(r, 3, 6) : range(r, 3, 9), keys[9], vals[9];
     char facts[9][160];
     for (int i = 0; i < n; i++) {
         keys[i] = pick_key(g, eval, keys, i);
@@ -952,7 +959,7 @@ static void gen_kv(Gen *g, Str *o, int eval, Str *ans) {
         default: snprintf(facts[i], sizeof facts[i], "The code for %s is %d, and it must not be forgotten.", k, vals[i]); break;
         }
     }
-    weave(g, &st, o, (size_t)(eval ? range(r, 1200, 3000) : range(r, 1500, 5000)), facts, n);
+    weave(g, &st, o, (size_t)(eval ? range(r, EVAL_LONG_MIN, EVAL_LONG_MAX) : range(r, LONG_MIN, LONG_MAX)), facts, n);
     s_put(o, "\n\n");
     if (eval) {
         int q = (int)rnd(r, (uint32_t)n);
@@ -982,7 +989,7 @@ static void gen_var_chain(Gen *g, Str *o) {
         program_step(g, val[i - 1], &op[i], &k[i], &val[i]);
         snprintf(facts[i], sizeof facts[i], "Let %c = %c %c %d.", names[i], names[i - 1], op[i], k[i]);
     }
-    weave(g, &st, o, (size_t)range(r, 1500, 4500), facts, n);
+    weave(g, &st, o, (size_t)range(r, LONG_MIN, LONG_MAX), facts, n);
     s_printf(o, "\n\nQ: What is %c? A: %c = %d", names[n - 1], names[0], val[0]);
     for (int i = 1; i < n; i++) s_printf(o, ", %c = %d %c %d = %d", names[i], val[i - 1], op[i], k[i], val[i]);
     s_printf(o, ". The answer is %d.", val[n - 1]);
@@ -1001,7 +1008,7 @@ static void gen_location_chain(Gen *g, Str *o) {
     snprintf(facts[0], sizeof facts[0], "The %s is in the %s %s.", thing, color, cont);
     snprintf(facts[1], sizeof facts[1], "The %s %s is in the %s.", color, cont, room);
     snprintf(facts[2], sizeof facts[2], "The %s is next to the %s.", room, room2);
-    weave(g, &st, o, (size_t)range(r, 1500, 4500), facts, 3);
+    weave(g, &st, o, (size_t)range(r, LONG_MIN, LONG_MAX), facts, 3);
     s_printf(o, "\n\nQ: Where is the %s? A: The %s is in the %s %s, and the %s %s is in the %s. So the %s is in the %s.",
              thing, thing, color, cont, color, cont, room, thing, room);
 }
@@ -1033,7 +1040,7 @@ static void gen_order_chain(Gen *g, Str *o) {
         memcpy(facts[i], facts[j], sizeof t);
         memcpy(facts[j], t, sizeof t);
     }
-    weave(g, &st, o, (size_t)range(r, 1500, 4000), facts, n - 1);
+    weave(g, &st, o, (size_t)range(r, LONG_MIN, LONG_MAX), facts, n - 1);
     s_printf(o, "\n\nQ: Who is the %s? A: ", rel[k][1]);
     for (int i = 0; i + 1 < n; i++)
         s_printf(o, "%s%s is %s than %s", i ? ", " : "", PEOPLE[idx[i]].name, rel[k][0], PEOPLE[idx[i + 1]].name);
@@ -1476,7 +1483,7 @@ static const char README[] =
     "                  (\"What is 17 plus 45? 62\"), subtraction, multiplication, division, 3-4 digit sums,\n"
     "                  multi-step word problems with the working shown, and small programs followed by\n"
     "                  \"output: <value>\".\n"
-    "  longctx.jsonl   phase 3 (long context + reasoning): 1.5-5 KB documents with facts scattered through\n"
+    "  longctx.jsonl   phase 3 (long context + reasoning): 0.5-3 KB documents with facts scattered through\n"
     "                  filler prose, then questions: key-value recall (\"The code for falcon is 4821.\" ...\n"
     "                  \"Q: What is the code for falcon? A: 4821\"), variable chains (\"Let b = a + 7.\"),\n"
     "                  containment chains and ordering chains, with the reasoning written out in the answer.\n"
@@ -1487,7 +1494,7 @@ static const char README[] =
     "                    a+b or b+a for these pairs in any format, nor the inverse (a+b)-b=a.\n"
     "  arith_mc.jsonl    multiple choice, {\"context\": \"12+45=\", \"choices\": [...], \"answer\": index}, on\n"
     "                    the same held-out pairs (additions and inverse subtractions).\n"
-    "  kv_recall.jsonl   exact match: a long context with key-value facts, then\n"
+    "  kv_recall.jsonl   exact match: a 0.4-0.9 KB context with 3-6 key-value facts among filler, then\n"
     "                    \"Q: What is the code for <key>? A:\"; no training document has a fact for these keys.\n"
     "  general_mc.jsonl  multiple choice on the prose: the consistent colour of an object introduced earlier,\n"
     "                    the pronoun that agrees with the character, the grammatical sentence among word-order\n"

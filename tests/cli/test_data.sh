@@ -5,7 +5,7 @@
 # Ends with one line "data: N passed, N failed"; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-Z=build/zaya
+Z=${ZAYA_BIN:-build/zaya} # ZAYA_BIN=build-asan/zaya runs the same checks under ASan + UBSan
 T=$(mktemp -d /tmp/zy_data_XXXXXX)
 trap 'rm -rf "$T"' EXIT
 pass=0
