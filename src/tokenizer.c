@@ -1523,6 +1523,7 @@ typedef struct {
     Word *words;
     size_t n_words;
     int32_t *sym;
+    int split_digits;    /* never merge two pieces that both hold a digit: numbers stay one token per digit */
     PairMap counts;      /* pair -> occurrences weighted by word counts */
     Entry *heap;
     size_t heap_n, heap_cap;
@@ -1698,6 +1699,12 @@ typedef struct {
     size_t n, cap;
 } MergeOut;
 
+static int has_digit(const Trainer *tr, uint32_t id) {
+    for (size_t k = tr->tok_off[id]; k < tr->tok_off[id + 1]; k++)
+        if (tr->tok_bytes.p[k] >= '0' && tr->tok_bytes.p[k] <= '9') return 1;
+    return 0;
+}
+
 static int learn_merges(Trainer *tr, const StrMap *counts, int vocab_size, MergeOut *mo) {
     /* words, sorted by their bytes so the result never depends on hashing or threads */
     tr->words = malloc((counts->count + 1) * sizeof *tr->words);
@@ -1753,6 +1760,10 @@ static int learn_merges(Trainer *tr, const StrMap *counts, int vocab_size, Merge
         if (top.count < 1) {
             free(top.pos);
             break;
+        }
+        if (tr->split_digits && has_digit(tr, top.a) && has_digit(tr, top.b)) {
+            free(top.pos); /* dropped for good: a later re-queue of this pair is dropped here again */
+            continue;
         }
         cat.n = 0;
         rc = buf_put(&cat, tr->tok_bytes.p + tr->tok_off[top.a], tr->tok_off[top.a + 1] - tr->tok_off[top.a]) ||
@@ -1817,7 +1828,7 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* files != NULL: read files; else texts/lens. */
 static int train_common(const char *const *files, const char *const *texts, const size_t *lens, int n, int vocab_size,
-                        Tokenizer **out, TokenizerTrainStats *stats, ZyErr *err) {
+                        int split_digits, Tokenizer **out, TokenizerTrainStats *stats, ZyErr *err) {
     *out = NULL;
     double t0 = zy_now_seconds();
     if (vocab_size < TOK_MIN_VOCAB)
@@ -1855,6 +1866,7 @@ static int train_common(const char *const *files, const char *const *texts, cons
     }
     double t_count = zy_now_seconds() - t0;
     Trainer tr = {0};
+    tr.split_digits = split_digits;
     MergeOut mo = {0};
     if (!rc && learn_merges(&tr, &cn.maps[0], vocab_size, &mo)) rc = zy_fail(err, "tokenizer train: out of memory");
     if (!rc && build_trained(&tr, &mo, out)) rc = zy_fail(err, "tokenizer train: out of memory");
@@ -1872,14 +1884,14 @@ static int train_common(const char *const *files, const char *const *texts, cons
     return rc;
 }
 
-int tokenizer_train(const char *const *files, int n_files, int vocab_size, Tokenizer **out, TokenizerTrainStats *stats,
-                    ZyErr *err) {
-    return train_common(files, NULL, NULL, n_files, vocab_size, out, stats, err);
+int tokenizer_train(const char *const *files, int n_files, int vocab_size, int split_digits, Tokenizer **out,
+                    TokenizerTrainStats *stats, ZyErr *err) {
+    return train_common(files, NULL, NULL, n_files, vocab_size, split_digits, out, stats, err);
 }
 
-int tokenizer_train_texts(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, Tokenizer **out,
-                          TokenizerTrainStats *stats, ZyErr *err) {
-    return train_common(NULL, texts, lens, n_texts, vocab_size, out, stats, err);
+int tokenizer_train_texts(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, int split_digits,
+                          Tokenizer **out, TokenizerTrainStats *stats, ZyErr *err) {
+    return train_common(NULL, texts, lens, n_texts, vocab_size, split_digits, out, stats, err);
 }
 
 /* ---------------------------------------------------------------------------------------------------------

@@ -35,12 +35,14 @@ typedef struct {
 /* Trains on plain-text files (each file is one text) and .jsonl files (the "text" string of every line).
  * Pre-tokenizes like encoding (special-token strings in the text are left out of the counts), then learns
  * merges with HF's BpeTrainer rule (most frequent adjacent pair, ties to the smallest (left id, right id))
- * until the vocabulary holds vocab_size tokens or no pair is left. Counting runs on OpenMP threads. */
-int tokenizer_train(const char *const *files, int n_files, int vocab_size, Tokenizer **out, TokenizerTrainStats *stats,
-                    ZyErr *err);
+ * until the vocabulary holds vocab_size tokens or no pair is left. Counting runs on OpenMP threads.
+ * split_digits: never merge two pieces that both contain a digit, so every number is spelled one token per
+ * digit (as Gemma 3's tokenizer, ZAYA1's, does); the file stays a plain BPE that HF encodes identically. */
+int tokenizer_train(const char *const *files, int n_files, int vocab_size, int split_digits, Tokenizer **out,
+                    TokenizerTrainStats *stats, ZyErr *err);
 /* Same, on texts in memory (text i is lens[i] bytes). */
-int tokenizer_train_texts(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, Tokenizer **out,
-                          TokenizerTrainStats *stats, ZyErr *err);
+int tokenizer_train_texts(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, int split_digits,
+                          Tokenizer **out, TokenizerTrainStats *stats, ZyErr *err);
 
 /* Loads a HF tokenizer.json with a BPE model, ByteLevel pre-tokenizer (add_prefix_space false, use_regex true),
  * no normalizer, a ByteLevel or no decoder / post-processor; merges as ["a","b"] pairs or "a b" strings.

@@ -25,15 +25,16 @@ static void tokenizer_usage(FILE *f) {
 
 static int cmd_train(int argc, char **argv) {
     const char *input = NULL, *out = NULL;
-    int vocab_size = 0;
+    int vocab_size = 0, split_digits = 0;
     ArgSpec specs[] = {
         {"--input", ARG_STRING, 1, &input, "text files; .jsonl files give the \"text\" of each line; more files may follow", 0},
         {"--vocab-size", ARG_INT, 1, &vocab_size, "tokens in all: 3 specials + 256 bytes + merges", 0},
         {"--out", ARG_STRING, 1, &out, "tokenizer.json to write", 0},
+        {"--split-digits", ARG_SWITCH, 0, &split_digits, "one token per digit: no merge joins two digits (like Gemma 3)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
-        args_usage("tokenizer train", "--input FILE [FILE...] --vocab-size N --out tokenizer.json", specs, n);
+        args_usage("tokenizer train", "--input FILE [FILE...] --vocab-size N --out tokenizer.json [--split-digits]", specs, n);
         return 0;
     }
     ZyErr err = {{0}};
@@ -47,7 +48,7 @@ static int cmd_train(int argc, char **argv) {
     }
     if (args_parse(argc, argv, 3, specs, n, files + 1, argc, &n_pos, "tokenizer train", &err)) goto done;
     files[0] = input;
-    if (tokenizer_train(files, n_pos + 1, vocab_size, &t, &st, &err) || tokenizer_save(t, out, &err)) goto done;
+    if (tokenizer_train(files, n_pos + 1, vocab_size, split_digits, &t, &st, &err) || tokenizer_save(t, out, &err)) goto done;
     printf("read %.2f MB in %.2f s (%.2f MB/s; counting %.2f s, %.2f MB/s): %lld unique words\n", st.input_mb, st.seconds,
            st.seconds > 0 ? st.input_mb / st.seconds : 0.0, st.count_seconds,
            st.count_seconds > 0 ? st.input_mb / st.count_seconds : 0.0, (long long)st.words);

@@ -25,7 +25,7 @@ static Tokenizer *fixed_tokenizer(void) {
         const char *texts[1] = {train_text};
         size_t len = sizeof train_text - 1;
         ZyErr err;
-        if (tokenizer_train_texts(texts, &len, 1, 330, &t, NULL, &err)) abort();
+        if (tokenizer_train_texts(texts, &len, 1, 330, 0, &t, NULL, &err)) abort();
     }
     return t;
 }

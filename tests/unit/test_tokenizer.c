@@ -52,7 +52,7 @@ static Tokenizer *small_tokenizer(size_t n_bytes, int vocab, uint64_t seed) {
     const char *texts[1] = {text};
     Tokenizer *t = NULL;
     ZyErr err;
-    if (tokenizer_train_texts(texts, &len, 1, vocab, &t, NULL, &err)) fprintf(stderr, "    train: %s\n", err.msg);
+    if (tokenizer_train_texts(texts, &len, 1, vocab, 0, &t, NULL, &err)) fprintf(stderr, "    train: %s\n", err.msg);
     free(text);
     return t;
 }
@@ -333,7 +333,7 @@ TEST(tok_train_hand_checked_merges) {
     Tokenizer *t = NULL;
     TokenizerTrainStats st;
     ZyErr err;
-    REQUIRE(tokenizer_train_texts(texts, &len, 1, 300, &t, &st, &err) == 0);
+    REQUIRE(tokenizer_train_texts(texts, &len, 1, 300, 0, &t, &st, &err) == 0);
     CHECK(st.merges == 4 && tokenizer_n_merges(t) == 4 && tokenizer_vocab_size(t) == 263 && st.words == 3);
     const char *want[4][2] = {{"a", "b"}, {"Ġ", "ab"}, {"c", "d"}, {"Ġ", "cd"}};
     for (int r = 0; r < 4 && r < tokenizer_n_merges(t); r++) {
@@ -391,13 +391,13 @@ TEST(tok_train_deterministic_files_memory_jsonl) {
     Tokenizer *a = NULL, *b = NULL, *c = NULL, *d = NULL;
     TokenizerTrainStats st;
     ZyErr err;
-    REQUIRE(tokenizer_train(files, 2, 700, &a, &st, &err) == 0);
+    REQUIRE(tokenizer_train(files, 2, 700, 0, &a, &st, &err) == 0);
     /* the text runs out of pairs before 700 tokens: training stops there */
     CHECK(st.input_mb > 0.049 && st.input_mb < 0.051 && st.merges > 100 && st.seconds >= 0);
     CHECK(tokenizer_vocab_size(a) == 259 + st.merges && tokenizer_vocab_size(a) < 700);
-    REQUIRE(tokenizer_train(files, 2, 700, &b, NULL, &err) == 0);
-    REQUIRE(tokenizer_train_texts(texts, lens, 2, 700, &c, NULL, &err) == 0);
-    REQUIRE(tokenizer_train(jfiles, 1, 700, &d, NULL, &err) == 0);
+    REQUIRE(tokenizer_train(files, 2, 700, 0, &b, NULL, &err) == 0);
+    REQUIRE(tokenizer_train_texts(texts, lens, 2, 700, 0, &c, NULL, &err) == 0);
+    REQUIRE(tokenizer_train(jfiles, 1, 700, 0, &d, NULL, &err) == 0);
     char *ja = to_json(a), *jb = to_json(b), *jc = to_json(c), *jd = to_json(d);
     REQUIRE(ja && jb && jc && jd);
     CHECK(strcmp(ja, jb) == 0);
@@ -417,15 +417,15 @@ TEST(tok_train_deterministic_files_memory_jsonl) {
     free(tp);
     /* errors */
     const char *missing[1] = {"/nonexistent/zy.txt"};
-    CHECK(tokenizer_train(missing, 1, 700, &e, NULL, &err) != 0 && strstr(err.msg, "/nonexistent/zy.txt: cannot open"));
-    CHECK(tokenizer_train(files, 2, 259, &e, NULL, &err) != 0 && strstr(err.msg, "too small"));
-    CHECK(tokenizer_train(files, 2, TOK_MAX_VOCAB + 1, &e, NULL, &err) != 0 && strstr(err.msg, "too large"));
+    CHECK(tokenizer_train(missing, 1, 700, 0, &e, NULL, &err) != 0 && strstr(err.msg, "/nonexistent/zy.txt: cannot open"));
+    CHECK(tokenizer_train(files, 2, 259, 0, &e, NULL, &err) != 0 && strstr(err.msg, "too small"));
+    CHECK(tokenizer_train(files, 2, TOK_MAX_VOCAB + 1, 0, &e, NULL, &err) != 0 && strstr(err.msg, "too large"));
     char *bad1 = write_tmp(dir, "d.jsonl", "{\"text\": \"ok\"}\n{\"txt\": \"no\"}\n", 30);
     const char *bf1[1] = {bad1};
-    CHECK(tokenizer_train(bf1, 1, 700, &e, NULL, &err) != 0 && strstr(err.msg, "d.jsonl: line 2: no \"text\" string"));
+    CHECK(tokenizer_train(bf1, 1, 700, 0, &e, NULL, &err) != 0 && strstr(err.msg, "d.jsonl: line 2: no \"text\" string"));
     char *bad2 = write_tmp(dir, "e.jsonl", "{\"text\": \"ok\"\n", 14);
     const char *bf2[1] = {bad2};
-    CHECK(tokenizer_train(bf2, 1, 700, &e, NULL, &err) != 0 && strstr(err.msg, "e.jsonl: line 1: invalid JSON"));
+    CHECK(tokenizer_train(bf2, 1, 700, 0, &e, NULL, &err) != 0 && strstr(err.msg, "e.jsonl: line 1: invalid JSON"));
     const char *all[5] = {p1, p2, p3, bad1, bad2};
     for (int i = 0; i < 5; i++) unlink(all[i]);
     rmdir(dir);
@@ -652,4 +652,39 @@ TEST(tok_load_mutation_fuzz) {
     CHECK(loaded > 0 && refused > 0);
     free(buf);
     free(base);
+}
+
+/* --split-digits: no token holds two digits, numbers encode one token per digit, and the rest still merges. */
+static int max_digits_in_vocab(const Tokenizer *t) {
+    int worst = 0;
+    for (int id = 0; id < tokenizer_vocab_size(t); id++) {
+        const char *s = tokenizer_token_text(t, id);
+        int d = 0;
+        for (size_t k = 0; s && s[k]; k++) d += s[k] >= '0' && s[k] <= '9';
+        if (d > worst) worst = d;
+    }
+    return worst;
+}
+
+TEST(tokenizer_split_digits_keeps_numbers_one_token_per_digit) {
+    static const char text[] = "12+34=46\n12+34=46\n99+1=100\n1000 apples and 2024 pears, 12 12 12 34 34 46 46 100\n"
+                               "the cat sat on the mat; the cat sat on the mat again and again\n";
+    const char *texts[1] = {text};
+    size_t len = sizeof text - 1;
+    Tokenizer *plain = NULL, *split = NULL;
+    ZyErr err = {{0}};
+    REQUIRE(tokenizer_train_texts(texts, &len, 1, 330, 0, &plain, NULL, &err) == 0);
+    REQUIRE(tokenizer_train_texts(texts, &len, 1, 330, 1, &split, NULL, &err) == 0);
+    CHECK(max_digits_in_vocab(plain) >= 2);
+    CHECK(max_digits_in_vocab(split) == 1);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    REQUIRE(tokenizer_encode(split, "2024", 4, &ids, &n, &err) == 0);
+    CHECK(n == 4);
+    free(ids);
+    REQUIRE(tokenizer_encode(split, "the cat", 7, &ids, &n, &err) == 0);
+    CHECK(n == 2); /* words still merge */
+    free(ids);
+    tokenizer_free(plain);
+    tokenizer_free(split);
 }
