@@ -167,9 +167,16 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
     size_t len;
     snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
     if (zy_read_file(path, &text, &len, err)) return -1;
-    char train_path[RUN_PATH + 64], val_path[RUN_PATH + 64];
+    char train_path[RUN_PATH + 64], val_path[RUN_PATH + 64], task_path[RUN_PATH + 64];
     snprintf(train_path, sizeof train_path, "%s/plot_train.tsv", out_dir);
     snprintf(val_path, sizeof val_path, "%s/plot_val.tsv", out_dir);
+    snprintf(task_path, sizeof task_path, "%s/plot_tasks.tsv", out_dir);
+    /* task metrics: one gnuplot data block per metric name, in order of first appearance */
+    enum { MAX_SERIES = 32 };
+    char series[MAX_SERIES][160];
+    char *series_data[MAX_SERIES] = {0};
+    size_t series_len[MAX_SERIES] = {0};
+    int n_series = 0;
     FILE *ft = fopen(train_path, "w"), *fv = fopen(val_path, "w");
     if (!ft || !fv) {
         if (ft) fclose(ft);
@@ -200,8 +207,24 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
             } else if (strcmp(kind->valuestring, "eval") == 0) {
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
                 const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "value");
-                if (cJSON_IsString(name) && strcmp(name->valuestring, "val_loss") == 0 && cJSON_IsNumber(v))
+                if (cJSON_IsString(name) && strcmp(name->valuestring, "val_loss") == 0 && cJSON_IsNumber(v)) {
                     fprintf(fv, "%.0f %.6g\n", step->valuedouble, v->valuedouble);
+                } else if (cJSON_IsString(name) && cJSON_IsNumber(v)) {
+                    int k = 0;
+                    while (k < n_series && strcmp(series[k], name->valuestring) != 0) k++;
+                    if (k == n_series && n_series < MAX_SERIES)
+                        snprintf(series[n_series++], sizeof series[0], "%s", name->valuestring);
+                    if (k < n_series) {
+                        char row[64];
+                        int len_row = snprintf(row, sizeof row, "%.0f %.6g\n", step->valuedouble, v->valuedouble);
+                        char *grown = realloc(series_data[k], series_len[k] + (size_t)len_row + 1);
+                        if (grown) {
+                            memcpy(grown + series_len[k], row, (size_t)len_row + 1);
+                            series_data[k] = grown;
+                            series_len[k] += (size_t)len_row;
+                        }
+                    }
+                }
             }
         }
         cJSON_Delete(o);
@@ -209,6 +232,12 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
     fclose(ft);
     fclose(fv);
     free(text);
+    FILE *fk = fopen(task_path, "w");
+    for (int k = 0; k < n_series; k++) {
+        if (fk) fprintf(fk, "%s%s", k ? "\n\n" : "", series_data[k] ? series_data[k] : "");
+        free(series_data[k]);
+    }
+    if (fk) fclose(fk);
     char script_path[RUN_PATH + 64];
     snprintf(script_path, sizeof script_path, "%s/plots.gp", out_dir);
     FILE *g = fopen(script_path, "w");
@@ -229,6 +258,14 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
         fprintf(g, "plot ");
         for (int l = 0; l < n_layers; l++)
             fprintf(g, "%s'%s' using 1:%d with lines title 'layer %d'", l ? ", " : "", train_path, l + 3, l);
+        fprintf(g, "\n");
+    }
+    if (n_series > 0) {
+        fprintf(g, "set output '%s/eval_tasks.png'\nset title 'zaya: held-out tasks'\nset ylabel 'accuracy / exact match'\n"
+                   "set yrange [0:1.02]\nset key top left\nplot ", out_dir);
+        for (int k = 0; k < n_series; k++)
+            fprintf(g, "%s'%s' index %d using 1:2 with linespoints pt 7 ps 0.6 title '%s'", k ? ", " : "", task_path, k,
+                    series[k]);
         fprintf(g, "\n");
     }
     fclose(g);

@@ -10,6 +10,7 @@
 
 #include "checkpoint.h"
 #include "config.h"
+#include "eval.h"
 #include "loader.h"
 #include "matmul.h"
 #include "model.h"
@@ -38,6 +39,7 @@ typedef struct {
     int64_t *route_counts; /* [L, E+1] for the current step */
     int64_t step;          /* optimizer steps completed */
     double tokens_seen;
+    Tokenizer *tokenizer; /* for eval tasks */
     char ckpt_root[RUN_PATH + 32];
     Report report;
     int have_report;
@@ -52,6 +54,7 @@ static void trainer_free(Trainer *t) {
     if (t->have_opt) optim_free(&t->opt);
     if (t->have_model) model_free(&t->model);
     if (t->have_report) report_close(&t->report);
+    tokenizer_free(t->tokenizer);
     free(t->rows), free(t->window), free(t->inputs), free(t->targets), free(t->route_counts);
     free(t->run_json);
 }
@@ -293,6 +296,12 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
             t->val[i] = NULL; /* no val split: validation skips this dataset */
         }
     }
+    if (rc->n_tasks > 0) {
+        if (tokenizer_load(rc->tokenizer, &t->tokenizer, err)) return -1;
+        if (tokenizer_vocab_size(t->tokenizer) > c->vocab_size)
+            return zy_fail(err, "%s: tokenizer vocabulary %d is larger than the model's vocab_size %d", rc->tokenizer,
+                           tokenizer_vocab_size(t->tokenizer), c->vocab_size);
+    }
     t->rows = calloc((size_t)rc->batch_size, sizeof *t->rows);
     t->route_counts = calloc((size_t)c->num_layers * (c->num_experts + 1), sizeof *t->route_counts);
     if (!t->rows || !t->route_counts) return zy_fail(err, "out of memory");
@@ -351,6 +360,13 @@ int train_run(const TrainOptions *o, ZyErr *err) {
             double vl = NAN;
             if (validation_loss(&t, T, &vl, err)) goto done;
             if (!isnan(vl)) report_eval(&t.report, t.step, phase, "val_loss", vl);
+            for (int k = 0; k < r->n_tasks; k++) {
+                EvalResult res;
+                if (eval_task_file(&t.model, t.tokenizer, r->tasks[k], r->eval_limit, &res, err)) goto done;
+                char name[160];
+                snprintf(name, sizeof name, "%s/%s", res.name, res.type == EVAL_TASK_MC ? "acc" : "exact_match");
+                report_eval(&t.report, t.step, phase, name, res.type == EVAL_TASK_MC ? res.acc : res.exact_match);
+            }
         }
         int stopping = o->stop_flag && *o->stop_flag;
         if ((r->ckpt_interval > 0 && t.step % r->ckpt_interval == 0) || last || stopping)
