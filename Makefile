@@ -4,7 +4,12 @@ CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc
-LDLIBS  += -lopenblas -lcjson -lpcre2-8 -lz -lm
+# OpenBLAS built on OpenMP shares zaya's thread pool (the pthread build's idle threads spin and yield, ~20% of a
+# training step in perf); Debian ships it as libopenblas0-openmp, used when present.
+OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
+comma := ,
+BLAS_LIB := $(if $(wildcard $(OPENBLAS_OMP)),$(OPENBLAS_OMP) -Wl$(comma)-rpath$(comma)$(dir $(OPENBLAS_OMP)),-lopenblas)
+LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lz -lm
 LDFLAGS += -fopenmp
 
 LIB_SRC  := $(sort $(wildcard src/*.c))
@@ -32,7 +37,7 @@ $(BUILD)/zaya_tests: $(LIB_OBJ) $(TEST_OBJ)
 
 # Sanitizer build of the unit tests (ASan + UBSan), in its own build tree.
 asan:
-	$(MAKE) CC=clang BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	$(MAKE) CC=clang BUILD=build-asan BLAS_LIB=-lopenblas OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	        LDFLAGS="-fopenmp -fsanitize=address,undefined" build-asan/zaya_tests build-asan/zaya
 
 deps:

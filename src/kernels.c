@@ -11,18 +11,22 @@
 #define real float
 #define K(name) name
 #define GEMM zy_gemm
+#define EXP expf
 #include "kernels.inc"
 #undef real
 #undef K
 #undef GEMM
+#undef EXP
 
 #define real double
 #define K(name) name##_f64
 #define GEMM zy_gemm_f64
+#define EXP exp
 #include "kernels.inc"
 #undef real
 #undef K
 #undef GEMM
+#undef EXP
 
 void rope_tables(float *cosv, float *sinv, int T, int rd, float theta) {
     /* Built in fp32 exactly like the reference (inv_freq, angle, then cos/sin), not in double: the two differ
