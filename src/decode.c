@@ -260,50 +260,17 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
     linear_forward(s->proj, s->attn_out, W->w_o, NULL, N, Cq, D);
 }
 
-/* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe_out and z (the next r_prev).
- * Mirrors model.c's moe_forward. */
+/* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe_out and z (the next r_prev):
+ * model.c's moe_block_forward on the decode scratch (the router MLP's GELUs in place: no backward here). */
 static void moe_decode(const ZayaConfig *f, const LayerWeights *W, DecodeScratch *s, float *z, const float *r_prev,
                        int N) {
-    const int D = f->hidden_size, R = f->router_hidden_size, E = f->num_experts, I = f->moe_intermediate_size;
-    linear_forward(z, s->u, W->router_down_w, W->router_down_b, N, D, R);
-    if (r_prev) {
-#pragma omp parallel for schedule(static) if (N > 1)
-        for (int r = 0; r < N; r++)
-            for (int i = 0; i < R; i++) z[(long)r * R + i] += r_prev[(long)r * R + i] * W->router_state_scale[i];
-    }
-    rmsnorm_forward(s->zn, s->rstd, z, W->router_norm, N, R, f->rms_norm_eps);
-    linear_forward(s->h1, s->zn, W->router_fc1_w, W->router_fc1_b, N, R, R);
-    gelu_forward(s->h1, s->h1, (long)N * R);
-    linear_forward(s->h2, s->h1, W->router_fc2_w, W->router_fc2_b, N, R, R);
-    gelu_forward(s->h2, s->h2, (long)N * R);
-    linear_forward(s->router_logits, s->h2, W->router_out_w, NULL, N, R, E + 1);
-    router_choice_forward(s->router_probs, s->choice, s->gate, s->router_logits, W->balancing_bias, N, E + 1);
-    /* group rows by expert (stable counting sort; the skip expert's rows output 0) */
-    int32_t *off = s->expert_offset, *cursor = s->expert_cursor;
-    memset(off, 0, (size_t)(E + 1) * sizeof *off);
-    for (int r = 0; r < N; r++)
-        if (s->choice[r] < E) off[s->choice[r] + 1]++;
-    for (int e = 0; e < E; e++) off[e + 1] += off[e];
-    memcpy(cursor, off, (size_t)E * sizeof *off);
-    for (int r = 0; r < N; r++)
-        if (s->choice[r] < E) s->sorted_rows[cursor[s->choice[r]]++] = r;
-    memset(s->moe_out, 0, (size_t)N * D * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        const int cnt = off[e + 1] - off[e], start = off[e];
-        if (cnt == 0) continue;
-        float *xin = s->expert_in + (long)start * D, *gu = s->expert_gu + (long)start * 2 * I;
-        float *act = s->expert_act + (long)start * I, *y = s->expert_out + (long)start * D;
-        for (int k = 0; k < cnt; k++)
-            memcpy(xin + (long)k * D, s->u + (long)s->sorted_rows[start + k] * D, (size_t)D * sizeof(float));
-        linear_forward(gu, xin, W->expert_gate_up + (long)e * 2 * I * D, NULL, cnt, D, 2 * I);
-        swiglu_forward(act, gu, cnt, I);
-        linear_forward(y, act, W->expert_down + (long)e * D * I, NULL, cnt, I, D);
-        for (int k = 0; k < cnt; k++) {
-            const int row = s->sorted_rows[start + k];
-            const float g = s->gate[row];
-            for (int i = 0; i < D; i++) s->moe_out[(long)row * D + i] = g * y[(long)k * D + i];
-        }
-    }
+    const MoeBuffers b = {.u = s->u, .z = z, .zn = s->zn, .rstd = s->rstd, .h1_pre = s->h1, .h1 = s->h1,
+                          .h2_pre = s->h2, .h2 = s->h2, .logits = s->router_logits, .probs = s->router_probs,
+                          .choice = s->choice, .gate = s->gate, .expert_offset = s->expert_offset,
+                          .expert_cursor = s->expert_cursor, .sorted_rows = s->sorted_rows, .expert_in = s->expert_in,
+                          .expert_gu = s->expert_gu, .expert_act = s->expert_act, .expert_out = s->expert_out,
+                          .out = s->moe_out};
+    moe_block_forward(f, W, &b, r_prev, N);
 }
 
 /* One piece of n <= chunk tokens per sequence (s->tokens [B, n] filled). Logits of position t_off+t of

@@ -326,53 +326,61 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
 }
 
 /* Groups the token rows by chosen expert (counting sort, stable), skip-expert tokens left out. */
-static void group_by_expert(LayerActs *L, int N, int E) {
-    int32_t *off = L->expert_offset, *cursor = L->expert_cursor;
+static void group_by_expert(const MoeBuffers *b, int N, int E) {
+    int32_t *off = b->expert_offset, *cursor = b->expert_cursor;
     memset(off, 0, (size_t)(E + 1) * sizeof *off);
     for (int r = 0; r < N; r++)
-        if (L->choice[r] < E) off[L->choice[r] + 1]++;
+        if (b->choice[r] < E) off[b->choice[r] + 1]++;
     for (int e = 0; e < E; e++) off[e + 1] += off[e];
     memcpy(cursor, off, (size_t)E * sizeof *off);
     for (int r = 0; r < N; r++)
-        if (L->choice[r] < E) L->sorted_rows[cursor[L->choice[r]]++] = r;
+        if (b->choice[r] < E) b->sorted_rows[cursor[b->choice[r]]++] = r;
 }
 
-/* MoE block on u = RMSNorm(x) with router state r_prev (NULL at layer 0); writes L->moe_out, L->router_z. */
-static void moe_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const float *r_prev, int N) {
+void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuffers *b, const float *r_prev, int N) {
     const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
     /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer */
-    linear_forward(L->router_z, L->u_mlp, W->router_down_w, W->router_down_b, N, D, R);
+    linear_forward(b->z, b->u, W->router_down_w, W->router_down_b, N, D, R);
     if (r_prev) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > 1)
         for (int r = 0; r < N; r++)
-            for (int i = 0; i < R; i++) L->router_z[(long)r * R + i] += r_prev[(long)r * R + i] * W->router_state_scale[i];
+            for (int i = 0; i < R; i++) b->z[(long)r * R + i] += r_prev[(long)r * R + i] * W->router_state_scale[i];
     }
-    rmsnorm_forward(L->router_zn, L->router_rstd, L->router_z, W->router_norm, N, R, c->rms_norm_eps);
-    linear_forward(L->router_h1_pre, L->router_zn, W->router_fc1_w, W->router_fc1_b, N, R, R);
-    gelu_forward(L->router_h1, L->router_h1_pre, (long)N * R);
-    linear_forward(L->router_h2_pre, L->router_h1, W->router_fc2_w, W->router_fc2_b, N, R, R);
-    gelu_forward(L->router_h2, L->router_h2_pre, (long)N * R);
-    linear_forward(L->router_logits, L->router_h2, W->router_out_w, NULL, N, R, E + 1);
-    router_choice_forward(L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N, E + 1);
+    rmsnorm_forward(b->zn, b->rstd, b->z, W->router_norm, N, R, c->rms_norm_eps);
+    linear_forward(b->h1_pre, b->zn, W->router_fc1_w, W->router_fc1_b, N, R, R);
+    gelu_forward(b->h1, b->h1_pre, (long)N * R);
+    linear_forward(b->h2_pre, b->h1, W->router_fc2_w, W->router_fc2_b, N, R, R);
+    gelu_forward(b->h2, b->h2_pre, (long)N * R);
+    linear_forward(b->logits, b->h2, W->router_out_w, NULL, N, R, E + 1);
+    router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, E + 1);
 
     /* dropless top-1 experts: gather each expert's tokens, SwiGLU, scale by the gate, scatter back */
-    group_by_expert(L, N, E);
-    memset(L->moe_out, 0, (size_t)N * D * sizeof(float));
+    group_by_expert(b, N, E);
+    memset(b->out, 0, (size_t)N * D * sizeof(float));
     for (int e = 0; e < E; e++) {
-        int n = L->expert_offset[e + 1] - L->expert_offset[e], start = L->expert_offset[e];
+        int n = b->expert_offset[e + 1] - b->expert_offset[e], start = b->expert_offset[e];
         if (n == 0) continue;
-        float *xin = L->expert_in + (long)start * D, *gu = L->expert_gu + (long)start * 2 * I;
-        float *act = L->expert_act + (long)start * I, *y = L->expert_out + (long)start * D;
-        for (int k = 0; k < n; k++) memcpy(xin + (long)k * D, L->u_mlp + (long)L->sorted_rows[start + k] * D, D * sizeof(float));
+        float *xin = b->expert_in + (long)start * D, *gu = b->expert_gu + (long)start * 2 * I;
+        float *act = b->expert_act + (long)start * I, *y = b->expert_out + (long)start * D;
+        for (int k = 0; k < n; k++) memcpy(xin + (long)k * D, b->u + (long)b->sorted_rows[start + k] * D, D * sizeof(float));
         linear_forward(gu, xin, W->expert_gate_up + (long)e * 2 * I * D, NULL, n, D, 2 * I);
         swiglu_forward(act, gu, n, I);
         linear_forward(y, act, W->expert_down + (long)e * D * I, NULL, n, I, D);
         for (int k = 0; k < n; k++) {
-            int row = L->sorted_rows[start + k];
-            float g = L->gate[row];
-            for (int i = 0; i < D; i++) L->moe_out[(long)row * D + i] = g * y[(long)k * D + i];
+            int row = b->sorted_rows[start + k];
+            float g = b->gate[row];
+            for (int i = 0; i < D; i++) b->out[(long)row * D + i] = g * y[(long)k * D + i];
         }
     }
+}
+
+static MoeBuffers moe_buffers_of(const LayerActs *L) {
+    return (MoeBuffers){.u = L->u_mlp, .z = L->router_z, .zn = L->router_zn, .rstd = L->router_rstd,
+                        .h1_pre = L->router_h1_pre, .h1 = L->router_h1, .h2_pre = L->router_h2_pre, .h2 = L->router_h2,
+                        .logits = L->router_logits, .probs = L->router_probs, .choice = L->choice, .gate = L->gate,
+                        .expert_offset = L->expert_offset, .expert_cursor = L->expert_cursor,
+                        .sorted_rows = L->sorted_rows, .expert_in = L->expert_in, .expert_gu = L->expert_gu,
+                        .expert_act = L->expert_act, .expert_out = L->expert_out, .out = L->moe_out};
 }
 
 void model_forward(Model *m, Activations *a, const int32_t *tokens) {
@@ -393,7 +401,8 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
         residual_merge_forward(L->x_mid, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D);
         /* m, r = MoE(RMSNorm(x), r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr' */
         rmsnorm_forward(L->u_mlp, L->rstd_mlp, L->x_mid, W->post_norm, N, D, c->rms_norm_eps);
-        moe_forward(c, W, L, r_prev, N);
+        MoeBuffers moe = moe_buffers_of(L);
+        moe_block_forward(c, W, &moe, r_prev, N);
         residual_merge_forward(x_out, L->moe_out, L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
         r_prev = L->router_z;
     }

@@ -49,6 +49,23 @@ void model_free(Model *m);
 /* Initialises every parameter for training from scratch (ARCHITECTURE.md), deterministically from seed. */
 void model_init_weights(Model *m, uint64_t seed);
 
+/* The buffers of one MoE block over N token rows (the block is position-independent, so the full forward and
+ * cached decoding share it). h1_pre/h2_pre may alias h1/h2 when no backward pass follows. */
+typedef struct {
+    const float *u;                                      /* input RMSNorm(x) [N,D] */
+    float *z, *zn, *rstd;                                /* router state after EDA [N,R]; RMSNorm(z); 1/rms [N] */
+    float *h1_pre, *h1, *h2_pre, *h2;                    /* router MLP [N,R] */
+    float *logits, *probs;                               /* [N,E+1] */
+    int32_t *choice;                                     /* chosen expert, E = skip [N] */
+    float *gate;                                         /* p[choice] [N] */
+    int32_t *expert_offset, *expert_cursor, *sorted_rows; /* [E+1], [E+1], [N] */
+    float *expert_in, *expert_gu, *expert_act, *expert_out; /* [N,D], [N,2I], [N,I], [N,D] */
+    float *out;                                          /* gate · expert output, 0 for skipped rows [N,D] */
+} MoeBuffers;
+
+/* z = u W_downᵀ + b (+ r_prev ⊙ γ), the router MLP, biased top-1 choice, dropless SwiGLU experts. */
+void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuffers *b, const float *r_prev, int N);
+
 /* Saved activations of one layer for a batch [B, T]; N = B*T rows. */
 typedef struct {
     float *x_in, *u_attn, *rstd_attn;                    /* residual in; RMSNorm(x) [N,D]; 1/rms [N] */
