@@ -242,18 +242,18 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
     snprintf(script_path, sizeof script_path, "%s/plots.gp", out_dir);
     FILE *g = fopen(script_path, "w");
     if (!g) return zy_fail(err, "%s: cannot write", script_path);
-    fprintf(g, "set terminal pngcairo size 1000,600\nset grid\nset key top right\n");
+    fprintf(g, "set terminal pngcairo size 1100,600 noenhanced\nset grid\nset key outside right top\n");
     for (int i = 1; i < rc->n_phases; i++)
         fprintf(g, "set arrow from %lld, graph 0 to %lld, graph 1 nohead dt 2 lc rgb 'gray40'\n",
                 (long long)rc->phases[i].first_step, (long long)rc->phases[i].first_step);
     for (int i = 0; i < rc->n_phases; i++)
-        fprintf(g, "set label %d '%s' at %lld, graph 0.97 offset 1,0 tc rgb 'gray30'\n", i + 1, rc->phases[i].name,
+        fprintf(g, "set label %d '%s' at %lld, graph 0.04 offset 0.5,0 tc rgb 'gray30'\n", i + 1, rc->phases[i].name,
                 (long long)rc->phases[i].first_step);
     fprintf(g, "set output '%s/loss.png'\nset title 'zaya: loss'\nset xlabel 'step'\nset ylabel 'cross-entropy'\n", out_dir);
     fprintf(g, "plot '%s' using 1:2 with lines lw 1 lc rgb '#4477aa' title 'train'", train_path);
     fprintf(g, ", '%s' using 1:2 with linespoints pt 7 ps 0.8 lw 2 lc rgb '#cc3311' title 'val'\n", val_path);
     fprintf(g, "set output '%s/routing_entropy.png'\nset title 'zaya: routing entropy H(f)/ln E per layer'\n"
-               "set ylabel 'normalised entropy'\nset yrange [0:1.05]\nset key bottom right\n", out_dir);
+               "set ylabel 'normalised entropy'\nset yrange [0:1.05]\n", out_dir);
     if (n_layers > 0) {
         fprintf(g, "plot ");
         for (int l = 0; l < n_layers; l++)
@@ -262,7 +262,7 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
     }
     if (n_series > 0) {
         fprintf(g, "set output '%s/eval_tasks.png'\nset title 'zaya: held-out tasks'\nset ylabel 'accuracy / exact match'\n"
-                   "set yrange [0:1.02]\nset key top left\nplot ", out_dir);
+                   "set yrange [0:1.02]\nplot ", out_dir);
         for (int k = 0; k < n_series; k++)
             fprintf(g, "%s'%s' index %d using 1:2 with linespoints pt 7 ps 0.6 title '%s'", k ? ", " : "", task_path, k,
                     series[k]);

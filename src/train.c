@@ -388,7 +388,8 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     if (report_plot(r->out_dir, r, &plot_err))
         report_event(&t.report, "plots skipped: %s", plot_err.msg);
     else
-        report_event(&t.report, "plots: %s/loss.png, %s/routing_entropy.png", r->out_dir, r->out_dir);
+        report_event(&t.report, "plots: %s/loss.png, %s/routing_entropy.png%s%s%s", r->out_dir, r->out_dir,
+                     r->n_tasks ? ", " : "", r->n_tasks ? r->out_dir : "", r->n_tasks ? "/eval_tasks.png" : "");
     rc = 0;
 done:
     trainer_free(&t);
