@@ -11,5 +11,6 @@ int cmd_debug(int argc, char **argv);
 int cmd_train_model(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -22,6 +22,7 @@ static const Command commands[] = {
     {"debug", cmd_debug, "developer checks used by the test suite (debug optim ...)"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer (HF tokenizer.json); encode, decode"},
     {"data", cmd_data, "synthetic curriculum corpus (synth); text -> token shards (prepare, info)"},
+    {"bench", cmd_bench, "benchmarks: MPI collectives in the nccl-tests format (mpirun ... zaya bench comm)"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,214 @@
+/* zaya bench comm: collective benchmarks in the nccl-tests format (run under mpirun; run directly it is one rank). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_comm.h"
+#include "commands.h"
+#include "distributed.h"
+
+static void bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: mpirun -np N zaya bench comm [options]   (run directly: one rank)\n\n"
+            "Times MPI collectives over message sizes, nccl-tests conventions: algbw = size / time,\n"
+            "busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (reduce_scatter, all_gather, alltoall), 1 (broadcast).\n"
+            "Each size out-of-place and in-place (MPI_IN_PLACE); time per call averaged over -n calls, max over ranks.\n\n"
+            "  -o, --op NAME            all_reduce, reduce_scatter, all_gather, broadcast, alltoall or all (default all)\n"
+            "  -b, --minbytes SIZE      smallest size in bytes, K/M/G suffixes (default 8)\n"
+            "  -e, --maxbytes SIZE      largest size (default 64M)\n"
+            "  -f, --stepfactor F       size multiplier, >= 2 (default 2)\n"
+            "  -n, --iters N            timed calls per size (default 20)\n"
+            "  -w, --warmup_iters N     untimed calls first (default 5)\n"
+            "  -d, --datatype T         float or bf16 (2-byte; sums round to nearest even bf16 per step) (default float)\n"
+            "  -c, --check 0|1          fill with exact values and count wrong result elements (default 1)\n"
+            "  -r, --root R             broadcast root (default 0)\n"
+            "      --json FILE          write every row as JSON\n"
+            "      --plot FILE.png      busbw vs size per collective (gnuplot)\n"
+            "  -h, --help\n\n"
+            "Size is the largest buffer of one rank: all_gather's whole output, reduce_scatter's whole input,\n"
+            "alltoall's whole send buffer, rounded down to whole elements (and n blocks); count is the MPI count.\n");
+}
+
+typedef struct {
+    char shortf;
+    const char *longf;
+} Flag;
+
+static const Flag flags[] = {{'o', "--op"},         {'b', "--minbytes"},     {'e', "--maxbytes"}, {'f', "--stepfactor"},
+                             {'n', "--iters"},      {'w', "--warmup_iters"}, {'d', "--datatype"}, {'c', "--check"},
+                             {'r', "--root"},       {0, "--json"},           {0, "--plot"}};
+
+/* An integer in [lo, hi]; the message says what the flag needs. */
+static int parse_int(const char *flag, const char *v, long lo, long hi, long *out, ZyErr *err) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end) return zy_fail(err, "%s expects an integer, got \"%s\"", flag, v);
+    if (x < lo || x > hi) {
+        if (hi == 1) return zy_fail(err, "%s expects 0 or 1, got \"%s\"", flag, v);
+        if (lo == 1) return zy_fail(err, "%s must be positive, got \"%s\"", flag, v);
+        if (lo == 0) return zy_fail(err, "%s must not be negative, got \"%s\"", flag, v);
+        return zy_fail(err, "%s must be at least %ld, got \"%s\"", flag, lo, v);
+    }
+    *out = x;
+    return 0;
+}
+
+typedef struct {
+    BcConfig cfg;
+    const char *json, *plot;
+    int help;
+} BenchArgs;
+
+static int parse_args(int argc, char **argv, BenchArgs *a, ZyErr *err) {
+    memset(a, 0, sizeof *a);
+    a->cfg.ops = (1u << BC_N_OPS) - 1;
+    a->cfg.type = BC_FLOAT;
+    a->cfg.min_bytes = 8;
+    a->cfg.max_bytes = 64u << 20;
+    a->cfg.factor = 2;
+    a->cfg.iters = 20;
+    a->cfg.warmup = 5;
+    a->cfg.check = 1;
+    a->cfg.root = 0;
+    for (int i = 3; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            a->help = 1;
+            return 0;
+        }
+        const Flag *f = NULL;
+        const char *v = NULL;
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+            if ((arg[0] == '-' && arg[1] == flags[k].shortf && flags[k].shortf && arg[2] == '\0') ||
+                (strlen(flags[k].longf) == name_len && strncmp(arg, flags[k].longf, name_len) == 0))
+                f = &flags[k];
+        }
+        if (!f) return zy_fail(err, "bench comm: unknown option \"%s\" (see 'zaya bench comm --help')", arg);
+        if (eq)
+            v = eq + 1;
+        else if (i + 1 < argc)
+            v = argv[++i];
+        else
+            return zy_fail(err, "bench comm: option %s needs a value", arg);
+        long x = 0;
+        int rc = 0;
+        switch (f->shortf) {
+        case 'o': rc = bc_parse_ops(v, &a->cfg.ops, err); break;
+        case 'b': rc = bc_parse_size(v, &a->cfg.min_bytes, err); break;
+        case 'e': rc = bc_parse_size(v, &a->cfg.max_bytes, err); break;
+        case 'd': rc = bc_parse_type(v, &a->cfg.type, err); break;
+        case 'f':
+            rc = parse_int("-f", v, 2, LONG_MAX, &x, err);
+            a->cfg.factor = (uint64_t)x;
+            break;
+        case 'n':
+            rc = parse_int("-n", v, 1, INT_MAX, &x, err);
+            a->cfg.iters = (int)x;
+            break;
+        case 'w':
+            rc = parse_int("-w", v, 0, INT_MAX, &x, err);
+            a->cfg.warmup = (int)x;
+            break;
+        case 'c':
+            rc = parse_int("-c", v, 0, 1, &x, err);
+            a->cfg.check = (int)x;
+            break;
+        case 'r':
+            rc = parse_int("-r", v, 0, INT_MAX, &x, err);
+            a->cfg.root = (int)x;
+            break;
+        default:
+            if (strcmp(f->longf, "--json") == 0) a->json = v;
+            else a->plot = v;
+            break;
+        }
+        if (rc) return zy_wrap(err, "bench comm");
+    }
+    if (a->cfg.min_bytes > a->cfg.max_bytes)
+        return zy_fail(err, "bench comm: -b %zu is larger than -e %zu", a->cfg.min_bytes, a->cfg.max_bytes);
+    return 0;
+}
+
+/* The launcher's rank before MPI is up, so that a bad command line is reported once, not by every rank. */
+static int launcher_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+static int bench_comm(int argc, char **argv) {
+    BenchArgs a;
+    ZyErr err = {{0}};
+    int bad = parse_args(argc, argv, &a, &err);
+    if (!bad && a.help) {
+        if (launcher_rank() == 0) bench_usage(stdout);
+        return 0;
+    }
+    /* MPI starts before a bad command line is reported: a rank that exited at once would make mpirun kill the
+     * others, rank 0 perhaps before it printed the message. The command line and the rank count are the same
+     * on every rank, so every rank fails the same way, before any collective; rank 0 says why, all exit 1. */
+    Dist d;
+    if (dist_init(&d, &err)) {
+        fprintf(stderr, "zaya: %s\n", err.msg);
+        return 1;
+    }
+    if (!bad && bc_validate(&a.cfg, d.size, &err)) {
+        bad = 1;
+        zy_wrap(&err, "bench comm");
+    }
+    if (bad) {
+        if (d.rank == 0) {
+            fprintf(stderr, "zaya: %s\n", err.msg);
+            fflush(stderr);
+        }
+        ZyErr ignored;
+        dist_barrier(&d, &ignored); /* no rank leaves before rank 0 has printed */
+        dist_finalize(&d);
+        return 1;
+    }
+    BcReport rep;
+    if (bc_run(&d, &a.cfg, d.rank == 0 ? stdout : NULL, &rep, &err)) {
+        fprintf(stderr, "zaya: bench comm (rank %d): %s\n", d.rank, err.msg);
+        dist_abort(&d, 1); /* the other ranks may be waiting in a collective */
+        dist_finalize(&d);
+        return 1;
+    }
+    int status = 0;
+    if (d.rank == 0) {
+        if (a.json && bc_write_json(a.json, &a.cfg, &rep, &err)) {
+            fprintf(stderr, "zaya: bench comm: %s\n", err.msg);
+            status = 1;
+        }
+        if (a.plot && bc_plot(a.plot, &a.cfg, &rep, &err)) {
+            fprintf(stderr, "zaya: bench comm: %s\n", err.msg);
+            status = 1;
+        }
+        if (rep.wrong_total > 0) {
+            fprintf(stderr, "zaya: bench comm: %lld wrong result elements\n", (long long)rep.wrong_total);
+            status = 1;
+        }
+    }
+    bc_report_free(&rep);
+    dist_finalize(&d);
+    return status;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 3 || strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
+        FILE *f = argc < 3 ? stderr : stdout;
+        fprintf(f, "usage: zaya bench comm [options]   (zaya bench comm --help)\n\n"
+                   "  comm     MPI collective benchmarks (all_reduce, reduce_scatter, all_gather, broadcast, alltoall)\n");
+        return argc < 3 ? 1 : 0;
+    }
+    if (strcmp(argv[2], "comm") == 0) return bench_comm(argc, argv);
+    fprintf(stderr, "zaya: bench: unknown benchmark \"%s\" (comm)\n", argv[2]);
+    return 1;
+}
