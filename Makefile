@@ -3,13 +3,16 @@
 CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
-CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc
+# Open MPI for data parallelism and the collective benchmarks (flags from its compiler wrapper).
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc $(MPI_CFLAGS)
 # OpenBLAS built on OpenMP shares zaya's thread pool (the pthread build's idle threads spin and yield, ~20% of a
 # training step in perf); Debian ships it as libopenblas0-openmp, used when present.
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
 comma := ,
 BLAS_LIB := $(if $(wildcard $(OPENBLAS_OMP)),$(OPENBLAS_OMP) -Wl$(comma)-rpath$(comma)$(dir $(OPENBLAS_OMP)),-lopenblas)
-LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lz -lm
+LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lz -lm $(MPI_LIBS)
 LDFLAGS += -fopenmp
 
 LIB_SRC  := $(sort $(wildcard src/*.c))

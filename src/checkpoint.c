@@ -13,10 +13,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "distributed.h"
 #include "model_io.h"
 #include "safetensors.h"
 
-#define OPTIM_FILE "optimizer.safetensors"
 
 int file_crc32(const char *path, uint32_t *crc, uint64_t *size, ZyErr *err) {
     FILE *f = fopen(path, "rb");
@@ -84,7 +84,7 @@ static int write_optimizer(const char *path, const Model *m, const Optimizer *o,
             ts[n].ndim = p->ndim;
             memcpy(ts[n].shape, p->shape, sizeof p->shape);
             ts[n].src_dtype = ts[n].out_dtype = ZY_DT_F32;
-            ts[n].data = (which ? o->exp_avg_sq : o->exp_avg) + p->offset;
+            ts[n].data = optim_state(o, p, which);
             n++;
         }
     }
@@ -94,28 +94,39 @@ static int write_optimizer(const char *path, const Model *m, const Optimizer *o,
     return rc;
 }
 
-static int write_manifest(const char *dir, int64_t step, ZyErr *err) {
-    static const char *files[] = {"config.json", "model.safetensors", OPTIM_FILE, "trainer_state.json", "run.json"};
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* manifest.json: size and CRC-32 of every other file in the directory (model, config, optimizer shards, state). */
+static int write_manifest(const char *dir, int64_t step, int world_size, ZyErr *err) {
+    DIR *dh = opendir(dir);
+    if (!dh) return zy_fail(err, "%s: cannot list: %s", dir, strerror(errno));
+    char *names[256];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dh)) && n < 256)
+        if (e->d_name[0] != '.' && strcmp(e->d_name, "manifest.json") != 0 && !strstr(e->d_name, ".tmp."))
+            names[n++] = strdup(e->d_name);
+    closedir(dh);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "zaya-checkpoint");
     cJSON_AddNumberToObject(root, "version", 1);
     cJSON_AddNumberToObject(root, "step", (double)step);
+    cJSON_AddNumberToObject(root, "world_size", world_size);
     cJSON *arr = cJSON_AddArrayToObject(root, "files");
     int rc = 0;
-    for (size_t i = 0; i < ZY_ARRAY_LEN(files) && !rc; i++) {
+    for (int i = 0; i < n && !rc; i++) {
         char path[4096];
-        struct stat st;
-        if ((rc = zy_path_join(path, sizeof path, dir, files[i], err))) break;
-        if (stat(path, &st) != 0) continue; /* run.json is optional */
         uint32_t crc;
         uint64_t size;
-        if ((rc = file_crc32(path, &crc, &size, err))) break;
+        if ((rc = zy_path_join(path, sizeof path, dir, names[i], err)) || (rc = file_crc32(path, &crc, &size, err))) break;
         cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "name", files[i]);
+        cJSON_AddStringToObject(f, "name", names[i]);
         cJSON_AddNumberToObject(f, "bytes", (double)size);
         cJSON_AddNumberToObject(f, "crc32", (double)crc);
         cJSON_AddItemToArray(arr, f);
     }
+    for (int i = 0; i < n; i++) free(names[i]);
     char *text = rc ? NULL : cJSON_Print(root);
     cJSON_Delete(root);
     if (rc) return -1;
@@ -172,56 +183,73 @@ static void remove_stale_temporaries(const char *root, const char *keep_name) {
     closedir(d);
 }
 
-int ckpt_save(const char *root, int64_t step, const CheckpointContent *c, int keep, char *out_dir, size_t cap,
-              ZyErr *err) {
-    char tmp_name[128], final_name[64], tmp[4096], final[4096], path[4096];
-    snprintf(tmp_name, sizeof tmp_name, ".tmp-step-%08lld-%ld", (long long)step, (long)getpid());
+/* Every rank learns whether any rank failed (so all take the same branch and nobody waits in a collective). */
+static int agree(const Dist *d, int failed, ZyErr *err) {
+    int64_t f = failed;
+    ZyErr e2;
+    if (d && dist_allreduce_max_i64(d, &f, 1, &e2)) return zy_fail(err, "%s", e2.msg);
+    if (f && !failed) return zy_fail(err, "another rank failed while saving the checkpoint");
+    return f ? -1 : 0;
+}
+
+int ckpt_save(const char *root, int64_t step, const CheckpointContent *c, const Dist *d, int keep, char *out_dir,
+              size_t cap, ZyErr *err) {
+    const int rank = d ? d->rank : 0, size = d ? d->size : 1;
+    char tmp_name[128], final_name[64], tmp[4096], final[4096], path[4096], optim_name[96];
+    /* one temporary name for all ranks (no pid): rank 0 clears it first */
+    snprintf(tmp_name, sizeof tmp_name, ".tmp-step-%08lld", (long long)step);
     snprintf(final_name, sizeof final_name, "step-%08lld", (long long)step);
-    if (zy_mkdirs(root, err) || zy_path_join(tmp, sizeof tmp, root, tmp_name, err) ||
-        zy_path_join(final, sizeof final, root, final_name, err))
-        return -1;
-    remove_stale_temporaries(root, tmp_name);
-    remove_tree(tmp);
-    int rc = model_save_dir(c->model, tmp, ZY_DT_F32, err);
-    if (!rc) rc = zy_path_join(path, sizeof path, tmp, OPTIM_FILE, err);
-    if (!rc) rc = write_optimizer(path, c->model, c->optim, err);
-    if (!rc) rc = zy_path_join(path, sizeof path, tmp, "trainer_state.json", err);
-    if (!rc) rc = zy_write_file_atomic(path, c->trainer_state_json, strlen(c->trainer_state_json), err);
-    if (!rc && c->run_json) rc = zy_path_join(path, sizeof path, tmp, "run.json", err);
-    if (!rc && c->run_json) rc = zy_write_file_atomic(path, c->run_json, strlen(c->run_json), err);
-    if (!rc) rc = write_manifest(tmp, step, err);
-    if (!rc) rc = fsync_path(tmp, err);
-    if (rc) {
-        remove_tree(tmp);
-        return zy_wrap(err, "saving checkpoint %s", final);
-    }
-    struct stat st;
-    if (stat(final, &st) == 0) {
-        /* Never overwrite a published checkpoint: move the old one aside (kept, not deleted). */
-        char aside[4200];
-        snprintf(aside, sizeof aside, "%s.replaced-%lld", final, (long long)time(NULL));
-        if (rename(final, aside) != 0) {
-            remove_tree(tmp);
-            return zy_fail(err, "%s exists and cannot be moved aside: %s", final, strerror(errno));
+    snprintf(optim_name, sizeof optim_name, "optimizer-%05d-of-%05d.safetensors", rank, size);
+    int rc = zy_path_join(tmp, sizeof tmp, root, tmp_name, err) || zy_path_join(final, sizeof final, root, final_name, err);
+    if (!rc && rank == 0) {
+        rc = zy_mkdirs(root, err);
+        if (!rc) {
+            remove_stale_temporaries(root, "");
+            rc = zy_mkdirs(tmp, err);
         }
     }
-    if (rename(tmp, final) != 0) {
-        int e = errno;
-        remove_tree(tmp);
-        return zy_fail(err, "publishing %s failed: %s", final, strerror(e));
+    if (agree(d, rc, err)) return -1;
+    /* every rank writes its optimizer shard; rank 0 the model, config, trainer state and run config */
+    rc = zy_path_join(path, sizeof path, tmp, optim_name, err);
+    if (!rc) rc = write_optimizer(path, c->model, c->optim, err);
+    if (!rc && rank == 0) {
+        rc = model_save_dir(c->model, tmp, ZY_DT_F32, err);
+        if (!rc) rc = zy_path_join(path, sizeof path, tmp, "trainer_state.json", err);
+        if (!rc) rc = zy_write_file_atomic(path, c->trainer_state_json, strlen(c->trainer_state_json), err);
+        if (!rc && c->run_json) rc = zy_path_join(path, sizeof path, tmp, "run.json", err);
+        if (!rc && c->run_json) rc = zy_write_file_atomic(path, c->run_json, strlen(c->run_json), err);
     }
-    if (fsync_path(root, err)) return -1;
-    char line[128];
-    int n = snprintf(line, sizeof line, "%s\n", final_name);
-    if (zy_path_join(path, sizeof path, root, "latest", err) || zy_write_file_atomic(path, line, (size_t)n, err))
-        return -1;
+    if (agree(d, rc, err)) {
+        if (rank == 0) remove_tree(tmp);
+        return zy_wrap(err, "saving checkpoint %s", final);
+    }
+    /* rank 0 seals (manifest last, fsync) and publishes */
+    if (rank == 0) {
+        rc = write_manifest(tmp, step, size, err);
+        if (!rc) rc = fsync_path(tmp, err);
+        struct stat st;
+        if (!rc && stat(final, &st) == 0) {
+            /* never overwrite a published checkpoint: move the old one aside (kept, not deleted) */
+            char aside[4200];
+            snprintf(aside, sizeof aside, "%s.replaced-%lld", final, (long long)time(NULL));
+            if (rename(final, aside) != 0) rc = zy_fail(err, "%s exists and cannot be moved aside: %s", final, strerror(errno));
+        }
+        if (!rc && rename(tmp, final) != 0) rc = zy_fail(err, "publishing %s failed: %s", final, strerror(errno));
+        if (!rc) rc = fsync_path(root, err);
+        if (rc) remove_tree(tmp);
+        char line[128];
+        int n = snprintf(line, sizeof line, "%s\n", final_name);
+        if (!rc) rc = zy_path_join(path, sizeof path, root, "latest", err) || zy_write_file_atomic(path, line, (size_t)n, err);
+        if (!rc && keep > 0) {
+            char dirs[256][512];
+            ZyErr ignore;
+            int count = ckpt_list(root, dirs, 256, &ignore);
+            for (int i = keep; i < count; i++)
+                if (strcmp(dirs[i], final) != 0) remove_tree(dirs[i]);
+        }
+    }
+    if (agree(d, rc, err)) return rank == 0 ? zy_wrap(err, "saving checkpoint %s", final) : -1;
     if (out_dir) snprintf(out_dir, cap, "%s", final);
-    if (keep > 0) {
-        char dirs[256][512];
-        int count = ckpt_list(root, dirs, 256, err);
-        for (int i = keep; i < count; i++)
-            if (strcmp(dirs[i], final) != 0) remove_tree(dirs[i]);
-    }
     return 0;
 }
 
@@ -291,27 +319,51 @@ int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_st
     if (memcmp(&saved, &model->cfg, sizeof saved) != 0)
         return zy_fail(err, "%s: the checkpoint's model config differs from the run's model config", path);
     if (model_load_weights(model, dir, err)) return -1;
-    StFile f;
-    if (zy_path_join(path, sizeof path, dir, OPTIM_FILE, err) || st_open(&f, path, err)) return -1;
+    /* Optimizer state by tensor name from whichever shard holds it, so a checkpoint saved by N ranks resumes on M. */
     const ParamTable *t = &model->params;
-    int rc = 0;
+    unsigned char *found = calloc((size_t)t->count * 2, 1);
+    if (!found) return zy_fail(err, "out of memory");
+    /* the shards are the optimizer-* files the manifest lists (a stray file in the directory is ignored) */
+    char *mtext = NULL;
+    size_t mlen;
+    cJSON *manifest = NULL;
+    int rc = zy_path_join(path, sizeof path, dir, "manifest.json", err) || zy_read_file(path, &mtext, &mlen, err);
+    if (!rc && !(manifest = cJSON_Parse(mtext))) rc = zy_fail(err, "%s: invalid JSON", path);
+    free(mtext);
+    const cJSON *files = manifest ? cJSON_GetObjectItemCaseSensitive(manifest, "files") : NULL, *entry;
+    cJSON_ArrayForEach(entry, files) {
+        const cJSON *fname = cJSON_GetObjectItemCaseSensitive(entry, "name");
+        if (rc) break;
+        if (!cJSON_IsString(fname) || strncmp(fname->valuestring, "optimizer-", 10) != 0) continue;
+        StFile f;
+        if ((rc = zy_path_join(path, sizeof path, dir, fname->valuestring, err)) || (rc = st_open(&f, path, err))) break;
+        for (int i = 0; i < t->count && !rc; i++) {
+            const ParamInfo *p = &t->info[i];
+            if (!param_trainable(p) || !optim->owned[i]) continue;
+            for (int which = 0; which < 2 && !rc; which++) {
+                if (which == 1 && p->kind == PARAM_MUON) continue;
+                char name[160];
+                snprintf(name, sizeof name, "%s/%s", which ? "exp_avg_sq" : "exp_avg", p->name);
+                const StEntry *e = st_find(&f, name);
+                if (!e) continue;
+                if (e->numel != p->numel || e->dtype != ZY_DT_F32)
+                    rc = zy_fail(err, "%s: optimizer tensor %s has the wrong shape or dtype", path, name);
+                else if (!(rc = st_read_f32(&f, e, optim_state(optim, p, which), err)))
+                    found[2 * i + which] = 1;
+            }
+        }
+        st_close(&f);
+    }
+    cJSON_Delete(manifest);
     for (int i = 0; i < t->count && !rc; i++) {
         const ParamInfo *p = &t->info[i];
         if (!param_trainable(p) || !optim->owned[i]) continue;
-        for (int which = 0; which < 2 && !rc; which++) {
-            if (which == 1 && p->kind == PARAM_MUON) continue;
-            char name[160];
-            snprintf(name, sizeof name, "%s/%s", which ? "exp_avg_sq" : "exp_avg", p->name);
-            const StEntry *e = st_find(&f, name);
-            if (!e)
-                rc = zy_fail(err, "%s: missing optimizer tensor %s", path, name);
-            else if (e->numel != p->numel || e->dtype != ZY_DT_F32)
-                rc = zy_fail(err, "%s: optimizer tensor %s has the wrong shape or dtype", path, name);
-            else
-                rc = st_read_f32(&f, e, (which ? optim->exp_avg_sq : optim->exp_avg) + p->offset, err);
-        }
+        for (int which = 0; which < (p->kind == PARAM_MUON ? 1 : 2) && !rc; which++)
+            if (!found[2 * i + which])
+                rc = zy_fail(err, "%s: no optimizer shard holds %s/%s (missing shard?)", dir, which ? "exp_avg_sq" : "exp_avg",
+                             p->name);
     }
-    st_close(&f);
+    free(found);
     if (rc) return -1;
     size_t len;
     if (zy_path_join(path, sizeof path, dir, "trainer_state.json", err) || zy_read_file(path, trainer_state_json, &len, err))

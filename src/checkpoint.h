@@ -1,15 +1,17 @@
 /* checkpoint: a directory per step under ROOT —
- *   ROOT/step-00000100/{config.json, model.safetensors, optimizer.safetensors, trainer_state.json, run.json,
- *                       manifest.json}
- * written under ROOT/.tmp-step-00000100-<pid>, every file fsynced, the manifest (size and CRC-32 of every
- * other file) written last, then published by an atomic rename; ROOT/latest (a one-line file naming the
- * directory) moves after that, and only then are checkpoints beyond the newest `keep` deleted. A published
- * checkpoint is never overwritten. model.safetensors + config.json load in transformers as they are. */
+ *   ROOT/step-00000100/{config.json, model.safetensors, optimizer-RRRRR-of-NNNNN.safetensors (one per rank),
+ *                       trainer_state.json, run.json, manifest.json}
+ * written under ROOT/.tmp-step-00000100 (every rank its optimizer shard in parallel, rank 0 the rest), every file
+ * fsynced, the manifest (size and CRC-32 of every other file) written last, then published by an atomic rename;
+ * ROOT/latest (a one-line file naming the directory) moves after that, and only then are checkpoints beyond the
+ * newest `keep` deleted. A published checkpoint is never overwritten. model.safetensors + config.json load in
+ * transformers as they are. Optimizer state is stored by tensor name, so N ranks' shards resume on M ranks. */
 #ifndef ZAYA_CHECKPOINT_H
 #define ZAYA_CHECKPOINT_H
 
 #include <stdint.h>
 
+#include "distributed.h"
 #include "model.h"
 #include "optim.h"
 #include "util.h"
@@ -21,18 +23,18 @@ typedef struct {
     const char *run_json;           /* the run config, written as run.json (may be NULL) */
 } CheckpointContent;
 
-/* Saves and publishes step `step` under root; keeps the newest `keep` (0 = keep all). Writes the published
- * directory's path to out_dir (cap bytes) if non-NULL. */
-int ckpt_save(const char *root, int64_t step, const CheckpointContent *content, int keep, char *out_dir, size_t cap,
-              ZyErr *err);
+/* Saves and publishes step `step` under root; keeps the newest `keep` (0 = keep all). Collective over dist's
+ * ranks (dist NULL: one process). Writes the published directory's path to out_dir (cap bytes) if non-NULL. */
+int ckpt_save(const char *root, int64_t step, const CheckpointContent *content, const Dist *dist, int keep,
+              char *out_dir, size_t cap, ZyErr *err);
 /* The directory `latest` points to (error if there is none). */
 int ckpt_latest(const char *root, char *dir, size_t cap, ZyErr *err);
 /* Published checkpoint directories under root, newest first (by step); returns the count, -1 on error. */
 int ckpt_list(const char *root, char dirs[][512], int max, ZyErr *err);
 /* Checks every file against the manifest (presence, size, CRC-32); errors name the file and the mismatch. */
 int ckpt_verify(const char *dir, ZyErr *err);
-/* Loads the model weights, optimizer state and the trainer state JSON (malloc'ed) of a verified checkpoint
- * into an already-created model/optimizer of the same shape. */
+/* Loads the model weights, the optimizer state of the tensors `optim` owns (from whichever shard holds them)
+ * and the trainer state JSON (malloc'ed) of a verified checkpoint into an already-created model/optimizer. */
 int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_state_json, ZyErr *err);
 /* CRC-32 (zlib) of a whole file, streamed. */
 int file_crc32(const char *path, uint32_t *crc, uint64_t *size, ZyErr *err);

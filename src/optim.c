@@ -33,29 +33,84 @@ size_t muon_workspace_floats(int m, int n) {
     return 2 * r * c + 2 * r * r;
 }
 
-int optim_create(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, ZyErr *err) {
+int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, size_t begin, size_t end,
+                       ZyErr *err) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
-    o->total = t->total;
+    o->begin = begin;
+    o->end = end;
+    o->owned = calloc((size_t)(t->count > 0 ? t->count : 1), 1);
+    if (!o->owned) return zy_fail(err, "out of memory");
     size_t ws = 0;
     for (int i = 0; i < t->count; i++) {
-        if (t->info[i].kind != PARAM_MUON) continue;
+        const ParamInfo *p = &t->info[i];
+        o->owned[i] = p->offset >= begin && p->offset + p->numel <= end;
+        if (!o->owned[i] || p->kind != PARAM_MUON) continue;
         int count, m, n;
-        matrix_shape(&t->info[i], &count, &m, &n);
+        matrix_shape(p, &count, &m, &n);
         size_t need = muon_workspace_floats(m, n);
         if (need > ws) ws = need;
     }
     o->ns_work_floats = ws;
-    o->exp_avg = zy_calloc(t->total * sizeof(float));
-    o->exp_avg_sq = zy_calloc(t->total * sizeof(float));
-    o->owned = calloc((size_t)(t->count > 0 ? t->count : 1), 1);
+    size_t len = end > begin ? end - begin : 0;
+    o->exp_avg = zy_calloc((len ? len : 1) * sizeof(float));
+    o->exp_avg_sq = zy_calloc((len ? len : 1) * sizeof(float));
     o->ns_work = zy_calloc((ws ? ws : 1) * sizeof(float));
-    if (!o->exp_avg || !o->exp_avg_sq || !o->owned || !o->ns_work) {
+    if (!o->exp_avg || !o->exp_avg_sq || !o->ns_work) {
         optim_free(o);
-        return zy_fail(err, "out of memory allocating optimizer state (%zu MB)", 2 * t->total * sizeof(float) >> 20);
+        return zy_fail(err, "out of memory allocating optimizer state (%zu MB)", 2 * len * sizeof(float) >> 20);
     }
-    memset(o->owned, 1, (size_t)t->count);
     return 0;
+}
+
+int optim_create(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, ZyErr *err) {
+    return optim_create_block(o, t, cfg, 0, t->total, err);
+}
+
+/* Optimizer work of one tensor, for balancing the ZeRO-1 blocks. */
+static double update_cost(const ParamInfo *p) {
+    if (p->kind == PARAM_BUFFER) return 0;
+    if (p->kind == PARAM_ADAMW) return 10.0 * (double)p->numel;
+    int count, m, n;
+    matrix_shape(p, &count, &m, &n);
+    double r = m < n ? m : n, c = m < n ? n : m;
+    return count * (5.0 * (4.0 * r * r * c + 2.0 * r * r * r) + 10.0 * r * c);
+}
+
+void zero1_partition(const ParamTable *t, int n, size_t *bounds) {
+    double total = 0;
+    for (int i = 0; i < t->count; i++) total += update_cost(&t->info[i]);
+    bounds[0] = 0;
+    int block = 1;
+    double acc = 0;
+    for (int i = 0; i < t->count && block < n; i++) {
+        acc += update_cost(&t->info[i]);
+        /* block k ends after the first tensor that takes the running cost to k/n of the total */
+        size_t end = i + 1 < t->count ? t->info[i + 1].offset : t->total;
+        while (block < n && acc >= total * block / n) bounds[block++] = end;
+    }
+    while (block <= n) bounds[block++] = t->total;
+}
+
+double grad_sumsq_owned(const Optimizer *o, const ParamTable *t) {
+    double ss = 0;
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->info[i];
+        if (!param_trainable(p) || !o->owned[i]) continue;
+        const float *g = t->grad + p->offset;
+        for (size_t j = 0; j < p->numel; j++) ss += (double)g[j] * g[j];
+    }
+    return ss;
+}
+
+void grad_scale_owned(const Optimizer *o, ParamTable *t, double s) {
+    const float f = (float)s;
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->info[i];
+        if (!param_trainable(p) || !o->owned[i]) continue;
+        float *g = t->grad + p->offset;
+        for (size_t j = 0; j < p->numel; j++) g[j] *= f;
+    }
 }
 
 void optim_free(Optimizer *o) {
@@ -137,7 +192,7 @@ void optim_step(Optimizer *o, ParamTable *t, double lr) {
         const ParamInfo *p = &t->info[i];
         if (!param_trainable(p) || !o->owned[i]) continue;
         float *w = t->data + p->offset, *g = t->grad + p->offset;
-        float *m = o->exp_avg + p->offset, *v = o->exp_avg_sq + p->offset;
+        float *m = optim_state(o, p, 0), *v = optim_state(o, p, 1);
         if (p->kind == PARAM_MUON) {
             int count, rows, cols;
             matrix_shape(p, &count, &rows, &cols);
@@ -171,11 +226,15 @@ void grad_scale(ParamTable *t, double s) {
     }
 }
 
-double grad_clip(ParamTable *t, double max_norm, double norm) {
+double clip_coefficient(double max_norm, double norm) {
     if (max_norm <= 0) return 1.0;
     double coef = max_norm / (norm + 1e-6);
-    if (coef >= 1.0) return 1.0;
-    grad_scale(t, coef);
+    return coef < 1.0 ? coef : 1.0;
+}
+
+double grad_clip(ParamTable *t, double max_norm, double norm) {
+    double coef = clip_coefficient(max_norm, norm);
+    if (coef < 1.0) grad_scale(t, coef);
     return coef;
 }
 

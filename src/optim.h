@@ -17,20 +17,37 @@ typedef struct {
 
 void optim_config_default(OptimConfig *c);
 
-/* Optimizer state lives in arenas with the parameter table's layout: exp_avg (AdamW m, or Muon momentum) and
- * exp_avg_sq (AdamW v; unused for Muon tensors). `owned` marks the tensors this process updates (all of them
- * in one process; a ZeRO-1 shard under MPI). */
+/* The optimizer owns one contiguous block [begin, end) of the parameter arena (whole tensors): all of it in one
+ * process, a ZeRO-1 shard under MPI (see zero1_partition). Its state covers only that block, in the arena's
+ * layout: exp_avg (AdamW m, or Muon momentum) and exp_avg_sq (AdamW v; scratch for Muon tensors). */
 typedef struct {
     OptimConfig cfg;
     int64_t step;          /* optimizer steps taken (AdamW bias correction) */
-    float *exp_avg, *exp_avg_sq;
-    size_t total;          /* floats in each state arena (= params total) */
-    unsigned char *owned;  /* [params count] */
-    float *ns_work;        /* Newton–Schulz workspace, sized for the largest matrix */
+    size_t begin, end;     /* the owned arena block, in floats */
+    float *exp_avg, *exp_avg_sq; /* [end - begin] each */
+    unsigned char *owned;  /* [params count]: tensor inside the block */
+    float *ns_work;        /* Newton–Schulz workspace, sized for the largest owned matrix */
     size_t ns_work_floats;
 } Optimizer;
 
+/* State of tensor p (which = 0: exp_avg, 1: exp_avg_sq); p must be owned. */
+static inline float *optim_state(const Optimizer *o, const ParamInfo *p, int which) {
+    return (which ? o->exp_avg_sq : o->exp_avg) + (p->offset - o->begin);
+}
+
+/* Owns the whole table. */
 int optim_create(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, ZyErr *err);
+/* Owns the tensors inside [begin, end) (block boundaries from zero1_partition). */
+int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, size_t begin, size_t end,
+                       ZyErr *err);
+/* ZeRO-1: cuts the table, in arena order, into n contiguous blocks of whole tensors with about equal optimizer
+ * work (Muon: Newton–Schulz FLOPs; AdamW: ~10 per element), so each rank updates one block. bounds[n+1] are arena
+ * offsets (bounds[0] = 0, bounds[n] = total); a block may be empty when there are more ranks than tensors. */
+void zero1_partition(const ParamTable *t, int n, size_t *bounds);
+/* Sum of squares of the owned trainable gradients (table order, double). */
+double grad_sumsq_owned(const Optimizer *o, const ParamTable *t);
+/* Multiplies the owned trainable gradients by s. */
+void grad_scale_owned(const Optimizer *o, ParamTable *t, double s);
 void optim_free(Optimizer *o);
 /* One update of every owned trainable tensor with learning rate lr (gradients already clipped/averaged). */
 void optim_step(Optimizer *o, ParamTable *t, double lr);
@@ -42,7 +59,9 @@ size_t muon_workspace_floats(int m, int n);
 
 /* Global L2 norm of all trainable gradients (accumulated in double, in table order: deterministic). */
 double grad_global_norm(const ParamTable *t);
-/* Scales gradients by min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_. Returns the scale. */
+/* min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_ (1 when max_norm <= 0). */
+double clip_coefficient(double max_norm, double norm);
+/* Scales gradients by clip_coefficient(max_norm, norm). Returns the scale. */
 double grad_clip(ParamTable *t, double max_norm, double norm);
 /* Multiplies every trainable gradient by s (averaging over micro-batches). */
 void grad_scale(ParamTable *t, double s);

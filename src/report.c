@@ -43,6 +43,7 @@ static int truncate_metrics(const char *path, int64_t keep_step, ZyErr *err) {
 int report_open(Report *r, const RunConfig *rc, const ZayaConfig *cfg, double peak_gflops, int64_t resume_step,
                 int quiet, ZyErr *err) {
     memset(r, 0, sizeof *r);
+    r->enabled = 1;
     r->rc = rc;
     r->cfg = *cfg;
     r->peak_gflops = peak_gflops;
@@ -72,6 +73,7 @@ void report_close(Report *r) {
 }
 
 void report_event(Report *r, const char *fmt, ...) {
+    if (!r->enabled) return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -102,6 +104,7 @@ static void format_duration(double s, char *out, size_t cap) {
 }
 
 void report_step(Report *r, const StepMetrics *m) {
+    if (!r->enabled) return;
     double tps = m->step_tokens / (m->step_seconds > 0 ? m->step_seconds : 1e-9);
     r->tokens_per_s = r->tokens_per_s > 0 ? 0.9 * r->tokens_per_s + 0.1 * tps : tps;
     double flops = model_train_flops_per_token(&r->cfg, m->seq_len);
@@ -145,6 +148,7 @@ void report_step(Report *r, const StepMetrics *m) {
 }
 
 void report_eval(Report *r, int64_t step, int phase, const char *name, double value) {
+    if (!r->enabled) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", "eval");
     cJSON_AddNumberToObject(o, "step", (double)step);

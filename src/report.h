@@ -28,6 +28,7 @@ typedef struct {
 } StepMetrics;
 
 typedef struct {
+    int enabled;           /* 0 on data-parallel ranks other than 0: they report nothing */
     const RunConfig *rc;
     ZayaConfig cfg;
     double peak_gflops;

@@ -21,6 +21,10 @@
 #include "shards.h"
 
 typedef struct {
+    const Dist *dist;      /* never NULL inside the trainer: a group of one when not launched by mpirun */
+    Dist solo;
+    size_t *zero_bounds;   /* ZeRO-1 blocks of the parameter arena, [size + 1] */
+    float *grad_scratch;   /* one block, for the reduce-scatter */
     RunConfig rc;
     char *run_json;
     Model model;
@@ -56,6 +60,7 @@ static void trainer_free(Trainer *t) {
     if (t->have_report) report_close(&t->report);
     tokenizer_free(t->tokenizer);
     free(t->rows), free(t->window), free(t->inputs), free(t->targets), free(t->route_counts);
+    free(t->zero_bounds), zy_free(t->grad_scratch);
     free(t->run_json);
 }
 
@@ -204,7 +209,8 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
 static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, ZyErr *err) {
     const RunConfig *rc = &t->rc;
     const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
-    const int T = ph->seq_len, mb = rc->micro_batch, n_micro = rc->batch_size / mb;
+    const Dist *d = t->dist;
+    const int T = ph->seq_len, mb = rc->micro_batch, rows_here = rc->batch_size / d->size, n_micro = rows_here / mb;
     const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
     if (ensure_acts(t, T, err)) return -1;
     if (loader_plan(&t->loader, (uint64_t)t->step, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
@@ -212,7 +218,8 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     memset(t->route_counts, 0, (size_t)L * (E + 1) * sizeof *t->route_counts);
     double loss = 0;
     for (int k = 0; k < n_micro; k++) {
-        if (loader_read(&t->loader, t->rows, k * mb, mb, T, t->window, err)) return -1;
+        /* this rank's share of the global batch: rows [rank·rows_here, (rank+1)·rows_here) */
+        if (loader_read(&t->loader, t->rows, d->rank * rows_here + k * mb, mb, T, t->window, err)) return -1;
         split_windows(t->window, mb, T, t->inputs, t->targets);
         if (model_check_tokens(&t->model, t->inputs, mb, T, err) ||
             model_check_tokens(&t->model, t->targets, mb, T, err))
@@ -224,12 +231,26 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     }
     loss /= n_micro;
     if (n_micro > 1) grad_scale(&t->model.params, 1.0 / n_micro); /* mean over micro-batches */
-    double gnorm = grad_global_norm(&t->model.params);
+    /* ZeRO-1: sum the gradients into each rank's block, then the mean over ranks */
+    if (d->size > 1) {
+        if (dist_reduce_scatter_f32(d, t->model.params.grad, t->zero_bounds, t->grad_scratch, err) ||
+            dist_allreduce_f64(d, &loss, 1, err) ||
+            dist_allreduce_i64(d, t->route_counts, (size_t)L * (E + 1), err))
+            return -1;
+        grad_scale_owned(&t->opt, &t->model.params, 1.0 / d->size);
+        loss /= d->size;
+    }
+    double sumsq = grad_sumsq_owned(&t->opt, &t->model.params);
+    if (dist_allreduce_f64(d, &sumsq, 1, err)) return -1;
+    double gnorm = sqrt(sumsq);
     if (!isfinite(loss) || !isfinite(gnorm))
         return zy_fail(err, "non-finite loss (%g) or gradient norm (%g) at step %lld", loss, gnorm, (long long)t->step);
-    grad_clip(&t->model.params, rc->grad_clip, gnorm);
+    double clip = clip_coefficient(rc->grad_clip, gnorm);
+    if (clip < 1.0) grad_scale_owned(&t->opt, &t->model.params, clip);
     double lr = schedule_lr(&rc->schedule, t->step);
     optim_step(&t->opt, &t->model.params, lr);
+    /* every rank gets the updated blocks of the others */
+    if (dist_allgather_f32(d, t->model.params.data, t->zero_bounds, err)) return -1;
     if (rc->balancing) {
         float *biases[256];
         for (int l = 0; l < L && l < 256; l++) biases[l] = t->model.w.layers[l].balancing_bias;
@@ -249,9 +270,10 @@ static int save_checkpoint(Trainer *t, ZyErr *err) {
     CheckpointContent c = {.model = &t->model, .optim = &t->opt, .trainer_state_json = state, .run_json = t->run_json};
     char dir[600];
     double t0 = zy_now_seconds();
-    int rc = ckpt_save(t->ckpt_root, t->step, &c, t->rc.ckpt_keep, dir, sizeof dir, err);
+    int rc = ckpt_save(t->ckpt_root, t->step, &c, t->dist, t->rc.ckpt_keep, dir, sizeof dir, err);
     free(state);
-    if (!rc) report_event(&t->report, "checkpoint %s (%.2f s)", dir, zy_now_seconds() - t0);
+    if (!rc) report_event(&t->report, "checkpoint %s (%.2f s, %d rank%s)", dir, zy_now_seconds() - t0, t->dist->size,
+                          t->dist->size > 1 ? "s" : "");
     return rc;
 }
 
@@ -259,7 +281,19 @@ static int save_checkpoint(Trainer *t, ZyErr *err) {
 
 static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     RunConfig *rc = &t->rc;
+    t->solo = (Dist){.rank = 0, .size = 1};
+    t->dist = o->dist ? o->dist : &t->solo;
+    const Dist *d = t->dist;
     if (runconfig_load(rc, o->run_path, o->overrides, o->n_overrides, &t->run_json, err)) return -1;
+    /* every rank must run the same config: compare a checksum of the effective run config with rank 0's */
+    int64_t crc = (int64_t)shard_crc32(0, t->run_json, strlen(t->run_json)), crc0 = crc;
+    if (dist_bcast(d, &crc0, sizeof crc0, 0, err)) return -1;
+    int64_t mismatch = crc != crc0;
+    if (dist_allreduce_max_i64(d, &mismatch, 1, err)) return -1;
+    if (mismatch) return zy_fail(err, "%s: the run config differs between ranks (rank %d's differs from rank 0's)", o->run_path, d->rank);
+    if (rc->batch_size % (d->size * rc->micro_batch) != 0)
+        return zy_fail(err, "%s: batch_size (%d) must be a multiple of ranks x micro_batch (%d x %d)", o->run_path,
+                       rc->batch_size, d->size, rc->micro_batch);
     if (snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/checkpoints", rc->out_dir) >= (int)sizeof t->ckpt_root)
         return zy_fail(err, "out_dir too long");
     if (zy_mkdirs(rc->out_dir, err)) return -1;
@@ -277,7 +311,18 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
         if (rc->phases[i].seq_len > c->max_position_embeddings)
             return zy_fail(err, "%s: phase \"%s\" seq_len %d exceeds the model's max_position_embeddings %d",
                            o->run_path, rc->phases[i].name, rc->phases[i].seq_len, c->max_position_embeddings);
-    if (optim_create(&t->opt, &t->model.params, &rc->optim, err)) return -1;
+    /* ZeRO-1: this rank updates (and keeps optimizer state for) one contiguous block of whole tensors */
+    t->zero_bounds = calloc((size_t)d->size + 1, sizeof *t->zero_bounds);
+    if (!t->zero_bounds) return zy_fail(err, "out of memory");
+    zero1_partition(&t->model.params, d->size, t->zero_bounds);
+    size_t max_block = 0;
+    for (int r = 0; r < d->size; r++)
+        if (t->zero_bounds[r + 1] - t->zero_bounds[r] > max_block) max_block = t->zero_bounds[r + 1] - t->zero_bounds[r];
+    t->grad_scratch = zy_calloc((max_block ? max_block : 1) * sizeof(float));
+    if (!t->grad_scratch) return zy_fail(err, "out of memory");
+    if (optim_create_block(&t->opt, &t->model.params, &rc->optim, t->zero_bounds[d->rank], t->zero_bounds[d->rank + 1],
+                           err))
+        return -1;
     t->have_opt = 1;
     if (balancer_create(&t->bal, c->num_layers, c->num_experts, rc->balancing_lr, err)) return -1;
     t->have_bal = 1;
@@ -315,7 +360,7 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
         int r = state_from_json(t, state, dir, err);
         free(state);
         if (r) return -1;
-        fprintf(stderr, "resumed from %s at step %lld\n", dir, (long long)t->step);
+        if (d->rank == 0) fprintf(stderr, "resumed from %s at step %lld\n", dir, (long long)t->step);
     }
     return 0;
 }
@@ -328,11 +373,18 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     const RunConfig *r = &t.rc;
     const ZayaConfig *c = &t.model.cfg;
     double peak = zy_sgemm_probe_gflops(512, 0.3);
-    if (report_open(&t.report, r, c, peak, o->resume ? t.step : -1, o->quiet, err)) goto done;
-    t.have_report = 1;
-    report_event(&t.report, "model: %zu parameters (%zu trainable); %lld steps in %d phases; sgemm peak %.1f GFLOP/s",
+    const int lead = t.dist->rank == 0; /* rank 0 reports, validates, evaluates and writes the final model */
+    if (lead) {
+        if (report_open(&t.report, r, c, peak, o->resume ? t.step : -1, o->quiet, err)) goto done;
+        t.have_report = 1;
+    } else {
+        memset(&t.report, 0, sizeof t.report); /* disabled */
+    }
+    report_event(&t.report, "model: %zu parameters (%zu trainable); %lld steps in %d phases; sgemm peak %.1f GFLOP/s; "
+                 "%d data-parallel rank%s (ZeRO-1: %.1f%% of the optimizer state on rank 0)",
                  params_count(&t.model.params, 0), params_count(&t.model.params, 1), (long long)r->total_steps,
-                 r->n_phases, peak);
+                 r->n_phases, peak, t.dist->size, t.dist->size > 1 ? "s" : "",
+                 100.0 * (double)(t.zero_bounds[1] - t.zero_bounds[0]) / (double)t.model.params.total);
     int64_t end = r->total_steps;
     if (o->stop_after > 0 && o->stop_after < end) end = o->stop_after;
     const double t_start = zy_now_seconds(), tokens_at_start = t.tokens_seen;
@@ -356,7 +408,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                          .scatter = loader_scatter_factor(&t.loader)};
         report_step(&t.report, &m);
         int last = t.step == end;
-        if (r->eval_interval > 0 && (t.step % r->eval_interval == 0 || last)) {
+        if (lead && r->eval_interval > 0 && (t.step % r->eval_interval == 0 || last)) {
             double vl = NAN;
             if (validation_loss(&t, T, &vl, err)) goto done;
             if (!isnan(vl)) report_eval(&t.report, t.step, phase, "val_loss", vl);
@@ -368,7 +420,8 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                 report_eval(&t.report, t.step, phase, name, res.type == EVAL_TASK_MC ? res.acc : res.exact_match);
             }
         }
-        int stopping = o->stop_flag && *o->stop_flag;
+        int64_t stopping = o->stop_flag && *o->stop_flag; /* a signal may reach one rank only: all stop together */
+        if (dist_allreduce_max_i64(t.dist, &stopping, 1, err)) goto done;
         if ((r->ckpt_interval > 0 && t.step % r->ckpt_interval == 0) || last || stopping)
             if (save_checkpoint(&t, err)) goto done;
         if (stopping) {
@@ -376,7 +429,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
             break;
         }
     }
-    if (t.step >= r->total_steps) {
+    if (lead && t.step >= r->total_steps) {
         char final_dir[RUN_PATH + 16];
         snprintf(final_dir, sizeof final_dir, "%s/final", r->out_dir);
         if (model_save_dir(&t.model, final_dir, ZY_DT_F32, err)) goto done;
@@ -385,7 +438,9 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     report_event(&t.report, "trained %lld steps in %.1f s; loader scatter factor %.3f", (long long)(t.step - step_at_start),
                  zy_now_seconds() - t_start, loader_scatter_factor(&t.loader));
     ZyErr plot_err;
-    if (report_plot(r->out_dir, r, &plot_err))
+    if (!lead)
+        ;
+    else if (report_plot(r->out_dir, r, &plot_err))
         report_event(&t.report, "plots skipped: %s", plot_err.msg);
     else
         report_event(&t.report, "plots: %s/loss.png, %s/routing_entropy.png%s%s%s", r->out_dir, r->out_dir,

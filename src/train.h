@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "distributed.h"
 #include "util.h"
 
 typedef struct {
@@ -16,6 +17,7 @@ typedef struct {
     int64_t stop_after;             /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     int quiet;                      /* no progress line */
     volatile sig_atomic_t *stop_flag; /* set asynchronously (SIGTERM): checkpoint at the next step and return */
+    const Dist *dist;               /* the data-parallel group (NULL: one process) */
 } TrainOptions;
 
 /* Runs (or resumes) a training run. On success the final weights are in OUT_DIR/final/ and the latest

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "distributed.h"
 #include "train.h"
 
 /* Set by SIGTERM/SIGINT: the trainer saves a checkpoint at the next step boundary and exits 0 (preemption). */
@@ -79,8 +80,22 @@ int cmd_train_model(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     ZyErr err = {{0}};
+    Dist dist;
+    if (dist_init(&dist, &err)) {
+        fprintf(stderr, "zaya: %s\n", err.msg);
+        free(overrides);
+        return 1;
+    }
+    o.dist = &dist;
     int rc = train_run(&o, &err);
-    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    if (rc) {
+        if (dist.size > 1) {
+            fprintf(stderr, "zaya: rank %d: %s\n", dist.rank, err.msg);
+            dist_abort(&dist, 1); /* the other ranks may be waiting in a collective: end them all */
+        }
+        fprintf(stderr, "zaya: %s\n", err.msg);
+    }
+    dist_finalize(&dist);
     free(overrides);
     return rc ? 1 : 0;
 }

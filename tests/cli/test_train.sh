@@ -98,7 +98,7 @@ before=$(md5sum "$f")
 expect_fail "corrupt checkpoint (flipped byte)" "CRC-32" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" --resume
 check "corrupt checkpoint left untouched" test "$(md5sum "$f")" = "$before"
 cp "$W/resumed3/checkpoints/$latest/model.safetensors" "$f"   # undo the flip, damage another file
-truncate -s 1000 "$W/corrupt/checkpoints/$latest/optimizer.safetensors"
+truncate -s 1000 "$W/corrupt/checkpoints/$latest/optimizer-00000-of-00001.safetensors"
 expect_fail "corrupt checkpoint (truncated)" "truncated" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" --resume
 # a corrupt shard
 cp -r "$W/data/general" "$W/badshard"

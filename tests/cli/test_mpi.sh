@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Data parallelism under Open MPI: mpirun -np N with per-rank micro-batch b matches -np 1 with micro-batch N·b
+# (same global batch) within 1e-4 relative at every step's loss and in the final weights; checkpoints saved by N
+# ranks resume on M ranks (4→2, 2→1, 1→2, 2→3) and match the un-reshaped run; bad launches fail on every rank
+# without hanging.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ZAYA=$PWD/build/zaya
+W=$(mktemp -d /tmp/zaya_mpi_test.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+pass=0
+fail=0
+ok() { echo "ok   $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+finish() { echo "mpi: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+if ! command -v mpirun >/dev/null; then bad "mpirun not installed"; finish; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+MPI="timeout 120 mpirun --oversubscribe"
+
+$ZAYA data synth --out "$W/corpus" --seed 3 --scale 0.05 >/dev/null &&
+    $ZAYA tokenizer train --input "$W/corpus/general.jsonl" --vocab-size 300 --out "$W/tok.json" >/dev/null &&
+    $ZAYA data prepare --tokenizer "$W/tok.json" --input "$W/corpus/general.jsonl" --out "$W/data" --val-fraction 0.05 \
+        >/dev/null 2>&1 || { bad "data"; finish; }
+cat >"$W/model.json" <<JSON
+{"model_type": "zaya", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 1,
+ "router_hidden_size": 16, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+ "max_position_embeddings": 64, "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 10000.0,
+ "partial_rotary_factor": 0.5}}, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+JSON
+# 20 steps of a global batch of 24 sequences; checkpoint at step 10
+cat >"$W/run.json" <<JSON
+{"model": "$W/model.json", "datasets": {"general": "$W/data"},
+ "phases": [{"name": "p", "tokens": 15360, "seq_len": 32, "mixture": {"general": 1}}],
+ "batch_size": 24, "micro_batch": 24, "optimizer": {"lr": 0.01, "weight_decay": 0.01},
+ "checkpoint": {"interval": 10, "keep": 5}, "eval": {"interval": 10, "val_batches": 1}, "seed": 7, "out_dir": "$W/np1"}
+JSON
+cat >"$W/cmp.py" <<'PY'
+import json, sys, numpy as np
+from safetensors.numpy import load_file
+a, b = sys.argv[1], sys.argv[2]
+la = [json.loads(l)["loss"] for l in open(a + "/metrics.jsonl") if '"train"' in l]
+lb = [json.loads(l)["loss"] for l in open(b + "/metrics.jsonl") if '"train"' in l]
+if len(la) != len(lb):
+    print(f"step counts differ: {len(la)} vs {len(lb)}"); sys.exit(1)
+le = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+wa, wb = load_file(a + "/final/model.safetensors"), load_file(b + "/final/model.safetensors")
+we = max(np.linalg.norm(wa[k] - wb[k]) / max(np.linalg.norm(wa[k]), 1e-30) for k in wa)
+print(f"{len(la)} steps, loss max rel err {le:.1e}, weights max rel err {we:.1e}")
+sys.exit(0 if le <= 1e-4 and we <= 1e-4 else 1)
+PY
+
+$ZAYA train "$W/run.json" --quiet >"$W/np1.log" 2>&1 || { bad "np 1 run"; cat "$W/np1.log"; finish; }
+for np in 2 4; do
+    out="$W/np$np"
+    if $MPI -np $np $ZAYA train "$W/run.json" --override micro_batch=$((24 / np)) --override out_dir="$out" --quiet \
+        >"$out.log" 2>&1; then
+        r=$(python3 "$W/cmp.py" "$W/np1" "$out") && ok "np $np (micro $((24 / np))) vs np 1 (micro 24): $r" ||
+            bad "np $np vs np 1: $r"
+    else
+        bad "np $np run: $(tail -3 "$out.log")"
+    fi
+done
+test "$(ls "$W/np4/checkpoints/step-00000010" | grep -c '^optimizer-')" -eq 4 && ok "np 4 checkpoint has 4 optimizer shards" ||
+    bad "np 4 checkpoint shards: $(ls "$W/np4/checkpoints/step-00000010")"
+
+# reshaping: save with N ranks at step 10, resume with M, compare with the straight np-1 run
+for pair in 4:2 2:1 1:2 2:3; do
+    n=${pair%:*} m=${pair#*:}
+    out="$W/reshape_${n}_${m}"
+    $MPI -np $n $ZAYA train "$W/run.json" --override micro_batch=$((24 / n)) --override out_dir="$out" --stop-after 10 \
+        --quiet >"$out.log" 2>&1 &&
+        $MPI -np $m $ZAYA train "$W/run.json" --override micro_batch=$((24 / m)) --override out_dir="$out" --resume \
+            --quiet >>"$out.log" 2>&1 || { bad "reshape $n→$m: $(tail -3 "$out.log")"; continue; }
+    r=$(python3 "$W/cmp.py" "$W/np1" "$out") && ok "checkpoint from $n ranks resumed on $m: $r" || bad "reshape $n→$m: $r"
+done
+
+# bad launches: an error on every rank, non-zero exit, no hang
+out="$W/bad1"
+if $MPI -np 5 $ZAYA train "$W/run.json" --override out_dir="$out" --quiet >"$out.log" 2>&1; then
+    bad "5 ranks for a batch of 24 was accepted"
+else
+    grep -q "must be a multiple of ranks x micro_batch" "$out.log" && ok "batch not divisible by 5 ranks: clean error" ||
+        bad "5 ranks: $(tail -2 "$out.log")"
+fi
+out="$W/bad2"
+if $MPI -np 1 $ZAYA train "$W/run.json" --override micro_batch=12 --override out_dir="$out" --quiet : \
+    -np 1 $ZAYA train "$W/run.json" --override micro_batch=12 --override out_dir="$out" --override optimizer.lr=0.02 \
+    --quiet >"$out.log" 2>&1; then
+    bad "ranks with different configs were accepted"
+else
+    grep -q "run config differs between ranks" "$out.log" && ok "mismatched configs across ranks: clean error" ||
+        bad "mismatched configs: $(tail -2 "$out.log")"
+fi
+out="$W/reshape_2_3"
+rm -f "$out/checkpoints/step-00000010/optimizer-00001-of-00002.safetensors"
+echo "step-00000010" >"$out/checkpoints/latest"
+if $MPI -np 2 $ZAYA train "$W/run.json" --override micro_batch=12 --override out_dir="$out" --resume --quiet \
+    >"$out.missing.log" 2>&1; then
+    bad "a missing optimizer shard was accepted"
+else
+    grep -q "optimizer-00001-of-00002.safetensors" "$out.missing.log" && ok "missing optimizer shard: clean error" ||
+        bad "missing shard: $(tail -2 "$out.missing.log")"
+fi
+finish
