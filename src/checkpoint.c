@@ -334,7 +334,7 @@ int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_st
     cJSON_ArrayForEach(entry, files) {
         const cJSON *fname = cJSON_GetObjectItemCaseSensitive(entry, "name");
         if (rc) break;
-        if (!cJSON_IsString(fname) || strncmp(fname->valuestring, "optimizer-", 10) != 0) continue;
+        if (!cJSON_IsString(fname) || strncmp(fname->valuestring, "optimizer", 9) != 0) continue; /* also a one-file "optimizer.safetensors" */
         StFile f;
         if ((rc = zy_path_join(path, sizeof path, dir, fname->valuestring, err)) || (rc = st_open(&f, path, err))) break;
         for (int i = 0; i < t->count && !rc; i++) {
@@ -369,4 +369,73 @@ int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_st
     if (zy_path_join(path, sizeof path, dir, "trainer_state.json", err) || zy_read_file(path, trainer_state_json, &len, err))
         return -1;
     return 0;
+}
+
+int ckpt_inspect(const char *dir_in, FILE *out, ZyErr *err) {
+    char dir[4096], path[4096], *text;
+    size_t len;
+    snprintf(dir, sizeof dir, "%s", dir_in);
+    if (zy_path_join(path, sizeof path, dir, "manifest.json", err)) return -1;
+    if (access(path, F_OK) != 0 && ckpt_latest(dir_in, dir, sizeof dir, err) == 0) { /* a checkpoint root */
+        if (zy_path_join(path, sizeof path, dir, "manifest.json", err)) return -1;
+    }
+    if (zy_read_file(path, &text, &len, err)) return zy_wrap(err, "%s is not a complete checkpoint", dir);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *files = root ? cJSON_GetObjectItemCaseSensitive(root, "files") : NULL;
+    if (!cJSON_IsArray(files)) {
+        cJSON_Delete(root);
+        return zy_fail(err, "%s: invalid manifest", path);
+    }
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step"), *ws = cJSON_GetObjectItemCaseSensitive(root, "world_size");
+    fprintf(out, "checkpoint  %s\nstep        %.0f\nworld size  %.0f (optimizer shards; resumable on any rank count)\n", dir,
+            cJSON_IsNumber(step) ? step->valuedouble : -1, cJSON_IsNumber(ws) ? ws->valuedouble : 1);
+    fprintf(out, "%-44s %14s  %-10s %s\n", "file", "bytes", "crc32", "status");
+    int bad = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *bytes = cJSON_GetObjectItemCaseSensitive(f, "bytes");
+        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
+        if (!cJSON_IsString(name) || !cJSON_IsNumber(bytes) || !cJSON_IsNumber(crc) || strchr(name->valuestring, '/')) {
+            fprintf(out, "(malformed manifest entry)\n");
+            if (!bad++) zy_fail(err, "%s: malformed entry in \"files\"", path);
+            continue;
+        }
+        char fp[4096], status[128] = "ok";
+        uint32_t got_crc = 0;
+        uint64_t got_size = 0;
+        ZyErr ferr;
+        if (zy_path_join(fp, sizeof fp, dir, name->valuestring, &ferr) || file_crc32(fp, &got_crc, &got_size, &ferr))
+            snprintf(status, sizeof status, "MISSING or unreadable");
+        else if (got_size != (uint64_t)bytes->valuedouble)
+            snprintf(status, sizeof status, "SIZE %llu, expected %.0f", (unsigned long long)got_size, bytes->valuedouble);
+        else if (got_crc != (uint32_t)crc->valuedouble)
+            snprintf(status, sizeof status, "CRC %08x, expected %08x", got_crc, (uint32_t)crc->valuedouble);
+        if (strcmp(status, "ok") != 0 && !bad++) zy_fail(err, "%s: %s", fp, status);
+        fprintf(out, "%-44s %14.0f  %08x   %s\n", name->valuestring, bytes->valuedouble, (uint32_t)crc->valuedouble, status);
+    }
+    cJSON_Delete(root);
+    /* trainer state summary */
+    if (zy_path_join(path, sizeof path, dir, "trainer_state.json", err) == 0 && zy_read_file(path, &text, &len, err) == 0) {
+        cJSON *st = cJSON_Parse(text);
+        free(text);
+        const cJSON *tok = st ? cJSON_GetObjectItemCaseSensitive(st, "tokens_seen") : NULL;
+        const cJSON *ph = st ? cJSON_GetObjectItemCaseSensitive(st, "phase") : NULL;
+        const cJSON *ld = st ? cJSON_GetObjectItemCaseSensitive(st, "loader") : NULL, *it;
+        if (cJSON_IsNumber(tok)) fprintf(out, "tokens seen %.0f\n", tok->valuedouble);
+        if (cJSON_IsNumber(ph)) fprintf(out, "phase       %.0f (0-based)\n", ph->valuedouble);
+        cJSON_ArrayForEach(it, ld) {
+            const cJSON *cur = cJSON_GetObjectItemCaseSensitive(it, "cursor"), *ep = cJSON_GetObjectItemCaseSensitive(it, "epoch");
+            fprintf(out, "data cursor %s: token %.0f, epoch %.0f\n", it->string, cJSON_IsNumber(cur) ? cur->valuedouble : -1,
+                    cJSON_IsNumber(ep) ? ep->valuedouble : -1);
+        }
+        cJSON_Delete(st);
+    }
+    ZayaConfig cfg;
+    if (zy_path_join(path, sizeof path, dir, "config.json", err) == 0 && config_load(&cfg, path, err) == 0)
+        fprintf(out, "model       V %d, D %d, L %d, heads %d/%d x %d, experts %d x %d, router %d\n", cfg.vocab_size,
+                cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.num_experts,
+                cfg.moe_intermediate_size, cfg.router_hidden_size);
+    fprintf(out, "checksums   %s\n", bad ? "FAILED" : "all files verified");
+    return bad ? -1 : 0;
 }

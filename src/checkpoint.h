@@ -10,6 +10,7 @@
 #define ZAYA_CHECKPOINT_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "distributed.h"
 #include "model.h"
@@ -36,6 +37,10 @@ int ckpt_verify(const char *dir, ZyErr *err);
 /* Loads the model weights, the optimizer state of the tensors `optim` owns (from whichever shard holds them)
  * and the trainer state JSON (malloc'ed) of a verified checkpoint into an already-created model/optimizer. */
 int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_state_json, ZyErr *err);
+/* Prints a checkpoint's step, world size, each file with its size and checksum status, and the trainer state;
+ * returns -1 (with the first problem in err) if any file fails its check. dir may also be a run's checkpoint
+ * root, meaning its `latest`. */
+int ckpt_inspect(const char *dir, FILE *out, ZyErr *err);
 /* CRC-32 (zlib) of a whole file, streamed. */
 int file_crc32(const char *path, uint32_t *crc, uint64_t *size, ZyErr *err);
 

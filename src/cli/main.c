@@ -14,6 +14,7 @@ typedef struct {
 
 static const Command commands[] = {
     {"train", cmd_train_model, "train a model: curriculum, checkpoints, resume (zaya train RUN.json)"},
+    {"ckpt", cmd_ckpt, "inspect a checkpoint or export it as a Hugging Face model directory"},
     {"init", cmd_init, "create a model directory initialised from scratch"},
     {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},

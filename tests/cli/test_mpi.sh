@@ -64,6 +64,33 @@ done
 test "$(ls "$W/np4/checkpoints/step-00000010" | grep -c '^optimizer-')" -eq 4 && ok "np 4 checkpoint has 4 optimizer shards" ||
     bad "np 4 checkpoint shards: $(ls "$W/np4/checkpoints/step-00000010")"
 
+# zaya ckpt inspect / export on the 4-rank checkpoint
+ck="$W/np4/checkpoints/step-00000010"
+if $ZAYA ckpt inspect "$ck" >"$W/inspect.txt" 2>&1 && grep -q "world size  4" "$W/inspect.txt" &&
+    grep -q "all files verified" "$W/inspect.txt" && [ "$(grep -c '^optimizer-0000[0-3]-of-00004.safetensors .* ok$' "$W/inspect.txt")" -eq 4 ]; then
+    ok "ckpt inspect: world size 4, 4 optimizer shards, checksums verified"
+else
+    bad "ckpt inspect: $(cat "$W/inspect.txt")"
+fi
+if $ZAYA ckpt export "$W/np4/checkpoints" --out "$W/hf" >/dev/null 2>&1 &&
+    python3 -c "
+import sys, torch
+from transformers import ZayaForCausalLM
+m, info = ZayaForCausalLM.from_pretrained('$W/hf', output_loading_info=True)
+sys.exit(1 if any(info[k] for k in ('missing_keys', 'unexpected_keys', 'mismatched_keys')) else 0)" 2>/dev/null; then
+    ok "ckpt export: a plain Hugging Face directory that transformers loads without missing or unexpected keys"
+else
+    bad "ckpt export"
+fi
+cp -r "$ck" "$W/ck_bad"
+printf '\x01' | dd of="$W/ck_bad/optimizer-00002-of-00004.safetensors" bs=1 seek=300 conv=notrunc status=none
+if $ZAYA ckpt inspect "$W/ck_bad" >"$W/inspect_bad.txt" 2>&1; then
+    bad "ckpt inspect accepted a corrupt shard"
+else
+    grep -q "optimizer-00002-of-00004.safetensors .*CRC" "$W/inspect_bad.txt" && ok "ckpt inspect flags the corrupt shard" ||
+        bad "ckpt inspect corrupt: $(cat "$W/inspect_bad.txt")"
+fi
+
 # reshaping: save with N ranks at step 10, resume with M, compare with the straight np-1 run
 for pair in 4:2 2:1 1:2 2:3; do
     n=${pair%:*} m=${pair#*:}
