@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,65 +193,189 @@ static int agree(const Dist *d, int failed, ZyErr *err) {
     return f ? -1 : 0;
 }
 
-int ckpt_save(const char *root, int64_t step, const CheckpointContent *c, const Dist *d, int keep, char *out_dir,
-              size_t cap, ZyErr *err) {
+/* An asynchronous save: the main thread snapshots what is saved (rank 0 the parameters, every rank its
+ * optimizer block) and a writer thread per rank writes from the snapshot while training goes on. No MPI call is made
+ * off the main thread: rank 0's writer learns that the other ranks' shards are durable from the shared checkpoint
+ * directory (each shard appears under its final name by an atomic rename, or a .failed marker), then writes the
+ * manifest and publishes. ckpt_wait joins and makes every rank agree on the outcome. */
+struct CkptWriter {
+    pthread_t thread;
+    int rank, size, keep;
+    int64_t step;
+    Model model;          /* shallow copy whose params.data is the snapshot (rank 0) */
+    Optimizer optim;      /* shallow copy whose state points at the snapshot */
+    float *param_snapshot, *state_snapshot;
+    char *trainer_state_json, *run_json;
+    char root[4096], tmp[4096], final[4096], final_name[64];
+    double t_start, seconds;
+    int rc;
+    ZyErr err;
+};
+
+static int write_rank0_files(CkptWriter *w) {
+    char path[4096];
+    int rc = model_save_dir(&w->model, w->tmp, ZY_DT_F32, &w->err);
+    if (!rc) rc = zy_path_join(path, sizeof path, w->tmp, "trainer_state.json", &w->err);
+    if (!rc) rc = zy_write_file_atomic(path, w->trainer_state_json, strlen(w->trainer_state_json), &w->err);
+    if (!rc && w->run_json) rc = zy_path_join(path, sizeof path, w->tmp, "run.json", &w->err);
+    if (!rc && w->run_json) rc = zy_write_file_atomic(path, w->run_json, strlen(w->run_json), &w->err);
+    return rc;
+}
+
+/* Rank 0: every shard under its final name, or a rank's failure marker; bounded wait. */
+static int wait_for_shards(CkptWriter *w) {
+    const double deadline = zy_now_seconds() + 600.0;
+    for (int r = 0; r < w->size; r++) {
+        char path[4200], failed[4300];
+        snprintf(path, sizeof path, "%s/optimizer-%05d-of-%05d.safetensors", w->tmp, r, w->size);
+        snprintf(failed, sizeof failed, "%s.failed", path);
+        for (;;) {
+            struct stat st;
+            if (stat(path, &st) == 0) break;
+            if (stat(failed, &st) == 0) return zy_fail(&w->err, "rank %d failed to write its optimizer shard", r);
+            if (zy_now_seconds() > deadline) return zy_fail(&w->err, "rank %d's optimizer shard did not appear within 600 s", r);
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 0;
+}
+
+static int publish(CkptWriter *w) {
+    char path[4096];
+    int rc = write_manifest(w->tmp, w->step, w->size, &w->err);
+    if (!rc) rc = fsync_path(w->tmp, &w->err);
+    struct stat st;
+    if (!rc && stat(w->final, &st) == 0) {
+        /* never overwrite a published checkpoint: move the old one aside (kept, not deleted) */
+        char aside[4200];
+        snprintf(aside, sizeof aside, "%s.replaced-%lld", w->final, (long long)time(NULL));
+        if (rename(w->final, aside) != 0)
+            rc = zy_fail(&w->err, "%s exists and cannot be moved aside: %s", w->final, strerror(errno));
+    }
+    if (!rc && rename(w->tmp, w->final) != 0) rc = zy_fail(&w->err, "publishing %s failed: %s", w->final, strerror(errno));
+    if (!rc) rc = fsync_path(w->root, &w->err);
+    if (rc) return rc;
+    char line[128];
+    int n = snprintf(line, sizeof line, "%s\n", w->final_name);
+    if (zy_path_join(path, sizeof path, w->root, "latest", &w->err) || zy_write_file_atomic(path, line, (size_t)n, &w->err))
+        return -1;
+    if (w->keep > 0) {
+        char dirs[256][512];
+        ZyErr ignore;
+        int count = ckpt_list(w->root, dirs, 256, &ignore);
+        for (int i = w->keep; i < count; i++)
+            if (strcmp(dirs[i], w->final) != 0) remove_tree(dirs[i]);
+    }
+    return 0;
+}
+
+static void *writer_main(void *arg) {
+    CkptWriter *w = arg;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer-%05d-of-%05d.safetensors", w->tmp, w->rank, w->size);
+    int rc = write_optimizer(path, &w->model, &w->optim, &w->err);
+    if (rc) { /* tell rank 0 at once rather than letting it time out */
+        char failed[4300];
+        snprintf(failed, sizeof failed, "%s.failed", path);
+        ZyErr ignore;
+        zy_write_file_atomic(failed, "", 0, &ignore);
+    }
+    if (!rc && w->rank == 0) rc = write_rank0_files(w);
+    if (!rc && w->rank == 0) rc = wait_for_shards(w);
+    if (!rc && w->rank == 0) rc = publish(w);
+    if (rc && w->rank == 0) remove_tree(w->tmp);
+    w->rc = rc;
+    w->seconds = zy_now_seconds() - w->t_start;
+    return NULL;
+}
+
+static void writer_free(CkptWriter *w) {
+    if (!w) return;
+    zy_free(w->param_snapshot);
+    zy_free(w->state_snapshot);
+    free(w->trainer_state_json);
+    free(w->run_json);
+    free(w);
+}
+
+int ckpt_save_async(CkptWriter **out, const char *root, int64_t step, const CheckpointContent *c, const Dist *d,
+                    int keep, ZyErr *err) {
+    *out = NULL;
     const int rank = d ? d->rank : 0, size = d ? d->size : 1;
-    char tmp_name[128], final_name[64], tmp[4096], final[4096], path[4096], optim_name[96];
-    /* one temporary name for all ranks (no pid): rank 0 clears it first */
-    snprintf(tmp_name, sizeof tmp_name, ".tmp-step-%08lld", (long long)step);
-    snprintf(final_name, sizeof final_name, "step-%08lld", (long long)step);
-    snprintf(optim_name, sizeof optim_name, "optimizer-%05d-of-%05d.safetensors", rank, size);
-    int rc = zy_path_join(tmp, sizeof tmp, root, tmp_name, err) || zy_path_join(final, sizeof final, root, final_name, err);
+    CkptWriter *w = calloc(1, sizeof *w);
+    if (!w) return zy_fail(err, "out of memory");
+    w->rank = rank;
+    w->size = size;
+    w->keep = keep;
+    w->step = step;
+    w->t_start = zy_now_seconds();
+    snprintf(w->final_name, sizeof w->final_name, "step-%08lld", (long long)step);
+    char tmp_name[64];
+    snprintf(tmp_name, sizeof tmp_name, ".tmp-step-%08lld", (long long)step); /* one name for all ranks */
+    int rc = snprintf(w->root, sizeof w->root, "%s", root) >= (int)sizeof w->root ||
+             zy_path_join(w->tmp, sizeof w->tmp, root, tmp_name, err) ||
+             zy_path_join(w->final, sizeof w->final, root, w->final_name, err);
     if (!rc && rank == 0) {
         rc = zy_mkdirs(root, err);
         if (!rc) {
             remove_stale_temporaries(root, "");
-            rc = zy_mkdirs(tmp, err);
+            rc = zy_mkdirs(w->tmp, err);
         }
     }
-    if (agree(d, rc, err)) return -1;
-    /* every rank writes its optimizer shard; rank 0 the model, config, trainer state and run config */
-    rc = zy_path_join(path, sizeof path, tmp, optim_name, err);
-    if (!rc) rc = write_optimizer(path, c->model, c->optim, err);
+    /* snapshot: rank 0 the parameters, every rank its optimizer block */
+    const ParamTable *t = &c->model->params;
+    const Optimizer *o = c->optim;
+    const size_t block = o->end - o->begin;
+    w->model = *c->model;
+    w->optim = *o;
     if (!rc && rank == 0) {
-        rc = model_save_dir(c->model, tmp, ZY_DT_F32, err);
-        if (!rc) rc = zy_path_join(path, sizeof path, tmp, "trainer_state.json", err);
-        if (!rc) rc = zy_write_file_atomic(path, c->trainer_state_json, strlen(c->trainer_state_json), err);
-        if (!rc && c->run_json) rc = zy_path_join(path, sizeof path, tmp, "run.json", err);
-        if (!rc && c->run_json) rc = zy_write_file_atomic(path, c->run_json, strlen(c->run_json), err);
+        w->param_snapshot = malloc(t->total * sizeof(float)); /* filled at once: no zeroing pass */
+        if (!w->param_snapshot) rc = zy_fail(err, "out of memory for the checkpoint snapshot");
+        else memcpy(w->param_snapshot, t->data, t->total * sizeof(float));
+        w->model.params.data = w->param_snapshot;
     }
-    if (agree(d, rc, err)) {
-        if (rank == 0) remove_tree(tmp);
-        return zy_wrap(err, "saving checkpoint %s", final);
-    }
-    /* rank 0 seals (manifest last, fsync) and publishes */
-    if (rank == 0) {
-        rc = write_manifest(tmp, step, size, err);
-        if (!rc) rc = fsync_path(tmp, err);
-        struct stat st;
-        if (!rc && stat(final, &st) == 0) {
-            /* never overwrite a published checkpoint: move the old one aside (kept, not deleted) */
-            char aside[4200];
-            snprintf(aside, sizeof aside, "%s.replaced-%lld", final, (long long)time(NULL));
-            if (rename(final, aside) != 0) rc = zy_fail(err, "%s exists and cannot be moved aside: %s", final, strerror(errno));
-        }
-        if (!rc && rename(tmp, final) != 0) rc = zy_fail(err, "publishing %s failed: %s", final, strerror(errno));
-        if (!rc) rc = fsync_path(root, err);
-        if (rc) remove_tree(tmp);
-        char line[128];
-        int n = snprintf(line, sizeof line, "%s\n", final_name);
-        if (!rc) rc = zy_path_join(path, sizeof path, root, "latest", err) || zy_write_file_atomic(path, line, (size_t)n, err);
-        if (!rc && keep > 0) {
-            char dirs[256][512];
-            ZyErr ignore;
-            int count = ckpt_list(root, dirs, 256, &ignore);
-            for (int i = keep; i < count; i++)
-                if (strcmp(dirs[i], final) != 0) remove_tree(dirs[i]);
+    if (!rc) {
+        w->state_snapshot = malloc((2 * block + 1) * sizeof(float));
+        w->trainer_state_json = strdup(c->trainer_state_json);
+        w->run_json = c->run_json ? strdup(c->run_json) : NULL;
+        if (!w->state_snapshot || !w->trainer_state_json || (c->run_json && !w->run_json)) {
+            rc = zy_fail(err, "out of memory for the checkpoint snapshot");
+        } else {
+            memcpy(w->state_snapshot, o->exp_avg, block * sizeof(float));
+            memcpy(w->state_snapshot + block, o->exp_avg_sq, block * sizeof(float));
+            w->optim.exp_avg = w->state_snapshot;
+            w->optim.exp_avg_sq = w->state_snapshot + block;
         }
     }
-    if (agree(d, rc, err)) return rank == 0 ? zy_wrap(err, "saving checkpoint %s", final) : -1;
-    if (out_dir) snprintf(out_dir, cap, "%s", final);
+    if (agree(d, rc, err)) { /* every rank has its snapshot and rank 0 made the directory */
+        writer_free(w);
+        return -1;
+    }
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+        writer_free(w);
+        return zy_fail(err, "cannot start the checkpoint writer thread");
+    }
+    *out = w;
     return 0;
+}
+
+int ckpt_wait(CkptWriter *w, const Dist *d, char *out_dir, size_t cap, double *seconds, ZyErr *err) {
+    pthread_join(w->thread, NULL);
+    int rc = w->rc;
+    if (rc) *err = w->err;
+    if (out_dir) snprintf(out_dir, cap, "%s", w->final);
+    if (seconds) *seconds = w->seconds;
+    writer_free(w);
+    if (agree(d, rc, err)) return rc ? zy_wrap(err, "saving checkpoint") : -1;
+    return 0;
+}
+
+int ckpt_save(const char *root, int64_t step, const CheckpointContent *c, const Dist *d, int keep, char *out_dir,
+              size_t cap, ZyErr *err) {
+    CkptWriter *w;
+    if (ckpt_save_async(&w, root, step, c, d, keep, err)) return -1;
+    return ckpt_wait(w, d, out_dir, cap, NULL, err);
 }
 
 int ckpt_latest(const char *root, char *dir, size_t cap, ZyErr *err) {

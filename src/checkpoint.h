@@ -28,6 +28,16 @@ typedef struct {
  * ranks (dist NULL: one process). Writes the published directory's path to out_dir (cap bytes) if non-NULL. */
 int ckpt_save(const char *root, int64_t step, const CheckpointContent *content, const Dist *dist, int keep,
               char *out_dir, size_t cap, ZyErr *err);
+/* Asynchronous save: snapshots in memory (rank 0 the parameters, every rank its optimizer block), returns, and
+ * writes + publishes in a background thread per rank while training continues. Collective (all ranks call it at
+ * the same step). The next ckpt_save_async or the end of the run must call ckpt_wait first. */
+typedef struct CkptWriter CkptWriter;
+int ckpt_save_async(CkptWriter **w, const char *root, int64_t step, const CheckpointContent *content, const Dist *dist,
+                    int keep, ZyErr *err);
+/* Waits for the save to be written (and, on rank 0, published); collective: every rank learns if any failed.
+ * Frees w. seconds: how long the background save took. */
+int ckpt_wait(CkptWriter *w, const Dist *dist, char *out_dir, size_t cap, double *seconds, ZyErr *err);
+
 /* The directory `latest` points to (error if there is none). */
 int ckpt_latest(const char *root, char *dir, size_t cap, ZyErr *err);
 /* Published checkpoint directories under root, newest first (by step); returns the count, -1 on error. */

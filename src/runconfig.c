@@ -259,15 +259,17 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
     /* checkpoint */
     rc->ckpt_interval = 0;
     rc->ckpt_keep = 3;
+    rc->ckpt_async = 1;
     const cJSON *ck = get(root, "checkpoint");
     if (ck) {
-        static const char *const k[] = {"interval", "keep", NULL};
+        static const char *const k[] = {"interval", "keep", "async", NULL};
         if (!cJSON_IsObject(ck)) return zy_fail(err, "%s: key \"checkpoint\" must be an object", label);
         if (check_keys(ck, k, label, "checkpoint", err)) return -1;
         if (read_number(ck, "interval", 0, 0, 0, 1e12, 1, &d, label, "checkpoint", err)) return -1;
         rc->ckpt_interval = (int)d;
         if (read_number(ck, "keep", 0, 3, 0, 1e6, 1, &d, label, "checkpoint", err)) return -1;
         rc->ckpt_keep = (int)d;
+        if (read_bool(ck, "async", 1, &rc->ckpt_async, label, "checkpoint", err)) return -1;
     }
 
     /* eval */

@@ -39,6 +39,7 @@ typedef struct {
     int balancing;
     double balancing_lr;
     int ckpt_interval, ckpt_keep;
+    int ckpt_async;              /* write checkpoints in the background (default true) */
     int eval_interval, val_batches, eval_limit;
     int n_tasks;
     char tasks[RUN_MAX_TASKS][RUN_PATH];

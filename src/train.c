@@ -44,12 +44,18 @@ typedef struct {
     int64_t step;          /* optimizer steps completed */
     double tokens_seen;
     Tokenizer *tokenizer; /* for eval tasks */
+    CkptWriter *pending;  /* a checkpoint being written in the background */
     char ckpt_root[RUN_PATH + 32];
     Report report;
     int have_report;
 } Trainer;
 
 static void trainer_free(Trainer *t) {
+    if (t->pending) { /* an error path: finish the write locally, without collectives */
+        ZyErr ignore;
+        ckpt_wait(t->pending, NULL, NULL, 0, NULL, &ignore);
+        t->pending = NULL;
+    }
     if (t->acts_T) acts_free(&t->acts);
     if (t->have_loader) loader_close(&t->loader);
     for (int i = 0; i < RUN_MAX_DATASETS; i++)
@@ -264,17 +270,32 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     return 0;
 }
 
-static int save_checkpoint(Trainer *t, ZyErr *err) {
+/* Waits for the checkpoint being written in the background, if any. */
+static int finish_pending_save(Trainer *t, ZyErr *err) {
+    if (!t->pending) return 0;
+    char dir[600];
+    double seconds;
+    CkptWriter *w = t->pending;
+    t->pending = NULL;
+    if (ckpt_wait(w, t->dist, dir, sizeof dir, &seconds, err)) return -1;
+    report_event(&t->report, "checkpoint %s published (written in the background in %.2f s, %d rank%s)", dir, seconds,
+                 t->dist->size, t->dist->size > 1 ? "s" : "");
+    return 0;
+}
+
+/* Snapshots the state and saves it in the background (rc.ckpt_async), or waits for it (sync, or the last save). */
+static int save_checkpoint(Trainer *t, int wait, ZyErr *err) {
+    if (finish_pending_save(t, err)) return -1;
     char *state = state_to_json(t);
     if (!state) return zy_fail(err, "out of memory");
     CheckpointContent c = {.model = &t->model, .optim = &t->opt, .trainer_state_json = state, .run_json = t->run_json};
-    char dir[600];
     double t0 = zy_now_seconds();
-    int rc = ckpt_save(t->ckpt_root, t->step, &c, t->dist, t->rc.ckpt_keep, dir, sizeof dir, err);
+    int rc = ckpt_save_async(&t->pending, t->ckpt_root, t->step, &c, t->dist, t->rc.ckpt_keep, err);
     free(state);
-    if (!rc) report_event(&t->report, "checkpoint %s (%.2f s, %d rank%s)", dir, zy_now_seconds() - t0, t->dist->size,
-                          t->dist->size > 1 ? "s" : "");
-    return rc;
+    if (rc) return -1;
+    report_event(&t->report, "checkpoint of step %lld: training stalled %.3f s for the snapshot", (long long)t->step,
+                 zy_now_seconds() - t0);
+    return wait || !t->rc.ckpt_async ? finish_pending_save(t, err) : 0;
 }
 
 /* ---- set-up ----------------------------------------------------------------------------------------------- */
@@ -423,12 +444,13 @@ int train_run(const TrainOptions *o, ZyErr *err) {
         int64_t stopping = o->stop_flag && *o->stop_flag; /* a signal may reach one rank only: all stop together */
         if (dist_allreduce_max_i64(t.dist, &stopping, 1, err)) goto done;
         if ((r->ckpt_interval > 0 && t.step % r->ckpt_interval == 0) || last || stopping)
-            if (save_checkpoint(&t, err)) goto done;
+            if (save_checkpoint(&t, last || stopping, err)) goto done;
         if (stopping) {
             report_event(&t.report, "stop requested: checkpoint saved at step %lld; resume with --resume", (long long)t.step);
             break;
         }
     }
+    if (finish_pending_save(&t, err)) goto done;
     if (lead && t.step >= r->total_steps) {
         char final_dir[RUN_PATH + 16];
         snprintf(final_dir, sizeof final_dir, "%s/final", r->out_dir);
