@@ -123,6 +123,8 @@ void report_step(Report *r, const StepMetrics *m) {
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
     cJSON_AddNumberToObject(o, "mfu", mfu);
     cJSON_AddNumberToObject(o, "scatter_factor", m->scatter);
+    cJSON_AddNumberToObject(o, "step_seconds", m->step_seconds);
+    cJSON_AddNumberToObject(o, "comm_seconds", m->comm_seconds);
     cJSON_AddItemToObject(o, "routing_entropy", cJSON_CreateDoubleArray(m->entropy, m->n_layers));
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -25,6 +25,7 @@ typedef struct {
     int64_t steps_run;     /* steps this process trained */
     int64_t end_step;      /* where this process will stop */
     double scatter;        /* loader scatter factor */
+    double comm_seconds;   /* time in this step's collectives (gradient reduce-scatter, norm, parameter all-gather) */
 } StepMetrics;
 
 typedef struct {

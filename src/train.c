@@ -212,7 +212,7 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
 
 /* ---- one optimizer step ----------------------------------------------------------------------------------- */
 
-static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, ZyErr *err) {
+static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, double *comm_out, ZyErr *err) {
     const RunConfig *rc = &t->rc;
     const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
     const Dist *d = t->dist;
@@ -238,6 +238,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     loss /= n_micro;
     if (n_micro > 1) grad_scale(&t->model.params, 1.0 / n_micro); /* mean over micro-batches */
     /* ZeRO-1: sum the gradients into each rank's block, then the mean over ranks */
+    const double t_comm = zy_now_seconds();
     if (d->size > 1) {
         if (dist_reduce_scatter_f32(d, t->model.params.grad, t->zero_bounds, t->grad_scratch, err) ||
             dist_allreduce_f64(d, &loss, 1, err) ||
@@ -254,9 +255,12 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     double clip = clip_coefficient(rc->grad_clip, gnorm);
     if (clip < 1.0) grad_scale_owned(&t->opt, &t->model.params, clip);
     double lr = schedule_lr(&rc->schedule, t->step);
+    const double t_opt = zy_now_seconds();
     optim_step(&t->opt, &t->model.params, lr);
     /* every rank gets the updated blocks of the others */
+    const double t_gather = zy_now_seconds();
     if (dist_allgather_f32(d, t->model.params.data, t->zero_bounds, err)) return -1;
+    *comm_out = (t_opt - t_comm) + (zy_now_seconds() - t_gather); /* collectives only, not the update itself */
     if (rc->balancing) {
         float *biases[256];
         for (int l = 0; l < L && l < 256; l++) biases[l] = t->model.w.layers[l].balancing_bias;
@@ -412,9 +416,9 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     const int64_t step_at_start = t.step;
     while (t.step < end) {
         int phase = runconfig_phase_of(r, t.step);
-        double loss = 0, gnorm = 0, lr = 0;
+        double loss = 0, gnorm = 0, lr = 0, comm = 0;
         double t0 = zy_now_seconds();
-        if (train_step(&t, &loss, &gnorm, &lr, err)) goto done;
+        if (train_step(&t, &loss, &gnorm, &lr, &comm, err)) goto done;
         double now = zy_now_seconds();
         const int T = r->phases[phase].seq_len;
         double step_tokens = (double)r->batch_size * T;
@@ -426,7 +430,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                          .seq_len = T, .entropy = entropy, .n_layers = c->num_layers,
                          .elapsed = now - t_start, .tokens_run = t.tokens_seen - tokens_at_start,
                          .steps_run = t.step - step_at_start, .end_step = end,
-                         .scatter = loader_scatter_factor(&t.loader)};
+                         .scatter = loader_scatter_factor(&t.loader), .comm_seconds = comm};
         report_step(&t.report, &m);
         int last = t.step == end;
         if (lead && r->eval_interval > 0 && (t.step % r->eval_interval == 0 || last)) {

@@ -129,4 +129,26 @@ else
     grep -q "optimizer-00001-of-00002.safetensors" "$out.missing.log" && ok "missing optimizer shard: clean error" ||
         bad "missing shard: $(tail -2 "$out.missing.log")"
 fi
+# a rank killed with SIGKILL: the job ends within a bounded time (no rank left waiting in a collective)
+out="$W/killed"
+$MPI -np 2 $ZAYA train "$W/run.json" --override micro_batch=12 --override out_dir="$out" \
+    --override phases.0.tokens=15360000 --override checkpoint.interval=0 --quiet >"$out.log" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do [ -s "$out/metrics.jsonl" ] && break; sleep 0.05; done
+victim=$(pgrep -f "^$ZAYA train .*$out" | tail -1)
+if [ -z "$victim" ]; then
+    bad "kill test: no rank found"
+    kill $job 2>/dev/null
+else
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    wait $job
+    rc=$?
+    dt=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && python3 -c "import sys; sys.exit(not $dt < 30)"; then
+        ok "rank $victim killed: the job ended in ${dt} s with status $rc"
+    else
+        bad "rank killed: status $rc after ${dt} s"
+    fi
+fi
 finish
