@@ -269,7 +269,7 @@ static void moe_decode(const ZayaConfig *f, const LayerWeights *W, DecodeScratch
                           .choice = s->choice, .gate = s->gate, .expert_offset = s->expert_offset,
                           .expert_cursor = s->expert_cursor, .sorted_rows = s->sorted_rows, .expert_in = s->expert_in,
                           .expert_gu = s->expert_gu, .expert_act = s->expert_act, .expert_out = s->expert_out,
-                          .out = s->moe_out};
+                          .out = s->moe_out, .phase_seconds = NULL};
     moe_block_forward(f, W, &b, r_prev, N);
 }
 

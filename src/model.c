@@ -295,6 +295,14 @@ void make_next_token_targets(int32_t *targets, const int32_t *tokens, int B, int
  * Forward
  * ====================================================================================================== */
 
+/* Runs stmt and adds its wall time to timers[phase] when timing is on. */
+#define TIMED(timers, phase, stmt)                                                                          \
+    do {                                                                                                    \
+        double t0_ = (timers) ? zy_now_seconds() : 0;                                                      \
+        stmt;                                                                                               \
+        if (timers) (timers)[phase] += zy_now_seconds() - t0_;                                              \
+    } while (0)
+
 /* CCA attention on u = RMSNorm(x); writes L->attn_proj [N, D]. */
 static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const Activations *a) {
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
@@ -339,6 +347,7 @@ static void group_by_expert(const MoeBuffers *b, int N, int E) {
 
 void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuffers *b, const float *r_prev, int N) {
     const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    double t_router = b->phase_seconds ? zy_now_seconds() : 0;
     /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer */
     linear_forward(b->z, b->u, W->router_down_w, W->router_down_b, N, D, R);
     if (r_prev) {
@@ -354,6 +363,8 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     linear_forward(b->logits, b->h2, W->router_out_w, NULL, N, R, E + 1);
     router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, E + 1);
 
+    double t_experts = b->phase_seconds ? zy_now_seconds() : 0;
+    if (b->phase_seconds) b->phase_seconds[PHASE_ROUTER] += t_experts - t_router;
     /* dropless top-1 experts: gather each expert's tokens, SwiGLU, scale by the gate, scatter back */
     group_by_expert(b, N, E);
     memset(b->out, 0, (size_t)N * D * sizeof(float));
@@ -372,15 +383,17 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
             for (int i = 0; i < D; i++) b->out[(long)row * D + i] = g * y[(long)k * D + i];
         }
     }
+    if (b->phase_seconds) b->phase_seconds[PHASE_EXPERTS] += zy_now_seconds() - t_experts;
 }
 
-static MoeBuffers moe_buffers_of(const LayerActs *L) {
+static MoeBuffers moe_buffers_of(const LayerActs *L, double *phase_seconds) {
     return (MoeBuffers){.u = L->u_mlp, .z = L->router_z, .zn = L->router_zn, .rstd = L->router_rstd,
                         .h1_pre = L->router_h1_pre, .h1 = L->router_h1, .h2_pre = L->router_h2_pre, .h2 = L->router_h2,
                         .logits = L->router_logits, .probs = L->router_probs, .choice = L->choice, .gate = L->gate,
                         .expert_offset = L->expert_offset, .expert_cursor = L->expert_cursor,
                         .sorted_rows = L->sorted_rows, .expert_in = L->expert_in, .expert_gu = L->expert_gu,
-                        .expert_act = L->expert_act, .expert_out = L->expert_out, .out = L->moe_out};
+                        .expert_act = L->expert_act, .expert_out = L->expert_out, .out = L->moe_out,
+                        .phase_seconds = phase_seconds};
 }
 
 void model_forward(Model *m, Activations *a, const int32_t *tokens) {
@@ -389,26 +402,29 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
     const Weights *w = &m->w;
     memcpy(a->tokens, tokens, (size_t)N * sizeof *tokens);
     /* x = (Emb[tokens] + b_in) ⊙ s_in */
-    embed_forward(a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D);
+    double *tm = a->phase_seconds;
+    TIMED(tm, PHASE_NORMS, embed_forward(a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D));
     const float *r_prev = NULL;
     for (int l = 0; l < c->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
         LayerActs *L = &a->layers[l];
         float *x_out = l + 1 < c->num_layers ? a->layers[l + 1].x_in : a->x_final;
         /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr */
-        rmsnorm_forward(L->u_attn, L->rstd_attn, L->x_in, W->input_norm, N, D, c->rms_norm_eps);
-        cca_forward(c, W, L, a);
-        residual_merge_forward(L->x_mid, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D);
+        TIMED(tm, PHASE_NORMS, rmsnorm_forward(L->u_attn, L->rstd_attn, L->x_in, W->input_norm, N, D, c->rms_norm_eps));
+        TIMED(tm, PHASE_ATTENTION, cca_forward(c, W, L, a));
+        TIMED(tm, PHASE_NORMS,
+              residual_merge_forward(L->x_mid, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D));
         /* m, r = MoE(RMSNorm(x), r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr' */
-        rmsnorm_forward(L->u_mlp, L->rstd_mlp, L->x_mid, W->post_norm, N, D, c->rms_norm_eps);
-        MoeBuffers moe = moe_buffers_of(L);
+        TIMED(tm, PHASE_NORMS, rmsnorm_forward(L->u_mlp, L->rstd_mlp, L->x_mid, W->post_norm, N, D, c->rms_norm_eps));
+        MoeBuffers moe = moe_buffers_of(L, tm);
         moe_block_forward(c, W, &moe, r_prev, N);
-        residual_merge_forward(x_out, L->moe_out, L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
+        TIMED(tm, PHASE_NORMS,
+              residual_merge_forward(x_out, L->moe_out, L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D));
         r_prev = L->router_z;
     }
     /* logits = RMSNorm(x; w_final) · headᵀ */
-    rmsnorm_forward(a->final_normed, a->final_rstd, a->x_final, w->final_norm, N, D, c->rms_norm_eps);
-    linear_forward(a->logits, a->final_normed, w->lm_head, NULL, N, D, c->vocab_size);
+    TIMED(tm, PHASE_NORMS, rmsnorm_forward(a->final_normed, a->final_rstd, a->x_final, w->final_norm, N, D, c->rms_norm_eps));
+    TIMED(tm, PHASE_HEAD, linear_forward(a->logits, a->final_normed, w->lm_head, NULL, N, D, c->vocab_size));
 }
 
 double model_loss(const Model *m, Activations *a, const int32_t *targets) {
@@ -424,8 +440,9 @@ static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 /* Input: d->d_h = dL/d(moe_out), d->d_z = dL/dz carried from the next layer's router (zero at the last layer).
  * Output: d->d_u += dL/du_mlp; d->d_z_carry = dL/dr_prev for the previous layer. */
 static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
-                         const float *r_prev, BackwardScratch *d, int N) {
+                         const float *r_prev, BackwardScratch *d, int N, double *tm) {
     const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    double t_experts = tm ? zy_now_seconds() : 0;
     zero(d->d_gate, N);
     for (int e = 0; e < E; e++) {
         int n = L->expert_offset[e + 1] - L->expert_offset[e], start = L->expert_offset[e];
@@ -456,6 +473,8 @@ static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
             for (int i = 0; i < D; i++) du[i] += dxin[(long)k * D + i];
         }
     }
+    double t_router = tm ? zy_now_seconds() : 0;
+    if (tm) tm[PHASE_EXPERTS] += t_router - t_experts;
     /* router MLP, through the gate only */
     zero(d->d_router_logits, (size_t)N * (E + 1));
     router_choice_backward(d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, E + 1);
@@ -482,6 +501,7 @@ static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
             for (int i = 0; i < R; i++) d->d_z_carry[(long)r * R + i] = d->d_z[(long)r * R + i] * W->router_state_scale[i];
     }
     linear_backward(d->d_u, G->router_down_w, G->router_down_b, d->d_z, L->u_mlp, W->router_down_w, N, D, R);
+    if (tm) tm[PHASE_ROUTER] += zy_now_seconds() - t_router;
 }
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
@@ -537,11 +557,14 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
     Weights *g = &m->g;
     BackwardScratch *d = &a->d;
     /* loss and head */
-    double loss = cross_entropy(d->d_logits, a->row_loss, a->logits, targets, N, c->vocab_size, 1.0);
-    zero(d->d_final, (size_t)N * D);
-    linear_backward(d->d_final, g->lm_head, NULL, d->d_logits, a->final_normed, w->lm_head, N, D, c->vocab_size);
+    double *tm = a->phase_seconds, loss = 0;
+    TIMED(tm, PHASE_HEAD, {
+        loss = cross_entropy(d->d_logits, a->row_loss, a->logits, targets, N, c->vocab_size, 1.0);
+        zero(d->d_final, (size_t)N * D);
+        linear_backward(d->d_final, g->lm_head, NULL, d->d_logits, a->final_normed, w->lm_head, N, D, c->vocab_size);
+    });
     zero(d->d_x, (size_t)N * D);
-    rmsnorm_backward(d->d_x, g->final_norm, d->d_final, a->x_final, w->final_norm, a->final_rstd, N, D);
+    TIMED(tm, PHASE_NORMS, rmsnorm_backward(d->d_x, g->final_norm, d->d_final, a->x_final, w->final_norm, a->final_rstd, N, D));
     zero(d->d_z_carry, (size_t)N * R);
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const LayerWeights *W = &w->layers[l];
@@ -558,8 +581,8 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
         memcpy(d->d_z, d->d_z_carry, (size_t)N * R * sizeof(float));
         zero(d->d_z_carry, (size_t)N * R);
         zero(d->d_u, (size_t)N * D);
-        moe_backward(c, W, G, L, r_prev, d, N);
-        rmsnorm_backward(d->d_x, G->post_norm, d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, N, D);
+        moe_backward(c, W, G, L, r_prev, d, N, tm);
+        TIMED(tm, PHASE_NORMS, rmsnorm_backward(d->d_x, G->post_norm, d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, N, D));
         /* x_mid = (a + bh) ⊙ sh + (x_in + br) ⊙ sr */
         zero(d->d_h, (size_t)N * D);
         zero(d->d_u, (size_t)N * D);
@@ -567,8 +590,8 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
                                 L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D);
         memcpy(d->d_x, d->d_u, (size_t)N * D * sizeof(float)); /* d_x = dL/dx_in (residual path) */
         zero(d->d_u, (size_t)N * D);
-        cca_backward(c, W, G, L, a, d);
-        rmsnorm_backward(d->d_x, G->input_norm, d->d_u, L->x_in, W->input_norm, L->rstd_attn, N, D);
+        TIMED(tm, PHASE_ATTENTION, cca_backward(c, W, G, L, a, d));
+        TIMED(tm, PHASE_NORMS, rmsnorm_backward(d->d_x, G->input_norm, d->d_u, L->x_in, W->input_norm, L->rstd_attn, N, D));
     }
     embed_backward(g->embed, g->in_bias, g->in_scale, d->d_x, w->embed, a->tokens, w->in_bias, w->in_scale, N, D,
                    c->pad_token_id);

@@ -49,6 +49,9 @@ void model_free(Model *m);
 /* Initialises every parameter for training from scratch (ARCHITECTURE.md), deterministically from seed. */
 void model_init_weights(Model *m, uint64_t seed);
 
+/* Where a training step's time goes (zaya bench train): accumulated when Activations.phase_seconds is set. */
+typedef enum { PHASE_ATTENTION, PHASE_ROUTER, PHASE_EXPERTS, PHASE_NORMS, PHASE_HEAD, MODEL_PHASES } ModelPhase;
+
 /* The buffers of one MoE block over N token rows (the block is position-independent, so the full forward and
  * cached decoding share it). h1_pre/h2_pre may alias h1/h2 when no backward pass follows. */
 typedef struct {
@@ -61,6 +64,7 @@ typedef struct {
     int32_t *expert_offset, *expert_cursor, *sorted_rows; /* [E+1], [E+1], [N] */
     float *expert_in, *expert_gu, *expert_act, *expert_out; /* [N,D], [N,2I], [N,I], [N,D] */
     float *out;                                          /* gate · expert output, 0 for skipped rows [N,D] */
+    double *phase_seconds;                               /* optional [MODEL_PHASES] timers (NULL: off) */
 } MoeBuffers;
 
 /* z = u W_downᵀ + b (+ r_prev ⊙ γ), the router MLP, biased top-1 choice, dropless SwiGLU experts. */
@@ -118,6 +122,7 @@ typedef struct {
     float *row_loss;           /* [N] per-position loss (scratch of the cross-entropy) */
     float *rope_cos, *rope_sin; /* [T, rd/2] */
     BackwardScratch d;
+    double *phase_seconds;     /* optional [MODEL_PHASES] time accumulators, set by the caller (NULL: off) */
     void *block;               /* one allocation behind everything above */
 } Activations;
 

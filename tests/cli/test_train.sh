@@ -71,6 +71,18 @@ check "SIGTERM: a checkpoint was saved" test -s "$out/checkpoints/latest"
 $ZAYA train "$W/run.json" --override out_dir="$out" --override checkpoint.interval=0 --resume --quiet >>"$out.log" 2>&1
 check "SIGTERM then resume: final weights byte-identical" cmp -s "$W/straight/final/model.safetensors" "$out/final/model.safetensors"
 
+# ---- zaya bench train ----
+if $ZAYA bench train --config "$W/model.json" --batch 4 --seq 32 --steps 3 --warmup 1 >"$W/bench.txt" 2>&1 &&
+    grep -q "^throughput .* tokens/s" "$W/bench.txt" && grep -q "^MFU " "$W/bench.txt" && grep -q "^peak memory" "$W/bench.txt" &&
+    [ "$(grep -cE '^  (attention|router|experts|norms|head\+loss|optimizer|other) ' "$W/bench.txt")" -eq 7 ]; then
+    ok "bench train: throughput, MFU, peak memory and a 7-way breakdown"
+else
+    bad "bench train: $(cat "$W/bench.txt")"
+fi
+$ZAYA bench train --config "$W/model.json" --seq 100000 >/dev/null 2>"$W/bench_err.txt" && bad "bench train accepted --seq 100000" ||
+    { grep -q "max_position_embeddings" "$W/bench_err.txt" && ok "bench train: --seq beyond the model is an error" ||
+        bad "bench train --seq: $(cat "$W/bench_err.txt")"; }
+
 # ---- bad input -------------------------------------------------------------------------------------------
 expect_fail() { # name, expected message substring, command...
     local name=$1 msg=$2; shift 2

@@ -1,0 +1,129 @@
+/* zaya bench train: full training steps (forward, backward, clipping, Muon + AdamW) on random tokens, timed after
+ * warm-up: median tokens/s, achieved GFLOP/s, MFU against an sgemm peak measured at start-up, peak resident
+ * memory, and where the time goes (attention, experts, router, norms, head, optimizer, other). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "args.h"
+#include "commands.h"
+#include "config.h"
+#include "matmul.h"
+#include "model.h"
+#include "optim.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int bench_train(int argc, char **argv) {
+    const char *config_path = NULL;
+    int B = 8, T = 128, steps = 10, warmup = 2, threads = 0;
+    ArgSpec specs[] = {
+        {"--config", ARG_STRING, 1, &config_path, "model config.json", 0},
+        {"--batch", ARG_INT, 0, &B, "sequences per step (default 8)", 0},
+        {"--seq", ARG_INT, 0, &T, "sequence length (default 128)", 0},
+        {"--steps", ARG_INT, 0, &steps, "timed steps (default 10)", 0},
+        {"--warmup", ARG_INT, 0, &warmup, "untimed steps first (default 2)", 0},
+        {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
+    };
+    for (int i = 3; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0) {
+            args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K]", specs,
+                       ZY_ARRAY_LEN(specs));
+            return 0;
+        }
+    ZyErr err = {{0}};
+    ZayaConfig cfg;
+    Model m;
+    Activations a;
+    Optimizer o;
+    int have_model = 0, have_acts = 0, have_opt = 0, rc = 1;
+    int32_t *tokens = NULL, *targets = NULL;
+    double *times = NULL;
+    if (args_parse(argc, argv, 3, specs, ZY_ARRAY_LEN(specs), NULL, 0, NULL, "bench train", &err)) goto done;
+    if (B <= 0 || T <= 0 || steps <= 0 || warmup < 0 || threads < 0) {
+        zy_fail(&err, "bench train: --batch, --seq and --steps must be positive, --warmup and --threads non-negative");
+        goto done;
+    }
+    if (threads > 0) omp_set_num_threads(threads);
+    if (config_load(&cfg, config_path, &err) || model_create(&m, &cfg, &err)) goto done;
+    have_model = 1;
+    if (T > cfg.max_position_embeddings) {
+        zy_fail(&err, "bench train: --seq %d exceeds max_position_embeddings %d", T, cfg.max_position_embeddings);
+        goto done;
+    }
+    model_init_weights(&m, 1);
+    if (acts_create(&a, &cfg, B, T, &err)) goto done;
+    have_acts = 1;
+    OptimConfig oc;
+    optim_config_default(&oc);
+    if (optim_create(&o, &m.params, &oc, &err)) goto done;
+    have_opt = 1;
+    tokens = malloc((size_t)B * T * sizeof *tokens);
+    targets = malloc((size_t)B * T * sizeof *targets);
+    times = calloc((size_t)steps, sizeof *times);
+    if (!tokens || !targets || !times) {
+        zy_fail(&err, "out of memory");
+        goto done;
+    }
+    ZyRng rng;
+    zy_rng_seed(&rng, 7);
+    for (long i = 0; i < (long)B * T; i++) tokens[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)cfg.vocab_size);
+    make_next_token_targets(targets, tokens, B, T);
+    double peak = zy_sgemm_probe_gflops(512, 0.5);
+    double phase[MODEL_PHASES] = {0}, optim_s = 0;
+    for (int s = -warmup; s < steps; s++) {
+        a.phase_seconds = s >= 0 ? phase : NULL;
+        double t0 = zy_now_seconds();
+        params_zero_grad(&m.params);
+        model_forward(&m, &a, tokens);
+        model_backward(&m, &a, targets);
+        double t1 = zy_now_seconds();
+        grad_clip(&m.params, 1.0, grad_global_norm(&m.params));
+        optim_step(&o, &m.params, 1e-3);
+        double t2 = zy_now_seconds();
+        if (s >= 0) {
+            times[s] = t2 - t0;
+            optim_s += t2 - t1;
+        }
+    }
+    double total = 0;
+    for (int s = 0; s < steps; s++) total += times[s];
+    qsort(times, (size_t)steps, sizeof *times, cmp_double);
+    double median = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
+    double tps = (double)B * T / median, flops = model_train_flops_per_token(&cfg, T);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("model        %s: %zu parameters (%.1f M active matrix FLOPs/token/6 incl. head)\n", config_path,
+           params_count(&m.params, 0), (flops - 6.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * T) / 6e6);
+    printf("batch        %d x %d tokens, %d threads, %d timed steps after %d warm-up\n", B, T, omp_get_max_threads(),
+           steps, warmup);
+    printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
+    printf("throughput   %.0f tokens/s, %.1f GFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
+           tps * flops / 1e9, flops / 1e9);
+    printf("MFU          %.1f%% of the measured sgemm peak %.1f GFLOP/s\n", 100 * tps * flops / (peak * 1e9), peak);
+    printf("peak memory  %.1f MB resident\n", ru.ru_maxrss / 1024.0);
+    static const char *names[MODEL_PHASES] = {"attention", "router", "experts", "norms", "head+loss"};
+    double accounted = optim_s;
+    printf("breakdown    (share of all timed steps)\n");
+    for (int k = 0; k < MODEL_PHASES; k++) {
+        printf("  %-11s %6.1f%%  %8.4f s/step\n", names[k], 100 * phase[k] / total, phase[k] / steps);
+        accounted += phase[k];
+    }
+    printf("  %-11s %6.1f%%  %8.4f s/step\n", "optimizer", 100 * optim_s / total, optim_s / steps);
+    printf("  %-11s %6.1f%%  %8.4f s/step   (residual merges' backward, embedding, zeroing)\n", "other",
+           100 * (total - accounted) / total, (total - accounted) / steps);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    free(tokens), free(targets), free(times);
+    if (have_opt) optim_free(&o);
+    if (have_acts) acts_free(&a);
+    if (have_model) model_free(&m);
+    return rc;
+}
