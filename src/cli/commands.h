@@ -12,6 +12,7 @@ int cmd_train_model(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 /* zaya bench train (called by cmd_bench) */
 int bench_train(int argc, char **argv);
+int bench_decode(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -79,6 +79,12 @@ if $ZAYA bench train --config "$W/model.json" --batch 4 --seq 32 --steps 3 --war
 else
     bad "bench train: $(cat "$W/bench.txt")"
 fi
+if $ZAYA bench decode --model "$W/straight/final" --context 16 --tokens 8 >"$W/bdec.txt" 2>&1 &&
+    grep -q "^prefill .* tokens/s" "$W/bdec.txt" && grep -q "^decode .* ms/token" "$W/bdec.txt" && grep -q "^KV cache" "$W/bdec.txt"; then
+    ok "bench decode: prefill, per-token latency, KV cache"
+else
+    bad "bench decode: $(cat "$W/bdec.txt")"
+fi
 $ZAYA bench train --config "$W/model.json" --seq 100000 >/dev/null 2>"$W/bench_err.txt" && bad "bench train accepted --seq 100000" ||
     { grep -q "max_position_embeddings" "$W/bench_err.txt" && ok "bench train: --seq beyond the model is an error" ||
         bad "bench train --seq: $(cat "$W/bench_err.txt")"; }
