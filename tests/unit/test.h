@@ -7,7 +7,13 @@
 #include <math.h>
 #include <stdio.h>
 
+#include <stddef.h>
+
 typedef void (*ZyTestFn)(int *failed);
+
+/* Scratch directories (tests/unit/test_util.c): a fresh /tmp/zy_<tag>_XXXXXX, and recursive removal. */
+int zy_test_tmpdir(char *dir, size_t cap, const char *tag);
+void zy_test_rmtree(const char *dir);
 void zy_test_register(const char *name, const char *file, ZyTestFn fn);
 
 #define TEST(name)                                                                   \

@@ -10,25 +10,6 @@
 #include "npy.h"
 #include "test.h"
 
-static int make_tmpdir(char *dir, size_t cap) {
-    snprintf(dir, cap, "/tmp/zy_npy_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static void rm_tmpdir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* Builds a .npy image: magic, version major.0, header length (u16 for v1, u32 otherwise), the header text
  * as given, then the data bytes. */
 static uint8_t *mk_npy(int major, const char *hdr, const void *data, size_t data_len, size_t *len) {
@@ -55,7 +36,7 @@ static int parse_hdr(int major, const char *hdr, const void *data, size_t data_l
 
 TEST(npy_roundtrip_write_read) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "npy") == 0);
     snprintf(path, sizeof path, "%s/a.npy", dir);
     float f[6] = {0.5f, -1.0f, 3.25f, 1e-20f, -0.0f, 7.0f};
     int64_t shape2[2] = {2, 3};
@@ -101,12 +82,12 @@ TEST(npy_roundtrip_write_read) {
     REQUIRE(npy_read(path, &a, &err) == 0);
     CHECK(a.ndim == 2 && a.numel == 0 && a.shape[0] == 0 && a.shape[1] == 3 && a.data != NULL);
     npy_free(&a);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 TEST(npy_write_rejects_bad_input) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "npy") == 0);
     snprintf(path, sizeof path, "%s/w.npy", dir);
     float f[2] = {1, 2};
     int64_t sh[1] = {2}, neg[1] = {-2};
@@ -126,7 +107,7 @@ TEST(npy_write_rejects_bad_input) {
     NpyArray a;
     CHECK(npy_read(path, &a, &err) == -1); /* nothing was written */
     CHECK(strstr(err.msg, path) && strstr(err.msg, "cannot open"));
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 /* Exact bytes numpy 2.x writes for np.save(np.arange(6, dtype=np.float32).reshape(2, 3) * 0.5) and
@@ -294,7 +275,7 @@ TEST(npy_rejects_bad_preamble) {
 
 TEST(npy_read_tokens_int32_int64) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "npy") == 0);
     snprintf(path, sizeof path, "%s/t.npy", dir);
     ZyErr err;
     int32_t *tok;
@@ -348,7 +329,7 @@ TEST(npy_read_tokens_int32_int64) {
     REQUIRE(zy_write_file_atomic(path, "", 0, &err) == 0);
     CHECK(npy_read_tokens(path, &tok, &ndim, shape, &err) == -1);
     CHECK(strstr(err.msg, path) && strstr(err.msg, "too short"));
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 TEST(npy_mutation_fuzz) {

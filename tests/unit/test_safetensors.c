@@ -13,11 +13,6 @@
 
 /* ---- helpers ---- */
 
-static int make_tmpdir(char *dir, size_t cap) {
-    snprintf(dir, cap, "/tmp/zy_st_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
 /* Number of entries in dir other than . and .. (to prove no temp file was left behind). */
 static int dir_count(const char *dir) {
     DIR *d = opendir(dir);
@@ -28,20 +23,6 @@ static int dir_count(const char *dir) {
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
     closedir(d);
     return n;
-}
-
-static void rm_tmpdir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 /* Builds an image: u64 header length, the header text as given, then data_len bytes (a byte pattern). */
@@ -71,7 +52,7 @@ static int open_json(const char *json, size_t data_len, ZyErr *err) {
 
 TEST(st_roundtrip_f32) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st") == 0);
     snprintf(path, sizeof path, "%s/a.safetensors", dir);
     float w[6] = {1.0f, -2.5f, 3.25f, 1e-30f, -0.0f, 12345.678f};
     float s = 42.0f;
@@ -110,12 +91,12 @@ TEST(st_roundtrip_f32) {
     CHECK(strstr(f.metadata_json, "\"format\":\"pt\"") != NULL);
     CHECK(strstr(f.metadata_json, "quote \\\" and \\\\ and \\n") != NULL);
     st_close(&f);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 TEST(st_roundtrip_bf16_rounding) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st") == 0);
     snprintf(path, sizeof path, "%s/b.safetensors", dir);
     /* hand-computed: f32 bits -> bf16 bits with round-to-nearest-even */
     float in[8];
@@ -151,13 +132,13 @@ TEST(st_roundtrip_bf16_rounding) {
     CHECK(out[0] == 1.0f && out[1] == 1.0f && out[2] == 1.015625f && out[3] == 3.140625f);
     CHECK(out[4] == -2.71875f && out[5] == 1.0078125f && isinf(out[6]) && isnan(out[7]));
     st_close(&f);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 /* More elements than the writer's conversion chunk, so the chunk loop and its tail are exercised. */
 TEST(st_bf16_large_chunks) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st") == 0);
     snprintf(path, sizeof path, "%s/big.safetensors", dir);
     size_t n = 2 * 65536 + 4; /* divisible by 3, and not by the chunk size */
     float *in = malloc(n * sizeof *in);
@@ -188,12 +169,12 @@ TEST(st_bf16_large_chunks) {
     st_close(&f);
     free(in);
     free(out);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 TEST(st_roundtrip_i32) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st") == 0);
     snprintf(path, sizeof path, "%s/i.safetensors", dir);
     int32_t v[4] = {INT32_MIN, -1, 0, INT32_MAX};
     StWriteTensor t = {.name = "ids", .ndim = 2, .shape = {2, 2}, .src_dtype = ZY_DT_I32, .out_dtype = ZY_DT_I32,
@@ -221,7 +202,7 @@ TEST(st_roundtrip_i32) {
     CHECK(f.n_entries == 1 && st_find(&f, "ids") == NULL && st_find(&f, "other") != NULL);
     st_close(&f);
     CHECK(dir_count(dir) == 1);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 /* F16, BF16, F64 and I64 read from unaligned offsets (the reader must memcpy, UBSan checks it). */
@@ -439,7 +420,7 @@ TEST(st_rejects_bad_lengths) {
 
 TEST(st_open_errors_name_the_path) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st") == 0);
     snprintf(path, sizeof path, "%s/none.safetensors", dir);
     StFile f;
     ZyErr err;
@@ -458,12 +439,12 @@ TEST(st_open_errors_name_the_path) {
     CHECK(st_open(&f, path, &err) == -1);
     CHECK(strstr(err.msg, path) && strstr(err.msg, "not a JSON object"));
     CHECK(f.map == NULL);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 TEST(st_write_rejects_bad_input) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st") == 0);
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     float x[4] = {1, 2, 3, 4};
     ZyErr err;
@@ -525,13 +506,13 @@ TEST(st_write_rejects_bad_input) {
     REQUIRE(st_open(&f, path, &err) == 0);
     CHECK(f.n_entries == 0 && f.metadata_json && strcmp(f.metadata_json, "{\"only\":\"metadata\"}") == 0);
     st_close(&f);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 /* Names needing JSON escapes survive the round trip. */
 TEST(st_write_escapes_names) {
     char dir[64], path[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st") == 0);
     snprintf(path, sizeof path, "%s/e.safetensors", dir);
     int32_t v[1] = {9};
     const char *names[3] = {"q\"uote", "back\\slash", "tab\tnl\n\xc3\xa9"};
@@ -545,7 +526,7 @@ TEST(st_write_escapes_names) {
     REQUIRE(st_open(&f, path, &err) == 0);
     for (int i = 0; i < 3; i++) CHECK_MSG(st_find(&f, names[i]) != NULL, "name %d lost", i);
     st_close(&f);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 /* ---- deterministic mutation fuzz over a valid image ---- */

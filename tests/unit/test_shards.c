@@ -14,25 +14,6 @@
 #include "shards.h"
 #include "test.h"
 
-static int make_tmpdir(char *dir, size_t cap) {
-    snprintf(dir, cap, "/tmp/zy_shards_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static void rm_tmpdir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int write_bytes(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
@@ -87,7 +68,7 @@ static void corpus_free(Corpus *c) {
 
 static void check_roundtrip(int vocab, int *zy_test_failed_) {
     char dir[64];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "shards") == 0);
     Corpus c;
     ZyErr err = {{0}};
     const size_t want[2] = {1234, 321};
@@ -136,7 +117,7 @@ static void check_roundtrip(int vocab, int *zy_test_failed_) {
     CHECK(m.split[SHARD_TRAIN].shards[12].tokens == c.n[SHARD_TRAIN] - 1200);
     shard_meta_free(&m);
     corpus_free(&c);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 TEST(shards_roundtrip_u16) { check_roundtrip(1000, zy_test_failed_); }
@@ -144,7 +125,7 @@ TEST(shards_roundtrip_u32) { check_roundtrip(70000, zy_test_failed_); }
 
 TEST(shards_empty_split_and_writer_errors) {
     char dir[64];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "shards") == 0);
     ZyErr err;
     ShardWriterOptions o = {50, 0, 0, NULL, 0};
     ShardWriter *w;
@@ -177,7 +158,7 @@ TEST(shards_empty_split_and_writer_errors) {
     shardset_close(s);
     /* an unfinished writer leaves no temporary files and no meta.json behind */
     char dir2[64];
-    REQUIRE(make_tmpdir(dir2, sizeof dir2) == 0);
+    REQUIRE(zy_test_tmpdir(dir2, sizeof dir2, "shards") == 0);
     REQUIRE(shardwriter_open(&w, dir2, &o, &err) == 0);
     CHECK(shardwriter_add_document(w, SHARD_TRAIN, ok, 3, &err) == 0);
     shardwriter_close(w);
@@ -186,15 +167,15 @@ TEST(shards_empty_split_and_writer_errors) {
     for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
     if (d) closedir(d);
     CHECK(entries == 0);
-    rm_tmpdir(dir2);
+    zy_test_rmtree(dir2);
     ShardWriterOptions o16 = {70000, 2, 0, NULL, 0};
     CHECK(shardwriter_open(&w, dir, &o16, &err) != 0);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 TEST(shards_io_stats_scatter_factor) {
     char dir[64];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "shards") == 0);
     ZyErr err;
     ShardWriterOptions o = {1000, 0, 0, NULL, 0};
     ShardWriter *w;
@@ -220,7 +201,7 @@ TEST(shards_io_stats_scatter_factor) {
     CHECK(pr == 3 && pn == 1 && br == 6);
     shardset_close(s);
     free(t);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 /* ---- corruption classes ---- */
@@ -310,7 +291,7 @@ static void edit_version(cJSON *root) { cJSON_SetNumberValue(cJSON_GetObjectItem
 
 TEST(shards_corruption_classes) {
     char dir[64], shard0[128], shard1[128], shard2[128], meta[128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "shards") == 0);
     snprintf(shard0, sizeof shard0, "%s/train-00000.bin", dir);
     snprintf(shard1, sizeof shard1, "%s/train-00001.bin", dir);
     snprintf(shard2, sizeof shard2, "%s/train-00002.bin", dir);
@@ -450,7 +431,7 @@ TEST(shards_corruption_classes) {
     free(orig2);
     free(origm);
     corpus_free(&c);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 #undef RESTORE
 }
 
@@ -513,7 +494,7 @@ TEST(shards_header_parse_direct) {
  * exactly the original tokens. Runs about a second (it also runs under ASan + UBSan). */
 TEST(shards_mutation_fuzz) {
     char dir[64], paths[4][128];
-    REQUIRE(make_tmpdir(dir, sizeof dir) == 0);
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "shards") == 0);
     Corpus c;
     ZyErr err;
     const size_t want[2] = {700, 60};
@@ -615,7 +596,7 @@ TEST(shards_mutation_fuzz) {
     free(mut);
     for (int i = 0; i < 4; i++) free(orig[i]);
     corpus_free(&c);
-    rm_tmpdir(dir);
+    zy_test_rmtree(dir);
 }
 
 /* ---- data prepare (with a byte-level stand-in for the tokenizer: id = byte + 3, eos 2) ---- */
@@ -634,20 +615,6 @@ static void put_file(const char *dir, const char *name, const char *text) {
     char p[256];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     write_bytes(p, text, strlen(text));
-}
-
-static void rm_rf(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (unlink(p) != 0) rm_rf(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 /* The documents of a split, decoded back from the byte ids, joined with '|'. */
@@ -774,7 +741,7 @@ TEST(prepare_documents_malformed_lines_and_order) {
     } else {
         CHECK_MSG(0, "%s", err.msg);
     }
-    rm_rf(root);
+    zy_test_rmtree(root);
 }
 
 TEST(prepare_val_split_deterministic_and_thread_independent) {
@@ -809,5 +776,5 @@ TEST(prepare_val_split_deterministic_and_thread_independent) {
     char *val = split_text(outs[0], "val");
     CHECK(val && strstr(val, "document number ") == val);
     free(val);
-    rm_rf(root);
+    zy_test_rmtree(root);
 }

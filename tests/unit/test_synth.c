@@ -15,20 +15,6 @@ static const char *const TRAIN_FILES[] = {"general.jsonl", "mathcode.jsonl", "lo
 static const char *const EVAL_FILES[] = {"eval/addition2.jsonl", "eval/arith_mc.jsonl", "eval/kv_recall.jsonl",
                                          "eval/general_mc.jsonl", "eval/code_exec.jsonl"};
 
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (unlink(p) != 0) rm_tree(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int gen_dir(char *dir, size_t cap, uint64_t seed, double scale) {
     snprintf(dir, cap, "/tmp/zy_synth_XXXXXX");
     if (!mkdtemp(dir)) return -1;
@@ -98,9 +84,9 @@ TEST(synth_deterministic_in_seed) {
     char *g = slurp(a, "general.jsonl", &lg);
     CHECK(g && lg >= (size_t)(0.02 * SYNTH_GENERAL_BYTES) && lg < (size_t)(0.02 * SYNTH_GENERAL_BYTES) + 20000);
     free(g);
-    rm_tree(a);
-    rm_tree(b);
-    rm_tree(c);
+    zy_test_rmtree(a);
+    zy_test_rmtree(b);
+    zy_test_rmtree(c);
 }
 
 typedef struct {
@@ -227,7 +213,7 @@ TEST(synth_heldout_additions_never_in_training) {
         if (f == 1) CHECK_MSG(sc.adds2 > 15000, "only %ld 2-digit a+b=c lines", sc.adds2);
     }
     free(h);
-    rm_tree(dir);
+    zy_test_rmtree(dir);
 }
 
 /* Sentence skeletons: function words kept, every other word replaced by "w". */
@@ -332,7 +318,7 @@ TEST(synth_prose_is_varied) {
     free(sh.shapes);
     free(sh.count);
     free(sh.words);
-    rm_tree(dir);
+    zy_test_rmtree(dir);
 }
 
 typedef struct {
@@ -458,5 +444,5 @@ TEST(synth_eval_files_well_formed_and_held_out) {
     ZyErr err;
     CHECK(synth_generate(dir, 0, 0.0, &rep, &err) != 0 && strstr(err.msg, "scale"));
     CHECK(synth_generate("/proc/zy_no_such_dir/x", 0, 0.01, &rep, &err) != 0);
-    rm_tree(dir);
+    zy_test_rmtree(dir);
 }
