@@ -12,21 +12,10 @@
 
 /* ---- layout: one block carved into buffers (sizing pass with base = NULL, then binding) ------------------- */
 
-typedef struct {
-    char *base;
-    size_t used;
-} Carver;
+#define CF ZY_CARVE_F
+#define CI ZY_CARVE_I
 
-static void *carve(Carver *c, size_t n_elems, size_t elem_size) {
-    size_t bytes = (n_elems * elem_size + 63) & ~(size_t)63;
-    void *p = c->base ? c->base + c->used : NULL;
-    c->used += bytes;
-    return p;
-}
-#define CF(c, n) ((float *)carve((c), (size_t)(n), sizeof(float)))
-#define CI(c, n) ((int32_t *)carve((c), (size_t)(n), sizeof(int32_t)))
-
-static void carve_cache(Carver *cv, KVCache *c) {
+static void carve_cache(ZyCarver *cv, KVCache *c) {
     const ZayaConfig *f = &c->cfg;
     const size_t B = c->batch, ML = c->max_len, Ch = c->chunk, N = B * Ch, P = c->conv_pad;
     const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck;
@@ -109,7 +98,7 @@ int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len,
     c->v = ptrs + L;
     c->conv_state = ptrs + 2 * L;
     c->vd_prev = ptrs + 3 * L;
-    Carver sizing = {0};
+    ZyCarver sizing = {0};
     carve_cache(&sizing, c);
     c->block = zy_calloc(sizing.used);
     if (!c->block) {
@@ -117,7 +106,7 @@ int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len,
         kvcache_free(c);
         return zy_fail(err, "out of memory allocating %zu MB for a KV cache of %d x %d tokens", mb, batch, max_len);
     }
-    Carver cv = {.base = c->block};
+    ZyCarver cv = {.base = c->block};
     carve_cache(&cv, c);
     rope_tables(c->rope_cos, c->rope_sin, max_len, cfg_rotary_dim(cfg), cfg->rope_theta);
     return 0;

@@ -141,21 +141,10 @@ void model_init_weights(Model *m, uint64_t seed) {
  * Activations: one block, carved into named buffers.
  * ====================================================================================================== */
 
-typedef struct {
-    char *base;
-    size_t used;
-} Carver;
+#define CARVE_F ZY_CARVE_F
+#define CARVE_I ZY_CARVE_I
 
-static void *carve(Carver *c, size_t n_elems, size_t elem_size) {
-    size_t bytes = (n_elems * elem_size + 63) & ~(size_t)63;
-    void *p = c->base ? c->base + c->used : NULL;
-    c->used += bytes;
-    return p;
-}
-#define CARVE_F(c, n) ((float *)carve((c), (size_t)(n), sizeof(float)))
-#define CARVE_I(c, n) ((int32_t *)carve((c), (size_t)(n), sizeof(int32_t)))
-
-static void carve_all(Carver *cv, Activations *a, const ZayaConfig *c) {
+static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     const size_t N = (size_t)a->B * a->T, T = (size_t)a->T, D = c->hidden_size, V = c->vocab_size;
     const size_t Cq = cfg_q_channels(c), Ck = cfg_k_channels(c), C = Cq + Ck, R = c->router_hidden_size;
     const size_t E1 = c->num_experts + 1, I = c->moe_intermediate_size, Hq = c->num_heads, Hkv = c->num_kv_heads;
@@ -247,7 +236,7 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
     a->T = T;
     a->layers = calloc((size_t)cfg->num_layers, sizeof(LayerActs));
     if (!a->layers) return zy_fail(err, "out of memory");
-    Carver sizing = {0};
+    ZyCarver sizing = {0};
     carve_all(&sizing, a, cfg);
     a->block = zy_calloc(sizing.used);
     if (!a->block) {
@@ -255,7 +244,7 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
         a->layers = NULL;
         return zy_fail(err, "out of memory allocating %zu MB of activations for batch [%d, %d]", sizing.used >> 20, B, T);
     }
-    Carver cv = {.base = a->block};
+    ZyCarver cv = {.base = a->block};
     carve_all(&cv, a, cfg);
     rope_tables(a->rope_cos, a->rope_sin, T, cfg_rotary_dim(cfg), cfg->rope_theta);
     return 0;

@@ -244,3 +244,10 @@ static const struct {
 
 size_t zy_dtype_size(ZyDtype dt) { return (unsigned)dt < ZY_DT_COUNT ? dtype_info[dt].size : 0; }
 const char *zy_dtype_name(ZyDtype dt) { return (unsigned)dt < ZY_DT_COUNT ? dtype_info[dt].name : "?"; }
+
+void *zy_carve(ZyCarver *c, size_t n_elems, size_t elem_size) {
+    size_t bytes = (n_elems * elem_size + 63) & ~(size_t)63;
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += bytes;
+    return p;
+}

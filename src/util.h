@@ -59,6 +59,16 @@ float zy_f16_to_f32(uint16_t h);
 
 double zy_now_seconds(void);
 
+/* Carving one allocation into named buffers: a sizing pass with base = NULL counts the bytes, then a pass over
+ * the allocated block hands out 64-byte-aligned pointers in the same order. */
+typedef struct {
+    char *base;
+    size_t used;
+} ZyCarver;
+void *zy_carve(ZyCarver *c, size_t n_elems, size_t elem_size);
+#define ZY_CARVE_F(c, n) ((float *)zy_carve((c), (size_t)(n), sizeof(float)))
+#define ZY_CARVE_I(c, n) ((int32_t *)zy_carve((c), (size_t)(n), sizeof(int32_t)))
+
 #define ZY_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif
