@@ -82,3 +82,69 @@ double loader_scatter_factor(const Loader *l) {
     }
     return needed ? (double)read / (double)needed : 1.0;
 }
+
+/* ---- data skip windows ------------------------------------------------------------------------------------ */
+
+static int parse_index(const char *s, const char *end, uint64_t *out) {
+    if (s == end || *s < '0' || *s > '9') return -1;
+    uint64_t v = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int skip_window_parse(const char *text, DataWindow *out, ZyErr *err) {
+    const char *colon = strchr(text, ':'), *end = text + strlen(text);
+    DataWindow w;
+    if (parse_index(text, colon ? colon : end, &w.first) || (colon && parse_index(colon + 1, end, &w.last)))
+        return zy_fail(err, "skip window \"%s\": expected A:B with non-negative integer data indices", text);
+    if (!colon) w.last = w.first;
+    if (w.last < w.first)
+        return zy_fail(err, "skip window \"%s\": the last index is before the first", text);
+    *out = w;
+    return 0;
+}
+
+int skip_windows_add(SkipWindows *s, DataWindow w, ZyErr *err) {
+    if (w.last < w.first) return zy_fail(err, "skip window %llu:%llu is empty", (unsigned long long)w.first,
+                                         (unsigned long long)w.last);
+    /* absorb every window that overlaps or touches w, then insert w in order */
+    int out = 0;
+    for (int i = 0; i < s->count; i++) {
+        DataWindow v = s->w[i];
+        int touches = v.first <= (w.last == UINT64_MAX ? w.last : w.last + 1) &&
+                      w.first <= (v.last == UINT64_MAX ? v.last : v.last + 1);
+        if (touches) {
+            if (v.first < w.first) w.first = v.first;
+            if (v.last > w.last) w.last = v.last;
+        } else {
+            s->w[out++] = v;
+        }
+    }
+    s->count = out;
+    if (s->count >= LOADER_MAX_SKIP_WINDOWS) return zy_fail(err, "more than %d skip windows", LOADER_MAX_SKIP_WINDOWS);
+    int pos = s->count;
+    while (pos > 0 && s->w[pos - 1].first > w.first) {
+        s->w[pos] = s->w[pos - 1];
+        pos--;
+    }
+    s->w[pos] = w;
+    s->count++;
+    return 0;
+}
+
+int skip_windows_contains(const SkipWindows *s, uint64_t index) {
+    for (int i = 0; i < s->count; i++)
+        if (s->w[i].first <= index && index <= s->w[i].last) return 1;
+    return 0;
+}
+
+uint64_t skip_windows_next_trained(const SkipWindows *s, uint64_t index) {
+    /* windows are sorted and disjoint (not touching), so one pass suffices */
+    for (int i = 0; i < s->count; i++)
+        if (s->w[i].first <= index && index <= s->w[i].last && s->w[i].last != UINT64_MAX) index = s->w[i].last + 1;
+    return index;
+}

@@ -41,4 +41,28 @@ double loader_scatter_factor(const Loader *l);
 /* A 64-bit mix of (seed, a, b): splitmix64 finaliser; stable across platforms. */
 uint64_t hash3(uint64_t seed, uint64_t a, uint64_t b);
 
+/* Data skip windows: inclusive ranges of data-batch indices that are planned (the cursors advance exactly as if
+ * they were trained on) but not trained on. A supervisor that rolls back past a non-finite or spiking step skips
+ * the batch that caused it; because skipping only moves the data index, a run told the same windows from the start
+ * reproduces it byte for byte. Kept sorted, overlapping and adjacent windows merged. */
+#define LOADER_MAX_SKIP_WINDOWS 256
+
+typedef struct {
+    uint64_t first, last; /* inclusive */
+} DataWindow;
+
+typedef struct {
+    int count;
+    DataWindow w[LOADER_MAX_SKIP_WINDOWS];
+} SkipWindows;
+
+/* Parses "A:B" (or "A" for A:A); errors name the text and the reason. */
+int skip_window_parse(const char *text, DataWindow *out, ZyErr *err);
+/* Adds a window, merging it with those it overlaps or touches; adding one twice changes nothing. */
+int skip_windows_add(SkipWindows *s, DataWindow w, ZyErr *err);
+/* Whether a data index lies inside a window. */
+int skip_windows_contains(const SkipWindows *s, uint64_t index);
+/* The first data index >= index that lies in no window (the next batch that is trained on). */
+uint64_t skip_windows_next_trained(const SkipWindows *s, uint64_t index);
+
 #endif

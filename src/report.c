@@ -125,6 +125,7 @@ void report_step(Report *r, const StepMetrics *m) {
     cJSON_AddNumberToObject(o, "scatter_factor", m->scatter);
     cJSON_AddNumberToObject(o, "step_seconds", m->step_seconds);
     cJSON_AddNumberToObject(o, "comm_seconds", m->comm_seconds);
+    cJSON_AddNumberToObject(o, "data_index", (double)m->data_index);
     cJSON_AddItemToObject(o, "routing_entropy", cJSON_CreateDoubleArray(m->entropy, m->n_layers));
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -147,6 +148,17 @@ void report_step(Report *r, const StepMetrics *m) {
             r->rc->phases[m->phase].name, m->loss, m->lr, r->tokens_per_s / 1000, 100 * mfu, mean_entropy, eta,
             r->tty && !last ? "" : "\n");
     fflush(stderr);
+}
+
+void report_skip(Report *r, int64_t step, int64_t first, int64_t last) {
+    if (!r->enabled) return;
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"kind\":\"skip\",\"step\":%lld,\"data_first\":%lld,\"data_last\":%lld}\n",
+                (long long)step, (long long)first, (long long)last);
+        fflush(r->metrics);
+    }
+    report_event(r, "skipped data batches %lld..%lld before step %lld (skip window)", (long long)first, (long long)last,
+                 (long long)step);
 }
 
 void report_eval(Report *r, int64_t step, int phase, const char *name, double value) {

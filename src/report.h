@@ -26,6 +26,7 @@ typedef struct {
     int64_t end_step;      /* where this process will stop */
     double scatter;        /* loader scatter factor */
     double comm_seconds;   /* time in this step's collectives (gradient reduce-scatter, norm, parameter all-gather) */
+    int64_t data_index;    /* the data batch this step trained on (ahead of step - 1 by the batches skipped) */
 } StepMetrics;
 
 typedef struct {
@@ -45,6 +46,9 @@ typedef struct {
 int report_open(Report *r, const RunConfig *rc, const ZayaConfig *cfg, double peak_gflops, int64_t resume_step,
                 int quiet, ZyErr *err);
 void report_step(Report *r, const StepMetrics *m);
+/* Data batches [first, last] were planned but not trained on, before step `step`: a metrics line
+ * {"kind": "skip", "step", "data_first", "data_last"} and an event. */
+void report_skip(Report *r, int64_t step, int64_t first, int64_t last);
 void report_eval(Report *r, int64_t step, int phase, const char *name, double value);
 void report_event(Report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Draws OUT_DIR/loss.png and OUT_DIR/routing_entropy.png from metrics.jsonl (needs gnuplot; a missing gnuplot

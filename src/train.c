@@ -11,6 +11,8 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "eval.h"
+#include "faultinject.h"
+#include "heartbeat.h"
 #include "loader.h"
 #include "matmul.h"
 #include "model.h"
@@ -42,6 +44,11 @@ typedef struct {
     int32_t *window, *inputs, *targets;
     int64_t *route_counts; /* [L, E+1] for the current step */
     int64_t step;          /* optimizer steps completed */
+    int64_t data_index;    /* the next data batch to plan; runs ahead of step by the batches skipped */
+    SkipWindows skips;     /* data batches planned but not trained on */
+    FaultPlan faults;      /* ZAYA_FAULT (empty unless set) */
+    int heartbeat_failed;  /* warned once already */
+    char resume_note[2048]; /* how the resume checkpoint was chosen, for the event log */
     double tokens_seen;
     Tokenizer *tokenizer; /* for eval tasks */
     CkptWriter *pending;  /* a checkpoint being written in the background */
@@ -101,6 +108,12 @@ static char *state_to_json(const Trainer *t) {
     cJSON_AddStringToObject(root, "format", "zaya-trainer-state");
     cJSON_AddNumberToObject(root, "step", (double)t->step);
     cJSON_AddNumberToObject(root, "optimizer_step", (double)t->opt.step);
+    cJSON_AddNumberToObject(root, "data_index", (double)t->data_index);
+    cJSON *skips = cJSON_AddArrayToObject(root, "skip_windows");
+    for (int i = 0; i < t->skips.count; i++) {
+        double w[2] = {(double)t->skips.w[i].first, (double)t->skips.w[i].last};
+        cJSON_AddItemToArray(skips, cJSON_CreateDoubleArray(w, 2));
+    }
     cJSON_AddNumberToObject(root, "tokens_seen", t->tokens_seen);
     cJSON_AddNumberToObject(root, "seed", (double)t->rc.seed);
     cJSON_AddNumberToObject(root, "phase", runconfig_phase_of(&t->rc, t->step));
@@ -136,6 +149,33 @@ static int state_from_json(Trainer *t, const char *text, const char *label, ZyEr
     t->step = (int64_t)d;
     if (number_at(root, "optimizer_step", &d, label, err)) goto done;
     t->opt.step = (int64_t)d;
+    /* data_index and skip_windows are absent from checkpoints written before data skipping existed */
+    t->data_index = t->step;
+    if (cJSON_GetObjectItemCaseSensitive(root, "data_index")) {
+        if (number_at(root, "data_index", &d, label, err)) goto done;
+        if (d < (double)t->step) {
+            zy_fail(err, "%s: data_index %.0f is behind step %lld", label, d, (long long)t->step);
+            goto done;
+        }
+        t->data_index = (int64_t)d;
+    }
+    const cJSON *skips = cJSON_GetObjectItemCaseSensitive(root, "skip_windows"), *win;
+    if (skips && !cJSON_IsArray(skips)) {
+        zy_fail(err, "%s: skip_windows must be a list of [first, last] pairs", label);
+        goto done;
+    }
+    cJSON_ArrayForEach(win, skips) {
+        const cJSON *a = cJSON_GetArrayItem(win, 0), *b = cJSON_GetArrayItem(win, 1);
+        if (!cJSON_IsArray(win) || cJSON_GetArraySize(win) != 2 || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
+            a->valuedouble < 0 || b->valuedouble < a->valuedouble) {
+            zy_fail(err, "%s: skip_windows must be a list of [first, last] pairs with 0 <= first <= last", label);
+            goto done;
+        }
+        if (skip_windows_add(&t->skips, (DataWindow){(uint64_t)a->valuedouble, (uint64_t)b->valuedouble}, err)) {
+            zy_wrap(err, "%s", label);
+            goto done;
+        }
+    }
     if (number_at(root, "tokens_seen", &t->tokens_seen, label, err)) goto done;
     if (number_at(root, "seed", &d, label, err)) goto done;
     if ((uint64_t)d != t->rc.seed) {
@@ -212,6 +252,7 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
 
 /* ---- one optimizer step ----------------------------------------------------------------------------------- */
 
+/* Returns 0, -1 (error) or TRAIN_NONFINITE (nothing applied; err says which step and data batch). */
 static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, double *comm_out, ZyErr *err) {
     const RunConfig *rc = &t->rc;
     const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
@@ -219,7 +260,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     const int T = ph->seq_len, mb = rc->micro_batch, rows_here = rc->batch_size / d->size, n_micro = rows_here / mb;
     const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
     if (ensure_acts(t, T, err)) return -1;
-    if (loader_plan(&t->loader, (uint64_t)t->step, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
+    if (loader_plan(&t->loader, (uint64_t)t->data_index, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
     params_zero_grad(&t->model.params);
     memset(t->route_counts, 0, (size_t)L * (E + 1) * sizeof *t->route_counts);
     double loss = 0;
@@ -236,6 +277,10 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
             for (int i = 0; i < mb * T; i++) t->route_counts[(size_t)l * (E + 1) + t->acts.layers[l].choice[i]]++;
     }
     loss /= n_micro;
+    if (fault_claim(&t->faults, FAULT_NAN, t->step + 1)) { /* ZAYA_FAULT=nan@S: this rank's loss and gradients */
+        loss = NAN;
+        t->model.params.grad[0] = NAN;
+    }
     if (n_micro > 1) grad_scale(&t->model.params, 1.0 / n_micro); /* mean over micro-batches */
     /* ZeRO-1: sum the gradients into each rank's block, then the mean over ranks */
     const double t_comm = zy_now_seconds();
@@ -250,8 +295,12 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     double sumsq = grad_sumsq_owned(&t->opt, &t->model.params);
     if (dist_allreduce_f64(d, &sumsq, 1, err)) return -1;
     double gnorm = sqrt(sumsq);
-    if (!isfinite(loss) || !isfinite(gnorm))
-        return zy_fail(err, "non-finite loss (%g) or gradient norm (%g) at step %lld", loss, gnorm, (long long)t->step);
+    if (!isfinite(loss) || !isfinite(gnorm)) { /* every rank sees the same all-reduced values: all stop here */
+        zy_fail(err, "non-finite loss (%g) or gradient norm (%g) at step %lld (data index %lld): the update was not applied",
+                loss, gnorm, (long long)t->step + 1, (long long)t->data_index);
+        *loss_out = loss;
+        return TRAIN_NONFINITE;
+    }
     double clip = clip_coefficient(rc->grad_clip, gnorm);
     if (clip < 1.0) grad_scale_owned(&t->opt, &t->model.params, clip);
     double lr = schedule_lr(&rc->schedule, t->step);
@@ -267,6 +316,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         balancer_update(&t->bal, t->route_counts, biases);
     }
     t->step++;
+    t->data_index++;
     t->tokens_seen += (double)rc->batch_size * T;
     *loss_out = loss;
     *gnorm_out = gnorm;
@@ -284,6 +334,9 @@ static int finish_pending_save(Trainer *t, ZyErr *err) {
     if (ckpt_wait(w, t->dist, dir, sizeof dir, &seconds, err)) return -1;
     report_event(&t->report, "checkpoint %s published (written in the background in %.2f s, %d rank%s)", dir, seconds,
                  t->dist->size, t->dist->size > 1 ? "s" : "");
+    long long step;
+    const char *base = strrchr(dir, '/');
+    if (sscanf(base ? base + 1 : dir, "step-%lld", &step) == 1 && fault_after_publish(&t->faults, step, dir, err)) return -1;
     return 0;
 }
 
@@ -300,6 +353,78 @@ static int save_checkpoint(Trainer *t, int wait, ZyErr *err) {
     report_event(&t->report, "checkpoint of step %lld: training stalled %.3f s for the snapshot", (long long)t->step,
                  zy_now_seconds() - t0);
     return wait || !t->rc.ckpt_async ? finish_pending_save(t, err) : 0;
+}
+
+/* ---- heartbeat and data skipping --------------------------------------------------------------------------- */
+
+static void write_heartbeat(Trainer *t, HeartbeatState state, double loss, double step_seconds) {
+    Heartbeat hb = {.rank = t->dist->rank, .world_size = t->dist->size, .pid = (long)getpid(), .step = t->step,
+                    .data_index = t->data_index, .loss = loss, .step_seconds = step_seconds,
+                    .time = heartbeat_unix_time(), .state = state};
+    heartbeat_host(hb.host, sizeof hb.host);
+    ZyErr e;
+    if (heartbeat_write(t->rc.out_dir, &hb, &e) && !t->heartbeat_failed) { /* liveness only: never fatal */
+        fprintf(stderr, "zaya: rank %d: warning: %s (heartbeat not updated)\n", t->dist->rank, e.msg);
+        t->heartbeat_failed = 1;
+    }
+}
+
+/* Plans the batches of the skip window the data index is in (the cursors advance as if they were trained on) and
+ * moves past them; logs each window once. */
+static int skip_data_windows(Trainer *t, ZyErr *err) {
+    if (!skip_windows_contains(&t->skips, (uint64_t)t->data_index)) return 0;
+    const RunConfig *rc = &t->rc;
+    const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
+    const int64_t first = t->data_index;
+    while (skip_windows_contains(&t->skips, (uint64_t)t->data_index)) {
+        if (loader_plan(&t->loader, (uint64_t)t->data_index, rc->batch_size, ph->seq_len, ph->mixture, t->rows, err))
+            return -1;
+        t->data_index++;
+    }
+    report_skip(&t->report, t->step + 1, first, t->data_index - 1);
+    return 0;
+}
+
+/* Rank 0 picks the checkpoint to resume from: --resume-from DIR (must verify), or `latest`, or, when `latest`
+ * fails verification, the newest step directory that verifies. */
+static int choose_resume_dir(Trainer *t, const TrainOptions *o, char *dir, size_t cap, ZyErr *err) {
+    if (o->resume_from) {
+        if (snprintf(dir, cap, "%s", o->resume_from) >= (int)cap) return zy_fail(err, "--resume-from: path too long");
+        if (ckpt_verify(dir, err)) return zy_wrap(err, "--resume-from %s", o->resume_from);
+        snprintf(t->resume_note, sizeof t->resume_note, "resuming from %s (--resume-from, verified)", dir);
+        return 0;
+    }
+    ZyErr first;
+    char latest[600] = "";
+    if (ckpt_latest(t->ckpt_root, latest, sizeof latest, &first) == 0 && ckpt_verify(latest, &first) == 0) {
+        snprintf(dir, cap, "%s", latest);
+        snprintf(t->resume_note, sizeof t->resume_note, "resuming from %s (latest, verified)", dir);
+        return 0;
+    }
+    char (*dirs)[512] = malloc(256 * sizeof *dirs);
+    if (!dirs) return zy_fail(err, "out of memory");
+    int n = ckpt_list(t->ckpt_root, dirs, 256, err);
+    int found = -1;
+    for (int i = 0; i < n && found < 0; i++) {
+        ZyErr why;
+        if (strcmp(dirs[i], latest) == 0) continue;
+        if (ckpt_verify(dirs[i], &why) == 0)
+            found = i;
+        else
+            fprintf(stderr, "zaya: checkpoint %s fails verification too: %s\n", dirs[i], why.msg);
+    }
+    if (found < 0) {
+        free(dirs);
+        if (n < 0) return -1;
+        *err = first;
+        return n == 0 ? -1 : zy_wrap(err, "no checkpoint under %s verifies", t->ckpt_root);
+    }
+    snprintf(dir, cap, "%s", dirs[found]);
+    free(dirs);
+    snprintf(t->resume_note, sizeof t->resume_note, "latest checkpoint unusable (%s); resuming from %s, the newest that verifies",
+             first.msg, dir);
+    fprintf(stderr, "zaya: %s\n", t->resume_note);
+    return 0;
 }
 
 /* ---- set-up ----------------------------------------------------------------------------------------------- */
@@ -375,17 +500,28 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     t->rows = calloc((size_t)rc->batch_size, sizeof *t->rows);
     t->route_counts = calloc((size_t)c->num_layers * (c->num_experts + 1), sizeof *t->route_counts);
     if (!t->rows || !t->route_counts) return zy_fail(err, "out of memory");
-    /* resume */
-    if (o->resume) {
-        char dir[600];
+    if (fault_plan_from_env(&t->faults, rc->out_dir, d->rank, err)) return -1;
+    for (int i = 0; i < o->n_skip_windows; i++)
+        if (skip_windows_add(&t->skips, o->skip_windows[i], err)) return zy_wrap(err, "--skip-data");
+    /* resume: rank 0 chooses (and verifies) the checkpoint, every rank loads it */
+    if (o->resume || o->resume_from) {
+        struct {
+            int64_t failed;
+            char dir[600];
+            char msg[sizeof err->msg];
+        } choice;
+        memset(&choice, 0, sizeof choice);
+        ZyErr why = {{0}};
+        if (d->rank == 0) choice.failed = choose_resume_dir(t, o, choice.dir, sizeof choice.dir, &why) != 0;
+        if (choice.failed) snprintf(choice.msg, sizeof choice.msg, "%s", why.msg);
+        if (dist_bcast(d, &choice, sizeof choice, 0, err)) return -1;
+        if (choice.failed) return zy_fail(err, "%s", choice.msg);
         char *state = NULL;
-        if (ckpt_latest(t->ckpt_root, dir, sizeof dir, err) || ckpt_verify(dir, err) ||
-            ckpt_load(dir, &t->model, &t->opt, &state, err))
-            return -1;
-        int r = state_from_json(t, state, dir, err);
+        if (ckpt_load(choice.dir, &t->model, &t->opt, &state, err)) return -1;
+        int r = state_from_json(t, state, choice.dir, err);
         free(state);
         if (r) return -1;
-        if (d->rank == 0) fprintf(stderr, "resumed from %s at step %lld\n", dir, (long long)t->step);
+        if (d->rank == 0) fprintf(stderr, "resumed from %s at step %lld\n", choice.dir, (long long)t->step);
     }
     return 0;
 }
@@ -399,8 +535,9 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     const ZayaConfig *c = &t.model.cfg;
     double peak = zy_sgemm_probe_gflops(512, 0.3);
     const int lead = t.dist->rank == 0; /* rank 0 reports, validates, evaluates and writes the final model */
+    const int resumed = o->resume || o->resume_from;
     if (lead) {
-        if (report_open(&t.report, r, c, peak, o->resume ? t.step : -1, o->quiet, err)) goto done;
+        if (report_open(&t.report, r, c, peak, resumed ? t.step : -1, o->quiet, err)) goto done;
         t.have_report = 1;
     } else {
         memset(&t.report, 0, sizeof t.report); /* disabled */
@@ -410,6 +547,15 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                  params_count(&t.model.params, 0), params_count(&t.model.params, 1), (long long)r->total_steps,
                  r->n_phases, peak, t.dist->size, t.dist->size > 1 ? "s" : "",
                  100.0 * (double)(t.zero_bounds[1] - t.zero_bounds[0]) / (double)t.model.params.total);
+    if (t.resume_note[0]) report_event(&t.report, "%s", t.resume_note);
+    if (t.skips.count) {
+        char list[600] = "";
+        for (int i = 0; i < t.skips.count && strlen(list) < sizeof list - 48; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%llu:%llu", i ? ", " : "",
+                     (unsigned long long)t.skips.w[i].first, (unsigned long long)t.skips.w[i].last);
+        report_event(&t.report, "data skip windows (batches planned but not trained on): %s", list);
+    }
+    write_heartbeat(&t, HB_STARTING, NAN, 0); /* after the resume, so the supervisor sees where it restarts */
     int64_t end = r->total_steps;
     if (o->stop_after > 0 && o->stop_after < end) end = o->stop_after;
     const double t_start = zy_now_seconds(), tokens_at_start = t.tokens_seen;
@@ -417,8 +563,20 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     while (t.step < end) {
         int phase = runconfig_phase_of(r, t.step);
         double loss = 0, gnorm = 0, lr = 0, comm = 0;
+        if (skip_data_windows(&t, err)) goto done;
+        const int64_t data_index = t.data_index;
         double t0 = zy_now_seconds();
-        if (train_step(&t, &loss, &gnorm, &lr, &comm, err)) goto done;
+        int step_rc = train_step(&t, &loss, &gnorm, &lr, &comm, err);
+        if (step_rc == TRAIN_NONFINITE) {
+            ZyErr nonfinite = *err;
+            write_heartbeat(&t, HB_NONFINITE, loss, zy_now_seconds() - t0);
+            report_event(&t.report, "%s", nonfinite.msg);
+            if (finish_pending_save(&t, err)) goto done; /* a checkpoint being written is still good: publish it */
+            *err = nonfinite;
+            rc = TRAIN_NONFINITE;
+            goto done;
+        }
+        if (step_rc) goto done;
         double now = zy_now_seconds();
         const int T = r->phases[phase].seq_len;
         double step_tokens = (double)r->batch_size * T;
@@ -430,8 +588,10 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                          .seq_len = T, .entropy = entropy, .n_layers = c->num_layers,
                          .elapsed = now - t_start, .tokens_run = t.tokens_seen - tokens_at_start,
                          .steps_run = t.step - step_at_start, .end_step = end,
-                         .scatter = loader_scatter_factor(&t.loader), .comm_seconds = comm};
+                         .scatter = loader_scatter_factor(&t.loader), .comm_seconds = comm,
+                         .data_index = data_index};
         report_step(&t.report, &m);
+        write_heartbeat(&t, HB_RUNNING, loss, now - t0);
         int last = t.step == end;
         if (lead && r->eval_interval > 0 && (t.step % r->eval_interval == 0 || last)) {
             double vl = NAN;
@@ -447,12 +607,15 @@ int train_run(const TrainOptions *o, ZyErr *err) {
         }
         int64_t stopping = o->stop_flag && *o->stop_flag; /* a signal may reach one rank only: all stop together */
         if (dist_allreduce_max_i64(t.dist, &stopping, 1, err)) goto done;
-        if ((r->ckpt_interval > 0 && t.step % r->ckpt_interval == 0) || last || stopping)
+        if ((r->ckpt_interval > 0 && t.step % r->ckpt_interval == 0) || last || stopping) {
             if (save_checkpoint(&t, last || stopping, err)) goto done;
+            write_heartbeat(&t, HB_RUNNING, loss, now - t0); /* still alive after a (possibly long) save */
+        }
         if (stopping) {
             report_event(&t.report, "stop requested: checkpoint saved at step %lld; resume with --resume", (long long)t.step);
             break;
         }
+        fault_after_step(&t.faults, t.step); /* ZAYA_FAULT crash/hang: after the step and its checkpoint started */
     }
     if (finish_pending_save(&t, err)) goto done;
     if (lead && t.step >= r->total_steps) {
@@ -471,6 +634,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     else
         report_event(&t.report, "plots: %s/loss.png, %s/routing_entropy.png%s%s%s", r->out_dir, r->out_dir,
                      r->n_tasks ? ", " : "", r->n_tasks ? r->out_dir : "", r->n_tasks ? "/eval_tasks.png" : "");
+    write_heartbeat(&t, t.step >= r->total_steps ? HB_DONE : HB_STOPPED, NAN, 0);
     rc = 0;
 done:
     trainer_free(&t);

@@ -10,9 +10,11 @@ int cmd_eval(int argc, char **argv);
 int cmd_debug(int argc, char **argv);
 int cmd_train_model(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
+int cmd_supervise(int argc, char **argv);
 /* zaya bench train (called by cmd_bench) */
 int bench_train(int argc, char **argv);
 int bench_decode(int argc, char **argv);
+int bench_attention(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
