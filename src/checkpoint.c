@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include "distributed.h"
+#include "manifest.h"
 #include "model_io.h"
 #include "safetensors.h"
 
@@ -391,49 +392,37 @@ int ckpt_latest(const char *root, char *dir, size_t cap, ZyErr *err) {
     return rc;
 }
 
-int ckpt_verify(const char *dir, ZyErr *err) {
-    char path[4096], *text;
+/* Reads and parses dir/manifest.json (path receives its name). */
+static int read_manifest(const char *dir, char path[4096], CkptManifest *m, ZyErr *err) {
+    char *text;
     size_t len;
-    if (zy_path_join(path, sizeof path, dir, "manifest.json", err)) return -1;
+    if (zy_path_join(path, 4096, dir, "manifest.json", err)) return -1;
     if (zy_read_file(path, &text, &len, err)) return zy_wrap(err, "checkpoint %s is incomplete", dir);
-    cJSON *root = cJSON_Parse(text);
+    int rc = ckpt_manifest_parse(text, len, path, m, err);
     free(text);
-    const cJSON *files = root ? cJSON_GetObjectItemCaseSensitive(root, "files") : NULL;
-    if (!files || !cJSON_IsArray(files)) {
-        cJSON_Delete(root);
-        return zy_fail(err, "%s: invalid manifest (expected an object with a \"files\" list)", path);
-    }
-    int rc = 0, have_model = 0;
-    const cJSON *f;
-    cJSON_ArrayForEach(f, files) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
-        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(f, "bytes");
-        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
-        if (!cJSON_IsString(name) || !cJSON_IsNumber(bytes) || !cJSON_IsNumber(crc) || strchr(name->valuestring, '/')) {
-            rc = zy_fail(err, "%s: malformed entry in \"files\"", path);
-            break;
-        }
+    return rc;
+}
+
+int ckpt_verify(const char *dir, ZyErr *err) {
+    char path[4096];
+    CkptManifest m;
+    if (read_manifest(dir, path, &m, err)) return -1;
+    int rc = 0;
+    for (int i = 0; i < m.n_files && !rc; i++) {
+        const CkptManifestFile *f = &m.files[i];
         char fp[4096];
-        if ((rc = zy_path_join(fp, sizeof fp, dir, name->valuestring, err))) break;
         uint32_t got_crc;
         uint64_t got_size;
-        if ((rc = file_crc32(fp, &got_crc, &got_size, err))) {
+        if ((rc = zy_path_join(fp, sizeof fp, dir, f->name, err))) break;
+        if ((rc = file_crc32(fp, &got_crc, &got_size, err)))
             zy_wrap(err, "checkpoint %s", dir);
-            break;
-        }
-        if (got_size != (uint64_t)bytes->valuedouble) {
-            rc = zy_fail(err, "%s: size %llu, manifest says %.0f (truncated or corrupt)", fp, (unsigned long long)got_size,
-                         bytes->valuedouble);
-            break;
-        }
-        if (got_crc != (uint32_t)crc->valuedouble) {
-            rc = zy_fail(err, "%s: CRC-32 %08x, manifest says %08x (corrupt)", fp, got_crc, (uint32_t)crc->valuedouble);
-            break;
-        }
-        have_model |= strcmp(name->valuestring, "model.safetensors") == 0;
+        else if (got_size != f->bytes)
+            rc = zy_fail(err, "%s: size %llu, manifest says %llu (truncated or corrupt)", fp, (unsigned long long)got_size,
+                         (unsigned long long)f->bytes);
+        else if (got_crc != f->crc32)
+            rc = zy_fail(err, "%s: CRC-32 %08x, manifest says %08x (corrupt)", fp, got_crc, f->crc32);
     }
-    cJSON_Delete(root);
-    if (!rc && !have_model) rc = zy_fail(err, "%s: manifest lists no model.safetensors", path);
+    ckpt_manifest_free(&m);
     return rc;
 }
 
@@ -449,19 +438,13 @@ int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_st
     unsigned char *found = calloc((size_t)t->count * 2, 1);
     if (!found) return zy_fail(err, "out of memory");
     /* the shards are the optimizer-* files the manifest lists (a stray file in the directory is ignored) */
-    char *mtext = NULL;
-    size_t mlen;
-    cJSON *manifest = NULL;
-    int rc = zy_path_join(path, sizeof path, dir, "manifest.json", err) || zy_read_file(path, &mtext, &mlen, err);
-    if (!rc && !(manifest = cJSON_Parse(mtext))) rc = zy_fail(err, "%s: invalid JSON", path);
-    free(mtext);
-    const cJSON *files = manifest ? cJSON_GetObjectItemCaseSensitive(manifest, "files") : NULL, *entry;
-    cJSON_ArrayForEach(entry, files) {
-        const cJSON *fname = cJSON_GetObjectItemCaseSensitive(entry, "name");
-        if (rc) break;
-        if (!cJSON_IsString(fname) || strncmp(fname->valuestring, "optimizer", 9) != 0) continue; /* also a one-file "optimizer.safetensors" */
+    CkptManifest manifest = {0};
+    int rc = read_manifest(dir, path, &manifest, err);
+    for (int k = 0; !rc && k < manifest.n_files; k++) {
+        const char *fname = manifest.files[k].name;
+        if (strncmp(fname, "optimizer", 9) != 0) continue; /* also a one-file "optimizer.safetensors" */
         StFile f;
-        if ((rc = zy_path_join(path, sizeof path, dir, fname->valuestring, err)) || (rc = st_open(&f, path, err))) break;
+        if ((rc = zy_path_join(path, sizeof path, dir, fname, err)) || (rc = st_open(&f, path, err))) break;
         for (int i = 0; i < t->count && !rc; i++) {
             const ParamInfo *p = &t->info[i];
             if (!param_trainable(p) || !optim->owned[i]) continue;
@@ -479,7 +462,7 @@ int ckpt_load(const char *dir, Model *model, Optimizer *optim, char **trainer_st
         }
         st_close(&f);
     }
-    cJSON_Delete(manifest);
+    ckpt_manifest_free(&manifest);
     for (int i = 0; i < t->count && !rc; i++) {
         const ParamInfo *p = &t->info[i];
         if (!param_trainable(p) || !optim->owned[i]) continue;
@@ -504,42 +487,29 @@ int ckpt_inspect(const char *dir_in, FILE *out, ZyErr *err) {
     if (access(path, F_OK) != 0 && ckpt_latest(dir_in, dir, sizeof dir, err) == 0) { /* a checkpoint root */
         if (zy_path_join(path, sizeof path, dir, "manifest.json", err)) return -1;
     }
-    if (zy_read_file(path, &text, &len, err)) return zy_wrap(err, "%s is not a complete checkpoint", dir);
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    const cJSON *files = root ? cJSON_GetObjectItemCaseSensitive(root, "files") : NULL;
-    if (!cJSON_IsArray(files)) {
-        cJSON_Delete(root);
-        return zy_fail(err, "%s: invalid manifest", path);
-    }
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step"), *ws = cJSON_GetObjectItemCaseSensitive(root, "world_size");
-    fprintf(out, "checkpoint  %s\nstep        %.0f\nworld size  %.0f (optimizer shards; resumable on any rank count)\n", dir,
-            cJSON_IsNumber(step) ? step->valuedouble : -1, cJSON_IsNumber(ws) ? ws->valuedouble : 1);
+    CkptManifest m;
+    if (read_manifest(dir, path, &m, err)) return -1;
+    fprintf(out, "checkpoint  %s\nstep        %lld\nworld size  %d (optimizer shards; resumable on any rank count)\n", dir,
+            (long long)m.step, m.world_size);
     fprintf(out, "%-44s %14s  %-10s %s\n", "file", "bytes", "crc32", "status");
     int bad = 0;
-    const cJSON *f;
-    cJSON_ArrayForEach(f, files) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *bytes = cJSON_GetObjectItemCaseSensitive(f, "bytes");
-        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
-        if (!cJSON_IsString(name) || !cJSON_IsNumber(bytes) || !cJSON_IsNumber(crc) || strchr(name->valuestring, '/')) {
-            fprintf(out, "(malformed manifest entry)\n");
-            if (!bad++) zy_fail(err, "%s: malformed entry in \"files\"", path);
-            continue;
-        }
+    for (int i = 0; i < m.n_files; i++) {
+        const CkptManifestFile *f = &m.files[i];
         char fp[4096], status[128] = "ok";
         uint32_t got_crc = 0;
         uint64_t got_size = 0;
         ZyErr ferr;
-        if (zy_path_join(fp, sizeof fp, dir, name->valuestring, &ferr) || file_crc32(fp, &got_crc, &got_size, &ferr))
+        if (zy_path_join(fp, sizeof fp, dir, f->name, &ferr) || file_crc32(fp, &got_crc, &got_size, &ferr))
             snprintf(status, sizeof status, "MISSING or unreadable");
-        else if (got_size != (uint64_t)bytes->valuedouble)
-            snprintf(status, sizeof status, "SIZE %llu, expected %.0f", (unsigned long long)got_size, bytes->valuedouble);
-        else if (got_crc != (uint32_t)crc->valuedouble)
-            snprintf(status, sizeof status, "CRC %08x, expected %08x", got_crc, (uint32_t)crc->valuedouble);
+        else if (got_size != f->bytes)
+            snprintf(status, sizeof status, "SIZE %llu, expected %llu", (unsigned long long)got_size,
+                     (unsigned long long)f->bytes);
+        else if (got_crc != f->crc32)
+            snprintf(status, sizeof status, "CRC %08x, expected %08x", got_crc, f->crc32);
         if (strcmp(status, "ok") != 0 && !bad++) zy_fail(err, "%s: %s", fp, status);
-        fprintf(out, "%-44s %14.0f  %08x   %s\n", name->valuestring, bytes->valuedouble, (uint32_t)crc->valuedouble, status);
+        fprintf(out, "%-44s %14llu  %08x   %s\n", f->name, (unsigned long long)f->bytes, f->crc32, status);
     }
-    cJSON_Delete(root);
+    ckpt_manifest_free(&m);
     /* trainer state summary */
     if (zy_path_join(path, sizeof path, dir, "trainer_state.json", err) == 0 && zy_read_file(path, &text, &len, err) == 0) {
         cJSON *st = cJSON_Parse(text);
