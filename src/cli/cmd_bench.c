@@ -204,15 +204,17 @@ static int bench_comm(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
         FILE *f = argc < 3 ? stderr : stdout;
-        fprintf(f, "usage: zaya bench comm|train|decode [options]   (zaya bench <name> --help)\n\n"
+        fprintf(f, "usage: zaya bench comm|train|decode|attention [options]   (zaya bench <name> --help)\n\n"
                    "  comm     MPI collective benchmarks (all_reduce, reduce_scatter, all_gather, broadcast, alltoall)\n"
                    "  train    full training steps: tokens/s, GFLOP/s, MFU, peak memory, time per phase\n"
-                   "  decode   prefill and per-token cached decoding: latency, tokens/s, KV cache size\n");
+                   "  decode   prefill and per-token cached decoding: latency, tokens/s, KV cache size\n"
+                   "  attention  reference vs fused flash attention kernels, forward and backward, side by side\n");
         return argc < 3 ? 1 : 0;
     }
     if (strcmp(argv[2], "comm") == 0) return bench_comm(argc, argv);
     if (strcmp(argv[2], "train") == 0) return bench_train(argc, argv);
     if (strcmp(argv[2], "decode") == 0) return bench_decode(argc, argv);
-    fprintf(stderr, "zaya: bench: unknown benchmark \"%s\" (comm, train, decode)\n", argv[2]);
+    if (strcmp(argv[2], "attention") == 0) return bench_attention(argc, argv);
+    fprintf(stderr, "zaya: bench: unknown benchmark \"%s\" (comm, train, decode, attention)\n", argv[2]);
     return 1;
 }

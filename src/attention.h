@@ -1,0 +1,27 @@
+/* attention: fused, tiled causal GQA softmax attention (flash-attention style) for the fp32 model. Same maths and
+ * layouts as attention_forward/attention_backward in kernels.inc (the test oracle), but the [T, T] probabilities
+ * are never stored: the forward keeps only the per-row log-sum-exp, the backward recomputes the probabilities
+ * tile by tile, and key tiles entirely above the diagonal are skipped.
+ *
+ * Layouts: Q, O, dQ, dO [B*T, Hq*dh] (row = token b*T + t), K, V, dK, dV [B*T, Hkv*dh]; query head h reads kv
+ * head h / (Hq/Hkv); scores are scaled by 1/sqrt(dh). LSE [B, Hq, T]. */
+#ifndef ZAYA_ATTENTION_H
+#define ZAYA_ATTENTION_H
+
+#include <stddef.h>
+
+/* Floats of scratch the calls below need to run up to `threads` OpenMP threads at head size dh (independent of
+ * B and T: one set of tile buffers per thread). */
+size_t flash_attention_workspace_floats(int dh, int threads);
+
+/* O = softmax(Q Kᵀ / sqrt(dh), causal) V, overwriting O; LSE[b,h,t] = log Σ_s exp(score[t,s]).
+ * work: flash_attention_workspace_floats(dh, threads) floats; at most `threads` threads run. */
+void flash_attention_forward(float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
+                             int Hq, int Hkv, int dh, float *work, int threads);
+
+/* ACCUMULATES (+=) dQ, dK, dV from dO, given the forward's O and LSE (probabilities recomputed per tile). */
+void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE,
+                              const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh,
+                              float *work, int threads);
+
+#endif
