@@ -93,9 +93,11 @@ static int parse_rope(const cJSON *root, ZayaConfig *cfg, const char *label, ZyE
         if (type && !(cJSON_IsString(type) && strcmp(type->valuestring, "default") == 0))
             return zy_fail(err, "%s: key \"rope_parameters.hybrid.rope_type\": only \"default\" is supported",
                            label);
-        if (get_float(src, "rope_theta", 1, 0, &cfg->rope_theta, label, err)) return zy_wrap(err, "rope_parameters");
+        const char *where = src == rp ? "rope_parameters" : "rope_parameters.hybrid";
+        if (get_float(src, "rope_theta", 1, 0, &cfg->rope_theta, label, err))
+            return zy_fail(err, "%s: key \"%s.rope_theta\" is missing or not a number", label, where);
         if (get_float(src, "partial_rotary_factor", 0, 1.0f, &cfg->partial_rotary_factor, label, err))
-            return zy_wrap(err, "rope_parameters");
+            return zy_fail(err, "%s: key \"%s.partial_rotary_factor\" must be a number", label, where);
         return 0;
     }
     if (get_float(root, "rope_theta", 1, 0, &cfg->rope_theta, label, err)) return -1;
@@ -126,6 +128,10 @@ int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
     if (c->num_heads % c->num_kv_heads != 0)
         return zy_fail(err, "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", label,
                        c->num_heads, c->num_kv_heads);
+    /* derived channel counts are ints (cfg_q_channels, ...): bound them before multiplying in int */
+    if ((int64_t)c->num_heads * c->head_dim > (1 << 24) || (int64_t)c->cca_time0 + c->cca_time1 > (1 << 24))
+        return zy_fail(err, "%s: num_attention_heads*head_dim (%lld) or cca_time0+cca_time1 (%lld) exceeds 2^24", label,
+                       (long long)c->num_heads * c->head_dim, (long long)c->cca_time0 + c->cca_time1);
     if ((c->num_kv_heads * c->head_dim) % 2 != 0)
         return zy_fail(err, "%s: num_key_value_heads*head_dim (%d) must be even (values are split current/delayed)",
                        label, c->num_kv_heads * c->head_dim);

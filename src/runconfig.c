@@ -28,6 +28,8 @@ static int read_string(const cJSON *obj, const char *key, int required, char *ou
         return 0;
     }
     if (!cJSON_IsString(v)) return zy_fail(err, "%s: key \"%s%s%s\" must be a string", label, path, *path ? "." : "", key);
+    if (required && !v->valuestring[0])
+        return zy_fail(err, "%s: key \"%s%s%s\" must not be empty", label, path, *path ? "." : "", key);
     if (strlen(v->valuestring) >= cap) return zy_fail(err, "%s: key \"%s%s%s\" is too long", label, path, *path ? "." : "", key);
     strcpy(out, v->valuestring);
     return 0;
@@ -127,7 +129,9 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
         return zy_fail(err, "%s: one of \"model\" (a model config) or \"init_from\" (a model directory) is required", label);
     if (rc->model_config[0] && rc->init_from[0])
         return zy_fail(err, "%s: give either \"model\" or \"init_from\", not both", label);
-    if (read_number(root, "seed", 0, 0, 0, 9007199254740992.0, 1, &d, label, "", err)) return -1;
+    /* integers stay below 1e15: cJSON writes numbers with 15 significant digits when that reads back within an ulp,
+     * so a 16-digit seed would come back changed from run.json and trainer_state.json */
+    if (read_number(root, "seed", 0, 0, 0, 999999999999999.0, 1, &d, label, "", err)) return -1;
     rc->seed = (uint64_t)d;
     if (read_number(root, "batch_size", 1, 0, 1, 1 << 20, 1, &d, label, "", err)) return -1;
     rc->batch_size = (int)d;
@@ -168,7 +172,7 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
         if (check_keys(it, phase_keys, label, path, err)) return -1;
         if (read_string(it, "name", 0, p->name, sizeof p->name, label, path, err)) return -1;
         if (!p->name[0]) snprintf(p->name, sizeof p->name, "phase%d", rc->n_phases + 1);
-        if (read_number(it, "tokens", 1, 0, 1, 1e18, 0, &d, label, path, err)) return -1;
+        if (read_number(it, "tokens", 1, 0, 1, 1e15, 1, &d, label, path, err)) return -1;
         p->tokens = (int64_t)d;
         if (read_number(it, "seq_len", 1, 0, 1, 1 << 20, 1, &d, label, path, err)) return -1;
         p->seq_len = (int)d;
@@ -265,7 +269,7 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
         static const char *const k[] = {"interval", "keep", "async", NULL};
         if (!cJSON_IsObject(ck)) return zy_fail(err, "%s: key \"checkpoint\" must be an object", label);
         if (check_keys(ck, k, label, "checkpoint", err)) return -1;
-        if (read_number(ck, "interval", 0, 0, 0, 1e12, 1, &d, label, "checkpoint", err)) return -1;
+        if (read_number(ck, "interval", 0, 0, 0, 2147483647.0, 1, &d, label, "checkpoint", err)) return -1;
         rc->ckpt_interval = (int)d;
         if (read_number(ck, "keep", 0, 3, 0, 1e6, 1, &d, label, "checkpoint", err)) return -1;
         rc->ckpt_keep = (int)d;
@@ -281,7 +285,7 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
         static const char *const k[] = {"interval", "val_batches", "tasks", "limit", NULL};
         if (!cJSON_IsObject(ev)) return zy_fail(err, "%s: key \"eval\" must be an object", label);
         if (check_keys(ev, k, label, "eval", err)) return -1;
-        if (read_number(ev, "interval", 0, 0, 0, 1e12, 1, &d, label, "eval", err)) return -1;
+        if (read_number(ev, "interval", 0, 0, 0, 2147483647.0, 1, &d, label, "eval", err)) return -1;
         rc->eval_interval = (int)d;
         if (read_number(ev, "val_batches", 0, 2, 0, 1e6, 1, &d, label, "eval", err)) return -1;
         rc->val_batches = (int)d;
@@ -324,6 +328,10 @@ int runconfig_load(RunConfig *rc, const char *path, const char *const *overrides
     char *text;
     size_t len;
     if (zy_read_file(path, &text, &len, err)) return -1;
+    if (strlen(text) != len) {
+        free(text);
+        return zy_fail(err, "%s: file contains a NUL byte", path);
+    }
     int r = runconfig_parse(rc, text, path, overrides, n_overrides, json_out, err);
     free(text);
     return r;
