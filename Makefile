@@ -24,7 +24,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format
+.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format fuzz fuzz-build
 
 all: $(BUILD)/zaya $(BUILD)/zaya_tests
 
@@ -62,3 +62,30 @@ demo: deps
 
 clean:
 	rm -rf build build-asan
+
+# libFuzzer targets (clang), one per parser, built into build-fuzz/ from the parser's sources alone. `make fuzz` runs
+# each for FUZZ_SECONDS over its corpus tests/fuzz/corpus/<target> (new inputs go to a temporary directory);
+# `make test` runs the same script for a few seconds per target.
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+                -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc
+FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lz -lm
+FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer
+FUZZ_SRC_config       := src/config.c src/util.c
+FUZZ_SRC_manifest     := src/manifest.c src/util.c
+FUZZ_SRC_npy          := src/npy.c src/util.c
+FUZZ_SRC_runconfig    := src/runconfig.c src/optim.c src/matmul.c src/params.c src/util.c
+FUZZ_SRC_safetensors  := src/safetensors.c src/util.c
+FUZZ_SRC_shard_header := src/shards.c src/util.c
+FUZZ_SRC_tokenizer    := src/tokenizer.c src/util.c
+
+fuzz-build: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
+
+.SECONDEXPANSION:
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(wildcard src/*.h)
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_SRC_$*) -o $@ $(FUZZ_LIBS)
+
+fuzz:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh

@@ -1,6 +1,5 @@
-/* libFuzzer target for the .npy parser. Build and run (no Makefile target):
- *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isrc tests/fuzz/fuzz_npy.c \
- *     src/npy.c src/util.c -lm -o /tmp/fz_npy && /tmp/fz_npy -max_total_time=20 tests/fuzz/corpus/npy
+/* libFuzzer target for the .npy parser. Build and run: `make fuzz` (every target), or
+ *   make build-fuzz/fuzz_npy && build-fuzz/fuzz_npy -max_total_time=60 /tmp/new tests/fuzz/corpus/npy
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,6 +1,5 @@
-/* libFuzzer target for the safetensors header validator. Build and run (no Makefile target):
- *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isrc tests/fuzz/fuzz_safetensors.c \
- *     src/safetensors.c src/util.c -lcjson -lm -o /tmp/fz && /tmp/fz -max_total_time=20 tests/fuzz/corpus/safetensors
+/* libFuzzer target for the safetensors header validator. Build and run: `make fuzz` (every target), or
+ *   make build-fuzz/fuzz_safetensors && build-fuzz/fuzz_safetensors -max_total_time=60 /tmp/new tests/fuzz/corpus/safetensors
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,6 @@
 /* libFuzzer target for the token-shard header and meta.json parsers (every input is tried as both). Build and
- * run (no Makefile target):
- *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isrc tests/fuzz/fuzz_shard_header.c \
- *     src/shards.c src/util.c -lcjson -lz -lm -o /tmp/fz_shard && /tmp/fz_shard -max_total_time=30 \
+ * run: `make fuzz` (every target), or
+ *   make build-fuzz/fuzz_shard_header && build-fuzz/fuzz_shard_header -max_total_time=60 /tmp/new \
  *     tests/fuzz/corpus/shard_header
  */
 #include <stdint.h>

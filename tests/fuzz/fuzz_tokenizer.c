@@ -1,9 +1,9 @@
 /* libFuzzer target for the tokenizer. An input that starts with '{' is loaded as tokenizer.json (it must load or
  * fail with "fuzz: ..."; a loaded tokenizer must decode what it encodes). Any other input is text for a small
  * fixed tokenizer: decode(encode(x)) must be x, and the scanner's pre-tokens must equal PCRE2's run of the GPT-2
- * regex whenever PCRE2's Unicode 14 classes agree with the built-in Unicode 16 table. Build and run:
- *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isrc tests/fuzz/fuzz_tokenizer.c \
- *     src/tokenizer.c src/util.c -lcjson -lpcre2-8 -lm -o /tmp/fz_tok && /tmp/fz_tok -max_total_time=30 tests/fuzz/corpus/tokenizer
+ * regex whenever PCRE2's Unicode 14 classes agree with the built-in Unicode 16 table. Build and run: `make fuzz`
+ * (every target), or
+ *   make build-fuzz/fuzz_tokenizer && build-fuzz/fuzz_tokenizer -max_total_time=60 /tmp/new tests/fuzz/corpus/tokenizer
  */
 #include <stdint.h>
 #include <stdlib.h>
