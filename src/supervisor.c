@@ -203,8 +203,12 @@ static void log_event(Sup *s, SupEventKind kind, int rank, int64_t step, const c
         fflush(s->faults);
     }
     free(line);
-    say(s, "%s%s%s (rank %d, step %lld): %s; %s", event_names[kind], detail[0] ? ": " : "", detail, rank,
-        (long long)step, action, "logged in faults.jsonl");
+    char where[64] = "";
+    if (rank >= 0 && step >= 0)
+        snprintf(where, sizeof where, " [rank %d, step %lld]", rank, (long long)step);
+    else if (step >= 0)
+        snprintf(where, sizeof where, " [step %lld]", (long long)step);
+    say(s, "%s%s: %s%s%s", event_names[kind], where, detail, detail[0] ? " -> " : "", action);
 }
 
 static void sleep_seconds(double s) {
@@ -548,6 +552,10 @@ static int run_once(Sup *s, char *const *argv, LaunchEnd *end, ZyErr *err) {
         }
         if (forwarded && now - forwarded_at > fmax(o->grace, 60)) break; /* stop_job below escalates */
         sleep_seconds(o->poll);
+    }
+    if (fault && end->kind == END_CRASH) { /* a rank died: the launcher usually ends the job itself within seconds */
+        const double until = zy_now_seconds() + fmin(o->grace, 5);
+        while (!job_gone(&job) && zy_now_seconds() < until) sleep_seconds(0.05);
     }
     if (!job.exited || !job_gone(&job)) stop_job(s, &job, forwarded ? 0 : o->grace);
     /* classify by what the job left behind */

@@ -40,12 +40,13 @@ static void usage(FILE *f) {
             d.spike_window, d.poll);
 }
 
-/* A non-negative number for a flag, or an error naming the flag. */
-static int number_arg(const char *flag, const char *text, double min, double *out) {
+/* A number >= min (an integer if asked) for a flag, or an error naming the flag. */
+static int number_arg(const char *flag, const char *text, double min, int integer, double *out) {
     char *end;
     double v = strtod(text, &end);
-    if (end == text || *end || !(v >= min) || v > 1e9) {
-        fprintf(stderr, "zaya: supervise: %s expects a number >= %g, got \"%s\"\n", flag, min, text);
+    if (end == text || *end || !(v >= min) || v > 1e9 || (integer && v != (double)(long)v)) {
+        fprintf(stderr, "zaya: supervise: %s expects %s >= %g, got \"%s\"\n", flag, integer ? "an integer" : "a number",
+                min, text);
         return -1;
     }
     *out = v;
@@ -84,25 +85,27 @@ int cmd_supervise(int argc, char **argv) {
         const char *val = argv[++i];
         int bad = 0;
         if (strcmp(a, "--run-dir") == 0) run_dir = val;
-        else if (strcmp(a, "--max-restarts") == 0) bad = number_arg(a, val, 0, &v) || v != (int)v, o.max_restarts = (int)v;
-        else if (strcmp(a, "--hang-timeout") == 0) bad = number_arg(a, val, 0.1, &o.hang_timeout);
-        else if (strcmp(a, "--start-timeout") == 0) bad = number_arg(a, val, 0.1, &o.start_timeout);
-        else if (strcmp(a, "--grace") == 0) bad = number_arg(a, val, 0, &o.grace);
-        else if (strcmp(a, "--backoff") == 0) bad = number_arg(a, val, 0, &o.backoff);
-        else if (strcmp(a, "--backoff-max") == 0) bad = number_arg(a, val, 0, &o.backoff_max);
-        else if (strcmp(a, "--skip-width") == 0) bad = number_arg(a, val, 1, &v) || v != (int)v, o.skip_width = (int)v;
-        else if (strcmp(a, "--spike-z") == 0) bad = number_arg(a, val, 0, &o.spike_z);
-        else if (strcmp(a, "--spike-window") == 0) bad = number_arg(a, val, 2, &v) || v != (int)v || v > SPIKE_MAX_WINDOW, o.spike_window = (int)v;
-        else if (strcmp(a, "--poll") == 0) bad = number_arg(a, val, 0.01, &o.poll);
+        else if (strcmp(a, "--max-restarts") == 0) bad = number_arg(a, val, 0, 1, &v), o.max_restarts = (int)v;
+        else if (strcmp(a, "--hang-timeout") == 0) bad = number_arg(a, val, 0.1, 0, &o.hang_timeout);
+        else if (strcmp(a, "--start-timeout") == 0) bad = number_arg(a, val, 0.1, 0, &o.start_timeout);
+        else if (strcmp(a, "--grace") == 0) bad = number_arg(a, val, 0, 0, &o.grace);
+        else if (strcmp(a, "--backoff") == 0) bad = number_arg(a, val, 0, 0, &o.backoff);
+        else if (strcmp(a, "--backoff-max") == 0) bad = number_arg(a, val, 0, 0, &o.backoff_max);
+        else if (strcmp(a, "--skip-width") == 0) bad = number_arg(a, val, 1, 1, &v), o.skip_width = (int)v;
+        else if (strcmp(a, "--spike-z") == 0) bad = number_arg(a, val, 0, 0, &o.spike_z);
+        else if (strcmp(a, "--spike-window") == 0) {
+            bad = number_arg(a, val, 2, 1, &v), o.spike_window = (int)v;
+            if (!bad && v > SPIKE_MAX_WINDOW) {
+                fprintf(stderr, "zaya: supervise: --spike-window: at most %d losses\n", SPIKE_MAX_WINDOW);
+                bad = 1;
+            }
+        } else if (strcmp(a, "--poll") == 0) bad = number_arg(a, val, 0.01, 0, &o.poll);
         else {
             fprintf(stderr, "zaya: supervise: unknown option \"%s\"\n", a);
             usage(stderr);
             return 2;
         }
-        if (bad) {
-            fprintf(stderr, "zaya: supervise: invalid value \"%s\" for %s\n", val, a);
-            return 2;
-        }
+        if (bad) return 2;
     }
     if (i >= argc) {
         fprintf(stderr, "zaya: supervise: no launch command (put it after --)\n");
