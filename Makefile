@@ -24,7 +24,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format fuzz fuzz-build
+.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format fuzz fuzz-build chaos
 
 all: $(BUILD)/zaya $(BUILD)/zaya_tests
 
@@ -55,6 +55,10 @@ asan-test: asan
 test: deps
 	@$(MAKE) --no-print-directory all asan
 	@tests/run_all.sh
+
+# The full chaos suite: 10 supervised 2-rank runs, each disturbed 5 times (tests/chaos/chaos.sh; ~5 min).
+chaos: all
+	@tests/chaos/chaos.sh --runs $(or $(CHAOS_RUNS),10) --seed $(or $(CHAOS_SEED),1)
 
 demo: deps
 	@$(MAKE) --no-print-directory all
