@@ -1,10 +1,26 @@
 #include "optim.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "matmul.h"
+
+/* AdamW tensors are cut into chunks of this many elements so that they share out over the threads like the Muon
+ * matrices do (64 KB per array: streams through L2). */
+#define ADAMW_CHUNK ((size_t)1 << 14)
+
+enum { JOB_MUON, JOB_ADAMW };
+
+struct OptimJob {
+    size_t off;   /* arena offset of the matrix / chunk */
+    size_t len;   /* elements */
+    int kind;     /* JOB_MUON, JOB_ADAMW */
+    int m, n;     /* Muon: the matrix shape */
+    int decay;    /* AdamW: weight decay applies (2+ dims) */
+    double cost;  /* estimated work (FLOPs or their equivalent), for the schedule */
+};
 
 void optim_config_default(OptimConfig *c) {
     c->weight_decay = 0.0;
@@ -33,6 +49,45 @@ size_t muon_workspace_floats(int m, int n) {
     return 2 * r * c + 2 * r * r;
 }
 
+/* Work of one Muon matrix: 5 iterations of syrk X Xᵀ (r²c), syrk A² (r³) and gemm B X (2r²c), plus the
+ * element-wise passes. An AdamW element streams 7 floats: weighted like ~30 FLOPs. */
+static double muon_job_cost(int m, int n, int steps) {
+    double r = m < n ? m : n, c = m < n ? n : m;
+    return steps * (3.0 * r * r * c + r * r * r) + 20.0 * r * c;
+}
+
+static int job_cmp(const void *pa, const void *pb) {
+    const OptimJob *a = pa, *b = pb;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1; /* largest first */
+    return (a->off > b->off) - (a->off < b->off);
+}
+
+/* Fills jobs (when non-NULL) with the step's work and returns how many there are. */
+static int build_jobs(const Optimizer *o, const ParamTable *t, OptimJob *jobs) {
+    int n = 0;
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->info[i];
+        if (!param_trainable(p) || !o->owned[i]) continue;
+        if (p->kind == PARAM_MUON) {
+            int count, rows, cols;
+            matrix_shape(p, &count, &rows, &cols);
+            const size_t len = (size_t)rows * cols;
+            for (int k = 0; k < count; k++, n++)
+                if (jobs)
+                    jobs[n] = (OptimJob){.off = p->offset + k * len, .len = len, .kind = JOB_MUON, .m = rows,
+                                         .n = cols, .cost = muon_job_cost(rows, cols, o->cfg.muon_ns_steps)};
+        } else {
+            for (size_t s = 0; s < p->numel; s += ADAMW_CHUNK, n++) {
+                const size_t len = p->numel - s < ADAMW_CHUNK ? p->numel - s : ADAMW_CHUNK;
+                if (jobs)
+                    jobs[n] = (OptimJob){.off = p->offset + s, .len = len, .kind = JOB_ADAMW, .decay = p->ndim >= 2,
+                                         .cost = 30.0 * (double)len};
+            }
+        }
+    }
+    return n;
+}
+
 int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, size_t begin, size_t end,
                        ZyErr *err) {
     memset(o, 0, sizeof *o);
@@ -51,15 +106,26 @@ int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg
         size_t need = muon_workspace_floats(m, n);
         if (need > ws) ws = need;
     }
+    ws = (ws + 15) & ~(size_t)15; /* whole cache lines per worker: no false sharing, 64-byte aligned */
     o->ns_work_floats = ws;
-    size_t len = end > begin ? end - begin : 0;
+    o->n_workers = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
+    o->n_jobs = build_jobs(o, t, NULL);
+    o->jobs = malloc((size_t)(o->n_jobs > 0 ? o->n_jobs : 1) * sizeof *o->jobs);
+    size_t len = end > begin ? end - begin : 0, work_bytes;
+    if (zy_mul_size(ws ? ws : 1, (size_t)o->n_workers * sizeof(float), &work_bytes)) {
+        optim_free(o);
+        return zy_fail(err, "Newton–Schulz workspace size overflows");
+    }
     o->exp_avg = zy_calloc((len ? len : 1) * sizeof(float));
     o->exp_avg_sq = zy_calloc((len ? len : 1) * sizeof(float));
-    o->ns_work = zy_calloc((ws ? ws : 1) * sizeof(float));
-    if (!o->exp_avg || !o->exp_avg_sq || !o->ns_work) {
+    o->ns_work = zy_calloc(work_bytes);
+    if (!o->exp_avg || !o->exp_avg_sq || !o->ns_work || !o->jobs) {
         optim_free(o);
-        return zy_fail(err, "out of memory allocating optimizer state (%zu MB)", 2 * len * sizeof(float) >> 20);
+        return zy_fail(err, "out of memory allocating optimizer state (%zu MB)",
+                       (2 * len * sizeof(float) + work_bytes) >> 20);
     }
+    build_jobs(o, t, o->jobs);
+    qsort(o->jobs, (size_t)o->n_jobs, sizeof *o->jobs, job_cmp);
     return 0;
 }
 
@@ -92,36 +158,69 @@ void zero1_partition(const ParamTable *t, int n, size_t *bounds) {
     while (block <= n) bounds[block++] = t->total;
 }
 
-double grad_sumsq_owned(const Optimizer *o, const ParamTable *t) {
-    double ss = 0;
-    for (int i = 0; i < t->count; i++) {
-        const ParamInfo *p = &t->info[i];
-        if (!param_trainable(p) || !o->owned[i]) continue;
-        const float *g = t->grad + p->offset;
-        for (size_t j = 0; j < p->numel; j++) ss += (double)g[j] * g[j];
+/* Sum of squares in double with four independent accumulators (vectorisable, no serial dependency chain). */
+static double sumsq_f32(const float *x, size_t n) {
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        a0 += (double)x[i] * x[i];
+        a1 += (double)x[i + 1] * x[i + 1];
+        a2 += (double)x[i + 2] * x[i + 2];
+        a3 += (double)x[i + 3] * x[i + 3];
     }
+    for (; i < n; i++) a0 += (double)x[i] * x[i];
+    return (a0 + a1) + (a2 + a3);
+}
+
+/* The trainable gradients (only the owned ones when owned is non-NULL), concatenated in table order and cut into
+ * GRAD_PARTS equal parts fixed by the table alone: the parts run on the threads, their sums are added in order,
+ * so the result is the same for every thread count and every run. scale != 1: multiplies instead (returns 0). */
+#define GRAD_PARTS 64
+static double grad_walk(const ParamTable *t, const unsigned char *owned, float scale, int do_scale) {
+    size_t total = 0;
+    for (int i = 0; i < t->count; i++)
+        if (param_trainable(&t->info[i]) && (!owned || owned[i])) total += t->info[i].numel;
+    double part[GRAD_PARTS];
+#pragma omp parallel for schedule(static) if (total >= ((size_t)1 << 16))
+    for (int k = 0; k < GRAD_PARTS; k++) {
+        const size_t lo = total / GRAD_PARTS * k + total % GRAD_PARTS * k / GRAD_PARTS;
+        const size_t hi = total / GRAD_PARTS * (k + 1) + total % GRAD_PARTS * (k + 1) / GRAD_PARTS;
+        double acc = 0;
+        size_t base = 0;
+        for (int i = 0; i < t->count && base < hi; i++) {
+            const ParamInfo *p = &t->info[i];
+            if (!param_trainable(p) || (owned && !owned[i])) continue;
+            const size_t a = lo > base ? lo : base, b = hi < base + p->numel ? hi : base + p->numel;
+            if (a < b) {
+                float *g = t->grad + p->offset + (a - base);
+                if (do_scale)
+                    for (size_t j = 0; j < b - a; j++) g[j] *= scale;
+                else
+                    acc += sumsq_f32(g, b - a);
+            }
+            base += p->numel;
+        }
+        part[k] = acc;
+    }
+    double ss = 0;
+    for (int k = 0; k < GRAD_PARTS; k++) ss += part[k];
     return ss;
 }
 
-void grad_scale_owned(const Optimizer *o, ParamTable *t, double s) {
-    const float f = (float)s;
-    for (int i = 0; i < t->count; i++) {
-        const ParamInfo *p = &t->info[i];
-        if (!param_trainable(p) || !o->owned[i]) continue;
-        float *g = t->grad + p->offset;
-        for (size_t j = 0; j < p->numel; j++) g[j] *= f;
-    }
-}
+double grad_sumsq_owned(const Optimizer *o, const ParamTable *t) { return grad_walk(t, o->owned, 1.0f, 0); }
+
+void grad_scale_owned(const Optimizer *o, ParamTable *t, double s) { grad_walk(t, o->owned, (float)s, 1); }
 
 void optim_free(Optimizer *o) {
     zy_free(o->exp_avg);
     zy_free(o->exp_avg_sq);
     zy_free(o->ns_work);
+    free(o->jobs);
     free(o->owned);
     memset(o, 0, sizeof *o);
 }
 
-void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *work) {
+void newton_schulz5_reference(float *out, const float *G, int m, int n, int steps, float *work) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
     const int transposed = m > n, r = transposed ? n : m, cols = transposed ? m : n;
     float *X = work, *Xn = X + (size_t)r * cols, *A = Xn + (size_t)r * cols, *B = A + (size_t)r * r;
@@ -152,41 +251,189 @@ void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *
     }
 }
 
+/* Copies the upper triangle of the symmetric M [r, r] onto the lower one (32×32 tiles: the column writes stay
+ * in cache). */
+static void mirror_upper(float *M, int r) {
+    for (int ib = 0; ib < r; ib += 32)
+        for (int jb = ib; jb < r; jb += 32) {
+            const int ie = ib + 32 < r ? ib + 32 : r, je = jb + 32 < r ? jb + 32 : r;
+            for (int i = ib; i < ie; i++)
+                for (int j = jb > i + 1 ? jb : i + 1; j < je; j++) M[(size_t)j * r + i] = M[(size_t)i * r + j];
+        }
+}
+
+/* The Newton–Schulz iterations on the normalised wide X [r, cols] (r <= cols), with Xn [r, cols], A, B [r, r] as
+ * scratch. A = X Xᵀ and A² = A Aᵀ are symmetric: syrk computes their upper triangles at half the gemm FLOPs, a
+ * mirror completes them for the next product. Returns the buffer holding the result (X or Xn). */
+static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int r, int cols, int steps) {
+    const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+    const size_t rc = (size_t)r * cols;
+    for (int it = 0; it < steps; it++) {
+        zy_syrk_upper(r, cols, 1.0f, X, cols, 0.0f, A, r); /* A = X Xᵀ */
+        mirror_upper(A, r);
+        for (int i = 0; i < r; i++)
+            for (int j = i; j < r; j++) B[(size_t)i * r + j] = b * A[(size_t)i * r + j];
+        zy_syrk_upper(r, r, c, A, r, 1.0f, B, r); /* B = bA + cA² */
+        mirror_upper(B, r);
+        for (size_t i = 0; i < rc; i++) Xn[i] = a * X[i];
+        zy_gemm(0, 0, r, cols, r, 1.0f, B, r, X, cols, 1.0f, Xn, cols); /* X = aX + BX */
+        float *tmp = X;
+        X = Xn;
+        Xn = tmp;
+    }
+    return X;
+}
+
+void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *work) {
+    const int transposed = m > n, r = transposed ? n : m, cols = transposed ? m : n;
+    const size_t rc = (size_t)r * cols;
+    float *X = work, *Xn = X + rc, *A = Xn + rc, *B = A + (size_t)r * r;
+    const float inv = (float)(1.0 / (sqrt(sumsq_f32(G, rc)) + 1e-7));
+    if (transposed) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) X[(size_t)j * cols + i] = G[(size_t)i * n + j] * inv;
+    } else {
+        for (size_t i = 0; i < rc; i++) X[i] = G[i] * inv;
+    }
+    X = ns5_iterate(X, Xn, A, B, r, cols, steps);
+    if (transposed) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) out[(size_t)i * n + j] = X[(size_t)j * cols + i];
+    } else {
+        memcpy(out, X, rc * sizeof(float));
+    }
+}
+
+/* Per-step constants shared by every job. */
+typedef struct {
+    float mu, muon_decay;                                      /* Muon: momentum, lr·wd */
+    float step_size, eps, b1, b2, inv_bc2, adam_decay;         /* AdamW */
+    double lr;
+    int ns_steps;
+} StepConsts;
+
+static StepConsts step_consts(const Optimizer *o, double lr) {
+    const double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
+    const double bc1 = 1.0 - pow(b1, (double)o->step), bc2_sqrt = sqrt(1.0 - pow(b2, (double)o->step));
+    return (StepConsts){.mu = (float)o->cfg.muon_momentum, .muon_decay = (float)(lr * o->cfg.weight_decay),
+                        .step_size = (float)(lr / bc1), .eps = (float)o->cfg.eps, .b1 = (float)b1, .b2 = (float)b2,
+                        .inv_bc2 = (float)(1.0 / bc2_sqrt), .adam_decay = (float)(1.0 - lr * o->cfg.weight_decay),
+                        .lr = lr, .ns_steps = o->cfg.muon_ns_steps};
+}
+
 /* Muon (Moonlight's AdamW-RMS matching): M ← μM + G; N = G + μM; W ← W − lr·(0.2·√max(m,n)·NS5(N) + wd·W).
  * The Nesterov vector N is built in the Newton–Schulz output buffer's place (`update`). */
-static void muon_update(Optimizer *o, float *w, const float *g, float *mom, int m, int n, double lr, float *update) {
+static void muon_update_reference(Optimizer *o, float *w, const float *g, float *mom, int m, int n, double lr,
+                                  float *update) {
     const float mu = (float)o->cfg.muon_momentum;
     const size_t len = (size_t)m * n;
     for (size_t i = 0; i < len; i++) {
         mom[i] = mu * mom[i] + g[i];
         update[i] = g[i] + mu * mom[i];
     }
-    newton_schulz5(update, update, m, n, o->cfg.muon_ns_steps, o->ns_work);
+    newton_schulz5_reference(update, update, m, n, o->cfg.muon_ns_steps, o->ns_work);
     const float scale = (float)(0.2 * sqrt((double)(m > n ? m : n)) * lr), decay = (float)(lr * o->cfg.weight_decay);
     for (size_t i = 0; i < len; i++) w[i] -= scale * update[i] + decay * w[i];
 }
 
-/* AdamW exactly as torch.optim.AdamW orders it: decay, moments, bias-corrected step. Weight decay applies to
- * tensors with 2+ dims (embedding, head, conv kernels), not to vectors (norms, biases, scales, temp, γ). */
-static void adamw_update(const Optimizer *o, const ParamInfo *p, float *w, const float *g, float *m, float *v,
-                         double lr) {
-    const double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
-    const double bc1 = 1.0 - pow(b1, (double)o->step), bc2_sqrt = sqrt(1.0 - pow(b2, (double)o->step));
-    const float step_size = (float)(lr / bc1), eps = (float)o->cfg.eps;
-    const float decay = p->ndim >= 2 ? (float)(1.0 - lr * o->cfg.weight_decay) : 1.0f;
-    const float fb1 = (float)b1, fb2 = (float)b2, inv_bc2 = (float)(1.0 / bc2_sqrt);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < p->numel; i++) {
-        w[i] *= decay;
-        m[i] += (g[i] - m[i]) * (1.0f - fb1);
-        v[i] = fb2 * v[i] + (1.0f - fb2) * g[i] * g[i];
-        float denom = sqrtf(v[i]) * inv_bc2 + eps;
-        w[i] -= step_size * (m[i] / denom);
+/* The same Muon update with the element-wise work fused into a few passes: momentum + Nesterov straight into the
+ * (wide, transposed if tall) Newton–Schulz input, its norm and scaling, and the weight update read back from the
+ * Newton–Schulz result. Same arithmetic per element as the reference. */
+static void muon_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, float *work) {
+    const int m = j->m, n = j->n, tall = m > n, r = tall ? n : m, cols = tall ? m : n;
+    const size_t len = j->len;
+    float *w = t->data + j->off, *mom = o->exp_avg + (j->off - o->begin);
+    const float *g = t->grad + j->off;
+    float *X = work, *Xn = X + len, *A = Xn + len, *B = A + (size_t)r * r;
+    const float mu = k->mu;
+    if (!tall) {
+        for (size_t i = 0; i < len; i++) {
+            mom[i] = mu * mom[i] + g[i];
+            X[i] = g[i] + mu * mom[i];
+        }
+    } else {
+        for (int i = 0; i < m; i++)
+            for (int c = 0; c < n; c++) {
+                const size_t s = (size_t)i * n + c;
+                mom[s] = mu * mom[s] + g[s];
+                X[(size_t)c * cols + i] = g[s] + mu * mom[s];
+            }
     }
+    /* ‖N‖² in its own pass: four accumulators instead of one serial double chain (a third of the element-wise
+     * time otherwise); the summation order differs from the reference's only in rounding. */
+    const float inv = (float)(1.0 / (sqrt(sumsq_f32(X, len)) + 1e-7));
+    for (size_t i = 0; i < len; i++) X[i] *= inv;
+    const float *O = ns5_iterate(X, Xn, A, B, r, cols, k->ns_steps);
+    const float scale = (float)(0.2 * sqrt((double)(m > n ? m : n)) * k->lr), decay = k->muon_decay;
+    if (!tall) {
+        for (size_t i = 0; i < len; i++) w[i] -= scale * O[i] + decay * w[i];
+    } else {
+        for (int i = 0; i < m; i++)
+            for (int c = 0; c < n; c++) w[(size_t)i * n + c] -= scale * O[(size_t)c * cols + i] + decay * w[(size_t)i * n + c];
+    }
+}
+
+/* One AdamW element exactly as torch.optim.AdamW orders it: decay, moments, bias-corrected step. Shared by the
+ * fast and the reference step, so both give the same bits. */
+static inline void adamw_elem(float *w, const float *g, float *m, float *v, const StepConsts *k, float decay) {
+    *w *= decay;
+    *m += (*g - *m) * (1.0f - k->b1);
+    *v = k->b2 * *v + (1.0f - k->b2) * *g * *g;
+    const float denom = sqrtf(*v) * k->inv_bc2 + k->eps;
+    *w -= k->step_size * (*m / denom);
+}
+
+/* Weight decay applies to tensors with 2+ dims (embedding, head, conv kernels), not to vectors (norms, biases,
+ * scales, temp, γ). */
+static void adamw_update_reference(const Optimizer *o, const ParamInfo *p, float *w, const float *g, float *m, float *v,
+                                   const StepConsts *k) {
+    const float decay = p->ndim >= 2 ? k->adam_decay : 1.0f;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < p->numel; i++) adamw_elem(&w[i], &g[i], &m[i], &v[i], k, decay);
+}
+
+static void adamw_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k) {
+    const size_t s = j->off - o->begin;
+    float *w = t->data + j->off, *m = o->exp_avg + s, *v = o->exp_avg_sq + s;
+    const float *g = t->grad + j->off;
+    const float decay = j->decay ? k->adam_decay : 1.0f;
+    for (size_t i = 0; i < j->len; i++) adamw_elem(&w[i], &g[i], &m[i], &v[i], k, decay);
+}
+
+static void run_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, float *work) {
+    if (j->kind == JOB_MUON)
+        muon_job(o, t, j, k, work);
+    else
+        adamw_job(o, t, j, k);
 }
 
 void optim_step(Optimizer *o, ParamTable *t, double lr) {
     o->step++;
+    const StepConsts k = step_consts(o, lr);
+    int nt = omp_get_max_threads();
+    if (nt > o->n_workers) nt = o->n_workers;
+    if (nt < 1) nt = 1;
+    /* A matrix so large that the rest cannot keep the other threads busy meanwhile runs alone, on threaded BLAS
+     * (jobs are sorted largest first); the others share out dynamically, one single-threaded job per thread
+     * (OpenMP OpenBLAS runs serially inside a parallel region). */
+    int first = 0;
+    if (nt > 1) {
+        double rest = 0;
+        for (int i = 0; i < o->n_jobs; i++) rest += o->jobs[i].cost;
+        while (first < o->n_jobs) {
+            rest -= o->jobs[first].cost;
+            if (o->jobs[first].cost * (nt - 1) <= rest) break;
+            run_job(o, t, &o->jobs[first++], &k, o->ns_work);
+        }
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && o->n_jobs - first > 1)
+    for (int i = first; i < o->n_jobs; i++)
+        run_job(o, t, &o->jobs[i], &k, o->ns_work + (size_t)omp_get_thread_num() * o->ns_work_floats);
+}
+
+void optim_step_reference(Optimizer *o, ParamTable *t, double lr) {
+    o->step++;
+    const StepConsts k = step_consts(o, lr);
     /* The Nesterov/NS output buffer: reuse the second-moment slot of a Muon tensor, which Muon leaves unused. */
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->info[i];
@@ -197,34 +444,17 @@ void optim_step(Optimizer *o, ParamTable *t, double lr) {
             int count, rows, cols;
             matrix_shape(p, &count, &rows, &cols);
             size_t len = (size_t)rows * cols;
-            for (int k = 0; k < count; k++)
-                muon_update(o, w + k * len, g + k * len, m + k * len, rows, cols, lr, v + k * len);
+            for (int c = 0; c < count; c++)
+                muon_update_reference(o, w + c * len, g + c * len, m + c * len, rows, cols, lr, v + c * len);
         } else {
-            adamw_update(o, p, w, g, m, v, lr);
+            adamw_update_reference(o, p, w, g, m, v, &k);
         }
     }
 }
 
-double grad_global_norm(const ParamTable *t) {
-    double ss = 0;
-    for (int i = 0; i < t->count; i++) {
-        const ParamInfo *p = &t->info[i];
-        if (!param_trainable(p)) continue;
-        const float *g = t->grad + p->offset;
-        for (size_t j = 0; j < p->numel; j++) ss += (double)g[j] * g[j];
-    }
-    return sqrt(ss);
-}
+double grad_global_norm(const ParamTable *t) { return sqrt(grad_walk(t, NULL, 1.0f, 0)); }
 
-void grad_scale(ParamTable *t, double s) {
-    const float f = (float)s;
-    for (int i = 0; i < t->count; i++) {
-        const ParamInfo *p = &t->info[i];
-        if (!param_trainable(p)) continue;
-        float *g = t->grad + p->offset;
-        for (size_t j = 0; j < p->numel; j++) g[j] *= f;
-    }
-}
+void grad_scale(ParamTable *t, double s) { grad_walk(t, NULL, (float)s, 1); }
 
 double clip_coefficient(double max_norm, double norm) {
     if (max_norm <= 0) return 1.0;

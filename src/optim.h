@@ -17,17 +17,24 @@ typedef struct {
 
 void optim_config_default(OptimConfig *c);
 
+/* One independent piece of a step (a Muon matrix, or a chunk of an AdamW tensor); defined in optim.c. */
+typedef struct OptimJob OptimJob;
+
 /* The optimizer owns one contiguous block [begin, end) of the parameter arena (whole tensors): all of it in one
  * process, a ZeRO-1 shard under MPI (see zero1_partition). Its state covers only that block, in the arena's
- * layout: exp_avg (AdamW m, or Muon momentum) and exp_avg_sq (AdamW v; scratch for Muon tensors). */
+ * layout: exp_avg (AdamW m, or Muon momentum) and exp_avg_sq (AdamW v; unused by Muon tensors, scratch for the
+ * reference step). Everything a step needs is allocated here: optim_step allocates nothing. */
 typedef struct {
     OptimConfig cfg;
     int64_t step;          /* optimizer steps taken (AdamW bias correction) */
     size_t begin, end;     /* the owned arena block, in floats */
     float *exp_avg, *exp_avg_sq; /* [end - begin] each */
     unsigned char *owned;  /* [params count]: tensor inside the block */
-    float *ns_work;        /* Newton–Schulz workspace, sized for the largest owned matrix */
-    size_t ns_work_floats;
+    OptimJob *jobs;        /* the step's work, largest first */
+    int n_jobs;
+    int n_workers;         /* threads that may run jobs at once (OpenMP max threads at create) */
+    float *ns_work;        /* n_workers Newton–Schulz workspaces, each sized for the largest owned matrix */
+    size_t ns_work_floats; /* per worker */
 } Optimizer;
 
 /* State of tensor p (which = 0: exp_avg, 1: exp_avg_sq); p must be owned. */
@@ -49,12 +56,20 @@ double grad_sumsq_owned(const Optimizer *o, const ParamTable *t);
 /* Multiplies the owned trainable gradients by s. */
 void grad_scale_owned(const Optimizer *o, ParamTable *t, double s);
 void optim_free(Optimizer *o);
-/* One update of every owned trainable tensor with learning rate lr (gradients already clipped/averaged). */
+/* One update of every owned trainable tensor with learning rate lr (gradients already clipped/averaged).
+ * Independent matrices and AdamW chunks run in parallel on the OpenMP threads (single-threaded BLAS inside), the
+ * few matrices too large to share out run alone on threaded BLAS. Deterministic: each job's arithmetic does not
+ * depend on which thread runs it; the result may depend on the thread count only through that split. */
 void optim_step(Optimizer *o, ParamTable *t, double lr);
+/* The same update done the simple way, one tensor after the other (gemm-only Newton–Schulz): the reference the
+ * fast path is tested against. Equal up to float rounding (AdamW tensors: bit-identical). */
+void optim_step_reference(Optimizer *o, ParamTable *t, double lr);
 
-/* Muon's orthogonalisation: X ← NS5(G / (‖G‖_F + 1e-7)) on the wide orientation, written into out [m, n].
- * work: at least muon_workspace_floats(m, n) floats. */
+/* Muon's orthogonalisation: X ← NS5(G / (‖G‖_F + 1e-7)) on the wide orientation, written into out [m, n]
+ * (out may be G). work: at least muon_workspace_floats(m, n) floats. The fast version builds X Xᵀ and A² with
+ * syrk (half the FLOPs of those products); the reference is three gemms per iteration, as SYSTEM.md writes it. */
 void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *work);
+void newton_schulz5_reference(float *out, const float *G, int m, int n, int steps, float *work);
 size_t muon_workspace_floats(int m, int n);
 
 /* Global L2 norm of all trainable gradients (accumulated in double, in table order: deterministic). */

@@ -1,8 +1,9 @@
-/* Schedules, clipping and the balancing controller (the optimizer steps themselves are checked against torch
- * in tests/oracle/test_optim.py). */
+/* Schedules, clipping, the balancing controller, and the fast optimizer step against the simple reference path
+ * (the steps themselves are checked against torch in tests/oracle/test_optim.py). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "matmul.h"
 #include "optim.h"
 #include "test.h"
 
@@ -72,4 +73,226 @@ TEST(balancer_pushes_overused_experts_down) {
     CHECK_NEAR(routing_entropy(even, 4), 1.0, 1e-12);
     CHECK_NEAR(routing_entropy(one, 4), 0.0, 1e-12);
     balancer_free(&b);
+}
+
+/* ---- the fast optimizer step against the simple reference path ---- */
+
+static void fill_normal(float *x, size_t n, ZyRng *rng, double scale) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(zy_rng_normal(rng) * scale);
+}
+
+/* ‖a − b‖ / ‖b‖ (double) */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return sqrt(d) / fmax(sqrt(s), 1e-30);
+}
+
+/* NS5 of SYSTEM.md in double precision: the ground truth both float paths are measured against. */
+static void ns5_f64(float *out, const float *G, int m, int n) {
+    const int tr = m > n, r = tr ? n : m, c = tr ? m : n;
+    double *X = calloc((size_t)r * c, sizeof *X), *Xn = calloc((size_t)r * c, sizeof *Xn);
+    double *A = calloc((size_t)r * r, sizeof *A), *B = calloc((size_t)r * r, sizeof *B), ss = 0;
+    for (size_t i = 0; i < (size_t)m * n; i++) ss += (double)G[i] * G[i];
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double v = G[(size_t)i * n + j] / (sqrt(ss) + 1e-7);
+            if (tr)
+                X[(size_t)j * c + i] = v;
+            else
+                X[(size_t)i * c + j] = v;
+        }
+    for (int it = 0; it < 5; it++) {
+        zy_gemm_f64(0, 1, r, r, c, 1.0, X, c, X, c, 0.0, A, r);
+        for (size_t i = 0; i < (size_t)r * r; i++) B[i] = -4.7750 * A[i];
+        zy_gemm_f64(0, 0, r, r, r, 2.0315, A, r, A, r, 1.0, B, r);
+        for (size_t i = 0; i < (size_t)r * c; i++) Xn[i] = 3.4445 * X[i];
+        zy_gemm_f64(0, 0, r, c, r, 1.0, B, r, X, c, 1.0, Xn, c);
+        double *t = X;
+        X = Xn, Xn = t;
+    }
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) out[(size_t)i * n + j] = (float)(tr ? X[(size_t)j * c + i] : X[(size_t)i * c + j]);
+    free(X), free(Xn), free(A), free(B);
+}
+
+TEST(newton_schulz_fast_matches_reference) {
+    /* square, wide, tall, vectors both ways, odd sizes, the demo's expert shapes */
+    static const int shapes[][2] = {{1, 1},  {1, 9},    {9, 1},    {2, 3},   {5, 64},  {64, 5},  {12, 20},
+                                    {20, 12}, {33, 33}, {64, 64}, {37, 101}, {101, 37}, {128, 256}, {512, 128}};
+    ZyRng rng;
+    zy_rng_seed(&rng, 11);
+    for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
+        const int m = shapes[s][0], n = shapes[s][1];
+        const size_t len = (size_t)m * n;
+        float *G = malloc(len * sizeof *G), *fast = malloc(len * sizeof *fast), *ref = malloc(len * sizeof *ref);
+        float *truth = malloc(len * sizeof *truth), *work = malloc(muon_workspace_floats(m, n) * sizeof *work);
+        REQUIRE(G && fast && ref && truth && work);
+        fill_normal(G, len, &rng, 0.3);
+        newton_schulz5(fast, G, m, n, 5, work);
+        newton_schulz5_reference(ref, G, m, n, 5, work);
+        ns5_f64(truth, G, m, n);
+        const double e_fast = rel_err(fast, truth, len), e_ref = rel_err(ref, truth, len), e = rel_err(fast, ref, len);
+        /* float rounding only: no worse than the reference's own distance to the double result, and close to it */
+        CHECK_MSG(e_fast <= 2 * e_ref + 1e-6 && e <= 1e-5, "%dx%d: fast-f64 %.2e, ref-f64 %.2e, fast-ref %.2e", m, n,
+                  e_fast, e_ref, e);
+        newton_schulz5(G, G, m, n, 5, work); /* in place (out == G) */
+        CHECK(memcmp(G, fast, len * sizeof *G) == 0);
+        free(G), free(fast), free(ref), free(truth), free(work);
+    }
+}
+
+/* A table with every kind of tensor the step sees: Muon matrices of many shapes and expert stacks, AdamW
+ * tensors with and without decay (one larger than an AdamW chunk, taking the total past grad_walk's parallel
+ * threshold), and a buffer. */
+static int optim_test_table(ParamTable *t, ZyErr *err) {
+    static const struct {
+        const char *name;
+        ParamKind kind;
+        int ndim;
+        int64_t shape[3];
+    } specs[] = {{"adamw_embed", PARAM_ADAMW, 2, {10, 6}},  {"muon_wide", PARAM_MUON, 2, {16, 24}},
+                 {"muon_tall", PARAM_MUON, 2, {40, 12}},    {"adamw_norm", PARAM_ADAMW, 1, {7}},
+                 {"muon_row", PARAM_MUON, 2, {1, 32}},      {"muon_col", PARAM_MUON, 2, {32, 1}},
+                 {"muon_experts", PARAM_MUON, 3, {3, 8, 12}}, {"buffer", PARAM_BUFFER, 1, {4}},
+                 {"muon_experts_tall", PARAM_MUON, 3, {4, 96, 32}}, {"adamw_big", PARAM_ADAMW, 1, {70000}},
+                 {"muon_square", PARAM_MUON, 2, {64, 64}},   {"adamw_conv", PARAM_ADAMW, 3, {5, 1, 2}},
+                 {"muon_odd", PARAM_MUON, 2, {37, 101}}};
+    memset(t, 0, sizeof *t);
+    for (size_t i = 0; i < ZY_ARRAY_LEN(specs); i++)
+        if (params_add(t, specs[i].name, specs[i].kind, INIT_ZERO, specs[i].ndim, specs[i].shape, err) < 0) return -1;
+    return params_alloc(t, err);
+}
+
+/* Runs `steps` steps (fresh random gradients each) of the fast or the reference path on the owned block. */
+static void run_steps(ParamTable *t, const float *w0, size_t begin, size_t end, int reference, int steps, int *failed) {
+    ZyErr err = {{0}};
+    Optimizer o;
+    OptimConfig cfg;
+    optim_config_default(&cfg);
+    cfg.weight_decay = 0.1;
+    memcpy(t->data, w0, t->total * sizeof(float));
+    if (optim_create_block(&o, t, &cfg, begin, end, &err)) {
+        fprintf(stderr, "    optim_create_block: %s\n", err.msg);
+        *failed = 1;
+        return;
+    }
+    ZyRng rng;
+    zy_rng_seed(&rng, 99);
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < t->count; i++)
+            if (param_trainable(&t->info[i]))
+                fill_normal(t->grad + t->info[i].offset, t->info[i].numel, &rng, 0.1 * (s + 1));
+        if (reference)
+            optim_step_reference(&o, t, 0.02);
+        else
+            optim_step(&o, t, 0.02);
+    }
+    optim_free(&o);
+}
+
+TEST(optim_step_fast_matches_reference) {
+    ParamTable t;
+    ZyErr err = {{0}};
+    REQUIRE(optim_test_table(&t, &err) == 0);
+    ZyRng rng;
+    zy_rng_seed(&rng, 4);
+    float *w0 = malloc(t.total * sizeof *w0), *ref = malloc(t.total * sizeof *ref);
+    float *fast = malloc(t.total * sizeof *fast);
+    REQUIRE(w0 && ref && fast);
+    fill_normal(w0, t.total, &rng, 0.5);
+    int failed = 0;
+    run_steps(&t, w0, 0, t.total, 1, 3, &failed);
+    memcpy(ref, t.data, t.total * sizeof *ref);
+    run_steps(&t, w0, 0, t.total, 0, 3, &failed);
+    memcpy(fast, t.data, t.total * sizeof *fast);
+    REQUIRE(!failed);
+    for (int i = 0; i < t.count; i++) {
+        const ParamInfo *p = &t.info[i];
+        const size_t n = p->numel, off = p->offset;
+        if (p->kind == PARAM_MUON) {
+            float *du_f = malloc(n * sizeof *du_f), *du_r = malloc(n * sizeof *du_r);
+            for (size_t j = 0; j < n; j++) du_f[j] = fast[off + j] - w0[off + j], du_r[j] = ref[off + j] - w0[off + j];
+            const double e = rel_err(du_f, du_r, n);
+            CHECK_MSG(e <= 1e-5, "%s: update rel err %.2e", p->name, e);
+            free(du_f), free(du_r);
+        } else { /* AdamW shares the per-element code: the same bits; buffers stay untouched */
+            CHECK_MSG(memcmp(fast + off, ref + off, n * sizeof(float)) == 0, "%s differs", p->name);
+            if (p->kind == PARAM_BUFFER) CHECK(memcmp(fast + off, w0 + off, n * sizeof(float)) == 0);
+        }
+    }
+    /* deterministic: the same step again gives the same bits */
+    run_steps(&t, w0, 0, t.total, 0, 3, &failed);
+    CHECK(memcmp(t.data, fast, t.total * sizeof *fast) == 0);
+    free(w0), free(ref), free(fast);
+    params_free(&t);
+}
+
+TEST(optim_step_zero1_blocks_match_whole) {
+    /* Each ZeRO-1 block updates only its own tensors, exactly as the whole-table optimizer does. */
+    ParamTable t;
+    ZyErr err = {{0}};
+    REQUIRE(optim_test_table(&t, &err) == 0);
+    ZyRng rng;
+    zy_rng_seed(&rng, 8);
+    float *w0 = malloc(t.total * sizeof *w0), *whole = malloc(t.total * sizeof *whole);
+    REQUIRE(w0 && whole);
+    fill_normal(w0, t.total, &rng, 0.5);
+    int failed = 0;
+    run_steps(&t, w0, 0, t.total, 0, 2, &failed);
+    memcpy(whole, t.data, t.total * sizeof *whole);
+    size_t bounds[4];
+    zero1_partition(&t, 3, bounds);
+    for (int b = 0; b < 3; b++) {
+        run_steps(&t, w0, bounds[b], bounds[b + 1], 0, 2, &failed);
+        for (int i = 0; i < t.count; i++) {
+            const ParamInfo *p = &t.info[i];
+            const int inside = p->offset >= bounds[b] && p->offset + p->numel <= bounds[b + 1];
+            const float *want = (inside && param_trainable(p) ? whole : w0) + p->offset;
+            const double e = rel_err(t.data + p->offset, want, p->numel);
+            CHECK_MSG(inside ? e <= 1e-6 : e == 0, "block %d, %s (%s): rel err %.2e", b, p->name,
+                      inside ? "owned" : "not owned", e);
+        }
+    }
+    CHECK(!failed);
+    free(w0), free(whole);
+    params_free(&t);
+}
+
+TEST(grad_norm_and_scale_cover_every_trainable_element) {
+    ParamTable t;
+    ZyErr err = {{0}};
+    REQUIRE(optim_test_table(&t, &err) == 0);
+    ZyRng rng;
+    zy_rng_seed(&rng, 21);
+    fill_normal(t.grad, t.total, &rng, 1.0);
+    long double want = 0, want_owned = 0;
+    size_t bounds[3];
+    zero1_partition(&t, 2, bounds);
+    for (int i = 0; i < t.count; i++) {
+        const ParamInfo *p = &t.info[i];
+        if (!param_trainable(p)) continue;
+        for (size_t j = 0; j < p->numel; j++) {
+            long double g = t.grad[p->offset + j];
+            want += g * g;
+            if (p->offset >= bounds[1] && p->offset + p->numel <= bounds[2]) want_owned += g * g;
+        }
+    }
+    CHECK_NEAR(grad_global_norm(&t), sqrt((double)want), 1e-12);
+    Optimizer o;
+    OptimConfig cfg;
+    optim_config_default(&cfg);
+    REQUIRE(optim_create_block(&o, &t, &cfg, bounds[1], bounds[2], &err) == 0);
+    CHECK_NEAR(grad_sumsq_owned(&o, &t), (double)want_owned, 1e-12);
+    const float buf = t.grad[t.info[7].offset];
+    grad_scale(&t, 0.5);
+    CHECK_NEAR(grad_global_norm(&t), 0.5 * sqrt((double)want), 1e-12);
+    CHECK(t.grad[t.info[7].offset] == buf); /* the buffer's slot is not a gradient */
+    grad_scale_owned(&o, &t, 2.0);
+    CHECK_NEAR(grad_sumsq_owned(&o, &t), (double)want_owned, 1e-12);
+    optim_free(&o);
+    params_free(&t);
 }
