@@ -82,7 +82,7 @@ heartbeat_state() {
     local line step pids=() min=""
     for r in 0 1; do
         line=""
-        read -r line <"$1/heartbeat/rank-0000$r.json" 2>/dev/null || return 0
+        { read -r line <"$1/heartbeat/rank-0000$r.json"; } 2>/dev/null || return 0
         [[ $line =~ \"pid\":\ ([0-9]+).*\"step\":\ ([0-9]+).*\"state\":\ \"running\" ]] || return 0
         pids+=("${BASH_REMATCH[1]}")
         step=${BASH_REMATCH[2]}
