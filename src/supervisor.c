@@ -157,7 +157,8 @@ typedef enum { END_DONE, END_STOPPED, END_PREEMPTED, END_CRASH, END_HANG, END_NO
 typedef struct {
     EndKind kind;
     int rank;             /* -1 when unknown */
-    int64_t step;         /* the highest step any rank reported */
+    int64_t step;         /* the event's step: the spiking step, else the highest step any rank reported */
+    int64_t reached;      /* the highest step any rank reported */
     int64_t data_index;   /* for non-finite / spike: the offending data batch */
     int64_t start_step;   /* the step the launch started from (first heartbeat) */
     char detail[1024];
@@ -422,6 +423,7 @@ static int run_once(Sup *s, char *const *argv, LaunchEnd *end, ZyErr *err) {
     memset(end, 0, sizeof *end);
     end->rank = -1;
     end->step = -1;
+    end->reached = -1;
     end->start_step = -1;
     clear_heartbeats(s);
     fflush(NULL);
@@ -487,7 +489,7 @@ static int run_once(Sup *s, char *const *argv, LaunchEnd *end, ZyErr *err) {
             if (h->rank < 0 || h->rank >= MAX_RANKS) continue;
             seen_heartbeat = 1;
             if (end->start_step < 0) end->start_step = h->step;
-            if (h->step > end->step) end->step = h->step;
+            if (h->step > end->reached) end->reached = h->step;
             if (h->time != last_time[h->rank]) { /* rewritten: this rank made progress */
                 if (last_step[h->rank] >= 0 && h->step > last_step[h->rank] && h->step_seconds > 0) {
                     stepped = 1;
@@ -562,7 +564,7 @@ static int run_once(Sup *s, char *const *argv, LaunchEnd *end, ZyErr *err) {
     int n = read_heartbeats(s, hb, MAX_RANKS);
     int any_stopped = 0, all_done = n > 0, any_nonfinite = 0;
     for (int i = 0; i < n; i++) {
-        if (hb[i].step > end->step) end->step = hb[i].step;
+        if (hb[i].step > end->reached) end->reached = hb[i].step;
         any_stopped |= hb[i].state == HB_STOPPED;
         all_done &= hb[i].state == HB_DONE;
         if (hb[i].state == HB_NONFINITE && !any_nonfinite) {
@@ -576,6 +578,7 @@ static int run_once(Sup *s, char *const *argv, LaunchEnd *end, ZyErr *err) {
         }
     }
     free(hb), free(last_time), free(last_step);
+    if (!(fault && end->kind == END_SPIKE)) end->step = end->reached;
     const int st = job.status;
     const int exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     char how[96];
@@ -870,7 +873,7 @@ int supervise(const SupervisorOptions *o, SupervisorSummary *sum, ZyErr *err) {
         if (rollback && skip_windows_add(&s->skips, window, err)) goto done;
         if (choose_checkpoint(s, rollback ? end.data_index : -1, resume_dir, 1024, err)) goto done;
         const int64_t resume_step = resume_dir[0] ? step_of_dir(resume_dir) : 0;
-        if (end.step > resume_step) sum->steps_redone += end.step - resume_step;
+        if (end.reached > resume_step) sum->steps_redone += end.reached - resume_step;
         /* back-off: backoff x 2^restarts, capped; a stop request during it ends the run */
         double delay = fmin(o->backoff * pow(2, sum->restarts), o->backoff_max);
         const double until = zy_now_seconds() + delay;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # zaya supervise, one behaviour at a time, on a single-process tiny run (ZAYA_FAULT injects the failures):
-# crash → restart, hang → restart, non-finite step → roll back and skip (same weights as `train --skip-data`),
+# crash → restart, hang → restart, non-finite step and loss spikes → roll back and skip (same weights as
+# `train --skip-data`),
 # a corrupt checkpoint met at resume → quarantined, give-up after --max-restarts, preemption (SIGTERM to the
 # supervisor → exit 0 with a checkpoint; the resumed run ends bit-identical), bad flags → clear errors; and the
 # trainer's own --resume fallback / --resume-from checks.
@@ -78,6 +79,18 @@ $ZAYA train "$W/run.json" --override out_dir="$W/skip56" --skip-data 5:6 --quiet
 check "nonfinite: final weights byte-identical to train --skip-data 5:6" cmp -s "$W/skip56/final/model.safetensors" "$out/final/model.safetensors"
 check "nonfinite: metrics show every step once" steps_once "$out"
 check "nonfinite: trainer exits 3 on its own" bash -c "ZAYA_FAULT=nan@2 $ZAYA train '$W/run.json' --override out_dir='$W/nan_plain' --quiet >/dev/null 2>'$W/nan_plain.err'; test \$? -eq 3 && grep -q 'non-finite loss.*at step 2 (data index 1)' '$W/nan_plain.err'"
+
+# ---- loss spikes (a deliberately touchy detector): roll back, skip, and stay reproducible ----
+out="$W/spike"
+$SUP --spike-z 1.5 --spike-window 8 --max-restarts 20 -- $ZAYA train "$W/run.json" --override out_dir="$out" \
+    --override phases.0.tokens=8192 --quiet >"$out.log" 2>&1
+rc=$?
+windows=$(python3 -c "import json; print(' '.join(f'--skip-data {a}:{b}' for a, b in json.load(open('$out/supervisor_summary.json'))['skip_windows']))" 2>/dev/null)
+check "spike: supervisor exit 0 with spikes detected ($(grep -c '"kind":"spike"' "$out/faults.jsonl" 2>/dev/null); windows: $windows)" \
+    test $rc -eq 0 -a -n "$windows"
+$ZAYA train "$W/run.json" --override out_dir="$W/spikeref" --override phases.0.tokens=8192 $windows --quiet >"$W/spikeref.log" 2>&1
+check "spike: final weights byte-identical to train with the recorded --skip-data windows" \
+    cmp -s "$W/spikeref/final/model.safetensors" "$out/final/model.safetensors"
 
 # ---- a checkpoint damaged after publishing: met at resume, quarantined, an older one used ----
 out="$W/corrupt"
