@@ -72,6 +72,7 @@ static void carve_cache(ZyCarver *cv, KVCache *c) {
     s->expert_out = CF(cv, N * D);
     s->moe_out = CF(cv, N * D);
     s->last_rows = CF(cv, B * D);
+    s->conv_wp = CF(cv, (size_t)cca_conv_work_floats((int)C, f->head_dim, f->cca_time1));
 }
 
 size_t kvcache_bytes_per_token(const ZayaConfig *cfg) {
@@ -173,7 +174,7 @@ static void cached_attention(KVCache *c, int l, int n, int p0) {
             const float *k = c->k[l] + (long)b * c->max_len * Ck + j * dh;
             const float *v = c->v[l] + (long)b * c->max_len * Ck + j * dh;
             zy_gemm(0, 1, n, Lk, dh, scale, q, Cq, k, Ck, 0, p, Lk);
-#pragma omp parallel for schedule(static) if (n > 1)
+#pragma omp parallel for schedule(static) if (ZY_PAR((long)n * Lk * 4))
             for (int t = 0; t < n; t++) {
                 float *row = p + (long)t * Lk;
                 const int last = p0 + t; /* query at position p0+t sees keys 0..p0+t */
@@ -210,7 +211,7 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
         memcpy(xe, c->conv_state[l] + (long)b * P * C, (size_t)P * C * sizeof(float));
         memcpy(xe + (long)P * C, s->X + (long)b * n * C, (size_t)n * C * sizeof(float));
     }
-    cca_conv_forward(s->Ye, s->Me, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE, C, dh,
+    cca_conv_forward(s->Ye, s->Me, s->conv_wp, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE, C, dh,
                      f->cca_time0, f->cca_time1);
     for (int b = 0; b < B; b++)
         memcpy(c->conv_state[l] + (long)b * P * C, s->Xe + ((long)b * TE + n) * C, (size_t)P * C * sizeof(float));
@@ -273,15 +274,20 @@ static void decode_piece(const Model *m, KVCache *c, int n, float *logits, int l
     const int B = c->batch, N = B * n, D = f->hidden_size, V = f->vocab_size;
     embed_forward(s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
     const float *r_prev = NULL;
+    /* residual merges fused with the RMSNorm reading their output, as in model_forward */
+    rmsnorm_forward(s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
-        rmsnorm_forward(s->u, s->rstd, s->x, W->input_norm, N, D, f->rms_norm_eps);
         cca_decode(f, W, c, l, n);
-        residual_merge_forward(s->x_mid, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D);
-        rmsnorm_forward(s->u, s->rstd, s->x_mid, W->post_norm, N, D, f->rms_norm_eps);
+        merge_rmsnorm_forward(s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb,
+                              W->post_norm, N, D, f->rms_norm_eps);
         float *z = s->z[l & 1];
         moe_decode(f, W, s, z, r_prev, N);
-        residual_merge_forward(s->x, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
+        if (l + 1 < f->num_layers)
+            merge_rmsnorm_forward(s->x, s->u, s->rstd, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
+                                  W->mlp_rb, w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
+        else
+            residual_merge_forward(s->x, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
         r_prev = z;
         if (routing)
             for (int b = 0; b < B; b++)

@@ -34,6 +34,7 @@ typedef struct {
     float *expert_in, *expert_gu, *expert_act, *expert_out; /* [N,D], [N,2I], [N,I], [N,D] */
     float *moe_out;                         /* [N,D] */
     float *last_rows;                       /* final-normed last row of each sequence [B,D] */
+    float *conv_wp;                         /* cca_conv_forward's workspace */
 } DecodeScratch;
 
 typedef struct {

@@ -2,11 +2,13 @@
 #include "model.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "kernels.h"
 #include "matmul.h"
 
@@ -167,7 +169,7 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
         L->v_current = CARVE_F(cv, N * Ck / 2);
         L->v_delayed = CARVE_F(cv, N * Ck / 2);
         L->value = CARVE_F(cv, N * Ck);
-        L->probs = CARVE_F(cv, (size_t)a->B * Hq * T * T);
+        L->lse = CARVE_F(cv, (size_t)a->B * Hq * T);
         L->attn_out = CARVE_F(cv, N * Cq);
         L->attn_proj = CARVE_F(cv, N * D);
         L->x_mid = CARVE_F(cv, N * D);
@@ -200,6 +202,8 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     a->row_loss = CARVE_F(cv, N);
     a->rope_cos = CARVE_F(cv, T * rd / 2);
     a->rope_sin = CARVE_F(cv, T * rd / 2);
+    a->conv_wp = CARVE_F(cv, (size_t)cca_conv_work_floats((int)C, c->head_dim, c->cca_time1));
+    a->conv_dwp = CARVE_F(cv, (size_t)cca_conv_work_floats((int)C, c->head_dim, c->cca_time1));
     BackwardScratch *d = &a->d;
     d->d_x = CARVE_F(cv, N * D);
     d->d_u = CARVE_F(cv, N * D);
@@ -213,7 +217,7 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     d->d_vc = CARVE_F(cv, N * Ck / 2);
     d->d_vd = CARVE_F(cv, N * Ck / 2);
     d->d_attn_out = CARVE_F(cv, N * Cq);
-    d->d_probs = CARVE_F(cv, T * T);
+    a->attn_work = CARVE_F(cv, flash_attention_workspace_floats(c->head_dim, a->attn_threads));
     d->d_z = CARVE_F(cv, N * R);
     d->d_z_carry = CARVE_F(cv, N * R);
     d->d_zn = CARVE_F(cv, N * R);
@@ -234,6 +238,7 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
     if (B <= 0 || T <= 0) return zy_fail(err, "batch shape [%d, %d] must be positive", B, T);
     a->B = B;
     a->T = T;
+    a->attn_threads = omp_get_max_threads(); /* sizes the attention scratch */
     a->layers = calloc((size_t)cfg->num_layers, sizeof(LayerActs));
     if (!a->layers) return zy_fail(err, "out of memory");
     ZyCarver sizing = {0};
@@ -300,7 +305,7 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     zy_gemm(0, 1, N, Cq, D, 1, L->u_attn, D, W->w_q, D, 0, L->qk_down, C);
     zy_gemm(0, 1, N, Ck, D, 1, L->u_attn, D, W->w_k, D, 0, L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
-    cca_conv_forward(L->conv_out, L->conv_mid, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B,
+    cca_conv_forward(L->conv_out, L->conv_mid, a->conv_wp, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B,
                      T, C, dh, c->cca_time0, c->cca_time1);
     /* 3. q-k mean skip */
     qk_mean_forward(L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
@@ -317,7 +322,8 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     rope_forward(L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
     rope_forward(L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
     /* 7. causal softmax attention in the latent space */
-    attention_forward(L->attn_out, L->probs, L->query, L->key, L->value, B, T, Hq, Hkv, dh);
+    flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
+                            a->attn_threads);
     /* 8. output projection */
     linear_forward(L->attn_proj, L->attn_out, W->w_o, NULL, N, Cq, D);
 }
@@ -337,41 +343,24 @@ static void group_by_expert(const MoeBuffers *b, int N, int E) {
 void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuffers *b, const float *r_prev, int N) {
     const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
     double t_router = b->phase_seconds ? zy_now_seconds() : 0;
-    /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer */
-    linear_forward(b->z, b->u, W->router_down_w, W->router_down_b, N, D, R);
-    if (r_prev) {
-#pragma omp parallel for schedule(static) if (N > 1)
-        for (int r = 0; r < N; r++)
-            for (int i = 0; i < R; i++) b->z[(long)r * R + i] += r_prev[(long)r * R + i] * W->router_state_scale[i];
-    }
-    rmsnorm_forward(b->zn, b->rstd, b->z, W->router_norm, N, R, c->rms_norm_eps);
-    linear_forward(b->h1_pre, b->zn, W->router_fc1_w, W->router_fc1_b, N, R, R);
-    gelu_forward(b->h1, b->h1_pre, (long)N * R);
-    linear_forward(b->h2_pre, b->h1, W->router_fc2_w, W->router_fc2_b, N, R, R);
-    gelu_forward(b->h2, b->h2_pre, (long)N * R);
-    linear_forward(b->logits, b->h2, W->router_out_w, NULL, N, R, E + 1);
+    /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer, and its RMSNorm in one pass;
+     * each MLP layer is a GEMM into its destination (beta = 0) and one bias + GELU pass */
+    zy_gemm(0, 1, N, R, D, 1, b->u, D, W->router_down_w, D, 0, b->z, R);
+    state_rmsnorm_forward(b->z, b->zn, b->rstd, W->router_down_b, r_prev, W->router_state_scale, W->router_norm, N, R,
+                          c->rms_norm_eps);
+    zy_gemm(0, 1, N, R, R, 1, b->zn, R, W->router_fc1_w, R, 0, b->h1_pre, R);
+    bias_gelu_forward(b->h1_pre, b->h1, W->router_fc1_b, N, R);
+    zy_gemm(0, 1, N, R, R, 1, b->h1, R, W->router_fc2_w, R, 0, b->h2_pre, R);
+    bias_gelu_forward(b->h2_pre, b->h2, W->router_fc2_b, N, R);
+    zy_gemm(0, 1, N, E + 1, R, 1, b->h2, R, W->router_out_w, R, 0, b->logits, E + 1);
     router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, E + 1);
 
     double t_experts = b->phase_seconds ? zy_now_seconds() : 0;
     if (b->phase_seconds) b->phase_seconds[PHASE_ROUTER] += t_experts - t_router;
-    /* dropless top-1 experts: gather each expert's tokens, SwiGLU, scale by the gate, scatter back */
+    /* dropless top-1 experts: grouped GEMMs over the rows sorted by expert, gate-scaled scatter back */
     group_by_expert(b, N, E);
-    memset(b->out, 0, (size_t)N * D * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        int n = b->expert_offset[e + 1] - b->expert_offset[e], start = b->expert_offset[e];
-        if (n == 0) continue;
-        float *xin = b->expert_in + (long)start * D, *gu = b->expert_gu + (long)start * 2 * I;
-        float *act = b->expert_act + (long)start * I, *y = b->expert_out + (long)start * D;
-        for (int k = 0; k < n; k++) memcpy(xin + (long)k * D, b->u + (long)b->sorted_rows[start + k] * D, D * sizeof(float));
-        linear_forward(gu, xin, W->expert_gate_up + (long)e * 2 * I * D, NULL, n, D, 2 * I);
-        swiglu_forward(act, gu, n, I);
-        linear_forward(y, act, W->expert_down + (long)e * D * I, NULL, n, I, D);
-        for (int k = 0; k < n; k++) {
-            int row = b->sorted_rows[start + k];
-            float g = b->gate[row];
-            for (int i = 0; i < D; i++) b->out[(long)row * D + i] = g * y[(long)k * D + i];
-        }
-    }
+    moe_experts_forward(b->out, b->expert_in, b->expert_gu, b->expert_act, b->expert_out, b->u, b->gate, b->choice,
+                        b->sorted_rows, b->expert_offset, W->expert_gate_up, W->expert_down, N, D, I, E);
     if (b->phase_seconds) b->phase_seconds[PHASE_EXPERTS] += zy_now_seconds() - t_experts;
 }
 
@@ -394,25 +383,32 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
     double *tm = a->phase_seconds;
     TIMED(tm, PHASE_NORMS, embed_forward(a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D));
     const float *r_prev = NULL;
+    /* Each residual merge runs fused with the RMSNorm that reads its output (merge_rmsnorm_forward). */
+    TIMED(tm, PHASE_NORMS,
+          rmsnorm_forward(a->layers[0].u_attn, a->layers[0].rstd_attn, a->layers[0].x_in, w->layers[0].input_norm, N, D,
+                          c->rms_norm_eps));
     for (int l = 0; l < c->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
         LayerActs *L = &a->layers[l];
-        float *x_out = l + 1 < c->num_layers ? a->layers[l + 1].x_in : a->x_final;
-        /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr */
-        TIMED(tm, PHASE_NORMS, rmsnorm_forward(L->u_attn, L->rstd_attn, L->x_in, W->input_norm, N, D, c->rms_norm_eps));
+        const int last = l + 1 == c->num_layers;
+        float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
+        /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr; u = RMSNorm(x) */
         TIMED(tm, PHASE_ATTENTION, cca_forward(c, W, L, a));
         TIMED(tm, PHASE_NORMS,
-              residual_merge_forward(L->x_mid, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D));
-        /* m, r = MoE(RMSNorm(x), r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr' */
-        TIMED(tm, PHASE_NORMS, rmsnorm_forward(L->u_mlp, L->rstd_mlp, L->x_mid, W->post_norm, N, D, c->rms_norm_eps));
+              merge_rmsnorm_forward(L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
+                                    W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps));
+        /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
         MoeBuffers moe = moe_buffers_of(L, tm);
         moe_block_forward(c, W, &moe, r_prev, N);
+        float *u_next = last ? a->final_normed : a->layers[l + 1].u_attn;
+        float *rstd_next = last ? a->final_rstd : a->layers[l + 1].rstd_attn;
+        const float *w_next = last ? w->final_norm : w->layers[l + 1].input_norm;
         TIMED(tm, PHASE_NORMS,
-              residual_merge_forward(x_out, L->moe_out, L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D));
+              merge_rmsnorm_forward(x_out, u_next, rstd_next, L->moe_out, L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
+                                    W->mlp_rb, w_next, N, D, c->rms_norm_eps));
         r_prev = L->router_z;
     }
     /* logits = RMSNorm(x; w_final) · headᵀ */
-    TIMED(tm, PHASE_NORMS, rmsnorm_forward(a->final_normed, a->final_rstd, a->x_final, w->final_norm, N, D, c->rms_norm_eps));
     TIMED(tm, PHASE_HEAD, linear_forward(a->logits, a->final_normed, w->lm_head, NULL, N, D, c->vocab_size));
 }
 
@@ -426,71 +422,43 @@ double model_loss(const Model *m, Activations *a, const int32_t *targets) {
 
 static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 
-/* Input: d->d_h = dL/d(moe_out), d->d_z = dL/dz carried from the next layer's router (zero at the last layer).
- * Output: d->d_u += dL/du_mlp; d->d_z_carry = dL/dr_prev for the previous layer. */
+/* Input: d->d_h = dL/d(moe_out); dz = dL/dz carried back from layer l+1's router (zeroed at the last layer).
+ * Output: d->d_u = dL/du_mlp (overwritten); dz_prev = dL/dr_prev for the previous layer (when r_prev). dz is
+ * consumed (the router's own gradient is added to it). */
 static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
-                         const float *r_prev, BackwardScratch *d, int N, double *tm) {
+                         const float *r_prev, BackwardScratch *d, float *dz, float *dz_prev, int N, double *tm) {
     const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
-    double t_experts = tm ? zy_now_seconds() : 0;
+    const int n_routed = L->expert_offset[E];
+    double t0 = tm ? zy_now_seconds() : 0;
+    /* out = gate ⊙ y: dgate and dy in one pass over the routed rows */
     zero(d->d_gate, N);
-    for (int e = 0; e < E; e++) {
-        int n = L->expert_offset[e + 1] - L->expert_offset[e], start = L->expert_offset[e];
-        if (n == 0) continue;
-        const float *xin = L->expert_in + (long)start * D, *gu = L->expert_gu + (long)start * 2 * I;
-        const float *act = L->expert_act + (long)start * I, *y = L->expert_out + (long)start * D;
-        float *dy = d->d_expert_out, *dact = d->d_expert_act, *dgu = d->d_expert_gu, *dxin = d->d_expert_in;
-        /* out = gate · y: dgate = Σ dout·y, dy = gate · dout */
-        for (int k = 0; k < n; k++) {
-            int row = L->sorted_rows[start + k];
-            const float *dout = d->d_h + (long)row * D;
-            double dg = 0;
-            for (int i = 0; i < D; i++) {
-                dg += (double)dout[i] * y[(long)k * D + i];
-                dy[(long)k * D + i] = L->gate[row] * dout[i];
-            }
-            d->d_gate[row] = (float)dg;
-        }
-        zero(dact, (size_t)n * I);
-        zero(dgu, (size_t)n * 2 * I);
-        zero(dxin, (size_t)n * D);
-        linear_backward(dact, G->expert_down + (long)e * D * I, NULL, dy, act, W->expert_down + (long)e * D * I, n, I, D);
-        swiglu_backward(dgu, dact, gu, n, I);
-        linear_backward(dxin, G->expert_gate_up + (long)e * 2 * I * D, NULL, dgu, xin,
-                        W->expert_gate_up + (long)e * 2 * I * D, n, D, 2 * I);
-        for (int k = 0; k < n; k++) {
-            float *du = d->d_u + (long)L->sorted_rows[start + k] * D;
-            for (int i = 0; i < D; i++) du[i] += dxin[(long)k * D + i];
-        }
-    }
-    double t_router = tm ? zy_now_seconds() : 0;
-    if (tm) tm[PHASE_EXPERTS] += t_router - t_experts;
-    /* router MLP, through the gate only */
+    moe_gate_backward(d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, D);
+    double t1 = tm ? zy_now_seconds() : 0;
+    /* router MLP, through the gate only; every activation gradient is a GEMM into its destination (beta = 0) */
     zero(d->d_router_logits, (size_t)N * (E + 1));
     router_choice_backward(d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, E + 1);
-    zero(d->d_h2, (size_t)N * R);
-    linear_backward(d->d_h2, G->router_out_w, NULL, d->d_router_logits, L->router_h2, W->router_out_w, N, R, E + 1);
-    zero(d->d_h1, (size_t)N * R);
-    gelu_backward(d->d_h1, d->d_h2, L->router_h2_pre, (long)N * R); /* d_h1 = d(h2_pre) */
-    zero(d->d_h2, (size_t)N * R);
-    linear_backward(d->d_h2, G->router_fc2_w, G->router_fc2_b, d->d_h1, L->router_h1, W->router_fc2_w, N, R, R); /* d_h2 = d(h1) */
-    zero(d->d_h1, (size_t)N * R);
-    gelu_backward(d->d_h1, d->d_h2, L->router_h1_pre, (long)N * R); /* d_h1 = d(h1_pre) */
-    zero(d->d_zn, (size_t)N * R);
-    linear_backward(d->d_zn, G->router_fc1_w, G->router_fc1_b, d->d_h1, L->router_zn, W->router_fc1_w, N, R, R);
-    rmsnorm_backward(d->d_z, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
+    zy_gemm(0, 0, N, R, E + 1, 1, d->d_router_logits, E + 1, W->router_out_w, R, 0, d->d_h2, R);
+    zy_gemm(1, 0, E + 1, R, N, 1, d->d_router_logits, E + 1, L->router_h2, R, 1, G->router_out_w, R);
+    gelu_bias_backward(d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
+    zy_gemm(0, 0, N, R, R, 1, d->d_h1, R, W->router_fc2_w, R, 0, d->d_h2, R);       /* d_h2 = d(h1) */
+    zy_gemm(1, 0, R, R, N, 1, d->d_h1, R, L->router_h1, R, 1, G->router_fc2_w, R);
+    gelu_bias_backward(d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
+    zy_gemm(0, 0, N, R, R, 1, d->d_h1, R, W->router_fc1_w, R, 0, d->d_zn, R);
+    zy_gemm(1, 0, R, R, N, 1, d->d_h1, R, L->router_zn, R, 1, G->router_fc1_w, R);
+    rmsnorm_backward(dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
     /* z = u W_downᵀ + b + r_prev ⊙ γ */
-    if (r_prev) {
-        for (int i = 0; i < R; i++) {
-            double acc = 0;
-            for (int r = 0; r < N; r++) acc += (double)d->d_z[(long)r * R + i] * r_prev[(long)r * R + i];
-            G->router_state_scale[i] += (float)acc;
-        }
-#pragma omp parallel for schedule(static)
-        for (int r = 0; r < N; r++)
-            for (int i = 0; i < R; i++) d->d_z_carry[(long)r * R + i] = d->d_z[(long)r * R + i] * W->router_state_scale[i];
+    state_backward(dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
+    zy_gemm(0, 0, N, D, R, 1, dz, R, W->router_down_w, D, 0, d->d_u, D);
+    zy_gemm(1, 0, R, D, N, 1, dz, R, L->u_mlp, D, 1, G->router_down_w, D);
+    double t2 = tm ? zy_now_seconds() : 0;
+    /* experts: grouped GEMMs, SwiGLU backward, scatter-add of dxin into d_u */
+    moe_experts_backward(d->d_u, G->expert_gate_up, G->expert_down, d->d_expert_act, d->d_expert_gu, d->d_expert_in,
+                         d->d_expert_out, L->expert_in, L->expert_gu, L->expert_act, L->sorted_rows, L->expert_offset,
+                         W->expert_gate_up, W->expert_down, D, I, E);
+    if (tm) {
+        tm[PHASE_EXPERTS] += (t1 - t0) + (zy_now_seconds() - t2);
+        tm[PHASE_ROUTER] += t2 - t1;
     }
-    linear_backward(d->d_u, G->router_down_w, G->router_down_b, d->d_z, L->u_mlp, W->router_down_w, N, D, R);
-    if (tm) tm[PHASE_ROUTER] += zy_now_seconds() - t_router;
 }
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
@@ -505,8 +473,8 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     zero(d->d_query, (size_t)N * Cq);
     zero(d->d_key, (size_t)N * Ck);
     zero(d->d_value, (size_t)N * Ck);
-    attention_backward(d->d_query, d->d_key, d->d_value, d->d_probs, d->d_attn_out, L->probs, L->query, L->key,
-                       L->value, B, T, Hq, Hkv, dh);
+    flash_attention_backward(d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key,
+                             L->value, B, T, Hq, Hkv, dh, a->attn_work, a->attn_threads);
     /* 4. delayed values (first, so d_value is free scratch afterwards) */
     zero(d->d_vc, (size_t)N * Ck / 2);
     zero(d->d_vd, (size_t)N * Ck / 2);
@@ -530,7 +498,7 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     qk_mean_backward(d->d_conv_out, d->d_qk_down, d_query_pre, d_key_pre, N, Hq, Hkv, dh);
     /* 2. convolutions */
     cca_conv_backward(d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
-                      d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
+                      a->conv_wp, a->conv_dwp, d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
                       c->cca_time1);
     /* 1. down projections (dX has row stride C) */
     zy_gemm(0, 0, N, D, Cq, 1, d->d_qk_down, C, W->w_q, D, 1, d->d_u, D);
@@ -541,46 +509,62 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
 
 double model_backward(Model *m, Activations *a, const int32_t *targets) {
     const ZayaConfig *c = &m->cfg;
-    const int N = a->B * a->T, D = c->hidden_size, R = c->router_hidden_size;
+    const int N = a->B * a->T, D = c->hidden_size, R = c->router_hidden_size, V = c->vocab_size;
     const Weights *w = &m->w;
     Weights *g = &m->g;
     BackwardScratch *d = &a->d;
-    /* loss and head */
+    /* loss and head: d_final = d_logits · head (beta = 0: no zeroing pass) */
     double *tm = a->phase_seconds, loss = 0;
     TIMED(tm, PHASE_HEAD, {
-        loss = cross_entropy(d->d_logits, a->row_loss, a->logits, targets, N, c->vocab_size, 1.0);
-        zero(d->d_final, (size_t)N * D);
-        linear_backward(d->d_final, g->lm_head, NULL, d->d_logits, a->final_normed, w->lm_head, N, D, c->vocab_size);
+        loss = cross_entropy(d->d_logits, a->row_loss, a->logits, targets, N, V, 1.0);
+        zy_gemm(0, 0, N, D, V, 1, d->d_logits, V, w->lm_head, D, 0, d->d_final, D);
+        zy_gemm(1, 0, V, D, N, 1, d->d_logits, V, a->final_normed, D, 1, g->lm_head, D);
     });
+    /* Each RMSNorm backward runs fused with the backward of the residual merge that produced its input
+     * (rmsnorm_merge_backward): d_x becomes the residual-path gradient below the merge, d_h its other input's. */
+    const int Last = c->num_layers - 1;
     zero(d->d_x, (size_t)N * D);
-    TIMED(tm, PHASE_NORMS, rmsnorm_backward(d->d_x, g->final_norm, d->d_final, a->x_final, w->final_norm, a->final_rstd, N, D));
-    zero(d->d_z_carry, (size_t)N * R);
-    for (int l = c->num_layers - 1; l >= 0; l--) {
+    {
+        const LayerWeights *W = &w->layers[Last];
+        LayerWeights *G = &g->layers[Last];
+        LayerActs *L = &a->layers[Last];
+        TIMED(tm, PHASE_NORMS,
+              rmsnorm_merge_backward(d->d_x, d->d_h, g->final_norm, G->mlp_hs, G->mlp_hb, G->mlp_rs, G->mlp_rb,
+                                     d->d_final, a->x_final, w->final_norm, a->final_rstd, L->moe_out, L->x_mid,
+                                     W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D));
+    }
+    /* router-state gradients ping-pong between two buffers across layers */
+    float *dz = d->d_z, *dz_prev = d->d_z_carry;
+    zero(dz, (size_t)N * R);
+    for (int l = Last; l >= 0; l--) {
         const LayerWeights *W = &w->layers[l];
         LayerWeights *G = &g->layers[l];
         LayerActs *L = &a->layers[l];
         const float *r_prev = l > 0 ? a->layers[l - 1].router_z : NULL;
-        /* x_out = (m + bh') ⊙ sh' + (x_mid + br') ⊙ sr'  →  d_h = dm, d_u accumulates dx_mid */
-        zero(d->d_h, (size_t)N * D);
-        zero(d->d_u, (size_t)N * D);
-        residual_merge_backward(d->d_h, d->d_u, G->mlp_hs, G->mlp_hb, G->mlp_rs, G->mlp_rb, d->d_x, L->moe_out,
-                                L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
-        memcpy(d->d_x, d->d_u, (size_t)N * D * sizeof(float)); /* d_x = dL/dx_mid (residual path) */
-        /* MoE: d_z starts with the gradient carried back from layer l+1's router */
-        memcpy(d->d_z, d->d_z_carry, (size_t)N * R * sizeof(float));
-        zero(d->d_z_carry, (size_t)N * R);
-        zero(d->d_u, (size_t)N * D);
-        moe_backward(c, W, G, L, r_prev, d, N, tm);
-        TIMED(tm, PHASE_NORMS, rmsnorm_backward(d->d_x, G->post_norm, d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, N, D));
-        /* x_mid = (a + bh) ⊙ sh + (x_in + br) ⊙ sr */
-        zero(d->d_h, (size_t)N * D);
-        zero(d->d_u, (size_t)N * D);
-        residual_merge_backward(d->d_h, d->d_u, G->attn_hs, G->attn_hb, G->attn_rs, G->attn_rb, d->d_x, L->attn_proj,
-                                L->x_in, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb, N, D);
-        memcpy(d->d_x, d->d_u, (size_t)N * D * sizeof(float)); /* d_x = dL/dx_in (residual path) */
+        /* here d_h = dL/dmoe_out, d_x = dL/dx_mid through the residual path */
+        moe_backward(c, W, G, L, r_prev, d, dz, dz_prev, N, tm);
+        float *t = dz;
+        dz = dz_prev;
+        dz_prev = t;
+        /* u_mlp = RMSNorm(x_mid), x_mid = (a + bh) ⊙ sh + (x_in + br) ⊙ sr */
+        TIMED(tm, PHASE_NORMS,
+              rmsnorm_merge_backward(d->d_x, d->d_h, G->post_norm, G->attn_hs, G->attn_hb, G->attn_rs, G->attn_rb,
+                                     d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs,
+                                     W->attn_hb, W->attn_rs, W->attn_rb, N, D));
         zero(d->d_u, (size_t)N * D);
         TIMED(tm, PHASE_ATTENTION, cca_backward(c, W, G, L, a, d));
-        TIMED(tm, PHASE_NORMS, rmsnorm_backward(d->d_x, G->input_norm, d->d_u, L->x_in, W->input_norm, L->rstd_attn, N, D));
+        if (l > 0) { /* u_attn = RMSNorm(x_in), x_in = the previous layer's MLP merge */
+            const LayerWeights *Wp = &w->layers[l - 1];
+            LayerWeights *Gp = &g->layers[l - 1];
+            LayerActs *Lp = &a->layers[l - 1];
+            TIMED(tm, PHASE_NORMS,
+                  rmsnorm_merge_backward(d->d_x, d->d_h, G->input_norm, Gp->mlp_hs, Gp->mlp_hb, Gp->mlp_rs, Gp->mlp_rb,
+                                         d->d_u, L->x_in, W->input_norm, L->rstd_attn, Lp->moe_out, Lp->x_mid,
+                                         Wp->mlp_hs, Wp->mlp_hb, Wp->mlp_rs, Wp->mlp_rb, N, D));
+        } else {
+            TIMED(tm, PHASE_NORMS,
+                  rmsnorm_backward(d->d_x, G->input_norm, d->d_u, L->x_in, W->input_norm, L->rstd_attn, N, D));
+        }
     }
     embed_backward(g->embed, g->in_bias, g->in_scale, d->d_x, w->embed, a->tokens, w->in_bias, w->in_scale, N, D,
                    c->pad_token_id);

@@ -80,7 +80,7 @@ typedef struct {
     float *q_norm, *k_norm;                              /* L2 norms [N,Hq], [N,Hkv] */
     float *query, *key;                                  /* normalised + RoPE [N,Cq], [N,Ck] */
     float *v_current, *v_delayed, *value;                /* [N,Ck/2] x2, [N,Ck] */
-    float *probs;                                        /* attention probabilities [B,Hq,T,T] */
+    float *lse;                                          /* attention log-sum-exp per query row [B,Hq,T] */
     float *attn_out;                                     /* concat_h o_h [N,Cq] */
     float *attn_proj;                                    /* o_proj output [N,D] */
     float *x_mid, *u_mlp, *rstd_mlp;                     /* after attention merge; RMSNorm [N,D]; [N] */
@@ -105,7 +105,7 @@ typedef struct {
     float *d_x, *d_u, *d_h;                              /* [N,D] */
     float *d_qk_down, *d_conv_out, *d_conv_mid;          /* [N,C], [N,C], [B*(T+k1-1),C] */
     float *d_query, *d_key, *d_value, *d_vc, *d_vd;      /* [N,Cq], [N,Ck], [N,Ck], [N,Ck/2] x2 */
-    float *d_attn_out, *d_probs;                         /* [N,Cq], [T,T] */
+    float *d_attn_out;                                   /* [N,Cq] */
     float *d_z, *d_z_carry, *d_zn, *d_h1, *d_h2;         /* [N,R] */
     float *d_router_logits, *d_gate;                     /* [N,E+1], [N] */
     float *d_expert_out, *d_expert_act, *d_expert_gu, *d_expert_in; /* [N,D], [N,I], [N,2I], [N,D] */
@@ -121,6 +121,9 @@ typedef struct {
     float *logits;             /* [N,V] */
     float *row_loss;           /* [N] per-position loss (scratch of the cross-entropy) */
     float *rope_cos, *rope_sin; /* [T, rd/2] */
+    float *conv_wp, *conv_dwp; /* cca_conv workspaces (repacked grouped-conv weights and their gradient) */
+    float *attn_work;          /* flash-attention tile scratch for up to attn_threads threads */
+    int attn_threads;
     BackwardScratch d;
     double *phase_seconds;     /* optional [MODEL_PHASES] time accumulators, set by the caller (NULL: off) */
     void *block;               /* one allocation behind everything above */

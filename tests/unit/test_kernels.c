@@ -171,13 +171,13 @@ TEST(embed_backward_matches_finite_differences_except_pad_row) {
 
 /* ---- CCA convolutions -------------------------------------------------------------------------------------- */
 typedef struct {
-    double *X, *w0, *b0, *w1, *b1, *M;
+    double *X, *w0, *b0, *w1, *b1, *M, *wp, *dwp; /* wp, dwp: the conv's workspaces */
     int B, T, C, dh, k0, k1;
 } ConvState;
 
 static void conv_fd_forward(FdCase *c, double *out) {
     ConvState *s = c->state;
-    cca_conv_forward_f64(out, s->M, s->X, s->w0, s->b0, s->w1, s->b1, s->B, s->T, s->C, s->dh, s->k0, s->k1);
+    cca_conv_forward_f64(out, s->M, s->wp, s->X, s->w0, s->b0, s->w1, s->b1, s->B, s->T, s->C, s->dh, s->k0, s->k1);
 }
 
 static void check_conv(int *zy_test_failed_, int k0, int k1, uint64_t seed) {
@@ -191,12 +191,14 @@ static void check_conv(int *zy_test_failed_, int k0, int k1, uint64_t seed) {
     s.w1 = randn(&rng, s.C * s.dh * k1, 1);
     s.b1 = randn(&rng, s.C, 1);
     s.M = calloc(NM, 8);
+    s.wp = calloc(cca_conv_work_floats(s.C, s.dh, k1), 8);
+    s.dwp = calloc(cca_conv_work_floats(s.C, s.dh, k1), 8);
     FdCase c = {conv_fd_forward, N, &s};
     double *g = randn(&rng, N, 1), *y = calloc(N, 8), *dX = calloc(N, 8), *dM = calloc(NM, 8);
     double *dw0 = calloc(s.C * k0, 8), *db0 = calloc(s.C, 8), *dw1 = calloc(s.C * s.dh * k1, 8), *db1 = calloc(s.C, 8);
     conv_fd_forward(&c, y);
     /* The very first output sees only padding through the depthwise conv: Y(0) = b1 + w1·[b0 ... b0, ...]. */
-    cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, g, s.X, s.M, s.w0, s.w1, s.B, s.T, s.C, s.dh, k0, k1);
+    cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, s.wp, s.dwp, g, s.X, s.M, s.w0, s.w1, s.B, s.T, s.C, s.dh, k0, k1);
     char label[64];
     snprintf(label, sizeof label, "k0=%d k1=%d dX", k0, k1);
     CHECK_GRAD(&c, g, s.X, N, dX, label);
@@ -205,7 +207,7 @@ static void check_conv(int *zy_test_failed_, int k0, int k1, uint64_t seed) {
     CHECK_GRAD(&c, g, s.w1, s.C * s.dh * k1, dw1, "dw1");
     CHECK_GRAD(&c, g, s.b1, s.C, db1, "db1");
     free(s.X), free(s.w0), free(s.b0), free(s.w1), free(s.b1), free(s.M), free(g), free(y), free(dX), free(dM);
-    free(dw0), free(db0), free(dw1), free(db1);
+    free(dw0), free(db0), free(dw1), free(db1), free(s.wp), free(s.dwp);
 }
 
 TEST(cca_conv_backward_matches_finite_differences) {
@@ -218,10 +220,10 @@ TEST(cca_conv_backward_matches_finite_differences) {
 /* Padded positions: with X = 0 everywhere each output is b1 + Σ_{i,j} w1[o,i,j] b0[g dh + i]. */
 TEST(cca_conv_padded_positions_carry_the_depthwise_bias) {
     const int B = 1, T = 3, C = 4, dh = 2, k0 = 2, k1 = 2;
-    double X[12] = {0}, w0[8], b0[4] = {1, 2, 3, 4}, w1[16], b1[4] = {0.5, -0.5, 1, -1}, M[16], Y[12];
+    double X[12] = {0}, w0[8], b0[4] = {1, 2, 3, 4}, w1[16], b1[4] = {0.5, -0.5, 1, -1}, M[16], Y[12], wp[16];
     for (int i = 0; i < 8; i++) w0[i] = 0.1 * (i + 1);
     for (int i = 0; i < 16; i++) w1[i] = 0.01 * (i + 1);
-    cca_conv_forward_f64(Y, M, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
+    cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
     for (int t = 0; t < T; t++)
         for (int o = 0; o < C; o++) {
             int g = o / dh;
