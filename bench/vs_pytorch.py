@@ -1,11 +1,14 @@
 """Side by side on the same cores and thread count: training steps (forward, loss, backward, optimizer) of the same
 ZAYA config through transformers' ZayaForCausalLM + torch.optim.AdamW (eager, and optionally torch.compile) and
-through `zaya bench train`; and greedy generation (`model.generate`) vs `zaya bench decode`. Prints tokens/s
-(medians) and the ratios. Usage: python3 bench/vs_pytorch.py --config configs/demo-model.json [--batch 16 --seq 128
---steps 5 --threads 2 --compile --decode-context 128 --decode-tokens 64]"""
+through `zaya bench train`; and greedy generation (`model.generate`) vs `zaya bench decode`. Every variant runs in
+its own process (so peak resident memory is its own) and the variants alternate over --rounds rounds; the table
+shows medians. Usage: python3 bench/vs_pytorch.py --config configs/demo-model.json [--batch 16 --seq 128 --steps 5
+--threads 2 --compile --rounds 1 --decode-context 128 --decode-tokens 64 --no-decode]"""
 import argparse
+import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -15,39 +18,87 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZAYA = os.path.join(ROOT, "build", "zaya")
 
 
-def torch_train(model, batch, seq, steps, vocab):
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def torch_worker(args):
+    """One variant in this process; prints one JSON line."""
     import torch
+    from transformers import ZayaConfig, ZayaForCausalLM
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = ZayaConfig.from_json_file(args.config)
+    model = ZayaForCausalLM(cfg).float()
+    vocab = cfg.vocab_size
+    if args.worker == "generate":
+        model.eval()
+        prompt = torch.randint(3, vocab, (1, args.decode_context))
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm-up
+            t0 = time.perf_counter()
+            model.generate(prompt, max_new_tokens=args.decode_tokens, min_new_tokens=args.decode_tokens,
+                           do_sample=False)
+            tps = args.decode_tokens / (time.perf_counter() - t0)
+        print(json.dumps({"tokens_per_s": tps, "peak_rss_mb": peak_rss_mb()}))
+        return
+    model.train()
+    step_model = torch.compile(model) if args.worker == "compile" else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, vocab, (batch, seq))
+    tokens = torch.randint(0, vocab, (args.batch, args.seq))
+    # torch.compile compiles forward and backward on the first calls (and may recompile once): more warm-up
+    warmup = args.compile_warmup if args.worker == "compile" else 2
     times = []
-    for i in range(steps + 2):
+    for i in range(args.steps + warmup):
         t0 = time.perf_counter()
-        logits = model(tokens).logits
+        logits = step_model(tokens).logits
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if i >= 2:
+        if i >= warmup:
             times.append(time.perf_counter() - t0)
-    return batch * seq / statistics.median(times)
+    print(json.dumps({"tokens_per_s": args.batch * args.seq / statistics.median(times), "peak_rss_mb": peak_rss_mb()}))
 
 
-def torch_generate(model, context, new_tokens, vocab):
-    import torch
-    prompt = torch.randint(3, vocab, (1, context))
-    model.generate(prompt, max_new_tokens=4, do_sample=False, min_new_tokens=4)  # warm-up
-    t0 = time.perf_counter()
-    model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-    return new_tokens / (time.perf_counter() - t0)
+def run_torch(args, worker):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--config", args.config, "--batch",
+           str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps), "--threads", str(args.threads),
+           "--compile-warmup", str(args.compile_warmup), "--decode-context", str(args.decode_context), "--decode-tokens", str(args.decode_tokens)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"torch {worker} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def zaya(args, *extra):
+def run_zaya(args, *extra):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run([ZAYA, "bench", *extra], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"zaya bench failed: {out.stderr}")
     return out.stdout
+
+
+def zaya_train(args):
+    out = run_zaya(args, "train", "--config", args.config, "--batch", str(args.batch), "--seq", str(args.seq),
+                   "--steps", str(max(args.steps, 5)), "--threads", str(args.threads))
+    return {"tokens_per_s": float(re.search(r"throughput\s+(\d+) tokens/s", out).group(1)),
+            "mfu": float(re.search(r"MFU\s+([\d.]+)%", out).group(1)),
+            "peak_rss_mb": float(re.search(r"peak memory\s+([\d.]+) MB", out).group(1)),
+            "breakdown": ", ".join(f"{name} {share}%" for name, share in
+                                   re.findall(r"^\s+([a-z+]+)\s+([\d.]+)%", out, re.M))}
+
+
+def zaya_decode(args):
+    out = run_zaya(args, "decode", "--config", args.config, "--context", str(args.decode_context), "--tokens",
+                   str(args.decode_tokens), "--threads", str(args.threads))
+    return {"tokens_per_s": float(re.search(r"decode .* ([\d.]+) tokens/s", out).group(1))}
+
+
+def median_of(results, key="tokens_per_s"):
+    return statistics.median(r[key] for r in results)
 
 
 def main():
@@ -57,42 +108,46 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--rounds", type=int, default=1, help="alternate every variant this many times")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile)")
+    ap.add_argument("--compile-warmup", type=int, default=6,
+                    help="untimed torch.compile steps (compilation, recompiles for data-dependent expert shapes)")
     ap.add_argument("--decode-context", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--no-decode", action="store_true")
+    ap.add_argument("--worker", choices=["eager", "compile", "generate"], help=argparse.SUPPRESS)
     args = ap.parse_args()
-    import torch
-    from transformers import ZayaConfig, ZayaForCausalLM
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    cfg = ZayaConfig.from_json_file(args.config)
-    model = ZayaForCausalLM(cfg).float().train()
-    vocab = cfg.vocab_size
-    rows = []
-    eager = torch_train(model, args.batch, args.seq, args.steps, vocab)
-    rows.append(("transformers eager + AdamW", eager))
-    compiled = None
-    if args.compile:
-        compiled = torch_train(torch.compile(model), args.batch, args.seq, args.steps, vocab)
-        rows.append(("transformers torch.compile + AdamW", compiled))
-    out = zaya(args, "train", "--config", args.config, "--batch", str(args.batch), "--seq", str(args.seq), "--steps",
-               str(max(args.steps, 5)), "--threads", str(args.threads))
-    z = float(re.search(r"throughput\s+(\d+) tokens/s", out).group(1))
-    mfu = re.search(r"MFU\s+([\d.]+)%", out).group(1)
-    rows.append((f"zaya bench train (MFU {mfu}%)", z))
-    print(f"config {args.config}, batch {args.batch} x {args.seq}, {args.threads} threads")
-    print(f"{'training':40s} {'tokens/s':>10s} {'zaya / this':>12s}")
-    for name, v in rows:
-        print(f"{name:40s} {v:10.0f} {z / v:12.2f}")
-    model.eval()
-    with torch.no_grad():
-        gen = torch_generate(model, args.decode_context, args.decode_tokens, vocab)
-    out = zaya(args, "decode", "--config", args.config, "--context", str(args.decode_context), "--tokens",
-               str(args.decode_tokens), "--threads", str(args.threads))
-    zd = float(re.search(r"decode .* ([\d.]+) tokens/s", out).group(1))
-    print(f"{'decoding (context %d, %d new tokens)' % (args.decode_context, args.decode_tokens):40s} {'tokens/s':>10s}")
-    print(f"{'transformers model.generate (greedy)':40s} {gen:10.0f} {zd / gen:12.2f}")
-    print(f"{'zaya bench decode':40s} {zd:10.0f}")
+    if args.worker:
+        torch_worker(args)
+        return
+    variants = ["eager"] + (["compile"] if args.compile else [])
+    res = {v: [] for v in variants + ["zaya"]}
+    dec = {"generate": [], "zaya": []}
+    for _ in range(args.rounds):
+        for v in variants:
+            res[v].append(run_torch(args, v))
+        res["zaya"].append(zaya_train(args))
+        if not args.no_decode:
+            dec["generate"].append(run_torch(args, "generate"))
+            dec["zaya"].append(zaya_decode(args))
+    z = median_of(res["zaya"])
+    print(f"config {args.config}, batch {args.batch} x {args.seq}, {args.threads} threads, "
+          f"medians of {args.rounds} round(s)")
+    print(f"{'training':42s} {'tokens/s':>10s} {'peak MB':>9s} {'zaya / this':>12s}")
+    names = {"eager": "transformers eager + AdamW", "compile": "transformers torch.compile + AdamW"}
+    for v in variants:
+        print(f"{names[v]:42s} {median_of(res[v]):10.0f} {median_of(res[v], 'peak_rss_mb'):9.0f} "
+              f"{z / median_of(res[v]):12.2f}")
+    zname = f"zaya bench train (MFU {median_of(res['zaya'], 'mfu'):.1f}%)"
+    print(f"{zname:42s} {z:10.0f} {median_of(res['zaya'], 'peak_rss_mb'):9.0f} {1.0:12.2f}")
+    print(f"zaya breakdown: {res['zaya'][-1]['breakdown']}")
+    if not args.no_decode:
+        zd = median_of(dec["zaya"])
+        gen = median_of(dec["generate"])
+        print(f"{'decoding (context %d, %d new tokens)' % (args.decode_context, args.decode_tokens):42s} "
+              f"{'tokens/s':>10s}")
+        print(f"{'transformers model.generate (greedy)':42s} {gen:10.0f} {'':9s} {zd / gen:12.2f}")
+        print(f"{'zaya bench decode':42s} {zd:10.0f}")
 
 
 if __name__ == "__main__":
