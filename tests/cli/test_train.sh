@@ -107,17 +107,24 @@ expect_fail "mixture names an unknown dataset" "no such dataset" \
 expect_fail "seq_len beyond max_position_embeddings" "max_position_embeddings" \
     $ZAYA train "$W/run.json" --override phases.1.seq_len=512 --override out_dir="$W/x5"
 expect_fail "unknown CLI flag" "unknown or incomplete option" $ZAYA train "$W/run.json" --resum
-# a corrupt checkpoint: resume refuses it and leaves it as it was
+# a corrupt checkpoint: --resume-from refuses it and leaves it as it was (--resume falls back to an older one: below)
 cp -r "$W/resumed3" "$W/corrupt"
 latest=$(cat "$W/corrupt/checkpoints/latest")
 f="$W/corrupt/checkpoints/$latest/model.safetensors"
 printf '\x01' | dd of="$f" bs=1 seek=2000 conv=notrunc status=none
 before=$(md5sum "$f")
-expect_fail "corrupt checkpoint (flipped byte)" "CRC-32" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" --resume
+expect_fail "corrupt checkpoint (flipped byte)" "CRC-32" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" \
+    --resume-from "$W/corrupt/checkpoints/$latest"
 check "corrupt checkpoint left untouched" test "$(md5sum "$f")" = "$before"
 cp "$W/resumed3/checkpoints/$latest/model.safetensors" "$f"   # undo the flip, damage another file
 truncate -s 1000 "$W/corrupt/checkpoints/$latest/optimizer-00000-of-00001.safetensors"
-expect_fail "corrupt checkpoint (truncated)" "truncated" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" --resume
+expect_fail "corrupt checkpoint (truncated)" "truncated" $ZAYA train "$W/run.json" --override out_dir="$W/corrupt" \
+    --resume-from "$W/corrupt/checkpoints/$latest"
+# --resume with a corrupt latest: says so, resumes from the newest checkpoint that verifies, ends identically
+rm -rf "$W/corrupt/final"
+$ZAYA train "$W/run.json" --override out_dir="$W/corrupt" --resume --quiet >"$W/fallback.log" 2>&1
+check "--resume past a corrupt latest: falls back to the newest that verifies" grep -q "the newest that verifies" "$W/fallback.log"
+check "--resume past a corrupt latest: final weights byte-identical" cmp -s "$W/straight/final/model.safetensors" "$W/corrupt/final/model.safetensors"
 # a corrupt shard
 cp -r "$W/data/general" "$W/badshard"
 sh=$(ls "$W/badshard"/train-*.bin | head -1)
