@@ -17,14 +17,14 @@ void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const f
                 alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void zy_syrk_upper(int M, int K, float alpha, const float *A, int lda, float beta, float *C, int ldc) {
-    if (M <= 0) return;
+void zy_syrk_upper(int trans, int N, int K, float alpha, const float *A, int lda, float beta, float *C, int ldc) {
+    if (N <= 0) return;
     if (K <= 0) {
-        for (int i = 0; i < M; i++)
-            for (int j = i; j < M; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
+        for (int i = 0; i < N; i++)
+            for (int j = i; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
         return;
     }
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, M, K, alpha, A, lda, beta, C, ldc);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, trans ? CblasTrans : CblasNoTrans, N, K, alpha, A, lda, beta, C, ldc);
 }
 
 void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, const double *A, int lda,

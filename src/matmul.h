@@ -6,9 +6,10 @@
 
 void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
              int ldb, float beta, float *C, int ldc);
-/* The upper triangle (row-major: j >= i) of the symmetric C = alpha * A Aᵀ + beta * C, A being M x K; the strictly
- * lower triangle is left as it was. Half the FLOPs of the gemm (Muon's Newton–Schulz: X Xᵀ and A²). */
-void zy_syrk_upper(int M, int K, float alpha, const float *A, int lda, float beta, float *C, int ldc);
+/* The upper triangle (row-major: j >= i) of the symmetric C [N, N] = alpha * op(A) op(A)ᵀ + beta * C, with
+ * op(A) = A [N, K] (trans = 0) or Aᵀ (A [K, N], trans = 1); the strictly lower triangle is left as it was. Half
+ * the FLOPs of the gemm (Muon's Newton–Schulz: X Xᵀ and A²). */
+void zy_syrk_upper(int trans, int N, int K, float alpha, const float *A, int lda, float beta, float *C, int ldc);
 /* Double precision, for the finite-difference reference checks. */
 void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, const double *A, int lda,
                  const double *B, int ldb, double beta, double *C, int ldc);

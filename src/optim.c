@@ -262,21 +262,27 @@ static void mirror_upper(float *M, int r) {
         }
 }
 
-/* The Newton–Schulz iterations on the normalised wide X [r, cols] (r <= cols), with Xn [r, cols], A, B [r, r] as
- * scratch. A = X Xᵀ and A² = A Aᵀ are symmetric: syrk computes their upper triangles at half the gemm FLOPs, a
- * mirror completes them for the next product. Returns the buffer holding the result (X or Xn). */
-static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int r, int cols, int steps) {
+/* The Newton–Schulz iterations on the normalised X, kept in G's own layout [m, n]: when tall (m > n) the wide
+ * orientation is its transpose, and NS5's X Xᵀ, B X become Xᵀ X, X B (B symmetric) with BLAS reading the
+ * transposes, so no copy is ever transposed. Xn [m, n], A, B [r, r] (r = min(m, n)) are scratch. A = X Xᵀ and
+ * A² = A Aᵀ are symmetric: syrk computes their upper triangles at half the gemm FLOPs, a mirror completes them
+ * for the next product. Returns the buffer holding the result (X or Xn). */
+static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int m, int n, int steps) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-    const size_t rc = (size_t)r * cols;
+    const int tall = m > n, r = tall ? n : m, k = tall ? m : n;
+    const size_t len = (size_t)m * n;
     for (int it = 0; it < steps; it++) {
-        zy_syrk_upper(r, cols, 1.0f, X, cols, 0.0f, A, r); /* A = X Xᵀ */
+        zy_syrk_upper(tall, r, k, 1.0f, X, n, 0.0f, A, r); /* A = X Xᵀ (wide orientation) */
         mirror_upper(A, r);
         for (int i = 0; i < r; i++)
             for (int j = i; j < r; j++) B[(size_t)i * r + j] = b * A[(size_t)i * r + j];
-        zy_syrk_upper(r, r, c, A, r, 1.0f, B, r); /* B = bA + cA² */
+        zy_syrk_upper(0, r, r, c, A, r, 1.0f, B, r); /* B = bA + cA² */
         mirror_upper(B, r);
-        for (size_t i = 0; i < rc; i++) Xn[i] = a * X[i];
-        zy_gemm(0, 0, r, cols, r, 1.0f, B, r, X, cols, 1.0f, Xn, cols); /* X = aX + BX */
+        for (size_t i = 0; i < len; i++) Xn[i] = a * X[i];
+        if (tall)
+            zy_gemm(0, 0, m, n, n, 1.0f, X, n, B, r, 1.0f, Xn, n); /* Xᵀ = aXᵀ + Xᵀ B */
+        else
+            zy_gemm(0, 0, m, n, m, 1.0f, B, r, X, n, 1.0f, Xn, n); /* X = aX + BX */
         float *tmp = X;
         X = Xn;
         Xn = tmp;
@@ -285,23 +291,13 @@ static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int r, int co
 }
 
 void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *work) {
-    const int transposed = m > n, r = transposed ? n : m, cols = transposed ? m : n;
-    const size_t rc = (size_t)r * cols;
-    float *X = work, *Xn = X + rc, *A = Xn + rc, *B = A + (size_t)r * r;
-    const float inv = (float)(1.0 / (sqrt(sumsq_f32(G, rc)) + 1e-7));
-    if (transposed) {
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) X[(size_t)j * cols + i] = G[(size_t)i * n + j] * inv;
-    } else {
-        for (size_t i = 0; i < rc; i++) X[i] = G[i] * inv;
-    }
-    X = ns5_iterate(X, Xn, A, B, r, cols, steps);
-    if (transposed) {
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) out[(size_t)i * n + j] = X[(size_t)j * cols + i];
-    } else {
-        memcpy(out, X, rc * sizeof(float));
-    }
+    const int r = m < n ? m : n;
+    const size_t len = (size_t)m * n;
+    float *X = work, *Xn = X + len, *A = Xn + len, *B = A + (size_t)r * r;
+    const float inv = (float)(1.0 / (sqrt(sumsq_f32(G, len)) + 1e-7));
+    for (size_t i = 0; i < len; i++) X[i] = G[i] * inv;
+    X = ns5_iterate(X, Xn, A, B, m, n, steps);
+    memcpy(out, X, len * sizeof(float));
 }
 
 /* Per-step constants shared by every job. */
@@ -336,41 +332,27 @@ static void muon_update_reference(Optimizer *o, float *w, const float *g, float 
     for (size_t i = 0; i < len; i++) w[i] -= scale * update[i] + decay * w[i];
 }
 
-/* The same Muon update with the element-wise work fused into a few passes: momentum + Nesterov straight into the
- * (wide, transposed if tall) Newton–Schulz input, its norm and scaling, and the weight update read back from the
- * Newton–Schulz result. Same arithmetic per element as the reference. */
+/* The same Muon update with the element-wise work in a few contiguous passes: momentum + Nesterov straight into
+ * the Newton–Schulz input, its norm and scaling, and the weight update from the Newton–Schulz result. Same
+ * arithmetic per element as the reference. */
 static void muon_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, float *work) {
-    const int m = j->m, n = j->n, tall = m > n, r = tall ? n : m, cols = tall ? m : n;
+    const int m = j->m, n = j->n, r = m < n ? m : n;
     const size_t len = j->len;
     float *w = t->data + j->off, *mom = o->exp_avg + (j->off - o->begin);
     const float *g = t->grad + j->off;
     float *X = work, *Xn = X + len, *A = Xn + len, *B = A + (size_t)r * r;
     const float mu = k->mu;
-    if (!tall) {
-        for (size_t i = 0; i < len; i++) {
-            mom[i] = mu * mom[i] + g[i];
-            X[i] = g[i] + mu * mom[i];
-        }
-    } else {
-        for (int i = 0; i < m; i++)
-            for (int c = 0; c < n; c++) {
-                const size_t s = (size_t)i * n + c;
-                mom[s] = mu * mom[s] + g[s];
-                X[(size_t)c * cols + i] = g[s] + mu * mom[s];
-            }
+    for (size_t i = 0; i < len; i++) {
+        mom[i] = mu * mom[i] + g[i];
+        X[i] = g[i] + mu * mom[i];
     }
     /* ‖N‖² in its own pass: four accumulators instead of one serial double chain (a third of the element-wise
      * time otherwise); the summation order differs from the reference's only in rounding. */
     const float inv = (float)(1.0 / (sqrt(sumsq_f32(X, len)) + 1e-7));
     for (size_t i = 0; i < len; i++) X[i] *= inv;
-    const float *O = ns5_iterate(X, Xn, A, B, r, cols, k->ns_steps);
+    const float *O = ns5_iterate(X, Xn, A, B, m, n, k->ns_steps);
     const float scale = (float)(0.2 * sqrt((double)(m > n ? m : n)) * k->lr), decay = k->muon_decay;
-    if (!tall) {
-        for (size_t i = 0; i < len; i++) w[i] -= scale * O[i] + decay * w[i];
-    } else {
-        for (int i = 0; i < m; i++)
-            for (int c = 0; c < n; c++) w[(size_t)i * n + c] -= scale * O[(size_t)c * cols + i] + decay * w[(size_t)i * n + c];
-    }
+    for (size_t i = 0; i < len; i++) w[i] -= scale * O[i] + decay * w[i];
 }
 
 /* One AdamW element exactly as torch.optim.AdamW orders it: decay, moments, bias-corrected step. Shared by the
