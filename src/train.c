@@ -623,6 +623,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
         snprintf(final_dir, sizeof final_dir, "%s/final", r->out_dir);
         if (model_save_dir(&t.model, final_dir, ZY_DT_F32, err)) goto done;
         report_event(&t.report, "final model: %s", final_dir);
+        write_heartbeat(&t, HB_RUNNING, NAN, 0); /* alive: the plots come next */
     }
     report_event(&t.report, "trained %lld steps in %.1f s; loader scatter factor %.3f", (long long)(t.step - step_at_start),
                  zy_now_seconds() - t_start, loader_scatter_factor(&t.loader));

@@ -102,6 +102,13 @@ check "bad checkpoint: faults.jsonl = crash bad_checkpoint restart done ($(event
 check "bad checkpoint: moved to checkpoints/quarantine/" test -d "$out/checkpoints/quarantine/step-00000006.bad.0"
 check "bad checkpoint: resumed from step 4, final weights byte-identical" cmp -s "$REF" "$out/final/model.safetensors"
 
+out="$W/truncate"
+ZAYA_FAULT=truncate@10,crash@11 $SUP -- $ZAYA train "$W/run.json" --override out_dir="$out" --quiet >"$out.log" 2>&1
+rc=$?
+check "truncated checkpoint: quarantined, resumed from step 8, byte-identical ($(events "$out"))" \
+    test $rc -eq 0 -a -d "$out/checkpoints/quarantine/step-00000010.bad.0" -a "$(events "$out")" = "crash bad_checkpoint restart done"
+check "truncated checkpoint: final weights byte-identical" cmp -s "$REF" "$out/final/model.safetensors"
+
 # ---- give up after --max-restarts ----
 out="$W/giveup"
 ZAYA_FAULT=crash@2,crash@3,crash@4 $SUP --max-restarts 2 -- $ZAYA train "$W/run.json" --override out_dir="$out" \
