@@ -92,6 +92,9 @@ heartbeat_state() {
 }
 
 declare -A injected=([kill]=0 [hang]=0 [nan]=0 [corrupt]=0 [truncate]=0)
+declare -A detected=([crash]=0 [hang]=0 [nonfinite]=0 [spike]=0 [bad_checkpoint]=0)
+restarts_total=0
+redone_total=0
 runs_finished=0
 runs_identical=0
 goodput_sum=0
@@ -222,13 +225,16 @@ print("yes" if steps == list(range(1, int(sys.argv[2]) + 1)) else f"NO ({len(ste
 PY
 )
     [ "$steps_ok" = yes ] || problems+="metrics steps: $steps_ok; "
-    read -r goodput restarts faults < <(python3 - "$out" <<'PY' 2>/dev/null
+    read -r goodput restarts redone faults < <(python3 - "$out" <<'PY' 2>/dev/null
 import json, sys
 s = json.load(open(sys.argv[1] + "/supervisor_summary.json"))
 f = s["faults"]
-print(f"{s['goodput']:.3f}", s["restarts"], ",".join(f"{k}={v}" for k, v in f.items() if v))
+print(f"{s['goodput']:.3f}", s["restarts"], s["steps_redone"], ",".join(f"{k}={v}" for k, v in f.items() if v))
 PY
 )
+    restarts_total=$((restarts_total + ${restarts:-0}))
+    redone_total=$((redone_total + ${redone:-0}))
+    for kv in ${faults//,/ }; do detected[${kv%%=*}]=$((detected[${kv%%=*}] + ${kv#*=})); done
     goodput_sum=$(python3 -c "print(${goodput_sum} + ${goodput:-0})")
     detail="plan ${plan% }; applied ${applied% }; detected ${faults:-none}; restarts ${restarts:-?}; skip [${windows}]; bit-identical $identical; goodput ${goodput:-?}"
     if [ -z "$problems" ]; then
@@ -243,6 +249,8 @@ done
 total=$((injected[kill] + injected[hang] + injected[nan] + injected[corrupt] + injected[truncate]))
 echo "disturbances injected: $total (kill -9 ${injected[kill]}, SIGSTOP ${injected[hang]}, NaN ${injected[nan]}," \
     "flipped byte ${injected[corrupt]}, truncated file ${injected[truncate]})"
+echo "detected by the supervisor: crash ${detected[crash]}, hang ${detected[hang]}, nonfinite ${detected[nonfinite]}," \
+    "bad checkpoint ${detected[bad_checkpoint]}; restarts $restarts_total; steps redone $redone_total"
 echo "runs finished: $runs_finished/$RUNS; bit-identical to the undisturbed run: $runs_identical/$RUNS;" \
     "mean goodput $(python3 -c "print(f'{${goodput_sum} / max(1, $RUNS):.3f}')")"
 finish

@@ -122,8 +122,8 @@ fi
 out="$W/reshape_2_3"
 rm -f "$out/checkpoints/step-00000010/optimizer-00001-of-00002.safetensors"
 echo "step-00000010" >"$out/checkpoints/latest"
-if $MPI -np 2 $ZAYA train "$W/run.json" --override micro_batch=12 --override out_dir="$out" --resume --quiet \
-    >"$out.missing.log" 2>&1; then
+if $MPI -np 2 $ZAYA train "$W/run.json" --override micro_batch=12 --override out_dir="$out" \
+    --resume-from "$out/checkpoints/step-00000010" --quiet >"$out.missing.log" 2>&1; then
     bad "a missing optimizer shard was accepted"
 else
     grep -q "optimizer-00001-of-00002.safetensors" "$out.missing.log" && ok "missing optimizer shard: clean error" ||
