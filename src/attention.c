@@ -24,8 +24,10 @@
 
 #define TILE 64
 
-/* Vector width in floats: the widest registers -march allows (16-byte vectors are baseline on x86-64 and arm64). */
-#if defined(__AVX512F__)
+/* Vector width in floats: the widest registers -march allows (16-byte vectors are baseline on x86-64 and arm64).
+ * -DZW=16 checks the AVX-512 layout on a machine without it (the compiler splits the vectors). */
+#if defined(ZW)
+#elif defined(__AVX512F__)
 #define ZW 16
 #elif defined(__AVX__)
 #define ZW 8
@@ -41,89 +43,93 @@ static inline zvec vload(const float *p) {
 }
 static inline void vstore(float *p, zvec v) { memcpy(p, &v, sizeof v); }
 
-/* C[M,N] (+)= A B with A(i,k) = A[i*ars + k*acs] (row-major, or transposed with ars = 1), B row-major [K,N];
- * accumulate = 0 overwrites C. 4 rows x 2 vectors of accumulators stay in registers across the k loop. */
-static void mm(float *restrict C, long ldc, const float *restrict A, long ars, long acs, const float *restrict B,
-               long ldb, int M, int N, int K, int accumulate) {
-    const zvec z = {0};
-    int i = 0;
-    for (; i + 4 <= M; i += 4) {
-        const float *a0 = A + i * ars, *a1 = a0 + ars, *a2 = a1 + ars, *a3 = a2 + ars;
-        float *c0 = C + i * ldc, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-        int n = 0;
-        for (; n + 2 * ZW <= N; n += 2 * ZW) {
-            zvec x00 = z, x01 = z, x10 = z, x11 = z, x20 = z, x21 = z, x30 = z, x31 = z;
-            if (accumulate) {
-                x00 = vload(c0 + n), x01 = vload(c0 + n + ZW), x10 = vload(c1 + n), x11 = vload(c1 + n + ZW);
-                x20 = vload(c2 + n), x21 = vload(c2 + n + ZW), x30 = vload(c3 + n), x31 = vload(c3 + n + ZW);
-            }
-            for (int k = 0; k < K; k++) {
-                const float *b = B + k * ldb + n;
-                const zvec b0 = vload(b), b1 = vload(b + ZW);
-                const float y0 = a0[k * acs], y1 = a1[k * acs], y2 = a2[k * acs], y3 = a3[k * acs];
-                x00 += y0 * b0, x01 += y0 * b1, x10 += y1 * b0, x11 += y1 * b1;
-                x20 += y2 * b0, x21 += y2 * b1, x30 += y3 * b0, x31 += y3 * b1;
-            }
-            vstore(c0 + n, x00), vstore(c0 + n + ZW, x01), vstore(c1 + n, x10), vstore(c1 + n + ZW, x11);
-            vstore(c2 + n, x20), vstore(c2 + n + ZW, x21), vstore(c3 + n, x30), vstore(c3 + n + ZW, x31);
-        }
-        for (; n + ZW <= N; n += ZW) {
-            zvec x0 = z, x1 = z, x2 = z, x3 = z;
-            if (accumulate) x0 = vload(c0 + n), x1 = vload(c1 + n), x2 = vload(c2 + n), x3 = vload(c3 + n);
-            for (int k = 0; k < K; k++) {
-                const zvec b0 = vload(B + k * ldb + n);
-                x0 += a0[k * acs] * b0, x1 += a1[k * acs] * b0, x2 += a2[k * acs] * b0, x3 += a3[k * acs] * b0;
-            }
-            vstore(c0 + n, x0), vstore(c1 + n, x1), vstore(c2 + n, x2), vstore(c3 + n, x3);
-        }
-        for (; n < N; n++) {
-            float s0 = accumulate ? c0[n] : 0, s1 = accumulate ? c1[n] : 0;
-            float s2 = accumulate ? c2[n] : 0, s3 = accumulate ? c3[n] : 0;
-            for (int k = 0; k < K; k++) {
-                const float bk = B[k * ldb + n];
-                s0 += a0[k * acs] * bk, s1 += a1[k * acs] * bk, s2 += a2[k * acs] * bk, s3 += a3[k * acs] * bk;
-            }
-            c0[n] = s0, c1[n] = s1, c2[n] = s2, c3[n] = s3;
+static inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+/* Which part of a diagonal tile a product may skip (row i, column j of the tile, causal: j <= i). */
+enum { FULL, A_LOWER /* A(i,k) = 0 for k > i */, A_UPPER /* A(i,k) = 0 for k < i */, C_LOWER /* only C(i,n<=i) */ };
+
+/* Rows i..i+MR-1 of C, columns n..n+NV·ZW-1, over k in [kb, ke): MR x NV accumulators stay in registers (MR and
+ * NV are constants after inlining). */
+static inline __attribute__((always_inline)) void mm_block(const int MR, const int NV, float *restrict C, long ldc,
+                                                           const float *restrict A, long ars, long acs,
+                                                           const float *restrict B, long ldb, int n, int kb, int ke,
+                                                           int accumulate) {
+    zvec x[6][2];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) x[r][v] = accumulate ? vload(C + r * ldc + n + v * ZW) : (zvec){0};
+    for (int k = kb; k < ke; k++) {
+        zvec b[2];
+        for (int v = 0; v < NV; v++) b[v] = vload(B + k * ldb + n + v * ZW);
+        for (int r = 0; r < MR; r++) {
+            const float y = A[r * ars + k * acs];
+            for (int v = 0; v < NV; v++) x[r][v] += y * b[v];
         }
     }
-    for (; i < M; i++) {
-        const float *a = A + i * ars;
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) vstore(C + r * ldc + n + v * ZW, x[r][v]);
+}
+
+static inline __attribute__((always_inline)) void mm_rows(const int MR, float *restrict C, long ldc,
+                                                          const float *restrict A, long ars, long acs,
+                                                          const float *restrict B, long ldb, int N, int kb, int ke,
+                                                          int accumulate) {
+    int n = 0;
+    for (; n + 2 * ZW <= N; n += 2 * ZW) mm_block(MR, 2, C, ldc, A, ars, acs, B, ldb, n, kb, ke, accumulate);
+    for (; n + ZW <= N; n += ZW) mm_block(MR, 1, C, ldc, A, ars, acs, B, ldb, n, kb, ke, accumulate);
+    for (; n < N; n++)
+        for (int r = 0; r < MR; r++) {
+            float t = accumulate ? C[r * ldc + n] : 0;
+            for (int k = kb; k < ke; k++) t += A[r * ars + k * acs] * B[k * ldb + n];
+            C[r * ldc + n] = t;
+        }
+}
+
+/* C[M,N] (+)= A B with A(i,k) = A[i*ars + k*acs] (row-major, or transposed with ars = 1), B row-major [K,N];
+ * accumulate = 0 overwrites C. Blocks of 6 rows x 2 vectors (12 accumulators: AVX2 has 16 registers); `tri` trims
+ * the k range or the columns of each row block on a diagonal tile. */
+static void mm(float *restrict C, long ldc, const float *restrict A, long ars, long acs, const float *restrict B,
+               long ldb, int M, int N, int K, int accumulate, int tri) {
+    for (int i = 0; i < M;) {
+        const int mr = M - i >= 6 ? 6 : M - i >= 4 ? 4 : 1;
+        int kb = 0, ke = K, ne = N;
+        if (tri == A_LOWER) ke = i + mr < K ? i + mr : K;
+        if (tri == A_UPPER) kb = i < K ? i : K;
+        if (tri == C_LOWER) ne = round_up(i + mr, 2 * ZW) < N ? round_up(i + mr, 2 * ZW) : N; /* whole blocks */
         float *c = C + i * ldc;
-        int n = 0;
-        for (; n + ZW <= N; n += ZW) {
-            zvec x = accumulate ? vload(c + n) : z;
-            for (int k = 0; k < K; k++) x += a[k * acs] * vload(B + k * ldb + n);
-            vstore(c + n, x);
-        }
-        for (; n < N; n++) {
-            float s = accumulate ? c[n] : 0;
-            for (int k = 0; k < K; k++) s += a[k * acs] * B[k * ldb + n];
-            c[n] = s;
-        }
+        const float *a = A + i * ars;
+        if (mr == 6)
+            mm_rows(6, c, ldc, a, ars, acs, B, ldb, ne, kb, ke, accumulate);
+        else if (mr == 4)
+            mm_rows(4, c, ldc, a, ars, acs, B, ldb, ne, kb, ke, accumulate);
+        else
+            mm_rows(1, c, ldc, a, ars, acs, B, ldb, ne, kb, ke, accumulate);
+        i += mr;
     }
 }
 
-/* exp(x) for x <= 88 (Cephes expf: range reduction by ln 2 and a degree-6 polynomial, ~1 ulp), branch-free so that
- * loops over it vectorise; 0 below -87.3, where expf is denormal or 0 (and for -inf). */
-static inline float exp_approx(float x) {
-    float xc = x < -87.3f ? -87.3f : x;
-    xc = xc > 88.0f ? 88.0f : xc;
-    const float t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5·2^23: round(x·log2 e) lands in the low bits */
-    const float n = t - 12582912.0f;
-    int32_t ti;
-    memcpy(&ti, &t, sizeof ti);
-    const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
+typedef int32_t zivec __attribute__((vector_size(ZW * sizeof(int32_t))));
+
+static inline zvec vsplat(float a) { return (zvec){0} + a; }
+static inline zvec vselect(zivec mask, zvec a, zvec b) { return (zvec)((mask & (zivec)a) | (~mask & (zivec)b)); }
+
+/* exp(x) for x <= 88 (Cephes expf: range reduction by ln 2 and a degree-6 polynomial, ~1 ulp) on whole vectors
+ * (libm's expf is scalar); 0 below -87.3, where expf is denormal or 0, and for -inf (masked scores). */
+static inline zvec vexp(zvec x) {
+    const zvec lo = vsplat(-87.3f), hi = vsplat(88.0f);
+    const zivec under = x < lo;
+    zvec xc = vselect(under, lo, x);
+    xc = vselect(xc > hi, hi, xc);
+    const zvec t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5·2^23: round(x·log2 e) lands in the low bits */
+    const zvec n = t - 12582912.0f;
+    const zvec r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+    zvec p = r * 1.9875691500e-4f + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const int32_t bits = (ti - 0x4B400000 + 127) << 23; /* 2^n, n in [-126, 127] */
-    float s;
-    memcpy(&s, &bits, sizeof s);
-    return x < -87.3f ? 0.0f : p * s;
+    const zivec pow2n = ((zivec)t - 0x4B400000 + 127) << 23; /* 2^n, n in [-126, 127] */
+    return (zvec)(~under & (zivec)(p * (zvec)pow2n));
 }
 
 typedef struct {
@@ -139,17 +145,28 @@ static Shape make_shape(const float *Q, const float *K, const float *V, int B, i
                    .scale = (float)(1.0 / sqrt((double)dh))};
 }
 
-static inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
+/* Per-thread scratch, each buffer padded to a cache line: the key tile transposed (times scale) and the value tile
+ * transposed [dh, TILE]; contiguous copies of the key (or value) rows and of the query and dO rows [TILE, dh] (a
+ * tile's rows are Hq·dh floats apart, and power-of-two strides make them collide in a few L1 sets); two [TILE, dh]
+ * accumulators (forward output; backward dK, dV); two [TILE, TILE] score tiles; one row vector. */
+typedef struct {
+    float *kt, *vt, *kr, *qr, *dor, *acc, *acc2, *p, *ds, *row;
+} Scratch;
 
-/* Per-thread scratch: two transposed [dh, TILE] key/value tiles, two [TILE, TILE] score tiles, two [TILE, dh]
- * accumulators and a row vector, each padded to a cache line. */
 static size_t per_thread_floats(int dh) {
-    const size_t tile_dh = (size_t)round_up(TILE * dh, 16), tile2 = (size_t)TILE * TILE;
-    return 4 * tile_dh + 2 * tile2 + TILE;
+    return 7 * (size_t)round_up(TILE * dh, 16) + 2 * (size_t)TILE * TILE + TILE;
 }
 
 size_t flash_attention_workspace_floats(int dh, int threads) {
     return per_thread_floats(dh) * (size_t)(threads > 0 ? threads : 1);
+}
+
+static Scratch carve_scratch(float *ws, int dh) {
+    const size_t td = (size_t)round_up(TILE * dh, 16);
+    Scratch x;
+    x.kt = ws, x.vt = x.kt + td, x.kr = x.vt + td, x.qr = x.kr + td, x.dor = x.qr + td, x.acc = x.dor + td;
+    x.acc2 = x.acc + td, x.p = x.acc2 + td, x.ds = x.p + TILE * TILE, x.row = x.ds + TILE * TILE;
+    return x;
 }
 
 /* dst[d*TILE + c] = mul · src[c*ld + d] for the n rows of a tile, columns n..(vector width) zeroed: the score
@@ -162,6 +179,11 @@ static void load_transposed(float *dst, const float *src, long ld, int n, int dh
         for (int c = n; c < w; c++) dst[d * TILE + c] = 0;
 }
 
+/* dst[r*dh + d] = src[r*ld + d] for n rows. */
+static void load_rows(float *dst, const float *src, long ld, int n, int dh) {
+    for (int r = 0; r < n; r++) memcpy(dst + (long)r * dh, src + r * ld, sizeof(float) * (size_t)dh);
+}
+
 static int threads_for(int threads, double flops) {
     int t = omp_get_max_threads();
     t = threads < t ? threads : t;
@@ -171,33 +193,41 @@ static int threads_for(int threads, double flops) {
 /* ---- forward ------------------------------------------------------------------------------------------------ */
 
 /* Rows q0..q0+qn of head h against key tiles 0..qt: online softmax, then O = acc / l and LSE = m + log l. */
-static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int h, int qt, float *ws) {
+static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int h, int qt, const Scratch *x) {
     const int dh = s->dh, q0 = qt * TILE, qn = s->T - q0 < TILE ? s->T - q0 : TILE;
-    float *kt = ws, *p = kt + round_up(TILE * dh, 16), *acc = p + TILE * TILE, *m = acc + round_up(TILE * dh, 16);
+    float *p = x->p, *acc = x->acc, *m = x->row;
     double l[TILE];
     const long qoff = ((long)b * s->T + q0) * s->ldq + (long)h * dh;
-    const float *q = s->Q + qoff;
+    load_rows(x->qr, s->Q + qoff, s->ldq, qn, dh);
     memset(acc, 0, sizeof(float) * (size_t)qn * dh);
     for (int r = 0; r < qn; r++) m[r] = -INFINITY, l[r] = 0;
     for (int kb = 0; kb <= qt; kb++) {
         const int k0 = kb * TILE, kn = s->T - k0 < TILE ? s->T - k0 : TILE;
+        const int kw = round_up(kn, ZW) < TILE ? round_up(kn, ZW) : TILE, diag = kb == qt;
         const long koff = ((long)b * s->T + k0) * s->ldk + (long)(h / s->G) * dh;
-        load_transposed(kt, s->K + koff, s->ldk, kn, dh, s->scale);
-        mm(p, TILE, q, s->ldq, 1, kt, TILE, qn, round_up(kn, ZW) < TILE ? round_up(kn, ZW) : TILE, dh, 0);
+        load_transposed(x->kt, s->K + koff, s->ldk, kn, dh, s->scale);
+        load_rows(x->kr, s->V + koff, s->ldk, kn, dh);
+        mm(p, TILE, x->qr, dh, 1, x->kt, TILE, qn, kw, dh, 0, diag ? C_LOWER : FULL);
         for (int r = 0; r < qn; r++) {
             float *pr = p + r * TILE;
-            const int n = kb == qt ? r + 1 : kn; /* causal mask on the diagonal tile */
-            float mx = m[r], sum = 0;
-#pragma omp simd reduction(max : mx)
-            for (int c = 0; c < n; c++) mx = pr[c] > mx ? pr[c] : mx;
-#pragma omp simd reduction(+ : sum)
-            for (int c = 0; c < n; c++) {
-                const float e = exp_approx(pr[c] - mx);
-                pr[c] = e;
-                sum += e;
+            /* causal mask on the diagonal tile: -inf up to a whole vector, so the loops below have no scalar tail */
+            const int n = diag ? r + 1 : kn, nv = round_up(n, ZW) < TILE ? round_up(n, ZW) : TILE;
+            for (int c = n; c < nv; c++) pr[c] = -INFINITY;
+            zvec vm = vsplat(m[r]), vs = {0};
+            for (int c = 0; c < nv; c += ZW) {
+                const zvec v = vload(pr + c);
+                vm = vselect(v > vm, v, vm);
             }
-            for (int c = n; c < kn; c++) pr[c] = 0;
-            const float alpha = exp_approx(m[r] - mx); /* 0 on the first tile (m = -inf) */
+            float mx = vm[0], sum = 0;
+            for (int i = 1; i < ZW; i++) mx = vm[i] > mx ? vm[i] : mx;
+            for (int c = 0; c < nv; c += ZW) {
+                const zvec e = vexp(vload(pr + c) - mx);
+                vstore(pr + c, e);
+                vs += e;
+            }
+            for (int i = 0; i < ZW; i++) sum += vs[i];
+            for (int c = nv; c < kn; c++) pr[c] = 0;
+            const float alpha = vexp(vsplat(m[r] - mx))[0]; /* 0 on the first tile (m = -inf) */
             m[r] = mx;
             l[r] = l[r] * alpha + sum;
             if (alpha != 1.0f) {
@@ -205,7 +235,7 @@ static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int 
                 for (int d = 0; d < dh; d++) ar[d] *= alpha;
             }
         }
-        mm(acc, dh, p, TILE, 1, s->V + koff, s->ldk, qn, dh, kn, 1);
+        mm(acc, dh, p, TILE, 1, x->kr, dh, qn, dh, kn, 1, diag ? A_LOWER : FULL); /* acc += P V */
     }
     float *lse = LSE + ((long)b * s->Hq + h) * s->T + q0;
     for (int r = 0; r < qn; r++) {
@@ -227,10 +257,10 @@ void flash_attention_forward(float *O, float *LSE, const float *Q, const float *
     /* Tasks (query tile, b, h), the longest rows of key tiles first so the dynamic schedule ends balanced. */
 #pragma omp parallel num_threads(nthr) if (nthr > 1)
     {
-        float *ws = work + per * (size_t)omp_get_thread_num();
+        const Scratch x = carve_scratch(work + per * (size_t)omp_get_thread_num(), dh);
 #pragma omp for schedule(dynamic, 1)
         for (long i = 0; i < tasks; i++)
-            forward_query_tile(&s, O, LSE, (int)(i % bh / Hq), (int)(i % Hq), s.nt - 1 - (int)(i / bh), ws);
+            forward_query_tile(&s, O, LSE, (int)(i % bh / Hq), (int)(i % Hq), s.nt - 1 - (int)(i / bh), &x);
     }
 }
 
@@ -241,88 +271,78 @@ typedef struct {
     const float *dO, *O, *LSE;
 } Grads;
 
-/* One (query tile qt of head h, key tile kb) block: recompute P = exp(S - LSE) and dS = P ⊙ (dO Vᵀ - D)·scale
- * with D = rowsum(dO ⊙ O), then dV += Pᵀ dO and dK += dSᵀ Q into the key tile's accumulators (when dk/dv are
- * given) and dQ += dS K (when with_dq). kt/vt hold the key tile transposed (keys times scale). */
-static void backward_block(const Shape *s, const Grads *g, int b, int h, int qt, int kb, const float *kt,
-                           const float *vt, float *dk, float *dv, int with_dq, float *p, float *ds, float *D) {
+/* One (query tile qt of head h, key tile kb) block, the key tile already in x->kt, x->vt, x->kr: recompute
+ * P = exp(S - LSE) and dS = P ⊙ (dO Vᵀ - D)·scale with D = rowsum(dO ⊙ O), then dV += Pᵀ dO and dK += dSᵀ Q into
+ * the key tile's accumulators x->acc2, x->acc (with_dkdv) and dQ += dS K (with_dq). */
+static void backward_block(const Shape *s, const Grads *g, int b, int h, int qt, int kb, int with_dkdv, int with_dq,
+                           const Scratch *x) {
     const int dh = s->dh, q0 = qt * TILE, qn = s->T - q0 < TILE ? s->T - q0 : TILE;
-    const int k0 = kb * TILE, kn = s->T - k0 < TILE ? s->T - k0 : TILE;
-    const int kw = round_up(kn, ZW) < TILE ? round_up(kn, ZW) : TILE;
+    const int kn = s->T - kb * TILE < TILE ? s->T - kb * TILE : TILE;
+    const int kw = round_up(kn, ZW) < TILE ? round_up(kn, ZW) : TILE, diag = kb == qt;
     const long qoff = ((long)b * s->T + q0) * s->ldq + (long)h * dh;
-    const float *q = s->Q + qoff, *dO = g->dO + qoff, *o = g->O + qoff;
-    const float *lse = g->LSE + ((long)b * s->Hq + h) * s->T + q0;
+    const float *o = g->O + qoff, *lse = g->LSE + ((long)b * s->Hq + h) * s->T + q0;
+    float *p = x->p, *ds = x->ds, *D = x->row, *q = x->qr, *dO = x->dor;
+    load_rows(q, s->Q + qoff, s->ldq, qn, dh);
+    load_rows(dO, g->dO + qoff, s->ldq, qn, dh);
     for (int r = 0; r < qn; r++) {
         float dot = 0;
-        const float *dor = dO + r * s->ldq, *orow = o + r * s->ldq;
+        const float *dr = dO + (long)r * dh, *orow = o + r * s->ldq;
 #pragma omp simd reduction(+ : dot)
-        for (int d = 0; d < dh; d++) dot += dor[d] * orow[d];
+        for (int d = 0; d < dh; d++) dot += dr[d] * orow[d];
         D[r] = dot;
     }
-    mm(p, TILE, q, s->ldq, 1, kt, TILE, qn, kw, dh, 0);   /* S (scaled) */
-    mm(ds, TILE, dO, s->ldq, 1, vt, TILE, qn, kw, dh, 0); /* dP = dO Vᵀ */
+    mm(p, TILE, q, dh, 1, x->kt, TILE, qn, kw, dh, 0, diag ? C_LOWER : FULL);   /* S (scaled) */
+    mm(ds, TILE, dO, dh, 1, x->vt, TILE, qn, kw, dh, 0, diag ? C_LOWER : FULL); /* dP = dO Vᵀ */
     for (int r = 0; r < qn; r++) {
         float *pr = p + r * TILE, *dr = ds + r * TILE;
-        const int n = kb == qt ? r + 1 : kn;
+        const int n = diag ? r + 1 : kn, nv = round_up(n, ZW) < TILE ? round_up(n, ZW) : TILE;
         const float lr = lse[r], Dr = D[r], sc = s->scale;
-#pragma omp simd
-        for (int c = 0; c < n; c++) {
-            const float e = exp_approx(pr[c] - lr);
-            pr[c] = e;
-            dr[c] = e * (dr[c] - Dr) * sc;
+        for (int c = n; c < nv; c++) pr[c] = -INFINITY; /* masked, as in the forward */
+        for (int c = 0; c < nv; c += ZW) {
+            const zvec e = vexp(vload(pr + c) - lr);
+            vstore(pr + c, e);
+            vstore(dr + c, e * (vload(dr + c) - Dr) * sc);
         }
-        for (int c = n; c < kn; c++) pr[c] = 0, dr[c] = 0;
+        for (int c = nv; c < kn; c++) pr[c] = 0, dr[c] = 0;
     }
-    if (dv) mm(dv, dh, p, 1, TILE, dO, s->ldq, kn, dh, qn, 1); /* Pᵀ read transposed in place */
-    if (dk) mm(dk, dh, ds, 1, TILE, q, s->ldq, kn, dh, qn, 1);
-    if (with_dq) {
-        const long koff = ((long)b * s->T + k0) * s->ldk + (long)(h / s->G) * dh;
-        mm(g->dQ + qoff, s->ldq, ds, TILE, 1, s->K + koff, s->ldk, qn, dh, kn, 1);
+    if (with_dkdv) { /* Pᵀ and dSᵀ read transposed in place */
+        mm(x->acc2, dh, p, 1, TILE, dO, dh, kn, dh, qn, 1, diag ? A_UPPER : FULL);
+        mm(x->acc, dh, ds, 1, TILE, q, dh, kn, dh, qn, 1, diag ? A_UPPER : FULL);
     }
+    if (with_dq) mm(g->dQ + qoff, s->ldq, ds, TILE, 1, x->kr, dh, qn, dh, kn, 1, diag ? A_LOWER : FULL);
 }
 
-/* Scratch layout shared by the two task kinds. */
-typedef struct {
-    float *kt, *vt, *p, *ds, *dk, *dv, *D;
-} Scratch;
-
-static Scratch carve_scratch(float *ws, int dh) {
-    const size_t td = (size_t)round_up(TILE * dh, 16);
-    Scratch x;
-    x.kt = ws, x.vt = x.kt + td, x.dk = x.vt + td, x.dv = x.dk + td;
-    x.p = x.dv + td, x.ds = x.p + TILE * TILE, x.D = x.ds + TILE * TILE;
-    return x;
+static void load_key_tile(const Shape *s, int b, int j, int kb, const Scratch *x) {
+    const int kn = s->T - kb * TILE < TILE ? s->T - kb * TILE : TILE;
+    const long koff = ((long)b * s->T + (long)kb * TILE) * s->ldk + (long)j * s->dh;
+    load_transposed(x->kt, s->K + koff, s->ldk, kn, s->dh, s->scale);
+    load_transposed(x->vt, s->V + koff, s->ldk, kn, s->dh, 1.0f);
+    load_rows(x->kr, s->K + koff, s->ldk, kn, s->dh);
 }
 
 /* Key tile kb of kv head j: dK, dV rows of the tile from every query head of the group and every query tile at or
  * below the diagonal; with_dq also adds the dQ contributions (only when this task owns the whole (b, j) group). */
 static void backward_key_tile(const Shape *s, const Grads *g, float *dK, float *dV, int b, int j, int kb, int with_dq,
                               const Scratch *x) {
-    const int dh = s->dh, k0 = kb * TILE, kn = s->T - k0 < TILE ? s->T - k0 : TILE;
-    const long koff = ((long)b * s->T + k0) * s->ldk + (long)j * dh;
-    load_transposed(x->kt, s->K + koff, s->ldk, kn, dh, s->scale);
-    load_transposed(x->vt, s->V + koff, s->ldk, kn, dh, 1.0f);
-    memset(x->dk, 0, sizeof(float) * (size_t)kn * dh);
-    memset(x->dv, 0, sizeof(float) * (size_t)kn * dh);
+    const int dh = s->dh, kn = s->T - kb * TILE < TILE ? s->T - kb * TILE : TILE;
+    const long koff = ((long)b * s->T + (long)kb * TILE) * s->ldk + (long)j * dh;
+    load_key_tile(s, b, j, kb, x);
+    memset(x->acc, 0, sizeof(float) * (size_t)kn * dh);
+    memset(x->acc2, 0, sizeof(float) * (size_t)kn * dh);
     for (int h = j * s->G; h < (j + 1) * s->G; h++)
-        for (int qt = kb; qt < s->nt; qt++)
-            backward_block(s, g, b, h, qt, kb, x->kt, x->vt, x->dk, x->dv, with_dq, x->p, x->ds, x->D);
+        for (int qt = kb; qt < s->nt; qt++) backward_block(s, g, b, h, qt, kb, 1, with_dq, x);
     for (int r = 0; r < kn; r++)
         for (int d = 0; d < dh; d++) {
-            dK[koff + r * s->ldk + d] += x->dk[r * dh + d];
-            dV[koff + r * s->ldk + d] += x->dv[r * dh + d];
+            dK[koff + r * s->ldk + d] += x->acc[r * dh + d];
+            dV[koff + r * s->ldk + d] += x->acc2[r * dh + d];
         }
 }
 
 /* dQ rows of query tile qt of head h alone (the second pass when key-tile tasks cannot own dQ). */
 static void backward_query_tile(const Shape *s, const Grads *g, int b, int h, int qt, const Scratch *x) {
-    const int dh = s->dh;
     for (int kb = 0; kb <= qt; kb++) {
-        const int k0 = kb * TILE, kn = s->T - k0 < TILE ? s->T - k0 : TILE;
-        const long koff = ((long)b * s->T + k0) * s->ldk + (long)(h / s->G) * dh;
-        load_transposed(x->kt, s->K + koff, s->ldk, kn, dh, s->scale);
-        load_transposed(x->vt, s->V + koff, s->ldk, kn, dh, 1.0f);
-        backward_block(s, g, b, h, qt, kb, x->kt, x->vt, NULL, NULL, 1, x->p, x->ds, x->D);
+        load_key_tile(s, b, h / s->G, kb, x);
+        backward_block(s, g, b, h, qt, kb, 0, 1, x);
     }
 }
 

@@ -146,7 +146,7 @@ int cmd_forward(int argc, char **argv) {
         int64_t lshape[3] = {B, T, m.cfg.vocab_size};
         if (npy_write(logits_out, ZY_DT_F32, a.logits, 3, lshape, &err)) goto fail;
     }
-    printf("loss %.10g\n", loss);
+    printf("loss %#.10g\n", loss); /* "#": trailing zeros kept, always 10 significant digits */
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
