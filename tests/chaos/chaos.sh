@@ -102,11 +102,11 @@ KINDS=(kill hang nan corrupt truncate)
 for run in $(seq 1 "$RUNS"); do
     RANDOM=$((SEED * 1000 + run)) # bash's RNG: the same seed gives the same disturbances
     out="$W/run$run"
-    # K disturbances at distinct steps 3 apart or more, in [3, STEPS-4]; kinds drawn at random, every kind at
-    # least once across a run of 5
+    # K disturbances at distinct steps 3 apart or more, in [6, STEPS-4] (after the first checkpoint); kinds in a
+    # random order, every kind once in a run of 5
     steps=()
     kinds=()
-    candidates=($(seq 3 3 $((STEPS - 4))))
+    candidates=($(seq 6 3 $((STEPS - 4))))
     for i in $(seq 0 $((PER_RUN - 1))); do
         j=$((RANDOM % ${#candidates[@]}))
         steps+=("${candidates[$j]}")
@@ -157,7 +157,9 @@ for run in $(seq 1 "$RUNS"); do
             kill -STOP "$pid0" "$pid1" 2>/dev/null
             latest=$(cat "$out/checkpoints/latest" 2>/dev/null)
             ck="$out/checkpoints/$latest"
-            if [ -n "$latest" ] && [ -d "$ck" ]; then
+            if [ -z "$latest" ] || [ ! -d "$ck" ]; then
+                kind=kill # nothing published yet (everything was quarantined): only the kill happens
+            else
                 if [ "$kind" = corrupt ]; then
                     f="$ck/model.safetensors"
                     size=$(stat -c %s "$f")
