@@ -134,6 +134,14 @@ check "preemption: the heartbeat says stopped" grep -q '"state": "stopped"' "$ou
 $SUP -- $ZAYA train "$W/run.json" --override out_dir="$out" --override checkpoint.interval=0 --resume --quiet >>"$out.log" 2>&1
 check "preemption: supervised --resume finishes byte-identical" cmp -s "$REF" "$out/final/model.safetensors"
 
+# ---- a job that stops by itself with a checkpoint (exit 0, heartbeat "stopped"): a stop, not a fault ----
+out="$W/stopped"
+$SUP -- $ZAYA train "$W/run.json" --override out_dir="$out" --stop-after 4 --quiet >"$out.log" 2>&1
+rc=$?
+check "external stop: supervisor exit 0, faults.jsonl = preempted, no relaunch ($(events "$out"))" \
+    test $rc -eq 0 -a "$(events "$out")" = "preempted" -a "$(grep -c '^zaya supervise: launch' "$out.log")" -eq 1
+check "external stop: treated as a stop" grep -q "treated as a stop, not a fault" "$out/faults.jsonl"
+
 # ---- the trainer's resume choices ----
 cp -r "$W/crash" "$W/fallback"
 latest=$(cat "$W/fallback/checkpoints/latest")
