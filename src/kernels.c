@@ -14,25 +14,84 @@
 #pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 
+/* exp and erfc in float for the elementwise activations, written so GCC vectorises them (no calls; the only
+ * selects are plain min/max: -ftrapping-math keeps GCC from if-converting selects between computed values).
+ * zy_vexpf: Cephes expf (2^n by the exponent bits times a degree-6 polynomial on the reduced argument), relative
+ * error < 1e-7 on [-87, 88] (outside it the result is garbage: kernels.inc checks the range per row).
+ * zy_verfcf: Numerical Recipes erfcc for z >= 0, fractional error < 1.2e-7. */
+typedef union {
+    int32_t i;
+    float f;
+} ZyBits;
+
+static inline float zy_vexpf(float x) { /* x in [-87, 88]: callers check (a clamp here defeats vectorisation) */
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const ZyBits b = {.i = ((int32_t)n + 127) * (1 << 23)};
+    return p * b.f;
+}
+
+static inline float zy_verfcf(float z) {
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    return t * zy_vexpf(p - z * z);
+}
+
 #define real float
 #define K(name) name
 #define GEMM zy_gemm
 #define EXP expf
+#define VEXP zy_vexpf
+#define VERFC zy_verfcf
+#define FABS fabsf
+#define COPYSIGN copysignf
+#define ERFC erfcf
 #include "kernels.inc"
 #undef real
 #undef K
 #undef GEMM
 #undef EXP
+#undef VEXP
+#undef VERFC
+#undef FABS
+#undef COPYSIGN
+#undef ERFC
 
 #define real double
 #define K(name) name##_f64
 #define GEMM zy_gemm_f64
 #define EXP exp
+#define VEXP exp
+#define VERFC erfc
+#define FABS fabs
+#define COPYSIGN copysign
+#define ERFC erfc
 #include "kernels.inc"
 #undef real
 #undef K
 #undef GEMM
 #undef EXP
+#undef VEXP
+#undef VERFC
+#undef FABS
+#undef COPYSIGN
+#undef ERFC
 
 void rope_tables(float *cosv, float *sinv, int T, int rd, float theta) {
     /* Built in fp32 exactly like the reference (inv_freq, angle, then cos/sin), not in double: the two differ
