@@ -230,15 +230,14 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
         memcpy(s->value + (long)b * n * Ck + half, prev, (size_t)half * sizeof(float));
         memcpy(prev, s->vd + ((long)b * n + n - 1) * half, (size_t)half * sizeof(float));
     }
-    /* 5. QK norm */
+    /* 5. QK norm and 6. RoPE at the absolute positions p0.. (tables offset by p0), fused as in model.c */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* as model.c */
-    l2norm_forward(s->query, s->norm_q, s->query_pre, NULL, N, Hq, dh, scale, eps);
-    l2norm_forward(s->key, s->norm_k, s->key_pre, W->temp, N, Hkv, dh, scale, eps);
-    /* 6. RoPE at the absolute positions p0.. (tables offset by p0) */
     const int rd = cfg_rotary_dim(f);
     const long toff = (long)p0 * (rd / 2);
-    rope_forward(s->query, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh, rd);
-    rope_forward(s->key, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh, rd);
+    l2norm_rope_forward(s->query, s->norm_q, s->query_pre, NULL, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh, rd,
+                        scale, eps);
+    l2norm_rope_forward(s->key, s->norm_k, s->key_pre, W->temp, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh,
+                        rd, scale, eps);
     /* append k̂ and v, then 7. attention over everything so far */
     for (int b = 0; b < B; b++) {
         const long dst = ((long)b * c->max_len + p0) * Ck;

@@ -52,6 +52,8 @@ void gelu_bias_backward(float *dpre, float *dbias, const float *dy, const float 
 void moe_experts_forward(float *out, float *xin, float *gu, float *act, float *y, const float *u, const float *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int rows, int D, int I, int E);
 void moe_gate_backward(float *dgate, float *dy, const float *dout, const float *y, const float *gate, const int32_t *sorted, int n_routed, int D);
 void moe_experts_backward(float *du, float *dw_gu, float *dw_down, float *dact, float *dgu, float *dxin, const float *dy, const float *xin, const float *gu, const float *act, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int D, int I, int E);
+void l2norm_rope_forward(float *y, float *norm, const float *x, const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps);
+void rope_l2norm_backward(float *dx, float *dtemp, float *dy, const float *x, const float *norm, const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps);
 double cross_entropy(float *dlogits, float *row_loss, const float *logits, const int32_t *targets, int rows, int V, double dloss);
 
 void linear_forward_f64(double *y, const double *x, const double *w, const double *bias, int rows, int in, int out);
@@ -89,6 +91,8 @@ void gelu_bias_backward_f64(double *dpre, double *dbias, const double *dy, const
 void moe_experts_forward_f64(double *out, double *xin, double *gu, double *act, double *y, const double *u, const double *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, int rows, int D, int I, int E);
 void moe_gate_backward_f64(double *dgate, double *dy, const double *dout, const double *y, const double *gate, const int32_t *sorted, int n_routed, int D);
 void moe_experts_backward_f64(double *du, double *dw_gu, double *dw_down, double *dact, double *dgu, double *dxin, const double *dy, const double *xin, const double *gu, const double *act, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, int D, int I, int E);
+void l2norm_rope_forward_f64(double *y, double *norm, const double *x, const double *temp, const double *cosv, const double *sinv, int rows, int T, int H, int dh, int rd, double scale, double eps);
+void rope_l2norm_backward_f64(double *dx, double *dtemp, double *dy, const double *x, const double *norm, const double *temp, const double *cosv, const double *sinv, int rows, int T, int H, int dh, int rd, double scale, double eps);
 double cross_entropy_f64(double *dlogits, double *row_loss, const double *logits, const int32_t *targets, int rows, int V, double dloss);
 
 /* RoPE cos/sin tables [T, rd/2] for positions 0..T-1, built in fp32 like the reference. */

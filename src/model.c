@@ -313,14 +313,11 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     linear_forward(L->v_current, L->u_attn, W->w_v_current, NULL, N, D, Ck / 2);
     linear_forward(L->v_delayed, L->u_attn, W->w_v_delayed, NULL, N, D, Ck / 2);
     delayed_value_forward(L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
-    /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature */
+    /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* fp32 machine epsilon */
-    l2norm_forward(L->query, L->q_norm, L->query_pre, NULL, N, Hq, dh, scale, eps);
-    l2norm_forward(L->key, L->k_norm, L->key_pre, W->temp, N, Hkv, dh, scale, eps);
-    /* 6. partial RoPE */
     const int rd = cfg_rotary_dim(c);
-    rope_forward(L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
-    rope_forward(L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    l2norm_rope_forward(L->query, L->q_norm, L->query_pre, NULL, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd, scale, eps);
+    l2norm_rope_forward(L->key, L->k_norm, L->key_pre, W->temp, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd, scale, eps);
     /* 7. causal softmax attention in the latent space */
     flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
                             a->attn_threads);
@@ -481,17 +478,15 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     delayed_value_backward(d->d_vc, d->d_vd, d->d_value, B, T, Ck / 2);
     linear_backward(d->d_u, G->w_v_current, NULL, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2);
     linear_backward(d->d_u, G->w_v_delayed, NULL, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2);
-    /* 6. RoPE (in place on the gradients) */
+    /* 6. RoPE and 5. QK norm in one pass → gradients of query_pre / key_pre, overwritten (reusing the free
+     * d_attn_out / d_value buffers) */
     const int rd = cfg_rotary_dim(c);
-    rope_backward(d->d_query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
-    rope_backward(d->d_key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
-    /* 5. QK norm → gradients of query_pre / key_pre (reusing the free d_attn_out / d_value buffers) */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     float *d_query_pre = d->d_attn_out, *d_key_pre = d->d_value;
-    zero(d_query_pre, (size_t)N * Cq);
-    zero(d_key_pre, (size_t)N * Ck);
-    l2norm_backward(d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, N, Hq, dh, scale, eps);
-    l2norm_backward(d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, N, Hkv, dh, scale, eps);
+    rope_l2norm_backward(d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, a->rope_cos, a->rope_sin, N, T,
+                         Hq, dh, rd, scale, eps);
+    rope_l2norm_backward(d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, a->rope_cos, a->rope_sin, N, T,
+                         Hkv, dh, rd, scale, eps);
     /* 3. q-k mean skip → dY (conv output) and dX (direct path) */
     zero(d->d_conv_out, (size_t)N * C);
     zero(d->d_qk_down, (size_t)N * C);

@@ -333,3 +333,38 @@ TEST(vectorised_activations_match_double_reference) {
     free(dgu_d), free(y_d), free(dx_d), free(dy_d), free(logits), free(dl), free(rl), free(logits_d), free(dl_d);
     free(rl_d);
 }
+
+/* ---- CCA steps 5-6: l2norm (with and without temperature) then partial RoPE, fused, forward and backward ---- */
+TEST(l2norm_rope_fusions_match_plain_ops) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 16);
+    static const int shapes[][5] = {/* rows, T, H, dh, rd */ {1, 1, 2, 8, 4}, {6, 3, 4, 16, 16}, {64, 32, 2, 32, 16}};
+    double worst = 0;
+    for (int sh = 0; sh < 3; sh++)
+        for (int with_temp = 0; with_temp < 2; with_temp++) {
+            const int rows = shapes[sh][0], T = shapes[sh][1], H = shapes[sh][2], dh = shapes[sh][3], rd = shapes[sh][4];
+            const long n = (long)rows * H * dh;
+            float *x = rnd(&rng, n, 1), *temp = rnd(&rng, H, 1), *cosv = malloc((size_t)T * rd / 2 * 4);
+            float *sinv = malloc((size_t)T * rd / 2 * 4);
+            rope_tables(cosv, sinv, T, rd, 10000.0f);
+            x[0] = 0; /* a zero head hits the eps clamp */
+            for (int i = 1; i < dh; i++) x[i] = 1e-9f;
+            const float *tp = with_temp ? temp : NULL, scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+            float *y = rnd(&rng, n, 1), *norm = rnd(&rng, (long)rows * H, 1), *y_r = rnd(&rng, n, 1);
+            float *norm_r = rnd(&rng, (long)rows * H, 1);
+            l2norm_rope_forward(y, norm, x, tp, cosv, sinv, rows, T, H, dh, rd, scale, eps);
+            l2norm_forward(y_r, norm_r, x, tp, rows, H, dh, scale, eps);
+            rope_forward(y_r, cosv, sinv, rows, T, H, dh, rd);
+            worst = fmax(worst, fmax(max_err(y, y_r, n), max_err(norm, norm_r, (long)rows * H)));
+            float *dy = rnd(&rng, n, 1), *dy_r = dup(dy, n), *dx = rnd(&rng, n, 1), *dx_r = calloc((size_t)n, 4);
+            float *dt = rnd(&rng, H, 1), *dt_r = dup(dt, H);
+            rope_l2norm_backward(dx, with_temp ? dt : NULL, dy, x, norm, tp, cosv, sinv, rows, T, H, dh, rd, scale, eps);
+            rope_backward(dy_r, cosv, sinv, rows, T, H, dh, rd);
+            l2norm_backward(dx_r, with_temp ? dt_r : NULL, dy_r, x, norm_r, tp, rows, H, dh, scale, eps);
+            worst = fmax(worst, fmax(max_err(dx, dx_r, n), max_err(dt, dt_r, H)));
+            free(x), free(temp), free(cosv), free(sinv), free(y), free(norm), free(y_r), free(norm_r), free(dy), free(dy_r);
+            free(dx), free(dx_r), free(dt), free(dt_r);
+        }
+    printf("    max rel error %.3g\n", worst);
+    CHECK(worst < TOL);
+}
