@@ -140,19 +140,27 @@ static int number_at(const cJSON *o, const char *key, double *out, const char *l
     return 0;
 }
 
+/* A counter (step, cursor, seed, ...): a whole number in [0, 2^53), so the conversion is exact and defined. */
+static int count_at(const cJSON *o, const char *key, double *out, const char *label, ZyErr *err) {
+    if (number_at(o, key, out, label, err)) return -1;
+    if (!(*out >= 0 && *out < 9007199254740992.0) || *out != floor(*out))
+        return zy_fail(err, "%s: \"%s\" must be a whole number in [0, 2^53), not %g", label, key, *out);
+    return 0;
+}
+
 static int state_from_json(Trainer *t, const char *text, const char *label, ZyErr *err) {
     cJSON *root = cJSON_Parse(text);
     if (!root) return zy_fail(err, "%s: invalid JSON", label);
     int rc = -1;
     double d = 0;
-    if (number_at(root, "step", &d, label, err)) goto done;
+    if (count_at(root, "step", &d, label, err)) goto done;
     t->step = (int64_t)d;
-    if (number_at(root, "optimizer_step", &d, label, err)) goto done;
+    if (count_at(root, "optimizer_step", &d, label, err)) goto done;
     t->opt.step = (int64_t)d;
     /* data_index and skip_windows are absent from checkpoints written before data skipping existed */
     t->data_index = t->step;
     if (cJSON_GetObjectItemCaseSensitive(root, "data_index")) {
-        if (number_at(root, "data_index", &d, label, err)) goto done;
+        if (count_at(root, "data_index", &d, label, err)) goto done;
         if (d < (double)t->step) {
             zy_fail(err, "%s: data_index %.0f is behind step %lld", label, d, (long long)t->step);
             goto done;
@@ -167,7 +175,8 @@ static int state_from_json(Trainer *t, const char *text, const char *label, ZyEr
     cJSON_ArrayForEach(win, skips) {
         const cJSON *a = cJSON_GetArrayItem(win, 0), *b = cJSON_GetArrayItem(win, 1);
         if (!cJSON_IsArray(win) || cJSON_GetArraySize(win) != 2 || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
-            a->valuedouble < 0 || b->valuedouble < a->valuedouble) {
+            a->valuedouble < 0 || b->valuedouble < a->valuedouble || b->valuedouble >= 9007199254740992.0 ||
+            a->valuedouble != floor(a->valuedouble) || b->valuedouble != floor(b->valuedouble)) {
             zy_fail(err, "%s: skip_windows must be a list of [first, last] pairs with 0 <= first <= last", label);
             goto done;
         }
@@ -177,7 +186,7 @@ static int state_from_json(Trainer *t, const char *text, const char *label, ZyEr
         }
     }
     if (number_at(root, "tokens_seen", &t->tokens_seen, label, err)) goto done;
-    if (number_at(root, "seed", &d, label, err)) goto done;
+    if (count_at(root, "seed", &d, label, err)) goto done;
     if ((uint64_t)d != t->rc.seed) {
         zy_fail(err, "%s: the checkpoint was trained with seed %.0f, the run config says %llu", label, d,
                 (unsigned long long)t->rc.seed);
@@ -190,13 +199,13 @@ static int state_from_json(Trainer *t, const char *text, const char *label, ZyEr
             zy_fail(err, "%s: no loader state for dataset \"%s\"", label, t->loader.names[i]);
             goto done;
         }
-        if (number_at(o, "cursor", &d, label, err)) goto done;
+        if (count_at(o, "cursor", &d, label, err)) goto done;
         t->loader.cursor[i] = (uint64_t)d;
-        if (number_at(o, "epoch", &d, label, err)) goto done;
+        if (count_at(o, "epoch", &d, label, err)) goto done;
         t->loader.epoch[i] = (uint64_t)d;
     }
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "balancer");
-    if (!b || number_at(b, "step", &d, label, err)) {
+    if (!b || count_at(b, "step", &d, label, err)) {
         if (!b) zy_fail(err, "%s: no balancer state", label);
         goto done;
     }
