@@ -69,12 +69,52 @@ static inline __attribute__((always_inline)) void mm_block(const int MR, const i
         for (int v = 0; v < NV; v++) vstore(C + r * ldc + n + v * ZW, x[r][v]);
 }
 
+/* The main 6 x 2 block spelled out and its k loop not unrolled: otherwise Clang spills accumulators to the stack. */
+#if defined(__clang__)
+#define NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define NO_UNROLL
+#endif
+static inline __attribute__((always_inline)) void mm_block_6x2(float *restrict C, long ldc, const float *restrict A,
+                                                               long ars, long acs, const float *restrict B, long ldb,
+                                                               int n, int kb, int ke, int accumulate) {
+    const zvec z = {0};
+    float *c0 = C + n, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc, *c4 = c3 + ldc, *c5 = c4 + ldc;
+    zvec x00 = z, x01 = z, x10 = z, x11 = z, x20 = z, x21 = z, x30 = z, x31 = z, x40 = z, x41 = z, x50 = z, x51 = z;
+    if (accumulate) {
+        x00 = vload(c0), x01 = vload(c0 + ZW), x10 = vload(c1), x11 = vload(c1 + ZW), x20 = vload(c2);
+        x21 = vload(c2 + ZW), x30 = vload(c3), x31 = vload(c3 + ZW), x40 = vload(c4), x41 = vload(c4 + ZW);
+        x50 = vload(c5), x51 = vload(c5 + ZW);
+    }
+    const float *a0 = A, *a1 = a0 + ars, *a2 = a1 + ars, *a3 = a2 + ars, *a4 = a3 + ars, *a5 = a4 + ars;
+    NO_UNROLL
+    for (int k = kb; k < ke; k++) {
+        const zvec b0 = vload(B + k * ldb + n), b1 = vload(B + k * ldb + n + ZW);
+        const long o = k * acs;
+        float y = a0[o];
+        x00 += y * b0, x01 += y * b1, y = a1[o];
+        x10 += y * b0, x11 += y * b1, y = a2[o];
+        x20 += y * b0, x21 += y * b1, y = a3[o];
+        x30 += y * b0, x31 += y * b1, y = a4[o];
+        x40 += y * b0, x41 += y * b1, y = a5[o];
+        x50 += y * b0, x51 += y * b1;
+    }
+    vstore(c0, x00), vstore(c0 + ZW, x01), vstore(c1, x10), vstore(c1 + ZW, x11), vstore(c2, x20);
+    vstore(c2 + ZW, x21), vstore(c3, x30), vstore(c3 + ZW, x31), vstore(c4, x40), vstore(c4 + ZW, x41);
+    vstore(c5, x50), vstore(c5 + ZW, x51);
+}
+
 static inline __attribute__((always_inline)) void mm_rows(const int MR, float *restrict C, long ldc,
                                                           const float *restrict A, long ars, long acs,
                                                           const float *restrict B, long ldb, int N, int kb, int ke,
                                                           int accumulate) {
     int n = 0;
-    for (; n + 2 * ZW <= N; n += 2 * ZW) mm_block(MR, 2, C, ldc, A, ars, acs, B, ldb, n, kb, ke, accumulate);
+    for (; n + 2 * ZW <= N; n += 2 * ZW) {
+        if (MR == 6)
+            mm_block_6x2(C, ldc, A, ars, acs, B, ldb, n, kb, ke, accumulate);
+        else
+            mm_block(MR, 2, C, ldc, A, ars, acs, B, ldb, n, kb, ke, accumulate);
+    }
     for (; n + ZW <= N; n += ZW) mm_block(MR, 1, C, ldc, A, ars, acs, B, ldb, n, kb, ke, accumulate);
     for (; n < N; n++)
         for (int r = 0; r < MR; r++) {
