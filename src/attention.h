@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 /* Floats of scratch the calls below need to run up to `threads` OpenMP threads at head size dh (independent of
- * B and T: one set of tile buffers per thread). */
+ * B and T: one set of tile buffers per thread). Calls running at the same time need their own scratch. */
 size_t flash_attention_workspace_floats(int dh, int threads);
 
 /* O = softmax(Q Kᵀ / sqrt(dh), causal) V, overwriting O; LSE[b,h,t] = log Σ_s exp(score[t,s]).
