@@ -211,8 +211,8 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
         memcpy(xe, c->conv_state[l] + (long)b * P * C, (size_t)P * C * sizeof(float));
         memcpy(xe + (long)P * C, s->X + (long)b * n * C, (size_t)n * C * sizeof(float));
     }
-    cca_conv_forward(s->Ye, s->Me, s->conv_wp, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE, C, dh,
-                     f->cca_time0, f->cca_time1);
+    cca_conv_forward(s->Ye, s->Me, s->conv_wp, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE,
+                     C, dh, f->cca_time0, f->cca_time1);
     for (int b = 0; b < B; b++)
         memcpy(c->conv_state[l] + (long)b * P * C, s->Xe + ((long)b * TE + n) * C, (size_t)P * C * sizeof(float));
     /* 3. q-k mean skip */
@@ -234,8 +234,8 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* as model.c */
     const int rd = cfg_rotary_dim(f);
     const long toff = (long)p0 * (rd / 2);
-    l2norm_rope_forward(s->query, s->norm_q, s->query_pre, NULL, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh, rd,
-                        scale, eps);
+    l2norm_rope_forward(s->query, s->norm_q, s->query_pre, NULL, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh,
+                        rd, scale, eps);
     l2norm_rope_forward(s->key, s->norm_k, s->key_pre, W->temp, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh,
                         rd, scale, eps);
     /* append k̂ and v, then 7. attention over everything so far */

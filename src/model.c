@@ -305,8 +305,8 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     zy_gemm(0, 1, N, Cq, D, 1, L->u_attn, D, W->w_q, D, 0, L->qk_down, C);
     zy_gemm(0, 1, N, Ck, D, 1, L->u_attn, D, W->w_k, D, 0, L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
-    cca_conv_forward(L->conv_out, L->conv_mid, a->conv_wp, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B,
-                     T, C, dh, c->cca_time0, c->cca_time1);
+    cca_conv_forward(L->conv_out, L->conv_mid, a->conv_wp, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
+                     W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
     /* 3. q-k mean skip */
     qk_mean_forward(L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
     /* 4. values with a one-token delay */
@@ -316,8 +316,10 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* fp32 machine epsilon */
     const int rd = cfg_rotary_dim(c);
-    l2norm_rope_forward(L->query, L->q_norm, L->query_pre, NULL, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd, scale, eps);
-    l2norm_rope_forward(L->key, L->k_norm, L->key_pre, W->temp, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd, scale, eps);
+    l2norm_rope_forward(L->query, L->q_norm, L->query_pre, NULL, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd, scale,
+                        eps);
+    l2norm_rope_forward(L->key, L->k_norm, L->key_pre, W->temp, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd, scale,
+                        eps);
     /* 7. causal softmax attention in the latent space */
     flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
                             a->attn_threads);
@@ -493,8 +495,8 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     qk_mean_backward(d->d_conv_out, d->d_qk_down, d_query_pre, d_key_pre, N, Hq, Hkv, dh);
     /* 2. convolutions */
     cca_conv_backward(d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
-                      a->conv_wp, a->conv_dwp, d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
-                      c->cca_time1);
+                      a->conv_wp, a->conv_dwp, d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B,
+                      T, C, dh, c->cca_time0, c->cca_time1);
     /* 1. down projections (dX has row stride C) */
     zy_gemm(0, 0, N, D, Cq, 1, d->d_qk_down, C, W->w_q, D, 1, d->d_u, D);
     zy_gemm(1, 0, Cq, D, N, 1, d->d_qk_down, C, L->u_attn, D, 1, G->w_q, D);
