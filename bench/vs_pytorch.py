@@ -81,11 +81,12 @@ def run_zaya(args, *extra):
     return out.stdout
 
 
-def zaya_train(args):
+def zaya_train(args, optimizer):
     out = run_zaya(args, "train", "--config", args.config, "--batch", str(args.batch), "--seq", str(args.seq),
-                   "--steps", str(max(args.steps, 5)), "--threads", str(args.threads))
+                   "--steps", str(max(args.steps, 5)), "--threads", str(args.threads), "--optimizer", optimizer)
     return {"tokens_per_s": float(re.search(r"throughput\s+(\d+) tokens/s", out).group(1)),
             "mfu": float(re.search(r"MFU\s+([\d.]+)%", out).group(1)),
+            "mfu_fwd_bwd": float(re.search(r"MFU fwd\+bwd\s+([\d.]+)%", out).group(1)),
             "peak_rss_mb": float(re.search(r"peak memory\s+([\d.]+) MB", out).group(1)),
             "breakdown": ", ".join(f"{name} {share}%" for name, share in
                                    re.findall(r"^\s+([a-z+]+)\s+([\d.]+)%", out, re.M))}
@@ -121,26 +122,29 @@ def main():
         torch_worker(args)
         return
     variants = ["eager"] + (["compile"] if args.compile else [])
-    res = {v: [] for v in variants + ["zaya"]}
+    res = {v: [] for v in variants + ["zaya", "zaya_adamw"]}
     dec = {"generate": [], "zaya": []}
     for _ in range(args.rounds):
         for v in variants:
             res[v].append(run_torch(args, v))
-        res["zaya"].append(zaya_train(args))
+        res["zaya_adamw"].append(zaya_train(args, "adamw"))
+        res["zaya"].append(zaya_train(args, "muon"))
         if not args.no_decode:
             dec["generate"].append(run_torch(args, "generate"))
             dec["zaya"].append(zaya_decode(args))
-    z = median_of(res["zaya"])
+    z = median_of(res["zaya_adamw"])  # like for like: the PyTorch side runs AdamW
     print(f"config {args.config}, batch {args.batch} x {args.seq}, {args.threads} threads, "
           f"medians of {args.rounds} round(s)")
-    print(f"{'training':42s} {'tokens/s':>10s} {'peak MB':>9s} {'zaya / this':>12s}")
+    print(f"{'training':42s} {'tokens/s':>10s} {'peak MB':>9s} {'zaya AdamW / this':>12s}")
     names = {"eager": "transformers eager + AdamW", "compile": "transformers torch.compile + AdamW"}
     for v in variants:
         print(f"{names[v]:42s} {median_of(res[v]):10.0f} {median_of(res[v], 'peak_rss_mb'):9.0f} "
               f"{z / median_of(res[v]):12.2f}")
-    zname = f"zaya bench train (MFU {median_of(res['zaya'], 'mfu'):.1f}%)"
-    print(f"{zname:42s} {z:10.0f} {median_of(res['zaya'], 'peak_rss_mb'):9.0f} {1.0:12.2f}")
-    print(f"zaya breakdown: {res['zaya'][-1]['breakdown']}")
+    for key, label in (("zaya_adamw", "zaya, AdamW"), ("zaya", "zaya, Muon + AdamW")):
+        name = f"{label} (MFU {median_of(res[key], 'mfu'):.1f}%, fwd+bwd {median_of(res[key], 'mfu_fwd_bwd'):.1f}%)"
+        print(f"{name:42s} {median_of(res[key]):10.0f} {median_of(res[key], 'peak_rss_mb'):9.0f} "
+              f"{median_of(res[key]) / z:12.2f}")
+    print(f"zaya (Muon) breakdown: {res['zaya'][-1]['breakdown']}")
     if not args.no_decode:
         zd = median_of(dec["zaya"])
         gen = median_of(dec["generate"])

@@ -29,6 +29,7 @@ void optim_config_default(OptimConfig *c) {
     c->eps = 1e-8;
     c->muon_momentum = 0.95;
     c->muon_ns_steps = 5;
+    c->adamw_only = 0;
 }
 
 /* A Muon tensor is one matrix [m, n], or a stack of them (experts: [E, m, n]). */
@@ -68,7 +69,7 @@ static int build_jobs(const Optimizer *o, const ParamTable *t, OptimJob *jobs) {
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->info[i];
         if (!param_trainable(p) || !o->owned[i]) continue;
-        if (p->kind == PARAM_MUON) {
+        if (p->kind == PARAM_MUON && !o->cfg.adamw_only) {
             int count, rows, cols;
             matrix_shape(p, &count, &rows, &cols);
             const size_t len = (size_t)rows * cols;
@@ -100,7 +101,7 @@ int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->info[i];
         o->owned[i] = p->offset >= begin && p->offset + p->numel <= end;
-        if (!o->owned[i] || p->kind != PARAM_MUON) continue;
+        if (!o->owned[i] || p->kind != PARAM_MUON || cfg->adamw_only) continue;
         int count, m, n;
         matrix_shape(p, &count, &m, &n);
         size_t need = muon_workspace_floats(m, n);
@@ -422,7 +423,7 @@ void optim_step_reference(Optimizer *o, ParamTable *t, double lr) {
         if (!param_trainable(p) || !o->owned[i]) continue;
         float *w = t->data + p->offset, *g = t->grad + p->offset;
         float *m = optim_state(o, p, 0), *v = optim_state(o, p, 1);
-        if (p->kind == PARAM_MUON) {
+        if (p->kind == PARAM_MUON && !o->cfg.adamw_only) {
             int count, rows, cols;
             matrix_shape(p, &count, &rows, &cols);
             size_t len = (size_t)rows * cols;

@@ -13,6 +13,7 @@ typedef struct {
     double beta1, beta2, eps; /* AdamW */
     double muon_momentum;  /* μ = 0.95 */
     int muon_ns_steps;     /* 5 */
+    int adamw_only;        /* every trainable tensor on AdamW (to compare with AdamW-only stacks; not ZAYA's recipe) */
 } OptimConfig;
 
 void optim_config_default(OptimConfig *c);

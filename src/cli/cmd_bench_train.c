@@ -21,7 +21,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int bench_train(int argc, char **argv) {
-    const char *config_path = NULL;
+    const char *config_path = NULL, *optimizer = "muon";
     int B = 8, T = 128, steps = 10, warmup = 2, threads = 0;
     ArgSpec specs[] = {
         {"--config", ARG_STRING, 1, &config_path, "model config.json", 0},
@@ -30,10 +30,12 @@ int bench_train(int argc, char **argv) {
         {"--steps", ARG_INT, 0, &steps, "timed steps (default 10)", 0},
         {"--warmup", ARG_INT, 0, &warmup, "untimed steps first (default 2)", 0},
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
+        {"--optimizer", ARG_STRING, 0, &optimizer,
+         "muon (Muon for the matrices + AdamW, ZAYA's recipe; default) or adamw (AdamW for every tensor)", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K]", specs,
+            args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
@@ -44,10 +46,14 @@ int bench_train(int argc, char **argv) {
     Optimizer o;
     int have_model = 0, have_acts = 0, have_opt = 0, rc = 1;
     int32_t *tokens = NULL, *targets = NULL;
-    double *times = NULL;
+    double *times = NULL, *fb_times = NULL; /* whole steps; forward + backward alone */
     if (args_parse(argc, argv, 3, specs, ZY_ARRAY_LEN(specs), NULL, 0, NULL, "bench train", &err)) goto done;
     if (B <= 0 || T <= 0 || steps <= 0 || warmup < 0 || threads < 0) {
         zy_fail(&err, "bench train: --batch, --seq and --steps must be positive, --warmup and --threads non-negative");
+        goto done;
+    }
+    if (strcmp(optimizer, "muon") != 0 && strcmp(optimizer, "adamw") != 0) {
+        zy_fail(&err, "bench train: --optimizer must be muon or adamw, not \"%s\"", optimizer);
         goto done;
     }
     if (threads > 0) omp_set_num_threads(threads);
@@ -62,12 +68,14 @@ int bench_train(int argc, char **argv) {
     have_acts = 1;
     OptimConfig oc;
     optim_config_default(&oc);
+    oc.adamw_only = strcmp(optimizer, "adamw") == 0;
     if (optim_create(&o, &m.params, &oc, &err)) goto done;
     have_opt = 1;
     tokens = malloc((size_t)B * T * sizeof *tokens);
     targets = malloc((size_t)B * T * sizeof *targets);
     times = calloc((size_t)steps, sizeof *times);
-    if (!tokens || !targets || !times) {
+    fb_times = calloc((size_t)steps, sizeof *fb_times);
+    if (!tokens || !targets || !times || !fb_times) {
         zy_fail(&err, "out of memory");
         goto done;
     }
@@ -89,24 +97,30 @@ int bench_train(int argc, char **argv) {
         double t2 = zy_now_seconds();
         if (s >= 0) {
             times[s] = t2 - t0;
+            fb_times[s] = t1 - t0;
             optim_s += t2 - t1;
         }
     }
     double total = 0;
     for (int s = 0; s < steps; s++) total += times[s];
     qsort(times, (size_t)steps, sizeof *times, cmp_double);
+    qsort(fb_times, (size_t)steps, sizeof *fb_times, cmp_double);
     double median = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
+    double fb_median = steps % 2 ? fb_times[steps / 2] : 0.5 * (fb_times[steps / 2 - 1] + fb_times[steps / 2]);
     double tps = (double)B * T / median, flops = model_train_flops_per_token(&cfg, T);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("model        %s: %zu parameters (%.1f M active matrix FLOPs/token/6 incl. head)\n", config_path,
            params_count(&m.params, 0), (flops - 6.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * T) / 6e6);
-    printf("batch        %d x %d tokens, %d threads, %d timed steps after %d warm-up\n", B, T, omp_get_max_threads(),
-           steps, warmup);
+    printf("batch        %d x %d tokens, %d threads, %d timed steps after %d warm-up, optimizer %s\n", B, T,
+           omp_get_max_threads(), steps, warmup, oc.adamw_only ? "AdamW" : "Muon + AdamW");
     printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
     printf("throughput   %.0f tokens/s, %.1f GFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
            tps * flops / 1e9, flops / 1e9);
     printf("MFU          %.1f%% of the measured sgemm peak %.1f GFLOP/s\n", 100 * tps * flops / (peak * 1e9), peak);
+    /* the optimizer's FLOPs (Muon's Newton–Schulz) are outside the 6N convention: MFU of the model's own part */
+    printf("MFU fwd+bwd  %.1f%% (forward + backward alone, median %.4f s; %.0f tokens/s)\n",
+           100 * (double)B * T / fb_median * flops / (peak * 1e9), fb_median, (double)B * T / fb_median);
     printf("peak memory  %.1f MB resident\n", ru.ru_maxrss / 1024.0);
     static const char *names[MODEL_PHASES] = {"attention", "router", "experts", "norms", "head+loss"};
     double accounted = optim_s;
@@ -121,7 +135,7 @@ int bench_train(int argc, char **argv) {
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
-    free(tokens), free(targets), free(times);
+    free(tokens), free(targets), free(times), free(fb_times);
     if (have_opt) optim_free(&o);
     if (have_acts) acts_free(&a);
     if (have_model) model_free(&m);
