@@ -4,7 +4,6 @@
 #include "decode.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +51,7 @@ static void carve_cache(ZyCarver *cv, KVCache *c) {
     s->vc = CF(cv, N * Ck / 2);
     s->vd = CF(cv, N * Ck / 2);
     s->value = CF(cv, N * Ck);
-    s->scores = CF(cv, (size_t)c->threads * Ch * ML);
+    s->scores = CF(cv, Ch * ML);
     s->attn_out = CF(cv, N * Cq);
     s->proj = CF(cv, N * D);
     s->z[0] = CF(cv, N * R);
@@ -91,7 +90,6 @@ int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len,
     c->batch = batch;
     c->max_len = max_len;
     c->chunk = chunk < max_len ? chunk : max_len;
-    c->threads = omp_get_max_threads();
     c->conv_pad = cfg_conv_pad(cfg);
     const int L = cfg->num_layers;
     float **ptrs = calloc((size_t)4 * L, sizeof *ptrs);
@@ -162,38 +160,37 @@ void kvcache_free(KVCache *c) {
 /* ---- the layer loop ------------------------------------------------------------------------------------------ */
 
 /* Causal attention of n new queries per sequence (positions p0..p0+n-1) over the cached keys 0..p0+n-1; same
- * arithmetic as attention_forward (scaled GEMM, fp32 softmax with double sums, GEMM with the values). One
- * parallel region over the (sequence, head) pairs, each with its own score buffer and single-threaded GEMMs: a
- * region per head (rows of one softmax) costs more in thread wake-ups than a 64-row prefill chunk's work. */
+ * arithmetic as attention_forward (scaled GEMM, fp32 softmax with double sums, GEMM with the values). */
 static void cached_attention(KVCache *c, int l, int n, int p0) {
     const ZayaConfig *f = &c->cfg;
     const int dh = f->head_dim, Hq = f->num_heads, Hkv = f->num_kv_heads, G = Hq / Hkv;
-    const int Cq = Hq * dh, Ck = Hkv * dh, Lk = p0 + n, tasks = c->batch * Hq;
+    const int Cq = Hq * dh, Ck = Hkv * dh, Lk = p0 + n;
     const float scale = (float)(1.0 / sqrt((double)dh));
-#pragma omp parallel for schedule(static) num_threads(c->threads) if (ZY_PAR((long)tasks * n * Lk * dh / 8))
-    for (int bh = 0; bh < tasks; bh++) {
-        const int b = bh / Hq, h = bh % Hq, j = h / G;
-        float *p = c->s.scores + (size_t)omp_get_thread_num() * c->chunk * c->max_len;
-        const float *q = c->s.query + (long)b * n * Cq + h * dh;
-        const float *k = c->k[l] + (long)b * c->max_len * Ck + j * dh;
-        const float *v = c->v[l] + (long)b * c->max_len * Ck + j * dh;
-        zy_gemm(0, 1, n, Lk, dh, scale, q, Cq, k, Ck, 0, p, Lk);
-        for (int t = 0; t < n; t++) {
-            float *row = p + (long)t * Lk;
-            const int last = p0 + t; /* query at position p0+t sees keys 0..p0+t */
-            float mx = row[0];
-            for (int s = 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
-            double sum = 0;
-            for (int s = 0; s <= last; s++) {
-                row[s] = (float)exp((double)(row[s] - mx));
-                sum += row[s];
+    float *p = c->s.scores;
+    for (int b = 0; b < c->batch; b++)
+        for (int h = 0; h < Hq; h++) {
+            const int j = h / G;
+            const float *q = c->s.query + (long)b * n * Cq + h * dh;
+            const float *k = c->k[l] + (long)b * c->max_len * Ck + j * dh;
+            const float *v = c->v[l] + (long)b * c->max_len * Ck + j * dh;
+            zy_gemm(0, 1, n, Lk, dh, scale, q, Cq, k, Ck, 0, p, Lk);
+#pragma omp parallel for schedule(static) if (ZY_PAR((long)n * Lk * 4))
+            for (int t = 0; t < n; t++) {
+                float *row = p + (long)t * Lk;
+                const int last = p0 + t; /* query at position p0+t sees keys 0..p0+t */
+                float mx = row[0];
+                for (int s = 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
+                double sum = 0;
+                for (int s = 0; s <= last; s++) {
+                    row[s] = (float)exp((double)(row[s] - mx));
+                    sum += row[s];
+                }
+                float inv = (float)(1.0 / sum);
+                for (int s = 0; s <= last; s++) row[s] *= inv;
+                for (int s = last + 1; s < Lk; s++) row[s] = 0;
             }
-            float inv = (float)(1.0 / sum);
-            for (int s = 0; s <= last; s++) row[s] *= inv;
-            for (int s = last + 1; s < Lk; s++) row[s] = 0;
+            zy_gemm(0, 0, n, dh, Lk, 1, p, Lk, v, Ck, 0, c->s.attn_out + (long)b * n * Cq + h * dh, Cq);
         }
-        zy_gemm(0, 0, n, dh, Lk, 1, p, Lk, v, Ck, 0, c->s.attn_out + (long)b * n * Cq + h * dh, Cq);
-    }
 }
 
 /* CCA on u for the new rows (N = B*n, sequence b's rows at b*n..): appends k̂ and v to the cache, updates the conv

@@ -23,7 +23,7 @@ typedef struct {
     float *query_pre, *key_pre, *query, *key; /* [N,Cq], [N,Ck], [N,Cq], [N,Ck] */
     float *norm_q, *norm_k;                 /* [N,Hq], [N,Hkv] */
     float *vc, *vd, *value;                 /* [N,Ck/2] x2, [N,Ck] */
-    float *scores;                          /* [threads, chunk, max_len]: one (sequence, head) per thread */
+    float *scores;                          /* [chunk, max_len] for one (sequence, head) */
     float *attn_out, *proj;                 /* [N,Cq], [N,D] */
     float *z[2];                            /* router state, ping-pong across layers [N,R] */
     float *zn, *h1, *h2;                    /* [N,R] */
@@ -40,7 +40,6 @@ typedef struct {
 typedef struct {
     ZayaConfig cfg;
     int batch, max_len, chunk;              /* chunk: rows per sequence processed at once (longer inputs are split) */
-    int threads;                            /* OpenMP threads at creation: one attention score buffer each */
     int len;                                /* tokens already in the cache (the same for every sequence) */
     int conv_pad;                           /* P */
     float **k, **v;                         /* per layer [B, max_len, Ck]: k̂ after RoPE, and the values */
