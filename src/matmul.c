@@ -13,6 +13,35 @@ void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const f
             for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
         return;
     }
+    /* One output row or column (decoding one token, a single-row batch): a matrix-vector product. OpenBLAS's
+     * sgemm would pack the whole weight matrix for it on every call, reading it twice over. */
+    if (M == 1) { /* C[0, :] = op(A)[0, :] · op(B) */
+        const int incx = trans_a ? lda : 1;
+        if (trans_b)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, A, incx, beta, C, 1);
+        else
+            cblas_sgemv(CblasRowMajor, CblasTrans, K, N, alpha, B, ldb, A, incx, beta, C, 1);
+        return;
+    }
+    if (N == 1) { /* C[:, 0] = op(A) · op(B)[:, 0] */
+        const int incx = trans_b ? 1 : ldb;
+        if (trans_a)
+            cblas_sgemv(CblasRowMajor, CblasTrans, K, M, alpha, A, lda, B, incx, beta, C, ldc);
+        else
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, M, K, alpha, A, lda, B, incx, beta, C, ldc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* The plain sgemm, whatever the shape (the reference the matrix-vector paths are tested against). */
+void zy_gemm_reference(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0 || K <= 0) {
+        zy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
                 alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -6,6 +6,9 @@
 
 void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
              int ldb, float beta, float *C, int ldc);
+/* zy_gemm without its matrix-vector shortcuts (always sgemm): the reference in tests. */
+void zy_gemm_reference(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc);
 /* The upper triangle (row-major: j >= i) of the symmetric C [N, N] = alpha * op(A) op(A)ᵀ + beta * C, with
  * op(A) = A [N, K] (trans = 0) or Aᵀ (A [K, N], trans = 1); the strictly lower triangle is left as it was. Half
  * the FLOPs of the gemm (Muon's Newton–Schulz: X Xᵀ and A²). */
