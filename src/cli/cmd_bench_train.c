@@ -83,7 +83,7 @@ int bench_train(int argc, char **argv) {
     zy_rng_seed(&rng, 7);
     for (long i = 0; i < (long)B * T; i++) tokens[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)cfg.vocab_size);
     make_next_token_targets(targets, tokens, B, T);
-    double peak = zy_sgemm_probe_gflops(512, 0.5);
+    double peak = zy_sgemm_probe_gflops(1024, 1.0);
     double phase[MODEL_PHASES] = {0}, optim_s = 0;
     for (int s = -warmup; s < steps; s++) {
         a.phase_seconds = s >= 0 ? phase : NULL;
