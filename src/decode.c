@@ -201,8 +201,8 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
     const int p0 = c->len;
     /* 1. down projections */
-    zy_gemm(0, 1, N, Cq, D, 1, s->u, D, W->w_q, D, 0, s->X, C);
-    zy_gemm(0, 1, N, Ck, D, 1, s->u, D, W->w_k, D, 0, s->X + Cq, C);
+    zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->X, C);
+    zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->X + Cq, C);
     /* 2. convolutions over [P cached columns | n new]: the kernel's own left padding only feeds outputs for the P
      * cached rows, which are dropped; the cached zero columns before position 0 reproduce the full forward's
      * padding (depthwise outputs there are exactly b0). */
@@ -222,8 +222,8 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
                         Hq, Hkv, dh);
     }
     /* 4. values; the first new row's delayed half is the previous token's vd */
-    linear_forward(s->vc, s->u, W->w_v_current, NULL, N, D, half);
-    linear_forward(s->vd, s->u, W->w_v_delayed, NULL, N, D, half);
+    zy_matmul_wt(N, half, D, s->u, D, W->w_v_current, W->w_v_current16, s->vc, half);
+    zy_matmul_wt(N, half, D, s->u, D, W->w_v_delayed, W->w_v_delayed16, s->vd, half);
     delayed_value_forward(s->value, s->vc, s->vd, B, n, half);
     for (int b = 0; b < B; b++) {
         float *prev = c->vd_prev[l] + (long)b * half;
@@ -246,7 +246,7 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
     }
     cached_attention(c, l, n, p0);
     /* 8. output projection */
-    linear_forward(s->proj, s->attn_out, W->w_o, NULL, N, Cq, D);
+    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
 }
 
 /* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe_out and z (the next r_prev):
@@ -298,13 +298,13 @@ static void decode_piece(const Model *m, KVCache *c, int n, float *logits, int l
         for (int b = 0; b < B; b++)
             memcpy(s->last_rows + (long)b * D, s->x + ((long)b * n + n - 1) * D, (size_t)D * sizeof(float));
         rmsnorm_forward(s->u, s->rstd, s->last_rows, w->final_norm, B, D, f->rms_norm_eps);
-        linear_forward(logits, s->u, w->lm_head, NULL, B, D, V);
+        zy_matmul_wt(B, V, D, s->u, D, w->lm_head, w->lm_head16, logits, V);
         return;
     }
     rmsnorm_forward(s->u, s->rstd, s->x, w->final_norm, N, D, f->rms_norm_eps);
     for (int b = 0; b < B; b++)
-        zy_gemm(0, 1, n, V, D, 1, s->u + (long)b * n * D, D, w->lm_head, D, 0,
-                logits + ((long)b * n_total + t_off) * V, V);
+        zy_matmul_wt(n, V, D, s->u + (long)b * n * D, D, w->lm_head, w->lm_head16,
+                     logits + ((long)b * n_total + t_off) * V, V);
 }
 
 int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only,

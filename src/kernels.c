@@ -56,6 +56,7 @@ static inline float zy_verfcf(float z) {
 #define real float
 #define K(name) name
 #define GEMM zy_gemm
+#define MATMUL_WT zy_matmul_wt
 #define EXP expf
 #define VEXP zy_vexpf
 #define VERFC zy_verfcf
@@ -66,6 +67,7 @@ static inline float zy_verfcf(float z) {
 #undef real
 #undef K
 #undef GEMM
+#undef MATMUL_WT
 #undef EXP
 #undef VEXP
 #undef VERFC
@@ -76,6 +78,8 @@ static inline float zy_verfcf(float z) {
 #define real double
 #define K(name) name##_f64
 #define GEMM zy_gemm_f64
+/* bf16 copies exist for float weights only */
+#define MATMUL_WT(rows, out, in, X, ldx, W, W16, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy)
 #define EXP exp
 #define VEXP exp
 #define VERFC erfc
@@ -86,6 +90,7 @@ static inline float zy_verfcf(float z) {
 #undef real
 #undef K
 #undef GEMM
+#undef MATMUL_WT
 #undef EXP
 #undef VEXP
 #undef VERFC

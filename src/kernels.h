@@ -49,7 +49,7 @@ void state_rmsnorm_forward(float *z, float *zn, float *rstd, const float *bias, 
 void state_backward(float *dr_prev, float *dgamma, float *dbias, const float *dz, const float *r_prev, const float *gamma, int rows, int dim);
 void bias_gelu_forward(float *pre, float *y, const float *bias, int rows, int dim);
 void gelu_bias_backward(float *dpre, float *dbias, const float *dy, const float *pre, int rows, int dim);
-void moe_experts_forward(float *out, float *xin, float *gu, float *act, float *y, const float *u, const float *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int rows, int D, int I, int E);
+void moe_experts_forward(float *out, float *xin, float *gu, float *act, float *y, const float *u, const float *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E);
 void moe_gate_backward(float *dgate, float *dy, const float *dout, const float *y, const float *gate, const int32_t *sorted, int n_routed, int D);
 void moe_experts_backward(float *du, float *dw_gu, float *dw_down, float *dact, float *dgu, float *dxin, const float *dy, const float *xin, const float *gu, const float *act, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int D, int I, int E);
 void l2norm_rope_forward(float *y, float *norm, const float *x, const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps);
@@ -88,7 +88,7 @@ void state_rmsnorm_forward_f64(double *z, double *zn, double *rstd, const double
 void state_backward_f64(double *dr_prev, double *dgamma, double *dbias, const double *dz, const double *r_prev, const double *gamma, int rows, int dim);
 void bias_gelu_forward_f64(double *pre, double *y, const double *bias, int rows, int dim);
 void gelu_bias_backward_f64(double *dpre, double *dbias, const double *dy, const double *pre, int rows, int dim);
-void moe_experts_forward_f64(double *out, double *xin, double *gu, double *act, double *y, const double *u, const double *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, int rows, int D, int I, int E);
+void moe_experts_forward_f64(double *out, double *xin, double *gu, double *act, double *y, const double *u, const double *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E);
 void moe_gate_backward_f64(double *dgate, double *dy, const double *dout, const double *y, const double *gate, const int32_t *sorted, int n_routed, int D);
 void moe_experts_backward_f64(double *du, double *dw_gu, double *dw_down, double *dact, double *dgu, double *dxin, const double *dy, const double *xin, const double *gu, const double *act, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, int D, int I, int E);
 void l2norm_rope_forward_f64(double *y, double *norm, const double *x, const double *temp, const double *cosv, const double *sinv, int rows, int T, int H, int dh, int rd, double scale, double eps);

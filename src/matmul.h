@@ -4,6 +4,10 @@
 #ifndef ZAYA_MATMUL_H
 #define ZAYA_MATMUL_H
 
+#include <stdint.h>
+
+#include "util.h"
+
 void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
              int ldb, float beta, float *C, int ldc);
 /* zy_gemm without its matrix-vector shortcuts (always sgemm): the reference in tests. */
@@ -16,6 +20,27 @@ void zy_syrk_upper(int trans, int N, int K, float alpha, const float *A, int lda
 /* Double precision, for the finite-difference reference checks. */
 void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, const double *A, int lda,
                  const double *B, int ldb, double beta, double *C, int ldc);
+
+/* ---- bf16 weights (inference) ----
+ * bfloat16 = the top 16 bits of a float32 (8-bit exponent, 8-bit significand). zaya stores a matrix in bf16 only
+ * as a copy of an fp32 matrix already rounded to bf16 values, so the fp32 path (sgemm) and the bf16 path compute
+ * with the same weights and differ only in summation order; activations and accumulation stay fp32 (conversions:
+ * util.h). */
+/* Rows up to which zy_matmul_wt reads the bf16 copy (one pass over it per ZY_BF16_ROW_BLOCK rows); more rows are
+ * compute-bound and go to sgemm on the fp32 values. */
+#define ZY_BF16_MAX_ROWS 8
+#define ZY_BF16_ROW_BLOCK 4
+
+/* A layer's weight applied to rows of activations: Y[rows, out] (row stride ldy) = X[rows, in] (ldx) Wᵀ with
+ * W [out, in] row-major. W16, when not NULL, is W's bf16 copy (same layout, W holding the rounded values): a few
+ * rows (decoding) read it instead, half the bytes of a memory-bound product. */
+void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
+                  int ldy);
+/* The bf16 matrix-vector kernel itself, for tests: impl 0 = plain C, 1 = AVX2+FMA (the CPU must have them),
+ * -1 = the best this CPU has. Y = X W16ᵀ for any number of rows. */
+void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
+                    int ldy);
+int zy_cpu_has_avx2_fma(void);
 
 /* Measured sgemm throughput (GFLOP/s) of this process's BLAS on square matrices of size n, timed for about
  * `seconds` after a warm-up: the peak MFU is quoted against. */

@@ -116,9 +116,52 @@ int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
 
 void model_free(Model *m) {
     params_free(&m->params);
+    zy_free(m->bf16);
     free(m->w.layers);
     free(m->g.layers);
     memset(m, 0, sizeof *m);
+}
+
+static const uint16_t *bf16_copy(const Model *m, const float *w) { return m->bf16 + (w - m->params.data); }
+
+int model_use_bf16(Model *m, ZyErr *err) {
+    if (m->bf16) return 0;
+    m->bf16 = zy_calloc(m->params.total * sizeof(uint16_t));
+    if (!m->bf16) return zy_fail(err, "out of memory allocating %zu MB of bf16 weights", (m->params.total * 2) >> 20);
+    int rounded = 0;
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        if (p->ndim < 2) continue;
+        float *x = m->params.data + p->offset;
+        uint16_t *h = m->bf16 + p->offset;
+        for (size_t j = 0; j < p->numel; j++) {
+            h[j] = zy_f32_to_bf16(x[j]);
+            x[j] = zy_bf16_to_f32(h[j]);
+        }
+        rounded++;
+    }
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        LayerWeights *L = &m->w.layers[l];
+        L->w_q16 = bf16_copy(m, L->w_q);
+        L->w_k16 = bf16_copy(m, L->w_k);
+        L->w_v_current16 = bf16_copy(m, L->w_v_current);
+        L->w_v_delayed16 = bf16_copy(m, L->w_v_delayed);
+        L->w_o16 = bf16_copy(m, L->w_o);
+        L->router_down_w16 = bf16_copy(m, L->router_down_w);
+        L->router_fc1_w16 = bf16_copy(m, L->router_fc1_w);
+        L->router_fc2_w16 = bf16_copy(m, L->router_fc2_w);
+        L->router_out_w16 = bf16_copy(m, L->router_out_w);
+        L->expert_gate_up16 = bf16_copy(m, L->expert_gate_up);
+        L->expert_down16 = bf16_copy(m, L->expert_down);
+    }
+    m->w.lm_head16 = bf16_copy(m, m->w.lm_head);
+    return rounded;
+}
+
+int model_parse_dtype(const char *s, const char *flag, ZyErr *err) {
+    if (!strcmp(s, "f32") || !strcmp(s, "fp32") || !strcmp(s, "float32")) return 0;
+    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) return 1;
+    return zy_fail(err, "%s: unknown data type \"%s\" (f32 or bf16)", flag, s);
 }
 
 void model_init_weights(Model *m, uint64_t seed) {
@@ -302,16 +345,16 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 1. down projections into X = [q0 | k0] */
-    zy_gemm(0, 1, N, Cq, D, 1, L->u_attn, D, W->w_q, D, 0, L->qk_down, C);
-    zy_gemm(0, 1, N, Ck, D, 1, L->u_attn, D, W->w_k, D, 0, L->qk_down + Cq, C);
+    zy_matmul_wt(N, Cq, D, L->u_attn, D, W->w_q, W->w_q16, L->qk_down, C);
+    zy_matmul_wt(N, Ck, D, L->u_attn, D, W->w_k, W->w_k16, L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
     cca_conv_forward(L->conv_out, L->conv_mid, a->conv_wp, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
                      W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
     /* 3. q-k mean skip */
     qk_mean_forward(L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
     /* 4. values with a one-token delay */
-    linear_forward(L->v_current, L->u_attn, W->w_v_current, NULL, N, D, Ck / 2);
-    linear_forward(L->v_delayed, L->u_attn, W->w_v_delayed, NULL, N, D, Ck / 2);
+    zy_matmul_wt(N, Ck / 2, D, L->u_attn, D, W->w_v_current, W->w_v_current16, L->v_current, Ck / 2);
+    zy_matmul_wt(N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, W->w_v_delayed16, L->v_delayed, Ck / 2);
     delayed_value_forward(L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* fp32 machine epsilon */
@@ -324,7 +367,7 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
                             a->attn_threads);
     /* 8. output projection */
-    linear_forward(L->attn_proj, L->attn_out, W->w_o, NULL, N, Cq, D);
+    zy_matmul_wt(N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
 }
 
 /* Groups the token rows by chosen expert (counting sort, stable), skip-expert tokens left out. */
@@ -344,14 +387,14 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     double t_router = b->phase_seconds ? zy_now_seconds() : 0;
     /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer, and its RMSNorm in one pass;
      * each MLP layer is a GEMM into its destination (beta = 0) and one bias + GELU pass */
-    zy_gemm(0, 1, N, R, D, 1, b->u, D, W->router_down_w, D, 0, b->z, R);
+    zy_matmul_wt(N, R, D, b->u, D, W->router_down_w, W->router_down_w16, b->z, R);
     state_rmsnorm_forward(b->z, b->zn, b->rstd, W->router_down_b, r_prev, W->router_state_scale, W->router_norm, N, R,
                           c->rms_norm_eps);
-    zy_gemm(0, 1, N, R, R, 1, b->zn, R, W->router_fc1_w, R, 0, b->h1_pre, R);
+    zy_matmul_wt(N, R, R, b->zn, R, W->router_fc1_w, W->router_fc1_w16, b->h1_pre, R);
     bias_gelu_forward(b->h1_pre, b->h1, W->router_fc1_b, N, R);
-    zy_gemm(0, 1, N, R, R, 1, b->h1, R, W->router_fc2_w, R, 0, b->h2_pre, R);
+    zy_matmul_wt(N, R, R, b->h1, R, W->router_fc2_w, W->router_fc2_w16, b->h2_pre, R);
     bias_gelu_forward(b->h2_pre, b->h2, W->router_fc2_b, N, R);
-    zy_gemm(0, 1, N, E + 1, R, 1, b->h2, R, W->router_out_w, R, 0, b->logits, E + 1);
+    zy_matmul_wt(N, E + 1, R, b->h2, R, W->router_out_w, W->router_out_w16, b->logits, E + 1);
     router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, E + 1);
 
     double t_experts = b->phase_seconds ? zy_now_seconds() : 0;
@@ -359,7 +402,8 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     /* dropless top-1 experts: grouped GEMMs over the rows sorted by expert, gate-scaled scatter back */
     group_by_expert(b, N, E);
     moe_experts_forward(b->out, b->expert_in, b->expert_gu, b->expert_act, b->expert_out, b->u, b->gate, b->choice,
-                        b->sorted_rows, b->expert_offset, W->expert_gate_up, W->expert_down, N, D, I, E);
+                        b->sorted_rows, b->expert_offset, W->expert_gate_up, W->expert_down, W->expert_gate_up16,
+                        W->expert_down16, N, D, I, E);
     if (b->phase_seconds) b->phase_seconds[PHASE_EXPERTS] += zy_now_seconds() - t_experts;
 }
 
@@ -408,7 +452,8 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
         r_prev = L->router_z;
     }
     /* logits = RMSNorm(x; w_final) · headᵀ */
-    TIMED(tm, PHASE_HEAD, linear_forward(a->logits, a->final_normed, w->lm_head, NULL, N, D, c->vocab_size));
+    TIMED(tm, PHASE_HEAD,
+          zy_matmul_wt(N, c->vocab_size, D, a->final_normed, D, w->lm_head, w->lm_head16, a->logits, c->vocab_size));
 }
 
 double model_loss(const Model *m, Activations *a, const int32_t *targets) {

@@ -26,6 +26,10 @@ typedef struct {
     float *balancing_bias;                               /* [E+1] buffer, not trained */
     float *expert_gate_up, *expert_down;                 /* [E,2I,D], [E,D,I] */
     float *mlp_hs, *mlp_hb, *mlp_rs, *mlp_rb;            /* post_mlp_residual_scale [D] x4 */
+    /* bf16 copies of the matrices (model_use_bf16; NULL otherwise), read by few-row products (decoding) */
+    const uint16_t *w_q16, *w_k16, *w_v_current16, *w_v_delayed16, *w_o16;
+    const uint16_t *router_down_w16, *router_fc1_w16, *router_fc2_w16, *router_out_w16;
+    const uint16_t *expert_gate_up16, *expert_down16;
 } LayerWeights;
 
 typedef struct {
@@ -34,6 +38,7 @@ typedef struct {
     LayerWeights *layers;
     float *final_norm;             /* model.norm.weight [D] */
     float *lm_head;                /* lm_head.weight [V,D], or == embed when tied */
+    const uint16_t *lm_head16;     /* its bf16 copy (model_use_bf16; NULL otherwise) */
 } Weights;
 
 typedef struct {
@@ -41,11 +46,21 @@ typedef struct {
     ParamTable params;
     Weights w; /* views of params.data */
     Weights g; /* views of params.grad (same layout) */
+    uint16_t *bf16; /* model_use_bf16: a bf16 arena with params.data's layout (NULL: fp32 weights) */
 } Model;
 
 /* Builds the tensor table for cfg and allocates zeroed parameters and gradients. */
 int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err);
 void model_free(Model *m);
+/* bf16 weights for inference (`--dtype bf16`): every tensor of two or more dimensions (projections, router
+ * matrices, experts, convolution kernels, embedding / head) is rounded to bf16 in place (nearest even) and the
+ * matrices get a bf16 copy that few-row products read (half the bytes per decoded token); vectors (norms, biases,
+ * residual scales) stay fp32, as do activations, the KV cache and every accumulation. Not for training: the
+ * copies are not refreshed after an optimizer step. Returns the number of tensors rounded, or -1. */
+int model_use_bf16(Model *m, ZyErr *err);
+/* Parses a --dtype value ("f32"/"fp32"/"float32" -> 0, "bf16"/"bfloat16" -> 1); -1 with an error otherwise. */
+int model_parse_dtype(const char *s, const char *flag, ZyErr *err);
+
 /* Initialises every parameter for training from scratch (ARCHITECTURE.md), deterministically from seed. */
 void model_init_weights(Model *m, uint64_t seed);
 

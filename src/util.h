@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Library code never exits: a failing function fills a ZyErr and returns a non-zero status. */
 typedef struct {
@@ -53,8 +54,20 @@ const char *zy_dtype_name(ZyDtype dt); /* safetensors spelling: "F32", "BF16", .
 #define ZY_MAX_DIMS 8
 
 /* bf16/f16 <-> f32 conversions (bf16 rounding: nearest-even, NaN kept quiet). */
-float zy_bf16_to_f32(uint16_t h);
-uint16_t zy_f32_to_bf16(float f);
+static inline float zy_bf16_to_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t zy_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float zy_round_bf16(float f) { return zy_bf16_to_f32(zy_f32_to_bf16(f)); }
 float zy_f16_to_f32(uint16_t h);
 
 double zy_now_seconds(void);

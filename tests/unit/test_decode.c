@@ -322,3 +322,77 @@ TEST(decode_mark_and_rewind) {
     kvcache_free(&c);
     model_free(&m);
 }
+
+/* bf16 weights: decoding (few-row products read the bf16 copies) agrees with the full forward of the same model
+ * (sgemm on the rounded fp32 values) as tightly as fp32 decoding does, with the same routing; the bf16 model's
+ * logits differ from the fp32 model's by the rounding of the weights (measured, bounded). */
+TEST(decode_bf16_weights_match_full_forward) {
+    ZyErr err = {{0}};
+    Agreement ag = {0};
+    double worst_vs_f32 = 0;
+    int same_routing = 0;
+    for (size_t si = 0; si < ZY_ARRAY_LEN(shapes); si += 2) {
+        Model m, m32;
+        REQUIRE(make_model(&m, &shapes[si], 300 + si, &err) == 0);
+        REQUIRE(make_model(&m32, &shapes[si], 300 + si, &err) == 0);
+        const int B = 1, T = 30, V = m.cfg.vocab_size, L = m.cfg.num_layers;
+        int32_t *tok = malloc(sizeof(int32_t) * T), *ref_route = malloc(sizeof(int32_t) * L * T);
+        ZyRng rng;
+        zy_rng_seed(&rng, 41 + si);
+        for (int i = 0; i < T; i++) tok[i] = (int32_t)(zy_rng_next(&rng) % V);
+        Activations a, a32;
+        REQUIRE(acts_create(&a, &m.cfg, B, T, &err) == 0);
+        REQUIRE(acts_create(&a32, &m.cfg, B, T, &err) == 0);
+        REQUIRE(model_use_bf16(&m, &err) > 0);
+        calibrate_skip(&m, &a, tok); /* thresholds set on the bf16 model: its own routing is far from ties */
+        for (int l = 0; l < L; l++) m32.w.layers[l].balancing_bias[m.cfg.num_experts] =
+                                        m.w.layers[l].balancing_bias[m.cfg.num_experts];
+        model_forward(&m, &a, tok);
+        model_forward(&m32, &a32, tok);
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < T; i++) ref_route[(long)l * T + i] = a.layers[l].choice[i];
+        /* every matrix now holds bf16 values and its copy matches */
+        const float *wq = m.w.layers[0].w_q;
+        for (int i = 0; i < m.cfg.hidden_size; i++) {
+            CHECK(wq[i] == zy_round_bf16(wq[i]));
+            CHECK(zy_bf16_to_f32(m.w.layers[0].w_q16[i]) == wq[i]);
+        }
+        KVCache c;
+        REQUIRE(kvcache_create(&c, &m.cfg, B, T, &err) == 0);
+        static const int one[] = {1}, mixed[] = {5, 1, 2, 9, 1};
+        CHECK(run_pieces(&m, &c, tok, B, T, one, 1, a.logits, ref_route, &ag, &err) == 0);
+        CHECK(run_pieces(&m, &c, tok, B, T, mixed, 5, a.logits, ref_route, &ag, &err) == 0);
+        const double e = rel_err(a.logits, a32.logits, T * V);
+        int flips = 0;
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < T; i++) flips += a.layers[l].choice[i] != a32.layers[l].choice[i];
+        printf("    shape %zu: bf16 vs fp32 logits rel err %.3g, %d of %d routing decisions differ\n", si, e, flips, L * T);
+        if (flips == 0 && e > worst_vs_f32) worst_vs_f32 = e; /* a flipped routing decision moves a token more */
+        same_routing += flips == 0;
+        kvcache_free(&c);
+        acts_free(&a);
+        acts_free(&a32);
+        free(tok);
+        free(ref_route);
+        model_free(&m);
+        model_free(&m32);
+    }
+    printf("    bf16 decode vs bf16 full forward: %d positions, max rel err %.3g, %d routing mismatches; "
+           "bf16 vs fp32 logits where routing agrees: rel err %.3g\n", ag.positions, ag.max_err, ag.route_mismatch,
+           worst_vs_f32);
+    CHECK_MSG(ag.max_err < 1e-5, "max rel err %.3g", ag.max_err);
+    CHECK(ag.route_mismatch == 0);
+    /* weights rounded at 2^-8 relative: the logits move by about that much, not more */
+    CHECK(same_routing > 0);
+    CHECK_MSG(worst_vs_f32 > 1e-4 && worst_vs_f32 < 1e-2, "bf16 vs fp32 rel err %.3g", worst_vs_f32);
+}
+
+TEST(dtype_flag_parses_and_rejects) {
+    ZyErr err = {{0}};
+    CHECK(model_parse_dtype("f32", "--dtype", &err) == 0);
+    CHECK(model_parse_dtype("fp32", "--dtype", &err) == 0);
+    CHECK(model_parse_dtype("bf16", "--dtype", &err) == 1);
+    CHECK(model_parse_dtype("bfloat16", "--dtype", &err) == 1);
+    CHECK(model_parse_dtype("fp16", "--dtype", &err) == -1);
+    CHECK(strstr(err.msg, "--dtype") && strstr(err.msg, "fp16"));
+}

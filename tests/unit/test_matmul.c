@@ -42,3 +42,98 @@ TEST(gemm_matrix_vector_paths_match_sgemm) {
                 }
     CHECK_MSG(worst < 1e-6, "worst relative difference %.3g", worst);
 }
+
+/* bf16 <-> fp32: round to nearest even at the 16-bit boundary, exact round trips, infinities, NaN kept NaN. */
+TEST(bf16_conversion_rounds_to_nearest_even) {
+    const struct {
+        uint32_t in;
+        uint16_t out;
+    } cases[] = {
+        {0x3f800000u, 0x3f80}, /* 1.0 exactly */
+        {0x3f808000u, 0x3f80}, /* tie, even below: stays */
+        {0x3f818000u, 0x3f82}, /* tie, odd below: rounds up */
+        {0x3f808001u, 0x3f81}, /* just above the tie */
+        {0x3f807fffu, 0x3f80}, /* just below the tie */
+        {0xbf818000u, 0xbf82}, /* negative tie to even */
+        {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds to +inf */
+        {0x7f800000u, 0x7f80}, /* +inf */
+        {0xff800000u, 0xff80}, /* -inf */
+        {0x00000001u, 0x0000}, /* smallest denormal rounds to 0 */
+        {0x80000000u, 0x8000}, /* -0 */
+    };
+    for (size_t i = 0; i < ZY_ARRAY_LEN(cases); i++) {
+        float f;
+        memcpy(&f, &cases[i].in, sizeof f);
+        CHECK_MSG(zy_f32_to_bf16(f) == cases[i].out, "0x%08x -> 0x%04x, want 0x%04x", cases[i].in, zy_f32_to_bf16(f),
+                  cases[i].out);
+    }
+    for (uint32_t h = 0; h < 0x10000u; h++) { /* every non-NaN bf16 survives the round trip */
+        const float f = zy_bf16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            CHECK(isnan(zy_bf16_to_f32(zy_f32_to_bf16(f))));
+            continue;
+        }
+        CHECK(zy_f32_to_bf16(f) == h);
+    }
+    const uint32_t snan = 0x7f800001u; /* a NaN whose payload sits in the dropped bits stays a NaN */
+    float f;
+    memcpy(&f, &snan, sizeof f);
+    CHECK(isnan(zy_bf16_to_f32(zy_f32_to_bf16(f))));
+    /* relative rounding error of normal numbers is at most 2^-8 (half an ulp of an 8-bit significand) */
+    ZyRng rng;
+    zy_rng_seed(&rng, 3);
+    double worst = 0;
+    for (int i = 0; i < 100000; i++) {
+        const float x = (float)(zy_rng_normal(&rng) * pow(10.0, 6 * zy_rng_uniform(&rng) - 3));
+        const double e = fabs((double)zy_round_bf16(x) - x) / fabs((double)x);
+        if (e > worst) worst = e;
+    }
+    CHECK_MSG(worst <= 1.0 / 256, "worst relative rounding error %.3g", worst);
+}
+
+/* The bf16 weight kernels (plain C and AVX2) against sgemm on the same (rounded) fp32 weights: any rows, in sizes
+ * not multiples of the vector width, strided X and Y; Y's padding untouched; zy_matmul_wt picks bf16 for few rows. */
+TEST(bf16_weight_kernels_match_sgemm_on_rounded_weights) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 17);
+    const int shapes[][3] = {{1, 1, 1}, {1, 7, 5}, {1, 300, 129}, {2, 33, 64}, {3, 17, 40}, {4, 64, 256},
+                             {5, 40, 31}, {8, 129, 96}, {9, 50, 72}, {1, 1000, 1024}, {16, 20, 48}};
+    const int impls = zy_cpu_has_avx2_fma() ? 2 : 1;
+    double worst[3] = {0};
+    for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
+        const int rows = shapes[s][0], out = shapes[s][1], in = shapes[s][2], ldx = in + 5, ldy = out + 3;
+        float *X = malloc(sizeof(float) * rows * ldx), *W = malloc(sizeof(float) * out * in);
+        uint16_t *W16 = malloc(sizeof(uint16_t) * out * in);
+        float *Yref = malloc(sizeof(float) * rows * ldy), *Y = malloc(sizeof(float) * rows * ldy);
+        for (int i = 0; i < rows * ldx; i++) X[i] = (float)zy_rng_normal(&rng);
+        for (int i = 0; i < out * in; i++) {
+            W16[i] = zy_f32_to_bf16((float)zy_rng_normal(&rng));
+            W[i] = zy_bf16_to_f32(W16[i]);
+        }
+        zy_gemm_reference(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Yref, ldy);
+        for (int impl = 0; impl <= impls; impl++) { /* impl == impls: zy_matmul_wt, the dispatching entry */
+            for (int i = 0; i < rows * ldy; i++) Y[i] = -7.0f;
+            if (impl < impls)
+                zy_matmul_bf16(impl, rows, out, in, X, ldx, W16, Y, ldy);
+            else
+                zy_matmul_wt(rows, out, in, X, ldx, W, W16, Y, ldy);
+            for (int r = 0; r < rows; r++)
+                for (int o = 0; o < ldy; o++) {
+                    if (o >= out) {
+                        CHECK(Y[r * ldy + o] == -7.0f);
+                        continue;
+                    }
+                    const double a = Y[r * ldy + o], b = Yref[r * ldy + o];
+                    const double err = fabs(a - b) / (1.0 + fabs(b)) / sqrt((double)in);
+                    const int slot = impl < impls ? impl : 2;
+                    if (!(err <= worst[slot])) worst[slot] = err;
+                }
+        }
+        free(X), free(W), free(W16), free(Yref), free(Y);
+    }
+    printf("    bf16 kernels vs sgemm on rounded weights: plain %.3g, avx2 %s%.3g, zy_matmul_wt %.3g\n", worst[0],
+           impls > 1 ? "" : "(not on this CPU) ", worst[1], worst[2]);
+    CHECK_MSG(worst[0] < 1e-6 && worst[1] < 1e-6 && worst[2] < 1e-6, "worst %.3g %.3g %.3g", worst[0], worst[1],
+              worst[2]);
+    CHECK(impls == 2 || !zy_cpu_has_avx2_fma());
+}
