@@ -31,7 +31,9 @@ def torch_worker(args):
     cfg = ZayaConfig.from_json_file(args.config)
     model = ZayaForCausalLM(cfg).float()
     vocab = cfg.vocab_size
-    if args.worker == "generate":
+    if args.worker in ("generate", "generate_bf16"):
+        if args.worker == "generate_bf16":
+            model = model.to(torch.bfloat16)
         model.eval()
         prompt = torch.randint(3, vocab, (1, args.decode_context))
         with torch.no_grad():
@@ -92,9 +94,9 @@ def zaya_train(args, optimizer):
                                    re.findall(r"^\s+([a-z+]+)\s+([\d.]+)%", out, re.M))}
 
 
-def zaya_decode(args):
+def zaya_decode(args, dtype):
     out = run_zaya(args, "decode", "--config", args.config, "--context", str(args.decode_context), "--tokens",
-                   str(args.decode_tokens), "--threads", str(args.threads))
+                   str(args.decode_tokens), "--threads", str(args.threads), "--dtype", dtype)
     return {"tokens_per_s": float(re.search(r"decode .* ([\d.]+) tokens/s", out).group(1))}
 
 
@@ -116,14 +118,14 @@ def main():
     ap.add_argument("--decode-context", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--no-decode", action="store_true")
-    ap.add_argument("--worker", choices=["eager", "compile", "generate"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["eager", "compile", "generate", "generate_bf16"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         torch_worker(args)
         return
     variants = ["eager"] + (["compile"] if args.compile else [])
     res = {v: [] for v in variants + ["zaya", "zaya_adamw"]}
-    dec = {"generate": [], "zaya": []}
+    dec = {"generate": [], "generate_bf16": [], "zaya": [], "zaya_bf16": []}
     for _ in range(args.rounds):
         for v in variants:
             res[v].append(run_torch(args, v))
@@ -131,7 +133,9 @@ def main():
         res["zaya"].append(zaya_train(args, "muon"))
         if not args.no_decode:
             dec["generate"].append(run_torch(args, "generate"))
-            dec["zaya"].append(zaya_decode(args))
+            dec["generate_bf16"].append(run_torch(args, "generate_bf16"))
+            dec["zaya"].append(zaya_decode(args, "f32"))
+            dec["zaya_bf16"].append(zaya_decode(args, "bf16"))
     z = median_of(res["zaya_adamw"])  # like for like: the PyTorch side runs AdamW
     print(f"config {args.config}, batch {args.batch} x {args.seq}, {args.threads} threads, "
           f"medians of {args.rounds} round(s)")
@@ -146,12 +150,14 @@ def main():
               f"{median_of(res[key]) / z:12.2f}")
     print(f"zaya (Muon) breakdown: {res['zaya'][-1]['breakdown']}")
     if not args.no_decode:
-        zd = median_of(dec["zaya"])
-        gen = median_of(dec["generate"])
+        zd, zb = median_of(dec["zaya"]), median_of(dec["zaya_bf16"])
+        gen, genb = median_of(dec["generate"]), median_of(dec["generate_bf16"])
         print(f"{'decoding (context %d, %d new tokens)' % (args.decode_context, args.decode_tokens):42s} "
-              f"{'tokens/s':>10s}")
-        print(f"{'transformers model.generate (greedy)':42s} {gen:10.0f} {'':9s} {zd / gen:12.2f}")
-        print(f"{'zaya bench decode':42s} {zd:10.0f}")
+              f"{'tokens/s':>10s} {'':9s} {'zaya f32 / this':>15s} {'zaya bf16 / this':>16s}")
+        print(f"{'transformers model.generate, float32':42s} {gen:10.0f} {'':9s} {zd / gen:15.2f} {zb / gen:16.2f}")
+        print(f"{'transformers model.generate, bfloat16':42s} {genb:10.0f} {'':9s} {zd / genb:15.2f} {zb / genb:16.2f}")
+        print(f"{'zaya bench decode --dtype f32':42s} {zd:10.0f}")
+        print(f"{'zaya bench decode --dtype bf16':42s} {zb:10.0f}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 /* zaya bench decode: prefill and per-token cached decoding of a model (a directory, or a config initialised at
  * random) at a given context length: prefill tokens/s, median per-token decode latency and tokens/s, KV cache size. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,63 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static int load_model(Model *m, const char *model_dir, const char *config_path, ZyErr *err) {
+    if (model_dir) return model_load_dir(m, model_dir, err);
+    ZayaConfig cfg;
+    if (config_load(&cfg, config_path, err) || model_create(m, &cfg, err)) return -1;
+    model_init_weights(m, 1);
+    return 0;
+}
+
+/* Weight bytes one decoded token reads: every layer's projections, router matrices and one expert, plus the head
+ * (decoding one token is bound by these reads). */
+static double weight_bytes_per_token(const ZayaConfig *f, int bf16) {
+    const double D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), R = f->router_hidden_size;
+    const double E1 = f->num_experts + 1, I = f->moe_intermediate_size;
+    const double layer = (Cq + Ck + Ck) * D + D * Cq + R * D + 2 * R * R + E1 * R + 3 * I * D;
+    return (f->num_layers * layer + (double)f->vocab_size * D) * (bf16 ? 2 : 4);
+}
+
+/* Teacher-forced logits of the bf16 model against its fp32 twin over one sequence: per-position relative error
+ * (median, max) and how often the most likely next token is the same. */
+static int compare_with_f32(const Model *m, const Model *m32, const int32_t *ids, int T, ZyErr *err) {
+    Activations a, a32;
+    if (acts_create(&a, &m->cfg, 1, T, err)) return -1;
+    if (acts_create(&a32, &m->cfg, 1, T, err)) {
+        acts_free(&a);
+        return -1;
+    }
+    model_forward((Model *)m, &a, ids);
+    model_forward((Model *)m32, &a32, ids);
+    const int V = m->cfg.vocab_size;
+    double *rel = malloc((size_t)T * sizeof *rel);
+    int same_top1 = 0;
+    for (int t = 0; rel && t < T; t++) {
+        const float *x = a.logits + (long)t * V, *y = a32.logits + (long)t * V;
+        double d = 0, r = 0;
+        int ax = 0, ay = 0;
+        for (int v = 0; v < V; v++) {
+            d += ((double)x[v] - y[v]) * ((double)x[v] - y[v]);
+            r += (double)y[v] * y[v];
+            if (x[v] > x[ax]) ax = v;
+            if (y[v] > y[ay]) ay = v;
+        }
+        rel[t] = sqrt(d) / (sqrt(r) > 1e-30 ? sqrt(r) : 1e-30);
+        same_top1 += ax == ay;
+    }
+    if (rel) {
+        qsort(rel, (size_t)T, sizeof *rel, cmp_double);
+        printf("bf16 vs f32  logits over %d positions: relative error median %.2e, max %.2e; same top-1 token at "
+               "%.1f%%\n", T, rel[T / 2], rel[T - 1], 100.0 * same_top1 / T);
+    }
+    free(rel);
+    acts_free(&a);
+    acts_free(&a32);
+    return rel ? 0 : zy_fail(err, "out of memory");
+}
+
 int bench_decode(int argc, char **argv) {
-    const char *model_dir = NULL, *config_path = NULL;
+    const char *model_dir = NULL, *config_path = NULL, *dtype = "f32";
     int context = 128, new_tokens = 128, threads = 0;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 0, &model_dir, "model directory (or --config for random weights)", 0},
@@ -26,17 +82,18 @@ int bench_decode(int argc, char **argv) {
         {"--context", ARG_INT, 0, &context, "prompt length prefilled first (default 128)", 0},
         {"--tokens", ARG_INT, 0, &new_tokens, "tokens decoded one at a time after it (default 128)", 0},
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16; bf16 also reports its logits against f32", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench decode", "(--model DIR | --config CFG.json) [--context N --tokens M --threads K]", specs,
+            args_usage("bench decode", "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype f32|bf16]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
     ZyErr err = {{0}};
-    Model m;
+    Model m, m32;
     KVCache c;
-    int have_model = 0, have_cache = 0, rc = 1;
+    int have_model = 0, have_m32 = 0, have_cache = 0, rc = 1, bf16 = 0;
     int32_t *ids = NULL;
     float *logits = NULL;
     double *lat = NULL;
@@ -49,15 +106,15 @@ int bench_decode(int argc, char **argv) {
         zy_fail(&err, "bench decode: --context and --tokens must be positive");
         goto done;
     }
+    if ((bf16 = model_parse_dtype(dtype, "bench decode: --dtype", &err)) < 0) goto done;
     if (threads > 0) omp_set_num_threads(threads);
-    if (model_dir) {
-        if (model_load_dir(&m, model_dir, &err)) goto done;
-    } else {
-        ZayaConfig cfg;
-        if (config_load(&cfg, config_path, &err) || model_create(&m, &cfg, &err)) goto done;
-        model_init_weights(&m, 1);
-    }
+    if (load_model(&m, model_dir, config_path, &err)) goto done;
     have_model = 1;
+    if (bf16) { /* an fp32 twin to measure the bf16 logits against */
+        if (load_model(&m32, model_dir, config_path, &err)) goto done;
+        have_m32 = 1;
+        if (model_use_bf16(&m, &err) < 0) goto done;
+    }
     const int total = context + new_tokens;
     if (kvcache_create(&c, &m.cfg, 1, total, &err)) goto done;
     have_cache = 1;
@@ -91,13 +148,17 @@ int bench_decode(int argc, char **argv) {
     printf("prefill      %d tokens in %.4f s: %.0f tokens/s\n", context, prefill, context / prefill);
     printf("decode       %d tokens after a %d-token context: median %.3f ms/token (p90 %.3f), %.0f tokens/s\n", new_tokens,
            context, 1e3 * median, 1e3 * lat[(int)(0.9 * (new_tokens - 1))], new_tokens / sum);
+    printf("weights      %s: %.1f MB read per decoded token (%.1f GB/s at the median latency)\n", bf16 ? "bf16" : "f32",
+           weight_bytes_per_token(&m.cfg, bf16) / 1e6, weight_bytes_per_token(&m.cfg, bf16) / median / 1e9);
     printf("KV cache     %zu bytes per token (k and v, %d layers); %.2f MB at %d tokens\n",
            kvcache_bytes_per_token(&m.cfg), m.cfg.num_layers, kvcache_bytes_per_token(&m.cfg) * (double)total / 1e6, total);
+    if (bf16 && compare_with_f32(&m, &m32, ids, total, &err)) goto done;
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
     free(ids), free(logits), free(lat);
     if (have_cache) kvcache_free(&c);
     if (have_model) model_free(&m);
+    if (have_m32) model_free(&m32);
     return rc;
 }

@@ -29,8 +29,8 @@ static int array_read(void *ctx, uint64_t off, size_t n, int32_t *out, ZyErr *er
 
 int cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *task = NULL, *shards = NULL, *split = "val", *tokens_path = NULL;
-    const char *json_out = NULL;
-    int limit = 0, seq_len = 0;
+    const char *json_out = NULL, *dtype = "f32";
+    int limit = 0, seq_len = 0, bf16 = 0;
     uint64_t max_tokens = 0;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
@@ -43,13 +43,15 @@ int cmd_eval(int argc, char **argv) {
         {"--max-tokens", ARG_U64, 0, &max_tokens, "held-out predictions at most (default: all)", 0},
         {"--seq-len", ARG_INT, 0, &seq_len, "held-out window length (default: min(1024, max positions))", 0},
         {"--json", ARG_STRING, 0, &json_out, "also write the results as JSON", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             args_usage("eval",
                        "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
-                       "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT]",
+                       "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT] "
+                       "[--dtype f32|bf16]",
                        specs, n);
             return 0;
         }
@@ -87,8 +89,14 @@ int cmd_eval(int argc, char **argv) {
         zy_fail(&err, "eval: --limit and --seq-len must be >= 0");
         goto fail;
     }
+    if ((bf16 = model_parse_dtype(dtype, "eval: --dtype", &err)) < 0) goto fail;
     if (model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
+    if (bf16) {
+        int rounded = model_use_bf16(&m, &err);
+        if (rounded < 0) goto fail;
+        fprintf(stderr, "weights           bf16 (%d tensors rounded; vectors, activations and sums in fp32)\n", rounded);
+    }
     if (tok_path) {
         if (tokenizer_load(tok_path, &tok, &err)) goto fail;
         if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {

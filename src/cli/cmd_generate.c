@@ -105,8 +105,8 @@ static void print_stats(const GenerateStats *st, const KVCache *c, const ZayaCon
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL;
-    int max_tokens = 128, top_k = 0, ids_mode = 0;
+    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *dtype = "f32";
+    int max_tokens = 128, top_k = 0, ids_mode = 0, bf16 = 0;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 0;
     ArgSpec specs[] = {
@@ -119,13 +119,14 @@ int cmd_generate(int argc, char **argv) {
         {"--top-p", ARG_FLOAT, 0, &top_p, "nucleus sampling mass (default 0.95; 1 = off)", 0},
         {"--seed", ARG_U64, 0, &seed, "sampling seed (default 0)", 0},
         {"--ids", ARG_SWITCH, 0, &ids_mode, "token ids in and out, no tokenizer (no bos is added)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             args_usage("generate",
                        "--model DIR (--tokenizer T | --ids) --prompt TEXT [--max-tokens N] [--temperature t] "
-                       "[--top-k k] [--top-p p] [--seed s]",
+                       "[--top-k k] [--top-p p] [--seed s] [--dtype f32|bf16]",
                        specs, n);
             return 0;
         }
@@ -151,9 +152,15 @@ int cmd_generate(int argc, char **argv) {
         zy_fail(&err, "generate: give --tokenizer (or --ids to pass token ids)");
         goto fail;
     }
+    if ((bf16 = model_parse_dtype(dtype, "generate: --dtype", &err)) < 0) goto fail;
     if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
     if (model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
+    if (bf16) {
+        int rounded = model_use_bf16(&m, &err);
+        if (rounded < 0) goto fail;
+        fprintf(stderr, "weights           bf16 (%d tensors rounded; vectors, activations and sums in fp32)\n", rounded);
+    }
     EvalTokenizer et = {0};
     if (!ids_mode) {
         if (tokenizer_load(tok_path, &tok, &err)) goto fail;

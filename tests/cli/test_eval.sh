@@ -123,6 +123,28 @@ out=$("$ZAYA" eval --model "$work/model" --shards "$work/shards" --split train -
 echo "$out" | grep -Eq '^train +loss +50 '
 check "--split train --max-tokens" $?
 
+# --- bf16 weights: same evaluation, loss within bf16 rounding of the fp32 loss ------------------------------------
+l32=$("$ZAYA" eval --model "$work/model" --tokens "$work/held.npy" --seq-len 32 --json "$work/l32.json" >/dev/null 2>&1 &&
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["heldout"]["loss"])' "$work/l32.json")
+l16=$("$ZAYA" eval --model "$work/model" --tokens "$work/held.npy" --seq-len 32 --dtype bf16 --json "$work/l16.json" \
+    >/dev/null 2>"$work/err" && python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["heldout"]["loss"])' "$work/l16.json")
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert a != b and abs(a - b) < 1e-2 * a, (a, b)' "$l32" "$l16" &&
+    grep -q "^weights  *bf16" "$work/err"
+check "eval --dtype bf16: held-out loss within 1% of fp32 ($l32 vs $l16)" $?
+"$ZAYA" generate --model "$work/model" --tokenizer "$work/tok.json" --prompt "The capital of" --max-tokens 12 \
+    --seed 1 --dtype bf16 >"$work/gen16.out" 2>"$work/gen16.err" &&
+    "$ZAYA" generate --model "$work/model" --tokenizer "$work/tok.json" --prompt "The capital of" --max-tokens 12 \
+        --seed 1 --dtype bf16 >"$work/gen16b.out" 2>/dev/null && [ -s "$work/gen16.out" ] &&
+    cmp -s "$work/gen16.out" "$work/gen16b.out"
+check "generate --dtype bf16: output, deterministic" $? "$(tail -2 "$work/gen16.err")"
+out=$("$ZAYA" bench decode --model "$work/model" --context 16 --tokens 8 --dtype bf16 2>&1)
+echo "$out" | grep -Eq '^bf16 vs f32 +logits over 24 positions: relative error median [0-9.e+-]+, max [0-9.e+-]+; same top-1 token at [0-9.]+%$' &&
+    echo "$out" | grep -Eq '^weights +bf16: [0-9.]+ MB read per decoded token'
+check "bench decode --dtype bf16: accuracy vs f32 reported" $? "$out"
+"$ZAYA" generate --model "$work/model" --ids --prompt "2 3" --dtype fp16 >/dev/null 2>"$work/err"
+[ $? -eq 1 ] && grep -q 'generate: --dtype: unknown data type "fp16" (f32 or bf16)' "$work/err"
+check "generate: bad --dtype named" $? "$(cat "$work/err")"
+
 # --- errors: exit 1, "zaya: <file>:<line>: <reason>" -------------------------------------------------------------
 expect_error() { # NAME PATTERN ARGS...
     local name=$1 pattern=$2
@@ -154,6 +176,7 @@ expect_error "shards with a larger vocabulary than the model" "vocabulary \(300\
 expect_error "tokenizer larger than the model" "more than the model's vocabulary" --model "$work/small" \
     --tokenizer "$work/tok.json" --task "$work/mc.jsonl"
 expect_error "window longer than the model" "max_position_embeddings" --model "$work/model" --tokens "$work/held.npy" --seq-len 100000
+expect_error "unknown --dtype" 'eval: --dtype: unknown data type "f16"' --model "$work/model" --tokens "$work/held.npy" --dtype f16
 
 # --- generate in text mode (needs the same tokenizer) -----------------------------------------------------------
 "$ZAYA" generate --model "$work/model" --tokenizer "$work/tok.json" --prompt "The capital of" --max-tokens 12 \
