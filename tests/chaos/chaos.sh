@@ -12,6 +12,7 @@
 #
 # usage: tests/chaos/chaos.sh [--runs N] [--seed S] [--disturbances K] [--keep]
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../cli/fixture.sh"
 cd "$(dirname "$0")/../.."
 ZAYA=${ZAYA:-$PWD/build/zaya}
 RUNS=10
@@ -29,30 +30,15 @@ while [ $# -gt 0 ]; do
 done
 W=$(mktemp -d /tmp/zaya_chaos.XXXXXX)
 [ "$KEEP" -eq 1 ] && echo "work directory: $W" || trap 'rm -rf "$W"' EXIT
-pass=0
-fail=0
-finish() {
-    echo "chaos: $pass passed, $fail failed"
-    [ "$fail" -eq 0 ]
-    exit $?
-}
-if ! command -v mpirun >/dev/null; then echo "FAIL mpirun not installed"; fail=1; finish; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+suite_begin chaos
+if ! command -v mpirun >/dev/null; then bad "mpirun not installed"; finish; fi
+fixture_mpi_env
 MPI="mpirun --oversubscribe -np 2"
 STEPS=48
 
 # ---- a tiny model, data and run config ----------------------------------------------------------------------
-$ZAYA data synth --out "$W/corpus" --seed 3 --scale 0.05 >/dev/null &&
-    $ZAYA tokenizer train --input "$W/corpus/general.jsonl" --vocab-size 300 --out "$W/tok.json" >/dev/null &&
-    $ZAYA data prepare --tokenizer "$W/tok.json" --input "$W/corpus/general.jsonl" --out "$W/data" --val-fraction 0.05 \
-        >/dev/null 2>&1 || { echo "FAIL data"; fail=1; finish; }
-cat >"$W/model.json" <<JSON
-{"model_type": "zaya", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
- "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 1,
- "router_hidden_size": 16, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
- "max_position_embeddings": 64, "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 10000.0,
- "partial_rotary_factor": 0.5}}, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-JSON
+fixture_general_data "$W" 300 || { bad "data"; finish; }
+fixture_model_json "$W/model.json" 300 64
 # 48 steps of 16 sequences of 32 tokens; an asynchronous checkpoint every 4 steps, the newest 3 kept
 cat >"$W/run.json" <<JSON
 {"model": "$W/model.json", "datasets": {"general": "$W/data"},
@@ -74,7 +60,7 @@ reference() { # windows ("" or "A:B A:B ...") → prints the reference model pat
     fi
     echo "$out/final/model.safetensors"
 }
-reference "" >/dev/null || { echo "FAIL undisturbed reference run"; fail=1; finish; }
+reference "" >/dev/null || { bad "undisturbed reference run"; finish; }
 
 # "STEP PID0 PID1" once both ranks' heartbeats say "running" (STEP: the lower of their steps), else empty.
 # Plain bash (no process per poll), so a disturbance lands close to its planned step.

@@ -4,30 +4,18 @@
 # ranks resume on M ranks (4→2, 2→1, 1→2, 2→3) and match the un-reshaped run; bad launches fail on every rank
 # without hanging.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/fixture.sh"
 cd "$(dirname "$0")/../.."
 ZAYA=$PWD/build/zaya
 W=$(mktemp -d /tmp/zaya_mpi_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-pass=0
-fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-finish() { echo "mpi: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+suite_begin mpi
 if ! command -v mpirun >/dev/null; then bad "mpirun not installed"; finish; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+fixture_mpi_env
 MPI="timeout 120 mpirun --oversubscribe"
 
-$ZAYA data synth --out "$W/corpus" --seed 3 --scale 0.05 >/dev/null &&
-    $ZAYA tokenizer train --input "$W/corpus/general.jsonl" --vocab-size 300 --out "$W/tok.json" >/dev/null &&
-    $ZAYA data prepare --tokenizer "$W/tok.json" --input "$W/corpus/general.jsonl" --out "$W/data" --val-fraction 0.05 \
-        >/dev/null 2>&1 || { bad "data"; finish; }
-cat >"$W/model.json" <<JSON
-{"model_type": "zaya", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
- "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 1,
- "router_hidden_size": 16, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
- "max_position_embeddings": 64, "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 10000.0,
- "partial_rotary_factor": 0.5}}, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-JSON
+fixture_general_data "$W" 300 || { bad "data"; finish; }
+fixture_model_json "$W/model.json" 300 64
 # 20 steps of a global batch of 24 sequences; checkpoint at step 10
 cat >"$W/run.json" <<JSON
 {"model": "$W/model.json", "datasets": {"general": "$W/data"},

@@ -5,34 +5,18 @@
 #  - the balancing controller lifts routing entropy from a skewed start (and without it, it stays low);
 #  - bad run configs, corrupt checkpoints and corrupt shards fail cleanly and never damage saved checkpoints.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/fixture.sh"
 cd "$(dirname "$0")/../.."
 ZAYA=build/zaya
 W=$(mktemp -d /tmp/zaya_train_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-pass=0
-fail=0
-ok() { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
-finish() { echo "train: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+suite_begin train
 
 # ---- data: synth corpus → tokenizer → shards (small) ------------------------------------------------------
-$ZAYA data synth --out "$W/corpus" --seed 3 --scale 0.05 >/dev/null || { bad "data synth"; finish; }
-$ZAYA tokenizer train --input "$W/corpus/general.jsonl" "$W/corpus/mathcode.jsonl" "$W/corpus/longctx.jsonl" \
-    --vocab-size 384 --out "$W/tok.json" >/dev/null || { bad "tokenizer train"; finish; }
-for d in general mathcode longctx; do
-    $ZAYA data prepare --tokenizer "$W/tok.json" --input "$W/corpus/$d.jsonl" --out "$W/data/$d" --val-fraction 0.05 \
-        >/dev/null 2>&1 || { bad "data prepare $d"; finish; }
-done
+fixture_all_data "$W" 384 || { bad "$fixture_error"; finish; }
 ok "tiny corpus, tokenizer and shards"
 
-cat >"$W/model.json" <<JSON
-{"model_type": "zaya", "vocab_size": 384, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
- "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 1,
- "router_hidden_size": 16, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
- "max_position_embeddings": 256, "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 10000.0,
- "partial_rotary_factor": 0.5}}, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-JSON
+fixture_model_json "$W/model.json" 384 256
 # 2 phases: steps 0-5 at seq 32 (6 steps), steps 6-11 at seq 64 (6 steps)
 cat >"$W/run.json" <<JSON
 {"model": "$W/model.json", "tokenizer": "$W/tok.json",
