@@ -1,19 +1,11 @@
 /* zaya supervise [options] -- <launch command...>: runs a training job and heals it (src/supervisor.h). */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_signals.h"
 #include "commands.h"
 #include "supervisor.h"
-
-/* Set by SIGTERM/SIGINT: forward the stop to the job (it checkpoints and exits 0), then exit 0 without relaunch. */
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
 
 static void usage(FILE *f) {
     SupervisorOptions d;
@@ -124,14 +116,9 @@ int cmd_supervise(int argc, char **argv) {
         run_dir = derived;
     }
     o.run_dir = run_dir;
-    o.stop_flag = &stop_requested;
     o.log = quiet ? NULL : stderr;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    /* SIGTERM/SIGINT: forward the stop to the job (it checkpoints and exits 0), then exit 0 without relaunch. */
+    o.stop_flag = cli_catch_stop_signals();
     SupervisorSummary sum;
     if (supervise(&o, &sum, &err)) {
         fprintf(stderr, "zaya: supervise: %s\n", err.msg);

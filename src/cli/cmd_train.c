@@ -1,21 +1,13 @@
 /* zaya train RUN.json [--override key=value ...] [--resume | --resume-from DIR] [--skip-data A:B ...]
  *                    [--stop-after N] [--quiet] */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_signals.h"
 #include "commands.h"
 #include "distributed.h"
 #include "train.h"
-
-/* Set by SIGTERM/SIGINT: the trainer saves a checkpoint at the next step boundary and exits 0 (preemption). */
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: zaya train RUN.json [--override key=value ...] [--resume | --resume-from DIR]\n"
@@ -102,13 +94,8 @@ int cmd_train_model(int argc, char **argv) {
     o.n_overrides = n_over;
     o.skip_windows = skips;
     o.n_skip_windows = n_skips;
-    o.stop_flag = &stop_requested;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    /* SIGTERM/SIGINT: the trainer saves a checkpoint at the next step boundary and exits 0 (preemption). */
+    o.stop_flag = cli_catch_stop_signals();
     ZyErr err = {{0}};
     Dist dist;
     if (dist_init(&dist, &err)) {
