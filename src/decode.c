@@ -72,7 +72,7 @@ static void carve_cache(ZyCarver *cv, KVCache *c) {
     s->expert_out = CF(cv, N * D);
     s->moe_out = CF(cv, N * D);
     s->last_rows = CF(cv, B * D);
-    s->conv_wp = CF(cv, (size_t)cca_conv_work_floats((int)C, f->head_dim, f->cca_time1));
+    s->conv_wp = CF(cv, (size_t)cca_conv_work_floats((int)B, (int)TE, (int)C, f->head_dim, f->cca_time1));
 }
 
 size_t kvcache_bytes_per_token(const ZayaConfig *cfg) {

@@ -21,8 +21,12 @@ void residual_merge_forward(float *out, const float *h, const float *res, const 
 void residual_merge_backward(float *dh, float *dres, float *dhs, float *dhb, float *drs, float *drb, const float *dout, const float *h, const float *res, const float *hs, const float *hb, const float *rs, const float *rb, int rows, int dim);
 void embed_forward(float *x, const float *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim);
 void embed_backward(float *demb, float *dbias, float *dscale, const float *dx, const float *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim, int pad_id);
-/* wp (and dwp) are workspaces of cca_conv_work_floats(C, dh, k1) floats. */
-static inline long cca_conv_work_floats(int C, int dh, int k1) { return (long)k1 * C * dh; }
+/* wp is a workspace of cca_conv_work_floats(B, T, C, dh, k1) floats (the repacked grouped weights [k1, C, dh] and
+ * an output laid out like M [B*(T+k1-1), C]); dwp one of cca_conv_grad_work_floats(C, dh, k1) (their gradient). */
+static inline long cca_conv_work_floats(int B, int T, int C, int dh, int k1) {
+    return (long)k1 * C * dh + (long)B * (T + k1 - 1) * C;
+}
+static inline long cca_conv_grad_work_floats(int C, int dh, int k1) { return (long)k1 * C * dh; }
 void cca_conv_forward(float *Y, float *M, float *wp, const float *X, const float *w0, const float *b0, const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1);
 void cca_conv_backward(float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM, float *wp, float *dwp, const float *dY, const float *X, const float *M, const float *w0, const float *w1, int B, int T, int C, int dh, int k0, int k1);
 void qk_mean_forward(float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv, int dh);

@@ -245,8 +245,8 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     a->row_loss = CARVE_F(cv, N);
     a->rope_cos = CARVE_F(cv, T * rd / 2);
     a->rope_sin = CARVE_F(cv, T * rd / 2);
-    a->conv_wp = CARVE_F(cv, (size_t)cca_conv_work_floats((int)C, c->head_dim, c->cca_time1));
-    a->conv_dwp = CARVE_F(cv, (size_t)cca_conv_work_floats((int)C, c->head_dim, c->cca_time1));
+    a->conv_wp = CARVE_F(cv, (size_t)cca_conv_work_floats(a->B, a->T, (int)C, c->head_dim, c->cca_time1));
+    a->conv_dwp = CARVE_F(cv, (size_t)cca_conv_grad_work_floats((int)C, c->head_dim, c->cca_time1));
     BackwardScratch *d = &a->d;
     d->d_x = CARVE_F(cv, N * D);
     d->d_u = CARVE_F(cv, N * D);

@@ -191,8 +191,8 @@ static void check_conv(int *zy_test_failed_, int k0, int k1, uint64_t seed) {
     s.w1 = randn(&rng, s.C * s.dh * k1, 1);
     s.b1 = randn(&rng, s.C, 1);
     s.M = calloc(NM, 8);
-    s.wp = calloc(cca_conv_work_floats(s.C, s.dh, k1), 8);
-    s.dwp = calloc(cca_conv_work_floats(s.C, s.dh, k1), 8);
+    s.wp = calloc(cca_conv_work_floats(s.B, s.T, s.C, s.dh, k1), 8);
+    s.dwp = calloc(cca_conv_grad_work_floats(s.C, s.dh, k1), 8);
     FdCase c = {conv_fd_forward, N, &s};
     double *g = randn(&rng, N, 1), *y = calloc(N, 8), *dX = calloc(N, 8), *dM = calloc(NM, 8);
     double *dw0 = calloc(s.C * k0, 8), *db0 = calloc(s.C, 8), *dw1 = calloc(s.C * s.dh * k1, 8), *db1 = calloc(s.C, 8);
@@ -220,7 +220,7 @@ TEST(cca_conv_backward_matches_finite_differences) {
 /* Padded positions: with X = 0 everywhere each output is b1 + Σ_{i,j} w1[o,i,j] b0[g dh + i]. */
 TEST(cca_conv_padded_positions_carry_the_depthwise_bias) {
     const int B = 1, T = 3, C = 4, dh = 2, k0 = 2, k1 = 2;
-    double X[12] = {0}, w0[8], b0[4] = {1, 2, 3, 4}, w1[16], b1[4] = {0.5, -0.5, 1, -1}, M[16], Y[12], wp[16];
+    double X[12] = {0}, w0[8], b0[4] = {1, 2, 3, 4}, w1[16], b1[4] = {0.5, -0.5, 1, -1}, M[16], Y[12], wp[32];
     for (int i = 0; i < 8; i++) w0[i] = 0.1 * (i + 1);
     for (int i = 0; i < 16; i++) w1[i] = 0.01 * (i + 1);
     cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
@@ -522,4 +522,83 @@ TEST(float_ops_agree_with_double_ops) {
     for (int i = 0; i < nq; i++) worst = fmax(worst, fabs(O[i] - Of[i]));
     CHECK_MSG(worst < 1e-5, "attention float vs double %.3g", worst);
     free(Q), free(K), free(V), free(O), free(P), free(Qf), free(Kf), free(Vf), free(Of), free(Pf);
+}
+
+/* The float conv (one GEMM per group and tap over every sequence at once) against the definition written out
+ * directly in double, and its backward against the f64 backward (itself checked by finite differences above):
+ * several sequences (the rows between them must not leak), k1 = 1..3, several groups. */
+TEST(cca_conv_float_matches_the_direct_definition) {
+    const int shapes[][6] = {/* B, T, C, dh, k0, k1 */ {3, 7, 12, 4, 2, 2}, {2, 5, 8, 4, 3, 3}, {1, 9, 6, 2, 2, 1},
+                             {4, 1, 8, 8, 2, 2}, {2, 33, 24, 8, 4, 2}};
+    ZyRng rng;
+    zy_rng_seed(&rng, 77);
+    double worst_f = 0, worst_b = 0;
+    for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
+        const int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], dh = shapes[s][3], k0 = shapes[s][4],
+                  k1 = shapes[s][5], TM = T + k1 - 1, N = B * T * C, NM = B * TM * C;
+        double *X = randn(&rng, N, 1), *w0 = randn(&rng, C * k0, 1), *b0 = randn(&rng, C, 1);
+        double *w1 = randn(&rng, C * dh * k1, 1), *b1 = randn(&rng, C, 1), *dY = randn(&rng, N, 1);
+        float *Xf = malloc(sizeof(float) * N), *w0f = malloc(sizeof(float) * C * k0), *b0f = malloc(sizeof(float) * C);
+        float *w1f = malloc(sizeof(float) * C * dh * k1), *b1f = malloc(sizeof(float) * C), *Yf = malloc(sizeof(float) * N);
+        float *Mf = malloc(sizeof(float) * NM), *dYf = malloc(sizeof(float) * N);
+        float *wpf = malloc(sizeof(float) * cca_conv_work_floats(B, T, C, dh, k1));
+        float *dwpf = malloc(sizeof(float) * cca_conv_grad_work_floats(C, dh, k1));
+        /* round the inputs to float so both sides start from the same numbers */
+        for (int i = 0; i < N; i++) X[i] = Xf[i] = (float)X[i], dY[i] = dYf[i] = (float)dY[i];
+        for (int i = 0; i < C * k0; i++) w0[i] = w0f[i] = (float)w0[i];
+        for (int i = 0; i < C; i++) b0[i] = b0f[i] = (float)b0[i], b1[i] = b1f[i] = (float)b1[i];
+        for (int i = 0; i < C * dh * k1; i++) w1[i] = w1f[i] = (float)w1[i];
+        cca_conv_forward(Yf, Mf, wpf, Xf, w0f, b0f, w1f, b1f, B, T, C, dh, k0, k1);
+        /* the definition: M(τ)[c] = b0 + Σ_j w0[c,j] X(τ-(k0-1)+j), Y(t)[o] = b1 + Σ_{i,j} w1[o,i,j] M(t-(k1-1)+j)[g dh+i] */
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int o = 0; o < C; o++) {
+                    const int g = o / dh;
+                    double y = b1[o], mag = fabs(b1[o]);
+                    for (int i = 0; i < dh; i++)
+                        for (int j = 0; j < k1; j++) {
+                            const int tau = t - (k1 - 1) + j, c = g * dh + i;
+                            double m = b0[c];
+                            for (int jj = 0; jj < k0; jj++) {
+                                const int tx = tau - (k0 - 1) + jj;
+                                if (tx >= 0) m += w0[c * k0 + jj] * X[((long)b * T + tx) * C + c];
+                            }
+                            y += w1[(o * dh + i) * k1 + j] * m;
+                            mag += fabs(w1[(o * dh + i) * k1 + j] * m);
+                        }
+                    const double e = fabs(Yf[((long)b * T + t) * C + o] - y) / (mag + 1e-30);
+                    if (e > worst_f) worst_f = e;
+                }
+        /* backward: float vs f64 on the same inputs */
+        double *M = calloc(NM, 8), *Y = calloc(N, 8), *wp = calloc(cca_conv_work_floats(B, T, C, dh, k1), 8);
+        double *dwp = calloc(cca_conv_grad_work_floats(C, dh, k1), 8), *dM = calloc(NM, 8), *dX = calloc(N, 8);
+        double *dw0 = calloc(C * k0, 8), *db0 = calloc(C, 8), *dw1 = calloc(C * dh * k1, 8), *db1 = calloc(C, 8);
+        float *dMf = malloc(sizeof(float) * NM), *dXf = calloc(N, 4), *dw0f = calloc(C * k0, 4), *db0f = calloc(C, 4);
+        float *dw1f = calloc(C * dh * k1, 4), *db1f = calloc(C, 4);
+        cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
+        cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, B, T, C, dh, k0, k1);
+        cca_conv_backward(dXf, dw0f, db0f, dw1f, db1f, dMf, wpf, dwpf, dYf, Xf, Mf, w0f, w1f, B, T, C, dh, k0, k1);
+        const struct {
+            const float *f;
+            const double *d;
+            int n;
+        } grads[] = {{dXf, dX, N}, {dw0f, dw0, C * k0}, {db0f, db0, C}, {dw1f, dw1, C * dh * k1}, {db1f, db1, C}};
+        for (size_t k = 0; k < ZY_ARRAY_LEN(grads); k++) {
+            double d = 0, r = 0;
+            for (int i = 0; i < grads[k].n; i++) {
+                d += (grads[k].f[i] - grads[k].d[i]) * (grads[k].f[i] - grads[k].d[i]);
+                r += grads[k].d[i] * grads[k].d[i];
+            }
+            const double e = sqrt(d / (r + 1e-300));
+            if (e > worst_b) worst_b = e;
+        }
+        free(X), free(w0), free(b0), free(w1), free(b1), free(dY), free(Xf), free(w0f), free(b0f), free(w1f);
+        free(b1f), free(Yf), free(Mf), free(dYf), free(wpf), free(dwpf), free(M), free(Y), free(wp), free(dwp);
+        free(dM), free(dX), free(dw0), free(db0), free(dw1), free(db1), free(dMf), free(dXf), free(dw0f);
+        free(db0f), free(dw1f), free(db1f);
+    }
+    printf("    float conv vs direct definition: max rel err %.3g; backward vs f64: max normwise %.3g\n", worst_f,
+           worst_b);
+    CHECK_MSG(worst_f < 1e-6, "forward %.3g", worst_f);
+    CHECK_MSG(worst_b < 1e-6, "backward %.3g", worst_b);
 }
