@@ -545,8 +545,10 @@ int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens
 static const char *type_name(EvalTaskType t) { return t == EVAL_TASK_MC ? "mc" : "exact"; }
 
 int eval_write_json(const char *path, const EvalResult *results, int n_results, const char *heldout_name,
-                    double heldout_loss, uint64_t n_heldout, ZyErr *err) {
-    cJSON *root = cJSON_CreateObject(), *tasks = cJSON_AddArrayToObject(root, "tasks");
+                    double heldout_loss, uint64_t n_heldout, const char *weights, ZyErr *err) {
+    cJSON *root = cJSON_CreateObject();
+    if (weights) cJSON_AddStringToObject(root, "weights", weights);
+    cJSON *tasks = cJSON_AddArrayToObject(root, "tasks");
     for (int i = 0; i < n_results; i++) {
         const EvalResult *r = &results[i];
         cJSON *o = cJSON_CreateObject();

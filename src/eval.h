@@ -67,9 +67,10 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
 int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, double *loss, uint64_t *n_scored,
                     ZyErr *err);
 
-/* Writes {"tasks": [...], "heldout": {...}} (heldout only when n_heldout > 0) atomically to path. */
+/* Writes {"weights": ..., "tasks": [...], "heldout": {...}} atomically to path (heldout only when n_heldout > 0;
+ * weights, the dtype the model ran with, only when not NULL). */
 int eval_write_json(const char *path, const EvalResult *results, int n_results, const char *heldout_name,
-                    double heldout_loss, uint64_t n_heldout, ZyErr *err);
+                    double heldout_loss, uint64_t n_heldout, const char *weights, ZyErr *err);
 /* The table on f: task, type, n, acc, acc_norm / exact match, ppl (and the held-out row when n_heldout > 0). */
 void eval_print_table(FILE *f, const EvalResult *results, int n_results, const char *heldout_name,
                       double heldout_loss, uint64_t n_heldout);

@@ -139,7 +139,7 @@ int cmd_eval(int argc, char **argv) {
         snprintf(held_name, sizeof held_name, "%s", split);
     }
     eval_print_table(stdout, results, n_tasks, held_name, loss, n_scored);
-    if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, &err)) goto fail;
+    if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, bf16 ? "bf16" : "f32", &err)) goto fail;
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);

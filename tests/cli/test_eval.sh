@@ -77,6 +77,7 @@ assert t["mc"]["type"] == "mc" and t["mc"]["n"] == 3 and 0 <= t["mc"]["acc"] <= 
 assert t["qa"]["type"] == "exact" and "exact_match" in t["qa"] and "acc" not in t["qa"]
 h = r["heldout"]
 assert h["tokens"] > 0 and abs(math.exp(h["loss"]) - h["ppl"]) < 1e-6 * h["ppl"]
+assert r["weights"] == "f32"
 EOF
 check "json results" $?
 
@@ -129,7 +130,7 @@ l32=$("$ZAYA" eval --model "$work/model" --tokens "$work/held.npy" --seq-len 32 
 l16=$("$ZAYA" eval --model "$work/model" --tokens "$work/held.npy" --seq-len 32 --dtype bf16 --json "$work/l16.json" \
     >/dev/null 2>"$work/err" && python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["heldout"]["loss"])' "$work/l16.json")
 python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert a != b and abs(a - b) < 1e-2 * a, (a, b)' "$l32" "$l16" &&
-    grep -q "^weights  *bf16" "$work/err"
+    grep -q "^weights  *bf16" "$work/err" && grep -q '"weights":[[:space:]]*"bf16"' "$work/l16.json"
 check "eval --dtype bf16: held-out loss within 1% of fp32 ($l32 vs $l16)" $?
 "$ZAYA" generate --model "$work/model" --tokenizer "$work/tok.json" --prompt "The capital of" --max-tokens 12 \
     --seed 1 --dtype bf16 >"$work/gen16.out" 2>"$work/gen16.err" &&

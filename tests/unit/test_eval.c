@@ -203,7 +203,7 @@ TEST(eval_exact_match_greedy) {
     /* JSON report and table */
     char jpath[80];
     snprintf(jpath, sizeof jpath, "%s/out.json", dir);
-    REQUIRE(eval_write_json(jpath, &r, 1, "val", 2.5, 100, &err) == 0);
+    REQUIRE(eval_write_json(jpath, &r, 1, "val", 2.5, 100, "f32", &err) == 0);
     char *data;
     size_t len;
     REQUIRE(zy_read_file(jpath, &data, &len, &err) == 0);
@@ -211,6 +211,8 @@ TEST(eval_exact_match_greedy) {
     const cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tasks"), 0);
     CHECK(t0 && strcmp(cJSON_GetObjectItem(t0, "type")->valuestring, "exact") == 0);
     CHECK(t0 && cJSON_GetObjectItem(t0, "exact_match")->valuedouble == 0.5 && !cJSON_GetObjectItem(t0, "acc"));
+    const cJSON *wt = cJSON_GetObjectItem(j, "weights");
+    CHECK(cJSON_IsString(wt) && strcmp(wt->valuestring, "f32") == 0);
     const cJSON *h = cJSON_GetObjectItem(j, "heldout");
     CHECK(h && fabs(cJSON_GetObjectItem(h, "ppl")->valuedouble - exp(2.5)) < 1e-9);
     cJSON_Delete(j);
