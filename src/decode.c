@@ -271,7 +271,10 @@ static void decode_piece(const Model *m, KVCache *c, int n, float *logits, int l
     const Weights *w = &m->w;
     DecodeScratch *s = &c->s;
     const int B = c->batch, N = B * n, D = f->hidden_size, V = f->vocab_size;
-    embed_forward(s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
+    if (w->embed16)
+        embed_forward_bf16(s->x, w->embed16, s->tokens, w->in_bias, w->in_scale, N, D);
+    else
+        embed_forward(s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
     const float *r_prev = NULL;
     /* residual merges fused with the RMSNorm reading their output, as in model_forward */
     rmsnorm_forward(s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);

@@ -122,3 +122,14 @@ void rope_tables_f64(double *cosv, double *sinv, int T, int rd, double theta) {
         }
     }
 }
+
+/* embed_forward with a bf16 embedding table (bf16 inference weights). */
+void embed_forward_bf16(float *x, const uint16_t *emb, const int32_t *tokens, const float *bias, const float *scale,
+                        int rows, int dim) {
+#pragma omp parallel for schedule(static) if (ZY_PAR((long)rows * dim))
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *e = emb + (long)tokens[r] * dim;
+#pragma omp simd
+        for (int i = 0; i < dim; i++) x[(long)r * dim + i] = (zy_bf16_to_f32(e[i]) + bias[i]) * scale[i];
+    }
+}

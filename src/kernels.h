@@ -20,6 +20,7 @@ void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, con
 void residual_merge_forward(float *out, const float *h, const float *res, const float *hs, const float *hb, const float *rs, const float *rb, int rows, int dim);
 void residual_merge_backward(float *dh, float *dres, float *dhs, float *dhb, float *drs, float *drb, const float *dout, const float *h, const float *res, const float *hs, const float *hb, const float *rs, const float *rb, int rows, int dim);
 void embed_forward(float *x, const float *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim);
+void embed_forward_bf16(float *x, const uint16_t *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim);
 void embed_backward(float *demb, float *dbias, float *dscale, const float *dx, const float *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim, int pad_id);
 /* wp is a workspace of cca_conv_work_floats(B, T, C, dh, k1) floats (the repacked grouped weights [k1, C, dh] and
  * an output laid out like M [B*(T+k1-1), C]); dwp one of cca_conv_grad_work_floats(C, dh, k1) (their gradient). */

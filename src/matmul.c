@@ -165,12 +165,36 @@ void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx
     }
 }
 
+/* Many rows against bf16 weights (prefill, a full forward): widen a panel of output rows to fp32, then sgemm. The
+ * widening reads each weight once per call, against rows x 2 FLOPs per weight for the product. */
+static void bf16_panels_gemm(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
+                             int ldy) {
+    const int panel = out < ZY_BF16_PANEL ? out : ZY_BF16_PANEL;
+    float *wp = malloc((size_t)panel * in * sizeof *wp);
+    if (!wp) { /* no room for a panel: the matrix-vector kernel handles any number of rows, only slower */
+        zy_matmul_bf16(-1, rows, out, in, X, ldx, W16, Y, ldy);
+        return;
+    }
+    for (int o0 = 0; o0 < out; o0 += panel) {
+        const int np = out - o0 < panel ? out - o0 : panel;
+        const uint16_t *src = W16 + (long)o0 * in;
+#pragma omp parallel for schedule(static) if ((long)np * in >= 65536L)
+        for (long i = 0; i < (long)np * in; i++) wp[i] = zy_bf16_to_f32(src[i]);
+        zy_gemm(0, 1, rows, np, in, 1, X, ldx, wp, in, 0, Y + o0, ldy);
+    }
+    free(wp);
+}
+
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
                   int ldy) {
-    if (W16 && rows > 0 && rows <= ZY_BF16_MAX_ROWS && out > 0 && in > 0)
-        zy_matmul_bf16(-1, rows, out, in, X, ldx, W16, Y, ldy);
-    else
-        zy_gemm(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy);
+    if (W16 && rows > 0 && out > 0 && in > 0) {
+        if (rows <= ZY_BF16_MAX_ROWS)
+            zy_matmul_bf16(-1, rows, out, in, X, ldx, W16, Y, ldy);
+        else
+            bf16_panels_gemm(rows, out, in, X, ldx, W16, Y, ldy);
+        return;
+    }
+    zy_gemm(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy);
 }
 
 double zy_sgemm_probe_gflops(int n, double seconds) {

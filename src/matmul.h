@@ -22,18 +22,17 @@ void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, co
                  const double *B, int ldb, double beta, double *C, int ldc);
 
 /* ---- bf16 weights (inference) ----
- * bfloat16 = the top 16 bits of a float32 (8-bit exponent, 8-bit significand). zaya stores a matrix in bf16 only
- * as a copy of an fp32 matrix already rounded to bf16 values, so the fp32 path (sgemm) and the bf16 path compute
- * with the same weights and differ only in summation order; activations and accumulation stay fp32 (conversions:
- * util.h). */
-/* Rows up to which zy_matmul_wt reads the bf16 copy (one pass over it per ZY_BF16_ROW_BLOCK rows); more rows are
- * compute-bound and go to sgemm on the fp32 values. */
+ * bfloat16 = the top 16 bits of a float32 (8-bit exponent, 8-bit significand). Weights may be bf16; activations
+ * and every accumulation stay fp32 (conversions: util.h). */
+/* Rows up to which zy_matmul_wt reads the bf16 weights directly (one pass per ZY_BF16_ROW_BLOCK rows); more rows
+ * are compute-bound and go to sgemm on panels of ZY_BF16_PANEL output rows widened to fp32. */
 #define ZY_BF16_MAX_ROWS 8
 #define ZY_BF16_ROW_BLOCK 4
+#define ZY_BF16_PANEL 256
 
 /* A layer's weight applied to rows of activations: Y[rows, out] (row stride ldy) = X[rows, in] (ldx) Wᵀ with
- * W [out, in] row-major. W16, when not NULL, is W's bf16 copy (same layout, W holding the rounded values): a few
- * rows (decoding) read it instead, half the bytes of a memory-bound product. */
+ * W [out, in] row-major, fp32 (W16 NULL) or bf16 (W16; W is then not read and may be NULL): a few rows (decoding)
+ * read the bf16 values directly, half the bytes of a memory-bound product; more rows widen them in panels. */
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
                   int ldy);
 /* The bf16 matrix-vector kernel itself, for tests: impl 0 = plain C, 1 = AVX2+FMA (the CPU must have them),

@@ -124,10 +124,29 @@ void model_free(Model *m) {
 
 static const uint16_t *bf16_copy(const Model *m, const float *w) { return m->bf16 + (w - m->params.data); }
 
+/* The matrices products read (everything of 2+ dims but the convolution kernels, which the conv reads as fp32). */
+static int held_in_bf16(const ParamInfo *p) { return p->ndim >= 2 && !strstr(p->name, "conv_qk"); }
+
 int model_use_bf16(Model *m, ZyErr *err) {
     if (m->bf16) return 0;
     m->bf16 = zy_calloc(m->params.total * sizeof(uint16_t));
     if (!m->bf16) return zy_fail(err, "out of memory allocating %zu MB of bf16 weights", (m->params.total * 2) >> 20);
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        LayerWeights *L = &m->w.layers[l];
+        L->w_q16 = bf16_copy(m, L->w_q), L->w_q = NULL;
+        L->w_k16 = bf16_copy(m, L->w_k), L->w_k = NULL;
+        L->w_v_current16 = bf16_copy(m, L->w_v_current), L->w_v_current = NULL;
+        L->w_v_delayed16 = bf16_copy(m, L->w_v_delayed), L->w_v_delayed = NULL;
+        L->w_o16 = bf16_copy(m, L->w_o), L->w_o = NULL;
+        L->router_down_w16 = bf16_copy(m, L->router_down_w), L->router_down_w = NULL;
+        L->router_fc1_w16 = bf16_copy(m, L->router_fc1_w), L->router_fc1_w = NULL;
+        L->router_fc2_w16 = bf16_copy(m, L->router_fc2_w), L->router_fc2_w = NULL;
+        L->router_out_w16 = bf16_copy(m, L->router_out_w), L->router_out_w = NULL;
+        L->expert_gate_up16 = bf16_copy(m, L->expert_gate_up), L->expert_gate_up = NULL;
+        L->expert_down16 = bf16_copy(m, L->expert_down), L->expert_down = NULL;
+    }
+    m->w.embed16 = bf16_copy(m, m->w.embed), m->w.embed = NULL;
+    m->w.lm_head16 = bf16_copy(m, m->w.lm_head), m->w.lm_head = NULL;
     int rounded = 0;
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.info[i];
@@ -138,24 +157,19 @@ int model_use_bf16(Model *m, ZyErr *err) {
             h[j] = zy_f32_to_bf16(x[j]);
             x[j] = zy_bf16_to_f32(h[j]);
         }
+        /* nothing reads these fp32 values any more: their memory goes back (the bf16 arena replaces it) */
+        if (held_in_bf16(p)) zy_release_pages(x, p->numel * sizeof *x);
         rounded++;
     }
-    for (int l = 0; l < m->cfg.num_layers; l++) {
-        LayerWeights *L = &m->w.layers[l];
-        L->w_q16 = bf16_copy(m, L->w_q);
-        L->w_k16 = bf16_copy(m, L->w_k);
-        L->w_v_current16 = bf16_copy(m, L->w_v_current);
-        L->w_v_delayed16 = bf16_copy(m, L->w_v_delayed);
-        L->w_o16 = bf16_copy(m, L->w_o);
-        L->router_down_w16 = bf16_copy(m, L->router_down_w);
-        L->router_fc1_w16 = bf16_copy(m, L->router_fc1_w);
-        L->router_fc2_w16 = bf16_copy(m, L->router_fc2_w);
-        L->router_out_w16 = bf16_copy(m, L->router_out_w);
-        L->expert_gate_up16 = bf16_copy(m, L->expert_gate_up);
-        L->expert_down16 = bf16_copy(m, L->expert_down);
-    }
-    m->w.lm_head16 = bf16_copy(m, m->w.lm_head);
     return rounded;
+}
+
+void model_drop_grads(Model *m) {
+    zy_free(m->params.grad);
+    m->params.grad = NULL;
+    LayerWeights *layers = m->g.layers;
+    if (layers) memset(layers, 0, (size_t)m->cfg.num_layers * sizeof *layers);
+    m->g = (Weights){.layers = layers};
 }
 
 int model_parse_dtype(const char *s, const char *flag, ZyErr *err) {
@@ -424,7 +438,10 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
     memcpy(a->tokens, tokens, (size_t)N * sizeof *tokens);
     /* x = (Emb[tokens] + b_in) ⊙ s_in */
     double *tm = a->phase_seconds;
-    TIMED(tm, PHASE_NORMS, embed_forward(a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D));
+    if (w->embed16)
+        TIMED(tm, PHASE_NORMS, embed_forward_bf16(a->layers[0].x_in, w->embed16, a->tokens, w->in_bias, w->in_scale, N, D));
+    else
+        TIMED(tm, PHASE_NORMS, embed_forward(a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D));
     const float *r_prev = NULL;
     /* Each residual merge runs fused with the RMSNorm that reads its output (merge_rmsnorm_forward). */
     TIMED(tm, PHASE_NORMS,

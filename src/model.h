@@ -26,7 +26,7 @@ typedef struct {
     float *balancing_bias;                               /* [E+1] buffer, not trained */
     float *expert_gate_up, *expert_down;                 /* [E,2I,D], [E,D,I] */
     float *mlp_hs, *mlp_hb, *mlp_rs, *mlp_rb;            /* post_mlp_residual_scale [D] x4 */
-    /* bf16 copies of the matrices (model_use_bf16; NULL otherwise), read by few-row products (decoding) */
+    /* bf16 weights (model_use_bf16, which clears the fp32 pointers above; NULL otherwise) */
     const uint16_t *w_q16, *w_k16, *w_v_current16, *w_v_delayed16, *w_o16;
     const uint16_t *router_down_w16, *router_fc1_w16, *router_fc2_w16, *router_out_w16;
     const uint16_t *expert_gate_up16, *expert_down16;
@@ -38,7 +38,7 @@ typedef struct {
     LayerWeights *layers;
     float *final_norm;             /* model.norm.weight [D] */
     float *lm_head;                /* lm_head.weight [V,D], or == embed when tied */
-    const uint16_t *lm_head16;     /* its bf16 copy (model_use_bf16; NULL otherwise) */
+    const uint16_t *embed16, *lm_head16; /* bf16 weights (model_use_bf16; NULL otherwise) */
 } Weights;
 
 typedef struct {
@@ -52,12 +52,14 @@ typedef struct {
 /* Builds the tensor table for cfg and allocates zeroed parameters and gradients. */
 int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err);
 void model_free(Model *m);
-/* bf16 weights for inference (`--dtype bf16`): every tensor of two or more dimensions (projections, router
- * matrices, experts, convolution kernels, embedding / head) is rounded to bf16 in place (nearest even) and the
- * matrices get a bf16 copy that few-row products read (half the bytes per decoded token); vectors (norms, biases,
- * residual scales) stay fp32, as do activations, the KV cache and every accumulation. Not for training: the
- * copies are not refreshed after an optimizer step. Returns the number of tensors rounded, or -1. */
+/* bf16 weights for inference (`--dtype bf16`): the matrices (projections, router matrices, experts, embedding /
+ * head) move to a bf16 arena (nearest even) and their fp32 pages are given back to the system (their pointers in
+ * m->w are cleared); the convolution kernels are rounded to bf16 values but stay fp32; vectors (norms, biases,
+ * residual scales) stay fp32, as do activations, the KV cache and every accumulation. Inference only: no backward
+ * or optimizer step afterwards. Returns the number of tensors rounded, or -1. */
 int model_use_bf16(Model *m, ZyErr *err);
+/* Inference only: frees the gradient arena (as large as the weights) and clears m->g. */
+void model_drop_grads(Model *m);
 /* Parses a --dtype value ("f32"/"fp32"/"float32" -> 0, "bf16"/"bfloat16" -> 1); -1 with an error otherwise. */
 int model_parse_dtype(const char *s, const char *flag, ZyErr *err);
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +55,14 @@ void *zy_calloc(size_t n_bytes) {
 }
 
 void zy_free(void *p) { free(p); }
+
+void zy_release_pages(void *p, size_t bytes) {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || bytes == 0) return;
+    const uintptr_t mask = (uintptr_t)page - 1, begin = ((uintptr_t)p + mask) & ~mask;
+    const uintptr_t end = ((uintptr_t)p + bytes) & ~mask;
+    if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED); /* advice: failure only keeps the pages */
+}
 
 int zy_mul_size(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) return -1;

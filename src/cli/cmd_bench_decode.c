@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "commands.h"
@@ -18,11 +19,25 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Resident memory of this process now (/proc/self/statm), in MB; 0 where unreadable. */
+static double resident_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = 0;
+    if (!f) return 0;
+    int n = fscanf(f, "%ld %ld", &size, &resident);
+    fclose(f);
+    return n == 2 ? resident * (double)sysconf(_SC_PAGESIZE) / 1e6 : 0;
+}
+
 static int load_model(Model *m, const char *model_dir, const char *config_path, ZyErr *err) {
-    if (model_dir) return model_load_dir(m, model_dir, err);
-    ZayaConfig cfg;
-    if (config_load(&cfg, config_path, err) || model_create(m, &cfg, err)) return -1;
-    model_init_weights(m, 1);
+    if (model_dir) {
+        if (model_load_dir(m, model_dir, err)) return -1;
+    } else {
+        ZayaConfig cfg;
+        if (config_load(&cfg, config_path, err) || model_create(m, &cfg, err)) return -1;
+        model_init_weights(m, 1);
+    }
+    model_drop_grads(m); /* inference: no backward */
     return 0;
 }
 
@@ -110,10 +125,11 @@ int bench_decode(int argc, char **argv) {
     if (threads > 0) omp_set_num_threads(threads);
     if (load_model(&m, model_dir, config_path, &err)) goto done;
     have_model = 1;
+    if (bf16 && model_use_bf16(&m, &err) < 0) goto done;
+    const double model_mb = resident_mb();
     if (bf16) { /* an fp32 twin to measure the bf16 logits against */
         if (load_model(&m32, model_dir, config_path, &err)) goto done;
         have_m32 = 1;
-        if (model_use_bf16(&m, &err) < 0) goto done;
     }
     const int total = context + new_tokens;
     if (kvcache_create(&c, &m.cfg, 1, total, &err)) goto done;
@@ -148,8 +164,9 @@ int bench_decode(int argc, char **argv) {
     printf("prefill      %d tokens in %.4f s: %.0f tokens/s\n", context, prefill, context / prefill);
     printf("decode       %d tokens after a %d-token context: median %.3f ms/token (p90 %.3f), %.0f tokens/s\n", new_tokens,
            context, 1e3 * median, 1e3 * lat[(int)(0.9 * (new_tokens - 1))], new_tokens / sum);
-    printf("weights      %s: %.1f MB read per decoded token (%.1f GB/s at the median latency)\n", bf16 ? "bf16" : "f32",
-           weight_bytes_per_token(&m.cfg, bf16) / 1e6, weight_bytes_per_token(&m.cfg, bf16) / median / 1e9);
+    printf("weights      %s: %.1f MB read per decoded token (%.1f GB/s at the median latency); %.0f MB resident once "
+           "loaded\n", bf16 ? "bf16" : "f32", weight_bytes_per_token(&m.cfg, bf16) / 1e6,
+           weight_bytes_per_token(&m.cfg, bf16) / median / 1e9, model_mb);
     printf("KV cache     %zu bytes per token (k and v, %d layers); %.2f MB at %d tokens\n",
            kvcache_bytes_per_token(&m.cfg), m.cfg.num_layers, kvcache_bytes_per_token(&m.cfg) * (double)total / 1e6, total);
     if (bf16 && compare_with_f32(&m, &m32, ids, total, &err)) goto done;

@@ -92,6 +92,7 @@ int cmd_eval(int argc, char **argv) {
     if ((bf16 = model_parse_dtype(dtype, "eval: --dtype", &err)) < 0) goto fail;
     if (model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
+    model_drop_grads(&m); /* inference: no backward */
     if (bf16) {
         int rounded = model_use_bf16(&m, &err);
         if (rounded < 0) goto fail;

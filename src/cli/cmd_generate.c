@@ -156,6 +156,7 @@ int cmd_generate(int argc, char **argv) {
     if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
     if (model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
+    model_drop_grads(&m); /* inference: no backward */
     if (bf16) {
         int rounded = model_use_bf16(&m, &err);
         if (rounded < 0) goto fail;

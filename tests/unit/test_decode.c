@@ -351,12 +351,18 @@ TEST(decode_bf16_weights_match_full_forward) {
         model_forward(&m32, &a32, tok);
         for (int l = 0; l < L; l++)
             for (int i = 0; i < T; i++) ref_route[(long)l * T + i] = a.layers[l].choice[i];
-        /* every matrix now holds bf16 values and its copy matches */
-        const float *wq = m.w.layers[0].w_q;
-        for (int i = 0; i < m.cfg.hidden_size; i++) {
-            CHECK(wq[i] == zy_round_bf16(wq[i]));
-            CHECK(zy_bf16_to_f32(m.w.layers[0].w_q16[i]) == wq[i]);
+        /* the matrices are bf16 (the fp32 model's values rounded), their fp32 pointers cleared; the conv kernels
+         * are rounded in place */
+        for (int l = 0; l < L; l++) {
+            const LayerWeights *W = &m.w.layers[l], *W32 = &m32.w.layers[l];
+            CHECK(!W->w_q && !W->w_o && !W->expert_gate_up && !W->router_out_w && W->conv_gr_w);
+            for (int i = 0; i < m.cfg.hidden_size; i++) {
+                CHECK(zy_bf16_to_f32(W->w_q16[i]) == zy_round_bf16(W32->w_q[i]));
+                CHECK(zy_bf16_to_f32(W->expert_down16[i]) == zy_round_bf16(W32->expert_down[i]));
+            }
+            CHECK(W->conv_gr_w[0] == zy_round_bf16(W32->conv_gr_w[0]));
         }
+        CHECK(!m.w.embed && !m.w.lm_head && m.w.embed16 && m.w.lm_head16);
         KVCache c;
         REQUIRE(kvcache_create(&c, &m.cfg, B, T, &err) == 0);
         static const int one[] = {1}, mixed[] = {5, 1, 2, 9, 1};
