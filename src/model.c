@@ -127,10 +127,29 @@ static const uint16_t *bf16_copy(const Model *m, const float *w) { return m->bf1
 /* The matrices products read (everything of 2+ dims but the convolution kernels, which the conv reads as fp32). */
 static int held_in_bf16(const ParamInfo *p) { return p->ndim >= 2 && !strstr(p->name, "conv_qk"); }
 
-int model_use_bf16(Model *m, ZyErr *err) {
+int model_bf16_begin(Model *m, ZyErr *err) {
     if (m->bf16) return 0;
     m->bf16 = zy_calloc(m->params.total * sizeof(uint16_t));
     if (!m->bf16) return zy_fail(err, "out of memory allocating %zu MB of bf16 weights", (m->params.total * 2) >> 20);
+    return 0;
+}
+
+int model_bf16_convert(Model *m, int i) {
+    const ParamInfo *p = &m->params.info[i];
+    if (p->ndim < 2) return 0;
+    float *x = m->params.data + p->offset;
+    if (held_in_bf16(p)) {
+        uint16_t *h = m->bf16 + p->offset;
+        for (size_t j = 0; j < p->numel; j++) h[j] = zy_f32_to_bf16(x[j]);
+        /* nothing reads these fp32 values any more: their memory goes back (the bf16 arena replaces it) */
+        zy_release_pages(x, p->numel * sizeof *x);
+    } else {
+        for (size_t j = 0; j < p->numel; j++) x[j] = zy_round_bf16(x[j]);
+    }
+    return 1;
+}
+
+void model_bf16_finish(Model *m) {
     for (int l = 0; l < m->cfg.num_layers; l++) {
         LayerWeights *L = &m->w.layers[l];
         L->w_q16 = bf16_copy(m, L->w_q), L->w_q = NULL;
@@ -147,20 +166,14 @@ int model_use_bf16(Model *m, ZyErr *err) {
     }
     m->w.embed16 = bf16_copy(m, m->w.embed), m->w.embed = NULL;
     m->w.lm_head16 = bf16_copy(m, m->w.lm_head), m->w.lm_head = NULL;
+}
+
+int model_use_bf16(Model *m, ZyErr *err) {
+    if (m->bf16) return 0;
+    if (model_bf16_begin(m, err)) return -1;
     int rounded = 0;
-    for (int i = 0; i < m->params.count; i++) {
-        const ParamInfo *p = &m->params.info[i];
-        if (p->ndim < 2) continue;
-        float *x = m->params.data + p->offset;
-        uint16_t *h = m->bf16 + p->offset;
-        for (size_t j = 0; j < p->numel; j++) {
-            h[j] = zy_f32_to_bf16(x[j]);
-            x[j] = zy_bf16_to_f32(h[j]);
-        }
-        /* nothing reads these fp32 values any more: their memory goes back (the bf16 arena replaces it) */
-        if (held_in_bf16(p)) zy_release_pages(x, p->numel * sizeof *x);
-        rounded++;
-    }
+    for (int i = 0; i < m->params.count; i++) rounded += model_bf16_convert(m, i);
+    model_bf16_finish(m);
     return rounded;
 }
 

@@ -58,6 +58,12 @@ void model_free(Model *m);
  * residual scales) stay fp32, as do activations, the KV cache and every accumulation. Inference only: no backward
  * or optimizer step afterwards. Returns the number of tensors rounded, or -1. */
 int model_use_bf16(Model *m, ZyErr *err);
+/* model_use_bf16 in steps, for a loader that converts each tensor as soon as its values are in (so the whole model
+ * never sits in fp32): begin (allocates the bf16 arena), convert tensor i (returns 1 if it was rounded), finish
+ * (switches the weight views to bf16) once every tensor is converted. */
+int model_bf16_begin(Model *m, ZyErr *err);
+int model_bf16_convert(Model *m, int i);
+void model_bf16_finish(Model *m);
 /* Inference only: frees the gradient arena (as large as the weights) and clears m->g. */
 void model_drop_grads(Model *m);
 /* Parses a --dtype value ("f32"/"fp32"/"float32" -> 0, "bf16"/"bfloat16" -> 1); -1 with an error otherwise. */

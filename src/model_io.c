@@ -67,7 +67,7 @@ static int list_weight_files(const char *dir, char ***files, int *n_files, ZyErr
     return 0;
 }
 
-int model_load_weights(Model *m, const char *dir, ZyErr *err) {
+static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
     char **files;
     int n_files;
     if (list_weight_files(dir, &files, &n_files, err)) return -1;
@@ -108,6 +108,7 @@ int model_load_weights(Model *m, const char *dir, ZyErr *err) {
                 break;
             }
             rc = st_read_f32(&st[f], en, m->params.data + p->offset, err);
+            if (!rc && bf16) model_bf16_convert(m, idx); /* one tensor in fp32 at a time */
             loaded[idx] = 1;
         }
     }
@@ -121,17 +122,22 @@ int model_load_weights(Model *m, const char *dir, ZyErr *err) {
     return rc;
 }
 
-int model_load_dir(Model *m, const char *dir, ZyErr *err) {
+int model_load_weights(Model *m, const char *dir, ZyErr *err) { return load_weights(m, dir, 0, err); }
+
+int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err) {
     char path[4096];
     ZayaConfig cfg;
     if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&cfg, path, err)) return -1;
     if (model_create(m, &cfg, err)) return -1;
-    if (model_load_weights(m, dir, err)) {
+    if ((bf16 && model_bf16_begin(m, err)) || load_weights(m, dir, bf16, err)) {
         model_free(m);
         return -1;
     }
+    if (bf16) model_bf16_finish(m);
     return 0;
 }
+
+int model_load_dir(Model *m, const char *dir, ZyErr *err) { return model_load_dir_as(m, dir, 0, err); }
 
 int model_save_dir(const Model *m, const char *dir, ZyDtype dtype, ZyErr *err) {
     if (dtype != ZY_DT_F32 && dtype != ZY_DT_BF16) return zy_fail(err, "model_save_dir: dtype must be F32 or BF16");

@@ -9,6 +9,9 @@
 /* Loads DIR/config.json and the weights. Every tensor of the layout must be present with its exact shape
  * and a float dtype (F32, BF16, F16); an unknown tensor is an error too. */
 int model_load_dir(Model *m, const char *dir, ZyErr *err);
+/* The same with bf16 weights when bf16 is set (model_use_bf16's result), converting each tensor as it is read so
+ * the fp32 copy of the whole model never exists: resident memory peaks near the bf16 size. */
+int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err);
 /* Loads weights for an already-created model from a safetensors file or an index. */
 int model_load_weights(Model *m, const char *dir, ZyErr *err);
 /* Writes DIR/config.json and DIR/model.safetensors (parameters in `dtype`: ZY_DT_F32 or ZY_DT_BF16;

@@ -419,8 +419,7 @@ static int st_check_range(const StFile *f, const StEntry *e, ZyErr *err) {
     return 0;
 }
 
-int st_read_f32(const StFile *f, const StEntry *e, float *out, ZyErr *err) {
-    if (st_check_range(f, e, err) != 0) return -1;
+static int read_f32_values(const StFile *f, const StEntry *e, float *out, ZyErr *err) {
     const uint8_t *src = f->data + e->offset;
     size_t n = e->numel;
     switch (e->dtype) {
@@ -452,6 +451,15 @@ int st_read_f32(const StFile *f, const StEntry *e, float *out, ZyErr *err) {
         return zy_fail(err, "%s: tensor '%.200s': dtype %s cannot be read as float32", f->label, e->name,
                        zy_dtype_name(e->dtype));
     }
+}
+
+int st_read_f32(const StFile *f, const StEntry *e, float *out, ZyErr *err) {
+    if (st_check_range(f, e, err) != 0) return -1;
+    int rc = read_f32_values(f, e, out, err);
+    /* The mapped file pages just read leave this process's resident set (the page cache keeps them; reading again
+     * faults them back in): loading a model then never holds the file and the weights resident at once. */
+    if (f->map) zy_release_pages((void *)(f->data + e->offset), e->nbytes); /* not a caller's memory buffer */
+    return rc;
 }
 
 int st_read_i32(const StFile *f, const StEntry *e, int32_t *out, ZyErr *err) {

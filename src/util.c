@@ -50,7 +50,20 @@ void *zy_calloc(size_t n_bytes) {
     if (rounded < n_bytes) return NULL;
     if (rounded == 0) rounded = 64;
     void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
+    if (!p) return NULL;
+    /* A large block is zeroed lazily: its partial pages at both ends by hand, the whole pages in between handed
+     * back to the system, which maps them as zeros on first touch. Parts of an arena nothing writes (a gradient
+     * arena in inference, weights loaded straight into bf16) then never become resident. */
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page > 0 && rounded >= (size_t)page * 16) {
+        const uintptr_t mask = (uintptr_t)page - 1, start = (uintptr_t)p, stop = start + rounded;
+        const uintptr_t begin = (start + mask) & ~mask, end = stop & ~mask;
+        memset(p, 0, begin - start);
+        memset((void *)end, 0, stop - end);
+        if (madvise((void *)begin, end - begin, MADV_DONTNEED) != 0) memset((void *)begin, 0, end - begin);
+    } else {
+        memset(p, 0, rounded);
+    }
     return p;
 }
 

@@ -54,8 +54,9 @@ const char *zy_dtype_name(ZyDtype dt); /* safetensors spelling: "F32", "BF16", .
 #define ZY_MAX_DIMS 8
 
 /* bf16/f16 <-> f32 conversions (bf16 rounding: nearest-even, NaN kept quiet). */
-/* Gives the whole pages inside [p, p + bytes) of a heap block back to the system; they read as zero if touched
- * again (the block stays allocated and is freed as usual). For memory nothing will read any more. */
+/* Gives the whole pages inside [p, p + bytes) back to the system: in a heap block they read as zero if touched
+ * again (the block stays allocated and is freed as usual: for memory nothing will read any more); in a read-only
+ * file mapping they are read from the file again. */
 void zy_release_pages(void *p, size_t bytes);
 static inline float zy_bf16_to_f32(uint16_t h) {
     const uint32_t u = (uint32_t)h << 16;

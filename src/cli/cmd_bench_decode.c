@@ -29,13 +29,14 @@ static double resident_mb(void) {
     return n == 2 ? resident * (double)sysconf(_SC_PAGESIZE) / 1e6 : 0;
 }
 
-static int load_model(Model *m, const char *model_dir, const char *config_path, ZyErr *err) {
+static int load_model(Model *m, const char *model_dir, const char *config_path, int bf16, ZyErr *err) {
     if (model_dir) {
-        if (model_load_dir(m, model_dir, err)) return -1;
+        if (model_load_dir_as(m, model_dir, bf16, err)) return -1;
     } else {
         ZayaConfig cfg;
         if (config_load(&cfg, config_path, err) || model_create(m, &cfg, err)) return -1;
         model_init_weights(m, 1);
+        if (bf16 && model_use_bf16(m, err) < 0) return -1;
     }
     model_drop_grads(m); /* inference: no backward */
     return 0;
@@ -123,12 +124,11 @@ int bench_decode(int argc, char **argv) {
     }
     if ((bf16 = model_parse_dtype(dtype, "bench decode: --dtype", &err)) < 0) goto done;
     if (threads > 0) omp_set_num_threads(threads);
-    if (load_model(&m, model_dir, config_path, &err)) goto done;
+    if (load_model(&m, model_dir, config_path, bf16, &err)) goto done;
     have_model = 1;
-    if (bf16 && model_use_bf16(&m, &err) < 0) goto done;
     const double model_mb = resident_mb();
     if (bf16) { /* an fp32 twin to measure the bf16 logits against */
-        if (load_model(&m32, model_dir, config_path, &err)) goto done;
+        if (load_model(&m32, model_dir, config_path, 0, &err)) goto done;
         have_m32 = 1;
     }
     const int total = context + new_tokens;

@@ -90,14 +90,10 @@ int cmd_eval(int argc, char **argv) {
         goto fail;
     }
     if ((bf16 = model_parse_dtype(dtype, "eval: --dtype", &err)) < 0) goto fail;
-    if (model_load_dir(&m, model_dir, &err)) goto fail;
+    if (model_load_dir_as(&m, model_dir, bf16, &err)) goto fail;
     have_model = 1;
     model_drop_grads(&m); /* inference: no backward */
-    if (bf16) {
-        int rounded = model_use_bf16(&m, &err);
-        if (rounded < 0) goto fail;
-        fprintf(stderr, "weights           bf16 (%d tensors rounded; vectors, activations and sums in fp32)\n", rounded);
-    }
+    if (bf16) fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32)\n");
     if (tok_path) {
         if (tokenizer_load(tok_path, &tok, &err)) goto fail;
         if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "decode.h"
 #include "model.h"
+#include "model_io.h"
 #include "test.h"
 
 typedef struct {
@@ -401,4 +402,37 @@ TEST(dtype_flag_parses_and_rejects) {
     CHECK(model_parse_dtype("bfloat16", "--dtype", &err) == 1);
     CHECK(model_parse_dtype("fp16", "--dtype", &err) == -1);
     CHECK(strstr(err.msg, "--dtype") && strstr(err.msg, "fp16"));
+}
+
+/* Loading straight into bf16 (each tensor converted as it is read) gives exactly model_use_bf16's weights. */
+TEST(load_dir_as_bf16_matches_use_bf16) {
+    ZyErr err = {{0}};
+    char dir[64];
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "bf16load") == 0);
+    for (size_t si = 0; si < 2; si++) { /* tied and untied */
+        Model src, a, b;
+        REQUIRE(make_model(&src, &shapes[si], 500 + si, &err) == 0); /* shapes[0] tied, shapes[1] untied */
+        REQUIRE(model_save_dir(&src, dir, ZY_DT_F32, &err) == 0);
+        REQUIRE(model_load_dir_as(&a, dir, 1, &err) == 0);
+        REQUIRE(model_load_dir(&b, dir, &err) == 0);
+        REQUIRE(model_use_bf16(&b, &err) > 0);
+        size_t differ = 0, held = 0;
+        for (int i = 0; i < a.params.count; i++) {
+            const ParamInfo *p = &a.params.info[i];
+            if (p->ndim < 2) { /* vectors: fp32, untouched */
+                differ += memcmp(a.params.data + p->offset, src.params.data + p->offset, p->numel * sizeof(float)) != 0;
+            } else if (strstr(p->name, "conv_qk")) { /* rounded in place */
+                differ += memcmp(a.params.data + p->offset, b.params.data + p->offset, p->numel * sizeof(float)) != 0;
+            } else {
+                differ += memcmp(a.bf16 + p->offset, b.bf16 + p->offset, p->numel * sizeof(uint16_t)) != 0;
+                held++;
+            }
+        }
+        CHECK_MSG(differ == 0, "%zu tensors differ", differ);
+        CHECK(held > 0 && !a.w.lm_head && a.w.lm_head16 && !a.w.layers[0].expert_down && a.w.layers[0].expert_down16);
+        model_free(&src);
+        model_free(&a);
+        model_free(&b);
+    }
+    zy_test_rmtree(dir);
 }
