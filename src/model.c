@@ -122,7 +122,8 @@ void model_free(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static const uint16_t *bf16_copy(const Model *m, const float *w) { return m->bf16 + (w - m->params.data); }
+/* The bf16 arena has the fp32 arena's layout: a tensor's bf16 values sit at its fp32 offset. */
+static const uint16_t *bf16_view(const Model *m, const float *w) { return m->bf16 + (w - m->params.data); }
 
 /* The matrices products read (everything of 2+ dims but the convolution kernels, which the conv reads as fp32). */
 static int held_in_bf16(const ParamInfo *p) { return p->ndim >= 2 && !strstr(p->name, "conv_qk"); }
@@ -152,20 +153,20 @@ int model_bf16_convert(Model *m, int i) {
 void model_bf16_finish(Model *m) {
     for (int l = 0; l < m->cfg.num_layers; l++) {
         LayerWeights *L = &m->w.layers[l];
-        L->w_q16 = bf16_copy(m, L->w_q), L->w_q = NULL;
-        L->w_k16 = bf16_copy(m, L->w_k), L->w_k = NULL;
-        L->w_v_current16 = bf16_copy(m, L->w_v_current), L->w_v_current = NULL;
-        L->w_v_delayed16 = bf16_copy(m, L->w_v_delayed), L->w_v_delayed = NULL;
-        L->w_o16 = bf16_copy(m, L->w_o), L->w_o = NULL;
-        L->router_down_w16 = bf16_copy(m, L->router_down_w), L->router_down_w = NULL;
-        L->router_fc1_w16 = bf16_copy(m, L->router_fc1_w), L->router_fc1_w = NULL;
-        L->router_fc2_w16 = bf16_copy(m, L->router_fc2_w), L->router_fc2_w = NULL;
-        L->router_out_w16 = bf16_copy(m, L->router_out_w), L->router_out_w = NULL;
-        L->expert_gate_up16 = bf16_copy(m, L->expert_gate_up), L->expert_gate_up = NULL;
-        L->expert_down16 = bf16_copy(m, L->expert_down), L->expert_down = NULL;
+        L->w_q16 = bf16_view(m, L->w_q), L->w_q = NULL;
+        L->w_k16 = bf16_view(m, L->w_k), L->w_k = NULL;
+        L->w_v_current16 = bf16_view(m, L->w_v_current), L->w_v_current = NULL;
+        L->w_v_delayed16 = bf16_view(m, L->w_v_delayed), L->w_v_delayed = NULL;
+        L->w_o16 = bf16_view(m, L->w_o), L->w_o = NULL;
+        L->router_down_w16 = bf16_view(m, L->router_down_w), L->router_down_w = NULL;
+        L->router_fc1_w16 = bf16_view(m, L->router_fc1_w), L->router_fc1_w = NULL;
+        L->router_fc2_w16 = bf16_view(m, L->router_fc2_w), L->router_fc2_w = NULL;
+        L->router_out_w16 = bf16_view(m, L->router_out_w), L->router_out_w = NULL;
+        L->expert_gate_up16 = bf16_view(m, L->expert_gate_up), L->expert_gate_up = NULL;
+        L->expert_down16 = bf16_view(m, L->expert_down), L->expert_down = NULL;
     }
-    m->w.embed16 = bf16_copy(m, m->w.embed), m->w.embed = NULL;
-    m->w.lm_head16 = bf16_copy(m, m->w.lm_head), m->w.lm_head = NULL;
+    m->w.embed16 = bf16_view(m, m->w.embed), m->w.embed = NULL;
+    m->w.lm_head16 = bf16_view(m, m->w.lm_head), m->w.lm_head = NULL;
 }
 
 int model_use_bf16(Model *m, ZyErr *err) {
