@@ -590,9 +590,11 @@ static int run_once(Sup *s, char *const *argv, LaunchEnd *end, ZyErr *err) {
         end->kind = END_PREEMPTED;
         snprintf(end->detail, sizeof end->detail, "stopped on request; the job ended with %s%s", how,
                  any_stopped ? " after saving a checkpoint" : "");
-    } else if (fault) {
+    } else if (fault && !(end->kind == END_CRASH && any_nonfinite)) {
         /* decided while watching: kind and detail are set */
     } else if (any_nonfinite || exit_code == 3) {
+        /* also when a rank was seen dead first: after a non-finite step every rank exits, and one that the launcher
+         * ended before it wrote "nonfinite" looks like a crash; the batch must still be skipped */
         end->kind = END_NONFINITE;
         if (!any_nonfinite) {
             end->data_index = -1;

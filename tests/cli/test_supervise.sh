@@ -67,6 +67,39 @@ check "nonfinite: final weights byte-identical to train --skip-data 5:6" cmp -s 
 check "nonfinite: metrics show every step once" steps_once "$out"
 check "nonfinite: trainer exits 3 on its own" bash -c "ZAYA_FAULT=nan@2 $ZAYA train '$W/run.json' --override out_dir='$W/nan_plain' --quiet >/dev/null 2>'$W/nan_plain.err'; test \$? -eq 3 && grep -q 'non-finite loss.*at step 2 (data index 1)' '$W/nan_plain.err'"
 
+# ---- a non-finite step where the launcher ends the other rank before it reports: still non-finite, not a crash.
+# A stand-in launcher (deterministic): attempt 1 leaves rank 0 dead with a "running" heartbeat and rank 1
+# "nonfinite" at data index 5, waits (the supervisor sees the dead rank first), exits 3; attempt 2 finishes.
+out="$W/nan_race"
+mkdir -p "$out/heartbeat"
+cat >"$W/fake_job.sh" <<'SH'
+out=$1
+n=$(cat "$out/attempts" 2>/dev/null || echo 0)
+echo $((n + 1)) >"$out/attempts"
+echo "$@" >>"$out/commands"
+hb() { # RANK PID STATE
+    printf '{"rank": %d, "world_size": 2, "host": "%s", "pid": %d, "step": 5, "data_index": 5, "loss": 1.0, "step_seconds": 0.01, "time": %s, "state": "%s"}\n' \
+        "$1" "$(hostname)" "$2" "$(date +%s.%N)" "$3" >"$out/heartbeat/rank-0000$1.json"
+}
+if [ "$n" -eq 0 ]; then
+    sh -c 'exit 0' &
+    dead=$!
+    wait $dead
+    hb 0 $dead running
+    hb 1 $$ nonfinite
+    sleep 1
+    exit 3
+fi
+hb 0 $$ done
+hb 1 $$ done
+SH
+$SUP --run-dir "$out" -- bash "$W/fake_job.sh" "$out" >"$out.log" 2>&1
+rc=$?
+check "nonfinite after a rank seen dead: supervisor exit 0" test $rc -eq 0
+check "nonfinite after a rank seen dead: faults.jsonl starts with nonfinite ($(events "$out"))" \
+    test "$(events "$out" | cut -d' ' -f1)" = nonfinite
+check "nonfinite after a rank seen dead: the relaunch skips data index 5" grep -q -- "--skip-data 5:5" "$out/commands"
+
 # ---- loss spikes (a deliberately touchy detector): roll back, skip, and stay reproducible ----
 out="$W/spike"
 $SUP --spike-z 1.5 --spike-window 8 --max-restarts 20 -- $ZAYA train "$W/run.json" --override out_dir="$out" \
