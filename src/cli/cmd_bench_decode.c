@@ -98,11 +98,13 @@ int bench_decode(int argc, char **argv) {
         {"--context", ARG_INT, 0, &context, "prompt length prefilled first (default 128)", 0},
         {"--tokens", ARG_INT, 0, &new_tokens, "tokens decoded one at a time after it (default 128)", 0},
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16; bf16 also reports its logits against f32", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16; bf16 also reports its logits against f32",
+         0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench decode", "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype f32|bf16]", specs,
+            args_usage("bench decode",
+                       "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype f32|bf16]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
