@@ -1,12 +1,25 @@
 # zaya build. `make` builds build/zaya; `make test` installs what is missing, builds and runs every test;
-# `make demo` installs, builds and runs the main job.
+# `make demo` installs, builds and runs the main job; `make strict` is CI's warning check (-Werror, gcc and clang,
+# several -march targets).
 CC      ?= gcc
 BUILD   ?= build
-OPT     ?= -O3 -march=native
+OPT     ?= -O3
+UNAME_M := $(shell uname -m)
+# One portable binary: everything targets a baseline, and the hot kernels (src/kernels_isa.c, src/attention.c) are
+# compiled once more per CPU level and picked at start-up from CPUID (src/cpu.c; ZAYA_CPU overrides).
+# `make NATIVE=1` targets this machine's CPU instead (the binary may then not run on another).
+ifeq ($(NATIVE),1)
+ARCH    ?= -march=native
+else ifeq ($(UNAME_M),x86_64)
+ARCH    ?= -march=x86-64-v2
+endif
+# Warnings are shown, never fatal, for users: which warnings a compiler finds depends on its version and -march.
+# WERROR=1 (make strict, CI) makes them errors.
+WARN    := -Wall -Wextra -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror)
 # Open MPI for data parallelism and the collective benchmarks (flags from its compiler wrapper).
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
-CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc $(MPI_CFLAGS)
+CFLAGS  += -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -D_GNU_SOURCE -Isrc $(MPI_CFLAGS)
 # OpenBLAS built on OpenMP shares zaya's thread pool (the pthread build's idle threads spin and yield, ~20% of a
 # training step in perf); Debian ships it as libopenblas0-openmp, used when present.
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
@@ -15,22 +28,55 @@ BLAS_LIB := $(if $(wildcard $(OPENBLAS_OMP)),$(OPENBLAS_OMP) -Wl$(comma)-rpath$(
 LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lz -lm $(MPI_LIBS)
 LDFLAGS += -fopenmp
 
-LIB_SRC  := $(sort $(wildcard src/*.c))
+# Compiled once per CPU level (names suffixed _generic, _avx2, _avx512); the AVX512-BF16 kernels in their own file.
+ISA_SRC  := src/kernels_isa.c src/attention.c
+BF16_SRC := src/matmul_avx512bf16.c
+LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(wildcard src/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
 HDRS     := $(wildcard src/*.h src/*.inc src/cli/*.h tests/unit/*.h)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+ifeq ($(UNAME_M),x86_64)
+ISA_LEVELS      := generic avx2 avx512
+ISA_ARCH_avx2   := -march=x86-64-v3
+ISA_ARCH_avx512 := -march=x86-64-v4
+BF16_ARCH       := -march=x86-64-v4 -mavx512bf16
+CFLAGS          += -DZY_HAVE_ISA_LEVELS=1
+else
+ISA_LEVELS      := generic
+endif
+ISA_OBJ  := $(foreach l,$(ISA_LEVELS),$(ISA_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o)) $(BUILD)/$(BF16_SRC:.c=.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format fuzz fuzz-build chaos
+.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format fuzz fuzz-build chaos strict
 
 all: $(BUILD)/zaya $(BUILD)/zaya_tests
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# The same source at each level: the level's -march comes after the baseline's, so it wins.
+define isa_rule
+$(BUILD)/src/isa/%.$(1).o: src/%.c $(HDRS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) $$(ISA_ARCH_$(1)) -DZY_ISA=$(1) -c $$< -o $$@
+endef
+$(foreach l,$(ISA_LEVELS),$(eval $(call isa_rule,$(l))))
+
+$(BUILD)/$(BF16_SRC:.c=.o): $(BF16_SRC) $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(BF16_ARCH) -c $< -o $@
+
+# zaya info prints the git revision; the object is rebuilt when it changes.
+GIT_REV := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/src/cli/cmd_info.o: CFLAGS += -DZAYA_GIT_REV='"$(GIT_REV)"'
+$(BUILD)/src/cli/cmd_info.o: $(BUILD)/git-rev
+$(BUILD)/git-rev: FORCE
+	@mkdir -p $(BUILD); echo '$(GIT_REV)' | cmp -s - $@ || echo '$(GIT_REV)' > $@
+FORCE:
 
 $(BUILD)/zaya: $(LIB_OBJ) $(CLI_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
@@ -65,7 +111,19 @@ demo: deps
 	@scripts/demo.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-strict build-fuzz
+
+# CI's warning check: every source (library, CLI, unit tests) built with -Werror by each compiler at each target —
+# the baseline, x86-64-v3 (AVX2: Zen 3, Haswell and later), x86-64-v4 (AVX-512: Zen 4/5, Skylake-X and later) and
+# this machine's native one — so a warning that only one compiler or -march finds stops CI, not a user's build.
+STRICT_CCS   ?= gcc clang
+STRICT_ARCHS ?= default x86-64-v3 x86-64-v4 native
+strict:
+	@set -e; for cc in $(STRICT_CCS); do for arch in $(STRICT_ARCHS); do \
+	    echo "[strict] $$cc $$arch"; \
+	    $(MAKE) --no-print-directory -s CC=$$cc WERROR=1 BUILD=build-strict/$$cc-$$arch \
+	        $$( [ $$arch = default ] || echo ARCH=-march=$$arch ) build-strict/$$cc-$$arch/zaya build-strict/$$cc-$$arch/zaya_tests; \
+	done; done; echo "[strict] ok: $(STRICT_CCS) x $(STRICT_ARCHS), -Werror"
 
 # libFuzzer targets (clang), one per parser, built into build-fuzz/ from the parser's sources alone. `make fuzz` runs
 # each for FUZZ_SECONDS over its corpus tests/fuzz/corpus/<target> (new inputs go to a temporary directory);
@@ -73,7 +131,7 @@ clean:
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-                -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -D_GNU_SOURCE -Isrc
+                $(WARN) -fopenmp -D_GNU_SOURCE -Isrc
 FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lz -lm
 FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer
 FUZZ_SRC_config       := src/config.c src/util.c

@@ -7,6 +7,7 @@
  * one register-blocked micro-kernel on GCC/Clang vector types (AVX2, AVX-512 or plain SSE, whatever -march
  * allows), and the exponentials through a polynomial that vectorises (libm's expf does not). */
 #include "attention.h"
+#include "kernel_table.h"
 
 #include <math.h>
 #include <omp.h>
@@ -20,6 +21,11 @@
 /* `omp simd` lets the row reductions vectorise; unoptimised (sanitizer) builds may decline the hint. */
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+/* Compiled once per CPU level (kernel_table.h): the public names carry the level's suffix. */
+#ifndef ZY_ISA
+#error "attention.c is compiled once per CPU level, with -DZY_ISA=<level> (see the Makefile)"
 #endif
 
 #define TILE 64
@@ -197,7 +203,7 @@ static size_t per_thread_floats(int dh) {
     return 7 * (size_t)round_up(TILE * dh, 16) + 2 * (size_t)TILE * TILE + TILE;
 }
 
-size_t flash_attention_workspace_floats(int dh, int threads) {
+size_t ZY_ISA_NAME(flash_attention_workspace_floats)(int dh, int threads) {
     return per_thread_floats(dh) * (size_t)(threads > 0 ? threads : 1);
 }
 
@@ -287,7 +293,7 @@ static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int 
     }
 }
 
-void flash_attention_forward(float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
+void ZY_ISA_NAME(flash_attention_forward)(float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
                              int Hq, int Hkv, int dh, float *work, int threads) {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || dh <= 0) return;
     const Shape s = make_shape(Q, K, V, B, T, Hq, Hkv, dh);
@@ -386,7 +392,7 @@ static void backward_query_tile(const Shape *s, const Grads *g, int b, int h, in
     }
 }
 
-void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE,
+void ZY_ISA_NAME(flash_attention_backward)(float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE,
                               const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh,
                               float *work, int threads) {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || dh <= 0) return;

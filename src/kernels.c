@@ -1,4 +1,6 @@
-/* Instantiates the ops in kernels.inc for float (model) and double (reference checks). */
+/* The ops' public names: each float op calls the kernel table of the process's CPU level (kernel_table.h; the
+ * float instantiation of kernels.inc is kernels_isa.c, compiled once per level). The double instantiation, for
+ * the finite-difference reference checks, is compiled here once. */
 #include "kernels.h"
 
 #include <math.h>
@@ -6,74 +8,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
+#include "kernel_table.h"
 #include "matmul.h"
 
-/* kernels.inc marks independent loops `omp simd` (GCC cannot prove the many pointers distinct); clang at -O1
- * (the sanitizer build) declines to vectorise them and would warn. */
+/* kernels.inc marks independent loops `omp simd`; clang at -O1 (the sanitizer build) may decline to vectorise them
+ * and would warn. */
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 
-/* exp and erfc in float for the elementwise activations, written so GCC vectorises them (no calls; the only
- * selects are plain min/max: -ftrapping-math keeps GCC from if-converting selects between computed values).
- * zy_vexpf: Cephes expf (2^n by the exponent bits times a degree-6 polynomial on the reduced argument), relative
- * error < 1e-7 on [-87, 88] (outside it the result is garbage: kernels.inc checks the range per row).
- * zy_verfcf: Numerical Recipes erfcc for z >= 0, fractional error < 1.2e-7. */
-typedef union {
-    int32_t i;
-    float f;
-} ZyBits;
+/* ---- dispatch ---------------------------------------------------------------------------------------------- */
+extern const ZyKernelTable zy_kernels_generic;
+#if ZY_HAVE_ISA_LEVELS
+extern const ZyKernelTable zy_kernels_avx2, zy_kernels_avx512;
+#endif
 
-static inline float zy_vexpf(float x) { /* x in [-87, 88]: callers check (a clamp here defeats vectorisation) */
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const ZyBits b = {.i = ((int32_t)n + 127) * (1 << 23)};
-    return p * b.f;
+const ZyKernelTable *zy_kernel_table(ZyCpuLevel level) {
+#if ZY_HAVE_ISA_LEVELS
+    if (level >= ZY_CPU_AVX512) return &zy_kernels_avx512;
+    if (level == ZY_CPU_AVX2) return &zy_kernels_avx2;
+#endif
+    (void)level;
+    return &zy_kernels_generic;
 }
 
-static inline float zy_verfcf(float z) {
-    const float t = 1.0f / (1.0f + 0.5f * z);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
-    return t * zy_vexpf(p - z * z);
-}
+const ZyKernelTable *zy_kernels(void) { return zy_kernel_table(zy_cpu_level()); }
 
-#define real float
-#define K(name) name
-#define GEMM zy_gemm
-#define MATMUL_WT zy_matmul_wt
-#define EXP expf
-#define VEXP zy_vexpf
-#define VERFC zy_verfcf
-#define FABS fabsf
-#define COPYSIGN copysignf
-#define ERFC erfcf
-#include "kernels.inc"
-#undef real
-#undef K
-#undef GEMM
-#undef MATMUL_WT
-#undef EXP
-#undef VEXP
-#undef VERFC
-#undef FABS
-#undef COPYSIGN
-#undef ERFC
+#define ZY_KERNEL_DISPATCH_void(name, params, args) \
+    void name params { zy_kernels()->name args; }
+#define ZY_KERNEL_DISPATCH_double(name, params, args) \
+    double name params { return zy_kernels()->name args; }
+#define ZY_KERNEL_DISPATCH_size_t(name, params, args) \
+    size_t name params { return zy_kernels()->name args; }
+#define ZY_KERNEL_DISPATCH(ret, name, params, args) ZY_KERNEL_DISPATCH_##ret(name, params, args)
+ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
+#undef ZY_KERNEL_DISPATCH
+
+/* ---- double instantiation ---------------------------------------------------------------------------------- */
 
 #define real double
 #define K(name) name##_f64

@@ -35,11 +35,23 @@ void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, co
  * read the bf16 values directly, half the bytes of a memory-bound product; more rows widen them in panels. */
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
                   int ldy);
-/* The bf16 matrix-vector kernel itself, for tests: impl 0 = plain C, 1 = AVX2+FMA (the CPU must have them),
- * -1 = the best this CPU has. Y = X W16ᵀ for any number of rows. */
+/* The few-row bf16 kernels themselves, Y = X W16ᵀ for any number of rows: impl = a ZyCpuLevel (the CPU must have
+ * it; ZY_CPU_AVX512BF16 rounds X to bf16 and runs vdpbf16ps dot products, the others widen the weights to fp32),
+ * -1 = the process's level, ZY_BF16_PLAIN = plain scalar C (the reference in tests). */
+#define ZY_BF16_PLAIN 100
 void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
                     int ldy);
-int zy_cpu_has_avx2_fma(void);
+/* The AVX512-BF16 kernel (matmul_avx512bf16.c): X rounded to bf16, vdpbf16ps, fp32 sums. Returns -1 (having done
+ * nothing) when this build has no such kernel or the scratch for bf16 X cannot be allocated. */
+int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy);
+
+/* zy_gemm with both inputs rounded to bf16 (nearest even) and fp32 accumulation: the products of "precision":
+ * "bf16" training. The products of bf16 values are exact in fp32, so this differs from zy_gemm on rounded inputs only
+ * in summation order. Returns -1 (C untouched) when scratch memory cannot be allocated. */
+int zy_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
+/* What runs zy_gemm_bf16 in this process (for zaya info and the benchmarks). */
+const char *zy_gemm_bf16_backend(void);
 
 /* Measured sgemm throughput (GFLOP/s) of this process's BLAS on square matrices of size n, timed for about
  * `seconds` after a warm-up: the peak MFU is quoted against. */

@@ -18,5 +18,6 @@ int bench_attention(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_system_info(int argc, char **argv);
 
 #endif

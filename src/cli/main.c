@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "cpu.h"
 
 typedef struct {
     const char *name;
@@ -25,6 +26,7 @@ static const Command commands[] = {
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer (HF tokenizer.json); encode, decode"},
     {"data", cmd_data, "synthetic curriculum corpus (synth); text -> token shards (prepare, info)"},
     {"bench", cmd_bench, "benchmarks: MPI collectives in the nccl-tests format (mpirun ... zaya bench comm)"},
+    {"info", cmd_system_info, "version, CPU features and the kernel level chosen, BLAS, threads, GPU support"},
 };
 
 static void usage(FILE *f) {
@@ -44,6 +46,8 @@ static void usage(FILE *f) {
  *   passive, 205-229 with a bounded spin), so idle threads spin for GOMP_SPINCOUNT=10000 (~0.1 ms) before
  *   sleeping. Training keeps passive: two 2-thread processes on 2 cores ran the demo step at ~8k tok/s each
  *   passive, ~3-4k with this spin and ~500 with OMP_WAIT_POLICY=active.
+ * - ZAYA_CPU=generic|avx2|avx512 (a level below the CPU's best): OpenBLAS is held to the same instructions
+ *   (OPENBLAS_CORETYPE Nehalem, Haswell, SkylakeX), so a forced level keeps the whole process inside it.
  * A value the user set always wins. */
 static int decodes_interactively(int argc, char **argv) {
     return argc >= 2 && (strcmp(argv[1], "generate") == 0 ||
@@ -60,9 +64,17 @@ static void configure_runtime(int argc, char **argv) {
             changed |= setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
     }
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (!getenv("OPENBLAS_CORETYPE") && __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f"))
-        changed |= setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) == 0;
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    ZyCpuLevel level;
+    const char *forced = getenv("ZAYA_CPU");
+    if (!getenv("OPENBLAS_CORETYPE") && zy_cpu_choose_level(forced, &ci, &level, NULL) == 0) {
+        static const char *const blas_core[ZY_CPU_LEVELS] = {"Nehalem", "Haswell", "SkylakeX", NULL};
+        if (level < zy_cpu_best_level(&ci) && blas_core[level])
+            changed |= setenv("OPENBLAS_CORETYPE", blas_core[level], 1) == 0;
+        else if (strcmp(ci.vendor, "AuthenticAMD") == 0 && zy_cpu_supports(&ci, ZY_CPU_AVX512))
+            changed |= setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) == 0;
+    }
 #endif
     if (!changed || setenv("ZAYA_RUNTIME_CONFIGURED", "1", 1) != 0) return;
     execv("/proc/self/exe", argv); /* on failure, carry on with the libraries' defaults */
@@ -70,6 +82,17 @@ static void configure_runtime(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     configure_runtime(argc, argv);
+    { /* the kernel level: the best this CPU runs, or the one ZAYA_CPU names (an error if the CPU lacks it) */
+        ZyCpuInfo ci;
+        ZyCpuLevel level;
+        ZyErr err;
+        zy_cpu_detect(&ci);
+        if (zy_cpu_choose_level(getenv("ZAYA_CPU"), &ci, &level, &err) != 0) {
+            fprintf(stderr, "zaya: %s\n", err.msg);
+            return 1;
+        }
+        zy_cpu_set_level(level);
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;

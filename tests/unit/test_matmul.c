@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "matmul.h"
 #include "test.h"
 #include "util.h"
@@ -91,51 +92,71 @@ TEST(bf16_conversion_rounds_to_nearest_even) {
     CHECK_MSG(worst <= 1.0 / 256, "worst relative rounding error %.3g", worst);
 }
 
-/* The bf16 weight kernels (plain C and AVX2) against sgemm on the same (rounded) fp32 weights: any rows, in sizes
- * not multiples of the vector width, strided X and Y; Y's padding untouched; zy_matmul_wt (the matrix-vector
- * kernel for few rows, widened panels + sgemm for more) never reads the fp32 matrix. */
+/* The bf16 weight kernels — plain C, and the kernel of every CPU level this machine has — against sgemm on the same
+ * (rounded) fp32 weights: any rows, in sizes not multiples of the vector width, strided X and Y; Y's padding
+ * untouched; zy_matmul_wt (the level kernel for few rows, widened panels + sgemm for more) never reads the fp32
+ * matrix. The avx512bf16 kernel rounds X to bf16 as well (vdpbf16ps takes bf16 pairs), so its reference is sgemm on
+ * rounded X too. */
 TEST(bf16_weight_kernels_match_sgemm_on_rounded_weights) {
     ZyRng rng;
     zy_rng_seed(&rng, 17);
     const int shapes[][3] = {{1, 1, 1}, {1, 7, 5}, {1, 300, 129}, {2, 33, 64}, {3, 17, 40}, {4, 64, 256},
                              {5, 40, 31}, {8, 129, 96}, {9, 50, 72}, {1, 1000, 1024}, {16, 20, 48},
-                             {33, 600, 40} /* panels of 256 output rows and a partial one */};
-    const int impls = zy_cpu_has_avx2_fma() ? 2 : 1;
-    double worst[3] = {0};
+                             {1, 70, 4133}, {33, 600, 40} /* panels of 256 output rows and a partial one */};
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    /* slots: 0..ZY_CPU_LEVELS-1 the levels, then plain C, then zy_matmul_wt */
+    enum { PLAIN = ZY_CPU_LEVELS, ENTRY, SLOTS };
+    double worst[SLOTS] = {0};
+    int ran[SLOTS] = {0};
     for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
         const int rows = shapes[s][0], out = shapes[s][1], in = shapes[s][2], ldx = in + 5, ldy = out + 3;
-        float *X = malloc(sizeof(float) * rows * ldx), *W = malloc(sizeof(float) * out * in);
+        float *X = malloc(sizeof(float) * rows * ldx), *Xr = malloc(sizeof(float) * rows * ldx);
+        float *W = malloc(sizeof(float) * out * in);
         uint16_t *W16 = malloc(sizeof(uint16_t) * out * in);
-        float *Yref = malloc(sizeof(float) * rows * ldy), *Y = malloc(sizeof(float) * rows * ldy);
-        for (int i = 0; i < rows * ldx; i++) X[i] = (float)zy_rng_normal(&rng);
+        float *Yref = malloc(sizeof(float) * rows * ldy), *Yref_r = malloc(sizeof(float) * rows * ldy);
+        float *Y = malloc(sizeof(float) * rows * ldy);
+        for (int i = 0; i < rows * ldx; i++) X[i] = (float)zy_rng_normal(&rng), Xr[i] = zy_round_bf16(X[i]);
         for (int i = 0; i < out * in; i++) {
             W16[i] = zy_f32_to_bf16((float)zy_rng_normal(&rng));
             W[i] = zy_bf16_to_f32(W16[i]);
         }
         zy_gemm_reference(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Yref, ldy);
-        for (int impl = 0; impl <= impls; impl++) { /* impl == impls: zy_matmul_wt, the dispatching entry */
+        zy_gemm_reference(0, 1, rows, out, in, 1, Xr, ldx, W, in, 0, Yref_r, ldy);
+        for (int slot = 0; slot < SLOTS; slot++) {
+            if (slot < ZY_CPU_LEVELS && !zy_cpu_supports(&ci, (ZyCpuLevel)slot)) continue;
             for (int i = 0; i < rows * ldy; i++) Y[i] = -7.0f;
-            if (impl < impls)
-                zy_matmul_bf16(impl, rows, out, in, X, ldx, W16, Y, ldy);
+            if (slot < ZY_CPU_LEVELS)
+                zy_matmul_bf16(slot, rows, out, in, X, ldx, W16, Y, ldy);
+            else if (slot == PLAIN)
+                zy_matmul_bf16(ZY_BF16_PLAIN, rows, out, in, X, ldx, W16, Y, ldy);
             else
                 zy_matmul_wt(rows, out, in, X, ldx, NULL, W16, Y, ldy); /* the fp32 matrix is not read */
+            /* the process's level decides what zy_matmul_wt rounds (at avx512bf16: X too, for any number of rows) */
+            const int rounds_x =
+                slot == ZY_CPU_AVX512BF16 || (slot == ENTRY && zy_cpu_level() == ZY_CPU_AVX512BF16);
+            const float *ref = rounds_x ? Yref_r : Yref;
+            ran[slot] = 1;
             for (int r = 0; r < rows; r++)
                 for (int o = 0; o < ldy; o++) {
                     if (o >= out) {
                         CHECK(Y[r * ldy + o] == -7.0f);
                         continue;
                     }
-                    const double a = Y[r * ldy + o], b = Yref[r * ldy + o];
+                    const double a = Y[r * ldy + o], b = ref[r * ldy + o];
                     const double err = fabs(a - b) / (1.0 + fabs(b)) / sqrt((double)in);
-                    const int slot = impl < impls ? impl : 2;
                     if (!(err <= worst[slot])) worst[slot] = err;
                 }
         }
-        free(X), free(W), free(W16), free(Yref), free(Y);
+        free(X), free(Xr), free(W), free(W16), free(Yref), free(Yref_r), free(Y);
     }
-    printf("    bf16 kernels vs sgemm on rounded weights: plain %.3g, avx2 %s%.3g, zy_matmul_wt %.3g\n", worst[0],
-           impls > 1 ? "" : "(not on this CPU) ", worst[1], worst[2]);
-    CHECK_MSG(worst[0] < 1e-6 && worst[1] < 1e-6 && worst[2] < 1e-6, "worst %.3g %.3g %.3g", worst[0], worst[1],
-              worst[2]);
-    CHECK(impls == 2 || !zy_cpu_has_avx2_fma());
+    printf("    bf16 kernels vs sgemm on rounded weights: plain %.3g", worst[PLAIN]);
+    for (int l = 0; l < ZY_CPU_LEVELS; l++)
+        if (ran[l])
+            printf(", %s %.3g", zy_cpu_level_name((ZyCpuLevel)l), worst[l]);
+        else
+            printf(", %s (not on this CPU)", zy_cpu_level_name((ZyCpuLevel)l));
+    printf(", zy_matmul_wt %.3g\n", worst[ENTRY]);
+    for (int slot = 0; slot < SLOTS; slot++) CHECK_MSG(worst[slot] < 1e-6, "slot %d: worst %.3g", slot, worst[slot]);
+    CHECK(ran[PLAIN] && ran[ENTRY] && ran[ZY_CPU_GENERIC]);
 }

@@ -1,0 +1,86 @@
+/* zaya info: what this binary is and what it found on this machine — the version, the CPU and its features, the
+ * kernel level chosen (cpu.h), how bf16 runs here, the BLAS and its core type, threads, GPU support. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "cpu.h"
+#include "matmul.h"
+
+#ifndef ZAYA_VERSION
+#define ZAYA_VERSION "0.5.0"
+#endif
+#ifndef ZAYA_GIT_REV
+#define ZAYA_GIT_REV "unknown"
+#endif
+
+static const char *compiler(void) {
+#if defined(__clang__)
+    return "clang " __clang_version__;
+#elif defined(__GNUC__)
+    return "gcc " __VERSION__;
+#else
+    return "unknown compiler";
+#endif
+}
+
+int cmd_system_info(int argc, char **argv) {
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: zaya info\n\nPrints the version, the CPU features found, the kernel level chosen (ZAYA_CPU\n"
+                   "forces a lower one: generic, avx2, avx512, avx512bf16), how bf16 runs, the BLAS and its core\n"
+                   "type, the thread count and whether GPU support is compiled in.\n");
+            return 0;
+        }
+        fprintf(stderr, "zaya info: unknown argument \"%s\"\n", argv[i]);
+        return 1;
+    }
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    char features[512];
+    zy_cpu_features_string(&ci, features, sizeof features);
+    const ZyCpuLevel level = zy_cpu_level(), best = zy_cpu_best_level(&ci);
+    const char *forced = getenv("ZAYA_CPU");
+
+    printf("zaya         %s (git %s), built by %s%s\n", ZAYA_VERSION, ZAYA_GIT_REV, compiler(),
+#if defined(__AVX2__)
+           ", baseline x86-64-v3 or above (NATIVE build?)"
+#elif defined(__x86_64__)
+           ", baseline x86-64-v2"
+#else
+           ""
+#endif
+    );
+    printf("cpu          %s (%s, family %d model %d stepping %d)\n", ci.brand[0] ? ci.brand : "unknown",
+           ci.vendor[0] ? ci.vendor : "unknown vendor", ci.family, ci.model, ci.stepping);
+    printf("features     %s\n", features);
+    printf("levels      ");
+    for (int l = 0; l < ZY_CPU_LEVELS; l++)
+        printf(" %s %s%s", zy_cpu_level_name((ZyCpuLevel)l), zy_cpu_supports(&ci, (ZyCpuLevel)l) ? "yes" : "no",
+               l + 1 < ZY_CPU_LEVELS ? "," : "\n");
+    printf("kernels      %s (%s)\n", zy_cpu_level_name(level),
+           forced && *forced ? "forced by ZAYA_CPU" : level == best ? "the best this CPU runs" : "?");
+    printf("bf16         %s\n", level >= ZY_CPU_AVX512BF16
+                                    ? "native: vdpbf16ps dot products (AVX512-BF16), fp32 accumulation"
+                                    : "converted: bf16 values widened to fp32 and multiplied in fp32 (no AVX512-BF16 "
+                                      "kernels at this level: works, slower)");
+    printf("bf16 gemm    %s\n", zy_gemm_bf16_backend());
+    const char *cfg = openblas_get_config(), *core = openblas_get_corename();
+    printf("blas         %s; core %s; %d threads", cfg ? cfg : "OpenBLAS", core ? core : "?",
+           openblas_get_num_threads());
+    const char *coretype = getenv("OPENBLAS_CORETYPE");
+    if (coretype) printf(" (OPENBLAS_CORETYPE=%s)", coretype);
+    printf("\n");
+    const char *omp = getenv("OMP_NUM_THREADS");
+    printf("threads      %d OpenMP threads (%s), %d processors\n", omp_get_max_threads(),
+           omp ? "OMP_NUM_THREADS" : "all processors", omp_get_num_procs());
+#ifdef ZAYA_CUDA
+    printf("gpu          CUDA support compiled in\n");
+#else
+    printf("gpu          not compiled in (CPU-only build)\n");
+#endif
+    return 0;
+}
