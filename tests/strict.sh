@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# CI's warning check (make strict): the library, the CLI and the unit tests built with -Werror by each compiler at
+# each -march target, each into build-strict/CC-TARGET/. A warning that only one compiler or one CPU target shows
+# (gcc's -Wmaybe-uninitialized moves with the vectoriser, which moves with -march) fails here, not in a user's build.
+# Targets: the default baseline, x86-64-v3 (AVX2: Zen 3, Haswell and later), x86-64-v4 (AVX-512: Zen 4/5,
+# Skylake-X and later), and this machine's native one. Ends with "strict: N passed, N failed" (one per build).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ccs=${STRICT_CCS:-gcc clang}
+archs=${STRICT_ARCHS:-default x86-64-v3 x86-64-v4 native}
+[ "$(uname -m)" = x86_64 ] || archs="default native"
+jobs=${STRICT_JOBS:-$(nproc)}
+mkdir -p build-strict
+pass=0
+fail=0
+for cc in $ccs; do
+    for arch in $archs; do
+        dir=build-strict/$cc-$arch
+        archflag=()
+        [ "$arch" = default ] || archflag=(ARCH=-march=$arch)
+        if make --no-print-directory -s -j"$jobs" CC="$cc" WERROR=1 BUILD="$dir" "${archflag[@]}" \
+            "$dir/zaya" "$dir/zaya_tests" >"$dir.log" 2>&1; then
+            echo "ok   $cc -march=$arch -Werror"
+            pass=$((pass + 1))
+        else
+            echo "FAIL $cc -march=$arch -Werror (log: $dir.log)"
+            grep -E 'error|warning' "$dir.log" | head -20 | sed 's/^/    /'
+            fail=$((fail + 1))
+        fi
+    done
+done
+echo "strict: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
