@@ -26,6 +26,13 @@ OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
 comma := ,
 BLAS_LIB := $(if $(wildcard $(OPENBLAS_OMP)),$(OPENBLAS_OMP) -Wl$(comma)-rpath$(comma)$(dir $(OPENBLAS_OMP)),-lopenblas)
 LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lz -lm $(MPI_LIBS)
+# oneDNN (Debian libdnnl-dev) runs the bf16 products on CPUs with AVX512-BF16 or AMX (src/matmul_bf16.c); without
+# it (DNNL=0, or not installed) they run as rounded inputs through sgemm.
+DNNL    ?= $(if $(wildcard /usr/include/dnnl.h),1,0)
+ifeq ($(DNNL),1)
+CFLAGS  += -DZY_HAVE_DNNL=1
+LDLIBS  += -ldnnl
+endif
 LDFLAGS += -fopenmp
 
 # Compiled once per CPU level (names suffixed _generic, _avx2, _avx512); the AVX512-BF16 kernels in their own file.
@@ -85,8 +92,9 @@ $(BUILD)/zaya_tests: $(LIB_OBJ) $(TEST_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 # Sanitizer build of the unit tests (ASan + UBSan), in its own build tree.
+# DNNL=0: oneDNN is built on libgomp and clang links its own OpenMP runtime; two in one process is asking for trouble.
 asan:
-	$(MAKE) CC=clang BUILD=build-asan BLAS_LIB=-lopenblas OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	$(MAKE) CC=clang BUILD=build-asan BLAS_LIB=-lopenblas DNNL=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	        LDFLAGS="-fopenmp -fsanitize=address,undefined" build-asan/zaya_tests build-asan/zaya
 
 deps:

@@ -11,11 +11,12 @@
 #include <stdint.h>
 
 #include "cpu.h"
+#include "matmul.h"
 
 /* ZK(return type, name, (parameters), (arguments)) for every op with a public name (kernels.h, attention.h). */
 #define ZY_KERNEL_OPS(ZK) \
-    ZK(void, linear_forward, (float *y, const float *x, const float *w, const float *bias, int rows, int in, int out), (y, x, w, bias, rows, in, out)) \
-    ZK(void, linear_backward, (float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w, int rows, int in, int out), (dx, dw, dbias, dy, x, w, rows, in, out)) \
+    ZK(void, linear_forward, (float *y, const float *x, const float *w, const float *bias, int rows, int in, int out, ZyGemmCtx *gemm), (y, x, w, bias, rows, in, out, gemm)) \
+    ZK(void, linear_backward, (float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w, int rows, int in, int out, ZyGemmCtx *gemm), (dx, dw, dbias, dy, x, w, rows, in, out, gemm)) \
     ZK(void, rmsnorm_forward, (float *y, float *rstd, const float *x, const float *w, int rows, int dim, float eps), (y, rstd, x, w, rows, dim, eps)) \
     ZK(void, rmsnorm_backward, (float *dx, float *dw, const float *dy, const float *x, const float *w, const float *rstd, int rows, int dim), (dx, dw, dy, x, w, rstd, rows, dim)) \
     ZK(void, residual_merge_forward, (float *out, const float *h, const float *res, const float *hs, const float *hb, const float *rs, const float *rb, int rows, int dim), (out, h, res, hs, hb, rs, rb, rows, dim)) \
@@ -46,9 +47,9 @@
     ZK(void, state_backward, (float *dr_prev, float *dgamma, float *dbias, const float *dz, const float *r_prev, const float *gamma, int rows, int dim), (dr_prev, dgamma, dbias, dz, r_prev, gamma, rows, dim)) \
     ZK(void, bias_gelu_forward, (float *pre, float *y, const float *bias, int rows, int dim), (pre, y, bias, rows, dim)) \
     ZK(void, gelu_bias_backward, (float *dpre, float *dbias, const float *dy, const float *pre, int rows, int dim), (dpre, dbias, dy, pre, rows, dim)) \
-    ZK(void, moe_experts_forward, (float *out, float *xin, float *gu, float *act, float *y, const float *u, const float *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E), (out, xin, gu, act, y, u, gate, choice, sorted, off, w_gu, w_down, w_gu16, w_down16, rows, D, I, E)) \
+    ZK(void, moe_experts_forward, (float *out, float *xin, float *gu, float *act, float *y, const float *u, const float *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E, ZyGemmCtx *gemm), (out, xin, gu, act, y, u, gate, choice, sorted, off, w_gu, w_down, w_gu16, w_down16, rows, D, I, E, gemm)) \
     ZK(void, moe_gate_backward, (float *dgate, float *dy, const float *dout, const float *y, const float *gate, const int32_t *sorted, int n_routed, int D), (dgate, dy, dout, y, gate, sorted, n_routed, D)) \
-    ZK(void, moe_experts_backward, (float *du, float *dw_gu, float *dw_down, float *dact, float *dgu, float *dxin, const float *dy, const float *xin, const float *gu, const float *act, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int D, int I, int E), (du, dw_gu, dw_down, dact, dgu, dxin, dy, xin, gu, act, sorted, off, w_gu, w_down, D, I, E)) \
+    ZK(void, moe_experts_backward, (float *du, float *dw_gu, float *dw_down, float *dact, float *dgu, float *dxin, const float *dy, const float *xin, const float *gu, const float *act, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int D, int I, int E, ZyGemmCtx *gemm), (du, dw_gu, dw_down, dact, dgu, dxin, dy, xin, gu, act, sorted, off, w_gu, w_down, D, I, E, gemm)) \
     ZK(void, l2norm_rope_forward, (float *y, float *norm, const float *x, const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps), (y, norm, x, temp, cosv, sinv, rows, T, H, dh, rd, scale, eps)) \
     ZK(void, rope_l2norm_backward, (float *dx, float *dtemp, float *dy, const float *x, const float *norm, const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps), (dx, dtemp, dy, x, norm, temp, cosv, sinv, rows, T, H, dh, rd, scale, eps)) \
     ZK(double, cross_entropy, (float *dlogits, float *row_loss, const float *logits, const int32_t *targets, int rows, int V, double dloss), (dlogits, row_loss, logits, targets, rows, V, dloss)) \

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "matmul.h"
+
 /* OpenMP regions open only above this much work (elements touched): a fork/join costs microseconds, more than
  * a one-row decode step's ops take, and much more when the cores are shared with other processes. */
 #define ZY_PAR_MIN 16384L
@@ -13,8 +15,9 @@
  * contiguously, summed over the rows in order: the result does not depend on the thread count. */
 #define ZY_COLS 64
 
-void linear_forward(float *y, const float *x, const float *w, const float *bias, int rows, int in, int out);
-void linear_backward(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w, int rows, int in, int out);
+/* The ops with large matrix products take the run's ZyGemmCtx (matmul.h: fp32, or bf16 inputs); NULL = fp32. */
+void linear_forward(float *y, const float *x, const float *w, const float *bias, int rows, int in, int out, ZyGemmCtx *gemm);
+void linear_backward(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w, int rows, int in, int out, ZyGemmCtx *gemm);
 void rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int rows, int dim, float eps);
 void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, const float *rstd, int rows, int dim);
 void residual_merge_forward(float *out, const float *h, const float *res, const float *hs, const float *hb, const float *rs, const float *rb, int rows, int dim);
@@ -54,15 +57,15 @@ void state_rmsnorm_forward(float *z, float *zn, float *rstd, const float *bias, 
 void state_backward(float *dr_prev, float *dgamma, float *dbias, const float *dz, const float *r_prev, const float *gamma, int rows, int dim);
 void bias_gelu_forward(float *pre, float *y, const float *bias, int rows, int dim);
 void gelu_bias_backward(float *dpre, float *dbias, const float *dy, const float *pre, int rows, int dim);
-void moe_experts_forward(float *out, float *xin, float *gu, float *act, float *y, const float *u, const float *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E);
+void moe_experts_forward(float *out, float *xin, float *gu, float *act, float *y, const float *u, const float *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E, ZyGemmCtx *gemm);
 void moe_gate_backward(float *dgate, float *dy, const float *dout, const float *y, const float *gate, const int32_t *sorted, int n_routed, int D);
-void moe_experts_backward(float *du, float *dw_gu, float *dw_down, float *dact, float *dgu, float *dxin, const float *dy, const float *xin, const float *gu, const float *act, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int D, int I, int E);
+void moe_experts_backward(float *du, float *dw_gu, float *dw_down, float *dact, float *dgu, float *dxin, const float *dy, const float *xin, const float *gu, const float *act, const int32_t *sorted, const int32_t *off, const float *w_gu, const float *w_down, int D, int I, int E, ZyGemmCtx *gemm);
 void l2norm_rope_forward(float *y, float *norm, const float *x, const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps);
 void rope_l2norm_backward(float *dx, float *dtemp, float *dy, const float *x, const float *norm, const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps);
 double cross_entropy(float *dlogits, float *row_loss, const float *logits, const int32_t *targets, int rows, int V, double dloss);
 
-void linear_forward_f64(double *y, const double *x, const double *w, const double *bias, int rows, int in, int out);
-void linear_backward_f64(double *dx, double *dw, double *dbias, const double *dy, const double *x, const double *w, int rows, int in, int out);
+void linear_forward_f64(double *y, const double *x, const double *w, const double *bias, int rows, int in, int out, ZyGemmCtx *gemm);
+void linear_backward_f64(double *dx, double *dw, double *dbias, const double *dy, const double *x, const double *w, int rows, int in, int out, ZyGemmCtx *gemm);
 void rmsnorm_forward_f64(double *y, double *rstd, const double *x, const double *w, int rows, int dim, double eps);
 void rmsnorm_backward_f64(double *dx, double *dw, const double *dy, const double *x, const double *w, const double *rstd, int rows, int dim);
 void residual_merge_forward_f64(double *out, const double *h, const double *res, const double *hs, const double *hb, const double *rs, const double *rb, int rows, int dim);
@@ -93,9 +96,9 @@ void state_rmsnorm_forward_f64(double *z, double *zn, double *rstd, const double
 void state_backward_f64(double *dr_prev, double *dgamma, double *dbias, const double *dz, const double *r_prev, const double *gamma, int rows, int dim);
 void bias_gelu_forward_f64(double *pre, double *y, const double *bias, int rows, int dim);
 void gelu_bias_backward_f64(double *dpre, double *dbias, const double *dy, const double *pre, int rows, int dim);
-void moe_experts_forward_f64(double *out, double *xin, double *gu, double *act, double *y, const double *u, const double *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E);
+void moe_experts_forward_f64(double *out, double *xin, double *gu, double *act, double *y, const double *u, const double *gate, const int32_t *choice, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, const uint16_t *w_gu16, const uint16_t *w_down16, int rows, int D, int I, int E, ZyGemmCtx *gemm);
 void moe_gate_backward_f64(double *dgate, double *dy, const double *dout, const double *y, const double *gate, const int32_t *sorted, int n_routed, int D);
-void moe_experts_backward_f64(double *du, double *dw_gu, double *dw_down, double *dact, double *dgu, double *dxin, const double *dy, const double *xin, const double *gu, const double *act, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, int D, int I, int E);
+void moe_experts_backward_f64(double *du, double *dw_gu, double *dw_down, double *dact, double *dgu, double *dxin, const double *dy, const double *xin, const double *gu, const double *act, const int32_t *sorted, const int32_t *off, const double *w_gu, const double *w_down, int D, int I, int E, ZyGemmCtx *gemm);
 void l2norm_rope_forward_f64(double *y, double *norm, const double *x, const double *temp, const double *cosv, const double *sinv, int rows, int T, int H, int dh, int rd, double scale, double eps);
 void rope_l2norm_backward_f64(double *dx, double *dtemp, double *dy, const double *x, const double *norm, const double *temp, const double *cosv, const double *sinv, int rows, int T, int H, int dh, int rd, double scale, double eps);
 double cross_entropy_f64(double *dlogits, double *row_loss, const double *logits, const int32_t *targets, int rows, int V, double dloss);

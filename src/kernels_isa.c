@@ -64,7 +64,8 @@ static inline float zy_verfcf(float z) {
 #define real float
 #define K(name) ZY_ISA_NAME(name)
 #define GEMM zy_gemm
-#define MATMUL_WT zy_matmul_wt
+#define GEMM_CTX zy_gemm_ctx
+#define MATMUL_WT zy_matmul_wt_ctx
 #define EXP expf
 #define VEXP zy_vexpf
 #define VERFC zy_verfcf
@@ -75,6 +76,7 @@ static inline float zy_verfcf(float z) {
 #undef real
 #undef K
 #undef GEMM
+#undef GEMM_CTX
 #undef MATMUL_WT
 #undef EXP
 #undef VEXP

@@ -45,16 +45,35 @@ void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx
  * nothing) when this build has no such kernel or the scratch for bf16 X cannot be allocated. */
 int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy);
 
-/* zy_gemm with both inputs rounded to bf16 (nearest even) and fp32 accumulation: the products of "precision":
- * "bf16" training. The products of bf16 values are exact in fp32, so this differs from zy_gemm on rounded inputs only
- * in summation order. Returns -1 (C untouched) when scratch memory cannot be allocated. */
-int zy_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                 int ldb, float beta, float *C, int ldc);
-/* What runs zy_gemm_bf16 in this process (for zaya info and the benchmarks). */
-const char *zy_gemm_bf16_backend(void);
+/* ---- bf16 products ("precision": "bf16") ----
+ * How one run's matrix products compute: fp32 (bf16 = 0), or with both inputs rounded to bf16 (nearest even) and
+ * fp32 accumulation. Products of bf16 values are exact in fp32, so a bf16 product differs from zy_gemm on the
+ * rounded inputs only in summation order. It holds reusable scratch (the bf16 copies of the inputs) and, with
+ * oneDNN, a cache of its matmul primitives: one per run (not shared between threads). Zero-initialised = fp32. */
+typedef struct {
+    int bf16;
+    void *scratch[3];
+    size_t scratch_bytes[3];
+    void *dnnl; /* oneDNN engine, stream and primitive cache (matmul_bf16.c), created on first use */
+} ZyGemmCtx;
+void zy_gemm_ctx_free(ZyGemmCtx *ctx);
+
+/* zy_gemm under ctx's precision (ctx NULL: fp32). bf16: on a CPU running the avx512bf16 kernels with oneDNN
+ * built in, oneDNN's bf16 matmul (AVX512-BF16 dot products, or AMX tiles where the CPU has them); anywhere else
+ * the rounded inputs widened back to fp32 for sgemm (the same products, slower). If scratch memory runs out it
+ * falls back to fp32 (no error: the product is still right, only not rounded). */
+void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
+/* zy_matmul_wt under ctx's precision: bf16 rounds X and W (W must be fp32 then). */
+void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
+                      const uint16_t *W16, float *Y, int ldy);
+/* What runs bf16 products in this process: "oneDNN <version> (<isa>)" or the sgemm fallback, and why. */
+void zy_gemm_bf16_backend(char *out, size_t cap);
 
 /* Measured sgemm throughput (GFLOP/s) of this process's BLAS on square matrices of size n, timed for about
  * `seconds` after a warm-up: the peak MFU is quoted against. */
 double zy_sgemm_probe_gflops(int n, double seconds);
+/* The same for bf16 products (zy_gemm_ctx with bf16 on, rounding of the inputs included). */
+double zy_gemm_bf16_probe_gflops(int n, double seconds);
 
 #endif

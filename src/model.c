@@ -311,13 +311,18 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
     a->T = T;
     a->attn_threads = omp_get_max_threads(); /* sizes the attention scratch */
     a->layers = calloc((size_t)cfg->num_layers, sizeof(LayerActs));
-    if (!a->layers) return zy_fail(err, "out of memory");
+    a->gemm = calloc(1, sizeof *a->gemm); /* fp32 until acts_set_bf16 */
+    if (!a->layers || !a->gemm) {
+        free(a->layers), free(a->gemm);
+        a->layers = NULL, a->gemm = NULL;
+        return zy_fail(err, "out of memory");
+    }
     ZyCarver sizing = {0};
     carve_all(&sizing, a, cfg);
     a->block = zy_calloc(sizing.used);
     if (!a->block) {
-        free(a->layers);
-        a->layers = NULL;
+        free(a->layers), free(a->gemm);
+        a->layers = NULL, a->gemm = NULL;
         return zy_fail(err, "out of memory allocating %zu MB of activations for batch [%d, %d]", sizing.used >> 20, B, T);
     }
     ZyCarver cv = {.base = a->block};
@@ -326,9 +331,13 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
     return 0;
 }
 
+void acts_set_bf16(Activations *a, int bf16) { a->gemm->bf16 = bf16; }
+
 void acts_free(Activations *a) {
     zy_free(a->block);
     free(a->layers);
+    if (a->gemm) zy_gemm_ctx_free(a->gemm);
+    free(a->gemm);
     memset(a, 0, sizeof *a);
 }
 
@@ -373,16 +382,16 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 1. down projections into X = [q0 | k0] */
-    zy_matmul_wt(N, Cq, D, L->u_attn, D, W->w_q, W->w_q16, L->qk_down, C);
-    zy_matmul_wt(N, Ck, D, L->u_attn, D, W->w_k, W->w_k16, L->qk_down + Cq, C);
+    zy_matmul_wt_ctx(a->gemm, N, Cq, D, L->u_attn, D, W->w_q, W->w_q16, L->qk_down, C);
+    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_k, W->w_k16, L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
     cca_conv_forward(L->conv_out, L->conv_mid, a->conv_wp, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
                      W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
     /* 3. q-k mean skip */
     qk_mean_forward(L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
     /* 4. values with a one-token delay */
-    zy_matmul_wt(N, Ck / 2, D, L->u_attn, D, W->w_v_current, W->w_v_current16, L->v_current, Ck / 2);
-    zy_matmul_wt(N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, W->w_v_delayed16, L->v_delayed, Ck / 2);
+    zy_matmul_wt_ctx(a->gemm, N, Ck / 2, D, L->u_attn, D, W->w_v_current, W->w_v_current16, L->v_current, Ck / 2);
+    zy_matmul_wt_ctx(a->gemm, N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, W->w_v_delayed16, L->v_delayed, Ck / 2);
     delayed_value_forward(L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* fp32 machine epsilon */
@@ -395,7 +404,7 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
                             a->attn_threads);
     /* 8. output projection */
-    zy_matmul_wt(N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
+    zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
 }
 
 /* Groups the token rows by chosen expert (counting sort, stable), skip-expert tokens left out. */
@@ -415,14 +424,14 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     double t_router = b->phase_seconds ? zy_now_seconds() : 0;
     /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer, and its RMSNorm in one pass;
      * each MLP layer is a GEMM into its destination (beta = 0) and one bias + GELU pass */
-    zy_matmul_wt(N, R, D, b->u, D, W->router_down_w, W->router_down_w16, b->z, R);
+    zy_matmul_wt_ctx(b->gemm, N, R, D, b->u, D, W->router_down_w, W->router_down_w16, b->z, R);
     state_rmsnorm_forward(b->z, b->zn, b->rstd, W->router_down_b, r_prev, W->router_state_scale, W->router_norm, N, R,
                           c->rms_norm_eps);
-    zy_matmul_wt(N, R, R, b->zn, R, W->router_fc1_w, W->router_fc1_w16, b->h1_pre, R);
+    zy_matmul_wt_ctx(b->gemm, N, R, R, b->zn, R, W->router_fc1_w, W->router_fc1_w16, b->h1_pre, R);
     bias_gelu_forward(b->h1_pre, b->h1, W->router_fc1_b, N, R);
-    zy_matmul_wt(N, R, R, b->h1, R, W->router_fc2_w, W->router_fc2_w16, b->h2_pre, R);
+    zy_matmul_wt_ctx(b->gemm, N, R, R, b->h1, R, W->router_fc2_w, W->router_fc2_w16, b->h2_pre, R);
     bias_gelu_forward(b->h2_pre, b->h2, W->router_fc2_b, N, R);
-    zy_matmul_wt(N, E + 1, R, b->h2, R, W->router_out_w, W->router_out_w16, b->logits, E + 1);
+    zy_matmul_wt_ctx(b->gemm, N, E + 1, R, b->h2, R, W->router_out_w, W->router_out_w16, b->logits, E + 1);
     router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, E + 1);
 
     double t_experts = b->phase_seconds ? zy_now_seconds() : 0;
@@ -431,18 +440,18 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     group_by_expert(b, N, E);
     moe_experts_forward(b->out, b->expert_in, b->expert_gu, b->expert_act, b->expert_out, b->u, b->gate, b->choice,
                         b->sorted_rows, b->expert_offset, W->expert_gate_up, W->expert_down, W->expert_gate_up16,
-                        W->expert_down16, N, D, I, E);
+                        W->expert_down16, N, D, I, E, b->gemm);
     if (b->phase_seconds) b->phase_seconds[PHASE_EXPERTS] += zy_now_seconds() - t_experts;
 }
 
-static MoeBuffers moe_buffers_of(const LayerActs *L, double *phase_seconds) {
+static MoeBuffers moe_buffers_of(const LayerActs *L, double *phase_seconds, ZyGemmCtx *gemm) {
     return (MoeBuffers){.u = L->u_mlp, .z = L->router_z, .zn = L->router_zn, .rstd = L->router_rstd,
                         .h1_pre = L->router_h1_pre, .h1 = L->router_h1, .h2_pre = L->router_h2_pre, .h2 = L->router_h2,
                         .logits = L->router_logits, .probs = L->router_probs, .choice = L->choice, .gate = L->gate,
                         .expert_offset = L->expert_offset, .expert_cursor = L->expert_cursor,
                         .sorted_rows = L->sorted_rows, .expert_in = L->expert_in, .expert_gu = L->expert_gu,
                         .expert_act = L->expert_act, .expert_out = L->expert_out, .out = L->moe_out,
-                        .phase_seconds = phase_seconds};
+                        .phase_seconds = phase_seconds, .gemm = gemm};
 }
 
 void model_forward(Model *m, Activations *a, const int32_t *tokens) {
@@ -472,7 +481,7 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
               merge_rmsnorm_forward(L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
                                     W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps));
         /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
-        MoeBuffers moe = moe_buffers_of(L, tm);
+        MoeBuffers moe = moe_buffers_of(L, tm, a->gemm);
         moe_block_forward(c, W, &moe, r_prev, N);
         float *u_next = last ? a->final_normed : a->layers[l + 1].u_attn;
         float *rstd_next = last ? a->final_rstd : a->layers[l + 1].rstd_attn;
@@ -484,7 +493,8 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
     }
     /* logits = RMSNorm(x; w_final) · headᵀ */
     TIMED(tm, PHASE_HEAD,
-          zy_matmul_wt(N, c->vocab_size, D, a->final_normed, D, w->lm_head, w->lm_head16, a->logits, c->vocab_size));
+          zy_matmul_wt_ctx(a->gemm, N, c->vocab_size, D, a->final_normed, D, w->lm_head, w->lm_head16, a->logits,
+                           c->vocab_size));
 }
 
 double model_loss(const Model *m, Activations *a, const int32_t *targets) {
@@ -501,7 +511,8 @@ static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
  * Output: d->d_u = dL/du_mlp (overwritten); dz_prev = dL/dr_prev for the previous layer (when r_prev). dz is
  * consumed (the router's own gradient is added to it). */
 static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
-                         const float *r_prev, BackwardScratch *d, float *dz, float *dz_prev, int N, double *tm) {
+                         const float *r_prev, BackwardScratch *d, float *dz, float *dz_prev, int N, double *tm,
+                         ZyGemmCtx *gemm) {
     const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
     const int n_routed = L->expert_offset[E];
     double t0 = tm ? zy_now_seconds() : 0;
@@ -512,24 +523,24 @@ static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     /* router MLP, through the gate only; every activation gradient is a GEMM into its destination (beta = 0) */
     zero(d->d_router_logits, (size_t)N * (E + 1));
     router_choice_backward(d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, E + 1);
-    zy_gemm(0, 0, N, R, E + 1, 1, d->d_router_logits, E + 1, W->router_out_w, R, 0, d->d_h2, R);
-    zy_gemm(1, 0, E + 1, R, N, 1, d->d_router_logits, E + 1, L->router_h2, R, 1, G->router_out_w, R);
+    zy_gemm_ctx(gemm, 0, 0, N, R, E + 1, 1, d->d_router_logits, E + 1, W->router_out_w, R, 0, d->d_h2, R);
+    zy_gemm_ctx(gemm, 1, 0, E + 1, R, N, 1, d->d_router_logits, E + 1, L->router_h2, R, 1, G->router_out_w, R);
     gelu_bias_backward(d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
-    zy_gemm(0, 0, N, R, R, 1, d->d_h1, R, W->router_fc2_w, R, 0, d->d_h2, R);       /* d_h2 = d(h1) */
-    zy_gemm(1, 0, R, R, N, 1, d->d_h1, R, L->router_h1, R, 1, G->router_fc2_w, R);
+    zy_gemm_ctx(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc2_w, R, 0, d->d_h2, R);       /* d_h2 = d(h1) */
+    zy_gemm_ctx(gemm, 1, 0, R, R, N, 1, d->d_h1, R, L->router_h1, R, 1, G->router_fc2_w, R);
     gelu_bias_backward(d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
-    zy_gemm(0, 0, N, R, R, 1, d->d_h1, R, W->router_fc1_w, R, 0, d->d_zn, R);
-    zy_gemm(1, 0, R, R, N, 1, d->d_h1, R, L->router_zn, R, 1, G->router_fc1_w, R);
+    zy_gemm_ctx(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc1_w, R, 0, d->d_zn, R);
+    zy_gemm_ctx(gemm, 1, 0, R, R, N, 1, d->d_h1, R, L->router_zn, R, 1, G->router_fc1_w, R);
     rmsnorm_backward(dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
     /* z = u W_downᵀ + b + r_prev ⊙ γ */
     state_backward(dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
-    zy_gemm(0, 0, N, D, R, 1, dz, R, W->router_down_w, D, 0, d->d_u, D);
-    zy_gemm(1, 0, R, D, N, 1, dz, R, L->u_mlp, D, 1, G->router_down_w, D);
+    zy_gemm_ctx(gemm, 0, 0, N, D, R, 1, dz, R, W->router_down_w, D, 0, d->d_u, D);
+    zy_gemm_ctx(gemm, 1, 0, R, D, N, 1, dz, R, L->u_mlp, D, 1, G->router_down_w, D);
     double t2 = tm ? zy_now_seconds() : 0;
     /* experts: grouped GEMMs, SwiGLU backward, scatter-add of dxin into d_u */
     moe_experts_backward(d->d_u, G->expert_gate_up, G->expert_down, d->d_expert_act, d->d_expert_gu, d->d_expert_in,
                          d->d_expert_out, L->expert_in, L->expert_gu, L->expert_act, L->sorted_rows, L->expert_offset,
-                         W->expert_gate_up, W->expert_down, D, I, E);
+                         W->expert_gate_up, W->expert_down, D, I, E, gemm);
     if (tm) {
         tm[PHASE_EXPERTS] += (t1 - t0) + (zy_now_seconds() - t2);
         tm[PHASE_ROUTER] += t2 - t1;
@@ -543,7 +554,7 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 8. output projection */
     zero(d->d_attn_out, (size_t)N * Cq);
-    linear_backward(d->d_attn_out, G->w_o, NULL, d->d_h, L->attn_out, W->w_o, N, Cq, D);
+    linear_backward(d->d_attn_out, G->w_o, NULL, d->d_h, L->attn_out, W->w_o, N, Cq, D, a->gemm);
     /* 7. attention */
     zero(d->d_query, (size_t)N * Cq);
     zero(d->d_key, (size_t)N * Ck);
@@ -554,8 +565,8 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     zero(d->d_vc, (size_t)N * Ck / 2);
     zero(d->d_vd, (size_t)N * Ck / 2);
     delayed_value_backward(d->d_vc, d->d_vd, d->d_value, B, T, Ck / 2);
-    linear_backward(d->d_u, G->w_v_current, NULL, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2);
-    linear_backward(d->d_u, G->w_v_delayed, NULL, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2);
+    linear_backward(d->d_u, G->w_v_current, NULL, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2, a->gemm);
+    linear_backward(d->d_u, G->w_v_delayed, NULL, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2, a->gemm);
     /* 6. RoPE and 5. QK norm in one pass → gradients of query_pre / key_pre, overwritten (reusing the free
      * d_attn_out / d_value buffers) */
     const int rd = cfg_rotary_dim(c);
@@ -574,10 +585,10 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
                       a->conv_wp, a->conv_dwp, d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B,
                       T, C, dh, c->cca_time0, c->cca_time1);
     /* 1. down projections (dX has row stride C) */
-    zy_gemm(0, 0, N, D, Cq, 1, d->d_qk_down, C, W->w_q, D, 1, d->d_u, D);
-    zy_gemm(1, 0, Cq, D, N, 1, d->d_qk_down, C, L->u_attn, D, 1, G->w_q, D);
-    zy_gemm(0, 0, N, D, Ck, 1, d->d_qk_down + Cq, C, W->w_k, D, 1, d->d_u, D);
-    zy_gemm(1, 0, Ck, D, N, 1, d->d_qk_down + Cq, C, L->u_attn, D, 1, G->w_k, D);
+    zy_gemm_ctx(a->gemm, 0, 0, N, D, Cq, 1, d->d_qk_down, C, W->w_q, D, 1, d->d_u, D);
+    zy_gemm_ctx(a->gemm, 1, 0, Cq, D, N, 1, d->d_qk_down, C, L->u_attn, D, 1, G->w_q, D);
+    zy_gemm_ctx(a->gemm, 0, 0, N, D, Ck, 1, d->d_qk_down + Cq, C, W->w_k, D, 1, d->d_u, D);
+    zy_gemm_ctx(a->gemm, 1, 0, Ck, D, N, 1, d->d_qk_down + Cq, C, L->u_attn, D, 1, G->w_k, D);
 }
 
 double model_backward(Model *m, Activations *a, const int32_t *targets) {
@@ -590,8 +601,8 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
     double *tm = a->phase_seconds, loss = 0;
     TIMED(tm, PHASE_HEAD, {
         loss = cross_entropy(d->d_logits, a->row_loss, a->logits, targets, N, V, 1.0);
-        zy_gemm(0, 0, N, D, V, 1, d->d_logits, V, w->lm_head, D, 0, d->d_final, D);
-        zy_gemm(1, 0, V, D, N, 1, d->d_logits, V, a->final_normed, D, 1, g->lm_head, D);
+        zy_gemm_ctx(a->gemm, 0, 0, N, D, V, 1, d->d_logits, V, w->lm_head, D, 0, d->d_final, D);
+        zy_gemm_ctx(a->gemm, 1, 0, V, D, N, 1, d->d_logits, V, a->final_normed, D, 1, g->lm_head, D);
     });
     /* Each RMSNorm backward runs fused with the backward of the residual merge that produced its input
      * (rmsnorm_merge_backward): d_x becomes the residual-path gradient below the merge, d_h its other input's. */
@@ -615,7 +626,7 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
         LayerActs *L = &a->layers[l];
         const float *r_prev = l > 0 ? a->layers[l - 1].router_z : NULL;
         /* here d_h = dL/dmoe_out, d_x = dL/dx_mid through the residual path */
-        moe_backward(c, W, G, L, r_prev, d, dz, dz_prev, N, tm);
+        moe_backward(c, W, G, L, r_prev, d, dz, dz_prev, N, tm, a->gemm);
         float *t = dz;
         dz = dz_prev;
         dz_prev = t;

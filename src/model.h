@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "matmul.h"
 #include "params.h"
 #include "util.h"
 
@@ -88,6 +89,7 @@ typedef struct {
     float *expert_in, *expert_gu, *expert_act, *expert_out; /* [N,D], [N,2I], [N,I], [N,D] */
     float *out;                                          /* gate · expert output, 0 for skipped rows [N,D] */
     double *phase_seconds;                               /* optional [MODEL_PHASES] timers (NULL: off) */
+    ZyGemmCtx *gemm;                                     /* precision of the matrix products (NULL: fp32) */
 } MoeBuffers;
 
 /* z = u W_downᵀ + b (+ r_prev ⊙ γ), the router MLP, biased top-1 choice, dropless SwiGLU experts. */
@@ -149,10 +151,15 @@ typedef struct {
     int attn_threads;
     BackwardScratch d;
     double *phase_seconds;     /* optional [MODEL_PHASES] time accumulators, set by the caller (NULL: off) */
+    ZyGemmCtx *gemm;           /* how the matrix products compute (fp32, or bf16 inputs) and their scratch */
     void *block;               /* one allocation behind everything above */
 } Activations;
 
 int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err);
+/* "precision": "bf16": the projections, router, experts and head — forward and backward — multiply bf16-rounded
+ * inputs with fp32 accumulation (matmul.h, zy_gemm_ctx); the weights, gradients, optimizer state and every other
+ * op stay fp32 (the convolutions and attention included). 0 = fp32 (the default). */
+void acts_set_bf16(Activations *a, int bf16);
 void acts_free(Activations *a);
 
 /* Checks token ids (0 <= id < V) and T against max_position_embeddings; errors name the offending index. */

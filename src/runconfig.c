@@ -116,7 +116,7 @@ static int apply_override(cJSON *root, const char *spec, const char *label, ZyEr
 static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr *err) {
     static const char *const top_keys[] = {"model", "init_from", "tokenizer", "datasets", "phases", "batch_size",
                                            "micro_batch", "optimizer", "schedule", "balancing", "checkpoint", "eval",
-                                           "log_interval", "seed", "out_dir", "comment", NULL};
+                                           "log_interval", "seed", "out_dir", "comment", "precision", NULL};
     if (!cJSON_IsObject(root)) return zy_fail(err, "%s: expected a JSON object", label);
     if (check_keys(root, top_keys, label, "", err)) return -1;
     double d;
@@ -142,6 +142,14 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
                        rc->micro_batch);
     if (read_number(root, "log_interval", 0, 10, 1, 1e9, 1, &d, label, "", err)) return -1;
     rc->log_interval = (int)d;
+    char precision[16];
+    if (read_string(root, "precision", 0, precision, sizeof precision, label, "", err)) return -1;
+    if (!precision[0] || strcmp(precision, "fp32") == 0)
+        rc->bf16 = 0;
+    else if (strcmp(precision, "bf16") == 0)
+        rc->bf16 = 1;
+    else
+        return zy_fail(err, "%s: key \"precision\" must be \"fp32\" or \"bf16\", not \"%s\"", label, precision);
 
     /* datasets: {"name": "shard dir", ...} */
     const cJSON *ds = get(root, "datasets");

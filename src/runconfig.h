@@ -44,6 +44,7 @@ typedef struct {
     int n_tasks;
     char tasks[RUN_MAX_TASKS][RUN_PATH];
     int log_interval;
+    int bf16;                    /* "precision": "bf16" (bf16 inputs to the matrix products), else fp32 */
     uint64_t seed;
     char out_dir[RUN_PATH];
     int64_t total_steps;

@@ -83,6 +83,7 @@ static int ensure_acts(Trainer *t, int T, ZyErr *err) {
     if (t->acts_T) acts_free(&t->acts);
     t->acts_T = 0;
     if (acts_create(&t->acts, &t->model.cfg, t->rc.micro_batch, T, err)) return -1;
+    acts_set_bf16(&t->acts, t->rc.bf16);
     t->acts_T = T;
     free(t->window), free(t->inputs), free(t->targets);
     size_t rows = (size_t)t->rc.micro_batch;

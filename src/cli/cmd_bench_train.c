@@ -21,7 +21,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int bench_train(int argc, char **argv) {
-    const char *config_path = NULL, *optimizer = "muon";
+    const char *config_path = NULL, *optimizer = "muon", *precision = "fp32";
     int B = 8, T = 128, steps = 10, warmup = 2, threads = 0;
     ArgSpec specs[] = {
         {"--config", ARG_STRING, 1, &config_path, "model config.json", 0},
@@ -32,10 +32,13 @@ int bench_train(int argc, char **argv) {
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
         {"--optimizer", ARG_STRING, 0, &optimizer,
          "muon (Muon for the matrices + AdamW, ZAYA's recipe; default) or adamw (AdamW for every tensor)", 0},
+        {"--precision", ARG_STRING, 0, &precision,
+         "fp32 (default) or bf16 (bf16 inputs to the matrix products, fp32 sums and master weights)", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw]", specs,
+            args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw "
+                       "--precision fp32|bf16]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
@@ -56,6 +59,11 @@ int bench_train(int argc, char **argv) {
         zy_fail(&err, "bench train: --optimizer must be muon or adamw, not \"%s\"", optimizer);
         goto done;
     }
+    if (strcmp(precision, "fp32") != 0 && strcmp(precision, "bf16") != 0) {
+        zy_fail(&err, "bench train: --precision must be fp32 or bf16, not \"%s\"", precision);
+        goto done;
+    }
+    const int bf16 = strcmp(precision, "bf16") == 0;
     if (threads > 0) omp_set_num_threads(threads);
     if (config_load(&cfg, config_path, &err) || model_create(&m, &cfg, &err)) goto done;
     have_model = 1;
@@ -66,6 +74,7 @@ int bench_train(int argc, char **argv) {
     model_init_weights(&m, 1);
     if (acts_create(&a, &cfg, B, T, &err)) goto done;
     have_acts = 1;
+    acts_set_bf16(&a, bf16);
     OptimConfig oc;
     optim_config_default(&oc);
     oc.adamw_only = strcmp(optimizer, "adamw") == 0;
@@ -83,7 +92,7 @@ int bench_train(int argc, char **argv) {
     zy_rng_seed(&rng, 7);
     for (long i = 0; i < (long)B * T; i++) tokens[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)cfg.vocab_size);
     make_next_token_targets(targets, tokens, B, T);
-    double peak = zy_sgemm_probe_gflops(1024, 1.0);
+    double peak = zy_sgemm_probe_gflops(1024, 1.0), peak16 = bf16 ? zy_gemm_bf16_probe_gflops(1024, 1.0) : 0;
     double phase[MODEL_PHASES] = {0}, optim_s = 0;
     for (int s = -warmup; s < steps; s++) {
         a.phase_seconds = s >= 0 ? phase : NULL;
@@ -114,10 +123,17 @@ int bench_train(int argc, char **argv) {
            params_count(&m.params, 0), (flops - 6.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * T) / 6e6);
     printf("batch        %d x %d tokens, %d threads, %d timed steps after %d warm-up, optimizer %s\n", B, T,
            omp_get_max_threads(), steps, warmup, oc.adamw_only ? "AdamW" : "Muon + AdamW");
+    char backend[256];
+    zy_gemm_bf16_backend(backend, sizeof backend);
+    printf("precision    %s%s%s\n", bf16 ? "bf16 products: " : "fp32", bf16 ? backend : "",
+           bf16 ? "; fp32 master weights, optimizer, norms, attention" : "");
     printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
     printf("throughput   %.0f tokens/s, %.1f GFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
            tps * flops / 1e9, flops / 1e9);
     printf("MFU          %.1f%% of the measured sgemm peak %.1f GFLOP/s\n", 100 * tps * flops / (peak * 1e9), peak);
+    if (bf16)
+        printf("MFU bf16     %.1f%% of the measured bf16 product peak %.1f GFLOP/s (1024^3, rounding included)\n",
+               100 * tps * flops / (peak16 * 1e9), peak16);
     /* the optimizer's FLOPs (Muon's Newton–Schulz) are outside the 6N convention: MFU of the model's own part */
     printf("MFU fwd+bwd  %.1f%% (forward + backward alone, median %.4f s; %.0f tokens/s)\n",
            100 * (double)B * T / fb_median * flops / (peak * 1e9), fb_median, (double)B * T / fb_median);

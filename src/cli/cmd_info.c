@@ -67,7 +67,9 @@ int cmd_system_info(int argc, char **argv) {
                                     ? "native: vdpbf16ps dot products (AVX512-BF16), fp32 accumulation"
                                     : "converted: bf16 values widened to fp32 and multiplied in fp32 (no AVX512-BF16 "
                                       "kernels at this level: works, slower)");
-    printf("bf16 gemm    %s\n", zy_gemm_bf16_backend());
+    char backend[256];
+    zy_gemm_bf16_backend(backend, sizeof backend);
+    printf("bf16 gemm    %s\n", backend);
     const char *cfg = openblas_get_config(), *core = openblas_get_corename();
     printf("blas         %s; core %s; %d threads", cfg ? cfg : "OpenBLAS", core ? core : "?",
            openblas_get_num_threads());

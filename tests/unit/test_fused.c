@@ -153,7 +153,7 @@ TEST(bias_gelu_fusions_match_plain_ops) {
         float *db = rnd(&rng, D, 1), *db_r = dup(db, D);
         gelu_bias_backward(dpre, db, dy, pre, N, D);
         gelu_backward(dpre_r, dy, pre_r, n);
-        linear_backward(NULL, NULL, db_r, dpre_r, NULL, NULL, N, 0, D);
+        linear_backward(NULL, NULL, db_r, dpre_r, NULL, NULL, N, 0, D, NULL);
         worst = fmax(worst, fmax(max_err(dpre, dpre_r, n), max_err(db, db_r, D)));
         /* y may alias pre (decoding keeps no pre-activation) */
         float *al = dup(pre_r, n);
@@ -201,7 +201,7 @@ static double check_experts(int N, int D, int I, int E, Routing routing, uint64_
     float *wd = rnd(&rng, (long)E * D * I, 0.2);
     float *out = rnd(&rng, nD, 1), *xin = calloc((size_t)nD + 1, 4), *gu = calloc((size_t)N * 2 * I + 1, 4);
     float *act = calloc((size_t)N * I + 1, 4), *y = calloc((size_t)nD + 1, 4);
-    moe_experts_forward(out, xin, gu, act, y, u, gate, choice, sorted, off, wgu, wd, NULL, NULL, N, D, I, E);
+    moe_experts_forward(out, xin, gu, act, y, u, gate, choice, sorted, off, wgu, wd, NULL, NULL, N, D, I, E, NULL);
     /* reference forward */
     float *out_r = calloc((size_t)nD + 1, 4), *rx = calloc((size_t)nD + 1, 4), *rgu = calloc((size_t)N * 2 * I + 1, 4);
     float *ract = calloc((size_t)N * I + 1, 4), *ry = calloc((size_t)nD + 1, 4);
@@ -209,9 +209,9 @@ static double check_experts(int N, int D, int I, int E, Routing routing, uint64_
         const int s = off[e], n = off[e + 1] - off[e];
         if (!n) continue;
         for (int k = 0; k < n; k++) memcpy(rx + (long)(s + k) * D, u + (long)sorted[s + k] * D, (size_t)D * 4);
-        linear_forward(rgu + (long)s * 2 * I, rx + (long)s * D, wgu + (long)e * 2 * I * D, NULL, n, D, 2 * I);
+        linear_forward(rgu + (long)s * 2 * I, rx + (long)s * D, wgu + (long)e * 2 * I * D, NULL, n, D, 2 * I, NULL);
         swiglu_forward(ract + (long)s * I, rgu + (long)s * 2 * I, n, I);
-        linear_forward(ry + (long)s * D, ract + (long)s * I, wd + (long)e * D * I, NULL, n, I, D);
+        linear_forward(ry + (long)s * D, ract + (long)s * I, wd + (long)e * D * I, NULL, n, I, D, NULL);
         for (int k = 0; k < n; k++)
             for (int i = 0; i < D; i++) out_r[(long)sorted[s + k] * D + i] = gate[sorted[s + k]] * ry[(long)(s + k) * D + i];
     }
@@ -225,7 +225,7 @@ static double check_experts(int N, int D, int I, int E, Routing routing, uint64_
     float *dy = calloc((size_t)nD + 1, 4), *dact = calloc((size_t)N * I + 1, 4), *dgu = calloc((size_t)N * 2 * I + 1, 4);
     float *dxin = calloc((size_t)nD + 1, 4);
     moe_gate_backward(dgate, dy, dout, y, gate, sorted, nr, D);
-    moe_experts_backward(du, dwgu, dwd, dact, dgu, dxin, dy, xin, gu, act, sorted, off, wgu, wd, D, I, E);
+    moe_experts_backward(du, dwgu, dwd, dact, dgu, dxin, dy, xin, gu, act, sorted, off, wgu, wd, D, I, E, NULL);
     float *rdy = calloc((size_t)D + 1, 4);
     for (int e = 0; e < E; e++) {
         const int s = off[e], n = off[e + 1] - off[e];
@@ -241,10 +241,11 @@ static double check_experts(int N, int D, int I, int E, Routing routing, uint64_
             }
             dgate_r[row] += (float)dg;
         }
-        linear_backward(ddact, dwd_r + (long)e * D * I, NULL, ddy, ract + (long)s * I, wd + (long)e * D * I, n, I, D);
+        linear_backward(ddact, dwd_r + (long)e * D * I, NULL, ddy, ract + (long)s * I, wd + (long)e * D * I, n, I, D,
+                        NULL);
         swiglu_backward(ddgu, ddact, rgu + (long)s * 2 * I, n, I);
         linear_backward(ddx, dwgu_r + (long)e * 2 * I * D, NULL, ddgu, rx + (long)s * D, wgu + (long)e * 2 * I * D, n,
-                        D, 2 * I);
+                        D, 2 * I, NULL);
         for (int k = 0; k < n; k++)
             for (int i = 0; i < D; i++) du_r[(long)sorted[s + k] * D + i] += ddx[(long)k * D + i];
         free(ddy), free(ddact), free(ddgu), free(ddx);

@@ -63,7 +63,7 @@ typedef struct {
 
 static void linear_fd_forward(FdCase *c, double *out) {
     LinearState *s = c->state;
-    linear_forward_f64(out, s->x, s->w, s->b, s->rows, s->in, s->out);
+    linear_forward_f64(out, s->x, s->w, s->b, s->rows, s->in, s->out, NULL);
 }
 
 TEST(linear_backward_matches_finite_differences) {
@@ -75,7 +75,7 @@ TEST(linear_backward_matches_finite_differences) {
     s.b = randn(&rng, 3, 1);
     FdCase c = {linear_fd_forward, 15, &s};
     double *g = randn(&rng, 15, 1), *dx = calloc(20, 8), *dw = calloc(12, 8), *db = calloc(3, 8);
-    linear_backward_f64(dx, dw, db, g, s.x, s.w, s.rows, s.in, s.out);
+    linear_backward_f64(dx, dw, db, g, s.x, s.w, s.rows, s.in, s.out, NULL);
     CHECK_GRAD(&c, g, s.x, 20, dx, "dx");
     CHECK_GRAD(&c, g, s.w, 12, dw, "dw");
     CHECK_GRAD(&c, g, s.b, 3, db, "db");
