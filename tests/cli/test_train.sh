@@ -55,6 +55,24 @@ check "SIGTERM: a checkpoint was saved" test -s "$out/checkpoints/latest"
 $ZAYA train "$W/run.json" --override out_dir="$out" --override checkpoint.interval=0 --resume --quiet >>"$out.log" 2>&1
 check "SIGTERM then resume: final weights byte-identical" cmp -s "$W/straight/final/model.safetensors" "$out/final/model.safetensors"
 
+# "precision": "bf16" (bf16 inputs to the matrix products): trains, stops, resumes byte-identically, and ends near
+# the fp32 run (the same data, bf16 rounding in every product)
+out="$W/bf16"
+$ZAYA train "$W/run.json" --override out_dir="$out" --override precision=bf16 --quiet >"$out.log" 2>&1
+check "precision bf16: a straight run" test -s "$out/final/model.safetensors"
+out2="$W/bf16-resumed"
+$ZAYA train "$W/run.json" --override out_dir="$out2" --override precision=bf16 --stop-after 7 --quiet >"$out2.log" 2>&1 &&
+    $ZAYA train "$W/run.json" --override out_dir="$out2" --override precision=bf16 --resume --quiet >>"$out2.log" 2>&1
+check "precision bf16: stop after step 7, resume: final weights byte-identical" \
+    cmp -s "$out/final/model.safetensors" "$out2/final/model.safetensors"
+check "precision bf16: differs from fp32 (bf16 really ran)" \
+    bash -c "! cmp -s '$out/final/model.safetensors' '$W/straight/final/model.safetensors'"
+last_loss() { python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if '\"kind\":\"train\"' in l][-1]['loss'])" "$1"; }
+l16=$(last_loss "$out/metrics.jsonl") l32=$(last_loss "$W/straight/metrics.jsonl")
+check "precision bf16: last loss $l16 within 2% of fp32's $l32" \
+    python3 -c "import sys; sys.exit(not abs($l16 - $l32) <= 0.02 * $l32)"
+check "precision bf16 recorded in run.json" grep -q '"precision":[[:space:]]*"bf16"' "$out/checkpoints/$(cat "$out/checkpoints/latest")/run.json"
+
 # ---- zaya bench train ----
 if $ZAYA bench train --config "$W/model.json" --batch 4 --seq 32 --steps 3 --warmup 1 >"$W/bench.txt" 2>&1 &&
     grep -q "^throughput .* tokens/s" "$W/bench.txt" && grep -q "^MFU " "$W/bench.txt" && grep -q "^peak memory" "$W/bench.txt" &&
@@ -82,6 +100,8 @@ expect_fail() { # name, expected message substring, command...
 }
 expect_fail "unknown run-config key" 'unknown key "optimizer.learning_rate"' \
     $ZAYA train "$W/run.json" --override optimizer.learning_rate=0.1 --override out_dir="$W/x1"
+expect_fail "bad precision" 'key "precision" must be "fp32" or "bf16", not "fp16"' \
+    $ZAYA train "$W/run.json" --override precision=fp16 --override out_dir="$W/x1p"
 expect_fail "impossible batch split" "must be a multiple of micro_batch" \
     $ZAYA train "$W/run.json" --override micro_batch=5 --override out_dir="$W/x2"
 expect_fail "missing shard directory" "data/nothere" \

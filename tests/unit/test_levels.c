@@ -196,3 +196,78 @@ TEST(model_at_every_level_matches_generic) {
     free(ref.logits), free(ref.grad), free(ref.dec), free(ref.dec16);
     zy_cpu_set_level(keep);
 }
+
+/* "precision": "bf16": forward and backward with bf16 inputs to the matrix products, at the process's level (oneDNN
+ * on an avx512bf16 CPU) and through the sgemm fallback: deterministic (two runs, the same bits), close to fp32
+ * (bf16 keeps 8 significant bits: logits and gradients within a few per cent), and the two paths close to each
+ * other (the same rounded products, summed in another order). */
+static int run_precision(ZyCpuLevel level, int bf16, const ZayaConfig *c, const int32_t *tokens, int B, int T,
+                         ModelRun *out) {
+    zy_cpu_set_level(level);
+    Model m;
+    Activations a;
+    ZyErr err;
+    if (model_create(&m, c, &err) || acts_create(&a, c, B, T, &err)) return -1;
+    acts_set_bf16(&a, bf16);
+    model_init_weights(&m, 5);
+    const int N = B * T, V = c->vocab_size;
+    int32_t *targets = malloc(sizeof(int32_t) * N);
+    make_next_token_targets(targets, tokens, B, T);
+    model_forward(&m, &a, tokens);
+    out->logits = malloc(sizeof(float) * N * V);
+    memcpy(out->logits, a.logits, sizeof(float) * N * V);
+    memset(m.params.grad, 0, sizeof(float) * m.params.total);
+    out->loss = model_backward(&m, &a, targets);
+    out->grad = malloc(sizeof(float) * m.params.total);
+    memcpy(out->grad, m.params.grad, sizeof(float) * m.params.total);
+    out->dec = out->dec16 = NULL;
+    free(targets);
+    acts_free(&a);
+    model_free(&m);
+    return 0;
+}
+
+static double normwise(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+TEST(model_bf16_products_are_deterministic_and_close_to_fp32) {
+    const ZyCpuLevel keep = zy_cpu_level();
+    ZayaConfig c = {.vocab_size = 300, .hidden_size = 64, .num_layers = 2, .num_heads = 4, .num_kv_heads = 2,
+                    .head_dim = 16, .num_experts = 4, .moe_intermediate_size = 48, .router_hidden_size = 32,
+                    .cca_time0 = 2, .cca_time1 = 2, .rms_norm_eps = 1e-5f, .tie_word_embeddings = 1,
+                    .max_position_embeddings = 128, .rope_theta = 10000.0f, .partial_rotary_factor = 0.5f,
+                    .initializer_range = 0.1f, .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0};
+    const int B = 3, T = 50;
+    int32_t tokens[150];
+    ZyRng rng;
+    zy_rng_seed(&rng, 41);
+    for (int i = 0; i < B * T; i++) tokens[i] = 3 + (int32_t)(zy_rng_next(&rng) % 290);
+    const ZyCpuLevel fallback = keep >= ZY_CPU_AVX512BF16 ? ZY_CPU_AVX512 : keep;
+    ModelRun f32, b1, b2, bf;
+    REQUIRE(run_precision(keep, 0, &c, tokens, B, T, &f32) == 0);
+    REQUIRE(run_precision(keep, 1, &c, tokens, B, T, &b1) == 0);
+    REQUIRE(run_precision(keep, 1, &c, tokens, B, T, &b2) == 0);
+    REQUIRE(run_precision(fallback, 1, &c, tokens, B, T, &bf) == 0);
+    zy_cpu_set_level(keep);
+    Model probe;
+    ZyErr err;
+    REQUIRE(model_create(&probe, &c, &err) == 0);
+    const size_t P = probe.params.total, NV = (size_t)B * T * c.vocab_size;
+    model_free(&probe);
+    const double logits16 = normwise(b1.logits, f32.logits, NV), grads16 = normwise(b1.grad, f32.grad, P);
+    const double paths_l = normwise(bf.logits, b1.logits, NV), paths_g = normwise(bf.grad, b1.grad, P);
+    printf("    bf16 vs fp32 (normwise): logits %.2g, loss %.6f vs %.6f, gradients %.2g; %s vs sgemm fallback: "
+           "logits %.2g, gradients %.2g\n",
+           logits16, b1.loss, f32.loss, grads16, zy_cpu_level_name(keep), paths_l, paths_g);
+    CHECK(memcmp(b1.logits, b2.logits, sizeof(float) * NV) == 0 && memcmp(b1.grad, b2.grad, sizeof(float) * P) == 0 &&
+          b1.loss == b2.loss);
+    CHECK(memcmp(b1.logits, f32.logits, sizeof(float) * NV) != 0); /* bf16 really ran */
+    CHECK_MSG(logits16 < 5e-2 && grads16 < 5e-2 && fabs(b1.loss - f32.loss) < 1e-2 * f32.loss,
+              "bf16 vs fp32: logits %.3g gradients %.3g", logits16, grads16);
+    CHECK_MSG(paths_l < 1e-4 && paths_g < 1e-3, "oneDNN vs fallback: logits %.3g gradients %.3g", paths_l, paths_g);
+    ModelRun *runs[] = {&f32, &b1, &b2, &bf};
+    for (int i = 0; i < 4; i++) free(runs[i]->logits), free(runs[i]->grad);
+}

@@ -160,3 +160,66 @@ TEST(bf16_weight_kernels_match_sgemm_on_rounded_weights) {
     for (int slot = 0; slot < SLOTS; slot++) CHECK_MSG(worst[slot] < 1e-6, "slot %d: worst %.3g", slot, worst[slot]);
     CHECK(ran[PLAIN] && ran[ENTRY] && ran[ZY_CPU_GENERIC]);
 }
+
+/* bf16 products (zy_gemm_ctx, "precision": "bf16") against sgemm on the rounded inputs, every transpose, alpha and
+ * beta, strided operands, sizes on and off oneDNN's shape buckets (so padded and direct outputs both run): through
+ * the process's level (oneDNN on an avx512bf16 CPU that has it) and through the sgemm fallback (level avx512 or
+ * below). The products of bf16 values are exact in fp32, so only the summation order differs. Also: the scratch is
+ * reused across calls of other sizes, C's padding columns are untouched, and a NULL / fp32 context is plain sgemm. */
+TEST(bf16_gemm_matches_sgemm_on_rounded_inputs) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 29);
+    const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {16, 32, 64}, {17, 33, 65}, {64, 64, 64}, {100, 36, 129},
+                             {257, 48, 96}, {40, 600, 72}, {1100, 40, 24}, {8, 512, 520}};
+    const ZyCpuLevel keep = zy_cpu_level();
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    const ZyCpuLevel paths[2] = {keep, keep >= ZY_CPU_AVX512BF16 ? ZY_CPU_AVX512 : keep};
+    double worst[2] = {0};
+    for (int p = 0; p < 2; p++) {
+        zy_cpu_set_level(paths[p]);
+        ZyGemmCtx ctx = {.bf16 = 1};
+        for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++)
+                    for (int v = 0; v < 2; v++) {
+                        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                        const float alpha = v ? 0.5f : 1.0f, beta = v ? 1.0f : 0.0f;
+                        const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+                        const int lda = ac + 3, ldb = bc + 1, ldc = N + 2;
+                        float *A = malloc(sizeof(float) * ar * lda), *B = malloc(sizeof(float) * br * ldb);
+                        float *Ar = malloc(sizeof(float) * ar * lda), *Br = malloc(sizeof(float) * br * ldb);
+                        float *C = malloc(sizeof(float) * M * ldc), *R = malloc(sizeof(float) * M * ldc);
+                        for (int i = 0; i < ar * lda; i++) A[i] = (float)zy_rng_normal(&rng), Ar[i] = zy_round_bf16(A[i]);
+                        for (int i = 0; i < br * ldb; i++) B[i] = (float)zy_rng_normal(&rng), Br[i] = zy_round_bf16(B[i]);
+                        for (int i = 0; i < M * ldc; i++) C[i] = R[i] = (float)zy_rng_normal(&rng);
+                        zy_gemm_reference(ta, tb, M, N, K, alpha, Ar, lda, Br, ldb, beta, R, ldc);
+                        zy_gemm_ctx(&ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                        for (int i = 0; i < M; i++)
+                            for (int j = 0; j < ldc; j++) {
+                                const double a = C[i * ldc + j], b = R[i * ldc + j];
+                                if (j >= N) {
+                                    CHECK(a == b); /* padding untouched */
+                                    continue;
+                                }
+                                const double e = fabs(a - b) / (1.0 + fabs(b)) / sqrt((double)K);
+                                if (!(e <= worst[p])) worst[p] = e;
+                            }
+                        free(A), free(B), free(Ar), free(Br), free(C), free(R);
+                    }
+        zy_gemm_ctx_free(&ctx);
+    }
+    zy_cpu_set_level(keep);
+    char backend[256];
+    zy_gemm_bf16_backend(backend, sizeof backend);
+    printf("    bf16 products vs sgemm on rounded inputs: %s %.3g, sgemm fallback (%s) %.3g\n", backend, worst[0],
+           zy_cpu_level_name(paths[1]), worst[1]);
+    CHECK_MSG(worst[0] < 1e-6 && worst[1] < 1e-6, "worst %.3g %.3g", worst[0], worst[1]);
+    /* fp32 context and NULL: plain sgemm, bit for bit */
+    float A[6] = {1.001f, 2, 3, 4, 5, 6}, B[6] = {0.3f, 1, 2, 3, 4, 5}, C1[4] = {0}, C2[4] = {0}, C3[4] = {0};
+    ZyGemmCtx f32 = {0};
+    zy_gemm_ctx(&f32, 0, 0, 2, 2, 3, 1, A, 3, B, 2, 0, C1, 2);
+    zy_gemm_ctx(NULL, 0, 0, 2, 2, 3, 1, A, 3, B, 2, 0, C2, 2);
+    zy_gemm(0, 0, 2, 2, 3, 1, A, 3, B, 2, 0, C3, 2);
+    CHECK(memcmp(C1, C3, sizeof C1) == 0 && memcmp(C2, C3, sizeof C2) == 0);
+}
