@@ -51,6 +51,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #define K(name) name##_f64
 #define GEMM zy_gemm_f64
 #define GEMM_CTX(ctx, ...) zy_gemm_f64(__VA_ARGS__)
+#define GEMM_CTX_W(ctx, ...) zy_gemm_f64(__VA_ARGS__)
 /* bf16 copies exist for float weights only */
 #define MATMUL_WT(ctx, rows, out, in, X, ldx, W, W16, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy)
 #define EXP exp
@@ -64,6 +65,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #undef K
 #undef GEMM
 #undef GEMM_CTX
+#undef GEMM_CTX_W
 #undef MATMUL_WT
 #undef EXP
 #undef VEXP

@@ -65,6 +65,7 @@ static inline float zy_verfcf(float z) {
 #define K(name) ZY_ISA_NAME(name)
 #define GEMM zy_gemm
 #define GEMM_CTX zy_gemm_ctx
+#define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
 #define MATMUL_WT zy_matmul_wt_ctx
 #define EXP expf
 #define VEXP zy_vexpf
@@ -77,6 +78,7 @@ static inline float zy_verfcf(float z) {
 #undef K
 #undef GEMM
 #undef GEMM_CTX
+#undef GEMM_CTX_W
 #undef MATMUL_WT
 #undef EXP
 #undef VEXP
@@ -152,6 +154,17 @@ void ZY_ISA_NAME(matmul_bf16_block)(int nr, int o0, int o1, int in, const float 
             for (int j = k; j < in; j++) a += zy_bf16_to_f32(w[j]) * x[j];
             Y[(long)r * ldy + o] = a;
         }
+    }
+}
+
+void ZY_ISA_NAME(f32_to_bf16_row)(uint16_t *dst, const float *src, int n) {
+    /* zy_f32_to_bf16 written without branches, so it vectorises */
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
     }
 }
 

@@ -52,6 +52,7 @@ int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, co
  * oneDNN, a cache of its matmul primitives: one per run (not shared between threads). Zero-initialised = fp32. */
 typedef struct {
     int bf16;
+    unsigned weights_gen; /* bumped by zy_gemm_ctx_weights_changed: the packed weights are stale */
     void *scratch[3];
     size_t scratch_bytes[3];
     void *dnnl; /* oneDNN engine, stream and primitive cache (matmul_bf16.c), created on first use */
@@ -64,7 +65,12 @@ void zy_gemm_ctx_free(ZyGemmCtx *ctx);
  * falls back to fp32 (no error: the product is still right, only not rounded). */
 void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
-/* zy_matmul_wt under ctx's precision: bf16 rounds X and W (W must be fp32 then). */
+/* zy_gemm_ctx where B is a weight: under bf16 its rounded copy is made once and reused until
+ * zy_gemm_ctx_weights_changed (call it whenever the weights change: after every optimizer step). */
+void zy_gemm_ctx_w(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *W, int ldw, float beta, float *C, int ldc);
+void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx);
+/* zy_matmul_wt under ctx's precision: bf16 rounds X and W (W must be fp32 then; W is a weight, as above). */
 void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
                       const uint16_t *W16, float *Y, int ldy);
 /* What runs bf16 products in this process: "oneDNN <version> (<isa>)" or the sgemm fallback, and why. */

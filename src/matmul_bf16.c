@@ -108,6 +108,7 @@ static void *scratch(ZyGemmCtx *ctx, int i, size_t bytes) {
 
 /* Stored matrix [rows, cols] (leading dimension ld) rounded to bf16, written [prows, pcols] (zeros beyond). */
 static void pack_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld, int prows, int pcols) {
+    const ZyKernelTable *kt = zy_kernels(); /* the rounding loop vectorised for this CPU */
 #pragma omp parallel for schedule(static) if ((long)prows * pcols >= 65536L)
     for (int i = 0; i < prows; i++) {
         uint16_t *d = dst + (long)i * pcols;
@@ -115,8 +116,7 @@ static void pack_bf16(uint16_t *dst, const float *src, int rows, int cols, int l
             memset(d, 0, sizeof *d * (size_t)pcols);
             continue;
         }
-        const float *s = src + (long)i * ld;
-        for (int j = 0; j < cols; j++) d[j] = zy_f32_to_bf16(s[j]);
+        kt->f32_to_bf16_row(d, src + (long)i * ld, cols);
         for (int j = cols; j < pcols; j++) d[j] = 0;
     }
 }
@@ -136,7 +136,8 @@ typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc;
     float alpha, beta;
     dnnl_primitive_t prim;
-    dnnl_memory_t ma, mb, mc;
+    dnnl_memory_t ma, mb, mc, ms; /* ms: the primitive's scratchpad (NULL if it needs none) */
+    size_t scratch_bytes;
 } DnnlEntry;
 
 typedef struct {
@@ -145,6 +146,20 @@ typedef struct {
     DnnlEntry *e;
     int n, cap;
     int broken; /* set after any oneDNN error: the run continues on the sgemm fallback */
+    /* One scratchpad for every primitive (they run one at a time), grown as needed. oneDNN's default mode allocates
+     * and frees it inside every call: with AMX that was a third of a bf16 training step in page faults. */
+    void *scratch;
+    size_t scratch_bytes;
+    /* bf16 copies of the weights (operands passed as weights), packed once per weights generation and reused by
+     * every product that reads them until the optimizer changes them (zy_gemm_ctx_weights_changed): the forward and
+     * the backward's input gradient read each matrix, every micro-batch. */
+    struct PackedWeight {
+        const float *src;
+        int rows, cols, ld;
+        unsigned gen;
+        uint16_t *packed;
+    } *w;
+    int nw, wcap;
 } Dnnl;
 
 /* 1 if this oneDNN runs bf16 matmuls with native instructions here (AVX512-BF16 or AMX); on other CPUs it
@@ -174,7 +189,8 @@ static int dnnl_entry_create(Dnnl *d, DnnlEntry *e) {
              dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_bf16, b_str) == dnnl_success &&
              dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str) == dnnl_success &&
              dnnl_matmul_desc_init(&md, &a_md, &b_md, NULL, &c_md) == dnnl_success &&
-             dnnl_primitive_attr_create(&attr) == dnnl_success;
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && e->alpha != 1.0f) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &e->alpha) == dnnl_success;
     if (ok && e->beta != 0.0f) { /* C = alpha op(A) op(B) + beta C as a sum post-op */
         dnnl_post_ops_t po;
@@ -190,6 +206,11 @@ static int dnnl_entry_create(Dnnl *d, DnnlEntry *e) {
          dnnl_memory_create(&e->ma, &a_md, d->eng, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&e->mb, &b_md, d->eng, DNNL_MEMORY_NONE) == dnnl_success &&
          dnnl_memory_create(&e->mc, &c_md, d->eng, DNNL_MEMORY_NONE) == dnnl_success;
+    if (ok) {
+        const dnnl_memory_desc_t *s_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        e->scratch_bytes = s_md ? dnnl_memory_desc_get_size(s_md) : 0;
+        if (e->scratch_bytes) ok = dnnl_memory_create(&e->ms, s_md, d->eng, DNNL_MEMORY_NONE) == dnnl_success;
+    }
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (attr) dnnl_primitive_attr_destroy(attr);
     return ok ? 0 : -1;
@@ -218,21 +239,58 @@ static int dnnl_run(Dnnl *d, int ta, int tb, int M, int N, int K, float alpha, c
         if (dnnl_entry_create(d, e)) return -1;
         d->n++;
     }
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->ma}, {DNNL_ARG_WEIGHTS, e->mb}, {DNNL_ARG_DST, e->mc}};
+    if (e->scratch_bytes > d->scratch_bytes) {
+        free(d->scratch);
+        d->scratch = aligned_alloc(64, (e->scratch_bytes + 63) / 64 * 64);
+        d->scratch_bytes = d->scratch ? e->scratch_bytes : 0;
+        if (!d->scratch) return -1;
+    }
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->ma}, {DNNL_ARG_WEIGHTS, e->mb}, {DNNL_ARG_DST, e->mc},
+                               {DNNL_ARG_SCRATCHPAD, e->ms}};
     if (dnnl_memory_set_data_handle(e->ma, (void *)A) != dnnl_success ||
         dnnl_memory_set_data_handle(e->mb, (void *)B) != dnnl_success ||
         dnnl_memory_set_data_handle(e->mc, C) != dnnl_success ||
-        dnnl_primitive_execute(e->prim, d->strm, 3, args) != dnnl_success || dnnl_stream_wait(d->strm) != dnnl_success)
+        (e->ms && dnnl_memory_set_data_handle(e->ms, d->scratch) != dnnl_success) ||
+        dnnl_primitive_execute(e->prim, d->strm, e->ms ? 4 : 3, args) != dnnl_success ||
+        dnnl_stream_wait(d->strm) != dnnl_success)
         return -1;
     return 0;
 }
 
+/* The packed bf16 copy [bucket(rows), bucket(cols)] of weight W [rows, cols] (ld) for generation gen. */
+static const uint16_t *packed_weight(Dnnl *d, const float *W, int rows, int cols, int ld, int prows, int pcols,
+                                     unsigned gen) {
+    struct PackedWeight *e = NULL;
+    for (int i = 0; i < d->nw && !e; i++)
+        if (d->w[i].src == W && d->w[i].rows == rows && d->w[i].cols == cols && d->w[i].ld == ld) e = &d->w[i];
+    if (!e) {
+        if (d->nw == d->wcap) {
+            const int cap = d->wcap ? 2 * d->wcap : 64;
+            struct PackedWeight *grown = realloc(d->w, sizeof *grown * (size_t)cap);
+            if (!grown) return NULL;
+            d->w = grown, d->wcap = cap;
+        }
+        uint16_t *packed = malloc(sizeof *packed * (size_t)prows * pcols);
+        if (!packed) return NULL;
+        e = &d->w[d->nw++];
+        *e = (struct PackedWeight){.src = W, .rows = rows, .cols = cols, .ld = ld, .gen = gen - 1, .packed = packed};
+    }
+    if (e->gen != gen) {
+        pack_bf16(e->packed, W, rows, cols, ld, prows, pcols);
+        e->gen = gen;
+    }
+    return e->packed;
+}
+
 static void dnnl_free(Dnnl *d) {
+    for (int i = 0; i < d->nw; i++) free(d->w[i].packed);
+    free(d->w);
     for (int i = 0; i < d->n; i++) {
         dnnl_primitive_destroy(d->e[i].prim);
         dnnl_memory_destroy(d->e[i].ma), dnnl_memory_destroy(d->e[i].mb), dnnl_memory_destroy(d->e[i].mc);
+        if (d->e[i].ms) dnnl_memory_destroy(d->e[i].ms);
     }
-    free(d->e);
+    free(d->e), free(d->scratch);
     if (d->strm) dnnl_stream_destroy(d->strm);
     if (d->eng) dnnl_engine_destroy(d->eng);
     free(d);
@@ -240,7 +298,7 @@ static void dnnl_free(Dnnl *d) {
 
 /* The bf16 product through oneDNN; -1 (C untouched) if it cannot run here. */
 static int gemm_bf16_dnnl(ZyGemmCtx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc) {
+                          const float *B, int ldb, int b_is_weight, float beta, float *C, int ldc) {
     Dnnl *d = ctx->dnnl;
     if (!d) {
         if (!dnnl_native_bf16()) return -1;
@@ -255,11 +313,13 @@ static int gemm_bf16_dnnl(ZyGemmCtx *ctx, int ta, int tb, int M, int N, int K, f
     const int ar = ta ? K : M, ac = ta ? M : K, arp = ta ? Kp : Mp, acp = ta ? Mp : Kp;
     const int br = tb ? N : K, bc = tb ? K : N, brp = tb ? Np : Kp, bcp = tb ? Kp : Np;
     const int direct = Mp == M && Np == N; /* C itself can take the result */
-    uint16_t *a = scratch(ctx, 0, sizeof *a * (size_t)arp * acp), *b = scratch(ctx, 1, sizeof *b * (size_t)brp * bcp);
+    uint16_t *a = scratch(ctx, 0, sizeof *a * (size_t)arp * acp);
+    const uint16_t *b = b_is_weight ? packed_weight(d, B, br, bc, ldb, brp, bcp, ctx->weights_gen)
+                                    : scratch(ctx, 1, sizeof *b * (size_t)brp * bcp);
     float *c = direct ? C : scratch(ctx, 2, sizeof *c * (size_t)Mp * Np);
     if (!a || !b || !c) return -1;
     pack_bf16(a, A, ar, ac, lda, arp, acp);
-    pack_bf16(b, B, br, bc, ldb, brp, bcp);
+    if (!b_is_weight) pack_bf16((uint16_t *)b, B, br, bc, ldb, brp, bcp);
     if (dnnl_run(d, ta, tb, Mp, Np, Kp, alpha, a, acp, b, bcp, direct ? beta : 0.0f, c, direct ? ldc : Np)) {
         d->broken = 1;
         return -1;
@@ -285,16 +345,18 @@ void zy_gemm_ctx_free(ZyGemmCtx *ctx) {
     ctx->dnnl = NULL;
 }
 
-void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
+static void gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, int b_is_weight, float beta, float *C, int ldc) {
     if (!ctx || !ctx->bf16 || M <= 0 || N <= 0 || K <= 0) {
         zy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
 #ifdef ZY_HAVE_DNNL
     if (zy_cpu_level() >= ZY_CPU_AVX512BF16 &&
-        gemm_bf16_dnnl(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+        gemm_bf16_dnnl(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, b_is_weight, beta, C, ldc) == 0)
         return;
+#else
+    (void)b_is_weight;
 #endif
     const int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
     float *a = scratch(ctx, 0, sizeof *a * (size_t)ar * ac), *b = scratch(ctx, 1, sizeof *b * (size_t)br * bc);
@@ -307,10 +369,24 @@ void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, 
     zy_gemm(trans_a, trans_b, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
 }
 
+void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+    gemm_ctx(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0, beta, C, ldc);
+}
+
+void zy_gemm_ctx_w(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *W, int ldw, float beta, float *C, int ldc) {
+    gemm_ctx(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, W, ldw, 1, beta, C, ldc);
+}
+
+void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx) {
+    if (ctx) ctx->weights_gen++;
+}
+
 void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
                       const uint16_t *W16, float *Y, int ldy) {
     if (ctx && ctx->bf16 && W)
-        zy_gemm_ctx(ctx, 0, 1, rows, out, in, 1.0f, X, ldx, W, in, 0.0f, Y, ldy);
+        zy_gemm_ctx_w(ctx, 0, 1, rows, out, in, 1.0f, X, ldx, W, in, 0.0f, Y, ldy);
     else
         zy_matmul_wt(rows, out, in, X, ldx, W, W16, Y, ldy);
 }

@@ -92,6 +92,23 @@ TEST(kernel_tables_of_every_level_match_generic) {
         printf("    %s vs generic: attention O %.2g, dQ %.2g, dK %.2g, dV %.2g\n", t->level, e[0], e[1], e[2], e[3]);
         for (size_t i = 0; i < ZY_ARRAY_LEN(e); i++) CHECK_MSG(e[i] < 1e-5, "%s: attention %zu: %.3g", t->level, i, e[i]);
     }
+    /* bf16 rounding of a row (the bf16 products' input): every level bit-identical to zy_f32_to_bf16, specials
+     * included (ties to even, NaN kept quiet, infinities, denormals, the largest finite values rounding to inf) */
+    enum { NR = 4099 };
+    float *src = randn_f(&rng, NR, 1.0);
+    uint16_t want[NR], got[NR];
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800001u, 0x7f800000u, 0xff800000u,
+                                0x00000001u, 0x807fffffu, 0x7f7fffffu, 0xff7fffffu, 0x00000000u, 0x80000000u};
+    for (size_t i = 0; i < ZY_ARRAY_LEN(special); i++) memcpy(src + 7 * i, &special[i], 4);
+    for (int i = 0; i < NR; i++) want[i] = zy_f32_to_bf16(src[i]);
+    for (int l = 0; l < ZY_CPU_LEVELS; l++) {
+        if (!zy_cpu_supports(&ci, (ZyCpuLevel)l)) continue;
+        memset(got, 0, sizeof got);
+        zy_kernel_table((ZyCpuLevel)l)->f32_to_bf16_row(got, src, NR);
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "%s: f32_to_bf16_row differs from zy_f32_to_bf16",
+                  zy_cpu_level_name((ZyCpuLevel)l));
+    }
+    free(src);
     printf("    levels compared with generic on this CPU: %d (best: %s)\n", levels,
            zy_cpu_level_name(zy_cpu_best_level(&ci)));
     for (int k = 0; k < 2; k++)

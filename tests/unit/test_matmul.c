@@ -215,6 +215,27 @@ TEST(bf16_gemm_matches_sgemm_on_rounded_inputs) {
     printf("    bf16 products vs sgemm on rounded inputs: %s %.3g, sgemm fallback (%s) %.3g\n", backend, worst[0],
            zy_cpu_level_name(paths[1]), worst[1]);
     CHECK_MSG(worst[0] < 1e-6 && worst[1] < 1e-6, "worst %.3g %.3g", worst[0], worst[1]);
+    /* a weight operand (zy_gemm_ctx_w) is packed once per weights generation: after the weight changes and
+     * zy_gemm_ctx_weights_changed, the product uses the new values, as zy_gemm_ctx (no reuse) does */
+    {
+        enum { M = 70, N = 90, K = 100 };
+        float *X = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
+        float *C1 = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
+        for (int i = 0; i < M * K; i++) X[i] = (float)zy_rng_normal(&rng);
+        for (int i = 0; i < N * K; i++) W[i] = (float)zy_rng_normal(&rng);
+        ZyGemmCtx ctx = {.bf16 = 1};
+        int same = 1;
+        for (int round = 0; round < 3; round++) {
+            zy_gemm_ctx_w(&ctx, 0, 1, M, N, K, 1, X, K, W, K, 0, C1, N);
+            zy_gemm_ctx(&ctx, 0, 1, M, N, K, 1, X, K, W, K, 0, C2, N);
+            same &= memcmp(C1, C2, sizeof(float) * M * N) == 0;
+            for (int i = 0; i < N * K; i++) W[i] *= -1.5f; /* an optimizer step */
+            zy_gemm_ctx_weights_changed(&ctx);
+        }
+        CHECK_MSG(same, "a weight's packed bf16 copy outlived zy_gemm_ctx_weights_changed");
+        zy_gemm_ctx_free(&ctx);
+        free(X), free(W), free(C1), free(C2);
+    }
     /* fp32 context and NULL: plain sgemm, bit for bit */
     float A[6] = {1.001f, 2, 3, 4, 5, 6}, B[6] = {0.3f, 1, 2, 3, 4, 5}, C1[4] = {0}, C2[4] = {0}, C3[4] = {0};
     ZyGemmCtx f32 = {0};
