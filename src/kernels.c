@@ -52,6 +52,8 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #define GEMM zy_gemm_f64
 #define GEMM_CTX(ctx, ...) zy_gemm_f64(__VA_ARGS__)
 #define GEMM_CTX_W(ctx, ...) zy_gemm_f64(__VA_ARGS__)
+#define GEMM_CTX_EX(ctx, ta, tb, M, N, K, al, A, lda, ak, B, ldb, bk, be, C, ldc) \
+    zy_gemm_f64(ta, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc)
 /* bf16 copies exist for float weights only */
 #define MATMUL_WT(ctx, rows, out, in, X, ldx, W, W16, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy)
 #define EXP exp
@@ -66,6 +68,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #undef GEMM
 #undef GEMM_CTX
 #undef GEMM_CTX_W
+#undef GEMM_CTX_EX
 #undef MATMUL_WT
 #undef EXP
 #undef VEXP

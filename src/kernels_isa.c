@@ -66,6 +66,7 @@ static inline float zy_verfcf(float z) {
 #define GEMM zy_gemm
 #define GEMM_CTX zy_gemm_ctx
 #define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
+#define GEMM_CTX_EX zy_gemm_ctx_ex
 #define MATMUL_WT zy_matmul_wt_ctx
 #define EXP expf
 #define VEXP zy_vexpf
@@ -79,6 +80,7 @@ static inline float zy_verfcf(float z) {
 #undef GEMM
 #undef GEMM_CTX
 #undef GEMM_CTX_W
+#undef GEMM_CTX_EX
 #undef MATMUL_WT
 #undef EXP
 #undef VEXP

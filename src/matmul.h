@@ -65,12 +65,21 @@ void zy_gemm_ctx_free(ZyGemmCtx *ctx);
  * falls back to fp32 (no error: the product is still right, only not rounded). */
 void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
-/* zy_gemm_ctx where B is a weight: under bf16 its rounded copy is made once and reused until
- * zy_gemm_ctx_weights_changed (call it whenever the weights change: after every optimizer step). */
+/* Under bf16 every operand is rounded to a bf16 copy; how long a copy may be reused is the operand's kind:
+ * ZY_MM_TEMP    made for this product only;
+ * ZY_MM_STABLE  unchanged until the next zy_gemm_ctx_weights_changed (the weights, a forward's saved activations;
+ *               model_forward calls it first): made once, reused by every product that reads it;
+ * ZY_MM_AGAIN   the caller's word that this is the same memory, unchanged, as an operand of the previous product
+ *               (the output gradient, read by both products of a backward): its copy is reused (made if no match).
+ * zy_gemm_ctx is zy_gemm_ctx_ex with both TEMP; zy_gemm_ctx_w with B STABLE. */
+enum { ZY_MM_TEMP, ZY_MM_STABLE, ZY_MM_AGAIN };
+void zy_gemm_ctx_ex(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                    int a_kind, const float *B, int ldb, int b_kind, float beta, float *C, int ldc);
 void zy_gemm_ctx_w(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *W, int ldw, float beta, float *C, int ldc);
 void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx);
-/* zy_matmul_wt under ctx's precision: bf16 rounds X and W (W must be fp32 then; W is a weight, as above). */
+/* zy_matmul_wt under ctx's precision: bf16 rounds X and W, both STABLE (a forward's input and a weight; W must be
+ * fp32 then). */
 void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
                       const uint16_t *W16, float *Y, int ldy);
 /* What runs bf16 products in this process: "oneDNN <version> (<isa>)" or the sgemm fallback, and why. */

@@ -150,16 +150,22 @@ typedef struct {
      * and frees it inside every call: with AMX that was a third of a bf16 training step in page faults. */
     void *scratch;
     size_t scratch_bytes;
-    /* bf16 copies of the weights (operands passed as weights), packed once per weights generation and reused by
-     * every product that reads them until the optimizer changes them (zy_gemm_ctx_weights_changed): the forward and
-     * the backward's input gradient read each matrix, every micro-batch. */
-    struct PackedWeight {
+    /* bf16 copies of the operands passed as ZY_MM_STABLE (weights, a forward's saved activations), packed once per
+     * generation (zy_gemm_ctx_weights_changed, at every forward) and reused by every product that reads them: the
+     * q, k and v projections read one input, and the backward's weight gradients read the forward's inputs again. */
+    struct PackedOperand {
         const float *src;
         int rows, cols, ld;
         unsigned gen;
         uint16_t *packed;
+        size_t cap; /* elements of packed */
     } *w;
     int nw, wcap;
+    /* the last temporary operand packed into each scratch slot (A, B): what ZY_MM_AGAIN may reuse */
+    struct {
+        const float *src;
+        int rows, cols, ld;
+    } last[2];
 } Dnnl;
 
 /* 1 if this oneDNN runs bf16 matmuls with native instructions here (AVX512-BF16 or AMX); on other CPUs it
@@ -257,23 +263,40 @@ static int dnnl_run(Dnnl *d, int ta, int tb, int M, int N, int K, float alpha, c
     return 0;
 }
 
-/* The packed bf16 copy [bucket(rows), bucket(cols)] of weight W [rows, cols] (ld) for generation gen. */
-static const uint16_t *packed_weight(Dnnl *d, const float *W, int rows, int cols, int ld, int prows, int pcols,
+/* The packed bf16 copy [bucket(rows), bucket(cols)] of a stable operand W [rows, cols] (ld) for generation gen. */
+static const uint16_t *packed_stable(Dnnl *d, const float *W, int rows, int cols, int ld, int prows, int pcols,
                                      unsigned gen) {
-    struct PackedWeight *e = NULL;
-    for (int i = 0; i < d->nw && !e; i++)
-        if (d->w[i].src == W && d->w[i].rows == rows && d->w[i].cols == cols && d->w[i].ld == ld) e = &d->w[i];
+    const size_t need = (size_t)prows * pcols;
+    struct PackedOperand *e = NULL, *stale = NULL;
+    for (int i = 0; i < d->nw && !e; i++) {
+        struct PackedOperand *c = &d->w[i];
+        if (c->src == W && c->rows == rows && c->cols == cols && c->ld == ld)
+            e = c;
+        else if (c->gen != gen && (!stale || (stale->cap < need && c->cap > stale->cap)))
+            stale = c; /* not read in this generation: free for another operand (rows per expert change) */
+    }
+    if (!e && stale) {
+        e = stale;
+        e->src = W, e->rows = rows, e->cols = cols, e->ld = ld, e->gen = gen - 1;
+    }
     if (!e) {
         if (d->nw == d->wcap) {
             const int cap = d->wcap ? 2 * d->wcap : 64;
-            struct PackedWeight *grown = realloc(d->w, sizeof *grown * (size_t)cap);
+            struct PackedOperand *grown = realloc(d->w, sizeof *grown * (size_t)cap);
             if (!grown) return NULL;
             d->w = grown, d->wcap = cap;
         }
-        uint16_t *packed = malloc(sizeof *packed * (size_t)prows * pcols);
-        if (!packed) return NULL;
         e = &d->w[d->nw++];
-        *e = (struct PackedWeight){.src = W, .rows = rows, .cols = cols, .ld = ld, .gen = gen - 1, .packed = packed};
+        *e = (struct PackedOperand){.src = W, .rows = rows, .cols = cols, .ld = ld, .gen = gen - 1};
+    }
+    if (e->cap < need) {
+        free(e->packed);
+        e->packed = malloc(sizeof *e->packed * need);
+        e->cap = e->packed ? need : 0;
+        if (!e->packed) {
+            e->src = NULL;
+            return NULL;
+        }
     }
     if (e->gen != gen) {
         pack_bf16(e->packed, W, rows, cols, ld, prows, pcols);
@@ -297,8 +320,25 @@ static void dnnl_free(Dnnl *d) {
 }
 
 /* The bf16 product through oneDNN; -1 (C untouched) if it cannot run here. */
+/* Operand slot (0: A, 1: B) of a product, packed to bf16 [prows, pcols] as its kind allows. */
+static const uint16_t *packed_operand(ZyGemmCtx *ctx, Dnnl *d, int slot, const float *src, int rows, int cols, int ld,
+                                      int prows, int pcols, int kind) {
+    if (kind == ZY_MM_STABLE) return packed_stable(d, src, rows, cols, ld, prows, pcols, ctx->weights_gen);
+    uint16_t *buf = scratch(ctx, slot, sizeof *buf * (size_t)prows * pcols);
+    if (!buf) return NULL;
+    for (int s = 0; s < 2 && kind == ZY_MM_AGAIN; s++) /* the caller's word that the contents are unchanged */
+        if (d->last[s].src == src && d->last[s].rows == rows && d->last[s].cols == cols && d->last[s].ld == ld) {
+            if (s != slot) memcpy(buf, ctx->scratch[s], sizeof *buf * (size_t)prows * pcols);
+            goto remember;
+        }
+    pack_bf16(buf, src, rows, cols, ld, prows, pcols);
+remember:
+    d->last[slot].src = src, d->last[slot].rows = rows, d->last[slot].cols = cols, d->last[slot].ld = ld;
+    return buf;
+}
+
 static int gemm_bf16_dnnl(ZyGemmCtx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                          const float *B, int ldb, int b_is_weight, float beta, float *C, int ldc) {
+                          int a_kind, const float *B, int ldb, int b_kind, float beta, float *C, int ldc) {
     Dnnl *d = ctx->dnnl;
     if (!d) {
         if (!dnnl_native_bf16()) return -1;
@@ -313,13 +353,17 @@ static int gemm_bf16_dnnl(ZyGemmCtx *ctx, int ta, int tb, int M, int N, int K, f
     const int ar = ta ? K : M, ac = ta ? M : K, arp = ta ? Kp : Mp, acp = ta ? Mp : Kp;
     const int br = tb ? N : K, bc = tb ? K : N, brp = tb ? Np : Kp, bcp = tb ? Kp : Np;
     const int direct = Mp == M && Np == N; /* C itself can take the result */
-    uint16_t *a = scratch(ctx, 0, sizeof *a * (size_t)arp * acp);
-    const uint16_t *b = b_is_weight ? packed_weight(d, B, br, bc, ldb, brp, bcp, ctx->weights_gen)
-                                    : scratch(ctx, 1, sizeof *b * (size_t)brp * bcp);
+    /* B first: an A packed "again" from slot 1 must be copied out before B overwrites that slot */
+    const uint16_t *a = NULL, *b = NULL;
+    if (a_kind == ZY_MM_AGAIN && d->last[1].src == A) {
+        a = packed_operand(ctx, d, 0, A, ar, ac, lda, arp, acp, a_kind);
+        b = packed_operand(ctx, d, 1, B, br, bc, ldb, brp, bcp, b_kind);
+    } else {
+        b = packed_operand(ctx, d, 1, B, br, bc, ldb, brp, bcp, b_kind);
+        a = b ? packed_operand(ctx, d, 0, A, ar, ac, lda, arp, acp, a_kind) : NULL;
+    }
     float *c = direct ? C : scratch(ctx, 2, sizeof *c * (size_t)Mp * Np);
     if (!a || !b || !c) return -1;
-    pack_bf16(a, A, ar, ac, lda, arp, acp);
-    if (!b_is_weight) pack_bf16((uint16_t *)b, B, br, bc, ldb, brp, bcp);
     if (dnnl_run(d, ta, tb, Mp, Np, Kp, alpha, a, acp, b, bcp, direct ? beta : 0.0f, c, direct ? ldc : Np)) {
         d->broken = 1;
         return -1;
@@ -345,18 +389,18 @@ void zy_gemm_ctx_free(ZyGemmCtx *ctx) {
     ctx->dnnl = NULL;
 }
 
-static void gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, int b_is_weight, float beta, float *C, int ldc) {
+void zy_gemm_ctx_ex(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                    int a_kind, const float *B, int ldb, int b_kind, float beta, float *C, int ldc) {
     if (!ctx || !ctx->bf16 || M <= 0 || N <= 0 || K <= 0) {
         zy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
 #ifdef ZY_HAVE_DNNL
     if (zy_cpu_level() >= ZY_CPU_AVX512BF16 &&
-        gemm_bf16_dnnl(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, b_is_weight, beta, C, ldc) == 0)
+        gemm_bf16_dnnl(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, a_kind, B, ldb, b_kind, beta, C, ldc) == 0)
         return;
 #else
-    (void)b_is_weight;
+    (void)a_kind, (void)b_kind;
 #endif
     const int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
     float *a = scratch(ctx, 0, sizeof *a * (size_t)ar * ac), *b = scratch(ctx, 1, sizeof *b * (size_t)br * bc);
@@ -371,12 +415,12 @@ static void gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int
 
 void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc) {
-    gemm_ctx(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0, beta, C, ldc);
+    zy_gemm_ctx_ex(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, ZY_MM_TEMP, B, ldb, ZY_MM_TEMP, beta, C, ldc);
 }
 
 void zy_gemm_ctx_w(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *W, int ldw, float beta, float *C, int ldc) {
-    gemm_ctx(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, W, ldw, 1, beta, C, ldc);
+    zy_gemm_ctx_ex(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, ZY_MM_TEMP, W, ldw, ZY_MM_STABLE, beta, C, ldc);
 }
 
 void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx) {
@@ -386,7 +430,7 @@ void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx) {
 void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
                       const uint16_t *W16, float *Y, int ldy) {
     if (ctx && ctx->bf16 && W)
-        zy_gemm_ctx_w(ctx, 0, 1, rows, out, in, 1.0f, X, ldx, W, in, 0.0f, Y, ldy);
+        zy_gemm_ctx_ex(ctx, 0, 1, rows, out, in, 1.0f, X, ldx, ZY_MM_STABLE, W, in, ZY_MM_STABLE, 0.0f, Y, ldy);
     else
         zy_matmul_wt(rows, out, in, X, ldx, W, W16, Y, ldy);
 }

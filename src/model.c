@@ -527,18 +527,19 @@ static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     zero(d->d_router_logits, (size_t)N * (E + 1));
     router_choice_backward(d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, E + 1);
     zy_gemm_ctx_w(gemm, 0, 0, N, R, E + 1, 1, d->d_router_logits, E + 1, W->router_out_w, R, 0, d->d_h2, R);
-    zy_gemm_ctx(gemm, 1, 0, E + 1, R, N, 1, d->d_router_logits, E + 1, L->router_h2, R, 1, G->router_out_w, R);
+    zy_gemm_ctx_ex(gemm, 1, 0, E + 1, R, N, 1, d->d_router_logits, E + 1, ZY_MM_AGAIN, L->router_h2, R, ZY_MM_STABLE, 1,
+                   G->router_out_w, R);
     gelu_bias_backward(d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
     zy_gemm_ctx_w(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc2_w, R, 0, d->d_h2, R);       /* d_h2 = d(h1) */
-    zy_gemm_ctx(gemm, 1, 0, R, R, N, 1, d->d_h1, R, L->router_h1, R, 1, G->router_fc2_w, R);
+    zy_gemm_ctx_ex(gemm, 1, 0, R, R, N, 1, d->d_h1, R, ZY_MM_AGAIN, L->router_h1, R, ZY_MM_STABLE, 1, G->router_fc2_w, R);
     gelu_bias_backward(d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
     zy_gemm_ctx_w(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc1_w, R, 0, d->d_zn, R);
-    zy_gemm_ctx(gemm, 1, 0, R, R, N, 1, d->d_h1, R, L->router_zn, R, 1, G->router_fc1_w, R);
+    zy_gemm_ctx_ex(gemm, 1, 0, R, R, N, 1, d->d_h1, R, ZY_MM_AGAIN, L->router_zn, R, ZY_MM_STABLE, 1, G->router_fc1_w, R);
     rmsnorm_backward(dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
     /* z = u W_downᵀ + b + r_prev ⊙ γ */
     state_backward(dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
     zy_gemm_ctx_w(gemm, 0, 0, N, D, R, 1, dz, R, W->router_down_w, D, 0, d->d_u, D);
-    zy_gemm_ctx(gemm, 1, 0, R, D, N, 1, dz, R, L->u_mlp, D, 1, G->router_down_w, D);
+    zy_gemm_ctx_ex(gemm, 1, 0, R, D, N, 1, dz, R, ZY_MM_AGAIN, L->u_mlp, D, ZY_MM_STABLE, 1, G->router_down_w, D);
     double t2 = tm ? zy_now_seconds() : 0;
     /* experts: grouped GEMMs, SwiGLU backward, scatter-add of dxin into d_u */
     moe_experts_backward(d->d_u, G->expert_gate_up, G->expert_down, d->d_expert_act, d->d_expert_gu, d->d_expert_in,
@@ -589,9 +590,10 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
                       T, C, dh, c->cca_time0, c->cca_time1);
     /* 1. down projections (dX has row stride C) */
     zy_gemm_ctx_w(a->gemm, 0, 0, N, D, Cq, 1, d->d_qk_down, C, W->w_q, D, 1, d->d_u, D);
-    zy_gemm_ctx(a->gemm, 1, 0, Cq, D, N, 1, d->d_qk_down, C, L->u_attn, D, 1, G->w_q, D);
+    zy_gemm_ctx_ex(a->gemm, 1, 0, Cq, D, N, 1, d->d_qk_down, C, ZY_MM_AGAIN, L->u_attn, D, ZY_MM_STABLE, 1, G->w_q, D);
     zy_gemm_ctx_w(a->gemm, 0, 0, N, D, Ck, 1, d->d_qk_down + Cq, C, W->w_k, D, 1, d->d_u, D);
-    zy_gemm_ctx(a->gemm, 1, 0, Ck, D, N, 1, d->d_qk_down + Cq, C, L->u_attn, D, 1, G->w_k, D);
+    zy_gemm_ctx_ex(a->gemm, 1, 0, Ck, D, N, 1, d->d_qk_down + Cq, C, ZY_MM_AGAIN, L->u_attn, D, ZY_MM_STABLE, 1,
+                   G->w_k, D);
 }
 
 double model_backward(Model *m, Activations *a, const int32_t *targets) {
@@ -605,7 +607,8 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
     TIMED(tm, PHASE_HEAD, {
         loss = cross_entropy(d->d_logits, a->row_loss, a->logits, targets, N, V, 1.0);
         zy_gemm_ctx_w(a->gemm, 0, 0, N, D, V, 1, d->d_logits, V, w->lm_head, D, 0, d->d_final, D);
-        zy_gemm_ctx(a->gemm, 1, 0, V, D, N, 1, d->d_logits, V, a->final_normed, D, 1, g->lm_head, D);
+        zy_gemm_ctx_ex(a->gemm, 1, 0, V, D, N, 1, d->d_logits, V, ZY_MM_AGAIN, a->final_normed, D, ZY_MM_STABLE, 1,
+                       g->lm_head, D);
     });
     /* Each RMSNorm backward runs fused with the backward of the residual merge that produced its input
      * (rmsnorm_merge_backward): d_x becomes the residual-path gradient below the merge, d_h its other input's. */

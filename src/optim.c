@@ -117,8 +117,8 @@ int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg
         optim_free(o);
         return zy_fail(err, "Newton–Schulz workspace size overflows");
     }
-    o->exp_avg = zy_calloc((len ? len : 1) * sizeof(float));
-    o->exp_avg_sq = zy_calloc((len ? len : 1) * sizeof(float));
+    o->exp_avg = zy_calloc_resident((len ? len : 1) * sizeof(float)); /* read before written: see util.h */
+    o->exp_avg_sq = zy_calloc_resident((len ? len : 1) * sizeof(float));
     o->ns_work = zy_calloc(work_bytes);
     if (!o->exp_avg || !o->exp_avg_sq || !o->ns_work || !o->jobs) {
         optim_free(o);

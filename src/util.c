@@ -67,6 +67,15 @@ void *zy_calloc(size_t n_bytes) {
     return p;
 }
 
+void *zy_calloc_resident(size_t n_bytes) {
+    size_t rounded = (n_bytes + 63) & ~(size_t)63;
+    if (rounded < n_bytes) return NULL;
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
 void zy_free(void *p) { free(p); }
 
 void zy_release_pages(void *p, size_t bytes) {
