@@ -2,8 +2,11 @@
 ZAYA config through transformers' ZayaForCausalLM + torch.optim.AdamW (eager, and optionally torch.compile) and
 through `zaya bench train`; and greedy generation (`model.generate`) vs `zaya bench decode`. Every variant runs in
 its own process (so peak resident memory is its own) and the variants alternate over --rounds rounds; the table
-shows medians. Usage: python3 bench/vs_pytorch.py --config configs/demo-model.json [--batch 16 --seq 128 --steps 5
---threads 2 --compile --rounds 1 --decode-context 128 --decode-tokens 64 --no-decode]"""
+shows medians. With --bf16 it adds PyTorch with bf16 autocast (fp32 master weights and AdamW, forward and loss under
+torch.autocast("cpu", torch.bfloat16); torch.compile too with --compile) against `zaya bench train --precision bf16`.
+Usage: python3 bench/vs_pytorch.py --config configs/demo-model.json [--batch 16 --seq 128 --steps 5
+--threads 2 --compile --bf16 --rounds 1 --decode-context 128 --decode-tokens 64 --no-decode]"""
+import contextlib
 import argparse
 import json
 import os
@@ -45,16 +48,20 @@ def torch_worker(args):
         print(json.dumps({"tokens_per_s": tps, "peak_rss_mb": peak_rss_mb()}))
         return
     model.train()
-    step_model = torch.compile(model) if args.worker == "compile" else model
+    compiled = args.worker in ("compile", "compile_bf16")
+    step_model = torch.compile(model) if compiled else model
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.worker.endswith("_bf16")
+                else contextlib.nullcontext())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, vocab, (args.batch, args.seq))
     # torch.compile compiles forward and backward on the first calls (and may recompile once): more warm-up
-    warmup = args.compile_warmup if args.worker == "compile" else 2
+    warmup = args.compile_warmup if compiled else 2
     times = []
     for i in range(args.steps + warmup):
         t0 = time.perf_counter()
-        logits = step_model(tokens).logits
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        with autocast:
+            logits = step_model(tokens).logits
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -83,9 +90,10 @@ def run_zaya(args, *extra):
     return out.stdout
 
 
-def zaya_train(args, optimizer):
+def zaya_train(args, optimizer, precision="fp32"):
     out = run_zaya(args, "train", "--config", args.config, "--batch", str(args.batch), "--seq", str(args.seq),
-                   "--steps", str(max(args.steps, 5)), "--threads", str(args.threads), "--optimizer", optimizer)
+                   "--steps", str(max(args.steps, 5)), "--threads", str(args.threads), "--optimizer", optimizer,
+                   "--precision", precision)
     return {"tokens_per_s": float(re.search(r"throughput\s+(\d+) tokens/s", out).group(1)),
             "mfu": float(re.search(r"MFU\s+([\d.]+)%", out).group(1)),
             "mfu_fwd_bwd": float(re.search(r"MFU fwd\+bwd\s+([\d.]+)%", out).group(1)),
@@ -118,37 +126,64 @@ def main():
     ap.add_argument("--decode-context", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--no-decode", action="store_true")
-    ap.add_argument("--worker", choices=["eager", "compile", "generate", "generate_bf16"], help=argparse.SUPPRESS)
+    ap.add_argument("--bf16", action="store_true",
+                    help="also PyTorch bf16 autocast vs zaya --precision bf16")
+    ap.add_argument("--worker", choices=["eager", "compile", "eager_bf16", "compile_bf16", "generate", "generate_bf16"],
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         torch_worker(args)
         return
     variants = ["eager"] + (["compile"] if args.compile else [])
-    res = {v: [] for v in variants + ["zaya", "zaya_adamw"]}
+    if args.bf16:
+        variants += ["eager_bf16"] + (["compile_bf16"] if args.compile else [])
+    zaya_variants = ["zaya", "zaya_adamw"] + (["zaya_bf16", "zaya_adamw_bf16"] if args.bf16 else [])
+    res = {v: [] for v in variants + zaya_variants}
     dec = {"generate": [], "generate_bf16": [], "zaya": [], "zaya_bf16": []}
     for _ in range(args.rounds):
         for v in variants:
             res[v].append(run_torch(args, v))
         res["zaya_adamw"].append(zaya_train(args, "adamw"))
         res["zaya"].append(zaya_train(args, "muon"))
+        if args.bf16:
+            res["zaya_adamw_bf16"].append(zaya_train(args, "adamw", "bf16"))
+            res["zaya_bf16"].append(zaya_train(args, "muon", "bf16"))
         if not args.no_decode:
             dec["generate"].append(run_torch(args, "generate"))
             dec["generate_bf16"].append(run_torch(args, "generate_bf16"))
             dec["zaya"].append(zaya_decode(args, "f32"))
             dec["zaya_bf16"].append(zaya_decode(args, "bf16"))
     z = median_of(res["zaya_adamw"])  # like for like: the PyTorch side runs AdamW
+    info = subprocess.run([ZAYA, "info"], capture_output=True, text=True).stdout
+    for line in info.splitlines():
+        if line.startswith(("cpu ", "kernels ", "bf16 gemm ")):
+            print(line)
     print(f"config {args.config}, batch {args.batch} x {args.seq}, {args.threads} threads, "
           f"medians of {args.rounds} round(s)")
-    print(f"{'training':42s} {'tokens/s':>10s} {'peak MB':>9s} {'zaya AdamW / this':>12s}")
-    names = {"eager": "transformers eager + AdamW", "compile": "transformers torch.compile + AdamW"}
+    print(f"{'training':48s} {'tokens/s':>10s} {'peak MB':>9s} {'zaya AdamW (same precision) / this':>12s}")
+    names = {"eager": "transformers eager + AdamW", "compile": "transformers torch.compile + AdamW",
+             "eager_bf16": "transformers eager, bf16 autocast + AdamW",
+             "compile_bf16": "transformers torch.compile, bf16 autocast + AdamW"}
     for v in variants:
-        print(f"{names[v]:42s} {median_of(res[v]):10.0f} {median_of(res[v], 'peak_rss_mb'):9.0f} "
-              f"{z / median_of(res[v]):12.2f}")
-    for key, label in (("zaya_adamw", "zaya, AdamW"), ("zaya", "zaya, Muon + AdamW")):
+        zz = median_of(res["zaya_adamw_bf16"]) if v.endswith("_bf16") else z
+        print(f"{names[v]:48s} {median_of(res[v]):10.0f} {median_of(res[v], 'peak_rss_mb'):9.0f} "
+              f"{zz / median_of(res[v]):12.2f}")
+    labels = [("zaya_adamw", "zaya, AdamW"), ("zaya", "zaya, Muon + AdamW")]
+    if args.bf16:
+        labels += [("zaya_adamw_bf16", "zaya bf16, AdamW"), ("zaya_bf16", "zaya bf16, Muon + AdamW")]
+    for key, label in labels:
         name = f"{label} (MFU {median_of(res[key], 'mfu'):.1f}%, fwd+bwd {median_of(res[key], 'mfu_fwd_bwd'):.1f}%)"
-        print(f"{name:42s} {median_of(res[key]):10.0f} {median_of(res[key], 'peak_rss_mb'):9.0f} "
-              f"{median_of(res[key]) / z:12.2f}")
+        print(f"{name:48s} {median_of(res[key]):10.0f} {median_of(res[key], 'peak_rss_mb'):9.0f} "
+              f"{median_of(res[key]) / z:12.2f}   (/ zaya fp32 AdamW)")
     print(f"zaya (Muon) breakdown: {res['zaya'][-1]['breakdown']}")
+    if args.bf16:
+        zb = median_of(res["zaya_adamw_bf16"])
+        print(f"zaya bf16 / zaya fp32 (AdamW): {zb / z:.2f}; (Muon + AdamW): "
+              f"{median_of(res['zaya_bf16']) / median_of(res['zaya']):.2f}")
+        print(f"zaya bf16 / transformers eager bf16 autocast (AdamW): {zb / median_of(res['eager_bf16']):.2f}")
+        if args.compile:
+            print(f"zaya bf16 / torch.compile bf16 autocast (AdamW): {zb / median_of(res['compile_bf16']):.2f}")
+        print(f"zaya bf16 (AdamW) breakdown: {res['zaya_adamw_bf16'][-1]['breakdown']}")
     if not args.no_decode:
         zd, zb = median_of(dec["zaya"]), median_of(dec["zaya_bf16"])
         gen, genb = median_of(dec["generate"]), median_of(dec["generate_bf16"])

@@ -22,16 +22,6 @@ struct OptimJob {
     double cost;  /* estimated work (FLOPs or their equivalent), for the schedule */
 };
 
-void optim_config_default(OptimConfig *c) {
-    c->weight_decay = 0.0;
-    c->beta1 = 0.9;
-    c->beta2 = 0.95;
-    c->eps = 1e-8;
-    c->muon_momentum = 0.95;
-    c->muon_ns_steps = 5;
-    c->adamw_only = 0;
-}
-
 /* A Muon tensor is one matrix [m, n], or a stack of them (experts: [E, m, n]). */
 static void matrix_shape(const ParamInfo *p, int *count, int *m, int *n) {
     if (p->ndim == 3) {
@@ -120,7 +110,8 @@ int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg
     o->exp_avg = zy_calloc_resident((len ? len : 1) * sizeof(float)); /* read before written: see util.h */
     o->exp_avg_sq = zy_calloc_resident((len ? len : 1) * sizeof(float));
     o->ns_work = zy_calloc(work_bytes);
-    if (!o->exp_avg || !o->exp_avg_sq || !o->ns_work || !o->jobs) {
+    o->ns_gemm = calloc((size_t)o->n_workers, sizeof *o->ns_gemm); /* fp32 until optim_set_bf16 */
+    if (!o->exp_avg || !o->exp_avg_sq || !o->ns_work || !o->jobs || !o->ns_gemm) {
         optim_free(o);
         return zy_fail(err, "out of memory allocating optimizer state (%zu MB)",
                        (2 * len * sizeof(float) + work_bytes) >> 20);
@@ -212,7 +203,13 @@ double grad_sumsq_owned(const Optimizer *o, const ParamTable *t) { return grad_w
 
 void grad_scale_owned(const Optimizer *o, ParamTable *t, double s) { grad_walk(t, o->owned, (float)s, 1); }
 
+void optim_set_bf16(Optimizer *o, int bf16) {
+    for (int i = 0; i < o->n_workers && o->ns_gemm; i++) o->ns_gemm[i].bf16 = bf16;
+}
+
 void optim_free(Optimizer *o) {
+    for (int i = 0; i < o->n_workers && o->ns_gemm; i++) zy_gemm_ctx_free(&o->ns_gemm[i]);
+    free(o->ns_gemm);
     zy_free(o->exp_avg);
     zy_free(o->exp_avg_sq);
     zy_free(o->ns_work);
@@ -268,10 +265,29 @@ static void mirror_upper(float *M, int r) {
  * transposes, so no copy is ever transposed. Xn [m, n], A, B [r, r] (r = min(m, n)) are scratch. A = X Xᵀ and
  * A² = A Aᵀ are symmetric: syrk computes their upper triangles at half the gemm FLOPs, a mirror completes them
  * for the next product. Returns the buffer holding the result (X or Xn). */
-static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int m, int n, int steps) {
+static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int m, int n, int steps, ZyGemmCtx *gemm) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
     const int tall = m > n, r = tall ? n : m, k = tall ? m : n;
     const size_t len = (size_t)m * n;
+    if (gemm && gemm->bf16) { /* bf16 products: whole GEMMs (no bf16 syrk), each on bf16-rounded inputs */
+        for (int it = 0; it < steps; it++) {
+            if (tall)
+                zy_gemm_ctx(gemm, 1, 0, r, r, k, 1.0f, X, n, X, n, 0.0f, A, r); /* A = Xᵀ X */
+            else
+                zy_gemm_ctx(gemm, 0, 1, r, r, k, 1.0f, X, n, X, n, 0.0f, A, r); /* A = X Xᵀ */
+            for (size_t i = 0; i < (size_t)r * r; i++) B[i] = b * A[i];
+            zy_gemm_ctx(gemm, 0, 0, r, r, r, c, A, r, A, r, 1.0f, B, r); /* B = bA + cA² */
+            for (size_t i = 0; i < len; i++) Xn[i] = a * X[i];
+            if (tall)
+                zy_gemm_ctx(gemm, 0, 0, m, n, n, 1.0f, X, n, B, r, 1.0f, Xn, n); /* Xᵀ = aXᵀ + Xᵀ B */
+            else
+                zy_gemm_ctx(gemm, 0, 0, m, n, m, 1.0f, B, r, X, n, 1.0f, Xn, n); /* X = aX + BX */
+            float *tmp = X;
+            X = Xn;
+            Xn = tmp;
+        }
+        return X;
+    }
     for (int it = 0; it < steps; it++) {
         zy_syrk_upper(tall, r, k, 1.0f, X, n, 0.0f, A, r); /* A = X Xᵀ (wide orientation) */
         mirror_upper(A, r);
@@ -297,7 +313,7 @@ void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *
     float *X = work, *Xn = X + len, *A = Xn + len, *B = A + (size_t)r * r;
     const float inv = (float)(1.0 / (sqrt(sumsq_f32(G, len)) + 1e-7));
     for (size_t i = 0; i < len; i++) X[i] = G[i] * inv;
-    X = ns5_iterate(X, Xn, A, B, m, n, steps);
+    X = ns5_iterate(X, Xn, A, B, m, n, steps, NULL);
     memcpy(out, X, len * sizeof(float));
 }
 
@@ -336,7 +352,8 @@ static void muon_update_reference(Optimizer *o, float *w, const float *g, float 
 /* The same Muon update with the element-wise work in a few contiguous passes: momentum + Nesterov straight into
  * the Newton–Schulz input, its norm and scaling, and the weight update from the Newton–Schulz result. Same
  * arithmetic per element as the reference. */
-static void muon_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, float *work) {
+static void muon_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, float *work,
+                     ZyGemmCtx *gemm) {
     const int m = j->m, n = j->n, r = m < n ? m : n;
     const size_t len = j->len;
     float *w = t->data + j->off, *mom = o->exp_avg + (j->off - o->begin);
@@ -351,7 +368,7 @@ static void muon_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const
      * time otherwise); the summation order differs from the reference's only in rounding. */
     const float inv = (float)(1.0 / (sqrt(sumsq_f32(X, len)) + 1e-7));
     for (size_t i = 0; i < len; i++) X[i] *= inv;
-    const float *O = ns5_iterate(X, Xn, A, B, m, n, k->ns_steps);
+    const float *O = ns5_iterate(X, Xn, A, B, m, n, k->ns_steps, gemm);
     const float scale = (float)(0.2 * sqrt((double)(m > n ? m : n)) * k->lr), decay = k->muon_decay;
     for (size_t i = 0; i < len; i++) w[i] -= scale * O[i] + decay * w[i];
 }
@@ -383,9 +400,10 @@ static void adamw_job(const Optimizer *o, ParamTable *t, const OptimJob *j, cons
     for (size_t i = 0; i < j->len; i++) adamw_elem(&w[i], &g[i], &m[i], &v[i], k, decay);
 }
 
-static void run_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, float *work) {
+static void run_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, int worker) {
+    float *work = o->ns_work + (size_t)worker * o->ns_work_floats;
     if (j->kind == JOB_MUON)
-        muon_job(o, t, j, k, work);
+        muon_job(o, t, j, k, work, &o->ns_gemm[worker]);
     else
         adamw_job(o, t, j, k);
 }
@@ -406,12 +424,12 @@ void optim_step(Optimizer *o, ParamTable *t, double lr) {
         while (first < o->n_jobs) {
             rest -= o->jobs[first].cost;
             if (o->jobs[first].cost * (nt - 1) <= rest) break;
-            run_job(o, t, &o->jobs[first++], &k, o->ns_work);
+            run_job(o, t, &o->jobs[first++], &k, 0); /* worker 0's workspace: no job runs alongside */
         }
     }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && o->n_jobs - first > 1)
     for (int i = first; i < o->n_jobs; i++)
-        run_job(o, t, &o->jobs[i], &k, o->ns_work + (size_t)omp_get_thread_num() * o->ns_work_floats);
+        run_job(o, t, &o->jobs[i], &k, omp_get_thread_num());
 }
 
 void optim_step_reference(Optimizer *o, ParamTable *t, double lr) {

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "matmul.h"
 #include "params.h"
 #include "util.h"
 
@@ -16,7 +17,11 @@ typedef struct {
     int adamw_only;        /* every trainable tensor on AdamW (to compare with AdamW-only stacks; not ZAYA's recipe) */
 } OptimConfig;
 
-void optim_config_default(OptimConfig *c);
+/* Inline: the run-config parser (and its fuzz target) needs the defaults without the optimizer. */
+static inline void optim_config_default(OptimConfig *c) {
+    *c = (OptimConfig){.weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .muon_momentum = 0.95,
+                       .muon_ns_steps = 5, .adamw_only = 0};
+}
 
 /* One independent piece of a step (a Muon matrix, or a chunk of an AdamW tensor); defined in optim.c. */
 typedef struct OptimJob OptimJob;
@@ -36,6 +41,7 @@ typedef struct {
     int n_workers;         /* threads that may run jobs at once (OpenMP max threads at create) */
     float *ns_work;        /* n_workers Newton–Schulz workspaces, each sized for the largest owned matrix */
     size_t ns_work_floats; /* per worker */
+    ZyGemmCtx *ns_gemm;    /* [n_workers]: the Newton–Schulz products' precision (optim_set_bf16) and scratch */
 } Optimizer;
 
 /* State of tensor p (which = 0: exp_avg, 1: exp_avg_sq); p must be owned. */
@@ -45,6 +51,10 @@ static inline float *optim_state(const Optimizer *o, const ParamInfo *p, int whi
 
 /* Owns the whole table. */
 int optim_create(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, ZyErr *err);
+/* "precision": "bf16": Muon's Newton–Schulz products take bf16-rounded inputs with fp32 sums (as Muon's reference
+ * implementation runs them in bf16); the momentum, the AdamW moments and the weights stay fp32. A bf16 step
+ * allocates its products' scratch on first use. */
+void optim_set_bf16(Optimizer *o, int bf16);
 /* Owns the tensors inside [begin, end) (block boundaries from zero1_partition). */
 int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, size_t begin, size_t end,
                        ZyErr *err);

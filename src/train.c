@@ -483,6 +483,7 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     if (optim_create_block(&t->opt, &t->model.params, &rc->optim, t->zero_bounds[d->rank], t->zero_bounds[d->rank + 1],
                            err))
         return -1;
+    optim_set_bf16(&t->opt, rc->bf16);
     t->have_opt = 1;
     if (balancer_create(&t->bal, c->num_layers, c->num_experts, rc->balancing_lr, err)) return -1;
     t->have_bal = 1;

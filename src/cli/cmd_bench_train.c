@@ -79,6 +79,7 @@ int bench_train(int argc, char **argv) {
     optim_config_default(&oc);
     oc.adamw_only = strcmp(optimizer, "adamw") == 0;
     if (optim_create(&o, &m.params, &oc, &err)) goto done;
+    optim_set_bf16(&o, bf16);
     have_opt = 1;
     tokens = malloc((size_t)B * T * sizeof *tokens);
     targets = malloc((size_t)B * T * sizeof *targets);
@@ -126,7 +127,7 @@ int bench_train(int argc, char **argv) {
     char backend[256];
     zy_gemm_bf16_backend(backend, sizeof backend);
     printf("precision    %s%s%s\n", bf16 ? "bf16 products: " : "fp32", bf16 ? backend : "",
-           bf16 ? "; fp32 master weights, optimizer, norms, attention" : "");
+           bf16 ? "; Newton-Schulz products bf16 too; fp32 master weights, optimizer state, norms, attention" : "");
     printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
     printf("throughput   %.0f tokens/s, %.1f GFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
            tps * flops / 1e9, flops / 1e9);
