@@ -153,3 +153,12 @@ ZyCpuLevel zy_cpu_level(void) {
 }
 
 void zy_cpu_set_level(ZyCpuLevel level) { atomic_store(&process_level, (int)level); }
+
+int zy_cpu_init(const char *zaya_cpu, ZyErr *err) {
+    ZyCpuInfo ci;
+    ZyCpuLevel level;
+    zy_cpu_detect(&ci);
+    if (zy_cpu_choose_level(zaya_cpu, &ci, &level, err)) return -1;
+    zy_cpu_set_level(level);
+    return 0;
+}

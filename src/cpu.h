@@ -45,5 +45,8 @@ int zy_cpu_choose_level(const char *zaya_cpu, const ZyCpuInfo *ci, ZyCpuLevel *o
  * until then, and in programs that never set it, the best level of this CPU. */
 ZyCpuLevel zy_cpu_level(void);
 void zy_cpu_set_level(ZyCpuLevel level);
+/* For a program's entry: detects the CPU, chooses the level ZAYA_CPU (zaya_cpu) asks for and sets it; -1 with the
+ * reason otherwise (nothing set). */
+int zy_cpu_init(const char *zaya_cpu, ZyErr *err);
 
 #endif

@@ -82,16 +82,10 @@ static void configure_runtime(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     configure_runtime(argc, argv);
-    { /* the kernel level: the best this CPU runs, or the one ZAYA_CPU names (an error if the CPU lacks it) */
-        ZyCpuInfo ci;
-        ZyCpuLevel level;
-        ZyErr err;
-        zy_cpu_detect(&ci);
-        if (zy_cpu_choose_level(getenv("ZAYA_CPU"), &ci, &level, &err) != 0) {
-            fprintf(stderr, "zaya: %s\n", err.msg);
-            return 1;
-        }
-        zy_cpu_set_level(level);
+    ZyErr err; /* the kernel level: the best this CPU runs, or the one ZAYA_CPU names (an error if the CPU lacks it) */
+    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0) {
+        fprintf(stderr, "zaya: %s\n", err.msg);
+        return 1;
     }
     if (argc < 2) {
         usage(stderr);

@@ -27,19 +27,12 @@ void zy_test_register(const char *name, const char *file, ZyTestFn fn) {
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0;
-    { /* the process's kernel level, as in zaya: ZAYA_CPU or the best this CPU runs */
-        ZyCpuInfo ci;
-        ZyCpuLevel level;
-        ZyErr err;
-        zy_cpu_detect(&ci);
-        if (zy_cpu_choose_level(getenv("ZAYA_CPU"), &ci, &level, &err) != 0) {
-            fprintf(stderr, "zaya_tests: %s\n", err.msg);
-            return 1;
-        }
-        zy_cpu_set_level(level);
-        printf("kernel level %s (best on this CPU: %s)\n", zy_cpu_level_name(level),
-               zy_cpu_level_name(zy_cpu_best_level(&ci)));
+    ZyErr err; /* the process's kernel level, as in zaya: ZAYA_CPU or the best this CPU runs */
+    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0) {
+        fprintf(stderr, "zaya_tests: %s\n", err.msg);
+        return 1;
     }
+    printf("kernel level %s\n", zy_cpu_level_name(zy_cpu_level()));
     for (int i = 0; i < n_tests; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
         int f = 0;

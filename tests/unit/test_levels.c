@@ -123,7 +123,10 @@ typedef struct {
     double loss;
 } ModelRun;
 
-static int run_model_at(ZyCpuLevel level, const ZayaConfig *c, const int32_t *tokens, int B, int T, ModelRun *out) {
+/* bf16: "precision": "bf16" products; decode: also the cached decoding, fp32 then bf16 weights (else dec* NULL).
+ * Vector parameters are randomised only with decode (the level comparison), so the two uses differ in data too. */
+static int run_model_at(ZyCpuLevel level, int bf16, int decode, const ZayaConfig *c, const int32_t *tokens, int B,
+                        int T, ModelRun *out) {
     zy_cpu_set_level(level);
     Model m;
     Activations a;
@@ -132,10 +135,11 @@ static int run_model_at(ZyCpuLevel level, const ZayaConfig *c, const int32_t *to
         fprintf(stderr, "    %s\n", err.msg);
         return -1;
     }
+    acts_set_bf16(&a, bf16);
     model_init_weights(&m, 5);
     ZyRng rng;
     zy_rng_seed(&rng, 9); /* every vector parameter away from its initial constant, so each path matters */
-    for (int i = 0; i < m.params.count; i++)
+    for (int i = 0; i < m.params.count && decode; i++)
         if (m.params.info[i].ndim == 1)
             for (size_t k = 0; k < m.params.info[i].numel; k++)
                 m.params.data[m.params.info[i].offset + k] += (float)(0.1 * zy_rng_normal(&rng));
@@ -149,17 +153,21 @@ static int run_model_at(ZyCpuLevel level, const ZayaConfig *c, const int32_t *to
     out->loss = model_backward(&m, &a, targets);
     out->grad = malloc(sizeof(float) * m.params.total);
     memcpy(out->grad, m.params.grad, sizeof(float) * m.params.total);
-    /* cached decoding of the first sequence, one token at a time, then the same with bf16 weights */
-    KVCache kc;
-    out->dec = malloc(sizeof(float) * T * V), out->dec16 = malloc(sizeof(float) * T * V);
-    int rc = kvcache_create(&kc, c, 1, T, &err);
-    for (int t = 0; rc == 0 && t < T; t++) rc = model_decode(&m, &kc, tokens + t, 1, out->dec + (long)t * V, 0, &err);
-    if (rc == 0) rc = model_use_bf16(&m, &err) < 0 ? -1 : 0;
-    kvcache_reset(&kc);
-    for (int t = 0; rc == 0 && t < T; t++)
-        rc = model_decode(&m, &kc, tokens + t, 1, out->dec16 + (long)t * V, 0, &err);
-    kvcache_free(&kc);
-    if (rc) fprintf(stderr, "    %s: %s\n", zy_cpu_level_name(level), err.msg);
+    out->dec = out->dec16 = NULL;
+    int rc = 0;
+    if (decode) { /* cached decoding of the first sequence, one token at a time, then the same with bf16 weights */
+        KVCache kc;
+        out->dec = malloc(sizeof(float) * T * V), out->dec16 = malloc(sizeof(float) * T * V);
+        rc = kvcache_create(&kc, c, 1, T, &err);
+        for (int t = 0; rc == 0 && t < T; t++)
+            rc = model_decode(&m, &kc, tokens + t, 1, out->dec + (long)t * V, 0, &err);
+        if (rc == 0) rc = model_use_bf16(&m, &err) < 0 ? -1 : 0;
+        kvcache_reset(&kc);
+        for (int t = 0; rc == 0 && t < T; t++)
+            rc = model_decode(&m, &kc, tokens + t, 1, out->dec16 + (long)t * V, 0, &err);
+        kvcache_free(&kc);
+        if (rc) fprintf(stderr, "    %s: %s\n", zy_cpu_level_name(level), err.msg);
+    }
     free(targets);
     acts_free(&a);
     model_free(&m);
@@ -182,7 +190,7 @@ TEST(model_at_every_level_matches_generic) {
     zy_rng_seed(&rng, 31);
     for (int i = 0; i < B * T; i++) tokens[i] = 3 + (int32_t)(zy_rng_next(&rng) % 200);
     ModelRun ref, run;
-    REQUIRE(run_model_at(ZY_CPU_GENERIC, &c, tokens, B, T, &ref) == 0);
+    REQUIRE(run_model_at(ZY_CPU_GENERIC, 0, 1, &c, tokens, B, T, &ref) == 0);
     Model probe;
     ZyErr err;
     REQUIRE(model_create(&probe, &c, &err) == 0);
@@ -191,7 +199,7 @@ TEST(model_at_every_level_matches_generic) {
     const long NV = (long)B * T * c.vocab_size, TV = (long)T * c.vocab_size;
     for (int l = ZY_CPU_AVX2; l < ZY_CPU_LEVELS; l++) {
         if (!zy_cpu_supports(&ci, (ZyCpuLevel)l)) continue;
-        REQUIRE(run_model_at((ZyCpuLevel)l, &c, tokens, B, T, &run) == 0);
+        REQUIRE(run_model_at((ZyCpuLevel)l, 0, 1, &c, tokens, B, T, &run) == 0);
         /* gradients: normwise over the arena (elementwise is dominated by entries that are ~0) */
         double num = 0, den = 0;
         for (size_t i = 0; i < P; i++) {
@@ -214,42 +222,16 @@ TEST(model_at_every_level_matches_generic) {
     zy_cpu_set_level(keep);
 }
 
-/* "precision": "bf16": forward and backward with bf16 inputs to the matrix products, at the process's level (oneDNN
- * on an avx512bf16 CPU) and through the sgemm fallback: deterministic (two runs, the same bits), close to fp32
- * (bf16 keeps 8 significant bits: logits and gradients within a few per cent), and the two paths close to each
- * other (the same rounded products, summed in another order). */
-static int run_precision(ZyCpuLevel level, int bf16, const ZayaConfig *c, const int32_t *tokens, int B, int T,
-                         ModelRun *out) {
-    zy_cpu_set_level(level);
-    Model m;
-    Activations a;
-    ZyErr err;
-    if (model_create(&m, c, &err) || acts_create(&a, c, B, T, &err)) return -1;
-    acts_set_bf16(&a, bf16);
-    model_init_weights(&m, 5);
-    const int N = B * T, V = c->vocab_size;
-    int32_t *targets = malloc(sizeof(int32_t) * N);
-    make_next_token_targets(targets, tokens, B, T);
-    model_forward(&m, &a, tokens);
-    out->logits = malloc(sizeof(float) * N * V);
-    memcpy(out->logits, a.logits, sizeof(float) * N * V);
-    memset(m.params.grad, 0, sizeof(float) * m.params.total);
-    out->loss = model_backward(&m, &a, targets);
-    out->grad = malloc(sizeof(float) * m.params.total);
-    memcpy(out->grad, m.params.grad, sizeof(float) * m.params.total);
-    out->dec = out->dec16 = NULL;
-    free(targets);
-    acts_free(&a);
-    model_free(&m);
-    return 0;
-}
-
 static double normwise(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
     return sqrt(num / (den > 0 ? den : 1));
 }
 
+/* "precision": "bf16": forward and backward with bf16 inputs to the matrix products, at the process's level (oneDNN
+ * on an avx512bf16 CPU) and through the sgemm fallback: deterministic (two runs, the same bits), close to fp32
+ * (bf16 keeps 8 significant bits: logits and gradients within a few per cent), and the two paths close to each
+ * other (the same rounded products, summed in another order). */
 TEST(model_bf16_products_are_deterministic_and_close_to_fp32) {
     const ZyCpuLevel keep = zy_cpu_level();
     ZayaConfig c = {.vocab_size = 300, .hidden_size = 64, .num_layers = 2, .num_heads = 4, .num_kv_heads = 2,
@@ -264,10 +246,10 @@ TEST(model_bf16_products_are_deterministic_and_close_to_fp32) {
     for (int i = 0; i < B * T; i++) tokens[i] = 3 + (int32_t)(zy_rng_next(&rng) % 290);
     const ZyCpuLevel fallback = keep >= ZY_CPU_AVX512BF16 ? ZY_CPU_AVX512 : keep;
     ModelRun f32, b1, b2, bf;
-    REQUIRE(run_precision(keep, 0, &c, tokens, B, T, &f32) == 0);
-    REQUIRE(run_precision(keep, 1, &c, tokens, B, T, &b1) == 0);
-    REQUIRE(run_precision(keep, 1, &c, tokens, B, T, &b2) == 0);
-    REQUIRE(run_precision(fallback, 1, &c, tokens, B, T, &bf) == 0);
+    REQUIRE(run_model_at(keep, 0, 0, &c, tokens, B, T, &f32) == 0);
+    REQUIRE(run_model_at(keep, 1, 0, &c, tokens, B, T, &b1) == 0);
+    REQUIRE(run_model_at(keep, 1, 0, &c, tokens, B, T, &b2) == 0);
+    REQUIRE(run_model_at(fallback, 1, 0, &c, tokens, B, T, &bf) == 0);
     zy_cpu_set_level(keep);
     Model probe;
     ZyErr err;
