@@ -17,13 +17,14 @@ for cc in $ccs; do
     for arch in $archs; do
         dir=build-strict/$cc-$arch
         archflag=()
-        [ "$arch" = default ] || archflag=(ARCH=-march=$arch)
+        label="the default -march"
+        [ "$arch" = default ] || { archflag=(ARCH=-march=$arch); label="-march=$arch"; }
         if make --no-print-directory -s -j"$jobs" CC="$cc" WERROR=1 BUILD="$dir" "${archflag[@]}" \
             "$dir/zaya" "$dir/zaya_tests" >"$dir.log" 2>&1; then
-            echo "ok   $cc -march=$arch -Werror"
+            echo "ok   $cc $label -Werror"
             pass=$((pass + 1))
         else
-            echo "FAIL $cc -march=$arch -Werror (log: $dir.log)"
+            echo "FAIL $cc $label -Werror (log: $dir.log)"
             grep -E 'error|warning' "$dir.log" | head -20 | sed 's/^/    /'
             fail=$((fail + 1))
         fi
