@@ -45,5 +45,5 @@ done
 step "done"
 echo "model:       $D/train/final  (transformers: ZayaForCausalLM.from_pretrained(\"$D/train/final\"))"
 echo "checkpoints: $D/train/checkpoints (resume: build/zaya train configs/demo-run.json --resume)"
-echo "plots:       $D/train/loss.png  $D/train/routing_entropy.png  $D/train/eval_tasks.png"
+echo "plots:       $D/train/loss.png  $D/train/routing.png  $D/train/eval_tasks.png"
 echo "metrics:     $D/train/metrics.jsonl   eval: $D/eval.json"

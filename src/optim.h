@@ -104,22 +104,4 @@ typedef struct {
 } Schedule;
 double schedule_lr(const Schedule *s, int64_t step); /* step counts from 0 */
 
-/* The expert-balancing controller (SYSTEM.md): after each step, for each MoE layer, f_e = fraction of the
- * step's tokens routed to real expert e (global batch), g_e = f_e − 1/E drives an AdamW-style update of
- * balancing_biases[e] (no weight decay); the skip expert's bias is held. */
-typedef struct {
-    int num_layers, num_experts;
-    double lr, beta1, beta2, eps;
-    int64_t step;
-    double *exp_avg, *exp_avg_sq; /* [L, E] */
-} Balancer;
-
-int balancer_create(Balancer *b, int num_layers, int num_experts, double lr, ZyErr *err);
-void balancer_free(Balancer *b);
-/* counts [L, E+1]: tokens routed to each expert (index E = skip) this step; biases[l] points to layer l's
- * balancing_biases [E+1]. Updates the biases in place. */
-void balancer_update(Balancer *b, const int64_t *counts, float *const *biases);
-/* Normalised routing entropy H(p)/ln E of the real experts' share p_e = n_e / Σ n (1.0 = balanced). */
-double routing_entropy(const int64_t *counts, int num_experts);
-
 #endif

@@ -143,11 +143,58 @@ void report_step(Report *r, const StepMetrics *m) {
     char eta[32];
     /* ETA from this process's average step time */
     format_duration((double)(m->end_step - m->step) * m->elapsed / fmax(1.0, (double)m->steps_run), eta, sizeof eta);
-    fprintf(stderr, "%sstep %lld/%lld | phase %d/%d %s | loss %.4f | lr %.2e | %.1fk tok/s | MFU %.1f%% | entropy %.3f | ETA %s%s",
+    char routing[96];
+    if (r->have_routing) /* the worst layers of the last routing window */
+        snprintf(routing, sizeof routing, "routing H %.2f (L%d) skip %.0f%% (L%d)", r->route_min_entropy,
+                 r->route_min_layer, 100 * r->route_max_skip, r->route_max_skip_layer);
+    else
+        snprintf(routing, sizeof routing, "routing H %.2f", mean_entropy);
+    fprintf(stderr, "%sstep %lld/%lld | phase %d/%d %s | loss %.4f | lr %.2e | %.1fk tok/s | MFU %.1f%% | %s | ETA %s%s",
             r->tty ? "\r\033[K" : "", (long long)m->step, (long long)r->rc->total_steps, m->phase + 1, r->rc->n_phases,
-            r->rc->phases[m->phase].name, m->loss, m->lr, r->tokens_per_s / 1000, 100 * mfu, mean_entropy, eta,
+            r->rc->phases[m->phase].name, m->loss, m->lr, r->tokens_per_s / 1000, 100 * mfu, routing, eta,
             r->tty && !last ? "" : "\n");
     fflush(stderr);
+}
+
+void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *window, const float *const *biases) {
+    if (!r->enabled) return;
+    const int L = window->num_layers, E = window->num_experts;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", "routing");
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "phase", phase);
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens"), *entropy = cJSON_AddArrayToObject(o, "entropy");
+    cJSON *skip = cJSON_AddArrayToObject(o, "skip_rate"), *max_load = cJSON_AddArrayToObject(o, "max_load");
+    cJSON *gate = cJSON_AddArrayToObject(o, "gate"), *p_skip = cJSON_AddArrayToObject(o, "p_skip");
+    cJSON *load = cJSON_AddArrayToObject(o, "load"), *bias = cJSON_AddArrayToObject(o, "bias");
+    r->have_routing = 1;
+    r->route_min_entropy = INFINITY, r->route_max_skip = -1;
+    for (int l = 0; l < L; l++) {
+        const int64_t *c = window->total.counts + (size_t)l * (E + 1);
+        LayerRouting s = routing_window_layer(window, l);
+        cJSON_AddItemToArray(tokens, cJSON_CreateNumber((double)s.tokens));
+        cJSON_AddItemToArray(entropy, cJSON_CreateNumber(s.entropy));
+        cJSON_AddItemToArray(skip, cJSON_CreateNumber(s.skip_rate));
+        cJSON_AddItemToArray(max_load, cJSON_CreateNumber(s.max_load));
+        cJSON_AddItemToArray(gate, cJSON_CreateNumber(s.gate));
+        cJSON_AddItemToArray(p_skip, cJSON_CreateNumber(s.p_skip));
+        cJSON *row = cJSON_CreateArray();
+        for (int e = 0; e < E; e++)
+            cJSON_AddItemToArray(row, cJSON_CreateNumber(s.tokens ? (double)c[e] / (double)s.tokens : 0.0));
+        cJSON_AddItemToArray(load, row);
+        row = cJSON_CreateArray();
+        for (int e = 0; e <= E; e++) cJSON_AddItemToArray(row, cJSON_CreateNumber(biases[l][e]));
+        cJSON_AddItemToArray(bias, row);
+        if (s.entropy < r->route_min_entropy) r->route_min_entropy = s.entropy, r->route_min_layer = l;
+        if (s.skip_rate > r->route_max_skip) r->route_max_skip = s.skip_rate, r->route_max_skip_layer = l;
+    }
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (r->metrics && line) {
+        fprintf(r->metrics, "%s\n", line);
+        fflush(r->metrics);
+    }
+    free(line);
 }
 
 void report_skip(Report *r, int64_t step, int64_t first, int64_t last) {
@@ -185,24 +232,26 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
     size_t len;
     snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
     if (zy_read_file(path, &text, &len, err)) return -1;
-    char train_path[RUN_PATH + 64], val_path[RUN_PATH + 64], task_path[RUN_PATH + 64];
+    char train_path[RUN_PATH + 64], val_path[RUN_PATH + 64], task_path[RUN_PATH + 64], route_path[RUN_PATH + 64];
     snprintf(train_path, sizeof train_path, "%s/plot_train.tsv", out_dir);
     snprintf(val_path, sizeof val_path, "%s/plot_val.tsv", out_dir);
     snprintf(task_path, sizeof task_path, "%s/plot_tasks.tsv", out_dir);
+    snprintf(route_path, sizeof route_path, "%s/plot_routing.tsv", out_dir);
     /* task metrics: one gnuplot data block per metric name, in order of first appearance */
     enum { MAX_SERIES = 32 };
     char series[MAX_SERIES][160];
     char *series_data[MAX_SERIES] = {0};
     size_t series_len[MAX_SERIES] = {0};
     int n_series = 0;
-    FILE *ft = fopen(train_path, "w"), *fv = fopen(val_path, "w");
-    if (!ft || !fv) {
+    FILE *ft = fopen(train_path, "w"), *fv = fopen(val_path, "w"), *fr = fopen(route_path, "w");
+    if (!ft || !fv || !fr) {
         if (ft) fclose(ft);
         if (fv) fclose(fv);
+        if (fr) fclose(fr);
         free(text);
         return zy_fail(err, "%s: cannot write plot data", out_dir);
     }
-    int n_layers = 0;
+    int n_layers = 0, n_route_layers = 0;
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         cJSON *o = cJSON_Parse(line);
@@ -222,6 +271,18 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
                 }
                 if (k > n_layers) n_layers = k;
                 fprintf(ft, "\n");
+            } else if (strcmp(kind->valuestring, "routing") == 0) { /* step entropy_0.. skip_0.. */
+                const cJSON *ent = cJSON_GetObjectItemCaseSensitive(o, "entropy");
+                const cJSON *skip = cJSON_GetObjectItemCaseSensitive(o, "skip_rate");
+                int k = cJSON_GetArraySize(ent);
+                if (n_route_layers == 0) n_route_layers = k;
+                if (k == n_route_layers && cJSON_GetArraySize(skip) == k) {
+                    const cJSON *e;
+                    fprintf(fr, "%.0f", step->valuedouble);
+                    cJSON_ArrayForEach(e, ent) fprintf(fr, " %.6g", cJSON_IsNumber(e) ? e->valuedouble : NAN);
+                    cJSON_ArrayForEach(e, skip) fprintf(fr, " %.6g", cJSON_IsNumber(e) ? e->valuedouble : NAN);
+                    fprintf(fr, "\n");
+                }
             } else if (strcmp(kind->valuestring, "eval") == 0) {
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
                 const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "value");
@@ -249,6 +310,7 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
     }
     fclose(ft);
     fclose(fv);
+    fclose(fr);
     free(text);
     FILE *fk = fopen(task_path, "w");
     for (int k = 0; k < n_series; k++) {
@@ -270,14 +332,34 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
     fprintf(g, "set output '%s/loss.png'\nset title 'zaya: loss'\nset xlabel 'step'\nset ylabel 'cross-entropy'\n", out_dir);
     fprintf(g, "plot '%s' using 1:2 with lines lw 1 lc rgb '#4477aa' title 'train'", train_path);
     fprintf(g, ", '%s' using 1:2 with linespoints pt 7 ps 0.8 lw 2 lc rgb '#cc3311' title 'val'\n", val_path);
-    fprintf(g, "set output '%s/routing_entropy.png'\nset title 'zaya: routing entropy H(f)/ln E per layer'\n"
-               "set ylabel 'normalised entropy'\nset yrange [0:1.05]\n", out_dir);
-    if (n_layers > 0) {
+    /* routing.png: per-layer entropy over the real experts (top) and skip rate (bottom), one point per window */
+    const int RL = n_route_layers;
+    const char *route_src = RL ? route_path : train_path; /* metrics written before routing windows existed */
+    fprintf(g, "set output '%s/routing.png'\nset terminal pngcairo size 1100,800 noenhanced\n"
+               "set multiplot layout 2,1\nset yrange [0:1.05]\nset xlabel ''\n"
+               "set title 'zaya: routing entropy H(f)/ln E over the real experts, per layer'\n"
+               "set ylabel 'normalised entropy'\n", out_dir);
+    int curves = RL ? RL : n_layers;
+    if (curves > 0) {
         fprintf(g, "plot ");
-        for (int l = 0; l < n_layers; l++)
-            fprintf(g, "%s'%s' using 1:%d with lines title 'layer %d'", l ? ", " : "", train_path, l + 3, l);
+        for (int l = 0; l < curves; l++)
+            fprintf(g, "%s'%s' using 1:%d with lines lw 1.5 title 'layer %d'", l ? ", " : "", route_src,
+                    RL ? l + 2 : l + 3, l);
         fprintf(g, "\n");
+    } else {
+        fprintf(g, "set label 90 'no routing data' at graph 0.5, graph 0.5 center\nplot NaN notitle\nunset label 90\n");
     }
+    fprintf(g, "set title 'zaya: skip-expert rate per layer'\nset ylabel 'share of tokens skipped'\nset xlabel 'step'\n");
+    if (RL > 0) {
+        fprintf(g, "plot ");
+        for (int l = 0; l < RL; l++)
+            fprintf(g, "%s'%s' using 1:%d with lines lw 1.5 title 'layer %d'", l ? ", " : "", route_path, RL + l + 2, l);
+        fprintf(g, "\n");
+    } else {
+        fprintf(g, "set label 90 'no routing windows in metrics.jsonl' at graph 0.5, graph 0.5 center\nplot NaN notitle\n"
+                   "unset label 90\n");
+    }
+    fprintf(g, "unset multiplot\nset terminal pngcairo size 1100,600 noenhanced\nset xlabel 'step'\n");
     if (n_series > 0) {
         fprintf(g, "set output '%s/eval_tasks.png'\nset title 'zaya: held-out tasks'\nset ylabel 'accuracy / exact match'\n"
                    "set yrange [0:1.02]\nplot ", out_dir);

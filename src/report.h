@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "routing.h"
 #include "runconfig.h"
 #include "util.h"
 
@@ -39,6 +40,10 @@ typedef struct {
     double tokens_per_s;   /* smoothed */
     double last_print;
     char out_dir[RUN_PATH];
+    /* the last routing window, summarised on the progress line */
+    int have_routing;
+    double route_min_entropy, route_max_skip;
+    int route_min_layer, route_max_skip_layer;
 } Report;
 
 /* Opens OUT_DIR/metrics.jsonl and events.log. When resuming from step `resume_step` (>= 0), metrics lines of
@@ -49,10 +54,16 @@ void report_step(Report *r, const StepMetrics *m);
 /* Data batches [first, last] were planned but not trained on, before step `step`: a metrics line
  * {"kind": "skip", "step", "data_first", "data_last"} and an event. */
 void report_skip(Report *r, int64_t step, int64_t first, int64_t last);
+/* Routing health over a window of steps ending at `step` (routing.h says how): one metrics line {"kind":
+ * "routing", "step", "phase", "tokens": [L], "entropy": [L], "skip_rate": [L], "max_load": [L], "gate": [L],
+ * "p_skip": [L], "load": [L][E] (each real expert's share of the layer's tokens), "bias": [L][E+1]}; the
+ * progress line shows the worst layer's entropy and skip rate. */
+void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *window, const float *const *biases);
 void report_eval(Report *r, int64_t step, int phase, const char *name, double value);
 void report_event(Report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Draws OUT_DIR/loss.png and OUT_DIR/routing_entropy.png from metrics.jsonl (needs gnuplot; a missing gnuplot
- * is reported, not fatal). */
+/* Draws OUT_DIR/loss.png, OUT_DIR/routing.png (per-layer entropy and skip rate over the steps) and, when there
+ * are task metrics, OUT_DIR/eval_tasks.png from metrics.jsonl (needs gnuplot; a missing gnuplot is reported, not
+ * fatal). */
 int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err);
 void report_close(Report *r);
 

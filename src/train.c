@@ -18,6 +18,7 @@
 #include "model.h"
 #include "model_io.h"
 #include "optim.h"
+#include "routing.h"
 #include "report.h"
 #include "runconfig.h"
 #include "shards.h"
@@ -42,7 +43,10 @@ typedef struct {
     int acts_T; /* sequence length the activations are sized for (0 = none) */
     BatchRow *rows;
     int32_t *window, *inputs, *targets;
-    int64_t *route_counts; /* [L, E+1] for the current step */
+    RoutingCounts routes;        /* this step's (all ranks after the all-reduce) */
+    RoutingWindow routes_window; /* since the last routing report */
+    float **biases;              /* [L]: each layer's balancing_biases */
+    double *entropy;             /* [L]: this step's routing entropy */
     int64_t step;          /* optimizer steps completed */
     int64_t data_index;    /* the next data batch to plan; runs ahead of step by the batches skipped */
     SkipWindows skips;     /* data batches planned but not trained on */
@@ -72,7 +76,9 @@ static void trainer_free(Trainer *t) {
     if (t->have_model) model_free(&t->model);
     if (t->have_report) report_close(&t->report);
     tokenizer_free(t->tokenizer);
-    free(t->rows), free(t->window), free(t->inputs), free(t->targets), free(t->route_counts);
+    free(t->rows), free(t->window), free(t->inputs), free(t->targets);
+    routing_counts_free(&t->routes), routing_window_free(&t->routes_window);
+    free(t->biases), free(t->entropy);
     free(t->zero_bounds), zy_free(t->grad_scratch);
     free(t->run_json);
 }
@@ -272,7 +278,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     if (ensure_acts(t, T, err)) return -1;
     if (loader_plan(&t->loader, (uint64_t)t->data_index, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
     params_zero_grad(&t->model.params);
-    memset(t->route_counts, 0, (size_t)L * (E + 1) * sizeof *t->route_counts);
+    routing_counts_reset(&t->routes);
     double loss = 0;
     for (int k = 0; k < n_micro; k++) {
         /* this rank's share of the global batch: rows [rank·rows_here, (rank+1)·rows_here) */
@@ -283,8 +289,8 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
             return zy_wrap(err, "training data at step %lld", (long long)t->step);
         model_forward(&t->model, &t->acts, t->inputs);
         loss += model_backward(&t->model, &t->acts, t->targets);
-        for (int l = 0; l < L; l++)
-            for (int i = 0; i < mb * T; i++) t->route_counts[(size_t)l * (E + 1) + t->acts.layers[l].choice[i]]++;
+        for (int l = 0; l < L; l++) routing_counts_add_layer(&t->routes, l, t->acts.layers[l].choice, t->acts.layers[l].gate,
+                                     t->acts.layers[l].router_probs, (size_t)mb * T);
     }
     loss /= n_micro;
     if (fault_claim(&t->faults, FAULT_NAN, t->step + 1)) { /* ZAYA_FAULT=nan@S: this rank's loss and gradients */
@@ -297,7 +303,8 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     if (d->size > 1) {
         if (dist_reduce_scatter_f32(d, t->model.params.grad, t->zero_bounds, t->grad_scratch, err) ||
             dist_allreduce_f64(d, &loss, 1, err) ||
-            dist_allreduce_i64(d, t->route_counts, (size_t)L * (E + 1), err))
+            dist_allreduce_i64(d, t->routes.counts, (size_t)L * (E + 1), err) ||
+            dist_allreduce_f64(d, t->routes.sums, (size_t)L * 2, err))
             return -1;
         grad_scale_owned(&t->opt, &t->model.params, 1.0 / d->size);
         loss /= d->size;
@@ -320,11 +327,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     const double t_gather = zy_now_seconds();
     if (dist_allgather_f32(d, t->model.params.data, t->zero_bounds, err)) return -1;
     *comm_out = (t_opt - t_comm) + (zy_now_seconds() - t_gather); /* collectives only, not the update itself */
-    if (rc->balancing) {
-        float *biases[256];
-        for (int l = 0; l < L && l < 256; l++) biases[l] = t->model.w.layers[l].balancing_bias;
-        balancer_update(&t->bal, t->route_counts, biases);
-    }
+    if (rc->balancing) balancer_update(&t->bal, t->routes.counts, t->biases);
     t->step++;
     t->data_index++;
     t->tokens_seen += (double)rc->batch_size * T;
@@ -509,8 +512,13 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
                            tokenizer_vocab_size(t->tokenizer), c->vocab_size);
     }
     t->rows = calloc((size_t)rc->batch_size, sizeof *t->rows);
-    t->route_counts = calloc((size_t)c->num_layers * (c->num_experts + 1), sizeof *t->route_counts);
-    if (!t->rows || !t->route_counts) return zy_fail(err, "out of memory");
+    t->biases = calloc((size_t)c->num_layers, sizeof *t->biases);
+    t->entropy = calloc((size_t)c->num_layers, sizeof *t->entropy);
+    if (!t->rows || !t->biases || !t->entropy) return zy_fail(err, "out of memory");
+    for (int l = 0; l < c->num_layers; l++) t->biases[l] = t->model.w.layers[l].balancing_bias;
+    if (routing_counts_create(&t->routes, c->num_layers, c->num_experts, err) ||
+        routing_window_create(&t->routes_window, c->num_layers, c->num_experts, err))
+        return -1;
     if (fault_plan_from_env(&t->faults, rc->out_dir, d->rank, err)) return -1;
     for (int i = 0; i < o->n_skip_windows; i++)
         if (skip_windows_add(&t->skips, o->skip_windows[i], err)) return zy_wrap(err, "--skip-data");
@@ -591,9 +599,9 @@ int train_run(const TrainOptions *o, ZyErr *err) {
         double now = zy_now_seconds();
         const int T = r->phases[phase].seq_len;
         double step_tokens = (double)r->batch_size * T;
-        double entropy[256];
-        for (int l = 0; l < c->num_layers && l < 256; l++)
-            entropy[l] = routing_entropy(t.route_counts + (size_t)l * (c->num_experts + 1), c->num_experts);
+        double *entropy = t.entropy;
+        for (int l = 0; l < c->num_layers; l++)
+            entropy[l] = routing_entropy(t.routes.counts + (size_t)l * (c->num_experts + 1), c->num_experts);
         StepMetrics m = {.step = t.step, .phase = phase, .loss = loss, .lr = lr, .grad_norm = gnorm,
                          .tokens_seen = t.tokens_seen, .step_seconds = now - t0, .step_tokens = step_tokens,
                          .seq_len = T, .entropy = entropy, .n_layers = c->num_layers,
@@ -601,9 +609,14 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                          .steps_run = t.step - step_at_start, .end_step = end,
                          .scatter = loader_scatter_factor(&t.loader), .comm_seconds = comm,
                          .data_index = data_index};
+        int last = t.step == end;
+        routing_window_add_step(&t.routes_window, &t.routes);
+        if (t.step % r->log_interval == 0 || last) { /* before the progress line, which summarises it */
+            report_routing(&t.report, t.step, phase, &t.routes_window, (const float *const *)t.biases);
+            routing_window_reset(&t.routes_window);
+        }
         report_step(&t.report, &m);
         write_heartbeat(&t, HB_RUNNING, loss, now - t0);
-        int last = t.step == end;
         if (lead && r->eval_interval > 0 && (t.step % r->eval_interval == 0 || last)) {
             double vl = NAN;
             if (validation_loss(&t, T, &vl, err)) goto done;
@@ -644,7 +657,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
     else if (report_plot(r->out_dir, r, &plot_err))
         report_event(&t.report, "plots skipped: %s", plot_err.msg);
     else
-        report_event(&t.report, "plots: %s/loss.png, %s/routing_entropy.png%s%s%s", r->out_dir, r->out_dir,
+        report_event(&t.report, "plots: %s/loss.png, %s/routing.png%s%s%s", r->out_dir, r->out_dir,
                      r->n_tasks ? ", " : "", r->n_tasks ? r->out_dir : "", r->n_tasks ? "/eval_tasks.png" : "");
     write_heartbeat(&t, t.step >= r->total_steps ? HB_DONE : HB_STOPPED, NAN, 0);
     rc = 0;

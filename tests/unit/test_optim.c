@@ -5,6 +5,7 @@
 
 #include "matmul.h"
 #include "optim.h"
+#include "routing.h"
 #include "test.h"
 
 TEST(schedule_warmup_wsd_and_cosine) {
