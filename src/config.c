@@ -49,6 +49,28 @@ static int get_bool(const cJSON *root, const char *key, int required, int def, i
 }
 
 /* Token ids may be null, an int, or (eos) a list of ints; we keep the first. */
+/* An optional string key that must be one of `names` (NULL-terminated); absent = index 0. */
+static int get_choice(const cJSON *root, const char *key, const char *const *names, int *out, const char *label,
+                      ZyErr *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    char allowed[128] = "";
+    for (int i = 0; names[i]; i++) {
+        if (cJSON_IsString(v) && strcmp(v->valuestring, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+        size_t n = strlen(allowed);
+        snprintf(allowed + n, sizeof allowed - n, "%s\"%s\"", i ? ", " : "", names[i]);
+    }
+    return zy_fail(err, "%s: key \"%s\" must be one of %s", label, key, allowed);
+}
+
+const char *cfg_attention_name(ZyAttentionKind k) { return k == ZY_ATTN_MHA ? "mha" : "cca"; }
+const char *cfg_router_name(ZyRouterKind k) { return k == ZY_ROUTER_LINEAR ? "linear" : "mlp"; }
+const char *cfg_moe_name(ZyMoeKind k) { return k == ZY_MOE_DENSE ? "dense" : k == ZY_MOE_NOSKIP ? "noskip" : "skip"; }
+
 static int get_token_id(const cJSON *root, const char *key, int def, int *out, const char *label, ZyErr *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (v && cJSON_IsArray(v)) {
@@ -212,6 +234,19 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         zy_fail(err, "%s: key \"%s\" = true is not supported", label, lm_head_bias ? "lm_head_bias" : "attention_bias");
         goto done;
     }
+    {
+        static const char *const attn[] = {"cca", "mha", NULL}, *const router[] = {"mlp", "linear", NULL},
+                                  *const moe[] = {"skip", "noskip", "dense", NULL};
+        int a = 0, r = 0, m = 0, rs = 1;
+        if (get_choice(root, "zaya_attention", attn, &a, label, err) ||
+            get_choice(root, "zaya_router", router, &r, label, err) || get_choice(root, "zaya_moe", moe, &m, label, err) ||
+            get_bool(root, "zaya_residual_scaling", 0, 1, &rs, label, err))
+            goto done;
+        cfg->attention = (ZyAttentionKind)a;
+        cfg->router = (ZyRouterKind)r;
+        cfg->moe = (ZyMoeKind)m;
+        cfg->no_residual_scaling = !rs;
+    }
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0)) {
         zy_fail(err, "%s: key \"hidden_act\" must be \"silu\"", label);
@@ -306,6 +341,12 @@ char *config_to_json(const ZayaConfig *c, const char *torch_dtype) {
             cJSON_AddNumberToObject(root, ids[i].key, ids[i].v);
         else
             cJSON_AddNullToObject(root, ids[i].key);
+    }
+    if (!cfg_is_zaya1(c)) { /* research variants: zaya reads these back; transformers cannot load the model */
+        cJSON_AddStringToObject(root, "zaya_attention", cfg_attention_name(c->attention));
+        cJSON_AddStringToObject(root, "zaya_router", cfg_router_name(c->router));
+        cJSON_AddStringToObject(root, "zaya_moe", cfg_moe_name(c->moe));
+        cJSON_AddBoolToObject(root, "zaya_residual_scaling", !c->no_residual_scaling);
     }
     cJSON_AddStringToObject(root, "torch_dtype", torch_dtype);
     char *s = cJSON_Print(root);

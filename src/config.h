@@ -4,6 +4,20 @@
 
 #include "util.h"
 
+typedef enum {
+    ZY_ATTN_CCA = 0, /* compressed convolutional attention (CCGQA when num_key_value_heads < num_attention_heads) */
+    ZY_ATTN_MHA,     /* standard softmax attention: q/k/v projections, RoPE, o_proj (GQA when Hkv < Hq) */
+} ZyAttentionKind;
+typedef enum {
+    ZY_ROUTER_MLP = 0, /* ZAYA: down-projection, EDA depth state, RMSNorm, 2-layer GELU MLP */
+    ZY_ROUTER_LINEAR,  /* logits = RMSNorm(x) W^T, one matrix, no depth state */
+} ZyRouterKind;
+typedef enum {
+    ZY_MOE_SKIP = 0, /* top-1 over E experts plus the skip expert */
+    ZY_MOE_NOSKIP,   /* top-1 over E experts, no skip class */
+    ZY_MOE_DENSE,    /* one dense SwiGLU MLP of moe_intermediate_size (the active parameters of top-1), no router */
+} ZyMoeKind;
+
 typedef struct {
     int vocab_size;              /* V */
     int hidden_size;             /* D */
@@ -22,7 +36,25 @@ typedef struct {
     float partial_rotary_factor;
     float initializer_range;
     int bos_token_id, eos_token_id, pad_token_id; /* -1 when absent / null */
+    /* zaya research variants for ablations (config keys "zaya_attention", "zaya_router", "zaya_moe",
+     * "zaya_residual_scaling"); the zero values are ZAYA1, and only ZAYA1 exports to transformers. */
+    ZyAttentionKind attention;
+    ZyRouterKind router;
+    ZyMoeKind moe;
+    int no_residual_scaling; /* 1: plain residual adds, no learned residual scales/biases */
 } ZayaConfig;
+
+/* 1 when every research variant is at its ZAYA1 value, i.e. transformers' ZayaForCausalLM loads the model. */
+static inline int cfg_is_zaya1(const ZayaConfig *c) {
+    return c->attention == ZY_ATTN_CCA && c->router == ZY_ROUTER_MLP && c->moe == ZY_MOE_SKIP && !c->no_residual_scaling;
+}
+/* Router classes per MoE layer: E + 1 with the skip expert, E without, 0 for a dense MLP (no routing). */
+static inline int cfg_router_classes(const ZayaConfig *c) {
+    return c->moe == ZY_MOE_DENSE ? 0 : c->moe == ZY_MOE_NOSKIP ? c->num_experts : c->num_experts + 1;
+}
+const char *cfg_attention_name(ZyAttentionKind k);
+const char *cfg_router_name(ZyRouterKind k);
+const char *cfg_moe_name(ZyMoeKind k);
 
 /* Derived sizes. */
 static inline int cfg_q_channels(const ZayaConfig *c) { return c->num_heads * c->head_dim; }      /* Cq */

@@ -473,8 +473,8 @@ int eval_task_file(const Model *m, const Tokenizer *tok, const char *path, int l
 
 /* ---- held-out loss -------------------------------------------------------------------------------------------- */
 
-int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens, double *loss,
-                    uint64_t *n_scored, ZyErr *err) {
+int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens, RoutingWindow *routes,
+                    double *loss, uint64_t *n_scored, ZyErr *err) {
     *loss = 0;
     *n_scored = 0;
     if (seq_len < 1 || seq_len > m->cfg.max_position_embeddings)
@@ -484,7 +484,11 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
     uint64_t total = src->n_tokens - 1; /* predictions available */
     if (max_tokens > 0 && max_tokens < total) total = max_tokens;
     Activations full = {0}, tail = {0};
+    RoutingCounts window_routes = {0};
+    const int classes = cfg_router_classes(&m->cfg);
     int have_full = 0, have_tail = 0, rc = -1;
+    if (routes && classes && routing_counts_create(&window_routes, m->cfg.num_layers, m->cfg.num_experts, err))
+        return -1;
     double sum = 0;
     uint64_t done_n = 0;
     int32_t *buf = malloc(sizeof(int32_t) * ((size_t)seq_len + 1)), *targets = malloc(sizeof(int32_t) * seq_len);
@@ -515,6 +519,13 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
         model_forward(m, a, buf);
         sum += model_loss(m, a, targets) * T;
         done_n += T;
+        if (routes && classes) { /* each window is one "step" of the routing statistics */
+            routing_counts_reset(&window_routes);
+            for (int l = 0; l < m->cfg.num_layers; l++)
+                routing_counts_add_layer(&window_routes, l, a->layers[l].choice, a->layers[l].gate,
+                                         a->layers[l].router_probs, classes, (size_t)T);
+            routing_window_add_step(routes, &window_routes);
+        }
     }
     *loss = sum / (double)done_n;
     *n_scored = done_n;
@@ -522,6 +533,7 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
 done:
     if (have_full) acts_free(&full);
     if (have_tail) acts_free(&tail);
+    if (routes && classes) routing_counts_free(&window_routes);
     free(buf);
     free(targets);
     return rc;
@@ -531,13 +543,13 @@ static int shard_read(void *ctx, uint64_t offset, size_t n, int32_t *out, ZyErr 
     return shardset_read(ctx, offset, n, out, err);
 }
 
-int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, double *loss, uint64_t *n_scored,
-                    ZyErr *err) {
+int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, RoutingWindow *routes, double *loss,
+                    uint64_t *n_scored, ZyErr *err) {
     if (shardset_vocab_size(shards) > m->cfg.vocab_size)
         return zy_fail(err, "eval: the shards' vocabulary (%d) is larger than the model's (%d)",
                        shardset_vocab_size(shards), m->cfg.vocab_size);
     EvalTokenSource src = {shards, shardset_num_tokens(shards), shard_read};
-    return eval_token_loss(m, &src, seq_len, max_tokens, loss, n_scored, err);
+    return eval_token_loss(m, &src, seq_len, max_tokens, routes, loss, n_scored, err);
 }
 
 /* ---- reporting ------------------------------------------------------------------------------------------------ */
@@ -545,7 +557,8 @@ int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens
 static const char *type_name(EvalTaskType t) { return t == EVAL_TASK_MC ? "mc" : "exact"; }
 
 int eval_write_json(const char *path, const EvalResult *results, int n_results, const char *heldout_name,
-                    double heldout_loss, uint64_t n_heldout, const char *weights, ZyErr *err) {
+                    double heldout_loss, uint64_t n_heldout, const RoutingWindow *routes, const char *weights,
+                    ZyErr *err) {
     cJSON *root = cJSON_CreateObject();
     if (weights) cJSON_AddStringToObject(root, "weights", weights);
     cJSON *tasks = cJSON_AddArrayToObject(root, "tasks");
@@ -572,6 +585,27 @@ int eval_write_json(const char *path, const EvalResult *results, int n_results, 
         cJSON_AddNumberToObject(h, "loss", heldout_loss);
         cJSON_AddNumberToObject(h, "ppl", exp(heldout_loss));
     }
+    if (routes && routes->steps > 0) {
+        cJSON *ro = cJSON_AddObjectToObject(root, "routing");
+        cJSON_AddNumberToObject(ro, "windows", (double)routes->steps);
+        cJSON *layers = cJSON_AddArrayToObject(ro, "layers");
+        for (int l = 0; l < routes->num_layers; l++) {
+            const LayerRouting st = routing_window_layer(routes, l);
+            const int64_t *c = routes->total.counts + (size_t)l * (routes->num_experts + 1);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "layer", l);
+            cJSON_AddNumberToObject(o, "tokens", (double)st.tokens);
+            cJSON_AddNumberToObject(o, "entropy", st.entropy);
+            cJSON_AddNumberToObject(o, "skip_rate", st.skip_rate);
+            cJSON_AddNumberToObject(o, "max_load", st.max_load);
+            cJSON_AddNumberToObject(o, "gate", st.gate);
+            cJSON_AddNumberToObject(o, "p_skip", st.p_skip);
+            cJSON *load = cJSON_AddArrayToObject(o, "load");
+            for (int e = 0; e < routes->num_experts; e++)
+                cJSON_AddItemToArray(load, cJSON_CreateNumber(st.tokens ? (double)c[e] / (double)st.tokens : 0.0));
+            cJSON_AddItemToArray(layers, o);
+        }
+    }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) return zy_fail(err, "out of memory");
@@ -586,6 +620,23 @@ static void cell(FILE *f, double v, int width) {
         fprintf(f, " %*s", width, "-");
     else
         fprintf(f, " %*.4f", width, v);
+}
+
+void eval_print_routing(FILE *f, const RoutingWindow *routes) {
+    if (!routes || routes->steps == 0) return;
+    fprintf(f, "\nrouting over %lld windows (entropy and max load: the mean of each window's value)\n",
+            (long long)routes->steps);
+    fprintf(f, "%-6s %10s %8s %9s %9s %7s %7s  load per expert\n", "layer", "tokens", "entropy", "skip rate",
+            "max load", "gate", "p_skip");
+    for (int l = 0; l < routes->num_layers; l++) {
+        const LayerRouting st = routing_window_layer(routes, l);
+        const int64_t *c = routes->total.counts + (size_t)l * (routes->num_experts + 1);
+        fprintf(f, "%-6d %10lld %8.3f %8.1f%% %9.2f %7.3f %7.3f ", l, (long long)st.tokens, st.entropy,
+                100 * st.skip_rate, st.max_load, st.gate, st.p_skip);
+        for (int e = 0; e < routes->num_experts; e++)
+            fprintf(f, " %.2f", st.tokens ? (double)c[e] / (double)st.tokens : 0.0);
+        fprintf(f, "\n");
+    }
 }
 
 void eval_print_table(FILE *f, const EvalResult *results, int n_results, const char *heldout_name,

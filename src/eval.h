@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "model.h"
+#include "routing.h"
 #include "shards.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -59,18 +60,23 @@ typedef struct {
 
 /* Mean next-token loss over consecutive windows of seq_len+1 tokens (stride seq_len, so every token after the first
  * is predicted once), at most max_tokens predictions (0 = the whole stream); the last window may be shorter.
- * Uses model_forward / model_loss. *n_scored gets the number of predictions. */
-int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens, double *loss,
-                    uint64_t *n_scored, ZyErr *err);
+ * Uses model_forward / model_loss. *n_scored gets the number of predictions. routes (may be NULL; created for the
+ * model's layers and experts) gets each window's routing as one step. */
+int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens, RoutingWindow *routes,
+                    double *loss, uint64_t *n_scored, ZyErr *err);
 
 /* The same over a shard split's token stream (shardset_open'ed by the caller). */
-int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, double *loss, uint64_t *n_scored,
-                    ZyErr *err);
+int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, RoutingWindow *routes, double *loss,
+                    uint64_t *n_scored, ZyErr *err);
 
-/* Writes {"weights": ..., "tasks": [...], "heldout": {...}} atomically to path (heldout only when n_heldout > 0;
- * weights, the dtype the model ran with, only when not NULL). */
+/* Writes {"weights": ..., "tasks": [...], "heldout": {...}, "routing": {"windows", "layers": [{"layer", "tokens",
+ * "entropy", "skip_rate", "max_load", "gate", "p_skip", "load": [E]}]}} atomically to path (heldout only when
+ * n_heldout > 0, routing only when routes holds windows; weights, the dtype the model ran with, when not NULL). */
 int eval_write_json(const char *path, const EvalResult *results, int n_results, const char *heldout_name,
-                    double heldout_loss, uint64_t n_heldout, const char *weights, ZyErr *err);
+                    double heldout_loss, uint64_t n_heldout, const RoutingWindow *routes, const char *weights,
+                    ZyErr *err);
+/* Per-layer routing health of the held-out windows (nothing when routes is NULL or empty). */
+void eval_print_routing(FILE *f, const RoutingWindow *routes);
 /* The table on f: task, type, n, acc, acc_norm / exact match, ppl (and the held-out row when n_heldout > 0). */
 void eval_print_table(FILE *f, const EvalResult *results, int n_results, const char *heldout_name,
                       double heldout_loss, uint64_t n_heldout);

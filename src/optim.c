@@ -19,6 +19,7 @@ struct OptimJob {
     int kind;     /* JOB_MUON, JOB_ADAMW */
     int m, n;     /* Muon: the matrix shape */
     int decay;    /* AdamW: weight decay applies (2+ dims) */
+    int router;   /* a router tensor: learns at lr × router_lr_scale */
     double cost;  /* estimated work (FLOPs or their equivalent), for the schedule */
 };
 
@@ -54,11 +55,14 @@ static int job_cmp(const void *pa, const void *pb) {
 }
 
 /* Fills jobs (when non-NULL) with the step's work and returns how many there are. */
+int param_is_router(const ParamInfo *p) { return strstr(p->name, ".mlp.gate.") != NULL; }
+
 static int build_jobs(const Optimizer *o, const ParamTable *t, OptimJob *jobs) {
     int n = 0;
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->info[i];
         if (!param_trainable(p) || !o->owned[i]) continue;
+        const int router = param_is_router(p);
         if (p->kind == PARAM_MUON && !o->cfg.adamw_only) {
             int count, rows, cols;
             matrix_shape(p, &count, &rows, &cols);
@@ -66,13 +70,14 @@ static int build_jobs(const Optimizer *o, const ParamTable *t, OptimJob *jobs) {
             for (int k = 0; k < count; k++, n++)
                 if (jobs)
                     jobs[n] = (OptimJob){.off = p->offset + k * len, .len = len, .kind = JOB_MUON, .m = rows,
-                                         .n = cols, .cost = muon_job_cost(rows, cols, o->cfg.muon_ns_steps)};
+                                         .n = cols, .router = router,
+                                         .cost = muon_job_cost(rows, cols, o->cfg.muon_ns_steps)};
         } else {
             for (size_t s = 0; s < p->numel; s += ADAMW_CHUNK, n++) {
                 const size_t len = p->numel - s < ADAMW_CHUNK ? p->numel - s : ADAMW_CHUNK;
                 if (jobs)
                     jobs[n] = (OptimJob){.off = p->offset + s, .len = len, .kind = JOB_ADAMW, .decay = p->ndim >= 2,
-                                         .cost = 30.0 * (double)len};
+                                         .router = router, .cost = 30.0 * (double)len};
             }
         }
     }
@@ -400,7 +405,9 @@ static void adamw_job(const Optimizer *o, ParamTable *t, const OptimJob *j, cons
     for (size_t i = 0; i < j->len; i++) adamw_elem(&w[i], &g[i], &m[i], &v[i], k, decay);
 }
 
-static void run_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k, int worker) {
+/* k[0]: the step's constants at lr, k[1]: at lr × router_lr_scale. */
+static void run_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *kk, int worker) {
+    const StepConsts *k = &kk[j->router];
     float *work = o->ns_work + (size_t)worker * o->ns_work_floats;
     if (j->kind == JOB_MUON)
         muon_job(o, t, j, k, work, &o->ns_gemm[worker]);
@@ -410,7 +417,7 @@ static void run_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const 
 
 void optim_step(Optimizer *o, ParamTable *t, double lr) {
     o->step++;
-    const StepConsts k = step_consts(o, lr);
+    const StepConsts k[2] = {step_consts(o, lr), step_consts(o, lr * o->cfg.router_lr_scale)};
     int nt = omp_get_max_threads();
     if (nt > o->n_workers) nt = o->n_workers;
     if (nt < 1) nt = 1;
@@ -424,31 +431,32 @@ void optim_step(Optimizer *o, ParamTable *t, double lr) {
         while (first < o->n_jobs) {
             rest -= o->jobs[first].cost;
             if (o->jobs[first].cost * (nt - 1) <= rest) break;
-            run_job(o, t, &o->jobs[first++], &k, 0); /* worker 0's workspace: no job runs alongside */
+            run_job(o, t, &o->jobs[first++], k, 0); /* worker 0's workspace: no job runs alongside */
         }
     }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && o->n_jobs - first > 1)
     for (int i = first; i < o->n_jobs; i++)
-        run_job(o, t, &o->jobs[i], &k, omp_get_thread_num());
+        run_job(o, t, &o->jobs[i], k, omp_get_thread_num());
 }
 
 void optim_step_reference(Optimizer *o, ParamTable *t, double lr) {
     o->step++;
-    const StepConsts k = step_consts(o, lr);
+    const StepConsts k[2] = {step_consts(o, lr), step_consts(o, lr * o->cfg.router_lr_scale)};
     /* The Nesterov/NS output buffer: reuse the second-moment slot of a Muon tensor, which Muon leaves unused. */
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->info[i];
         if (!param_trainable(p) || !o->owned[i]) continue;
         float *w = t->data + p->offset, *g = t->grad + p->offset;
         float *m = optim_state(o, p, 0), *v = optim_state(o, p, 1);
+        const int router = param_is_router(p);
         if (p->kind == PARAM_MUON && !o->cfg.adamw_only) {
             int count, rows, cols;
             matrix_shape(p, &count, &rows, &cols);
             size_t len = (size_t)rows * cols;
             for (int c = 0; c < count; c++)
-                muon_update_reference(o, w + c * len, g + c * len, m + c * len, rows, cols, lr, v + c * len);
+                muon_update_reference(o, w + c * len, g + c * len, m + c * len, rows, cols, k[router].lr, v + c * len);
         } else {
-            adamw_update_reference(o, p, w, g, m, v, &k);
+            adamw_update_reference(o, p, w, g, m, v, &k[router]);
         }
     }
 }

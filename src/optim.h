@@ -15,13 +15,18 @@ typedef struct {
     double muon_momentum;  /* μ = 0.95 */
     int muon_ns_steps;     /* 5 */
     int adamw_only;        /* every trainable tensor on AdamW (to compare with AdamW-only stacks; not ZAYA's recipe) */
+    double router_lr_scale; /* the router's tensors (mlp.gate.*) learn at lr × this (README: routing health) */
 } OptimConfig;
 
 /* Inline: the run-config parser (and its fuzz target) needs the defaults without the optimizer. */
 static inline void optim_config_default(OptimConfig *c) {
     *c = (OptimConfig){.weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .muon_momentum = 0.95,
-                       .muon_ns_steps = 5, .adamw_only = 0};
+                       .muon_ns_steps = 5, .adamw_only = 0, .router_lr_scale = 1.0};
 }
+
+/* The router's tensors: everything under a layer's "mlp.gate." (down_proj, EDA scale, router MLP, out_proj, or the
+ * linear router's weight); they learn at lr × router_lr_scale. */
+int param_is_router(const ParamInfo *p);
 
 /* One independent piece of a step (a Muon matrix, or a chunk of an AdamW tensor); defined in optim.c. */
 typedef struct OptimJob OptimJob;

@@ -156,7 +156,8 @@ void report_step(Report *r, const StepMetrics *m) {
     fflush(stderr);
 }
 
-void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *window, const float *const *biases) {
+void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *window, const float *const *biases,
+                    int classes) {
     if (!r->enabled) return;
     const int L = window->num_layers, E = window->num_experts;
     cJSON *o = cJSON_CreateObject();
@@ -183,7 +184,7 @@ void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *win
             cJSON_AddItemToArray(row, cJSON_CreateNumber(s.tokens ? (double)c[e] / (double)s.tokens : 0.0));
         cJSON_AddItemToArray(load, row);
         row = cJSON_CreateArray();
-        for (int e = 0; e <= E; e++) cJSON_AddItemToArray(row, cJSON_CreateNumber(biases[l][e]));
+        for (int e = 0; e < classes; e++) cJSON_AddItemToArray(row, cJSON_CreateNumber(biases[l][e]));
         cJSON_AddItemToArray(bias, row);
         if (s.entropy < r->route_min_entropy) r->route_min_entropy = s.entropy, r->route_min_layer = l;
         if (s.skip_rate > r->route_max_skip) r->route_max_skip = s.skip_rate, r->route_max_skip_layer = l;

@@ -56,9 +56,10 @@ void report_step(Report *r, const StepMetrics *m);
 void report_skip(Report *r, int64_t step, int64_t first, int64_t last);
 /* Routing health over a window of steps ending at `step` (routing.h says how): one metrics line {"kind":
  * "routing", "step", "phase", "tokens": [L], "entropy": [L], "skip_rate": [L], "max_load": [L], "gate": [L],
- * "p_skip": [L], "load": [L][E] (each real expert's share of the layer's tokens), "bias": [L][E+1]}; the
+ * "p_skip": [L], "load": [L][E] (each real expert's share of the layer's tokens), "bias": [L][classes]}; the
  * progress line shows the worst layer's entropy and skip rate. */
-void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *window, const float *const *biases);
+void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *window, const float *const *biases,
+                    int classes);
 void report_eval(Report *r, int64_t step, int phase, const char *name, double value);
 void report_event(Report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Draws OUT_DIR/loss.png, OUT_DIR/routing.png (per-layer entropy and skip rate over the steps) and, when there

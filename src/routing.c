@@ -30,14 +30,15 @@ void routing_counts_reset(RoutingCounts *r) {
 }
 
 void routing_counts_add_layer(RoutingCounts *r, int layer, const int32_t *choice, const float *gate,
-                              const float *probs, size_t n) {
+                              const float *probs, int classes, size_t n) {
     const int E = r->num_experts;
+    if (classes <= E) probs = NULL; /* no skip class: p_skip stays 0 */
     int64_t *c = r->counts + (size_t)layer * (E + 1);
     double gate_sum = 0, skip_sum = 0;
     for (size_t i = 0; i < n; i++) {
         c[choice[i]]++;
         if (gate && choice[i] < E) gate_sum += gate[i];
-        if (probs) skip_sum += probs[i * (E + 1) + E];
+        if (probs) skip_sum += probs[i * (size_t)classes + E];
     }
     r->sums[2 * layer] += gate_sum;
     r->sums[2 * layer + 1] += skip_sum;
@@ -129,7 +130,7 @@ LayerRouting routing_window_layer(const RoutingWindow *w, int layer) {
 
 /* ---- the balancing controller ---- */
 
-int balancer_create(Balancer *b, int num_layers, int num_experts, double lr, ZyErr *err) {
+int balancer_create(Balancer *b, int num_layers, int num_experts, double lr, double skip_rate, ZyErr *err) {
     memset(b, 0, sizeof *b);
     b->num_layers = num_layers;
     b->num_experts = num_experts;
@@ -137,8 +138,9 @@ int balancer_create(Balancer *b, int num_layers, int num_experts, double lr, ZyE
     b->beta1 = 0.9;
     b->beta2 = 0.999;
     b->eps = 1e-8;
-    b->exp_avg = calloc((size_t)num_layers * num_experts, sizeof(double));
-    b->exp_avg_sq = calloc((size_t)num_layers * num_experts, sizeof(double));
+    b->skip_rate = skip_rate;
+    b->exp_avg = calloc((size_t)num_layers * (num_experts + 1), sizeof(double));
+    b->exp_avg_sq = calloc((size_t)num_layers * (num_experts + 1), sizeof(double));
     if (!b->exp_avg || !b->exp_avg_sq) {
         balancer_free(b);
         return zy_fail(err, "out of memory");
@@ -153,21 +155,23 @@ void balancer_free(Balancer *b) {
 }
 
 void balancer_update(Balancer *b, const int64_t *counts, float *const *biases) {
-    const int E = b->num_experts;
+    const int E = b->num_experts, held = b->skip_rate < 0;
     b->step++;
     const double bc1 = 1.0 - pow(b->beta1, (double)b->step), bc2 = 1.0 - pow(b->beta2, (double)b->step);
     for (int l = 0; l < b->num_layers; l++) {
+        if (!biases[l]) continue;
         const int64_t *c = counts + (size_t)l * (E + 1);
+        /* held: shares of the routed tokens (the skip expert is never chosen then); else of all tokens */
         int64_t total = 0;
         for (int e = 0; e <= E; e++) total += c[e];
         if (total == 0) continue;
-        for (int e = 0; e < E; e++) { /* the skip expert (index E) is held */
-            double g = (double)c[e] / (double)total - 1.0 / E;
-            double *m = &b->exp_avg[(size_t)l * E + e], *v = &b->exp_avg_sq[(size_t)l * E + e];
+        for (int e = 0; e < (held ? E : E + 1); e++) {
+            const double target = held ? 1.0 / E : e == E ? b->skip_rate : (1.0 - b->skip_rate) / E;
+            const double g = (double)c[e] / (double)total - target;
+            double *m = &b->exp_avg[(size_t)l * (E + 1) + e], *v = &b->exp_avg_sq[(size_t)l * (E + 1) + e];
             *m = b->beta1 * *m + (1 - b->beta1) * g;
             *v = b->beta2 * *v + (1 - b->beta2) * g * g;
             biases[l][e] -= (float)(b->lr * (*m / bc1) / (sqrt(*v / bc2) + b->eps));
         }
     }
 }
-

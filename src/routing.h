@@ -19,10 +19,11 @@ typedef struct {
 int routing_counts_create(RoutingCounts *r, int num_layers, int num_experts, ZyErr *err);
 void routing_counts_free(RoutingCounts *r);
 void routing_counts_reset(RoutingCounts *r);
-/* Adds n tokens' choices (0..E) of layer l, with their gates p[choice] and router probabilities [n, E+1] (either
- * may be NULL: the sums then stay as they are). */
+/* Adds n tokens' choices (0..E) of layer l, with their gates p[choice] and router probabilities [n, classes]
+ * (either may be NULL: the sums then stay as they are; classes = E + 1 with the skip expert, E without one, when
+ * p_skip stays 0). */
 void routing_counts_add_layer(RoutingCounts *r, int layer, const int32_t *choice, const float *gate,
-                              const float *probs, size_t n);
+                              const float *probs, int classes, size_t n);
 /* Adds another table of the same shape. */
 void routing_counts_add(RoutingCounts *r, const RoutingCounts *other);
 
@@ -61,19 +62,24 @@ LayerRouting routing_window_layer(const RoutingWindow *w, int layer);
 double routing_entropy(const int64_t *counts, int num_experts);
 
 /* The expert-balancing controller (SYSTEM.md): after each step, for each MoE layer, f_e = fraction of the
- * step's tokens routed to real expert e (global batch), g_e = f_e − 1/E drives an AdamW-style update of
- * balancing_biases[e] (no weight decay); the skip expert's bias is held. */
+ * step's tokens (global batch) routed to class e drives an AdamW-style update of balancing_biases[e] (no weight
+ * decay) with the error g_e = f_e − target_e. With the skip expert held (skip_rate < 0, ZAYA1's released
+ * weights: skip bias −1, never chosen), only the E real experts move, target 1/E of the routed tokens. With a
+ * skip target s ∈ [0, 1), the skip bias moves too: target s for the skip expert and (1 − s)/E for each real
+ * expert, as fractions of all tokens, so the skip expert is a real choice taken by a controlled share of tokens
+ * (README, "Routing health"). Layers without routing (a dense MLP) have num_classes 0 and are left alone. */
 typedef struct {
     int num_layers, num_experts;
     double lr, beta1, beta2, eps;
+    double skip_rate;     /* < 0: the skip bias is held */
     int64_t step;
-    double *exp_avg, *exp_avg_sq; /* [L, E] */
+    double *exp_avg, *exp_avg_sq; /* [L, E+1]; the skip slot stays 0 while the skip bias is held */
 } Balancer;
 
-int balancer_create(Balancer *b, int num_layers, int num_experts, double lr, ZyErr *err);
+int balancer_create(Balancer *b, int num_layers, int num_experts, double lr, double skip_rate, ZyErr *err);
 void balancer_free(Balancer *b);
 /* counts [L, E+1]: tokens routed to each expert (index E = skip) this step; biases[l] points to layer l's
- * balancing_biases [E+1]. Updates the biases in place. */
+ * balancing_biases [E+1] (NULL: a layer without routing). Updates the biases in place. */
 void balancer_update(Balancer *b, const int64_t *counts, float *const *biases);
 
 #endif

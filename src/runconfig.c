@@ -218,7 +218,8 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
     rc->grad_clip = 1.0;
     const cJSON *opt = get(root, "optimizer");
     if (opt) {
-        static const char *const k[] = {"lr", "weight_decay", "beta1", "beta2", "eps", "muon_momentum", "grad_clip", NULL};
+        static const char *const k[] = {"lr",  "weight_decay", "beta1",           "beta2",
+                                        "eps", "muon_momentum", "router_lr_scale", "grad_clip", NULL};
         if (!cJSON_IsObject(opt)) return zy_fail(err, "%s: key \"optimizer\" must be an object", label);
         if (check_keys(opt, k, label, "optimizer", err) ||
             read_number(opt, "lr", 0, rc->lr, 0, 10, 0, &rc->lr, label, "optimizer", err) ||
@@ -227,6 +228,8 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
             read_number(opt, "beta2", 0, rc->optim.beta2, 0, 0.999999999, 0, &rc->optim.beta2, label, "optimizer", err) ||
             read_number(opt, "eps", 0, rc->optim.eps, 0, 1, 0, &rc->optim.eps, label, "optimizer", err) ||
             read_number(opt, "muon_momentum", 0, rc->optim.muon_momentum, 0, 0.999999, 0, &rc->optim.muon_momentum, label, "optimizer", err) ||
+            read_number(opt, "router_lr_scale", 0, rc->optim.router_lr_scale, 0, 10, 0, &rc->optim.router_lr_scale,
+                        label, "optimizer", err) ||
             read_number(opt, "grad_clip", 0, rc->grad_clip, 0, 1e9, 0, &rc->grad_clip, label, "optimizer", err))
             return -1;
     }
@@ -259,13 +262,19 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
     /* balancing */
     rc->balancing = 1;
     rc->balancing_lr = 1e-3;
+    rc->skip_rate = -1;
     const cJSON *bal = get(root, "balancing");
     if (bal) {
-        static const char *const k[] = {"enabled", "lr", NULL};
+        static const char *const k[] = {"enabled", "lr", "skip_rate", NULL};
         if (!cJSON_IsObject(bal)) return zy_fail(err, "%s: key \"balancing\" must be an object", label);
         if (check_keys(bal, k, label, "balancing", err) || read_bool(bal, "enabled", 1, &rc->balancing, label, "balancing", err) ||
             read_number(bal, "lr", 0, 1e-3, 0, 1, 0, &rc->balancing_lr, label, "balancing", err))
             return -1;
+        const cJSON *sr = get(bal, "skip_rate"); /* null: hold the skip bias, as the released ZAYA1 weights do */
+        if (sr && !cJSON_IsNull(sr) &&
+            read_number(bal, "skip_rate", 0, rc->skip_rate, 0, 0.99, 0, &rc->skip_rate, label, "balancing", err))
+            return -1;
+        if (sr && cJSON_IsNull(sr)) rc->skip_rate = -1;
     }
 
     /* checkpoint */

@@ -38,6 +38,7 @@ typedef struct {
     Schedule schedule;           /* total_steps filled from the phases */
     int balancing;
     double balancing_lr;
+    double skip_rate; /* balancing.skip_rate: the skip expert's target share of tokens; < 0 (null): bias held */
     int ckpt_interval, ckpt_keep;
     int ckpt_async;              /* write checkpoints in the background (default true) */
     int eval_interval, val_batches, eval_limit;

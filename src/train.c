@@ -132,7 +132,7 @@ static char *state_to_json(const Trainer *t) {
     }
     cJSON *b = cJSON_AddObjectToObject(root, "balancer");
     cJSON_AddNumberToObject(b, "step", (double)t->bal.step);
-    size_t n = (size_t)t->bal.num_layers * t->bal.num_experts;
+    size_t n = (size_t)t->bal.num_layers * (t->bal.num_experts + 1); /* [L, E+1], skip last */
     cJSON_AddItemToObject(b, "exp_avg", cJSON_CreateDoubleArray(t->bal.exp_avg, (int)n));
     cJSON_AddItemToObject(b, "exp_avg_sq", cJSON_CreateDoubleArray(t->bal.exp_avg_sq, (int)n));
     char *s = cJSON_Print(root);
@@ -217,18 +217,29 @@ static int state_from_json(Trainer *t, const char *text, const char *label, ZyEr
         goto done;
     }
     t->bal.step = (int64_t)d;
-    const int n = t->bal.num_layers * t->bal.num_experts;
+    /* [L, E+1] (skip slot last); checkpoints written before the skip expert could be balanced hold [L, E] */
+    const int L = t->bal.num_layers, E = t->bal.num_experts, n = L * (E + 1), n_old = L * E;
     const char *keys[2] = {"exp_avg", "exp_avg_sq"};
     double *dst[2] = {t->bal.exp_avg, t->bal.exp_avg_sq};
     for (int k = 0; k < 2; k++) {
         const cJSON *arr = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
-        if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n) {
+        const int size = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+        if (size != n && size != n_old) {
             zy_fail(err, "%s: balancer.%s must be a list of %d numbers", label, keys[k], n);
             goto done;
         }
+        const int stride = size == n ? E + 1 : E;
+        memset(dst[k], 0, (size_t)n * sizeof(double));
         int i = 0;
         const cJSON *v;
-        cJSON_ArrayForEach(v, arr) dst[k][i++] = v->valuedouble;
+        cJSON_ArrayForEach(v, arr) {
+            if (!cJSON_IsNumber(v)) {
+                zy_fail(err, "%s: balancer.%s[%d] must be a number", label, keys[k], i);
+                goto done;
+            }
+            dst[k][(size_t)(i / stride) * (E + 1) + i % stride] = v->valuedouble;
+            i++;
+        }
     }
     rc = 0;
 done:
@@ -289,8 +300,10 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
             return zy_wrap(err, "training data at step %lld", (long long)t->step);
         model_forward(&t->model, &t->acts, t->inputs);
         loss += model_backward(&t->model, &t->acts, t->targets);
-        for (int l = 0; l < L; l++) routing_counts_add_layer(&t->routes, l, t->acts.layers[l].choice, t->acts.layers[l].gate,
-                                     t->acts.layers[l].router_probs, (size_t)mb * T);
+        const int classes = cfg_router_classes(&t->model.cfg);
+        for (int l = 0; classes && l < L; l++)
+            routing_counts_add_layer(&t->routes, l, t->acts.layers[l].choice, t->acts.layers[l].gate,
+                                     t->acts.layers[l].router_probs, classes, (size_t)mb * T);
     }
     loss /= n_micro;
     if (fault_claim(&t->faults, FAULT_NAN, t->step + 1)) { /* ZAYA_FAULT=nan@S: this rank's loss and gradients */
@@ -488,7 +501,9 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
         return -1;
     optim_set_bf16(&t->opt, rc->bf16);
     t->have_opt = 1;
-    if (balancer_create(&t->bal, c->num_layers, c->num_experts, rc->balancing_lr, err)) return -1;
+    /* a model without the skip expert has no skip bias to drive */
+    const double skip_rate = c->moe == ZY_MOE_SKIP ? rc->skip_rate : -1;
+    if (balancer_create(&t->bal, c->num_layers, c->num_experts, rc->balancing_lr, skip_rate, err)) return -1;
     t->have_bal = 1;
     /* data */
     const char *names[RUN_MAX_DATASETS], *dirs[RUN_MAX_DATASETS];
@@ -612,7 +627,9 @@ int train_run(const TrainOptions *o, ZyErr *err) {
         int last = t.step == end;
         routing_window_add_step(&t.routes_window, &t.routes);
         if (t.step % r->log_interval == 0 || last) { /* before the progress line, which summarises it */
-            report_routing(&t.report, t.step, phase, &t.routes_window, (const float *const *)t.biases);
+            if (cfg_router_classes(&t.model.cfg))
+                report_routing(&t.report, t.step, phase, &t.routes_window, (const float *const *)t.biases,
+                               cfg_router_classes(&t.model.cfg));
             routing_window_reset(&t.routes_window);
         }
         report_step(&t.report, &m);

@@ -66,6 +66,7 @@ int cmd_eval(int argc, char **argv) {
     double loss = NAN;
     uint64_t n_scored = 0;
     char held_name[300] = "";
+    RoutingWindow routes, *routes_ptr = NULL;
     if (args_parse(argc, argv, 2, specs, n, tasks + 1, MAX_TASKS - 1, &n_tasks, "eval", &err)) goto fail;
     if (n_tasks > 0 && !task) {
         zy_fail(&err, "eval: unexpected argument \"%s\"", tasks[1]);
@@ -112,6 +113,11 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "%s: %d examples in %.2f s\n", task_list[i], results[i].n, results[i].seconds);
     }
     if (seq_len == 0) seq_len = m.cfg.max_position_embeddings < 1024 ? m.cfg.max_position_embeddings : 1024;
+    /* the held-out pass also reports how the model routes those tokens (not for a dense model) */
+    if ((tokens_path || shards) && cfg_router_classes(&m.cfg)) {
+        if (routing_window_create(&routes, m.cfg.num_layers, m.cfg.num_experts, &err)) goto fail;
+        routes_ptr = &routes;
+    }
     if (tokens_path) {
         int ndim;
         int64_t shape[ZY_MAX_DIMS];
@@ -120,7 +126,7 @@ int cmd_eval(int argc, char **argv) {
         for (int d = 0; d < ndim; d++) total *= (uint64_t)shape[d];
         ArraySource as = {held, total};
         EvalTokenSource src = {&as, total, array_read};
-        if (eval_token_loss(&m, &src, seq_len, max_tokens, &loss, &n_scored, &err)) {
+        if (eval_token_loss(&m, &src, seq_len, max_tokens, routes_ptr, &loss, &n_scored, &err)) {
             zy_wrap(&err, "%s", tokens_path);
             goto fail;
         }
@@ -129,14 +135,17 @@ int cmd_eval(int argc, char **argv) {
     } else if (shards) {
         /* headers, sizes and every id are checked on open/read; the payload CRCs are not re-read here */
         if (shardset_open(&ss, shards, split, 0, &err)) goto fail;
-        if (eval_shard_loss(&m, ss, seq_len, max_tokens, &loss, &n_scored, &err)) {
+        if (eval_shard_loss(&m, ss, seq_len, max_tokens, routes_ptr, &loss, &n_scored, &err)) {
             zy_wrap(&err, "%s (%s)", shards, split);
             goto fail;
         }
         snprintf(held_name, sizeof held_name, "%s", split);
     }
     eval_print_table(stdout, results, n_tasks, held_name, loss, n_scored);
-    if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, bf16 ? "bf16" : "f32", &err)) goto fail;
+    eval_print_routing(stdout, routes_ptr);
+    if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, routes_ptr,
+                                    bf16 ? "bf16" : "f32", &err))
+        goto fail;
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
@@ -144,6 +153,7 @@ fail:
     free(held);
     tokenizer_free(tok);
     if (ss) shardset_close(ss);
+    if (routes_ptr) routing_window_free(routes_ptr);
     if (have_model) model_free(&m);
     return rc;
 }

@@ -203,7 +203,7 @@ TEST(eval_exact_match_greedy) {
     /* JSON report and table */
     char jpath[80];
     snprintf(jpath, sizeof jpath, "%s/out.json", dir);
-    REQUIRE(eval_write_json(jpath, &r, 1, "val", 2.5, 100, "f32", &err) == 0);
+    REQUIRE(eval_write_json(jpath, &r, 1, "val", 2.5, 100, NULL, "f32", &err) == 0);
     char *data;
     size_t len;
     REQUIRE(zy_read_file(jpath, &data, &len, &err) == 0);
@@ -307,16 +307,16 @@ TEST(eval_token_loss_windows) {
     }
     double loss;
     uint64_t n;
-    REQUIRE(eval_token_loss(&m, &src, S, 0, &loss, &n, &err) == 0);
+    REQUIRE(eval_token_loss(&m, &src, S, 0, NULL, &loss, &n, &err) == 0);
     CHECK(n == (uint64_t)N - 1);
     CHECK_NEAR(loss, sum / count, 1e-5);
-    REQUIRE(eval_token_loss(&m, &src, S, 9, &loss, &n, &err) == 0); /* max_tokens: 8 + 1 predictions */
+    REQUIRE(eval_token_loss(&m, &src, S, 9, NULL, &loss, &n, &err) == 0); /* max_tokens: 8 + 1 predictions */
     CHECK(n == 9);
     CHECK_NEAR(loss, sum_first9 / 9, 1e-5);
-    CHECK(eval_token_loss(&m, &src, 0, 0, &loss, &n, &err) == -1);
-    CHECK(eval_token_loss(&m, &src, 65, 0, &loss, &n, &err) == -1 && strstr(err.msg, "max_position_embeddings"));
+    CHECK(eval_token_loss(&m, &src, 0, 0, NULL, &loss, &n, &err) == -1);
+    CHECK(eval_token_loss(&m, &src, 65, 0, NULL, &loss, &n, &err) == -1 && strstr(err.msg, "max_position_embeddings"));
     tok[11] = V;
-    CHECK(eval_token_loss(&m, &src, S, 0, &loss, &n, &err) == -1 && strstr(err.msg, "offset 11"));
+    CHECK(eval_token_loss(&m, &src, S, 0, NULL, &loss, &n, &err) == -1 && strstr(err.msg, "offset 11"));
     kvcache_free(&c);
     model_free(&m);
 }

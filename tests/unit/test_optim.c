@@ -1,11 +1,10 @@
-/* Schedules, clipping, the balancing controller, and the fast optimizer step against the simple reference path
+/* Schedules, clipping, and the fast optimizer step against the simple reference path
  * (the steps themselves are checked against torch in tests/oracle/test_optim.py). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "matmul.h"
 #include "optim.h"
-#include "routing.h"
 #include "test.h"
 
 TEST(schedule_warmup_wsd_and_cosine) {
@@ -57,23 +56,6 @@ TEST(clip_scales_to_max_norm) {
     CHECK_NEAR(grad_global_norm(&t), 1.0, 1e-6);
     CHECK(grad_clip(&t, 10.0, 1.0) == 1.0);
     params_free(&t);
-}
-
-TEST(balancer_pushes_overused_experts_down) {
-    Balancer b;
-    ZyErr err = {{0}};
-    REQUIRE(balancer_create(&b, 1, 4, 1e-3, &err) == 0);
-    float bias[5] = {0, 0, 0, 0, -1};
-    float *biases[1] = {bias};
-    int64_t counts[5] = {70, 10, 10, 0, 10}; /* expert 0 over-used, 3 idle, 10% skipped */
-    for (int i = 0; i < 10; i++) balancer_update(&b, counts, biases);
-    CHECK(bias[0] < 0 && bias[3] > 0);
-    CHECK(bias[4] == -1.0f); /* skip expert held */
-    CHECK_NEAR(bias[3], 10 * 1e-3, 1e-4); /* Adam's normalised steps are ~lr each */
-    int64_t even[4] = {5, 5, 5, 5}, one[4] = {20, 0, 0, 0};
-    CHECK_NEAR(routing_entropy(even, 4), 1.0, 1e-12);
-    CHECK_NEAR(routing_entropy(one, 4), 0.0, 1e-12);
-    balancer_free(&b);
 }
 
 /* ---- the fast optimizer step against the simple reference path ---- */
