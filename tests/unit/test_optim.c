@@ -339,3 +339,71 @@ TEST(optim_step_bf16_newton_schulz_close_to_fp32) {
     free(w0), free(ref), free(b16);
     params_free(&t);
 }
+
+/* optimizer.router_lr_scale: the router's tensors (".mlp.gate.") step exactly as they would at lr × scale, the
+ * others at lr; on the fast and the reference path. */
+static int router_table(ParamTable *t, ZyErr *err) {
+    static const struct {
+        const char *name;
+        ParamKind kind;
+        int ndim;
+        int64_t shape[2];
+    } specs[] = {{"model.layers.0.mlp.gate.router_mlp.out_proj.weight", PARAM_MUON, 2, {5, 16}},
+                 {"model.layers.0.mlp.gate.router_mlp.fc1.bias", PARAM_ADAMW, 1, {16}},
+                 {"model.layers.0.mlp.experts.down_proj", PARAM_MUON, 2, {8, 12}},
+                 {"model.layers.0.post_attention_layernorm.weight", PARAM_ADAMW, 1, {8}}};
+    memset(t, 0, sizeof *t);
+    for (size_t i = 0; i < ZY_ARRAY_LEN(specs); i++)
+        if (params_add(t, specs[i].name, specs[i].kind, INIT_ZERO, specs[i].ndim, specs[i].shape, err) < 0) return -1;
+    return params_alloc(t, err);
+}
+
+static void router_steps(ParamTable *t, const float *w0, double scale, double lr, int reference, float *out) {
+    ZyErr err = {{0}};
+    Optimizer o;
+    OptimConfig cfg;
+    optim_config_default(&cfg);
+    cfg.weight_decay = 0.1;
+    cfg.router_lr_scale = scale;
+    memcpy(t->data, w0, t->total * sizeof(float));
+    if (optim_create(&o, t, &cfg, &err)) abort();
+    ZyRng rng;
+    zy_rng_seed(&rng, 5);
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < t->count; i++) fill_normal(t->grad + t->info[i].offset, t->info[i].numel, &rng, 0.1);
+        if (reference)
+            optim_step_reference(&o, t, lr);
+        else
+            optim_step(&o, t, lr);
+    }
+    memcpy(out, t->data, t->total * sizeof(float));
+    optim_free(&o);
+}
+
+TEST(optim_router_lr_scale_scales_only_the_router) {
+    ParamTable t;
+    ZyErr err = {{0}};
+    REQUIRE(router_table(&t, &err) == 0);
+    CHECK(param_is_router(&t.info[0]) && param_is_router(&t.info[1]));
+    CHECK(!param_is_router(&t.info[2]) && !param_is_router(&t.info[3]));
+    float *w0 = malloc(t.total * sizeof(float)), *scaled = malloc(t.total * sizeof(float));
+    float *full = malloc(t.total * sizeof(float)), *low = malloc(t.total * sizeof(float));
+    REQUIRE(w0 && scaled && full && low);
+    ZyRng rng;
+    zy_rng_seed(&rng, 8);
+    fill_normal(w0, t.total, &rng, 0.3);
+    for (int reference = 0; reference < 2; reference++) {
+        router_steps(&t, w0, 0.25, 0.02, reference, scaled);
+        router_steps(&t, w0, 1.0, 0.02, reference, full);
+        router_steps(&t, w0, 1.0, 0.005, reference, low); /* 0.02 × 0.25, exactly */
+        for (int i = 0; i < t.count; i++) {
+            const ParamInfo *p = &t.info[i];
+            const float *want = i < 2 ? low : full;
+            CHECK_MSG(memcmp(scaled + p->offset, want + p->offset, p->numel * sizeof(float)) == 0, "%s (%s path)",
+                      p->name, reference ? "reference" : "fast");
+            CHECK(memcmp(scaled + p->offset, w0 + p->offset, p->numel * sizeof(float)) != 0); /* it did move */
+        }
+    }
+    free(w0), free(scaled), free(full), free(low);
+    params_free(&t);
+}
