@@ -68,6 +68,10 @@ TEST(config_rejects_each_bad_input_naming_the_key) {
         {"\"rms_norm_eps\": 1e-5", "\"rms_norm_eps\": -1", "rms_norm_eps"},
         {"\"pad_token_id\": 0", "\"pad_token_id\": 64", "pad_token_id"},
         {"{\"model_type\"", "[{\"model_type\"", "invalid JSON"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_attention\": \"gqa\"", "\"zaya_attention\" must be one of"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_moe\": 3", "\"zaya_moe\" must be one of"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_router\": \"linear\"", "not implemented yet"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_residual_scaling\": \"no\"", "zaya_residual_scaling"},
         /* found by fuzz_config: num_key_value_heads*head_dim overflowed int before any size check */
         {"\"head_dim\": 8", "\"head_dim\": 1073741824", "exceeds 2^24"},
         {"\"cca_time1\": 2", "\"cca_time1\": 2147483647", "exceeds 2^24"},
