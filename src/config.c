@@ -246,12 +246,9 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         cfg->router = (ZyRouterKind)r;
         cfg->moe = (ZyMoeKind)m;
         cfg->no_residual_scaling = !rs;
-        /* the variants' layouts, forward and backward are not in model.c yet: refuse rather than train ZAYA1 */
-        if (!cfg_is_zaya1(cfg)) {
-            zy_fail(err, "%s: research variant (zaya_attention \"%s\", zaya_router \"%s\", zaya_moe \"%s\", "
-                         "zaya_residual_scaling %s) is not implemented yet; only the ZAYA1 values are",
-                    label, cfg_attention_name(cfg->attention), cfg_router_name(cfg->router), cfg_moe_name(cfg->moe),
-                    cfg->no_residual_scaling ? "false" : "true");
+        if (cfg->moe == ZY_MOE_DENSE && cfg->router != ZY_ROUTER_MLP) {
+            zy_fail(err, "%s: key \"zaya_router\": \"linear\" does not combine with \"zaya_moe\": \"dense\" (a dense "
+                         "MLP has no router)", label);
             goto done;
         }
     }

@@ -90,7 +90,7 @@ int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len,
     c->batch = batch;
     c->max_len = max_len;
     c->chunk = chunk < max_len ? chunk : max_len;
-    c->conv_pad = cfg_conv_pad(cfg);
+    c->conv_pad = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0; /* the MHA variant has no convolutions */
     const int L = cfg->num_layers;
     float **ptrs = calloc((size_t)4 * L, sizeof *ptrs);
     if (!ptrs) return zy_fail(err, "out of memory");
@@ -249,6 +249,27 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
     zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
 }
 
+/* The MHA variant on u for the new rows: q, k, v, RoPE at the absolute positions, keys and values appended to the
+ * cache, attention over everything so far, o_proj into s->proj [N, D]. */
+static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, int l, int n) {
+    DecodeScratch *s = &c->s;
+    const int B = c->batch, N = B * n, D = f->hidden_size, dh = f->head_dim, p0 = c->len;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(f);
+    zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->query, Cq);
+    zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->key, Ck);
+    zy_matmul_wt(N, Ck, D, s->u, D, W->w_v, W->w_v16, s->value, Ck);
+    const long toff = (long)p0 * (rd / 2);
+    rope_forward(s->query, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh, rd);
+    rope_forward(s->key, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh, rd);
+    for (int b = 0; b < B; b++) {
+        const long dst = ((long)b * c->max_len + p0) * Ck;
+        memcpy(c->k[l] + dst, s->key + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
+        memcpy(c->v[l] + dst, s->value + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
+    }
+    cached_attention(c, l, n, p0);
+    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
+}
+
 /* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe_out and z (the next r_prev):
  * model.c's moe_block_forward on the decode scratch (the router MLP's GELUs in place: no backward here). */
 static void moe_decode(const ZayaConfig *f, const LayerWeights *W, DecodeScratch *s, float *z, const float *r_prev,
@@ -280,7 +301,10 @@ static void decode_piece(const Model *m, KVCache *c, int n, float *logits, int l
     rmsnorm_forward(s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
-        cca_decode(f, W, c, l, n);
+        if (f->attention == ZY_ATTN_CCA)
+            cca_decode(f, W, c, l, n);
+        else
+            mha_decode(f, W, c, l, n);
         merge_rmsnorm_forward(s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb,
                               W->post_norm, N, D, f->rms_norm_eps);
         float *z = s->z[l & 1];
@@ -317,7 +341,9 @@ int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, fl
         f->num_kv_heads != cc->num_kv_heads || f->head_dim != cc->head_dim || f->cca_time0 != cc->cca_time0 ||
         f->cca_time1 != cc->cca_time1 || f->num_experts != cc->num_experts ||
         f->router_hidden_size != cc->router_hidden_size || f->moe_intermediate_size != cc->moe_intermediate_size ||
-        f->rope_theta != cc->rope_theta || f->partial_rotary_factor != cc->partial_rotary_factor)
+        f->rope_theta != cc->rope_theta || f->partial_rotary_factor != cc->partial_rotary_factor ||
+        f->attention != cc->attention || f->router != cc->router || f->moe != cc->moe ||
+        f->no_residual_scaling != cc->no_residual_scaling)
         return zy_fail(err, "decode: the KV cache was built for another model shape");
     if (n <= 0) return zy_fail(err, "decode: %d new tokens (must be at least 1)", n);
     if (n > c->max_len - c->len)

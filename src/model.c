@@ -45,6 +45,7 @@ static float *tensor(LayoutWalk *w, ParamKind kind, ParamInit init, int ndim, in
 static void walk_layout(LayoutWalk *w, const ZayaConfig *c, Weights *out) {
     const int64_t D = c->hidden_size, V = c->vocab_size, Cq = cfg_q_channels(c), Ck = cfg_k_channels(c);
     const int64_t C = Cq + Ck, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    const int64_t classes = cfg_router_classes(c);
     const ParamKind A = PARAM_ADAMW, MU = PARAM_MUON;
     out->embed = tensor(w, A, INIT_NORMAL, 2, V, D, 0, "model.embed_tokens.weight");
     out->in_scale = tensor(w, A, INIT_ONE, 1, D, 0, 0, "model.input_hidden_states_scale");
@@ -53,41 +54,90 @@ static void walk_layout(LayoutWalk *w, const ZayaConfig *c, Weights *out) {
         LayerWeights *L = &out->layers[l];
 #define P "model.layers.%d."
         L->input_norm = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "input_layernorm.weight", l);
-        L->w_q = tensor(w, MU, INIT_NORMAL, 2, Cq, D, 0, P "self_attn.qkv_proj.q_proj.weight", l);
-        L->w_k = tensor(w, MU, INIT_NORMAL, 2, Ck, D, 0, P "self_attn.qkv_proj.k_proj.weight", l);
-        L->w_v_current = tensor(w, MU, INIT_NORMAL, 2, Ck / 2, D, 0, P "self_attn.qkv_proj.v_proj_current.weight", l);
-        L->w_v_delayed = tensor(w, MU, INIT_NORMAL, 2, Ck / 2, D, 0, P "self_attn.qkv_proj.v_proj_delayed.weight", l);
-        L->conv_dw_w = tensor(w, A, INIT_NORMAL, 3, C, 1, c->cca_time0, P "self_attn.qkv_proj.conv_qk_depthwise.weight", l);
-        L->conv_dw_b = tensor(w, A, INIT_ZERO, 1, C, 0, 0, P "self_attn.qkv_proj.conv_qk_depthwise.bias", l);
-        L->conv_gr_w = tensor(w, A, INIT_NORMAL, 3, C, c->head_dim, c->cca_time1, P "self_attn.qkv_proj.conv_qk_grouped.weight", l);
-        L->conv_gr_b = tensor(w, A, INIT_ZERO, 1, C, 0, 0, P "self_attn.qkv_proj.conv_qk_grouped.bias", l);
-        L->temp = tensor(w, A, INIT_ONE, 1, c->num_kv_heads, 0, 0, P "self_attn.qk_norm.temp", l);
+        if (c->attention == ZY_ATTN_CCA) {
+            L->w_q = tensor(w, MU, INIT_NORMAL, 2, Cq, D, 0, P "self_attn.qkv_proj.q_proj.weight", l);
+            L->w_k = tensor(w, MU, INIT_NORMAL, 2, Ck, D, 0, P "self_attn.qkv_proj.k_proj.weight", l);
+            L->w_v_current = tensor(w, MU, INIT_NORMAL, 2, Ck / 2, D, 0, P "self_attn.qkv_proj.v_proj_current.weight", l);
+            L->w_v_delayed = tensor(w, MU, INIT_NORMAL, 2, Ck / 2, D, 0, P "self_attn.qkv_proj.v_proj_delayed.weight", l);
+            L->conv_dw_w = tensor(w, A, INIT_NORMAL, 3, C, 1, c->cca_time0, P "self_attn.qkv_proj.conv_qk_depthwise.weight", l);
+            L->conv_dw_b = tensor(w, A, INIT_ZERO, 1, C, 0, 0, P "self_attn.qkv_proj.conv_qk_depthwise.bias", l);
+            L->conv_gr_w = tensor(w, A, INIT_NORMAL, 3, C, c->head_dim, c->cca_time1, P "self_attn.qkv_proj.conv_qk_grouped.weight", l);
+            L->conv_gr_b = tensor(w, A, INIT_ZERO, 1, C, 0, 0, P "self_attn.qkv_proj.conv_qk_grouped.bias", l);
+            L->temp = tensor(w, A, INIT_ONE, 1, c->num_kv_heads, 0, 0, P "self_attn.qk_norm.temp", l);
+        } else { /* MHA variant: plain projections (GQA when Hkv < Hq) */
+            L->w_q = tensor(w, MU, INIT_NORMAL, 2, Cq, D, 0, P "self_attn.q_proj.weight", l);
+            L->w_k = tensor(w, MU, INIT_NORMAL, 2, Ck, D, 0, P "self_attn.k_proj.weight", l);
+            L->w_v = tensor(w, MU, INIT_NORMAL, 2, Ck, D, 0, P "self_attn.v_proj.weight", l);
+        }
         L->w_o = tensor(w, MU, INIT_NORMAL, 2, D, Cq, 0, P "self_attn.o_proj.weight", l);
-        L->attn_hs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_residual_scale.hidden_states_scale", l);
-        L->attn_hb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_attention_residual_scale.hidden_states_bias", l);
-        L->attn_rs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_residual_scale.residual_scale", l);
-        L->attn_rb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_attention_residual_scale.residual_bias", l);
+        if (!c->no_residual_scaling) {
+            L->attn_hs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_residual_scale.hidden_states_scale", l);
+            L->attn_hb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_attention_residual_scale.hidden_states_bias", l);
+            L->attn_rs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_residual_scale.residual_scale", l);
+            L->attn_rb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_attention_residual_scale.residual_bias", l);
+        }
         L->post_norm = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_attention_layernorm.weight", l);
-        L->router_down_w = tensor(w, MU, INIT_NORMAL, 2, R, D, 0, P "mlp.gate.down_proj.weight", l);
-        L->router_down_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.down_proj.bias", l);
-        L->router_state_scale = l > 0 ? tensor(w, A, INIT_ONE, 1, R, 0, 0, P "mlp.gate.router_states_scale", l) : NULL;
-        L->router_norm = tensor(w, A, INIT_ONE, 1, R, 0, 0, P "mlp.gate.router_mlp.norm.weight", l);
-        L->router_fc1_w = tensor(w, MU, INIT_NORMAL, 2, R, R, 0, P "mlp.gate.router_mlp.fc1.weight", l);
-        L->router_fc1_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.router_mlp.fc1.bias", l);
-        L->router_fc2_w = tensor(w, MU, INIT_NORMAL, 2, R, R, 0, P "mlp.gate.router_mlp.fc2.weight", l);
-        L->router_fc2_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.router_mlp.fc2.bias", l);
-        L->router_out_w = tensor(w, MU, INIT_NORMAL, 2, E + 1, R, 0, P "mlp.gate.router_mlp.out_proj.weight", l);
-        L->balancing_bias = tensor(w, PARAM_BUFFER, INIT_BALANCING_BIAS, 1, E + 1, 0, 0, P "mlp.gate.balancing_biases", l);
-        L->expert_gate_up = tensor(w, MU, INIT_NORMAL, 3, E, 2 * I, D, P "mlp.experts.gate_up_proj", l);
-        L->expert_down = tensor(w, MU, INIT_NORMAL, 3, E, D, I, P "mlp.experts.down_proj", l);
-        L->mlp_hs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_mlp_residual_scale.hidden_states_scale", l);
-        L->mlp_hb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_mlp_residual_scale.hidden_states_bias", l);
-        L->mlp_rs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_mlp_residual_scale.residual_scale", l);
-        L->mlp_rb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_mlp_residual_scale.residual_bias", l);
+        if (c->moe != ZY_MOE_DENSE && c->router == ZY_ROUTER_MLP) {
+            L->router_down_w = tensor(w, MU, INIT_NORMAL, 2, R, D, 0, P "mlp.gate.down_proj.weight", l);
+            L->router_down_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.down_proj.bias", l);
+            L->router_state_scale = l > 0 ? tensor(w, A, INIT_ONE, 1, R, 0, 0, P "mlp.gate.router_states_scale", l) : NULL;
+            L->router_norm = tensor(w, A, INIT_ONE, 1, R, 0, 0, P "mlp.gate.router_mlp.norm.weight", l);
+            L->router_fc1_w = tensor(w, MU, INIT_NORMAL, 2, R, R, 0, P "mlp.gate.router_mlp.fc1.weight", l);
+            L->router_fc1_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.router_mlp.fc1.bias", l);
+            L->router_fc2_w = tensor(w, MU, INIT_NORMAL, 2, R, R, 0, P "mlp.gate.router_mlp.fc2.weight", l);
+            L->router_fc2_b = tensor(w, A, INIT_ZERO, 1, R, 0, 0, P "mlp.gate.router_mlp.fc2.bias", l);
+            L->router_out_w = tensor(w, MU, INIT_NORMAL, 2, classes, R, 0, P "mlp.gate.router_mlp.out_proj.weight", l);
+        } else if (c->moe != ZY_MOE_DENSE) { /* linear-router variant: logits = u Wᵀ on the MoE input */
+            L->router_w = tensor(w, MU, INIT_NORMAL, 2, classes, D, 0, P "mlp.gate.weight", l);
+        }
+        if (c->moe != ZY_MOE_DENSE) {
+            /* the skip expert starts held at -1; without one every class starts at 0 */
+            const ParamInit bias_init = c->moe == ZY_MOE_SKIP ? INIT_BALANCING_BIAS : INIT_ZERO;
+            L->balancing_bias = tensor(w, PARAM_BUFFER, bias_init, 1, classes, 0, 0, P "mlp.gate.balancing_biases", l);
+            L->expert_gate_up = tensor(w, MU, INIT_NORMAL, 3, E, 2 * I, D, P "mlp.experts.gate_up_proj", l);
+            L->expert_down = tensor(w, MU, INIT_NORMAL, 3, E, D, I, P "mlp.experts.down_proj", l);
+        } else { /* dense variant: one SwiGLU MLP of the experts' size (runs as one expert with gate 1) */
+            L->expert_gate_up = tensor(w, MU, INIT_NORMAL, 2, 2 * I, D, 0, P "mlp.gate_up_proj.weight", l);
+            L->expert_down = tensor(w, MU, INIT_NORMAL, 2, D, I, 0, P "mlp.down_proj.weight", l);
+        }
+        if (!c->no_residual_scaling) {
+            L->mlp_hs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_mlp_residual_scale.hidden_states_scale", l);
+            L->mlp_hb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_mlp_residual_scale.hidden_states_bias", l);
+            L->mlp_rs = tensor(w, A, INIT_ONE, 1, D, 0, 0, P "post_mlp_residual_scale.residual_scale", l);
+            L->mlp_rb = tensor(w, A, INIT_ZERO, 1, D, 0, 0, P "post_mlp_residual_scale.residual_bias", l);
+        }
 #undef P
     }
     out->final_norm = tensor(w, A, INIT_ONE, 1, D, 0, 0, "model.norm.weight");
     out->lm_head = c->tie_word_embeddings ? out->embed : tensor(w, A, INIT_NORMAL, 2, V, D, 0, "lm_head.weight");
+}
+
+/* zaya_residual_scaling false: the merges read constant ones/zeros (exactly h + x) and write their unused
+ * gradients to a sink. */
+static void bind_plain_residuals(Model *m) {
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        LayerWeights *W = &m->w.layers[l], *G = &m->g.layers[l];
+        W->attn_hs = W->attn_rs = W->mlp_hs = W->mlp_rs = m->unit_scale;
+        W->attn_hb = W->attn_rb = W->mlp_hb = W->mlp_rb = m->zero_bias;
+        G->attn_hs = G->attn_rs = G->mlp_hs = G->mlp_rs = m->merge_grad_sink;
+        G->attn_hb = G->attn_rb = G->mlp_hb = G->mlp_rb = m->merge_grad_sink;
+    }
+}
+
+int model_param_table(ParamTable *t, const ZayaConfig *cfg, ZyErr *err) {
+    memset(t, 0, sizeof *t);
+    if (config_validate(cfg, "model config", err)) return -1;
+    LayerWeights *layers = calloc((size_t)cfg->num_layers, sizeof *layers);
+    if (!layers) return zy_fail(err, "out of memory");
+    LayoutWalk walk = {.table = t, .err = err};
+    Weights scratch = {.layers = layers};
+    walk_layout(&walk, cfg, &scratch);
+    free(layers);
+    if (walk.failed) {
+        params_free(t);
+        return -1;
+    }
+    return 0;
 }
 
 int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
@@ -111,6 +161,18 @@ int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
     walk_layout(&bind_w, cfg, &m->w);
     LayoutWalk bind_g = {.table = &m->params, .base = m->params.grad};
     walk_layout(&bind_g, cfg, &m->g);
+    if (cfg->no_residual_scaling) {
+        const size_t D = (size_t)cfg->hidden_size;
+        m->unit_scale = malloc(D * sizeof(float));
+        m->zero_bias = calloc(D, sizeof(float));
+        m->merge_grad_sink = calloc(D, sizeof(float));
+        if (!m->unit_scale || !m->zero_bias || !m->merge_grad_sink) {
+            model_free(m);
+            return zy_fail(err, "out of memory");
+        }
+        for (size_t i = 0; i < D; i++) m->unit_scale[i] = 1.0f;
+        bind_plain_residuals(m);
+    }
     return 0;
 }
 
@@ -119,6 +181,7 @@ void model_free(Model *m) {
     zy_free(m->bf16);
     free(m->w.layers);
     free(m->g.layers);
+    free(m->unit_scale), free(m->zero_bias), free(m->merge_grad_sink);
     memset(m, 0, sizeof *m);
 }
 
@@ -150,24 +213,33 @@ int model_bf16_convert(Model *m, int i) {
     return 1;
 }
 
+/* Switches a weight view to its bf16 copy (tensors a variant lacks stay NULL). */
+#define TO_BF16(m, p)                                                                                           \
+    do {                                                                                                        \
+        if (p) p##16 = bf16_view(m, p), p = NULL;                                                              \
+    } while (0)
+
 void model_bf16_finish(Model *m) {
     for (int l = 0; l < m->cfg.num_layers; l++) {
         LayerWeights *L = &m->w.layers[l];
-        L->w_q16 = bf16_view(m, L->w_q), L->w_q = NULL;
-        L->w_k16 = bf16_view(m, L->w_k), L->w_k = NULL;
-        L->w_v_current16 = bf16_view(m, L->w_v_current), L->w_v_current = NULL;
-        L->w_v_delayed16 = bf16_view(m, L->w_v_delayed), L->w_v_delayed = NULL;
-        L->w_o16 = bf16_view(m, L->w_o), L->w_o = NULL;
-        L->router_down_w16 = bf16_view(m, L->router_down_w), L->router_down_w = NULL;
-        L->router_fc1_w16 = bf16_view(m, L->router_fc1_w), L->router_fc1_w = NULL;
-        L->router_fc2_w16 = bf16_view(m, L->router_fc2_w), L->router_fc2_w = NULL;
-        L->router_out_w16 = bf16_view(m, L->router_out_w), L->router_out_w = NULL;
-        L->expert_gate_up16 = bf16_view(m, L->expert_gate_up), L->expert_gate_up = NULL;
-        L->expert_down16 = bf16_view(m, L->expert_down), L->expert_down = NULL;
+        TO_BF16(m, L->w_q);
+        TO_BF16(m, L->w_k);
+        TO_BF16(m, L->w_v);
+        TO_BF16(m, L->w_o);
+        TO_BF16(m, L->w_v_current);
+        TO_BF16(m, L->w_v_delayed);
+        TO_BF16(m, L->router_down_w);
+        TO_BF16(m, L->router_fc1_w);
+        TO_BF16(m, L->router_fc2_w);
+        TO_BF16(m, L->router_out_w);
+        TO_BF16(m, L->router_w);
+        TO_BF16(m, L->expert_gate_up);
+        TO_BF16(m, L->expert_down);
     }
     m->w.embed16 = bf16_view(m, m->w.embed), m->w.embed = NULL;
     m->w.lm_head16 = bf16_view(m, m->w.lm_head), m->w.lm_head = NULL;
 }
+#undef TO_BF16
 
 int model_use_bf16(Model *m, ZyErr *err) {
     if (m->bf16) return 0;
@@ -353,9 +425,10 @@ int model_check_tokens(const Model *m, const int32_t *tokens, int B, int T, ZyEr
 
 double model_train_flops_per_token(const ZayaConfig *c, int T) {
     const double D = c->hidden_size, Cq = cfg_q_channels(c), Ck = cfg_k_channels(c), C = Cq + Ck;
-    const double R = c->router_hidden_size, E1 = c->num_experts + 1, I = c->moe_intermediate_size;
-    const double per_layer = Cq * D + 2 * Ck * D + D * Cq + C * c->head_dim * c->cca_time1 + R * D + 2 * R * R +
-                             E1 * R + 3 * I * D;
+    const double R = c->router_hidden_size, K = cfg_router_classes(c), I = c->moe_intermediate_size;
+    double per_layer = Cq * D + 2 * Ck * D + D * Cq + 3 * I * D; /* q, k, v, o and one expert */
+    if (c->attention == ZY_ATTN_CCA) per_layer += C * c->head_dim * c->cca_time1;
+    if (c->moe != ZY_MOE_DENSE) per_layer += c->router == ZY_ROUTER_MLP ? R * D + 2 * R * R + K * R : K * D;
     const double active = c->num_layers * per_layer + (double)c->vocab_size * D;
     return 6.0 * active + 6.0 * c->num_layers * c->num_heads * c->head_dim * (double)T;
 }
@@ -407,6 +480,21 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
 }
 
+/* MHA variant on u = RMSNorm(x): q, k, v projections, partial RoPE on q and k, causal softmax attention (GQA when
+ * Hkv < Hq), o_proj; writes L->attn_proj [N, D]. No convolutions, value delay or QK norm. */
+static void mha_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const Activations *a) {
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    zy_matmul_wt_ctx(a->gemm, N, Cq, D, L->u_attn, D, W->w_q, W->w_q16, L->query, Cq);
+    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_k, W->w_k16, L->key, Ck);
+    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_v, W->w_v16, L->value, Ck);
+    rope_forward(L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
+    rope_forward(L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
+                            a->attn_threads);
+    zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
+}
+
 /* Groups the token rows by chosen expert (counting sort, stable), skip-expert tokens left out. */
 static void group_by_expert(const MoeBuffers *b, int N, int E) {
     int32_t *off = b->expert_offset, *cursor = b->expert_cursor;
@@ -420,23 +508,33 @@ static void group_by_expert(const MoeBuffers *b, int N, int E) {
 }
 
 void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuffers *b, const float *r_prev, int N) {
-    const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    const int D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
+    const int classes = cfg_router_classes(c);
     double t_router = b->phase_seconds ? zy_now_seconds() : 0;
-    /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer, and its RMSNorm in one pass;
-     * each MLP layer is a GEMM into its destination (beta = 0) and one bias + GELU pass */
-    zy_matmul_wt_ctx(b->gemm, N, R, D, b->u, D, W->router_down_w, W->router_down_w16, b->z, R);
-    state_rmsnorm_forward(b->z, b->zn, b->rstd, W->router_down_b, r_prev, W->router_state_scale, W->router_norm, N, R,
-                          c->rms_norm_eps);
-    zy_matmul_wt_ctx(b->gemm, N, R, R, b->zn, R, W->router_fc1_w, W->router_fc1_w16, b->h1_pre, R);
-    bias_gelu_forward(b->h1_pre, b->h1, W->router_fc1_b, N, R);
-    zy_matmul_wt_ctx(b->gemm, N, R, R, b->h1, R, W->router_fc2_w, W->router_fc2_w16, b->h2_pre, R);
-    bias_gelu_forward(b->h2_pre, b->h2, W->router_fc2_b, N, R);
-    zy_matmul_wt_ctx(b->gemm, N, E + 1, R, b->h2, R, W->router_out_w, W->router_out_w16, b->logits, E + 1);
-    router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, E + 1);
+    if (c->moe == ZY_MOE_DENSE) { /* dense variant: every row to the one MLP with gate 1 */
+        for (int r = 0; r < N; r++) b->choice[r] = 0, b->gate[r] = 1.0f;
+    } else if (c->router == ZY_ROUTER_MLP) {
+        /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer, and its RMSNorm in one pass;
+         * each MLP layer is a GEMM into its destination (beta = 0) and one bias + GELU pass */
+        zy_matmul_wt_ctx(b->gemm, N, R, D, b->u, D, W->router_down_w, W->router_down_w16, b->z, R);
+        state_rmsnorm_forward(b->z, b->zn, b->rstd, W->router_down_b, r_prev, W->router_state_scale, W->router_norm, N,
+                              R, c->rms_norm_eps);
+        zy_matmul_wt_ctx(b->gemm, N, R, R, b->zn, R, W->router_fc1_w, W->router_fc1_w16, b->h1_pre, R);
+        bias_gelu_forward(b->h1_pre, b->h1, W->router_fc1_b, N, R);
+        zy_matmul_wt_ctx(b->gemm, N, R, R, b->h1, R, W->router_fc2_w, W->router_fc2_w16, b->h2_pre, R);
+        bias_gelu_forward(b->h2_pre, b->h2, W->router_fc2_b, N, R);
+        zy_matmul_wt_ctx(b->gemm, N, classes, R, b->h2, R, W->router_out_w, W->router_out_w16, b->logits, classes);
+        router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, classes);
+    } else { /* linear-router variant: logits = u Wᵀ, no depth state */
+        zy_matmul_wt_ctx(b->gemm, N, classes, D, b->u, D, W->router_w, W->router_w16, b->logits, classes);
+        router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, classes);
+    }
 
     double t_experts = b->phase_seconds ? zy_now_seconds() : 0;
     if (b->phase_seconds) b->phase_seconds[PHASE_ROUTER] += t_experts - t_router;
-    /* dropless top-1 experts: grouped GEMMs over the rows sorted by expert, gate-scaled scatter back */
+    /* dropless top-1 experts: grouped GEMMs over the rows sorted by expert, gate-scaled scatter back (the dense MLP
+     * is the case of one expert) */
+    const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts;
     group_by_expert(b, N, E);
     moe_experts_forward(b->out, b->expert_in, b->expert_gu, b->expert_act, b->expert_out, b->u, b->gate, b->choice,
                         b->sorted_rows, b->expert_offset, W->expert_gate_up, W->expert_down, W->expert_gate_up16,
@@ -479,7 +577,10 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
         const int last = l + 1 == c->num_layers;
         float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
         /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr; u = RMSNorm(x) */
-        TIMED(tm, PHASE_ATTENTION, cca_forward(c, W, L, a));
+        if (c->attention == ZY_ATTN_CCA)
+            TIMED(tm, PHASE_ATTENTION, cca_forward(c, W, L, a));
+        else
+            TIMED(tm, PHASE_ATTENTION, mha_forward(c, W, L, a));
         TIMED(tm, PHASE_NORMS,
               merge_rmsnorm_forward(L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
                                     W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps));
@@ -516,30 +617,43 @@ static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
                          const float *r_prev, BackwardScratch *d, float *dz, float *dz_prev, int N, double *tm,
                          ZyGemmCtx *gemm) {
-    const int D = c->hidden_size, R = c->router_hidden_size, E = c->num_experts, I = c->moe_intermediate_size;
+    const int D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
+    const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts, K = cfg_router_classes(c);
     const int n_routed = L->expert_offset[E];
     double t0 = tm ? zy_now_seconds() : 0;
     /* out = gate ⊙ y: dgate and dy in one pass over the routed rows */
     zero(d->d_gate, N);
     moe_gate_backward(d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, D);
     double t1 = tm ? zy_now_seconds() : 0;
-    /* router MLP, through the gate only; every activation gradient is a GEMM into its destination (beta = 0) */
-    zero(d->d_router_logits, (size_t)N * (E + 1));
-    router_choice_backward(d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, E + 1);
-    zy_gemm_ctx_w(gemm, 0, 0, N, R, E + 1, 1, d->d_router_logits, E + 1, W->router_out_w, R, 0, d->d_h2, R);
-    zy_gemm_ctx_ex(gemm, 1, 0, E + 1, R, N, 1, d->d_router_logits, E + 1, ZY_MM_AGAIN, L->router_h2, R, ZY_MM_STABLE, 1,
-                   G->router_out_w, R);
-    gelu_bias_backward(d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
-    zy_gemm_ctx_w(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc2_w, R, 0, d->d_h2, R);       /* d_h2 = d(h1) */
-    zy_gemm_ctx_ex(gemm, 1, 0, R, R, N, 1, d->d_h1, R, ZY_MM_AGAIN, L->router_h1, R, ZY_MM_STABLE, 1, G->router_fc2_w, R);
-    gelu_bias_backward(d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
-    zy_gemm_ctx_w(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc1_w, R, 0, d->d_zn, R);
-    zy_gemm_ctx_ex(gemm, 1, 0, R, R, N, 1, d->d_h1, R, ZY_MM_AGAIN, L->router_zn, R, ZY_MM_STABLE, 1, G->router_fc1_w, R);
-    rmsnorm_backward(dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
-    /* z = u W_downᵀ + b + r_prev ⊙ γ */
-    state_backward(dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
-    zy_gemm_ctx_w(gemm, 0, 0, N, D, R, 1, dz, R, W->router_down_w, D, 0, d->d_u, D);
-    zy_gemm_ctx_ex(gemm, 1, 0, R, D, N, 1, dz, R, ZY_MM_AGAIN, L->u_mlp, D, ZY_MM_STABLE, 1, G->router_down_w, D);
+    if (c->moe == ZY_MOE_DENSE) { /* gate ≡ 1: no router; the experts' backward adds into a zeroed d_u */
+        zero(d->d_u, (size_t)N * D);
+    } else {
+        zero(d->d_router_logits, (size_t)N * K);
+        router_choice_backward(d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, K);
+    }
+    if (c->moe != ZY_MOE_DENSE && c->router == ZY_ROUTER_LINEAR) { /* logits = u Wᵀ */
+        zy_gemm_ctx_w(gemm, 0, 0, N, D, K, 1, d->d_router_logits, K, W->router_w, D, 0, d->d_u, D);
+        zy_gemm_ctx_ex(gemm, 1, 0, K, D, N, 1, d->d_router_logits, K, ZY_MM_AGAIN, L->u_mlp, D, ZY_MM_STABLE, 1,
+                       G->router_w, D);
+    } else if (c->moe != ZY_MOE_DENSE) {
+        /* router MLP, through the gate only; every activation gradient is a GEMM into its destination (beta = 0) */
+        zy_gemm_ctx_w(gemm, 0, 0, N, R, K, 1, d->d_router_logits, K, W->router_out_w, R, 0, d->d_h2, R);
+        zy_gemm_ctx_ex(gemm, 1, 0, K, R, N, 1, d->d_router_logits, K, ZY_MM_AGAIN, L->router_h2, R, ZY_MM_STABLE, 1,
+                       G->router_out_w, R);
+        gelu_bias_backward(d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
+        zy_gemm_ctx_w(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc2_w, R, 0, d->d_h2, R);       /* d_h2 = d(h1) */
+        zy_gemm_ctx_ex(gemm, 1, 0, R, R, N, 1, d->d_h1, R, ZY_MM_AGAIN, L->router_h1, R, ZY_MM_STABLE, 1,
+                       G->router_fc2_w, R);
+        gelu_bias_backward(d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
+        zy_gemm_ctx_w(gemm, 0, 0, N, R, R, 1, d->d_h1, R, W->router_fc1_w, R, 0, d->d_zn, R);
+        zy_gemm_ctx_ex(gemm, 1, 0, R, R, N, 1, d->d_h1, R, ZY_MM_AGAIN, L->router_zn, R, ZY_MM_STABLE, 1,
+                       G->router_fc1_w, R);
+        rmsnorm_backward(dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
+        /* z = u W_downᵀ + b + r_prev ⊙ γ */
+        state_backward(dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
+        zy_gemm_ctx_w(gemm, 0, 0, N, D, R, 1, dz, R, W->router_down_w, D, 0, d->d_u, D);
+        zy_gemm_ctx_ex(gemm, 1, 0, R, D, N, 1, dz, R, ZY_MM_AGAIN, L->u_mlp, D, ZY_MM_STABLE, 1, G->router_down_w, D);
+    }
     double t2 = tm ? zy_now_seconds() : 0;
     /* experts: grouped GEMMs, SwiGLU backward, scatter-add of dxin into d_u */
     moe_experts_backward(d->d_u, G->expert_gate_up, G->expert_down, d->d_expert_act, d->d_expert_gu, d->d_expert_in,
@@ -549,6 +663,25 @@ static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
         tm[PHASE_EXPERTS] += (t1 - t0) + (zy_now_seconds() - t2);
         tm[PHASE_ROUTER] += t2 - t1;
     }
+}
+
+/* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. The MHA variant's backward. */
+static void mha_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
+                         const Activations *a, BackwardScratch *d) {
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    zero(d->d_attn_out, (size_t)N * Cq);
+    linear_backward(d->d_attn_out, G->w_o, NULL, d->d_h, L->attn_out, W->w_o, N, Cq, D, a->gemm);
+    zero(d->d_query, (size_t)N * Cq);
+    zero(d->d_key, (size_t)N * Ck);
+    zero(d->d_value, (size_t)N * Ck);
+    flash_attention_backward(d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key,
+                             L->value, B, T, Hq, Hkv, dh, a->attn_work, a->attn_threads);
+    rope_backward(d->d_query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
+    rope_backward(d->d_key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    linear_backward(d->d_u, G->w_q, NULL, d->d_query, L->u_attn, W->w_q, N, D, Cq, a->gemm);
+    linear_backward(d->d_u, G->w_k, NULL, d->d_key, L->u_attn, W->w_k, N, D, Ck, a->gemm);
+    linear_backward(d->d_u, G->w_v, NULL, d->d_value, L->u_attn, W->w_v, N, D, Ck, a->gemm);
 }
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
@@ -642,7 +775,10 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
                                      d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs,
                                      W->attn_hb, W->attn_rs, W->attn_rb, N, D));
         zero(d->d_u, (size_t)N * D);
-        TIMED(tm, PHASE_ATTENTION, cca_backward(c, W, G, L, a, d));
+        if (c->attention == ZY_ATTN_CCA)
+            TIMED(tm, PHASE_ATTENTION, cca_backward(c, W, G, L, a, d));
+        else
+            TIMED(tm, PHASE_ATTENTION, mha_backward(c, W, G, L, a, d));
         if (l > 0) { /* u_attn = RMSNorm(x_in), x_in = the previous layer's MLP merge */
             const LayerWeights *Wp = &w->layers[l - 1];
             LayerWeights *Gp = &g->layers[l - 1];

@@ -17,6 +17,7 @@ typedef struct {
     float *conv_gr_w, *conv_gr_b;                        /* conv_qk_grouped [C,dh,k1], [C] */
     float *temp;                                         /* qk_norm.temp [Hkv] */
     float *w_o;                                          /* o_proj [D,Cq] */
+    float *w_v;                                          /* MHA variant: self_attn.v_proj [Ck,D] (q/k in w_q/w_k) */
     float *attn_hs, *attn_hb, *attn_rs, *attn_rb;        /* post_attention_residual_scale [D] x4 */
     float *post_norm;                                    /* post_attention_layernorm [D] */
     float *router_down_w, *router_down_b;                /* mlp.gate.down_proj [R,D], [R] */
@@ -24,12 +25,13 @@ typedef struct {
     float *router_norm;                                  /* router_mlp.norm [R] */
     float *router_fc1_w, *router_fc1_b, *router_fc2_w, *router_fc2_b; /* [R,R], [R] */
     float *router_out_w;                                 /* router_mlp.out_proj [E+1,R] */
-    float *balancing_bias;                               /* [E+1] buffer, not trained */
-    float *expert_gate_up, *expert_down;                 /* [E,2I,D], [E,D,I] */
+    float *router_w;                                     /* linear-router variant: mlp.gate.weight [classes,D] */
+    float *balancing_bias;                               /* [classes] buffer, not trained; NULL for a dense MLP */
+    float *expert_gate_up, *expert_down;                 /* [E,2I,D], [E,D,I]; dense variant: [2I,D], [D,I] */
     float *mlp_hs, *mlp_hb, *mlp_rs, *mlp_rb;            /* post_mlp_residual_scale [D] x4 */
     /* bf16 weights (model_use_bf16, which clears the fp32 pointers above; NULL otherwise) */
-    const uint16_t *w_q16, *w_k16, *w_v_current16, *w_v_delayed16, *w_o16;
-    const uint16_t *router_down_w16, *router_fc1_w16, *router_fc2_w16, *router_out_w16;
+    const uint16_t *w_q16, *w_k16, *w_v_current16, *w_v_delayed16, *w_o16, *w_v16;
+    const uint16_t *router_down_w16, *router_fc1_w16, *router_fc2_w16, *router_out_w16, *router_w16;
     const uint16_t *expert_gate_up16, *expert_down16;
 } LayerWeights;
 
@@ -48,8 +50,13 @@ typedef struct {
     Weights w; /* views of params.data */
     Weights g; /* views of params.grad (same layout) */
     uint16_t *bf16; /* model_use_bf16: a bf16 arena with params.data's layout (NULL: fp32 weights) */
+    /* zaya_residual_scaling false: every layer's residual scales/biases point at these constants (ones, zeros),
+     * so a merge is exactly h + x, and their gradients land in a sink nobody reads ([D] each; else NULL) */
+    float *unit_scale, *zero_bias, *merge_grad_sink;
 } Model;
 
+/* The tensor table (names, shapes, optimizer, init) of cfg's model, without allocating the arenas. */
+int model_param_table(ParamTable *t, const ZayaConfig *cfg, ZyErr *err);
 /* Builds the tensor table for cfg and allocates zeroed parameters and gradients. */
 int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err);
 void model_free(Model *m);

@@ -55,6 +55,16 @@ int cmd_ckpt(int argc, char **argv) {
             fprintf(stderr, "zaya: %s\n", err.msg);
             return 1;
         }
+        if (!cfg_is_zaya1(&m.cfg)) { /* the research variants have tensors ZayaForCausalLM does not know */
+            fprintf(stderr,
+                    "zaya: ckpt export: %s is a research variant (zaya_attention \"%s\", zaya_router \"%s\", "
+                    "zaya_moe \"%s\", zaya_residual_scaling %s); transformers' ZayaForCausalLM loads only ZAYA1 "
+                    "models, so there is nothing to export (zaya generate/eval read the checkpoint directly)\n",
+                    dir, cfg_attention_name(m.cfg.attention), cfg_router_name(m.cfg.router), cfg_moe_name(m.cfg.moe),
+                    m.cfg.no_residual_scaling ? "false" : "true");
+            model_free(&m);
+            return 1;
+        }
         int rc = model_save_dir(&m, out, strcmp(dtype, "bf16") == 0 ? ZY_DT_BF16 : ZY_DT_F32, &err);
         model_free(&m);
         if (rc) {

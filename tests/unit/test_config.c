@@ -70,7 +70,8 @@ TEST(config_rejects_each_bad_input_naming_the_key) {
         {"{\"model_type\"", "[{\"model_type\"", "invalid JSON"},
         {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_attention\": \"gqa\"", "\"zaya_attention\" must be one of"},
         {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_moe\": 3", "\"zaya_moe\" must be one of"},
-        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_router\": \"linear\"", "not implemented yet"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_router\": \"linear\", \"zaya_moe\": \"dense\"",
+         "does not combine"},
         {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"zaya_residual_scaling\": \"no\"", "zaya_residual_scaling"},
         /* found by fuzz_config: num_key_value_heads*head_dim overflowed int before any size check */
         {"\"head_dim\": 8", "\"head_dim\": 1073741824", "exceeds 2^24"},
