@@ -9,6 +9,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_debug(int argc, char **argv);
 int cmd_train_model(int argc, char **argv);
+int cmd_ablate(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_supervise(int argc, char **argv);
 /* zaya bench train (called by cmd_bench) */

@@ -15,6 +15,7 @@ typedef struct {
 
 static const Command commands[] = {
     {"train", cmd_train_model, "train a model: curriculum, checkpoints, resume (zaya train RUN.json)"},
+    {"ablate", cmd_ablate, "train variants of a model side by side and compare them (zaya ablate SPEC.json)"},
     {"supervise", cmd_supervise, "run a training job and heal it: restart on crash, hang, NaN (zaya supervise -- CMD)"},
     {"ckpt", cmd_ckpt, "inspect a checkpoint or export it as a Hugging Face model directory"},
     {"init", cmd_init, "create a model directory initialised from scratch"},
