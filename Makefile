@@ -57,7 +57,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all asan deps test unit-test asan-test oracle-test demo clean format fuzz fuzz-build chaos strict
+.PHONY: all asan deps test unit-test asan-test oracle-test demo ablate-attention ablate-moe clean format fuzz fuzz-build chaos strict
 
 all: $(BUILD)/zaya $(BUILD)/zaya_tests
 
@@ -117,6 +117,13 @@ chaos: all
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh
+
+# The shipped ablations (configs/ablation-*.json; each about 25 min on 2 cores): the demo data, then zaya ablate.
+# Run again to resume; the tables land in runs/ablation-*/ablation.md.
+ablate-attention ablate-moe: deps
+	@$(MAKE) --no-print-directory all
+	@test -s runs/demo/data/mathcode/meta.json || scripts/demo-data.sh
+	@$(BUILD)/zaya ablate configs/$(@:ablate-%=ablation-%).json
 
 clean:
 	rm -rf build build-asan build-strict build-fuzz

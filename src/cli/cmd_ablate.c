@@ -144,7 +144,8 @@ int cmd_ablate(int argc, char **argv) {
     for (int v = 0; v < V; v++) {
         const AblationVariant *var = &s->variants[v];
         printf("[ablate]   %-22s %s/%s/%s%s  params %.2fM total, %.2fM active, KV %lld B/token%s\n", var->name,
-               cfg_attention_name(var->cfg.attention), cfg_router_name(var->cfg.router), cfg_moe_name(var->cfg.moe),
+               cfg_attention_name(var->cfg.attention),
+               var->cfg.moe == ZY_MOE_DENSE ? "no-router" : cfg_router_name(var->cfg.router), cfg_moe_name(var->cfg.moe),
                var->cfg.no_residual_scaling ? "/plain-residual" : "", var->stats.total / 1e6, var->stats.active / 1e6,
                (long long)var->stats.kv_bytes_per_token, cfg_is_zaya1(&var->cfg) ? "" : "  (research variant)");
     }
@@ -216,6 +217,7 @@ int cmd_ablate(int argc, char **argv) {
             printf("[ablate] %s seed %llu: done, %lld steps in %.0f s: train loss %.4f, val loss %.4f, %.0f tokens/s\n",
                    name, seed, (long long)r->steps, r->train_seconds, r->train_loss, r->val_loss, r->tokens_per_s);
         }
+    if (report_only && done == 0) printf("[ablate] no run has finished yet: no report\n");
     if (!dry && (rc == 0 || done > 0)) {
         if (write_report(s, res, spec_path)) rc = rc ? rc : 1;
         if (rc == 0 && done == V * S) {
