@@ -563,12 +563,13 @@ int ablation_write_report(const AblationSpec *s, const AblationResult *res, cons
     for (int k = 0; k < S; k++) fprintf(f, "%s%llu", k ? ", " : "", (unsigned long long)s->seeds[k]);
     fprintf(f, "), %lld steps of %d sequences. Losses are the mean over seeds ± half the range between seeds; train "
                "loss is the mean over the last 10%% of steps, val loss the last evaluation; task scores are the last "
-               "evaluation; tokens/s is the median step.\n\n",
+               "evaluation; tokens/s is the median step. Attention is written kind Hq/Hkv×dh; train FLOPs per token are 6 × "
+               "the active matrix parameters plus attention at the first phase's sequence length.\n\n",
             (long long)s->run.total_steps, s->run.batch_size);
     fprintf(f, "| variant | attention | router | MoE | residual scaling | params (total / active) | KV bytes/token "
-               "(bf16) | train loss | val loss | Δ val | ");
+               "(bf16) | train MFLOP/token | train loss | val loss | Δ val | ");
     for (int t = 0; t < n_tasks; t++) fprintf(f, "%s | ", tasks[t]);
-    fprintf(f, "tokens/s | exports to transformers |\n|---|---|---|---|---|---|---|---|---|---|");
+    fprintf(f, "tokens/s | exports to transformers |\n|---|---|---|---|---|---|---|---|---|---|---|");
     for (int t = 0; t < n_tasks; t++) fprintf(f, "---|");
     fprintf(f, "---|---|\n");
     double base_val = NAN;
@@ -600,9 +601,10 @@ int ablation_write_report(const AblationSpec *s, const AblationResult *res, cons
             snprintf(dv, sizeof dv, "%+.4f", vl.mean - base_val);
         const char *router = c->moe == ZY_MOE_DENSE ? "–" : c->router == ZY_ROUTER_MLP ? "MLP + EDA" : "linear";
         const char *moe = c->moe == ZY_MOE_DENSE ? "dense MLP" : c->moe == ZY_MOE_SKIP ? "top-1 + skip" : "top-1";
-        fprintf(f, "| %s | %s %d/%d×%d | %s | %s | %s | %s / %s | %lld | %s | %s | %s | ", var->name,
+        fprintf(f, "| %s | %s %d/%d×%d | %s | %s | %s | %s / %s | %lld | %.1f | %s | %s | %s | ", var->name,
                 attention_label(c), c->num_heads, c->num_kv_heads, c->head_dim, router, moe,
-                c->no_residual_scaling ? "off" : "on", tot, act, (long long)var->stats.kv_bytes_per_token, tls, vls, dv);
+                c->no_residual_scaling ? "off" : "on", tot, act, (long long)var->stats.kv_bytes_per_token,
+                var->stats.train_flops_per_token / 1e6, tls, vls, dv);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", var->name);
         if (var->comment[0]) cJSON_AddStringToObject(o, "comment", var->comment);
