@@ -106,6 +106,7 @@ static void *scratch(ZyGemmCtx *ctx, int i, size_t bytes) {
     return ctx->scratch[i];
 }
 
+#ifdef ZY_HAVE_DNNL /* only the oneDNN path packs */
 /* Stored matrix [rows, cols] (leading dimension ld) rounded to bf16, written [prows, pcols] (zeros beyond). */
 static void pack_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld, int prows, int pcols) {
     const ZyKernelTable *kt = zy_kernels(); /* the rounding loop vectorised for this CPU */
@@ -120,6 +121,7 @@ static void pack_bf16(uint16_t *dst, const float *src, int rows, int cols, int l
         for (int j = cols; j < pcols; j++) d[j] = 0;
     }
 }
+#endif
 
 /* The same rounding kept in fp32, unpadded: the inputs of the sgemm fallback. */
 static void round_f32(float *dst, const float *src, int rows, int cols, int ld) {
