@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "model_stats.h"
 #include "config.h"
 #include "decode.h"
 #include "model.h"
@@ -42,13 +43,14 @@ static int load_model(Model *m, const char *model_dir, const char *config_path, 
     return 0;
 }
 
-/* Weight bytes one decoded token reads: every layer's projections, router matrices and one expert, plus the head
- * (decoding one token is bound by these reads). */
+/* Weight bytes one decoded token reads: the parameters it passes through (model_stats: every layer's projections,
+ * convolutions, router and one expert, the head; for the research variants what they have instead), in the weights'
+ * dtype. Decoding one token is bound by these reads. */
 static double weight_bytes_per_token(const ZayaConfig *f, int bf16) {
-    const double D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), R = f->router_hidden_size;
-    const double E1 = f->num_experts + 1, I = f->moe_intermediate_size;
-    const double layer = (Cq + Ck + Ck) * D + D * Cq + R * D + 2 * R * R + E1 * R + 3 * I * D;
-    return (f->num_layers * layer + (double)f->vocab_size * D) * (bf16 ? 2 : 4);
+    ModelStats st;
+    ZyErr err;
+    if (model_stats_of(&st, f, 1, &err)) return NAN;
+    return (double)st.active * (bf16 ? 2 : 4);
 }
 
 /* Teacher-forced logits of the bf16 model against its fp32 twin over one sequence: per-position relative error
