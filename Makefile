@@ -142,7 +142,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,addres
                 $(WARN) -fopenmp -D_GNU_SOURCE -Isrc
 FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lz -lm
 FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer
-FUZZ_SRC_config       := src/config.c src/util.c
+FUZZ_SRC_config       := src/config.c src/legacy.c src/util.c
 FUZZ_SRC_manifest     := src/manifest.c src/util.c
 FUZZ_SRC_npy          := src/npy.c src/util.c
 FUZZ_SRC_runconfig    := src/runconfig.c src/params.c src/util.c

@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "legacy.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -189,10 +191,17 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         if (at) snprintf(near, sizeof near, "%.20s", at);
         return zy_fail(err, "%s: invalid JSON near \"%s\"", label, near);
     }
-    int rc = -1;
+    int rc = -1, legacy = 0;
     if (!cJSON_IsObject(root)) {
         zy_fail(err, "%s: expected a JSON object", label);
         goto done;
+    }
+    if (legacy_config_detect(root)) { /* Zyphra's legacy schema: read as the native config it converts to */
+        cJSON *native = legacy_config_to_native(root, label, err);
+        if (!native) goto done;
+        cJSON_Delete(root);
+        root = native;
+        legacy = 1;
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!mt) {
@@ -280,6 +289,7 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
             i++;
         }
     }
+    cfg->legacy_layout = legacy;
     rc = config_validate(cfg, label, err);
 done:
     cJSON_Delete(root);

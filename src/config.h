@@ -42,6 +42,9 @@ typedef struct {
     ZyRouterKind router;
     ZyMoeKind moe;
     int no_residual_scaling; /* 1: plain residual adds, no learned residual scales/biases */
+    /* read from a legacy (Megatron-style) config.json: the weights beside it carry legacy tensor names (legacy.h);
+     * zaya writes the native schema and names */
+    int legacy_layout;
 } ZayaConfig;
 
 /* 1 when every research variant is at its ZAYA1 value, i.e. transformers' ZayaForCausalLM loads the model. */

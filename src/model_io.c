@@ -1,5 +1,7 @@
 #include "model_io.h"
 
+#include "legacy.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,19 +69,47 @@ static int list_weight_files(const char *dir, char ***files, int *n_files, ZyErr
     return 0;
 }
 
+/* The parameter a checkpoint tensor fills: its native name (legacy names and the old router-norm alias mapped,
+ * legacy.h) and, for a legacy per-expert tensor, which expert of the stack (else -1). -1 idx: not in this model. */
+static int tensor_target(const Model *m, const char *name, int *idx, int *expert, ZyErr *err) {
+    char mapped[256];
+    *expert = -1;
+    if (m->cfg.legacy_layout) {
+        if (legacy_tensor_name(name, m->cfg.num_layers, mapped, sizeof mapped, expert, err)) return -1;
+        name = mapped;
+    } else if (native_alias_name(name, mapped, sizeof mapped)) {
+        name = mapped;
+    }
+    *idx = params_find(&m->params, name);
+    return 0;
+}
+
+static void shape_text(char *out, size_t cap, const int64_t *shape, int ndim) {
+    out[0] = '\0';
+    for (int k = 0; k < ndim; k++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%lld", k ? ", " : "", (long long)shape[k]);
+}
+
 static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
     char **files;
     int n_files;
     if (list_weight_files(dir, &files, &n_files, err)) return -1;
     StFile *st = calloc((size_t)n_files, sizeof *st);
-    char *loaded = calloc((size_t)m->params.count, 1);
+    /* parts[i]: how many parts of tensor i arrived (1, or one per expert for a legacy checkpoint's stacks) */
+    const int E = m->cfg.num_experts;
+    int *parts = calloc((size_t)m->params.count, sizeof *parts);
+    uint8_t *expert_seen = calloc((size_t)m->params.count * (size_t)(E > 0 ? E : 1), 1);
     int rc = 0, opened = 0;
-    if (!st || !loaded) rc = zy_fail(err, "out of memory");
+    if (!st || !parts || !expert_seen) rc = zy_fail(err, "out of memory");
     for (int f = 0; f < n_files && !rc; f++, opened++) rc = st_open(&st[f], files[f], err);
     for (int f = 0; f < opened && !rc; f++) {
         for (int e = 0; e < st[f].n_entries && !rc; e++) {
             const StEntry *en = &st[f].entries[e];
-            int idx = params_find(&m->params, en->name);
+            int idx, ex;
+            if (tensor_target(m, en->name, &idx, &ex, err)) {
+                rc = zy_wrap(err, "%s", files[f]);
+                break;
+            }
             if (idx < 0) {
                 /* A tied model may still carry a copy of the head; it is the embedding by definition. */
                 if (m->cfg.tie_word_embeddings && strcmp(en->name, "lm_head.weight") == 0) continue;
@@ -87,18 +117,25 @@ static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
                 break;
             }
             const ParamInfo *p = &m->params.info[idx];
-            if (loaded[idx]) {
-                rc = zy_fail(err, "%s: tensor \"%s\" appears in more than one file", files[f], en->name);
+            /* a per-expert tensor is one [2I, D] or [D, I] slice of the stack [E, ...] */
+            const int part = ex >= 0;
+            if (part && (p->ndim != 3 || ex >= p->shape[0])) {
+                rc = zy_fail(err, "%s: tensor \"%s\": expert %d, the config has %d experts", files[f], en->name, ex,
+                             p->ndim == 3 ? (int)p->shape[0] : 0);
                 break;
             }
-            int same = en->ndim == p->ndim;
-            for (int k = 0; same && k < p->ndim; k++) same = en->shape[k] == p->shape[k];
+            if (part ? expert_seen[(size_t)idx * E + ex] : parts[idx] > 0) {
+                rc = zy_fail(err, "%s: tensor \"%s\" appears more than once", files[f], en->name);
+                break;
+            }
+            const int want_ndim = part ? p->ndim - 1 : p->ndim;
+            const int64_t *want_shape = part ? p->shape + 1 : p->shape;
+            int same = en->ndim == want_ndim;
+            for (int k = 0; same && k < want_ndim; k++) same = en->shape[k] == want_shape[k];
             if (!same) {
-                char want[96] = "", got[96] = "";
-                for (int k = 0; k < p->ndim; k++)
-                    snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", k ? ", " : "", (long long)p->shape[k]);
-                for (int k = 0; k < en->ndim; k++)
-                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", k ? ", " : "", (long long)en->shape[k]);
+                char want[96], got[96];
+                shape_text(want, sizeof want, want_shape, want_ndim);
+                shape_text(got, sizeof got, en->shape, en->ndim);
                 rc = zy_fail(err, "%s: tensor \"%s\" has shape [%s], the config needs [%s]", files[f], en->name, got, want);
                 break;
             }
@@ -107,18 +144,26 @@ static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
                              zy_dtype_name(en->dtype));
                 break;
             }
-            rc = st_read_f32(&st[f], en, m->params.data + p->offset, err);
-            if (!rc && bf16) model_bf16_convert(m, idx); /* one tensor in fp32 at a time */
-            loaded[idx] = 1;
+            const size_t slice = part ? p->numel / (size_t)p->shape[0] : 0;
+            rc = st_read_f32(&st[f], en, m->params.data + p->offset + (part ? (size_t)ex * slice : 0), err);
+            if (part) expert_seen[(size_t)idx * E + ex] = 1;
+            parts[idx]++;
+            const int complete = part ? parts[idx] == p->shape[0] : 1;
+            if (!rc && bf16 && complete) model_bf16_convert(m, idx); /* one tensor in fp32 at a time */
         }
     }
-    for (int i = 0; i < m->params.count && !rc; i++)
-        if (!loaded[i]) rc = zy_fail(err, "%s: missing tensor \"%s\"", dir, m->params.info[i].name);
+    for (int i = 0; i < m->params.count && !rc; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        if (!parts[i]) rc = zy_fail(err, "%s: missing tensor \"%s\"", dir, p->name);
+        else if (m->cfg.legacy_layout && p->ndim == 3 && strstr(p->name, ".mlp.experts.") && parts[i] != p->shape[0])
+            rc = zy_fail(err, "%s: \"%s\" has %d of its %lld experts", dir, p->name, parts[i], (long long)p->shape[0]);
+    }
     for (int f = 0; f < opened; f++) st_close(&st[f]);
     for (int f = 0; f < n_files; f++) free(files[f]);
     free(files);
     free(st);
-    free(loaded);
+    free(parts);
+    free(expert_seen);
     return rc;
 }
 

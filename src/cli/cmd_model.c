@@ -158,15 +158,16 @@ fail:
 }
 
 int cmd_convert(int argc, char **argv) {
-    const char *model_dir = NULL, *out = NULL, *dtype = "f32";
+    const char *model_dir = NULL, *out = NULL, *dtype = "f32", *to = "native";
     ArgSpec specs[] = {
-        {"--model", ARG_STRING, 1, &model_dir, "input model directory", 0},
+        {"--model", ARG_STRING, 1, &model_dir, "input model directory (native or legacy layout)", 0},
         {"--out", ARG_STRING, 1, &out, "output model directory", 0},
         {"--dtype", ARG_STRING, 0, &dtype, "f32 (default) or bf16", 0},
+        {"--to", ARG_STRING, 0, &to, "layout written: native (the only one; what transformers loads)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
-        args_usage("convert", "--model DIR --out DIR2 [--dtype f32|bf16]", specs, n);
+        args_usage("convert", "--model DIR --out DIR2 [--dtype f32|bf16] [--to native]", specs, n);
         return 0;
     }
     ZyErr err = {{0}};
@@ -181,11 +182,17 @@ int cmd_convert(int argc, char **argv) {
         zy_fail(&err, "convert: --dtype must be f32 or bf16 (got \"%s\")", dtype);
         goto fail_noload;
     }
+    if (strcmp(to, "native") != 0) {
+        zy_fail(&err, "convert: --to must be native (got \"%s\"); zaya reads legacy checkpoints but writes only the "
+                      "native layout", to);
+        goto fail_noload;
+    }
     if (model_load_dir(&m, model_dir, &err)) goto fail_noload;
+    const int was_legacy = m.cfg.legacy_layout;
     int rc = model_save_dir(&m, out, dt, &err);
     model_free(&m);
     if (rc) goto fail_noload;
-    printf("wrote %s (%s)\n", out, dtype);
+    printf("wrote %s (%s, native layout%s)\n", out, dtype, was_legacy ? ", converted from the legacy one" : "");
     return 0;
 fail_noload:
     fprintf(stderr, "zaya: %s\n", err.msg);
