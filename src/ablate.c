@@ -1,6 +1,8 @@
 /* Ablation planning, result collection and the report (ablate.h). */
 #include "ablate.h"
 
+#include "report.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -282,15 +284,14 @@ int ablation_read_metrics(const char *run_dir, AblationResult *r, ZyErr *err) {
     size_t n;
     if (zy_read_file(path, &text, &n, err)) return -1;
     /* per step (the last record of a step wins: a resumed run repeats the steps after its checkpoint) */
-    int64_t cap = 1024, max_step = 0;
-    double *loss = malloc(sizeof(double) * cap), *tps = malloc(sizeof(double) * cap), *secs = malloc(sizeof(double) * cap);
+    typedef struct {
+        double loss, tps, secs;
+    } StepRec;
+    int64_t cap = 0, max_step = 0;
+    StepRec *rec = NULL;
+    double *tps = NULL;
     int64_t task_step[ABL_MAX_TASKS];
     int rc = -1;
-    if (!loss || !tps || !secs) {
-        zy_fail(err, "out of memory");
-        goto done;
-    }
-    for (int64_t i = 0; i < cap; i++) loss[i] = tps[i] = secs[i] = NAN;
     char *line = text;
     int lineno = 0;
     while (line && *line) {
@@ -311,27 +312,24 @@ int ablation_read_metrics(const char *run_dir, AblationResult *r, ZyErr *err) {
             const int64_t st = cJSON_IsNumber(step) ? (int64_t)step->valuedouble : -1;
             if (cJSON_IsString(kind) && st >= 0 && st < 100000000) {
                 if (!strcmp(kind->valuestring, "train")) {
-                    while (st >= cap) {
-                        int64_t nc = cap * 2;
-                        double *a = realloc(loss, sizeof(double) * nc), *b = a ? realloc(tps, sizeof(double) * nc) : NULL;
-                        if (a) loss = a;
-                        if (b) tps = b;
-                        double *c = b ? realloc(secs, sizeof(double) * nc) : NULL;
-                        if (!a || !b || !c) {
+                    if (st >= cap) {
+                        int64_t nc = cap ? cap : 1024;
+                        while (nc <= st) nc *= 2;
+                        StepRec *grown = realloc(rec, sizeof *rec * (size_t)nc);
+                        if (!grown) {
                             cJSON_Delete(o);
                             zy_fail(err, "out of memory");
                             goto done;
                         }
-                        secs = c;
-                        for (int64_t i = cap; i < nc; i++) loss[i] = tps[i] = secs[i] = NAN;
+                        rec = grown;
+                        for (int64_t i = cap; i < nc; i++) rec[i] = (StepRec){NAN, NAN, NAN};
                         cap = nc;
                     }
                     const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
                     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens_per_s");
                     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step_seconds");
-                    loss[st] = cJSON_IsNumber(l) ? l->valuedouble : NAN;
-                    tps[st] = cJSON_IsNumber(t) ? t->valuedouble : NAN;
-                    secs[st] = cJSON_IsNumber(s) ? s->valuedouble : NAN;
+                    rec[st] = (StepRec){cJSON_IsNumber(l) ? l->valuedouble : NAN, cJSON_IsNumber(t) ? t->valuedouble : NAN,
+                                        cJSON_IsNumber(s) ? s->valuedouble : NAN};
                     if (st > max_step) max_step = st;
                 } else if (!strcmp(kind->valuestring, "eval")) {
                     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
@@ -377,12 +375,17 @@ int ablation_read_metrics(const char *run_dir, AblationResult *r, ZyErr *err) {
     double sum = 0;
     int64_t cnt = 0;
     for (int64_t st = max_step - tail + 1; st <= max_step; st++)
-        if (!isnan(loss[st])) sum += loss[st], cnt++;
+        if (!isnan(rec[st].loss)) sum += rec[st].loss, cnt++;
     r->train_loss = cnt ? sum / cnt : NAN;
+    tps = malloc(sizeof *tps * (size_t)(max_step + 1));
+    if (!tps) {
+        zy_fail(err, "out of memory");
+        goto done;
+    }
     int64_t m = 0;
     for (int64_t st = 1; st <= max_step; st++) {
-        if (!isnan(secs[st])) r->train_seconds += secs[st];
-        if (st > 5 && !isnan(tps[st])) tps[m++] = tps[st]; /* compacted in place: m <= st */
+        if (!isnan(rec[st].secs)) r->train_seconds += rec[st].secs;
+        if (st > 5 && !isnan(rec[st].tps)) tps[m++] = rec[st].tps;
     }
     if (m) {
         qsort(tps, (size_t)m, sizeof *tps, cmp_double);
@@ -392,9 +395,8 @@ int ablation_read_metrics(const char *run_dir, AblationResult *r, ZyErr *err) {
     rc = 0;
 done:
     free(text);
-    free(loss);
+    free(rec);
     free(tps);
-    free(secs);
     return rc;
 }
 
@@ -535,14 +537,8 @@ static int write_plot(const AblationSpec *s, const AblationResult *res, char *no
                 s->variants[v].name);
     fprintf(g, "\n");
     fclose(g);
-    char cmd[2 * RUN_PATH + 64];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", script);
-    FILE *p = popen(cmd, "r");
-    if (!p) return snprintf(note, cap, "plot skipped: cannot run gnuplot"), -1;
-    char buf[512], first[512] = "";
-    while (fgets(buf, sizeof buf, p))
-        if (!first[0]) snprintf(first, sizeof first, "%s", buf);
-    if (pclose(p) != 0) return snprintf(note, cap, "plot skipped: gnuplot failed (is it installed?): %s", first), -1;
+    ZyErr err;
+    if (report_run_gnuplot(script, &err)) return snprintf(note, cap, "plot skipped: %s", err.msg), -1;
     snprintf(note, cap, "plot: %s/ablation.png", s->out_dir);
     return 0;
 }

@@ -1,5 +1,7 @@
 #include "bench_comm.h"
 
+#include "report.h"
+
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <limits.h>
@@ -590,18 +592,7 @@ int bc_plot(const char *png_path, const BcConfig *cfg, const BcReport *rep, ZyEr
         unlink(script);
         return zy_fail(err, "cannot write the gnuplot script");
     }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", script);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        unlink(script);
-        return zy_fail(err, "cannot run gnuplot");
-    }
-    char buf[512], first[512] = "";
-    while (fgets(buf, sizeof buf, p))
-        if (!first[0]) snprintf(first, sizeof first, "%s", buf);
-    int status = pclose(p);
+    const int rc = report_run_gnuplot(script, err);
     unlink(script);
-    if (status != 0) return zy_fail(err, "gnuplot failed (is it installed?): %s", first);
-    return 0;
+    return rc;
 }

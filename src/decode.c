@@ -193,6 +193,17 @@ static void cached_attention(KVCache *c, int l, int n, int p0) {
         }
 }
 
+/* Appends the n new rows of s->key / s->value per sequence to layer l's cache at position len, then attends. */
+static void append_kv_attend(KVCache *c, int l, int n) {
+    const int Ck = cfg_k_channels(&c->cfg), p0 = c->len;
+    for (int b = 0; b < c->batch; b++) {
+        const long dst = ((long)b * c->max_len + p0) * Ck;
+        memcpy(c->k[l] + dst, c->s.key + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
+        memcpy(c->v[l] + dst, c->s.value + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
+    }
+    cached_attention(c, l, n, p0);
+}
+
 /* CCA on u for the new rows (N = B*n, sequence b's rows at b*n..): appends k̂ and v to the cache, updates the conv
  * and delayed-value state, writes s->proj [N, D]. */
 static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, int l, int n) {
@@ -238,13 +249,8 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
                         rd, scale, eps);
     l2norm_rope_forward(s->key, s->norm_k, s->key_pre, W->temp, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh,
                         rd, scale, eps);
-    /* append k̂ and v, then 7. attention over everything so far */
-    for (int b = 0; b < B; b++) {
-        const long dst = ((long)b * c->max_len + p0) * Ck;
-        memcpy(c->k[l] + dst, s->key + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
-        memcpy(c->v[l] + dst, s->value + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
-    }
-    cached_attention(c, l, n, p0);
+    /* 7. attention over everything so far, the new keys and values appended first */
+    append_kv_attend(c, l, n);
     /* 8. output projection */
     zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
 }
@@ -261,12 +267,7 @@ static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, i
     const long toff = (long)p0 * (rd / 2);
     rope_forward(s->query, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh, rd);
     rope_forward(s->key, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh, rd);
-    for (int b = 0; b < B; b++) {
-        const long dst = ((long)b * c->max_len + p0) * Ck;
-        memcpy(c->k[l] + dst, s->key + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
-        memcpy(c->v[l] + dst, s->value + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
-    }
-    cached_attention(c, l, n, p0);
+    append_kv_attend(c, l, n);
     zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
 }
 

@@ -370,6 +370,10 @@ int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err) {
         fprintf(g, "\n");
     }
     fclose(g);
+    return report_run_gnuplot(script_path, err);
+}
+
+int report_run_gnuplot(const char *script_path, ZyErr *err) {
     char cmd[3 * RUN_PATH];
     snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", script_path);
     FILE *p = popen(cmd, "r");

@@ -67,5 +67,7 @@ void report_event(Report *r, const char *fmt, ...) __attribute__((format(printf,
  * fatal). */
 int report_plot(const char *out_dir, const RunConfig *rc, ZyErr *err);
 void report_close(Report *r);
+/* Runs gnuplot on a script; its first line of output names the failure (a missing gnuplot included). */
+int report_run_gnuplot(const char *script_path, ZyErr *err);
 
 #endif
