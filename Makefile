@@ -35,13 +35,34 @@ LDLIBS  += -ldnnl
 endif
 LDFLAGS += -fopenmp
 
+# GPU support (src/gpu/, README "GPUs"): built into the same zaya binary when nvcc is found (PATH, else
+# /usr/local/cuda); `make CUDA=0` leaves it out, and without nvcc the build is CPU-only (--device cuda is then a clear
+# error). Targets sm_80 (A100) and sm_90 (H100/H200), plus PTX for newer GPUs.
+NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA      ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Isrc -Isrc/gpu \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
+             $(if $(filter 1,$(WERROR)),-Werror all-warnings)
+ifeq ($(CUDA),1)
+GPU_SRC   := $(filter-out src/gpu/gpu_none.c,$(sort $(wildcard src/gpu/*.c)))
+GPU_CU    := $(sort $(wildcard src/gpu/*.cu))
+CFLAGS    += -DZAYA_CUDA=1
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+else
+GPU_SRC   := src/gpu/gpu_none.c
+GPU_CU    :=
+endif
+
 # Compiled once per CPU level (names suffixed _generic, _avx2, _avx512); the AVX512-BF16 kernels in their own file.
 ISA_SRC  := src/kernels_isa.c src/attention.c
 BF16_SRC := src/matmul_avx512bf16.c
 LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(wildcard src/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
-HDRS     := $(wildcard src/*.h src/*.inc src/cli/*.h tests/unit/*.h)
+HDRS     := $(wildcard src/*.h src/*.inc src/cli/*.h src/gpu/*.h src/gpu/*.cuh tests/unit/*.h tests/gpu/*.h)
+GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c))
 
 ifeq ($(UNAME_M),x86_64)
 ISA_LEVELS      := generic avx2 avx512
@@ -53,17 +74,22 @@ else
 ISA_LEVELS      := generic
 endif
 ISA_OBJ  := $(foreach l,$(ISA_LEVELS),$(ISA_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o)) $(BUILD)/$(BF16_SRC:.c=.o)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_OBJ)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_OBJ) $(GPU_SRC:%.c=$(BUILD)/%.o) $(GPU_CU:%.cu=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all asan deps test unit-test asan-test oracle-test demo ablate-attention ablate-moe clean format fuzz fuzz-build chaos strict
+.PHONY: all asan deps test test-gpu unit-test asan-test oracle-test demo ablate-attention ablate-moe clean format fuzz fuzz-build chaos strict
 
 all: $(BUILD)/zaya $(BUILD)/zaya_tests
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # The same source at each level: the level's -march comes after the baseline's, so it wins.
 define isa_rule
@@ -91,10 +117,24 @@ $(BUILD)/zaya: $(LIB_OBJ) $(CLI_OBJ)
 $(BUILD)/zaya_tests: $(LIB_OBJ) $(TEST_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+# The GPU tests (each kernel against its CPU namesake, then the whole model); built with GPU support only.
+$(BUILD)/zaya_gpu_tests: $(LIB_OBJ) $(GPU_TEST_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+ifeq ($(CUDA),1)
+all: $(BUILD)/zaya_gpu_tests
+endif
+
+# On a machine with an NVIDIA GPU: kernels vs the CPU, the model in fp32 vs the CPU, bf16 training, checkpoints
+# moving between CPU and GPU (tests/gpu/run.sh; ends with "N passed, N failed").
+test-gpu: deps
+	@$(MAKE) --no-print-directory all
+	@tests/gpu/run.sh
+
 # Sanitizer build of the unit tests (ASan + UBSan), in its own build tree.
 # DNNL=0: oneDNN is built on libgomp and clang links its own OpenMP runtime; two in one process is asking for trouble.
 asan:
-	$(MAKE) CC=clang BUILD=build-asan BLAS_LIB=-lopenblas DNNL=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	$(MAKE) CC=clang BUILD=build-asan BLAS_LIB=-lopenblas DNNL=0 CUDA=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	        LDFLAGS="-fopenmp -fsanitize=address,undefined" build-asan/zaya_tests build-asan/zaya
 
 deps:

@@ -290,6 +290,7 @@ void model_init_weights(Model *m, uint64_t seed) {
 #define CARVE_I ZY_CARVE_I
 
 static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
+    const int gpu = a->gpu_attn_work_floats > 0; /* device activations: the GPU kernels need no CPU workspaces */
     const size_t N = (size_t)a->B * a->T, T = (size_t)a->T, D = c->hidden_size, V = c->vocab_size;
     const size_t Cq = cfg_q_channels(c), Ck = cfg_k_channels(c), C = Cq + Ck, R = c->router_hidden_size;
     const size_t E1 = c->num_experts + 1, I = c->moe_intermediate_size, Hq = c->num_heads, Hkv = c->num_kv_heads;
@@ -345,8 +346,10 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     a->row_loss = CARVE_F(cv, N);
     a->rope_cos = CARVE_F(cv, T * rd / 2);
     a->rope_sin = CARVE_F(cv, T * rd / 2);
-    a->conv_wp = CARVE_F(cv, (size_t)cca_conv_work_floats(a->B, a->T, (int)C, c->head_dim, c->cca_time1));
-    a->conv_dwp = CARVE_F(cv, (size_t)cca_conv_grad_work_floats((int)C, c->head_dim, c->cca_time1));
+    if (!gpu) {
+        a->conv_wp = CARVE_F(cv, (size_t)cca_conv_work_floats(a->B, a->T, (int)C, c->head_dim, c->cca_time1));
+        a->conv_dwp = CARVE_F(cv, (size_t)cca_conv_grad_work_floats((int)C, c->head_dim, c->cca_time1));
+    }
     BackwardScratch *d = &a->d;
     d->d_x = CARVE_F(cv, N * D);
     d->d_u = CARVE_F(cv, N * D);
@@ -360,7 +363,8 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     d->d_vc = CARVE_F(cv, N * Ck / 2);
     d->d_vd = CARVE_F(cv, N * Ck / 2);
     d->d_attn_out = CARVE_F(cv, N * Cq);
-    a->attn_work = CARVE_F(cv, flash_attention_workspace_floats(c->head_dim, a->attn_threads));
+    a->attn_work = CARVE_F(cv, gpu ? (size_t)a->gpu_attn_work_floats
+                                   : flash_attention_workspace_floats(c->head_dim, a->attn_threads));
     d->d_z = CARVE_F(cv, N * R);
     d->d_z_carry = CARVE_F(cv, N * R);
     d->d_zn = CARVE_F(cv, N * R);
@@ -374,6 +378,17 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     d->d_expert_in = CARVE_F(cv, N * D);
     d->d_final = CARVE_F(cv, N * D);
     d->d_logits = CARVE_F(cv, N * V);
+}
+
+size_t acts_carve(Activations *a, const ZayaConfig *cfg, void *base) {
+    ZyCarver cv = {.base = base};
+    carve_all(&cv, a, cfg);
+    return cv.used;
+}
+
+void model_bind_weights(const Model *m, float *base, Weights *out) {
+    LayoutWalk bind = {.table = (ParamTable *)&m->params, .base = base};
+    walk_layout(&bind, &m->cfg, out);
 }
 
 int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err) {

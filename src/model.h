@@ -160,6 +160,8 @@ typedef struct {
     double *phase_seconds;     /* optional [MODEL_PHASES] time accumulators, set by the caller (NULL: off) */
     ZyGemmCtx *gemm;           /* how the matrix products compute (fp32, or bf16 inputs) and their scratch */
     void *block;               /* one allocation behind everything above */
+    long gpu_attn_work_floats; /* > 0: the buffers live on a GPU (src/gpu/gpu_model.c), which needs this much
+                                * attention scratch and none of the CPU kernels' workspaces */
 } Activations;
 
 int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err);
@@ -168,6 +170,13 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
  * op stay fp32 (the convolutions and attention included). 0 = fp32 (the default). */
 void acts_set_bf16(Activations *a, int bf16);
 void acts_free(Activations *a);
+/* The activation layout over one block at `base` (NULL: sizing only): sets every buffer pointer of a (B, T,
+ * attn_threads and gpu_attn_work_floats set by the caller) and returns the bytes the block needs. acts_create uses
+ * it on host memory, the GPU model on device memory. */
+size_t acts_carve(Activations *a, const ZayaConfig *cfg, void *base);
+/* Views of a parameter arena laid out like m->params (the same walk as m->w and m->g), e.g. one on a GPU. Residual
+ * scales of a no_residual_scaling model stay NULL (the caller binds its own constants). */
+void model_bind_weights(const Model *m, float *base, Weights *out);
 
 /* Checks token ids (0 <= id < V) and T against max_position_embeddings; errors name the offending index. */
 int model_check_tokens(const Model *m, const int32_t *tokens, int B, int T, ZyErr *err);

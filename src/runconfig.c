@@ -113,10 +113,23 @@ static int apply_override(cJSON *root, const char *spec, const char *label, ZyEr
     return zy_fail(err, "--override \"%s\": empty key", spec);
 }
 
+int runconfig_parse_device(const char *s, int *gpu, int *index, ZyErr *err) {
+    *gpu = 0, *index = -1;
+    if (strcmp(s, "cpu") == 0) return 0;
+    if (strcmp(s, "cuda") == 0 || strcmp(s, "gpu") == 0) return *gpu = 1, 0;
+    if (strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
+        char *end;
+        long v = strtol(s + 5, &end, 10);
+        if (!*end && v < 1024) return *gpu = 1, *index = (int)v, 0;
+    }
+    return zy_fail(err, "unknown device \"%s\" (cpu, cuda, or cuda:N for GPU N)", s);
+}
+
 static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr *err) {
     static const char *const top_keys[] = {"model", "init_from", "tokenizer", "datasets", "phases", "batch_size",
                                            "micro_batch", "optimizer", "schedule", "balancing", "checkpoint", "eval",
-                                           "log_interval", "seed", "out_dir", "comment", "precision", NULL};
+                                           "log_interval", "seed", "out_dir", "comment", "precision", "device",
+                                           NULL};
     if (!cJSON_IsObject(root)) return zy_fail(err, "%s: expected a JSON object", label);
     if (check_keys(root, top_keys, label, "", err)) return -1;
     double d;
@@ -150,6 +163,10 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
         rc->bf16 = 1;
     else
         return zy_fail(err, "%s: key \"precision\" must be \"fp32\" or \"bf16\", not \"%s\"", label, precision);
+    char device[32];
+    if (read_string(root, "device", 0, device, sizeof device, label, "", err)) return -1;
+    if (runconfig_parse_device(device[0] ? device : "cpu", &rc->gpu, &rc->gpu_index, err))
+        return zy_wrap(err, "%s: key \"device\"", label);
 
     /* datasets: {"name": "shard dir", ...} */
     const cJSON *ds = get(root, "datasets");

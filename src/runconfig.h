@@ -46,6 +46,8 @@ typedef struct {
     char tasks[RUN_MAX_TASKS][RUN_PATH];
     int log_interval;
     int bf16;                    /* "precision": "bf16" (bf16 inputs to the matrix products), else fp32 */
+    int gpu;                     /* "device": "cuda" or "cuda:N" (1), "cpu" (0, the default) */
+    int gpu_index;               /* N of "cuda:N"; -1: the rank-local GPU (ZAYA_GPU, else local rank) */
     uint64_t seed;
     char out_dir[RUN_PATH];
     int64_t total_steps;
@@ -57,6 +59,9 @@ int runconfig_load(RunConfig *rc, const char *path, const char *const *overrides
                    ZyErr *err);
 int runconfig_parse(RunConfig *rc, const char *text, const char *label, const char *const *overrides, int n_overrides,
                     char **json_out, ZyErr *err);
+/* A device name ("cpu", "cuda", "cuda:N") as the run config and --device take it: *gpu = 1 for a GPU, *index its
+ * number (-1: the rank-local one). */
+int runconfig_parse_device(const char *s, int *gpu, int *index, ZyErr *err);
 /* The phase of a global step (clamped to the last phase). */
 int runconfig_phase_of(const RunConfig *rc, int64_t step);
 

@@ -17,6 +17,7 @@
 #include "matmul.h"
 #include "model.h"
 #include "model_io.h"
+#include "gpu/gpu_trainer.h"
 #include "optim.h"
 #include "routing.h"
 #include "report.h"
@@ -59,6 +60,8 @@ typedef struct {
     char ckpt_root[RUN_PATH + 32];
     Report report;
     int have_report;
+    GpuTrainer *gpu;      /* "device": "cuda": the step runs there; the host model and optimizer are the checkpoint copy */
+    int host_stale;       /* the GPU has updated the weights since the host copy was last brought up to date */
 } Trainer;
 
 static void trainer_free(Trainer *t) {
@@ -68,6 +71,7 @@ static void trainer_free(Trainer *t) {
         t->pending = NULL;
     }
     if (t->acts_T) acts_free(&t->acts);
+    gpu_trainer_free(t->gpu);
     if (t->have_loader) loader_close(&t->loader);
     for (int i = 0; i < RUN_MAX_DATASETS; i++)
         if (t->val[i]) shardset_close(t->val[i]);
@@ -88,8 +92,12 @@ static int ensure_acts(Trainer *t, int T, ZyErr *err) {
     if (t->acts_T == T) return 0;
     if (t->acts_T) acts_free(&t->acts);
     t->acts_T = 0;
-    if (acts_create(&t->acts, &t->model.cfg, t->rc.micro_batch, T, err)) return -1;
-    acts_set_bf16(&t->acts, t->rc.bf16);
+    if (t->gpu) { /* the GPU holds the activations; the host needs only the token buffers */
+        if (gpu_trainer_set_shape(t->gpu, t->rc.micro_batch, T, err)) return -1;
+    } else {
+        if (acts_create(&t->acts, &t->model.cfg, t->rc.micro_batch, T, err)) return -1;
+        acts_set_bf16(&t->acts, t->rc.bf16);
+    }
     t->acts_T = T;
     free(t->window), free(t->inputs), free(t->targets);
     size_t rows = (size_t)t->rc.micro_batch;
@@ -268,8 +276,14 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
             if (model_check_tokens(&t->model, t->inputs, rows, T, err) ||
                 model_check_tokens(&t->model, t->targets, rows, T, err))
                 return zy_wrap(err, "validation data of \"%s\"", t->rc.dataset_names[d]);
-            model_forward(&t->model, &t->acts, t->inputs);
-            sum += model_loss(&t->model, &t->acts, t->targets);
+            if (t->gpu) {
+                double l;
+                if (gpu_trainer_eval_loss(t->gpu, t->inputs, t->targets, &l, err)) return -1;
+                sum += l;
+            } else {
+                model_forward(&t->model, &t->acts, t->inputs);
+                sum += model_loss(&t->model, &t->acts, t->targets);
+            }
             n++;
         }
     }
@@ -278,6 +292,71 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
 }
 
 /* ---- one optimizer step ----------------------------------------------------------------------------------- */
+
+/* train_step's GPU twin: the same data, order and arithmetic, the work on the device (gpu_trainer.h). */
+static int train_step_gpu(Trainer *t, int n_micro, double *loss_out, double *gnorm_out, double *lr_out,
+                          double *comm_out, ZyErr *err) {
+    const RunConfig *rc = &t->rc;
+    const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
+    const Dist *d = t->dist;
+    const int T = ph->seq_len, mb = rc->micro_batch, rows_here = rc->batch_size / d->size;
+    const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
+    gpu_trainer_begin(t->gpu);
+    routing_counts_reset(&t->routes);
+    for (int k = 0; k < n_micro; k++) {
+        if (loader_read(&t->loader, t->rows, d->rank * rows_here + k * mb, mb, T, t->window, err)) return -1;
+        split_windows(t->window, mb, T, t->inputs, t->targets);
+        if (model_check_tokens(&t->model, t->inputs, mb, T, err) ||
+            model_check_tokens(&t->model, t->targets, mb, T, err))
+            return zy_wrap(err, "training data at step %lld", (long long)t->step);
+        if (gpu_trainer_micro(t->gpu, t->inputs, t->targets, &t->routes, err)) return -1;
+    }
+    const int nan_fault = fault_claim(&t->faults, FAULT_NAN, t->step + 1);
+    double loss = 0, sumsq = 0;
+    const double t_comm = zy_now_seconds();
+    if (gpu_trainer_reduce(t->gpu, &t->model, d, t->zero_bounds, t->grad_scratch, n_micro, nan_fault, &loss, &sumsq,
+                           err))
+        return -1;
+    if (d->size > 1) {
+        if (dist_allreduce_f64(d, &loss, 1, err) ||
+            dist_allreduce_i64(d, t->routes.counts, (size_t)L * (E + 1), err) ||
+            dist_allreduce_f64(d, t->routes.sums, (size_t)L * 2, err))
+            return -1;
+        loss /= d->size;
+    }
+    if (dist_allreduce_f64(d, &sumsq, 1, err)) return -1;
+    const double gnorm = sqrt(sumsq);
+    if (!isfinite(loss) || !isfinite(gnorm)) {
+        zy_fail(err, "non-finite loss (%g) or gradient norm (%g) at step %lld (data index %lld): the update was not applied",
+                loss, gnorm, (long long)t->step + 1, (long long)t->data_index);
+        *loss_out = loss;
+        return TRAIN_NONFINITE;
+    }
+    const double clip = clip_coefficient(rc->grad_clip, gnorm), lr = schedule_lr(&rc->schedule, t->step);
+    const double t_opt = zy_now_seconds();
+    if (gpu_trainer_apply(t->gpu, &t->model, d, t->zero_bounds, clip, lr, err)) return -1;
+    *comm_out = d->size > 1 ? (t_opt - t_comm) : 0;
+    if (rc->balancing) {
+        balancer_update(&t->bal, t->routes.counts, t->biases);
+        if (gpu_trainer_upload_biases(t->gpu, &t->model, err)) return -1;
+    }
+    t->host_stale = 1;
+    t->step++;
+    t->data_index++;
+    t->tokens_seen += (double)rc->batch_size * T;
+    *loss_out = loss;
+    *gnorm_out = gnorm;
+    *lr_out = lr;
+    return 0;
+}
+
+/* Brings the host model and optimizer up to date with the GPU's (before a checkpoint, an evaluation, the end). */
+static int sync_host(Trainer *t, ZyErr *err) {
+    if (!t->gpu || !t->host_stale) return 0;
+    if (gpu_trainer_to_host(t->gpu, &t->model, &t->opt, err)) return -1;
+    t->host_stale = 0;
+    return 0;
+}
 
 /* Returns 0, -1 (error) or TRAIN_NONFINITE (nothing applied; err says which step and data batch). */
 static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, double *comm_out, ZyErr *err) {
@@ -288,6 +367,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
     if (ensure_acts(t, T, err)) return -1;
     if (loader_plan(&t->loader, (uint64_t)t->data_index, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
+    if (t->gpu) return train_step_gpu(t, n_micro, loss_out, gnorm_out, lr_out, comm_out, err);
     params_zero_grad(&t->model.params);
     routing_counts_reset(&t->routes);
     double loss = 0;
@@ -368,7 +448,7 @@ static int finish_pending_save(Trainer *t, ZyErr *err) {
 
 /* Snapshots the state and saves it in the background (rc.ckpt_async), or waits for it (sync, or the last save). */
 static int save_checkpoint(Trainer *t, int wait, ZyErr *err) {
-    if (finish_pending_save(t, err)) return -1;
+    if (finish_pending_save(t, err) || sync_host(t, err)) return -1;
     char *state = state_to_json(t);
     if (!state) return zy_fail(err, "out of memory");
     CheckpointContent c = {.model = &t->model, .optim = &t->opt, .trainer_state_json = state, .run_json = t->run_json};
@@ -557,6 +637,11 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
         if (r) return -1;
         if (d->rank == 0) fprintf(stderr, "resumed from %s at step %lld\n", choice.dir, (long long)t->step);
     }
+    if (rc->gpu) { /* the model and optimizer state (fresh or resumed) go to the GPU; the step runs there */
+        const int T = rc->phases[runconfig_phase_of(rc, t->step)].seq_len;
+        if (gpu_trainer_create(&t->gpu, &t->model, &t->opt, rc->gpu_index, rc->bf16, rc->micro_batch, T, err))
+            return zy_wrap(err, "%s: \"device\": \"cuda\"", o->run_path);
+    }
     return 0;
 }
 
@@ -582,6 +667,8 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                  r->n_phases, peak, t.dist->size, t.dist->size > 1 ? "s" : "",
                  100.0 * (double)(t.zero_bounds[1] - t.zero_bounds[0]) / (double)t.model.params.total);
     if (t.resume_note[0]) report_event(&t.report, "%s", t.resume_note);
+    if (t.gpu) report_event(&t.report, "device: GPU %s; %s products, fp32 master weights and optimizer state",
+                            gpu_trainer_device(t.gpu), r->bf16 ? "bf16" : "fp32");
     if (t.skips.count) {
         char list[600] = "";
         for (int i = 0; i < t.skips.count && strlen(list) < sizeof list - 48; i++)
@@ -638,6 +725,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
             double vl = NAN;
             if (validation_loss(&t, T, &vl, err)) goto done;
             if (!isnan(vl)) report_eval(&t.report, t.step, phase, "val_loss", vl);
+            if (r->n_tasks && sync_host(&t, err)) goto done;
             for (int k = 0; k < r->n_tasks; k++) {
                 EvalResult res;
                 if (eval_task_file(&t.model, t.tokenizer, r->tasks[k], r->eval_limit, &res, err)) goto done;
@@ -658,7 +746,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
         }
         fault_after_step(&t.faults, t.step); /* ZAYA_FAULT crash/hang: after the step and its checkpoint started */
     }
-    if (finish_pending_save(&t, err)) goto done;
+    if (finish_pending_save(&t, err) || sync_host(&t, err)) goto done;
     if (lead && t.step >= r->total_steps) {
         char final_dir[RUN_PATH + 16];
         snprintf(final_dir, sizeof final_dir, "%s/final", r->out_dir);

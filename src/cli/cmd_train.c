@@ -11,7 +11,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: zaya train RUN.json [--override key=value ...] [--resume | --resume-from DIR]\n"
-               "                  [--skip-data A:B ...] [--stop-after N] [--quiet]\n"
+               "                  [--skip-data A:B ...] [--stop-after N] [--device cpu|cuda|cuda:N] [--quiet]\n"
                "  --override k=v   edit the run config (dotted keys, list indices: phases.0.tokens=1e6)\n"
                "  --resume         continue from OUT_DIR/checkpoints/latest (verified first; if it fails, from the\n"
                "                   newest checkpoint that verifies)\n"
@@ -19,6 +19,8 @@ static void usage(FILE *f) {
                "  --skip-data A:B  plan data batches A..B (inclusive) but do not train on them; repeatable; kept in\n"
                "                   the checkpoints' trainer state\n"
                "  --stop-after N   stop after N steps in total, saving a checkpoint\n"
+               "  --device D       cpu (default), cuda (the rank-local GPU) or cuda:N: the run config's \"device\";\n"
+               "                   checkpoints are the same on both, so a run resumes on either\n"
                "  --quiet          no progress line\n"
                "exit status: 0 finished or stopped (SIGTERM/SIGINT: checkpoint, then exit), 1 error,\n"
                "             %d non-finite loss or gradient norm (the update was not applied)\n", TRAIN_EXIT_NONFINITE);
@@ -29,6 +31,7 @@ int cmd_train_model(int argc, char **argv) {
     const char **overrides = calloc((size_t)argc, sizeof *overrides);
     DataWindow *skips = calloc((size_t)argc, sizeof *skips);
     int n_over = 0, n_skips = 0;
+    char device_override[64];
     if (!overrides || !skips) {
         free(overrides);
         free(skips);
@@ -57,6 +60,9 @@ int cmd_train_model(int argc, char **argv) {
                 free(skips);
                 return 1;
             }
+        } else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
+            snprintf(device_override, sizeof device_override, "device=%s", argv[++i]);
+            overrides[n_over++] = device_override;
         } else if (strcmp(a, "--quiet") == 0) {
             o.quiet = 1;
         } else if (strcmp(a, "--stop-after") == 0 && i + 1 < argc) {

@@ -1,0 +1,72 @@
+/* gpu: the GPU backend's C interface (device selection, streams, cuBLASLt products). Built into zaya when nvcc is
+ * found (make CUDA=0 leaves it out); without it every entry point returns a clear error (gpu_none.c). */
+#ifndef ZAYA_GPU_H
+#define ZAYA_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/gpu_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "util.h"
+
+/* 1 when this binary has GPU support compiled in. */
+int gpu_compiled(void);
+
+/* One device, one stream, one cuBLASLt handle and its workspace; bf16 scratch for products whose operands have no
+ * bf16 copy. Not shared between threads. */
+typedef struct {
+    int device;
+    GkStream stream;
+    void *lt;              /* cublasLtHandle_t */
+    void *lt_work;         /* cuBLASLt workspace */
+    size_t lt_work_bytes;
+    uint16_t *scratch[2];  /* bf16 copies of fp32 operands */
+    size_t scratch_elems[2];
+    int bf16;              /* products take bf16 operands (fp32 accumulation); 0 = fp32 (no TF32) */
+    char name[256];        /* device name */
+    int sm_count, cc_major, cc_minor;
+    size_t mem_total;
+    void *plans;           /* cached cuBLASLt product descriptors and algorithms */
+} GpuCtx;
+
+/* Opens device `device` (-1: the rank-local choice: ZAYA_GPU, else local MPI rank modulo device count). Errors: no
+ * GPU support built in, no device, driver too old. */
+int gpu_open(GpuCtx *g, int device, ZyErr *err);
+void gpu_close(GpuCtx *g);
+/* Waits for the stream and reports any failed launch or asynchronous fault, naming `what`. */
+int gpu_sync(GpuCtx *g, const char *what, ZyErr *err);
+/* Device memory (zeroed); NULL with an error naming `what` and the size when it does not fit. */
+void *gpu_alloc(size_t bytes, const char *what, ZyErr *err);
+void gpu_free(void *p);
+int gpu_upload(GpuCtx *g, void *dst, const void *src, size_t bytes, ZyErr *err);   /* stream-ordered, then waits */
+int gpu_download(GpuCtx *g, void *dst, const void *src, size_t bytes, ZyErr *err); /* waits for the stream first */
+/* Asynchronous host-to-device copy (host memory must stay valid until the stream reaches it). */
+void gpu_upload_async(GpuCtx *g, void *dst, const void *src, size_t bytes);
+void gpu_memset_async(GpuCtx *g, void *dst, int value, size_t bytes);
+void gpu_copy_async(GpuCtx *g, void *dst, const void *src, size_t bytes); /* device to device */
+/* Sizes the bf16 operand scratch for products of up to `elems` elements per operand, so that no step allocates. */
+int gpu_reserve_scratch(GpuCtx *g, size_t elems, ZyErr *err);
+/* Stream-ordered wall time: start returns a timer, stop waits for the stream and returns the seconds between. */
+void *gpu_timer_start(GpuCtx *g);
+double gpu_timer_stop(GpuCtx *g, void *timer);
+/* Device memory in use (all processes) and the total, in bytes. */
+int gpu_memory_used(GpuCtx *g, size_t *used, size_t *total);
+
+/* Row-major C = alpha op(A) op(B) + beta C, as zy_gemm (matmul.h): op(A) M×K, op(B) K×N. fp32 mode: fp32 products
+ * (no TF32). bf16 mode: both operands in bf16 (A16 / B16 when given: ready bf16 copies with the same layout; else
+ * rounded into scratch here), fp32 accumulation and output. Returns 0 or -1 (cuBLASLt error in err). */
+int gpu_gemm(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+             const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc,
+             ZyErr *err);
+
+/* Measured dense GEMM throughput (TFLOP/s) of cuBLASLt on n×n×n products in the ctx's precision. */
+double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,101 @@
+/* gpu_common: device helpers shared by the kernel files (C++ / CUDA, HIP-portable).
+ * Determinism: every reduction here has a fixed order (warp shuffles in a fixed tree, shared-memory sums in a fixed
+ * order, column sums over a fixed row split), so a step gives the same bits on every run; no float atomics. */
+#ifndef ZAYA_GPU_COMMON_CUH
+#define ZAYA_GPU_COMMON_CUH
+
+#include <stdint.h>
+
+#include "gpu_runtime.h"
+
+/* Launch-error check after a kernel launch (the launchers return void; errors surface at gpu_check_last). */
+#define GK_LAUNCH_CHECK() ((void)0)
+
+static inline int gk_blocks(long n, int threads) {
+    long b = (n + threads - 1) / threads;
+    return (int)(b > 65535L * 16 ? 65535L * 16 : b);
+}
+
+/* Sum over a warp, fixed butterfly order (every lane gets the result). */
+__device__ __forceinline__ float warp_sum(float v) {
+#ifdef ZAYA_HIP
+    for (int o = GPU_WARP / 2; o > 0; o >>= 1) v += __shfl_xor(v, o);
+#else
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+#endif
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+#ifdef ZAYA_HIP
+    for (int o = GPU_WARP / 2; o > 0; o >>= 1) v += __shfl_xor(v, o);
+#else
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+#endif
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#ifdef ZAYA_HIP
+    for (int o = GPU_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor(v, o));
+#else
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+#endif
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of the warp size, <= 1024); every thread gets the result.
+ * shared: at least 32 doubles of scratch (__shared__ double s[32]). Fixed order. Ends with a barrier, so the
+ * scratch may be reused right after. */
+__device__ __forceinline__ double block_sum_d(double v, double *shared) {
+    const int lane = threadIdx.x % GPU_WARP, wid = threadIdx.x / GPU_WARP, nw = blockDim.x / GPU_WARP;
+    v = warp_sum_d(v);
+    if (lane == 0) shared[wid] = v;
+    __syncthreads();
+    double t = 0;
+    for (int i = 0; i < nw; i++) t += shared[i]; /* every thread sums the warps in the same order */
+    __syncthreads();
+    return t;
+}
+__device__ __forceinline__ float block_max(float v, float *shared) {
+    const int lane = threadIdx.x % GPU_WARP, wid = threadIdx.x / GPU_WARP, nw = blockDim.x / GPU_WARP;
+    v = warp_max(v);
+    if (lane == 0) shared[wid] = v;
+    __syncthreads();
+    float t = shared[0];
+    for (int i = 1; i < nw; i++) t = fmaxf(t, shared[i]);
+    __syncthreads();
+    return t;
+}
+
+/* Column reductions: dst[c] += Σ_r f(r, c) over rows [0, rows), for c in [0, dim). F is a functor with
+ * `__device__ float operator()(long r, int c) const`. Block (32, 16): 32 columns per block, the rows split
+ * over 16 thread rows in a fixed stride, partial sums in double, then summed in a fixed order: deterministic. */
+template <class F>
+__global__ void col_reduce_kernel(float *dst, long rows, int dim, F f) {
+    __shared__ double part[16][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    double acc = 0;
+    if (c < dim)
+        for (long r = threadIdx.y; r < rows; r += 16) acc += (double)f(r, c);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < dim) {
+        double t = 0;
+        for (int i = 0; i < 16; i++) t += part[i][threadIdx.x];
+        dst[c] += (float)t;
+    }
+}
+template <class F>
+static inline void col_reduce(gpuStream_t s, float *dst, long rows, int dim, F f) {
+    if (!dst || dim <= 0) return;
+    dim3 block(32, 16), grid((dim + 31) / 32);
+    col_reduce_kernel<F><<<grid, block, 0, s>>>(dst, rows, dim, f);
+}
+
+__device__ __forceinline__ float gk_bf16_round(float x) { /* nearest even, like zy_round_bf16 */
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf / nan unchanged */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+
+#endif

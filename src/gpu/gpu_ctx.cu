@@ -1,0 +1,389 @@
+/* gpu_ctx: device selection, the stream, memory, and matrix products through cuBLASLt (gpu.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef ZAYA_HIP
+#include <hipblaslt/hipblaslt.h>
+#define cublasLtHandle_t hipblasLtHandle_t
+#define cublasLtCreate hipblasLtCreate
+#define cublasLtDestroy hipblasLtDestroy
+#define cublasLtMatmulDesc_t hipblasLtMatmulDesc_t
+#define cublasLtMatmulDescCreate hipblasLtMatmulDescCreate
+#define cublasLtMatmulDescDestroy hipblasLtMatmulDescDestroy
+#define cublasLtMatmulDescSetAttribute hipblasLtMatmulDescSetAttribute
+#define cublasLtMatrixLayout_t hipblasLtMatrixLayout_t
+#define cublasLtMatrixLayoutCreate hipblasLtMatrixLayoutCreate
+#define cublasLtMatrixLayoutDestroy hipblasLtMatrixLayoutDestroy
+#define cublasLtMatmulPreference_t hipblasLtMatmulPreference_t
+#define cublasLtMatmulPreferenceCreate hipblasLtMatmulPreferenceCreate
+#define cublasLtMatmulPreferenceDestroy hipblasLtMatmulPreferenceDestroy
+#define cublasLtMatmulPreferenceSetAttribute hipblasLtMatmulPreferenceSetAttribute
+#define cublasLtMatmulHeuristicResult_t hipblasLtMatmulHeuristicResult_t
+#define cublasLtMatmulAlgoGetHeuristic hipblasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmul hipblasLtMatmul
+#define cublasStatus_t hipblasStatus_t
+#define CUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
+#define CUBLAS_COMPUTE_32F HIPBLAS_COMPUTE_32F
+#define CUBLAS_OP_N HIPBLAS_OP_N
+#define CUBLAS_OP_T HIPBLAS_OP_T
+#define CUBLASLT_MATMUL_DESC_TRANSA HIPBLASLT_MATMUL_DESC_TRANSA
+#define CUBLASLT_MATMUL_DESC_TRANSB HIPBLASLT_MATMUL_DESC_TRANSB
+#define CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+#define CUDA_R_32F HIP_R_32F
+#define CUDA_R_16BF HIP_R_16BF
+typedef hipblasOperation_t cublasOperation_t;
+typedef hipDataType cudaDataType_t;
+#else
+#include <cublasLt.h>
+#endif
+
+#include "gpu_common.cuh"
+
+extern "C" {
+#include "gpu.h"
+}
+
+#define LT_WORKSPACE_BYTES (32u << 20) /* what cuBLASLt's Hopper kernels ask for at most */
+
+static int fail_rt(ZyErr *err, gpuError_t e, const char *what) {
+    return zy_fail(err, "GPU: %s: %s", what, gpuGetErrorString(e));
+}
+
+/* One cached product shape: descriptors and the algorithm cuBLASLt's heuristic picked (picking costs more than a
+ * small product, and a step repeats the same few dozen shapes). */
+typedef struct {
+    int ta, tb, M, N, K, lda, ldb, ldc, bf16;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulHeuristicResult_t algo;
+} Plan;
+
+#define MAX_PLANS 512
+typedef struct {
+    Plan p[MAX_PLANS];
+    int n;
+} PlanCache;
+
+extern "C" int gpu_compiled(void) { return 1; }
+
+static int pick_device(int device, ZyErr *err) {
+    int count = 0;
+    gpuError_t e = gpuGetDeviceCount(&count);
+    if (e != gpuSuccess || count == 0)
+        return zy_fail(err, "--device cuda: no usable GPU (%s)",
+                       e != gpuSuccess ? gpuGetErrorString(e) : "the driver sees no device");
+    if (device >= 0) {
+        if (device >= count) return zy_fail(err, "GPU %d requested, this machine has %d", device, count);
+        return device;
+    }
+    const char *env = getenv("ZAYA_GPU");
+    if (env && *env) {
+        char *end;
+        long d = strtol(env, &end, 10);
+        if (*end || d < 0 || d >= count)
+            return zy_fail(err, "ZAYA_GPU=\"%s\": not a device index in [0, %d)", env, count);
+        return (int)d;
+    }
+    /* one process per GPU under mpirun / srun: the node-local rank picks it */
+    const char *local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof local_vars / sizeof *local_vars; i++) {
+        const char *v = getenv(local_vars[i]);
+        if (v && *v) return atoi(v) % count;
+    }
+    return 0;
+}
+
+extern "C" int gpu_open(GpuCtx *g, int device, ZyErr *err) {
+    memset(g, 0, sizeof *g);
+    int d = pick_device(device, err);
+    if (d < 0) return -1;
+    gpuError_t e = gpuSetDevice(d);
+    if (e != gpuSuccess) return fail_rt(err, e, "selecting the device");
+    gpuDeviceProp prop;
+    if ((e = gpuGetDeviceProperties(&prop, d)) != gpuSuccess) return fail_rt(err, e, "reading device properties");
+    g->device = d;
+    snprintf(g->name, sizeof g->name, "%s", prop.name);
+    g->sm_count = prop.multiProcessorCount;
+    g->cc_major = prop.major;
+    g->cc_minor = prop.minor;
+    g->mem_total = prop.totalGlobalMem;
+    gpuStream_t s;
+    if ((e = gpuStreamCreate(&s)) != gpuSuccess) return fail_rt(err, e, "creating a stream");
+    g->stream = s;
+    cublasLtHandle_t lt;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+        gpu_close(g);
+        return zy_fail(err, "GPU: cuBLASLt could not start (library missing or too old?)");
+    }
+    g->lt = lt;
+    g->lt_work_bytes = LT_WORKSPACE_BYTES;
+    if (!(g->lt_work = gpu_alloc(g->lt_work_bytes, "the cuBLASLt workspace", err))) {
+        gpu_close(g);
+        return -1;
+    }
+    g->plans = calloc(1, sizeof(PlanCache));
+    if (!g->plans) {
+        gpu_close(g);
+        return zy_fail(err, "out of memory");
+    }
+    return 0;
+}
+
+static void plans_free(PlanCache *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) {
+        cublasLtMatmulDescDestroy(c->p[i].desc);
+        cublasLtMatrixLayoutDestroy(c->p[i].la);
+        cublasLtMatrixLayoutDestroy(c->p[i].lb);
+        cublasLtMatrixLayoutDestroy(c->p[i].lc);
+    }
+    free(c);
+}
+
+extern "C" void gpu_close(GpuCtx *g) {
+    if (g->stream) gpuStreamSynchronize(g->stream);
+    plans_free((PlanCache *)g->plans);
+    for (int i = 0; i < 2; i++) gpu_free(g->scratch[i]);
+    gpu_free(g->lt_work);
+    if (g->lt) cublasLtDestroy((cublasLtHandle_t)g->lt);
+    if (g->stream) gpuStreamDestroy(g->stream);
+    memset(g, 0, sizeof *g);
+}
+
+extern "C" int gpu_sync(GpuCtx *g, const char *what, ZyErr *err) {
+    gpuError_t e = gpuStreamSynchronize(g->stream);
+    if (e == gpuSuccess) e = gpuGetLastError();
+    if (e != gpuSuccess) return zy_fail(err, "GPU fault during %s: %s", what, gpuGetErrorString(e));
+    return 0;
+}
+
+extern "C" void *gpu_alloc(size_t bytes, const char *what, ZyErr *err) {
+    void *p = NULL;
+    gpuError_t e = gpuMalloc(&p, bytes ? bytes : 16);
+    if (e != gpuSuccess) {
+        gpuGetLastError(); /* clear the sticky-free error so later checks do not report it again */
+        size_t free_b = 0, total_b = 0;
+        gpuMemGetInfo(&free_b, &total_b);
+        zy_fail(err, "GPU out of memory allocating %.1f MiB for %s (%.1f of %.1f GiB free)", bytes / 1048576.0, what,
+                free_b / 1073741824.0, total_b / 1073741824.0);
+        return NULL;
+    }
+    if (gpuMemset(p, 0, bytes ? bytes : 16) != gpuSuccess) {
+        gpuFree(p);
+        zy_fail(err, "GPU: clearing %s failed", what);
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void gpu_free(void *p) {
+    if (p) gpuFree(p);
+}
+
+extern "C" int gpu_upload(GpuCtx *g, void *dst, const void *src, size_t bytes, ZyErr *err) {
+    gpuError_t e = gpuMemcpyAsync(dst, src, bytes, gpuMemcpyHostToDevice, g->stream);
+    if (e != gpuSuccess) return fail_rt(err, e, "copying to the GPU");
+    return gpu_sync(g, "a copy to the GPU", err);
+}
+
+extern "C" int gpu_download(GpuCtx *g, void *dst, const void *src, size_t bytes, ZyErr *err) {
+    gpuError_t e = gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToHost, g->stream);
+    if (e != gpuSuccess) return fail_rt(err, e, "copying from the GPU");
+    return gpu_sync(g, "a copy from the GPU", err);
+}
+
+extern "C" void gpu_upload_async(GpuCtx *g, void *dst, const void *src, size_t bytes) {
+    gpuMemcpyAsync(dst, src, bytes, gpuMemcpyHostToDevice, g->stream);
+}
+
+extern "C" void gpu_copy_async(GpuCtx *g, void *dst, const void *src, size_t bytes) {
+    gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToDevice, g->stream);
+}
+
+extern "C" void gpu_memset_async(GpuCtx *g, void *dst, int value, size_t bytes) {
+    gpuMemsetAsync(dst, value, bytes, g->stream);
+}
+
+/* Grows bf16 scratch slot i (its contents are not kept). */
+static int grow_scratch(GpuCtx *g, int i, size_t elems, ZyErr *err) {
+    if (g->scratch_elems[i] >= elems) return 0;
+    gpuStreamSynchronize(g->stream); /* the old scratch may still be read */
+    gpu_free(g->scratch[i]);
+    g->scratch[i] = NULL;
+    g->scratch_elems[i] = 0;
+    if (!(g->scratch[i] = (uint16_t *)gpu_alloc(elems * sizeof(uint16_t), "bf16 product operands", err))) return -1;
+    g->scratch_elems[i] = elems;
+    return 0;
+}
+
+extern "C" int gpu_reserve_scratch(GpuCtx *g, size_t elems, ZyErr *err) {
+    return grow_scratch(g, 0, elems, err) || grow_scratch(g, 1, elems, err) ? -1 : 0;
+}
+
+/* ---- products ------------------------------------------------------------------------------------------- */
+
+/* A row-major M×N = op(A) op(B) is, read column-major, Cᵀ (N×M) = op(B)ᵀ op(A)ᵀ: cuBLASLt's first operand is B
+ * and its second A, each with its own transpose flag; no data moves. */
+static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc, int bf16,
+                      ZyErr *err) {
+    PlanCache *c = (PlanCache *)g->plans;
+    for (int i = 0; i < c->n; i++) {
+        Plan *p = &c->p[i];
+        if (p->ta == ta && p->tb == tb && p->M == M && p->N == N && p->K == K && p->lda == lda && p->ldb == ldb &&
+            p->ldc == ldc && p->bf16 == bf16)
+            return p;
+    }
+    Plan *p = c->n < MAX_PLANS ? &c->p[c->n] : &c->p[MAX_PLANS - 1];
+    if (c->n == MAX_PLANS) { /* full: recycle the last slot (a workload with this many shapes is unusual) */
+        cublasLtMatmulDescDestroy(p->desc);
+        cublasLtMatrixLayoutDestroy(p->la);
+        cublasLtMatrixLayoutDestroy(p->lb);
+        cublasLtMatrixLayoutDestroy(p->lc);
+        c->n--;
+    }
+    memset(p, 0, sizeof *p);
+    p->ta = ta, p->tb = tb, p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->bf16 = bf16;
+    const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second) ==
+                   CUBLAS_STATUS_SUCCESS;
+    /* stored shapes (column-major): B is N×K (tb = 0) or K×N; A is K×M (ta = 0) or M×K */
+    ok = ok && cublasLtMatrixLayoutCreate(&p->la, in, tb ? K : N, tb ? N : K, ldb) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p->lb, in, ta ? M : K, ta ? K : M, lda) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, N, M, ldc) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t pref = NULL;
+    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    size_t ws = g->lt_work_bytes;
+    ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+                   CUBLAS_STATUS_SUCCESS;
+    int found = 0;
+    ok = ok && cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+                                              &p->algo, &found) == CUBLAS_STATUS_SUCCESS;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok || !found) {
+        if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+        if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+        if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+        if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+        zy_fail(err, "GPU: cuBLASLt has no algorithm for a %s product %dx%dx%d (ta %d tb %d, lda %d ldb %d ldc %d)",
+                bf16 ? "bf16" : "fp32", M, N, K, ta, tb, lda, ldb, ldc);
+        return NULL;
+    }
+    c->n++;
+    return p;
+}
+
+/* bf16 copy of a row-major rows×cols matrix with leading dimension ld, same layout, into scratch slot `which`. */
+static const uint16_t *to_bf16(GpuCtx *g, int which, const float *x, int rows, int cols, int ld, ZyErr *err) {
+    size_t span = (size_t)(rows - 1) * ld + cols;
+    /* only this slot grows: the other may already hold this product's other operand */
+    if (grow_scratch(g, which, span, err)) return NULL;
+    gk_f32_to_bf16(g->stream, g->scratch[which], x, (long)span);
+    return g->scratch[which];
+}
+
+extern "C" int gpu_gemm(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                        const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta,
+                        float *C, int ldc, ZyErr *err) {
+    if (M <= 0 || N <= 0) return 0;
+    if (K <= 0) { /* an empty sum: C = beta C */
+        if (beta == 0.0f)
+            for (int r = 0; r < M; r++) gpuMemsetAsync(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float), g->stream);
+        else if (beta != 1.0f)
+            for (int r = 0; r < M; r++) gk_scale(g->stream, C + (size_t)r * ldc, beta, N);
+        return 0;
+    }
+    const int bf16 = g->bf16;
+    const void *a = A, *b = B;
+    if (bf16) {
+        a = A16 ? (const void *)A16 : (const void *)to_bf16(g, 0, A, trans_a ? K : M, trans_a ? M : K, lda, err);
+        b = B16 ? (const void *)B16 : (const void *)to_bf16(g, 1, B, trans_b ? N : K, trans_b ? K : N, ldb, err);
+        if (!a || !b) return -1;
+    } else if (!A || !B) {
+        return zy_fail(err, "GPU: an fp32 product was given bf16-only weights");
+    }
+    Plan *p = plan_for(g, trans_a, trans_b, M, N, K, lda, ldb, ldc, bf16, err);
+    if (!p) return -1;
+    cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)g->lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, C, p->lc,
+                                       C, p->lc, &p->algo.algo, g->lt_work, g->lt_work_bytes, g->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return zy_fail(err, "GPU: cuBLASLt product %dx%dx%d failed (status %d)", M, N, K, (int)st);
+    return 0;
+}
+
+extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {
+    ZyErr err;
+    size_t nn = (size_t)n * n;
+    float *A = (float *)gpu_alloc(nn * 4, "probe", &err), *B = (float *)gpu_alloc(nn * 4, "probe", &err);
+    float *C = (float *)gpu_alloc(nn * 4, "probe", &err);
+    uint16_t *A16 = (uint16_t *)gpu_alloc(nn * 2, "probe", &err), *B16 = (uint16_t *)gpu_alloc(nn * 2, "probe", &err);
+    double tflops = -1;
+    if (A && B && C && A16 && B16) {
+        /* random-ish operands: zeros run faster than real data on tensor cores */
+        float *h = (float *)malloc(nn * 4);
+        if (h) {
+            uint64_t s = 0x9E3779B97F4A7C15ull;
+            for (size_t i = 0; i < nn; i++) {
+                s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+                h[i] = (float)((s >> 40) * (1.0 / (1 << 24)) - 0.5);
+            }
+            gpu_upload(g, A, h, nn * 4, &err);
+            gpu_upload(g, B, h, nn * 4, &err);
+            free(h);
+        }
+        gk_f32_to_bf16(g->stream, A16, A, (long)nn);
+        gk_f32_to_bf16(g->stream, B16, B, (long)nn);
+        for (int w = 0; w < 3; w++) gpu_gemm(g, 0, 1, n, n, n, 1, A, A16, n, B, B16, n, 0, C, n, &err);
+        gpuEvent_t e0, e1;
+        gpuEventCreate(&e0);
+        gpuEventCreate(&e1);
+        gpuEventRecord(e0, g->stream);
+        for (int r = 0; r < reps; r++) gpu_gemm(g, 0, 1, n, n, n, 1, A, A16, n, B, B16, n, 0, C, n, &err);
+        gpuEventRecord(e1, g->stream);
+        gpuEventSynchronize(e1);
+        float ms = 0;
+        gpuEventElapsedTime(&ms, e0, e1);
+        gpuEventDestroy(e0);
+        gpuEventDestroy(e1);
+        if (gpu_sync(g, "the GEMM probe", &err) == 0 && ms > 0) tflops = 2.0 * n * (double)n * n * reps / (ms * 1e-3) / 1e12;
+    }
+    gpu_free(A), gpu_free(B), gpu_free(C), gpu_free(A16), gpu_free(B16);
+    return tflops;
+}
+
+/* ---- timing --------------------------------------------------------------------------------------------- */
+
+extern "C" void *gpu_timer_start(GpuCtx *g) {
+    gpuEvent_t *e = (gpuEvent_t *)calloc(2, sizeof(gpuEvent_t));
+    if (!e) return NULL;
+    gpuEventCreate(&e[0]);
+    gpuEventCreate(&e[1]);
+    gpuEventRecord(e[0], g->stream);
+    return e;
+}
+
+extern "C" double gpu_timer_stop(GpuCtx *g, void *timer) {
+    if (!timer) return -1;
+    gpuEvent_t *e = (gpuEvent_t *)timer;
+    gpuEventRecord(e[1], g->stream);
+    gpuEventSynchronize(e[1]);
+    float ms = 0;
+    gpuEventElapsedTime(&ms, e[0], e[1]);
+    gpuEventDestroy(e[0]);
+    gpuEventDestroy(e[1]);
+    free(e);
+    return ms * 1e-3;
+}
+
+extern "C" int gpu_memory_used(GpuCtx *g, size_t *used, size_t *total) {
+    size_t f = 0, t = 0;
+    if (gpuMemGetInfo(&f, &t) != gpuSuccess) return -1;
+    *used = t - f;
+    *total = t;
+    (void)g;
+    return 0;
+}

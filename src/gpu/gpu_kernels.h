@@ -1,0 +1,123 @@
+/* gpu_kernels: the ZAYA ops on the GPU, launched on a stream; the same maths, layouts and argument order as their
+ * CPU references in src/kernels.h (a gk_ op is checked against its CPU namesake on random inputs in
+ * tests/gpu/test_gpu.c). All pointers are device pointers unless a comment says host. Every backward ACCUMULATES
+ * (+=) into the gradients it is given, as on the CPU. Reductions have a fixed order (no float atomics): the same
+ * inputs give the same bits on every run. Launch errors surface at the next gpu_check (gpu.h). */
+#ifndef ZAYA_GPU_KERNELS_H
+#define ZAYA_GPU_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+#include "gpu_runtime.h"
+typedef gpuStream_t GkStream;
+extern "C" {
+#elif defined(ZAYA_HIP)
+typedef struct ihipStream_t *GkStream;
+#else
+typedef struct CUstream_st *GkStream; /* = cudaStream_t */
+#endif
+
+/* ---- norms, residual merges, embedding, loss (gpu_norms.cu) ---- */
+void gk_rmsnorm_forward(GkStream s, float *y, float *rstd, const float *x, const float *w, int rows, int dim, float eps);
+void gk_rmsnorm_backward(GkStream s, float *dx, float *dw, const float *dy, const float *x, const float *w,
+                         const float *rstd, int rows, int dim);
+void gk_merge_rmsnorm_forward(GkStream s, float *out, float *y, float *rstd, const float *h, const float *res,
+                              const float *hs, const float *hb, const float *rs, const float *rb, const float *w,
+                              int rows, int dim, float eps);
+void gk_rmsnorm_merge_backward(GkStream s, float *dx, float *dh, float *dw, float *dhs, float *dhb, float *drs,
+                               float *drb, const float *du, const float *x, const float *w, const float *rstd,
+                               const float *h, const float *res, const float *hs, const float *hb, const float *rs,
+                               const float *rb, int rows, int dim);
+void gk_embed_forward(GkStream s, float *x, const float *emb, const int32_t *tokens, const float *bias,
+                      const float *scale, int rows, int dim);
+/* The embedding gradient without atomics: the rows grouped by token id (host-built by gk_embed_plan, uploaded),
+ * each embedding row summed over its rows in order. plan_rows [rows] = row indices sorted by token (stable),
+ * plan_start [n_uniq + 1] = where each distinct token's rows begin, plan_tok [n_uniq] = the tokens. */
+void gk_embed_backward(GkStream s, float *demb, float *dbias, float *dscale, const float *dx, const float *emb,
+                       const int32_t *tokens, const float *bias, const float *scale, int rows, int dim, int pad_id,
+                       const int32_t *plan_rows, const int32_t *plan_start, const int32_t *plan_tok, int n_uniq);
+/* Host: builds the plan above from host tokens [rows]; returns n_uniq. plan_rows [rows], plan_start [rows + 1],
+ * plan_tok [rows]; work [V] ints of scratch (V = vocabulary size). */
+int gk_embed_plan(const int32_t *tokens, int rows, int V, int32_t *plan_rows, int32_t *plan_start, int32_t *plan_tok,
+                  int32_t *work);
+/* Cross-entropy per row: row_loss[r] = lse − logit[target] (0 where target < 0); when dlogits, writes
+ * (softmax − onehot) · dl_scale (dl_scale = dloss / n_valid, the host counts n_valid; ignored rows get 0).
+ * One pass over the logits (online max and sum), no probabilities kept. */
+void gk_cross_entropy(GkStream s, float *dlogits, float *row_loss, const float *logits, const int32_t *targets,
+                      int rows, int V, float dl_scale);
+/* *out (device double) = Σ_r x[r] in a fixed order (one block). */
+void gk_sum(GkStream s, double *out, const float *x, long n);
+
+/* ---- router and experts (gpu_moe.cu) ---- */
+void gk_state_rmsnorm_forward(GkStream s, float *z, float *zn, float *rstd, const float *bias, const float *r_prev,
+                              const float *gamma, const float *w, int rows, int dim, float eps);
+void gk_state_backward(GkStream s, float *dr_prev, float *dgamma, float *dbias, const float *dz, const float *r_prev,
+                       const float *gamma, int rows, int dim);
+void gk_bias_gelu_forward(GkStream s, float *pre, float *y, const float *bias, int rows, int dim);
+void gk_gelu_bias_backward(GkStream s, float *dpre, float *dbias, const float *dy, const float *pre, int rows, int dim);
+void gk_router_choice_forward(GkStream s, float *probs, int32_t *choice, float *gate, const float *logits,
+                              const float *bias, int rows, int n_classes);
+void gk_router_choice_backward(GkStream s, float *dlogits, const float *dgate, const float *probs,
+                               const int32_t *choice, int rows, int n_classes);
+/* The dense variant's router: choice = 0, gate = 1 for every row. */
+void gk_route_all_to_one(GkStream s, int32_t *choice, float *gate, int rows);
+/* Stable counting sort of the rows by choice (rows with choice >= E, the skip expert, left out), on the device:
+ * off [E + 1] (off[e] = first sorted position of expert e, off[E] = routed rows), sorted [N]. One block. */
+void gk_group_by_expert(GkStream s, int32_t *off, int32_t *sorted, const int32_t *choice, int N, int E);
+/* dst[k] = src[idx[k]] (rows of D floats), k < n. */
+void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, int D);
+/* dst[idx[k]] += src[k] (idx distinct). */
+void gk_scatter_add_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, int D);
+/* out[sorted[k]] = gate[sorted[k]] · y[k] for k < n; rows r with choice[r] >= E are zeroed. */
+void gk_moe_combine(GkStream s, float *out, const float *y, const float *gate, const int32_t *sorted,
+                    const int32_t *choice, int rows, int n, int D, int E);
+void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout, const float *y, const float *gate,
+                          const int32_t *sorted, int n_routed, int D);
+void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, int I);
+void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, int I);
+
+/* ---- CCA pre-processing (gpu_cca.cu) ---- */
+/* M [B*(T+k1-1), C] is the depthwise output in the CPU layout (k1-1 zero rows ahead of each sequence). */
+void gk_cca_conv_forward(GkStream s, float *Y, float *M, const float *X, const float *w0, const float *b0,
+                         const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1);
+/* dM [B*(T+k1-1), C] is scratch (overwritten). */
+void gk_cca_conv_backward(GkStream s, float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM,
+                          const float *dY, const float *X, const float *M, const float *w0, const float *w1, int B,
+                          int T, int C, int dh, int k0, int k1);
+void gk_qk_mean_forward(GkStream s, float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv,
+                        int dh);
+void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows, int Hq,
+                         int Hkv, int dh);
+void gk_delayed_value_forward(GkStream s, float *value, const float *vc, const float *vd, int B, int T, int half);
+void gk_delayed_value_backward(GkStream s, float *dvc, float *dvd, const float *dvalue, int B, int T, int half);
+void gk_l2norm_rope_forward(GkStream s, float *y, float *norm, const float *x, const float *temp, const float *cosv,
+                            const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps);
+/* dy is the incoming gradient; like the CPU op it may be used as scratch (its values are not needed after). */
+void gk_rope_l2norm_backward(GkStream s, float *dx, float *dtemp, float *dy, const float *x, const float *norm,
+                             const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh,
+                             int rd, float scale, float eps);
+void gk_rope_forward(GkStream s, float *x, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd);
+void gk_rope_backward(GkStream s, float *dx, const float *cosv, const float *sinv, int rows, int T, int H, int dh,
+                      int rd);
+
+/* ---- attention (gpu_attention.cu): causal GQA flash attention, the [T, T] scores never stored ---- */
+/* Layouts as src/attention.h: Q, O [B*T, Hq*dh], K, V [B*T, Hkv*dh], LSE [B, Hq, T]. dh <= 256. */
+void gk_flash_attention_forward(GkStream s, float *O, float *LSE, const float *Q, const float *K, const float *V,
+                                int B, int T, int Hq, int Hkv, int dh);
+/* Accumulates dQ, dK, dV. work: gk_flash_attention_work_floats(B, T, Hq) floats of scratch. Deterministic. */
+void gk_flash_attention_backward(GkStream s, float *dQ, float *dK, float *dV, const float *dO, const float *O,
+                                 const float *LSE, const float *Q, const float *K, const float *V, int B, int T,
+                                 int Hq, int Hkv, int dh, float *work);
+long gk_flash_attention_work_floats(int B, int T, int Hq);
+
+/* ---- elementwise (gpu_optim.cu) ---- */
+void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */
+void gk_scale(GkStream s, float *x, float a, long n);                      /* x *= a */
+/* *out (device double) += Σ x² over [0, n), fixed order. */
+void gk_sumsq(GkStream s, double *out, const float *x, long n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

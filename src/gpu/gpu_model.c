@@ -1,0 +1,639 @@
+/* The ZAYA1 model on a GPU (ARCHITECTURE.md), step for step the same as src/model.c: the forward and the backward
+ * below read like their CPU twins, each op a gk_ kernel (gpu_kernels.h) or a cuBLASLt product (gpu_gemm).
+ *
+ * Host synchronisation: one small copy per MoE layer per pass — the experts' row offsets (E + 1 integers) — because
+ * the per-expert products need their row counts on the host; everything else is stream-ordered. */
+#include "gpu/gpu_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu.h"
+#include "kernels.h"
+
+#define MAX_LOSS_PARTS 1024
+
+struct GpuModel {
+    GpuCtx g;
+    const Model *host;   /* the table (shapes, offsets) */
+    ZayaConfig cfg;
+    float *params, *grads; /* device arenas, the host table's layout */
+    uint16_t *params16;    /* bf16 copy of params (bf16 products) */
+    int bf16, bf16_stale;
+    Weights w, gw;         /* views of params / grads */
+    float *unit_scale, *zero_bias, *merge_grad_sink; /* no_residual_scaling constants (device) */
+    Activations a;         /* device buffers (acts_carve over acts_block) */
+    void *acts_block;
+    size_t acts_bytes;
+    int32_t *targets;      /* device [N] */
+    int32_t *plan;         /* device: embedding-gradient plan, rows [N] | start [N + 1] | tok [N] */
+    int32_t *h_plan, *h_work, *h_tokens; /* host staging */
+    int n_uniq;
+    int32_t *h_off;        /* host copies of each layer's expert offsets [L, E + 1] */
+    double *loss_parts;    /* device: Σ row loss of each pass since the last take */
+    int *h_valid;          /* host: valid targets of each pass */
+    int n_parts;
+    char device_line[400];
+    ZyErr err;             /* the first failure inside a pass (products report errors; kernels do not) */
+    int failed;
+};
+
+/* ---- products ------------------------------------------------------------------------------------------- */
+
+static void fail_once(GpuModel *gm, const ZyErr *e) {
+    if (!gm->failed) gm->err = *e, gm->failed = 1;
+}
+
+/* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]): a linear layer's forward, as zy_matmul_wt_ctx. */
+static void mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
+                  float *C, int ldc) {
+    ZyErr e;
+    if (gpu_gemm(&gm->g, 0, 1, M, N, K, 1.0f, A, NULL, lda, W, W16, K, 0.0f, C, ldc, &e)) fail_once(gm, &e);
+}
+
+/* The general product with weights as B (W16 their bf16 view, or NULL), as zy_gemm_ctx_w / zy_gemm_ctx_ex. */
+static void mm(GpuModel *gm, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+               const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+    ZyErr e;
+    if (gpu_gemm(&gm->g, ta, tb, M, N, K, 1.0f, A, NULL, lda, B, B16, ldb, beta, C, ldc, &e)) fail_once(gm, &e);
+}
+
+static const uint16_t *bf16_of(const GpuModel *gm, const float *w) {
+    return gm->params16 && w ? gm->params16 + (w - gm->params) : NULL;
+}
+
+static void zero(GpuModel *gm, void *p, size_t floats) { gpu_memset_async(&gm->g, p, 0, floats * sizeof(float)); }
+
+/* ---- set-up --------------------------------------------------------------------------------------------- */
+
+static void bind_plain_residuals(GpuModel *gm) {
+    for (int l = 0; l < gm->cfg.num_layers; l++) {
+        LayerWeights *W = &gm->w.layers[l], *G = &gm->gw.layers[l];
+        W->attn_hs = W->attn_rs = W->mlp_hs = W->mlp_rs = gm->unit_scale;
+        W->attn_hb = W->attn_rb = W->mlp_hb = W->mlp_rb = gm->zero_bias;
+        G->attn_hs = G->attn_rs = G->mlp_hs = G->mlp_rs = gm->merge_grad_sink;
+        G->attn_hb = G->attn_rb = G->mlp_hb = G->mlp_rb = gm->merge_grad_sink;
+    }
+}
+
+int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
+    if (gm->acts_block && gm->a.B == B && gm->a.T == T) return 0;
+    if (B <= 0 || T <= 0) return zy_fail(err, "batch shape [%d, %d] must be positive", B, T);
+    gpu_sync(&gm->g, "resizing activations", err);
+    gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
+    free(gm->h_plan), free(gm->h_tokens);
+    gm->acts_block = NULL, gm->targets = NULL, gm->plan = NULL, gm->h_plan = NULL, gm->h_tokens = NULL;
+    LayerActs *layers = gm->a.layers;
+    memset(&gm->a, 0, sizeof gm->a);
+    gm->a.layers = layers;
+    gm->a.B = B, gm->a.T = T;
+    gm->a.gpu_attn_work_floats = gk_flash_attention_work_floats(B, T, gm->cfg.num_heads);
+    if (gm->a.gpu_attn_work_floats <= 0) gm->a.gpu_attn_work_floats = 1;
+    const size_t N = (size_t)B * T;
+    gm->acts_bytes = acts_carve(&gm->a, &gm->cfg, NULL);
+    if (!(gm->acts_block = gpu_alloc(gm->acts_bytes, "activations", err)))
+        return zy_wrap(err, "batch [%d, %d]", B, T);
+    acts_carve(&gm->a, &gm->cfg, gm->acts_block);
+    gm->targets = gpu_alloc(N * sizeof(int32_t), "targets", err);
+    gm->plan = gpu_alloc((3 * N + 1) * sizeof(int32_t), "the embedding-gradient plan", err);
+    gm->h_plan = malloc((3 * N + 1) * sizeof(int32_t));
+    gm->h_tokens = malloc(N * sizeof(int32_t));
+    if (!gm->targets || !gm->plan) return -1;
+    if (!gm->h_plan || !gm->h_tokens) return zy_fail(err, "out of memory");
+    /* RoPE tables, built on the host exactly as the CPU builds them */
+    const int rd = cfg_rotary_dim(&gm->cfg);
+    const size_t nt = (size_t)T * (rd / 2);
+    float *cs = malloc((2 * nt + 1) * sizeof(float));
+    if (!cs) return zy_fail(err, "out of memory");
+    rope_tables(cs, cs + nt, T, rd, gm->cfg.rope_theta);
+    int rc = gpu_upload(&gm->g, gm->a.rope_cos, cs, nt * sizeof(float), err) ||
+             gpu_upload(&gm->g, gm->a.rope_sin, cs + nt, nt * sizeof(float), err);
+    free(cs);
+    if (rc) return -1;
+    /* the largest bf16 operand a product converts: activations of N rows by the widest layer, or a weight */
+    const ZayaConfig *c = &gm->cfg;
+    size_t widest = (size_t)c->vocab_size;
+    const size_t cands[] = {(size_t)c->hidden_size, (size_t)cfg_conv_channels(c), 2 * (size_t)c->moe_intermediate_size,
+                            (size_t)c->router_hidden_size};
+    for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) widest = cands[i] > widest ? cands[i] : widest;
+    if (gm->bf16 && gpu_reserve_scratch(&gm->g, N * widest, err)) return -1;
+    return 0;
+}
+
+int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, int bf16, int train, ZyErr *err) {
+    *out = NULL;
+    GpuModel *gm = calloc(1, sizeof *gm);
+    if (!gm) return zy_fail(err, "out of memory");
+    gm->host = m;
+    gm->cfg = m->cfg;
+    gm->bf16 = bf16;
+    const ZayaConfig *c = &m->cfg;
+    if (gpu_open(&gm->g, device, err)) {
+        free(gm);
+        return -1;
+    }
+    gm->g.bf16 = bf16;
+    snprintf(gm->device_line, sizeof gm->device_line, "%s, sm_%d%d, %d SMs, %.1f GiB", gm->g.name, gm->g.cc_major,
+             gm->g.cc_minor, gm->g.sm_count, gm->g.mem_total / 1073741824.0);
+    const size_t total = m->params.total;
+    gm->w.layers = calloc((size_t)c->num_layers, sizeof(LayerWeights));
+    gm->gw.layers = calloc((size_t)c->num_layers, sizeof(LayerWeights));
+    gm->a.layers = calloc((size_t)c->num_layers, sizeof(LayerActs));
+    const int E1 = c->num_experts + 1;
+    gm->h_off = calloc((size_t)c->num_layers * E1, sizeof(int32_t));
+    gm->h_work = malloc((size_t)c->vocab_size * sizeof(int32_t));
+    gm->h_valid = calloc(MAX_LOSS_PARTS, sizeof(int));
+    if (!gm->w.layers || !gm->gw.layers || !gm->a.layers || !gm->h_off || !gm->h_work || !gm->h_valid) {
+        gpu_model_free(gm);
+        return zy_fail(err, "out of memory");
+    }
+    if (!(gm->params = gpu_alloc(total * sizeof(float), "parameters", err)) ||
+        (train && !(gm->grads = gpu_alloc(total * sizeof(float), "gradients", err))) ||
+        (bf16 && !(gm->params16 = gpu_alloc(total * sizeof(uint16_t), "bf16 weights", err))) ||
+        !(gm->loss_parts = gpu_alloc(MAX_LOSS_PARTS * sizeof(double), "loss accumulators", err))) {
+        gpu_model_free(gm);
+        return -1;
+    }
+    model_bind_weights(m, gm->params, &gm->w);
+    if (gm->grads) model_bind_weights(m, gm->grads, &gm->gw);
+    if (c->no_residual_scaling) {
+        const size_t D = (size_t)c->hidden_size;
+        float *ones = malloc(D * sizeof(float));
+        gm->unit_scale = gpu_alloc(D * sizeof(float), "residual constants", err);
+        gm->zero_bias = gpu_alloc(D * sizeof(float), "residual constants", err);
+        gm->merge_grad_sink = gpu_alloc(D * sizeof(float), "residual constants", err);
+        int bad = !ones || !gm->unit_scale || !gm->zero_bias || !gm->merge_grad_sink;
+        if (!bad) {
+            for (size_t i = 0; i < D; i++) ones[i] = 1.0f;
+            bad = gpu_upload(&gm->g, gm->unit_scale, ones, D * sizeof(float), err);
+        }
+        free(ones);
+        if (bad) {
+            gpu_model_free(gm);
+            return -1;
+        }
+        bind_plain_residuals(gm);
+    }
+    if (gpu_model_upload(gm, m, err) || gpu_model_set_shape(gm, B, T, err)) {
+        gpu_model_free(gm);
+        return -1;
+    }
+    *out = gm;
+    return 0;
+}
+
+void gpu_model_free(GpuModel *gm) {
+    if (!gm) return;
+    if (gm->g.stream) {
+        ZyErr ignore;
+        gpu_sync(&gm->g, "freeing the model", &ignore);
+    }
+    gpu_free(gm->params), gpu_free(gm->grads), gpu_free(gm->params16), gpu_free(gm->loss_parts);
+    gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
+    gpu_free(gm->unit_scale), gpu_free(gm->zero_bias), gpu_free(gm->merge_grad_sink);
+    free(gm->h_plan), free(gm->h_work), free(gm->h_tokens), free(gm->h_off), free(gm->h_valid);
+    free(gm->w.layers), free(gm->gw.layers), free(gm->a.layers);
+    if (gm->g.stream) gpu_close(&gm->g);
+    free(gm);
+}
+
+const char *gpu_model_device(const GpuModel *gm) { return gm->device_line; }
+float *gpu_model_params(GpuModel *gm) { return gm->params; }
+float *gpu_model_grads(GpuModel *gm) { return gm->grads; }
+void *gpu_model_ctx(GpuModel *gm) { return &gm->g; }
+size_t gpu_model_bytes(const GpuModel *gm) {
+    const size_t total = gm->host->params.total;
+    return total * sizeof(float) * (gm->grads ? 2 : 1) + (gm->params16 ? total * 2 : 0) + gm->acts_bytes;
+}
+
+int gpu_model_upload(GpuModel *gm, const Model *m, ZyErr *err) {
+    gm->bf16_stale = 1;
+    return gpu_upload(&gm->g, gm->params, m->params.data, m->params.total * sizeof(float), err);
+}
+int gpu_model_download(GpuModel *gm, Model *m, ZyErr *err) {
+    return gpu_download(&gm->g, m->params.data, gm->params, m->params.total * sizeof(float), err);
+}
+int gpu_model_download_grads(GpuModel *gm, Model *m, ZyErr *err) {
+    if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
+    return gpu_download(&gm->g, m->params.grad, gm->grads, m->params.total * sizeof(float), err);
+}
+int gpu_model_upload_grads(GpuModel *gm, const Model *m, ZyErr *err) {
+    if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
+    return gpu_upload(&gm->g, gm->grads, m->params.grad, m->params.total * sizeof(float), err);
+}
+int gpu_model_upload_range(GpuModel *gm, const Model *m, size_t offset, size_t count, ZyErr *err) {
+    gm->bf16_stale = 1;
+    return gpu_upload(&gm->g, gm->params + offset, m->params.data + offset, count * sizeof(float), err);
+}
+void gpu_model_weights_changed(GpuModel *gm) { gm->bf16_stale = 1; }
+void gpu_model_zero_grads(GpuModel *gm) {
+    if (gm->grads) zero(gm, gm->grads, gm->host->params.total);
+}
+
+/* ======================================================================================================
+ * Forward
+ * ====================================================================================================== */
+
+/* CCA attention on u = RMSNorm(x); writes L->attn_proj [N, D]. */
+static void cca_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
+    const ZayaConfig *c = &gm->cfg;
+    const Activations *a = &gm->a;
+    GkStream s = gm->g.stream;
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
+    /* 1. down projections into X = [q0 | k0] */
+    mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, bf16_of(gm, W->w_q), L->qk_down, C);
+    mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, bf16_of(gm, W->w_k), L->qk_down + Cq, C);
+    /* 2. the two causal convolutions over time */
+    gk_cca_conv_forward(s, L->conv_out, L->conv_mid, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
+                        W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
+    /* 3. q-k mean skip */
+    gk_qk_mean_forward(s, L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
+    /* 4. values with a one-token delay */
+    mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_current, bf16_of(gm, W->w_v_current), L->v_current, Ck / 2);
+    mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, bf16_of(gm, W->w_v_delayed), L->v_delayed, Ck / 2);
+    gk_delayed_value_forward(s, L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
+    /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
+    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+    const int rd = cfg_rotary_dim(c);
+    gk_l2norm_rope_forward(s, L->query, L->q_norm, L->query_pre, NULL, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd,
+                           scale, eps);
+    gk_l2norm_rope_forward(s, L->key, L->k_norm, L->key_pre, W->temp, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd,
+                           scale, eps);
+    /* 7. causal softmax attention in the latent space */
+    gk_flash_attention_forward(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh);
+    /* 8. output projection */
+    mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, bf16_of(gm, W->w_o), L->attn_proj, D);
+}
+
+/* MHA variant: q, k, v projections, partial RoPE, causal GQA attention, o_proj. */
+static void mha_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
+    const ZayaConfig *c = &gm->cfg;
+    const Activations *a = &gm->a;
+    GkStream s = gm->g.stream;
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, bf16_of(gm, W->w_q), L->query, Cq);
+    mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, bf16_of(gm, W->w_k), L->key, Ck);
+    mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_v, bf16_of(gm, W->w_v), L->value, Ck);
+    gk_rope_forward(s, L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
+    gk_rope_forward(s, L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    gk_flash_attention_forward(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh);
+    mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, bf16_of(gm, W->w_o), L->attn_proj, D);
+}
+
+/* The experts' row offsets on the host (the per-expert products need their sizes): the one wait of a layer. */
+static const int32_t *expert_offsets_to_host(GpuModel *gm, int l, const LayerActs *L, int E) {
+    int32_t *h = gm->h_off + (size_t)l * (gm->cfg.num_experts + 1);
+    ZyErr e;
+    if (gpu_download(&gm->g, h, L->expert_offset, (size_t)(E + 1) * sizeof(int32_t), &e)) {
+        fail_once(gm, &e);
+        memset(h, 0, (size_t)(E + 1) * sizeof(int32_t));
+    }
+    return h;
+}
+
+/* z = u W_downᵀ + b (+ r_prev ⊙ γ), the router MLP, biased top-1 choice, dropless SwiGLU experts. */
+static void moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev) {
+    const ZayaConfig *c = &gm->cfg;
+    GkStream s = gm->g.stream;
+    const int N = gm->a.B * gm->a.T, D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
+    const int classes = cfg_router_classes(c);
+    if (c->moe == ZY_MOE_DENSE) { /* dense variant: every row to the one MLP with gate 1 */
+        gk_route_all_to_one(s, L->choice, L->gate, N);
+    } else if (c->router == ZY_ROUTER_MLP) {
+        mm_wt(gm, N, R, D, L->u_mlp, D, W->router_down_w, bf16_of(gm, W->router_down_w), L->router_z, R);
+        gk_state_rmsnorm_forward(s, L->router_z, L->router_zn, L->router_rstd, W->router_down_b, r_prev,
+                                 W->router_state_scale, W->router_norm, N, R, c->rms_norm_eps);
+        mm_wt(gm, N, R, R, L->router_zn, R, W->router_fc1_w, bf16_of(gm, W->router_fc1_w), L->router_h1_pre, R);
+        gk_bias_gelu_forward(s, L->router_h1_pre, L->router_h1, W->router_fc1_b, N, R);
+        mm_wt(gm, N, R, R, L->router_h1, R, W->router_fc2_w, bf16_of(gm, W->router_fc2_w), L->router_h2_pre, R);
+        gk_bias_gelu_forward(s, L->router_h2_pre, L->router_h2, W->router_fc2_b, N, R);
+        mm_wt(gm, N, classes, R, L->router_h2, R, W->router_out_w, bf16_of(gm, W->router_out_w), L->router_logits,
+              classes);
+        gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
+                                 classes);
+    } else { /* linear-router variant: logits = u Wᵀ */
+        mm_wt(gm, N, classes, D, L->u_mlp, D, W->router_w, bf16_of(gm, W->router_w), L->router_logits, classes);
+        gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
+                                 classes);
+    }
+    /* dropless top-1 experts: rows sorted by expert on the device, one product per expert, gate-scaled scatter */
+    const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts;
+    gk_group_by_expert(s, L->expert_offset, L->sorted_rows, L->choice, N, E);
+    const int32_t *off = expert_offsets_to_host(gm, l, L, E);
+    const int n = off[E];
+    gk_gather_rows(s, L->expert_in, L->u_mlp, L->sorted_rows, n, D);
+    for (int e = 0; e < E; e++) {
+        const int r0 = off[e], ne = off[e + 1] - off[e];
+        const float *wg = W->expert_gate_up + (size_t)e * 2 * I * D;
+        if (ne) mm_wt(gm, ne, 2 * I, D, L->expert_in + (size_t)r0 * D, D, wg, bf16_of(gm, wg), L->expert_gu + (size_t)r0 * 2 * I, 2 * I);
+    }
+    gk_swiglu_forward(s, L->expert_act, L->expert_gu, n, I);
+    for (int e = 0; e < E; e++) {
+        const int r0 = off[e], ne = off[e + 1] - off[e];
+        const float *wd = W->expert_down + (size_t)e * D * I;
+        if (ne) mm_wt(gm, ne, D, I, L->expert_act + (size_t)r0 * I, I, wd, bf16_of(gm, wd), L->expert_out + (size_t)r0 * D, D);
+    }
+    gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, n, D, E);
+}
+
+int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
+    const ZayaConfig *c = &gm->cfg;
+    Activations *a = &gm->a;
+    GkStream s = gm->g.stream;
+    const Weights *w = &gm->w;
+    const int N = a->B * a->T, D = c->hidden_size;
+    gm->failed = 0;
+    /* bf16 products read bf16 copies of the weights, rebuilt once after every change */
+    if (gm->bf16 && gm->bf16_stale) {
+        gk_f32_to_bf16(s, gm->params16, gm->params, (long)gm->host->params.total);
+        gm->bf16_stale = 0;
+    }
+    memcpy(gm->h_tokens, tokens, (size_t)N * sizeof *tokens);
+    gpu_upload_async(&gm->g, a->tokens, gm->h_tokens, (size_t)N * sizeof *tokens);
+    /* x = (Emb[tokens] + b_in) ⊙ s_in; u = RMSNorm(x) */
+    gk_embed_forward(s, a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D);
+    gk_rmsnorm_forward(s, a->layers[0].u_attn, a->layers[0].rstd_attn, a->layers[0].x_in, w->layers[0].input_norm, N,
+                       D, c->rms_norm_eps);
+    const float *r_prev = NULL;
+    for (int l = 0; l < c->num_layers; l++) {
+        const LayerWeights *W = &w->layers[l];
+        LayerActs *L = &a->layers[l];
+        const int last = l + 1 == c->num_layers;
+        /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr; u = RMSNorm(x) */
+        if (c->attention == ZY_ATTN_CCA)
+            cca_forward(gm, W, L);
+        else
+            mha_forward(gm, W, L);
+        gk_merge_rmsnorm_forward(s, L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
+                                 W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps);
+        /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
+        moe_forward(gm, l, W, L, r_prev);
+        float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
+        float *u_next = last ? a->final_normed : a->layers[l + 1].u_attn;
+        float *rstd_next = last ? a->final_rstd : a->layers[l + 1].rstd_attn;
+        const float *w_next = last ? w->final_norm : w->layers[l + 1].input_norm;
+        gk_merge_rmsnorm_forward(s, x_out, u_next, rstd_next, L->moe_out, L->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
+                                 W->mlp_rb, w_next, N, D, c->rms_norm_eps);
+        r_prev = L->router_z;
+    }
+    /* logits = RMSNorm(x; w_final) · headᵀ */
+    mm_wt(gm, N, c->vocab_size, D, a->final_normed, D, w->lm_head, bf16_of(gm, w->lm_head), a->logits, c->vocab_size);
+    if (gm->failed) {
+        *err = gm->err;
+        return -1;
+    }
+    return 0;
+}
+
+/* Cross-entropy of the last forward against host targets: per-row losses summed into a new loss part; with
+ * dlogits, (softmax − onehot) / n_valid as well. */
+static int loss_pass(GpuModel *gm, const int32_t *targets, float *dlogits, ZyErr *err) {
+    const int N = gm->a.B * gm->a.T;
+    if (gm->n_parts == MAX_LOSS_PARTS) return zy_fail(err, "GPU loss accumulator full: take the loss more often");
+    int valid = 0;
+    for (int i = 0; i < N; i++) valid += targets[i] >= 0;
+    gpu_upload_async(&gm->g, gm->targets, targets, (size_t)N * sizeof *targets);
+    gk_cross_entropy(gm->g.stream, dlogits, gm->a.row_loss, gm->a.logits, gm->targets, N, gm->cfg.vocab_size,
+                     valid ? 1.0f / valid : 0.0f);
+    gk_sum(gm->g.stream, gm->loss_parts + gm->n_parts, gm->a.row_loss, N);
+    gm->h_valid[gm->n_parts++] = valid;
+    return 0;
+}
+
+int gpu_model_loss(GpuModel *gm, const int32_t *targets, ZyErr *err) { return loss_pass(gm, targets, NULL, err); }
+
+int gpu_model_take_loss(GpuModel *gm, double *sum, ZyErr *err) {
+    double parts[MAX_LOSS_PARTS];
+    *sum = 0;
+    if (!gm->n_parts) return 0;
+    if (gpu_download(&gm->g, parts, gm->loss_parts, (size_t)gm->n_parts * sizeof(double), err)) return -1;
+    for (int i = 0; i < gm->n_parts; i++) *sum += gm->h_valid[i] ? parts[i] / gm->h_valid[i] : 0.0;
+    gm->n_parts = 0;
+    return 0;
+}
+
+int gpu_model_logits(GpuModel *gm, float *logits, ZyErr *err) {
+    return gpu_download(&gm->g, logits, gm->a.logits, (size_t)gm->a.B * gm->a.T * gm->cfg.vocab_size * sizeof(float),
+                        err);
+}
+
+int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, float *probs, ZyErr *err) {
+    const LayerActs *L = &gm->a.layers[layer];
+    const size_t N = (size_t)gm->a.B * gm->a.T, K = (size_t)cfg_router_classes(&gm->cfg);
+    if (choice && gpu_download(&gm->g, choice, L->choice, N * sizeof *choice, err)) return -1;
+    if (gate && gpu_download(&gm->g, gate, L->gate, N * sizeof *gate, err)) return -1;
+    if (probs && K && gpu_download(&gm->g, probs, L->router_probs, N * K * sizeof *probs, err)) return -1;
+    return 0;
+}
+
+/* ======================================================================================================
+ * Backward (reverse order of the forward; every gradient accumulates)
+ * ====================================================================================================== */
+
+/* Input: d->d_h = dL/d(moe_out); dz = dL/dz carried back from layer l+1's router. Output: d->d_u = dL/du_mlp
+ * (overwritten); dz_prev = dL/dr_prev. As moe_backward in model.c. */
+static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeights *G, LayerActs *L,
+                         const float *r_prev, float *dz, float *dz_prev) {
+    const ZayaConfig *c = &gm->cfg;
+    GkStream s = gm->g.stream;
+    BackwardScratch *d = &gm->a.d;
+    const int N = gm->a.B * gm->a.T, D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
+    const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts, K = cfg_router_classes(c);
+    const int32_t *off = gm->h_off + (size_t)l * (c->num_experts + 1);
+    const int n_routed = off[E];
+    /* out = gate ⊙ y: dgate and dy in one pass over the routed rows */
+    zero(gm, d->d_gate, N);
+    gk_moe_gate_backward(s, d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, D);
+    if (c->moe == ZY_MOE_DENSE) {
+        zero(gm, d->d_u, (size_t)N * D);
+    } else {
+        zero(gm, d->d_router_logits, (size_t)N * K);
+        gk_router_choice_backward(s, d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, K);
+    }
+    if (c->moe != ZY_MOE_DENSE && c->router == ZY_ROUTER_LINEAR) { /* logits = u Wᵀ */
+        mm(gm, 0, 0, N, D, K, d->d_router_logits, K, W->router_w, bf16_of(gm, W->router_w), D, 0, d->d_u, D);
+        mm(gm, 1, 0, K, D, N, d->d_router_logits, K, L->u_mlp, NULL, D, 1, G->router_w, D);
+    } else if (c->moe != ZY_MOE_DENSE) {
+        mm(gm, 0, 0, N, R, K, d->d_router_logits, K, W->router_out_w, bf16_of(gm, W->router_out_w), R, 0, d->d_h2, R);
+        mm(gm, 1, 0, K, R, N, d->d_router_logits, K, L->router_h2, NULL, R, 1, G->router_out_w, R);
+        gk_gelu_bias_backward(s, d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
+        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc2_w, bf16_of(gm, W->router_fc2_w), R, 0, d->d_h2, R);
+        mm(gm, 1, 0, R, R, N, d->d_h1, R, L->router_h1, NULL, R, 1, G->router_fc2_w, R);
+        gk_gelu_bias_backward(s, d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
+        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc1_w, bf16_of(gm, W->router_fc1_w), R, 0, d->d_zn, R);
+        mm(gm, 1, 0, R, R, N, d->d_h1, R, L->router_zn, NULL, R, 1, G->router_fc1_w, R);
+        gk_rmsnorm_backward(s, dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
+        /* z = u W_downᵀ + b + r_prev ⊙ γ */
+        gk_state_backward(s, dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
+        mm(gm, 0, 0, N, D, R, dz, R, W->router_down_w, bf16_of(gm, W->router_down_w), D, 0, d->d_u, D);
+        mm(gm, 1, 0, R, D, N, dz, R, L->u_mlp, NULL, D, 1, G->router_down_w, D);
+    }
+    /* experts: per-expert products, SwiGLU backward, scatter-add of dxin into d_u */
+    for (int e = 0; e < E; e++) {
+        const int r0 = off[e], ne = off[e + 1] - off[e];
+        if (!ne) continue;
+        const float *wd = W->expert_down + (size_t)e * D * I;
+        const float *dye = d->d_expert_out + (size_t)r0 * D;
+        mm(gm, 0, 0, ne, I, D, dye, D, wd, bf16_of(gm, wd), I, 0, d->d_expert_act + (size_t)r0 * I, I);
+        mm(gm, 1, 0, D, I, ne, dye, D, L->expert_act + (size_t)r0 * I, NULL, I, 1, G->expert_down + (size_t)e * D * I, I);
+    }
+    zero(gm, d->d_expert_gu, (size_t)n_routed * 2 * I);
+    gk_swiglu_backward(s, d->d_expert_gu, d->d_expert_act, L->expert_gu, n_routed, I);
+    for (int e = 0; e < E; e++) {
+        const int r0 = off[e], ne = off[e + 1] - off[e];
+        if (!ne) continue;
+        const float *wg = W->expert_gate_up + (size_t)e * 2 * I * D;
+        const float *dge = d->d_expert_gu + (size_t)r0 * 2 * I;
+        mm(gm, 0, 0, ne, D, 2 * I, dge, 2 * I, wg, bf16_of(gm, wg), D, 0, d->d_expert_in + (size_t)r0 * D, D);
+        mm(gm, 1, 0, 2 * I, D, ne, dge, 2 * I, L->expert_in + (size_t)r0 * D, NULL, D, 1,
+           G->expert_gate_up + (size_t)e * 2 * I * D, D);
+    }
+    gk_scatter_add_rows(s, d->d_u, d->d_expert_in, L->sorted_rows, n_routed, D);
+}
+
+/* dx += dy W (the input gradient) and dW += dyᵀ x: a linear layer y = x Wᵀ's backward. */
+static void linear_back(GpuModel *gm, float *dx, float *dw, const float *dy, const float *x, const float *w, int rows,
+                        int in, int out) {
+    mm(gm, 0, 0, rows, in, out, dy, out, w, bf16_of(gm, w), in, 1, dx, in);
+    mm(gm, 1, 0, out, in, rows, dy, out, x, NULL, in, 1, dw, in);
+}
+
+/* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. The MHA variant's backward. */
+static void mha_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, LayerActs *L) {
+    const ZayaConfig *c = &gm->cfg;
+    const Activations *a = &gm->a;
+    BackwardScratch *d = &gm->a.d;
+    GkStream s = gm->g.stream;
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    zero(gm, d->d_attn_out, (size_t)N * Cq);
+    linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, W->w_o, N, Cq, D);
+    zero(gm, d->d_query, (size_t)N * Cq);
+    zero(gm, d->d_key, (size_t)N * Ck);
+    zero(gm, d->d_value, (size_t)N * Ck);
+    gk_flash_attention_backward(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query,
+                                L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work);
+    gk_rope_backward(s, d->d_query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
+    gk_rope_backward(s, d->d_key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    linear_back(gm, d->d_u, G->w_q, d->d_query, L->u_attn, W->w_q, N, D, Cq);
+    linear_back(gm, d->d_u, G->w_k, d->d_key, L->u_attn, W->w_k, N, D, Ck);
+    linear_back(gm, d->d_u, G->w_v, d->d_value, L->u_attn, W->w_v, N, D, Ck);
+}
+
+/* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
+static void cca_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, LayerActs *L) {
+    const ZayaConfig *c = &gm->cfg;
+    const Activations *a = &gm->a;
+    BackwardScratch *d = &gm->a.d;
+    GkStream s = gm->g.stream;
+    const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
+    /* 8. output projection */
+    zero(gm, d->d_attn_out, (size_t)N * Cq);
+    linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, W->w_o, N, Cq, D);
+    /* 7. attention */
+    zero(gm, d->d_query, (size_t)N * Cq);
+    zero(gm, d->d_key, (size_t)N * Ck);
+    zero(gm, d->d_value, (size_t)N * Ck);
+    gk_flash_attention_backward(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query,
+                                L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work);
+    /* 4. delayed values */
+    zero(gm, d->d_vc, (size_t)N * Ck / 2);
+    zero(gm, d->d_vd, (size_t)N * Ck / 2);
+    gk_delayed_value_backward(s, d->d_vc, d->d_vd, d->d_value, B, T, Ck / 2);
+    linear_back(gm, d->d_u, G->w_v_current, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2);
+    linear_back(gm, d->d_u, G->w_v_delayed, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2);
+    /* 6. RoPE and 5. QK norm in one pass → gradients of query_pre / key_pre (into the free d_attn_out / d_value) */
+    const int rd = cfg_rotary_dim(c);
+    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+    float *d_query_pre = d->d_attn_out, *d_key_pre = d->d_value;
+    gk_rope_l2norm_backward(s, d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, a->rope_cos, a->rope_sin,
+                            N, T, Hq, dh, rd, scale, eps);
+    gk_rope_l2norm_backward(s, d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, a->rope_cos, a->rope_sin,
+                            N, T, Hkv, dh, rd, scale, eps);
+    /* 3. q-k mean skip → dY (conv output) and dX (direct path) */
+    zero(gm, d->d_conv_out, (size_t)N * C);
+    zero(gm, d->d_qk_down, (size_t)N * C);
+    gk_qk_mean_backward(s, d->d_conv_out, d->d_qk_down, d_query_pre, d_key_pre, N, Hq, Hkv, dh);
+    /* 2. convolutions */
+    gk_cca_conv_backward(s, d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
+                         d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
+                         c->cca_time1);
+    /* 1. down projections (dX has row stride C) */
+    mm(gm, 0, 0, N, D, Cq, d->d_qk_down, C, W->w_q, bf16_of(gm, W->w_q), D, 1, d->d_u, D);
+    mm(gm, 1, 0, Cq, D, N, d->d_qk_down, C, L->u_attn, NULL, D, 1, G->w_q, D);
+    mm(gm, 0, 0, N, D, Ck, d->d_qk_down + Cq, C, W->w_k, bf16_of(gm, W->w_k), D, 1, d->d_u, D);
+    mm(gm, 1, 0, Ck, D, N, d->d_qk_down + Cq, C, L->u_attn, NULL, D, 1, G->w_k, D);
+}
+
+int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
+    const ZayaConfig *c = &gm->cfg;
+    Activations *a = &gm->a;
+    GkStream s = gm->g.stream;
+    const int N = a->B * a->T, D = c->hidden_size, R = c->router_hidden_size, V = c->vocab_size;
+    const Weights *w = &gm->w;
+    Weights *g = &gm->gw;
+    BackwardScratch *d = &a->d;
+    if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
+    gm->failed = 0;
+    /* loss and head: d_final = d_logits · head */
+    if (loss_pass(gm, targets, d->d_logits, err)) return -1;
+    mm(gm, 0, 0, N, D, V, d->d_logits, V, w->lm_head, bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
+    mm(gm, 1, 0, V, D, N, d->d_logits, V, a->final_normed, NULL, D, 1, g->lm_head, D);
+    const int Last = c->num_layers - 1;
+    zero(gm, d->d_x, (size_t)N * D);
+    {
+        const LayerWeights *W = &w->layers[Last];
+        LayerWeights *G = &g->layers[Last];
+        LayerActs *L = &a->layers[Last];
+        gk_rmsnorm_merge_backward(s, d->d_x, d->d_h, g->final_norm, G->mlp_hs, G->mlp_hb, G->mlp_rs, G->mlp_rb,
+                                  d->d_final, a->x_final, w->final_norm, a->final_rstd, L->moe_out, L->x_mid, W->mlp_hs,
+                                  W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
+    }
+    /* router-state gradients ping-pong between two buffers across layers */
+    float *dz = d->d_z, *dz_prev = d->d_z_carry;
+    zero(gm, dz, (size_t)N * R);
+    for (int l = Last; l >= 0; l--) {
+        const LayerWeights *W = &w->layers[l];
+        LayerWeights *G = &g->layers[l];
+        LayerActs *L = &a->layers[l];
+        const float *r_prev = l > 0 ? a->layers[l - 1].router_z : NULL;
+        moe_backward(gm, l, W, G, L, r_prev, dz, dz_prev);
+        float *t = dz;
+        dz = dz_prev;
+        dz_prev = t;
+        gk_rmsnorm_merge_backward(s, d->d_x, d->d_h, G->post_norm, G->attn_hs, G->attn_hb, G->attn_rs, G->attn_rb,
+                                  d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs,
+                                  W->attn_hb, W->attn_rs, W->attn_rb, N, D);
+        zero(gm, d->d_u, (size_t)N * D);
+        if (c->attention == ZY_ATTN_CCA)
+            cca_backward(gm, W, G, L);
+        else
+            mha_backward(gm, W, G, L);
+        if (l > 0) {
+            const LayerWeights *Wp = &w->layers[l - 1];
+            LayerWeights *Gp = &g->layers[l - 1];
+            LayerActs *Lp = &a->layers[l - 1];
+            gk_rmsnorm_merge_backward(s, d->d_x, d->d_h, G->input_norm, Gp->mlp_hs, Gp->mlp_hb, Gp->mlp_rs, Gp->mlp_rb,
+                                      d->d_u, L->x_in, W->input_norm, L->rstd_attn, Lp->moe_out, Lp->x_mid, Wp->mlp_hs,
+                                      Wp->mlp_hb, Wp->mlp_rs, Wp->mlp_rb, N, D);
+        } else {
+            gk_rmsnorm_backward(s, d->d_x, G->input_norm, d->d_u, L->x_in, W->input_norm, L->rstd_attn, N, D);
+        }
+    }
+    /* the embedding gradient: rows grouped by token on the host (from this batch's tokens), summed in order */
+    int32_t *rows_by_tok = gm->h_plan, *start = gm->h_plan + N, *tok = gm->h_plan + 2 * N + 1;
+    gm->n_uniq = gk_embed_plan(gm->h_tokens, N, V, rows_by_tok, start, tok, gm->h_work);
+    gpu_upload_async(&gm->g, gm->plan, gm->h_plan, (size_t)(3 * N + 1) * sizeof(int32_t));
+    gk_embed_backward(s, g->embed, g->in_bias, g->in_scale, d->d_x, w->embed, a->tokens, w->in_bias, w->in_scale, N, D,
+                      c->pad_token_id, gm->plan, gm->plan + N, gm->plan + 2 * N + 1, gm->n_uniq);
+    if (gm->failed) {
+        *err = gm->err;
+        return -1;
+    }
+    return 0;
+}

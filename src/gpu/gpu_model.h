@@ -1,0 +1,59 @@
+/* gpu_model: the ZAYA1 model on a GPU — the same parameter layout, activations and maths as src/model.c, every op
+ * a gk_ kernel or a cuBLASLt product. The host Model keeps the table (names, shapes, offsets) and is the copy that
+ * checkpoints read and write; the GPU holds its own parameter and gradient arenas with the same layout, so moving a
+ * run between CPU and GPU is a copy of one arena. */
+#ifndef ZAYA_GPU_MODEL_H
+#define ZAYA_GPU_MODEL_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "util.h"
+
+typedef struct GpuModel GpuModel;
+
+/* Opens the GPU (device -1: the rank-local choice, gpu.h), allocates parameters (uploaded from m), gradients when
+ * `train`, and activations for batches [B, T]. bf16: the products take bf16 operands with fp32 accumulation (the
+ * weights' bf16 copies are refreshed by gpu_model_weights_changed); 0: fp32 throughout (no TF32). Errors: no GPU
+ * support built in (gpu_none.c), no device, out of GPU memory (naming the size). */
+int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, int bf16, int train, ZyErr *err);
+void gpu_model_free(GpuModel *gm);
+/* Human-readable device line ("NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB"). */
+const char *gpu_model_device(const GpuModel *gm);
+
+/* Parameters host <-> device (the whole arena; waits). Upload marks the bf16 copies stale. */
+int gpu_model_upload(GpuModel *gm, const Model *m, ZyErr *err);
+int gpu_model_download(GpuModel *gm, Model *m, ZyErr *err);
+/* Gradients device -> host arena m->params.grad (tests, host-staged reductions). */
+int gpu_model_download_grads(GpuModel *gm, Model *m, ZyErr *err);
+int gpu_model_upload_grads(GpuModel *gm, const Model *m, ZyErr *err);
+/* Uploads the tensors [first, last] of the table (e.g. the balancing biases the host controller updated). */
+int gpu_model_upload_range(GpuModel *gm, const Model *m, size_t offset, size_t count, ZyErr *err);
+/* The parameters changed on the device (an optimizer step): bf16 copies are rebuilt before the next product. */
+void gpu_model_weights_changed(GpuModel *gm);
+
+/* Forward for host tokens [B, T] (checked by the caller, model_check_tokens); logits stay on the device. */
+int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err);
+/* Backward of the mean cross-entropy against host targets [B, T] (-1 = ignored) after gpu_model_forward;
+ * ACCUMULATES the gradients; the loss is added to a device accumulator (gpu_model_take_loss). No host sync. */
+int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err);
+/* Loss of the last forward against targets, without gradients; added to the accumulator. */
+int gpu_model_loss(GpuModel *gm, const int32_t *targets, ZyErr *err);
+/* Reads (waits) and clears the loss accumulator: the sum of the mean losses since the last take. */
+int gpu_model_take_loss(GpuModel *gm, double *sum, ZyErr *err);
+void gpu_model_zero_grads(GpuModel *gm);
+/* Host copies of the last forward's logits [B*T, V] / of layer l's routing (choice [N], gate [N], probs [N, K]). */
+int gpu_model_logits(GpuModel *gm, float *logits, ZyErr *err);
+int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, float *probs, ZyErr *err);
+
+/* Device arenas (floats, the host table's layout) for the optimizer and collectives. */
+float *gpu_model_params(GpuModel *gm);
+float *gpu_model_grads(GpuModel *gm);
+void *gpu_model_ctx(GpuModel *gm); /* the GpuCtx (gpu.h) */
+/* Device memory this model holds (bytes). */
+size_t gpu_model_bytes(const GpuModel *gm);
+
+/* Re-sizes the activations for batches [B, T] (a curriculum phase boundary); nothing happens when unchanged. */
+int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err);
+
+#endif

@@ -1,0 +1,112 @@
+/* gpu_optim: the optimizer of src/optim.h on the GPU: Muon (Newton–Schulz 5 on every 2-D matrix and on each matrix
+ * of a 3-D expert stack) for the PARAM_MUON tensors, AdamW (decoupled weight decay, bias correction) for the rest,
+ * router_lr_scale for the router's tensors, and global-norm clipping, with the same maths as optim_step.
+ *
+ * Like the CPU Optimizer it owns one contiguous block [begin, end) of the parameter arena (whole tensors) and its
+ * state covers only that block, in the arena's layout: exp_avg (AdamW m, Muon momentum) and exp_avg_sq (AdamW v;
+ * zero for Muon tensors, as the CPU step leaves it), so gpu_optim_download/upload read and write the CPU
+ * checkpoint's arrays unchanged and a ZeRO-1 shard is a block. The parameter table is HOST metadata (names,
+ * shapes, offsets); the device arenas (parameters, gradients: the table's layout, t->total floats each) are passed
+ * to each call. Everything a step needs (Newton–Schulz scratch for the largest owned matrix, the per-chunk tables)
+ * is allocated at create: a step only launches work on g->stream, never synchronises and never allocates.
+ *
+ * Precision: fp32 products (g->bf16 = 0), or, with g->bf16 = 1 (set by the caller), Newton–Schulz's products take
+ * bf16-rounded operands with fp32 sums, as optim_set_bf16 on the CPU; the momentum, the moments and the weights
+ * stay fp32. The element-wise arithmetic is the CPU's, operation for operation (no fused multiply-adds), so the
+ * AdamW tensors and both moment arrays match a gcc-built CPU step bit for bit; Muon's updates differ only by the
+ * products' summation order. Deterministic: the same inputs give the same bits on every run. */
+#ifndef ZAYA_GPU_OPTIM_H
+#define ZAYA_GPU_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The CPU headers declare C functions without extern "C" of their own: included here first, inside the block, so a
+ * C++ (.cu) includer links to them (gpu.h's later include of util.h is then a no-op). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "optim.h"
+#include "params.h"
+#include "util.h"
+#ifdef __cplusplus
+}
+#endif
+
+#include "gpu/gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A contiguous piece of one owned tensor (at most a few ten thousand elements): the unit of the AdamW launch (one
+ * block each) and of the gradient norm's partial sums. flags: GPU_OPTIM_DECAY (AdamW: weight decay applies, the
+ * tensor has 2+ dims), GPU_OPTIM_ROUTER (learns at lr × router_lr_scale). */
+typedef struct {
+    uint64_t off;   /* arena offset, in floats */
+    uint32_t len;   /* elements */
+    uint32_t flags;
+} GpuOptimChunk;
+enum { GPU_OPTIM_DECAY = 1, GPU_OPTIM_ROUTER = 2 };
+
+/* One Muon matrix [m, n] at arena offset off (an expert stack [E, m, n] is E of them). */
+typedef struct {
+    size_t off;
+    int m, n;
+    int router;
+} GpuMuonMatrix;
+
+typedef struct {
+    OptimConfig cfg;
+    int64_t step;                /* optimizer steps taken (AdamW bias correction): plain host data */
+    size_t begin, end;           /* the owned arena block, in floats */
+    float *exp_avg, *exp_avg_sq; /* device [end - begin] each */
+    /* host: the Muon matrices, in table order */
+    GpuMuonMatrix *muon;
+    int n_muon;
+    /* device: the AdamW chunks (one block each) and the owned trainable gradients' chunks (gpu_grad_sumsq) */
+    GpuOptimChunk *adamw_chunks, *grad_chunks;
+    int n_adamw_chunks, n_grad_chunks;
+    /* device: Newton–Schulz scratch, sized for the largest owned matrix (len = m·n, rr = min(m, n)²) */
+    float *ns_x, *ns_xn;         /* [ns_len] */
+    float *ns_a, *ns_b;          /* [ns_rr] */
+    uint16_t *ns_x16, *ns_m16;   /* bf16 copies of X and of A / B (bf16 products) */
+    size_t ns_len, ns_rr;
+    /* device: fixed-order partial sums (per chunk) and the Newton–Schulz input's squared norm */
+    double *partial;
+    int n_partial;
+    double *ns_sumsq;
+} GpuOptimizer;
+
+/* Owns the whole table. ZeRO-1: gpu_optim_create_block owns the tensors inside [begin, end) (bounds from
+ * zero1_partition), as optim_create_block. g->bf16 may be set before or after create. */
+int gpu_optim_create(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, const OptimConfig *cfg, ZyErr *err);
+int gpu_optim_create_block(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, const OptimConfig *cfg, size_t begin,
+                           size_t end, ZyErr *err);
+void gpu_optim_free(GpuOptimizer *o);
+
+/* One update of every owned trainable tensor with learning rate lr (gradients already clipped/averaged), as
+ * optim_step: d_params, d_grads are the device arenas (t's layout); t must be the table create was given. Only
+ * launches (one AdamW launch for every AdamW tensor; per Muon matrix the momentum, its norm and Newton–Schulz's
+ * products). Returns -1 when a product fails to launch (err); kernel faults surface at the next gpu_sync. */
+int gpu_optim_step(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, float *d_params, const float *d_grads, double lr,
+                   ZyErr *err);
+
+/* *d_out (device double) = Σ g² over the OWNED trainable gradients, in a fixed order (grad_sumsq_owned; with the
+ * whole table owned, grad_global_norm²). Launches only; uses o's scratch. Returns 0. */
+int gpu_grad_sumsq(GpuOptimizer *o, GpuCtx *g, const float *d_grads, double *d_out);
+/* d_grads[0, n) *= clip_coefficient(max_norm, sqrt(*d_sumsq)), the coefficient computed on the device (nothing
+ * happens when it is 1; max_norm <= 0: no launch). Pass the whole arena (buffer slots and padding are zero) or the
+ * owned block (d_grads + begin, end - begin). Launches only. */
+void gpu_grad_clip(GpuCtx *g, float *d_grads, size_t n, const double *d_sumsq, double max_norm);
+
+/* Checkpoints: the state as host arrays of end - begin floats each, the CPU Optimizer's layout (optim_state).
+ * Download waits for the stream; upload returns once copied. o->step is host data (set it when resuming). */
+int gpu_optim_download(GpuOptimizer *o, GpuCtx *g, float *exp_avg, float *exp_avg_sq, ZyErr *err);
+int gpu_optim_upload(GpuOptimizer *o, GpuCtx *g, const float *exp_avg, const float *exp_avg_sq, ZyErr *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

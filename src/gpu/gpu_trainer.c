@@ -1,0 +1,157 @@
+/* A training step's work on a GPU (gpu_trainer.h). */
+#include "gpu/gpu_trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu.h"
+#include "gpu/gpu_model.h"
+#include "gpu/gpu_optim.h"
+
+struct GpuTrainer {
+    GpuModel *model;
+    GpuCtx *g;           /* the model's context */
+    GpuOptimizer opt;
+    int have_opt;
+    const Model *host;   /* the table */
+    double *d_sumsq;     /* device double */
+    int32_t *choice;     /* host staging of one layer's routing [N], [N], [N, K] */
+    float *gate, *probs;
+    int B, T;
+};
+
+static int stage_routing(GpuTrainer *gt, ZyErr *err) {
+    free(gt->choice), free(gt->gate), free(gt->probs);
+    const size_t N = (size_t)gt->B * gt->T, K = (size_t)cfg_router_classes(&gt->host->cfg);
+    gt->choice = malloc(N * sizeof(int32_t));
+    gt->gate = malloc(N * sizeof(float));
+    gt->probs = malloc((N * K + 1) * sizeof(float));
+    if (!gt->choice || !gt->gate || !gt->probs) return zy_fail(err, "out of memory");
+    return 0;
+}
+
+int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, int device, int bf16, int B, int T,
+                       ZyErr *err) {
+    *out = NULL;
+    GpuTrainer *gt = calloc(1, sizeof *gt);
+    if (!gt) return zy_fail(err, "out of memory");
+    gt->host = m;
+    gt->B = B, gt->T = T;
+    if (gpu_model_create(&gt->model, m, device, B, T, bf16, 1, err)) goto fail;
+    gt->g = gpu_model_ctx(gt->model);
+    if (gpu_optim_create_block(&gt->opt, gt->g, &m->params, &opt->cfg, opt->begin, opt->end, err)) goto fail;
+    gt->have_opt = 1;
+    gt->opt.step = opt->step;
+    if (gpu_optim_upload(&gt->opt, gt->g, opt->exp_avg, opt->exp_avg_sq, err)) goto fail;
+    if (!(gt->d_sumsq = gpu_alloc(sizeof(double), "the gradient norm", err))) goto fail;
+    if (stage_routing(gt, err)) goto fail;
+    *out = gt;
+    return 0;
+fail:
+    gpu_trainer_free(gt);
+    return -1;
+}
+
+void gpu_trainer_free(GpuTrainer *gt) {
+    if (!gt) return;
+    if (gt->have_opt) gpu_optim_free(&gt->opt);
+    gpu_free(gt->d_sumsq);
+    gpu_model_free(gt->model);
+    free(gt->choice), free(gt->gate), free(gt->probs);
+    free(gt);
+}
+
+const char *gpu_trainer_device(const GpuTrainer *gt) { return gpu_model_device(gt->model); }
+
+int gpu_trainer_set_shape(GpuTrainer *gt, int B, int T, ZyErr *err) {
+    if (gt->B == B && gt->T == T) return 0;
+    if (gpu_model_set_shape(gt->model, B, T, err)) return -1;
+    gt->B = B, gt->T = T;
+    return stage_routing(gt, err);
+}
+
+void gpu_trainer_begin(GpuTrainer *gt) { gpu_model_zero_grads(gt->model); }
+
+int gpu_trainer_micro(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, RoutingCounts *routes,
+                      ZyErr *err) {
+    if (gpu_model_forward(gt->model, inputs, err) || gpu_model_backward(gt->model, targets, err)) return -1;
+    const int classes = cfg_router_classes(&gt->host->cfg);
+    for (int l = 0; classes && l < gt->host->cfg.num_layers; l++) {
+        if (gpu_model_routing(gt->model, l, gt->choice, gt->gate, gt->probs, err)) return -1;
+        routing_counts_add_layer(routes, l, gt->choice, gt->gate, gt->probs, classes, (size_t)gt->B * gt->T);
+    }
+    return 0;
+}
+
+int gpu_trainer_reduce(GpuTrainer *gt, Model *host, const Dist *d, const size_t *bounds, float *scratch, int n_micro,
+                       int nan_fault, double *loss, double *sumsq, ZyErr *err) {
+    GpuCtx *g = gt->g;
+    float *grads = gpu_model_grads(gt->model);
+    const size_t total = host->params.total;
+    if (gpu_model_take_loss(gt->model, loss, err)) return -1;
+    *loss /= n_micro;
+    if (nan_fault) {
+        const float nan = NAN;
+        *loss = NAN;
+        if (gpu_upload(g, grads, &nan, sizeof nan, err)) return -1;
+    }
+    if (n_micro > 1) gk_scale(g->stream, grads, 1.0f / n_micro, (long)total);
+    if (d->size > 1) { /* host-staged ZeRO-1 reduce-scatter: ranks may share a GPU, so no NCCL here */
+        const size_t b0 = bounds[d->rank], b1 = bounds[d->rank + 1];
+        if (gpu_model_download_grads(gt->model, host, err) ||
+            dist_reduce_scatter_f32(d, host->params.grad, bounds, scratch, err))
+            return -1;
+        for (size_t i = b0; i < b1; i++) host->params.grad[i] /= (float)d->size;
+        if (b1 > b0 && gpu_upload(g, grads + b0, host->params.grad + b0, (b1 - b0) * sizeof(float), err)) return -1;
+    }
+    gpu_grad_sumsq(&gt->opt, g, grads, gt->d_sumsq);
+    return gpu_download(g, sumsq, gt->d_sumsq, sizeof *sumsq, err);
+}
+
+int gpu_trainer_apply(GpuTrainer *gt, Model *host, const Dist *d, const size_t *bounds, double clip, double lr,
+                      ZyErr *err) {
+    GpuCtx *g = gt->g;
+    float *params = gpu_model_params(gt->model), *grads = gpu_model_grads(gt->model);
+    const size_t b0 = gt->opt.begin, b1 = gt->opt.end;
+    if (clip < 1.0 && b1 > b0) gk_scale(g->stream, grads + b0, (float)clip, (long)(b1 - b0));
+    if (gpu_optim_step(&gt->opt, g, &host->params, params, grads, lr, err)) return -1;
+    gpu_model_weights_changed(gt->model);
+    if (d->size > 1) { /* every rank gets the others' updated blocks, through the host */
+        if ((b1 > b0 && gpu_download(g, host->params.data + b0, params + b0, (b1 - b0) * sizeof(float), err)) ||
+            dist_allgather_f32(d, host->params.data, bounds, err) || gpu_model_upload(gt->model, host, err))
+            return -1;
+    }
+    return 0;
+}
+
+int gpu_trainer_upload_biases(GpuTrainer *gt, const Model *host, ZyErr *err) {
+    const ParamTable *t = &host->params;
+    for (int i = 0; i < t->count; i++)
+        if (t->info[i].kind == PARAM_BUFFER &&
+            gpu_model_upload_range(gt->model, host, t->info[i].offset, t->info[i].numel, err))
+            return -1;
+    return 0;
+}
+
+int gpu_trainer_eval_loss(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, double *loss, ZyErr *err) {
+    double pending;
+    /* the accumulator may hold a step's losses not taken yet: keep them apart */
+    if (gpu_model_take_loss(gt->model, &pending, err)) return -1;
+    if (gpu_model_forward(gt->model, inputs, err) || gpu_model_loss(gt->model, targets, err) ||
+        gpu_model_take_loss(gt->model, loss, err))
+        return -1;
+    return 0;
+}
+
+int gpu_trainer_to_host(GpuTrainer *gt, Model *m, Optimizer *opt, ZyErr *err) {
+    if (gpu_model_download(gt->model, m, err) || gpu_optim_download(&gt->opt, gt->g, opt->exp_avg, opt->exp_avg_sq, err))
+        return -1;
+    opt->step = gt->opt.step;
+    return 0;
+}
+
+size_t gpu_trainer_memory_used(GpuTrainer *gt) {
+    size_t used = 0, total = 0;
+    return gpu_memory_used(gt->g, &used, &total) ? 0 : used;
+}

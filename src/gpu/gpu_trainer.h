@@ -1,0 +1,56 @@
+/* gpu_trainer: a training step's work on a GPU for train.c — the model (gpu_model.h) and the optimizer
+ * (gpu_optim.h) on the device, the host Model and Optimizer kept as the checkpointable copy (synchronised at
+ * checkpoints, evaluations and the end), so checkpoints have the CPU format and a run moves between CPU and GPU.
+ *
+ * One step: micro-batches (forward + backward, gradients accumulating on the device), then gpu_trainer_reduce (the
+ * mean over micro-batches and, with several ranks, a host-staged reduce-scatter), gpu_trainer_apply (clipping and
+ * the optimizer update on the device; with several ranks the updated blocks are all-gathered through the host).
+ * Host waits per step: the routing decisions of each micro-batch (for the balancing controller and the routing
+ * report), each MoE layer's expert offsets, and the loss and gradient norm that the step prints. */
+#ifndef ZAYA_GPU_TRAINER_H
+#define ZAYA_GPU_TRAINER_H
+
+#include <stdint.h>
+
+#include "distributed.h"
+#include "model.h"
+#include "optim.h"
+#include "routing.h"
+#include "util.h"
+
+typedef struct GpuTrainer GpuTrainer;
+
+/* Uploads m's parameters and opt's state (its owned block and step), for micro-batches [B, T]. */
+int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, int device, int bf16, int B, int T,
+                       ZyErr *err);
+void gpu_trainer_free(GpuTrainer *gt);
+const char *gpu_trainer_device(const GpuTrainer *gt);
+int gpu_trainer_set_shape(GpuTrainer *gt, int B, int T, ZyErr *err);
+
+/* Starts a step: zeroes the gradients. */
+void gpu_trainer_begin(GpuTrainer *gt);
+/* Forward + backward of one micro-batch (host tokens and targets [B, T], checked); the routing decisions are added
+ * to routes (host). */
+int gpu_trainer_micro(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, RoutingCounts *routes,
+                      ZyErr *err);
+/* Makes the step's gradient: the mean over n_micro micro-batches, then (d->size > 1) summed over ranks into this
+ * rank's ZeRO-1 block [begin, end) through host memory and divided by the ranks. *loss = the step's mean loss on
+ * this rank (the caller all-reduces it); *sumsq = Σ g² over the owned block (the caller all-reduces it). host: the
+ * host Model whose gradient arena stages the reduction. nan_fault: make the first gradient NaN (ZAYA_FAULT). */
+int gpu_trainer_reduce(GpuTrainer *gt, Model *host, const Dist *d, const size_t *bounds, float *scratch, int n_micro,
+                       int nan_fault, double *loss, double *sumsq, ZyErr *err);
+/* Scales the gradients by clip (< 1 clips), runs the optimizer with lr, and (d->size > 1) all-gathers the updated
+ * blocks through host memory. */
+int gpu_trainer_apply(GpuTrainer *gt, Model *host, const Dist *d, const size_t *bounds, double clip, double lr,
+                      ZyErr *err);
+/* The balancing biases the host controller updated go to the device. */
+int gpu_trainer_upload_biases(GpuTrainer *gt, const Model *host, ZyErr *err);
+/* Mean loss of one batch (forward only) into *loss. */
+int gpu_trainer_eval_loss(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, double *loss, ZyErr *err);
+/* Device → host: the parameters (whole arena) and the optimizer's state and step (its block), so the host Model and
+ * Optimizer are what a checkpoint writes. */
+int gpu_trainer_to_host(GpuTrainer *gt, Model *m, Optimizer *opt, ZyErr *err);
+/* Device memory in use on the GPU (bytes; all processes). */
+size_t gpu_trainer_memory_used(GpuTrainer *gt);
+
+#endif

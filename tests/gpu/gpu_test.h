@@ -1,0 +1,53 @@
+/* The GPU test harness (make test-gpu): each gk_ op against its CPU namesake on fresh random inputs, then the
+ * whole model. Comparisons are relative L2 errors ‖gpu − cpu‖ / ‖cpu‖ (NaN never passes); outputs are poisoned
+ * before a launch so an unwritten element shows. Each group lives in its own file. */
+#ifndef ZAYA_GPU_TEST_H
+#define ZAYA_GPU_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/gpu.h"
+#include "util.h"
+
+typedef struct {
+    GpuCtx *g;
+    ZyRng rng;
+    int passed, failed;
+    void *host[512], *dev[512]; /* allocations of the current group, freed by gt_reset */
+    int n_host, n_dev;
+    const char *group;
+} GpuTest;
+
+/* Host arrays (freed by gt_reset): normal(0, scale) values; uniform integers in [lo, hi). */
+float *gt_rand(GpuTest *t, size_t n, float scale);
+int32_t *gt_rand_int(GpuTest *t, size_t n, int lo, int hi);
+float *gt_host(GpuTest *t, size_t n); /* zeroed host floats */
+float *gt_copy(GpuTest *t, const float *h, size_t n); /* host duplicate */
+/* Device copies of host arrays (freed by gt_reset). */
+float *gt_up(GpuTest *t, const float *h, size_t n);
+int32_t *gt_up_i(GpuTest *t, const int32_t *h, size_t n);
+/* A device array of n floats filled with NaN (poison: an element the kernel fails to write fails the check). */
+float *gt_poison(GpuTest *t, size_t n);
+void *gt_dev(GpuTest *t, size_t bytes); /* zeroed device memory */
+/* Device → new host array (freed by gt_reset); waits for the stream. */
+float *gt_down(GpuTest *t, const float *d, size_t n);
+int32_t *gt_down_i(GpuTest *t, const int32_t *d, size_t n);
+/* Records a pass or a failure (printed): rel L2 error of the device array vs the host reference within tol. */
+int gt_check(GpuTest *t, const char *name, const float *dev, const float *ref, size_t n, double tol);
+int gt_check_i(GpuTest *t, const char *name, const int32_t *dev, const int32_t *ref, size_t n);
+/* A plain condition (printed with the formatted detail when it fails). */
+int gt_assert(GpuTest *t, int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+double gt_rel_err(const float *a, const float *ref, size_t n); /* host arrays; INFINITY when a has a NaN */
+void gt_reset(GpuTest *t);
+
+/* The groups (each in tests/gpu/test_gpu_<group>.c). */
+void test_gpu_gemm(GpuTest *t);
+void test_gpu_norms(GpuTest *t);
+void test_gpu_moe(GpuTest *t);
+void test_gpu_cca(GpuTest *t);
+void test_gpu_attention(GpuTest *t);
+void test_gpu_optim(GpuTest *t);
+void test_gpu_model(GpuTest *t);
+
+#endif

@@ -1,0 +1,138 @@
+/* The whole model on the GPU against the CPU path (src/model.c) in fp32: logits, loss and every parameter's gradient,
+ * for ZAYA1 and each research variant, on small random models. The GPU runs the same maths with a different
+ * summation order (cuBLASLt, the GPU reductions), so the bar is relative: logits ≤ 1e-4, gradients ≤ 1e-3. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu_model.h"
+#include "gpu_test.h"
+#include "model.h"
+
+static ZayaConfig small_config(void) {
+    return (ZayaConfig){.vocab_size = 97, .hidden_size = 64, .num_layers = 3, .num_heads = 4, .num_kv_heads = 2,
+                        .head_dim = 16, .num_experts = 4, .moe_intermediate_size = 48, .router_hidden_size = 32,
+                        .cca_time0 = 2, .cca_time1 = 2, .rms_norm_eps = 1e-5f, .tie_word_embeddings = 1,
+                        .max_position_embeddings = 256, .rope_theta = 10000.0f, .partial_rotary_factor = 0.5f,
+                        .initializer_range = 0.02f, .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0};
+}
+
+/* Random weights: the spec's init, then every vector (norms, biases, scales, temperatures) moved off its constant so
+ * that each gradient path carries signal; the balancing biases spread so routing uses every class. */
+static void randomise(GpuTest *t, Model *m) {
+    model_init_weights(m, zy_rng_next(&t->rng));
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        float *x = m->params.data + p->offset;
+        if (p->init == INIT_NORMAL) {
+            for (size_t j = 0; j < p->numel; j++) x[j] *= 5.0f; /* std 0.1: outputs of order one */
+        } else {
+            for (size_t j = 0; j < p->numel; j++) x[j] += (float)(0.1 * zy_rng_normal(&t->rng));
+        }
+    }
+}
+
+static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T) {
+    Model m;
+    Activations a;
+    ZyErr err = {{0}};
+    char name[200];
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        return;
+    }
+    randomise(t, &m);
+    const int N = B * T, V = cfg->vocab_size;
+    int32_t *tokens = gt_rand_int(t, (size_t)N, 0, V), *targets = gt_rand_int(t, (size_t)N, 0, V);
+    targets[N - 1] = -1; /* an ignored position */
+    /* CPU */
+    if (acts_create(&a, cfg, B, T, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        model_free(&m);
+        return;
+    }
+    model_forward(&m, &a, tokens);
+    params_zero_grad(&m.params);
+    double cpu_loss = model_backward(&m, &a, targets);
+    float *cpu_logits = gt_copy(t, a.logits, (size_t)N * V);
+    float *cpu_grad = gt_copy(t, m.params.grad, m.params.total);
+    int32_t *cpu_choice = malloc((size_t)N * cfg->num_layers * sizeof(int32_t));
+    for (int l = 0; l < cfg->num_layers; l++) memcpy(cpu_choice + (size_t)l * N, a.layers[l].choice, N * sizeof(int32_t));
+    acts_free(&a);
+    /* GPU (fp32) */
+    GpuModel *gm = NULL;
+    int ok = gpu_model_create(&gm, &m, -1, B, T, 0, 1, &err) == 0;
+    ok = ok && gpu_model_forward(gm, tokens, &err) == 0;
+    ok = ok && gpu_model_backward(gm, targets, &err) == 0;
+    double gpu_loss = NAN;
+    ok = ok && gpu_model_take_loss(gm, &gpu_loss, &err) == 0;
+    snprintf(name, sizeof name, "%s: forward+backward run", label);
+    if (gt_assert(t, ok, name, "%s", ok ? "ok" : err.msg)) {
+        float *logits = gt_host(t, (size_t)N * V);
+        gpu_model_logits(gm, logits, &err);
+        snprintf(name, sizeof name, "%s: logits", label);
+        double e = gt_rel_err(logits, cpu_logits, (size_t)N * V);
+        gt_assert(t, e <= 1e-4, name, "rel err %.2e (tol 1e-4)", e);
+        snprintf(name, sizeof name, "%s: loss", label);
+        gt_assert(t, fabs(gpu_loss - cpu_loss) <= 1e-5 * fabs(cpu_loss), name, "gpu %.8f cpu %.8f", gpu_loss, cpu_loss);
+        /* routing decisions are discrete: they must agree (random logits leave no near-ties at this size) */
+        int32_t *choice = malloc((size_t)N * sizeof(int32_t));
+        int differ = 0;
+        for (int l = 0; cfg_router_classes(cfg) && l < cfg->num_layers; l++) {
+            gpu_model_routing(gm, l, choice, NULL, NULL, &err);
+            for (int r = 0; r < N; r++) differ += choice[r] != cpu_choice[(size_t)l * N + r];
+        }
+        free(choice);
+        snprintf(name, sizeof name, "%s: expert choices", label);
+        gt_assert(t, differ == 0, name, "%d of %d differ", differ, N * cfg->num_layers);
+        /* every tensor's gradient */
+        gpu_model_download_grads(gm, &m, &err);
+        int bad = 0;
+        double worst = 0;
+        const char *worst_name = "";
+        for (int i = 0; i < m.params.count; i++) {
+            const ParamInfo *p = &m.params.info[i];
+            if (!param_trainable(p)) continue;
+            double ei = gt_rel_err(m.params.grad + p->offset, cpu_grad + p->offset, p->numel);
+            if (!(ei <= 1e-3)) {
+                if (bad++ < 5) printf("       %s: rel err %.2e\n", p->name, ei);
+            }
+            if (!(ei <= worst)) worst = ei, worst_name = p->name;
+        }
+        snprintf(name, sizeof name, "%s: every gradient", label);
+        gt_assert(t, bad == 0, name, "%d tensors over 1e-3; worst %.2e (%s)", bad, worst, worst_name);
+    }
+    free(cpu_choice);
+    gpu_model_free(gm);
+    model_free(&m);
+    gt_reset(t);
+}
+
+void test_gpu_model(GpuTest *t) {
+    ZayaConfig c = small_config();
+    compare_model(t, "zaya1 B2 T37", &c, 2, 37);
+    compare_model(t, "zaya1 B1 T130", &c, 1, 130);
+    ZayaConfig u = c;
+    u.tie_word_embeddings = 0, u.cca_time0 = 3, u.cca_time1 = 1, u.num_kv_heads = 1;
+    compare_model(t, "untied, k 3/1, one kv head", &u, 2, 24);
+    ZayaConfig mha = c;
+    mha.attention = ZY_ATTN_MHA;
+    compare_model(t, "MHA variant", &mha, 2, 33);
+    ZayaConfig lin = c;
+    lin.router = ZY_ROUTER_LINEAR;
+    compare_model(t, "linear router", &lin, 2, 29);
+    ZayaConfig noskip = c;
+    noskip.moe = ZY_MOE_NOSKIP;
+    compare_model(t, "no skip expert", &noskip, 2, 31);
+    ZayaConfig dense = c;
+    dense.moe = ZY_MOE_DENSE;
+    compare_model(t, "dense MLP", &dense, 2, 27);
+    ZayaConfig plain = c;
+    plain.no_residual_scaling = 1;
+    compare_model(t, "no residual scaling", &plain, 2, 26);
+    ZayaConfig wide = c;
+    wide.hidden_size = 256, wide.num_heads = 8, wide.num_kv_heads = 2, wide.head_dim = 64, wide.num_experts = 8;
+    wide.moe_intermediate_size = 128, wide.router_hidden_size = 64, wide.vocab_size = 1000;
+    compare_model(t, "head_dim 64, 8 experts, T 256", &wide, 2, 256);
+}

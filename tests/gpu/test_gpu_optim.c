@@ -1,0 +1,412 @@
+/* The element-wise ops (bf16 rounding bit for bit, scaling, sum of squares) and the GPU optimizer against the CPU
+ * one (src/optim.c): three Muon + AdamW steps from the same start, the moments, clipping, determinism, and the
+ * checkpoint state round trip. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu_optim.h"
+#include "gpu_test.h"
+#include "optim.h"
+#include "params.h"
+
+static uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- gk_f32_to_bf16: bit for bit zy_f32_to_bf16 ---- */
+static void test_bf16_round(GpuTest *t) {
+    static const uint32_t specials[] = {
+        0x00000000u, 0x80000000u,             /* ±0 */
+        0x7f800000u, 0xff800000u,             /* ±inf */
+        0x7fc00000u, 0xffc00000u,             /* quiet NaNs */
+        0x7f800001u, 0xff800001u, 0x7fbfffffu, /* signalling NaNs: made quiet, top bits kept */
+        0x7fffffffu, 0xffffffffu,             /* NaN, all ones */
+        0x3f808000u, 0x3f818000u,             /* exactly halfway: even below (stays), odd below (rounds up) */
+        0xbf808000u, 0xbf818000u,             /* the same, negative */
+        0x3f807fffu, 0x3f808001u,             /* just below / above halfway */
+        0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, /* FLT_MAX rounds to inf; halfway at the top (odd: inf); below */
+        0xff7fffffu,                          /* −FLT_MAX → −inf */
+        0x00000001u, 0x00008000u, 0x00018000u, 0x807fffffu, /* subnormals, halfway ones */
+        0x00800000u, 0x3f800000u, 0xc0490fdbu, /* FLT_MIN, 1, −π */
+    };
+    const size_t n_spec = ZY_ARRAY_LEN(specials), n = 200000;
+    float *src = gt_host(t, n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        if (i < n_spec)
+            u = specials[i];
+        else if (i % 4 == 0) /* any bit pattern: NaNs, infs, subnormals included */
+            u = (uint32_t)zy_rng_next(&t->rng);
+        else if (i % 4 == 1) /* exact halfway cases, even and odd upper halves */
+            u = ((uint32_t)zy_rng_next(&t->rng) & 0xffff0000u) | 0x8000u;
+        else if (i % 4 == 2) /* within one step of halfway */
+            u = ((uint32_t)zy_rng_next(&t->rng) & 0xffff0000u) | (0x7fffu + (uint32_t)(zy_rng_next(&t->rng) % 3));
+        else
+            u = f2u((float)zy_rng_normal(&t->rng) * 3.0f);
+        memcpy(&src[i], &u, sizeof u); /* no float arithmetic on the patterns */
+    }
+    float *d_src = gt_up(t, src, n);
+    uint16_t *d_dst = gt_dev(t, n * sizeof(uint16_t));
+    gpu_memset_async(t->g, d_dst, 0x5a, n * sizeof(uint16_t)); /* poison */
+    gk_f32_to_bf16(t->g->stream, d_dst, d_src, (long)n);
+    uint16_t *h = (uint16_t *)gt_host(t, n / 2 + 1);
+    ZyErr err = {{0}};
+    size_t bad = 0, first = 0;
+    if (gpu_download(t->g, h, d_dst, n * sizeof(uint16_t), &err)) {
+        bad = n;
+        fprintf(stderr, "  %s\n", err.msg);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, &src[i], sizeof f);
+            if (h[i] != zy_f32_to_bf16(f) && !bad++) first = i;
+        }
+    }
+    uint32_t fu;
+    memcpy(&fu, &src[first], sizeof fu);
+    gt_assert(t, bad == 0, "gk_f32_to_bf16 bit-exact (specials, halfway)", "%zu of %zu differ (first %08x: %04x vs %04x)",
+              bad, n, fu, bad ? h[first] : 0, bad ? zy_f32_to_bf16(u2f(fu)) : 0);
+}
+
+/* ---- gk_scale, gk_sumsq ---- */
+static void test_scale_sumsq(GpuTest *t) {
+    const size_t n = 100003;
+    const float a = -1.37f;
+    float *x = gt_rand(t, n, 2.0f), *ref = gt_copy(t, x, n);
+    for (size_t i = 0; i < n; i++) ref[i] *= a;
+    float *d = gt_up(t, x, n);
+    gk_scale(t->g->stream, d, a, (long)n);
+    float *h = gt_down(t, d, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += f2u(h[i]) != f2u(ref[i]);
+    gt_assert(t, bad == 0, "gk_scale bit-exact", "%zu of %zu differ", bad, n);
+
+    /* *out += Σ x²: from a non-zero start, twice (a sub-range the second time), against a double host sum */
+    const size_t m = 3000017;
+    float *y = gt_rand(t, m, 1.5f);
+    float *d_y = gt_up(t, y, m);
+    double *d_out = gt_dev(t, 2 * sizeof(double));
+    const double start[2] = {0.25, 0.25};
+    ZyErr err = {{0}};
+    double got[2] = {0, 0};
+    int ok = gpu_upload(t->g, d_out, start, sizeof start, &err) == 0;
+    gk_sumsq(t->g->stream, d_out, d_y, (long)m);
+    gk_sumsq(t->g->stream, d_out + 1, d_y, (long)m);
+    gk_sumsq(t->g->stream, d_out + 1, d_y + 5, (long)(m - 9));
+    ok = ok && gpu_download(t->g, got, d_out, sizeof got, &err) == 0;
+    double s_all = 0, s_sub = 0;
+    for (size_t i = 0; i < m; i++) s_all += (double)y[i] * y[i];
+    for (size_t i = 5; i < m - 4; i++) s_sub += (double)y[i] * y[i];
+    const double want0 = 0.25 + s_all, want1 = 0.25 + s_all + s_sub;
+    const double e0 = fabs(got[0] - want0) / want0, e1 = fabs(got[1] - want1) / want1;
+    gt_assert(t, ok && e0 <= 1e-12 && e1 <= 1e-12, "gk_sumsq (accumulates) vs double host sum",
+              "rel err %.2e, %.2e (tol 1e-12)", e0, e1);
+    /* the same inputs, the same bits (fixed order) */
+    double again = 0;
+    ok = gpu_upload(t->g, d_out, start, sizeof(double), &err) == 0;
+    gk_sumsq(t->g->stream, d_out, d_y, (long)m);
+    ok = ok && gpu_download(t->g, &again, d_out, sizeof again, &err) == 0;
+    gt_assert(t, ok && memcmp(&again, &got[0], sizeof again) == 0, "gk_sumsq deterministic", "%.17g vs %.17g", again,
+              got[0]);
+}
+
+/* ---- the optimizer ---- */
+
+/* Every kind of tensor a step sees: Muon matrices wide, tall, square, odd, row, column and expert stacks (tall
+ * ones and some larger than one partial-sum chunk), router tensors (".mlp.gate.": lr × router_lr_scale) on Muon and
+ * AdamW, AdamW tensors with decay (2+ dims) and without, one spanning several AdamW chunks, and a buffer. */
+static int optim_table(ParamTable *t, ZyErr *err) {
+    static const struct {
+        const char *name;
+        ParamKind kind;
+        int ndim;
+        int64_t shape[3];
+    } specs[] = {{"model.embed_tokens.weight", PARAM_ADAMW, 2, {10, 6}},
+                 {"model.layers.0.mlp.gate.down_proj.weight", PARAM_MUON, 2, {16, 24}},
+                 {"muon_tall", PARAM_MUON, 2, {40, 12}},
+                 {"norm.weight", PARAM_ADAMW, 1, {7}},
+                 {"muon_row", PARAM_MUON, 2, {1, 32}},
+                 {"muon_col", PARAM_MUON, 2, {32, 1}},
+                 {"model.layers.0.mlp.gate.bias", PARAM_ADAMW, 1, {5}},
+                 {"muon_experts", PARAM_MUON, 3, {3, 8, 12}},
+                 {"buffer", PARAM_BUFFER, 1, {4}},
+                 {"muon_experts_tall", PARAM_MUON, 3, {4, 96, 32}},
+                 {"adamw_big", PARAM_ADAMW, 1, {70000}},
+                 {"model.layers.0.mlp.gate.router_mlp.weight", PARAM_ADAMW, 2, {9, 33}},
+                 {"muon_square", PARAM_MUON, 2, {64, 64}},
+                 {"adamw_conv", PARAM_ADAMW, 3, {5, 1, 2}},
+                 {"muon_odd", PARAM_MUON, 2, {37, 101}},
+                 {"muon_big_tall", PARAM_MUON, 2, {300, 128}},
+                 {"muon_big_wide", PARAM_MUON, 2, {96, 400}}};
+    memset(t, 0, sizeof *t);
+    for (size_t i = 0; i < ZY_ARRAY_LEN(specs); i++)
+        if (params_add(t, specs[i].name, specs[i].kind, INIT_ZERO, specs[i].ndim, specs[i].shape, err) < 0) return -1;
+    return params_alloc(t, err);
+}
+
+#define STEPS 3
+
+typedef struct {
+    ParamTable tab;
+    OptimConfig cfg;
+    double lr;
+    float *w0;             /* start weights [total] */
+    float *grads[STEPS];   /* each step's gradients [total] (zero on buffers and padding) */
+} OptimCase;
+
+/* Runs the STEPS GPU steps from w0 on a fresh optimizer; leaves the weights in d_w and the optimizer open. */
+static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g) {
+    ZyErr err = {{0}};
+    const size_t bytes = c->tab.total * sizeof(float);
+    if (gpu_upload(t->g, d_w, c->w0, bytes, &err) || gpu_optim_create(o, t->g, &c->tab, &c->cfg, &err)) {
+        fprintf(stderr, "  %s\n", err.msg);
+        return -1;
+    }
+    for (int s = 0; s < STEPS; s++)
+        if (gpu_upload(t->g, d_g, c->grads[s], bytes, &err) ||
+            gpu_optim_step(o, t->g, &c->tab, d_w, d_g, c->lr, &err)) {
+            fprintf(stderr, "  %s\n", err.msg);
+            return -1;
+        }
+    if (gpu_sync(t->g, "optimizer steps", &err)) {
+        fprintf(stderr, "  %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The CPU optimizer's STEPS steps from w0 (bf16: optim_set_bf16). Weights into w, state into m, v. */
+static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
+    ZyErr err = {{0}};
+    Optimizer o;
+    ParamTable *tab = &c->tab;
+    memcpy(tab->data, c->w0, tab->total * sizeof(float));
+    if (optim_create(&o, tab, &c->cfg, &err)) {
+        fprintf(stderr, "  optim_create: %s\n", err.msg);
+        return -1;
+    }
+    optim_set_bf16(&o, bf16);
+    for (int s = 0; s < STEPS; s++) {
+        memcpy(tab->grad, c->grads[s], tab->total * sizeof(float));
+        optim_step(&o, tab, c->lr);
+    }
+    memcpy(w, tab->data, tab->total * sizeof(float));
+    memcpy(m, o.exp_avg, tab->total * sizeof(float));
+    memcpy(v, o.exp_avg_sq, tab->total * sizeof(float));
+    optim_free(&o);
+    return 0;
+}
+
+static size_t bits_equal(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += f2u(a[i]) == f2u(b[i]);
+    return k;
+}
+
+/* Per tensor: Muon by the relative error of its update (w − w0), within mu_tol; AdamW by the weights (the CPU's
+ * arithmetic, operation for operation: bit-identical with a gcc build) within 1e-6; buffers untouched. */
+static void compare_weights(GpuTest *t, const OptimCase *c, const float *gw, const float *cw, double mu_tol,
+                            const char *label) {
+    const ParamTable *tab = &c->tab;
+    double worst_mu = 0, worst_aw = 0;
+    const char *worst_mu_name = "-", *worst_aw_name = "-";
+    size_t aw_n = 0, aw_eq = 0;
+    int buffers_ok = 1;
+    for (int i = 0; i < tab->count; i++) {
+        const ParamInfo *p = &tab->info[i];
+        const size_t n = p->numel, off = p->offset;
+        if (p->kind == PARAM_BUFFER) {
+            buffers_ok &= memcmp(gw + off, c->w0 + off, n * sizeof(float)) == 0;
+        } else if (p->kind == PARAM_MUON && !c->cfg.adamw_only) {
+            float *du_g = malloc(n * sizeof *du_g), *du_c = malloc(n * sizeof *du_c);
+            if (!du_g || !du_c) {
+                free(du_g), free(du_c);
+                worst_mu = INFINITY;
+                continue;
+            }
+            for (size_t j = 0; j < n; j++) du_g[j] = gw[off + j] - c->w0[off + j], du_c[j] = cw[off + j] - c->w0[off + j];
+            const double e = gt_rel_err(du_g, du_c, n);
+            if (!(e <= worst_mu) && !isnan(worst_mu)) worst_mu = e, worst_mu_name = p->name; /* a NaN sticks */
+            free(du_g), free(du_c);
+        } else {
+            const double e = gt_rel_err(gw + off, cw + off, n);
+            if (!(e <= worst_aw) && !isnan(worst_aw)) worst_aw = e, worst_aw_name = p->name;
+            aw_n += n;
+            aw_eq += bits_equal(gw + off, cw + off, n);
+        }
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%s Muon updates vs CPU", label);
+    gt_assert(t, worst_mu <= mu_tol, name, "worst rel err %.2e (%s; tol %.0e)", worst_mu, worst_mu_name, mu_tol);
+    snprintf(name, sizeof name, "%s AdamW weights vs CPU", label);
+    gt_assert(t, worst_aw <= 1e-6, name, "worst rel err %.2e (%s), %zu of %zu bit-identical", worst_aw, worst_aw_name,
+              aw_eq, aw_n);
+    snprintf(name, sizeof name, "%s buffers untouched", label);
+    gt_assert(t, buffers_ok, name, "%s", buffers_ok ? "bit-identical to the start" : "a buffer changed");
+}
+
+void test_gpu_optim(GpuTest *t) {
+    test_bf16_round(t);
+    test_scale_sumsq(t);
+
+    OptimCase c;
+    ZyErr err = {{0}};
+    if (!gt_assert(t, optim_table(&c.tab, &err) == 0, "optimizer test table", "%s", err.msg)) return;
+    optim_config_default(&c.cfg);
+    c.cfg.weight_decay = 0.1;
+    c.cfg.router_lr_scale = 0.5;
+    c.lr = 0.02;
+    const size_t total = c.tab.total, bytes = total * sizeof(float);
+    c.w0 = gt_rand(t, total, 0.5f);
+    for (int s = 0; s < STEPS; s++) {
+        c.grads[s] = gt_host(t, total);
+        for (int i = 0; i < c.tab.count; i++) {
+            const ParamInfo *p = &c.tab.info[i];
+            if (!param_trainable(p)) continue;
+            for (size_t j = 0; j < p->numel; j++)
+                c.grads[s][p->offset + j] = (float)(0.1 * (s + 1) * zy_rng_normal(&t->rng));
+        }
+    }
+
+    /* CPU reference */
+    float *cw = gt_host(t, total), *cm = gt_host(t, total), *cv = gt_host(t, total);
+    const int cpu_ok = cpu_run(&c, 0, cw, cm, cv) == 0;
+    if (!gt_assert(t, cpu_ok, "CPU reference steps", "%s", cpu_ok ? "done" : "failed")) {
+        params_free(&c.tab);
+        return;
+    }
+
+    /* GPU, fp32 products. Tolerances: the element-wise work is the CPU's operation for operation, so the AdamW
+     * tensors and both moment arrays (the momentum and the moments depend on the gradients alone) agree to the bit
+     * with a gcc-built CPU step (1e-6 leaves room for a CPU build that fuses multiply-adds). Muon's update goes
+     * through 15 fp32 products per matrix (5 Newton–Schulz iterations) that cuBLASLt and OpenBLAS (syrk + gemm on
+     * the CPU) sum in different orders: ~1e-7 relative per product, amplified by the degree-5 polynomial to ~1e-6;
+     * 1e-5 is the bound the CPU's own fast-vs-reference Newton–Schulz test uses for Gaussian inputs. */
+    t->g->bf16 = 0;
+    float *d_w = gt_dev(t, bytes), *d_g = gt_dev(t, bytes);
+    GpuOptimizer go;
+    const int gpu_ok = gpu_run(t, &c, &go, d_w, d_g) == 0;
+    if (!gt_assert(t, gpu_ok, "GPU optimizer steps (fp32)", "%s", gpu_ok ? "done" : "failed")) {
+        params_free(&c.tab);
+        return;
+    }
+    float *gw = gt_down(t, d_w, total), *gm = gt_host(t, total), *gv = gt_host(t, total);
+    int ok = gpu_optim_download(&go, t->g, gm, gv, &err) == 0;
+    gt_assert(t, ok && go.step == STEPS, "GPU optimizer state download", "%s (step %lld)", ok ? "done" : err.msg,
+              (long long)go.step);
+    compare_weights(t, &c, gw, cw, 1e-5, "fp32");
+    const double em = gt_rel_err(gm, cm, total), ev = gt_rel_err(gv, cv, total);
+    gt_assert(t, em <= 1e-6 && ev <= 1e-6, "exp_avg / exp_avg_sq vs CPU",
+              "rel err %.2e / %.2e, %zu / %zu of %zu bit-identical", em, ev, bits_equal(gm, cm, total),
+              bits_equal(gv, cv, total), total);
+    size_t muon_v_nonzero = 0;
+    for (int i = 0; i < c.tab.count; i++) {
+        const ParamInfo *p = &c.tab.info[i];
+        if (p->kind != PARAM_MUON) continue;
+        for (size_t j = 0; j < p->numel; j++) muon_v_nonzero += gv[p->offset + j] != 0.0f;
+    }
+    gt_assert(t, muon_v_nonzero == 0, "Muon tensors' exp_avg_sq stays zero (CPU layout)", "%zu non-zero",
+              muon_v_nonzero);
+
+    /* Determinism: the same steps from the same start give the same bits. */
+    {
+        GpuOptimizer go2;
+        float *d_w2 = gt_dev(t, bytes);
+        int ran = gpu_run(t, &c, &go2, d_w2, d_g) == 0;
+        float *gw2 = gt_down(t, d_w2, total), *gm2 = gt_host(t, total), *gv2 = gt_host(t, total);
+        ran = ran && gpu_optim_download(&go2, t->g, gm2, gv2, &err) == 0;
+        gt_assert(t,
+                  ran && memcmp(gw2, gw, bytes) == 0 && memcmp(gm2, gm, bytes) == 0 && memcmp(gv2, gv, bytes) == 0,
+                  "GPU steps deterministic (weights, state)", "%zu / %zu / %zu of %zu bit-identical",
+                  bits_equal(gw2, gw, total), bits_equal(gm2, gm, total), bits_equal(gv2, gv, total), total);
+        gpu_optim_free(&go2);
+    }
+
+    /* Checkpoint round trip: a fresh optimizer given the downloaded state (and the step count) takes the next step
+     * exactly as the one that never stopped. */
+    {
+        GpuOptimizer resumed;
+        float *d_w2 = gt_up(t, gw, total);
+        ok = gpu_optim_create(&resumed, t->g, &c.tab, &c.cfg, &err) == 0;
+        ok = ok && gpu_optim_upload(&resumed, t->g, gm, gv, &err) == 0;
+        resumed.step = go.step;
+        ok = ok && gpu_upload(t->g, d_g, c.grads[0], bytes, &err) == 0;
+        ok = ok && gpu_optim_step(&go, t->g, &c.tab, d_w, d_g, c.lr, &err) == 0;
+        ok = ok && gpu_optim_step(&resumed, t->g, &c.tab, d_w2, d_g, c.lr, &err) == 0;
+        float *a = gt_down(t, d_w, total), *b = gt_down(t, d_w2, total);
+        float *am = gt_host(t, total), *av = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
+        ok = ok && gpu_optim_download(&go, t->g, am, av, &err) == 0 &&
+             gpu_optim_download(&resumed, t->g, bm, bv, &err) == 0;
+        gt_assert(t, ok && memcmp(a, b, bytes) == 0 && memcmp(am, bm, bytes) == 0 && memcmp(av, bv, bytes) == 0,
+                  "state upload/download: resumed step identical", "%s%zu of %zu weights bit-identical",
+                  ok ? "" : err.msg, bits_equal(a, b, total), total);
+        gpu_optim_free(&resumed);
+    }
+
+    /* Clipping: the squared norm against grad_global_norm², the clipped gradients against grad_clip, with the
+     * coefficient computed on the device. */
+    {
+        float *g = gt_copy(t, c.grads[1], total);
+        for (size_t i = 0; i < total; i++) g[i] *= 10.0f; /* norm well above max_norm */
+        memcpy(c.tab.grad, g, bytes);
+        const double norm = grad_global_norm(&c.tab);
+        double *d_ss = gt_dev(t, sizeof(double));
+        double ss = 0;
+        ok = gpu_upload(t->g, d_g, g, bytes, &err) == 0;
+        gpu_grad_sumsq(&go, t->g, d_g, d_ss);
+        ok = ok && gpu_download(t->g, &ss, d_ss, sizeof ss, &err) == 0;
+        const double e = fabs(ss - norm * norm) / (norm * norm);
+        gt_assert(t, ok && e <= 1e-12, "gpu_grad_sumsq vs grad_global_norm²", "%.17g vs %.17g, rel err %.2e", ss,
+                  norm * norm, e);
+        const double max_norm = 1.0;
+        const double coef = grad_clip(&c.tab, max_norm, norm);
+        gpu_grad_clip(t->g, d_g, total, d_ss, max_norm);
+        float *h = gt_down(t, d_g, total);
+        gt_assert(t, coef < 0.5 && gt_rel_err(h, c.tab.grad, total) <= 1e-7, "gpu_grad_clip vs grad_clip",
+                  "coef %.6g, rel err %.2e, %zu of %zu bit-identical", coef, gt_rel_err(h, c.tab.grad, total),
+                  bits_equal(h, c.tab.grad, total), total);
+        /* below max_norm (and max_norm <= 0): untouched */
+        ok = gpu_upload(t->g, d_g, g, bytes, &err) == 0;
+        gpu_grad_sumsq(&go, t->g, d_g, d_ss);
+        gpu_grad_clip(t->g, d_g, total, d_ss, 1e9);
+        gpu_grad_clip(t->g, d_g, total, d_ss, 0.0);
+        h = gt_down(t, d_g, total);
+        const int same = ok && memcmp(h, g, bytes) == 0;
+        gt_assert(t, same, "gpu_grad_clip leaves small norms alone", "%s", same ? "bit-identical" : "gradients changed");
+    }
+    gpu_optim_free(&go);
+
+    /* bf16 products (the caller sets g->bf16): Newton–Schulz on bf16-rounded operands, as optim_set_bf16. The
+     * products of bf16 values are exact, but a sum that lands on the other side of a bf16 rounding boundary makes
+     * the next iteration's operand differ by one bf16 ulp (2^-8 relative): the updates agree to ~1e-3, not 1e-6.
+     * AdamW and the moments do not use products: the same bits as fp32. */
+    {
+        float *bw = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
+        const int cpu_bf_ok = cpu_run(&c, 1, bw, bm, bv) == 0;
+        if (gt_assert(t, cpu_bf_ok, "CPU reference steps (bf16)", "%s", cpu_bf_ok ? "done" : "failed")) {
+            t->g->bf16 = 1;
+            GpuOptimizer gb;
+            ok = gpu_run(t, &c, &gb, d_w, d_g) == 0;
+            t->g->bf16 = 0;
+            if (gt_assert(t, ok, "GPU optimizer steps (bf16)", "%s", ok ? "done" : "failed")) {
+                float *hw = gt_down(t, d_w, total);
+                compare_weights(t, &c, hw, bw, 2e-2, "bf16");
+                /* and bf16 is not secretly fp32: its Muon updates differ from the fp32 ones */
+                double diff = 0;
+                for (size_t i = 0; i < total; i++) diff = fmax(diff, fabs((double)hw[i] - gw[i]));
+                gt_assert(t, diff > 0, "bf16 products differ from fp32", "max |Δw| %.2e", diff);
+                gpu_optim_free(&gb);
+            }
+        }
+    }
+    params_free(&c.tab);
+}
