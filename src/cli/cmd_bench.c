@@ -8,6 +8,9 @@
 #include "bench_comm.h"
 #include "commands.h"
 #include "distributed.h"
+#include "gpu/gpu.h"
+#include "matmul.h"
+#include "runconfig.h"
 
 static void bench_usage(FILE *f) {
     fprintf(f,
@@ -201,20 +204,77 @@ static int bench_comm(int argc, char **argv) {
     return status;
 }
 
+/* zaya bench gemm: the dense product peak that MFU figures are measured against (fp32 and bf16). */
+static int bench_gemm(int argc, char **argv) {
+    const char *device = "cpu";
+    int n = 0;
+    for (int i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
+        } else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 16 || v > 65536) {
+                fprintf(stderr, "zaya: bench gemm: --n expects a size in [16, 65536], got \"%s\"\n", argv[i]);
+                return 1;
+            }
+            n = (int)v;
+        } else if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: zaya bench gemm [--device cpu|cuda|cuda:N] [--n SIZE]\n"
+                   "  n x n x n products, fp32 and bf16 operands (fp32 sums): the measured peak that MFU is quoted\n"
+                   "  against (default n: 1024 on a CPU, 8192 on a GPU)\n");
+            return 0;
+        } else {
+            fprintf(stderr, "zaya: bench gemm: unknown or incomplete option \"%s\"\n", argv[i]);
+            return 1;
+        }
+    }
+    int gpu, index;
+    ZyErr err;
+    if (runconfig_parse_device(device, &gpu, &index, &err)) {
+        fprintf(stderr, "zaya: bench gemm: --device: %s\n", err.msg);
+        return 1;
+    }
+    if (!gpu) {
+        if (!n) n = 1024;
+        double f32 = zy_sgemm_probe_gflops(n, 1.0), b16 = zy_gemm_bf16_probe_gflops(n, 1.0);
+        printf("cpu  %dx%dx%d  fp32 %.1f GFLOP/s  bf16 %.1f GFLOP/s\n", n, n, n, f32, b16);
+        return 0;
+    }
+    GpuCtx g;
+    if (gpu_open(&g, index, &err)) {
+        fprintf(stderr, "zaya: bench gemm: %s\n", err.msg);
+        return 1;
+    }
+    if (!n) n = 8192;
+    g.bf16 = 0;
+    double f32 = gpu_gemm_probe_tflops(&g, n, 10);
+    g.bf16 = 1;
+    double b16 = gpu_gemm_probe_tflops(&g, n, 20);
+    double dense = gpu_dense_bf16_peak_tflops(&g);
+    printf("gpu  %s  %dx%dx%d  fp32 %.1f TFLOP/s (no TF32)  bf16 %.1f TFLOP/s (cuBLASLt)", g.name, n, n, n, f32, b16);
+    if (dense > 0) printf("  = %.1f%% of the %.0f TFLOP/s datasheet peak", 100 * b16 / dense, dense);
+    printf("\n");
+    gpu_close(&g);
+    return f32 > 0 && b16 > 0 ? 0 : 1;
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
         FILE *f = argc < 3 ? stderr : stdout;
-        fprintf(f, "usage: zaya bench comm|train|decode|attention [options]   (zaya bench <name> --help)\n\n"
+        fprintf(f, "usage: zaya bench comm|train|decode|attention|gemm [options]   (zaya bench <name> --help)\n\n"
                    "  comm     MPI collective benchmarks (all_reduce, reduce_scatter, all_gather, broadcast, alltoall)\n"
                    "  train    full training steps: tokens/s, GFLOP/s, MFU, peak memory, time per phase\n"
                    "  decode   prefill and per-token cached decoding: latency, tokens/s, KV cache size\n"
-                   "  attention  reference vs fused flash attention kernels, forward and backward, side by side\n");
+                   "  attention  reference vs fused flash attention kernels, forward and backward, side by side\n"
+                   "  gemm     the dense matrix-product peak (fp32, bf16) on the CPU or a GPU (--device cuda)\n");
         return argc < 3 ? 1 : 0;
     }
     if (strcmp(argv[2], "comm") == 0) return bench_comm(argc, argv);
     if (strcmp(argv[2], "train") == 0) return bench_train(argc, argv);
     if (strcmp(argv[2], "decode") == 0) return bench_decode(argc, argv);
     if (strcmp(argv[2], "attention") == 0) return bench_attention(argc, argv);
-    fprintf(stderr, "zaya: bench: unknown benchmark \"%s\" (comm, train, decode, attention)\n", argv[2]);
+    if (strcmp(argv[2], "gemm") == 0) return bench_gemm(argc, argv);
+    fprintf(stderr, "zaya: bench: unknown benchmark \"%s\" (comm, train, decode, attention, gemm)\n", argv[2]);
     return 1;
 }

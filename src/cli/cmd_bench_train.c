@@ -11,6 +11,11 @@
 #include "args.h"
 #include "commands.h"
 #include "config.h"
+#include "distributed.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_model.h"
+#include "gpu/gpu_trainer.h"
+#include "runconfig.h"
 #include "matmul.h"
 #include "model.h"
 #include "optim.h"
@@ -20,8 +25,87 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static double median_of(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* The GPU run: the same steps as `zaya train --device cuda` takes (gpu_trainer.h: forward, backward, the routing
+ * statistics, clipping, Muon + AdamW), timed with the GPU's queue drained at each step's end. */
+static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int B, int T, int steps, int warmup,
+                           int bf16, const OptimConfig *oc, const int32_t *tokens, const int32_t *targets, ZyErr *err) {
+    const ZayaConfig *cfg = &m->cfg;
+    Optimizer o;
+    GpuTrainer *gt = NULL;
+    RoutingCounts routes = {0};
+    int rc = -1;
+    double *times = calloc((size_t)steps, sizeof *times), *fb = calloc((size_t)steps, sizeof *fb);
+    if (!times || !fb) {
+        free(times), free(fb);
+        return zy_fail(err, "out of memory");
+    }
+    if (optim_create(&o, &m->params, oc, err)) {
+        free(times), free(fb);
+        return -1;
+    }
+    if (routing_counts_create(&routes, cfg->num_layers, cfg->num_experts, err) ||
+        gpu_trainer_create(&gt, m, &o, gpu_index, bf16, B, T, err))
+        goto done;
+    GpuCtx *g = gpu_model_ctx(gpu_trainer_model(gt));
+    const Dist solo = {.rank = 0, .size = 1};
+    const size_t bounds[2] = {0, m->params.total};
+    for (int s = -warmup; s < steps; s++) {
+        if (gpu_trainer_sync(gt, err)) goto done;
+        double t0 = zy_now_seconds(), loss, sumsq;
+        gpu_trainer_begin(gt);
+        routing_counts_reset(&routes);
+        if (gpu_trainer_micro(gt, tokens, targets, &routes, err) || gpu_trainer_sync(gt, err)) goto done;
+        double t1 = zy_now_seconds();
+        if (gpu_trainer_reduce(gt, m, &solo, bounds, NULL, 1, 0, &loss, &sumsq, err) ||
+            gpu_trainer_apply(gt, m, &solo, bounds, clip_coefficient(1.0, sqrt(sumsq)), 1e-3, err) ||
+            gpu_trainer_sync(gt, err))
+            goto done;
+        if (s >= 0) times[s] = zy_now_seconds() - t0, fb[s] = t1 - t0;
+    }
+    const double median = median_of(times, steps), fb_median = median_of(fb, steps);
+    const double tps = (double)B * T / median, flops = model_train_flops_per_token(cfg, T);
+    const double dense = gpu_dense_bf16_peak_tflops(g);
+    g->bf16 = 1;
+    const double probe16 = gpu_gemm_probe_tflops(g, 8192, 20);
+    g->bf16 = bf16;
+    printf("model        %s: %zu parameters (%.1f M active matrix FLOPs/token/6 incl. head)\n", config_path,
+           params_count(&m->params, 0), (flops - 6.0 * cfg->num_layers * cfg->num_heads * cfg->head_dim * T) / 6e6);
+    printf("device       GPU %s\n", gpu_trainer_device(gt));
+    printf("batch        %d x %d tokens, %d timed steps after %d warm-up, optimizer %s\n", B, T, steps, warmup,
+           oc->adamw_only ? "AdamW" : "Muon + AdamW");
+    printf("precision    %s\n", bf16 ? "bf16 products (cuBLASLt, fp32 accumulation); fp32 master weights, optimizer "
+                                       "state, norms, softmax statistics, attention and loss"
+                                     : "fp32 throughout (no TF32)");
+    printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
+    printf("throughput   %.0f tokens/s, %.1f TFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
+           tps * flops / 1e12, flops / 1e9);
+    if (dense > 0) printf("MFU          %.1f%% of the dense bf16 peak %.0f TFLOP/s (datasheet)\n", 100 * tps * flops / (dense * 1e12), dense);
+    printf("MFU cuBLAS   %.1f%% of the measured cuBLASLt bf16 peak %.0f TFLOP/s (8192^3)\n",
+           100 * tps * flops / (probe16 * 1e12), probe16);
+    printf("fwd+bwd      median %.4f s (%.0f tokens/s); optimizer and clipping %.4f s\n", fb_median,
+           (double)B * T / fb_median, median - fb_median);
+    printf("peak memory  %.1f GiB on the GPU (device total in use: weights, gradients, optimizer state, activations)\n",
+           gpu_trainer_memory_used(gt) / 1073741824.0);
+    printf("json         {\"device\": \"cuda\", \"tokens_per_s\": %.1f, \"step_s\": %.5f, \"mfu_dense\": %.4f, "
+           "\"mfu_cublas\": %.4f, \"gpu_mem_gib\": %.2f}\n",
+           tps, median, dense > 0 ? tps * flops / (dense * 1e12) : 0, tps * flops / (probe16 * 1e12),
+           gpu_trainer_memory_used(gt) / 1073741824.0);
+    rc = 0;
+done:
+    gpu_trainer_free(gt);
+    routing_counts_free(&routes);
+    optim_free(&o);
+    free(times), free(fb);
+    return rc;
+}
+
 int bench_train(int argc, char **argv) {
-    const char *config_path = NULL, *optimizer = "muon", *precision = "fp32";
+    const char *config_path = NULL, *optimizer = "muon", *precision = "fp32", *device = "cpu";
     int B = 8, T = 128, steps = 10, warmup = 2, threads = 0;
     ArgSpec specs[] = {
         {"--config", ARG_STRING, 1, &config_path, "model config.json", 0},
@@ -34,11 +118,12 @@ int bench_train(int argc, char **argv) {
          "muon (Muon for the matrices + AdamW, ZAYA's recipe; default) or adamw (AdamW for every tensor)", 0},
         {"--precision", ARG_STRING, 0, &precision,
          "fp32 (default) or bf16 (bf16 inputs to the matrix products, fp32 sums and master weights)", 0},
+        {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
             args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw "
-                       "--precision fp32|bf16]", specs,
+                       "--precision fp32|bf16 --device cpu|cuda]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
@@ -64,6 +149,11 @@ int bench_train(int argc, char **argv) {
         goto done;
     }
     const int bf16 = strcmp(precision, "bf16") == 0;
+    int gpu = 0, gpu_index = -1;
+    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
+        zy_wrap(&err, "bench train: --device");
+        goto done;
+    }
     if (threads > 0) omp_set_num_threads(threads);
     if (config_load(&cfg, config_path, &err) || model_create(&m, &cfg, &err)) goto done;
     have_model = 1;
@@ -72,6 +162,25 @@ int bench_train(int argc, char **argv) {
         goto done;
     }
     model_init_weights(&m, 1);
+    if (gpu) {
+        OptimConfig goc;
+        optim_config_default(&goc);
+        goc.adamw_only = strcmp(optimizer, "adamw") == 0;
+        tokens = malloc((size_t)B * T * sizeof *tokens);
+        targets = malloc((size_t)B * T * sizeof *targets);
+        if (!tokens || !targets) {
+            zy_fail(&err, "out of memory");
+            goto done;
+        }
+        ZyRng grng;
+        zy_rng_seed(&grng, 7);
+        for (long i = 0; i < (long)B * T; i++) tokens[i] = (int32_t)(zy_rng_next(&grng) % (uint64_t)cfg.vocab_size);
+        make_next_token_targets(targets, tokens, B, T);
+        if (bench_train_gpu(config_path, &m, gpu_index, B, T, steps, warmup, bf16, &goc, tokens, targets, &err))
+            goto done;
+        rc = 0;
+        goto done;
+    }
     if (acts_create(&a, &cfg, B, T, &err)) goto done;
     have_acts = 1;
     acts_set_bf16(&a, bf16);

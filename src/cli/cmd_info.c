@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "gpu/gpu.h"
 #include "cpu.h"
 #include "matmul.h"
 
@@ -79,10 +80,18 @@ int cmd_system_info(int argc, char **argv) {
     const char *omp = getenv("OMP_NUM_THREADS");
     printf("threads      %d OpenMP threads (%s), %d processors\n", omp_get_max_threads(),
            omp ? "OMP_NUM_THREADS" : "all processors", omp_get_num_procs());
-#ifdef ZAYA_CUDA
-    printf("gpu          CUDA support compiled in\n");
-#else
-    printf("gpu          not compiled in (CPU-only build)\n");
-#endif
+    if (gpu_compiled()) {
+        GpuCtx g;
+        ZyErr err;
+        if (gpu_open(&g, -1, &err) == 0) {
+            printf("gpu          CUDA support compiled in; device %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", g.device, g.name,
+                   g.cc_major, g.cc_minor, g.sm_count, g.mem_total / 1073741824.0);
+            gpu_close(&g);
+        } else {
+            printf("gpu          CUDA support compiled in; no usable GPU here (%s)\n", err.msg);
+        }
+    } else {
+        printf("gpu          not compiled in (CPU-only build: no nvcc, or make CUDA=0)\n");
+    }
     return 0;
 }

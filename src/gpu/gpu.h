@@ -63,6 +63,9 @@ int gpu_gemm(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alp
              const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc,
              ZyErr *err);
 
+/* The datasheet's dense bf16 tensor-core peak of this GPU (TFLOP/s; 0 when the model is not known). */
+double gpu_dense_bf16_peak_tflops(const GpuCtx *g);
+
 /* Measured dense GEMM throughput (TFLOP/s) of cuBLASLt on n×n×n products in the ctx's precision. */
 double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps);
 

@@ -12,7 +12,7 @@
  * No float atomics anywhere. The reductions over all B·T rows (grouped weight gradient, biases, depthwise weight
  * gradient, temperature gradient) split the rows in a way fixed by the shapes alone, keep per-split partials in the
  * caller's scratch (dM, or dy for the temperature: both documented as scratch), and sum the splits in order: the
- * same inputs give the same bits on every run and every device. */
+ * same inputs give the same bits on every run (the split does not depend on the device's size either). */
 #include <stdint.h>
 
 #include "gpu_common.cuh"
@@ -75,28 +75,25 @@ __global__ void __launch_bounds__(256)
 
 /* ---- the grouped convolution as a tiled GEMM (forward Y, backward dM) ------------------------------------------
  * Block: 128 output rows (M-layout rows e) x 128 output channels of one group, 256 threads, 8x8 outputs a thread.
- * Reduction over the group's dh input channels, 4 a step, each with all K1 taps. The source rows of a step,
- * [e0+base, e0+base+128+K1-1) x 4 channels (base 0 forward: M rows e+j; base -(K1-1) backward: dE rows e-j), are
- * loaded once from global memory and stored K1 times into shared memory, copy d shifted by d rows, so tap d reads
- * an aligned 128-row tile: the inner loop is a plain 8x8 register-tiled product over (channel, tap) steps with the
- * next step's operands loaded ahead. Shared B tile: the weights of the 4 channels, K1 taps, 128 outputs.
- * Global loads for the next step are in flight during the products (one barrier a step).
+ * Reduction over the group's dh input channels in steps of 4, each step with all K1 taps. Shared A tile: the source
+ * rows [e0+base, e0+base+128+K1-1) of 4 channels (base 0 forward: M rows e+j; base -(K1-1) backward: dE rows e-j);
+ * shared B tile: the weights of those 4 channels, K1 taps, 128 outputs. The next step's global loads are in flight
+ * in registers during the products (one barrier a step).
  *   forward : out = Y, src = M,  w(kidx, d, n) = w1[g·dh+n, kidx, d],        Y(t)[n] = b1[n] + acc (t < T only)
  *   backward: out = dM, src = dY (dE: zero where t >= T or before row 0),
  *             w(kidx=o, d, n=ii) = w1[g·dh+o, ii, K1-1-d],                  dM[e][n] = acc (overwritten) */
-constexpr int CG_BM = 128, CG_BN = 128, CG_BK = 4, CG_THREADS = 256;
+constexpr int CG_BM = 128, CG_BN = 128, CG_BK = 4, CG_THREADS = 256, CG_LD = 132; /* 132: rows + halo, 16B rows */
 
 template <int K1, bool BWD>
 __global__ void __launch_bounds__(CG_THREADS, 2)
     conv_gemm_kernel(float *__restrict__ out, const float *__restrict__ src, const float *__restrict__ w1,
                      const float *__restrict__ b1, int B, int T, int C, int dh, int ntn, int vec) {
-    static_assert(K1 >= 1 && K1 <= 4, "K1 out of range");
-    /* 2·4·K1·128·4 B each: 48 KiB at K1 = 4 (no padding: the product reads are float4 rows) */
-    __shared__ __align__(16) float As[2][K1][CG_BK][CG_BM];
-    __shared__ __align__(16) float Bs[2][CG_BK * K1][CG_BN];
+    static_assert(K1 >= 1 && CG_BM + K1 - 1 <= CG_LD, "K1 out of range");
+    __shared__ __align__(16) float As[2][CG_BK][CG_LD];
+    __shared__ __align__(16) float Bs[2][CG_BK * K1][CG_LD];
     constexpr int AROWS = CG_BM + K1 - 1;
     constexpr int APER = (AROWS * CG_BK + CG_THREADS - 1) / CG_THREADS; /* A elements a thread loads */
-    constexpr int NSTEP = CG_BK * K1;                                     /* (channel, tap) steps a stage */
+    constexpr int AW = 8 + K1 - 1;                                        /* source rows a thread keeps */
 
     const int TM = T + K1 - 1;
     const long R = (long)B * TM;
@@ -161,9 +158,7 @@ __global__ void __launch_bounds__(CG_THREADS, 2)
 #pragma unroll
         for (int s = 0; s < APER; s++) {
             const int q = tid / CG_BK + s * (CG_THREADS / CG_BK);
-#pragma unroll
-            for (int d = 0; d < K1; d++) /* copy d holds source row q at row q - d */
-                if (q - d >= 0 && q - d < CG_BM) As[buf][d][akl][q - d] = ra[s];
+            if (q < AROWS) As[buf][akl][q] = ra[s];
         }
 #pragma unroll
         for (int u = 0; u < 2 * K1; u++) {
@@ -178,16 +173,6 @@ __global__ void __launch_bounds__(CG_THREADS, 2)
 #pragma unroll
         for (int n = 0; n < 8; n++) acc[m][n] = 0.0f;
 
-    /* step p = k·K1 + d: a = rows ty*8.. of copy d, channel k; b = weight row p */
-    auto load_frag = [&](int buf, int p, float *fa, float *fb) {
-        const float *ap = &As[buf][p % K1][p / K1][ty * 8];
-        const float4 a0 = *reinterpret_cast<const float4 *>(ap), a1 = *reinterpret_cast<const float4 *>(ap + 4);
-        const float4 b0 = *reinterpret_cast<const float4 *>(&Bs[buf][p][tx * 4]);
-        const float4 b1 = *reinterpret_cast<const float4 *>(&Bs[buf][p][64 + tx * 4]);
-        fa[0] = a0.x, fa[1] = a0.y, fa[2] = a0.z, fa[3] = a0.w, fa[4] = a1.x, fa[5] = a1.y, fa[6] = a1.z, fa[7] = a1.w;
-        fb[0] = b0.x, fb[1] = b0.y, fb[2] = b0.z, fb[3] = b0.w, fb[4] = b1.x, fb[5] = b1.y, fb[6] = b1.z, fb[7] = b1.w;
-    };
-
     const int nst = (dh + CG_BK - 1) / CG_BK;
     load_global(0);
     store_shared(0);
@@ -195,15 +180,26 @@ __global__ void __launch_bounds__(CG_THREADS, 2)
     for (int st = 0; st < nst; st++) {
         const int buf = st & 1;
         if (st + 1 < nst) load_global((st + 1) * CG_BK); /* in flight during the products below */
-        float fa[2][8], fb[2][8];
-        load_frag(buf, 0, fa[0], fb[0]);
 #pragma unroll
-        for (int p = 0; p < NSTEP; p++) {
-            if (p + 1 < NSTEP) load_frag(buf, p + 1, fa[(p + 1) & 1], fb[(p + 1) & 1]); /* next step's operands */
+        for (int k = 0; k < CG_BK; k++) {
+            float a[AW];
 #pragma unroll
-            for (int m = 0; m < 8; m++)
+            for (int v = 0; v < 2; v++) {
+                const float4 t4 = *reinterpret_cast<const float4 *>(&As[buf][k][ty * 8 + 4 * v]);
+                a[4 * v] = t4.x, a[4 * v + 1] = t4.y, a[4 * v + 2] = t4.z, a[4 * v + 3] = t4.w;
+            }
 #pragma unroll
-                for (int n = 0; n < 8; n++) acc[m][n] = fmaf(fa[p & 1][m], fb[p & 1][n], acc[m][n]);
+            for (int v = 8; v < AW; v++) a[v] = As[buf][k][ty * 8 + v]; /* the halo rows of the later taps */
+#pragma unroll
+            for (int d = 0; d < K1; d++) {
+                const float4 u0 = *reinterpret_cast<const float4 *>(&Bs[buf][k * K1 + d][tx * 4]);
+                const float4 u1 = *reinterpret_cast<const float4 *>(&Bs[buf][k * K1 + d][64 + tx * 4]);
+                const float bv[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+                for (int m = 0; m < 8; m++)
+#pragma unroll
+                    for (int n = 0; n < 8; n++) acc[m][n] = fmaf(a[m + d], bv[n], acc[m][n]);
+            }
         }
         if (st + 1 < nst) store_shared(buf ^ 1);
         __syncthreads();
@@ -248,8 +244,8 @@ __global__ void __launch_bounds__(CG_THREADS, 2)
 
 /* ---- grouped weight gradient: dw1[o, ii, j] += Σ_rows dE[e][o] · M[e+j][ii] (per group), and db1 ------------------
  * A GEMM over the rows, split-K: block = (group, 128 o, 128 kk = ii·K1 + j, i.e. w1's own layout) x one split of the
- * rows (8 a step). Each split writes its partial sums into scratch (part, [splits][C·dh·K1]); conv_dw1_reduce adds
- * them to dw1 in split order. With one split the block adds straight into dw1. Blocks with kk tile 0 also sum the
+ * rows (8 a step). Each split writes its fp32 partial sums (at most a few thousand rows each) into scratch (part,
+ * [splits][C·dh·K1]); conv_dw1_reduce_kernel adds them to dw1 in split order, in double. With one split the block adds straight into dw1. Blocks with kk tile 0 also sum the
  * dE tiles' columns (db1), in double, parked as hi/lo pairs in partb [splits][2][C]. */
 constexpr int DW_BO = 128, DW_BN = 128, DW_BK = 8, DW_THREADS = 256, DW_LD = 132;
 

@@ -355,6 +355,18 @@ extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {
     return tflops;
 }
 
+extern "C" double gpu_dense_bf16_peak_tflops(const GpuCtx *g) {
+    /* dense (no sparsity) bf16 tensor-core peaks from the vendors' datasheets, at boost clock */
+    static const struct {
+        const char *name;
+        double tflops;
+    } known[] = {{"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H100", 989.4}, {"H200", 989.4}, {"GH200", 989.4},
+                 {"A100", 312.0},      {"MI300X", 1307.4},  {"MI250", 362.1}, {"L40S", 362.1}, {"B200", 2250.0}};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (strstr(g->name, known[i].name)) return known[i].tflops;
+    return 0;
+}
+
 /* ---- timing --------------------------------------------------------------------------------------------- */
 
 extern "C" void *gpu_timer_start(GpuCtx *g) {

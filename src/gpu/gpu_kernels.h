@@ -74,8 +74,8 @@ void gk_moe_combine(GkStream s, float *out, const float *y, const float *gate, c
                     const int32_t *choice, int rows, int n, int D, int E);
 void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout, const float *y, const float *gate,
                           const int32_t *sorted, int n_routed, int D);
-void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, int I);
-void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, int I);
+void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, int inter);
+void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, int inter);
 
 /* ---- CCA pre-processing (gpu_cca.cu) ---- */
 /* M [B*(T+k1-1), C] is the depthwise output in the CPU layout (k1-1 zero rows ahead of each sequence). */

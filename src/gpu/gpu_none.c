@@ -71,3 +71,6 @@ int gpu_trainer_eval_loss(GpuTrainer *gt, const int32_t *inputs, const int32_t *
 }
 int gpu_trainer_to_host(GpuTrainer *gt, Model *m, Optimizer *opt, ZyErr *err) { return zy_fail(err, NO_GPU); }
 size_t gpu_trainer_memory_used(GpuTrainer *gt) { return 0; }
+int gpu_trainer_sync(GpuTrainer *gt, ZyErr *err) { return zy_fail(err, NO_GPU); }
+GpuModel *gpu_trainer_model(GpuTrainer *gt) { return NULL; }
+double gpu_dense_bf16_peak_tflops(const GpuCtx *g) { return 0; }

@@ -155,3 +155,7 @@ size_t gpu_trainer_memory_used(GpuTrainer *gt) {
     size_t used = 0, total = 0;
     return gpu_memory_used(gt->g, &used, &total) ? 0 : used;
 }
+
+int gpu_trainer_sync(GpuTrainer *gt, ZyErr *err) { return gpu_sync(gt->g, "a training step", err); }
+
+GpuModel *gpu_trainer_model(GpuTrainer *gt) { return gt->model; }

@@ -52,5 +52,9 @@ int gpu_trainer_eval_loss(GpuTrainer *gt, const int32_t *inputs, const int32_t *
 int gpu_trainer_to_host(GpuTrainer *gt, Model *m, Optimizer *opt, ZyErr *err);
 /* Device memory in use on the GPU (bytes; all processes). */
 size_t gpu_trainer_memory_used(GpuTrainer *gt);
+/* Waits for the GPU's queued work (timing); reports a fault. */
+int gpu_trainer_sync(GpuTrainer *gt, ZyErr *err);
+/* The model on this GPU (forward, loss, logits), e.g. for evaluation. */
+struct GpuModel *gpu_trainer_model(GpuTrainer *gt);
 
 #endif

@@ -1,0 +1,110 @@
+"""On one GPU, same config, batch and sequence length: bf16 training steps (forward, loss, backward, clipping,
+optimizer) through transformers' ZayaForCausalLM (bf16 autocast, fp32 master weights, fused AdamW; eager and
+torch.compile) and through `zaya bench train --device cuda --precision bf16` (AdamW for the same work, and Muon +
+AdamW, ZAYA's recipe). Each variant runs in its own process; prints a markdown table (median step times) and JSON.
+Usage: python3 bench/vs_pytorch_gpu.py --config configs/bench-gpu.json --batch 4 --seq 2048 [--steps 5]
+       [--no-compile] [--compile-timeout 300]"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZAYA = os.path.join(ROOT, "build", "zaya")
+
+
+def torch_worker(args):
+    import torch
+    from transformers import ZayaConfig, ZayaForCausalLM
+    torch.manual_seed(0)
+    cfg = ZayaConfig.from_json_file(args.config)
+    model = ZayaForCausalLM(cfg).float().cuda().train()
+    step_model = torch.compile(model) if args.worker == "compile" else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    vocab = cfg.vocab_size
+    tokens = torch.randint(0, vocab, (args.batch, args.seq), device="cuda")
+    warmup = args.compile_warmup if args.worker == "compile" else 2
+    times = []
+    for i in range(args.steps + warmup):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = step_model(tokens).logits
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab).float(),
+                                                     tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    step = statistics.median(times)
+    print(json.dumps({"tokens_per_s": args.batch * args.seq / step, "step_s": step,
+                      "gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "device": torch.cuda.get_device_name()}))
+
+
+def run_torch(args, worker, timeout):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--config", args.config, "--batch",
+           str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps), "--compile-warmup",
+           str(args.compile_warmup)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish in {timeout} s"}
+    if out.returncode != 0:
+        last = [l for l in out.stderr.strip().splitlines() if l.strip()][-1:] or ["?"]
+        return {"error": last[0][:200]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_zaya(args, optimizer):
+    cmd = [ZAYA, "bench", "train", "--config", args.config, "--batch", str(args.batch), "--seq", str(args.seq),
+           "--steps", str(args.steps), "--device", "cuda", "--precision", "bf16", "--optimizer", optimizer]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip()[-300:]}
+    sys.stderr.write(out.stdout)
+    r = json.loads(re.search(r"^json\s+(\{.*\})$", out.stdout, re.M).group(1))
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="configs/bench-gpu.json")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--compile-warmup", type=int, default=4)
+    ap.add_argument("--compile-timeout", type=int, default=300)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--worker", choices=["eager", "compile"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        torch_worker(args)
+        return
+    rows = [("zaya, AdamW (same work as PyTorch)", run_zaya(args, "adamw")),
+            ("zaya, Muon + AdamW (ZAYA's recipe)", run_zaya(args, "muon")),
+            ("PyTorch eager (bf16 autocast, fused AdamW)", run_torch(args, "eager", 600))]
+    if not args.no_compile:
+        rows.append(("PyTorch torch.compile", run_torch(args, "compile", args.compile_timeout)))
+    base = rows[0][1].get("tokens_per_s")
+    print(f"\n{args.config}, batch {args.batch} x {args.seq}, bf16, median of {args.steps} steps\n")
+    print("| run | tokens/s | step (s) | zaya AdamW vs this | MFU (dense bf16) | peak GPU memory (GiB) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in rows:
+        if "error" in r:
+            print(f"| {name} | failed: {r['error']} | | | | |")
+            continue
+        ratio = f"{base / r['tokens_per_s']:.2f}x" if base else ""
+        mfu = f"{100 * r['mfu_dense']:.1f}%" if "mfu_dense" in r else ""
+        print(f"| {name} | {r['tokens_per_s']:.0f} | {r['step_s']:.3f} | {ratio} | {mfu} | {r['gpu_mem_gib']:.1f} |")
+    print("\njson " + json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
