@@ -48,6 +48,14 @@ for t in tests/oracle/test_*.py; do
     run_suite "$(basename "$t" .py)" python3 "$t"
 done
 
+# GPU suites (make test-gpu) need an NVIDIA GPU: here the CUDA sources were compiled (make all) and the GPU test
+# binary linked, but nothing runs on a GPU.
+if [ -x build/zaya_gpu_tests ]; then
+    echo "GPU tests skipped: no GPU in this run (CUDA sources compiled into build/zaya and build/zaya_gpu_tests; run make test-gpu on a GPU machine)"
+else
+    echo "GPU tests skipped: built without GPU support (no nvcc, or CUDA=0)"
+fi
+
 echo
 echo "${total_pass} passed, ${total_fail} failed"
 [ "$total_fail" -eq 0 ]

@@ -67,6 +67,23 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
             goto done;
         if (s >= 0) times[s] = zy_now_seconds() - t0, fb[s] = t1 - t0;
     }
+    /* where the time goes: two more steps with the queue drained at every phase boundary (slower, so apart) */
+    double phase[MODEL_PHASES] = {0}, t_opt = 0, t_all = 0;
+    gpu_model_set_timing(gpu_trainer_model(gt), phase);
+    for (int s = 0; s < 2; s++) {
+        double loss, sumsq, t0 = zy_now_seconds();
+        gpu_trainer_begin(gt);
+        routing_counts_reset(&routes);
+        if (gpu_trainer_micro(gt, tokens, targets, &routes, err) || gpu_trainer_sync(gt, err)) goto done;
+        double t1 = zy_now_seconds();
+        if (gpu_trainer_reduce(gt, m, &solo, bounds, NULL, 1, 0, &loss, &sumsq, err) ||
+            gpu_trainer_apply(gt, m, &solo, bounds, clip_coefficient(1.0, sqrt(sumsq)), 1e-3, err) ||
+            gpu_trainer_sync(gt, err))
+            goto done;
+        t_opt += zy_now_seconds() - t1;
+        t_all += zy_now_seconds() - t0;
+    }
+    gpu_model_set_timing(gpu_trainer_model(gt), NULL);
     const double median = median_of(times, steps), fb_median = median_of(fb, steps);
     const double tps = (double)B * T / median, flops = model_train_flops_per_token(cfg, T);
     const double dense = gpu_dense_bf16_peak_tflops(g);
@@ -91,6 +108,16 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
            (double)B * T / fb_median, median - fb_median);
     printf("peak memory  %.1f GiB on the GPU (device total in use: weights, gradients, optimizer state, activations)\n",
            gpu_trainer_memory_used(gt) / 1073741824.0);
+    static const char *names[MODEL_PHASES] = {"attention", "router", "experts", "norms", "head+loss"};
+    double accounted = t_opt;
+    printf("breakdown    (2 steps with the GPU queue drained at each phase boundary: %.4f s/step)\n", t_all / 2);
+    for (int k = 0; k < MODEL_PHASES; k++) {
+        printf("  %-11s %6.1f%%  %8.4f s/step\n", names[k], 100 * phase[k] / t_all, phase[k] / 2);
+        accounted += phase[k];
+    }
+    printf("  %-11s %6.1f%%  %8.4f s/step\n", "optimizer", 100 * t_opt / t_all, t_opt / 2);
+    printf("  %-11s %6.1f%%  %8.4f s/step   (routing statistics to the host, token upload)\n", "other",
+           100 * (t_all - accounted) / t_all, (t_all - accounted) / 2);
     printf("json         {\"device\": \"cuda\", \"tokens_per_s\": %.1f, \"step_s\": %.5f, \"mfu_dense\": %.4f, "
            "\"mfu_cublas\": %.4f, \"gpu_mem_gib\": %.2f}\n",
            tps, median, dense > 0 ? tps * flops / (dense * 1e12) : 0, tps * flops / (probe16 * 1e12),

@@ -6,9 +6,11 @@
 #include "args.h"
 #include "commands.h"
 #include "config.h"
+#include "gpu/gpu_model.h"
 #include "model.h"
 #include "model_io.h"
 #include "npy.h"
+#include "runconfig.h"
 #include "safetensors.h"
 
 static int wants_help(int argc, char **argv) {
@@ -85,17 +87,61 @@ static int write_grads(const Model *m, const Activations *a, const char *path, Z
     return rc;
 }
 
+/* zaya forward --device cuda: the same outputs from the GPU model (gpu_model.h), fp32. Returns 0 or 1. */
+static int forward_gpu(Model *m, int gpu_index, const int32_t *tokens, int B, int T, const char *logits_out,
+                       const char *grads_out, ZyErr *err) {
+    const size_t N = (size_t)B * T, V = (size_t)m->cfg.vocab_size;
+    const int L = m->cfg.num_layers;
+    GpuModel *gm = NULL;
+    int rc = 1;
+    int32_t *targets = malloc(N * sizeof *targets), *choice = calloc(N * (size_t)L, sizeof *choice);
+    float *logits = logits_out ? malloc(N * V * sizeof *logits) : NULL;
+    LayerActs *layers = calloc((size_t)L, sizeof *layers);
+    if (!targets || !choice || (logits_out && !logits) || !layers) {
+        zy_fail(err, "out of memory");
+        goto done;
+    }
+    make_next_token_targets(targets, tokens, B, T);
+    double loss = 0;
+    if (gpu_model_create(&gm, m, gpu_index, B, T, 0, grads_out != NULL, err) || gpu_model_forward(gm, tokens, err))
+        goto done;
+    if (grads_out) {
+        if (gpu_model_backward(gm, targets, err) || gpu_model_download_grads(gm, m, err)) goto done;
+        for (int l = 0; cfg_router_classes(&m->cfg) && l < L; l++)
+            if (gpu_model_routing(gm, l, choice + (size_t)l * N, NULL, NULL, err)) goto done;
+        /* the dense variant routes every row to its one MLP (expert 0), as the CPU writes it */
+        for (int l = 0; l < L; l++) layers[l].choice = choice + (size_t)l * N;
+        Activations a = {.B = B, .T = T, .layers = layers};
+        if (write_grads(m, &a, grads_out, err)) goto done;
+    } else if (gpu_model_loss(gm, targets, err)) {
+        goto done;
+    }
+    if (gpu_model_take_loss(gm, &loss, err)) goto done;
+    if (logits_out) {
+        int64_t lshape[3] = {B, T, (int64_t)V};
+        if (gpu_model_logits(gm, logits, err) || npy_write(logits_out, ZY_DT_F32, logits, 3, lshape, err)) goto done;
+    }
+    printf("loss %#.10g\n", loss);
+    rc = 0;
+done:
+    gpu_model_free(gm);
+    free(targets), free(choice), free(logits), free(layers);
+    return rc;
+}
+
 int cmd_forward(int argc, char **argv) {
-    const char *model_dir = NULL, *tokens_path = NULL, *logits_out = NULL, *grads_out = NULL;
+    const char *model_dir = NULL, *tokens_path = NULL, *logits_out = NULL, *grads_out = NULL, *device = "cpu";
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
         {"--tokens", ARG_STRING, 1, &tokens_path, "token ids, .npy int32/int64 [B, T]", 0},
         {"--logits-out", ARG_STRING, 0, &logits_out, "write float32 logits [B, T, V] as .npy", 0},
         {"--grads-out", ARG_STRING, 0, &grads_out, "write float32 gradients + routing as .safetensors", 0},
+        {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (fp32 on the GPU, no TF32)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
-        args_usage("forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors]", specs, n);
+        args_usage("forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors] [--device cuda]",
+                   specs, n);
         return 0;
     }
     ZyErr err = {{0}};
@@ -104,7 +150,12 @@ int cmd_forward(int argc, char **argv) {
     int32_t *tokens = NULL, *targets = NULL;
     int ndim, rc = 1, have_model = 0, have_acts = 0;
     int64_t shape[ZY_MAX_DIMS];
+    int gpu = 0, gpu_index = -1;
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "forward", &err)) goto fail;
+    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
+        zy_wrap(&err, "forward: --device");
+        goto fail;
+    }
     if (model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
     if (npy_read_tokens(tokens_path, &tokens, &ndim, shape, &err)) goto fail;
@@ -123,6 +174,10 @@ int cmd_forward(int argc, char **argv) {
     const int B = (int)shape[0], T = (int)shape[1];
     if (model_check_tokens(&m, tokens, B, T, &err)) {
         zy_wrap(&err, "%s", tokens_path);
+        goto fail;
+    }
+    if (gpu) {
+        rc = forward_gpu(&m, gpu_index, tokens, B, T, logits_out, grads_out, &err);
         goto fail;
     }
     if (acts_create(&a, &m.cfg, B, T, &err)) goto fail;

@@ -38,7 +38,25 @@ struct GpuModel {
     char device_line[400];
     ZyErr err;             /* the first failure inside a pass (products report errors; kernels do not) */
     int failed;
+    double *tm;            /* per-phase seconds (gpu_model_set_timing), NULL: off */
 };
+
+/* Phase timing (zaya bench train's breakdown): the queue is drained at each phase boundary, so it costs speed and is
+ * off in training. */
+static double tick(GpuModel *gm) {
+    if (!gm->tm) return 0;
+    ZyErr ignore;
+    gpu_sync(&gm->g, "phase timing", &ignore);
+    return zy_now_seconds();
+}
+static void tock(GpuModel *gm, ModelPhase phase, double *t0) {
+    if (!gm->tm) return;
+    double now = tick(gm);
+    gm->tm[phase] += now - *t0;
+    *t0 = now;
+}
+
+void gpu_model_set_timing(GpuModel *gm, double *phase_seconds) { gm->tm = phase_seconds; }
 
 /* ---- products ------------------------------------------------------------------------------------------- */
 
@@ -301,6 +319,7 @@ static void moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
     GkStream s = gm->g.stream;
     const int N = gm->a.B * gm->a.T, D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
     const int classes = cfg_router_classes(c);
+    double t0 = tick(gm);
     if (c->moe == ZY_MOE_DENSE) { /* dense variant: every row to the one MLP with gate 1 */
         gk_route_all_to_one(s, L->choice, L->gate, N);
     } else if (c->router == ZY_ROUTER_MLP) {
@@ -320,6 +339,7 @@ static void moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
         gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
                                  classes);
     }
+    tock(gm, PHASE_ROUTER, &t0);
     /* dropless top-1 experts: rows sorted by expert on the device, one product per expert, gate-scaled scatter */
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts;
     gk_group_by_expert(s, L->expert_offset, L->sorted_rows, L->choice, N, E);
@@ -338,6 +358,7 @@ static void moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
         if (ne) mm_wt(gm, ne, D, I, L->expert_act + (size_t)r0 * I, I, wd, bf16_of(gm, wd), L->expert_out + (size_t)r0 * D, D);
     }
     gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, n, D, E);
+    tock(gm, PHASE_EXPERTS, &t0);
 }
 
 int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
@@ -354,6 +375,7 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
     }
     memcpy(gm->h_tokens, tokens, (size_t)N * sizeof *tokens);
     gpu_upload_async(&gm->g, a->tokens, gm->h_tokens, (size_t)N * sizeof *tokens);
+    double t0 = tick(gm);
     /* x = (Emb[tokens] + b_in) ⊙ s_in; u = RMSNorm(x) */
     gk_embed_forward(s, a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D);
     gk_rmsnorm_forward(s, a->layers[0].u_attn, a->layers[0].rstd_attn, a->layers[0].x_in, w->layers[0].input_norm, N,
@@ -364,12 +386,15 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
         LayerActs *L = &a->layers[l];
         const int last = l + 1 == c->num_layers;
         /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr; u = RMSNorm(x) */
+        tock(gm, PHASE_NORMS, &t0);
         if (c->attention == ZY_ATTN_CCA)
             cca_forward(gm, W, L);
         else
             mha_forward(gm, W, L);
+        tock(gm, PHASE_ATTENTION, &t0);
         gk_merge_rmsnorm_forward(s, L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
                                  W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps);
+        tock(gm, PHASE_NORMS, &t0);
         /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
         moe_forward(gm, l, W, L, r_prev);
         float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
@@ -380,8 +405,10 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
                                  W->mlp_rb, w_next, N, D, c->rms_norm_eps);
         r_prev = L->router_z;
     }
+    tock(gm, PHASE_NORMS, &t0);
     /* logits = RMSNorm(x; w_final) · headᵀ */
     mm_wt(gm, N, c->vocab_size, D, a->final_normed, D, w->lm_head, bf16_of(gm, w->lm_head), a->logits, c->vocab_size);
+    tock(gm, PHASE_HEAD, &t0);
     if (gm->failed) {
         *err = gm->err;
         return -1;
@@ -445,6 +472,7 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts, K = cfg_router_classes(c);
     const int32_t *off = gm->h_off + (size_t)l * (c->num_experts + 1);
     const int n_routed = off[E];
+    double t0 = tick(gm);
     /* out = gate ⊙ y: dgate and dy in one pass over the routed rows */
     zero(gm, d->d_gate, N);
     gk_moe_gate_backward(s, d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, D);
@@ -472,6 +500,7 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
         mm(gm, 0, 0, N, D, R, dz, R, W->router_down_w, bf16_of(gm, W->router_down_w), D, 0, d->d_u, D);
         mm(gm, 1, 0, R, D, N, dz, R, L->u_mlp, NULL, D, 1, G->router_down_w, D);
     }
+    tock(gm, PHASE_ROUTER, &t0);
     /* experts: per-expert products, SwiGLU backward, scatter-add of dxin into d_u */
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
@@ -493,6 +522,7 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
            G->expert_gate_up + (size_t)e * 2 * I * D, D);
     }
     gk_scatter_add_rows(s, d->d_u, d->d_expert_in, L->sorted_rows, n_routed, D);
+    tock(gm, PHASE_EXPERTS, &t0);
 }
 
 /* dx += dy W (the input gradient) and dW += dyᵀ x: a linear layer y = x Wᵀ's backward. */
@@ -580,10 +610,12 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
     BackwardScratch *d = &a->d;
     if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
     gm->failed = 0;
+    double t0 = tick(gm);
     /* loss and head: d_final = d_logits · head */
     if (loss_pass(gm, targets, d->d_logits, err)) return -1;
     mm(gm, 0, 0, N, D, V, d->d_logits, V, w->lm_head, bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
     mm(gm, 1, 0, V, D, N, d->d_logits, V, a->final_normed, NULL, D, 1, g->lm_head, D);
+    tock(gm, PHASE_HEAD, &t0);
     const int Last = c->num_layers - 1;
     zero(gm, d->d_x, (size_t)N * D);
     {
@@ -602,7 +634,9 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
         LayerWeights *G = &g->layers[l];
         LayerActs *L = &a->layers[l];
         const float *r_prev = l > 0 ? a->layers[l - 1].router_z : NULL;
+        tock(gm, PHASE_NORMS, &t0);
         moe_backward(gm, l, W, G, L, r_prev, dz, dz_prev);
+        t0 = tick(gm);
         float *t = dz;
         dz = dz_prev;
         dz_prev = t;
@@ -610,10 +644,12 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
                                   d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs,
                                   W->attn_hb, W->attn_rs, W->attn_rb, N, D);
         zero(gm, d->d_u, (size_t)N * D);
+        tock(gm, PHASE_NORMS, &t0);
         if (c->attention == ZY_ATTN_CCA)
             cca_backward(gm, W, G, L);
         else
             mha_backward(gm, W, G, L);
+        tock(gm, PHASE_ATTENTION, &t0);
         if (l > 0) {
             const LayerWeights *Wp = &w->layers[l - 1];
             LayerWeights *Gp = &g->layers[l - 1];
@@ -631,6 +667,7 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
     gpu_upload_async(&gm->g, gm->plan, gm->h_plan, (size_t)(3 * N + 1) * sizeof(int32_t));
     gk_embed_backward(s, g->embed, g->in_bias, g->in_scale, d->d_x, w->embed, a->tokens, w->in_bias, w->in_scale, N, D,
                       c->pad_token_id, gm->plan, gm->plan + N, gm->plan + 2 * N + 1, gm->n_uniq);
+    tock(gm, PHASE_NORMS, &t0);
     if (gm->failed) {
         *err = gm->err;
         return -1;

@@ -53,6 +53,9 @@ void *gpu_model_ctx(GpuModel *gm); /* the GpuCtx (gpu.h) */
 /* Device memory this model holds (bytes). */
 size_t gpu_model_bytes(const GpuModel *gm);
 
+/* Per-phase seconds (ModelPhase, model.h) of every later pass are added to phase_seconds (NULL: off). Drains the
+ * GPU's queue at each phase boundary: for zaya bench train's breakdown, not for training. */
+void gpu_model_set_timing(GpuModel *gm, double *phase_seconds);
 /* Re-sizes the activations for batches [B, T] (a curriculum phase boundary); nothing happens when unchanged. */
 int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err);
 

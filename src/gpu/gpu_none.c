@@ -74,3 +74,4 @@ size_t gpu_trainer_memory_used(GpuTrainer *gt) { return 0; }
 int gpu_trainer_sync(GpuTrainer *gt, ZyErr *err) { return zy_fail(err, NO_GPU); }
 GpuModel *gpu_trainer_model(GpuTrainer *gt) { return NULL; }
 double gpu_dense_bf16_peak_tflops(const GpuCtx *g) { return 0; }
+void gpu_model_set_timing(GpuModel *gm, double *phase_seconds) {}

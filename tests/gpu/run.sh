@@ -5,6 +5,7 @@
 #                  (fp32) vs the CPU path on ZAYA1 and every research variant
 #   training       50 bf16 steps of the demo model on the GPU tracking the CPU's loss curve; a GPU checkpoint resumed
 #                  on the CPU and a CPU checkpoint on the GPU; an interrupted GPU run resumed bit for bit
+#   oracle         zaya forward --device cuda against transformers' ZayaForCausalLM (tests/oracle/test_oracle.py)
 #   sanitizer      compute-sanitizer memcheck over a short GPU training run (when compute-sanitizer is installed)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -76,6 +77,18 @@ check "GPU→CPU run tracks the CPU's curve" python3 tests/gpu/compare_runs.py c
 check "CPU→GPU run tracks the CPU's curve" python3 tests/gpu/compare_runs.py curve "$W/cpu" "$W/cpu-to-gpu"
 check "first 25 steps of GPU→CPU equal the GPU run's" python3 tests/gpu/compare_runs.py prefix "$W/gpu" "$W/gpu-to-cpu" 25
 suite_line gpu-training "$pass" "$fail"
+
+echo "=== suite: gpu oracle (zaya forward --device cuda vs transformers' ZayaForCausalLM)"
+if python3 -c "from transformers import ZayaForCausalLM" >/dev/null 2>&1; then
+    ZAYA_BIN=tests/gpu/zaya_on_gpu.sh python3 tests/oracle/test_oracle.py 2>&1 | tee "$W/oracle.log"
+    line=$(grep -E '^[a-z_-]+: [0-9]+ passed, [0-9]+ failed' "$W/oracle.log" | tail -n 1)
+    if [ -z "$line" ]; then suite_line gpu-oracle 0 1; else
+        p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+        suite_line gpu-oracle "$p" "$f"
+    fi
+else
+    echo "gpu-oracle: skipped (transformers with ZayaForCausalLM not importable: make deps, or carry a wheel)"
+fi
 
 if command -v compute-sanitizer >/dev/null 2>&1; then
     echo "=== suite: gpu sanitizer"
