@@ -70,9 +70,10 @@ extern "C" int gpu_compiled(void) { return 1; }
 static int pick_device(int device, ZyErr *err) {
     int count = 0;
     gpuError_t e = gpuGetDeviceCount(&count);
-    if (e != gpuSuccess || count == 0)
-        return zy_fail(err, "--device cuda: no usable GPU (%s)",
-                       e != gpuSuccess ? gpuGetErrorString(e) : "the driver sees no device");
+    if (e == gpuErrorNoDevice || e == gpuErrorInsufficientDriver || (e == gpuSuccess && count == 0))
+        return zy_fail(err, "--device cuda: no GPU on this machine (no device, or no driver new enough for this "
+                       "build: %s)", e != gpuSuccess ? gpuGetErrorString(e) : "the driver sees no device");
+    if (e != gpuSuccess) return zy_fail(err, "--device cuda: no usable GPU (%s)", gpuGetErrorString(e));
     if (device >= 0) {
         if (device >= count) return zy_fail(err, "GPU %d requested, this machine has %d", device, count);
         return device;

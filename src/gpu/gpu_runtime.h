@@ -9,6 +9,8 @@
 #include <hip/hip_bf16.h>
 #define gpuError_t hipError_t
 #define gpuSuccess hipSuccess
+#define gpuErrorNoDevice hipErrorNoDevice
+#define gpuErrorInsufficientDriver hipErrorInsufficientDriver
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetLastError hipGetLastError
 #define gpuStream_t hipStream_t
@@ -47,6 +49,8 @@ typedef __hip_bfloat16 gpu_bf16;
 #include <cuda_bf16.h>
 #define gpuError_t cudaError_t
 #define gpuSuccess cudaSuccess
+#define gpuErrorNoDevice cudaErrorNoDevice
+#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
 #define gpuGetErrorString cudaGetErrorString
 #define gpuGetLastError cudaGetLastError
 #define gpuStream_t cudaStream_t

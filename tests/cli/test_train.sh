@@ -111,6 +111,23 @@ expect_fail "mixture names an unknown dataset" "no such dataset" \
 expect_fail "seq_len beyond max_position_embeddings" "max_position_embeddings" \
     $ZAYA train "$W/run.json" --override phases.1.seq_len=512 --override out_dir="$W/x5"
 expect_fail "unknown CLI flag" "unknown or incomplete option" $ZAYA train "$W/run.json" --resum
+expect_fail "unknown device" 'key "device": unknown device "tpu"' \
+    $ZAYA train "$W/run.json" --device tpu --override out_dir="$W/x6"
+# --device cuda where there is no GPU (CI): a clear error and nothing written; a resumed CPU run is left as it was
+if ! $ZAYA info | grep -q "^gpu .*device [0-9]"; then
+    before=$(cat "$W/resumed3/checkpoints/latest")
+    expect_fail "--device cuda without a GPU" "device" $ZAYA train "$W/run.json" --device cuda --override out_dir="$W/x7"
+    check "--device cuda without a GPU: no checkpoint written" test ! -e "$W/x7/checkpoints/latest"
+    expect_fail "--device cuda without a GPU, resuming" "device" \
+        $ZAYA train "$W/run.json" --device cuda --override out_dir="$W/resumed3" --resume
+    check "--device cuda without a GPU, resuming: the run's checkpoints untouched" \
+        test "$(cat "$W/resumed3/checkpoints/latest")" = "$before"
+    python3 -c "import numpy as np; np.save('$W/tokens.npy', np.array([[1, 2, 3, 4]], dtype=np.int32))"
+    expect_fail "forward --device cuda without a GPU" "device" \
+        $ZAYA forward --model "$W/straight/final" --tokens "$W/tokens.npy" --device cuda
+    expect_fail "bench train --device cuda without a GPU" "device" \
+        $ZAYA bench train --config "$W/model.json" --device cuda
+fi
 # a corrupt checkpoint: --resume-from refuses it and leaves it as it was (--resume falls back to an older one: below)
 cp -r "$W/resumed3" "$W/corrupt"
 latest=$(cat "$W/corrupt/checkpoints/latest")
