@@ -49,7 +49,12 @@ ifeq ($(CUDA),1)
 GPU_SRC   := $(filter-out src/gpu/gpu_none.c,$(sort $(wildcard src/gpu/*.c)))
 GPU_CU    := $(sort $(wildcard src/gpu/*.cu))
 CFLAGS    += -DZAYA_CUDA=1
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+# NCCL for multi-GPU collectives (src/gpu/gpu_comm.c, plain C against nccl.h and the CUDA runtime's C API): linked
+# when $(CUDA_HOME)/include/nccl.h exists; without it (or NCCL=0) gpu_comm.c builds with -DZAYA_NO_NCCL, several
+# ranks keep the host-staged MPI path and `bench comm --backend nccl` is a clear error.
+NCCL      ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0)
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(filter 1,$(NCCL)),-lnccl) -lcublasLt -lcudart -lstdc++
+$(BUILD)/src/gpu/gpu_comm.o: CFLAGS += -isystem $(CUDA_HOME)/include $(if $(filter 1,$(NCCL)),,-DZAYA_NO_NCCL)
 else
 GPU_SRC   := src/gpu/gpu_none.c
 GPU_CU    :=

@@ -22,6 +22,19 @@ def torch_worker(args):
     from transformers import ZayaConfig, ZayaForCausalLM
     torch.manual_seed(0)
     cfg = ZayaConfig.from_json_file(args.config)
+    if args.worker == "generate":  # bf16 weights, greedy, the cache transformers builds
+        model = ZayaForCausalLM(cfg).to(torch.bfloat16).cuda().eval()
+        prompt = torch.randint(3, cfg.vocab_size, (args.batch, args.decode_context), device="cuda")
+        n = args.decode_tokens
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+        print(json.dumps({"decode_tokens_per_s": args.batch * n / dt, "batch": args.batch}))
+        return
     model = ZayaForCausalLM(cfg).float().cuda().train()
     step_model = torch.compile(model) if args.worker == "compile" else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
@@ -51,7 +64,8 @@ def torch_worker(args):
 def run_torch(args, worker, timeout):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--config", args.config, "--batch",
            str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps), "--compile-warmup",
-           str(args.compile_warmup)]
+           str(args.compile_warmup), "--decode-context", str(args.decode_context), "--decode-tokens",
+           str(args.decode_tokens)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -82,7 +96,10 @@ def main():
     ap.add_argument("--compile-warmup", type=int, default=4)
     ap.add_argument("--compile-timeout", type=int, default=300)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--worker", choices=["eager", "compile"], help=argparse.SUPPRESS)
+    ap.add_argument("--decode-batches", default="1,32", help="decode comparison batch sizes ('' = none)")
+    ap.add_argument("--decode-context", type=int, default=128)
+    ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--worker", choices=["eager", "compile", "generate"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         torch_worker(args)
@@ -103,7 +120,28 @@ def main():
         ratio = f"{base / r['tokens_per_s']:.2f}x" if base else ""
         mfu = f"{100 * r['mfu_dense']:.1f}%" if "mfu_dense" in r else ""
         print(f"| {name} | {r['tokens_per_s']:.0f} | {r['step_s']:.3f} | {ratio} | {mfu} | {r['gpu_mem_gib']:.1f} |")
-    print("\njson " + json.dumps(rows))
+    decode = []
+    for b in [int(x) for x in args.decode_batches.split(",") if x]:
+        out = subprocess.run([ZAYA, "bench", "decode", "--config", args.config, "--device", "cuda", "--dtype", "bf16",
+                              "--batch", str(b), "--context", str(args.decode_context), "--tokens",
+                              str(args.decode_tokens)], capture_output=True, text=True)
+        z = (json.loads(re.search(r"^json\s+(\{.*\})$", out.stdout, re.M).group(1)) if out.returncode == 0
+             else {"error": out.stderr.strip()[-200:]})
+        sys.stderr.write(out.stdout)
+        targs = argparse.Namespace(**vars(args))
+        targs.batch = b
+        t = run_torch(targs, "generate", 600)
+        decode.append((b, z, t))
+    if decode:
+        print(f"\ndecode: {args.decode_context}-token context, {args.decode_tokens} new tokens per sequence, greedy, "
+              "bf16 weights\n")
+        print("| batch | zaya tokens/s | transformers `generate` tokens/s | zaya vs generate |")
+        print("|---:|---:|---:|---:|")
+        for b, z, t in decode:
+            zt, tt = z.get("decode_tokens_per_s"), t.get("decode_tokens_per_s")
+            ratio = f"{zt / tt:.2f}x" if zt and tt else ""
+            print(f"| {b} | {zt if zt else z.get('error')} | {tt if tt else t.get('error')} | {ratio} |")
+    print("\njson " + json.dumps({"train": rows, "decode": decode}))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #include "bench_comm.h"
 
+#include "gpu/gpu_comm.h"
 #include "report.h"
 
 #include <cjson/cJSON.h>
@@ -15,6 +16,19 @@ static const char *const op_names[BC_N_OPS] = {"all_reduce", "reduce_scatter", "
 const char *bc_op_name(BcOp op) { return (unsigned)op < BC_N_OPS ? op_names[op] : "?"; }
 const char *bc_type_name(BcType t) { return t == BC_BF16 ? "bf16" : "float"; }
 size_t bc_type_size(BcType t) { return t == BC_BF16 ? 2 : 4; }
+const char *bc_backend_name(BcBackend b) { return b == BC_NCCL ? "nccl" : "mpi"; }
+
+int bc_parse_backend(const char *s, BcBackend *backend, ZyErr *err) {
+    if (strcmp(s, "mpi") == 0 || strcmp(s, "MPI") == 0) {
+        *backend = BC_MPI;
+        return 0;
+    }
+    if (strcmp(s, "nccl") == 0 || strcmp(s, "NCCL") == 0) {
+        *backend = BC_NCCL;
+        return 0;
+    }
+    return zy_fail(err, "unknown backend \"%s\" (mpi or nccl)", s);
+}
 static int is_reduction(BcOp op) { return op == BC_ALL_REDUCE || op == BC_REDUCE_SCATTER; }
 /* reduce_scatter, all_gather and alltoall move n blocks of `count` elements */
 static int is_blocked(BcOp op) { return op == BC_REDUCE_SCATTER || op == BC_ALL_GATHER || op == BC_ALLTOALL; }
@@ -209,17 +223,19 @@ static void fill(BcOp op, int inplace, BcType t, int rank, int n, int root, size
     }
 }
 
+/* res_off: where the result starts in recv, in elements (0, but NCCL's in-place reduce_scatter leaves the rank's
+ * block at rank·c). */
 static int64_t count_wrong(BcOp op, int inplace, BcType t, int rank, int n, int root, size_t c, const void *send,
-                           const void *recv) {
+                           const void *recv, size_t res_off) {
     const void *res = recv;
     size_t len = c;
     if (op == BC_ALL_GATHER || op == BC_ALLTOALL) len = (size_t)n * c;
-    if (op == BC_BROADCAST && rank == root && !inplace) res = send; /* the root's data must be left as it was */
+    if (op == BC_BROADCAST && rank == root && !inplace) res = send, res_off = 0; /* the root's data must be left as it was */
     int64_t wrong = 0;
     for (size_t i = 0; i < len; i++) {
         float want = expected_value(op, rank, n, root, c, i);
         if (t == BC_BF16) want = zy_bf16_to_f32(zy_f32_to_bf16(want)); /* exact already; keeps the rule explicit */
-        if (!(load(res, t, i) == want)) wrong++;
+        if (!(load(res, t, res_off + i) == want)) wrong++;
     }
     return wrong;
 }
@@ -330,15 +346,38 @@ static double memcpy_bw(void *dst, const void *src, size_t bytes, int warmup, in
     return t > 0 ? (double)bytes / t / 1e9 : 0;
 }
 
+/* the benchmark's collectives are gpu_comm's, in the same order */
+_Static_assert((int)BC_ALL_REDUCE == (int)GPU_COLL_ALL_REDUCE && (int)BC_REDUCE_SCATTER == (int)GPU_COLL_REDUCE_SCATTER &&
+                   (int)BC_ALL_GATHER == (int)GPU_COLL_ALL_GATHER && (int)BC_BROADCAST == (int)GPU_COLL_BROADCAST &&
+                   (int)BC_ALLTOALL == (int)GPU_COLL_ALLTOALL,
+               "BcOp and GpuCollective must agree");
+
+/* `reps` calls of one collective on the chosen backend; *seconds (may be NULL) the time per call on this rank:
+ * MPI_Wtime around the loop (MPI), GPU events around the loop (NCCL). */
+static int run_calls(const BcConfig *cfg, const Ctx *x, BcOp op, int inplace, size_t count, int reps, double *seconds,
+                     ZyErr *err) {
+    if (cfg->backend == BC_NCCL)
+        return gpu_comm_bench_run(cfg->gpu, (GpuCollective)op, inplace, cfg->type == BC_BF16, count, cfg->root, reps,
+                                  seconds, err);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < reps; i++)
+        if (mpi_check(call(x, op, inplace, count), bc_op_name(op), err)) return -1;
+    if (seconds) *seconds = reps > 0 ? (MPI_Wtime() - t0) / reps : 0;
+    return 0;
+}
+
 int bc_run(const Dist *d, const BcConfig *cfg, FILE *out, BcReport *rep, ZyErr *err) {
     memset(rep, 0, sizeof *rep);
     if (bc_validate(cfg, d->size, err)) return -1;
+    const int nccl = cfg->backend == BC_NCCL;
+    if (nccl && !cfg->gpu) return zy_fail(err, "bench comm --backend nccl: no GPU buffers were opened");
     const int n = d->size, rank = d->rank;
     const size_t elem = bc_type_size(cfg->type);
     int sizes = n_sizes(cfg), n_ops = 0;
     for (int k = 0; k < BC_N_OPS; k++) n_ops += (cfg->ops >> k) & 1;
     Ctx x = {.dt = cfg->type == BC_BF16 ? MPI_UINT16_T : MPI_FLOAT, .sum = MPI_SUM, .rank = rank, .n = n, .root = cfg->root};
-    /* buffers for the largest size, allocated once; every rank agrees that they exist before any collective */
+    /* buffers for the largest size, allocated once (NCCL: the host side that fills and checks the device buffers);
+     * every rank agrees that they exist before any collective */
     x.send = zy_calloc(cfg->max_bytes);
     x.recv = zy_calloc(cfg->max_bytes);
     rep->rows = calloc((size_t)sizes * (size_t)n_ops, sizeof *rep->rows);
@@ -348,24 +387,33 @@ int bc_run(const Dist *d, const BcConfig *cfg, FILE *out, BcReport *rep, ZyErr *
         zy_fail(err, "cannot allocate 2 x %zu bytes of buffers%s", cfg->max_bytes, ok ? " on another rank" : "");
         goto fail;
     }
-    if (cfg->type == BC_BF16 && mpi_check(MPI_Op_create(bf16_sum, 1, &x.sum), "op_create", err)) goto fail;
+    if (!nccl && cfg->type == BC_BF16 && mpi_check(MPI_Op_create(bf16_sum, 1, &x.sum), "op_create", err)) goto fail;
     rep->nranks = n;
     rep->wrong_total = cfg->check ? 0 : -1;
 
-    /* memcpy baseline: rank 0 alone (the others wait), the largest size */
+    /* memcpy baseline: rank 0 alone (the others wait), the largest size; NCCL: a device-to-device copy */
     if (mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier", err)) goto fail;
     if (rank == 0) {
         rep->memcpy_bytes = cfg->max_bytes;
-        rep->memcpy_gbps = memcpy_bw(x.recv, x.send, cfg->max_bytes, cfg->warmup, cfg->iters);
+        rep->memcpy_gbps = nccl ? gpu_comm_bench_memcpy(cfg->gpu, cfg->max_bytes, cfg->warmup, cfg->iters)
+                                : memcpy_bw(x.recv, x.send, cfg->max_bytes, cfg->warmup, cfg->iters);
     }
     if (mpi_check(MPI_Bcast(&rep->memcpy_gbps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD), "broadcast", err)) goto fail;
     rep->memcpy_bytes = cfg->max_bytes;
     if (out) {
-        fprintf(out, "# zaya bench comm: %d rank%s, type %s, sizes %zu..%zu B x%llu, %d iterations after %d warm-ups, "
-                     "check %s\n", n, n == 1 ? "" : "s", bc_type_name(cfg->type), cfg->min_bytes, cfg->max_bytes,
-                (unsigned long long)cfg->factor, cfg->iters, cfg->warmup, cfg->check ? "on" : "off");
-        fprintf(out, "# memcpy baseline (rank 0, %zu B): %.2f GB/s\n", cfg->max_bytes, rep->memcpy_gbps);
-        fprintf(out, "# time: per call, loop time / iterations, max over ranks; algbw = size / time; busbw = algbw x factor\n");
+        if (nccl)
+            fprintf(out, "# zaya bench comm: %d rank%s, backend nccl (%s), type %s, sizes %zu..%zu B x%llu, %d iterations "
+                         "after %d warm-ups, check %s\n", n, n == 1 ? "" : "s", gpu_comm_bench_describe(cfg->gpu),
+                    bc_type_name(cfg->type), cfg->min_bytes, cfg->max_bytes, (unsigned long long)cfg->factor, cfg->iters,
+                    cfg->warmup, cfg->check ? "on" : "off");
+        else
+            fprintf(out, "# zaya bench comm: %d rank%s, type %s, sizes %zu..%zu B x%llu, %d iterations after %d warm-ups, "
+                         "check %s\n", n, n == 1 ? "" : "s", bc_type_name(cfg->type), cfg->min_bytes, cfg->max_bytes,
+                    (unsigned long long)cfg->factor, cfg->iters, cfg->warmup, cfg->check ? "on" : "off");
+        fprintf(out, "# memcpy baseline (rank 0, %s%zu B): %.2f GB/s\n", nccl ? "device to device, " : "", cfg->max_bytes,
+                rep->memcpy_gbps);
+        fprintf(out, "# time: per call, %s / iterations, max over ranks; algbw = size / time; busbw = algbw x factor\n",
+                nccl ? "GPU events around the loop" : "loop time");
         fprintf(out, "#\n");
         print_header(out);
     }
@@ -395,19 +443,26 @@ int bc_run(const Dist *d, const BcConfig *cfg, FILE *out, BcReport *rep, ZyErr *
                 fill(op, p, cfg->type, rank, n, cfg->root, row->count, x.send, x.recv);
                 res->wrong = -1;
                 if (cfg->check) {
-                    if (mpi_check(call(&x, op, p, row->count), bc_op_name(op), err)) goto fail;
-                    int64_t w = count_wrong(op, p, cfg->type, rank, n, cfg->root, row->count, x.send, x.recv), all = 0;
+                    /* NCCL: the host fill goes to the device, the result comes back (the bytes a row uses) */
+                    const size_t span = row->bytes;
+                    if (nccl && (gpu_comm_bench_put(cfg->gpu, 0, x.send, span, err) ||
+                                 gpu_comm_bench_put(cfg->gpu, 1, x.recv, span, err)))
+                        goto fail;
+                    if (run_calls(cfg, &x, op, p, row->count, 1, NULL, err)) goto fail;
+                    if (nccl && (gpu_comm_bench_get(cfg->gpu, 0, x.send, span, err) ||
+                                 gpu_comm_bench_get(cfg->gpu, 1, x.recv, span, err)))
+                        goto fail;
+                    const size_t res_off = nccl && p && op == BC_REDUCE_SCATTER ? (size_t)rank * row->count : 0;
+                    int64_t w = count_wrong(op, p, cfg->type, rank, n, cfg->root, row->count, x.send, x.recv, res_off),
+                            all = 0;
                     if (mpi_check(MPI_Allreduce(&w, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD), "allreduce", err)) goto fail;
                     res->wrong = all;
                     rep->wrong_total += all;
                 }
-                for (int i = 0; i < cfg->warmup; i++)
-                    if (mpi_check(call(&x, op, p, row->count), bc_op_name(op), err)) goto fail;
+                if (run_calls(cfg, &x, op, p, row->count, cfg->warmup, NULL, err)) goto fail;
                 if (mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier", err)) goto fail;
-                double t0 = MPI_Wtime();
-                for (int i = 0; i < cfg->iters; i++)
-                    if (mpi_check(call(&x, op, p, row->count), bc_op_name(op), err)) goto fail;
-                double t = (MPI_Wtime() - t0) / cfg->iters, tmax = 0;
+                double t = 0, tmax = 0;
+                if (run_calls(cfg, &x, op, p, row->count, cfg->iters, &t, err)) goto fail;
                 if (mpi_check(MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "allreduce", err)) goto fail;
                 res->time_us = tmax * 1e6;
                 res->algbw = tmax > 0 ? (double)row->bytes / tmax / 1e9 : 0;
@@ -465,6 +520,8 @@ int bc_write_json(const char *path, const BcConfig *cfg, const BcReport *rep, Zy
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "benchmark", "zaya bench comm");
     cJSON_AddNumberToObject(o, "nranks", rep->nranks);
+    cJSON_AddStringToObject(o, "backend", bc_backend_name(cfg->backend));
+    if (cfg->backend == BC_NCCL && cfg->gpu) cJSON_AddStringToObject(o, "device", gpu_comm_bench_describe(cfg->gpu));
     cJSON_AddStringToObject(o, "type", bc_type_name(cfg->type));
     cJSON_AddNumberToObject(o, "type_bytes", (double)bc_type_size(cfg->type));
     cJSON_AddNumberToObject(o, "min_bytes", (double)cfg->min_bytes);
@@ -473,7 +530,9 @@ int bc_write_json(const char *path, const BcConfig *cfg, const BcReport *rep, Zy
     cJSON_AddNumberToObject(o, "iters", cfg->iters);
     cJSON_AddNumberToObject(o, "warmup_iters", cfg->warmup);
     cJSON_AddBoolToObject(o, "check", cfg->check != 0);
-    cJSON_AddStringToObject(o, "time", "per call: loop time / iters, max over ranks");
+    cJSON_AddStringToObject(o, "time", cfg->backend == BC_NCCL
+                                           ? "per call: GPU events around the loop / iters, max over ranks"
+                                           : "per call: loop time / iters, max over ranks");
     cJSON *m = cJSON_AddObjectToObject(o, "memcpy_baseline");
     cJSON_AddNumberToObject(m, "bytes", (double)rep->memcpy_bytes);
     cJSON_AddNumberToObject(m, "gbps", rep->memcpy_gbps);
@@ -544,8 +603,8 @@ int bc_plot(const char *png_path, const BcConfig *cfg, const BcReport *rep, ZyEr
     }
     static const char *const colors[BC_N_OPS] = {"#4477aa", "#cc3311", "#228833", "#ccbb44", "#aa3377"};
     fprintf(g, "set terminal pngcairo size 1100,600 noenhanced\nset output '%s'\n", png_path);
-    fprintf(g, "set title 'zaya bench comm: %d rank%s, %s, bus bandwidth (nccl-tests convention)'\n", rep->nranks,
-            rep->nranks == 1 ? "" : "s", bc_type_name(cfg->type));
+    fprintf(g, "set title 'zaya bench comm: %d rank%s, %s%s, bus bandwidth (nccl-tests convention)'\n", rep->nranks,
+            rep->nranks == 1 ? "" : "s", cfg->backend == BC_NCCL ? "NCCL on GPUs, " : "", bc_type_name(cfg->type));
     fprintf(g, "set logscale x 2\nset xlabel 'size (bytes; K, M, G = 2^10, 2^20, 2^30)'\nset ylabel 'busbw (GB/s)'\n"
                "set yrange [0:*]\nset grid\nset key outside right top\n");
     /* x tics at the requested sizes (at most ~12 labels) */
@@ -586,8 +645,8 @@ int bc_plot(const char *png_path, const BcConfig *cfg, const BcReport *rep, ZyEr
         fprintf(g, "$data index %d using 1:3 with linespoints lw 2 dt 2 pt 6 ps 0.6 lc rgb '%s' title '%s in-place', ", b,
                 colors[blocks[b]], name);
     }
-    fprintf(g, "%.9g with lines dt 3 lw 1 lc rgb 'gray40' title 'memcpy, rank 0 (%.2f GB/s)'\n", rep->memcpy_gbps,
-            rep->memcpy_gbps);
+    fprintf(g, "%.9g with lines dt 3 lw 1 lc rgb 'gray40' title '%smemcpy, rank 0 (%.2f GB/s)'\n", rep->memcpy_gbps,
+            cfg->backend == BC_NCCL ? "device " : "", rep->memcpy_gbps);
     if (fclose(g) != 0) {
         unlink(script);
         return zy_fail(err, "cannot write the gnuplot script");

@@ -5,7 +5,12 @@
  * all_reduce, reduce_scatter and broadcast, the whole output of all_gather, the whole send (= receive) buffer of
  * alltoall. Each size runs out-of-place and in-place (MPI_IN_PLACE); with checking on, every rank fills its
  * buffers with exactly representable values that depend on rank and index and counts the elements that differ
- * from the exact result (#wrong, summed over ranks). */
+ * from the exact result (#wrong, summed over ranks).
+ *
+ * Two backends: MPI (host buffers, MPI_Wtime; the default) and NCCL (device buffers, one GPU per rank, the NCCL
+ * calls of the same collectives; alltoall as grouped ncclSend/ncclRecv; time from GPU events around the loop, max
+ * over ranks; in-place with nccl-tests' placements: reduce_scatter's block at recv + rank·count). With NCCL the
+ * fill and the check run on the host and travel through the device buffers (gpu_comm.h). */
 #ifndef ZAYA_BENCH_COMM_H
 #define ZAYA_BENCH_COMM_H
 
@@ -18,6 +23,8 @@
 
 typedef enum { BC_ALL_REDUCE, BC_REDUCE_SCATTER, BC_ALL_GATHER, BC_BROADCAST, BC_ALLTOALL, BC_N_OPS } BcOp;
 typedef enum { BC_FLOAT, BC_BF16 } BcType;
+typedef enum { BC_MPI, BC_NCCL } BcBackend;
+struct GpuCommBench; /* gpu/gpu_comm.h */
 
 typedef struct {
     unsigned ops;        /* bit (1u << BcOp) per collective to run */
@@ -27,6 +34,8 @@ typedef struct {
     int iters, warmup;
     int check;           /* fill, run once, count wrong elements */
     int root;            /* broadcast root */
+    BcBackend backend;   /* BC_MPI (the default: zeroed config) or BC_NCCL */
+    struct GpuCommBench *gpu; /* BC_NCCL: the open device buffers and communicator (gpu_comm_bench_open) */
 } BcConfig;
 
 typedef struct {
@@ -60,6 +69,9 @@ const char *bc_op_name(BcOp op);
 int bc_parse_ops(const char *s, unsigned *ops, ZyErr *err);
 int bc_parse_type(const char *s, BcType *type, ZyErr *err);
 const char *bc_type_name(BcType t);
+/* "mpi" or "nccl" */
+int bc_parse_backend(const char *s, BcBackend *backend, ZyErr *err);
+const char *bc_backend_name(BcBackend b);
 size_t bc_type_size(BcType t);
 /* "8", "1K", "64M", "2G" (binary multiples, case-insensitive); > 0. */
 int bc_parse_size(const char *s, size_t *out, ZyErr *err);
@@ -70,7 +82,8 @@ double bc_bus_factor(BcOp op, int nranks);
  * and bf16 (see bench_comm.c). */
 float bc_input_value(BcOp op, int rank, int nranks, size_t i);
 
-/* Runs the benchmark on every rank of d (a collective call: every rank must call it with the same cfg).
+/* Runs the benchmark on every rank of d (a collective call: every rank must call it with the same cfg; BC_NCCL:
+ * cfg->gpu opened with at least max_bytes per buffer).
  * out (rank 0 only, NULL elsewhere) receives the nccl-tests style table, a row at a time. The report's rows are
  * allocated; free with bc_report_free. */
 int bc_run(const Dist *d, const BcConfig *cfg, FILE *out, BcReport *rep, ZyErr *err);

@@ -371,23 +371,23 @@ int model_decode(const Model *m, KVCache *c, const int32_t *tokens, int n, float
 
 /* ---- generation ----------------------------------------------------------------------------------------------- */
 
-int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
-             int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
-             GenerateStats *st, ZyErr *err) {
+int generate_with(const DecodeBackend *be, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+                  int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+                  GenerateStats *st, ZyErr *err) {
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
-    if (c->batch != 1) return zy_fail(err, "generate: the KV cache must hold one sequence (has %d)", c->batch);
-    if (s->V != m->cfg.vocab_size)
-        return zy_fail(err, "generate: sampler built for %d tokens, model has %d", s->V, m->cfg.vocab_size);
+    if (be->batch != 1) return zy_fail(err, "generate: the KV cache must hold one sequence (has %d)", be->batch);
+    if (s->V != be->vocab_size)
+        return zy_fail(err, "generate: sampler built for %d tokens, model has %d", s->V, be->vocab_size);
     if (n_prompt <= 0) return zy_fail(err, "generate: empty prompt");
-    if (n_prompt > c->max_len)
-        return zy_fail(err, "generate: prompt of %d tokens does not fit the %d-token context", n_prompt, c->max_len);
-    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
+    if (n_prompt > be->max_len)
+        return zy_fail(err, "generate: prompt of %d tokens does not fit the %d-token context", n_prompt, be->max_len);
+    float *logits = malloc((size_t)be->vocab_size * sizeof *logits);
     if (!logits) return zy_fail(err, "out of memory");
-    kvcache_reset(c);
+    be->reset(be->ctx);
     int rc = -1;
     double t0 = zy_now_seconds();
-    if (model_decode(m, c, prompt, n_prompt, logits, 1, err)) goto done;
+    if (be->decode(be->ctx, prompt, n_prompt, logits, err)) goto done;
     st->prefill_s = zy_now_seconds() - t0;
     t0 = zy_now_seconds();
     st->stop = GEN_STOP_MAX_TOKENS;
@@ -407,15 +407,36 @@ int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, Zy
             break;
         }
         if (st->n_generated == max_new) break; /* the last token needs no forward */
-        if (c->len >= c->max_len) {
+        if (be->len(be->ctx) >= be->max_len) {
             st->stop = GEN_STOP_CACHE_FULL;
             break;
         }
-        if (model_decode(m, c, &tok, 1, logits, 1, err)) goto done;
+        if (be->decode(be->ctx, &tok, 1, logits, err)) goto done;
     }
     st->decode_s = zy_now_seconds() - t0;
     rc = 0;
 done:
     free(logits);
     return rc;
+}
+
+/* The CPU backend: model_decode on a KVCache. */
+typedef struct {
+    const Model *m;
+    KVCache *c;
+} CpuDecode;
+static void cpu_reset(void *x) { kvcache_reset(((CpuDecode *)x)->c); }
+static int cpu_decode(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
+    CpuDecode *d = x;
+    return model_decode(d->m, d->c, tokens, n, logits, 1, err);
+}
+static int cpu_len(void *x) { return ((CpuDecode *)x)->c->len; }
+
+int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+             int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+             GenerateStats *st, ZyErr *err) {
+    CpuDecode d = {.m = m, .c = c};
+    const DecodeBackend be = {.ctx = &d, .reset = cpu_reset, .decode = cpu_decode, .len = cpu_len,
+                              .batch = c->batch, .max_len = c->max_len, .vocab_size = m->cfg.vocab_size};
+    return generate_with(&be, s, p, rng, prompt, n_prompt, max_new, stop_ids, n_stop, fn, ctx, st, err);
 }

@@ -91,6 +91,21 @@ typedef struct {
 /* Called with each generated token: return 0 to go on, > 0 to stop after this token, < 0 for an error (err filled). */
 typedef int (*GenerateTokenFn)(void *ctx, int32_t token, ZyErr *err);
 
+/* What generation drives, whatever runs it (the CPU cache below, or a GPU's, gpu_decode.h): reset the cache, decode
+ * n tokens of the one sequence writing the last position's logits [V], the cache's length. */
+typedef struct {
+    void *ctx;
+    void (*reset)(void *ctx);
+    int (*decode)(void *ctx, const int32_t *tokens, int n, float *logits, ZyErr *err);
+    int (*len)(void *ctx);
+    int batch, max_len, vocab_size;
+} DecodeBackend;
+
+/* generate() over any backend. */
+int generate_with(const DecodeBackend *be, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+                  int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+                  GenerateStats *st, ZyErr *err);
+
 /* Resets the cache (batch 1), prefills the prompt, then samples up to max_new tokens, feeding each back. Stops
  * after a token in stop_ids (it is reported to fn and counted), at max_new, when fn asks, or when the cache is
  * full. */

@@ -639,7 +639,7 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     }
     if (rc->gpu) { /* the model and optimizer state (fresh or resumed) go to the GPU; the step runs there */
         const int T = rc->phases[runconfig_phase_of(rc, t->step)].seq_len;
-        if (gpu_trainer_create(&t->gpu, &t->model, &t->opt, rc->gpu_index, rc->bf16, rc->micro_batch, T, err))
+        if (gpu_trainer_create(&t->gpu, &t->model, &t->opt, d, rc->gpu_index, rc->bf16, rc->micro_batch, T, err))
             return zy_wrap(err, "%s: \"device\": \"cuda\"", o->run_path);
     }
     return 0;
@@ -667,8 +667,9 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                  r->n_phases, peak, t.dist->size, t.dist->size > 1 ? "s" : "",
                  100.0 * (double)(t.zero_bounds[1] - t.zero_bounds[0]) / (double)t.model.params.total);
     if (t.resume_note[0]) report_event(&t.report, "%s", t.resume_note);
-    if (t.gpu) report_event(&t.report, "device: GPU %s; %s products, fp32 master weights and optimizer state",
-                            gpu_trainer_device(t.gpu), r->bf16 ? "bf16" : "fp32");
+    if (t.gpu) report_event(&t.report, "device: GPU %s; %s products, fp32 master weights and optimizer state; "
+                            "collectives: %s", gpu_trainer_device(t.gpu), r->bf16 ? "bf16" : "fp32",
+                            gpu_trainer_collectives(t.gpu));
     if (t.skips.count) {
         char list[600] = "";
         for (int i = 0; i < t.skips.count && strlen(list) < sizeof list - 48; i++)

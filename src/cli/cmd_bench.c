@@ -9,13 +9,14 @@
 #include "commands.h"
 #include "distributed.h"
 #include "gpu/gpu.h"
+#include "gpu/gpu_comm.h"
 #include "matmul.h"
 #include "runconfig.h"
 
 static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: mpirun -np N zaya bench comm [options]   (run directly: one rank)\n\n"
-            "Times MPI collectives over message sizes, nccl-tests conventions: algbw = size / time,\n"
+            "Times MPI (or NCCL) collectives over message sizes, nccl-tests conventions: algbw = size / time,\n"
             "busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (reduce_scatter, all_gather, alltoall), 1 (broadcast).\n"
             "Each size out-of-place and in-place (MPI_IN_PLACE); time per call averaged over -n calls, max over ranks.\n\n"
             "  -o, --op NAME            all_reduce, reduce_scatter, all_gather, broadcast, alltoall or all (default all)\n"
@@ -27,6 +28,8 @@ static void bench_usage(FILE *f) {
             "  -d, --datatype T         float or bf16 (2-byte; sums round to nearest even bf16 per step) (default float)\n"
             "  -c, --check 0|1          fill with exact values and count wrong result elements (default 1)\n"
             "  -r, --root R             broadcast root (default 0)\n"
+            "      --backend mpi|nccl   mpi: host buffers over MPI (default); nccl: device buffers over NCCL, one GPU\n"
+            "                           per rank, time from GPU events (needs a build with GPU support and NCCL)\n"
             "      --json FILE          write every row as JSON\n"
             "      --plot FILE.png      busbw vs size per collective (gnuplot)\n"
             "  -h, --help\n\n"
@@ -41,7 +44,7 @@ typedef struct {
 
 static const Flag flags[] = {{'o', "--op"},         {'b', "--minbytes"},     {'e', "--maxbytes"}, {'f', "--stepfactor"},
                              {'n', "--iters"},      {'w', "--warmup_iters"}, {'d', "--datatype"}, {'c', "--check"},
-                             {'r', "--root"},       {0, "--json"},           {0, "--plot"}};
+                             {'r', "--root"},       {0, "--json"},           {0, "--plot"},       {0, "--backend"}};
 
 /* An integer in [lo, hi]; the message says what the flag needs. */
 static int parse_int(const char *flag, const char *v, long lo, long hi, long *out, ZyErr *err) {
@@ -127,6 +130,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, ZyErr *err) {
             break;
         default:
             if (strcmp(f->longf, "--json") == 0) a->json = v;
+            else if (strcmp(f->longf, "--backend") == 0) rc = bc_parse_backend(v, &a->cfg.backend, err);
             else a->plot = v;
             break;
         }
@@ -177,10 +181,33 @@ static int bench_comm(int argc, char **argv) {
         dist_finalize(&d);
         return 1;
     }
+    GpuCommBench *gb = NULL;
+    if (a.cfg.backend == BC_NCCL) { /* this rank's GPU, the NCCL communicator, device buffers of -e bytes */
+        int r = gpu_comm_bench_open(&gb, &d, a.cfg.max_bytes, &err);
+        if (r == -3) { /* NCCL's set-up failed here: the others may wait in its bootstrap */
+            fprintf(stderr, "zaya: bench comm (rank %d): %s\n", d.rank, err.msg);
+            dist_abort(&d, 1);
+            dist_finalize(&d);
+            return 1;
+        }
+        if (r) { /* every rank agreed to stop: the ranks that know why say it, nobody is left waiting */
+            if (r == -1) {
+                if (d.size > 1) fprintf(stderr, "zaya: rank %d: %s\n", d.rank, err.msg);
+                else fprintf(stderr, "zaya: %s\n", err.msg);
+                fflush(stderr);
+            }
+            ZyErr ignored;
+            dist_barrier(&d, &ignored);
+            dist_finalize(&d);
+            return 1;
+        }
+        a.cfg.gpu = gb;
+    }
     BcReport rep;
     if (bc_run(&d, &a.cfg, d.rank == 0 ? stdout : NULL, &rep, &err)) {
         fprintf(stderr, "zaya: bench comm (rank %d): %s\n", d.rank, err.msg);
         dist_abort(&d, 1); /* the other ranks may be waiting in a collective */
+        gpu_comm_bench_close(gb);
         dist_finalize(&d);
         return 1;
     }
@@ -200,6 +227,7 @@ static int bench_comm(int argc, char **argv) {
         }
     }
     bc_report_free(&rep);
+    gpu_comm_bench_close(gb); /* NCCL before MPI goes */
     dist_finalize(&d);
     return status;
 }
@@ -263,7 +291,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
         FILE *f = argc < 3 ? stderr : stdout;
         fprintf(f, "usage: zaya bench comm|train|decode|attention|gemm [options]   (zaya bench <name> --help)\n\n"
-                   "  comm     MPI collective benchmarks (all_reduce, reduce_scatter, all_gather, broadcast, alltoall)\n"
+                   "  comm     MPI or NCCL collective benchmarks (all_reduce, reduce_scatter, all_gather, broadcast, alltoall)\n"
                    "  train    full training steps: tokens/s, GFLOP/s, MFU, peak memory, time per phase\n"
                    "  decode   prefill and per-token cached decoding: latency, tokens/s, KV cache size\n"
                    "  attention  reference vs fused flash attention kernels, forward and backward, side by side\n"

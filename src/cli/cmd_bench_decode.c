@@ -12,8 +12,11 @@
 #include "model_stats.h"
 #include "config.h"
 #include "decode.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_decode.h"
 #include "model.h"
 #include "model_io.h"
+#include "runconfig.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -91,9 +94,78 @@ static int compare_with_f32(const Model *m, const Model *m32, const int32_t *ids
     return rel ? 0 : zy_fail(err, "out of memory");
 }
 
+/* The GPU run: batch sequences prefilled with `context` tokens each, then `new_tokens` steps of one token per
+ * sequence, each step's last logits copied to the host as sampling needs them. */
+static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batch, int context, int new_tokens, int bf16,
+                            ZyErr *err) {
+    GpuModel *gm = NULL;
+    GpuKVCache *c = NULL;
+    const int total = context + new_tokens, V = m->cfg.vocab_size;
+    int32_t *ids = malloc((size_t)batch * total * sizeof *ids), *step = malloc((size_t)batch * sizeof *step);
+    float *logits = malloc((size_t)batch * V * sizeof *logits);
+    double *lat = malloc((size_t)new_tokens * sizeof *lat);
+    int rc = -1;
+    if (!ids || !step || !logits || !lat) {
+        zy_fail(err, "out of memory");
+        goto done;
+    }
+    if (gpu_model_create(&gm, m, gpu_index, 1, 1, bf16, 0, err) || gpu_kvcache_create(&c, gm, batch, total, 0, err))
+        goto done;
+    ZyRng rng;
+    zy_rng_seed(&rng, 3);
+    for (long i = 0; i < (long)batch * total; i++) ids[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)V);
+    int32_t *prompt = malloc((size_t)batch * context * sizeof *prompt);
+    if (!prompt) {
+        zy_fail(err, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < batch; b++) memcpy(prompt + (long)b * context, ids + (long)b * total, context * sizeof *ids);
+    int fail = gpu_model_decode(gm, c, prompt, context, logits, 1, err); /* warm-up */
+    gpu_kvcache_reset(c);
+    double t0 = zy_now_seconds();
+    fail = fail || gpu_model_decode(gm, c, prompt, context, logits, 1, err);
+    const double prefill = zy_now_seconds() - t0;
+    free(prompt);
+    if (fail) goto done;
+    for (int i = 0; i < new_tokens; i++) {
+        for (int b = 0; b < batch; b++) step[b] = ids[(long)b * total + context + i];
+        double t = zy_now_seconds();
+        if (gpu_model_decode(gm, c, step, 1, logits, 1, err)) goto done;
+        lat[i] = zy_now_seconds() - t;
+    }
+    double sum = 0;
+    for (int i = 0; i < new_tokens; i++) sum += lat[i];
+    qsort(lat, (size_t)new_tokens, sizeof *lat, cmp_double);
+    const double median = new_tokens % 2 ? lat[new_tokens / 2] : 0.5 * (lat[new_tokens / 2 - 1] + lat[new_tokens / 2]);
+    size_t used = 0, total_mem = 0;
+    gpu_memory_used(gpu_model_ctx(gm), &used, &total_mem);
+    printf("model        %s: %zu parameters\n", label, params_count(&m->params, 0));
+    printf("device       GPU %s; %s products\n", gpu_model_device(gm), bf16 ? "bf16" : "fp32");
+    printf("prefill      %d x %d tokens in %.4f s: %.0f tokens/s\n", batch, context, prefill,
+           (double)batch * context / prefill);
+    printf("decode       %d steps of %d token%s after a %d-token context: median %.3f ms/step (p90 %.3f), %.0f "
+           "tokens/s\n", new_tokens, batch, batch > 1 ? "s" : "", context, 1e3 * median,
+           1e3 * lat[(int)(0.9 * (new_tokens - 1))], (double)batch * new_tokens / sum);
+    printf("weights      %.1f MB of %s matrices read per step (%.1f GB/s at the median step)\n",
+           weight_bytes_per_token(&m->cfg, bf16) / 1e6, bf16 ? "bf16" : "f32",
+           weight_bytes_per_token(&m->cfg, bf16) / median / 1e9);
+    printf("KV cache     %zu bytes per token (fp32 k and v, %d layers); %.2f MB for %d x %d tokens; GPU memory in use "
+           "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg), m->cfg.num_layers,
+           kvcache_bytes_per_token(&m->cfg) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
+    printf("json         {\"device\": \"cuda\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, "
+           "\"prefill_tokens_per_s\": %.1f}\n", batch, (double)batch * new_tokens / sum, 1e3 * median,
+           (double)batch * context / prefill);
+    rc = 0;
+done:
+    gpu_kvcache_free(c);
+    gpu_model_free(gm);
+    free(ids), free(step), free(logits), free(lat);
+    return rc;
+}
+
 int bench_decode(int argc, char **argv) {
-    const char *model_dir = NULL, *config_path = NULL, *dtype = "f32";
-    int context = 128, new_tokens = 128, threads = 0;
+    const char *model_dir = NULL, *config_path = NULL, *dtype = "f32", *device = "cpu";
+    int context = 128, new_tokens = 128, threads = 0, batch = 1;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 0, &model_dir, "model directory (or --config for random weights)", 0},
         {"--config", ARG_STRING, 0, &config_path, "model config.json, initialised at random", 0},
@@ -102,11 +174,14 @@ int bench_decode(int argc, char **argv) {
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
         {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16; bf16 also reports its logits against f32",
          0},
+        {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (bf16: bf16 products on the GPU)", 0},
+        {"--batch", ARG_INT, 0, &batch, "sequences decoded together (GPU only; default 1)", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
             args_usage("bench decode",
-                       "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype f32|bf16]", specs,
+                       "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype f32|bf16 --device cpu|cuda "
+                       "--batch B]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
@@ -127,7 +202,25 @@ int bench_decode(int argc, char **argv) {
         goto done;
     }
     if ((bf16 = model_parse_dtype(dtype, "bench decode: --dtype", &err)) < 0) goto done;
+    int gpu = 0, gpu_index = -1;
+    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
+        zy_wrap(&err, "bench decode: --device");
+        goto done;
+    }
+    if (batch <= 0 || (batch > 1 && !gpu)) {
+        zy_fail(&err, "bench decode: --batch %d: a positive batch, above 1 only with --device cuda", batch);
+        goto done;
+    }
     if (threads > 0) omp_set_num_threads(threads);
+    if (gpu) { /* the fp32 weights go up; the GPU makes its own bf16 copy */
+        if (load_model(&m, model_dir, config_path, 0, &err)) goto done;
+        have_model = 1;
+        if (bench_decode_gpu(model_dir ? model_dir : config_path, &m, gpu_index, batch, context, new_tokens, bf16,
+                             &err))
+            goto done;
+        rc = 0;
+        goto done;
+    }
     if (load_model(&m, model_dir, config_path, bf16, &err)) goto done;
     have_model = 1;
     const double model_mb = resident_mb();

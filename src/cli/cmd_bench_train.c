@@ -49,7 +49,7 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
         return -1;
     }
     if (routing_counts_create(&routes, cfg->num_layers, cfg->num_experts, err) ||
-        gpu_trainer_create(&gt, m, &o, gpu_index, bf16, B, T, err))
+        gpu_trainer_create(&gt, m, &o, NULL, gpu_index, bf16, B, T, err))
         goto done;
     GpuCtx *g = gpu_model_ctx(gpu_trainer_model(gt));
     const Dist solo = {.rank = 0, .size = 1};
@@ -95,8 +95,9 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
     printf("device       GPU %s\n", gpu_trainer_device(gt));
     printf("batch        %d x %d tokens, %d timed steps after %d warm-up, optimizer %s\n", B, T, steps, warmup,
            oc->adamw_only ? "AdamW" : "Muon + AdamW");
-    printf("precision    %s\n", bf16 ? "bf16 products (cuBLASLt, fp32 accumulation); fp32 master weights, optimizer "
-                                       "state, norms, softmax statistics, attention and loss"
+    printf("precision    %s\n", bf16 ? "bf16 products (cuBLASLt, fp32 accumulation) and tensor-core attention (head "
+                                       "dim 64/128); fp32 master weights, optimizer state, norms, softmax statistics "
+                                       "and loss"
                                      : "fp32 throughout (no TF32)");
     printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
     printf("throughput   %.0f tokens/s, %.1f TFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,

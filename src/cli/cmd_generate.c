@@ -9,8 +9,10 @@
 #include "commands.h"
 #include "decode.h"
 #include "eval.h"
+#include "gpu/gpu_decode.h"
 #include "model.h"
 #include "model_io.h"
+#include "runconfig.h"
 #include "sampling.h"
 #include "tokenizer.h"
 
@@ -91,7 +93,7 @@ static const char *stop_reason(GenStop s) {
     return "max tokens";
 }
 
-static void print_stats(const GenerateStats *st, const KVCache *c, const ZayaConfig *cfg) {
+static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len, const ZayaConfig *cfg) {
     fprintf(stderr, "prompt tokens     %d\n", st->n_prompt);
     fprintf(stderr, "generated tokens  %d (stopped: %s)\n", st->n_generated, stop_reason(st->stop));
     fprintf(stderr, "prefill           %.4f s (%.1f tokens/s)\n", st->prefill_s,
@@ -101,12 +103,12 @@ static void print_stats(const GenerateStats *st, const KVCache *c, const ZayaCon
             steps, st->decode_s);
     fprintf(stderr, "KV cache          %zu bytes per token (k+v, %d layers), %zu bytes in all for %d tokens "
                     "(with the conv/value state)\n",
-            kvcache_bytes_per_token(cfg), cfg->num_layers, c->cache_bytes, c->max_len);
+            kvcache_bytes_per_token(cfg), cfg->num_layers, cache_bytes, max_len);
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *dtype = "f32";
-    int max_tokens = 128, top_k = 0, ids_mode = 0, bf16 = 0;
+    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *dtype = "f32", *device = "cpu";
+    int max_tokens = 128, top_k = 0, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 0;
     ArgSpec specs[] = {
@@ -120,19 +122,22 @@ int cmd_generate(int argc, char **argv) {
         {"--seed", ARG_U64, 0, &seed, "sampling seed (default 0)", 0},
         {"--ids", ARG_SWITCH, 0, &ids_mode, "token ids in and out, no tokenizer (no bos is added)", 0},
         {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding)", 0},
+        {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (on a GPU, --dtype bf16 = bf16 products)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             args_usage("generate",
                        "--model DIR (--tokenizer T | --ids) --prompt TEXT [--max-tokens N] [--temperature t] "
-                       "[--top-k k] [--top-p p] [--seed s] [--dtype f32|bf16]",
+                       "[--top-k k] [--top-p p] [--seed s] [--dtype f32|bf16] [--device cpu|cuda]",
                        specs, n);
             return 0;
         }
     ZyErr err = {{0}};
     Model m;
     KVCache c;
+    GpuModel *gm = NULL;
+    GpuKVCache *gc = NULL;
     Sampler smp;
     Tokenizer *tok = NULL;
     int32_t *ids = NULL;
@@ -153,8 +158,13 @@ int cmd_generate(int argc, char **argv) {
         goto fail;
     }
     if ((bf16 = model_parse_dtype(dtype, "generate: --dtype", &err)) < 0) goto fail;
+    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
+        zy_wrap(&err, "generate: --device");
+        goto fail;
+    }
     if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
-    if (model_load_dir_as(&m, model_dir, bf16, &err)) goto fail;
+    /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device) */
+    if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
     have_model = 1;
     model_drop_grads(&m); /* inference: no backward */
     if (bf16) fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32)\n");
@@ -189,8 +199,14 @@ int cmd_generate(int argc, char **argv) {
     /* the last generated token is never fed back, so the context needs n_prompt + max_tokens - 1 slots */
     long need = (long)n_ids + (max_tokens > 0 ? max_tokens - 1 : 0);
     int max_len = need < m.cfg.max_position_embeddings ? (int)need : m.cfg.max_position_embeddings;
-    if (kvcache_create(&c, &m.cfg, 1, max_len, &err)) goto fail;
-    have_cache = 1;
+    if (gpu) {
+        if (gpu_model_create(&gm, &m, gpu_index, 1, 1, bf16, 0, &err) || gpu_kvcache_create(&gc, gm, 1, max_len, 0, &err))
+            goto fail;
+        fprintf(stderr, "device            GPU %s\n", gpu_model_device(gm));
+    } else {
+        if (kvcache_create(&c, &m.cfg, 1, max_len, &err)) goto fail;
+        have_cache = 1;
+    }
     if (sampler_create(&smp, m.cfg.vocab_size, &err)) goto fail;
     have_sampler = 1;
     if (tok) smp.n_allowed = tokenizer_vocab_size(tok); /* never sample an id the tokenizer cannot decode */
@@ -204,18 +220,22 @@ int cmd_generate(int argc, char **argv) {
     IdsOut ids_out = {1};
     TextOut text_out = {tok, et.eos_id};
     GenerateStats st;
-    if (generate(&m, &c, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, ids_mode ? print_id : print_text,
-                 ids_mode ? (void *)&ids_out : (void *)&text_out, &st, &err))
+    GenerateTokenFn out_fn = ids_mode ? print_id : print_text;
+    void *out_ctx = ids_mode ? (void *)&ids_out : (void *)&text_out;
+    if (gpu ? gpu_generate(gm, gc, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, out_fn, out_ctx, &st, &err)
+            : generate(&m, &c, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, out_fn, out_ctx, &st, &err))
         goto fail;
     printf("\n");
     fflush(stdout);
-    print_stats(&st, &c, &m.cfg);
+    print_stats(&st, gpu ? gpu_kvcache_bytes(gc) : c.cache_bytes, max_len, &m.cfg);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
     free(ids);
     if (have_sampler) sampler_free(&smp);
     if (have_cache) kvcache_free(&c);
+    gpu_kvcache_free(gc);
+    gpu_model_free(gm);
     if (have_model) model_free(&m);
     tokenizer_free(tok);
     return rc;

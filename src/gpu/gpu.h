@@ -69,6 +69,15 @@ double gpu_dense_bf16_peak_tflops(const GpuCtx *g);
 /* Measured dense GEMM throughput (TFLOP/s) of cuBLASLt on n×n×n products in the ctx's precision. */
 double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps);
 
+/* A strided batch of gpu_gemm products in one launch: for i in [0, batch), C_i = alpha op(A_i) op(B_i) + beta C_i with
+ * A_i = A + i·stride_a (and A16 + i·stride_a), B_i = B + i·stride_b, C_i = C + i·stride_c (elements), each one
+ * row-major as in gpu_gemm, same precision rules. Strides >= 0 and the C_i must not overlap; the gaps between the
+ * C_i are never written. bf16 mode without a ready copy rounds the whole span of the batch, (batch − 1)·stride +
+ * one matrix, into scratch. batch 1 is gpu_gemm (strides ignored); batch <= 0: nothing. Returns 0 or -1 (err). */
+int gpu_gemm_batched(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     const uint16_t *A16, int lda, long long stride_a, const float *B, const uint16_t *B16, int ldb,
+                     long long stride_b, float beta, float *C, int ldc, long long stride_c, int batch, ZyErr *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,9 @@
 #define cublasLtMatrixLayout_t hipblasLtMatrixLayout_t
 #define cublasLtMatrixLayoutCreate hipblasLtMatrixLayoutCreate
 #define cublasLtMatrixLayoutDestroy hipblasLtMatrixLayoutDestroy
+#define cublasLtMatrixLayoutSetAttribute hipblasLtMatrixLayoutSetAttribute
+#define CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT
+#define CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET
 #define cublasLtMatmulPreference_t hipblasLtMatmulPreference_t
 #define cublasLtMatmulPreferenceCreate hipblasLtMatmulPreferenceCreate
 #define cublasLtMatmulPreferenceDestroy hipblasLtMatmulPreferenceDestroy
@@ -51,9 +54,11 @@ static int fail_rt(ZyErr *err, gpuError_t e, const char *what) {
 }
 
 /* One cached product shape: descriptors and the algorithm cuBLASLt's heuristic picked (picking costs more than a
- * small product, and a step repeats the same few dozen shapes). */
+ * small product, and a step repeats the same few dozen shapes). batch 1: a single product (strides unused, no batch
+ * attributes on the layouts); batch > 1: strided-batched, the strides part of the key. */
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc, bf16;
+    int ta, tb, M, N, K, lda, ldb, ldc, bf16, batch;
+    long long sa, sb, sc;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulHeuristicResult_t algo;
@@ -225,14 +230,17 @@ extern "C" int gpu_reserve_scratch(GpuCtx *g, size_t elems, ZyErr *err) {
 /* ---- products ------------------------------------------------------------------------------------------- */
 
 /* A row-major M×N = op(A) op(B) is, read column-major, Cᵀ (N×M) = op(B)ᵀ op(A)ᵀ: cuBLASLt's first operand is B
- * and its second A, each with its own transpose flag; no data moves. */
-static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc, int bf16,
-                      ZyErr *err) {
+ * and its second A, each with its own transpose flag; no data moves. A batch of them (batch > 1) puts the batch
+ * count and each operand's stride on its layout: cuBLASLt's first layout (la) takes B's stride, the second (lb)
+ * A's, lc C's. */
+static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc, int bf16, int batch,
+                      long long sa, long long sb, long long sc, ZyErr *err) {
     PlanCache *c = (PlanCache *)g->plans;
+    if (batch <= 1) batch = 1, sa = sb = sc = 0; /* one product: the same plan whichever strides were passed */
     for (int i = 0; i < c->n; i++) {
         Plan *p = &c->p[i];
         if (p->ta == ta && p->tb == tb && p->M == M && p->N == N && p->K == K && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->bf16 == bf16)
+            p->ldc == ldc && p->bf16 == bf16 && p->batch == batch && p->sa == sa && p->sb == sb && p->sc == sc)
             return p;
     }
     Plan *p = c->n < MAX_PLANS ? &c->p[c->n] : &c->p[MAX_PLANS - 1];
@@ -245,6 +253,7 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
     }
     memset(p, 0, sizeof *p);
     p->ta = ta, p->tb = tb, p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->bf16 = bf16;
+    p->batch = batch, p->sa = sa, p->sb = sb, p->sc = sc;
     const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
@@ -256,6 +265,17 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
     ok = ok && cublasLtMatrixLayoutCreate(&p->la, in, tb ? K : N, tb ? N : K, ldb) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&p->lb, in, ta ? M : K, ta ? K : M, lda) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, N, M, ldc) == CUBLAS_STATUS_SUCCESS;
+    if (batch > 1) {
+        const int32_t count = batch;
+        const int64_t stride[3] = {(int64_t)sb, (int64_t)sa, (int64_t)sc}; /* la, lb, lc */
+        cublasLtMatrixLayout_t lay[3] = {p->la, p->lb, p->lc};
+        for (int i = 0; i < 3; i++) {
+            ok = ok && cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                        sizeof count) == CUBLAS_STATUS_SUCCESS;
+            ok = ok && cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                        &stride[i], sizeof stride[i]) == CUBLAS_STATUS_SUCCESS;
+        }
+    }
     cublasLtMatmulPreference_t pref = NULL;
     ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
     size_t ws = g->lt_work_bytes;
@@ -270,50 +290,86 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
         if (p->la) cublasLtMatrixLayoutDestroy(p->la);
         if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
         if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
-        zy_fail(err, "GPU: cuBLASLt has no algorithm for a %s product %dx%dx%d (ta %d tb %d, lda %d ldb %d ldc %d)",
-                bf16 ? "bf16" : "fp32", M, N, K, ta, tb, lda, ldb, ldc);
+        if (batch > 1)
+            zy_fail(err, "GPU: cuBLASLt has no algorithm for a batch of %d %s products %dx%dx%d (ta %d tb %d, lda %d "
+                    "ldb %d ldc %d, strides %lld %lld %lld)", batch, bf16 ? "bf16" : "fp32", M, N, K, ta, tb, lda, ldb,
+                    ldc, sa, sb, sc);
+        else
+            zy_fail(err, "GPU: cuBLASLt has no algorithm for a %s product %dx%dx%d (ta %d tb %d, lda %d ldb %d ldc %d)",
+                    bf16 ? "bf16" : "fp32", M, N, K, ta, tb, lda, ldb, ldc);
         return NULL;
     }
     c->n++;
     return p;
 }
 
-/* bf16 copy of a row-major rows×cols matrix with leading dimension ld, same layout, into scratch slot `which`. */
-static const uint16_t *to_bf16(GpuCtx *g, int which, const float *x, int rows, int cols, int ld, ZyErr *err) {
+/* bf16 copy of `batch` row-major rows×cols matrices with leading dimension ld, `stride` elements apart, same layout
+ * (the gaps between them are converted too), into scratch slot `which`. */
+static const uint16_t *to_bf16(GpuCtx *g, int which, const float *x, int rows, int cols, int ld, int batch,
+                               long long stride, ZyErr *err) {
     size_t span = (size_t)(rows - 1) * ld + cols;
+    if (batch > 1) span += (size_t)(batch - 1) * (size_t)stride;
     /* only this slot grows: the other may already hold this product's other operand */
     if (grow_scratch(g, which, span, err)) return NULL;
     gk_f32_to_bf16(g->stream, g->scratch[which], x, (long)span);
     return g->scratch[which];
 }
 
-extern "C" int gpu_gemm(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                        const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta,
-                        float *C, int ldc, ZyErr *err) {
-    if (M <= 0 || N <= 0) return 0;
+/* gpu_gemm and gpu_gemm_batched: batch products, matrix i of each operand `stride` elements after matrix i − 1. */
+static int gemm_impl(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     const uint16_t *A16, int lda, long long stride_a, const float *B, const uint16_t *B16, int ldb,
+                     long long stride_b, float beta, float *C, int ldc, long long stride_c, int batch, ZyErr *err) {
+    if (M <= 0 || N <= 0 || batch <= 0) return 0;
+    if (batch > 1 && (stride_a < 0 || stride_b < 0 || stride_c < 0))
+        return zy_fail(err, "GPU: batched product with a negative stride (%lld, %lld, %lld)", stride_a, stride_b,
+                       stride_c);
     if (K <= 0) { /* an empty sum: C = beta C */
-        if (beta == 0.0f)
-            for (int r = 0; r < M; r++) gpuMemsetAsync(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float), g->stream);
-        else if (beta != 1.0f)
-            for (int r = 0; r < M; r++) gk_scale(g->stream, C + (size_t)r * ldc, beta, N);
+        for (int i = 0; i < batch; i++) {
+            float *Ci = C + (size_t)i * (size_t)stride_c;
+            if (beta == 0.0f)
+                for (int r = 0; r < M; r++)
+                    gpuMemsetAsync(Ci + (size_t)r * ldc, 0, (size_t)N * sizeof(float), g->stream);
+            else if (beta != 1.0f)
+                for (int r = 0; r < M; r++) gk_scale(g->stream, Ci + (size_t)r * ldc, beta, N);
+        }
         return 0;
     }
     const int bf16 = g->bf16;
     const void *a = A, *b = B;
     if (bf16) {
-        a = A16 ? (const void *)A16 : (const void *)to_bf16(g, 0, A, trans_a ? K : M, trans_a ? M : K, lda, err);
-        b = B16 ? (const void *)B16 : (const void *)to_bf16(g, 1, B, trans_b ? N : K, trans_b ? K : N, ldb, err);
+        a = A16 ? (const void *)A16
+                : (const void *)to_bf16(g, 0, A, trans_a ? K : M, trans_a ? M : K, lda, batch, stride_a, err);
+        b = B16 ? (const void *)B16
+                : (const void *)to_bf16(g, 1, B, trans_b ? N : K, trans_b ? K : N, ldb, batch, stride_b, err);
         if (!a || !b) return -1;
     } else if (!A || !B) {
         return zy_fail(err, "GPU: an fp32 product was given bf16-only weights");
     }
-    Plan *p = plan_for(g, trans_a, trans_b, M, N, K, lda, ldb, ldc, bf16, err);
+    Plan *p = plan_for(g, trans_a, trans_b, M, N, K, lda, ldb, ldc, bf16, batch, stride_a, stride_b, stride_c, err);
     if (!p) return -1;
     cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)g->lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, C, p->lc,
                                        C, p->lc, &p->algo.algo, g->lt_work, g->lt_work_bytes, g->stream);
-    if (st != CUBLAS_STATUS_SUCCESS)
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        if (batch > 1)
+            return zy_fail(err, "GPU: cuBLASLt batch of %d products %dx%dx%d failed (status %d)", batch, M, N, K,
+                           (int)st);
         return zy_fail(err, "GPU: cuBLASLt product %dx%dx%d failed (status %d)", M, N, K, (int)st);
+    }
     return 0;
+}
+
+extern "C" int gpu_gemm(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                        const uint16_t *A16, int lda, const float *B, const uint16_t *B16, int ldb, float beta,
+                        float *C, int ldc, ZyErr *err) {
+    return gemm_impl(g, trans_a, trans_b, M, N, K, alpha, A, A16, lda, 0, B, B16, ldb, 0, beta, C, ldc, 0, 1, err);
+}
+
+extern "C" int gpu_gemm_batched(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                                const uint16_t *A16, int lda, long long stride_a, const float *B, const uint16_t *B16,
+                                int ldb, long long stride_b, float beta, float *C, int ldc, long long stride_c,
+                                int batch, ZyErr *err) {
+    return gemm_impl(g, trans_a, trans_b, M, N, K, alpha, A, A16, lda, stride_a, B, B16, ldb, stride_b, beta, C, ldc,
+                     stride_c, batch, err);
 }
 
 extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {

@@ -11,47 +11,20 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu/gpu_model_internal.h"
 #include "kernels.h"
-
-#define MAX_LOSS_PARTS 1024
-
-struct GpuModel {
-    GpuCtx g;
-    const Model *host;   /* the table (shapes, offsets) */
-    ZayaConfig cfg;
-    float *params, *grads; /* device arenas, the host table's layout */
-    uint16_t *params16;    /* bf16 copy of params (bf16 products) */
-    int bf16, bf16_stale;
-    Weights w, gw;         /* views of params / grads */
-    float *unit_scale, *zero_bias, *merge_grad_sink; /* no_residual_scaling constants (device) */
-    Activations a;         /* device buffers (acts_carve over acts_block) */
-    void *acts_block;
-    size_t acts_bytes;
-    int32_t *targets;      /* device [N] */
-    int32_t *plan;         /* device: embedding-gradient plan, rows [N] | start [N + 1] | tok [N] */
-    int32_t *h_plan, *h_work, *h_tokens; /* host staging */
-    int n_uniq;
-    int32_t *h_off;        /* host copies of each layer's expert offsets [L, E + 1] */
-    double *loss_parts;    /* device: Σ row loss of each pass since the last take */
-    int *h_valid;          /* host: valid targets of each pass */
-    int n_parts;
-    char device_line[400];
-    ZyErr err;             /* the first failure inside a pass (products report errors; kernels do not) */
-    int failed;
-    double *tm;            /* per-phase seconds (gpu_model_set_timing), NULL: off */
-};
 
 /* Phase timing (zaya bench train's breakdown): the queue is drained at each phase boundary, so it costs speed and is
  * off in training. */
-static double tick(GpuModel *gm) {
+double gpu_tick(GpuModel *gm) {
     if (!gm->tm) return 0;
     ZyErr ignore;
     gpu_sync(&gm->g, "phase timing", &ignore);
     return zy_now_seconds();
 }
-static void tock(GpuModel *gm, ModelPhase phase, double *t0) {
+void gpu_tock(GpuModel *gm, ModelPhase phase, double *t0) {
     if (!gm->tm) return;
-    double now = tick(gm);
+    double now = gpu_tick(gm);
     gm->tm[phase] += now - *t0;
     *t0 = now;
 }
@@ -65,7 +38,7 @@ static void fail_once(GpuModel *gm, const ZyErr *e) {
 }
 
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]): a linear layer's forward, as zy_matmul_wt_ctx. */
-static void mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
+void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
                   float *C, int ldc) {
     ZyErr e;
     if (gpu_gemm(&gm->g, 0, 1, M, N, K, 1.0f, A, NULL, lda, W, W16, K, 0.0f, C, ldc, &e)) fail_once(gm, &e);
@@ -78,11 +51,11 @@ static void mm(GpuModel *gm, int ta, int tb, int M, int N, int K, const float *A
     if (gpu_gemm(&gm->g, ta, tb, M, N, K, 1.0f, A, NULL, lda, B, B16, ldb, beta, C, ldc, &e)) fail_once(gm, &e);
 }
 
-static const uint16_t *bf16_of(const GpuModel *gm, const float *w) {
+const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w) {
     return gm->params16 && w ? gm->params16 + (w - gm->params) : NULL;
 }
 
-static void zero(GpuModel *gm, void *p, size_t floats) { gpu_memset_async(&gm->g, p, 0, floats * sizeof(float)); }
+void gpu_zero(GpuModel *gm, void *p, size_t floats) { gpu_memset_async(&gm->g, p, 0, floats * sizeof(float)); }
 
 /* ---- set-up --------------------------------------------------------------------------------------------- */
 
@@ -108,6 +81,11 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
     gm->a.layers = layers;
     gm->a.B = B, gm->a.T = T;
     gm->a.gpu_attn_work_floats = gk_flash_attention_work_floats(B, T, gm->cfg.num_heads);
+    if (gm->bf16) { /* bf16 runs take the tensor-core attention (gpu_attention_tc.cu): its scratch, or the fp32 one */
+        const long w16 = gk_flash_attention_bf16_work_floats(B, T, gm->cfg.num_heads, gm->cfg.num_kv_heads,
+                                                             gm->cfg.head_dim);
+        if (w16 > gm->a.gpu_attn_work_floats) gm->a.gpu_attn_work_floats = w16;
+    }
     if (gm->a.gpu_attn_work_floats <= 0) gm->a.gpu_attn_work_floats = 1;
     const size_t N = (size_t)B * T;
     gm->acts_bytes = acts_carve(&gm->a, &gm->cfg, NULL);
@@ -247,7 +225,7 @@ int gpu_model_upload_range(GpuModel *gm, const Model *m, size_t offset, size_t c
 }
 void gpu_model_weights_changed(GpuModel *gm) { gm->bf16_stale = 1; }
 void gpu_model_zero_grads(GpuModel *gm) {
-    if (gm->grads) zero(gm, gm->grads, gm->host->params.total);
+    if (gm->grads) gpu_zero(gm, gm->grads, gm->host->params.total);
 }
 
 /* ======================================================================================================
@@ -262,16 +240,16 @@ static void cca_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 1. down projections into X = [q0 | k0] */
-    mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, bf16_of(gm, W->w_q), L->qk_down, C);
-    mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, bf16_of(gm, W->w_k), L->qk_down + Cq, C);
+    gpu_mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->qk_down, C);
+    gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
     gk_cca_conv_forward(s, L->conv_out, L->conv_mid, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
                         W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
     /* 3. q-k mean skip */
     gk_qk_mean_forward(s, L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
     /* 4. values with a one-token delay */
-    mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_current, bf16_of(gm, W->w_v_current), L->v_current, Ck / 2);
-    mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, bf16_of(gm, W->w_v_delayed), L->v_delayed, Ck / 2);
+    gpu_mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_current, gpu_bf16_of(gm, W->w_v_current), L->v_current, Ck / 2);
+    gpu_mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, gpu_bf16_of(gm, W->w_v_delayed), L->v_delayed, Ck / 2);
     gk_delayed_value_forward(s, L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
@@ -281,9 +259,11 @@ static void cca_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
     gk_l2norm_rope_forward(s, L->key, L->k_norm, L->key_pre, W->temp, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd,
                            scale, eps);
     /* 7. causal softmax attention in the latent space */
-    gk_flash_attention_forward(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh);
+    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
+    (gm->bf16 ? gk_flash_attention_forward_bf16 : gk_flash_attention_forward)(s, L->attn_out, L->lse, L->query, L->key,
+                                                                             L->value, B, T, Hq, Hkv, dh);
     /* 8. output projection */
-    mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, bf16_of(gm, W->w_o), L->attn_proj, D);
+    gpu_mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), L->attn_proj, D);
 }
 
 /* MHA variant: q, k, v projections, partial RoPE, causal GQA attention, o_proj. */
@@ -293,13 +273,15 @@ static void mha_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
     GkStream s = gm->g.stream;
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
-    mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, bf16_of(gm, W->w_q), L->query, Cq);
-    mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, bf16_of(gm, W->w_k), L->key, Ck);
-    mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_v, bf16_of(gm, W->w_v), L->value, Ck);
+    gpu_mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->query, Cq);
+    gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->key, Ck);
+    gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_v, gpu_bf16_of(gm, W->w_v), L->value, Ck);
     gk_rope_forward(s, L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
     gk_rope_forward(s, L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
-    gk_flash_attention_forward(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh);
-    mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, bf16_of(gm, W->w_o), L->attn_proj, D);
+    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
+    (gm->bf16 ? gk_flash_attention_forward_bf16 : gk_flash_attention_forward)(s, L->attn_out, L->lse, L->query, L->key,
+                                                                             L->value, B, T, Hq, Hkv, dh);
+    gpu_mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), L->attn_proj, D);
 }
 
 /* The experts' row offsets on the host (the per-expert products need their sizes): the one wait of a layer. */
@@ -314,32 +296,32 @@ static const int32_t *expert_offsets_to_host(GpuModel *gm, int l, const LayerAct
 }
 
 /* z = u W_downᵀ + b (+ r_prev ⊙ γ), the router MLP, biased top-1 choice, dropless SwiGLU experts. */
-static void moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev) {
+void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N) {
     const ZayaConfig *c = &gm->cfg;
     GkStream s = gm->g.stream;
-    const int N = gm->a.B * gm->a.T, D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
+    const int D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
     const int classes = cfg_router_classes(c);
-    double t0 = tick(gm);
+    double t0 = gpu_tick(gm);
     if (c->moe == ZY_MOE_DENSE) { /* dense variant: every row to the one MLP with gate 1 */
         gk_route_all_to_one(s, L->choice, L->gate, N);
     } else if (c->router == ZY_ROUTER_MLP) {
-        mm_wt(gm, N, R, D, L->u_mlp, D, W->router_down_w, bf16_of(gm, W->router_down_w), L->router_z, R);
+        gpu_mm_wt(gm, N, R, D, L->u_mlp, D, W->router_down_w, gpu_bf16_of(gm, W->router_down_w), L->router_z, R);
         gk_state_rmsnorm_forward(s, L->router_z, L->router_zn, L->router_rstd, W->router_down_b, r_prev,
                                  W->router_state_scale, W->router_norm, N, R, c->rms_norm_eps);
-        mm_wt(gm, N, R, R, L->router_zn, R, W->router_fc1_w, bf16_of(gm, W->router_fc1_w), L->router_h1_pre, R);
+        gpu_mm_wt(gm, N, R, R, L->router_zn, R, W->router_fc1_w, gpu_bf16_of(gm, W->router_fc1_w), L->router_h1_pre, R);
         gk_bias_gelu_forward(s, L->router_h1_pre, L->router_h1, W->router_fc1_b, N, R);
-        mm_wt(gm, N, R, R, L->router_h1, R, W->router_fc2_w, bf16_of(gm, W->router_fc2_w), L->router_h2_pre, R);
+        gpu_mm_wt(gm, N, R, R, L->router_h1, R, W->router_fc2_w, gpu_bf16_of(gm, W->router_fc2_w), L->router_h2_pre, R);
         gk_bias_gelu_forward(s, L->router_h2_pre, L->router_h2, W->router_fc2_b, N, R);
-        mm_wt(gm, N, classes, R, L->router_h2, R, W->router_out_w, bf16_of(gm, W->router_out_w), L->router_logits,
+        gpu_mm_wt(gm, N, classes, R, L->router_h2, R, W->router_out_w, gpu_bf16_of(gm, W->router_out_w), L->router_logits,
               classes);
         gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
                                  classes);
     } else { /* linear-router variant: logits = u Wᵀ */
-        mm_wt(gm, N, classes, D, L->u_mlp, D, W->router_w, bf16_of(gm, W->router_w), L->router_logits, classes);
+        gpu_mm_wt(gm, N, classes, D, L->u_mlp, D, W->router_w, gpu_bf16_of(gm, W->router_w), L->router_logits, classes);
         gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
                                  classes);
     }
-    tock(gm, PHASE_ROUTER, &t0);
+    gpu_tock(gm, PHASE_ROUTER, &t0);
     /* dropless top-1 experts: rows sorted by expert on the device, one product per expert, gate-scaled scatter */
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts;
     gk_group_by_expert(s, L->expert_offset, L->sorted_rows, L->choice, N, E);
@@ -349,16 +331,16 @@ static void moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         const float *wg = W->expert_gate_up + (size_t)e * 2 * I * D;
-        if (ne) mm_wt(gm, ne, 2 * I, D, L->expert_in + (size_t)r0 * D, D, wg, bf16_of(gm, wg), L->expert_gu + (size_t)r0 * 2 * I, 2 * I);
+        if (ne) gpu_mm_wt(gm, ne, 2 * I, D, L->expert_in + (size_t)r0 * D, D, wg, gpu_bf16_of(gm, wg), L->expert_gu + (size_t)r0 * 2 * I, 2 * I);
     }
     gk_swiglu_forward(s, L->expert_act, L->expert_gu, n, I);
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         const float *wd = W->expert_down + (size_t)e * D * I;
-        if (ne) mm_wt(gm, ne, D, I, L->expert_act + (size_t)r0 * I, I, wd, bf16_of(gm, wd), L->expert_out + (size_t)r0 * D, D);
+        if (ne) gpu_mm_wt(gm, ne, D, I, L->expert_act + (size_t)r0 * I, I, wd, gpu_bf16_of(gm, wd), L->expert_out + (size_t)r0 * D, D);
     }
     gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, n, D, E);
-    tock(gm, PHASE_EXPERTS, &t0);
+    gpu_tock(gm, PHASE_EXPERTS, &t0);
 }
 
 int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
@@ -375,7 +357,7 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
     }
     memcpy(gm->h_tokens, tokens, (size_t)N * sizeof *tokens);
     gpu_upload_async(&gm->g, a->tokens, gm->h_tokens, (size_t)N * sizeof *tokens);
-    double t0 = tick(gm);
+    double t0 = gpu_tick(gm);
     /* x = (Emb[tokens] + b_in) ⊙ s_in; u = RMSNorm(x) */
     gk_embed_forward(s, a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D);
     gk_rmsnorm_forward(s, a->layers[0].u_attn, a->layers[0].rstd_attn, a->layers[0].x_in, w->layers[0].input_norm, N,
@@ -386,17 +368,17 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
         LayerActs *L = &a->layers[l];
         const int last = l + 1 == c->num_layers;
         /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr; u = RMSNorm(x) */
-        tock(gm, PHASE_NORMS, &t0);
+        gpu_tock(gm, PHASE_NORMS, &t0);
         if (c->attention == ZY_ATTN_CCA)
             cca_forward(gm, W, L);
         else
             mha_forward(gm, W, L);
-        tock(gm, PHASE_ATTENTION, &t0);
+        gpu_tock(gm, PHASE_ATTENTION, &t0);
         gk_merge_rmsnorm_forward(s, L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
                                  W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps);
-        tock(gm, PHASE_NORMS, &t0);
+        gpu_tock(gm, PHASE_NORMS, &t0);
         /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
-        moe_forward(gm, l, W, L, r_prev);
+        gpu_moe_forward(gm, l, W, L, r_prev, N);
         float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
         float *u_next = last ? a->final_normed : a->layers[l + 1].u_attn;
         float *rstd_next = last ? a->final_rstd : a->layers[l + 1].rstd_attn;
@@ -405,10 +387,10 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
                                  W->mlp_rb, w_next, N, D, c->rms_norm_eps);
         r_prev = L->router_z;
     }
-    tock(gm, PHASE_NORMS, &t0);
+    gpu_tock(gm, PHASE_NORMS, &t0);
     /* logits = RMSNorm(x; w_final) · headᵀ */
-    mm_wt(gm, N, c->vocab_size, D, a->final_normed, D, w->lm_head, bf16_of(gm, w->lm_head), a->logits, c->vocab_size);
-    tock(gm, PHASE_HEAD, &t0);
+    gpu_mm_wt(gm, N, c->vocab_size, D, a->final_normed, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), a->logits, c->vocab_size);
+    gpu_tock(gm, PHASE_HEAD, &t0);
     if (gm->failed) {
         *err = gm->err;
         return -1;
@@ -472,63 +454,63 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts, K = cfg_router_classes(c);
     const int32_t *off = gm->h_off + (size_t)l * (c->num_experts + 1);
     const int n_routed = off[E];
-    double t0 = tick(gm);
+    double t0 = gpu_tick(gm);
     /* out = gate ⊙ y: dgate and dy in one pass over the routed rows */
-    zero(gm, d->d_gate, N);
+    gpu_zero(gm, d->d_gate, N);
     gk_moe_gate_backward(s, d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, D);
     if (c->moe == ZY_MOE_DENSE) {
-        zero(gm, d->d_u, (size_t)N * D);
+        gpu_zero(gm, d->d_u, (size_t)N * D);
     } else {
-        zero(gm, d->d_router_logits, (size_t)N * K);
+        gpu_zero(gm, d->d_router_logits, (size_t)N * K);
         gk_router_choice_backward(s, d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, K);
     }
     if (c->moe != ZY_MOE_DENSE && c->router == ZY_ROUTER_LINEAR) { /* logits = u Wᵀ */
-        mm(gm, 0, 0, N, D, K, d->d_router_logits, K, W->router_w, bf16_of(gm, W->router_w), D, 0, d->d_u, D);
+        mm(gm, 0, 0, N, D, K, d->d_router_logits, K, W->router_w, gpu_bf16_of(gm, W->router_w), D, 0, d->d_u, D);
         mm(gm, 1, 0, K, D, N, d->d_router_logits, K, L->u_mlp, NULL, D, 1, G->router_w, D);
     } else if (c->moe != ZY_MOE_DENSE) {
-        mm(gm, 0, 0, N, R, K, d->d_router_logits, K, W->router_out_w, bf16_of(gm, W->router_out_w), R, 0, d->d_h2, R);
+        mm(gm, 0, 0, N, R, K, d->d_router_logits, K, W->router_out_w, gpu_bf16_of(gm, W->router_out_w), R, 0, d->d_h2, R);
         mm(gm, 1, 0, K, R, N, d->d_router_logits, K, L->router_h2, NULL, R, 1, G->router_out_w, R);
         gk_gelu_bias_backward(s, d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
-        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc2_w, bf16_of(gm, W->router_fc2_w), R, 0, d->d_h2, R);
+        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc2_w, gpu_bf16_of(gm, W->router_fc2_w), R, 0, d->d_h2, R);
         mm(gm, 1, 0, R, R, N, d->d_h1, R, L->router_h1, NULL, R, 1, G->router_fc2_w, R);
         gk_gelu_bias_backward(s, d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
-        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc1_w, bf16_of(gm, W->router_fc1_w), R, 0, d->d_zn, R);
+        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc1_w, gpu_bf16_of(gm, W->router_fc1_w), R, 0, d->d_zn, R);
         mm(gm, 1, 0, R, R, N, d->d_h1, R, L->router_zn, NULL, R, 1, G->router_fc1_w, R);
         gk_rmsnorm_backward(s, dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
         /* z = u W_downᵀ + b + r_prev ⊙ γ */
         gk_state_backward(s, dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
-        mm(gm, 0, 0, N, D, R, dz, R, W->router_down_w, bf16_of(gm, W->router_down_w), D, 0, d->d_u, D);
+        mm(gm, 0, 0, N, D, R, dz, R, W->router_down_w, gpu_bf16_of(gm, W->router_down_w), D, 0, d->d_u, D);
         mm(gm, 1, 0, R, D, N, dz, R, L->u_mlp, NULL, D, 1, G->router_down_w, D);
     }
-    tock(gm, PHASE_ROUTER, &t0);
+    gpu_tock(gm, PHASE_ROUTER, &t0);
     /* experts: per-expert products, SwiGLU backward, scatter-add of dxin into d_u */
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         if (!ne) continue;
         const float *wd = W->expert_down + (size_t)e * D * I;
         const float *dye = d->d_expert_out + (size_t)r0 * D;
-        mm(gm, 0, 0, ne, I, D, dye, D, wd, bf16_of(gm, wd), I, 0, d->d_expert_act + (size_t)r0 * I, I);
+        mm(gm, 0, 0, ne, I, D, dye, D, wd, gpu_bf16_of(gm, wd), I, 0, d->d_expert_act + (size_t)r0 * I, I);
         mm(gm, 1, 0, D, I, ne, dye, D, L->expert_act + (size_t)r0 * I, NULL, I, 1, G->expert_down + (size_t)e * D * I, I);
     }
-    zero(gm, d->d_expert_gu, (size_t)n_routed * 2 * I);
+    gpu_zero(gm, d->d_expert_gu, (size_t)n_routed * 2 * I);
     gk_swiglu_backward(s, d->d_expert_gu, d->d_expert_act, L->expert_gu, n_routed, I);
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         if (!ne) continue;
         const float *wg = W->expert_gate_up + (size_t)e * 2 * I * D;
         const float *dge = d->d_expert_gu + (size_t)r0 * 2 * I;
-        mm(gm, 0, 0, ne, D, 2 * I, dge, 2 * I, wg, bf16_of(gm, wg), D, 0, d->d_expert_in + (size_t)r0 * D, D);
+        mm(gm, 0, 0, ne, D, 2 * I, dge, 2 * I, wg, gpu_bf16_of(gm, wg), D, 0, d->d_expert_in + (size_t)r0 * D, D);
         mm(gm, 1, 0, 2 * I, D, ne, dge, 2 * I, L->expert_in + (size_t)r0 * D, NULL, D, 1,
            G->expert_gate_up + (size_t)e * 2 * I * D, D);
     }
     gk_scatter_add_rows(s, d->d_u, d->d_expert_in, L->sorted_rows, n_routed, D);
-    tock(gm, PHASE_EXPERTS, &t0);
+    gpu_tock(gm, PHASE_EXPERTS, &t0);
 }
 
 /* dx += dy W (the input gradient) and dW += dyᵀ x: a linear layer y = x Wᵀ's backward. */
 static void linear_back(GpuModel *gm, float *dx, float *dw, const float *dy, const float *x, const float *w, int rows,
                         int in, int out) {
-    mm(gm, 0, 0, rows, in, out, dy, out, w, bf16_of(gm, w), in, 1, dx, in);
+    mm(gm, 0, 0, rows, in, out, dy, out, w, gpu_bf16_of(gm, w), in, 1, dx, in);
     mm(gm, 1, 0, out, in, rows, dy, out, x, NULL, in, 1, dw, in);
 }
 
@@ -540,13 +522,15 @@ static void mha_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, L
     GkStream s = gm->g.stream;
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
-    zero(gm, d->d_attn_out, (size_t)N * Cq);
+    gpu_zero(gm, d->d_attn_out, (size_t)N * Cq);
     linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, W->w_o, N, Cq, D);
-    zero(gm, d->d_query, (size_t)N * Cq);
-    zero(gm, d->d_key, (size_t)N * Ck);
-    zero(gm, d->d_value, (size_t)N * Ck);
-    gk_flash_attention_backward(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query,
-                                L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work);
+    gpu_zero(gm, d->d_query, (size_t)N * Cq);
+    gpu_zero(gm, d->d_key, (size_t)N * Ck);
+    gpu_zero(gm, d->d_value, (size_t)N * Ck);
+    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
+    (gm->bf16 ? gk_flash_attention_backward_bf16 : gk_flash_attention_backward)(
+        s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq,
+        Hkv, dh, a->attn_work);
     gk_rope_backward(s, d->d_query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
     gk_rope_backward(s, d->d_key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
     linear_back(gm, d->d_u, G->w_q, d->d_query, L->u_attn, W->w_q, N, D, Cq);
@@ -563,17 +547,19 @@ static void cca_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, L
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 8. output projection */
-    zero(gm, d->d_attn_out, (size_t)N * Cq);
+    gpu_zero(gm, d->d_attn_out, (size_t)N * Cq);
     linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, W->w_o, N, Cq, D);
     /* 7. attention */
-    zero(gm, d->d_query, (size_t)N * Cq);
-    zero(gm, d->d_key, (size_t)N * Ck);
-    zero(gm, d->d_value, (size_t)N * Ck);
-    gk_flash_attention_backward(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query,
-                                L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work);
+    gpu_zero(gm, d->d_query, (size_t)N * Cq);
+    gpu_zero(gm, d->d_key, (size_t)N * Ck);
+    gpu_zero(gm, d->d_value, (size_t)N * Ck);
+    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
+    (gm->bf16 ? gk_flash_attention_backward_bf16 : gk_flash_attention_backward)(
+        s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq,
+        Hkv, dh, a->attn_work);
     /* 4. delayed values */
-    zero(gm, d->d_vc, (size_t)N * Ck / 2);
-    zero(gm, d->d_vd, (size_t)N * Ck / 2);
+    gpu_zero(gm, d->d_vc, (size_t)N * Ck / 2);
+    gpu_zero(gm, d->d_vd, (size_t)N * Ck / 2);
     gk_delayed_value_backward(s, d->d_vc, d->d_vd, d->d_value, B, T, Ck / 2);
     linear_back(gm, d->d_u, G->w_v_current, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2);
     linear_back(gm, d->d_u, G->w_v_delayed, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2);
@@ -586,17 +572,17 @@ static void cca_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, L
     gk_rope_l2norm_backward(s, d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, a->rope_cos, a->rope_sin,
                             N, T, Hkv, dh, rd, scale, eps);
     /* 3. q-k mean skip → dY (conv output) and dX (direct path) */
-    zero(gm, d->d_conv_out, (size_t)N * C);
-    zero(gm, d->d_qk_down, (size_t)N * C);
+    gpu_zero(gm, d->d_conv_out, (size_t)N * C);
+    gpu_zero(gm, d->d_qk_down, (size_t)N * C);
     gk_qk_mean_backward(s, d->d_conv_out, d->d_qk_down, d_query_pre, d_key_pre, N, Hq, Hkv, dh);
     /* 2. convolutions */
     gk_cca_conv_backward(s, d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
                          d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
                          c->cca_time1);
     /* 1. down projections (dX has row stride C) */
-    mm(gm, 0, 0, N, D, Cq, d->d_qk_down, C, W->w_q, bf16_of(gm, W->w_q), D, 1, d->d_u, D);
+    mm(gm, 0, 0, N, D, Cq, d->d_qk_down, C, W->w_q, gpu_bf16_of(gm, W->w_q), D, 1, d->d_u, D);
     mm(gm, 1, 0, Cq, D, N, d->d_qk_down, C, L->u_attn, NULL, D, 1, G->w_q, D);
-    mm(gm, 0, 0, N, D, Ck, d->d_qk_down + Cq, C, W->w_k, bf16_of(gm, W->w_k), D, 1, d->d_u, D);
+    mm(gm, 0, 0, N, D, Ck, d->d_qk_down + Cq, C, W->w_k, gpu_bf16_of(gm, W->w_k), D, 1, d->d_u, D);
     mm(gm, 1, 0, Ck, D, N, d->d_qk_down + Cq, C, L->u_attn, NULL, D, 1, G->w_k, D);
 }
 
@@ -610,14 +596,14 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
     BackwardScratch *d = &a->d;
     if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
     gm->failed = 0;
-    double t0 = tick(gm);
+    double t0 = gpu_tick(gm);
     /* loss and head: d_final = d_logits · head */
     if (loss_pass(gm, targets, d->d_logits, err)) return -1;
-    mm(gm, 0, 0, N, D, V, d->d_logits, V, w->lm_head, bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
+    mm(gm, 0, 0, N, D, V, d->d_logits, V, w->lm_head, gpu_bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
     mm(gm, 1, 0, V, D, N, d->d_logits, V, a->final_normed, NULL, D, 1, g->lm_head, D);
-    tock(gm, PHASE_HEAD, &t0);
+    gpu_tock(gm, PHASE_HEAD, &t0);
     const int Last = c->num_layers - 1;
-    zero(gm, d->d_x, (size_t)N * D);
+    gpu_zero(gm, d->d_x, (size_t)N * D);
     {
         const LayerWeights *W = &w->layers[Last];
         LayerWeights *G = &g->layers[Last];
@@ -628,28 +614,28 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
     }
     /* router-state gradients ping-pong between two buffers across layers */
     float *dz = d->d_z, *dz_prev = d->d_z_carry;
-    zero(gm, dz, (size_t)N * R);
+    gpu_zero(gm, dz, (size_t)N * R);
     for (int l = Last; l >= 0; l--) {
         const LayerWeights *W = &w->layers[l];
         LayerWeights *G = &g->layers[l];
         LayerActs *L = &a->layers[l];
         const float *r_prev = l > 0 ? a->layers[l - 1].router_z : NULL;
-        tock(gm, PHASE_NORMS, &t0);
+        gpu_tock(gm, PHASE_NORMS, &t0);
         moe_backward(gm, l, W, G, L, r_prev, dz, dz_prev);
-        t0 = tick(gm);
+        t0 = gpu_tick(gm);
         float *t = dz;
         dz = dz_prev;
         dz_prev = t;
         gk_rmsnorm_merge_backward(s, d->d_x, d->d_h, G->post_norm, G->attn_hs, G->attn_hb, G->attn_rs, G->attn_rb,
                                   d->d_u, L->x_mid, W->post_norm, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs,
                                   W->attn_hb, W->attn_rs, W->attn_rb, N, D);
-        zero(gm, d->d_u, (size_t)N * D);
-        tock(gm, PHASE_NORMS, &t0);
+        gpu_zero(gm, d->d_u, (size_t)N * D);
+        gpu_tock(gm, PHASE_NORMS, &t0);
         if (c->attention == ZY_ATTN_CCA)
             cca_backward(gm, W, G, L);
         else
             mha_backward(gm, W, G, L);
-        tock(gm, PHASE_ATTENTION, &t0);
+        gpu_tock(gm, PHASE_ATTENTION, &t0);
         if (l > 0) {
             const LayerWeights *Wp = &w->layers[l - 1];
             LayerWeights *Gp = &g->layers[l - 1];
@@ -667,7 +653,7 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
     gpu_upload_async(&gm->g, gm->plan, gm->h_plan, (size_t)(3 * N + 1) * sizeof(int32_t));
     gk_embed_backward(s, g->embed, g->in_bias, g->in_scale, d->d_x, w->embed, a->tokens, w->in_bias, w->in_scale, N, D,
                       c->pad_token_id, gm->plan, gm->plan + N, gm->plan + 2 * N + 1, gm->n_uniq);
-    tock(gm, PHASE_NORMS, &t0);
+    gpu_tock(gm, PHASE_NORMS, &t0);
     if (gm->failed) {
         *err = gm->err;
         return -1;

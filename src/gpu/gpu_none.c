@@ -3,6 +3,7 @@
 #include <stddef.h>
 
 #include "gpu/gpu.h"
+#include "gpu/gpu_decode.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
 
@@ -44,8 +45,8 @@ void *gpu_model_ctx(GpuModel *gm) { return NULL; }
 size_t gpu_model_bytes(const GpuModel *gm) { return 0; }
 int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) { return zy_fail(err, NO_GPU); }
 
-int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, int device, int bf16, int B, int T,
-                       ZyErr *err) {
+int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, const Dist *d, int device, int bf16,
+                       int B, int T, ZyErr *err) {
     *out = NULL;
     return zy_fail(err, NO_GPU);
 }
@@ -75,3 +76,66 @@ int gpu_trainer_sync(GpuTrainer *gt, ZyErr *err) { return zy_fail(err, NO_GPU); 
 GpuModel *gpu_trainer_model(GpuTrainer *gt) { return NULL; }
 double gpu_dense_bf16_peak_tflops(const GpuCtx *g) { return 0; }
 void gpu_model_set_timing(GpuModel *gm, double *phase_seconds) {}
+
+int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err) {
+    *out = NULL;
+    return zy_fail(err, NO_GPU);
+}
+void gpu_kvcache_free(GpuKVCache *c) {}
+void gpu_kvcache_reset(GpuKVCache *c) {}
+int gpu_kvcache_len(const GpuKVCache *c) { return 0; }
+int gpu_kvcache_max_len(const GpuKVCache *c) { return 0; }
+size_t gpu_kvcache_bytes(const GpuKVCache *c) { return 0; }
+int gpu_model_decode(GpuModel *gm, GpuKVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
+                     ZyErr *err) {
+    return zy_fail(err, NO_GPU);
+}
+int gpu_generate(GpuModel *gm, GpuKVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+                 int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+                 GenerateStats *st, ZyErr *err) {
+    return zy_fail(err, NO_GPU);
+}
+
+/* ---- NCCL collectives (gpu_comm.h): no GPU support, so no NCCL either -------------------------------------- */
+#include "gpu/gpu_comm.h"
+
+#define NO_GPU_NCCL "NCCL: this zaya was built without GPU support (build on a machine with CUDA's nvcc and NCCL, without CUDA=0)"
+
+const char *gpu_trainer_collectives(const GpuTrainer *gt) { return "none"; }
+int gpu_comm_compiled(void) { return 0; }
+const char *gpu_comm_version(void) { return "no NCCL (built without GPU support)"; }
+int gpu_comm_decide(const Dist *d, const GpuCtx *g, int required, int *use, char *why, size_t cap, ZyErr *err) {
+    *use = 0;
+    return zy_fail(err, NO_GPU_NCCL);
+}
+int gpu_comm_create(GpuComm **out, const Dist *d, GpuCtx *g, ZyErr *err) {
+    *out = NULL;
+    return zy_fail(err, NO_GPU_NCCL);
+}
+void gpu_comm_free(GpuComm *c) {}
+const char *gpu_comm_describe(const GpuComm *c) { return "none"; }
+int gpu_comm_reduce_scatter_f32(GpuComm *c, float *d_arena, const size_t *bounds, ZyErr *err) {
+    return zy_fail(err, NO_GPU_NCCL);
+}
+int gpu_comm_allgather_f32(GpuComm *c, float *d_arena, const size_t *bounds, ZyErr *err) {
+    return zy_fail(err, NO_GPU_NCCL);
+}
+int gpu_comm_bench_open(GpuCommBench **out, const Dist *d, size_t bytes, ZyErr *err) {
+    *out = NULL;
+    zy_fail(err, "bench comm --backend nccl: this zaya was built without GPU support (build on a machine with CUDA's "
+                 "nvcc and NCCL, without CUDA=0), so only --backend mpi runs");
+    return d->rank == 0 ? -1 : -2; /* the same on every rank: rank 0 reports it */
+}
+void gpu_comm_bench_close(GpuCommBench *b) {}
+const char *gpu_comm_bench_describe(const GpuCommBench *b) { return "none"; }
+int gpu_comm_bench_put(GpuCommBench *b, int which, const void *host, size_t bytes, ZyErr *err) {
+    return zy_fail(err, NO_GPU_NCCL);
+}
+int gpu_comm_bench_get(GpuCommBench *b, int which, void *host, size_t bytes, ZyErr *err) {
+    return zy_fail(err, NO_GPU_NCCL);
+}
+int gpu_comm_bench_run(GpuCommBench *b, GpuCollective op, int inplace, int bf16, size_t count, int root, int reps,
+                       double *seconds, ZyErr *err) {
+    return zy_fail(err, NO_GPU_NCCL);
+}
+double gpu_comm_bench_memcpy(GpuCommBench *b, size_t bytes, int warmup, int iters) { return -1; }

@@ -2,10 +2,12 @@
 #include "gpu/gpu_trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu/gpu_comm.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_optim.h"
 
@@ -19,6 +21,8 @@ struct GpuTrainer {
     int32_t *choice;     /* host staging of one layer's routing [N], [N], [N, K] */
     float *gate, *probs;
     int B, T;
+    GpuComm *comm;       /* NCCL between the ranks' GPUs; NULL: one rank, or the host-staged MPI path */
+    char collectives[200];
 };
 
 static int stage_routing(GpuTrainer *gt, ZyErr *err) {
@@ -31,8 +35,8 @@ static int stage_routing(GpuTrainer *gt, ZyErr *err) {
     return 0;
 }
 
-int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, int device, int bf16, int B, int T,
-                       ZyErr *err) {
+int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, const Dist *d, int device, int bf16,
+                       int B, int T, ZyErr *err) {
     *out = NULL;
     GpuTrainer *gt = calloc(1, sizeof *gt);
     if (!gt) return zy_fail(err, "out of memory");
@@ -46,6 +50,19 @@ int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, i
     if (gpu_optim_upload(&gt->opt, gt->g, opt->exp_avg, opt->exp_avg_sq, err)) goto fail;
     if (!(gt->d_sumsq = gpu_alloc(sizeof(double), "the gradient norm", err))) goto fail;
     if (stage_routing(gt, err)) goto fail;
+    snprintf(gt->collectives, sizeof gt->collectives, "none (one rank)");
+    if (d && d->size > 1) { /* every rank decides the same way (gpu_comm_decide), so all take the same path */
+        int use = 0;
+        char why[160];
+        if (gpu_comm_decide(d, gt->g, 0, &use, why, sizeof why, err)) goto fail;
+        if (use) {
+            if (gpu_comm_create(&gt->comm, d, gt->g, err)) goto fail;
+            snprintf(gt->collectives, sizeof gt->collectives, "%s on the GPUs (ZeRO-1 blocks: grouped ncclReduce / "
+                     "ncclBroadcast)", gpu_comm_describe(gt->comm));
+        } else {
+            snprintf(gt->collectives, sizeof gt->collectives, "host-staged through MPI (%s)", why);
+        }
+    }
     *out = gt;
     return 0;
 fail:
@@ -55,6 +72,7 @@ fail:
 
 void gpu_trainer_free(GpuTrainer *gt) {
     if (!gt) return;
+    gpu_comm_free(gt->comm);
     if (gt->have_opt) gpu_optim_free(&gt->opt);
     gpu_free(gt->d_sumsq);
     gpu_model_free(gt->model);
@@ -63,6 +81,7 @@ void gpu_trainer_free(GpuTrainer *gt) {
 }
 
 const char *gpu_trainer_device(const GpuTrainer *gt) { return gpu_model_device(gt->model); }
+const char *gpu_trainer_collectives(const GpuTrainer *gt) { return gt->collectives; }
 
 int gpu_trainer_set_shape(GpuTrainer *gt, int B, int T, ZyErr *err) {
     if (gt->B == B && gt->T == T) return 0;
@@ -97,7 +116,14 @@ int gpu_trainer_reduce(GpuTrainer *gt, Model *host, const Dist *d, const size_t 
         if (gpu_upload(g, grads, &nan, sizeof nan, err)) return -1;
     }
     if (n_micro > 1) gk_scale(g->stream, grads, 1.0f / n_micro, (long)total);
-    if (d->size > 1) { /* host-staged ZeRO-1 reduce-scatter: ranks may share a GPU, so no NCCL here */
+    if (d->size > 1 && gt->comm) { /* ZeRO-1 reduce-scatter on the devices, then the mean (CPU: grad_scale_owned) */
+        const size_t b0 = bounds[d->rank], b1 = bounds[d->rank + 1];
+        if (b0 != gt->opt.begin || b1 != gt->opt.end)
+            return zy_fail(err, "ZeRO-1 block [%zu, %zu) differs from the GPU optimizer's [%zu, %zu)", b0, b1,
+                           gt->opt.begin, gt->opt.end);
+        if (gpu_comm_reduce_scatter_f32(gt->comm, grads, bounds, err)) return -1;
+        if (b1 > b0) gk_scale(g->stream, grads + b0, (float)(1.0 / d->size), (long)(b1 - b0));
+    } else if (d->size > 1) { /* host-staged ZeRO-1 reduce-scatter: ranks sharing a GPU, or ZAYA_NCCL=0 */
         const size_t b0 = bounds[d->rank], b1 = bounds[d->rank + 1];
         if (gpu_model_download_grads(gt->model, host, err) ||
             dist_reduce_scatter_f32(d, host->params.grad, bounds, scratch, err))
@@ -117,7 +143,10 @@ int gpu_trainer_apply(GpuTrainer *gt, Model *host, const Dist *d, const size_t *
     if (clip < 1.0 && b1 > b0) gk_scale(g->stream, grads + b0, (float)clip, (long)(b1 - b0));
     if (gpu_optim_step(&gt->opt, g, &host->params, params, grads, lr, err)) return -1;
     gpu_model_weights_changed(gt->model);
-    if (d->size > 1) { /* every rank gets the others' updated blocks, through the host */
+    if (d->size > 1 && gt->comm) { /* every rank gets the others' updated blocks, device to device */
+        if (gpu_comm_allgather_f32(gt->comm, params, bounds, err)) return -1;
+        gpu_model_weights_changed(gt->model);
+    } else if (d->size > 1) { /* every rank gets the others' updated blocks, through the host */
         if ((b1 > b0 && gpu_download(g, host->params.data + b0, params + b0, (b1 - b0) * sizeof(float), err)) ||
             dist_allgather_f32(d, host->params.data, bounds, err) || gpu_model_upload(gt->model, host, err))
             return -1;

@@ -3,8 +3,10 @@
  * checkpoints, evaluations and the end), so checkpoints have the CPU format and a run moves between CPU and GPU.
  *
  * One step: micro-batches (forward + backward, gradients accumulating on the device), then gpu_trainer_reduce (the
- * mean over micro-batches and, with several ranks, a host-staged reduce-scatter), gpu_trainer_apply (clipping and
- * the optimizer update on the device; with several ranks the updated blocks are all-gathered through the host).
+ * mean over micro-batches and, with several ranks, the ZeRO-1 reduce-scatter), gpu_trainer_apply (clipping and
+ * the optimizer update on the device; with several ranks the updated blocks are all-gathered). With several ranks
+ * the exchange runs over NCCL on the devices (gpu_comm.h) when every rank has its own GPU and ZAYA_NCCL is not 0,
+ * else host-staged: device -> host, MPI, host -> device (ranks sharing a GPU, builds without NCCL).
  * Host waits per step: the routing decisions of each micro-batch (for the balancing controller and the routing
  * report), each MoE layer's expert offsets, and the loss and gradient norm that the step prints. */
 #ifndef ZAYA_GPU_TRAINER_H
@@ -20,11 +22,16 @@
 
 typedef struct GpuTrainer GpuTrainer;
 
-/* Uploads m's parameters and opt's state (its owned block and step), for micro-batches [B, T]. */
-int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, int device, int bf16, int B, int T,
-                       ZyErr *err);
+/* Uploads m's parameters and opt's state (its owned block and step), for micro-batches [B, T]. d (NULL: one rank):
+ * with several ranks, a collective call that chooses NCCL or the host-staged path (gpu_comm_decide; ZAYA_NCCL=1 on
+ * ranks sharing a GPU is an error) and sets up the NCCL communicator. */
+int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, const Dist *d, int device, int bf16,
+                       int B, int T, ZyErr *err);
 void gpu_trainer_free(GpuTrainer *gt);
 const char *gpu_trainer_device(const GpuTrainer *gt);
+/* How the ranks exchange gradients and parameters: "none (one rank)", "NCCL 2.28.9, 2 ranks on the GPUs (...)" or
+ * "host-staged through MPI (why)". */
+const char *gpu_trainer_collectives(const GpuTrainer *gt);
 int gpu_trainer_set_shape(GpuTrainer *gt, int B, int T, ZyErr *err);
 
 /* Starts a step: zeroes the gradients. */
@@ -34,13 +41,13 @@ void gpu_trainer_begin(GpuTrainer *gt);
 int gpu_trainer_micro(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, RoutingCounts *routes,
                       ZyErr *err);
 /* Makes the step's gradient: the mean over n_micro micro-batches, then (d->size > 1) summed over ranks into this
- * rank's ZeRO-1 block [begin, end) through host memory and divided by the ranks. *loss = the step's mean loss on
+ * rank's ZeRO-1 block [begin, end) (NCCL on the devices, or through host memory) and divided by the ranks. *loss = the step's mean loss on
  * this rank (the caller all-reduces it); *sumsq = Σ g² over the owned block (the caller all-reduces it). host: the
  * host Model whose gradient arena stages the reduction. nan_fault: make the first gradient NaN (ZAYA_FAULT). */
 int gpu_trainer_reduce(GpuTrainer *gt, Model *host, const Dist *d, const size_t *bounds, float *scratch, int n_micro,
                        int nan_fault, double *loss, double *sumsq, ZyErr *err);
 /* Scales the gradients by clip (< 1 clips), runs the optimizer with lr, and (d->size > 1) all-gathers the updated
- * blocks through host memory. */
+ * blocks (NCCL on the devices, or through host memory). */
 int gpu_trainer_apply(GpuTrainer *gt, Model *host, const Dist *d, const size_t *bounds, double clip, double lr,
                       ZyErr *err);
 /* The balancing biases the host controller updated go to the device. */

@@ -146,7 +146,8 @@ typedef struct {
 int main(int argc, char **argv) {
     const Group groups[] = {{"gemm", test_gpu_gemm},           {"norms", test_gpu_norms}, {"moe", test_gpu_moe},
                             {"cca", test_gpu_cca},             {"attention", test_gpu_attention},
-                            {"optim", test_gpu_optim},         {"model", test_gpu_model}};
+                            {"optim", test_gpu_optim},         {"model", test_gpu_model},
+                            {"decode", test_gpu_decode}};
     const int n_groups = (int)(sizeof groups / sizeof groups[0]);
     GpuCtx g;
     ZyErr err;

@@ -49,5 +49,6 @@ void test_gpu_cca(GpuTest *t);
 void test_gpu_attention(GpuTest *t);
 void test_gpu_optim(GpuTest *t);
 void test_gpu_model(GpuTest *t);
+void test_gpu_decode(GpuTest *t);
 
 #endif

@@ -6,6 +6,9 @@
 #   training       50 bf16 steps of the demo model on the GPU tracking the CPU's loss curve; a GPU checkpoint resumed
 #                  on the CPU and a CPU checkpoint on the GPU; an interrupted GPU run resumed bit for bit
 #   oracle         zaya forward --device cuda against transformers' ZayaForCausalLM (tests/oracle/test_oracle.py)
+#   ranks          zaya bench comm --backend nccl with one rank (0 wrong elements); mpirun -np 2 on one shared GPU
+#                  (host-staged exchange) tracking the 1-rank GPU curve, stopped and resumed on 1 rank (reshaped
+#                  checkpoint); ZAYA_NCCL=1 on a shared GPU is a clear error; with 2+ GPUs, NCCL training runs
 #   sanitizer      compute-sanitizer memcheck over a short GPU training run (when compute-sanitizer is installed)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -76,6 +79,9 @@ check "CPU run to step 25, resumed on the GPU" bash -c "$(declare -f train); Z=$
 check "GPU→CPU run tracks the CPU's curve" python3 tests/gpu/compare_runs.py curve "$W/cpu" "$W/gpu-to-cpu"
 check "CPU→GPU run tracks the CPU's curve" python3 tests/gpu/compare_runs.py curve "$W/cpu" "$W/cpu-to-gpu"
 check "first 25 steps of GPU→CPU equal the GPU run's" python3 tests/gpu/compare_runs.py prefix "$W/gpu" "$W/gpu-to-cpu" 25
+# cached decoding on the GPU: greedy generation from the trained model gives the CPU's tokens
+gen() { $Z generate --model "$W/cpu/final" --ids --prompt "2 17 5 9" --max-tokens 40 --temperature 0 "$@" 2>/dev/null; }
+check "generate --device cuda: the CPU's 40 greedy tokens" test "$(gen)" = "$(gen --device cuda)"
 suite_line gpu-training "$pass" "$fail"
 
 echo "=== suite: gpu oracle (zaya forward --device cuda vs transformers' ZayaForCausalLM)"
@@ -89,6 +95,80 @@ if python3 -c "from transformers import ZayaForCausalLM" >/dev/null 2>&1; then
 else
     echo "gpu-oracle: skipped (transformers with ZayaForCausalLM not importable: make deps, or carry a wheel)"
 fi
+
+echo "=== suite: gpu ranks (NCCL bench, host-staged 2-rank training on one GPU, reshaped resume, ZAYA_NCCL)"
+pass=0
+fail=0
+# (a) NCCL with one rank: every collective on device buffers, float and bf16, 0 wrong elements
+bench_nccl() { # dtype json
+    $Z bench comm --backend nccl -b 8 -e 64M -n 5 -w 1 -c 1 -d "$1" --json "$2" >"$2.txt" || return 1
+    grep -q '^# Out of bounds values : 0 OK$' "$2.txt" || return 1
+    [ "$(grep -c '^# [a-z_]* (busbw factor' "$2.txt")" -eq 5 ] || return 1
+    # every row: 13 columns, #wrong 0 out-of-place and in-place
+    [ "$(grep -v '^#' "$2.txt" | awk 'NF != 13 || $9 != 0 || $13 != 0' | wc -l)" -eq 0 ] || return 1
+    python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["backend"] == "nccl" and j["nranks"] == 1 and j["wrong_total"] == 0 and len(j["rows"]) == 5 * 24, j["backend"]' "$2"
+}
+check "bench comm --backend nccl, 1 rank, float: 5 collectives, 0 wrong" bench_nccl float "$W/nccl-float.json"
+check "bench comm --backend nccl, 1 rank, bf16: 5 collectives, 0 wrong" bench_nccl bf16 "$W/nccl-bf16.json"
+[ -s "$W/nccl-float.json.txt" ] && sed -n '1,3p' "$W/nccl-float.json.txt" | sed 's/^/       /'
+if command -v mpirun >/dev/null 2>&1; then
+    # tests/cli/fixture.sh's fixture_mpi_env (Open MPI as root, shared memory), two OpenMP threads per rank
+    # (locally launched ranks inherit the environment; -x names what a rank must see)
+    MPIRUN=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=2
+            timeout 1800 mpirun --oversubscribe --mca plm_rsh_agent "")
+    # (b) two ranks on one GPU (ZAYA_GPU=0 shares it even on a machine with more): NCCL cannot pair them, so the
+    # exchange is host-staged; the same global batch as the 1-rank GPU run, so the loss curves agree
+    rm -rf "$W"/np2 "$W"/np2-to-1 "$W"/nccl-forced
+    export ZAYA_GPU=0
+    unset ZAYA_NCCL
+    check "2 ranks sharing one GPU: 50 bf16 steps" "${MPIRUN[@]}" -x ZAYA_GPU -np 2 $Z train "$W/run.json" --quiet \
+        --override "out_dir=$W/np2" --device cuda
+    check "2 ranks sharing one GPU: the host-staged path was chosen (events.log)" \
+        grep -q 'collectives: host-staged through MPI (ranks 0 and 1 share one GPU)' "$W/np2/events.log"
+    check "2-rank GPU loss curve tracks the 1-rank GPU run's" python3 tests/gpu/compare_runs.py curve "$W/gpu" "$W/np2"
+    # reshaped: 2 ranks to step 25 (two optimizer shards), resumed by 1 rank to step 50
+    check "2 ranks stopped at step 25" "${MPIRUN[@]}" -x ZAYA_GPU -np 2 $Z train "$W/run.json" --quiet \
+        --override "out_dir=$W/np2-to-1" --device cuda --stop-after 25
+    check "the 2-rank checkpoint has 2 optimizer shards" \
+        test "$(ls "$W/np2-to-1/checkpoints/step-00000025" | grep -c '^optimizer-0000[01]-of-00002')" -eq 2
+    check "resumed on 1 rank (GPU) to step 50" train "$W/np2-to-1" cuda --resume
+    check "first 25 steps of 2→1 equal the 2-rank run's (bit for bit)" \
+        python3 tests/gpu/compare_runs.py prefix "$W/np2" "$W/np2-to-1" 25
+    check "2→1-rank run tracks the 1-rank GPU run's curve" python3 tests/gpu/compare_runs.py curve "$W/gpu" "$W/np2-to-1"
+    # (c) ZAYA_NCCL=1 demands NCCL: on a shared GPU that is a clear error on start-up (no fallback), exit non-zero
+    nccl_forced() {
+        ZAYA_NCCL=1 "${MPIRUN[@]}" -x ZAYA_GPU -x ZAYA_NCCL -np 2 $Z train "$W/run.json" --quiet --override "out_dir=$W/nccl-forced" \
+            --device cuda >"$W/nccl-forced.log" 2>&1
+        local rc=$?
+        cat "$W/nccl-forced.log"
+        [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q 'ZAYA_NCCL=1: ranks 0 and 1 share one GPU' "$W/nccl-forced.log" &&
+            [ ! -e "$W/nccl-forced/checkpoints" ]
+    }
+    check "ZAYA_NCCL=1 with 2 ranks on one GPU: a clear error, no training" nccl_forced
+    unset ZAYA_GPU
+    # with 2+ GPUs: each rank its own GPU, so NCCL carries the exchange
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if [ "${gpus:-0}" -ge 2 ]; then
+        rm -rf "$W"/nccl2
+        nccl_bench2() {
+            "${MPIRUN[@]}" -np 2 $Z bench comm --backend nccl -b 8 -e 64M -n 5 -w 1 -c 1 >"$W/nccl2-bench.txt" &&
+                grep -q '^# Out of bounds values : 0 OK$' "$W/nccl2-bench.txt"
+        }
+        check "bench comm --backend nccl, 2 ranks on 2 GPUs: 0 wrong" nccl_bench2
+        check "2 ranks on 2 GPUs (NCCL): 50 bf16 steps" "${MPIRUN[@]}" -np 2 $Z train "$W/run.json" --quiet \
+            --override "out_dir=$W/nccl2" --device cuda
+        check "2 ranks on 2 GPUs: NCCL was chosen (events.log)" grep -q 'collectives: NCCL' "$W/nccl2/events.log"
+        check "NCCL 2-rank curve tracks the 1-rank GPU run's" python3 tests/gpu/compare_runs.py curve "$W/gpu" "$W/nccl2"
+        # 2 ranks: a + b is exact in either order, so NCCL and MPI sum the same bits
+        check "NCCL 2-rank run equals the host-staged 2-rank run (bit for bit)" \
+            python3 tests/gpu/compare_runs.py identical "$W/np2" "$W/nccl2"
+    else
+        echo "  (one GPU: the NCCL training checks need 2+ GPUs, skipped)"
+    fi
+else
+    echo "  (mpirun not installed: the multi-rank checks are skipped; make deps installs Open MPI)"
+fi
+suite_line gpu-ranks "$pass" "$fail"
 
 if command -v compute-sanitizer >/dev/null 2>&1; then
     echo "=== suite: gpu sanitizer"

@@ -12,13 +12,17 @@
  * exponential (a Cephes polynomial on the CPU, exp2f on the GPU); observed errors are <= 1e-6 for O, LSE and the
  * totals. The dQ increment carries cancellation (Σ_k dS = 0 over each row), which amplifies rounding: up to 5e-6
  * observed at T = 2048. So 1e-5 for O, LSE and totals, 5e-5 for increments: 10x headroom over rounding, still
- * orders below what a wrong index, mask or tile boundary produces (>= 1e-2). */
+ * orders below what a wrong index, mask or tile boundary produces (>= 1e-2).
+ *
+ * The tensor-core path (gk_flash_attention_forward_bf16 / _backward_bf16, gpu_attention_tc.cu; bf16 runs): see
+ * tc_case below for what it is compared with and why its tolerances are what they are. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "attention.h"
 #include "gpu_test.h"
+#include "util.h"
 
 #define TOL 1e-5
 #define TOL_INC 5e-5
@@ -38,7 +42,7 @@ static float *up_at(GpuTest *t, const float *h, size_t n, size_t offset) {
  * dS = P (dP − D) with P = 1, dP = D), the check is instead that the GPU added nothing beyond rounding:
  * ‖gpu − cpu‖ / ‖pre‖. */
 static void check_increment(GpuTest *t, const char *name, const float *dev, const float *ref, const float *pre,
-                            size_t n) {
+                            size_t n, double tol_inc, double tol_zero) {
     const float *h = gt_down(t, dev, n);
     double num = 0, inc = 0, base = 0;
     int finite = 1;
@@ -52,10 +56,10 @@ static void check_increment(GpuTest *t, const char *name, const float *dev, cons
         gt_assert(t, 0, name, "non-finite values");
     } else if (inc >= 1e-6 * base) {
         const double e = sqrt(num / inc);
-        gt_assert(t, e <= TOL_INC, name, "increment rel err %.2e (tol %.0e)", e, TOL_INC);
+        gt_assert(t, e <= tol_inc, name, "increment rel err %.2e (tol %.0e)", e, tol_inc);
     } else {
         const double e = base > 0 ? sqrt(num / base) : sqrt(num);
-        gt_assert(t, e <= TOL_ZERO, name, "zero gradient: |gpu - cpu| / |preload| %.2e (tol %.0e)", e, TOL_ZERO);
+        gt_assert(t, e <= tol_zero, name, "zero gradient: |gpu - cpu| / |preload| %.2e (tol %.0e)", e, tol_zero);
     }
 }
 
@@ -98,11 +102,11 @@ static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, si
     snprintf(nm, sizeof nm, "bwd dV += %s", tag);
     gt_check(t, nm, g[0][2], dV, nk, TOL);
     snprintf(nm, sizeof nm, "bwd dQ increment %s", tag);
-    check_increment(t, nm, g[0][0], dQ, dQ0, nq);
+    check_increment(t, nm, g[0][0], dQ, dQ0, nq, TOL_INC, TOL_ZERO);
     snprintf(nm, sizeof nm, "bwd dK increment %s", tag);
-    check_increment(t, nm, g[0][1], dK, dK0, nk);
+    check_increment(t, nm, g[0][1], dK, dK0, nk, TOL_INC, TOL_ZERO);
     snprintf(nm, sizeof nm, "bwd dV increment %s", tag);
-    check_increment(t, nm, g[0][2], dV, dV0, nk);
+    check_increment(t, nm, g[0][2], dV, dV0, nk, TOL_INC, TOL_ZERO);
 
     const size_t n[3] = {nq, nk, nk};
     int same = 1;
@@ -115,6 +119,8 @@ static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, si
     gt_reset(t);
 }
 
+static void test_gpu_attention_tc(GpuTest *t);
+
 void test_gpu_attention(GpuTest *t) {
     attention_case(t, 1, 1, 2, 1, 4, 0);       /* one token: O = V, dQ = dK = 0 */
     attention_case(t, 2, 37, 4, 2, 12, 0);     /* one partial tile, small odd-sized heads */
@@ -125,4 +131,146 @@ void test_gpu_attention(GpuTest *t) {
     attention_case(t, 1, 70, 2, 1, 256, 0);    /* the largest heads, smaller tiles */
     attention_case(t, 1, 129, 4, 2, 64, 1);    /* unaligned pointers: scalar path at dh 64 */
     attention_case(t, 1, 2048, 8, 2, 128, 0);  /* a full sequence at the benchmark's head shape */
+    test_gpu_attention_tc(t);
+}
+
+/* ---- the tensor-core path: gk_flash_attention_forward_bf16 / gk_flash_attention_backward_bf16 ------------------
+ * Reference: the CPU flash attention above run on bf16-ROUNDED Q, K, V, dO (zy_round_bf16). The kernels are given
+ * the raw fp32 values and round them themselves (nearest even), so both sides multiply the same numbers; what
+ * remains is what the tensor-core path rounds on purpose: P before P V (forward) and Pᵀ dO, dS before dSᵀ Q and
+ * dS K (backward), each to bf16 (8 significant bits: relative error <= 2^-8 = 3.9e-3 per element, rms 1.66e-3
+ * for a rounding error uniform in half an ulp over log-uniform mantissas). An output is a sum of such terms with
+ * independent errors, so its relative L2 error is the rms of the per-term errors: about 1.6e-3 for dQ, dK, dV
+ * and 1e-3 for O (each row's largest P is exp(0) = 1, exact). A CPU emulation of these kernels (the real kernel
+ * source, a mock WMMA) measured 0.9e-3 to 1.1e-3 for O and 1.5e-3 to 1.75e-3 for the gradient increments over
+ * the shapes below, and 1e-7 against a reference that rounds P and dS the same way. Tolerance TOL_TC = 5e-3:
+ * 3x the expected error and above the per-element bound 2^-8, while a wrong index, mask, tile edge or scale gives
+ * >= 3e-2.
+ * LSE never sees a rounded P (the row sums are fp32): it differs only by fp32 summation order and exp2f vs expf,
+ * as in the fp32 tests, so the fp32 tolerance TOL applies. The gradients' totals (preload + increment) are
+ * checked with TOL_TC too (their error is the increment's, relative to a larger norm).
+ * Exact checks at T = 1: P = 1 exactly, so O must equal bf16(V) bit for bit and, without GQA, dV must equal the
+ * preload + bf16(dO) (one fp32 add); this pins down the kernels' own input rounding (truncation or a lost rounding
+ * would show in about half the elements). Determinism: the forward and the backward run twice, bit-identical.
+ * Head sizes other than 64 and 128 fall back to the fp32 kernels: those cases are given the rounded inputs and
+ * held to the fp32 tolerances (so they also prove the fallback ran the fp32 path). */
+#define TOL_TC 5e-3
+
+/* n floats of a device array equal to host ref bit for bit. */
+static void check_bits(GpuTest *t, const char *name, const float *dev, const float *ref, size_t n) {
+    const float *h = gt_down(t, dev, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&h[i], &ref[i], sizeof *h) != 0 && !bad++) first = i;
+    if (bad)
+        gt_assert(t, 0, name, "%zu of %zu differ (first at %zu: %.9g vs %.9g)", bad, n, first, h[first], ref[first]);
+    else
+        gt_assert(t, 1, name, "%zu values bit-identical", n);
+}
+
+static float *rounded_copy(GpuTest *t, const float *x, size_t n) {
+    float *r = gt_copy(t, x, n);
+    for (size_t i = 0; i < n; i++) r[i] = zy_round_bf16(r[i]);
+    return r;
+}
+
+static int same_bits(GpuTest *t, const float *a, const float *b, size_t n) {
+    const float *x = gt_down(t, a, n), *y = gt_down(t, b, n);
+    return memcmp(x, y, n * sizeof *x) == 0;
+}
+
+static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t misalign) {
+    const int tc = dh == 64 || dh == 128; /* else the fp32 fallback */
+    const double tol = tc ? TOL_TC : TOL, tol_inc = tc ? TOL_TC : TOL_INC;
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
+    char tag[80], nm[160];
+    snprintf(tag, sizeof tag, "bf16 B%d T%d Hq%d Hkv%d dh%d%s%s", B, T, Hq, Hkv, dh, misalign ? " unal" : "",
+             tc ? "" : " (fp32 fallback)");
+
+    /* raw inputs, their bf16 roundings, and the CPU reference on the roundings (one thread) */
+    const float *Q = gt_rand(t, nq, 1.0f), *K = gt_rand(t, nk, 1.0f), *V = gt_rand(t, nk, 1.0f);
+    const float *dO = gt_rand(t, nq, 1.0f);
+    const float *dQ0 = gt_rand(t, nq, 0.5f), *dK0 = gt_rand(t, nk, 0.5f), *dV0 = gt_rand(t, nk, 0.5f);
+    const float *Qr = rounded_copy(t, Q, nq), *Kr = rounded_copy(t, K, nk), *Vr = rounded_copy(t, V, nk);
+    const float *dOr = rounded_copy(t, dO, nq);
+    float *O = gt_host(t, nq), *L = gt_host(t, nl), *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
+    float *dQ = gt_copy(t, dQ0, nq), *dK = gt_copy(t, dK0, nk), *dV = gt_copy(t, dV0, nk);
+    flash_attention_forward(O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, ws, 1);
+    flash_attention_backward(dQ, dK, dV, dOr, O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, ws, 1);
+
+    /* forward, twice */
+    const float *d_Q = up_at(t, tc ? Q : Qr, nq, misalign), *d_K = gt_up(t, tc ? K : Kr, nk);
+    const float *d_V = gt_up(t, tc ? V : Vr, nk);
+    float *d_O[2], *d_L[2];
+    for (int rep = 0; rep < 2; rep++) {
+        d_O[rep] = gt_poison(t, nq), d_L[rep] = gt_poison(t, nl);
+        gk_flash_attention_forward_bf16(t->g->stream, d_O[rep], d_L[rep], d_Q, d_K, d_V, B, T, Hq, Hkv, dh);
+    }
+    snprintf(nm, sizeof nm, "fwd O %s", tag);
+    gt_check(t, nm, d_O[0], O, nq, tol);
+    snprintf(nm, sizeof nm, "fwd LSE %s", tag);
+    gt_check(t, nm, d_L[0], L, nl, TOL);
+    const int fsame = same_bits(t, d_O[0], d_O[1], nq) && same_bits(t, d_L[0], d_L[1], nl);
+    snprintf(nm, sizeof nm, "fwd deterministic %s", tag);
+    gt_assert(t, fsame, nm, "%s", fsame ? "two runs bit-identical" : "two runs differ");
+    if (T == 1 && tc) { /* O = bf16(V) of the head's kv head, exactly */
+        float *want = gt_host(t, nq);
+        for (size_t r = 0; r < (size_t)B; r++)
+            for (int h = 0; h < Hq; h++)
+                for (int d = 0; d < dh; d++)
+                    want[(r * Hq + h) * dh + d] = Vr[(r * Hkv + h / (Hq / Hkv)) * dh + d];
+        snprintf(nm, sizeof nm, "fwd T=1: O == bf16(V) %s", tag);
+        check_bits(t, nm, d_O[0], want, nq);
+    }
+
+    /* backward from the CPU's O and LSE, twice into fresh preloaded gradients */
+    const float *d_dO = up_at(t, tc ? dO : dOr, nq, misalign), *d_Oc = gt_up(t, O, nq), *d_Lc = gt_up(t, L, nl);
+    const long wf = gk_flash_attention_bf16_work_floats(B, T, Hq, Hkv, dh);
+    snprintf(nm, sizeof nm, "bwd work size %s", tag);
+    gt_assert(t, wf >= gk_flash_attention_work_floats(B, T, Hq), nm, "%ld floats (covers the fp32 kernels' need)", wf);
+    float *work = gt_dev(t, (size_t)wf * sizeof(float));
+    float *g[2][3];
+    for (int rep = 0; rep < 2; rep++) {
+        g[rep][0] = up_at(t, dQ0, nq, misalign), g[rep][1] = gt_up(t, dK0, nk), g[rep][2] = gt_up(t, dV0, nk);
+        gk_flash_attention_backward_bf16(t->g->stream, g[rep][0], g[rep][1], g[rep][2], d_dO, d_Oc, d_Lc, d_Q, d_K,
+                                         d_V, B, T, Hq, Hkv, dh, work);
+    }
+    snprintf(nm, sizeof nm, "bwd dQ += %s", tag);
+    gt_check(t, nm, g[0][0], dQ, nq, tol);
+    snprintf(nm, sizeof nm, "bwd dK += %s", tag);
+    gt_check(t, nm, g[0][1], dK, nk, tol);
+    snprintf(nm, sizeof nm, "bwd dV += %s", tag);
+    gt_check(t, nm, g[0][2], dV, nk, tol);
+    snprintf(nm, sizeof nm, "bwd dQ increment %s", tag);
+    check_increment(t, nm, g[0][0], dQ, dQ0, nq, tol_inc, TOL_ZERO);
+    snprintf(nm, sizeof nm, "bwd dK increment %s", tag);
+    check_increment(t, nm, g[0][1], dK, dK0, nk, tol_inc, TOL_ZERO);
+    snprintf(nm, sizeof nm, "bwd dV increment %s", tag);
+    check_increment(t, nm, g[0][2], dV, dV0, nk, tol_inc, TOL_ZERO);
+    if (T == 1 && tc && Hq == Hkv) { /* dV = preload + 1 · bf16(dO), exactly */
+        float *want = gt_host(t, nk);
+        for (size_t i = 0; i < nk; i++) want[i] = dV0[i] + dOr[i];
+        snprintf(nm, sizeof nm, "bwd T=1: dV == pre + bf16(dO) %s", tag);
+        check_bits(t, nm, g[0][2], want, nk);
+    }
+    const size_t n[3] = {nq, nk, nk};
+    int same = 1;
+    for (int k = 0; k < 3; k++) same &= same_bits(t, g[0][k], g[1][k], n[k]);
+    snprintf(nm, sizeof nm, "bwd deterministic %s", tag);
+    gt_assert(t, same, nm, "%s", same ? "two runs bit-identical" : "two runs differ");
+    gt_reset(t);
+}
+
+static void test_gpu_attention_tc(GpuTest *t) {
+    tc_case(t, 1, 1, 2, 2, 64, 0);     /* one token: O = bf16(V), dV = bf16(dO), dQ = dK = 0 */
+    tc_case(t, 1, 1, 4, 2, 128, 0);    /* the same at dh 128, with GQA */
+    tc_case(t, 2, 37, 4, 2, 64, 0);    /* one partial tile */
+    tc_case(t, 2, 37, 4, 2, 128, 0);
+    tc_case(t, 1, 300, 2, 1, 64, 0);   /* five tiles, the last partial */
+    tc_case(t, 1, 300, 2, 1, 128, 0);
+    tc_case(t, 2, 130, 4, 1, 64, 0);   /* a group of 4 query heads, a 2-query last tile */
+    tc_case(t, 1, 129, 2, 2, 128, 1);  /* unaligned Q, dO, dQ: the scalar loads */
+    tc_case(t, 1, 2048, 8, 2, 128, 0); /* a full sequence at the benchmark's head shape */
+    tc_case(t, 2, 37, 4, 2, 12, 0);    /* other head sizes: the fp32 kernels */
+    tc_case(t, 1, 100, 2, 1, 32, 0);
 }

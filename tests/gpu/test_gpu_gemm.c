@@ -1,7 +1,10 @@
 /* cuBLASLt products (gpu_gemm) against the CPU's zy_gemm: every transpose pair, odd shapes, row strides wider than
- * the matrix, beta = 1 accumulation; fp32 (no TF32) and bf16 operands with fp32 sums. */
+ * the matrix, beta = 1 accumulation; fp32 (no TF32) and bf16 operands with fp32 sums. Strided batches
+ * (gpu_gemm_batched) against a loop of zy_gemm: batch 1, 3, 16, strides with gaps (odd and aligned), the gaps and
+ * row padding of C never written. */
 #include <stdio.h>
 #include <string.h>
+#include <stdint.h>
 
 #include "gpu_test.h"
 #include "matmul.h"
@@ -30,6 +33,57 @@ static void one_case(GpuTest *t, int bf16, int ta, int tb, int M, int N, int K, 
     gt_check(t, name, dC, C, nc, 2e-5);
 }
 
+static int bits_same(float a, float b) {
+    uint32_t x, y;
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    return x == y;
+}
+
+/* batch products, matrix i of A / B / C at i·stride_a / stride_b / stride_c: the strides leave gaps of ga, gb, gc
+ * elements after each matrix (its rows × ld block), the row strides are `pad` wider than the rows. A16 (bf16 only):
+ * pass a ready bf16 copy of A's whole span instead of letting the product round it. */
+static void batched_case(GpuTest *t, int bf16, int ta, int tb, int M, int N, int K, int batch, int pad, int ga, int gb,
+                         int gc, float beta, int ready_a16) {
+    const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    const long long sa = (long long)(ta ? K : M) * lda + ga, sb = (long long)(tb ? N : K) * ldb + gb,
+                    sc = (long long)M * ldc + gc;
+    const size_t na = (size_t)(batch - 1) * (size_t)sa + (size_t)(ta ? K : M) * lda,
+                 nb = (size_t)(batch - 1) * (size_t)sb + (size_t)(tb ? N : K) * ldb,
+                 nc = (size_t)(batch - 1) * (size_t)sc + (size_t)M * ldc;
+    float *A = gt_rand(t, na, 1.0f), *B = gt_rand(t, nb, 1.0f), *C = gt_rand(t, nc, 1.0f), *C0 = gt_copy(t, C, nc);
+    float *dA = gt_up(t, A, na), *dB = gt_up(t, B, nb), *dC = gt_up(t, C, nc);
+    uint16_t *A16 = NULL;
+    if (bf16 && ready_a16) {
+        A16 = gt_dev(t, na * sizeof(uint16_t));
+        gk_f32_to_bf16(t->g->stream, A16, dA, (long)na);
+    }
+    if (bf16) round_bf16(A, na), round_bf16(B, nb);
+    for (int i = 0; i < batch; i++)
+        zy_gemm(ta, tb, M, N, K, 0.5f, A + (size_t)i * sa, lda, B + (size_t)i * sb, ldb, beta, C + (size_t)i * sc, ldc);
+    t->g->bf16 = bf16;
+    ZyErr err = {{0}};
+    int rc = gpu_gemm_batched(t->g, ta, tb, M, N, K, 0.5f, A16 ? NULL : dA, A16, lda, sa, dB, NULL, ldb, sb, beta, dC,
+                              ldc, sc, batch, &err);
+    t->g->bf16 = 0;
+    char name[160];
+    snprintf(name, sizeof name, "batched %s%s ta%d tb%d %dx%dx%d x%d gaps %d/%d/%d", bf16 ? "bf16" : "fp32",
+             A16 ? " (A16)" : "", ta, tb, M, N, K, batch, ga, gb, gc);
+    if (!gt_assert(t, rc == 0, name, "%s", rc ? err.msg : "launched")) return;
+    /* inside the C_i: within tolerance of the loop (only the summation order differs); outside them (gaps, row
+     * padding): the start's bits */
+    float *h = gt_down(t, dC, nc);
+    size_t touched = 0;
+    for (size_t e = 0; e < nc; e++) {
+        const size_t i = e / (size_t)sc, in_m = e % (size_t)sc;
+        const int inside = i < (size_t)batch && in_m < (size_t)M * ldc && (int)(in_m % (size_t)ldc) < N;
+        if (!inside) touched += !bits_same(h[e], C0[e]);
+    }
+    const double rel = gt_rel_err(h, C, nc);
+    gt_assert(t, rel <= 2e-5 && touched == 0, name, "rel err %.2e (tol 2e-5), %zu elements outside the C_i written",
+              rel, touched);
+}
+
 void test_gpu_gemm(GpuTest *t) {
     const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 96, 64}, {257, 129, 300}, {1024, 1536, 512}};
     for (int bf16 = 0; bf16 < 2; bf16++)
@@ -54,6 +108,30 @@ void test_gpu_gemm(GpuTest *t) {
         t->g->bf16 = 0;
         gt_assert(t, rc == 0, "bf16 with a ready bf16 operand", "%s", rc ? err.msg : "launched");
         gt_check(t, "bf16 with a ready bf16 operand", dC, C, (size_t)M * N, 2e-5);
+    }
+    /* strided batches: every transpose pair, fp32 and bf16, batch 1 / 3 / 16; gaps odd (misaligned matrices) and
+     * aligned, none at all (packed) for some */
+    {
+        const int bshapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 96, 64}};
+        const int batches[] = {1, 3, 16};
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            for (size_t s = 0; s < sizeof bshapes / sizeof *bshapes; s++)
+                for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++)
+                    for (int ta = 0; ta < 2; ta++)
+                        for (int tb = 0; tb < 2; tb++) {
+                            const int packed = s % 2 == 0 && bi == 1, pad = s % 2 ? 3 : 0;
+                            batched_case(t, bf16, ta, tb, bshapes[s][0], bshapes[s][1], bshapes[s][2], batches[bi],
+                                         pad, packed ? 0 : 3 + 2 * (int)s, packed ? 0 : 16, packed ? 0 : 7 + (int)s,
+                                         (ta + tb + (int)bi) % 2 ? 1.0f : 0.0f, 0);
+                        }
+            gt_reset(t);
+        }
+        /* a ready bf16 copy of the whole batch of A (the optimizer's X16), and a Newton-Schulz-like batch: A = X Xᵀ
+         * over matrices 256-byte aligned */
+        batched_case(t, 1, 0, 1, 48, 48, 80, 5, 0, 64, 64, 64, 0.0f, 1);
+        batched_case(t, 1, 1, 0, 40, 24, 96, 16, 0, 0, 0, 0, 1.0f, 1);
+        batched_case(t, 0, 1, 0, 96, 96, 256, 7, 0, 64, 64, 0, 0.0f, 0);
+        gt_reset(t);
     }
     double tf = gpu_gemm_probe_tflops(t->g, 4096, 10);
     t->g->bf16 = 1;

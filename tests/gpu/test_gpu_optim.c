@@ -1,13 +1,17 @@
 /* The element-wise ops (bf16 rounding bit for bit, scaling, sum of squares) and the GPU optimizer against the CPU
  * one (src/optim.c): three Muon + AdamW steps from the same start, the moments, clipping, determinism, and the
- * checkpoint state round trip. */
+ * checkpoint state round trip; the batched Muon groups on a small ZAYA model's table (expert stacks, the same
+ * projection across layers) against the CPU, the unbatched step and themselves; and a timing print of one step of
+ * the 1.0B bench-gpu model, unbatched vs batched. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "gpu/gpu_optim.h"
 #include "gpu_test.h"
+#include "model.h"
 #include "optim.h"
 #include "params.h"
 
@@ -163,11 +167,13 @@ typedef struct {
     float *grads[STEPS];   /* each step's gradients [total] (zero on buffers and padding) */
 } OptimCase;
 
-/* Runs the STEPS GPU steps from w0 on a fresh optimizer; leaves the weights in d_w and the optimizer open. */
-static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g) {
+/* Runs the STEPS GPU steps from w0 on a fresh optimizer with at most max_batch matrices per Muon group (0: the
+ * default grouping, 1: unbatched); leaves the weights in d_w and the optimizer open. */
+static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g, int max_batch) {
     ZyErr err = {{0}};
     const size_t bytes = c->tab.total * sizeof(float);
-    if (gpu_upload(t->g, d_w, c->w0, bytes, &err) || gpu_optim_create(o, t->g, &c->tab, &c->cfg, &err)) {
+    if (gpu_upload(t->g, d_w, c->w0, bytes, &err) ||
+        gpu_optim_create_grouped(o, t->g, &c->tab, &c->cfg, 0, c->tab.total, max_batch, &err)) {
         fprintf(stderr, "  %s\n", err.msg);
         return -1;
     }
@@ -254,6 +260,235 @@ static void compare_weights(GpuTest *t, const OptimCase *c, const float *gw, con
     gt_assert(t, buffers_ok, name, "%s", buffers_ok ? "bit-identical to the start" : "a buffer changed");
 }
 
+/* Random start weights and STEPS gradients (zero on buffers and padding) for c->tab. */
+static void fill_case(GpuTest *t, OptimCase *c) {
+    const size_t total = c->tab.total;
+    c->w0 = gt_rand(t, total, 0.5f);
+    for (int s = 0; s < STEPS; s++) {
+        c->grads[s] = gt_host(t, total);
+        for (int i = 0; i < c->tab.count; i++) {
+            const ParamInfo *p = &c->tab.info[i];
+            if (!param_trainable(p)) continue;
+            for (size_t j = 0; j < p->numel; j++)
+                c->grads[s][p->offset + j] = (float)(0.1 * (s + 1) * zy_rng_normal(&t->rng));
+        }
+    }
+}
+
+/* Largest relative error of a Muon tensor's update (w − w0) between two GPU runs. */
+static double muon_update_err(const OptimCase *c, const float *wa, const float *wb) {
+    double worst = 0;
+    for (int i = 0; i < c->tab.count; i++) {
+        const ParamInfo *p = &c->tab.info[i];
+        if (p->kind != PARAM_MUON) continue;
+        float *da = malloc(p->numel * sizeof *da), *db = malloc(p->numel * sizeof *db);
+        if (!da || !db) {
+            free(da), free(db);
+            return INFINITY;
+        }
+        for (size_t j = 0; j < p->numel; j++)
+            da[j] = wa[p->offset + j] - c->w0[p->offset + j], db[j] = wb[p->offset + j] - c->w0[p->offset + j];
+        const double e = gt_rel_err(da, db, p->numel);
+        free(da), free(db);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+/* A small ZAYA1 (2 layers, 8 experts): expert stacks tall ([8, 320, 96]: two norm chunks per matrix) and wide
+ * ([8, 96, 160]), square and wide attention projections, router matrices (router_lr_scale) down to [9, 40]. */
+static const char SMALL_ZAYA_JSON[] =
+    "{\"model_type\": \"zaya\", \"vocab_size\": 256, \"hidden_size\": 96, \"num_hidden_layers\": 2, "
+    "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 24, \"moe_intermediate_size\": 160, "
+    "\"num_experts\": 8, \"num_experts_per_tok\": 1, \"router_hidden_size\": 40, \"cca_time0\": 2, \"cca_time1\": 2, "
+    "\"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true, \"max_position_embeddings\": 256, "
+    "\"rope_parameters\": {\"hybrid\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
+    "\"partial_rotary_factor\": 0.5}}}";
+
+/* The batched Muon groups on a model's table: the 16 experts of both layers' stacks in one group per stack shape,
+ * q/o of both layers in one, v_current/v_delayed of both layers in one, and so on. Against the CPU (the same
+ * tolerances as above), against themselves (bit-identical reruns), against the unbatched step (max_batch 1) and a
+ * split grouping (max_batch 3): the momentum depends on no product, so it matches to the bit; the updates match to
+ * the products' summation order; with no Newton–Schulz iteration (no product at all) the batched and unbatched
+ * weights match to the bit, so every per-matrix norm is the one-matrix norm, bit for bit. */
+static void test_model_table(GpuTest *t) {
+    OptimCase c;
+    ZyErr err = {{0}};
+    ZayaConfig zc;
+    int ok = config_parse(&zc, SMALL_ZAYA_JSON, "small ZAYA config", &err) == 0;
+    ok = ok && model_param_table(&c.tab, &zc, &err) == 0;
+    if (ok && params_alloc(&c.tab, &err)) {
+        params_free(&c.tab);
+        ok = 0;
+    }
+    if (!gt_assert(t, ok, "model table (2 layers, 8 experts)", "%s", ok ? "built" : err.msg)) return;
+    optim_config_default(&c.cfg);
+    c.cfg.weight_decay = 0.1;
+    c.cfg.router_lr_scale = 0.5;
+    c.lr = 0.02;
+    const size_t total = c.tab.total, bytes = total * sizeof(float);
+    fill_case(t, &c);
+    float *cw = gt_host(t, total), *cm = gt_host(t, total), *cv = gt_host(t, total);
+    ok = cpu_run(&c, 0, cw, cm, cv) == 0;
+    if (!gt_assert(t, ok, "model table: CPU reference steps", "%s", ok ? "done" : "failed")) {
+        params_free(&c.tab);
+        return;
+    }
+    t->g->bf16 = 0;
+    float *d_w = gt_dev(t, bytes), *d_g = gt_dev(t, bytes);
+    GpuOptimizer go;
+    ok = gpu_run(t, &c, &go, d_w, d_g, 0) == 0;
+    if (!gt_assert(t, ok, "model table: batched GPU steps (fp32)", "%s", ok ? "done" : "failed")) {
+        params_free(&c.tab);
+        return;
+    }
+    gt_assert(t, go.max_batch == 2 * 8 && go.n_groups < go.n_muon, "model table: Muon matrices grouped",
+              "%d matrices in %d groups, the largest %d (want 16: both layers' experts)", go.n_muon, go.n_groups,
+              go.max_batch);
+    float *gw = gt_down(t, d_w, total), *gm = gt_host(t, total), *gv = gt_host(t, total);
+    ok = gpu_optim_download(&go, t->g, gm, gv, &err) == 0;
+    gpu_optim_free(&go);
+    gt_assert(t, ok, "model table: state download", "%s", ok ? "done" : err.msg);
+    compare_weights(t, &c, gw, cw, 1e-5, "model fp32");
+    const double em = gt_rel_err(gm, cm, total), ev = gt_rel_err(gv, cv, total);
+    gt_assert(t, em <= 1e-6 && ev <= 1e-6, "model table: exp_avg / exp_avg_sq vs CPU",
+              "rel err %.2e / %.2e, %zu / %zu of %zu bit-identical", em, ev, bits_equal(gm, cm, total),
+              bits_equal(gv, cv, total), total);
+
+    /* bit-identical reruns */
+    {
+        GpuOptimizer go2;
+        float *d_w2 = gt_dev(t, bytes);
+        int ran = gpu_run(t, &c, &go2, d_w2, d_g, 0) == 0;
+        float *gw2 = gt_down(t, d_w2, total), *gm2 = gt_host(t, total), *gv2 = gt_host(t, total);
+        ran = ran && gpu_optim_download(&go2, t->g, gm2, gv2, &err) == 0;
+        if (ran) gpu_optim_free(&go2);
+        gt_assert(t, ran && memcmp(gw2, gw, bytes) == 0 && memcmp(gm2, gm, bytes) == 0 && memcmp(gv2, gv, bytes) == 0,
+                  "model table: batched steps deterministic", "%zu / %zu / %zu of %zu bit-identical",
+                  bits_equal(gw2, gw, total), bits_equal(gm2, gm, total), bits_equal(gv2, gv, total), total);
+    }
+
+    /* unbatched (max_batch 1: every matrix on its own, the step before batching) and split groups (max_batch 3) */
+    const int limits[] = {1, 3};
+    for (size_t li = 0; li < ZY_ARRAY_LEN(limits); li++) {
+        GpuOptimizer gu;
+        float *d_w2 = gt_dev(t, bytes);
+        char name[96];
+        snprintf(name, sizeof name, "model table: max_batch %d steps", limits[li]);
+        int ran = gpu_run(t, &c, &gu, d_w2, d_g, limits[li]) == 0;
+        if (!gt_assert(t, ran && gu.max_batch <= limits[li], name, "%s: %d groups, the largest %d",
+                       ran ? "done" : "failed", ran ? gu.n_groups : 0, ran ? gu.max_batch : 0))
+            continue;
+        float *uw = gt_down(t, d_w2, total), *um = gt_host(t, total), *uv = gt_host(t, total);
+        ran = gpu_optim_download(&gu, t->g, um, uv, &err) == 0;
+        gpu_optim_free(&gu);
+        snprintf(name, sizeof name, "model max_batch %d", limits[li]);
+        compare_weights(t, &c, uw, cw, 1e-5, name);
+        const double e = muon_update_err(&c, uw, gw);
+        snprintf(name, sizeof name, "model table: max_batch %d vs batched", limits[li]);
+        gt_assert(t, ran && memcmp(um, gm, bytes) == 0 && memcmp(uv, gv, bytes) == 0 && e <= 1e-5, name,
+                  "moments %zu / %zu of %zu bit-identical; Muon updates rel err %.2e (tol 1e-5), %zu of %zu weights "
+                  "bit-identical", bits_equal(um, gm, total), bits_equal(uv, gv, total), total, e,
+                  bits_equal(uw, gw, total), total);
+    }
+
+    /* no Newton–Schulz iteration: momentum, per-matrix norm, normalisation and update only; batched = unbatched to
+     * the bit */
+    {
+        OptimCase z = c;
+        z.cfg.muon_ns_steps = 0;
+        GpuOptimizer ga, gu;
+        float *d_wa = gt_dev(t, bytes), *d_wu = gt_dev(t, bytes);
+        int ran = gpu_run(t, &z, &ga, d_wa, d_g, 0) == 0;
+        if (ran) gpu_optim_free(&ga);
+        ran = ran && gpu_run(t, &z, &gu, d_wu, d_g, 1) == 0;
+        if (ran) gpu_optim_free(&gu);
+        float *wa = gt_down(t, d_wa, total), *wu = gt_down(t, d_wu, total);
+        size_t changed = 0;
+        for (size_t i = 0; i < total; i++) changed += f2u(wa[i]) != f2u(z.w0[i]);
+        gt_assert(t, ran && memcmp(wa, wu, bytes) == 0 && changed > 0,
+                  "model table: no NS iteration, batched = unbatched", "%zu of %zu weights bit-identical (%zu moved)",
+                  bits_equal(wa, wu, total), total, changed);
+    }
+
+    /* bf16 products, batched, against the CPU's bf16 step (tolerance as above) */
+    {
+        float *bw = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
+        ok = cpu_run(&c, 1, bw, bm, bv) == 0;
+        t->g->bf16 = 1;
+        GpuOptimizer gb;
+        ok = ok && gpu_run(t, &c, &gb, d_w, d_g, 0) == 0;
+        t->g->bf16 = 0;
+        if (gt_assert(t, ok, "model table: batched GPU steps (bf16)", "%s", ok ? "done" : "failed")) {
+            gpu_optim_free(&gb);
+            compare_weights(t, &c, gt_down(t, d_w, total), bw, 2e-2, "model bf16");
+        }
+    }
+    params_free(&c.tab);
+}
+
+/* One optimizer step of the 1.0B bench-gpu model (configs/bench-gpu.json: 18 layers, 16 experts [2048, 1024] and
+ * [1024, 1024] per layer, 738 Muon matrices), unbatched (max_batch 1: the step before batching) and batched, in
+ * bf16 and fp32 products, on random weights and gradients. Prints the times (the mean of 3 steps after a warm-up
+ * step that builds the product plans); asserts only that the steps ran. Needs ~18 GB of GPU memory. */
+static void test_bench_timing(GpuTest *t) {
+    ZyErr err = {{0}};
+    ZayaConfig zc;
+    ParamTable tab;
+    memset(&tab, 0, sizeof tab);
+    int ok = config_load(&zc, "configs/bench-gpu.json", &err) == 0 && model_param_table(&tab, &zc, &err) == 0;
+    if (!gt_assert(t, ok, "bench-gpu optimizer step timing (prints only)", "%s",
+                   ok ? "table built" : err.msg)) /* run from the repository root */
+        return;
+    const size_t total = tab.total, tile = ((size_t)1 << 24) + 7; /* not a power of two: matrices differ */
+    float *d_w = gt_dev(t, total * sizeof(float)), *d_g = gt_dev(t, total * sizeof(float));
+    float *hw = gt_rand(t, tile, 0.02f), *hg = gt_rand(t, tile, 1e-3f);
+    for (size_t off = 0; ok && off < total; off += tile) {
+        const size_t n = total - off < tile ? total - off : tile;
+        ok = gpu_upload(t->g, d_w + off, hw, n * sizeof(float), &err) == 0 &&
+             gpu_upload(t->g, d_g + off, hg, n * sizeof(float), &err) == 0;
+    }
+    if (!gt_assert(t, ok, "bench-gpu random weights and gradients", "%s", ok ? "uploaded" : err.msg)) {
+        params_free(&tab);
+        gt_reset(t);
+        return;
+    }
+    OptimConfig cfg;
+    optim_config_default(&cfg);
+    cfg.weight_decay = 0.1;
+    const int reps = 3;
+    for (int bf16 = 1; bf16 >= 0; bf16--) {
+        ok = 1;
+        double sec[2] = {0, 0};
+        int groups[2] = {0, 0}, n_muon = 0;
+        for (int batched = 0; ok && batched < 2; batched++) {
+            GpuOptimizer o;
+            t->g->bf16 = bf16;
+            ok = gpu_optim_create_grouped(&o, t->g, &tab, &cfg, 0, total, batched ? 0 : 1, &err) == 0;
+            if (!ok) break;
+            ok = gpu_optim_step(&o, t->g, &tab, d_w, d_g, 1e-4, &err) == 0 && gpu_sync(t->g, "warm-up step", &err) == 0;
+            void *timer = gpu_timer_start(t->g);
+            for (int r = 0; ok && r < reps; r++) ok = gpu_optim_step(&o, t->g, &tab, d_w, d_g, 1e-4, &err) == 0;
+            const double s = gpu_timer_stop(t->g, timer);
+            ok = ok && gpu_sync(t->g, "timed steps", &err) == 0 && s > 0;
+            sec[batched] = s / reps;
+            groups[batched] = o.n_groups;
+            n_muon = o.n_muon;
+            gpu_optim_free(&o);
+        }
+        t->g->bf16 = 0;
+        const int per_group = 3 + cfg.muon_ns_steps * (bf16 ? 6 : 5); /* launches per Muon group; + 1 AdamW */
+        char name[96];
+        snprintf(name, sizeof name, "bench-gpu optimizer step, %s (timing only)", bf16 ? "bf16" : "fp32");
+        gt_assert(t, ok, name,
+                  "%s%d Muon matrices: unbatched %.4f s (%d launches), batched %.4f s (%d groups, %d launches): %.2fx",
+                  ok ? "" : err.msg, n_muon, sec[0], groups[0] * per_group + 1, sec[1], groups[1],
+                  groups[1] * per_group + 1, sec[1] > 0 ? sec[0] / sec[1] : 0.0);
+    }
+    params_free(&tab);
+    gt_reset(t);
+}
+
 void test_gpu_optim(GpuTest *t) {
     test_bf16_round(t);
     test_scale_sumsq(t);
@@ -266,16 +501,7 @@ void test_gpu_optim(GpuTest *t) {
     c.cfg.router_lr_scale = 0.5;
     c.lr = 0.02;
     const size_t total = c.tab.total, bytes = total * sizeof(float);
-    c.w0 = gt_rand(t, total, 0.5f);
-    for (int s = 0; s < STEPS; s++) {
-        c.grads[s] = gt_host(t, total);
-        for (int i = 0; i < c.tab.count; i++) {
-            const ParamInfo *p = &c.tab.info[i];
-            if (!param_trainable(p)) continue;
-            for (size_t j = 0; j < p->numel; j++)
-                c.grads[s][p->offset + j] = (float)(0.1 * (s + 1) * zy_rng_normal(&t->rng));
-        }
-    }
+    fill_case(t, &c);
 
     /* CPU reference */
     float *cw = gt_host(t, total), *cm = gt_host(t, total), *cv = gt_host(t, total);
@@ -294,7 +520,7 @@ void test_gpu_optim(GpuTest *t) {
     t->g->bf16 = 0;
     float *d_w = gt_dev(t, bytes), *d_g = gt_dev(t, bytes);
     GpuOptimizer go;
-    const int gpu_ok = gpu_run(t, &c, &go, d_w, d_g) == 0;
+    const int gpu_ok = gpu_run(t, &c, &go, d_w, d_g, 0) == 0;
     if (!gt_assert(t, gpu_ok, "GPU optimizer steps (fp32)", "%s", gpu_ok ? "done" : "failed")) {
         params_free(&c.tab);
         return;
@@ -321,7 +547,7 @@ void test_gpu_optim(GpuTest *t) {
     {
         GpuOptimizer go2;
         float *d_w2 = gt_dev(t, bytes);
-        int ran = gpu_run(t, &c, &go2, d_w2, d_g) == 0;
+        int ran = gpu_run(t, &c, &go2, d_w2, d_g, 0) == 0;
         float *gw2 = gt_down(t, d_w2, total), *gm2 = gt_host(t, total), *gv2 = gt_host(t, total);
         ran = ran && gpu_optim_download(&go2, t->g, gm2, gv2, &err) == 0;
         gt_assert(t,
@@ -395,7 +621,7 @@ void test_gpu_optim(GpuTest *t) {
         if (gt_assert(t, cpu_bf_ok, "CPU reference steps (bf16)", "%s", cpu_bf_ok ? "done" : "failed")) {
             t->g->bf16 = 1;
             GpuOptimizer gb;
-            ok = gpu_run(t, &c, &gb, d_w, d_g) == 0;
+            ok = gpu_run(t, &c, &gb, d_w, d_g, 0) == 0;
             t->g->bf16 = 0;
             if (gt_assert(t, ok, "GPU optimizer steps (bf16)", "%s", ok ? "done" : "failed")) {
                 float *hw = gt_down(t, d_w, total);
@@ -409,4 +635,8 @@ void test_gpu_optim(GpuTest *t) {
         }
     }
     params_free(&c.tab);
+    gt_reset(t);
+    test_model_table(t);
+    gt_reset(t);
+    test_bench_timing(t);
 }

@@ -1,0 +1,782 @@
+/* gpu_attention_tc: causal GQA flash attention on the tensor cores, for bf16 runs (GpuCtx.bf16 / GpuModel.bf16).
+ * The same layouts and semantics as gk_flash_attention_forward/backward (gpu_attention.cu, fp32 on the CUDA cores,
+ * kept for fp32 runs): Q, O, dQ, dO [B*T, Hq*dh] (row = b*T + t), K, V, dK, dV [B*T, Hkv*dh], LSE [B, Hq, T];
+ * query head h reads kv head h / (Hq/Hkv); scores scaled by 1/sqrt(dh); the backward ACCUMULATES (+=) into dQ,
+ * dK, dV; deterministic (no atomics, fixed loop orders, every output element added once by one thread).
+ *
+ * Precision (FlashAttention-2 on bf16 tensors): the products S = Q Kᵀ, O = P V, dP = dO Vᵀ, dV = Pᵀ dO,
+ * dK = dSᵀ Q, dQ = dS K run on the matrix units with bf16 operands and fp32 accumulation. Q, K, V, dO are rounded
+ * to bf16 (nearest even, as zy_round_bf16); P (for P V and Pᵀ dO) and dS (for dSᵀ Q and dS K) are rounded to bf16
+ * before their products. Everything else is fp32: the scores, the softmax statistics (running max, row sum, LSE),
+ * the online rescaling, P itself where dS is formed, Dlt = rowsum(bf16(dO) ⊙ O) and every accumulator; inputs and
+ * outputs stay fp32 in memory. So the result is the exact attention of the bf16-rounded Q, K, V, dO up to the
+ * rounding of P and dS (8 significant bits: relative error <= 2^-8 per element) and fp32 summation order.
+ *
+ * Tensor cores through WMMA (16x16x16 bf16 fragments, fp32 accumulators) behind the tc:: wrapper below, no inline
+ * PTX. The accumulator's element-to-(row, column) layout is unspecified by the API, so it is read at run time:
+ * each warp loads an accumulator fragment from a table holding r*16 + c at (r, c) (AccMap), after which masking,
+ * exponentials and the per-row rescaling are done in registers on any layout. Row reductions (the forward's max and
+ * sum) go through shared memory in a known layout.
+ *
+ * Kernels, 4 warps (128 threads) a block, every warp owning 16 rows of the block's tile (its "rows" below):
+ *   forward   one block per (b, h, 64 queries), longest first; key tiles of 64 from 0 to the diagonal (tiles above
+ *             it are never visited; the diagonal one is masked, and key fragments wholly above a warp's rows are
+ *             skipped in O += P V). Q, K, V tiles are converted fp32 -> bf16 while staged in shared memory (the
+ *             forward has no scratch argument). S goes to a per-warp fp32 tile; two lanes a row (four on wave64)
+ *             take the max / exp2 / sum (base 2, scores times log2 e) and write P as bf16 over it; O is rescaled
+ *             in registers.
+ *   backward  1. prep: bf16 copies of Q, K, V, dO in `work` and Dlt = rowsum(bf16(dO) ⊙ O) (fp32);
+ *             2. one block per (b, kv head, 64 keys): dK, dV over the group's query heads (outer loop) and the
+ *                32-query tiles from the diagonal on (inner), Sᵀ = K Qᵀ and dPᵀ = V dOᵀ recomputed, P from LSE;
+ *                Pᵀ and dSᵀ formed in registers, staged as bf16 for dV += Pᵀ dO, dK += dSᵀ Q;
+ *             3. one block per (b, h, 64 queries), longest first: dQ over the 64-key tiles up to the diagonal.
+ * Per kernel at dh 128 (dh 64), sm_90, from ptxas and the launch sizes; no spills on sm_80 or sm_90:
+ *   forward  70.3 KB (46.3 KB) shared, 153 (128) registers: 3 (4) blocks an SM on an H100, 2 on an A100;
+ *   dK/dV    62.3 KB (38.3 KB), 242 (158) registers: 2 (3) blocks an SM;
+ *   dQ       78.0 KB (46.0 KB), 252 (208) registers: 2 blocks an SM.
+ * Head sizes 64 and 128 (a template on dh); any other dh, or a device that refuses the shared memory, falls back
+ * to the fp32 kernels. Correctness was checked without a GPU by running this source on the CPU (a thread per CUDA
+ * thread, a mock WMMA with a random accumulator layout, under ThreadSanitizer); tests/gpu/test_gpu_attention.c is
+ * the on-device check. */
+#include <math.h>
+#include <stdint.h>
+
+#include "gpu_common.cuh"
+#include "gpu_kernels.h"
+
+/* ---- the matrix-unit wrapper: every tensor-core use in this file goes through tc:: --------------------------
+ * CUDA: nvcuda::wmma from <mma.h> (bf16 fragments need sm_80+). HIP (-DZAYA_HIP): rocWMMA offers the same API
+ * (fragment<matrix_a / matrix_b / accumulator, 16, 16, 16, T, layout>, load_matrix_sync, mma_sync,
+ * store_matrix_sync, fill_fragment, .x[] and num_elements), so a namespace alias and the bf16 type are the port.
+ * NOTE: the HIP branch cannot be compiled or run in this build (no ROCm here) and is untested; on wave64 AMD GPUs
+ * GPU_WARP = 64, which the row code below follows (4 lanes a row instead of 2). */
+#ifdef ZAYA_HIP
+#include <rocwmma/rocwmma.hpp>
+namespace tcw = rocwmma;
+typedef rocwmma::bfloat16_t tc_bf16;
+#else
+#include <mma.h>
+namespace tcw = nvcuda::wmma;
+typedef __nv_bfloat16 tc_bf16;
+#endif
+
+namespace tc {
+using A = tcw::fragment<tcw::matrix_a, 16, 16, 16, tc_bf16, tcw::row_major>;  /* 16 rows of a row-major tile */
+using Bt = tcw::fragment<tcw::matrix_b, 16, 16, 16, tc_bf16, tcw::col_major>; /* Xᵀ of a row-major tile X */
+using B = tcw::fragment<tcw::matrix_b, 16, 16, 16, tc_bf16, tcw::row_major>;  /* a row-major tile as it is */
+using C = tcw::fragment<tcw::accumulator, 16, 16, 16, float>;
+constexpr int CN = C::num_elements; /* accumulator elements per lane */
+
+/* bf16 tiles are kept as raw bits (uint16_t); ld in elements (a multiple of 8), p 32-byte aligned. */
+template <class F>
+__device__ __forceinline__ void load(F &f, const uint16_t *p, int ld) {
+    tcw::load_matrix_sync(f, reinterpret_cast<const tc_bf16 *>(p), (unsigned)ld);
+}
+__device__ __forceinline__ void load(C &f, const float *p, int ld) {
+    tcw::load_matrix_sync(f, p, (unsigned)ld, tcw::mem_row_major);
+}
+__device__ __forceinline__ void store(float *p, const C &f, int ld) {
+    tcw::store_matrix_sync(p, f, (unsigned)ld, tcw::mem_row_major);
+}
+__device__ __forceinline__ void zero(C &f) { tcw::fill_fragment(f, 0.0f); }
+template <class FB>
+__device__ __forceinline__ void mma(C &acc, const A &a, const FB &b) { /* acc += a b */
+    tcw::mma_sync(acc, a, b, acc);
+}
+/* Orders a warp's shared-memory writes before its lanes' (or a fragment load's) reads of them. */
+__device__ __forceinline__ void syncwarp() {
+#ifdef ZAYA_HIP
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+    __syncwarp();
+#endif
+}
+} // namespace tc
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define TC_ARCH_OK 0 /* no bf16 matrix units: such targets get empty kernels */
+#else
+#define TC_ARCH_OK 1
+#endif
+
+namespace {
+
+constexpr int WL = GPU_WARP;  /* lanes per warp */
+constexpr int LPR = WL / 16;  /* lanes per row when a warp walks its 16 rows in shared memory */
+constexpr int NW = 4;         /* warps per block */
+constexpr int NT = NW * WL;   /* threads per block */
+constexpr int ROWS = 16 * NW; /* rows of a block's tile (queries, or keys in the dK/dV kernel) */
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+constexpr int MAP_BYTES = 256 * 4; /* the layout table */
+
+/* fp32 -> bf16 bits, nearest even (as zy_f32_to_bf16 for finite values). */
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+#ifdef ZAYA_HIP
+    return (__float_as_uint(gk_bf16_round(lo)) >> 16) | (__float_as_uint(gk_bf16_round(hi)) & 0xffff0000u);
+#else
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return (uint32_t)__bfloat16_as_ushort(v.x) | ((uint32_t)__bfloat16_as_ushort(v.y) << 16);
+#endif
+}
+__device__ __forceinline__ uint16_t bf16_bits(float x) {
+#ifdef ZAYA_HIP
+    return (uint16_t)(__float_as_uint(gk_bf16_round(x)) >> 16);
+#else
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+#endif
+}
+
+__device__ __forceinline__ float shfl_xor(float v, int o) {
+#ifdef ZAYA_HIP
+    return __shfl_xor(v, o);
+#else
+    return __shfl_xor_sync(0xffffffffu, v, o);
+#endif
+}
+/* Over the LPR lanes of a row: a fixed butterfly, every lane ends with the same bits. */
+__device__ __forceinline__ float row_max(float v) {
+    for (int o = LPR / 2; o > 0; o >>= 1) v = fmaxf(v, shfl_xor(v, o));
+    return v;
+}
+__device__ __forceinline__ float row_sum(float v) {
+    for (int o = LPR / 2; o > 0; o >>= 1) v += shfl_xor(v, o);
+    return v;
+}
+
+/* The accumulator layout: element i of this lane's part of a 16 x 16 accumulator is (rc[i] >> 4, rc[i] & 15).
+ * tab: 256 floats holding 0..255 in shared memory (every thread done writing it). */
+struct AccMap {
+    int rc[tc::CN];
+    __device__ __forceinline__ int row(int i) const { return rc[i] >> 4; }
+    __device__ __forceinline__ int col(int i) const { return rc[i] & 15; }
+};
+__device__ __forceinline__ void acc_map(AccMap &m, const float *tab) {
+    tc::C f;
+    tc::load(f, tab, 16);
+#pragma unroll
+    for (int i = 0; i < tc::CN; i++) m.rc[i] = (int)f.x[i];
+}
+__device__ __forceinline__ void fill_map_table(float *tab) {
+    for (int i = threadIdx.x; i < 256; i += NT) tab[i] = (float)i;
+}
+
+/* Tiles in shared memory: R rows of D bf16 with row stride D + 8 (16 bytes of padding: consecutive rows start 4
+ * banks apart, so fragment loads of 8 rows x 16 bytes hit every bank once). */
+template <int D>
+struct Tile {
+    static constexpr int LD = D + 8;
+    static constexpr size_t bytes(int rows) { return (size_t)rows * LD * 2; }
+};
+
+/* Rows [0, R) of two fp32 [*, D] slices (row stride ld floats) into bf16 tiles, rows >= nvalid zero. vec: 16-byte
+ * aligned rows (float4 loads, D/4 consecutive threads a row). All loads of a thread are issued before its stores. */
+template <int D, int R>
+__device__ __forceinline__ void load_cvt2(uint16_t *s0, uint16_t *s1, const float *__restrict__ g0,
+                                          const float *__restrict__ g1, long ld, int nvalid, bool vec) {
+    constexpr int G = D / 4, LD = Tile<D>::LD, N = R * G / NT;
+    static_assert(R * G % NT == 0, "tile load split");
+#pragma unroll 4 /* 8 float4 loads in flight a thread (8 spills under the 3-block cap) */
+    for (int k = 0; k < N; k++) {
+        const int i = threadIdx.x + k * NT, r = i / G, c = (i % G) * 4;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+        if (r < nvalid) {
+            const float *p0 = g0 + (long)r * ld + c, *p1 = g1 + (long)r * ld + c;
+            if (vec) {
+                a = *reinterpret_cast<const float4 *>(p0);
+                b = *reinterpret_cast<const float4 *>(p1);
+            } else {
+                a = make_float4(p0[0], p0[1], p0[2], p0[3]);
+                b = make_float4(p1[0], p1[1], p1[2], p1[3]);
+            }
+        }
+        *reinterpret_cast<uint2 *>(s0 + r * LD + c) = make_uint2(bf16x2(a.x, a.y), bf16x2(a.z, a.w));
+        *reinterpret_cast<uint2 *>(s1 + r * LD + c) = make_uint2(bf16x2(b.x, b.y), bf16x2(b.z, b.w));
+    }
+}
+template <int D, int R>
+__device__ __forceinline__ void load_cvt(uint16_t *s, const float *__restrict__ g, long ld, int nvalid, bool vec) {
+    constexpr int G = D / 4, LD = Tile<D>::LD, N = R * G / NT;
+    static_assert(R * G % NT == 0, "tile load split");
+#pragma unroll 4
+    for (int k = 0; k < N; k++) {
+        const int i = threadIdx.x + k * NT, r = i / G, c = (i % G) * 4;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < nvalid) {
+            const float *p = g + (long)r * ld + c;
+            a = vec ? *reinterpret_cast<const float4 *>(p) : make_float4(p[0], p[1], p[2], p[3]);
+        }
+        *reinterpret_cast<uint2 *>(s + r * LD + c) = make_uint2(bf16x2(a.x, a.y), bf16x2(a.z, a.w));
+    }
+}
+/* Rows [0, R) of two bf16 [*, D] slices (row stride ld elements, 16-byte aligned rows) into tiles, 16 bytes a
+ * thread (D/8 consecutive threads a row); rows >= nvalid zero. */
+template <int D, int R>
+__device__ __forceinline__ void load_bf2(uint16_t *s0, uint16_t *s1, const uint16_t *__restrict__ g0,
+                                         const uint16_t *__restrict__ g1, long ld, int nvalid) {
+    constexpr int G = D / 8, LD = Tile<D>::LD, N = R * G / NT;
+    static_assert(R * G % NT == 0, "tile load split");
+#pragma unroll /* every load of the tile in flight at once */
+    for (int k = 0; k < N; k++) {
+        const int i = threadIdx.x + k * NT, r = i / G, c = (i % G) * 8;
+        uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
+        if (r < nvalid) {
+            a = *reinterpret_cast<const uint4 *>(g0 + (long)r * ld + c);
+            b = *reinterpret_cast<const uint4 *>(g1 + (long)r * ld + c);
+        }
+        *reinterpret_cast<uint4 *>(s0 + r * LD + c) = a;
+        *reinterpret_cast<uint4 *>(s1 + r * LD + c) = b;
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------------------------ */
+
+/* Shared memory: layout table | Qs [ROWS][D+8], Ks, Vs [BC][D+8] bf16 | per warp Ss [16][BC+8] fp32 (scores; P
+ * [16][BC+8] bf16 overwrites its first half once the warp's lanes have read the scores), al [16] fp32. */
+template <int D, int BC>
+struct Fwd {
+    static constexpr int LD = Tile<D>::LD, LDS = BC + 8, LDP = BC + 8, KD = D / 16, NF = BC / 16;
+    static constexpr int NG = BC / (4 * LPR); /* float4 groups of a row per lane */
+    static constexpr size_t WS = (size_t)16 * LDS * 4 + 16 * 4;
+    static constexpr size_t QB = Tile<D>::bytes(ROWS), KV = Tile<D>::bytes(BC);
+    static constexpr size_t SMEM = MAP_BYTES + QB + 2 * KV + NW * WS;
+    static_assert(QB % 32 == 0 && KV % 32 == 0 && WS % 32 == 0 && (16 * LDS * 4) % 32 == 0 && LDP * 2 <= LDS * 4,
+                  "fragment pointers must stay 32-byte aligned");
+    static_assert(BC % (4 * LPR) == 0 && BC % 16 == 0, "key tile");
+};
+
+template <int D, int BC>
+__global__ void __launch_bounds__(NT, 3)
+    tc_fwd_kernel(float *__restrict__ O, float *__restrict__ LSE, const float *__restrict__ Q,
+                  const float *__restrict__ K, const float *__restrict__ V, int B, int T, int Hq, int Hkv, int nq,
+                  float sl2, int vec) {
+#if TC_ARCH_OK
+    using F = Fwd<D, BC>;
+    constexpr int LD = F::LD, LDS = F::LDS, LDP = F::LDP, KD = F::KD, NF = F::NF, NG = F::NG;
+    extern __shared__ __align__(128) unsigned char tc_smem[];
+    float *tab = reinterpret_cast<float *>(tc_smem);
+    uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem + MAP_BYTES), *Ks = Qs + ROWS * LD, *Vs = Ks + BC * LD;
+    unsigned char *un = tc_smem + MAP_BYTES + F::QB + 2 * F::KV;
+    const int warp = threadIdx.x / WL, lane = threadIdx.x % WL;
+    float *Ss = reinterpret_cast<float *>(un + warp * F::WS);
+    uint16_t *Ps = reinterpret_cast<uint16_t *>(Ss);
+    float *al = reinterpret_cast<float *>(un + warp * F::WS + 16 * LDS * 4);
+
+    /* the longest query tiles (most key tiles) first */
+    const int BH = B * Hq, bh = (int)(blockIdx.x % BH), qb = nq - 1 - (int)(blockIdx.x / BH);
+    const int b = bh / Hq, h = bh % Hq, j = h / (Hq / Hkv);
+    const long ldq = (long)Hq * D, ldk = (long)Hkv * D;
+    const int q0 = qb * ROWS, qn = min(ROWS, T - q0), kend = min(T, q0 + ROWS);
+    const int wq0 = q0 + 16 * warp;                 /* the warp's first query */
+    const int r = lane / LPR, sub = lane % LPR, q = wq0 + r; /* row mode: this lane's row */
+    const long qoff = ((long)b * T + q0) * ldq + (long)h * D;
+
+    fill_map_table(tab);
+    load_cvt<D, ROWS>(Qs, Q + qoff, ldq, qn, vec);
+    __syncthreads();
+    AccMap mp;
+    acc_map(mp, tab);
+    tc::C o[KD];
+#pragma unroll
+    for (int f = 0; f < KD; f++) tc::zero(o[f]);
+    float m = -INFINITY, l = 0.f; /* running max (base 2) and sum of row r; the same bits in its LPR lanes */
+
+    for (int k0 = 0; k0 < kend; k0 += BC) {
+        const long koff = ((long)b * T + k0) * ldk + (long)j * D;
+        __syncthreads(); /* the previous tile's readers of Ks, Vs, Ss, Ps, al are done */
+        load_cvt2<D, BC>(Ks, Vs, K + koff, V + koff, ldk, min(BC, T - k0), vec);
+        __syncthreads();
+        /* key fragments holding a key <= the warp's last query */
+        const int nf = wq0 + 15 < k0 ? 0 : min(NF, (wq0 + 15 - k0) / 16 + 1);
+        if (nf == 0) continue; /* warp-uniform */
+        /* S = Q Kᵀ (all NF fragments: independent accumulators; the masked ones are discarded below) */
+        {
+            tc::C s[NF];
+#pragma unroll
+            for (int f = 0; f < NF; f++) tc::zero(s[f]);
+#pragma unroll 1
+            for (int k = 0; k < KD; k++) {
+                tc::A qa;
+                tc::load(qa, Qs + 16 * warp * LD + 16 * k, LD);
+#pragma unroll
+                for (int f = 0; f < NF; f++) {
+                    tc::Bt kb;
+                    tc::load(kb, Ks + 16 * f * LD + 16 * k, LD);
+                    tc::mma(s[f], qa, kb);
+                }
+            }
+#pragma unroll
+            for (int f = 0; f < NF; f++) tc::store(Ss + 16 * f, s[f], LDS);
+        }
+        tc::syncwarp();
+        /* row mode: lane (r, sub) takes float4 groups sub, sub + LPR, ... of row r: scale, causal mask (also keys
+         * past T, which sit above every valid query), max, exp2, sum; P as bf16 */
+        {
+            float v[NG][4], mx = -INFINITY;
+#pragma unroll
+            for (int t = 0; t < NG; t++) {
+                const int c = 4 * (sub + LPR * t);
+                const float4 x = *reinterpret_cast<const float4 *>(Ss + r * LDS + c);
+                const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    v[t][u] = k0 + c + u > q ? -INFINITY : xs[u] * sl2;
+                    mx = fmaxf(mx, v[t][u]);
+                }
+            }
+            mx = row_max(mx);
+            tc::syncwarp(); /* every lane holds its scores: P may overwrite them */
+            /* key 0 is in every row and tile 0 is every warp's first, so mn is finite: alpha = 0 the first time */
+            const float mn = fmaxf(m, mx), alpha = exp2f(m - mn);
+            float ps = 0.f;
+#pragma unroll
+            for (int t = 0; t < NG; t++) {
+                const int c = 4 * (sub + LPR * t);
+                float p[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    p[u] = exp2f(v[t][u] - mn);
+                    ps += p[u];
+                }
+                *reinterpret_cast<uint2 *>(Ps + r * LDP + c) = make_uint2(bf16x2(p[0], p[1]), bf16x2(p[2], p[3]));
+            }
+            ps = row_sum(ps);
+            l = l * alpha + ps;
+            m = mn;
+            if (sub == 0) al[r] = alpha;
+        }
+        tc::syncwarp();
+        /* O = alpha O + P V; P fragments past nf are zero */
+#pragma unroll
+        for (int i = 0; i < tc::CN; i++) {
+            const float a = al[mp.row(i)];
+#pragma unroll
+            for (int f = 0; f < KD; f++) o[f].x[i] *= a;
+        }
+#pragma unroll 1
+        for (int kf = 0; kf < NF; kf++) {
+            if (kf >= nf) break;
+            tc::A pa;
+            tc::load(pa, Ps + 16 * kf, LDP);
+#pragma unroll
+            for (int f = 0; f < KD; f++) {
+                tc::B vb;
+                tc::load(vb, Vs + 16 * kf * LD + 16 * f, LD);
+                tc::mma(o[f], pa, vb);
+            }
+        }
+    }
+    /* O / l and LSE (natural log, as on the CPU) */
+    tc::syncwarp(); /* every lane is done reading al */
+    if (sub == 0) {
+        al[r] = 1.0f / l;
+        if (q < T) LSE[(long)bh * T + q] = m * LN2 + logf(l);
+    }
+    tc::syncwarp();
+#pragma unroll
+    for (int i = 0; i < tc::CN; i++) {
+        const int qq = wq0 + mp.row(i);
+        if (qq >= T) continue;
+        const float inv = al[mp.row(i)];
+        float *dst = O + ((long)b * T + qq) * ldq + (long)h * D + mp.col(i);
+#pragma unroll
+        for (int f = 0; f < KD; f++) dst[16 * f] = o[f].x[i] * inv;
+    }
+#endif
+}
+
+/* ---- backward ----------------------------------------------------------------------------------------------- */
+
+/* dst = bf16(src), n floats (n % 4 == 0 when vec). */
+__global__ void tc_cvt_kernel(uint16_t *__restrict__ dst, const float *__restrict__ src, long n, int vec) {
+    const long stride = (long)gridDim.x * blockDim.x;
+    if (vec) {
+        const float4 *s4 = reinterpret_cast<const float4 *>(src);
+        uint2 *d2 = reinterpret_cast<uint2 *>(dst);
+        for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += stride) {
+            const float4 v = s4[i];
+            d2[i] = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+        }
+    } else {
+        for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = bf16_bits(src[i]);
+    }
+}
+
+/* One warp per (token, head) row of dh: dO16 = bf16(dO), Dlt[b, h, t] = Σ_d bf16(dO) · O in a fixed order (the
+ * rowsum of P ⊙ dP for the dP the kernels form from bf16 dO). */
+__global__ void tc_do_delta_kernel(uint16_t *__restrict__ dO16, float *__restrict__ Dlt, const float *__restrict__ dO,
+                                   const float *__restrict__ O, int T, int Hq, int dh, long rows, int vec) {
+    const int lane = threadIdx.x % WL;
+    const long row = (long)blockIdx.x * (blockDim.x / WL) + threadIdx.x / WL;
+    if (row >= rows) return; /* whole warps leave together */
+    const float *a = dO + row * dh, *o = O + row * dh;
+    uint16_t *d = dO16 + row * dh;
+    float acc = 0.f;
+    if (vec) {
+        for (int c = 4 * lane; c < dh; c += 4 * WL) {
+            const float4 x = *reinterpret_cast<const float4 *>(a + c), y = *reinterpret_cast<const float4 *>(o + c);
+            const uint32_t lo = bf16x2(x.x, x.y), hi = bf16x2(x.z, x.w);
+            *reinterpret_cast<uint2 *>(d + c) = make_uint2(lo, hi);
+            acc = fmaf(__uint_as_float(lo << 16), y.x, acc);
+            acc = fmaf(__uint_as_float(lo & 0xffff0000u), y.y, acc);
+            acc = fmaf(__uint_as_float(hi << 16), y.z, acc);
+            acc = fmaf(__uint_as_float(hi & 0xffff0000u), y.w, acc);
+        }
+    } else {
+        for (int c = lane; c < dh; c += WL) {
+            const uint16_t v = bf16_bits(a[c]);
+            d[c] = v;
+            acc = fmaf(__uint_as_float((uint32_t)v << 16), o[c], acc);
+        }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        const long bt = row / Hq, bb = bt / T, t = bt % T;
+        const int h = (int)(row % Hq);
+        Dlt[(bb * Hq + h) * T + t] = acc;
+    }
+}
+
+/* dK / dV: layout table | Ks, Vs [ROWS][D+8] | Qs, dOs [BQ][D+8] (bf16) | per warp Ps, dSs [16][BQ+8] (bf16) |
+ * ls, dl [BQ] fp32 (LSE in base 2, Dlt of the query tile). */
+template <int D, int BQ>
+struct Dkv {
+    static constexpr int LD = Tile<D>::LD, LDP = BQ + 8, KD = D / 16, NQF = BQ / 16;
+    static constexpr size_t KV = Tile<D>::bytes(ROWS), QD = Tile<D>::bytes(BQ), WS = (size_t)2 * 16 * LDP * 2;
+    static constexpr size_t SMEM = MAP_BYTES + 2 * KV + 2 * QD + NW * WS + 2 * (size_t)BQ * 4;
+    static_assert(KV % 32 == 0 && QD % 32 == 0 && WS % 64 == 0 && BQ % 16 == 0 && ROWS % BQ == 0,
+                  "fragment pointers must stay 32-byte aligned; query tiles must start at the key tile");
+};
+
+template <int D, int BQ>
+__global__ void __launch_bounds__(NT, 2)
+    tc_dkdv_kernel(float *__restrict__ dK, float *__restrict__ dV, const uint16_t *__restrict__ dO16,
+                   const float *__restrict__ LSE, const float *__restrict__ Dlt, const uint16_t *__restrict__ Q16,
+                   const uint16_t *__restrict__ K16, const uint16_t *__restrict__ V16, int B, int T, int Hq, int Hkv,
+                   float sl2, float scale) {
+#if TC_ARCH_OK
+    using F = Dkv<D, BQ>;
+    constexpr int LD = F::LD, LDP = F::LDP, KD = F::KD, NQF = F::NQF;
+    extern __shared__ __align__(128) unsigned char tc_smem[];
+    float *tab = reinterpret_cast<float *>(tc_smem);
+    uint16_t *Ks = reinterpret_cast<uint16_t *>(tc_smem + MAP_BYTES), *Vs = Ks + ROWS * LD;
+    uint16_t *Qs = Vs + ROWS * LD, *dOs = Qs + BQ * LD;
+    const int warp = threadIdx.x / WL;
+    uint16_t *Ps = dOs + BQ * LD + warp * 2 * 16 * LDP, *dSs = Ps + 16 * LDP;
+    float *ls = reinterpret_cast<float *>(dOs + BQ * LD + NW * 2 * 16 * LDP), *dl = ls + BQ;
+
+    /* the first key tile meets every query: the heaviest blocks first */
+    const int BJ = B * Hkv, bj = (int)(blockIdx.x % BJ), kb = (int)(blockIdx.x / BJ);
+    const int b = bj / Hkv, j = bj % Hkv, G = Hq / Hkv;
+    const long ldq = (long)Hq * D, ldk = (long)Hkv * D;
+    const int k0 = kb * ROWS, kn = min(ROWS, T - k0), wk0 = k0 + 16 * warp; /* the warp's first key */
+    const long koff = ((long)b * T + k0) * ldk + (long)j * D;
+
+    fill_map_table(tab);
+    load_bf2<D, ROWS>(Ks, Vs, K16 + koff, V16 + koff, ldk, kn);
+    __syncthreads();
+    AccMap mp;
+    acc_map(mp, tab);
+    tc::C dk[KD], dv[KD];
+#pragma unroll
+    for (int f = 0; f < KD; f++) tc::zero(dk[f]), tc::zero(dv[f]);
+
+    for (int h = j * G; h < (j + 1) * G; h++) {
+        const long bh = (long)b * Hq + h;
+        for (int q0 = k0; q0 < T; q0 += BQ) {
+            const int qn = min(BQ, T - q0);
+            const long qoff = ((long)b * T + q0) * ldq + (long)h * D;
+            __syncthreads(); /* the previous tile's readers of Qs, dOs, ls, dl, Ps, dSs are done */
+            load_bf2<D, BQ>(Qs, dOs, Q16 + qoff, dO16 + qoff, ldq, qn);
+            for (int i = threadIdx.x; i < BQ; i += NT) { /* queries past T: P = exp2(-inf) = 0 */
+                ls[i] = i < qn ? LSE[bh * T + q0 + i] * LOG2E : INFINITY;
+                dl[i] = i < qn ? Dlt[bh * T + q0 + i] : 0.f;
+            }
+            __syncthreads();
+            /* query fragments before f0 end before the warp's first key: all masked */
+            const int f0 = wk0 > q0 ? (wk0 - q0) / 16 : 0;
+            if (f0 >= NQF) continue; /* warp-uniform */
+            /* Sᵀ = K Qᵀ, dPᵀ = V dOᵀ for the warp's 16 keys x BQ queries */
+            tc::C st[NQF], dpt[NQF];
+#pragma unroll
+            for (int f = 0; f < NQF; f++) tc::zero(st[f]), tc::zero(dpt[f]);
+#pragma unroll 1
+            for (int k = 0; k < KD; k++) {
+                tc::A ka, va;
+                tc::load(ka, Ks + 16 * warp * LD + 16 * k, LD);
+                tc::load(va, Vs + 16 * warp * LD + 16 * k, LD);
+#pragma unroll
+                for (int f = 0; f < NQF; f++) {
+                    tc::Bt qb, ob;
+                    tc::load(qb, Qs + 16 * f * LD + 16 * k, LD);
+                    tc::load(ob, dOs + 16 * f * LD + 16 * k, LD);
+                    tc::mma(st[f], ka, qb);
+                    tc::mma(dpt[f], va, ob);
+                }
+            }
+            /* Pᵀ = exp2(Sᵀ·scale·log2 e − LSE₂[query]) (0 where key > query), dSᵀ = Pᵀ (dPᵀ − Dlt[query]) · scale */
+#pragma unroll
+            for (int f = 0; f < NQF; f++)
+#pragma unroll
+                for (int i = 0; i < tc::CN; i++) {
+                    const int kr = mp.row(i), qc = 16 * f + mp.col(i);
+                    const float p = wk0 + kr > q0 + qc ? 0.f : exp2f(st[f].x[i] * sl2 - ls[qc]);
+                    const float ds = p * (dpt[f].x[i] - dl[qc]) * scale;
+                    Ps[kr * LDP + qc] = bf16_bits(p);
+                    dSs[kr * LDP + qc] = bf16_bits(ds);
+                }
+            tc::syncwarp();
+            /* dV += Pᵀ dO, dK += dSᵀ Q over the query fragments from f0 */
+#pragma unroll 1
+            for (int kq = 0; kq < NQF; kq++) {
+                if (kq < f0) continue;
+                tc::A pa, sa;
+                tc::load(pa, Ps + 16 * kq, LDP);
+                tc::load(sa, dSs + 16 * kq, LDP);
+#pragma unroll
+                for (int f = 0; f < KD; f++) {
+                    tc::B ob, qb;
+                    tc::load(ob, dOs + 16 * kq * LD + 16 * f, LD);
+                    tc::load(qb, Qs + 16 * kq * LD + 16 * f, LD);
+                    tc::mma(dv[f], pa, ob);
+                    tc::mma(dk[f], sa, qb);
+                }
+            }
+        }
+    }
+    /* each element of the warp's 16 x D slices of dK, dV: one lane, one += */
+#pragma unroll
+    for (int i = 0; i < tc::CN; i++) {
+        const int kk = wk0 + mp.row(i);
+        if (kk >= T) continue;
+        const long off = ((long)b * T + kk) * ldk + (long)j * D + mp.col(i);
+#pragma unroll
+        for (int f = 0; f < KD; f++) {
+            dK[off + 16 * f] += dk[f].x[i];
+            dV[off + 16 * f] += dv[f].x[i];
+        }
+    }
+#endif
+}
+
+/* dQ: layout table | Qs, dOs [ROWS][D+8] | Ks, Vs [BC][D+8] (bf16) | per warp dSs [16][BC+8] (bf16). */
+template <int D, int BC>
+struct Dq {
+    static constexpr int LD = Tile<D>::LD, LDP = BC + 8, KD = D / 16, NF = BC / 16;
+    static constexpr size_t QD = Tile<D>::bytes(ROWS), KV = Tile<D>::bytes(BC), WS = (size_t)16 * LDP * 2;
+    static constexpr size_t SMEM = MAP_BYTES + 2 * QD + 2 * KV + NW * WS;
+    static_assert(KV % 32 == 0 && QD % 32 == 0 && WS % 32 == 0 && BC % 16 == 0, "fragment alignment");
+};
+
+template <int D, int BC>
+__global__ void __launch_bounds__(NT, 2)
+    tc_dq_kernel(float *__restrict__ dQ, const uint16_t *__restrict__ dO16, const float *__restrict__ LSE,
+                 const float *__restrict__ Dlt, const uint16_t *__restrict__ Q16, const uint16_t *__restrict__ K16,
+                 const uint16_t *__restrict__ V16, int B, int T, int Hq, int Hkv, int nq, float sl2, float scale) {
+#if TC_ARCH_OK
+    using F = Dq<D, BC>;
+    constexpr int LD = F::LD, LDP = F::LDP, KD = F::KD, NF = F::NF;
+    extern __shared__ __align__(128) unsigned char tc_smem[];
+    float *tab = reinterpret_cast<float *>(tc_smem);
+    uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem + MAP_BYTES), *dOs = Qs + ROWS * LD;
+    uint16_t *Ks = dOs + ROWS * LD, *Vs = Ks + BC * LD;
+    const int warp = threadIdx.x / WL;
+    uint16_t *dSs = Vs + BC * LD + warp * 16 * LDP;
+
+    const int BH = B * Hq, bh = (int)(blockIdx.x % BH), qb = nq - 1 - (int)(blockIdx.x / BH);
+    const int b = bh / Hq, h = bh % Hq, j = h / (Hq / Hkv);
+    const long ldq = (long)Hq * D, ldk = (long)Hkv * D;
+    const int q0 = qb * ROWS, qn = min(ROWS, T - q0), kend = min(T, q0 + ROWS), wq0 = q0 + 16 * warp;
+    const long qoff = ((long)b * T + q0) * ldq + (long)h * D;
+
+    fill_map_table(tab);
+    load_bf2<D, ROWS>(Qs, dOs, Q16 + qoff, dO16 + qoff, ldq, qn);
+    __syncthreads();
+    AccMap mp;
+    acc_map(mp, tab);
+    /* the rows' LSE (base 2) and Dlt in registers, per accumulator element; queries past T get P = 0 */
+    float lse2[tc::CN], dlt[tc::CN];
+#pragma unroll
+    for (int i = 0; i < tc::CN; i++) {
+        const int qq = wq0 + mp.row(i);
+        lse2[i] = qq < T ? LSE[(long)bh * T + qq] * LOG2E : INFINITY;
+        dlt[i] = qq < T ? Dlt[(long)bh * T + qq] : 0.f;
+    }
+    tc::C dq[KD];
+#pragma unroll
+    for (int f = 0; f < KD; f++) tc::zero(dq[f]);
+
+    for (int k0 = 0; k0 < kend; k0 += BC) {
+        const long koff = ((long)b * T + k0) * ldk + (long)j * D;
+        __syncthreads(); /* the previous tile's readers of Ks, Vs, dSs are done */
+        load_bf2<D, BC>(Ks, Vs, K16 + koff, V16 + koff, ldk, min(BC, T - k0));
+        __syncthreads();
+        const int nf = wq0 + 15 < k0 ? 0 : min(NF, (wq0 + 15 - k0) / 16 + 1);
+        if (nf == 0) continue; /* warp-uniform */
+        /* S = Q Kᵀ, dP = dO Vᵀ for the warp's 16 queries x BC keys */
+        tc::C s[NF], dp[NF];
+#pragma unroll
+        for (int f = 0; f < NF; f++) tc::zero(s[f]), tc::zero(dp[f]);
+#pragma unroll 1
+        for (int k = 0; k < KD; k++) {
+            tc::A qa, da;
+            tc::load(qa, Qs + 16 * warp * LD + 16 * k, LD);
+            tc::load(da, dOs + 16 * warp * LD + 16 * k, LD);
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                tc::Bt kb, vb;
+                tc::load(kb, Ks + 16 * f * LD + 16 * k, LD);
+                tc::load(vb, Vs + 16 * f * LD + 16 * k, LD);
+                tc::mma(s[f], qa, kb);
+                tc::mma(dp[f], da, vb);
+            }
+        }
+        /* dS = P (dP − Dlt) · scale, P = exp2(S·scale·log2 e − LSE₂) (0 where key > query) */
+#pragma unroll
+        for (int f = 0; f < NF; f++)
+#pragma unroll
+            for (int i = 0; i < tc::CN; i++) {
+                const int qr = mp.row(i), kc = 16 * f + mp.col(i);
+                const float p = k0 + kc > wq0 + qr ? 0.f : exp2f(s[f].x[i] * sl2 - lse2[i]);
+                dSs[qr * LDP + kc] = bf16_bits(p * (dp[f].x[i] - dlt[i]) * scale);
+            }
+        tc::syncwarp();
+        /* dQ += dS K over the key fragments up to nf (the rest of dS is zero) */
+#pragma unroll 1
+        for (int kf = 0; kf < NF; kf++) {
+            if (kf >= nf) break;
+            tc::A sa;
+            tc::load(sa, dSs + 16 * kf, LDP);
+#pragma unroll
+            for (int f = 0; f < KD; f++) {
+                tc::B kb;
+                tc::load(kb, Ks + 16 * kf * LD + 16 * f, LD);
+                tc::mma(dq[f], sa, kb);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < tc::CN; i++) {
+        const int qq = wq0 + mp.row(i);
+        if (qq >= T) continue;
+        float *dst = dQ + ((long)b * T + qq) * ldq + (long)h * D + mp.col(i);
+#pragma unroll
+        for (int f = 0; f < KD; f++) dst[16 * f] += dq[f].x[i];
+    }
+#endif
+}
+
+/* ---- launchers ---------------------------------------------------------------------------------------------- */
+
+constexpr int FWD_BC = 64; /* forward key tile */
+constexpr int DKV_BQ = 32; /* dK/dV query tile (64 doubles the registers the transposed scores need) */
+constexpr int DQ_BC = 64;  /* dQ key tile */
+
+inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Above 48 KB of dynamic shared memory needs the opt-in (per device, so set at every launch); false when the
+ * device refuses (too little shared memory): the caller falls back to the fp32 kernels. */
+template <class Kern>
+inline bool allow_smem(Kern *kernel, size_t bytes) {
+    if (gpuFuncSetAttribute((const void *)kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) ==
+        gpuSuccess)
+        return true;
+    (void)gpuGetLastError(); /* clear it: the fallback runs instead */
+    return false;
+}
+
+inline bool bad_shape(int B, int T, int Hq, int Hkv, int dh) {
+    return B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0 || dh <= 0 || dh > 256;
+}
+inline bool tc_head(int dh) { return dh == 64 || dh == 128; }
+
+template <int D>
+bool tc_forward(gpuStream_t s, float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
+                int Hq, int Hkv) {
+    const size_t bytes = Fwd<D, FWD_BC>::SMEM;
+    if (!allow_smem(tc_fwd_kernel<D, FWD_BC>, bytes)) return false;
+    const int nq = (T + ROWS - 1) / ROWS;
+    const float sl2 = (float)(1.0 / sqrt((double)D)) * LOG2E;
+    const int vec = aligned16(Q) && aligned16(K) && aligned16(V);
+    tc_fwd_kernel<D, FWD_BC><<<(unsigned)((long)nq * B * Hq), NT, bytes, s>>>(O, LSE, Q, K, V, B, T, Hq, Hkv, nq,
+                                                                              sl2, vec);
+    return true;
+}
+
+/* `work`, in floats: Dlt [B*Hq*T] | Q16 | dO16 [B*T*Hq*D bf16] | K16 | V16 [B*T*Hkv*D bf16], each part starting
+ * on a 256-byte boundary (given an aligned `work`). */
+inline long round64(long n) { return (n + 63) / 64 * 64; }
+struct WorkParts {
+    long dlt, q16, k16; /* floats taken by Dlt, by Q16 (= dO16), by K16 (= V16) */
+    long total() const { return dlt + 2 * q16 + 2 * k16; }
+};
+inline WorkParts work_parts(int B, int T, int Hq, int Hkv, int dh) {
+    const long nq = (long)B * T * Hq * dh, nk = (long)B * T * Hkv * dh;
+    return WorkParts{round64((long)B * Hq * T), round64((nq + 1) / 2), round64((nk + 1) / 2)};
+}
+
+template <int D>
+bool tc_backward(gpuStream_t s, float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE,
+                 const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, float *work) {
+    const size_t b1 = Dkv<D, DKV_BQ>::SMEM, b2 = Dq<D, DQ_BC>::SMEM;
+    if (!aligned16(work) || !allow_smem(tc_dkdv_kernel<D, DKV_BQ>, b1) || !allow_smem(tc_dq_kernel<D, DQ_BC>, b2))
+        return false;
+    const WorkParts wp = work_parts(B, T, Hq, Hkv, D);
+    float *Dlt = work;
+    uint16_t *Q16 = reinterpret_cast<uint16_t *>(work + wp.dlt);
+    uint16_t *dO16 = reinterpret_cast<uint16_t *>(work + wp.dlt + wp.q16);
+    uint16_t *K16 = reinterpret_cast<uint16_t *>(work + wp.dlt + 2 * wp.q16);
+    uint16_t *V16 = reinterpret_cast<uint16_t *>(work + wp.dlt + 2 * wp.q16 + wp.k16);
+    const long nq = (long)B * T * Hq * D, nk = (long)B * T * Hkv * D, rows = (long)B * T * Hq;
+    /* 1. bf16 copies (whole rows of D % 64 == 0 values: float4s whenever the base is aligned) and Dlt */
+    tc_cvt_kernel<<<gk_blocks(nq / 4, 256), 256, 0, s>>>(Q16, Q, nq, aligned16(Q));
+    tc_cvt_kernel<<<gk_blocks(nk / 4, 256), 256, 0, s>>>(K16, K, nk, aligned16(K));
+    tc_cvt_kernel<<<gk_blocks(nk / 4, 256), 256, 0, s>>>(V16, V, nk, aligned16(V));
+    const int per_block = 256 / WL;
+    tc_do_delta_kernel<<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, s>>>(
+        dO16, Dlt, dO, O, T, Hq, D, rows, aligned16(dO) && aligned16(O));
+    /* 2. dK, dV; 3. dQ */
+    const float scale = (float)(1.0 / sqrt((double)D)), sl2 = scale * LOG2E;
+    const int nkt = (T + ROWS - 1) / ROWS, nqt = (T + ROWS - 1) / ROWS;
+    tc_dkdv_kernel<D, DKV_BQ><<<(unsigned)((long)nkt * B * Hkv), NT, b1, s>>>(dK, dV, dO16, LSE, Dlt, Q16, K16, V16,
+                                                                              B, T, Hq, Hkv, sl2, scale);
+    tc_dq_kernel<D, DQ_BC><<<(unsigned)((long)nqt * B * Hq), NT, b2, s>>>(dQ, dO16, LSE, Dlt, Q16, K16, V16, B, T,
+                                                                          Hq, Hkv, nqt, sl2, scale);
+    return true;
+}
+
+} // namespace
+
+extern "C" long gk_flash_attention_bf16_work_floats(int B, int T, int Hq, int Hkv, int dh) {
+    const long fp32 = gk_flash_attention_work_floats(B, T, Hq); /* what the fallback needs */
+    if (bad_shape(B, T, Hq, Hkv, dh) || !tc_head(dh)) return fp32;
+    const long w = work_parts(B, T, Hq, Hkv, dh).total();
+    return w > fp32 ? w : fp32;
+}
+
+extern "C" void gk_flash_attention_forward_bf16(GkStream s, float *O, float *LSE, const float *Q, const float *K,
+                                                const float *V, int B, int T, int Hq, int Hkv, int dh) {
+    if (bad_shape(B, T, Hq, Hkv, dh)) return;
+    bool done = false;
+    if (dh == 64)
+        done = tc_forward<64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv);
+    else if (dh == 128)
+        done = tc_forward<128>(s, O, LSE, Q, K, V, B, T, Hq, Hkv);
+    if (!done) gk_flash_attention_forward(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh);
+    GK_LAUNCH_CHECK();
+}
+
+extern "C" void gk_flash_attention_backward_bf16(GkStream s, float *dQ, float *dK, float *dV, const float *dO,
+                                                 const float *O, const float *LSE, const float *Q, const float *K,
+                                                 const float *V, int B, int T, int Hq, int Hkv, int dh, float *work) {
+    if (bad_shape(B, T, Hq, Hkv, dh)) return;
+    bool done = false;
+    if (dh == 64)
+        done = tc_backward<64>(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, work);
+    else if (dh == 128)
+        done = tc_backward<128>(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, work);
+    if (!done) gk_flash_attention_backward(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work);
+    GK_LAUNCH_CHECK();
+}

@@ -1,0 +1,79 @@
+/* Kernels of cached decoding on the GPU (gpu_decode.c): attention of a few new queries over the KV cache, and the
+ * strided row copies that move rows in and out of the cache and the convolution state. */
+#include "gpu_common.cuh"
+#include "gpu_kernels.h"
+
+#define DA_WARPS 4
+#define DA_MAX_PER_LANE 8 /* head_dim <= 256 */
+
+/* One block per (new query t, head h, sequence b). Each warp walks every DA_WARPS-th key with an online softmax
+ * (its own max, sum and output accumulator); the warps' partial results are then combined in a fixed order, so the
+ * result does not depend on scheduling. Lane l holds output dims l, l+32, ... */
+__global__ void decode_attention_kernel(float *O, const float *Q, const float *Kc, const float *Vc, int n, int p0,
+                                        int max_len, int Hq, int Hkv, int dh, float scale) {
+    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
+    const int last = p0 + t; /* sees keys 0..last */
+    __shared__ float q[256];
+    __shared__ float wm[DA_WARPS], wl[DA_WARPS];
+    __shared__ float wo[DA_WARPS][256];
+    const float *qrow = Q + ((long)b * n + t) * Cq + (long)h * dh;
+    for (int i = threadIdx.x; i < dh; i += blockDim.x) q[i] = qrow[i];
+    __syncthreads();
+    const float *kb = Kc + (long)b * max_len * Ck + (long)j * dh, *vb = Vc + (long)b * max_len * Ck + (long)j * dh;
+    float m = -INFINITY, l = 0.0f, acc[DA_MAX_PER_LANE];
+    for (int k = 0; k < DA_MAX_PER_LANE; k++) acc[k] = 0.0f;
+    for (int s = warp; s <= last; s += DA_WARPS) {
+        const float *kr = kb + (long)s * Ck;
+        float dot = 0.0f;
+        for (int i = lane; i < dh; i += 32) dot += q[i] * kr[i];
+        dot = warp_sum(dot) * scale;
+        const float m_new = fmaxf(m, dot);
+        const float corr = expf(m - m_new), p = expf(dot - m_new);
+        l = l * corr + p;
+        const float *vr = vb + (long)s * Ck;
+        int k = 0;
+        for (int i = lane; i < dh; i += 32, k++) acc[k] = acc[k] * corr + p * vr[i];
+        m = m_new;
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+    {
+        int k = 0;
+        for (int i = lane; i < dh; i += 32, k++) wo[warp][i] = acc[k];
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < DA_WARPS; w++) M = fmaxf(M, wm[w]);
+    float L = 0.0f;
+    for (int w = 0; w < DA_WARPS; w++) L += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - M);
+    float *orow = O + ((long)b * n + t) * Cq + (long)h * dh;
+    for (int i = threadIdx.x; i < dh; i += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < DA_WARPS; w++)
+            if (wm[w] != -INFINITY) o += wo[w][i] * expf(wm[w] - M);
+        orow[i] = o / L;
+    }
+}
+
+extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B,
+                                    int n, int p0, int max_len, int Hq, int Hkv, int dh) {
+    if (B <= 0 || n <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv) return;
+    const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
+    dim3 grid(n, Hq, B);
+    decode_attention_kernel<<<grid, DA_WARPS * 32, 0, s>>>(O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale);
+}
+
+__global__ void copy_rows_kernel(float *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {
+    const long total = len * rows;
+    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
+        const long r = k / len, i = k % len;
+        dst[r * dst_stride + i] = src[r * src_stride + i];
+    }
+}
+
+extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len,
+                             int rows) {
+    if (len <= 0 || rows <= 0) return;
+    copy_rows_kernel<<<gk_blocks(len * rows, 256), 256, 0, s>>>(dst, dst_stride, src, src_stride, len, rows);
+}

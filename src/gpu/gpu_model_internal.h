@@ -1,0 +1,51 @@
+/* gpu_model_internal: the GPU model's state and helpers, shared by gpu_model.c (training and full passes) and
+ * gpu_decode.c (cached decoding). Not part of the interface: callers use gpu_model.h / gpu_decode.h. */
+#ifndef ZAYA_GPU_MODEL_INTERNAL_H
+#define ZAYA_GPU_MODEL_INTERNAL_H
+
+#include "gpu/gpu.h"
+#include "gpu/gpu_model.h"
+#include "model.h"
+
+#define MAX_LOSS_PARTS 1024
+
+struct GpuModel {
+    GpuCtx g;
+    const Model *host;   /* the table (shapes, offsets) */
+    ZayaConfig cfg;
+    float *params, *grads; /* device arenas, the host table's layout */
+    uint16_t *params16;    /* bf16 copy of params (bf16 products) */
+    int bf16, bf16_stale;
+    Weights w, gw;         /* views of params / grads */
+    float *unit_scale, *zero_bias, *merge_grad_sink; /* no_residual_scaling constants (device) */
+    Activations a;         /* device buffers (acts_carve over acts_block) */
+    void *acts_block;
+    size_t acts_bytes;
+    int32_t *targets;      /* device [N] */
+    int32_t *plan;         /* device: embedding-gradient plan, rows [N] | start [N + 1] | tok [N] */
+    int32_t *h_plan, *h_work, *h_tokens; /* host staging */
+    int n_uniq;
+    int32_t *h_off;        /* host copies of each layer's expert offsets [L, E + 1] */
+    double *loss_parts;    /* device: Σ row loss of each pass since the last take */
+    int *h_valid;          /* host: valid targets of each pass */
+    int n_parts;
+    char device_line[400];
+    ZyErr err;             /* the first failure inside a pass (products report errors; kernels do not) */
+    int failed;
+    double *tm;            /* per-phase seconds (gpu_model_set_timing), NULL: off */
+};
+
+/* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */
+void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
+               float *C, int ldc);
+/* The bf16 view of a weight inside the parameter arena (NULL in fp32 mode). */
+const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w);
+void gpu_zero(GpuModel *gm, void *p, size_t floats);
+/* The MoE block over N rows whose buffers L points at (router, top-1, per-expert products, combine), as
+ * moe_block_forward; layer l's expert offsets land in gm->h_off. */
+void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N);
+/* Phase timing (gpu_model_set_timing): a time stamp after draining the queue, and its accumulation. */
+double gpu_tick(GpuModel *gm);
+void gpu_tock(GpuModel *gm, ModelPhase phase, double *t0);
+
+#endif
