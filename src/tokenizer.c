@@ -1,7 +1,15 @@
-/* Byte-level BPE tokenizer, file-compatible with Hugging Face `tokenizers` (tokenizer.json, BPE model,
- * ByteLevel pre-tokenizer and decoder).
+/* BPE tokenizer, file-compatible with Hugging Face `tokenizers` (tokenizer.json): the byte-level pipelines
+ * zaya trains and GPT-2/Llama-3 style files, and SentencePiece-converted pipelines as released (Gemma 3:
+ * Replace normalizer, Split pre-tokenizer, byte_fallback BPE, Replace/ByteFallback/Fuse decoders,
+ * TemplateProcessing). Every component follows HF's implementation step for step, so that for valid UTF-8
+ * the ids equal HF's Tokenizer.encode(text).ids and decode equals HF's decode.
  *
- * Pre-tokenization implements the GPT-2 regex
+ * Encoding runs HF's stages: added tokens with normalized=false are split out of the raw text
+ * (leftmost-longest, with their single_word / lstrip / rstrip rules), each remaining piece is normalized,
+ * added tokens with normalized=true are split out of the normalized text, the pre-tokenizers cut the rest
+ * into pieces, the BPE model encodes each piece, and the post-processor adds special tokens.
+ *
+ * Pre-tokenization for ByteLevel(use_regex) implements the GPT-2 regex
  *     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * as a hand-written scanner over a Unicode class table (letter / number / white space / other). HF runs the
  * regex with Oniguruma, whose tables are Unicode 16; PCRE2 10.42 (Debian 12) knows only Unicode 14 and would
@@ -9,13 +17,24 @@
  * (tests/oracle/test_tokenizer.py --gen-unicode-table, and checked for every code point by that suite).
  * PCRE2 (UTF + UCP) running the regex itself stays as the reference the unit tests and the fuzzer compare
  * the scanner with. Onig's \s is the White_Space property (U+0085 included, unlike PCRE2's \s).
+ * Regex patterns of other components (Split, Replace) run on PCRE2 (JIT when available): the patterns in
+ * released files (character classes, alternations, lookahead) mean the same there as in Oniguruma, but
+ * Unicode properties follow PCRE2's Unicode version.
  *
- * Invalid UTF-8: the text is cut into maximal valid runs; each byte that does not start a valid character
- * (Rust's definition: no overlongs, surrogates or code points above U+10FFFF) is a pre-token of its own and
- * acts like the end of the text for the regex next to it. Every byte has a token, so decode(encode(x)) == x.
+ * Invalid UTF-8 (which a Python string cannot hold, so HF never sees it), defined by zaya:
+ *  - byte-level pipelines (the pre-tokenizer ends with ByteLevel): the text is cut into maximal valid runs;
+ *    each byte that does not start a valid character (Rust's definition: no overlongs, surrogates or code
+ *    points above U+10FFFF) is a model piece of its own and acts like an added token between the runs (the
+ *    end of the text for the regex next to it). Every byte has a token, so decode(encode(x)) == x.
+ *  - every other pipeline: each maximal invalid sequence becomes U+FFFD first (Python's errors="replace",
+ *    Rust's from_utf8_lossy), so encode(x) == HF encode(x.decode("utf-8", errors="replace")); with
+ *    byte_fallback, U+FFFD encodes as its vocabulary token or as <0xEF><0xBF><0xBD>.
  *
  * BPE encoding applies merges exactly as HF's Word::merge_all: repeatedly the adjacent pair of lowest rank,
- * leftmost first. Encoded pre-tokens are cached per Tokenizer (or per TokenizerCache). */
+ * leftmost first. A long piece (Gemma 3's pre-tokenizer leaves a whole text in one piece) is cut between
+ * two symbols that no merge can ever join (no merge's left part ends with the left symbol while its right
+ * part starts with the right one), which gives the same ids and lets the parts use the cache. Encoded
+ * pieces are cached per Tokenizer (or per TokenizerCache). */
 #define _POSIX_C_SOURCE 200809L
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
@@ -28,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -156,8 +176,11 @@ static SmSlot *sm_find(const StrMap *m, const void *key, size_t len, uint64_t h)
     }
 }
 
-static int sm_grow(StrMap *m) {
-    size_t cap = m->cap ? m->cap * 2 : 1024;
+/* Makes room for n entries in all (grow: double). */
+static int sm_resize(StrMap *m, size_t n) {
+    size_t cap = m->cap ? m->cap : 1024;
+    while (cap < 2 * n) cap *= 2;
+    if (cap == m->cap) return 0;
     SmSlot *ns = calloc(cap, sizeof *ns);
     if (!ns) return -1;
     for (size_t i = 0; i < m->cap; i++) {
@@ -175,7 +198,7 @@ static int sm_grow(StrMap *m) {
 /* Finds or inserts key; *is_new tells which. NULL when out of memory. */
 static SmSlot *sm_put(StrMap *m, const void *key, size_t len, uint64_t h, int *is_new) {
     if (len > UINT32_MAX) return NULL;
-    if ((m->count + 1) * 2 > m->cap && sm_grow(m)) return NULL;
+    if ((m->count + 1) * 2 > m->cap && sm_resize(m, m->count + 1)) return NULL;
     size_t mask = m->cap - 1, i = h & mask;
     for (;; i = (i + 1) & mask) {
         SmSlot *s = &m->slots[i];
@@ -226,8 +249,11 @@ static inline int64_t *pm_get(const PairMap *m, uint64_t key) {
     }
 }
 
-static int pm_grow(PairMap *m) {
-    size_t cap = m->cap ? m->cap * 2 : 1024;
+/* Makes room for n entries in all. */
+static int pm_resize(PairMap *m, size_t n) {
+    size_t cap = m->cap ? m->cap : 1024;
+    while (cap < 2 * n) cap *= 2;
+    if (cap == m->cap) return 0;
     PmSlot *ns = malloc(cap * sizeof *ns);
     if (!ns) return -1;
     for (size_t i = 0; i < cap; i++) ns[i].key = PM_EMPTY;
@@ -245,7 +271,7 @@ static int pm_grow(PairMap *m) {
 
 /* Finds or inserts (value 0); NULL when out of memory. */
 static int64_t *pm_put(PairMap *m, uint64_t key, int *is_new) {
-    if ((m->count + 1) * 2 > m->cap && pm_grow(m)) return NULL;
+    if ((m->count + 1) * 2 > m->cap && pm_resize(m, m->count + 1)) return NULL;
     size_t mask = m->cap - 1, i = mix64(key) & mask;
     for (;; i = (i + 1) & mask) {
         if (m->slots[i].key == key) {
@@ -445,45 +471,309 @@ static void byte_token_order(int order[256]) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------
+ * More UTF-8: white space, character boundaries, invalid sequences */
+
+/* The White_Space property: Rust's \s, which HF's added tokens use for lstrip / rstrip. */
+static int is_white_space(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+#define NOT_A_CHAR UINT32_MAX /* the "code point" of a byte that starts no valid character */
+
+/* The character at s[i] (i < n): its length, 1 for an invalid byte (then *cp = NOT_A_CHAR). */
+static inline size_t char_at_cp(const uint8_t *s, size_t n, size_t i, uint32_t *cp) {
+    int l = utf8_char(s + i, n - i, cp);
+    if (l) return (size_t)l;
+    *cp = NOT_A_CHAR;
+    return 1;
+}
+
+/* Start of the last character of s[0..n) (n > 0), and its code point (NOT_A_CHAR for an invalid byte). */
+static size_t last_char(const uint8_t *s, size_t n, uint32_t *cp) {
+    for (size_t l = 1; l <= 4 && l <= n; l++)
+        if (utf8_char(s + n - l, l, cp) == (int)l) return n - l;
+    *cp = NOT_A_CHAR;
+    return n - 1;
+}
+
+static int utf8_valid(const uint8_t *s, size_t n) {
+    uint32_t cp;
+    for (size_t i = 0; i < n;) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int l = utf8_char(s + i, n - i, &cp);
+        if (!l) return 0;
+        i += (size_t)l;
+    }
+    return 1;
+}
+
+/* Bytes that one U+FFFD replaces when s[0] starts no valid character: the maximal prefix of a valid
+ * sequence (at least one byte), as Python's errors="replace" and Rust's from_utf8_lossy count them. */
+static size_t invalid_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 1;
+    }
+    size_t k = 1;
+    if (k < n && s[k] >= lo && s[k] <= hi) {
+        k++;
+        while (k <= need && k < n && (s[k] & 0xC0) == 0x80) k++;
+    }
+    return k;
+}
+
+/* Appends s with every maximal invalid sequence replaced by U+FFFD. */
+static int put_lossy(Buf *b, const uint8_t *s, size_t n) {
+    uint32_t cp;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n) {
+            int l = s[j] < 0x80 ? 1 : utf8_char(s + j, n - j, &cp);
+            if (!l) break;
+            j += (size_t)l;
+        }
+        if (buf_put(b, s + i, j - i)) return -1;
+        if (j == n) break;
+        if (buf_put(b, "\xEF\xBF\xBD", 3)) return -1;
+        i = j + invalid_len(s + j, n - j);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Patterns (Replace, Split): a literal string or a regex, matched as HF's find_matches does */
+
+typedef struct {
+    char *lit;      /* String pattern, NUL-terminated; NULL for a Regex */
+    size_t lit_len;
+    pcre2_code *re; /* Regex pattern */
+} Pat;
+
+static void pat_free(Pat *p) {
+    free(p->lit);
+    if (p->re) pcre2_code_free(p->re);
+    memset(p, 0, sizeof *p);
+}
+
+/* A piece [a, b) of a string; m: a pattern match (find_segments) or a delimiter to drop. */
+typedef struct {
+    size_t a, b;
+    int m;
+} Seg;
+
+typedef struct {
+    Seg *p;
+    size_t n, cap;
+} SegBuf;
+
+static int seg_push(SegBuf *s, size_t a, size_t b, int m) {
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 64;
+        Seg *q = realloc(s->p, nc * sizeof *q);
+        if (!q) return -1;
+        s->p = q;
+        s->cap = nc;
+    }
+    s->p[s->n++] = (Seg){a, b, m};
+    return 0;
+}
+
+#define PAT_ERROR (-2)
+
+/* Leftmost match of p in s[0..n) starting at or after `from` (<= n): 1 with [*a, *b), 0 for none,
+ * PAT_ERROR when PCRE2 gives up (match limit). */
+static int pat_next(const Pat *p, pcre2_match_data *md, const uint8_t *s, size_t n, size_t from, size_t *a, size_t *b) {
+    if (!p->re) {
+        if (!p->lit_len) { /* the empty string matches everywhere */
+            *a = *b = from;
+            return 1;
+        }
+        if (p->lit_len > n || from > n - p->lit_len) return 0;
+        const uint8_t *q = s + from, *end = s + n - p->lit_len + 1;
+        uint8_t c0 = (uint8_t)p->lit[0];
+        while (q < end) {
+            q = memchr(q, c0, (size_t)(end - q));
+            if (!q) return 0;
+            if (memcmp(q, p->lit, p->lit_len) == 0) {
+                *a = (size_t)(q - s);
+                *b = *a + p->lit_len;
+                return 1;
+            }
+            q++;
+        }
+        return 0;
+    }
+    int rc = pcre2_match(p->re, s, n, from, 0, md, NULL);
+    if (rc == PCRE2_ERROR_NOMATCH) return 0;
+    if (rc < 0) return PAT_ERROR;
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    if (ov[1] < ov[0]) return PAT_ERROR; /* \K in a lookaround can do that; no tokenizer needs it */
+    *a = ov[0];
+    *b = ov[1];
+    return 1;
+}
+
+/* HF's Pattern::find_matches: s[0..n) cut into matches and the gaps between them, covering it all (nothing
+ * for an empty string). Matches come as Oniguruma's find_iter gives them: leftmost, not overlapping, and an
+ * empty match right where the previous match ended is skipped. invert flips which segments are matches. */
+static int find_segments(const Pat *p, pcre2_match_data *md, const uint8_t *s, size_t n, int invert, SegBuf *out) {
+    out->n = 0;
+    if (!n) return 0;
+    size_t from = 0, prev = 0, last_end = 0;
+    int have = 0;
+    while (from <= n) {
+        size_t a, b;
+        int r = pat_next(p, md, s, n, from, &a, &b);
+        if (r == PAT_ERROR) return PAT_ERROR;
+        if (!r) break;
+        if (a == b && have && last_end == b) {
+            uint32_t cp;
+            from += from < n ? char_at_cp(s, n, from, &cp) : 1;
+            continue;
+        }
+        from = last_end = b;
+        have = 1;
+        if (prev != a && seg_push(out, prev, a, invert)) return -1;
+        if (seg_push(out, a, b, !invert)) return -1;
+        prev = b;
+    }
+    if (prev != n && seg_push(out, prev, n, invert)) return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Pipeline components */
+
+#define MAX_STEPS 16 /* normalizers, pre-tokenizers, decoders or post-processors in one pipeline */
+
+enum { NORM_REPLACE, NORM_PREPEND };
+typedef struct {
+    int kind;
+    Pat pat;    /* Replace */
+    char *text; /* Replace: content; Prepend: prepend */
+    size_t len;
+} NormStep;
+
+enum { PRE_SPLIT, PRE_METASPACE, PRE_BYTELEVEL };
+enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_PREVIOUS, SPLIT_NEXT, SPLIT_CONTIGUOUS };
+enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
+typedef struct {
+    int kind;
+    Pat pat;            /* Split: pattern (Metaspace: its replacement, as a literal) */
+    int behavior, invert;
+    int scheme, split;  /* Metaspace */
+    int use_regex;      /* ByteLevel */
+} PreStep;
+
+enum { DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE, DEC_BYTELEVEL };
+typedef struct {
+    int kind;
+    Pat pat;        /* Replace */
+    char *text;     /* Replace: content */
+    size_t len;
+    uint32_t ch;    /* Strip: content; Metaspace: replacement */
+    size_t start, stop; /* Strip */
+    int scheme;     /* Metaspace */
+} DecStep;
+
+#define TPL_A (-1) /* a template item: sequence A (else a special token's id) */
+typedef struct {
+    int32_t *items;
+    size_t n;
+} Template;
+
+/* ---------------------------------------------------------------------------------------------------------
  * The tokenizer */
 
 typedef struct {
-    char *text;
+    char *text;      /* content */
     size_t len;
+    char *norm;      /* normalized=true and the normalizer changes the content: what HF matches and decodes */
+    size_t norm_len;
     int32_t id;
-    uint8_t special, normalized;
+    uint8_t special, normalized, single_word, lstrip, rstrip;
 } AddedTok;
+
+/* Byte trie over the added tokens of one pass (matched on raw text: normalized=false; on normalized text:
+ * normalized=true). */
+typedef struct {
+    int32_t root[256]; /* child of the root per byte, -1 for none */
+    uint8_t pair2[8192]; /* bit (b0 << 8 | b1): some pattern starts with the bytes b0 b1 (a cheap first test) */
+    PairMap edges;     /* (node << 8 | byte) -> child, below the root */
+    int32_t *tok;      /* node -> index into Tokenizer.added, -1 */
+    int32_t n, cap;
+} Trie;
 
 struct TokenizerCache {
     const Tokenizer *owner; /* entries are only valid for the tokenizer that made them */
-    StrMap map;             /* raw pre-token bytes -> (offset << 16 | count) into ids */
+    StrMap map;             /* piece bytes -> (offset << 16 | count) into ids */
     IdBuf ids;
 };
 
+/* Token texts live in blocks that never move (one allocation per block, not per token). */
+typedef struct TextBlock {
+    struct TextBlock *next;
+    size_t used, cap;
+    char data[];
+} TextBlock;
+
 struct Tokenizer {
+    TextBlock *texts;
     int32_t n_ids;      /* largest id + 1 */
     size_t ids_cap;
     char **tok;         /* id -> text (NUL-terminated), NULL for a hole */
     uint32_t *tok_len;
     uint8_t *in_model;  /* id is in model.vocab (not only an added token) */
-    Buf dec;            /* decoded bytes of every id, concatenated */
+    Buf dec;            /* ByteLevel decoding of every id's decoder text, concatenated */
     size_t *dec_off;    /* [n_ids + 1] */
     StrMap vocab;       /* model.vocab text -> id */
-    int32_t byte_id[256];
+    int32_t byte_id[256];  /* token of each byte's byte-level character (byte-level pipelines) */
+    int32_t *bmp_id;       /* token of each character U+0000..U+FFFF, -1 (other pipelines) */
+    int32_t byte_fb[256];  /* token "<0xNN>" (byte_fallback), -1 */
     PairMap merges;     /* (left, right) -> rank << 32 | new id; a repeated pair keeps its last rank, like HF */
     int32_t (*merge_list)[2];
     int32_t n_merges, merges_cap;
+    PairMap cross;      /* (last symbol of a merge's left part, first symbol of its right part) */
+    uint8_t chunk_ok;   /* long pieces may be cut where `cross` says no merge can join */
     AddedTok *added;
     int n_added;
-    int *pass_idx[2];   /* added tokens matched on the raw text (0) then on the "normalized" text (1), longest first */
-    int pass_n[2];
-    uint8_t first_byte[2][256];
+    Trie trie[2];
+    int32_t *added_of;  /* id -> index into added, -1 */
+    StrMap special_text; /* texts decode skips with skip_special (HF compares the token string) */
+    pcre2_code *word_re; /* Rust's \w, for single_word added tokens */
     int32_t unk_id;
-    uint8_t fuse_unk, ignore_merges;
+    uint8_t fuse_unk, ignore_merges, byte_fallback;
+    uint8_t byte_level;  /* the pre-tokenizer ends with ByteLevel: the model sees raw bytes */
+    NormStep norm[MAX_STEPS];
+    int n_norm;
+    PreStep pre[MAX_STEPS];
+    int n_pre;
+    DecStep decs[MAX_STEPS];
+    int n_dec;
+    uint8_t has_decoder, dec_bytelevel_only;
+    Template post[MAX_STEPS];
+    int n_post;
+    char *js[4];        /* normalizer, pre_tokenizer, post_processor, decoder: JSON for tokenizer_to_json */
     TokenizerCache *cache;
 };
 
-#define CACHE_MAX_PIECE 256     /* longer pre-tokens are not cached (as HF) */
+#define CACHE_MAX_PIECE 256     /* longer pieces are not cached (as HF) */
 #define CACHE_MAX_ENTRIES (1u << 20)
 
 TokenizerCache *tokenizer_cache_new(void) { return calloc(1, sizeof(TokenizerCache)); }
@@ -500,9 +790,22 @@ void tokenizer_cache_free(TokenizerCache *c) {
     free(c);
 }
 
+static void trie_free(Trie *tr) {
+    pm_free(&tr->edges);
+    free(tr->tok);
+}
+
+static void templates_free(Tokenizer *t) {
+    for (int i = 0; i < t->n_post; i++) free(t->post[i].items);
+    t->n_post = 0;
+}
+
 void tokenizer_free(Tokenizer *t) {
     if (!t) return;
-    for (int32_t i = 0; i < t->n_ids; i++) free(t->tok[i]);
+    for (TextBlock *b = t->texts, *nx; b; b = nx) {
+        nx = b->next;
+        free(b);
+    }
     free(t->tok);
     free(t->tok_len);
     free(t->in_model);
@@ -510,11 +813,30 @@ void tokenizer_free(Tokenizer *t) {
     free(t->dec_off);
     sm_free(&t->vocab);
     pm_free(&t->merges);
+    pm_free(&t->cross);
     free(t->merge_list);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].text);
+    for (int i = 0; i < t->n_added; i++) {
+        free(t->added[i].text);
+        free(t->added[i].norm);
+    }
     free(t->added);
-    free(t->pass_idx[0]);
-    free(t->pass_idx[1]);
+    trie_free(&t->trie[0]);
+    trie_free(&t->trie[1]);
+    free(t->added_of);
+    free(t->bmp_id);
+    sm_free(&t->special_text);
+    if (t->word_re) pcre2_code_free(t->word_re);
+    for (int i = 0; i < t->n_norm; i++) {
+        pat_free(&t->norm[i].pat);
+        free(t->norm[i].text);
+    }
+    for (int i = 0; i < t->n_pre; i++) pat_free(&t->pre[i].pat);
+    for (int i = 0; i < t->n_dec; i++) {
+        pat_free(&t->decs[i].pat);
+        free(t->decs[i].text);
+    }
+    templates_free(t);
+    for (int i = 0; i < 4; i++) free(t->js[i]);
     tokenizer_cache_free(t->cache);
     free(t);
 }
@@ -549,9 +871,25 @@ static int tok_reserve_ids(Tokenizer *t, int32_t id) {
 }
 
 /* Sets the text of id (the caller checked it is free). */
+static char *text_alloc(Tokenizer *t, size_t n) {
+    TextBlock *b = t->texts;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > (1u << 20) ? n : (1u << 20);
+        TextBlock *nb = malloc(sizeof *nb + cap);
+        if (!nb) return NULL;
+        nb->next = b;
+        nb->used = 0;
+        nb->cap = cap;
+        t->texts = b = nb;
+    }
+    char *p = b->data + b->used;
+    b->used += n;
+    return p;
+}
+
 static int tok_set_text(Tokenizer *t, int32_t id, const char *text, size_t len, int in_model) {
     if (tok_reserve_ids(t, id)) return -1;
-    char *c = malloc(len + 1);
+    char *c = text_alloc(t, len + 1);
     if (!c) return -1;
     memcpy(c, text, len);
     c[len] = '\0';
@@ -562,10 +900,12 @@ static int tok_set_text(Tokenizer *t, int32_t id, const char *text, size_t len, 
     return 0;
 }
 
+/* 0: added; 1: the text is in the vocabulary already; -1: out of memory. */
 static int tok_add_vocab(Tokenizer *t, const char *text, size_t len, int32_t id) {
     int is_new;
     SmSlot *s = sm_put(&t->vocab, text, len, hash_bytes((const uint8_t *)text, len), &is_new);
     if (!s) return -1;
+    if (!is_new) return 1;
     s->val = id;
     return tok_set_text(t, id, text, len, 1);
 }
@@ -588,57 +928,41 @@ static int tok_add_merge(Tokenizer *t, int32_t a, int32_t b, int32_t new_id) {
     return 0;
 }
 
-static int tok_add_added(Tokenizer *t, const char *text, size_t len, int32_t id, int special, int normalized) {
+typedef struct {
+    int special, normalized, single_word, lstrip, rstrip;
+} AddedFlags;
+
+static int tok_add_added(Tokenizer *t, const char *text, size_t len, int32_t id, AddedFlags f) {
     void *q = realloc(t->added, (size_t)(t->n_added + 1) * sizeof *t->added);
     if (!q) return -1;
     t->added = q;
     AddedTok *a = &t->added[t->n_added];
+    memset(a, 0, sizeof *a);
     a->text = malloc(len + 1);
     if (!a->text) return -1;
     memcpy(a->text, text, len);
     a->text[len] = '\0';
     a->len = len;
     a->id = id;
-    a->special = (uint8_t)special;
-    a->normalized = (uint8_t)normalized;
+    a->special = (uint8_t)f.special;
+    a->normalized = (uint8_t)f.normalized;
+    a->single_word = (uint8_t)f.single_word;
+    a->lstrip = (uint8_t)f.lstrip;
+    a->rstrip = (uint8_t)f.rstrip;
     t->n_added++;
-    if (!t->tok[id] && tok_set_text(t, id, text, len, 0)) return -1;
+    if (((size_t)id >= t->ids_cap || !t->tok[id]) && tok_set_text(t, id, text, len, 0)) return -1;
     return 0;
 }
 
-/* Derived tables, once every token and merge is in. */
-static int tok_finish(Tokenizer *t) {
-    for (int b = 0; b < 256; b++) {
-        uint8_t byte = (uint8_t)b;
-        Buf bl = {0};
-        if (put_bytelevel(&bl, &byte, 1)) return -1;
-        SmSlot *s = sm_find(&t->vocab, bl.p, bl.n, hash_bytes(bl.p, bl.n));
-        t->byte_id[b] = s ? (int32_t)s->val : -1;
-        free(bl.p);
+/* The token string HF's decoder receives for id: a normalized added token's normalized content, else the text. */
+static const char *dtext(const Tokenizer *t, int32_t id, size_t *len) {
+    int32_t a = t->added_of ? t->added_of[id] : -1;
+    if (a >= 0 && t->added[a].norm) {
+        *len = t->added[a].norm_len;
+        return t->added[a].norm;
     }
-    t->dec_off = malloc(((size_t)t->n_ids + 1) * sizeof *t->dec_off);
-    if (!t->dec_off) return -1;
-    for (int32_t i = 0; i < t->n_ids; i++) {
-        t->dec_off[i] = t->dec.n;
-        if (t->tok[i] && token_bytes(t->tok[i], t->tok_len[i], &t->dec)) return -1;
-    }
-    t->dec_off[t->n_ids] = t->dec.n;
-    for (int p = 0; p < 2; p++) {
-        t->pass_idx[p] = malloc((size_t)(t->n_added + 1) * sizeof(int));
-        if (!t->pass_idx[p]) return -1;
-        t->pass_n[p] = 0;
-        for (int i = 0; i < t->n_added; i++)
-            if (t->added[i].normalized == p) t->pass_idx[p][t->pass_n[p]++] = i;
-        for (int i = 1; i < t->pass_n[p]; i++) /* insertion sort, longest first, stable */
-            for (int j = i; j > 0 && t->added[t->pass_idx[p][j]].len > t->added[t->pass_idx[p][j - 1]].len; j--) {
-                int x = t->pass_idx[p][j];
-                t->pass_idx[p][j] = t->pass_idx[p][j - 1];
-                t->pass_idx[p][j - 1] = x;
-            }
-        for (int i = 0; i < t->pass_n[p]; i++) t->first_byte[p][(uint8_t)t->added[t->pass_idx[p][i]].text[0]] = 1;
-    }
-    t->cache = tokenizer_cache_new();
-    return t->cache ? 0 : -1;
+    *len = t->tok_len[id];
+    return t->tok[id];
 }
 
 int tokenizer_vocab_size(const Tokenizer *t) { return t->n_ids; }
@@ -665,21 +989,226 @@ int tokenizer_merge(const Tokenizer *t, int rank, int *left, int *right) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------
- * Encoding */
+ * Added tokens: tries, matching */
+
+static int trie_node(Trie *tr) {
+    if (tr->n == tr->cap) {
+        int32_t cap = tr->cap ? tr->cap * 2 : 64;
+        int32_t *q = realloc(tr->tok, (size_t)cap * sizeof *q);
+        if (!q) return -1;
+        tr->tok = q;
+        tr->cap = cap;
+    }
+    tr->tok[tr->n] = -1;
+    return tr->n++;
+}
+
+/* Adds pattern s -> added index k; returns the index already there for the same pattern (or -1), -2 when out
+ * of memory. */
+static int trie_add(Trie *tr, const uint8_t *s, size_t n, int32_t k) {
+    if (!tr->n) {
+        for (int b = 0; b < 256; b++) tr->root[b] = -1;
+        if (trie_node(tr) < 0) return -2;
+    }
+    if (n >= 2) tr->pair2[(s[0] << 8 | s[1]) >> 3] |= (uint8_t)(1u << (s[1] & 7));
+    int32_t node = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t child;
+        if (node == 0) {
+            child = tr->root[s[i]];
+        } else {
+            int64_t *v = pm_get(&tr->edges, (uint64_t)node << 8 | s[i]);
+            child = v ? (int32_t)*v : -1;
+        }
+        if (child < 0) {
+            child = trie_node(tr);
+            if (child < 0) return -2;
+            if (node == 0) {
+                tr->root[s[i]] = child;
+            } else {
+                int is_new;
+                int64_t *v = pm_put(&tr->edges, (uint64_t)node << 8 | s[i], &is_new);
+                if (!v) return -2;
+                *v = child;
+            }
+        }
+        node = child;
+    }
+    int32_t old = tr->tok[node];
+    tr->tok[node] = k;
+    return old;
+}
+
+/* The longest pattern starting at s[p]: its added index and length, or -1. */
+static int32_t trie_longest(const Trie *tr, const uint8_t *s, size_t n, size_t p, size_t *len) {
+    int32_t node = tr->root[s[p]], best = -1;
+    for (size_t i = p; node >= 0;) {
+        if (tr->tok[node] >= 0) {
+            best = tr->tok[node];
+            *len = i + 1 - p;
+        }
+        if (++i >= n) break;
+        const int64_t *v = pm_get(&tr->edges, (uint64_t)node << 8 | s[i]);
+        node = v ? (int32_t)*v : -1;
+    }
+    return best;
+}
+
+/* Rust's \w on the character at s[i] (none: 0). */
+static int is_word_at(const Tokenizer *t, pcre2_match_data *md, const uint8_t *s, size_t n, size_t i) {
+    uint32_t cp;
+    size_t l = char_at_cp(s, n, i, &cp);
+    if (cp == NOT_A_CHAR) return 0;
+    return pcre2_match(t->word_re, s + i, l, 0, PCRE2_ANCHORED, md, NULL) >= 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Encoding: scratch space, normalizers */
 
 typedef struct {
-    IdBuf sym;      /* symbols of the pre-token being merged */
-    IdBuf aux;      /* naive merge: pair values; heap merge: prev/next links */
-    Buf heap;       /* heap merge: entries */
-    Buf text;       /* byte-level spelling (ignore_merges lookups) */
+    IdBuf sym;            /* symbols of the piece being merged */
+    size_t *pos;          /* byte offset of each symbol that starts a character (SIZE_MAX inside one) */
+    size_t pos_cap;
+    IdBuf aux;            /* naive merge: pair values; heap merge: prev/next links */
+    Buf heap;             /* heap merge: entries */
+    Buf text;             /* byte-level spelling (ignore_merges lookups) */
+    Buf lossy;            /* the text with invalid UTF-8 replaced */
+    Buf norm[2];          /* normalizer output, alternately */
+    Buf lvl[MAX_STEPS];   /* a Metaspace pre-tokenizer's output, per step */
+    SegBuf seg;           /* find_segments output */
+    SegBuf pieces[MAX_STEPS]; /* each pre-tokenizer step's pieces */
+    pcre2_match_data *md;
 } Scratch;
+
+static int scratch_init(Scratch *s) {
+    memset(s, 0, sizeof *s);
+    s->md = pcre2_match_data_create(1, NULL); /* only the whole match is read */
+    return s->md ? 0 : -1;
+}
 
 static void scratch_free(Scratch *s) {
     free(s->sym.p);
+    free(s->pos);
     free(s->aux.p);
     free(s->heap.p);
     free(s->text.p);
+    free(s->lossy.p);
+    for (int i = 0; i < 2; i++) free(s->norm[i].p);
+    for (int i = 0; i < MAX_STEPS; i++) {
+        free(s->lvl[i].p);
+        free(s->pieces[i].p);
+    }
+    free(s->seg.p);
+    if (s->md) pcre2_match_data_free(s->md);
 }
+
+/* zp, carried with every piece: how many of its leading bytes HF aligns to byte 0 of the original text.
+ * Only Metaspace's prepend_scheme "first" reads it (HF asks whether the piece's original offset is 0); it
+ * follows HF's alignment rules through Replace and Prepend. */
+
+/* Replace: s with every match of pat replaced by content, into out. HF aligns the content of a match [a, b)
+ * with byte b - 1 (with the start of the text for an empty match at 0). */
+static int apply_replace(const Pat *pat, const char *content, size_t clen, Scratch *sc, const uint8_t *s, size_t n,
+                         size_t *zp, Buf *out) {
+    out->n = 0;
+    int rc = find_segments(pat, sc->md, s, n, 0, &sc->seg);
+    if (rc) return rc;
+    size_t z = *zp, nz = 0;
+    int open = 1;
+    for (size_t k = 0; k < sc->seg.n; k++) {
+        Seg g = sc->seg.p[k];
+        if (!g.m) {
+            if (buf_put(out, s + g.a, g.b - g.a)) return -1;
+            if (open) {
+                size_t e = g.b < z ? g.b : z;
+                if (e > g.a) nz += e - g.a;
+                if (z < g.b) open = 0;
+            }
+        } else {
+            if (buf_put(out, content, clen)) return -1;
+            if (open) {
+                if (g.b == 0 || g.b - 1 < z)
+                    nz += clen;
+                else
+                    open = 0;
+            }
+        }
+    }
+    *zp = nz;
+    return 0;
+}
+
+/* Prepend (HF: only on a non-empty string; the new bytes share the first character's alignment). */
+static int apply_prepend(const char *p, size_t pl, const uint8_t *s, size_t n, size_t *zp, Buf *out) {
+    out->n = 0;
+    if (!n) {
+        *zp = 0;
+        return 0;
+    }
+    if (buf_put(out, p, pl) || buf_put(out, s, n)) return -1;
+    if (*zp) *zp += pl;
+    return 0;
+}
+
+/* The normalizers on s[0..n): *out is the result (s itself when there are none). */
+static int normalize(const Tokenizer *t, Scratch *sc, const uint8_t *s, size_t n, const uint8_t **out, size_t *out_n,
+                     size_t *zp) {
+    const uint8_t *cur = s;
+    size_t cn = n;
+    for (int k = 0; k < t->n_norm; k++) {
+        Buf *dst = &sc->norm[k & 1];
+        const NormStep *st = &t->norm[k];
+        int rc = st->kind == NORM_REPLACE ? apply_replace(&st->pat, st->text, st->len, sc, cur, cn, zp, dst)
+                                          : apply_prepend(st->text, st->len, cur, cn, zp, dst);
+        if (rc) return rc;
+        cur = dst->p;
+        cn = dst->n;
+    }
+    *out = cur;
+    *out_n = cn;
+    return 0;
+}
+
+/* HF's NormalizedString::split: the pieces of segs under a SplitDelimiterBehavior (m set: a removed delimiter). */
+static int split_behavior(const SegBuf *segs, int behavior, SegBuf *out) {
+    out->n = 0;
+    int prev = 0;
+    if (behavior == SPLIT_NEXT) { /* HF folds from the end */
+        for (size_t k = segs->n; k-- > 0;) {
+            Seg g = segs->p[k];
+            if (g.m && !prev && out->n)
+                out->p[out->n - 1].a = g.a;
+            else if (seg_push(out, g.a, g.b, 0))
+                return -1;
+            prev = g.m;
+        }
+        for (size_t i = 0, j = out->n ? out->n - 1 : 0; i < j; i++, j--) {
+            Seg x = out->p[i];
+            out->p[i] = out->p[j];
+            out->p[j] = x;
+        }
+        return 0;
+    }
+    for (size_t k = 0; k < segs->n; k++) {
+        Seg g = segs->p[k];
+        int grow = 0;
+        switch (behavior) {
+        case SPLIT_REMOVED: if (seg_push(out, g.a, g.b, g.m)) return -1; continue;
+        case SPLIT_ISOLATED: break;
+        case SPLIT_PREVIOUS: grow = g.m && !prev; break;
+        case SPLIT_CONTIGUOUS: grow = g.m == prev; break;
+        }
+        if (grow && out->n)
+            out->p[out->n - 1].b = g.b;
+        else if (seg_push(out, g.a, g.b, 0))
+            return -1;
+        prev = g.m;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Encoding: the BPE model */
 
 #define NO_MERGE INT64_MAX
 
@@ -764,7 +1293,7 @@ static int merge_heap(const Tokenizer *t, int32_t *sym, size_t m, Scratch *sc, s
     /* links: prev[i] = aux[2i], next[i] = aux[2i+1]; -1 = none; a merged-away symbol gets sym = -1 */
     sc->aux.n = 0;
     sc->heap.n = 0;
-    if (ids_reserve(&sc->aux, 2 * m)) return -1;
+    if (m > INT32_MAX / 2 || ids_reserve(&sc->aux, 2 * m)) return -1;
     int32_t *link = sc->aux.p;
     for (size_t i = 0; i < m; i++) {
         link[2 * i] = (int32_t)i - 1;
@@ -795,105 +1324,363 @@ static int merge_heap(const Tokenizer *t, int32_t *sym, size_t m, Scratch *sc, s
 }
 
 #define NAIVE_MAX 48
+#define CHUNK_MIN 8 /* pieces of more symbols are cut where possible */
 
-/* Ids of one pre-token. */
-static int bpe_piece(const Tokenizer *t, TokenizerCache *c, Scratch *sc, const uint8_t *s, size_t n, IdBuf *out) {
-    if (t->ignore_merges) { /* HF: a pre-token that is itself in the vocabulary is taken whole */
-        sc->text.n = 0;
-        if (put_bytelevel(&sc->text, s, n)) return -1;
-        SmSlot *hit = sm_find(&t->vocab, sc->text.p, sc->text.n, hash_bytes(sc->text.p, sc->text.n));
-        if (hit) return ids_push(out, (int32_t)hit->val);
-    }
-    uint64_t h = 0;
-    if (c && n <= CACHE_MAX_PIECE) {
-        h = hash_bytes(s, n);
-        SmSlot *hit = sm_find(&c->map, s, n, h);
-        if (hit) {
-            size_t off = (size_t)(hit->val >> 16), cnt = (size_t)(hit->val & 0xFFFF);
-            if (ids_reserve(out, cnt)) return -1;
-            memcpy(out->p + out->n, c->ids.p + off, cnt * sizeof(int32_t));
-            out->n += cnt;
-            return 0;
-        }
-    }
+/* HF's BPE::merge_word before merging: a symbol per character (byte-level pipelines: per byte, whose
+ * character is its byte-level one), its bytes' <0xNN> tokens under byte_fallback, else unk, fused with the
+ * unk before it under fuse_unk. As in HF, an unk waits until the next known character (or the end), so
+ * byte-fallback symbols in between come before it. Sets sc->sym (m symbols), sc->pos, *has_unk. */
+static int piece_symbols(const Tokenizer *t, Scratch *sc, const uint8_t *s, size_t n, size_t *m_out, int *has_unk) {
     sc->sym.n = 0;
-    if (ids_reserve(&sc->sym, n)) return -1;
-    int32_t *sym = sc->sym.p;
-    size_t m = 0;
-    int unk_pending = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = t->byte_id[s[i]];
-        if (id >= 0) {
-            if (unk_pending) sym[m++] = t->unk_id;
-            unk_pending = 0;
-            sym[m++] = id;
-        } else if (t->unk_id >= 0) { /* HF: unknown characters become unk (fused if asked), or vanish */
-            if (unk_pending && !t->fuse_unk) sym[m++] = t->unk_id;
-            unk_pending = 1;
-        }
+    if (ids_reserve(&sc->sym, 2 * n + 1)) return -1; /* at most two fallback bytes per byte, or an unk per char */
+    if (sc->pos_cap < 2 * n + 1) {
+        size_t *q = realloc(sc->pos, (2 * n + 1) * sizeof *q);
+        if (!q) return -1;
+        sc->pos = q;
+        sc->pos_cap = 2 * n + 1;
     }
-    if (unk_pending) sym[m++] = t->unk_id;
+    int32_t *sym = sc->sym.p;
+    size_t *pos = sc->pos, m = 0;
+    int pending = 0;
+    *has_unk = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t id;
+        size_t l = 1;
+        uint8_t fb[4];
+        size_t nfb = 0;
+        if (t->byte_level) {
+            id = t->byte_id[s[i]];
+            if (id < 0) { /* fallback on the UTF-8 of the byte's byte-level character */
+                uint32_t cp = byte_to_cp(s[i]);
+                if (cp < 0x80) {
+                    fb[nfb++] = (uint8_t)cp;
+                } else {
+                    fb[nfb++] = (uint8_t)(0xC0 | cp >> 6);
+                    fb[nfb++] = (uint8_t)(0x80 | (cp & 0x3F));
+                }
+            }
+        } else if (s[i] < 0x80) {
+            id = t->bmp_id[s[i]];
+            if (id < 0) fb[nfb++] = s[i];
+        } else {
+            uint32_t cp;
+            l = char_at_cp(s, n, i, &cp);
+            if (cp < 0x10000) {
+                id = t->bmp_id[cp];
+            } else {
+                SmSlot *hit = sm_find(&t->vocab, s + i, l, hash_bytes(s + i, l));
+                id = hit ? (int32_t)hit->val : -1;
+            }
+            if (id < 0)
+                for (size_t k = 0; k < l; k++) fb[nfb++] = s[i + k];
+        }
+        if (id >= 0) {
+            if (pending) {
+                pos[m] = SIZE_MAX;
+                sym[m++] = t->unk_id;
+                pending = 0;
+            }
+            pos[m] = i;
+            sym[m++] = id;
+        } else {
+            int all = t->byte_fallback;
+            for (size_t k = 0; k < nfb && all; k++) all = t->byte_fb[fb[k]] >= 0;
+            if (all) {
+                for (size_t k = 0; k < nfb; k++) {
+                    pos[m] = k ? SIZE_MAX : i;
+                    sym[m++] = t->byte_fb[fb[k]];
+                }
+            } else if (t->unk_id >= 0) {
+                if (pending && !t->fuse_unk) {
+                    pos[m] = SIZE_MAX;
+                    sym[m++] = t->unk_id;
+                }
+                pending = 1;
+                *has_unk = 1;
+            } /* no unk token: HF drops the character */
+        }
+        i += l;
+    }
+    if (pending) {
+        pos[m] = SIZE_MAX;
+        sym[m++] = t->unk_id;
+    }
+    *m_out = m;
+    return 0;
+}
+
+static int cache_get(TokenizerCache *c, const uint8_t *s, size_t n, uint64_t h, IdBuf *out) {
+    SmSlot *hit = sm_find(&c->map, s, n, h);
+    if (!hit) return 0;
+    size_t off = (size_t)(hit->val >> 16), cnt = (size_t)(hit->val & 0xFFFF);
+    if (!cnt) return 1; /* a piece of characters that all vanished (no unk token) */
+    if (ids_reserve(out, cnt)) return -1;
+    memcpy(out->p + out->n, c->ids.p + off, cnt * sizeof(int32_t));
+    out->n += cnt;
+    return 1;
+}
+
+static int cache_put(TokenizerCache *c, const uint8_t *s, size_t n, uint64_t h, const int32_t *ids, size_t m) {
+    if (c->map.count >= CACHE_MAX_ENTRIES) cache_clear(c);
+    int is_new;
+    size_t off = c->ids.n;
+    SmSlot *slot = sm_put(&c->map, s, n, h, &is_new);
+    if (!slot || ids_reserve(&c->ids, m)) return -1;
+    if (m) memcpy(c->ids.p + off, ids, m * sizeof *ids);
+    c->ids.n += m;
+    slot->val = (int64_t)off << 16 | (int64_t)m;
+    return 0;
+}
+
+/* Merges the m symbols of s[0..n) and appends them; caches the result (looked: the cache was just asked). */
+static int bpe_chunk(const Tokenizer *t, TokenizerCache *c, Scratch *sc, const uint8_t *s, size_t n, int32_t *sym,
+                     size_t m, int looked, IdBuf *out) {
+    int cacheable = c && n <= CACHE_MAX_PIECE && m < 0xFFFF;
+    uint64_t h = cacheable ? hash_bytes(s, n) : 0;
+    if (cacheable && !looked) {
+        int hit = cache_get(c, s, n, h, out);
+        if (hit) return hit < 0 ? -1 : 0;
+    }
     if (m > 1 && (m <= NAIVE_MAX ? merge_naive(t, sym, m, sc, &m) : merge_heap(t, sym, m, sc, &m))) return -1;
     if (ids_reserve(out, m)) return -1;
-    memcpy(out->p + out->n, sym, m * sizeof *sym);
+    if (m) memcpy(out->p + out->n, sym, m * sizeof *sym);
     out->n += m;
-    if (c && n <= CACHE_MAX_PIECE) {
-        if (c->map.count >= CACHE_MAX_ENTRIES) cache_clear(c);
-        int is_new;
-        size_t off = c->ids.n;
-        SmSlot *slot = sm_put(&c->map, s, n, h, &is_new);
-        if (!slot || ids_reserve(&c->ids, m)) return -1;
-        memcpy(c->ids.p + off, sym, m * sizeof *sym);
-        c->ids.n += m;
-        slot->val = (int64_t)off << 16 | (int64_t)m;
-    }
-    return 0;
+    return cacheable ? cache_put(c, s, n, h, sym, m) : 0;
 }
 
-static int encode_plain(const Tokenizer *t, TokenizerCache *c, Scratch *sc, const uint8_t *s, size_t n, IdBuf *out) {
-    for (size_t i = 0; i < n;) {
-        size_t j = piece_end(s, n, i);
-        if (bpe_piece(t, c, sc, s + i, j - i, out)) return -1;
-        i = j;
-    }
-    return 0;
-}
-
-/* Length of the longest added token of this pass that starts s (0 if none). */
-static size_t added_at(const Tokenizer *t, int pass, const uint8_t *s, size_t n, int32_t *id) {
-    for (int k = 0; k < t->pass_n[pass]; k++) {
-        const AddedTok *a = &t->added[t->pass_idx[pass][k]];
-        if (a->len <= n && memcmp(a->text, s, a->len) == 0) {
-            *id = a->id;
-            return a->len;
+/* Ids of one piece (HF's BPE::tokenize). */
+static int bpe_piece(const Tokenizer *t, TokenizerCache *c, Scratch *sc, const uint8_t *s, size_t n, IdBuf *out) {
+    if (!n) return 0;
+    if (t->ignore_merges) { /* HF: a piece that is itself in the vocabulary is taken whole */
+        const uint8_t *key = s;
+        size_t kn = n;
+        if (t->byte_level) {
+            sc->text.n = 0;
+            if (put_bytelevel(&sc->text, s, n)) return -1;
+            key = sc->text.p;
+            kn = sc->text.n;
         }
+        SmSlot *hit = sm_find(&t->vocab, key, kn, hash_bytes(key, kn));
+        if (hit) return ids_push(out, (int32_t)hit->val);
+    }
+    int looked = c && n <= CACHE_MAX_PIECE;
+    if (looked) {
+        int hit = cache_get(c, s, n, hash_bytes(s, n), out);
+        if (hit) return hit < 0 ? -1 : 0;
+    }
+    size_t m;
+    int has_unk;
+    if (piece_symbols(t, sc, s, n, &m, &has_unk)) return -1;
+    int32_t *sym = sc->sym.p;
+    if (m <= CHUNK_MIN || !t->chunk_ok || has_unk) return bpe_chunk(t, c, sc, s, n, sym, m, looked, out);
+    /* cut where no merge can ever join the two sides: short parts merge fast and repeat (the cache) */
+    const size_t *pos = sc->pos;
+    size_t i0 = 0;
+    for (size_t i = 1; i <= m; i++) {
+        if (i < m && (pos[i] == SIZE_MAX || pm_get(&t->cross, pair_key((uint32_t)sym[i - 1], (uint32_t)sym[i]))))
+            continue;
+        size_t a = pos[i0], b = i < m ? pos[i] : n;
+        if (bpe_chunk(t, c, sc, s + a, b - a, sym + i0, i - i0, 0, out)) return -1;
+        i0 = i;
     }
     return 0;
 }
 
-/* HF's AddedVocabulary: tokens with normalized=false are split out of the raw text first (leftmost, then
- * longest), then those with normalized=true out of what is left; the pieces between go to the model. */
-static int encode_added(const Tokenizer *t, TokenizerCache *c, Scratch *sc, int pass, const uint8_t *s, size_t n,
-                        IdBuf *out) {
-    if (pass == 2) return encode_plain(t, c, sc, s, n, out);
-    if (!t->pass_n[pass]) return encode_added(t, c, sc, pass + 1, s, n, out);
-    size_t seg = 0;
+/* ---------------------------------------------------------------------------------------------------------
+ * Encoding: the stages */
+
+typedef struct {
+    const Tokenizer *t;
+    TokenizerCache *cache;
+    Scratch *sc;
+    IdBuf *out;
+} Enc;
+
+static int pretok(Enc *e, int level, const uint8_t *s, size_t n, size_t zp);
+
+static int pretok_pieces(Enc *e, int level, const uint8_t *s, size_t zp) {
+    const SegBuf *pc = &e->sc->pieces[level];
+    for (size_t k = 0; k < pc->n; k++) {
+        Seg g = pc->p[k];
+        if (g.m || g.b == g.a) continue; /* a removed delimiter; HF drops empty pieces */
+        int rc = pretok(e, level + 1, s + g.a, g.b - g.a, zp > g.a ? zp - g.a : 0);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Pre-tokenizer step `level` on one piece, then the next steps, then the model. */
+static int pretok(Enc *e, int level, const uint8_t *s, size_t n, size_t zp) {
+    const Tokenizer *t = e->t;
+    Scratch *sc = e->sc;
+    if (level == t->n_pre) return bpe_piece(t, e->cache, sc, s, n, e->out);
+    const PreStep *st = &t->pre[level];
+    int rc;
+    switch (st->kind) {
+    case PRE_BYTELEVEL: /* always the last step */
+        if (!st->use_regex) return bpe_piece(t, e->cache, sc, s, n, e->out);
+        for (size_t i = 0; i < n;) {
+            size_t j = piece_end(s, n, i);
+            if (bpe_piece(t, e->cache, sc, s + i, j - i, e->out)) return -1;
+            i = j;
+        }
+        return 0;
+    case PRE_SPLIT:
+        rc = find_segments(&st->pat, sc->md, s, n, st->invert, &sc->seg);
+        if (rc) return rc;
+        if (split_behavior(&sc->seg, st->behavior, &sc->pieces[level])) return -1;
+        return pretok_pieces(e, level, s, zp);
+    default: { /* Metaspace: spaces become the replacement, which may be prepended, then splits */
+        Buf *b = &sc->lvl[level];
+        Pat space = {(char *)" ", 1, NULL};
+        size_t z = zp;
+        rc = apply_replace(&space, st->pat.lit, st->pat.lit_len, sc, s, n, &z, b);
+        if (rc) return rc;
+        size_t rl = st->pat.lit_len;
+        int starts = b->n >= rl && memcmp(b->p, st->pat.lit, rl) == 0;
+        if (b->n && !starts && (st->scheme == PREPEND_ALWAYS || (st->scheme == PREPEND_FIRST && zp > 0))) {
+            if (buf_reserve(b, rl)) return -1;
+            memmove(b->p + rl, b->p, b->n);
+            memcpy(b->p, st->pat.lit, rl);
+            b->n += rl;
+            if (z) z += rl;
+        }
+        SegBuf *pc = &sc->pieces[level];
+        if (st->split) {
+            rc = find_segments(&st->pat, sc->md, b->p, b->n, 0, &sc->seg);
+            if (rc) return rc;
+            if (split_behavior(&sc->seg, SPLIT_NEXT, pc)) return -1;
+        } else {
+            pc->n = 0;
+            if (seg_push(pc, 0, b->n, 0)) return -1;
+        }
+        return pretok_pieces(e, level, b->p, z);
+    }
+    }
+}
+
+static int split_added(Enc *e, int pass, const uint8_t *s, size_t n, size_t zp);
+
+/* A valid piece of the original text: normalizers, then the normalized=true added tokens, then the rest. */
+static int enc_valid(Enc *e, const uint8_t *s, size_t n, size_t zp) {
+    const uint8_t *ns;
+    size_t nn;
+    int rc = normalize(e->t, e->sc, s, n, &ns, &nn, &zp);
+    if (rc) return rc;
+    if (e->t->trie[1].n) return split_added(e, 1, ns, nn, zp);
+    return pretok(e, 0, ns, nn, zp);
+}
+
+/* A piece of the original text between added tokens. Byte-level pipelines encode each invalid byte alone. */
+static int enc_seg(Enc *e, const uint8_t *s, size_t n, size_t zp) {
+    if (!e->t->byte_level) return enc_valid(e, s, n, zp);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        uint32_t cp;
+        while (j < n) {
+            int l = s[j] < 0x80 ? 1 : utf8_char(s + j, n - j, &cp);
+            if (!l) break;
+            j += (size_t)l;
+        }
+        int rc = j > i ? enc_valid(e, s + i, j - i, zp > i ? zp - i : 0) : 0;
+        if (rc) return rc;
+        if (j < n && bpe_piece(e->t, e->cache, e->sc, s + j, 1, e->out)) return -1;
+        i = j + 1;
+    }
+    return 0;
+}
+
+static int next_stage(Enc *e, int pass, const uint8_t *s, size_t n, size_t zp) {
+    return pass == 0 ? enc_seg(e, s, n, zp) : pretok(e, 0, s, n, zp);
+}
+
+/* HF's AddedVocabulary::find_matches: leftmost-longest matches of this pass's tokens (the search goes on after
+ * a match even when single_word drops it); lstrip takes the white space before the token (not before the
+ * previous match's end), rstrip the white space after it. The pieces between go to the next stage. */
+static int split_added(Enc *e, int pass, const uint8_t *s, size_t n, size_t zp) {
+    const Tokenizer *t = e->t;
+    const Trie *tr = &t->trie[pass];
+    size_t done = 0; /* HF's start_offset */
+    int rc;
     for (size_t p = 0; p < n;) {
-        int32_t id;
-        size_t len;
-        if (!t->first_byte[pass][s[p]] || !(len = added_at(t, pass, s + p, n - p, &id))) {
+        size_t len = 0;
+        int32_t k, r = tr->root[s[p]];
+        if (r < 0 || (tr->tok[r] < 0 && (p + 1 == n || !(tr->pair2[(s[p] << 8 | s[p + 1]) >> 3] & (1u << (s[p + 1] & 7))))) ||
+            (k = trie_longest(tr, s, n, p, &len)) < 0) {
             p++;
             continue;
         }
-        if (encode_added(t, c, sc, pass + 1, s + seg, p - seg, out) || ids_push(out, id)) return -1;
-        p += len;
-        seg = p;
+        const AddedTok *a = &t->added[k];
+        size_t start = p, stop = p + len;
+        p = stop;
+        uint32_t cp;
+        if (a->single_word && ((start > 0 && is_word_at(t, e->sc->md, s, n, last_char(s, start, &cp))) ||
+                               (stop < n && is_word_at(t, e->sc->md, s, n, stop))))
+            continue;
+        if (a->lstrip) {
+            size_t ws = start;
+            while (ws > 0) {
+                size_t c = last_char(s, ws, &cp);
+                if (cp == NOT_A_CHAR || !is_white_space(cp)) break;
+                ws = c;
+            }
+            start = ws > done ? ws : done;
+        }
+        if (a->rstrip)
+            while (stop < n) {
+                size_t l = char_at_cp(s, n, stop, &cp);
+                if (cp == NOT_A_CHAR || !is_white_space(cp)) break;
+                stop += l;
+            }
+        if (done < start && (rc = next_stage(e, pass, s + done, start - done, zp > done ? zp - done : 0))) return rc;
+        if (ids_push(e->out, a->id)) return -1;
+        done = stop;
     }
-    return encode_added(t, c, sc, pass + 1, s + seg, n - seg, out);
+    if (done < n) return next_stage(e, pass, s + done, n - done, zp > done ? zp - done : 0);
+    return 0;
 }
 
-int tokenizer_encode_with(const Tokenizer *t, TokenizerCache *cache, const char *text, size_t len, int32_t **ids,
-                          size_t *n_ids, ZyErr *err) {
+static int encode_text(const Tokenizer *t, TokenizerCache *cache, Scratch *sc, const uint8_t *s, size_t n, IdBuf *out) {
+    if (!t->byte_level && !utf8_valid(s, n)) {
+        sc->lossy.n = 0;
+        if (put_lossy(&sc->lossy, s, n)) return -1;
+        s = sc->lossy.p;
+        n = sc->lossy.n;
+    }
+    Enc e = {t, cache, sc, out};
+    uint32_t cp;
+    size_t zp = n ? char_at_cp(s, n, 0, &cp) : 0; /* the first character is aligned with offset 0 */
+    if (t->trie[0].n) return split_added(&e, 0, s, n, zp);
+    return enc_seg(&e, s, n, zp);
+}
+
+/* The post-processors' templates on the ids of one sequence (specials only with add_special). */
+static int post_process(const Tokenizer *t, int add_special, IdBuf *ids) {
+    for (int k = 0; k < t->n_post; k++) {
+        const Template *tp = &t->post[k];
+        IdBuf nb = {0};
+        for (size_t i = 0; i < tp->n; i++) {
+            int32_t it = tp->items[i];
+            if (it == TPL_A) {
+                if (ids_reserve(&nb, ids->n)) goto oom;
+                if (ids->n) memcpy(nb.p + nb.n, ids->p, ids->n * sizeof *ids->p);
+                nb.n += ids->n;
+            } else if (add_special && ids_push(&nb, it)) {
+                goto oom;
+            }
+        }
+        free(ids->p);
+        *ids = nb;
+        continue;
+    oom:
+        free(nb.p);
+        return -1;
+    }
+    return 0;
+}
+
+int tokenizer_encode_ex(const Tokenizer *t, TokenizerCache *cache, const char *text, size_t len, unsigned flags,
+                        int32_t **ids, size_t *n_ids, ZyErr *err) {
     *ids = NULL;
     *n_ids = 0;
     if (cache && cache->owner != t) {
@@ -901,13 +1688,18 @@ int tokenizer_encode_with(const Tokenizer *t, TokenizerCache *cache, const char 
         cache->owner = t;
     }
     IdBuf out = {0};
-    Scratch sc = {0};
-    if (len && ids_reserve(&out, len / 3 + 16)) return zy_fail(err, "encode: out of memory");
-    int rc = encode_added(t, cache, &sc, 0, (const uint8_t *)text, len, &out);
+    Scratch sc;
+    if (scratch_init(&sc) || (len && ids_reserve(&out, len / 3 + 16))) {
+        scratch_free(&sc);
+        return zy_fail(err, "encode: out of memory");
+    }
+    int rc = encode_text(t, cache, &sc, (const uint8_t *)text, len, &out);
     scratch_free(&sc);
+    if (!rc && post_process(t, (flags & TOK_ENCODE_ADD_SPECIAL) != 0, &out)) rc = -1;
     if (rc) {
         free(out.p);
         if (cache) cache_clear(cache);
+        if (rc == PAT_ERROR) return zy_fail(err, "encode: a regex pattern failed to match (PCRE2 match limit)");
         return zy_fail(err, "encode: out of memory (%zu bytes of text)", len);
     }
     if (!out.n) {
@@ -919,31 +1711,388 @@ int tokenizer_encode_with(const Tokenizer *t, TokenizerCache *cache, const char 
     return 0;
 }
 
+int tokenizer_encode_with(const Tokenizer *t, TokenizerCache *cache, const char *text, size_t len, int32_t **ids,
+                          size_t *n_ids, ZyErr *err) {
+    return tokenizer_encode_ex(t, cache, text, len, 0, ids, n_ids, err);
+}
+
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids, ZyErr *err) {
-    return tokenizer_encode_with(t, t->cache, text, len, ids, n_ids, err);
+    return tokenizer_encode_ex(t, t->cache, text, len, 0, ids, n_ids, err);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Decoding: HF's decoders on the list of token strings */
+
+typedef struct {
+    Buf text;
+    size_t *end; /* token k is text[k ? end[k - 1] : 0, end[k]) */
+    size_t n, cap;
+} Toks;
+
+static void toks_free(Toks *l) {
+    free(l->text.p);
+    free(l->end);
+}
+
+/* Ends the current token (its bytes were appended to text). */
+static int toks_close(Toks *l) {
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 64;
+        size_t *q = realloc(l->end, nc * sizeof *q);
+        if (!q) return -1;
+        l->end = q;
+        l->cap = nc;
+    }
+    l->end[l->n++] = l->text.n;
+    return 0;
+}
+
+static int toks_add(Toks *l, const void *s, size_t n) { return buf_put(&l->text, s, n) || toks_close(l); }
+
+static const uint8_t *tok_at(const Toks *l, size_t k, size_t *n) {
+    size_t a = k ? l->end[k - 1] : 0;
+    *n = l->end[k] - a;
+    return l->text.p ? l->text.p + a : (const uint8_t *)""; /* every token so far empty */
+}
+
+/* HF's ByteFallback: "<0xNN>" (u8::from_str_radix on NN, so "+F" counts) or -1. */
+static int byte_token(const uint8_t *s, size_t n) {
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int v = 0, digits = 0;
+    for (int i = 3; i < 5; i++) {
+        int c = s[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) {
+            if (i == 3 && c == '+') continue;
+            return -1;
+        }
+        v = v * 16 + d;
+        digits++;
+    }
+    return digits ? v : -1;
+}
+
+static int flush_bytes(Toks *out, Buf *run, size_t count, int lossy) {
+    if (!count) return 0;
+    int rc;
+    if (!lossy || utf8_valid(run->p, run->n)) {
+        rc = toks_add(out, run->p, run->n);
+    } else {
+        rc = 0;
+        for (size_t k = 0; k < count && !rc; k++) rc = toks_add(out, "\xEF\xBF\xBD", 3);
+    }
+    run->n = 0;
+    return rc;
+}
+
+/* One decoder on in -> out. lossy: invalid UTF-8 becomes U+FFFD as in HF (ByteLevel, ByteFallback). */
+static int decode_step(const DecStep *st, Scratch *sc, int lossy, const Toks *in, Toks *out) {
+    out->text.n = 0;
+    out->n = 0;
+    int rc = 0;
+    if (st->kind == DEC_FUSE) return toks_add(out, in->text.p, in->text.n);
+    if (st->kind == DEC_BYTELEVEL) {
+        Buf raw = {0};
+        for (size_t k = 0; k < in->n && !rc; k++) {
+            size_t n;
+            const uint8_t *s = tok_at(in, k, &n);
+            rc = token_bytes((const char *)s, n, &raw);
+        }
+        if (!rc) rc = lossy ? (put_lossy(&out->text, raw.p, raw.n) || toks_close(out)) : toks_add(out, raw.p, raw.n);
+        free(raw.p);
+        return rc ? -1 : 0;
+    }
+    if (st->kind == DEC_BYTEFALLBACK) {
+        Buf run = {0};
+        size_t count = 0;
+        for (size_t k = 0; k < in->n && !rc; k++) {
+            size_t n;
+            const uint8_t *s = tok_at(in, k, &n);
+            int b = byte_token(s, n);
+            if (b >= 0) {
+                uint8_t byte = (uint8_t)b;
+                rc = buf_put(&run, &byte, 1);
+                count++;
+            } else {
+                rc = flush_bytes(out, &run, count, lossy) || toks_add(out, s, n);
+                count = 0;
+            }
+        }
+        if (!rc) rc = flush_bytes(out, &run, count, lossy);
+        free(run.p);
+        return rc ? -1 : 0;
+    }
+    for (size_t k = 0; k < in->n && !rc; k++) {
+        size_t n;
+        const uint8_t *s = tok_at(in, k, &n);
+        uint32_t cp;
+        switch (st->kind) {
+        case DEC_REPLACE:
+            rc = find_segments(&st->pat, sc->md, s, n, 0, &sc->seg);
+            for (size_t g = 0; g < sc->seg.n && !rc; g++) {
+                Seg x = sc->seg.p[g];
+                rc = x.m ? buf_put(&out->text, st->text, st->len) : buf_put(&out->text, s + x.a, x.b - x.a);
+            }
+            break;
+        case DEC_STRIP: { /* up to `start` leading and `stop` trailing content characters (HF panics if they overlap) */
+            size_t a = 0, b = n;
+            for (size_t i = 0; i < st->start && a < n; i++) {
+                size_t l = char_at_cp(s, n, a, &cp);
+                if (cp != st->ch) break;
+                a += l;
+            }
+            for (size_t i = 0; i < st->stop && b > 0; i++) {
+                size_t c = last_char(s, b, &cp);
+                if (cp != st->ch) break;
+                b = c;
+            }
+            if (b > a) rc = buf_put(&out->text, s + a, b - a);
+            break;
+        }
+        default: /* Metaspace: the replacement becomes a space, or goes in the first token */
+            for (size_t i = 0; i < n && !rc;) {
+                size_t l = char_at_cp(s, n, i, &cp);
+                if (cp != st->ch)
+                    rc = buf_put(&out->text, s + i, l);
+                else if (k != 0 || st->scheme == PREPEND_NEVER)
+                    rc = buf_put(&out->text, " ", 1);
+                i += l;
+            }
+            break;
+        }
+        if (!rc) rc = toks_close(out);
+    }
+    return rc;
+}
+
+int tokenizer_decode_ex(const Tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **bytes, size_t *len,
+                        ZyErr *err) {
+    *bytes = NULL;
+    *len = 0;
+    int skip = (flags & TOK_DECODE_SKIP_SPECIAL) != 0, lossy = (flags & TOK_DECODE_LOSSY) != 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= t->n_ids)
+            return zy_fail(err, "decode: id %d at position %zu is outside the vocabulary [0, %d)", id, i, t->n_ids);
+        if (!t->tok[id]) return zy_fail(err, "decode: id %d at position %zu has no token", id, i);
+    }
+    Toks a = {0}, b = {0};
+    int rc = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t l;
+        const char *s = dtext(t, ids[i], &l);
+        if (skip && sm_find(&t->special_text, s, l, hash_bytes((const uint8_t *)s, l))) continue;
+        if (t->dec_bytelevel_only && !lossy) { /* the common case: bytes precomputed per id */
+            size_t off = t->dec_off[ids[i]], dn = t->dec_off[ids[i] + 1] - off;
+            rc = dn ? buf_put(&a.text, t->dec.p + off, dn) : 0;
+        } else if (!t->has_decoder) { /* HF joins the tokens with spaces */
+            rc = (kept && buf_put(&a.text, " ", 1)) || buf_put(&a.text, s, l);
+        } else {
+            rc = toks_add(&a, s, l);
+        }
+        kept++;
+    }
+    if (!rc && t->has_decoder && !(t->dec_bytelevel_only && !lossy)) {
+        Scratch sc;
+        rc = scratch_init(&sc);
+        for (int k = 0; k < t->n_dec && !rc; k++) {
+            rc = decode_step(&t->decs[k], &sc, lossy, &a, &b);
+            Toks x = a;
+            a = b;
+            b = x;
+        }
+        scratch_free(&sc);
+    }
+    if (!rc) rc = buf_put(&a.text, "", 1);
+    toks_free(&b);
+    free(a.end);
+    if (rc) {
+        free(a.text.p);
+        return zy_fail(err, "decode: %s", rc == PAT_ERROR ? "a regex pattern failed to match" : "out of memory");
+    }
+    *bytes = (char *)a.text.p;
+    *len = a.text.n - 1;
+    return 0;
 }
 
 int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, char **bytes, size_t *len, ZyErr *err) {
-    *bytes = NULL;
-    *len = 0;
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if (id < 0 || id >= t->n_ids) return zy_fail(err, "decode: id %d at position %zu is outside the vocabulary [0, %d)", id, i, t->n_ids);
-        if (!t->tok[id]) return zy_fail(err, "decode: id %d at position %zu has no token", id, i);
-        total += t->dec_off[id + 1] - t->dec_off[id];
+    return tokenizer_decode_ex(t, ids, n, 0, bytes, len, err);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Derived tables, once every token, merge and component is in */
+
+/* Long pieces may be cut between symbols x and y when no merge (l, r) has l ending with x and r starting
+ * with y: the pair across the cut never forms, so the merges on the two sides never interact. A merged
+ * token's first and last symbols come from its merge; a token made by two merges that disagree, or a
+ * symbol that can start a piece (a byte-fallback or unk token) that is also a merge's result, turn the
+ * cutting off. */
+typedef struct {
+    uint32_t len;
+    int32_t rank;
+} ByLen;
+
+static int cmp_bylen(const void *x, const void *y) {
+    const ByLen *a = x, *b = y;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+static int build_cross(Tokenizer *t) {
+    t->chunk_ok = 0;
+    if (!t->n_merges) return 0;
+    size_t nid = (size_t)t->n_ids;
+    int32_t *fk = malloc(nid * sizeof *fk), *lk = malloc(nid * sizeof *lk);
+    uint8_t *made = calloc(nid, 1);
+    ByLen *order = malloc((size_t)t->n_merges * sizeof *order);
+    int rc = -1, ok = 1;
+    if (!fk || !lk || !made || !order) goto done;
+    for (size_t i = 0; i < nid; i++) fk[i] = lk[i] = (int32_t)i;
+    for (int32_t r = 0; r < t->n_merges; r++) {
+        int64_t v = merge_of(t, t->merge_list[r][0], t->merge_list[r][1]);
+        order[r] = (ByLen){t->tok_len[(uint32_t)(v & 0xFFFFFFFF)], r};
     }
-    char *b = malloc(total + 1);
-    if (!b) return zy_fail(err, "decode: out of memory (%zu bytes)", total);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t a = t->dec_off[ids[i]], e = t->dec_off[ids[i] + 1];
-        memcpy(b + k, t->dec.p + a, e - a);
-        k += e - a;
+    qsort(order, (size_t)t->n_merges, sizeof *order, cmp_bylen);
+    for (int32_t k = 0; k < t->n_merges && ok; k++) {
+        int32_t a = t->merge_list[order[k].rank][0], b = t->merge_list[order[k].rank][1];
+        int32_t c = (int32_t)(uint32_t)(merge_of(t, a, b) & 0xFFFFFFFF);
+        if (!made[c]) {
+            fk[c] = fk[a];
+            lk[c] = lk[b];
+            made[c] = 1;
+        } else if (fk[c] != fk[a] || lk[c] != lk[b]) {
+            ok = 0;
+        }
     }
-    b[k] = '\0';
-    *bytes = b;
-    *len = k;
+    for (int b = 0; b < 256 && ok; b++)
+        if (t->byte_fb[b] >= 0 && made[t->byte_fb[b]]) ok = 0;
+    if (t->unk_id >= 0 && made[t->unk_id]) ok = 0;
+    if (ok && pm_resize(&t->cross, (size_t)t->n_merges)) goto done;
+    for (int32_t r = 0; r < t->n_merges && ok; r++) {
+        int is_new;
+        int32_t a = t->merge_list[r][0], b = t->merge_list[r][1];
+        if (!pm_put(&t->cross, pair_key((uint32_t)lk[a], (uint32_t)fk[b]), &is_new)) goto done;
+    }
+    t->chunk_ok = (uint8_t)ok;
+    rc = 0;
+done:
+    free(fk);
+    free(lk);
+    free(made);
+    free(order);
+    return rc;
+}
+
+/* Rust regex's \w: Alphabetic, marks, decimal digits, connector punctuation, joiners. */
+static const char word_pattern[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]";
+
+static const char *shown(const char *s, char buf[200]);
+
+#define OOM_FAIL(label) zy_fail(err, "%s: out of memory", label)
+
+static int tok_finish(Tokenizer *t, const char *label, ZyErr *err) {
+    char b1[200];
+    for (int b = 0; b < 256; b++) {
+        uint8_t byte = (uint8_t)b;
+        Buf bl = {0};
+        if (put_bytelevel(&bl, &byte, 1)) return OOM_FAIL(label);
+        SmSlot *s = sm_find(&t->vocab, bl.p, bl.n, hash_bytes(bl.p, bl.n));
+        t->byte_id[b] = s ? (int32_t)s->val : -1;
+        free(bl.p);
+        char fb[8];
+        snprintf(fb, sizeof fb, "<0x%02X>", b);
+        s = sm_find(&t->vocab, fb, 6, hash_bytes((const uint8_t *)fb, 6));
+        t->byte_fb[b] = s ? (int32_t)s->val : -1;
+    }
+    if (!t->byte_level) { /* the model sees characters: a table for the BMP, the vocabulary for the rest */
+        t->bmp_id = malloc(0x10000 * sizeof *t->bmp_id);
+        if (!t->bmp_id) return OOM_FAIL(label);
+        for (uint32_t cp = 0; cp < 0x10000; cp++) t->bmp_id[cp] = -1;
+        for (int32_t id = 0; id < t->n_ids; id++) {
+            uint32_t cp = 0;
+            if (t->tok[id] && t->in_model[id] &&
+                utf8_char((const uint8_t *)t->tok[id], t->tok_len[id], &cp) == (int)t->tok_len[id] && cp < 0x10000)
+                t->bmp_id[cp] = id;
+        }
+    }
+    /* added tokens: normalized forms, tries, the special set */
+    t->added_of = malloc(((size_t)t->n_ids + 1) * sizeof *t->added_of);
+    if (!t->added_of) return OOM_FAIL(label);
+    for (int32_t i = 0; i < t->n_ids; i++) t->added_of[i] = -1;
+    Scratch sc;
+    if (scratch_init(&sc)) {
+        scratch_free(&sc);
+        return OOM_FAIL(label);
+    }
+    int rc = 0;
+    for (int i = 0; i < t->n_added && !rc; i++) {
+        AddedTok *a = &t->added[i];
+        t->added_of[a->id] = i;
+        const uint8_t *pat = (const uint8_t *)a->text;
+        size_t pl = a->len;
+        if (a->normalized && t->n_norm) { /* HF matches (and decodes) the normalized content */
+            const uint8_t *ns;
+            size_t nn, zp = 0;
+            rc = normalize(t, &sc, pat, pl, &ns, &nn, &zp);
+            if (rc) {
+                rc = rc == PAT_ERROR ? zy_fail(err, "%s: added_tokens[%d]: the normalizer's regex failed on it", label, i)
+                                     : OOM_FAIL(label);
+                break;
+            }
+            if (nn != pl || memcmp(ns, pat, pl) != 0) {
+                if (!nn) {
+                    rc = zy_fail(err, "%s: added_tokens[%d]: \"%s\" normalizes to the empty string", label, i, shown(a->text, b1));
+                    break;
+                }
+                a->norm = malloc(nn + 1);
+                if (!a->norm) {
+                    rc = OOM_FAIL(label);
+                    break;
+                }
+                memcpy(a->norm, ns, nn);
+                a->norm[nn] = '\0';
+                a->norm_len = nn;
+                pat = (const uint8_t *)a->norm;
+                pl = nn;
+            }
+        }
+        /* the same text twice in a pass: the later token wins (HF's choice depends on hash order) */
+        if (trie_add(&t->trie[a->normalized ? 1 : 0], pat, pl, i) == -2) rc = OOM_FAIL(label);
+        int is_new;
+        if (!rc && a->special) {
+            SmSlot *s = sm_put(&t->special_text, a->text, a->len, hash_bytes((const uint8_t *)a->text, a->len), &is_new);
+            if (!s) rc = OOM_FAIL(label);
+        }
+        if (!rc && a->single_word && !t->word_re) {
+            int ec;
+            PCRE2_SIZE eo;
+            t->word_re = pcre2_compile((PCRE2_SPTR)word_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+            if (!t->word_re) rc = zy_fail(err, "%s: cannot compile the \\w class for single_word tokens", label);
+        }
+    }
+    scratch_free(&sc);
+    if (rc) return rc;
+    for (int k = 0; k < t->n_post; k++)
+        for (size_t i = 0; i < t->post[k].n; i++) {
+            int32_t id = t->post[k].items[i];
+            if (id != TPL_A && (id >= t->n_ids || !t->tok[id]))
+                return zy_fail(err, "%s: post_processor: special token id %d is not in the vocabulary", label, id);
+        }
+    /* decoding: every id's decoder text through the ByteLevel decoder (used when that is the decoder) */
+    t->dec.n = 0;
+    free(t->dec_off);
+    t->dec_off = malloc(((size_t)t->n_ids + 1) * sizeof *t->dec_off);
+    if (!t->dec_off) return OOM_FAIL(label);
+    for (int32_t i = 0; i < t->n_ids; i++) {
+        t->dec_off[i] = t->dec.n;
+        if (!t->tok[i] || !t->dec_bytelevel_only) continue;
+        size_t l;
+        const char *d = dtext(t, i, &l);
+        if (token_bytes(d, l, &t->dec)) return OOM_FAIL(label);
+    }
+    t->dec_off[t->n_ids] = t->dec.n;
+    if (build_cross(t)) return OOM_FAIL(label);
+    if (!t->cache && !(t->cache = tokenizer_cache_new())) return OOM_FAIL(label);
     return 0;
 }
 
@@ -974,24 +2123,59 @@ static int json_string(Buf *b, const char *s, size_t n) {
     return buf_puts(b, "\"");
 }
 
+/* A JSON value on one line, with ", " and ": " as HF's files (and zaya's) space them. */
+static int json_inline(Buf *b, const cJSON *v, int depth) {
+    if (depth > 64) return -1;
+    if (cJSON_IsNull(v) || !v) return buf_puts(b, "null");
+    if (cJSON_IsTrue(v)) return buf_puts(b, "true");
+    if (cJSON_IsFalse(v)) return buf_puts(b, "false");
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (d == floor(d) && fabs(d) < 9007199254740992.0) return buf_printf(b, "%.0f", d);
+        return buf_printf(b, "%.17g", d);
+    }
+    if (cJSON_IsString(v)) return json_string(b, v->valuestring, strlen(v->valuestring));
+    int obj = cJSON_IsObject(v);
+    if (!obj && !cJSON_IsArray(v)) return -1;
+    if (buf_puts(b, obj ? "{" : "[")) return -1;
+    for (const cJSON *c = v->child; c; c = c->next) {
+        if (c != v->child && buf_puts(b, ", ")) return -1;
+        if (obj && (json_string(b, c->string ? c->string : "", c->string ? strlen(c->string) : 0) || buf_puts(b, ": ")))
+            return -1;
+        if (json_inline(b, c, depth + 1)) return -1;
+    }
+    return buf_puts(b, obj ? "}" : "]");
+}
+
+static char *inline_string(const cJSON *v) {
+    Buf b = {0};
+    if (json_inline(&b, v, 0) || buf_put(&b, "", 1)) {
+        free(b.p);
+        return NULL;
+    }
+    return (char *)b.p;
+}
+
 int tokenizer_to_json(const Tokenizer *t, char **json, size_t *len, ZyErr *err) {
     Buf b = {0};
+    const char *js[4];
+    for (int i = 0; i < 4; i++) js[i] = t->js[i] ? t->js[i] : "null";
     int rc = buf_puts(&b, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [");
     for (int i = 0; i < t->n_added && !rc; i++) {
         const AddedTok *a = &t->added[i];
         rc = buf_printf(&b, "%s\n    {\"id\": %d, \"content\": ", i ? "," : "", a->id) || json_string(&b, a->text, a->len) ||
-             buf_printf(&b, ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": %s, \"special\": %s}",
+             buf_printf(&b, ", \"single_word\": %s, \"lstrip\": %s, \"rstrip\": %s, \"normalized\": %s, \"special\": %s}",
+                        a->single_word ? "true" : "false", a->lstrip ? "true" : "false", a->rstrip ? "true" : "false",
                         a->normalized ? "true" : "false", a->special ? "true" : "false");
     }
-    rc = rc || buf_puts(&b, "\n  ],\n  \"normalizer\": null,\n"
-                            "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
-                            "\"use_regex\": true},\n  \"post_processor\": null,\n"
-                            "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
-                            "\"use_regex\": true},\n  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": ");
+    rc = rc || buf_puts(&b, "\n  ],\n  \"normalizer\": ") || buf_puts(&b, js[0]) || buf_puts(&b, ",\n  \"pre_tokenizer\": ") ||
+         buf_puts(&b, js[1]) || buf_puts(&b, ",\n  \"post_processor\": ") || buf_puts(&b, js[2]) ||
+         buf_puts(&b, ",\n  \"decoder\": ") || buf_puts(&b, js[3]) ||
+         buf_puts(&b, ",\n  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": ");
     rc = rc || (t->unk_id >= 0 ? json_string(&b, t->tok[t->unk_id], t->tok_len[t->unk_id]) : buf_puts(&b, "null"));
     rc = rc || buf_printf(&b, ",\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n"
-                              "    \"fuse_unk\": %s,\n    \"byte_fallback\": false,\n    \"ignore_merges\": %s,\n    \"vocab\": {",
-                          t->fuse_unk ? "true" : "false", t->ignore_merges ? "true" : "false");
+                              "    \"fuse_unk\": %s,\n    \"byte_fallback\": %s,\n    \"ignore_merges\": %s,\n    \"vocab\": {",
+                          t->fuse_unk ? "true" : "false", t->byte_fallback ? "true" : "false", t->ignore_merges ? "true" : "false");
     int first = 1;
     for (int32_t id = 0; id < t->n_ids && !rc; id++) {
         if (!t->tok[id] || !t->in_model[id]) continue;
@@ -1025,7 +2209,7 @@ int tokenizer_save(const Tokenizer *t, const char *path, ZyErr *err) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------
- * tokenizer.json reader */
+ * tokenizer.json reader. Errors read "<file>: <field path>: <reason>". */
 
 /* A token's text for an error message: at most 40 bytes, control characters escaped. */
 static const char *shown(const char *s, char buf[200]) {
@@ -1083,67 +2267,354 @@ static int opt_bool(const cJSON *obj, const char *name, int dflt, int *out) {
 
 static int is_absent_or_null(const cJSON *v) { return !v || cJSON_IsNull(v); }
 
-static int is_bytelevel(const cJSON *v) {
-    const cJSON *ty = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-    return cJSON_IsString(ty) && strcmp(ty->valuestring, "ByteLevel") == 0;
+#define FAIL(...) return zy_fail(err, __VA_ARGS__)
+#define GET(obj, name) cJSON_GetObjectItemCaseSensitive(obj, name)
+
+/* The "type" of a component object at path. */
+static int component_type(const cJSON *v, const char *label, const char *path, const char **type, ZyErr *err) {
+    char b1[200];
+    if (!cJSON_IsObject(v)) FAIL("%s: %s: expected an object, got %s", label, path, kind_of(v, b1));
+    const cJSON *ty = GET(v, "type");
+    if (!cJSON_IsString(ty)) FAIL("%s: %s.type: missing or not a string", label, path);
+    *type = ty->valuestring;
+    return 0;
 }
 
-#define FAIL(...) return zy_fail(err, __VA_ARGS__)
+/* A field holding exactly one character (serde's char). */
+static int char_field(const cJSON *obj, const char *name, const char *label, const char *path, uint32_t *cp, ZyErr *err) {
+    const cJSON *v = GET(obj, name);
+    if (!cJSON_IsString(v)) FAIL("%s: %s.%s: missing or not a string", label, path, name);
+    size_t n = strlen(v->valuestring);
+    if (!n || utf8_char((const uint8_t *)v->valuestring, n, cp) != (int)n)
+        FAIL("%s: %s.%s: must be exactly one character", label, path, name);
+    return 0;
+}
 
-static int load_pipeline(const cJSON *root, const char *label, ZyErr *err) {
+static int size_field(const cJSON *obj, const char *name, const char *label, const char *path, size_t *out, ZyErr *err) {
+    const cJSON *v = GET(obj, name);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1e9) || v->valuedouble != floor(v->valuedouble))
+        FAIL("%s: %s.%s: missing or not a non-negative integer", label, path, name);
+    *out = (size_t)v->valuedouble;
+    return 0;
+}
+
+/* Metaspace's prepend_scheme, with the legacy add_prefix_space checked as HF checks it. */
+static int prepend_scheme(const cJSON *obj, const char *label, const char *path, int *scheme, ZyErr *err) {
+    const cJSON *v = GET(obj, "prepend_scheme");
+    *scheme = PREPEND_ALWAYS;
+    if (v) {
+        if (!cJSON_IsString(v)) FAIL("%s: %s.prepend_scheme: not a string", label, path);
+        if (strcmp(v->valuestring, "first") == 0)
+            *scheme = PREPEND_FIRST;
+        else if (strcmp(v->valuestring, "never") == 0)
+            *scheme = PREPEND_NEVER;
+        else if (strcmp(v->valuestring, "always") != 0)
+            FAIL("%s: %s.prepend_scheme: must be \"first\", \"always\" or \"never\"", label, path);
+    }
+    int aps;
+    if (opt_bool(obj, "add_prefix_space", 1, &aps)) FAIL("%s: %s.add_prefix_space: not a boolean", label, path);
+    if (!aps) {
+        if (*scheme != PREPEND_NEVER)
+            FAIL("%s: %s.add_prefix_space: false does not match prepend_scheme (HF refuses it too)", label, path);
+        *scheme = PREPEND_NEVER;
+    }
+    return 0;
+}
+
+static int parse_pat(const cJSON *obj, const char *label, const char *path, Pat *p, ZyErr *err) {
     char b1[200];
-    static const char *const must_be_null[] = {"truncation", "padding", "normalizer"};
+    const cJSON *v = GET(obj, "pattern");
+    if (!cJSON_IsObject(v) || !v->child || v->child->next)
+        FAIL("%s: %s.pattern: expected {\"String\": ...} or {\"Regex\": ...}, got %s", label, path, v ? kind_of(v, b1) : "nothing");
+    const cJSON *c = v->child;
+    int regex = strcmp(c->string, "Regex") == 0;
+    if (!regex && strcmp(c->string, "String") != 0)
+        FAIL("%s: %s.pattern: \"%s\" is not String or Regex", label, path, shown(c->string, b1));
+    if (!cJSON_IsString(c)) FAIL("%s: %s.pattern.%s: not a string", label, path, c->string);
+    const char *s = c->valuestring;
+    if (!regex) {
+        size_t n = strlen(s);
+        p->lit = malloc(n + 1);
+        if (!p->lit) FAIL("%s: out of memory", label);
+        memcpy(p->lit, s, n + 1);
+        p->lit_len = n;
+        return 0;
+    }
+    int ec;
+    PCRE2_SIZE eo;
+    p->re = pcre2_compile((PCRE2_SPTR)s, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
+    if (!p->re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        FAIL("%s: %s.pattern.Regex: invalid regex at offset %zu: %s", label, path, (size_t)eo, (const char *)msg);
+    }
+    (void)pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE); /* the interpreter runs it when JIT is unavailable */
+    return 0;
+}
+
+static int dup_string(const cJSON *obj, const char *name, const char *label, const char *path, char **out, size_t *len,
+                      ZyErr *err) {
+    const cJSON *v = GET(obj, name);
+    if (!cJSON_IsString(v)) FAIL("%s: %s.%s: missing or not a string", label, path, name);
+    *len = strlen(v->valuestring);
+    *out = malloc(*len + 1);
+    if (!*out) FAIL("%s: out of memory", label);
+    memcpy(*out, v->valuestring, *len + 1);
+    return 0;
+}
+
+#define MAX_DEPTH 8 /* nested Sequences */
+
+/* Elements of a Sequence component: the array `field`, each parsed by fn. */
+typedef int (*ParseFn)(Tokenizer *t, const cJSON *v, const char *label, const char *path, int depth, ZyErr *err);
+
+static int parse_sequence(Tokenizer *t, const cJSON *v, const char *field, ParseFn fn, const char *label,
+                          const char *path, int depth, ZyErr *err) {
+    char b1[200], sub[256];
+    if (depth >= MAX_DEPTH) FAIL("%s: %s: Sequences nested more than %d deep", label, path, MAX_DEPTH);
+    const cJSON *arr = GET(v, field);
+    if (!cJSON_IsArray(arr)) FAIL("%s: %s.%s: expected an array, got %s", label, path, field, arr ? kind_of(arr, b1) : "nothing");
+    int i = 0;
+    for (const cJSON *c = arr->child; c; c = c->next, i++) {
+        snprintf(sub, sizeof sub, "%s.%s[%d]", path, field, i);
+        if (fn(t, c, label, sub, depth + 1, err)) return -1;
+    }
+    return 0;
+}
+
+static int parse_normalizer(Tokenizer *t, const cJSON *v, const char *label, const char *path, int depth, ZyErr *err) {
+    char b1[200];
+    const char *ty = NULL;
+    if (component_type(v, label, path, &ty, err)) return -1;
+    if (strcmp(ty, "Sequence") == 0) return parse_sequence(t, v, "normalizers", parse_normalizer, label, path, depth, err);
+    int replace = strcmp(ty, "Replace") == 0;
+    if (!replace && strcmp(ty, "Prepend") != 0) {
+        int unicode = strcmp(ty, "NFC") == 0 || strcmp(ty, "NFKC") == 0 || strcmp(ty, "NFD") == 0 || strcmp(ty, "NFKD") == 0;
+        FAIL("%s: %s: type \"%s\" is not supported (zaya supports Replace, Prepend and Sequence%s)", label, path,
+             shown(ty, b1), unicode ? "; Unicode normalization forms need tables zaya does not carry" : "");
+    }
+    if (t->n_norm == MAX_STEPS) FAIL("%s: %s: more than %d normalizers", label, path, MAX_STEPS);
+    NormStep *st = &t->norm[t->n_norm];
+    memset(st, 0, sizeof *st);
+    t->n_norm++; /* counted before parsing, so tokenizer_free frees what was parsed */
+    if (replace) {
+        st->kind = NORM_REPLACE;
+        return parse_pat(v, label, path, &st->pat, err) || dup_string(v, "content", label, path, &st->text, &st->len, err) ? -1 : 0;
+    }
+    st->kind = NORM_PREPEND;
+    return dup_string(v, "prepend", label, path, &st->text, &st->len, err);
+}
+
+static int parse_pre_tokenizer(Tokenizer *t, const cJSON *v, const char *label, const char *path, int depth, ZyErr *err) {
+    char b1[200];
+    const char *ty = NULL;
+    if (component_type(v, label, path, &ty, err)) return -1;
+    if (strcmp(ty, "Sequence") == 0) return parse_sequence(t, v, "pretokenizers", parse_pre_tokenizer, label, path, depth, err);
+    int kind = strcmp(ty, "Split") == 0 ? PRE_SPLIT : strcmp(ty, "Metaspace") == 0 ? PRE_METASPACE
+               : strcmp(ty, "ByteLevel") == 0 ? PRE_BYTELEVEL : -1;
+    if (kind < 0)
+        FAIL("%s: %s: type \"%s\" is not supported (zaya supports Split, Metaspace, ByteLevel and Sequence)", label, path,
+             shown(ty, b1));
+    if (t->n_pre == MAX_STEPS) FAIL("%s: %s: more than %d pre-tokenizers", label, path, MAX_STEPS);
+    PreStep *st = &t->pre[t->n_pre];
+    memset(st, 0, sizeof *st);
+    st->kind = kind;
+    t->n_pre++;
+    if (kind == PRE_SPLIT) {
+        static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+        if (parse_pat(v, label, path, &st->pat, err)) return -1;
+        const cJSON *bh = GET(v, "behavior");
+        if (!cJSON_IsString(bh)) FAIL("%s: %s.behavior: missing or not a string", label, path);
+        st->behavior = -1;
+        for (int k = 0; k < 5; k++)
+            if (strcmp(bh->valuestring, names[k]) == 0) st->behavior = k;
+        if (st->behavior < 0)
+            FAIL("%s: %s.behavior: \"%s\" is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous",
+                 label, path, shown(bh->valuestring, b1));
+        const cJSON *inv = GET(v, "invert");
+        if (!cJSON_IsBool(inv)) FAIL("%s: %s.invert: missing or not a boolean", label, path);
+        st->invert = cJSON_IsTrue(inv);
+        return 0;
+    }
+    if (kind == PRE_METASPACE) {
+        uint32_t cp;
+        if (char_field(v, "replacement", label, path, &cp, err) || prepend_scheme(v, label, path, &st->scheme, err)) return -1;
+        if (opt_bool(v, "split", 1, &st->split)) FAIL("%s: %s.split: not a boolean", label, path);
+        const char *r = GET(v, "replacement")->valuestring;
+        st->pat.lit_len = strlen(r);
+        st->pat.lit = malloc(st->pat.lit_len + 1);
+        if (!st->pat.lit) FAIL("%s: out of memory", label);
+        memcpy(st->pat.lit, r, st->pat.lit_len + 1);
+        return 0;
+    }
+    const cJSON *aps = GET(v, "add_prefix_space");
+    if (!cJSON_IsBool(aps)) FAIL("%s: %s.add_prefix_space: missing or not a boolean", label, path);
+    if (cJSON_IsTrue(aps)) FAIL("%s: %s.add_prefix_space: true is not supported (must be false)", label, path);
+    if (opt_bool(v, "use_regex", 1, &st->use_regex)) FAIL("%s: %s.use_regex: not a boolean", label, path);
+    return 0;
+}
+
+static int parse_decoder(Tokenizer *t, const cJSON *v, const char *label, const char *path, int depth, ZyErr *err) {
+    char b1[200];
+    const char *ty = NULL;
+    if (component_type(v, label, path, &ty, err)) return -1;
+    if (strcmp(ty, "Sequence") == 0) return parse_sequence(t, v, "decoders", parse_decoder, label, path, depth, err);
+    static const char *const names[] = {"Replace", "ByteFallback", "Fuse", "Strip", "Metaspace", "ByteLevel"};
+    int kind = -1;
+    for (int k = 0; k < 6; k++)
+        if (strcmp(ty, names[k]) == 0) kind = k;
+    if (kind < 0)
+        FAIL("%s: %s: type \"%s\" is not supported (zaya supports Replace, ByteFallback, Fuse, Strip, Metaspace, ByteLevel "
+             "and Sequence)", label, path, shown(ty, b1));
+    if (t->n_dec == MAX_STEPS) FAIL("%s: %s: more than %d decoders", label, path, MAX_STEPS);
+    DecStep *st = &t->decs[t->n_dec];
+    memset(st, 0, sizeof *st);
+    st->kind = kind;
+    t->n_dec++;
+    switch (kind) {
+    case DEC_REPLACE:
+        return parse_pat(v, label, path, &st->pat, err) || dup_string(v, "content", label, path, &st->text, &st->len, err) ? -1 : 0;
+    case DEC_STRIP:
+        return char_field(v, "content", label, path, &st->ch, err) || size_field(v, "start", label, path, &st->start, err) ||
+                       size_field(v, "stop", label, path, &st->stop, err) ? -1 : 0;
+    case DEC_METASPACE:
+        return char_field(v, "replacement", label, path, &st->ch, err) || prepend_scheme(v, label, path, &st->scheme, err) ? -1 : 0;
+    default:
+        return 0;
+    }
+}
+
+/* A TemplateProcessing template (single or pair) into items: $A, special tokens' ids ($B only in pair). */
+static int parse_template(const cJSON *v, const char *field, const cJSON *specials, const char *label, const char *path,
+                          Template *out, ZyErr *err) {
+    char b1[200];
+    const cJSON *arr = GET(v, field);
+    if (!cJSON_IsArray(arr)) FAIL("%s: %s.%s: missing or not an array", label, path, field);
+    int i = 0, has_a = 0, has_b = 0;
+    for (const cJSON *p = arr->child; p; p = p->next, i++) {
+        const cJSON *c = cJSON_IsObject(p) ? p->child : NULL;
+        if (!c || c->next || !cJSON_IsObject(c) || (strcmp(c->string, "SpecialToken") != 0 && strcmp(c->string, "Sequence") != 0))
+            FAIL("%s: %s.%s[%d]: expected {\"SpecialToken\": {...}} or {\"Sequence\": {...}}", label, path, field, i);
+        const cJSON *id = GET(c, "id");
+        if (!cJSON_IsString(id)) FAIL("%s: %s.%s[%d].%s.id: missing or not a string", label, path, field, i, c->string);
+        const cJSON *ti = GET(c, "type_id");
+        if (!cJSON_IsNumber(ti)) FAIL("%s: %s.%s[%d].%s.type_id: missing or not a number", label, path, field, i, c->string);
+        if (strcmp(c->string, "Sequence") == 0) {
+            int is_a = strcmp(id->valuestring, "A") == 0, is_b = strcmp(id->valuestring, "B") == 0;
+            if (!is_a && !is_b) FAIL("%s: %s.%s[%d].Sequence.id: must be \"A\" or \"B\"", label, path, field, i);
+            if (is_b && !out) {
+                has_b = 1;
+                continue;
+            }
+            if (is_b) FAIL("%s: %s.%s[%d]: the single template cannot use sequence B", label, path, field, i);
+            has_a = 1;
+            if (out) {
+                int32_t *q = realloc(out->items, (out->n + 1) * sizeof *q);
+                if (!q) FAIL("%s: out of memory", label);
+                out->items = q;
+                out->items[out->n++] = TPL_A;
+            }
+            continue;
+        }
+        const cJSON *sp = cJSON_IsObject(specials) ? GET(specials, id->valuestring) : NULL;
+        if (!sp) FAIL("%s: %s.%s[%d]: special token \"%s\" is missing from special_tokens", label, path, field, i, shown(id->valuestring, b1));
+        const cJSON *ids = GET(sp, "ids"), *toks = GET(sp, "tokens");
+        if (!cJSON_IsArray(ids) || !cJSON_IsArray(toks) || cJSON_GetArraySize(ids) != cJSON_GetArraySize(toks))
+            FAIL("%s: %s.special_tokens[\"%s\"]: ids and tokens must be arrays of the same length", label, path, shown(id->valuestring, b1));
+        for (const cJSON *x = ids->child; x; x = x->next) {
+            int32_t tid;
+            if (json_id(x, &tid)) FAIL("%s: %s.special_tokens[\"%s\"].ids: not an id", label, path, shown(id->valuestring, b1));
+            if (out) {
+                int32_t *q = realloc(out->items, (out->n + 1) * sizeof *q);
+                if (!q) FAIL("%s: out of memory", label);
+                out->items = q;
+                out->items[out->n++] = tid;
+            }
+        }
+    }
+    if (!out && !(has_a && has_b)) FAIL("%s: %s.pair: must use both sequences A and B", label, path);
+    return 0;
+}
+
+static int parse_post_processor(Tokenizer *t, const cJSON *v, const char *label, const char *path, int depth, ZyErr *err) {
+    char b1[200];
+    const char *ty = NULL;
+    if (component_type(v, label, path, &ty, err)) return -1;
+    if (strcmp(ty, "Sequence") == 0) return parse_sequence(t, v, "processors", parse_post_processor, label, path, depth, err);
+    if (strcmp(ty, "ByteLevel") == 0) return 0; /* it only trims offsets */
+    if (strcmp(ty, "TemplateProcessing") != 0)
+        FAIL("%s: %s: type \"%s\" is not supported (zaya supports TemplateProcessing, ByteLevel and Sequence)", label, path,
+             shown(ty, b1));
+    if (t->n_post == MAX_STEPS) FAIL("%s: %s: more than %d post-processors", label, path, MAX_STEPS);
+    const cJSON *specials = GET(v, "special_tokens");
+    if (!cJSON_IsObject(specials)) FAIL("%s: %s.special_tokens: missing or not an object", label, path);
+    Template *tp = &t->post[t->n_post];
+    memset(tp, 0, sizeof *tp);
+    t->n_post++;
+    return parse_template(v, "single", specials, label, path, tp, err) ||
+                   (GET(v, "pair") && parse_template(v, "pair", specials, label, path, NULL, err))
+               ? -1
+               : 0;
+}
+
+static const char *const pipeline_fields[4] = {"normalizer", "pre_tokenizer", "post_processor", "decoder"};
+
+static int load_pipeline(const cJSON *root, const char *label, Tokenizer *t, ZyErr *err) {
+    char b1[200];
+    static const char *const must_be_null[] = {"truncation", "padding"};
     for (size_t i = 0; i < ZY_ARRAY_LEN(must_be_null); i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, must_be_null[i]);
+        const cJSON *v = GET(root, must_be_null[i]);
         if (!is_absent_or_null(v)) FAIL("%s: %s: only null is supported (got %s)", label, must_be_null[i], kind_of(v, b1));
     }
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-    if (is_absent_or_null(pt)) FAIL("%s: pre_tokenizer: missing (expected ByteLevel)", label);
-    if (!is_bytelevel(pt)) FAIL("%s: pre_tokenizer: %s is not supported (expected type \"ByteLevel\")", label, kind_of(pt, b1));
-    const cJSON *aps = cJSON_GetObjectItemCaseSensitive(pt, "add_prefix_space");
-    if (!cJSON_IsBool(aps)) FAIL("%s: pre_tokenizer.add_prefix_space: missing or not a boolean", label);
-    if (cJSON_IsTrue(aps)) FAIL("%s: pre_tokenizer.add_prefix_space: true is not supported (must be false)", label);
-    int use_regex;
-    if (opt_bool(pt, "use_regex", 1, &use_regex)) FAIL("%s: pre_tokenizer.use_regex: not a boolean", label);
-    if (!use_regex) FAIL("%s: pre_tokenizer.use_regex: false is not supported (must be true)", label);
-    static const char *const null_or_bytelevel[] = {"post_processor", "decoder"};
-    for (size_t i = 0; i < ZY_ARRAY_LEN(null_or_bytelevel); i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, null_or_bytelevel[i]);
-        if (!is_absent_or_null(v) && !is_bytelevel(v))
-            FAIL("%s: %s: %s is not supported (only null or type \"ByteLevel\")", label, null_or_bytelevel[i], kind_of(v, b1));
+    static const ParseFn fns[4] = {parse_normalizer, parse_pre_tokenizer, parse_post_processor, parse_decoder};
+    for (int k = 0; k < 4; k++) {
+        const cJSON *v = GET(root, pipeline_fields[k]);
+        if (!is_absent_or_null(v) && fns[k](t, v, label, pipeline_fields[k], 0, err)) return -1;
+        if (!(t->js[k] = inline_string(v))) FAIL("%s: %s: out of memory", label, pipeline_fields[k]);
     }
+    for (int i = 0; i + 1 < t->n_pre; i++)
+        if (t->pre[i].kind == PRE_BYTELEVEL)
+            FAIL("%s: pre_tokenizer: ByteLevel must be the last pre-tokenizer (zaya feeds its raw bytes to the model)", label);
+    t->byte_level = t->n_pre > 0 && t->pre[t->n_pre - 1].kind == PRE_BYTELEVEL;
+    t->has_decoder = !is_absent_or_null(GET(root, "decoder"));
+    t->dec_bytelevel_only = t->n_dec == 1 && t->decs[0].kind == DEC_BYTELEVEL;
     return 0;
 }
 
 static int load_model(const cJSON *root, const char *label, Tokenizer *t, ZyErr *err) {
     char b1[200], b2[200];
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *m = GET(root, "model");
     if (!m) FAIL("%s: model: missing", label);
     if (!cJSON_IsObject(m)) FAIL("%s: model: expected an object, got %s", label, kind_of(m, b1));
-    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(m, "type");
+    const cJSON *ty = GET(m, "type");
     if (!cJSON_IsString(ty)) FAIL("%s: model.type: missing or not a string (expected \"BPE\")", label);
     if (strcmp(ty->valuestring, "BPE") != 0)
         FAIL("%s: model.type: \"%s\" is not supported (expected \"BPE\")", label, shown(ty->valuestring, b1));
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, "dropout");
+    const cJSON *v = GET(m, "dropout");
     if (!is_absent_or_null(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
         FAIL("%s: model.dropout: only null is supported", label);
     static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < ZY_ARRAY_LEN(affixes); i++) {
-        v = cJSON_GetObjectItemCaseSensitive(m, affixes[i]);
+        v = GET(m, affixes[i]);
         if (!is_absent_or_null(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
             FAIL("%s: model.%s: only null or \"\" is supported", label, affixes[i]);
     }
     int fuse_unk, byte_fallback, ignore_merges;
     if (opt_bool(m, "fuse_unk", 0, &fuse_unk)) FAIL("%s: model.fuse_unk: not a boolean", label);
     if (opt_bool(m, "byte_fallback", 0, &byte_fallback)) FAIL("%s: model.byte_fallback: not a boolean", label);
-    if (byte_fallback) FAIL("%s: model.byte_fallback: true is not supported", label);
     if (opt_bool(m, "ignore_merges", 0, &ignore_merges)) FAIL("%s: model.ignore_merges: not a boolean", label);
     t->fuse_unk = (uint8_t)fuse_unk;
+    t->byte_fallback = (uint8_t)byte_fallback;
     t->ignore_merges = (uint8_t)ignore_merges;
 
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab");
+    const cJSON *vocab = GET(m, "vocab");
     if (!vocab) FAIL("%s: model.vocab: missing", label);
     if (!cJSON_IsObject(vocab)) FAIL("%s: model.vocab: expected an object, got %s", label, kind_of(vocab, b1));
+    const cJSON *merges = GET(m, "merges");
+    size_t n_vocab = 0, n_merges = 0;
+    for (const cJSON *e = vocab->child; e; e = e->next) n_vocab++;
+    for (const cJSON *e = cJSON_IsArray(merges) ? merges->child : NULL; e; e = e->next) n_merges++;
+    if (sm_resize(&t->vocab, n_vocab) || pm_resize(&t->merges, n_merges)) FAIL("%s: out of memory", label);
     for (const cJSON *e = vocab->child; e; e = e->next) {
         const char *text = e->string ? e->string : "";
         size_t len = strlen(text);
@@ -1151,14 +2622,13 @@ static int load_model(const cJSON *root, const char *label, Tokenizer *t, ZyErr 
         if (!len) FAIL("%s: model.vocab: empty token", label);
         if (json_id(e, &id))
             FAIL("%s: model.vocab[\"%s\"]: id must be an integer in [0, %d)", label, shown(text, b1), TOK_MAX_VOCAB);
-        if (sm_find(&t->vocab, text, len, hash_bytes((const uint8_t *)text, len)))
-            FAIL("%s: model.vocab: token \"%s\" appears twice", label, shown(text, b1));
         if ((size_t)id < t->ids_cap && t->tok[id])
             FAIL("%s: model.vocab[\"%s\"]: id %d is already \"%s\"", label, shown(text, b1), id, shown(t->tok[id], b2));
-        if (tok_add_vocab(t, text, len, id)) FAIL("%s: out of memory", label);
+        int rc = tok_add_vocab(t, text, len, id);
+        if (rc < 0) FAIL("%s: out of memory", label);
+        if (rc) FAIL("%s: model.vocab: token \"%s\" appears twice", label, shown(text, b1));
     }
 
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
     if (!merges) FAIL("%s: model.merges: missing", label);
     if (!cJSON_IsArray(merges)) FAIL("%s: model.merges: expected an array, got %s", label, kind_of(merges, b1));
     Buf cat = {0};
@@ -1213,7 +2683,7 @@ static int load_model(const cJSON *root, const char *label, Tokenizer *t, ZyErr 
     free(cat.p);
     if (rc) return rc;
 
-    v = cJSON_GetObjectItemCaseSensitive(m, "unk_token");
+    v = GET(m, "unk_token");
     if (!is_absent_or_null(v)) {
         if (!cJSON_IsString(v)) FAIL("%s: model.unk_token: expected a string or null, got %s", label, kind_of(v, b1));
         size_t len = strlen(v->valuestring);
@@ -1224,60 +2694,110 @@ static int load_model(const cJSON *root, const char *label, Tokenizer *t, ZyErr 
     return 0;
 }
 
+/* HF does not take added tokens' ids from the file: an added token gets its model.vocab id, or the id of an
+ * earlier added token with the same content, or else the next id after the model's vocabulary (its size
+ * plus the new tokens before it). A file whose ids disagree is refused, so zaya's ids are HF's. */
 static int load_added(const cJSON *root, const char *label, Tokenizer *t, ZyErr *err) {
     char b1[200], b2[200];
-    const cJSON *at = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    const cJSON *at = GET(root, "added_tokens");
     if (is_absent_or_null(at)) return 0;
     if (!cJSON_IsArray(at)) FAIL("%s: added_tokens: expected an array, got %s", label, kind_of(at, b1));
+    int32_t next_new = (int32_t)t->vocab.count;
     int i = 0;
     for (const cJSON *e = at->child; e; e = e->next, i++) {
         if (!cJSON_IsObject(e)) FAIL("%s: added_tokens[%d]: expected an object, got %s", label, i, kind_of(e, b1));
         int32_t id;
-        if (json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id))
+        if (json_id(GET(e, "id"), &id))
             FAIL("%s: added_tokens[%d].id: missing or not an integer in [0, %d)", label, i, TOK_MAX_VOCAB);
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        const cJSON *c = GET(e, "content");
         if (!cJSON_IsString(c) || !c->valuestring[0]) FAIL("%s: added_tokens[%d].content: missing or empty", label, i);
-        static const char *const must_be_false[] = {"single_word", "lstrip", "rstrip"};
-        for (size_t k = 0; k < ZY_ARRAY_LEN(must_be_false); k++) {
-            int x;
-            if (opt_bool(e, must_be_false[k], 0, &x)) FAIL("%s: added_tokens[%d].%s: not a boolean", label, i, must_be_false[k]);
-            if (x) FAIL("%s: added_tokens[%d].%s: true is not supported", label, i, must_be_false[k]);
-        }
-        int special, normalized;
-        if (opt_bool(e, "special", 0, &special)) FAIL("%s: added_tokens[%d].special: not a boolean", label, i);
-        if (opt_bool(e, "normalized", !special, &normalized)) FAIL("%s: added_tokens[%d].normalized: not a boolean", label, i);
+        AddedFlags f;
+        static const char *const names[] = {"single_word", "lstrip", "rstrip", "special"};
+        int *dst[] = {&f.single_word, &f.lstrip, &f.rstrip, &f.special};
+        for (size_t k = 0; k < ZY_ARRAY_LEN(names); k++)
+            if (opt_bool(e, names[k], 0, dst[k])) FAIL("%s: added_tokens[%d].%s: not a boolean", label, i, names[k]);
+        if (opt_bool(e, "normalized", !f.special, &f.normalized)) FAIL("%s: added_tokens[%d].normalized: not a boolean", label, i);
         const char *text = c->valuestring;
         size_t len = strlen(text);
+        int earlier = -1;
+        for (int k = 0; k < t->n_added && earlier < 0; k++)
+            if (t->added[k].len == len && memcmp(t->added[k].text, text, len) == 0) earlier = k;
         SmSlot *s = sm_find(&t->vocab, text, len, hash_bytes((const uint8_t *)text, len));
         if (s && s->val != id)
             FAIL("%s: added_tokens[%d]: \"%s\" has id %d but model.vocab gives it %d", label, i, shown(text, b1), id, (int)s->val);
+        if (earlier >= 0) { /* HF keeps the first id and takes the later flags */
+            if (t->added[earlier].id != id)
+                FAIL("%s: added_tokens[%d]: \"%s\" has id %d but an earlier entry gives it %d", label, i, shown(text, b1),
+                     id, t->added[earlier].id);
+            AddedTok *a = &t->added[earlier];
+            a->special = (uint8_t)f.special;
+            a->normalized = (uint8_t)f.normalized;
+            a->single_word = (uint8_t)f.single_word;
+            a->lstrip = (uint8_t)f.lstrip;
+            a->rstrip = (uint8_t)f.rstrip;
+            continue;
+        }
         if (!s && (size_t)id < t->ids_cap && t->tok[id])
             FAIL("%s: added_tokens[%d]: id %d of \"%s\" is already \"%s\"", label, i, id, shown(text, b1), shown(t->tok[id], b2));
-        for (int k = 0; k < t->n_added; k++)
-            if (t->added[k].id == id) FAIL("%s: added_tokens[%d]: id %d appears twice", label, i, id);
-        if (tok_add_added(t, text, len, id, special, normalized)) FAIL("%s: out of memory", label);
+        if (!s && id != next_new)
+            FAIL("%s: added_tokens[%d].id: %d, but tokenizers numbers the new token \"%s\" %d (model.vocab's size plus "
+                 "the new added tokens before it)", label, i, id, shown(text, b1), next_new);
+        if (!s) next_new++;
+        if (tok_add_added(t, text, len, id, f)) FAIL("%s: out of memory", label);
     }
     return 0;
 }
 
-int tokenizer_load_json(const char *json, size_t len, const char *label, Tokenizer **out, ZyErr *err) {
-    *out = NULL;
+/* The file as one UTF-8 string: serde_json (HF) refuses anything else. */
+static int check_utf8(const char *json, size_t len, const char *label, ZyErr *err) {
+    const uint8_t *s = (const uint8_t *)json;
+    uint32_t cp;
+    for (size_t i = 0; i < len;) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int l = utf8_char(s + i, len - i, &cp);
+        if (!l) FAIL("%s: invalid UTF-8 at byte %zu", label, i);
+        i += (size_t)l;
+    }
+    return 0;
+}
+
+static cJSON *parse_json(const char *json, size_t len, const char *label, ZyErr *err) {
+    if (check_utf8(json, len, label, err)) return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-    if (!root) return zy_fail(err, "%s: invalid JSON near byte %zu", label, end ? (size_t)(end - json) : (size_t)0);
+    if (!root) {
+        zy_fail(err, "%s: invalid JSON near byte %zu", label, end ? (size_t)(end - json) : (size_t)0);
+        return NULL;
+    }
     size_t at = (size_t)(end - json);
     while (at < len && (json[at] == ' ' || json[at] == '\n' || json[at] == '\r' || json[at] == '\t')) at++;
+    if (at < len) {
+        cJSON_Delete(root);
+        zy_fail(err, "%s: invalid JSON: unexpected data after the top-level value at byte %zu", label, at);
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        zy_fail(err, "%s: expected a JSON object at the top level", label);
+        return NULL;
+    }
+    return root;
+}
+
+int tokenizer_load_json(const char *json, size_t len, const char *label, Tokenizer **out, ZyErr *err) {
+    *out = NULL;
+    cJSON *root = parse_json(json, len, label, err);
+    if (!root) return -1;
     Tokenizer *t = tok_new();
     int rc;
-    if (at < len)
-        rc = zy_fail(err, "%s: invalid JSON: unexpected data after the top-level value at byte %zu", label, at);
-    else if (!t)
+    if (!t)
         rc = zy_fail(err, "%s: out of memory", label);
-    else if (!cJSON_IsObject(root))
-        rc = zy_fail(err, "%s: expected a JSON object at the top level", label);
     else
-        rc = load_pipeline(root, label, err) || load_model(root, label, t, err) || load_added(root, label, t, err);
-    if (!rc && tok_finish(t)) rc = zy_fail(err, "%s: out of memory", label);
+        rc = load_pipeline(root, label, t, err) || load_model(root, label, t, err) || load_added(root, label, t, err) ||
+             tok_finish(t, label, err);
     cJSON_Delete(root);
     if (rc) {
         tokenizer_free(t);
@@ -1287,14 +2807,111 @@ int tokenizer_load_json(const char *json, size_t len, const char *label, Tokeniz
     return 0;
 }
 
+/* The name of a token in tokenizer_config.json: a string, or an AddedToken object's "content"; NULL if none. */
+static int config_token(const cJSON *root, const char *name, const char *label, const char **out, ZyErr *err) {
+    const cJSON *v = GET(root, name);
+    *out = NULL;
+    if (is_absent_or_null(v)) return 0;
+    if (cJSON_IsObject(v)) v = GET(v, "content");
+    if (!cJSON_IsString(v)) FAIL("%s: %s: expected a string or an object with a \"content\" string", label, name);
+    *out = v->valuestring;
+    return 0;
+}
+
+int tokenizer_apply_config_json(Tokenizer *t, const char *json, size_t len, const char *label, ZyErr *err) {
+    char b1[200];
+    cJSON *root = parse_json(json, len, label, err);
+    if (!root) return -1;
+    int rc = 0, flag[2] = {0, 0};
+    static const char *const keys[2] = {"add_bos_token", "add_eos_token"}, *const names[2] = {"bos_token", "eos_token"};
+    int present = 0;
+    int32_t id[2] = {-1, -1};
+    for (int k = 0; k < 2 && !rc; k++) {
+        const cJSON *v = GET(root, keys[k]);
+        if (!v) continue;
+        present = 1;
+        if (!cJSON_IsBool(v) && !cJSON_IsNull(v)) {
+            rc = zy_fail(err, "%s: %s: expected a boolean, got %s", label, keys[k], kind_of(v, b1));
+            break;
+        }
+        flag[k] = cJSON_IsTrue(v);
+        const char *tok;
+        if (config_token(root, names[k], label, &tok, err)) {
+            rc = -1;
+            break;
+        }
+        if (flag[k] && !tok) {
+            rc = zy_fail(err, "%s: %s: true, but there is no %s", label, keys[k], names[k]);
+            break;
+        }
+        if (flag[k] && (id[k] = tokenizer_token_id(t, tok)) < 0)
+            rc = zy_fail(err, "%s: %s: \"%s\" is not in the vocabulary", label, names[k], shown(tok, b1));
+    }
+    /* transformers 4's LlamaTokenizerFast / GemmaTokenizerFast (update_post_processor): either key replaces
+     * tokenizer.json's post-processor with [bos] $A [eos]. (transformers 5 drops both keys when there is a
+     * tokenizer.json; released files agree with their tokenizer.json, so both read them alike.) */
+    if (!rc && present) {
+        Template tp = {malloc(3 * sizeof(int32_t)), 0};
+        if (!tp.items) {
+            rc = zy_fail(err, "%s: out of memory", label);
+        } else {
+            if (flag[0]) tp.items[tp.n++] = id[0];
+            tp.items[tp.n++] = TPL_A;
+            if (flag[1]) tp.items[tp.n++] = id[1];
+            templates_free(t);
+            t->post[0] = tp;
+            t->n_post = 1;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int file_exists(const char *path, int *is_dir) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    *is_dir = S_ISDIR(st.st_mode);
+    return 1;
+}
+
 int tokenizer_load(const char *path, Tokenizer **out, ZyErr *err) {
     *out = NULL;
-    char *data;
+    int is_dir = 0;
+    size_t pl = strlen(path);
+    char *file = malloc(pl + 32), *cfg = malloc(pl + 32);
+    if (!file || !cfg) {
+        free(file);
+        free(cfg);
+        return zy_fail(err, "%s: out of memory", path);
+    }
+    if (file_exists(path, &is_dir) && is_dir) { /* a model folder */
+        snprintf(file, pl + 32, "%s/tokenizer.json", path);
+        snprintf(cfg, pl + 32, "%s/tokenizer_config.json", path);
+    } else {
+        memcpy(file, path, pl + 1);
+        const char *slash = strrchr(path, '/');
+        if (slash)
+            snprintf(cfg, pl + 32, "%.*s/tokenizer_config.json", (int)(slash - path), path);
+        else
+            snprintf(cfg, pl + 32, "tokenizer_config.json");
+    }
+    char *data = NULL;
     size_t len;
-    if (zy_read_file(path, &data, &len, err)) return -1;
-    int rc = tokenizer_load_json(data, len, path, out, err);
+    int rc = zy_read_file(file, &data, &len, err) || tokenizer_load_json(data, len, file, out, err);
     free(data);
-    return rc;
+    data = NULL;
+    int cfg_dir = 0;
+    if (!rc && file_exists(cfg, &cfg_dir) && !cfg_dir) {
+        rc = zy_read_file(cfg, &data, &len, err) || tokenizer_apply_config_json(*out, data, len, cfg, err);
+        free(data);
+        if (rc) {
+            tokenizer_free(*out);
+            *out = NULL;
+        }
+    }
+    free(file);
+    free(cfg);
+    return rc ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -1795,6 +3412,20 @@ static int learn_merges(Trainer *tr, const StrMap *counts, int vocab_size, Merge
     return rc;
 }
 
+/* The pipeline of the tokenizers zaya trains: byte-level BPE as GPT-2's. */
+static const char trained_pipeline[] =
+    "{\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+    "\"use_regex\": true}, \"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+    "\"trim_offsets\": true, \"use_regex\": true}}";
+
+static int set_trained_pipeline(Tokenizer *t, ZyErr *err) {
+    cJSON *root = cJSON_Parse(trained_pipeline);
+    if (!root) return zy_fail(err, "tokenizer: out of memory");
+    int rc = load_pipeline(root, "tokenizer", t, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
 static int build_trained(Trainer *tr, const MergeOut *mo, Tokenizer **out) {
     Tokenizer *t = tok_new();
     Buf bl = {0};
@@ -1811,8 +3442,10 @@ static int build_trained(Trainer *tr, const MergeOut *mo, Tokenizer **out) {
     }
     free(bl.p);
     for (size_t r = 0; r < mo->n && !rc; r++) rc = tok_add_merge(t, mo->list[r][0], mo->list[r][1], mo->list[r][2]);
-    for (int k = 0; k < 3 && !rc; k++) rc = tok_add_added(t, train_specials[k], strlen(train_specials[k]), k, 1, 0);
-    rc = rc || tok_finish(t);
+    AddedFlags special = {1, 0, 0, 0, 0};
+    for (int k = 0; k < 3 && !rc; k++) rc = tok_add_added(t, train_specials[k], strlen(train_specials[k]), k, special);
+    ZyErr e;
+    rc = rc || set_trained_pipeline(t, &e) || tok_finish(t, "tokenizer", &e);
     if (rc) {
         tokenizer_free(t);
         return -1;

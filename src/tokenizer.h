@@ -1,6 +1,7 @@
-/* tokenizer: byte-level BPE (GPT-2 style) whose file format is Hugging Face `tokenizer.json`, so that the
- * `tokenizers` library loads zaya's files and encodes any text to the same ids, and zaya loads the
- * ByteLevel BPE files that `tokenizers` writes. */
+/* tokenizer: BPE whose file format is Hugging Face `tokenizer.json`. zaya trains byte-level BPE (GPT-2
+ * style) that the `tokenizers` library loads and encodes to the same ids, and loads the BPE pipelines HF
+ * releases use (byte-level: GPT-2, Llama 3, Qwen; SentencePiece-converted: Gemma 3, Llama 2), encoding and
+ * decoding id for id as `tokenizers` does. */
 #ifndef ZAYA_TOKENIZER_H
 #define ZAYA_TOKENIZER_H
 
@@ -44,22 +45,41 @@ int tokenizer_train(const char *const *files, int n_files, int vocab_size, int s
 int tokenizer_train_texts(const char *const *texts, const size_t *lens, int n_texts, int vocab_size, int split_digits,
                           Tokenizer **out, TokenizerTrainStats *stats, ZyErr *err);
 
-/* Loads a HF tokenizer.json with a BPE model, ByteLevel pre-tokenizer (add_prefix_space false, use_regex true),
- * no normalizer, a ByteLevel or no decoder / post-processor; merges as ["a","b"] pairs or "a b" strings.
- * Anything else is refused with "<path>: <field>: <reason>". */
+/* Loads a HF tokenizer.json with a BPE model (dropout null, byte_fallback, fuse_unk, ignore_merges,
+ * merges as ["a","b"] pairs or "a b" strings) and these components:
+ *   normalizer:     Replace (String or Regex pattern), Prepend, Sequence, null
+ *   pre_tokenizer:  Split (String/Regex, every behavior, invert), Metaspace (prepend_scheme first/always/
+ *                   never, split), ByteLevel (add_prefix_space false, use_regex; last in a Sequence), Sequence, null
+ *   post_processor: TemplateProcessing, ByteLevel, Sequence, null
+ *   decoder:        Replace, ByteFallback, Fuse, Strip, Metaspace, ByteLevel, Sequence, null
+ *   added_tokens:   special or not, with single_word / lstrip / rstrip / normalized as HF applies them; an id
+ *                   other than the one HF gives the token (its model.vocab id, else the next after the vocab)
+ *                   is refused rather than renumbered.
+ * Regex patterns run on PCRE2 (HF: Oniguruma; the same for the patterns released files use). Anything else
+ * (NFC/NFKC normalizers, other models and components, truncation, padding) is refused with
+ * "<file>: <field path>: <reason>". path is tokenizer.json itself or a model folder holding it; a
+ * tokenizer_config.json next to it is applied (tokenizer_apply_config_json). */
 int tokenizer_load(const char *path, Tokenizer **out, ZyErr *err);
-/* Same from JSON text in memory; label names it in errors. */
+/* Same from JSON text in memory (no tokenizer_config.json); label names it in errors. */
 int tokenizer_load_json(const char *json, size_t len, const char *label, Tokenizer **out, ZyErr *err);
-/* Writes tokenizer.json atomically (temporary file + fsync + rename). */
+/* tokenizer_config.json as transformers 4's Llama/Gemma fast tokenizers apply it: when add_bos_token or
+ * add_eos_token is there, the post-processor becomes [bos_token] $A [eos_token] (each only when its flag is
+ * true; a true flag without its token is an error). transformers 5 ignores both keys next to a
+ * tokenizer.json; in released files they agree with tokenizer.json's post-processor anyway. */
+int tokenizer_apply_config_json(Tokenizer *t, const char *json, size_t len, const char *label, ZyErr *err);
+/* Writes tokenizer.json atomically (temporary file + fsync + rename): the components as loaded (a
+ * tokenizer_config.json is not written into it). */
 int tokenizer_save(const Tokenizer *t, const char *path, ZyErr *err);
 /* The JSON text tokenizer_save writes (malloc'ed, NUL-terminated). */
 int tokenizer_to_json(const Tokenizer *t, char **json, size_t *len, ZyErr *err);
 
-/* Encodes any bytes (invalid UTF-8 included: every byte that does not start a valid UTF-8 character is a
- * pre-token of its own). Added/special token strings in the text map to their ids, as HF does. For valid
- * UTF-8 the ids equal HF `tokenizers`' Tokenizer.encode(text).ids for the same file.
- * Uses the tokenizer's own pre-token cache, so it is NOT thread-safe on one Tokenizer: threads that share
- * a Tokenizer use tokenizer_encode_with() and a cache each (or none). *ids is malloc'ed (NULL when empty). */
+/* Encodes any bytes. Added/special token strings in the text map to their ids, as HF does; no
+ * post-processor (HF's add_special_tokens=False). For valid UTF-8 the ids equal HF `tokenizers`'
+ * Tokenizer.encode(text, add_special_tokens=False).ids for the same file. Invalid UTF-8: byte-level
+ * pipelines encode every byte (decode gives it back); other pipelines encode it as U+FFFD (Python's
+ * errors="replace"). Uses the tokenizer's own piece cache, so it is NOT thread-safe on one Tokenizer:
+ * threads that share a Tokenizer use tokenizer_encode_with() and a cache each (or none). *ids is malloc'ed
+ * (NULL when empty). */
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids, ZyErr *err);
 
 typedef struct TokenizerCache TokenizerCache;
@@ -69,9 +89,23 @@ void tokenizer_cache_free(TokenizerCache *c);
 int tokenizer_encode_with(const Tokenizer *t, TokenizerCache *cache, const char *text, size_t len, int32_t **ids,
                           size_t *n_ids, ZyErr *err);
 
-/* Raw bytes (*bytes malloc'ed, NUL-terminated for convenience); special tokens decode to their text; an id
- * outside the vocabulary is an error. decode(encode(x)) == x for every byte string x. */
+#define TOK_ENCODE_ADD_SPECIAL 1u /* run the post-processor (HF's add_special_tokens=True, its default) */
+/* tokenizer_encode_with with flags. */
+int tokenizer_encode_ex(const Tokenizer *t, TokenizerCache *cache, const char *text, size_t len, unsigned flags,
+                        int32_t **ids, size_t *n_ids, ZyErr *err);
+
+/* HF's decode(ids, skip_special_tokens=False) through the file's decoders, as bytes (*bytes malloc'ed,
+ * NUL-terminated for convenience); an id outside the vocabulary is an error (HF skips it). Where HF puts
+ * U+FFFD for bytes that are not valid UTF-8 (ByteLevel, ByteFallback), zaya gives the bytes themselves, so
+ * one token decodes to its own bytes; the result equals HF's whenever HF's has no such U+FFFD. (A Strip
+ * decoder asked to cut more than a token holds makes HF panic; zaya gives an empty token.) For zaya's
+ * byte-level tokenizers decode(encode(x)) == x for every byte string x. */
 int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, char **bytes, size_t *len, ZyErr *err);
+
+#define TOK_DECODE_SKIP_SPECIAL 1u /* HF's skip_special_tokens=True */
+#define TOK_DECODE_LOSSY 2u        /* U+FFFD for invalid UTF-8 exactly where HF puts it: HF's string, always */
+int tokenizer_decode_ex(const Tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **bytes, size_t *len,
+                        ZyErr *err);
 
 /* Largest id + 1 (ids without a token are holes that decode refuses). */
 int tokenizer_vocab_size(const Tokenizer *t);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "chat_template.h"
 #include "commands.h"
 #include "decode.h"
 #include "eval.h"
@@ -107,14 +108,16 @@ static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *dtype = "f32", *device = "cpu";
+    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *messages = NULL, *dtype = "f32", *device = "cpu";
     int max_tokens = 128, top_k = 0, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 0;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
         {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer file (required unless --ids)", 0},
-        {"--prompt", ARG_STRING, 1, &prompt, "prompt text (with --ids: token ids, e.g. \"2 17 5\")", 0},
+        {"--prompt", ARG_STRING, 0, &prompt, "prompt text (with --ids: token ids, e.g. \"2 17 5\")", 0},
+        {"--messages", ARG_STRING, 0, &messages, "instead of --prompt: a JSON list of chat messages, rendered with the "
+                                                 "tokenizer folder's chat template (add_generation_prompt=true)", 0},
         {"--max-tokens", ARG_INT, 0, &max_tokens, "tokens to generate at most (default 128)", 0},
         {"--temperature", ARG_FLOAT, 0, &temperature, "sampling temperature, 0 = greedy (default 0.8)", 0},
         {"--top-k", ARG_INT, 0, &top_k, "keep the k most likely tokens, 0 = off (default 0)", 0},
@@ -128,7 +131,7 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             args_usage("generate",
-                       "--model DIR (--tokenizer T | --ids) --prompt TEXT [--max-tokens N] [--temperature t] "
+                       "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
                        "[--top-k k] [--top-p p] [--seed s] [--dtype f32|bf16] [--device cpu|cuda]",
                        specs, n);
             return 0;
@@ -157,6 +160,10 @@ int cmd_generate(int argc, char **argv) {
         zy_fail(&err, "generate: give --tokenizer (or --ids to pass token ids)");
         goto fail;
     }
+    if (!prompt == !messages || (messages && ids_mode)) {
+        zy_fail(&err, "generate: give exactly one of --prompt and --messages (--messages needs a tokenizer, not --ids)");
+        goto fail;
+    }
     if ((bf16 = model_parse_dtype(dtype, "generate: --dtype", &err)) < 0) goto fail;
     if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
         zy_wrap(&err, "generate: --device");
@@ -178,9 +185,15 @@ int cmd_generate(int argc, char **argv) {
         }
         eval_tokenizer_from(&et, tok, &m.cfg);
         int32_t *body = NULL;
-        size_t n_body = 0;
-        if (tokenizer_encode(tok, prompt, strlen(prompt), &body, &n_body, &err)) goto fail;
-        const int has_bos = et.bos_id >= 0;
+        size_t n_body = 0, text_len = prompt ? strlen(prompt) : 0;
+        /* a chat is rendered, then encoded without special tokens: apply_chat_template(tokenize=True) does the
+         * same, since the template writes its own bos */
+        char *chat = NULL;
+        if (messages && chat_render_messages_file(tok_path, messages, &chat, &text_len, &err)) goto fail;
+        int enc = tokenizer_encode(tok, chat ? chat : prompt, text_len, &body, &n_body, &err);
+        free(chat);
+        if (enc) goto fail;
+        const int has_bos = !messages && et.bos_id >= 0;
         ids = malloc(sizeof(int32_t) * (n_body + 1));
         if (!ids || n_body + has_bos == 0 || n_body > (size_t)1 << 30) {
             free(body);

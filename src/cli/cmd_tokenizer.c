@@ -1,6 +1,10 @@
-/* zaya tokenizer train / encode / decode: byte-level BPE in Hugging Face tokenizer.json format. */
+/* zaya tokenizer train / encode / decode / bench: BPE in Hugging Face tokenizer.json format (zaya trains
+ * byte-level BPE; encode, decode and bench also take the released pipelines, e.g. Gemma 3's). */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +21,12 @@ static int wants_help(int argc, char **argv) {
 }
 
 static void tokenizer_usage(FILE *f) {
-    fprintf(f, "usage: zaya tokenizer <train|encode|decode> [options]   (zaya tokenizer <sub> --help)\n\n"
+    fprintf(f, "usage: zaya tokenizer <train|encode|decode|bench|chat> [options]   (zaya tokenizer <sub> --help)\n\n"
                "  train    learn a byte-level BPE tokenizer from text / .jsonl files\n"
-               "  encode   text -> token ids (printed, or an int32 .npy)\n"
-               "  decode   token ids -> raw bytes\n");
+               "  encode   text -> token ids (printed, or an int32 .npy), as HF's Tokenizer.encode(text).ids\n"
+               "  decode   token ids -> bytes, as HF's Tokenizer.decode(ids)\n"
+               "  bench    load time and one-thread encode / decode speed of a tokenizer on a text file\n"
+               "  chat     render a conversation with the model's chat template, as apply_chat_template\n");
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -119,36 +125,191 @@ static int print_pieces(const char *text, size_t len, ZyErr *err) {
     return 0;
 }
 
+static int hex4(const char *s, unsigned *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        int c = s[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *v = *v << 4 | (unsigned)d;
+    }
+    return 0;
+}
+
+/* A JSON string literal at s[0..n) (s[0] == '"') into out (malloc'ed, *len bytes, NUL-terminated): \u0000
+ * included, and a lone \udc80..\udcff is that raw byte (Python's surrogateescape), so any bytes can be given. */
+static int json_string_bytes(const char *s, size_t n, char **out, size_t *len) {
+    char *o = malloc(n + 1);
+    size_t k = 0, i = 1;
+    if (!o) return -1;
+    while (i < n && s[i] != '"') {
+        unsigned char c = (unsigned char)s[i];
+        if (c != '\\') {
+            if (c < 0x20) break;
+            o[k++] = (char)c;
+            i++;
+            continue;
+        }
+        if (i + 1 >= n) break;
+        char e = s[i + 1];
+        i += 2;
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (simple && e) {
+            o[k++] = "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
+            continue;
+        }
+        unsigned cp;
+        if (e != 'u' || i + 4 > n || hex4(s + i, &cp)) break;
+        i += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
+            unsigned lo;
+            if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u' || hex4(s + i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) break;
+            i += 6;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (cp >= 0xDC80 && cp <= 0xDCFF) {
+            o[k++] = (char)(cp - 0xDC00);
+            continue;
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            break;
+        }
+        if (cp < 0x80) {
+            o[k++] = (char)cp;
+        } else if (cp < 0x800) {
+            o[k++] = (char)(0xC0 | cp >> 6);
+            o[k++] = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            o[k++] = (char)(0xE0 | cp >> 12);
+            o[k++] = (char)(0x80 | (cp >> 6 & 0x3F));
+            o[k++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+            o[k++] = (char)(0xF0 | cp >> 18);
+            o[k++] = (char)(0x80 | (cp >> 12 & 0x3F));
+            o[k++] = (char)(0x80 | (cp >> 6 & 0x3F));
+            o[k++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    size_t end = i + 1;
+    while (end < n && isspace((unsigned char)s[end])) end++;
+    if (i >= n || s[i] != '"' || end != n) {
+        free(o);
+        return 1;
+    }
+    o[k] = '\0';
+    *out = o;
+    *len = k;
+    return 0;
+}
+
+/* The text of one --jsonl line: a JSON string (any bytes, see json_string_bytes), or an object's "text" string
+ * (malloc'ed copy). */
+static int jsonl_text(const char *line, size_t n, long lineno, const char *path, char **text, size_t *len, ZyErr *err) {
+    size_t k = 0;
+    while (k < n && isspace((unsigned char)line[k])) k++;
+    if (k < n && line[k] == '"') {
+        int rc = json_string_bytes(line + k, n - k, text, len);
+        if (rc < 0) return zy_fail(err, "out of memory");
+        if (rc) return zy_fail(err, "%s: line %ld: invalid JSON string", path, lineno);
+        return 0;
+    }
+    cJSON *o = cJSON_ParseWithLength(line, n);
+    const cJSON *tx = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "text") : NULL;
+    int rc = 0;
+    if (!cJSON_IsString(tx)) {
+        rc = zy_fail(err, "%s: line %ld: expected a JSON string or an object with a \"text\" string", path, lineno);
+    } else {
+        *len = strlen(tx->valuestring);
+        *text = malloc(*len + 1);
+        if (!*text)
+            rc = zy_fail(err, "out of memory");
+        else
+            memcpy(*text, tx->valuestring, *len + 1);
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* Calls fn on every non-blank line of a file. */
+static int each_line(const char *path, int (*fn)(void *ctx, const char *line, size_t n, long lineno, ZyErr *err), void *ctx,
+                     ZyErr *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return zy_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    long lineno = 0;
+    int rc = 0;
+    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t k = 0;
+        while (k < (size_t)got && isspace((unsigned char)line[k])) k++;
+        if (k < (size_t)got) rc = fn(ctx, line, (size_t)got, lineno, err);
+    }
+    if (!rc && ferror(f)) rc = zy_fail(err, "%s: read error: %s", path, strerror(errno));
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+typedef struct {
+    const Tokenizer *t;
+    TokenizerCache *cache;
+    unsigned flags;
+    const char *path;
+} EncodeLines;
+
+static int encode_line(void *ctx, const char *line, size_t n, long lineno, ZyErr *err) {
+    EncodeLines *c = ctx;
+    char *text = NULL;
+    size_t len = 0, n_ids = 0;
+    int32_t *ids = NULL;
+    if (jsonl_text(line, n, lineno, c->path, &text, &len, err)) return -1;
+    int rc = tokenizer_encode_ex(c->t, c->cache, text, len, c->flags, &ids, &n_ids, err);
+    free(text);
+    if (rc) return zy_wrap(err, "%s: line %ld", c->path, lineno);
+    for (size_t i = 0; i < n_ids; i++) printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    free(ids);
+    return 0;
+}
+
 static int cmd_encode(int argc, char **argv) {
-    const char *tok_path = NULL, *text = NULL, *input = NULL, *out = NULL;
-    int pieces = 0;
+    const char *tok_path = NULL, *text = NULL, *input = NULL, *jsonl = NULL, *out = NULL;
+    int pieces = 0, no_special = 0;
     ArgSpec specs[] = {
-        {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer.json (required unless --pieces)", 0},
+        {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer.json or a model folder holding it (required unless --pieces)", 0},
         {"--text", ARG_STRING, 0, &text, "text to encode", 0},
         {"--input", ARG_STRING, 0, &input, "file to encode (any bytes)", 0},
+        {"--jsonl", ARG_STRING, 0, &jsonl, "encode each line, a JSON string (\\udc80-\\udcff: raw bytes) or {\"text\": ...}: a line of ids each", 0},
         {"--out", ARG_STRING, 0, &out, "write the ids as an int32 .npy instead of printing them", 0},
-        {"--pieces", ARG_SWITCH, 0, &pieces, "print the pre-tokens (byte-level, as HF's pre_tokenize_str) instead", 0},
+        {"--no-special", ARG_SWITCH, 0, &no_special, "no post-processor special tokens (HF's add_special_tokens=False)", 0},
+        {"--pieces", ARG_SWITCH, 0, &pieces, "print the GPT-2 pre-tokens (byte-level, as HF's pre_tokenize_str) instead", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
-        args_usage("tokenizer encode", "--tokenizer T (--text STR | --input FILE) [--out ids.npy] | --pieces", specs, n);
+        args_usage("tokenizer encode", "--tokenizer T (--text STR | --input FILE | --jsonl FILE) [--out ids.npy] [--no-special] | --pieces",
+                   specs, n);
         return 0;
     }
     ZyErr err = {{0}};
     Tokenizer *t = NULL;
+    TokenizerCache *cache = NULL;
     char *data = NULL;
     int32_t *ids = NULL;
     size_t len = 0, n_ids = 0;
     int rc = 1;
     if (args_parse(argc, argv, 3, specs, n, NULL, 0, NULL, "tokenizer encode", &err)) goto done;
-    if (!text == !input) {
-        zy_fail(&err, "tokenizer encode: give exactly one of --text and --input");
+    unsigned flags = no_special ? 0 : TOK_ENCODE_ADD_SPECIAL;
+    if ((text != NULL) + (input != NULL) + (jsonl != NULL) != 1) {
+        zy_fail(&err, "tokenizer encode: give exactly one of --text, --input and --jsonl");
+        goto done;
+    }
+    if (jsonl && (out || pieces)) {
+        zy_fail(&err, "tokenizer encode: --jsonl prints ids per line (no --out or --pieces)");
         goto done;
     }
     if (input) {
         if (zy_read_file(input, &data, &len, &err)) goto done;
         text = data;
-    } else {
+    } else if (text) {
         len = strlen(text);
     }
     if (pieces) {
@@ -160,8 +321,18 @@ static int cmd_encode(int argc, char **argv) {
         goto done;
     }
     if (tokenizer_load(tok_path, &t, &err)) goto done;
+    if (!(cache = tokenizer_cache_new())) {
+        zy_fail(&err, "out of memory");
+        goto done;
+    }
+    if (jsonl) {
+        EncodeLines c = {t, cache, flags, jsonl};
+        if (each_line(jsonl, encode_line, &c, &err)) goto done;
+        rc = 0;
+        goto done;
+    }
     double t0 = zy_now_seconds();
-    if (tokenizer_encode(t, text, len, &ids, &n_ids, &err)) goto done;
+    if (tokenizer_encode_ex(t, cache, text, len, flags, &ids, &n_ids, &err)) goto done;
     double sec = zy_now_seconds() - t0;
     if (out) {
         int64_t shape[1] = {(int64_t)n_ids};
@@ -175,6 +346,7 @@ static int cmd_encode(int argc, char **argv) {
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    tokenizer_cache_free(cache);
     tokenizer_free(t);
     free(data);
     free(ids);
@@ -206,17 +378,89 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n, size_t *cap, ZyErr
     return 0;
 }
 
+/* Bytes as a JSON string; bytes that are not UTF-8 become \udcXX (Python's surrogateescape reads them back). */
+static void put_json_bytes(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t l = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        int ok = l > 0 && i + l <= n;
+        for (size_t k = 1; ok && k < l; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok && l == 3) { /* no overlongs or surrogates */
+            unsigned char d = (unsigned char)s[i + 1];
+            ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d > 0x9F);
+        }
+        if (ok && l == 4) {
+            unsigned char d = (unsigned char)s[i + 1];
+            ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d > 0x8F);
+        }
+        if (!ok) {
+            fprintf(f, "\\udc%02x", c);
+            i++;
+        } else if (c == '"' || c == '\\') {
+            fprintf(f, "\\%c", c);
+            i++;
+        } else if (c < 0x20 || c == 0x7F) {
+            fprintf(f, "\\u%04x", c);
+            i++;
+        } else {
+            fwrite(s + i, 1, l, f);
+            i += l;
+        }
+    }
+    fputc('"', f);
+}
+
+typedef struct {
+    const Tokenizer *t;
+    unsigned flags;
+    const char *path;
+} DecodeLines;
+
+static int decode_line(void *ctx, const char *line, size_t n, long lineno, ZyErr *err) {
+    DecodeLines *c = ctx;
+    cJSON *arr = cJSON_ParseWithLength(line, n);
+    int rc = 0;
+    size_t cnt = cJSON_IsArray(arr) ? (size_t)cJSON_GetArraySize(arr) : 0;
+    int32_t *ids = malloc((cnt + 1) * sizeof *ids);
+    if (!cJSON_IsArray(arr)) rc = zy_fail(err, "%s: line %ld: expected a JSON array of ids", c->path, lineno);
+    if (!rc && !ids) rc = zy_fail(err, "out of memory");
+    size_t k = 0;
+    for (const cJSON *x = arr ? arr->child : NULL; x && !rc; x = x->next) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || fabs(x->valuedouble) > 2147483647.0)
+            rc = zy_fail(err, "%s: line %ld: element %zu is not a token id", c->path, lineno, k);
+        else
+            ids[k++] = (int32_t)x->valuedouble;
+    }
+    cJSON_Delete(arr);
+    char *bytes = NULL;
+    size_t len;
+    if (!rc && tokenizer_decode_ex(c->t, ids, k, c->flags, &bytes, &len, err)) rc = zy_wrap(err, "%s: line %ld", c->path, lineno);
+    if (!rc) {
+        put_json_bytes(stdout, bytes, len);
+        fputc('\n', stdout);
+    }
+    free(bytes);
+    free(ids);
+    return rc;
+}
+
 static int cmd_decode(int argc, char **argv) {
-    const char *tok_path = NULL, *ids_arg = NULL, *input = NULL, *out = NULL;
+    const char *tok_path = NULL, *ids_arg = NULL, *input = NULL, *jsonl = NULL, *out = NULL;
+    int skip_special = 0, lossy = 0;
     ArgSpec specs[] = {
-        {"--tokenizer", ARG_STRING, 1, &tok_path, "tokenizer.json", 0},
+        {"--tokenizer", ARG_STRING, 1, &tok_path, "tokenizer.json or a model folder holding it", 0},
         {"--ids", ARG_STRING, 0, &ids_arg, "ids separated by spaces or commas; more may follow as arguments", 0},
         {"--input", ARG_STRING, 0, &input, "ids from an int32/int64 .npy (any shape, read in order)", 0},
+        {"--jsonl", ARG_STRING, 0, &jsonl, "decode each line (a JSON array of ids) to one JSON string per line", 0},
         {"--out", ARG_STRING, 0, &out, "write the bytes to a file instead of stdout", 0},
+        {"--skip-special", ARG_SWITCH, 0, &skip_special, "leave special tokens out (HF's skip_special_tokens=True)", 0},
+        {"--lossy", ARG_SWITCH, 0, &lossy, "U+FFFD where bytes are not UTF-8, exactly as HF's decode (default: the bytes)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
-        args_usage("tokenizer decode", "--tokenizer T (--ids ID... | --input ids.npy) [--out FILE]", specs, n);
+        args_usage("tokenizer decode", "--tokenizer T (--ids ID... | --input ids.npy | --jsonl FILE) [--out FILE] [--skip-special] [--lossy]",
+                   specs, n);
         return 0;
     }
     ZyErr err = {{0}};
@@ -231,8 +475,16 @@ static int cmd_decode(int argc, char **argv) {
         return 1;
     }
     if (args_parse(argc, argv, 3, specs, n, pos, argc, &n_pos, "tokenizer decode", &err)) goto done;
-    if (!ids_arg == !input || (input && n_pos)) {
-        zy_fail(&err, "tokenizer decode: give either --ids ID... or --input ids.npy");
+    unsigned flags = (skip_special ? TOK_DECODE_SKIP_SPECIAL : 0) | (lossy ? TOK_DECODE_LOSSY : 0);
+    if ((ids_arg != NULL) + (input != NULL) + (jsonl != NULL) != 1 || (!ids_arg && n_pos) || (jsonl && out)) {
+        zy_fail(&err, "tokenizer decode: give one of --ids ID..., --input ids.npy or --jsonl FILE (--jsonl prints, no --out)");
+        goto done;
+    }
+    if (tokenizer_load(tok_path, &t, &err)) goto done;
+    if (jsonl) {
+        DecodeLines c = {t, flags, jsonl};
+        if (each_line(jsonl, decode_line, &c, &err)) goto done;
+        rc = 0;
         goto done;
     }
     if (ids_arg) {
@@ -246,7 +498,7 @@ static int cmd_decode(int argc, char **argv) {
         n_ids = 1;
         for (int d = 0; d < ndim; d++) n_ids *= (size_t)shape[d];
     }
-    if (tokenizer_load(tok_path, &t, &err) || tokenizer_decode(t, ids, n_ids, &bytes, &len, &err)) goto done;
+    if (tokenizer_decode_ex(t, ids, n_ids, flags, &bytes, &len, &err)) goto done;
     if (out) {
         if (zy_write_file_atomic(out, bytes, len, &err)) goto done;
     } else if (fwrite(bytes, 1, len, stdout) != len || fflush(stdout)) {
@@ -263,6 +515,128 @@ done:
     return rc;
 }
 
+typedef struct {
+    char **text;
+    size_t *len, n, cap, bytes;
+    const char *path;
+} Texts;
+
+static int collect_line(void *ctx, const char *line, size_t n, long lineno, ZyErr *err) {
+    Texts *c = ctx;
+    if (c->n == c->cap) {
+        size_t nc = c->cap ? c->cap * 2 : 1024;
+        char **q = realloc(c->text, nc * sizeof *q);
+        size_t *l = q ? realloc(c->len, nc * sizeof *l) : NULL;
+        if (q) c->text = q;
+        if (!l) return zy_fail(err, "out of memory");
+        c->len = l;
+        c->cap = nc;
+    }
+    if (jsonl_text(line, n, lineno, c->path, &c->text[c->n], &c->len[c->n], err)) return -1;
+    c->bytes += c->len[c->n++];
+    return 0;
+}
+
+/* Load time and one-thread speed: encode passes over the text(s) (the first with an empty cache), then decode
+ * of the ids. */
+static int cmd_tok_bench(int argc, char **argv) {
+    const char *tok_path = NULL, *input = NULL, *jsonl = NULL;
+    int repeat = 3;
+    ArgSpec specs[] = {
+        {"--tokenizer", ARG_STRING, 1, &tok_path, "tokenizer.json or a model folder holding it", 0},
+        {"--input", ARG_STRING, 0, &input, "a text file, encoded as one text", 0},
+        {"--jsonl", ARG_STRING, 0, &jsonl, "texts, one per line (a JSON string or {\"text\": ...}), encoded one by one", 0},
+        {"--repeat", ARG_INT, 0, &repeat, "encode passes (default 3): the first with an empty cache, then the best warm one", 0},
+    };
+    const int n = ZY_ARRAY_LEN(specs);
+    if (wants_help(argc, argv)) {
+        args_usage("tokenizer bench", "--tokenizer T (--input FILE | --jsonl FILE) [--repeat N]", specs, n);
+        return 0;
+    }
+    ZyErr err = {{0}};
+    Tokenizer *t = NULL;
+    TokenizerCache *cache = NULL;
+    Texts tx = {0};
+    char *data = NULL, *back = NULL;
+    int32_t *all = NULL;
+    size_t n_all = 0, back_len = 0;
+    int rc = 1;
+    if (args_parse(argc, argv, 3, specs, n, NULL, 0, NULL, "tokenizer bench", &err)) goto done;
+    if (repeat < 1 || !input == !jsonl) {
+        zy_fail(&err, "tokenizer bench: give one of --input and --jsonl, and --repeat of at least 1");
+        goto done;
+    }
+    if (input) {
+        size_t len;
+        if (zy_read_file(input, &data, &len, &err) || collect_line(&tx, "\"\"", 2, 1, &err)) goto done;
+        free(tx.text[0]);
+        tx.text[0] = data; /* the file itself as the one text */
+        tx.len[0] = tx.bytes = len;
+        data = NULL;
+    } else {
+        tx.path = jsonl;
+        if (each_line(jsonl, collect_line, &tx, &err)) goto done;
+    }
+    double t0 = zy_now_seconds();
+    if (tokenizer_load(tok_path, &t, &err)) goto done;
+    double load_s = zy_now_seconds() - t0;
+    if (!(cache = tokenizer_cache_new())) {
+        zy_fail(&err, "out of memory");
+        goto done;
+    }
+    double cold = 0, warm = 0;
+    for (int r = 0; r < repeat; r++) {
+        n_all = 0;
+        t0 = zy_now_seconds();
+        for (size_t i = 0; i < tx.n; i++) {
+            int32_t *ids;
+            size_t k;
+            if (tokenizer_encode_ex(t, cache, tx.text[i], tx.len[i], 0, &ids, &k, &err)) goto done;
+            if (r == 0 && k) { /* keep the ids for decoding */
+                int32_t *q = realloc(all, (n_all + k) * sizeof *q);
+                if (!q) {
+                    free(ids);
+                    zy_fail(&err, "out of memory");
+                    goto done;
+                }
+                all = q;
+                memcpy(all + n_all, ids, k * sizeof *ids);
+            }
+            n_all += k;
+            free(ids);
+        }
+        double s = zy_now_seconds() - t0;
+        if (r == 0)
+            cold = s;
+        else if (r == 1 || s < warm)
+            warm = s;
+    }
+    t0 = zy_now_seconds();
+    if (tokenizer_decode(t, all, n_all, &back, &back_len, &err)) goto done;
+    double dec_s = zy_now_seconds() - t0;
+    double mb = (double)tx.bytes / 1e6;
+    printf("tokenizer: %s: %d ids, loaded in %.3f s\n", tok_path, tokenizer_vocab_size(t), load_s);
+    printf("text: %s: %.2f MB in %zu text%s -> %zu tokens (%.2f bytes/token)\n", input ? input : jsonl, mb, tx.n,
+           tx.n == 1 ? "" : "s", n_all, n_all ? (double)tx.bytes / (double)n_all : 0.0);
+    printf("encode (one thread, empty cache): %.3f s, %.1f MB/s\n", cold, cold > 0 ? mb / cold : 0.0);
+    if (repeat > 1) printf("encode (one thread, warm cache, best of %d): %.3f s, %.1f MB/s\n", repeat - 1, warm, warm > 0 ? mb / warm : 0.0);
+    printf("decode: %.3f s, %.1f MB/s of text\n", dec_s, dec_s > 0 ? (double)back_len / 1e6 / dec_s : 0.0);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    tokenizer_cache_free(cache);
+    tokenizer_free(t);
+    for (size_t i = 0; i < tx.n; i++) free(tx.text[i]);
+    free(tx.text);
+    free(tx.len);
+    free(data);
+    free(all);
+    free(back);
+    return rc;
+}
+
+int cmd_tokenizer_chat(int argc, char **argv); /* src/cli/cmd_chat.c */
+
 int cmd_tokenizer(int argc, char **argv) {
     if (argc < 3) {
         tokenizer_usage(stderr);
@@ -276,6 +650,8 @@ int cmd_tokenizer(int argc, char **argv) {
     if (strcmp(sub, "train") == 0) return cmd_train(argc, argv);
     if (strcmp(sub, "encode") == 0) return cmd_encode(argc, argv);
     if (strcmp(sub, "decode") == 0) return cmd_decode(argc, argv);
+    if (strcmp(sub, "chat") == 0) return cmd_tokenizer_chat(argc, argv);
+    if (strcmp(sub, "bench") == 0) return cmd_tok_bench(argc, argv);
     fprintf(stderr, "zaya: tokenizer: unknown subcommand \"%s\"\n\n", sub);
     tokenizer_usage(stderr);
     return 2;

@@ -268,8 +268,8 @@ TEST(model_bf16_products_are_deterministic_and_close_to_fp32) {
               "bf16 vs fp32: logits %.3g gradients %.3g", logits16, grads16);
     /* Both paths sum the same exact bf16 products, in different orders (fp32 differences ~1e-7), but every later
      * product rounds its input to bf16 again, so an activation sitting at a rounding boundary moves by a whole bf16
-     * ulp (2^-8): through two layers that reaches ~1e-4 (1.4e-4 measured with oneDNN's AMX kernels on Sapphire
-     * Rapids). A wrong path differs like bf16 from fp32 (~3e-2), far above these bounds. */
+     * ulp (2^-8): through two layers that reaches ~1e-4 (1.4e-4 measured with oneDNN's AVX512-BF16 kernels on an
+     * AMD EPYC VM with avx512_bf16). A wrong path differs like bf16 from fp32 (~3e-2), far above these bounds. */
     CHECK_MSG(paths_l < 5e-4 && paths_g < 2e-3, "oneDNN vs fallback: logits %.3g gradients %.3g", paths_l, paths_g);
     ModelRun *runs[] = {&f32, &b1, &b2, &bf};
     for (int i = 0; i < 4; i++) free(runs[i]->logits), free(runs[i]->grad);

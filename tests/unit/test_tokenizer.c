@@ -4,7 +4,9 @@
  * fuzz loop over tokenizer.json text. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -449,13 +451,14 @@ TEST(tok_load_refusals_name_the_field) {
     } cases[] = {
         {"\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model.type: \"WordPiece\" is not supported"},
         {"\"pre_tokenizer\": {\"type\": \"ByteLevel\"", "\"pre_tokenizer\": {\"type\": \"Whitespace\"", "pre_tokenizer: type \"Whitespace\""},
-        {"\"pre_tokenizer\": {", "\"pre_tokenizer\": null, \"x\": {", "pre_tokenizer: missing"},
+        {"\"pre_tokenizer\": {", "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": 3}, \"x\": {", "pre_tokenizer.pretokenizers: expected an array"},
         {"\"add_prefix_space\": false", "\"add_prefix_space\": true", "pre_tokenizer.add_prefix_space: true"},
         {"\"add_prefix_space\": false, ", "", "pre_tokenizer.add_prefix_space: missing"},
-        {"\"use_regex\": true", "\"use_regex\": false", "pre_tokenizer.use_regex: false"},
-        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", "normalizer: only null is supported (got type \"NFC\")"},
+        {"\"use_regex\": true", "\"use_regex\": 1", "pre_tokenizer.use_regex: not a boolean"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", "normalizer: type \"NFC\" is not supported"},
         {"\"truncation\": null", "\"truncation\": {\"max_length\": 5}", "truncation: only null"},
-        {"\"post_processor\": null", "\"post_processor\": {\"type\": \"TemplateProcessing\"}", "post_processor: type \"TemplateProcessing\""},
+        {"\"post_processor\": null", "\"post_processor\": {\"type\": \"TemplateProcessing\"}", "post_processor.special_tokens: missing"},
+        {"\"post_processor\": null", "\"post_processor\": {\"type\": \"BertProcessing\"}", "post_processor: type \"BertProcessing\" is not supported"},
         {"\"decoder\": {\"type\": \"ByteLevel\"", "\"decoder\": {\"type\": \"WordPiece\"", "decoder: type \"WordPiece\""},
         {"\"model\": {", "\"modelx\": {", "model: missing"},
         {"\"vocab\": {", "\"vocabx\": {", "model.vocab: missing"},
@@ -463,7 +466,7 @@ TEST(tok_load_refusals_name_the_field) {
         {"\"<|pad|>\": 0,", "\"<|pad|>\": -1,", "model.vocab[\"<|pad|>\"]: id must be an integer"},
         {"\"<|pad|>\": 0,", "\"<|pad|>\": 0.5,", "model.vocab[\"<|pad|>\"]: id must be an integer"},
         {"\"<|bos|>\": 1,", "\"<|bos|>\": 0,", "model.vocab[\"<|bos|>\"]: id 0 is already \"<|pad|>\""},
-        {"\"<|bos|>\": 1,", "\"<|bos|>\": 1, \"<|bos|>\": 1,", "model.vocab: token \"<|bos|>\" appears twice"},
+        {"\"<|bos|>\": 1,", "\"<|bos|>\": 1, \"<|bos|>\": 9999,", "model.vocab: token \"<|bos|>\" appears twice"},
         {"\"<|pad|>\": 0,", "\"\": 0,", "model.vocab: empty token"},
         {"\"merges\": [", "\"mergesx\": [", "model.merges: missing"},
         {"\"merges\": [", "\"merges\": 5, \"m\": [", "model.merges: expected an array, got a number"},
@@ -474,13 +477,13 @@ TEST(tok_load_refusals_name_the_field) {
         {"\"merges\": [", "\"merges\": [[\"a\"],", "model.merges[0]: expected [\"left\", \"right\"]"},
         {"\"merges\": [", "\"merges\": [7,", "model.merges[0]: expected"},
         {"\"dropout\": null", "\"dropout\": 0.1", "model.dropout: only null"},
-        {"\"byte_fallback\": false", "\"byte_fallback\": true", "model.byte_fallback: true is not supported"},
+        {"\"byte_fallback\": false", "\"byte_fallback\": \"yes\"", "model.byte_fallback: not a boolean"},
         {"\"continuing_subword_prefix\": null", "\"continuing_subword_prefix\": \"##\"", "model.continuing_subword_prefix"},
         {"\"end_of_word_suffix\": null", "\"end_of_word_suffix\": \"</w>\"", "model.end_of_word_suffix"},
         {"\"unk_token\": null", "\"unk_token\": \"<nope>\"", "model.unk_token: \"<nope>\" is not in model.vocab"},
         {"\"fuse_unk\": false", "\"fuse_unk\": 0", "model.fuse_unk: not a boolean"},
         {"\"added_tokens\": [", "\"added_tokens\": {}, \"a\": [", "added_tokens: expected an array"},
-        {"\"lstrip\": false", "\"lstrip\": true", "added_tokens[0].lstrip: true is not supported"},
+        {"\"lstrip\": false", "\"lstrip\": null", "added_tokens[0].lstrip: not a boolean"},
         {"\"single_word\": false", "\"single_word\": 1", "added_tokens[0].single_word: not a boolean"},
         {"{\"id\": 0, \"content\": \"<|pad|>\"", "{\"id\": 7, \"content\": \"<|pad|>\"", "added_tokens[0]: \"<|pad|>\" has id 7 but model.vocab gives it 0"},
         {"\"content\": \"<|pad|>\"", "\"content\": \"\"", "added_tokens[0].content: missing or empty"},
@@ -687,4 +690,618 @@ TEST(tokenizer_split_digits_keeps_numbers_one_token_per_digit) {
     free(ids);
     tokenizer_free(plain);
     tokenizer_free(split);
+}
+
+/* ---- released pipelines (Gemma 3 and others): each component against ids and strings from HF tokenizers ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} Str;
+
+static void str_add(Str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void str_add(Str *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if (s->n + (size_t)k + 1 > s->cap) {
+        s->cap = (s->n + (size_t)k + 1) * 2;
+        s->p = realloc(s->p, s->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(s->p + s->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    s->n += (size_t)k;
+}
+
+static void str_json(Str *s, const char *t) {
+    str_add(s, "\"");
+    for (; *t; t++) {
+        unsigned char c = (unsigned char)*t;
+        if (c == '"' || c == '\\')
+            str_add(s, "\\%c", c);
+        else if (c < 0x20)
+            str_add(s, "\\u%04x", c);
+        else
+            str_add(s, "%c", c);
+    }
+    str_add(s, "\"");
+}
+
+/* HF's defaults written out (tokenizers requires every added-token field). */
+#define MINI_SPECIALS                                                                                           \
+    "{\"id\": 0, \"content\": \"<pad>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "        \
+    "\"normalized\": false, \"special\": true}, {\"id\": 1, \"content\": \"<eos>\", \"single_word\": false, "   \
+    "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}, {\"id\": 2, \"content\": " \
+    "\"<bos>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "          \
+    "\"special\": true}, {\"id\": 3, \"content\": \"<unk>\", \"single_word\": false, \"lstrip\": false, "       \
+    "\"rstrip\": false, \"normalized\": false, \"special\": true}"
+
+typedef struct {
+    const char *normalizer, *pre, *post, *decoder, *added, *model_extra;
+    int no_bytes;              /* leave out the 256 <0xNN> tokens */
+    const char *extra[8];      /* more vocabulary, after the characters */
+    const char *merges[8][2];
+} Mini;
+
+/* A small tokenizer.json: <pad> <eos> <bos> <unk> (0-3), <0x00>..<0xFF> (4-259), a b c d - ▁ ' ' x y é (260-269),
+ * the extra tokens, the merges' results; unk_token <unk>. */
+static char *mini_json(const Mini *m) {
+    static const char *const chars[] = {"a", "b", "c", "d", "-", "\u2581", " ", "x", "y", "\u00e9"};
+    const char *names[600];
+    char bytes[256][8];
+    int n = 0;
+    names[n++] = "<pad>", names[n++] = "<eos>", names[n++] = "<bos>", names[n++] = "<unk>";
+    for (int b = 0; b < 256 && !m->no_bytes; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        names[n++] = bytes[b];
+    }
+    for (size_t i = 0; i < ZY_ARRAY_LEN(chars); i++) names[n++] = chars[i];
+    for (int i = 0; i < 8 && m->extra[i]; i++) names[n++] = m->extra[i];
+    char merged[8][64];
+    for (int i = 0; i < 8 && m->merges[i][0]; i++) {
+        snprintf(merged[i], sizeof merged[i], "%s%s", m->merges[i][0], m->merges[i][1]);
+        int dup = 0;
+        for (int k = 0; k < n; k++) dup |= strcmp(names[k], merged[i]) == 0;
+        if (!dup) names[n++] = merged[i];
+    }
+    Str s = {0};
+    str_add(&s, "{\"added_tokens\": [%s], \"normalizer\": %s, \"pre_tokenizer\": %s, \"post_processor\": %s, \"decoder\": %s, "
+                "\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", %s, \"vocab\": {",
+            m->added ? m->added : "", m->normalizer ? m->normalizer : "null", m->pre ? m->pre : "null",
+            m->post ? m->post : "null", m->decoder ? m->decoder : "null",
+            m->model_extra ? m->model_extra : "\"byte_fallback\": true, \"fuse_unk\": true");
+    for (int i = 0; i < n; i++) {
+        str_add(&s, i ? ", " : "");
+        str_json(&s, names[i]);
+        str_add(&s, ": %d", i);
+    }
+    str_add(&s, "}, \"merges\": [");
+    for (int i = 0; i < 8 && m->merges[i][0]; i++) {
+        str_add(&s, i ? ", [" : "[");
+        str_json(&s, m->merges[i][0]);
+        str_add(&s, ", ");
+        str_json(&s, m->merges[i][1]);
+        str_add(&s, "]");
+    }
+    str_add(&s, "]}}");
+    return s.p;
+}
+
+static Tokenizer *mini(const Mini *m) {
+    char *j = mini_json(m);
+    Tokenizer *t = NULL;
+    ZyErr err;
+    if (tokenizer_load_json(j, strlen(j), "mini.json", &t, &err)) fprintf(stderr, "    mini: %s\n", err.msg);
+    free(j);
+    return t;
+}
+
+/* The ids of text (specials added when add_special) equal want[0..n), n < 0 ending the list at the first -1. */
+static int ids_are(const Tokenizer *t, const char *text, size_t len, int add_special, const int *want) {
+    int32_t *ids;
+    size_t n;
+    ZyErr err;
+    if (tokenizer_encode_ex(t, NULL, text, len, add_special ? TOK_ENCODE_ADD_SPECIAL : 0, &ids, &n, &err)) {
+        fprintf(stderr, "    encode: %s\n", err.msg);
+        return 0;
+    }
+    size_t w = 0;
+    while (want[w] >= 0) w++;
+    int ok = n == w;
+    for (size_t i = 0; ok && i < n; i++) ok = ids[i] == want[i];
+    if (!ok) {
+        fprintf(stderr, "    \"%s\": got", text);
+        for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "\n");
+    }
+    free(ids);
+    return ok;
+}
+
+static int decodes_to(const Tokenizer *t, const int *ids, unsigned flags, const char *want) {
+    size_t n = 0;
+    while (ids[n] >= 0) n++;
+    char *b;
+    size_t len;
+    ZyErr err;
+    if (tokenizer_decode_ex(t, (const int32_t *)ids, n, flags, &b, &len, &err)) {
+        fprintf(stderr, "    decode: %s\n", err.msg);
+        return 0;
+    }
+    int ok = len == strlen(want) && memcmp(b, want, len) == 0;
+    if (!ok) fprintf(stderr, "    decode: got \"%.*s\" want \"%s\"\n", (int)len, b, want);
+    free(b);
+    return ok;
+}
+
+#define GEMMA_NORMALIZER "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}"
+#define GEMMA_PRE "{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"MergedWithPrevious\", \"invert\": false}"
+#define GEMMA_DECODER                                                                                           \
+    "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\u2581\"}, "  \
+    "\"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}]}"
+#define BOS_TEMPLATE                                                                                            \
+    "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<bos>\", \"type_id\": 0}}, " \
+    "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"pair\": [{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, " \
+    "{\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}], \"special_tokens\": {\"<bos>\": {\"id\": \"<bos>\", "    \
+    "\"ids\": [2], \"tokens\": [\"<bos>\"]}}}"
+#define MINI_MERGES {{"\u2581", "a"}, {"\u2581a", "b"}, {"c", "d"}, {"a", "b"}} /* ▁a 270, ▁ab 271, cd 272, ab 273 */
+
+#define IDS(...) ((const int[]){__VA_ARGS__, -1})
+
+/* Gemma 3's pipeline: Replace(" " -> "▁"), Split(" ", MergedWithPrevious), byte_fallback + fuse_unk BPE,
+ * TemplateProcessing(<bos> $A), decoders Replace / ByteFallback / Fuse. Expected values from tokenizers 0.23. */
+TEST(tok_gemma_pipeline) {
+    Mini m = {GEMMA_NORMALIZER, GEMMA_PRE, BOS_TEMPLATE, GEMMA_DECODER, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+    Tokenizer *t = mini(&m);
+    REQUIRE(t);
+    CHECK(ids_are(t, "ab cd", 5, 1, IDS(2, 273, 265, 272)));
+    CHECK(ids_are(t, "ab cd", 5, 0, IDS(273, 265, 272)));
+    CHECK(ids_are(t, " ab", 3, 1, IDS(2, 271)));
+    CHECK(ids_are(t, "\u00e9\u20ac", 5, 1, IDS(2, 269, 230, 134, 176))); /* € falls back to its bytes */
+    CHECK(ids_are(t, "x\ty", 3, 1, IDS(2, 267, 13, 268)));
+    CHECK(ids_are(t, "", 0, 1, IDS(2)));
+    CHECK(ids_are(t, "\u2581", 3, 1, IDS(2, 265)));
+    CHECK(ids_are(t, "<bos>a", 6, 1, IDS(2, 2, 260)));
+    CHECK(ids_are(t, "ab  ab", 6, 1, IDS(2, 273, 265, 271)));
+    /* invalid UTF-8 is its U+FFFD replacement: EF BF BD falls back to bytes */
+    CHECK(ids_are(t, "a\xff" "b\xe2\x82", 5, 0, IDS(260, 243, 195, 193, 261, 243, 195, 193)));
+    CHECK(decodes_to(t, IDS(2, 260, 261), 0, "<bos>ab"));
+    CHECK(decodes_to(t, IDS(2, 260, 261), TOK_DECODE_SKIP_SPECIAL, "ab"));
+    CHECK(decodes_to(t, IDS(230, 134, 176), 0, "\u20ac"));
+    CHECK(decodes_to(t, IDS(230), 0, "\xe2"));                      /* the byte itself ... */
+    CHECK(decodes_to(t, IDS(230), TOK_DECODE_LOSSY, "\ufffd"));     /* ... or HF's U+FFFD */
+    CHECK(decodes_to(t, IDS(230, 260), TOK_DECODE_LOSSY, "\ufffd" "a"));
+    CHECK(decodes_to(t, IDS(271, 265, 266), 0, " ab  "));
+    tokenizer_free(t);
+}
+
+/* byte_fallback needs every byte's token, else unk; as in HF an unk waits for the next known character, so
+ * fallback bytes in between come first; fuse_unk joins neighbouring unks. */
+TEST(tok_byte_fallback_and_unk) {
+    Mini m = {NULL, NULL, NULL, NULL, MINI_SPECIALS, NULL, 1, {"<0xE2>", "<0x82>", "<0xAC>"}, {{NULL, NULL}}};
+    Tokenizer *t = mini(&m);
+    REQUIRE(t);
+    CHECK(ids_are(t, "q\u20acqa", 6, 1, IDS(14, 15, 16, 3, 4)));
+    CHECK(ids_are(t, "qq\u20ac", 5, 1, IDS(14, 15, 16, 3)));
+    CHECK(ids_are(t, "\u20ac", 3, 1, IDS(14, 15, 16)));
+    tokenizer_free(t);
+    m.model_extra = "\"byte_fallback\": true, \"fuse_unk\": false";
+    t = mini(&m);
+    REQUIRE(t);
+    CHECK(ids_are(t, "q\u20acqa", 6, 1, IDS(14, 15, 16, 3, 3, 4)));
+    CHECK(ids_are(t, "qq\u20ac", 5, 1, IDS(3, 14, 15, 16, 3)));
+    CHECK(ids_are(t, "qqa", 3, 1, IDS(3, 3, 4)));
+    tokenizer_free(t);
+}
+
+/* Split: every behavior, with and without invert. ignore_merges makes each piece in the vocabulary one id, so
+ * the ids show the pieces: a=260 b=261 c=262 -=264 a-=270 b-=271 -c=272 -b=273 --=274. */
+TEST(tok_split_behaviors) {
+    static const struct {
+        const char *behavior;
+        int invert;
+        int want[8];
+    } cases[] = {
+        {"Removed", 0, {260, 261, 262, -1}},
+        {"Removed", 1, {264, 264, 264, -1}},
+        {"Isolated", 0, {260, 264, 261, 264, 264, 262, -1}},
+        {"Isolated", 1, {260, 264, 261, 264, 264, 262, -1}},
+        {"MergedWithPrevious", 0, {270, 271, 264, 262, -1}},
+        {"MergedWithPrevious", 1, {260, 273, 264, 272, -1}},
+        {"MergedWithNext", 0, {260, 273, 264, 272, -1}},
+        {"MergedWithNext", 1, {270, 271, 264, 262, -1}},
+        {"Contiguous", 0, {260, 264, 261, 274, 262, -1}},
+        {"Contiguous", 1, {260, 264, 261, 274, 262, -1}},
+    };
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
+        char pre[200];
+        snprintf(pre, sizeof pre, "{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"%s\", \"invert\": %s}",
+                 cases[c].behavior, cases[c].invert ? "true" : "false");
+        Mini m = {NULL, pre, NULL, NULL, NULL, "\"ignore_merges\": true", 0, {"a-", "b-", "-c", "-b", "--"}, {{NULL, NULL}}};
+        Tokenizer *t = mini(&m);
+        REQUIRE(t);
+        CHECK_MSG(ids_are(t, "a-b--c", 6, 0, cases[c].want), "%s invert %d", cases[c].behavior, cases[c].invert);
+        tokenizer_free(t);
+    }
+}
+
+/* Metaspace: prepend_scheme first (only at the start of the text: not after an added token), always, never;
+ * split or not; its decoder drops the first token's replacement unless never. */
+TEST(tok_metaspace) {
+    static const struct {
+        const char *scheme, *split;
+        int want[4][6];
+        const char *dec;
+    } cases[] = {
+        {"first", "true", {{270, 265, 261, -1}, {2, 260, 265, 261, -1}, {271, 2, 271, -1}, {271, 265, 272, -1}}, "a b "},
+        {"first", "false", {{270, 265, 261, -1}, {2, 260, 265, 261, -1}, {271, 2, 271, -1}, {271, 265, 272, -1}}, "a b "},
+        {"always", "true", {{270, 265, 261, -1}, {2, 270, 265, 261, -1}, {271, 2, 271, -1}, {271, 265, 272, -1}}, "a b "},
+        {"always", "false", {{270, 265, 261, -1}, {2, 270, 265, 261, -1}, {271, 2, 271, -1}, {271, 265, 272, -1}}, "a b "},
+        {"never", "true", {{270, 265, 261, -1}, {2, 260, 265, 261, -1}, {273, 2, 271, -1}, {273, 265, 272, -1}}, " a b "},
+        {"never", "false", {{270, 265, 261, -1}, {2, 260, 265, 261, -1}, {273, 2, 271, -1}, {273, 265, 272, -1}}, " a b "},
+    };
+    static const char *const texts[4] = {" a b", "<bos>a b", "ab<bos> ab", "ab cd"};
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
+        char ms[200];
+        snprintf(ms, sizeof ms, "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"%s\", \"split\": %s}",
+                 cases[c].scheme, cases[c].split);
+        Mini m = {NULL, ms, NULL, ms, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+        Tokenizer *t = mini(&m);
+        REQUIRE(t);
+        for (int k = 0; k < 4; k++)
+            CHECK_MSG(ids_are(t, texts[k], strlen(texts[k]), 0, cases[c].want[k]), "%s %s", cases[c].scheme, cases[c].split);
+        CHECK(decodes_to(t, IDS(265, 260, 265, 261, 265), 0, cases[c].dec));
+        CHECK(decodes_to(t, IDS(2, 265, 260), 0, "<bos> a"));
+        tokenizer_free(t);
+    }
+}
+
+/* Added tokens: lstrip / rstrip take the white space around them, single_word needs non-word characters (or
+ * the text's ends) around it, a normalized token matches its normalized form (and decodes from it), specials
+ * go with skip_special. Ids: <l> 274, <r> 275, [w] 276, "a b" 277, <s> 278. */
+TEST(tok_added_token_flags) {
+    Mini m = {GEMMA_NORMALIZER, GEMMA_PRE, NULL, GEMMA_DECODER,
+              MINI_SPECIALS ", {\"id\": 274, \"content\": \"<l>\", \"lstrip\": true, \"special\": true, \"normalized\": false}, "
+              "{\"id\": 275, \"content\": \"<r>\", \"rstrip\": true, \"special\": false, \"normalized\": false}, "
+              "{\"id\": 276, \"content\": \"[w]\", \"single_word\": true, \"special\": false, \"normalized\": false}, "
+              "{\"id\": 277, \"content\": \"a b\", \"special\": false, \"normalized\": true}, "
+              "{\"id\": 278, \"content\": \"<s>\", \"special\": true, \"normalized\": false, \"lstrip\": true, \"rstrip\": true}",
+              NULL, 0, {NULL}, MINI_MERGES};
+    Tokenizer *t = mini(&m);
+    REQUIRE(t);
+    static const struct {
+        const char *text;
+        int want[8];
+    } cases[] = {
+        {"x  <l>y", {267, 274, 268, -1}},   {"x<r>   y", {267, 275, 268, -1}},   {"a[w]b", {260, 95, 123, 97, 261, -1}},
+        {" [w] ", {265, 276, 265, -1}},     {"[w]", {276, -1}},                 {"ca bd", {262, 277, 263, -1}},
+        {"a b", {277, -1}},                 {"x <s>  y", {267, 278, 268, -1}},  {"<l><l>", {274, 274, -1}},
+        {"<r>  <l>", {275, 274, -1}},       {"\u00e9[w]", {269, 95, 123, 97, -1}}, {"_[w]", {99, 95, 123, 97, -1}},
+    };
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) CHECK(ids_are(t, cases[c].text, strlen(cases[c].text), 1, cases[c].want));
+    CHECK(decodes_to(t, IDS(267, 278, 262, 277, 263, 274), 0, "x<s>ca bd<l>"));
+    CHECK(decodes_to(t, IDS(267, 278, 262, 277, 263, 274), TOK_DECODE_SKIP_SPECIAL, "xca bd"));
+    tokenizer_free(t);
+}
+
+/* Decoders: Strip and a Regex Replace after Fuse; no decoder joins tokens with spaces; Replace(Regex) and
+ * Prepend normalizers (an empty match inserts the content everywhere, as Oniguruma's find_iter gives it). */
+TEST(tok_decoders_and_normalizers) {
+    Mini m = {NULL, NULL, NULL,
+              "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", "
+              "\"content\": \"x\", \"start\": 2, \"stop\": 1}, {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"a+\"}, \"content\": \"A\"}]}",
+              NULL, NULL, 0, {NULL}, MINI_MERGES};
+    Tokenizer *t = mini(&m);
+    REQUIRE(t);
+    CHECK(decodes_to(t, IDS(267, 267, 267, 260, 267), 0, "xA"));
+    CHECK(decodes_to(t, IDS(267, 260, 260, 261, 267, 267), 0, "Abx"));
+    CHECK(decodes_to(t, IDS(260, 199, 173, 267), 0, "A\u00e9"));
+    tokenizer_free(t);
+    Mini n = {NULL, NULL, NULL, NULL, NULL, NULL, 0, {NULL}, MINI_MERGES};
+    t = mini(&n);
+    REQUIRE(t);
+    CHECK(decodes_to(t, IDS(260, 261, 270, 4), 0, "a b \u2581a <0x00>"));
+    tokenizer_free(t);
+    Mini g = {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"q*\"}, \"content\": \"-\"}, "
+              "{\"type\": \"Prepend\", \"prepend\": \"\u2581\"}]}",
+              NULL, NULL, NULL, NULL, NULL, 0, {NULL}, MINI_MERGES};
+    t = mini(&g);
+    REQUIRE(t);
+    CHECK(ids_are(t, "ab", 2, 1, IDS(265, 264, 260, 264, 261, 264)));
+    CHECK(ids_are(t, "qqa", 3, 1, IDS(265, 264, 260, 264)));
+    CHECK(ids_are(t, "a b", 3, 1, IDS(265, 264, 260, 264, 266, 264, 261, 264)));
+    int32_t *ids;
+    size_t k;
+    ZyErr err;
+    CHECK(tokenizer_encode_ex(t, NULL, "", 0, TOK_ENCODE_ADD_SPECIAL, &ids, &k, &err) == 0 && k == 0 && !ids);
+    tokenizer_free(t);
+}
+
+/* Post-processors: a template with several specials and $A twice; Sequence[ByteLevel, Template];
+ * tokenizer_config.json's add_bos_token / add_eos_token replace the template. */
+TEST(tok_templates_and_config) {
+    Mini m = {NULL, NULL,
+              "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\", \"trim_offsets\": false}, "
+              "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"[X]\", \"type_id\": 0}}, "
+              "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"<eos>\", \"type_id\": 0}}, "
+              "{\"Sequence\": {\"id\": \"A\", \"type_id\": 1}}], \"special_tokens\": {\"[X]\": {\"id\": \"[X]\", \"ids\": [2, 0], "
+              "\"tokens\": [\"<bos>\", \"<pad>\"]}, \"<eos>\": {\"id\": \"<eos>\", \"ids\": [1], \"tokens\": [\"<eos>\"]}}}]}",
+              NULL, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+    Tokenizer *t = mini(&m);
+    REQUIRE(t);
+    CHECK(ids_are(t, "ab", 2, 1, IDS(2, 0, 273, 1, 273)));
+    CHECK(ids_are(t, "ab", 2, 0, IDS(273, 273))); /* HF still repeats $A without the specials */
+    ZyErr err;
+    static const char *cfg1 = "{\"add_bos_token\": false, \"add_eos_token\": true, \"bos_token\": \"<bos>\", "
+                              "\"eos_token\": {\"__type\": \"AddedToken\", \"content\": \"<eos>\"}}";
+    REQUIRE(tokenizer_apply_config_json(t, cfg1, strlen(cfg1), "cfg.json", &err) == 0);
+    CHECK(ids_are(t, "ab", 2, 1, IDS(273, 1)));
+    static const char *cfg2 = "{\"add_bos_token\": true, \"bos_token\": \"<bos>\"}";
+    REQUIRE(tokenizer_apply_config_json(t, cfg2, strlen(cfg2), "cfg.json", &err) == 0);
+    CHECK(ids_are(t, "ab", 2, 1, IDS(2, 273)));
+    static const char *cfg3 = "{\"model_max_length\": 8}"; /* neither key: the template stays */
+    REQUIRE(tokenizer_apply_config_json(t, cfg3, strlen(cfg3), "cfg.json", &err) == 0);
+    CHECK(ids_are(t, "ab", 2, 1, IDS(2, 273)));
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{\"add_bos_token\": 1}", "cfg.json: add_bos_token: expected a boolean"},
+        {"{\"add_eos_token\": true}", "cfg.json: add_eos_token: true, but there is no eos_token"},
+        {"{\"add_bos_token\": true, \"bos_token\": \"<nope>\"}", "cfg.json: bos_token: \"<nope>\" is not in the vocabulary"},
+        {"{\"add_bos_token\": true, \"bos_token\": 5}", "cfg.json: bos_token: expected a string"},
+        {"[]", "cfg.json: expected a JSON object"},
+        {"{\"a\": 1", "cfg.json: invalid JSON"},
+    };
+    for (size_t c = 0; c < ZY_ARRAY_LEN(bad); c++) {
+        err.msg[0] = '\0';
+        CHECK_MSG(tokenizer_apply_config_json(t, bad[c].json, strlen(bad[c].json), "cfg.json", &err) != 0 &&
+                      strstr(err.msg, bad[c].msg), "%s: \"%s\"", bad[c].json, err.msg);
+    }
+    CHECK(ids_are(t, "ab", 2, 1, IDS(2, 273))); /* a refused config changes nothing */
+    tokenizer_free(t);
+}
+
+/* The plain definition of BPE on a whole piece: what cutting long pieces into parts must reproduce. */
+static size_t reference_merge(const Tokenizer *t, int32_t *sym, size_t m) {
+    for (;;) {
+        int best_rank = -1;
+        size_t best = 0;
+        for (size_t k = 0; k + 1 < m; k++)
+            for (int r = 0; r < tokenizer_n_merges(t); r++) {
+                int a, b;
+                tokenizer_merge(t, r, &a, &b);
+                if (a == sym[k] && b == sym[k + 1] && (best_rank < 0 || r < best_rank)) {
+                    best_rank = r;
+                    best = k;
+                }
+            }
+        if (best_rank < 0) return m;
+        int a, b;
+        tokenizer_merge(t, best_rank, &a, &b);
+        char merged[256];
+        snprintf(merged, sizeof merged, "%s%s", tokenizer_token_text(t, a), tokenizer_token_text(t, b));
+        sym[best] = tokenizer_token_id(t, merged);
+        memmove(sym + best + 1, sym + best + 2, (m - best - 2) * sizeof *sym);
+        m--;
+    }
+}
+
+/* Gemma's pre-tokenizer leaves a whole text in one piece; zaya cuts it where no merge can join the sides. With
+ * random merges (many across "▁"), the ids must equal plain BPE on the whole piece. */
+TEST(tok_long_pieces_match_whole_bpe) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 21);
+    static const char *const alpha[4] = {"a", "b", "c", "\u2581"};
+    const char *tokens[64];
+    char store[64][40];
+    int n = 0;
+    for (int i = 0; i < 4; i++) tokens[n++] = alpha[i];
+    Str merges = {0}, vocab = {0};
+    int n_merges = 0;
+    while (n < 40) {
+        const char *a = tokens[zy_rng_next(&rng) % (uint64_t)n], *b = tokens[zy_rng_next(&rng) % (uint64_t)n];
+        if (strlen(a) + strlen(b) > 12) continue;
+        char cat[40];
+        snprintf(cat, sizeof cat, "%s%s", a, b);
+        int dup = 0;
+        for (int k = 0; k < n; k++) dup |= strcmp(tokens[k], cat) == 0;
+        if (dup) continue;
+        snprintf(store[n], sizeof store[n], "%s", cat);
+        tokens[n] = store[n];
+        n++;
+        str_add(&merges, "%s[", n_merges++ ? ", " : "");
+        str_json(&merges, a);
+        str_add(&merges, ", ");
+        str_json(&merges, b);
+        str_add(&merges, "]");
+    }
+    for (int i = 0; i < n; i++) {
+        str_add(&vocab, i ? ", " : "");
+        str_json(&vocab, tokens[i]);
+        str_add(&vocab, ": %d", i);
+    }
+    Str js = {0};
+    str_add(&js, "{\"normalizer\": %s, \"pre_tokenizer\": %s, \"model\": {\"type\": \"BPE\", \"vocab\": {%s}, \"merges\": [%s]}}",
+            GEMMA_NORMALIZER, GEMMA_PRE, vocab.p, merges.p);
+    Tokenizer *t = NULL;
+    ZyErr err;
+    REQUIRE(tokenizer_load_json(js.p, js.n, "random.json", &t, &err) == 0);
+    int bad = 0;
+    for (int it = 0; it < 60 && bad < 3; it++) {
+        size_t len = 20 + zy_rng_next(&rng) % 600;
+        char *text = malloc(len + 1);
+        for (size_t i = 0; i < len; i++) text[i] = " abc"[zy_rng_next(&rng) % 4];
+        text[len] = '\0';
+        int32_t *ids, *sym = malloc(len * sizeof *sym);
+        size_t k;
+        REQUIRE(tokenizer_encode(t, text, len, &ids, &k, &err) == 0);
+        for (size_t i = 0; i < len; i++) sym[i] = text[i] == ' ' ? 3 : text[i] - 'a';
+        size_t m = reference_merge(t, sym, len);
+        if (m != k || memcmp(sym, ids, k * sizeof *ids) != 0) bad++;
+        free(ids);
+        free(sym);
+        free(text);
+    }
+    CHECK(bad == 0);
+    tokenizer_free(t);
+    free(js.p);
+    free(vocab.p);
+    free(merges.p);
+}
+
+/* A loaded pipeline is written back as it was, loads again, and encodes the same; a model folder works as the
+ * path, with its tokenizer_config.json. */
+TEST(tok_pipeline_roundtrip_and_folder) {
+    Mini m = {GEMMA_NORMALIZER, GEMMA_PRE, BOS_TEMPLATE, GEMMA_DECODER,
+              MINI_SPECIALS ", {\"id\": 274, \"content\": \"<l>\", \"single_word\": false, \"lstrip\": true, \"rstrip\": false, "
+              "\"normalized\": false, \"special\": true}",
+              NULL, 0, {NULL}, MINI_MERGES};
+    Tokenizer *a = mini(&m);
+    REQUIRE(a);
+    char *ja = to_json(a);
+    REQUIRE(ja);
+    Tokenizer *b = NULL;
+    ZyErr err;
+    REQUIRE(tokenizer_load_json(ja, strlen(ja), "again.json", &b, &err) == 0);
+    char *jb = to_json(b);
+    CHECK(jb && strcmp(ja, jb) == 0);
+    CHECK(strstr(ja, "\"byte_fallback\": true") && strstr(ja, "\"lstrip\": true") && strstr(ja, "\"type\": \"Split\""));
+    CHECK(same_ids(a, b, "ab cd  x <l> y \u00e9\u20ac"));
+    char dir[64];
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "tokdir") == 0);
+    char *tp = path_in(dir, "tokenizer.json");
+    REQUIRE(tokenizer_save(a, tp, &err) == 0);
+    char *cp = write_tmp(dir, "tokenizer_config.json", "{\"add_bos_token\": false, \"add_eos_token\": true, \"eos_token\": \"<eos>\"}", 69);
+    Tokenizer *c = NULL, *d = NULL;
+    REQUIRE(tokenizer_load(dir, &c, &err) == 0);
+    REQUIRE(tokenizer_load(tp, &d, &err) == 0);
+    CHECK(ids_are(c, "ab", 2, 1, IDS(273, 1)) && ids_are(d, "ab", 2, 1, IDS(273, 1)));
+    tokenizer_free(c);
+    free(write_tmp(dir, "tokenizer_config.json", "{\"add_eos_token\": 3}", 20));
+    CHECK(tokenizer_load(dir, &c, &err) != 0 && c == NULL && strstr(err.msg, "tokenizer_config.json: add_eos_token: expected a boolean"));
+    tokenizer_free(d);
+    zy_test_rmtree(dir);
+    free(tp);
+    free(cp);
+    free(ja);
+    free(jb);
+    tokenizer_free(a);
+    tokenizer_free(b);
+}
+
+/* New components refuse bad fields with the field's path. */
+TEST(tok_pipeline_refusals_name_the_field) {
+    static const struct {
+        const char *normalizer, *pre, *post, *decoder, *msg;
+    } cases[] = {
+        {"{\"type\": \"NFC\"}", NULL, NULL, NULL, "normalizer: type \"NFC\" is not supported"},
+        {"{\"type\": \"NFKC\"}", NULL, NULL, NULL, "Unicode normalization forms"},
+        {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Lowercase\"}]}", NULL, NULL, NULL,
+         "normalizer.normalizers[0]: type \"Lowercase\" is not supported"},
+        {"{\"type\": \"Sequence\", \"normalizers\": {}}", NULL, NULL, NULL, "normalizer.normalizers: expected an array"},
+        {"{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}}", NULL, NULL, NULL, "normalizer.content: missing"},
+        {"{\"type\": \"Replace\", \"pattern\": \" \", \"content\": \"x\"}", NULL, NULL, NULL, "normalizer.pattern: expected {\"String\""},
+        {"{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"(\"}, \"content\": \"x\"}", NULL, NULL, NULL,
+         "normalizer.pattern.Regex: invalid regex at offset 1"},
+        {"{\"type\": \"Replace\", \"pattern\": {\"Glob\": \"*\"}, \"content\": \"x\"}", NULL, NULL, NULL, "\"Glob\" is not String or Regex"},
+        {"{\"type\": \"Prepend\"}", NULL, NULL, NULL, "normalizer.prepend: missing"},
+        {"{\"kind\": \"Prepend\"}", NULL, NULL, NULL, "normalizer.type: missing"},
+        {NULL, "{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"Merged\", \"invert\": false}", NULL, NULL,
+         "pre_tokenizer.behavior: \"Merged\" is not one of"},
+        {NULL, "{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"Removed\"}", NULL, NULL,
+         "pre_tokenizer.invert: missing"},
+        {NULL, "{\"type\": \"Metaspace\", \"replacement\": \"ab\"}", NULL, NULL, "pre_tokenizer.replacement: must be exactly one character"},
+        {NULL, "{\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}", NULL, NULL,
+         "pre_tokenizer.prepend_scheme: must be"},
+        {NULL, "{\"type\": \"Metaspace\", \"replacement\": \"_\", \"add_prefix_space\": false}", NULL, NULL,
+         "pre_tokenizer.add_prefix_space: false does not match prepend_scheme"},
+        {NULL, "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\", \"add_prefix_space\": false}, "
+               "{\"type\": \"Metaspace\", \"replacement\": \"_\"}]}", NULL, NULL, "ByteLevel must be the last pre-tokenizer"},
+        {NULL, "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}]}", NULL, NULL,
+         "pre_tokenizer.pretokenizers[0]: type \"Digits\" is not supported"},
+        {NULL, NULL, "{\"type\": \"RobertaProcessing\"}", NULL, "post_processor: type \"RobertaProcessing\" is not supported"},
+        {NULL, NULL, "{\"type\": \"TemplateProcessing\", \"single\": [], \"special_tokens\": []}", NULL,
+         "post_processor.special_tokens: missing or not an object"},
+        {NULL, NULL, "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<x>\", \"type_id\": 0}}], "
+                     "\"special_tokens\": {}}", NULL, "post_processor.single[0]: special token \"<x>\" is missing"},
+        {NULL, NULL, "{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"B\", \"type_id\": 0}}], "
+                     "\"special_tokens\": {}}", NULL, "the single template cannot use sequence B"},
+        {NULL, NULL, "{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+                     "\"pair\": [{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"special_tokens\": {}}", NULL,
+         "post_processor.pair: must use both sequences A and B"},
+        {NULL, NULL, "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<x>\", \"type_id\": 0}}], "
+                     "\"special_tokens\": {\"<x>\": {\"id\": \"<x>\", \"ids\": [999], \"tokens\": [\"<x>\"]}}}", NULL,
+         "post_processor: special token id 999 is not in the vocabulary"},
+        {NULL, NULL, "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<x>\", \"type_id\": 0}}], "
+                     "\"special_tokens\": {\"<x>\": {\"id\": \"<x>\", \"ids\": [1, 2], \"tokens\": [\"<x>\"]}}}", NULL,
+         "ids and tokens must be arrays of the same length"},
+        {NULL, NULL, NULL, "{\"type\": \"WordPiece\"}", "decoder: type \"WordPiece\" is not supported"},
+        {NULL, NULL, NULL, "{\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}", "decoder.start: missing or not a non-negative"},
+        {NULL, NULL, NULL, "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, {\"type\": \"Replace\", \"content\": \"x\"}]}",
+         "decoder.decoders[1].pattern: expected"},
+    };
+    ZyErr err;
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
+        Mini m = {cases[c].normalizer, cases[c].pre, cases[c].post, cases[c].decoder, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+        char *j = mini_json(&m);
+        Tokenizer *u = NULL;
+        err.msg[0] = '\0';
+        int rc = tokenizer_load_json(j, strlen(j), "cfg/tok.json", &u, &err);
+        CHECK_MSG(rc != 0 && u == NULL && strncmp(err.msg, "cfg/tok.json: ", 14) == 0 && strstr(err.msg, cases[c].msg),
+                  "case %zu: rc %d, message \"%s\", expected \"%s\"", c, rc, err.msg, cases[c].msg);
+        tokenizer_free(u);
+        free(j);
+    }
+    /* added tokens: HF numbers new ones after model.vocab, and takes a repeated content's first id */
+    static const struct {
+        const char *added, *msg;
+    } added[] = {
+        {"{\"id\": 280, \"content\": \"<new>\"}", "added_tokens[0].id: 280, but tokenizers numbers the new token \"<new>\" 274"},
+        {"{\"id\": 274, \"content\": \"<new>\"}, {\"id\": 274, \"content\": \"<new2>\"}", "added_tokens[1]: id 274 of \"<new2>\" is already \"<new>\""},
+        {"{\"id\": 274, \"content\": \"<new>\"}, {\"id\": 275, \"content\": \"<new>\"}", "\"<new>\" has id 275 but an earlier entry gives it 274"},
+        {"{\"id\": 266, \"content\": \" \", \"normalized\": true}", NULL},
+        {"{\"id\": 274, \"content\": \"x\", \"lstrip\": 1}", "added_tokens[0].lstrip: not a boolean"},
+    };
+    for (size_t c = 0; c < ZY_ARRAY_LEN(added); c++) {
+        Mini m = {NULL, NULL, NULL, NULL, added[c].added, NULL, 0, {NULL}, MINI_MERGES};
+        char *j = mini_json(&m);
+        Tokenizer *u = NULL;
+        err.msg[0] = '\0';
+        int rc = tokenizer_load_json(j, strlen(j), "cfg/tok.json", &u, &err);
+        if (added[c].msg)
+            CHECK_MSG(rc != 0 && strstr(err.msg, added[c].msg), "added case %zu: \"%s\"", c, err.msg);
+        else
+            CHECK_MSG(rc == 0 && u && tokenizer_token_id(u, " ") == 266, "added case %zu: \"%s\"", c, err.msg); /* in model.vocab */
+        tokenizer_free(u);
+        free(j);
+    }
+    Tokenizer *u = NULL;
+    CHECK(tokenizer_load_json("{\"model\": \"\xff\"}", 14, "bad.json", &u, &err) != 0 && strstr(err.msg, "bad.json: invalid UTF-8 at byte 11"));
+    Str deep = {0}; /* Sequences in Sequences */
+    str_add(&deep, "{\"pre_tokenizer\": ");
+    for (int i = 0; i < 12; i++) str_add(&deep, "{\"type\": \"Sequence\", \"pretokenizers\": [");
+    for (int i = 0; i < 12; i++) str_add(&deep, "]}");
+    str_add(&deep, ", \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}");
+    CHECK(tokenizer_load_json(deep.p, deep.n, "deep.json", &u, &err) != 0 && strstr(err.msg, "nested more than 8 deep"));
+    free(deep.p);
+}
+
+/* An added token right after a model vocabulary that fills the id table exactly (512 ids) once read past it. */
+TEST(tok_added_token_after_a_full_id_table) {
+    Str js = {0};
+    str_add(&js, "{\"added_tokens\": [{\"id\": 512, \"content\": \"<new>\", \"special\": true}], \"model\": {\"type\": \"BPE\", \"vocab\": {");
+    for (int i = 0; i < 512; i++) str_add(&js, "%s\"t%d\": %d", i ? ", " : "", i, i);
+    str_add(&js, "}, \"merges\": []}}");
+    Tokenizer *t = NULL;
+    ZyErr err;
+    REQUIRE(tokenizer_load_json(js.p, js.n, "full.json", &t, &err) == 0);
+    CHECK(tokenizer_vocab_size(t) == 513 && tokenizer_token_id(t, "<new>") == 512);
+    CHECK(ids_are(t, "t1<new>", 7, 1, IDS(512))); /* "t" and "1" are no tokens (and no unk): only <new> stays */
+    CHECK(ids_are(t, "<new>", 5, 1, IDS(512)));
+    CHECK(decodes_to(t, IDS(512, 7), 0, "<new> t7"));
+    tokenizer_free(t);
+    free(js.p);
 }
