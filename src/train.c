@@ -293,24 +293,30 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
 
 /* ---- one optimizer step ----------------------------------------------------------------------------------- */
 
+/* Micro-batch k of this rank's share of the step's global batch (rows [rank·rows_here, (rank+1)·rows_here)) into
+ * t->inputs / t->targets, checked. */
+static int read_micro_batch(Trainer *t, int k, int T, ZyErr *err) {
+    const int mb = t->rc.micro_batch, rows_here = t->rc.batch_size / t->dist->size;
+    if (loader_read(&t->loader, t->rows, t->dist->rank * rows_here + k * mb, mb, T, t->window, err)) return -1;
+    split_windows(t->window, mb, T, t->inputs, t->targets);
+    if (model_check_tokens(&t->model, t->inputs, mb, T, err) || model_check_tokens(&t->model, t->targets, mb, T, err))
+        return zy_wrap(err, "training data at step %lld", (long long)t->step);
+    return 0;
+}
+
 /* train_step's GPU twin: the same data, order and arithmetic, the work on the device (gpu_trainer.h). */
 static int train_step_gpu(Trainer *t, int n_micro, double *loss_out, double *gnorm_out, double *lr_out,
                           double *comm_out, ZyErr *err) {
     const RunConfig *rc = &t->rc;
     const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
     const Dist *d = t->dist;
-    const int T = ph->seq_len, mb = rc->micro_batch, rows_here = rc->batch_size / d->size;
+    const int T = ph->seq_len;
     const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
     gpu_trainer_begin(t->gpu);
     routing_counts_reset(&t->routes);
-    for (int k = 0; k < n_micro; k++) {
-        if (loader_read(&t->loader, t->rows, d->rank * rows_here + k * mb, mb, T, t->window, err)) return -1;
-        split_windows(t->window, mb, T, t->inputs, t->targets);
-        if (model_check_tokens(&t->model, t->inputs, mb, T, err) ||
-            model_check_tokens(&t->model, t->targets, mb, T, err))
-            return zy_wrap(err, "training data at step %lld", (long long)t->step);
-        if (gpu_trainer_micro(t->gpu, t->inputs, t->targets, &t->routes, err)) return -1;
-    }
+    for (int k = 0; k < n_micro; k++)
+        if (read_micro_batch(t, k, T, err) || gpu_trainer_micro(t->gpu, t->inputs, t->targets, &t->routes, err))
+            return -1;
     const int nan_fault = fault_claim(&t->faults, FAULT_NAN, t->step + 1);
     double loss = 0, sumsq = 0;
     const double t_comm = zy_now_seconds();
@@ -372,12 +378,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     routing_counts_reset(&t->routes);
     double loss = 0;
     for (int k = 0; k < n_micro; k++) {
-        /* this rank's share of the global batch: rows [rank·rows_here, (rank+1)·rows_here) */
-        if (loader_read(&t->loader, t->rows, d->rank * rows_here + k * mb, mb, T, t->window, err)) return -1;
-        split_windows(t->window, mb, T, t->inputs, t->targets);
-        if (model_check_tokens(&t->model, t->inputs, mb, T, err) ||
-            model_check_tokens(&t->model, t->targets, mb, T, err))
-            return zy_wrap(err, "training data at step %lld", (long long)t->step);
+        if (read_micro_batch(t, k, T, err)) return -1;
         model_forward(&t->model, &t->acts, t->inputs);
         loss += model_backward(&t->model, &t->acts, t->targets);
         const int classes = cfg_router_classes(&t->model.cfg);

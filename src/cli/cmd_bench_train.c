@@ -30,6 +30,25 @@ static double median_of(double *x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* One timed GPU training step (one process, clip 1, lr 1e-3): *whole its wall time with the queue drained, *fwd_bwd
+ * the forward + backward part. */
+static int gpu_step(GpuTrainer *gt, Model *m, const int32_t *tokens, const int32_t *targets, RoutingCounts *routes,
+                    double *whole, double *fwd_bwd, ZyErr *err) {
+    const Dist solo = {.rank = 0, .size = 1};
+    const size_t bounds[2] = {0, m->params.total};
+    double loss, sumsq, t0 = zy_now_seconds();
+    gpu_trainer_begin(gt);
+    routing_counts_reset(routes);
+    if (gpu_trainer_micro(gt, tokens, targets, routes, err) || gpu_trainer_sync(gt, err)) return -1;
+    *fwd_bwd = zy_now_seconds() - t0;
+    if (gpu_trainer_reduce(gt, m, &solo, bounds, NULL, 1, 0, &loss, &sumsq, err) ||
+        gpu_trainer_apply(gt, m, &solo, bounds, clip_coefficient(1.0, sqrt(sumsq)), 1e-3, err) ||
+        gpu_trainer_sync(gt, err))
+        return -1;
+    *whole = zy_now_seconds() - t0;
+    return 0;
+}
+
 /* The GPU run: the same steps as `zaya train --device cuda` takes (gpu_trainer.h: forward, backward, the routing
  * statistics, clipping, Muon + AdamW), timed with the GPU's queue drained at each step's end. */
 static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int B, int T, int steps, int warmup,
@@ -52,36 +71,19 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
         gpu_trainer_create(&gt, m, &o, NULL, gpu_index, bf16, B, T, err))
         goto done;
     GpuCtx *g = gpu_model_ctx(gpu_trainer_model(gt));
-    const Dist solo = {.rank = 0, .size = 1};
-    const size_t bounds[2] = {0, m->params.total};
     for (int s = -warmup; s < steps; s++) {
-        if (gpu_trainer_sync(gt, err)) goto done;
-        double t0 = zy_now_seconds(), loss, sumsq;
-        gpu_trainer_begin(gt);
-        routing_counts_reset(&routes);
-        if (gpu_trainer_micro(gt, tokens, targets, &routes, err) || gpu_trainer_sync(gt, err)) goto done;
-        double t1 = zy_now_seconds();
-        if (gpu_trainer_reduce(gt, m, &solo, bounds, NULL, 1, 0, &loss, &sumsq, err) ||
-            gpu_trainer_apply(gt, m, &solo, bounds, clip_coefficient(1.0, sqrt(sumsq)), 1e-3, err) ||
-            gpu_trainer_sync(gt, err))
-            goto done;
-        if (s >= 0) times[s] = zy_now_seconds() - t0, fb[s] = t1 - t0;
+        double whole, fwd_bwd;
+        if (gpu_trainer_sync(gt, err) || gpu_step(gt, m, tokens, targets, &routes, &whole, &fwd_bwd, err)) goto done;
+        if (s >= 0) times[s] = whole, fb[s] = fwd_bwd;
     }
     /* where the time goes: two more steps with the queue drained at every phase boundary (slower, so apart) */
     double phase[MODEL_PHASES] = {0}, t_opt = 0, t_all = 0;
     gpu_model_set_timing(gpu_trainer_model(gt), phase);
     for (int s = 0; s < 2; s++) {
-        double loss, sumsq, t0 = zy_now_seconds();
-        gpu_trainer_begin(gt);
-        routing_counts_reset(&routes);
-        if (gpu_trainer_micro(gt, tokens, targets, &routes, err) || gpu_trainer_sync(gt, err)) goto done;
-        double t1 = zy_now_seconds();
-        if (gpu_trainer_reduce(gt, m, &solo, bounds, NULL, 1, 0, &loss, &sumsq, err) ||
-            gpu_trainer_apply(gt, m, &solo, bounds, clip_coefficient(1.0, sqrt(sumsq)), 1e-3, err) ||
-            gpu_trainer_sync(gt, err))
-            goto done;
-        t_opt += zy_now_seconds() - t1;
-        t_all += zy_now_seconds() - t0;
+        double whole, fwd_bwd;
+        if (gpu_step(gt, m, tokens, targets, &routes, &whole, &fwd_bwd, err)) goto done;
+        t_opt += whole - fwd_bwd;
+        t_all += whole;
     }
     gpu_model_set_timing(gpu_trainer_model(gt), NULL);
     const double median = median_of(times, steps), fb_median = median_of(fb, steps);

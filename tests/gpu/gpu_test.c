@@ -138,6 +138,24 @@ void gt_reset(GpuTest *t) {
     t->n_host = t->n_dev = 0;
 }
 
+ZayaConfig gt_small_config(void) {
+    return (ZayaConfig){.vocab_size = 97, .hidden_size = 64, .num_layers = 3, .num_heads = 4, .num_kv_heads = 2,
+                        .head_dim = 16, .num_experts = 4, .moe_intermediate_size = 48, .router_hidden_size = 32,
+                        .cca_time0 = 2, .cca_time1 = 2, .rms_norm_eps = 1e-5f, .tie_word_embeddings = 1,
+                        .max_position_embeddings = 256, .rope_theta = 10000.0f, .partial_rotary_factor = 0.5f,
+                        .initializer_range = 0.02f, .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0};
+}
+
+void gt_randomise_model(GpuTest *t, Model *m) {
+    model_init_weights(m, zy_rng_next(&t->rng));
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        float *x = m->params.data + p->offset;
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = p->init == INIT_NORMAL ? x[j] * 5.0f : x[j] + (float)(0.1 * zy_rng_normal(&t->rng));
+    }
+}
+
 typedef struct {
     const char *name;
     void (*fn)(GpuTest *);

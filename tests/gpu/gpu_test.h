@@ -7,7 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "gpu/gpu.h"
+#include "model.h"
 #include "util.h"
 
 typedef struct {
@@ -40,6 +42,12 @@ int gt_check_i(GpuTest *t, const char *name, const int32_t *dev, const int32_t *
 int gt_assert(GpuTest *t, int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 double gt_rel_err(const float *a, const float *ref, size_t n); /* host arrays; INFINITY when a has a NaN */
 void gt_reset(GpuTest *t);
+
+/* The small ZAYA1 config the model-level groups start from (V 97, D 64, 3 layers, 4 experts, head_dim 16). */
+ZayaConfig gt_small_config(void);
+/* Random weights for a model-level check: the spec's init, matrices scaled to std 0.1 (outputs of order one), every
+ * vector (norms, biases, scales, temperatures) moved off its constant so each gradient path carries signal. */
+void gt_randomise_model(GpuTest *t, Model *m);
 
 /* The groups (each in tests/gpu/test_gpu_<group>.c). */
 void test_gpu_gemm(GpuTest *t);

@@ -12,24 +12,6 @@
 #include "gpu_test.h"
 #include "model.h"
 
-static ZayaConfig decode_config(void) {
-    return (ZayaConfig){.vocab_size = 97, .hidden_size = 64, .num_layers = 3, .num_heads = 4, .num_kv_heads = 2,
-                        .head_dim = 16, .num_experts = 4, .moe_intermediate_size = 48, .router_hidden_size = 32,
-                        .cca_time0 = 2, .cca_time1 = 2, .rms_norm_eps = 1e-5f, .tie_word_embeddings = 1,
-                        .max_position_embeddings = 256, .rope_theta = 10000.0f, .partial_rotary_factor = 0.5f,
-                        .initializer_range = 0.02f, .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0};
-}
-
-static void randomise(GpuTest *t, Model *m) {
-    model_init_weights(m, zy_rng_next(&t->rng));
-    for (int i = 0; i < m->params.count; i++) {
-        const ParamInfo *p = &m->params.info[i];
-        float *x = m->params.data + p->offset;
-        for (size_t j = 0; j < p->numel; j++)
-            x[j] = p->init == INIT_NORMAL ? x[j] * 5.0f : x[j] + (float)(0.1 * zy_rng_normal(&t->rng));
-    }
-}
-
 /* B sequences of T tokens: the GPU's full forward, the GPU cache (prefill of n0 tokens in pieces of `chunk`, then one
  * token at a time), the CPU cache the same way; every position's logits compared. */
 static void compare_decode(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int n0, int chunk) {
@@ -40,7 +22,7 @@ static void compare_decode(GpuTest *t, const char *label, const ZayaConfig *cfg,
         gt_assert(t, 0, label, "%s", err.msg);
         return;
     }
-    randomise(t, &m);
+    gt_randomise_model(t, &m);
     const int V = cfg->vocab_size;
     const size_t NV = (size_t)B * T * V;
     int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, V);
@@ -109,14 +91,14 @@ static int collect(void *ctx, int32_t tok, ZyErr *err) {
 }
 
 static void compare_generate(GpuTest *t) {
-    ZayaConfig cfg = decode_config();
+    ZayaConfig cfg = gt_small_config();
     Model m;
     ZyErr err = {{0}};
     if (model_create(&m, &cfg, &err)) {
         gt_assert(t, 0, "generate", "%s", err.msg);
         return;
     }
-    randomise(t, &m);
+    gt_randomise_model(t, &m);
     int32_t prompt[12], got_gpu[64] = {0}, got_cpu[64] = {0};
     for (int i = 0; i < 12; i++) prompt[i] = 3 + (int32_t)(zy_rng_next(&t->rng) % 90);
     Sampler s;
@@ -146,7 +128,7 @@ static void compare_generate(GpuTest *t) {
 }
 
 void test_gpu_decode(GpuTest *t) {
-    ZayaConfig c = decode_config();
+    ZayaConfig c = gt_small_config();
     compare_decode(t, "zaya1 B1 T40 prefill 13 in pieces of 5", &c, 1, 40, 13, 5);
     compare_decode(t, "zaya1 B3 T33 prefill 16 in one piece", &c, 3, 33, 16, 64);
     ZayaConfig k31 = c;

@@ -10,29 +10,6 @@
 #include "gpu_test.h"
 #include "model.h"
 
-static ZayaConfig small_config(void) {
-    return (ZayaConfig){.vocab_size = 97, .hidden_size = 64, .num_layers = 3, .num_heads = 4, .num_kv_heads = 2,
-                        .head_dim = 16, .num_experts = 4, .moe_intermediate_size = 48, .router_hidden_size = 32,
-                        .cca_time0 = 2, .cca_time1 = 2, .rms_norm_eps = 1e-5f, .tie_word_embeddings = 1,
-                        .max_position_embeddings = 256, .rope_theta = 10000.0f, .partial_rotary_factor = 0.5f,
-                        .initializer_range = 0.02f, .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0};
-}
-
-/* Random weights: the spec's init, then every vector (norms, biases, scales, temperatures) moved off its constant so
- * that each gradient path carries signal; the balancing biases spread so routing uses every class. */
-static void randomise(GpuTest *t, Model *m) {
-    model_init_weights(m, zy_rng_next(&t->rng));
-    for (int i = 0; i < m->params.count; i++) {
-        const ParamInfo *p = &m->params.info[i];
-        float *x = m->params.data + p->offset;
-        if (p->init == INIT_NORMAL) {
-            for (size_t j = 0; j < p->numel; j++) x[j] *= 5.0f; /* std 0.1: outputs of order one */
-        } else {
-            for (size_t j = 0; j < p->numel; j++) x[j] += (float)(0.1 * zy_rng_normal(&t->rng));
-        }
-    }
-}
-
 static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T) {
     Model m;
     Activations a;
@@ -42,7 +19,7 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
         gt_assert(t, 0, label, "%s", err.msg);
         return;
     }
-    randomise(t, &m);
+    gt_randomise_model(t, &m);
     const int N = B * T, V = cfg->vocab_size;
     int32_t *tokens = gt_rand_int(t, (size_t)N, 0, V), *targets = gt_rand_int(t, (size_t)N, 0, V);
     targets[N - 1] = -1; /* an ignored position */
@@ -110,7 +87,7 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
 }
 
 void test_gpu_model(GpuTest *t) {
-    ZayaConfig c = small_config();
+    ZayaConfig c = gt_small_config();
     compare_model(t, "zaya1 B2 T37", &c, 2, 37);
     compare_model(t, "zaya1 B1 T130", &c, 1, 130);
     ZayaConfig u = c;
