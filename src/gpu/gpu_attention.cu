@@ -57,23 +57,9 @@ struct Lay {
     __device__ static int warp_row0(int ty) { return (ty / WY) * (WY * RQ); } /* the warp's rows: [r0, r0 + WY*RQ) */
 };
 
-/* xor shuffle (all lanes call it). */
-__device__ __forceinline__ float shfl_xor(float v, int o) {
-#ifdef ZAYA_HIP
-    return __shfl_xor(v, o);
-#else
-    return __shfl_xor_sync(0xffffffffu, v, o);
-#endif
-}
 /* Over the TX lanes of a score row; a fixed butterfly, so every lane ends with the same bits. */
-__device__ __forceinline__ float row_max(float v) {
-    for (int o = TX / 2; o > 0; o >>= 1) v = fmaxf(v, shfl_xor(v, o));
-    return v;
-}
-__device__ __forceinline__ float row_sum(float v) {
-    for (int o = TX / 2; o > 0; o >>= 1) v += shfl_xor(v, o);
-    return v;
-}
+__device__ __forceinline__ float row_max(float v) { return lane_group_max<TX>(v); }
+__device__ __forceinline__ float row_sum(float v) { return lane_group_sum<TX>(v); }
 
 /* N contiguous floats (N = 1, 2, 4; p aligned to N floats) to / from registers. */
 template <int N>

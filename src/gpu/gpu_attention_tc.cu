@@ -129,22 +129,9 @@ __device__ __forceinline__ uint16_t bf16_bits(float x) {
 #endif
 }
 
-__device__ __forceinline__ float shfl_xor(float v, int o) {
-#ifdef ZAYA_HIP
-    return __shfl_xor(v, o);
-#else
-    return __shfl_xor_sync(0xffffffffu, v, o);
-#endif
-}
 /* Over the LPR lanes of a row: a fixed butterfly, every lane ends with the same bits. */
-__device__ __forceinline__ float row_max(float v) {
-    for (int o = LPR / 2; o > 0; o >>= 1) v = fmaxf(v, shfl_xor(v, o));
-    return v;
-}
-__device__ __forceinline__ float row_sum(float v) {
-    for (int o = LPR / 2; o > 0; o >>= 1) v += shfl_xor(v, o);
-    return v;
-}
+__device__ __forceinline__ float row_max(float v) { return lane_group_max<LPR>(v); }
+__device__ __forceinline__ float row_sum(float v) { return lane_group_sum<LPR>(v); }
 
 /* The accumulator layout: element i of this lane's part of a 16 x 16 accumulator is (rc[i] >> 4, rc[i] & 15).
  * tab: 256 floats holding 0..255 in shared memory (every thread done writing it). */

@@ -42,6 +42,27 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* xor shuffle (every lane of the warp calls it). */
+__device__ __forceinline__ float gk_shfl_xor(float v, int o) {
+#ifdef ZAYA_HIP
+    return __shfl_xor(v, o);
+#else
+    return __shfl_xor_sync(0xffffffffu, v, o);
+#endif
+}
+/* Max / sum over aligned groups of W lanes (W a power of two <= the warp): a fixed butterfly, so every lane of a group
+ * ends with the same bits. */
+template <int W>
+__device__ __forceinline__ float lane_group_max(float v) {
+    for (int o = W / 2; o > 0; o >>= 1) v = fmaxf(v, gk_shfl_xor(v, o));
+    return v;
+}
+template <int W>
+__device__ __forceinline__ float lane_group_sum(float v) {
+    for (int o = W / 2; o > 0; o >>= 1) v += gk_shfl_xor(v, o);
+    return v;
+}
+
 /* Sum over the block (blockDim.x a multiple of the warp size, <= 1024); every thread gets the result.
  * shared: at least 32 doubles of scratch (__shared__ double s[32]). Fixed order. Ends with a barrier, so the
  * scratch may be reused right after. */
