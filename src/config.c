@@ -204,6 +204,20 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         legacy = 1;
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    /* released variants zaya does not run, named rather than failing on some later key */
+    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "zaya1_vl") == 0) {
+        zy_fail(err, "%s: model_type \"zaya1_vl\" is ZAYA1-VL, the vision-language model: not supported (zaya runs the "
+                "text models, model_type \"zaya\")", label);
+        goto done;
+    }
+    const cJSON *quant = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (quant && !cJSON_IsNull(quant)) {
+        const cJSON *method = cJSON_IsObject(quant) ? cJSON_GetObjectItemCaseSensitive(quant, "quant_method") : NULL;
+        zy_fail(err, "%s: quantization_config (quant_method \"%s\"): quantised weights such as ZAYA1-8B-FP8-Experts / "
+                "MXFP4-Experts are not supported; use the bf16 release (ZAYA1-8B)", label,
+                cJSON_IsString(method) ? method->valuestring : "?");
+        goto done;
+    }
     if (!mt) {
         zy_fail(err, "%s: missing key \"model_type\" (expected \"zaya\")", label);
         goto done;
