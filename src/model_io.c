@@ -208,3 +208,84 @@ int model_save_dir(const Model *m, const char *dir, ZyDtype dtype, ZyErr *err) {
     if (zy_path_join(path, sizeof path, dir, "config.json", err)) return -1;
     return config_save(&m->cfg, path, dtype == ZY_DT_BF16 ? "bfloat16" : "float32", err);
 }
+
+/* ---- generation_config.json ------------------------------------------------------------------------------- */
+
+int generation_config_load(GenerationConfig *gc, const char *dir, ZyErr *err) {
+    memset(gc, 0, sizeof *gc);
+    char path[4096];
+    if (zy_path_join(path, sizeof path, dir, "generation_config.json", err)) return -1;
+    struct stat st;
+    if (stat(path, &st) != 0) return 0; /* optional */
+    char *text = NULL;
+    size_t len = 0;
+    if (zy_read_file(path, &text, &len, err)) return -1;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return zy_fail(err, "%s: invalid JSON (expected an object)", path);
+    }
+    int rc = -1;
+    gc->present = 1;
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (cJSON_IsNumber(eos)) {
+        if (eos->valuedouble != (int32_t)eos->valuedouble || eos->valuedouble < 0) {
+            zy_fail(err, "%s: eos_token_id must be a non-negative integer", path);
+            goto done;
+        }
+        gc->eos[gc->n_eos++] = (int32_t)eos->valuedouble;
+    } else if (cJSON_IsArray(eos)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, eos) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != (int32_t)e->valuedouble || e->valuedouble < 0) {
+                zy_fail(err, "%s: eos_token_id[%d] must be a non-negative integer", path, gc->n_eos);
+                goto done;
+            }
+            if (gc->n_eos == GEN_MAX_EOS) {
+                zy_fail(err, "%s: eos_token_id lists more than %d ids", path, GEN_MAX_EOS);
+                goto done;
+            }
+            gc->eos[gc->n_eos++] = (int32_t)e->valuedouble;
+        }
+    } else if (eos && !cJSON_IsNull(eos)) {
+        zy_fail(err, "%s: eos_token_id must be an integer or a list of integers", path);
+        goto done;
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "do_sample");
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsBool(v)) {
+            zy_fail(err, "%s: do_sample must be true or false", path);
+            goto done;
+        }
+        gc->has_do_sample = 1, gc->do_sample = cJSON_IsTrue(v);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(root, "temperature");
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
+            zy_fail(err, "%s: temperature must be a non-negative number", path);
+            goto done;
+        }
+        gc->has_temperature = 1, gc->temperature = v->valuedouble;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(root, "top_k");
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0) {
+            zy_fail(err, "%s: top_k must be a non-negative integer", path);
+            goto done;
+        }
+        gc->has_top_k = 1, gc->top_k = (int)v->valuedouble;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(root, "top_p");
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1)) {
+            zy_fail(err, "%s: top_p must be in (0, 1]", path);
+            goto done;
+        }
+        gc->has_top_p = 1, gc->top_p = v->valuedouble;
+    }
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}

@@ -18,4 +18,19 @@ int model_load_weights(Model *m, const char *dir, ZyErr *err);
  * balancing biases always F32). Creates DIR if needed. */
 int model_save_dir(const Model *m, const char *dir, ZyDtype dtype, ZyErr *err);
 
+/* DIR/generation_config.json, as transformers' GenerationConfig reads it: the stop ids and the sampling defaults a
+ * release ships. Keys zaya does not use are ignored; a key it uses with the wrong type is an error naming it. */
+#define GEN_MAX_EOS 16
+typedef struct {
+    int present;               /* the file exists */
+    int n_eos;                 /* eos_token_id: an integer or a list */
+    int32_t eos[GEN_MAX_EOS];
+    int has_do_sample, do_sample;
+    int has_temperature, has_top_k, has_top_p;
+    double temperature, top_p;
+    int top_k;
+} GenerationConfig;
+/* 0 with gc->present = 0 when the file is absent. */
+int generation_config_load(GenerationConfig *gc, const char *dir, ZyErr *err);
+
 #endif

@@ -1,6 +1,8 @@
 /* zaya generate: prefill a prompt, then cached decoding with sampling; text streams to stdout as it is produced. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,8 +111,10 @@ static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *messages = NULL, *dtype = "f32", *device = "cpu";
-    int max_tokens = 128, top_k = 0, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1;
-    double temperature = 0.8, top_p = 0.95;
+    /* sampling flags start unset (NAN, INT_MIN): a flag wins, then the model's generation_config.json, then zaya's
+     * defaults; a bad value given as a flag still fails sampling_validate */
+    int max_tokens = 128, top_k = INT_MIN, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1;
+    double temperature = NAN, top_p = NAN;
     uint64_t seed = 0;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
@@ -119,9 +123,9 @@ int cmd_generate(int argc, char **argv) {
         {"--messages", ARG_STRING, 0, &messages, "instead of --prompt: a JSON list of chat messages, rendered with the "
                                                  "tokenizer folder's chat template (add_generation_prompt=true)", 0},
         {"--max-tokens", ARG_INT, 0, &max_tokens, "tokens to generate at most (default 128)", 0},
-        {"--temperature", ARG_FLOAT, 0, &temperature, "sampling temperature, 0 = greedy (default 0.8)", 0},
-        {"--top-k", ARG_INT, 0, &top_k, "keep the k most likely tokens, 0 = off (default 0)", 0},
-        {"--top-p", ARG_FLOAT, 0, &top_p, "nucleus sampling mass (default 0.95; 1 = off)", 0},
+        {"--temperature", ARG_FLOAT, 0, &temperature, "sampling temperature, 0 = greedy (default: generation_config.json, else 0.8)", 0},
+        {"--top-k", ARG_INT, 0, &top_k, "keep the k most likely tokens, 0 = off (default: generation_config.json, else 0)", 0},
+        {"--top-p", ARG_FLOAT, 0, &top_p, "nucleus sampling mass, 1 = off (default: generation_config.json, else 0.95)", 0},
         {"--seed", ARG_U64, 0, &seed, "sampling seed (default 0)", 0},
         {"--ids", ARG_SWITCH, 0, &ids_mode, "token ids in and out, no tokenizer (no bos is added)", 0},
         {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding)", 0},
@@ -146,7 +150,20 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int n_ids = 0, rc = 1, have_model = 0, have_cache = 0, have_sampler = 0;
     SamplingParams sp;
+    GenerationConfig gen;
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "generate", &err)) goto fail;
+    if (generation_config_load(&gen, model_dir, &err)) goto fail;
+    if (gen.present) { /* as transformers' GenerationConfig: greedy unless do_sample; its defaults 1.0, 50, 1.0 */
+        const int sample = gen.has_do_sample && gen.do_sample;
+        if (isnan(temperature)) temperature = !sample ? 0.0 : gen.has_temperature ? gen.temperature : 1.0;
+        if (top_k == INT_MIN) top_k = gen.has_top_k ? gen.top_k : 50;
+        if (isnan(top_p)) top_p = gen.has_top_p ? gen.top_p : 1.0;
+        fprintf(stderr, "sampling          temperature %g, top-k %d, top-p %g (flags, then %s/generation_config.json)\n",
+                temperature, top_k, top_p, model_dir);
+    }
+    if (isnan(temperature)) temperature = 0.8;
+    if (top_k == INT_MIN) top_k = 0;
+    if (isnan(top_p)) top_p = 0.95;
     sp = (SamplingParams){temperature, top_k, top_p};
     if (sampling_validate(&sp, &err)) {
         zy_wrap(&err, "generate");
@@ -226,10 +243,11 @@ int cmd_generate(int argc, char **argv) {
     ZyRng rng;
     zy_rng_seed(&rng, seed);
     /* stop at the config's eos, and in text mode at the tokenizer's too */
-    int32_t stops[2];
+    int32_t stops[2 + GEN_MAX_EOS];
     int n_stops = 0;
     if (m.cfg.eos_token_id >= 0) stops[n_stops++] = m.cfg.eos_token_id;
     if (!ids_mode && et.eos_id >= 0 && et.eos_id != m.cfg.eos_token_id) stops[n_stops++] = et.eos_id;
+    for (int i = 0; i < gen.n_eos; i++) stops[n_stops++] = gen.eos[i]; /* generation_config.json's eos ids too */
     IdsOut ids_out = {1};
     TextOut text_out = {tok, et.eos_id};
     GenerateStats st;

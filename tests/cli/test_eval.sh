@@ -142,6 +142,18 @@ out=$("$ZAYA" bench decode --model "$work/model" --context 16 --tokens 8 --dtype
 echo "$out" | grep -Eq '^bf16 vs f32 +logits over 24 positions: relative error median [0-9.e+-]+, max [0-9.e+-]+; same top-1 token at [0-9.]+%$' &&
     echo "$out" | grep -Eq '^weights +bf16: [0-9.]+ MB read per decoded token'
 check "bench decode --dtype bf16: accuracy vs f32 reported" $? "$out"
+# generation_config.json (as releases ship it): its eos ids stop generation, its sampling settings are the defaults
+cp -r "$work/model" "$work/model_gc"
+first=$("$ZAYA" generate --model "$work/model" --ids --prompt "2 3 4" --max-tokens 1 --temperature 0 2>/dev/null | tr -d ' \n')
+echo "{\"eos_token_id\": [$first, 999], \"do_sample\": false}" >"$work/model_gc/generation_config.json"
+out=$("$ZAYA" generate --model "$work/model_gc" --ids --prompt "2 3 4" --max-tokens 10 2>"$work/gc.err" | tr -d '\n')
+[ "$(echo $out)" = "$first" ] && grep -q "stopped: end of sequence" "$work/gc.err" &&
+    grep -q "^sampling  *temperature 0, top-k 50, top-p 1 (flags, then .*generation_config.json)" "$work/gc.err"
+check "generation_config.json: its eos id stops generation; do_sample false means greedy" $? "$out / $(cat "$work/gc.err")"
+echo '{"eos_token_id": "x"}' >"$work/model_gc/generation_config.json"
+"$ZAYA" generate --model "$work/model_gc" --ids --prompt "2 3" >/dev/null 2>"$work/err"
+[ $? -eq 1 ] && grep -q 'generation_config.json: eos_token_id must be an integer or a list of integers' "$work/err"
+check "generation_config.json: a bad eos_token_id is named" $? "$(cat "$work/err")"
 "$ZAYA" generate --model "$work/model" --ids --prompt "2 3" --dtype fp16 >/dev/null 2>"$work/err"
 [ $? -eq 1 ] && grep -q 'generate: --dtype: unknown data type "fp16" (f32 or bf16)' "$work/err"
 check "generate: bad --dtype named" $? "$(cat "$work/err")"

@@ -1,8 +1,11 @@
 /* config.json parsing and validation: good configs load, every bad class is rejected naming the key. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
+#include "model_io.h"
 #include "test.h"
 
 static const char *GOOD =
@@ -106,4 +109,43 @@ TEST(config_files_in_repo_load) {
     REQUIRE(config_load(&base, "configs/zaya1-base.json", &err) == 0);
     CHECK(base.vocab_size == 262272 && base.hidden_size == 2048 && base.num_layers == 40 && base.num_experts == 16);
     CHECK(cfg_rotary_dim(&base) == 64 && cfg_conv_pad(&base) == 2);
+}
+
+/* generation_config.json: absent is fine; eos ids (integer or list) and the sampling keys are read; a key zaya uses
+ * with the wrong type is an error naming the file and the key. */
+TEST(generation_config_reads_release_keys_and_names_bad_ones) {
+    char dir[] = "/tmp/zaya_gencfg_XXXXXX", path[256];
+    REQUIRE(mkdtemp(dir));
+    GenerationConfig gc;
+    ZyErr err = {{0}};
+    REQUIRE(generation_config_load(&gc, dir, &err) == 0);
+    CHECK(!gc.present);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    const char *good = "{\"bos_token_id\": 2, \"eos_token_id\": [1, 106], \"do_sample\": true, \"temperature\": 0.6,"
+                       " \"top_k\": 20, \"top_p\": 0.95, \"transformers_version\": \"5.0\"}";
+    REQUIRE(zy_write_file_atomic(path, good, strlen(good), &err) == 0);
+    REQUIRE(generation_config_load(&gc, dir, &err) == 0);
+    CHECK(gc.present && gc.n_eos == 2 && gc.eos[0] == 1 && gc.eos[1] == 106);
+    CHECK(gc.has_do_sample && gc.do_sample && gc.has_temperature && gc.temperature == 0.6);
+    CHECK(gc.has_top_k && gc.top_k == 20 && gc.has_top_p && gc.top_p == 0.95);
+    static const struct {
+        const char *text, *expect;
+    } bad[] = {
+        {"{\"eos_token_id\": \"x\"}", "eos_token_id must be an integer or a list"},
+        {"{\"eos_token_id\": [1, -3]}", "eos_token_id[1] must be a non-negative integer"},
+        {"{\"do_sample\": 1}", "do_sample must be true or false"},
+        {"{\"temperature\": -1}", "temperature must be a non-negative number"},
+        {"{\"top_k\": 2.5}", "top_k must be a non-negative integer"},
+        {"{\"top_p\": 0}", "top_p must be in (0, 1]"},
+        {"[1, 2]", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        REQUIRE(zy_write_file_atomic(path, bad[i].text, strlen(bad[i].text), &err) == 0);
+        memset(&err, 0, sizeof err);
+        CHECK(generation_config_load(&gc, dir, &err) != 0);
+        CHECK_MSG(strstr(err.msg, bad[i].expect) && strstr(err.msg, "generation_config.json"), "%s -> %s", bad[i].text,
+                  err.msg);
+    }
+    remove(path);
+    rmdir(dir);
 }
