@@ -158,8 +158,6 @@ int cmd_generate(int argc, char **argv) {
         if (isnan(temperature)) temperature = !sample ? 0.0 : gen.has_temperature ? gen.temperature : 1.0;
         if (top_k == INT_MIN) top_k = gen.has_top_k ? gen.top_k : 50;
         if (isnan(top_p)) top_p = gen.has_top_p ? gen.top_p : 1.0;
-        fprintf(stderr, "sampling          temperature %g, top-k %d, top-p %g (flags, then %s/generation_config.json)\n",
-                temperature, top_k, top_p, model_dir);
     }
     if (isnan(temperature)) temperature = 0.8;
     if (top_k == INT_MIN) top_k = 0;
@@ -251,6 +249,9 @@ int cmd_generate(int argc, char **argv) {
     IdsOut ids_out = {1};
     TextOut text_out = {tok, et.eos_id};
     GenerateStats st;
+    if (gen.present) /* said once everything is checked, so an error stays the first line */
+        fprintf(stderr, "sampling          temperature %g, top-k %d, top-p %g (flags, then %s/generation_config.json)\n",
+                sp.temperature, sp.top_k, sp.top_p, model_dir);
     GenerateTokenFn out_fn = ids_mode ? print_id : print_text;
     void *out_ctx = ids_mode ? (void *)&ids_out : (void *)&text_out;
     if (gpu ? gpu_generate(gm, gc, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, out_fn, out_ctx, &st, &err)
