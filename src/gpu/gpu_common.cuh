@@ -16,34 +16,9 @@ static inline int gk_blocks(long n, int threads) {
     return (int)(b > 65535L * 16 ? 65535L * 16 : b);
 }
 
-/* Sum over a warp, fixed butterfly order (every lane gets the result). */
-__device__ __forceinline__ float warp_sum(float v) {
-#ifdef ZAYA_HIP
-    for (int o = GPU_WARP / 2; o > 0; o >>= 1) v += __shfl_xor(v, o);
-#else
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-#endif
-    return v;
-}
-__device__ __forceinline__ double warp_sum_d(double v) {
-#ifdef ZAYA_HIP
-    for (int o = GPU_WARP / 2; o > 0; o >>= 1) v += __shfl_xor(v, o);
-#else
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-#endif
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#ifdef ZAYA_HIP
-    for (int o = GPU_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor(v, o));
-#else
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-#endif
-    return v;
-}
-
 /* xor shuffle (every lane of the warp calls it). */
-__device__ __forceinline__ float gk_shfl_xor(float v, int o) {
+template <class T>
+__device__ __forceinline__ T gk_shfl_xor(T v, int o) {
 #ifdef ZAYA_HIP
     return __shfl_xor(v, o);
 #else
@@ -52,16 +27,21 @@ __device__ __forceinline__ float gk_shfl_xor(float v, int o) {
 }
 /* Max / sum over aligned groups of W lanes (W a power of two <= the warp): a fixed butterfly, so every lane of a group
  * ends with the same bits. */
+template <int W, class T = float>
+__device__ __forceinline__ T lane_group_sum(T v) {
+    for (int o = W / 2; o > 0; o >>= 1) v += gk_shfl_xor(v, o);
+    return v;
+}
 template <int W>
 __device__ __forceinline__ float lane_group_max(float v) {
     for (int o = W / 2; o > 0; o >>= 1) v = fmaxf(v, gk_shfl_xor(v, o));
     return v;
 }
-template <int W>
-__device__ __forceinline__ float lane_group_sum(float v) {
-    for (int o = W / 2; o > 0; o >>= 1) v += gk_shfl_xor(v, o);
-    return v;
-}
+
+/* Sum / max over a warp (every lane gets the result): the lane-group butterfly over the whole warp. */
+__device__ __forceinline__ float warp_sum(float v) { return lane_group_sum<GPU_WARP>(v); }
+__device__ __forceinline__ double warp_sum_d(double v) { return lane_group_sum<GPU_WARP, double>(v); }
+__device__ __forceinline__ float warp_max(float v) { return lane_group_max<GPU_WARP>(v); }
 
 /* Sum over the block (blockDim.x a multiple of the warp size, <= 1024); every thread gets the result.
  * shared: at least 32 doubles of scratch (__shared__ double s[32]). Fixed order. Ends with a barrier, so the

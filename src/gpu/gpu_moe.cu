@@ -14,7 +14,6 @@ __device__ __forceinline__ gk_lanemask_t moe_ballot(int p) { return __ballot(p);
 __device__ __forceinline__ int moe_popc(gk_lanemask_t m) { return __popcll(m); }
 __device__ __forceinline__ int moe_lowest(gk_lanemask_t m) { return __ffsll((unsigned long long)m) - 1; }
 template <class T> __device__ __forceinline__ T moe_shfl(T v, int src) { return __shfl(v, src); }
-template <class T> __device__ __forceinline__ T moe_shfl_xor(T v, int o) { return __shfl_xor(v, o); }
 __device__ __forceinline__ int moe_shfl_up(int v, int d) { return __shfl_up(v, d); }
 __device__ __forceinline__ void moe_syncwarp() { __builtin_amdgcn_wave_barrier(); } /* a wave runs in lockstep */
 #else
@@ -23,7 +22,6 @@ __device__ __forceinline__ gk_lanemask_t moe_ballot(int p) { return __ballot_syn
 __device__ __forceinline__ int moe_popc(gk_lanemask_t m) { return __popc(m); }
 __device__ __forceinline__ int moe_lowest(gk_lanemask_t m) { return __ffs((int)m) - 1; }
 template <class T> __device__ __forceinline__ T moe_shfl(T v, int src) { return __shfl_sync(0xffffffffu, v, src); }
-template <class T> __device__ __forceinline__ T moe_shfl_xor(T v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 __device__ __forceinline__ int moe_shfl_up(int v, int d) { return __shfl_up_sync(0xffffffffu, v, d); }
 __device__ __forceinline__ void moe_syncwarp() { __syncwarp(); }
 #endif
@@ -298,8 +296,8 @@ router_choice_fwd_kernel(float *probs, int32_t *choice, float *gate, const float
             if (choice_beats(v, e, best_v, best)) best_v = v, best = e, best_p = pe;
         }
         for (int o = GPU_WARP / 2; o > 0; o >>= 1) { /* butterfly: every lane ends with the same winner */
-            const float ov = moe_shfl_xor(best_v, o), op = moe_shfl_xor(best_p, o);
-            const int oe = moe_shfl_xor(best, o);
+            const float ov = gk_shfl_xor(best_v, o), op = gk_shfl_xor(best_p, o);
+            const int oe = gk_shfl_xor(best, o);
             if (choice_beats(ov, oe, best_v, best)) best_v = ov, best = oe, best_p = op;
         }
         if (lane == 0) {
