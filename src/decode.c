@@ -1,47 +1,55 @@
-/* Cached incremental inference: the layer loop of model.c's forward for n new tokens per sequence, reading the
- * past from a KV cache. Every op is the kernel the full forward uses; the only new piece is attention of new
- * queries over cached keys (a rectangular causal mask). */
+/* Cached incremental inference: the layer loop of model.c's forward for new tokens of many sequences, reading the
+ * past from a KV cache of fixed-size blocks. Every op is the kernel the full forward uses; the new pieces are
+ * attention of new queries over cached keys (a rectangular causal mask) and the bookkeeping of a ragged batch:
+ * sequences at different positions, each adding its own number of rows. */
 #include "decode.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
 #include "matmul.h"
 
-/* ---- layout: one block carved into buffers (sizing pass with base = NULL, then binding) ------------------- */
+/* ---- layout: one allocation carved into buffers (sizing pass with base = NULL, then binding) ------------------ */
 
 #define CF ZY_CARVE_F
 #define CI ZY_CARVE_I
 
-static void carve_cache(ZyCarver *cv, KVCache *c) {
-    const ZayaConfig *f = &c->cfg;
-    const size_t B = c->batch, ML = c->max_len, Ch = c->chunk, N = B * Ch, P = c->conv_pad;
+static void carve_pool(ZyCarver *cv, KVPool *p) {
+    const ZayaConfig *f = &p->cfg;
+    const size_t S = p->max_seqs, ML = p->max_len, N = p->max_rows, P = p->conv_pad;
+    const size_t BT = (size_t)p->n_blocks * p->block_tokens;
     const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck;
     const size_t R = f->router_hidden_size, E1 = f->num_experts + 1, I = f->moe_intermediate_size;
     const size_t Hq = f->num_heads, Hkv = f->num_kv_heads, half_rd = cfg_rotary_dim(f) / 2;
-    const size_t TE = P + Ch;
+    const size_t k1 = f->cca_time1;
     for (int l = 0; l < f->num_layers; l++) {
-        c->k[l] = CF(cv, B * ML * Ck);
-        c->v[l] = CF(cv, B * ML * Ck);
-        c->conv_state[l] = CF(cv, B * P * C);
-        c->vd_prev[l] = CF(cv, B * Ck / 2);
+        p->k[l] = CF(cv, BT * Ck);
+        p->v[l] = CF(cv, BT * Ck);
+        p->conv_state[l] = CF(cv, S * P * C);
+        p->vd_prev[l] = CF(cv, S * Ck / 2);
     }
-    c->cache_bytes = cv->used;
-    c->mark_state = CF(cv, (size_t)f->num_layers * B * (P * C + Ck / 2));
-    c->rope_cos = CF(cv, ML * half_rd);
-    c->rope_sin = CF(cv, ML * half_rd);
-    DecodeScratch *s = &c->s;
+    p->cache_bytes = cv->used;
+    p->table = CI(cv, S * p->max_blocks);
+    p->len = (int *)CI(cv, S);
+    p->n_held = (int *)CI(cv, S);
+    p->free_blocks = CI(cv, p->n_blocks);
+    p->rope_cos = CF(cv, ML * half_rd);
+    p->rope_sin = CF(cv, ML * half_rd);
+    DecodeScratch *s = &p->s;
     s->tokens = CI(cv, N);
     s->x = CF(cv, N * D);
     s->x_mid = CF(cv, N * D);
     s->u = CF(cv, N * D);
     s->rstd = CF(cv, N);
     s->X = CF(cv, N * C);
-    s->Xe = CF(cv, B * TE * C);
-    s->Ye = CF(cv, B * TE * C);
-    s->Me = CF(cv, B * (TE + f->cca_time1 - 1) * C);
+    /* each sequence of the step adds P cached columns (and k1-1 more for Me) to its rows */
+    const size_t SN = S < N ? S : N;
+    s->Xe = CF(cv, (SN * P + N) * C);
+    s->Ye = CF(cv, (SN * P + N) * C);
+    s->Me = CF(cv, (SN * (P + k1 - 1) + N) * C);
     s->query_pre = CF(cv, N * Cq);
     s->key_pre = CF(cv, N * Ck);
     s->query = CF(cv, N * Cq);
@@ -51,7 +59,7 @@ static void carve_cache(ZyCarver *cv, KVCache *c) {
     s->vc = CF(cv, N * Ck / 2);
     s->vd = CF(cv, N * Ck / 2);
     s->value = CF(cv, N * Ck);
-    s->scores = CF(cv, Ch * ML);
+    s->scores = CF(cv, (size_t)s->n_threads * p->chunk * ML);
     s->attn_out = CF(cv, N * Cq);
     s->proj = CF(cv, N * D);
     s->z[0] = CF(cv, N * R);
@@ -71,203 +79,260 @@ static void carve_cache(ZyCarver *cv, KVCache *c) {
     s->expert_act = CF(cv, N * I);
     s->expert_out = CF(cv, N * D);
     s->moe_out = CF(cv, N * D);
-    s->last_rows = CF(cv, B * D);
-    s->conv_wp = CF(cv, (size_t)cca_conv_work_floats((int)B, (int)TE, (int)C, f->head_dim, f->cca_time1));
+    s->last_rows = CF(cv, SN * D);
+    /* the convolution runs on groups of sequences with the same row count: at most SN*P + N rows in all */
+    s->conv_wp = CF(cv, (size_t)cca_conv_work_floats(1, (int)(SN * P + N), (int)C, f->head_dim, f->cca_time1) +
+                            SN * (k1 - 1) * C);
 }
 
 size_t kvcache_bytes_per_token(const ZayaConfig *cfg) {
     return (size_t)cfg->num_layers * 2 * cfg_k_channels(cfg) * sizeof(float);
 }
 
-int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, ZyErr *err) {
-    memset(c, 0, sizeof *c);
-    if (batch <= 0 || max_len <= 0 || chunk <= 0)
-        return zy_fail(err, "KV cache: batch %d, max_len %d and chunk %d must be positive", batch, max_len, chunk);
+size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens) {
+    return kvcache_bytes_per_token(cfg) * (size_t)block_tokens;
+}
+
+size_t kvpool_state_bytes(const ZayaConfig *cfg) {
+    const size_t P = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0;
+    return (size_t)cfg->num_layers * (P * cfg_conv_channels(cfg) + cfg_k_channels(cfg) / 2) * sizeof(float);
+}
+
+int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                  int max_rows, int chunk, ZyErr *err) {
+    memset(p, 0, sizeof *p);
+    if (max_seqs <= 0 || max_len <= 0 || n_blocks <= 0 || block_tokens <= 0 || max_rows <= 0 || chunk <= 0)
+        return zy_fail(err, "KV cache: sequences %d, max_len %d, blocks %d, block size %d, rows %d and chunk %d must be "
+                       "positive", max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk);
     if (max_len > cfg->max_position_embeddings)
         return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
                        cfg->max_position_embeddings);
-    c->cfg = *cfg;
-    c->batch = batch;
-    c->max_len = max_len;
-    c->chunk = chunk < max_len ? chunk : max_len;
-    c->conv_pad = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0; /* the MHA variant has no convolutions */
+    p->cfg = *cfg;
+    p->max_seqs = max_seqs;
+    p->max_len = max_len;
+    p->block_tokens = block_tokens;
+    p->n_blocks = n_blocks;
+    p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
+    p->chunk = chunk < max_len ? chunk : max_len;
+    p->max_rows = max_rows < p->chunk ? p->chunk : max_rows;
+    p->conv_pad = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0; /* the MHA variant has no convolutions */
+    p->s.n_threads = omp_get_max_threads();
     const int L = cfg->num_layers;
     float **ptrs = calloc((size_t)4 * L, sizeof *ptrs);
     if (!ptrs) return zy_fail(err, "out of memory");
-    c->ptrs = ptrs;
-    c->k = ptrs;
-    c->v = ptrs + L;
-    c->conv_state = ptrs + 2 * L;
-    c->vd_prev = ptrs + 3 * L;
+    p->ptrs = ptrs;
+    p->k = ptrs;
+    p->v = ptrs + L;
+    p->conv_state = ptrs + 2 * L;
+    p->vd_prev = ptrs + 3 * L;
     ZyCarver sizing = {0};
-    carve_cache(&sizing, c);
-    c->block = zy_calloc(sizing.used);
-    if (!c->block) {
+    carve_pool(&sizing, p);
+    p->block = zy_calloc(sizing.used);
+    if (!p->block) {
         size_t mb = sizing.used >> 20;
-        kvcache_free(c);
-        return zy_fail(err, "out of memory allocating %zu MB for a KV cache of %d x %d tokens", mb, batch, max_len);
+        kvpool_free(p);
+        return zy_fail(err, "out of memory allocating %zu MB for a KV cache of %d blocks of %d tokens", mb, n_blocks,
+                       block_tokens);
     }
-    ZyCarver cv = {.base = c->block};
-    carve_cache(&cv, c);
-    rope_tables(c->rope_cos, c->rope_sin, max_len, cfg_rotary_dim(cfg), cfg->rope_theta);
+    ZyCarver cv = {.base = p->block};
+    carve_pool(&cv, p);
+    rope_tables(p->rope_cos, p->rope_sin, max_len, cfg_rotary_dim(cfg), cfg->rope_theta);
+    /* the stack hands out low ids first */
+    for (int i = 0; i < n_blocks; i++) p->free_blocks[i] = n_blocks - 1 - i;
+    p->n_free = n_blocks;
     return 0;
 }
 
-int kvcache_create(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, ZyErr *err) {
-    return kvcache_create_ex(c, cfg, batch, max_len, KV_DEFAULT_CHUNK, err);
+void kvpool_free(KVPool *p) {
+    zy_free(p->block);
+    free(p->ptrs);
+    memset(p, 0, sizeof *p);
 }
 
-void kvcache_reset(KVCache *c) {
+void kvpool_seq_reset(KVPool *p, int slot) {
     /* Only the state is read before being written; the k̂/v rows past len are never read. */
-    const size_t B = c->batch, P = c->conv_pad, C = cfg_conv_channels(&c->cfg), half = cfg_k_channels(&c->cfg) / 2;
-    for (int l = 0; l < c->cfg.num_layers; l++) {
-        memset(c->conv_state[l], 0, B * P * C * sizeof(float));
-        memset(c->vd_prev[l], 0, B * half * sizeof(float));
+    const size_t P = p->conv_pad, C = cfg_conv_channels(&p->cfg), half = cfg_k_channels(&p->cfg) / 2;
+    for (int l = 0; l < p->cfg.num_layers; l++) {
+        memset(p->conv_state[l] + slot * P * C, 0, P * C * sizeof(float));
+        memset(p->vd_prev[l] + slot * half, 0, half * sizeof(float));
     }
-    c->len = 0;
-    kvcache_mark(c);
+    p->len[slot] = 0;
 }
 
-/* The per-sequence state of every layer, in or out of the mark buffer. */
-static void copy_state(KVCache *c, int save) {
-    const size_t B = c->batch, P = c->conv_pad, C = cfg_conv_channels(&c->cfg), half = cfg_k_channels(&c->cfg) / 2;
-    float *m = c->mark_state;
-    for (int l = 0; l < c->cfg.num_layers; l++) {
-        float *conv = c->conv_state[l], *vd = c->vd_prev[l];
-        memcpy(save ? m : conv, save ? conv : m, B * P * C * sizeof(float));
-        m += B * P * C;
-        memcpy(save ? m : vd, save ? vd : m, B * half * sizeof(float));
-        m += B * half;
-    }
+void kvpool_seq_release(KVPool *p, int slot) {
+    kvpool_seq_reset(p, slot);
+    const int32_t *t = p->table + (size_t)slot * p->max_blocks;
+    for (int i = p->n_held[slot] - 1; i >= 0; i--) p->free_blocks[p->n_free++] = t[i];
+    p->n_held[slot] = 0;
 }
 
-void kvcache_mark(KVCache *c) {
-    copy_state(c, 1);
-    c->mark_len = c->len;
+int kvpool_reserve(KVPool *p, int slot, int tokens) {
+    const int need = kvpool_blocks_for(p, tokens) - p->n_held[slot];
+    if (need <= 0) return 0;
+    if (need > p->n_free || p->n_held[slot] + need > p->max_blocks) return -1;
+    int32_t *t = p->table + (size_t)slot * p->max_blocks;
+    for (int i = 0; i < need; i++) t[p->n_held[slot]++] = p->free_blocks[--p->n_free];
+    return 0;
 }
 
-void kvcache_rewind(KVCache *c) {
-    copy_state(c, 0);
-    c->len = c->mark_len;
+/* ---- the layer loop over a ragged batch ------------------------------------------------------------------------ */
+
+/* Where each sequence of a step sits: its slot, first position, rows in the step's N rows, and its P cached
+ * columns + rows in the convolution buffers (Xe/Ye at xe_row, Me at me_row). */
+typedef struct {
+    int slot, pos0, n, row0, xe_row, me_row;
+} StepSeq;
+
+typedef struct {
+    StepSeq *seq;
+    int n_seqs, N;
+} Step;
+
+static inline float *kv_row(const KVPool *p, float *base, int slot, int pos) {
+    const int32_t blk = p->table[(size_t)slot * p->max_blocks + pos / p->block_tokens];
+    return base + ((size_t)blk * p->block_tokens + pos % p->block_tokens) * cfg_k_channels(&p->cfg);
 }
 
-void kvcache_free(KVCache *c) {
-    zy_free(c->block);
-    free(c->ptrs);
-    memset(c, 0, sizeof *c);
-}
-
-/* ---- the layer loop ------------------------------------------------------------------------------------------ */
-
-/* Causal attention of n new queries per sequence (positions p0..p0+n-1) over the cached keys 0..p0+n-1; same
- * arithmetic as attention_forward (scaled GEMM, fp32 softmax with double sums, GEMM with the values). */
-static void cached_attention(KVCache *c, int l, int n, int p0) {
-    const ZayaConfig *f = &c->cfg;
-    const int dh = f->head_dim, Hq = f->num_heads, Hkv = f->num_kv_heads, G = Hq / Hkv;
-    const int Cq = Hq * dh, Ck = Hkv * dh, Lk = p0 + n;
+/* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for head h over its cached keys
+ * 0..p0+n-1, block by block; the arithmetic of attention_forward (scaled products, fp32 softmax with double sums,
+ * products with the values). sc: [n, p0+n] scratch. */
+static void attend_seq_head(const KVPool *p, int l, const StepSeq *q, int h, const float *query, float *out,
+                            float *sc) {
+    const ZayaConfig *f = &p->cfg;
+    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h / G;
+    const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, Lk = q->pos0 + n, bt = p->block_tokens;
     const float scale = (float)(1.0 / sqrt((double)dh));
-    float *p = c->s.scores;
-    for (int b = 0; b < c->batch; b++)
-        for (int h = 0; h < Hq; h++) {
-            const int j = h / G;
-            const float *q = c->s.query + (long)b * n * Cq + h * dh;
-            const float *k = c->k[l] + (long)b * c->max_len * Ck + j * dh;
-            const float *v = c->v[l] + (long)b * c->max_len * Ck + j * dh;
-            zy_gemm(0, 1, n, Lk, dh, scale, q, Cq, k, Ck, 0, p, Lk);
-#pragma omp parallel for schedule(static) if (ZY_PAR((long)n * Lk * 4))
-            for (int t = 0; t < n; t++) {
-                float *row = p + (long)t * Lk;
-                const int last = p0 + t; /* query at position p0+t sees keys 0..p0+t */
-                float mx = row[0];
-                for (int s = 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
-                double sum = 0;
-                for (int s = 0; s <= last; s++) {
-                    row[s] = (float)exp((double)(row[s] - mx));
-                    sum += row[s];
-                }
-                float inv = (float)(1.0 / sum);
-                for (int s = 0; s <= last; s++) row[s] *= inv;
-                for (int s = last + 1; s < Lk; s++) row[s] = 0;
-            }
-            zy_gemm(0, 0, n, dh, Lk, 1, p, Lk, v, Ck, 0, c->s.attn_out + (long)b * n * Cq + h * dh, Cq);
-        }
-}
-
-/* Appends the n new rows of s->key / s->value per sequence to layer l's cache at position len, then attends. */
-static void append_kv_attend(KVCache *c, int l, int n) {
-    const int Ck = cfg_k_channels(&c->cfg), p0 = c->len;
-    for (int b = 0; b < c->batch; b++) {
-        const long dst = ((long)b * c->max_len + p0) * Ck;
-        memcpy(c->k[l] + dst, c->s.key + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
-        memcpy(c->v[l] + dst, c->s.value + (long)b * n * Ck, (size_t)n * Ck * sizeof(float));
+    const float *qr = query + (size_t)q->row0 * Cq + h * dh;
+    float *o = out + (size_t)q->row0 * Cq + h * dh;
+    for (int s0 = 0; s0 < Lk; s0 += bt) {
+        const int cnt = Lk - s0 < bt ? Lk - s0 : bt;
+        const float *kb = kv_row(p, p->k[l], q->slot, s0) + j * dh;
+        zy_gemm(0, 1, n, cnt, dh, scale, qr, Cq, kb, Ck, 0, sc + s0, Lk);
     }
-    cached_attention(c, l, n, p0);
+    for (int t = 0; t < n; t++) {
+        float *row = sc + (size_t)t * Lk;
+        const int last = q->pos0 + t; /* query at position p0+t sees keys 0..p0+t */
+        float mx = row[0];
+        for (int s = 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
+        double sum = 0;
+        for (int s = 0; s <= last; s++) {
+            row[s] = (float)exp((double)(row[s] - mx));
+            sum += row[s];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int s = 0; s <= last; s++) row[s] *= inv;
+        for (int s = last + 1; s < Lk; s++) row[s] = 0;
+    }
+    for (int s0 = 0; s0 < Lk; s0 += bt) {
+        const int cnt = Lk - s0 < bt ? Lk - s0 : bt;
+        const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
+        zy_gemm(0, 0, n, dh, cnt, 1, sc + s0, Lk, vb, Ck, s0 ? 1.0f : 0.0f, o, Cq);
+    }
 }
 
-/* CCA on u for the new rows (N = B*n, sequence b's rows at b*n..): appends k̂ and v to the cache, updates the conv
- * and delayed-value state, writes s->proj [N, D]. */
-static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, int l, int n) {
-    DecodeScratch *s = &c->s;
-    const int B = c->batch, N = B * n, D = f->hidden_size, dh = f->head_dim, P = c->conv_pad, TE = P + n;
+/* Appends every sequence's new rows of s->key / s->value to layer l's blocks, then attends: (sequence, head)
+ * pairs in parallel, each thread on its own score buffer. */
+static void append_kv_attend(KVPool *p, const Step *st, int l) {
+    DecodeScratch *s = &p->s;
+    const int Ck = cfg_k_channels(&p->cfg), Hq = p->cfg.num_heads;
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        for (int t = 0; t < q->n; t++) {
+            memcpy(kv_row(p, p->k[l], q->slot, q->pos0 + t), s->key + (size_t)(q->row0 + t) * Ck, Ck * sizeof(float));
+            memcpy(kv_row(p, p->v[l], q->slot, q->pos0 + t), s->value + (size_t)(q->row0 + t) * Ck,
+                   Ck * sizeof(float));
+        }
+    }
+    const int pairs = st->n_seqs * Hq;
+    long work = 0;
+    for (int i = 0; i < st->n_seqs; i++) work += (long)st->seq[i].n * (st->seq[i].pos0 + st->seq[i].n);
+#pragma omp parallel for schedule(dynamic, 1) if (pairs > 1 && ZY_PAR(work * Hq * p->cfg.head_dim))
+    for (int x = 0; x < pairs; x++) {
+        float *sc = s->scores + (size_t)omp_get_thread_num() * p->chunk * p->max_len;
+        attend_seq_head(p, l, &st->seq[x / Hq], x % Hq, s->query, s->attn_out, sc);
+    }
+}
+
+/* CCA on u for the step's rows: appends k̂ and v to the cache, updates every sequence's conv and delayed-value
+ * state, writes s->proj [N, D]. */
+static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, const Step *st, int l) {
+    DecodeScratch *s = &p->s;
+    const int N = st->N, D = f->hidden_size, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
-    const int p0 = c->len;
     /* 1. down projections */
     zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->X, C);
     zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->X + Cq, C);
-    /* 2. convolutions over [P cached columns | n new]: the kernel's own left padding only feeds outputs for the P
-     * cached rows, which are dropped; the cached zero columns before position 0 reproduce the full forward's
-     * padding (depthwise outputs there are exactly b0). */
-    for (int b = 0; b < B; b++) {
-        float *xe = s->Xe + (long)b * TE * C;
-        memcpy(xe, c->conv_state[l] + (long)b * P * C, (size_t)P * C * sizeof(float));
-        memcpy(xe + (long)P * C, s->X + (long)b * n * C, (size_t)n * C * sizeof(float));
+    /* 2. convolutions over [P cached columns | n new] per sequence: the kernel's own left padding only feeds outputs
+     * for the P cached rows, which are dropped; the cached zero columns before position 0 reproduce the full
+     * forward's padding (depthwise outputs there are exactly b0). Consecutive sequences with the same n run as one
+     * batch. */
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        float *xe = s->Xe + (size_t)q->xe_row * C;
+        memcpy(xe, p->conv_state[l] + (size_t)q->slot * P * C, (size_t)P * C * sizeof(float));
+        memcpy(xe + (size_t)P * C, s->X + (size_t)q->row0 * C, (size_t)q->n * C * sizeof(float));
     }
-    cca_conv_forward(s->Ye, s->Me, s->conv_wp, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE,
-                     C, dh, f->cca_time0, f->cca_time1);
-    for (int b = 0; b < B; b++)
-        memcpy(c->conv_state[l] + (long)b * P * C, s->Xe + ((long)b * TE + n) * C, (size_t)P * C * sizeof(float));
-    /* 3. q-k mean skip */
-    for (int b = 0; b < B; b++) {
-        const long off = ((long)b * TE + P) * C;
-        qk_mean_forward(s->query_pre + (long)b * n * Cq, s->key_pre + (long)b * n * Ck, s->Ye + off, s->Xe + off, n,
-                        Hq, Hkv, dh);
+    for (int i = 0, g; i < st->n_seqs; i = g) {
+        const StepSeq *q = &st->seq[i];
+        for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
+        cca_conv_forward(s->Ye + (size_t)q->xe_row * C, s->Me + (size_t)q->me_row * C, s->conv_wp,
+                         s->Xe + (size_t)q->xe_row * C, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, g - i,
+                         P + q->n, C, dh, f->cca_time0, k1);
     }
-    /* 4. values; the first new row's delayed half is the previous token's vd */
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        memcpy(p->conv_state[l] + (size_t)q->slot * P * C, s->Xe + (size_t)(q->xe_row + q->n) * C,
+               (size_t)P * C * sizeof(float));
+        /* 3. q-k mean skip */
+        const size_t off = (size_t)(q->xe_row + P) * C;
+        qk_mean_forward(s->query_pre + (size_t)q->row0 * Cq, s->key_pre + (size_t)q->row0 * Ck, s->Ye + off,
+                        s->Xe + off, q->n, Hq, Hkv, dh);
+    }
+    /* 4. values; each sequence's first new row's delayed half is its previous token's vd */
     zy_matmul_wt(N, half, D, s->u, D, W->w_v_current, W->w_v_current16, s->vc, half);
     zy_matmul_wt(N, half, D, s->u, D, W->w_v_delayed, W->w_v_delayed16, s->vd, half);
-    delayed_value_forward(s->value, s->vc, s->vd, B, n, half);
-    for (int b = 0; b < B; b++) {
-        float *prev = c->vd_prev[l] + (long)b * half;
-        memcpy(s->value + (long)b * n * Ck + half, prev, (size_t)half * sizeof(float));
-        memcpy(prev, s->vd + ((long)b * n + n - 1) * half, (size_t)half * sizeof(float));
+    for (int i = 0, g; i < st->n_seqs; i = g) {
+        const StepSeq *q = &st->seq[i];
+        for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
+        const size_t r = q->row0;
+        delayed_value_forward(s->value + r * Ck, s->vc + r * half, s->vd + r * half, g - i, q->n, half);
     }
-    /* 5. QK norm and 6. RoPE at the absolute positions p0.. (tables offset by p0), fused as in model.c */
+    /* 5. QK norm and 6. RoPE at each sequence's absolute positions (tables offset by pos0), fused as in model.c */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* as model.c */
     const int rd = cfg_rotary_dim(f);
-    const long toff = (long)p0 * (rd / 2);
-    l2norm_rope_forward(s->query, s->norm_q, s->query_pre, NULL, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh,
-                        rd, scale, eps);
-    l2norm_rope_forward(s->key, s->norm_k, s->key_pre, W->temp, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh,
-                        rd, scale, eps);
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        float *prev = p->vd_prev[l] + (size_t)q->slot * half;
+        memcpy(s->value + (size_t)q->row0 * Ck + half, prev, (size_t)half * sizeof(float));
+        memcpy(prev, s->vd + (size_t)(q->row0 + q->n - 1) * half, (size_t)half * sizeof(float));
+        const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
+        l2norm_rope_forward(s->query + r * Cq, s->norm_q + r * Hq, s->query_pre + r * Cq, NULL, p->rope_cos + toff,
+                            p->rope_sin + toff, q->n, q->n, Hq, dh, rd, scale, eps);
+        l2norm_rope_forward(s->key + r * Ck, s->norm_k + r * Hkv, s->key_pre + r * Ck, W->temp, p->rope_cos + toff,
+                            p->rope_sin + toff, q->n, q->n, Hkv, dh, rd, scale, eps);
+    }
     /* 7. attention over everything so far, the new keys and values appended first */
-    append_kv_attend(c, l, n);
+    append_kv_attend(p, st, l);
     /* 8. output projection */
     zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
 }
 
-/* The MHA variant on u for the new rows: q, k, v, RoPE at the absolute positions, keys and values appended to the
- * cache, attention over everything so far, o_proj into s->proj [N, D]. */
-static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVCache *c, int l, int n) {
-    DecodeScratch *s = &c->s;
-    const int B = c->batch, N = B * n, D = f->hidden_size, dh = f->head_dim, p0 = c->len;
+/* The MHA variant on u for the step's rows: q, k, v, RoPE at each sequence's positions, keys and values appended to
+ * the cache, attention over everything so far, o_proj into s->proj [N, D]. */
+static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, const Step *st, int l) {
+    DecodeScratch *s = &p->s;
+    const int N = st->N, D = f->hidden_size, dh = f->head_dim;
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(f);
     zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->query, Cq);
     zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->key, Ck);
     zy_matmul_wt(N, Ck, D, s->u, D, W->w_v, W->w_v16, s->value, Ck);
-    const long toff = (long)p0 * (rd / 2);
-    rope_forward(s->query, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh, rd);
-    rope_forward(s->key, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh, rd);
-    append_kv_attend(c, l, n);
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
+        rope_forward(s->query + r * Cq, p->rope_cos + toff, p->rope_sin + toff, q->n, q->n, Hq, dh, rd);
+        rope_forward(s->key + r * Ck, p->rope_cos + toff, p->rope_sin + toff, q->n, q->n, Hkv, dh, rd);
+    }
+    append_kv_attend(p, st, l);
     zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
 }
 
@@ -284,15 +349,13 @@ static void moe_decode(const ZayaConfig *f, const LayerWeights *W, DecodeScratch
     moe_block_forward(f, W, &b, r_prev, N);
 }
 
-/* One piece of n <= chunk tokens per sequence (s->tokens [B, n] filled). Logits of position t_off+t of
- * sequence b go to logits[(b*n_total + t_off + t) * V] (all positions) or, with last_only, the last row of each
- * sequence to logits[b * V]. */
-static void decode_piece(const Model *m, KVCache *c, int n, float *logits, int last_only, int n_total, int t_off,
-                         int32_t *routing) {
+/* The layer loop for one step (s->tokens [N] filled): appends every sequence's rows to its cache and leaves the
+ * final residual stream in s->x [N, D]. routing [L, N] (may be NULL) gets each row's expert per layer. */
+static void decode_rows(const Model *m, KVPool *p, const Step *st, int32_t *routing) {
     const ZayaConfig *f = &m->cfg;
     const Weights *w = &m->w;
-    DecodeScratch *s = &c->s;
-    const int B = c->batch, N = B * n, D = f->hidden_size, V = f->vocab_size;
+    DecodeScratch *s = &p->s;
+    const int N = st->N, D = f->hidden_size;
     if (w->embed16)
         embed_forward_bf16(s->x, w->embed16, s->tokens, w->in_bias, w->in_scale, N, D);
     else
@@ -303,9 +366,9 @@ static void decode_piece(const Model *m, KVCache *c, int n, float *logits, int l
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
         if (f->attention == ZY_ATTN_CCA)
-            cca_decode(f, W, c, l, n);
+            cca_decode(f, W, p, st, l);
         else
-            mha_decode(f, W, c, l, n);
+            mha_decode(f, W, p, st, l);
         merge_rmsnorm_forward(s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb,
                               W->post_norm, N, D, f->rms_norm_eps);
         float *z = s->z[l & 1];
@@ -316,28 +379,41 @@ static void decode_piece(const Model *m, KVCache *c, int n, float *logits, int l
         else
             residual_merge_forward(s->x, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
         r_prev = z;
-        if (routing)
-            for (int b = 0; b < B; b++)
-                memcpy(routing + ((long)l * B + b) * n_total + t_off, s->choice + (long)b * n, (size_t)n * sizeof(int32_t));
+        if (routing) memcpy(routing + (size_t)l * N, s->choice, (size_t)N * sizeof(int32_t));
     }
-    c->len += n;
-    if (!logits) return;
-    if (last_only) {
-        for (int b = 0; b < B; b++)
-            memcpy(s->last_rows + (long)b * D, s->x + ((long)b * n + n - 1) * D, (size_t)D * sizeof(float));
-        rmsnorm_forward(s->u, s->rstd, s->last_rows, w->final_norm, B, D, f->rms_norm_eps);
-        zy_matmul_wt(B, V, D, s->u, D, w->lm_head, w->lm_head16, logits, V);
-        return;
-    }
-    rmsnorm_forward(s->u, s->rstd, s->x, w->final_norm, N, D, f->rms_norm_eps);
-    for (int b = 0; b < B; b++)
-        zy_matmul_wt(n, V, D, s->u + (long)b * n * D, D, w->lm_head, w->lm_head16,
-                     logits + ((long)b * n_total + t_off) * V, V);
+    for (int i = 0; i < st->n_seqs; i++) p->len[st->seq[i].slot] += st->seq[i].n;
 }
 
-int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
-                    int32_t *routing, ZyErr *err) {
-    const ZayaConfig *f = &m->cfg, *cc = &c->cfg;
+/* Lays the step out: rows and convolution-buffer rows per sequence. */
+static void plan_step(const KVPool *p, Step *st) {
+    const int P = p->conv_pad, k1 = p->cfg.cca_time1;
+    int row = 0, xe = 0, me = 0;
+    for (int i = 0; i < st->n_seqs; i++) {
+        StepSeq *q = &st->seq[i];
+        q->pos0 = p->len[q->slot];
+        q->row0 = row;
+        q->xe_row = xe;
+        q->me_row = me;
+        row += q->n;
+        xe += P + q->n;
+        me += P + q->n + k1 - 1;
+    }
+    st->N = row;
+}
+
+/* The final RMSNorm and lm_head for `count` rows of s->x picked by rows[]: logits [count, V]. */
+static void logits_rows(const Model *m, KVPool *p, const int *rows, int count, float *logits) {
+    const ZayaConfig *f = &m->cfg;
+    DecodeScratch *s = &p->s;
+    const int D = f->hidden_size;
+    for (int i = 0; i < count; i++)
+        memcpy(s->last_rows + (size_t)i * D, s->x + (size_t)rows[i] * D, (size_t)D * sizeof(float));
+    rmsnorm_forward(s->u, s->rstd, s->last_rows, m->w.final_norm, count, D, f->rms_norm_eps);
+    zy_matmul_wt(count, f->vocab_size, D, s->u, D, m->w.lm_head, m->w.lm_head16, logits, f->vocab_size);
+}
+
+static int check_model(const Model *m, const ZayaConfig *cc, ZyErr *err) {
+    const ZayaConfig *f = &m->cfg;
     if (f->num_layers != cc->num_layers || f->hidden_size != cc->hidden_size || f->num_heads != cc->num_heads ||
         f->num_kv_heads != cc->num_kv_heads || f->head_dim != cc->head_dim || f->cca_time0 != cc->cca_time0 ||
         f->cca_time1 != cc->cca_time1 || f->num_experts != cc->num_experts ||
@@ -346,22 +422,166 @@ int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, fl
         f->attention != cc->attention || f->router != cc->router || f->moe != cc->moe ||
         f->no_residual_scaling != cc->no_residual_scaling)
         return zy_fail(err, "decode: the KV cache was built for another model shape");
+    return 0;
+}
+
+int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
+                      float *logits, ZyErr *err) {
+    if (check_model(m, &p->cfg, err)) return -1;
+    if (n_seqs <= 0 || n_seqs > p->max_seqs)
+        return zy_fail(err, "decode: %d sequences in a step (1..%d)", n_seqs, p->max_seqs);
+    StepSeq seq[n_seqs > 0 ? n_seqs : 1];
+    int N = 0, n_logits = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const DecodeSeq *d = &seqs[i];
+        if (d->slot < 0 || d->slot >= p->max_seqs) return zy_fail(err, "decode: slot %d out of range", d->slot);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].slot == d->slot) return zy_fail(err, "decode: slot %d appears twice in one step", d->slot);
+        if (d->n <= 0 || d->n > p->chunk)
+            return zy_fail(err, "decode: %d new tokens for slot %d (1..%d)", d->n, d->slot, p->chunk);
+        if (d->n > p->max_len - p->len[d->slot])
+            return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", p->len[d->slot], d->n,
+                           p->max_len);
+        if (kvpool_blocks_for(p, p->len[d->slot] + d->n) > p->n_held[d->slot])
+            return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->n_held[d->slot],
+                           p->len[d->slot], d->n, kvpool_blocks_for(p, p->len[d->slot] + d->n));
+        seq[i] = (StepSeq){.slot = d->slot, .n = d->n};
+        N += d->n;
+        n_logits += d->logits != 0;
+    }
+    if (N > p->max_rows) return zy_fail(err, "decode: %d rows in one step (at most %d)", N, p->max_rows);
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return zy_fail(err, "decode: token id %d (row %d) is outside the vocabulary [0, %d)", tokens[i], i,
+                           m->cfg.vocab_size);
+    Step st = {.seq = seq, .n_seqs = n_seqs};
+    plan_step(p, &st);
+    memcpy(p->s.tokens, tokens, (size_t)N * sizeof(int32_t));
+    decode_rows(m, p, &st, NULL);
+    if (!logits || !n_logits) return 0;
+    int rows[n_logits], k = 0;
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i].logits) rows[k++] = seq[i].row0 + seq[i].n - 1;
+    /* logits of the wanted rows land packed, then move to their sequences' places (back to front: no overlap) */
+    logits_rows(m, p, rows, n_logits, logits);
+    const size_t V = m->cfg.vocab_size;
+    for (int i = n_seqs - 1; i >= 0 && k > 0; i--)
+        if (seqs[i].logits && --k != i) memmove(logits + i * V, logits + (size_t)k * V, V * sizeof(float));
+    return 0;
+}
+
+/* ---- the same-length cache: one block per sequence ------------------------------------------------------------- */
+
+int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, ZyErr *err) {
+    memset(c, 0, sizeof *c);
+    if (batch <= 0 || max_len <= 0 || chunk <= 0)
+        return zy_fail(err, "KV cache: batch %d, max_len %d and chunk %d must be positive", batch, max_len, chunk);
+    if (kvpool_create(&c->pool, cfg, batch, max_len, batch, max_len, batch * (chunk < max_len ? chunk : max_len),
+                      chunk, err))
+        return -1;
+    c->cfg = *cfg;
+    c->batch = batch;
+    c->max_len = max_len;
+    c->chunk = c->pool.chunk;
+    c->cache_bytes = c->pool.cache_bytes;
+    c->mark_state = malloc((size_t)batch * kvpool_state_bytes(cfg) + 1);
+    if (!c->mark_state) {
+        kvcache_free(c);
+        return zy_fail(err, "out of memory");
+    }
+    for (int b = 0; b < batch; b++) kvpool_reserve(&c->pool, b, max_len); /* sequence b holds block b */
+    kvcache_reset(c);
+    return 0;
+}
+
+int kvcache_create(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, ZyErr *err) {
+    return kvcache_create_ex(c, cfg, batch, max_len, KV_DEFAULT_CHUNK, err);
+}
+
+void kvcache_reset(KVCache *c) {
+    for (int b = 0; b < c->batch; b++) kvpool_seq_reset(&c->pool, b);
+    c->len = 0;
+    kvcache_mark(c);
+}
+
+/* The per-sequence state of every layer, in or out of the mark buffer. */
+static void copy_state(KVCache *c, int save) {
+    const KVPool *p = &c->pool;
+    const size_t B = c->batch, P = p->conv_pad, C = cfg_conv_channels(&c->cfg), half = cfg_k_channels(&c->cfg) / 2;
+    float *m = c->mark_state;
+    for (int l = 0; l < c->cfg.num_layers; l++) {
+        float *conv = p->conv_state[l], *vd = p->vd_prev[l];
+        memcpy(save ? m : conv, save ? conv : m, B * P * C * sizeof(float));
+        m += B * P * C;
+        memcpy(save ? m : vd, save ? vd : m, B * half * sizeof(float));
+        m += B * half;
+    }
+}
+
+void kvcache_mark(KVCache *c) {
+    copy_state(c, 1);
+    c->mark_len = c->len;
+}
+
+void kvcache_rewind(KVCache *c) {
+    copy_state(c, 0);
+    c->len = c->mark_len;
+    for (int b = 0; b < c->batch; b++) c->pool.len[b] = c->len;
+}
+
+void kvcache_free(KVCache *c) {
+    kvpool_free(&c->pool);
+    free(c->mark_state);
+    memset(c, 0, sizeof *c);
+}
+
+int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
+                    int32_t *routing, ZyErr *err) {
+    KVPool *p = &c->pool;
+    if (check_model(m, &c->cfg, err)) return -1;
     if (n <= 0) return zy_fail(err, "decode: %d new tokens (must be at least 1)", n);
     if (n > c->max_len - c->len)
         return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", c->len, n, c->max_len);
-    const int B = c->batch;
+    const int B = c->batch, L = m->cfg.num_layers, D = m->cfg.hidden_size;
+    const size_t V = m->cfg.vocab_size;
     for (long i = 0; i < (long)B * n; i++)
-        if (tokens[i] < 0 || tokens[i] >= f->vocab_size)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
             return zy_fail(err, "decode: token id %d at [%ld, %ld] is outside the vocabulary [0, %d)", tokens[i], i / n,
-                           i % n, f->vocab_size);
+                           i % n, m->cfg.vocab_size);
+    StepSeq seq[B];
+    int32_t *route_rows = NULL;
+    if (routing && !(route_rows = malloc((size_t)L * B * c->chunk * sizeof *route_rows)))
+        return zy_fail(err, "out of memory");
     for (int t0 = 0; t0 < n; t0 += c->chunk) {
         const int k = n - t0 < c->chunk ? n - t0 : c->chunk, final = t0 + k == n;
+        for (int b = 0; b < B; b++) {
+            seq[b] = (StepSeq){.slot = b, .n = k};
+            memcpy(p->s.tokens + (size_t)b * k, tokens + (size_t)b * n + t0, (size_t)k * sizeof(int32_t));
+        }
+        Step st = {.seq = seq, .n_seqs = B};
+        plan_step(p, &st);
+        decode_rows(m, p, &st, route_rows);
+        c->len += k;
+        if (routing)
+            for (int l = 0; l < L; l++)
+                for (int b = 0; b < B; b++)
+                    memcpy(routing + ((size_t)l * B + b) * n + t0, route_rows + (size_t)l * st.N + (size_t)b * k,
+                           (size_t)k * sizeof(int32_t));
+        if (!logits) continue;
+        if (last_only) { /* only the final piece produces logits */
+            if (!final) continue;
+            int rows[B];
+            for (int b = 0; b < B; b++) rows[b] = b * k + k - 1;
+            logits_rows(m, p, rows, B, logits);
+            continue;
+        }
+        DecodeScratch *s = &p->s;
+        rmsnorm_forward(s->u, s->rstd, s->x, m->w.final_norm, st.N, D, m->cfg.rms_norm_eps);
         for (int b = 0; b < B; b++)
-            memcpy(c->s.tokens + (long)b * k, tokens + (long)b * n + t0, (size_t)k * sizeof(int32_t));
-        /* with last_only, only the final piece produces logits */
-        float *lg = last_only && !final ? NULL : logits;
-        decode_piece(m, c, k, lg, last_only, n, t0, routing);
+            zy_matmul_wt(k, (int)V, D, s->u + (size_t)b * k * D, D, m->w.lm_head, m->w.lm_head16,
+                         logits + ((size_t)b * n + t0) * V, (int)V);
     }
+    free(route_rows);
     return 0;
 }
 

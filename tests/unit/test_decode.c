@@ -436,3 +436,102 @@ TEST(load_dir_as_bf16_matches_use_bf16) {
     }
     zy_test_rmtree(dir);
 }
+
+/* The block pool under a server's schedule: sequences of different lengths join and leave a running batch (fewer
+ * slots than sequences, so slots and blocks are reused), prefill in chunks next to others' single-token steps, and
+ * every piece's last logits equal the full forward of that sequence alone. Blocks are all back at the end. */
+TEST(decode_pool_ragged_batch_matches_full_forward) {
+    ZyErr err = {{0}};
+    double worst = 0;
+    int pieces = 0;
+    for (int si = 0; si < 3; si++) {
+        const Shape *sh = &shapes[si == 2 ? 2 : si]; /* CCA ZAYA1-like, MQA, and the MHA-shaped CCA */
+        Model m;
+        REQUIRE(make_model(&m, sh, 300 + si, &err) == 0);
+        enum { NSEQ = 6, SLOTS = 3, BT = 5, CHUNK = 6, ROWS = 10 };
+        const int V = m.cfg.vocab_size, lens[NSEQ] = {17, 3, 29, 1, 12, 24};
+        int32_t *tok[NSEQ];
+        float *ref[NSEQ];
+        ZyRng rng;
+        zy_rng_seed(&rng, 77 + si);
+        for (int q = 0; q < NSEQ; q++) {
+            tok[q] = malloc(sizeof(int32_t) * lens[q]);
+            for (int t = 0; t < lens[q]; t++) tok[q][t] = (int32_t)(zy_rng_next(&rng) % V);
+            Activations a;
+            REQUIRE(acts_create(&a, &m.cfg, 1, lens[q], &err) == 0);
+            model_forward(&m, &a, tok[q]);
+            ref[q] = malloc(sizeof(float) * lens[q] * V);
+            memcpy(ref[q], a.logits, sizeof(float) * lens[q] * V);
+            acts_free(&a);
+        }
+        KVPool p;
+        CHECK(kvpool_create(&p, &m.cfg, SLOTS, 65, 20, BT, ROWS, CHUNK, &err) == -1 &&
+              strstr(err.msg, "max_position_embeddings"));
+        REQUIRE(kvpool_create(&p, &m.cfg, SLOTS, 32, 14, BT, ROWS, CHUNK, &err) == 0);
+        int slot_seq[SLOTS] = {-1, -1, -1}, done[NSEQ] = {0}, fed[NSEQ] = {0}, next = 0, finished = 0;
+        float *lg = malloc(sizeof(float) * SLOTS * V);
+        while (finished < NSEQ) {
+            /* join: a free slot takes the next sequence if its blocks fit */
+            for (int s = 0; s < SLOTS && next < NSEQ; s++)
+                if (slot_seq[s] < 0 && kvpool_reserve(&p, s, lens[next]) == 0) slot_seq[s] = next++;
+            DecodeSeq ds[SLOTS];
+            int32_t rows[ROWS];
+            int n_ds = 0, N = 0;
+            for (int s = 0; s < SLOTS; s++) { /* a ragged step: each takes what the row budget leaves */
+                const int q = slot_seq[s];
+                if (q < 0 || N == ROWS) continue;
+                int n = lens[q] - fed[q];
+                n = n < CHUNK ? n : CHUNK;
+                n = n < ROWS - N ? n : ROWS - N;
+                if (fed[q] >= 4 && n > 1) n = 1 + (fed[q] % 2); /* past a short prefill, decode-like steps of 1-2 */
+                ds[n_ds++] = (DecodeSeq){.slot = s, .n = n, .logits = 1};
+                memcpy(rows + N, tok[q] + fed[q], sizeof(int32_t) * n);
+                N += n;
+            }
+            REQUIRE(model_decode_step(&m, &p, ds, n_ds, rows, lg, &err) == 0);
+            for (int i = 0; i < n_ds; i++) {
+                const int s = ds[i].slot, q = slot_seq[s];
+                fed[q] += ds[i].n;
+                double e = rel_err(lg + (long)i * V, ref[q] + (long)(fed[q] - 1) * V, V);
+                if (!(e <= worst)) worst = e;
+                pieces++;
+                CHECK(p.len[s] == fed[q]);
+                if (fed[q] == lens[q]) {
+                    kvpool_seq_release(&p, s);
+                    slot_seq[s] = -1;
+                    done[q] = 1;
+                    finished++;
+                }
+            }
+        }
+        CHECK(p.n_free == p.n_blocks);
+        /* errors change nothing */
+        REQUIRE(kvpool_reserve(&p, 0, 10) == 0);
+        CHECK(kvpool_reserve(&p, 1, 32) == 0 && p.n_free == 5); /* 7 blocks needed, 12 free: fits */
+        CHECK(kvpool_reserve(&p, 2, 32) == -1 && p.n_held[2] == 0);   /* 7 more do not */
+        int32_t two[2] = {1, 2};
+        DecodeSeq dup[2] = {{0, 1, 1}, {0, 1, 1}};
+        CHECK(model_decode_step(&m, &p, dup, 2, two, lg, &err) == -1 && strstr(err.msg, "twice"));
+        DecodeSeq noblk = {2, 1, 1};
+        CHECK(model_decode_step(&m, &p, &noblk, 1, two, lg, &err) == -1 && strstr(err.msg, "holds 0 blocks"));
+        DecodeSeq big = {0, CHUNK + 1, 1};
+        CHECK(model_decode_step(&m, &p, &big, 1, two, lg, &err) == -1 && strstr(err.msg, "new tokens"));
+        int32_t bad = V;
+        DecodeSeq one = {0, 1, 1};
+        CHECK(model_decode_step(&m, &p, &one, 1, &bad, lg, &err) == -1 && strstr(err.msg, "outside the vocabulary"));
+        CHECK(p.len[0] == 0);
+        kvpool_seq_release(&p, 0);
+        kvpool_seq_release(&p, 1);
+        CHECK(p.n_free == p.n_blocks);
+        for (int q = 0; q < NSEQ; q++) {
+            CHECK(done[q]);
+            free(tok[q]);
+            free(ref[q]);
+        }
+        free(lg);
+        kvpool_free(&p);
+        model_free(&m);
+    }
+    printf("    ragged pool vs full forward: %d pieces, max rel err %.3g\n", pieces, worst);
+    CHECK_MSG(worst < 1e-5, "max rel err %.3g", worst);
+}
