@@ -25,7 +25,7 @@ CFLAGS  += -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -D_GNU_SOURCE -Isrc $(MPI
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
 comma := ,
 BLAS_LIB := $(if $(wildcard $(OPENBLAS_OMP)),$(OPENBLAS_OMP) -Wl$(comma)-rpath$(comma)$(dir $(OPENBLAS_OMP)),-lopenblas)
-LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lz -lm $(MPI_LIBS)
+LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lutf8proc -lz -lm -lmicrohttpd -lpthread $(MPI_LIBS)
 # oneDNN (Debian libdnnl-dev) runs the bf16 products on CPUs with AVX512-BF16 or AMX (src/matmul_bf16.c); without
 # it (DNNL=0, or not installed) they run as rounded inputs through sgemm.
 DNNL    ?= $(if $(wildcard /usr/include/dnnl.h),1,0)
@@ -63,10 +63,10 @@ endif
 # Compiled once per CPU level (names suffixed _generic, _avx2, _avx512); the AVX512-BF16 kernels in their own file.
 ISA_SRC  := src/kernels_isa.c src/attention.c
 BF16_SRC := src/matmul_avx512bf16.c
-LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(wildcard src/*.c)))
+LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(wildcard src/*.c))) $(sort $(wildcard src/serve/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
-HDRS     := $(wildcard src/*.h src/*.inc src/cli/*.h src/gpu/*.h src/gpu/*.cuh tests/unit/*.h tests/gpu/*.h)
+HDRS     := $(wildcard src/*.h src/*.inc src/cli/*.h src/serve/*.h src/gpu/*.h src/gpu/*.cuh tests/unit/*.h tests/gpu/*.h)
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c))
 
 ifeq ($(UNAME_M),x86_64)
@@ -185,7 +185,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                 $(WARN) -fopenmp -D_GNU_SOURCE -Isrc
-FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lz -lm
+FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lutf8proc -lz -lm
 FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer chat_template
 FUZZ_SRC_config       := src/config.c src/legacy.c src/util.c
 FUZZ_SRC_manifest     := src/manifest.c src/util.c

@@ -22,6 +22,7 @@ static const Command commands[] = {
     {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},
     {"generate", cmd_generate, "generate text from a prompt (cached decoding, sampling)"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching (zaya serve --model DIR)"},
     {"eval", cmd_eval, "evaluate: multiple-choice / exact-match tasks, held-out loss"},
     {"debug", cmd_debug, "developer checks used by the test suite (debug optim ...)"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer (HF tokenizer.json); encode, decode"},
@@ -42,7 +43,7 @@ static void usage(FILE *f) {
  *   machine spinning made a forward pass 4x slower (3.8 s vs 0.84 s measured on 2 busy cores).
  * - OPENBLAS_CORETYPE=SkylakeX on AMD CPUs with AVX-512: Debian's OpenBLAS 0.3.21 takes Zen 4/5 for Haswell and
  *   runs sgemm at half speed.
- * - Except when decoding interactively (generate, bench decode): a token runs ~100 small parallel regions, and
+ * - Except when decoding interactively (generate, serve, bench decode): a token runs ~100 small parallel regions, and
  *   waking a sleeping thread costs more than each one's work (bench-medium bf16 decode, 2 threads: 125 tok/s
  *   passive, 205-229 with a bounded spin), so idle threads spin for GOMP_SPINCOUNT=10000 (~0.1 ms) before
  *   sleeping. Training keeps passive: two 2-thread processes on 2 cores ran the demo step at ~8k tok/s each
@@ -51,7 +52,7 @@ static void usage(FILE *f) {
  *   (OPENBLAS_CORETYPE Nehalem, Haswell, SkylakeX), so a forced level keeps the whole process inside it.
  * A value the user set always wins. */
 static int decodes_interactively(int argc, char **argv) {
-    return argc >= 2 && (strcmp(argv[1], "generate") == 0 ||
+    return argc >= 2 && (strcmp(argv[1], "generate") == 0 || strcmp(argv[1], "serve") == 0 ||
                          (strcmp(argv[1], "bench") == 0 && argc >= 3 && strcmp(argv[2], "decode") == 0));
 }
 

@@ -1,0 +1,211 @@
+/* zaya serve: an OpenAI-compatible HTTP server over continuous batching (src/serve/). SIGTERM or SIGINT: stop
+ * accepting, let running requests finish for up to --grace-seconds (then cancel them), exit 0. */
+#include <ctype.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "chat_template.h"
+#include "commands.h"
+#include "eval.h"
+#include "model.h"
+#include "model_io.h"
+#include "runconfig.h"
+#include "serve/serve_engine.h"
+#include "serve/serve_http.h"
+#include "tokenizer.h"
+
+/* "512M", "4G", "1.5GiB", "1000000" → bytes. */
+static int parse_bytes(const char *s, size_t *out, ZyErr *err) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0)) return zy_fail(err, "serve: --kv-memory \"%s\" is not a size (e.g. 4G, 512M)", s);
+    while (isspace((unsigned char)*end)) end++;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 0: break;
+    case 'K': mul = 1024.0; break;
+    case 'M': mul = 1024.0 * 1024; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
+    default: return zy_fail(err, "serve: --kv-memory \"%s\": unknown unit (use K, M, G or T)", s);
+    }
+    if (*end) {
+        end++;
+        if (strcasecmp(end, "ib") != 0 && strcasecmp(end, "b") != 0 && *end)
+            return zy_fail(err, "serve: --kv-memory \"%s\": unknown unit (use K, M, G or T)", s);
+    }
+    if (v * mul > 1e15) return zy_fail(err, "serve: --kv-memory \"%s\" is too large", s);
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "f32";
+    const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL;
+    int port = 8080, max_batch = 32, max_context = 0, block_tokens = 16, prefill_chunk = 64, step_tokens = 0;
+    int max_queue = 256, max_connections = 1024;
+    double grace = 10;
+    ArgSpec specs[] = {
+        {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + safetensors)", 0},
+        {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer.json or its folder (default: the model directory's); its "
+                                                  "folder's chat template serves /v1/chat/completions", 0},
+        {"--host", ARG_STRING, 0, &host, "IPv4 address to listen on (default 127.0.0.1; 0.0.0.0 for all)", 0},
+        {"--port", ARG_INT, 0, &port, "port (default 8080; 0 = any free port, printed at start)", 0},
+        {"--device", ARG_STRING, 0, &device, "cpu (default)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16", 0},
+        {"--max-batch", ARG_INT, 0, &max_batch, "sequences decoded together (default 32)", 0},
+        {"--max-context", ARG_INT, 0, &max_context, "tokens per request, prompt + completion (default: the model's "
+                                                    "max_position_embeddings, at most 4096)", 0},
+        {"--kv-memory", ARG_STRING, 0, &kv_memory, "bytes for the KV-cache block pool, e.g. 2G (default: max-batch "
+                                                   "full-context sequences)", 0},
+        {"--block-tokens", ARG_INT, 0, &block_tokens, "tokens per KV-cache block (default 16)", 0},
+        {"--prefill-chunk", ARG_INT, 0, &prefill_chunk, "prompt tokens per request per step (default 64)", 0},
+        {"--step-tokens", ARG_INT, 0, &step_tokens, "token rows per step in all (default max-batch + prefill-chunk)", 0},
+        {"--max-queue", ARG_INT, 0, &max_queue, "requests that may wait for a slot; more get 503 (default 256)", 0},
+        {"--max-connections", ARG_INT, 0, &max_connections, "open HTTP connections at most (default 1024)", 0},
+        {"--api-key", ARG_STRING, 0, &api_key, "require 'Authorization: Bearer KEY' on /v1/ (default: "
+                                               "$ZAYA_API_KEY if set, else none)", 0},
+        {"--model-name", ARG_STRING, 0, &model_name, "the model id clients use (default: the directory's name)", 0},
+        {"--grace-seconds", ARG_FLOAT, 0, &grace, "on SIGTERM, how long running requests may finish (default 10)", 0},
+    };
+    const int n = ZY_ARRAY_LEN(specs);
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            args_usage("serve", "--model DIR [--tokenizer F] [--host 127.0.0.1 --port 8080] [--max-batch N "
+                                "--max-context T --kv-memory BYTES] [--api-key K]", specs, n);
+            return 0;
+        }
+    ZyErr err = {{0}};
+    Model m;
+    Tokenizer *tok = NULL;
+    ChatConfig chat_cfg;
+    ChatRenderer *chat = NULL;
+    ServeEngine *eng = NULL;
+    ServeHttp *http = NULL;
+    int rc = 1, have_model = 0, bf16, gpu = 0, gpu_index = -1;
+    size_t kv_bytes = 0;
+    char tok_file[PATH_MAX];
+    if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "serve", &err)) goto fail;
+    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
+        zy_wrap(&err, "serve: --device");
+        goto fail;
+    }
+    if (gpu) {
+        zy_fail(&err, "serve: --device %s: the server runs on the CPU for now (GPU decoding has no ragged batches "
+                "yet); use --device cpu", device);
+        goto fail;
+    }
+    if ((bf16 = model_parse_dtype(dtype, "serve: --dtype", &err)) < 0) goto fail;
+    if (kv_memory && parse_bytes(kv_memory, &kv_bytes, &err)) goto fail;
+    if (!api_key) api_key = getenv("ZAYA_API_KEY");
+    if (api_key && !*api_key) api_key = NULL;
+    /* the tokenizer: the flag, else the model folder's */
+    if (!tok_path) {
+        if (zy_path_join(tok_file, sizeof tok_file, model_dir, "tokenizer.json", &err)) goto fail;
+        if (access(tok_file, R_OK) != 0) {
+            zy_fail(&err, "serve: %s has no tokenizer.json; give --tokenizer FILE", model_dir);
+            goto fail;
+        }
+        tok_path = tok_file;
+    }
+    GenerationConfig gen;
+    if (generation_config_load(&gen, model_dir, &err)) goto fail;
+    if (model_load_dir_as(&m, model_dir, bf16, &err)) goto fail;
+    have_model = 1;
+    model_drop_grads(&m);
+    if (tokenizer_load(tok_path, &tok, &err)) goto fail;
+    if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
+        zy_fail(&err, "serve: %s has %d tokens, more than the model's vocabulary of %d", tok_path,
+                tokenizer_vocab_size(tok), m.cfg.vocab_size);
+        goto fail;
+    }
+    if (chat_config_load(tok_path, &chat_cfg, &err) == 0) {
+        int bad = chat_renderer_new(&chat_cfg, &chat, &err);
+        chat_config_free(&chat_cfg);
+        if (bad) goto fail;
+    } else if (!strstr(err.msg, "no chat template")) {
+        goto fail;
+    } else {
+        fprintf(stderr, "zaya serve: %s: /v1/chat/completions will answer 400\n", err.msg);
+        err.msg[0] = 0;
+    }
+    if (!max_context) max_context = m.cfg.max_position_embeddings < 4096 ? m.cfg.max_position_embeddings : 4096;
+    ServeEngineOpts eo = {.max_batch = max_batch, .max_context = max_context, .kv_memory = kv_bytes,
+                          .block_tokens = block_tokens, .prefill_chunk = prefill_chunk, .step_tokens = step_tokens,
+                          .max_queue = max_queue};
+    /* every thread started from here on inherits the blocked signals; this one waits for them */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
+    if (serve_engine_create(&eng, &m, tok, &eo, &err)) goto fail;
+    EvalTokenizer et = {0};
+    eval_tokenizer_from(&et, tok, &m.cfg);
+    int32_t stops[2 + GEN_MAX_EOS];
+    int n_stops = 0;
+    if (m.cfg.eos_token_id >= 0) stops[n_stops++] = m.cfg.eos_token_id;
+    if (et.eos_id >= 0 && et.eos_id != m.cfg.eos_token_id) stops[n_stops++] = et.eos_id;
+    for (int i = 0; i < gen.n_eos; i++) stops[n_stops++] = gen.eos[i];
+    /* defaults for requests that set nothing: generation_config.json as transformers reads it, else OpenAI's */
+    const int sample = gen.present && gen.has_do_sample && gen.do_sample;
+    double temperature = gen.present ? (!sample ? 0.0 : gen.has_temperature ? gen.temperature : 1.0) : 1.0;
+    double top_p = gen.present && gen.has_top_p ? gen.top_p : 1.0;
+    int top_k = gen.present && gen.has_top_k ? gen.top_k : 0;
+    char name_buf[PATH_MAX];
+    if (!model_name) {
+        snprintf(name_buf, sizeof name_buf, "%s", model_dir);
+        size_t l = strlen(name_buf);
+        while (l > 1 && name_buf[l - 1] == '/') name_buf[--l] = 0;
+        model_name = basename(name_buf);
+    }
+    ServeEngineOpts got;
+    int n_blocks;
+    size_t block_bytes;
+    serve_engine_info(eng, &got, &n_blocks, &block_bytes);
+    ServeHttpOpts ho = {.host = host, .port = port, .api_key = api_key, .model_name = model_name,
+                        .max_connections = max_connections, .tok = tok, .chat = chat, .bos_id = et.bos_id,
+                        .stop_ids = stops, .n_stop_ids = n_stops, .temperature = temperature, .top_p = top_p,
+                        .top_k = top_k, .max_context = got.max_context, .vocab_size = m.cfg.vocab_size};
+    if (serve_http_start(&http, eng, &ho, &err)) goto fail;
+    const int per_seq = (got.max_context + got.block_tokens - 1) / got.block_tokens;
+    fprintf(stderr,
+            "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s\n"
+            "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%zu bytes per token: %d "
+            "full-context requests at once), prefill chunk %d, step %d rows, queue %d\n",
+            model_name, model_dir, bf16 ? "bf16" : "f32", tok_path, chat ? "yes" : "none", got.max_batch,
+            got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
+            kvcache_bytes_per_token(&m.cfg), n_blocks / per_seq, got.prefill_chunk, got.step_tokens, got.max_queue);
+    /* the one line scripts wait for */
+    printf("zaya serve: listening on http://%s:%d\n", host, serve_http_port(http));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "zaya serve: %s: no new requests; running ones get up to %g s to finish\n",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT", grace);
+    serve_http_quiesce(http);
+    serve_engine_shutdown(eng, grace);
+    serve_http_stop(http);
+    http = NULL;
+    fprintf(stderr, "zaya serve: stopped\n");
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
+    serve_http_stop(http);
+    serve_engine_free(eng);
+    chat_renderer_free(chat);
+    tokenizer_free(tok);
+    if (have_model) model_free(&m);
+    return rc;
+}

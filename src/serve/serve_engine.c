@@ -1,0 +1,787 @@
+/* Continuous batching (see serve_engine.h). One mutex guards the queue, the running set, every job's output and the
+ * metrics; the engine thread drops it only while the model runs a step, so a step never waits on a client and a
+ * client never waits on more than a step's bookkeeping. */
+#include "serve/serve_engine.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+struct ServeJob {
+    /* the request (immutable after submit) */
+    int32_t *prompt;
+    int n_prompt, max_tokens, need; /* need: tokens the cache must hold */
+    SamplingParams sp;
+    ZyRng rng;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    char **stop;
+    int n_stop;
+    size_t max_stop;
+    int logprobs;
+    /* engine side */
+    int state, slot, n_fed, n_gen;
+    int32_t next_token;
+    int32_t *gen; /* generated ids that make the text (stop ids excluded) */
+    int n_text_ids, gen_cap;
+    char *text;   /* the text so far; bytes [0, ready) may be handed out */
+    size_t text_len, ready, taken;
+    ServeLogprob *lp;
+    int n_lp, lp_cap, lp_taken;
+    int finished, finish_taken, first_taken, cancelled;
+    const char *finish;
+    double t_submit, t_last;
+    int refs;
+    pthread_cond_t cv;
+    ServeJob *next;
+    ServeEngine *eng; /* its mutex guards everything above that changes */
+};
+
+/* A Prometheus histogram with fixed upper bounds. */
+#define HIST_MAX 16
+typedef struct {
+    int n;
+    double le[HIST_MAX];
+    uint64_t count[HIST_MAX + 1]; /* per bucket; the last is +Inf */
+    double sum;
+    uint64_t total;
+} Hist;
+
+static void hist_init(Hist *h, const double *le, int n) {
+    memset(h, 0, sizeof *h);
+    h->n = n;
+    memcpy(h->le, le, sizeof(double) * n);
+}
+
+static void hist_observe(Hist *h, double v) {
+    int i = 0;
+    while (i < h->n && v > h->le[i]) i++;
+    h->count[i]++;
+    h->sum += v;
+    h->total++;
+}
+
+struct ServeEngine {
+    const Model *m;
+    const Tokenizer *tok;
+    ServeEngineOpts o;
+    KVPool pool;
+    Sampler smp;
+    pthread_t thread;
+    int thread_started, shut;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    ServeJob *head, *tail;
+    int n_queued, n_running;
+    ServeJob **running; /* [max_batch] by slot */
+    int stopping;
+    double deadline;
+    /* one step */
+    float *logits;      /* [max_batch, V] */
+    int32_t *tokens;    /* [step_tokens] */
+    DecodeSeq *seqs;    /* [max_batch] */
+    ServeJob **jobs;    /* [max_batch] */
+    /* metrics */
+    uint64_t prompt_tokens, generation_tokens, steps, finished_stop, finished_length, finished_abort;
+    uint64_t rejected_full, rejected_too_long, rejected_shutdown, step_errors;
+    int last_batch;
+    Hist ttft, itl, batch, step_s;
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void abs_deadline(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void job_free(ServeJob *j) {
+    free(j->prompt);
+    free(j->stop_ids);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->stop);
+    free(j->gen);
+    free(j->text);
+    free(j->lp);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* Drops one reference (mutex held). */
+static void job_unref(ServeJob *j) {
+    if (--j->refs == 0) job_free(j);
+}
+
+/* ---- text ------------------------------------------------------------------------------------------------------ */
+
+/* UTF-8 as Unicode defines it (Table 3-7): the length a lead byte announces (0: not a lead byte) and the range of
+ * the byte after it. */
+static int utf8_lead(unsigned char c, unsigned char *lo, unsigned char *hi) {
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (c < 0x80) return 1;
+    if (c < 0xC2) return 0;
+    if (c < 0xE0) return 2;
+    if (c < 0xF0) {
+        if (c == 0xE0) *lo = 0xA0;
+        if (c == 0xED) *hi = 0x9F;
+        return 3;
+    }
+    if (c > 0xF4) return 0;
+    if (c == 0xF0) *lo = 0x90;
+    if (c == 0xF4) *hi = 0x8F;
+    return 4;
+}
+
+/* Bytes of the maximal valid prefix of a sequence at s[0..n) (Unicode's "maximal subpart"), and whether it is a
+ * whole character. */
+static size_t utf8_subpart(const unsigned char *s, size_t n, int *whole) {
+    unsigned char lo, hi;
+    const int want = utf8_lead(s[0], &lo, &hi);
+    size_t k = 1;
+    while (want && k < (size_t)want && k < n && s[k] >= lo && s[k] <= hi) {
+        k++;
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *whole = want && k == (size_t)want;
+    return k;
+}
+
+/* Length of the longest prefix of s that does not end inside a sequence that could still become a character. */
+static size_t utf8_complete(const char *s, size_t n) {
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        const unsigned char *p = (const unsigned char *)s + n - back;
+        unsigned char lo, hi;
+        if (!utf8_lead(*p, &lo, &hi)) continue; /* a continuation (or invalid) byte: look further back */
+        int whole;
+        size_t k = utf8_subpart(p, back, &whole);
+        return k == back && !whole ? n - back : n; /* a valid but unfinished character: hold it back */
+    }
+    return n;
+}
+
+/* The last token changed the text: decode it again, look for stop strings, move `ready`. */
+static int update_text(ServeEngine *e, ServeJob *j, int final) {
+    char *full = NULL;
+    size_t len = 0;
+    ZyErr err = {{0}};
+    if (tokenizer_decode(e->tok, j->gen, (size_t)j->n_text_ids, &full, &len, &err)) return -1;
+    free(j->text);
+    j->text = full;
+    j->text_len = len;
+    size_t stable = final ? len : utf8_complete(full, len);
+    if (j->n_stop) {
+        size_t from = j->ready > j->max_stop ? j->ready - j->max_stop : 0, cut = (size_t)-1;
+        for (int i = 0; i < j->n_stop; i++) {
+            const char *hit = memmem(full + from, stable > from ? stable - from : 0, j->stop[i], strlen(j->stop[i]));
+            if (hit && (size_t)(hit - full) < cut) cut = (size_t)(hit - full);
+        }
+        if (cut != (size_t)-1) {
+            j->text_len = cut > j->ready ? cut : j->ready;
+            j->ready = j->text_len;
+            return 1; /* a stop string: the text ends before it */
+        }
+        if (!final) { /* hold back what could be the start of a stop string */
+            size_t keep = stable > j->max_stop - 1 ? stable - (j->max_stop - 1) : 0;
+            keep = utf8_complete(full, keep);
+            stable = keep;
+        }
+    }
+    if (stable > j->ready) j->ready = stable;
+    return 0;
+}
+
+/* Text handed to clients is valid UTF-8: what the tokenizer produced, with each maximal invalid subpart replaced by
+ * one U+FFFD, as Python's bytes.decode(errors="replace") does in transformers. */
+static char *utf8_sanitize(const char *s, size_t n, size_t *out_len) {
+    char *o = malloc(3 * n + 1);
+    if (!o) return NULL;
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        int whole;
+        size_t k = utf8_subpart((const unsigned char *)s + i, n - i, &whole);
+        if (whole) {
+            memcpy(o + w, s + i, k);
+            w += k;
+        } else {
+            memcpy(o + w, "\xEF\xBF\xBD", 3);
+            w += 3;
+        }
+        i += k;
+    }
+    o[w] = 0;
+    *out_len = w;
+    return o;
+}
+
+/* ---- the engine thread -------------------------------------------------------------------------------------- */
+
+static void job_finish(ServeEngine *e, ServeJob *j, const char *reason) {
+    if (j->finished) return;
+    j->finished = 1;
+    j->finish = reason;
+    if (strcmp(reason, "stop") == 0) e->finished_stop++;
+    else if (strcmp(reason, "length") == 0) e->finished_length++;
+    else e->finished_abort++;
+    if (j->state == JOB_RUNNING) {
+        kvpool_seq_release(&e->pool, j->slot);
+        e->running[j->slot] = NULL;
+        e->n_running--;
+    }
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    job_unref(j); /* the engine's reference */
+}
+
+/* Log-probabilities of the model's distribution at this position: the chosen token's and the k largest. */
+static void record_logprobs(ServeJob *j, const float *logits, int V, int32_t tok) {
+    if (j->n_lp == j->lp_cap) {
+        int cap = j->lp_cap ? 2 * j->lp_cap : 16;
+        ServeLogprob *g = realloc(j->lp, sizeof *g * cap);
+        if (!g) return; /* out of memory: the entry is left out rather than failing the request */
+        j->lp = g;
+        j->lp_cap = cap;
+    }
+    ServeLogprob *r = &j->lp[j->n_lp++];
+    memset(r, 0, sizeof *r);
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    r->token = tok;
+    r->logprob = (float)(logits[tok] - lse);
+    const int k = j->logprobs;
+    for (int i = 0; i < V; i++) { /* insertion into the k best, ties to the lower id */
+        int pos = r->n_top;
+        while (pos > 0 && logits[i] > logits[r->top[pos - 1]]) pos--;
+        if (pos >= k) continue;
+        int last = r->n_top < k ? r->n_top : k - 1;
+        for (int m = last; m > pos; m--) r->top[m] = r->top[m - 1];
+        r->top[pos] = i;
+        if (r->n_top < k) r->n_top++;
+    }
+    for (int i = 0; i < r->n_top; i++) r->top_logprob[i] = (float)(logits[r->top[i]] - lse);
+}
+
+/* A sampled token: record it, decide whether the job ends (mutex held). */
+static void on_token(ServeEngine *e, ServeJob *j, int32_t tok, const float *logits) {
+    const double t = now_s();
+    hist_observe(j->n_gen == 0 ? &e->ttft : &e->itl, t - (j->n_gen == 0 ? j->t_submit : j->t_last));
+    j->t_last = t;
+    j->n_gen++;
+    e->generation_tokens++;
+    if (j->logprobs >= 0) record_logprobs(j, logits, e->m->cfg.vocab_size, tok);
+    int stop = 0;
+    for (int i = 0; i < j->n_stop_ids; i++) stop |= tok == j->stop_ids[i];
+    if (!stop) {
+        j->gen[j->n_text_ids++] = tok;
+        const int final = j->n_gen >= j->max_tokens || e->pool.len[j->slot] + 1 > e->o.max_context;
+        int hit = update_text(e, j, final);
+        if (hit < 0) {
+            job_finish(e, j, "abort");
+            return;
+        }
+        stop = hit;
+    } else if (update_text(e, j, 1) < 0) {
+        job_finish(e, j, "abort");
+        return;
+    }
+    if (stop) {
+        job_finish(e, j, "stop");
+        return;
+    }
+    if (j->n_gen >= j->max_tokens || e->pool.len[j->slot] + 1 > e->o.max_context) {
+        job_finish(e, j, "length");
+        return;
+    }
+    j->next_token = tok;
+    pthread_cond_broadcast(&j->cv);
+}
+
+static void admit(ServeEngine *e) {
+    while (e->head && e->n_running < e->o.max_batch) {
+        ServeJob *j = e->head;
+        int slot = 0;
+        while (e->running[slot]) slot++;
+        if (kvpool_reserve(&e->pool, slot, j->need)) return; /* FIFO: the head waits for blocks */
+        e->head = j->next;
+        if (!e->head) e->tail = NULL;
+        e->n_queued--;
+        kvpool_seq_reset(&e->pool, slot);
+        j->state = JOB_RUNNING;
+        j->slot = slot;
+        e->running[slot] = j;
+        e->n_running++;
+    }
+}
+
+static void drop_cancelled(ServeEngine *e) {
+    for (ServeJob **p = &e->head; *p;) {
+        ServeJob *j = *p;
+        if (!j->cancelled && !e->stopping) {
+            p = &j->next;
+            continue;
+        }
+        *p = j->next;
+        e->n_queued--;
+        job_finish(e, j, "abort");
+    }
+    e->tail = NULL;
+    for (ServeJob *j = e->head; j; j = j->next) e->tail = j;
+    for (int s = 0; s < e->o.max_batch; s++)
+        if (e->running[s] && e->running[s]->cancelled) job_finish(e, e->running[s], "abort");
+}
+
+static void *engine_main(void *arg) {
+    ServeEngine *e = arg;
+    const int V = e->m->cfg.vocab_size;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        drop_cancelled(e);
+        if (e->stopping && (e->n_running == 0 || now_s() >= e->deadline)) {
+            for (int s = 0; s < e->o.max_batch; s++)
+                if (e->running[s]) job_finish(e, e->running[s], "abort");
+            break;
+        }
+        admit(e);
+        if (e->n_running == 0) {
+            pthread_cond_wait(&e->wake, &e->mu);
+            continue;
+        }
+        /* the step: every decoding sequence's next token first, then prompt chunks while rows are left */
+        int n = 0, rows = 0;
+        for (int s = 0; s < e->o.max_batch; s++) {
+            ServeJob *j = e->running[s];
+            if (!j || j->n_fed < j->n_prompt) continue;
+            e->seqs[n] = (DecodeSeq){.slot = s, .n = 1, .logits = 1};
+            e->jobs[n++] = j;
+            e->tokens[rows++] = j->next_token;
+        }
+        for (int s = 0; s < e->o.max_batch && rows < e->o.step_tokens; s++) {
+            ServeJob *j = e->running[s];
+            if (!j || j->n_fed >= j->n_prompt) continue;
+            int k = j->n_prompt - j->n_fed;
+            k = k < e->o.prefill_chunk ? k : e->o.prefill_chunk;
+            k = k < e->o.step_tokens - rows ? k : e->o.step_tokens - rows;
+            e->seqs[n] = (DecodeSeq){.slot = s, .n = k, .logits = j->n_fed + k == j->n_prompt};
+            e->jobs[n++] = j;
+            memcpy(e->tokens + rows, j->prompt + j->n_fed, sizeof(int32_t) * k);
+            rows += k;
+        }
+        e->last_batch = n;
+        hist_observe(&e->batch, n);
+        pthread_mutex_unlock(&e->mu);
+        ZyErr err = {{0}};
+        const double t0 = now_s();
+        int rc = model_decode_step(e->m, &e->pool, e->seqs, n, e->tokens, e->logits, &err);
+        const double dt = now_s() - t0;
+        pthread_mutex_lock(&e->mu);
+        e->steps++;
+        hist_observe(&e->step_s, dt);
+        if (rc) { /* a bug or a bad id that slipped through: those requests end, the server goes on */
+            fprintf(stderr, "zaya serve: step failed: %s\n", err.msg);
+            e->step_errors++;
+            for (int i = 0; i < n; i++) job_finish(e, e->jobs[i], "abort");
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            ServeJob *j = e->jobs[i];
+            if (j->n_fed < j->n_prompt) j->n_fed += e->seqs[i].n;
+            if (!e->seqs[i].logits || j->cancelled) continue;
+            const float *lg = e->logits + (size_t)i * V;
+            on_token(e, j, sample_next(&e->smp, &j->sp, lg, &j->rng), lg);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- set-up and the client side ------------------------------------------------------------------------------ */
+
+int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
+                        ZyErr *err) {
+    *out = NULL;
+    ServeEngineOpts o = *opts;
+    const ZayaConfig *cfg = &m->cfg;
+    if (o.max_batch <= 0 || o.max_batch > 4096) return zy_fail(err, "serve: --max-batch must be 1..4096 (got %d)", o.max_batch);
+    if (o.max_context <= 1 || o.max_context > cfg->max_position_embeddings)
+        return zy_fail(err, "serve: --max-context must be 2..%d, the model's max_position_embeddings (got %d)",
+                       cfg->max_position_embeddings, o.max_context);
+    if (o.block_tokens <= 0 || o.block_tokens > 4096)
+        return zy_fail(err, "serve: --block-tokens must be 1..4096 (got %d)", o.block_tokens);
+    if (o.prefill_chunk <= 0) return zy_fail(err, "serve: --prefill-chunk must be positive (got %d)", o.prefill_chunk);
+    if (o.step_tokens <= 0) o.step_tokens = o.max_batch + o.prefill_chunk;
+    if (o.step_tokens < o.max_batch) return zy_fail(err, "serve: --step-tokens must be at least --max-batch");
+    if (o.max_queue < 0) return zy_fail(err, "serve: --max-queue must be >= 0 (got %d)", o.max_queue);
+    if (o.prefill_chunk > o.max_context) o.prefill_chunk = o.max_context;
+    const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens);
+    const int per_seq = (o.max_context + o.block_tokens - 1) / o.block_tokens;
+    size_t n_blocks = o.kv_memory ? o.kv_memory / block_bytes : (size_t)per_seq * o.max_batch;
+    if (n_blocks < (size_t)per_seq)
+        return zy_fail(err, "serve: --kv-memory %zu bytes holds %zu blocks of %d tokens (%zu bytes each); one %d-token "
+                       "sequence needs %d", o.kv_memory, n_blocks, o.block_tokens, block_bytes, o.max_context, per_seq);
+    if (n_blocks > (size_t)1 << 30) n_blocks = (size_t)1 << 30;
+    ServeEngine *e = calloc(1, sizeof *e);
+    if (!e) return zy_fail(err, "out of memory");
+    e->m = m;
+    e->tok = tok;
+    if (kvpool_create(&e->pool, cfg, o.max_batch, o.max_context, (int)n_blocks, o.block_tokens, o.step_tokens,
+                      o.prefill_chunk, err)) {
+        free(e);
+        return -1;
+    }
+    e->o = o;
+    e->o.kv_memory = n_blocks * block_bytes;
+    if (sampler_create(&e->smp, cfg->vocab_size, err)) {
+        kvpool_free(&e->pool);
+        free(e);
+        return -1;
+    }
+    e->smp.n_allowed = tokenizer_vocab_size(tok) < cfg->vocab_size ? tokenizer_vocab_size(tok) : cfg->vocab_size;
+    e->logits = malloc(sizeof(float) * o.max_batch * cfg->vocab_size);
+    e->tokens = malloc(sizeof(int32_t) * o.step_tokens);
+    e->seqs = malloc(sizeof *e->seqs * o.max_batch);
+    e->jobs = malloc(sizeof *e->jobs * o.max_batch);
+    e->running = calloc(o.max_batch, sizeof *e->running);
+    static const double ttft_le[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    static const double itl_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+    static const double batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    hist_init(&e->ttft, ttft_le, ZY_ARRAY_LEN(ttft_le));
+    hist_init(&e->itl, itl_le, ZY_ARRAY_LEN(itl_le));
+    hist_init(&e->batch, batch_le, ZY_ARRAY_LEN(batch_le));
+    hist_init(&e->step_s, itl_le, ZY_ARRAY_LEN(itl_le));
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    if (!e->logits || !e->tokens || !e->seqs || !e->jobs || !e->running) {
+        serve_engine_free(e);
+        return zy_fail(err, "out of memory");
+    }
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        serve_engine_free(e);
+        return zy_fail(err, "serve: cannot start the engine thread");
+    }
+    e->thread_started = 1;
+    *out = e;
+    return 0;
+}
+
+void serve_engine_shutdown(ServeEngine *e, double grace_s) {
+    if (!e || e->shut) return;
+    e->shut = 1;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    e->deadline = now_s() + (grace_s > 0 ? grace_s : 0);
+    pthread_cond_broadcast(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_started) pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+}
+
+void serve_engine_free(ServeEngine *e) {
+    if (!e) return;
+    serve_engine_shutdown(e, 0);
+    free(e->logits);
+    free(e->tokens);
+    free(e->seqs);
+    free(e->jobs);
+    free(e->running);
+    sampler_free(&e->smp);
+    kvpool_free(&e->pool);
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes) {
+    if (opts) *opts = e->o;
+    if (n_blocks) *n_blocks = e->pool.n_blocks;
+    if (block_bytes) *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens);
+}
+
+int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, ServeError *err) {
+    *out = NULL;
+    if (sp->n_prompt <= 0) return serve_error(err, 400, "invalid_request_error", "prompt", "the prompt is empty");
+    if (sp->n_prompt >= e->o.max_context) {
+        pthread_mutex_lock(&e->mu);
+        e->rejected_too_long++;
+        pthread_mutex_unlock(&e->mu);
+        serve_error(err, 400, "invalid_request_error", "prompt",
+                    "This model's maximum context length is %d tokens. However, your prompt has %d tokens, which "
+                    "leaves no room for the completion.", e->o.max_context, sp->n_prompt);
+        snprintf(err->code, sizeof err->code, "context_length_exceeded");
+        return -1;
+    }
+    for (int i = 0; i < sp->n_prompt; i++)
+        if (sp->prompt[i] < 0 || sp->prompt[i] >= e->m->cfg.vocab_size)
+            return serve_error(err, 400, "invalid_request_error", "prompt",
+                               "token id %d at prompt position %d is outside the vocabulary [0, %d)", sp->prompt[i], i,
+                               e->m->cfg.vocab_size);
+    if (sp->max_tokens <= 0) return serve_error(err, 400, "invalid_request_error", "max_tokens", "'max_tokens' must be >= 1");
+    ServeJob *j = calloc(1, sizeof *j);
+    if (!j) return serve_error(err, 500, "server_error", "", "out of memory");
+    const long need = (long)sp->n_prompt + sp->max_tokens - 1;
+    j->need = need < e->o.max_context ? (int)need : e->o.max_context;
+    j->n_prompt = sp->n_prompt;
+    j->max_tokens = sp->max_tokens;
+    j->sp = sp->sampling;
+    zy_rng_seed(&j->rng, sp->seed);
+    j->logprobs = sp->logprobs > SERVE_MAX_TOP_LOGPROBS ? SERVE_MAX_TOP_LOGPROBS : sp->logprobs;
+    j->prompt = malloc(sizeof(int32_t) * sp->n_prompt);
+    j->gen_cap = sp->max_tokens < e->o.max_context ? sp->max_tokens : e->o.max_context;
+    j->gen = malloc(sizeof(int32_t) * (j->gen_cap + 1));
+    j->stop_ids = malloc(sizeof(int32_t) * (sp->n_stop_ids + 1));
+    j->stop = calloc(sp->n_stop + 1, sizeof *j->stop);
+    int ok = j->prompt && j->gen && j->stop_ids && j->stop;
+    for (int i = 0; ok && i < sp->n_stop; i++) {
+        ok = (j->stop[i] = strdup(sp->stop[i])) != NULL;
+        j->n_stop += ok;
+        size_t l = strlen(sp->stop[i]);
+        if (l > j->max_stop) j->max_stop = l;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (!ok) {
+        job_free(j);
+        return serve_error(err, 500, "server_error", "", "out of memory");
+    }
+    memcpy(j->prompt, sp->prompt, sizeof(int32_t) * sp->n_prompt);
+    memcpy(j->stop_ids, sp->stop_ids, sizeof(int32_t) * sp->n_stop_ids);
+    j->n_stop_ids = sp->n_stop_ids;
+    j->refs = 2;
+    j->eng = e;
+    j->state = JOB_QUEUED;
+    j->t_submit = now_s();
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    const int blocks = kvpool_blocks_for(&e->pool, j->need);
+    if (e->stopping) {
+        e->rejected_shutdown++;
+        rc = serve_error(err, 503, "server_error", "", "the server is shutting down");
+    } else if (blocks > e->pool.n_blocks) {
+        e->rejected_too_long++;
+        rc = serve_error(err, 400, "invalid_request_error", "max_tokens",
+                         "this request needs %d KV-cache blocks (%d tokens) and the server's whole pool has %d; ask for "
+                         "fewer tokens", blocks, j->need, e->pool.n_blocks);
+    } else if (e->n_queued >= e->o.max_queue && (e->head || e->n_running >= e->o.max_batch ||
+                                                 blocks > e->pool.n_free)) {
+        e->rejected_full++;
+        rc = serve_error(err, 503, "server_error", "", "the server is at capacity (%d running, %d waiting); retry "
+                         "later", e->n_running, e->n_queued);
+    }
+    if (rc) {
+        pthread_mutex_unlock(&e->mu);
+        job_free(j);
+        return -1;
+    }
+    if (e->tail) e->tail->next = j;
+    else e->head = j;
+    e->tail = j;
+    e->n_queued++;
+    e->prompt_tokens += sp->n_prompt;
+    pthread_cond_broadcast(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    *out = j;
+    return 0;
+}
+
+static int has_news(const ServeJob *j) {
+    return j->ready > j->taken || j->n_lp > j->lp_taken || (j->finished && !j->finish_taken);
+}
+
+static pthread_mutex_t *job_mutex(ServeJob *j) { return &j->eng->mu; }
+
+int serve_job_wait(ServeJob *j, int timeout_ms) {
+    pthread_mutex_t *mu = job_mutex(j);
+    struct timespec ts;
+    abs_deadline(&ts, timeout_ms);
+    pthread_mutex_lock(mu);
+    int rc = 0;
+    while (!(rc = has_news(j)))
+        if (pthread_cond_timedwait(&j->cv, mu, &ts) == ETIMEDOUT) {
+            rc = has_news(j);
+            break;
+        }
+    pthread_mutex_unlock(mu);
+    return rc;
+}
+
+int serve_job_take(ServeJob *j, ServeDelta *d) {
+    pthread_mutex_t *mu = job_mutex(j);
+    memset(d, 0, sizeof *d);
+    pthread_mutex_lock(mu);
+    int rc = 0;
+    if (j->ready > j->taken) {
+        d->text = utf8_sanitize(j->text + j->taken, j->ready - j->taken, &d->len);
+        if (!d->text) rc = -1;
+        else j->taken = j->ready;
+    }
+    if (rc == 0 && j->n_lp > j->lp_taken) {
+        const int k = j->n_lp - j->lp_taken;
+        if ((d->logprobs = malloc(sizeof *d->logprobs * k))) {
+            memcpy(d->logprobs, j->lp + j->lp_taken, sizeof *d->logprobs * k);
+            d->n_logprobs = k;
+            j->lp_taken = j->n_lp;
+        } else
+            rc = -1;
+    }
+    d->first = !j->first_taken && (d->len || d->n_logprobs || j->finished);
+    if (d->first) j->first_taken = 1;
+    d->prompt_tokens = j->n_prompt;
+    d->completion_tokens = j->n_gen;
+    if (j->finished && j->ready == j->taken && j->n_lp == j->lp_taken) {
+        d->finished = 1;
+        d->finish = j->finish;
+        j->finish_taken = 1;
+    }
+    pthread_mutex_unlock(mu);
+    return rc;
+}
+
+void serve_delta_free(ServeDelta *d) {
+    free(d->text);
+    free(d->logprobs);
+    memset(d, 0, sizeof *d);
+}
+
+void serve_job_cancel(ServeJob *j) {
+    ServeEngine *e = j->eng;
+    pthread_mutex_lock(&e->mu);
+    if (!j->finished) {
+        j->cancelled = 1;
+        pthread_cond_broadcast(&e->wake);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void serve_job_release(ServeJob *j) {
+    if (!j) return;
+    ServeEngine *e = j->eng;
+    pthread_mutex_lock(&e->mu);
+    if (!j->finished) { /* a caller walking away cancels */
+        j->cancelled = 1;
+        pthread_cond_broadcast(&e->wake);
+    }
+    job_unref(j);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void serve_engine_load(ServeEngine *e, int *running, int *queued, int *blocks_used) {
+    pthread_mutex_lock(&e->mu);
+    if (running) *running = e->n_running;
+    if (queued) *queued = e->n_queued;
+    if (blocks_used) *blocks_used = e->pool.n_blocks - e->pool.n_free;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- /metrics --------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} Out;
+
+static void outf(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void outf(Out *o, const char *fmt, ...) {
+    if (o->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(o->s + o->n, o->cap - o->n, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            o->oom = 1;
+            return;
+        }
+        if ((size_t)k < o->cap - o->n) {
+            o->n += k;
+            return;
+        }
+        size_t cap = 2 * o->cap + k + 1;
+        char *g = realloc(o->s, cap);
+        if (!g) {
+            o->oom = 1;
+            return;
+        }
+        o->s = g;
+        o->cap = cap;
+    }
+}
+
+static void metric(Out *o, const char *name, const char *type, const char *help, double v) {
+    outf(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+static void hist_out(Out *o, const char *name, const char *help, const Hist *h) {
+    outf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n; i++) {
+        cum += h->count[i];
+        outf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+    }
+    outf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name, (unsigned long long)h->total, name,
+         h->sum, name, (unsigned long long)h->total);
+}
+
+char *serve_engine_metrics(ServeEngine *e) {
+    Out o = {.s = malloc(4096), .cap = 4096};
+    if (!o.s) return NULL;
+    o.s[0] = 0;
+    pthread_mutex_lock(&e->mu);
+    const int used = e->pool.n_blocks - e->pool.n_free;
+    metric(&o, "zaya_requests_running", "gauge", "Requests in the running batch.", e->n_running);
+    metric(&o, "zaya_requests_waiting", "gauge", "Requests queued for a slot or KV blocks.", e->n_queued);
+    metric(&o, "zaya_batch_size", "gauge", "Sequences in the last decoding step.", e->last_batch);
+    metric(&o, "zaya_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", e->pool.n_blocks);
+    metric(&o, "zaya_kv_blocks_used", "gauge", "KV-cache blocks held by running requests.", used);
+    metric(&o, "zaya_kv_cache_usage_ratio", "gauge", "Fraction of the KV-cache pool in use.",
+           (double)used / e->pool.n_blocks);
+    metric(&o, "zaya_kv_block_tokens", "gauge", "Tokens per KV-cache block.", e->pool.block_tokens);
+    metric(&o, "zaya_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", (double)e->prompt_tokens);
+    metric(&o, "zaya_generation_tokens_total", "counter", "Tokens generated.", (double)e->generation_tokens);
+    metric(&o, "zaya_steps_total", "counter", "Decoding steps run.", (double)e->steps);
+    metric(&o, "zaya_step_errors_total", "counter", "Decoding steps that failed.", (double)e->step_errors);
+    outf(&o, "# HELP zaya_requests_finished_total Requests ended, by reason.\n# TYPE zaya_requests_finished_total counter\n");
+    outf(&o, "zaya_requests_finished_total{reason=\"stop\"} %llu\n", (unsigned long long)e->finished_stop);
+    outf(&o, "zaya_requests_finished_total{reason=\"length\"} %llu\n", (unsigned long long)e->finished_length);
+    outf(&o, "zaya_requests_finished_total{reason=\"abort\"} %llu\n", (unsigned long long)e->finished_abort);
+    outf(&o, "# HELP zaya_requests_rejected_total Requests refused at submission, by reason.\n"
+             "# TYPE zaya_requests_rejected_total counter\n");
+    outf(&o, "zaya_requests_rejected_total{reason=\"queue_full\"} %llu\n", (unsigned long long)e->rejected_full);
+    outf(&o, "zaya_requests_rejected_total{reason=\"too_long\"} %llu\n", (unsigned long long)e->rejected_too_long);
+    outf(&o, "zaya_requests_rejected_total{reason=\"shutting_down\"} %llu\n", (unsigned long long)e->rejected_shutdown);
+    hist_out(&o, "zaya_time_to_first_token_seconds", "From submission to the first generated token.", &e->ttft);
+    hist_out(&o, "zaya_inter_token_latency_seconds", "Between consecutive tokens of one request.", &e->itl);
+    hist_out(&o, "zaya_step_seconds", "Time of one decoding step.", &e->step_s);
+    hist_out(&o, "zaya_step_batch_size", "Sequences per decoding step.", &e->batch);
+    pthread_mutex_unlock(&e->mu);
+    if (o.oom) {
+        free(o.s);
+        return NULL;
+    }
+    return o.s;
+}

@@ -1,0 +1,100 @@
+/* serve_engine: continuous batching for zaya serve. One engine thread owns the model's KV block pool (decode.h's
+ * KVPool) and runs decoding steps over a ragged batch: every running request adds one token per step, and prompts
+ * are prefilled in chunks of at most prefill_chunk tokens alongside them, so a long prompt never stalls the others.
+ * A request joins the batch between steps when a slot and the KV blocks for its whole length (prompt + max_tokens)
+ * are free; until then it waits in a bounded FIFO queue, and past that the submit fails (HTTP 503). Its blocks go
+ * back to the pool the step it ends: at its stop token or string, at max_tokens, or when cancelled (a client that
+ * disconnects).
+ *
+ * Text: the engine detokenizes as it goes (the whole generation decoded each token, so byte-fallback and
+ * multi-byte characters come out whole), holds back an incomplete UTF-8 tail and whatever could still become a stop
+ * string, and hands out text deltas. Counters and latency histograms for /metrics live here too. */
+#ifndef ZAYA_SERVE_ENGINE_H
+#define ZAYA_SERVE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decode.h"
+#include "model.h"
+#include "sampling.h"
+#include "serve/serve_request.h"
+#include "tokenizer.h"
+
+typedef struct {
+    int max_batch;      /* sequences decoded together (slots) */
+    int max_context;    /* tokens per sequence, prompt + output */
+    size_t kv_memory;   /* bytes for KV blocks; 0 = enough for max_batch full-context sequences */
+    int block_tokens;   /* tokens per KV block */
+    int prefill_chunk;  /* prompt tokens per sequence per step */
+    int step_tokens;    /* rows per step in all (decode rows + prefill chunks) */
+    int max_queue;      /* requests waiting for a slot; more get 503 */
+} ServeEngineOpts;
+
+typedef struct ServeEngine ServeEngine;
+typedef struct ServeJob ServeJob;
+
+/* A request as the engine runs it (copied at submit). */
+typedef struct {
+    const int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    SamplingParams sampling;
+    uint64_t seed;
+    const int32_t *stop_ids; /* tokens that end generation (not part of the text) */
+    int n_stop_ids;
+    char *const *stop;       /* strings that end generation (cut from the text) */
+    int n_stop;
+    int logprobs;            /* -1: none; else the number of alternatives per token */
+} ServeJobSpec;
+
+/* The model and tokenizer must outlive the engine. Starts the engine thread. */
+int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
+                        ZyErr *err);
+/* Stops taking requests; cancels those still queued; lets running ones finish for up to grace_s seconds, then
+ * cancels them; joins the thread. Safe to call once; serve_engine_free calls it with grace 0 if needed. */
+void serve_engine_shutdown(ServeEngine *e, double grace_s);
+void serve_engine_free(ServeEngine *e);
+/* What the engine was built with: the effective options, KV blocks in the pool, bytes per block. */
+void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes);
+
+/* Queues a request. Errors: 400 (does not fit the context or the whole pool), 503 (queue full or shutting down). */
+int serve_engine_submit(ServeEngine *e, const ServeJobSpec *spec, ServeJob **out, ServeError *err);
+
+/* One token's log-probabilities (model distribution, before temperature). */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int n_top;
+    int32_t top[SERVE_MAX_TOP_LOGPROBS];
+    float top_logprob[SERVE_MAX_TOP_LOGPROBS];
+} ServeLogprob;
+
+/* What a job produced since the last take. Text and logprobs are malloc'ed (free with serve_delta_free). */
+typedef struct {
+    char *text;
+    size_t len;
+    ServeLogprob *logprobs;
+    int n_logprobs;
+    int finished;           /* no more output will come */
+    const char *finish;     /* "stop", "length", "abort" (cancelled or shut down) */
+    int prompt_tokens, completion_tokens;
+    int first;              /* this take holds the first output */
+} ServeDelta;
+void serve_delta_free(ServeDelta *d);
+
+/* Waits up to timeout_ms for output or the end. Returns 1 if there is something to take, 0 on timeout. */
+int serve_job_wait(ServeJob *j, int timeout_ms);
+/* Takes what is new (possibly nothing). */
+int serve_job_take(ServeJob *j, ServeDelta *d);
+/* Stops the job at the next step (a disconnected client); its KV blocks are freed then. */
+void serve_job_cancel(ServeJob *j);
+/* The caller is done with it (the engine frees it when both sides are). */
+void serve_job_release(ServeJob *j);
+
+/* Prometheus text exposition of the engine's gauges, counters and histograms (malloc'ed). */
+char *serve_engine_metrics(ServeEngine *e);
+/* Running and queued requests, KV blocks in use (tests and /health). */
+void serve_engine_load(ServeEngine *e, int *running, int *queued, int *blocks_used);
+
+#endif

@@ -1,0 +1,740 @@
+/* The HTTP front (see serve_http.h). Each connection has its own thread (libmicrohttpd's thread-per-connection
+ * mode): a request is parsed, tokenized and submitted there, then the thread either waits for the whole answer or
+ * streams it chunk by chunk, checking the socket for a hang-up while it waits so that a client that goes away stops
+ * its generation within one step. */
+#include "serve/serve_http.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve/serve_request.h"
+
+#define MAX_BODY ((size_t)32 << 20)
+#define WAIT_MS 50 /* how often a waiting thread looks at its socket */
+
+/* HTTP responses by route and status for /metrics. */
+enum { R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_OTHER, N_ROUTES };
+static const char *const ROUTE_NAMES[N_ROUTES] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
+                                                  "/metrics", "other"};
+enum { S_2XX, S_4XX, S_5XX, N_CLASSES };
+
+struct ServeHttp {
+    ServeEngine *eng;
+    ServeHttpOpts o;
+    char *model_name, *api_key;
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    uint64_t next_id;
+    uint64_t responses[N_ROUTES][N_CLASSES];
+    uint64_t disconnects;
+    int draining;
+    time_t started;
+};
+
+typedef struct {
+    ServeHttp *h;
+    int route;
+    char *body;
+    size_t len, cap;
+    int too_big;
+    /* a generation */
+    ServeKind kind;
+    ServeJob *job;
+    int stream, include_usage, logprobs;
+    char id[48];
+    long created;
+    int fd;
+    /* streaming state */
+    char *out;
+    size_t out_len, out_off, out_cap;
+    int sent_role, ended;
+    long text_chars;
+    int refs; /* the connection and the streaming response each hold one */
+} Conn;
+
+static void conn_unref(Conn *c) {
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    serve_job_release(c->job);
+    free(c->body);
+    free(c->out);
+    free(c);
+}
+
+static void count_response(ServeHttp *h, int route, int status) {
+    pthread_mutex_lock(&h->mu);
+    h->responses[route][status < 400 ? S_2XX : status < 500 ? S_4XX : S_5XX]++;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *conn, Conn *c, int status, const char *type, const char *text,
+                                 size_t len, int retry_after) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    if (retry_after) MHD_add_response_header(r, "Retry-After", "1");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result rc = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    count_response(c->h, c->route, status);
+    return rc;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, Conn *c, int status, cJSON *obj, int retry_after) {
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!s) return send_text(conn, c, 500, "text/plain", "out of memory\n", 14, 0);
+    enum MHD_Result rc = send_text(conn, c, status, "application/json", s, strlen(s), retry_after);
+    free(s);
+    return rc;
+}
+
+static cJSON *error_body(const ServeError *e) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(err, "message", e->message);
+    cJSON_AddStringToObject(err, "type", e->type);
+    if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (e->code[0]) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNullToObject(err, "code");
+    return root;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, Conn *c, const ServeError *e) {
+    return send_json(conn, c, e->status, error_body(e), e->status == 503);
+}
+
+/* ---- one generation --------------------------------------------------------------------------------------------- */
+
+/* Has the client hung up? (Only a hang-up or an error: data it sends ahead on a kept-alive connection is not.) */
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static long utf8_chars(const char *s, size_t n) {
+    long k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+/* One token's text for logprobs (valid UTF-8: an incomplete byte becomes U+FFFD as in OpenAI's responses). */
+static char *token_text(const ServeHttp *h, int32_t id, size_t *len) {
+    char *b = NULL;
+    size_t n = 0;
+    ZyErr err = {{0}};
+    if (tokenizer_decode_ex(h->o.tok, &id, 1, TOK_DECODE_LOSSY, &b, &n, &err)) {
+        b = strdup("");
+        n = 0;
+    }
+    *len = n;
+    return b;
+}
+
+/* Adds one delta's logprobs to `into` (completions: the four parallel lists; chat: content entries). */
+static void add_logprobs(Conn *c, cJSON *into, const ServeDelta *d) {
+    const ServeHttp *h = c->h;
+    if (c->kind == SERVE_COMPLETION) {
+        cJSON *toks = cJSON_GetObjectItem(into, "tokens"), *lps = cJSON_GetObjectItem(into, "token_logprobs");
+        cJSON *tops = cJSON_GetObjectItem(into, "top_logprobs"), *offs = cJSON_GetObjectItem(into, "text_offset");
+        for (int i = 0; i < d->n_logprobs; i++) {
+            const ServeLogprob *p = &d->logprobs[i];
+            size_t n;
+            char *t = token_text(h, p->token, &n);
+            cJSON_AddItemToArray(toks, cJSON_CreateString(t ? t : ""));
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(p->logprob));
+            cJSON *top = cJSON_CreateObject();
+            for (int k = 0; k < p->n_top; k++) {
+                size_t m;
+                char *tt = token_text(h, p->top[k], &m);
+                if (tt && !cJSON_GetObjectItemCaseSensitive(top, tt))
+                    cJSON_AddNumberToObject(top, tt, p->top_logprob[k]);
+                free(tt);
+            }
+            cJSON_AddItemToArray(tops, top);
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)c->text_chars));
+            c->text_chars += t ? utf8_chars(t, n) : 0;
+            free(t);
+        }
+        return;
+    }
+    cJSON *content = cJSON_GetObjectItem(into, "content");
+    for (int i = 0; i < d->n_logprobs; i++) {
+        const ServeLogprob *p = &d->logprobs[i];
+        for (int k = -1; k < p->n_top; k++) {
+            const int32_t id = k < 0 ? p->token : p->top[k];
+            size_t n;
+            char *t = token_text(h, id, &n);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "token", t ? t : "");
+            cJSON_AddNumberToObject(e, "logprob", k < 0 ? p->logprob : p->top_logprob[k]);
+            cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
+            for (size_t b = 0; t && b < n; b++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)t[b]));
+            free(t);
+            if (k < 0) {
+                cJSON_AddArrayToObject(e, "top_logprobs");
+                cJSON_AddItemToArray(content, e);
+            } else {
+                cJSON *last = cJSON_GetArrayItem(content, cJSON_GetArraySize(content) - 1);
+                cJSON_AddItemToArray(cJSON_GetObjectItem(last, "top_logprobs"), e);
+            }
+        }
+    }
+}
+
+static cJSON *new_logprobs(ServeKind kind) {
+    cJSON *o = cJSON_CreateObject();
+    if (kind == SERVE_COMPLETION) {
+        cJSON_AddArrayToObject(o, "tokens");
+        cJSON_AddArrayToObject(o, "token_logprobs");
+        cJSON_AddArrayToObject(o, "top_logprobs");
+        cJSON_AddArrayToObject(o, "text_offset");
+    } else {
+        cJSON_AddArrayToObject(o, "content");
+    }
+    return o;
+}
+
+static cJSON *usage(int prompt, int completion) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
+    return u;
+}
+
+static cJSON *response_head(Conn *c, const char *object) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "id", c->id);
+    cJSON_AddStringToObject(r, "object", object);
+    cJSON_AddNumberToObject(r, "created", (double)c->created);
+    cJSON_AddStringToObject(r, "model", c->h->model_name);
+    return r;
+}
+
+/* Waits for the whole answer, then sends it as one JSON object. */
+static enum MHD_Result answer_whole(struct MHD_Connection *conn, Conn *c) {
+    size_t cap = 256, len = 0;
+    char *text = malloc(cap);
+    cJSON *lp = c->logprobs >= 0 ? new_logprobs(c->kind) : NULL;
+    ServeDelta d = {0};
+    const char *finish = "abort";
+    int prompt = 0, completion = 0;
+    for (;;) {
+        if (!serve_job_wait(c->job, WAIT_MS)) {
+            if (client_gone(c->fd)) { /* nobody to answer: stop the generation, free its blocks */
+                pthread_mutex_lock(&c->h->mu);
+                c->h->disconnects++;
+                pthread_mutex_unlock(&c->h->mu);
+                serve_job_cancel(c->job);
+                c->ended = 1;
+                free(text);
+                cJSON_Delete(lp);
+                return MHD_NO;
+            }
+            continue;
+        }
+        if (serve_job_take(c->job, &d)) break;
+        if (d.len) {
+            if (len + d.len + 1 > cap) {
+                while (len + d.len + 1 > cap) cap *= 2;
+                char *g = realloc(text, cap);
+                if (!g) break;
+                text = g;
+            }
+            memcpy(text + len, d.text, d.len);
+            len += d.len;
+        }
+        if (lp) add_logprobs(c, lp, &d);
+        prompt = d.prompt_tokens;
+        completion = d.completion_tokens;
+        int fin = d.finished;
+        if (fin) finish = d.finish;
+        serve_delta_free(&d);
+        if (fin) break;
+    }
+    serve_delta_free(&d);
+    text[len] = 0;
+    cJSON *r = response_head(c, c->kind == SERVE_CHAT ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(r, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    if (c->kind == SERVE_CHAT) {
+        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(msg, "content", text);
+    } else {
+        cJSON_AddStringToObject(ch, "text", text);
+    }
+    if (lp) cJSON_AddItemToObject(ch, "logprobs", lp);
+    else cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddStringToObject(ch, "finish_reason", finish);
+    cJSON_AddItemToObject(r, "usage", usage(prompt, completion));
+    free(text);
+    return send_json(conn, c, 200, r, 0);
+}
+
+/* Appends "data: <json>\n\n" to the connection's outgoing bytes. */
+static int queue_event(Conn *c, cJSON *obj) {
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!s) return -1;
+    size_t n = strlen(s), need = c->out_len + n + 8;
+    if (need > c->out_cap) {
+        size_t cap = need * 2;
+        char *g = realloc(c->out, cap);
+        if (!g) {
+            free(s);
+            return -1;
+        }
+        c->out = g;
+        c->out_cap = cap;
+    }
+    c->out_len += (size_t)sprintf(c->out + c->out_len, "data: %s\n\n", s);
+    free(s);
+    return 0;
+}
+
+/* One streamed chunk: text (may be empty), logprobs, finish reason or null. */
+static cJSON *chunk(Conn *c, const ServeDelta *d, const char *finish) {
+    cJSON *r = response_head(c, c->kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(r, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    const char *text = d && d->text ? d->text : "";
+    if (c->kind == SERVE_CHAT) {
+        cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
+        if (!c->sent_role) {
+            cJSON_AddStringToObject(delta, "role", "assistant");
+            c->sent_role = 1;
+        }
+        if (!finish || *text) cJSON_AddStringToObject(delta, "content", text);
+    } else {
+        cJSON_AddStringToObject(ch, "text", text);
+    }
+    if (d && d->n_logprobs && c->logprobs >= 0) {
+        cJSON *lp = new_logprobs(c->kind);
+        add_logprobs(c, lp, d);
+        cJSON_AddItemToObject(ch, "logprobs", lp);
+    } else {
+        cJSON_AddNullToObject(ch, "logprobs");
+    }
+    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    return r;
+}
+
+/* libmicrohttpd asks for the next bytes of the event stream: block until the job has something (or the client is
+ * gone), then hand out chunks; after the last, the usage chunk (if asked) and "data: [DONE]". */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    Conn *c = cls;
+    while (c->out_off == c->out_len) {
+        c->out_off = c->out_len = 0;
+        if (c->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!serve_job_wait(c->job, WAIT_MS)) {
+            if (client_gone(c->fd)) {
+                pthread_mutex_lock(&c->h->mu);
+                c->h->disconnects++;
+                pthread_mutex_unlock(&c->h->mu);
+                serve_job_cancel(c->job);
+                c->ended = 1; /* counted here, not again when the connection closes */
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            continue;
+        }
+        ServeDelta d;
+        if (serve_job_take(c->job, &d)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        int rc = 0;
+        if (d.len || d.n_logprobs || (c->kind == SERVE_CHAT && !c->sent_role))
+            rc = queue_event(c, chunk(c, &d, NULL));
+        if (!rc && d.finished) {
+            ServeDelta none = {0};
+            rc = queue_event(c, chunk(c, &none, d.finish));
+            if (!rc && c->include_usage) {
+                cJSON *u = response_head(c, c->kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
+                cJSON_AddArrayToObject(u, "choices");
+                cJSON_AddItemToObject(u, "usage", usage(d.prompt_tokens, d.completion_tokens));
+                rc = queue_event(c, u);
+            }
+            if (!rc) {
+                const char *done = "data: [DONE]\n\n";
+                size_t n = strlen(done);
+                if (c->out_len + n > c->out_cap) {
+                    char *g = realloc(c->out, c->out_len + n);
+                    if (!g) rc = -1;
+                    else {
+                        c->out = g;
+                        c->out_cap = c->out_len + n;
+                    }
+                }
+                if (!rc) {
+                    memcpy(c->out + c->out_len, done, n);
+                    c->out_len += n;
+                }
+            }
+            c->ended = 1;
+        }
+        serve_delta_free(&d);
+        if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = c->out_len - c->out_off < max ? c->out_len - c->out_off : max;
+    memcpy(buf, c->out + c->out_off, n);
+    c->out_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { conn_unref(cls); }
+
+/* POST /v1/completions and /v1/chat/completions. */
+static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind kind) {
+    ServeHttp *h = c->h;
+    ServeRequest r;
+    ServeError e;
+    if (serve_request_parse(c->body ? c->body : "", c->len, kind, &r, &e)) return send_error(conn, c, &e);
+    enum MHD_Result res;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (strcmp(r.model, h->model_name) != 0) {
+        serve_error(&e, 404, "not_found_error", "model", "The model '%.100s' does not exist; this server has '%.100s'",
+                    r.model, h->model_name);
+        snprintf(e.code, sizeof e.code, "model_not_found");
+        res = send_error(conn, c, &e);
+        goto done;
+    }
+    ZyErr err = {{0}};
+    if (kind == SERVE_CHAT) {
+        if (!h->o.chat) {
+            serve_error(&e, 400, "invalid_request_error", "messages", "the model has no chat template "
+                        "(chat_template.jinja or tokenizer_config.json's chat_template); use /v1/completions");
+            res = send_error(conn, c, &e);
+            goto done;
+        }
+        char *prompt = NULL;
+        size_t plen = 0;
+        if (chat_renderer_render_json(h->o.chat, r.chat_json, strlen(r.chat_json), r.add_generation_prompt, NULL,
+                                      &prompt, &plen, &err)) {
+            serve_error(&e, 400, "invalid_request_error", "messages", "the chat template failed: %s", err.msg);
+            res = send_error(conn, c, &e);
+            goto done;
+        }
+        /* the template writes its own bos: encoded without special tokens, as apply_chat_template(tokenize=True) */
+        int rc = tokenizer_encode_with(h->o.tok, NULL, prompt, plen, &ids, &n_ids, &err);
+        free(prompt);
+        if (rc) {
+            serve_error(&e, 400, "invalid_request_error", "messages", "%s", err.msg);
+            res = send_error(conn, c, &e);
+            goto done;
+        }
+    } else if (r.prompt) {
+        int32_t *body = NULL;
+        size_t nb = 0;
+        if (tokenizer_encode_with(h->o.tok, NULL, r.prompt, r.prompt_len, &body, &nb, &err)) {
+            serve_error(&e, 400, "invalid_request_error", "prompt", "%s", err.msg);
+            res = send_error(conn, c, &e);
+            goto done;
+        }
+        const int bos = h->o.bos_id >= 0;
+        ids = malloc(sizeof(int32_t) * (nb + bos + 1));
+        if (ids) {
+            if (bos) ids[0] = h->o.bos_id;
+            if (nb) memcpy(ids + bos, body, sizeof(int32_t) * nb);
+            n_ids = nb + bos;
+        }
+        free(body);
+    } else {
+        ids = r.prompt_ids;
+        n_ids = (size_t)r.n_prompt_ids;
+        r.prompt_ids = NULL;
+    }
+    if (n_ids == 0) {
+        serve_error(&e, 400, "invalid_request_error", kind == SERVE_CHAT ? "messages" : "prompt", "the prompt is empty");
+        res = send_error(conn, c, &e);
+        goto done;
+    }
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= h->o.vocab_size) {
+            serve_error(&e, 400, "invalid_request_error", "prompt",
+                        "token id %d at prompt position %zu is outside the vocabulary [0, %d)", ids[i], i, h->o.vocab_size);
+            res = send_error(conn, c, &e);
+            goto done;
+        }
+    const long room = (long)h->o.max_context - (long)n_ids;
+    int max_tokens = r.max_tokens;
+    if (max_tokens < 0) max_tokens = kind == SERVE_COMPLETION ? 16 : (int)(room > 0 ? room : 1); /* OpenAI's defaults */
+    if ((long)n_ids + max_tokens > h->o.max_context) {
+        serve_error(&e, 400, "invalid_request_error", r.max_tokens < 0 ? (kind == SERVE_CHAT ? "messages" : "prompt") : "max_tokens",
+                    "This model's maximum context length is %d tokens. However, you requested %ld tokens (%zu in the "
+                    "%s, %d in the completion). Please reduce the length of the %s or the completion.",
+                    h->o.max_context, (long)n_ids + max_tokens, n_ids, kind == SERVE_CHAT ? "messages" : "prompt",
+                    max_tokens, kind == SERVE_CHAT ? "messages" : "prompt");
+        snprintf(e.code, sizeof e.code, "context_length_exceeded");
+        res = send_error(conn, c, &e);
+        goto done;
+    }
+    pthread_mutex_lock(&h->mu);
+    const uint64_t serial = ++h->next_id;
+    const int draining = h->draining;
+    pthread_mutex_unlock(&h->mu);
+    if (draining) {
+        serve_error(&e, 503, "server_error", "", "the server is shutting down");
+        res = send_error(conn, c, &e);
+        goto done;
+    }
+    ServeJobSpec spec = {
+        .prompt = ids,
+        .n_prompt = (int)n_ids,
+        .max_tokens = max_tokens,
+        .sampling = {.temperature = isnan(r.temperature) ? h->o.temperature : r.temperature,
+                     .top_k = r.top_k >= 0 ? r.top_k : h->o.top_k,
+                     .top_p = isnan(r.top_p) ? h->o.top_p : r.top_p},
+        .seed = r.has_seed ? r.seed : (uint64_t)time(NULL) * 6364136223846793005ULL + serial,
+        .stop_ids = h->o.stop_ids,
+        .n_stop_ids = h->o.n_stop_ids,
+        .stop = r.stop,
+        .n_stop = r.n_stop,
+        .logprobs = r.logprobs,
+    };
+    if (serve_engine_submit(h->eng, &spec, &c->job, &e)) {
+        res = send_error(conn, c, &e);
+        goto done;
+    }
+    c->kind = kind;
+    c->stream = r.stream;
+    c->include_usage = r.include_usage;
+    c->logprobs = r.logprobs;
+    snprintf(c->id, sizeof c->id, "%s-%lx%06llx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started,
+             (unsigned long long)serial);
+    c->created = (long)time(NULL);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c->fd = ci ? ci->connect_fd : -1;
+    if (!c->stream) {
+        res = answer_whole(conn, c);
+        goto done;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, c,
+                                                                  stream_free);
+    if (!resp) {
+        res = MHD_NO;
+        goto done;
+    }
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    res = MHD_queue_response(conn, 200, resp);
+    MHD_destroy_response(resp);
+    count_response(h, c->route, 200);
+done:
+    free(ids);
+    serve_request_free(&r);
+    return res;
+}
+
+/* ---- the other routes ---------------------------------------------------------------------------------------- */
+
+static enum MHD_Result models(struct MHD_Connection *conn, Conn *c) {
+    cJSON *r = cJSON_CreateObject(), *data = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "object", "list");
+    cJSON_AddItemToObject(r, "data", data);
+    cJSON_AddItemToArray(data, m);
+    cJSON_AddStringToObject(m, "id", c->h->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)c->h->started);
+    cJSON_AddStringToObject(m, "owned_by", "zaya");
+    cJSON_AddNumberToObject(m, "max_model_len", c->h->o.max_context);
+    return send_json(conn, c, 200, r, 0);
+}
+
+static enum MHD_Result health(struct MHD_Connection *conn, Conn *c) {
+    int running, queued, used;
+    serve_engine_load(c->h->eng, &running, &queued, &used);
+    pthread_mutex_lock(&c->h->mu);
+    const int draining = c->h->draining;
+    pthread_mutex_unlock(&c->h->mu);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "status", draining ? "shutting down" : "ok");
+    cJSON_AddNumberToObject(r, "running", running);
+    cJSON_AddNumberToObject(r, "waiting", queued);
+    cJSON_AddNumberToObject(r, "kv_blocks_used", used);
+    return send_json(conn, c, draining ? 503 : 200, r, 0);
+}
+
+static enum MHD_Result metrics(struct MHD_Connection *conn, Conn *c) {
+    ServeHttp *h = c->h;
+    count_response(h, c->route, 200); /* this response counts itself */
+    char *eng = serve_engine_metrics(h->eng);
+    size_t cap = (eng ? strlen(eng) : 0) + 4096;
+    char *s = malloc(cap);
+    if (!s) {
+        free(eng);
+        return send_text(conn, c, 500, "text/plain", "out of memory\n", 14, 0);
+    }
+    size_t n = (size_t)snprintf(s, cap, "%s", eng ? eng : "");
+    free(eng);
+    pthread_mutex_lock(&h->mu);
+    n += (size_t)snprintf(s + n, cap - n, "# HELP zaya_http_responses_total HTTP responses by route and status class.\n"
+                                          "# TYPE zaya_http_responses_total counter\n");
+    static const char *const cls[N_CLASSES] = {"2xx", "4xx", "5xx"};
+    for (int r = 0; r < N_ROUTES; r++)
+        for (int k = 0; k < N_CLASSES; k++)
+            n += (size_t)snprintf(s + n, cap - n, "zaya_http_responses_total{route=\"%s\",status=\"%s\"} %llu\n",
+                                  ROUTE_NAMES[r], cls[k], (unsigned long long)h->responses[r][k]);
+    n += (size_t)snprintf(s + n, cap - n, "# HELP zaya_client_disconnects_total Requests whose client went away "
+                                          "before the end.\n# TYPE zaya_client_disconnects_total counter\n"
+                                          "zaya_client_disconnects_total %llu\n", (unsigned long long)h->disconnects);
+    pthread_mutex_unlock(&h->mu);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n < cap ? n : cap - 1, s, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    enum MHD_Result rc = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static int route_of(const char *url) {
+    for (int r = 0; r < R_OTHER; r++)
+        if (strcmp(url, ROUTE_NAMES[r]) == 0) return r;
+    return R_OTHER;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    ServeHttp *h = cls;
+    Conn *c = *con_cls;
+    if (!c) { /* the headers are in: set up, and ask for the body */
+        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        c->h = h;
+        c->route = route_of(url);
+        c->refs = 1;
+        c->logprobs = -1;
+        c->fd = -1;
+        *con_cls = c;
+        return MHD_YES;
+    }
+    if (*upload_size) { /* a piece of the body */
+        if (!c->too_big && c->len + *upload_size > MAX_BODY) c->too_big = 1;
+        if (!c->too_big) {
+            if (c->len + *upload_size + 1 > c->cap) {
+                size_t cap = (c->len + *upload_size + 1) * 2;
+                char *g = realloc(c->body, cap);
+                if (!g) return MHD_NO;
+                c->body = g;
+                c->cap = cap;
+            }
+            memcpy(c->body + c->len, upload, *upload_size);
+            c->len += *upload_size;
+            c->body[c->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    ServeError e;
+    const int is_post = strcmp(method, "POST") == 0, is_get = strcmp(method, "GET") == 0;
+    const int gen = c->route == R_COMPLETIONS || c->route == R_CHAT;
+    if (c->route == R_OTHER) {
+        serve_error(&e, 404, "not_found_error", "", "no route %.6s %.200s (zaya serve has POST /v1/completions, POST "
+                    "/v1/chat/completions, GET /v1/models, GET /health, GET /metrics)", method, url);
+        return send_error(conn, c, &e);
+    }
+    if ((gen && !is_post) || (!gen && !is_get)) {
+        serve_error(&e, 405, "invalid_request_error", "", "%.200s takes %s, not %.10s", url, gen ? "POST" : "GET", method);
+        return send_error(conn, c, &e);
+    }
+    if (h->api_key && strncmp(url, "/v1/", 4) == 0) {
+        const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, h->api_key) != 0) {
+            serve_error(&e, 401, "authentication_error", "", auth ? "Incorrect API key provided" :
+                        "Missing API key: send it as 'Authorization: Bearer KEY'");
+            snprintf(e.code, sizeof e.code, "invalid_api_key");
+            return send_error(conn, c, &e);
+        }
+    }
+    if (c->too_big) {
+        serve_error(&e, 413, "invalid_request_error", "", "the request body is larger than %zu bytes", MAX_BODY);
+        return send_error(conn, c, &e);
+    }
+    switch (c->route) {
+    case R_COMPLETIONS: return complete(conn, c, SERVE_COMPLETION);
+    case R_CHAT: return complete(conn, c, SERVE_CHAT);
+    case R_MODELS: return models(conn, c);
+    case R_HEALTH: return health(conn, c);
+    default: return metrics(conn, c);
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    Conn *c = *con_cls;
+    if (!c) return;
+    *con_cls = NULL;
+    if (c->job && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->ended) { /* the client went away mid-answer */
+        pthread_mutex_lock(&c->h->mu);
+        c->h->disconnects++;
+        pthread_mutex_unlock(&c->h->mu);
+        serve_job_cancel(c->job);
+    }
+    conn_unref(c);
+}
+
+int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, ZyErr *err) {
+    *out = NULL;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
+    if (o->port < 0 || o->port > 65535) return zy_fail(err, "serve: --port must be 0..65535 (got %d)", o->port);
+    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1)
+        return zy_fail(err, "serve: --host \"%s\" is not an IPv4 address (e.g. 127.0.0.1 or 0.0.0.0)", o->host);
+    ServeHttp *h = calloc(1, sizeof *h);
+    if (!h) return zy_fail(err, "out of memory");
+    h->eng = e;
+    h->o = *o;
+    h->model_name = strdup(o->model_name);
+    h->api_key = o->api_key ? strdup(o->api_key) : NULL;
+    h->started = time(NULL);
+    pthread_mutex_init(&h->mu, NULL);
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+                                MHD_USE_AUTO | MHD_USE_ERROR_LOG,
+                            0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(o->max_connections > 0 ? o->max_connections : 512),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
+    if (!h->d) {
+        serve_http_stop(h);
+        return zy_fail(err, "serve: cannot listen on %s:%d (in use, or not allowed)", o->host, o->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : o->port;
+    *out = h;
+    return 0;
+}
+
+int serve_http_port(const ServeHttp *h) { return h->port; }
+
+void serve_http_quiesce(ServeHttp *h) {
+    pthread_mutex_lock(&h->mu);
+    h->draining = 1;
+    pthread_mutex_unlock(&h->mu);
+    MHD_socket s = MHD_quiesce_daemon(h->d);
+    if (s != MHD_INVALID_SOCKET) close(s);
+}
+
+void serve_http_stop(ServeHttp *h) {
+    if (!h) return;
+    if (h->d) MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->mu);
+    free(h->model_name);
+    free(h->api_key);
+    free(h);
+}
