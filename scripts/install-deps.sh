@@ -21,7 +21,7 @@ fi
 
 if ! python3 - <<'PY' 2>/dev/null
 import importlib, sys
-for m in ("numpy", "torch", "transformers", "safetensors", "tokenizers"):
+for m in ("numpy", "torch", "transformers", "safetensors", "tokenizers", "openai"):
     importlib.import_module(m)
 import transformers
 from transformers import ZayaForCausalLM  # noqa: F401

@@ -475,7 +475,9 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
     int max_tokens = r.max_tokens;
     if (max_tokens < 0) max_tokens = kind == SERVE_COMPLETION ? 16 : (int)(room > 0 ? room : 1); /* OpenAI's defaults */
     if ((long)n_ids + max_tokens > h->o.max_context) {
-        serve_error(&e, 400, "invalid_request_error", r.max_tokens < 0 ? (kind == SERVE_CHAT ? "messages" : "prompt") : "max_tokens",
+        const int prompt_at_fault = r.max_tokens < 0 || room <= 0; /* the prompt alone leaves no room */
+        serve_error(&e, 400, "invalid_request_error",
+                    prompt_at_fault ? (kind == SERVE_CHAT ? "messages" : "prompt") : "max_tokens",
                     "This model's maximum context length is %d tokens. However, you requested %ld tokens (%zu in the "
                     "%s, %d in the completion). Please reduce the length of the %s or the completion.",
                     h->o.max_context, (long)n_ids + max_tokens, n_ids, kind == SERVE_CHAT ? "messages" : "prompt",
