@@ -186,7 +186,7 @@ FUZZ_CC      ?= clang
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                 $(WARN) -fopenmp -D_GNU_SOURCE -Isrc
 FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lutf8proc -lz -lm
-FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer chat_template
+FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer chat_template serve_request
 FUZZ_SRC_config       := src/config.c src/legacy.c src/util.c
 FUZZ_SRC_manifest     := src/manifest.c src/util.c
 FUZZ_SRC_npy          := src/npy.c src/util.c
@@ -195,6 +195,7 @@ FUZZ_SRC_safetensors  := src/safetensors.c src/util.c
 FUZZ_SRC_shard_header := src/shards.c src/util.c
 FUZZ_SRC_tokenizer    := src/tokenizer.c src/util.c
 FUZZ_SRC_chat_template := src/chat_template.c src/util.c
+FUZZ_SRC_serve_request := src/serve/serve_request.c src/util.c
 
 fuzz-build: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 

@@ -210,7 +210,7 @@ static int update_text(ServeEngine *e, ServeJob *j, int final) {
 
 /* Text handed to clients is valid UTF-8: what the tokenizer produced, with each maximal invalid subpart replaced by
  * one U+FFFD, as Python's bytes.decode(errors="replace") does in transformers. */
-static char *utf8_sanitize(const char *s, size_t n, size_t *out_len) {
+char *serve_utf8_sanitize(const char *s, size_t n, size_t *out_len) {
     char *o = malloc(3 * n + 1);
     if (!o) return NULL;
     size_t w = 0;
@@ -569,7 +569,7 @@ int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, 
         return serve_error(err, 500, "server_error", "", "out of memory");
     }
     memcpy(j->prompt, sp->prompt, sizeof(int32_t) * sp->n_prompt);
-    memcpy(j->stop_ids, sp->stop_ids, sizeof(int32_t) * sp->n_stop_ids);
+    if (sp->n_stop_ids) memcpy(j->stop_ids, sp->stop_ids, sizeof(int32_t) * sp->n_stop_ids);
     j->n_stop_ids = sp->n_stop_ids;
     j->refs = 2;
     j->eng = e;
@@ -635,7 +635,7 @@ int serve_job_take(ServeJob *j, ServeDelta *d) {
     pthread_mutex_lock(mu);
     int rc = 0;
     if (j->ready > j->taken) {
-        d->text = utf8_sanitize(j->text + j->taken, j->ready - j->taken, &d->len);
+        d->text = serve_utf8_sanitize(j->text + j->taken, j->ready - j->taken, &d->len);
         if (!d->text) rc = -1;
         else j->taken = j->ready;
     }

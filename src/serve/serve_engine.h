@@ -92,6 +92,10 @@ void serve_job_cancel(ServeJob *j);
 /* The caller is done with it (the engine frees it when both sides are). */
 void serve_job_release(ServeJob *j);
 
+/* Bytes as text: each maximal invalid UTF-8 subpart becomes one U+FFFD, as Python's bytes.decode(errors="replace")
+ * (what transformers returns). Malloc'ed, NUL-terminated. */
+char *serve_utf8_sanitize(const char *s, size_t n, size_t *out_len);
+
 /* Prometheus text exposition of the engine's gauges, counters and histograms (malloc'ed). */
 char *serve_engine_metrics(ServeEngine *e);
 /* Running and queued requests, KV blocks in use (tests and /health). */

@@ -204,11 +204,20 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
         serve_error(e, 500, "server_error", "", "out of memory");
         goto done;
     }
+    if (cJSON_GetArraySize(root) > 64) { /* the known fields are fewer; this bounds the duplicate check below */
+        BAD("", "the request has %d fields; at most 64 are allowed", cJSON_GetArraySize(root));
+        goto done;
+    }
     const cJSON *prompt = NULL, *messages = NULL;
     for (const cJSON *f = root->child; f; f = f->next) {
         const char *k = f->string;
         long iv;
         double dv;
+        for (const cJSON *g = root->child; g != f; g = g->next)
+            if (strcmp(g->string, k) == 0) {
+                BAD(k, "field '%.40s' appears twice", k);
+                goto done;
+            }
         int ignored = 0;
         for (size_t i = 0; i < sizeof IGNORED / sizeof *IGNORED; i++) ignored |= strcmp(k, IGNORED[i]) == 0;
         if (ignored) continue;
