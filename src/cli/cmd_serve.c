@@ -70,7 +70,7 @@ int cmd_serve(int argc, char **argv) {
                                                    "full-context sequences)", 0},
         {"--block-tokens", ARG_INT, 0, &block_tokens, "tokens per KV-cache block (default 16)", 0},
         {"--prefill-chunk", ARG_INT, 0, &prefill_chunk, "prompt tokens per request per step (default 64)", 0},
-        {"--step-tokens", ARG_INT, 0, &step_tokens, "token rows per step in all (default max-batch + prefill-chunk)", 0},
+        {"--step-tokens", ARG_INT, 0, &step_tokens, "token rows per step in all (default max-batch + 4 x prefill-chunk)", 0},
         {"--max-queue", ARG_INT, 0, &max_queue, "requests that may wait for a slot; more get 503 (default 256)", 0},
         {"--max-connections", ARG_INT, 0, &max_connections, "open HTTP connections at most (default 1024)", 0},
         {"--api-key", ARG_STRING, 0, &api_key, "require 'Authorization: Bearer KEY' on /v1/ (default: "

@@ -427,7 +427,9 @@ int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok,
     if (o.block_tokens <= 0 || o.block_tokens > 4096)
         return zy_fail(err, "serve: --block-tokens must be 1..4096 (got %d)", o.block_tokens);
     if (o.prefill_chunk <= 0) return zy_fail(err, "serve: --prefill-chunk must be positive (got %d)", o.prefill_chunk);
-    if (o.step_tokens <= 0) o.step_tokens = o.max_batch + o.prefill_chunk;
+    /* default: every running sequence's token plus a few prompt chunks, so a burst of new requests gets its first
+     * tokens within a few steps */
+    if (o.step_tokens <= 0) o.step_tokens = o.max_batch + 4 * o.prefill_chunk;
     if (o.step_tokens < o.max_batch) return zy_fail(err, "serve: --step-tokens must be at least --max-batch");
     if (o.max_queue < 0) return zy_fail(err, "serve: --max-queue must be >= 0 (got %d)", o.max_queue);
     if (o.prefill_chunk > o.max_context) o.prefill_chunk = o.max_context;

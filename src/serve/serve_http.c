@@ -504,7 +504,7 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
                      .top_p = isnan(r.top_p) ? h->o.top_p : r.top_p},
         .seed = r.has_seed ? r.seed : (uint64_t)time(NULL) * 6364136223846793005ULL + serial,
         .stop_ids = h->o.stop_ids,
-        .n_stop_ids = h->o.n_stop_ids,
+        .n_stop_ids = r.ignore_eos ? 0 : h->o.n_stop_ids,
         .stop = r.stop,
         .n_stop = r.n_stop,
         .logprobs = r.logprobs,

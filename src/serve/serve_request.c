@@ -252,6 +252,8 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
                 BAD(k, "'%s' must be 1: zaya serve returns one choice per request", k);
                 goto done;
             }
+        } else if (strcmp(k, "ignore_eos") == 0) {
+            if (get_bool(f, k, &r->ignore_eos, e)) goto done;
         } else if (strcmp(k, "stream") == 0) {
             if (get_bool(f, k, &r->stream, e)) goto done;
         } else if (strcmp(k, "stream_options") == 0) {

@@ -47,6 +47,7 @@ typedef struct {
     int has_seed;
     uint64_t seed;
     int stream, include_usage;
+    int ignore_eos;        /* vLLM's extension: generate max_tokens whatever the model says (benchmarks) */
     int logprobs;          /* -1: none; completions: the number of alternatives (0..5); chat: top_logprobs (0..20) */
 } ServeRequest;
 

@@ -23,10 +23,10 @@ TEST(serve_request_parser) {
     ServeError e;
     REQUIRE(parse("{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":-1,"
                   "\"stop\":\"\\n\",\"seed\":-3,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                  "\"logprobs\":2,\"user\":\"u\",\"n\":null}", SERVE_COMPLETION, &r, &e) == 0);
+                  "\"logprobs\":2,\"user\":\"u\",\"n\":null,\"ignore_eos\":true}", SERVE_COMPLETION, &r, &e) == 0);
     CHECK(strcmp(r.model, "m") == 0 && strcmp(r.prompt, "hi") == 0 && r.max_tokens == 7 && r.temperature == 0);
     CHECK(r.top_p == 0.5 && r.top_k == 0 && r.n_stop == 1 && strcmp(r.stop[0], "\n") == 0 && r.has_seed);
-    CHECK(r.stream && r.include_usage && r.logprobs == 2);
+    CHECK(r.stream && r.include_usage && r.logprobs == 2 && r.ignore_eos);
     serve_request_free(&r);
     REQUIRE(parse("{\"model\":\"m\",\"prompt\":[[4,5,6]]}", SERVE_COMPLETION, &r, &e) == 0);
     CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 6 && r.max_tokens == -1 && isnan(r.temperature));
