@@ -4,7 +4,9 @@
  * is text for two small fixed tokenizers: a byte-level one (decode(encode(x)) must be x, and the scanner's
  * pre-tokens must equal PCRE2's run of the GPT-2 regex whenever PCRE2's Unicode 14 classes agree with the built-in
  * Unicode 16 table) and a Gemma-3-style one (Replace normalizer, Split, byte_fallback, template; decode(encode(x))
- * must be x for valid UTF-8 without U+2581, which the normalizer makes of spaces). Build and run: `make fuzz`
+ * must be x for valid UTF-8 without U+2581, which the normalizer makes of spaces), and one with the Unicode
+ * normalizers (NFKC, Lowercase, NFD, StripAccents, Strip, NFC), Metaspace(first) and a normalized added token,
+ * whose own ids must decode. Build and run: `make fuzz`
  * (every target), or
  *   make build-fuzz/fuzz_tokenizer && build-fuzz/fuzz_tokenizer -max_total_time=60 /tmp/new tests/fuzz/corpus/tokenizer
  */
@@ -64,6 +66,39 @@ static Tokenizer *gemma_tokenizer(void) {
     n += sizeof tail - 1;
     ZyErr err;
     if (tokenizer_load_json(js, n, "gemma", &t, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        abort();
+    }
+    free(js);
+    return t;
+}
+
+/* Every Unicode normalizer in one Sequence, Metaspace(first), byte_fallback, an added token matched on its
+ * NFKC form ("ﬁx" -> "fix"). */
+static Tokenizer *unicode_tokenizer(void) {
+    static Tokenizer *t;
+    if (t) return t;
+    static const char head[] =
+        "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true}, {\"id\": 267, \"content\": \"\ufb01x\", "
+        "\"normalized\": true}], \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, "
+        "{\"type\": \"Lowercase\"}, {\"type\": \"NFD\"}, {\"type\": \"StripAccents\"}, {\"type\": \"Strip\", "
+        "\"strip_left\": true, \"strip_right\": true}, {\"type\": \"NFC\"}]},"
+        " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\", \"split\": true},"
+        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, {\"type\": \"Metaspace\", "
+        "\"replacement\": \"\u2581\", \"prepend_scheme\": \"first\"}]},"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0";
+    static const char tail[] =
+        ", \"f\": 257, \"i\": 258, \"x\": 259, \"\u2581\": 260, \"fi\": 261, \"\u2581f\": 262, \"e\": 263, \"\u00e9\": 264,"
+        " \"\u1100\": 265, \"\uac00\": 266}, \"merges\": [[\"f\", \"i\"], [\"\u2581\", \"f\"]]}}";
+    char *js = malloc(sizeof head + 256 * 20 + sizeof tail);
+    if (!js) abort();
+    size_t n = sizeof head - 1;
+    memcpy(js, head, n);
+    for (int b = 0; b < 256; b++) n += (size_t)sprintf(js + n, ", \"<0x%02X>\": %d", b, 1 + b);
+    memcpy(js + n, tail, sizeof tail);
+    n += sizeof tail - 1;
+    ZyErr err;
+    if (tokenizer_load_json(js, n, "unicode", &t, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         abort();
     }
@@ -142,6 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_roundtrip(fixed_tokenizer(), s, size, 0, 1);
     check_roundtrip(gemma_tokenizer(), s, size, 0, valid_utf8_without_metaspace(data, size));
     check_roundtrip(gemma_tokenizer(), s, size, TOK_ENCODE_ADD_SPECIAL, 0);
+    check_roundtrip(unicode_tokenizer(), s, size, 0, 0);
     size_t *a, *b, na, nb;
     ZyErr err;
     if (tokenizer_pretokenize(s, size, &a, &na, &err)) abort();

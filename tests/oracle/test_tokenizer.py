@@ -471,7 +471,7 @@ def run(tmp):
         "model.type": lambda d: d["model"].__setitem__("type", "WordPiece"),
         "pre_tokenizer": lambda d: d.__setitem__("pre_tokenizer", {"type": "Whitespace"}),
         "pre_tokenizer.add_prefix_space": lambda d: d["pre_tokenizer"].__setitem__("add_prefix_space", True),
-        "normalizer": lambda d: d.__setitem__("normalizer", {"type": "NFC"}),
+        "normalizer": lambda d: d.__setitem__("normalizer", {"type": "BertNormalizer"}),
         "model.vocab": lambda d: d["model"].pop("vocab"),
         "model.merges[5]": lambda d: d["model"]["merges"].__setitem__(5, ["Ġthe", "nonexistent_token"]),
     }

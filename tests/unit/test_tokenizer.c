@@ -455,7 +455,7 @@ TEST(tok_load_refusals_name_the_field) {
         {"\"add_prefix_space\": false", "\"add_prefix_space\": true", "pre_tokenizer.add_prefix_space: true"},
         {"\"add_prefix_space\": false, ", "", "pre_tokenizer.add_prefix_space: missing"},
         {"\"use_regex\": true", "\"use_regex\": 1", "pre_tokenizer.use_regex: not a boolean"},
-        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", "normalizer: type \"NFC\" is not supported"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"Nmt\"}", "normalizer: type \"Nmt\" is not supported"},
         {"\"truncation\": null", "\"truncation\": {\"max_length\": 5}", "truncation: only null"},
         {"\"post_processor\": null", "\"post_processor\": {\"type\": \"TemplateProcessing\"}", "post_processor.special_tokens: missing"},
         {"\"post_processor\": null", "\"post_processor\": {\"type\": \"BertProcessing\"}", "post_processor: type \"BertProcessing\" is not supported"},
@@ -1020,6 +1020,78 @@ TEST(tok_decoders_and_normalizers) {
     tokenizer_free(t);
 }
 
+/* Unicode normalizers (utf8proc's data, HF's algorithms and Unicode versions). Ids from tokenizers 0.23 on this
+ * vocabulary (a character outside it falls back to its bytes, id = byte + 4): composition and decomposition,
+ * canonical reordering, Hangul (an LV syllable does not take U+11A7), characters newer than HF's Unicode 9.0
+ * tables left alone (U+0898, U+1E030, U+11935 U+11930), Rust's lower case (U+0130 -> i U+0307, Garay U+10D50
+ * from Unicode 16), StripAccents with HF's marks (U+1CF2 was one in 9.0), Strip. Metaspace(first) asks
+ * whether the piece starts at the original's offset 0, which a stripped start or a dropped mark moves. */
+TEST(tok_unicode_normalizers) {
+#define NF(t) "{\"type\": \"" t "\"}"
+#define STRIP(l, r) "{\"type\": \"Strip\", \"strip_left\": " l ", \"strip_right\": " r "}"
+    static const struct {
+        const char *norm, *text;
+        int want[12];
+    } cases[] = {
+        {NF("NFC"), "e\u0301", {269, -1}},
+        {NF("NFD"), "\u00e9", {105, 208, 133, -1}},
+        {NF("NFKC"), "\ufb01", {106, 109, -1}},
+        {NF("NFKD"), "\u00bd", {53, 230, 133, 136, 54, -1}},
+        {NF("NFC"), "q\u0307\u0323", {117, 208, 167, 208, 139, -1}},
+        {NF("NFC"), "\u1100\u1161\u11a8", {238, 180, 133, -1}},
+        {NF("NFC"), "\uac00\u11a7", {238, 180, 132, 229, 138, 171, -1}},
+        {NF("NFD"), "a\u0301\u0898\u0334", {260, 208, 133, 228, 166, 156, 208, 184, -1}},
+        {NF("NFKC"), "\U0001e030", {244, 162, 132, 180, -1}},
+        {NF("NFC"), "\U00011935\U00011930", {244, 149, 168, 185, 244, 149, 168, 180, -1}},
+        {NF("Lowercase"), "\u0130STANBUL", {109, 208, 139, 119, 120, 260, 114, 261, 121, 112, -1}},
+        {NF("Lowercase"), "\U00010d50", {244, 148, 185, 180, -1}},
+        {NF("Lowercase"), "\u03a3\u0391\u03a3", {211, 135, 210, 181, 211, 135, -1}},
+        {NF("StripAccents"), "e\u0301a\u0898", {105, 260, 228, 166, 156, -1}},
+        {NF("StripAccents"), "\u1cf2", {-1}},
+        {STRIP("true", "true"), "  a b \u3000", {260, 266, 261, -1}},
+        {STRIP("true", "false"), " a ", {260, 266, -1}},
+        {NF("NFC"), "", {-1}},
+    };
+    for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
+        Mini m = {cases[c].norm, NULL, NULL, NULL, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+        Tokenizer *t = mini(&m);
+        REQUIRE(t);
+        CHECK_MSG(ids_are(t, cases[c].text, strlen(cases[c].text), 0, cases[c].want), "case %zu (%s)", c, cases[c].norm);
+        tokenizer_free(t);
+    }
+    static const struct {
+        const char *norm, *text;
+        int want[6];
+    } first[] = {
+        {STRIP("true", "true"), " ab", {273, -1}}, /* "ab": the stripped start is not offset 0 */
+        {STRIP("true", "true"), "ab", {271, -1}},  /* "▁ab" */
+        {NF("StripAccents"), "\u0301ab", {273, -1}},
+        {NF("NFD"), "\u0301ab", {265, 208, 133, 273, -1}},
+        {"{\"type\": \"Sequence\", \"normalizers\": [" NF("NFKD") ", {\"type\": \"Replace\", \"pattern\": {\"String\": \"\u2002\"}, "
+         "\"content\": \" \"}]}", "\u2002ab", {271, -1}},
+    };
+    for (size_t c = 0; c < ZY_ARRAY_LEN(first); c++) {
+        Mini m = {first[c].norm, "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\", \"split\": true}",
+                  NULL, NULL, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+        Tokenizer *t = mini(&m);
+        REQUIRE(t);
+        CHECK_MSG(ids_are(t, first[c].text, strlen(first[c].text), 0, first[c].want), "Metaspace first, case %zu", c);
+        tokenizer_free(t);
+    }
+    /* a normalized=true added token is matched on its normalized form: "ﬁx" is "fix" under NFKC */
+    Mini a = {NF("NFKC"), NULL, NULL, NULL,
+              MINI_SPECIALS ", {\"id\": 274, \"content\": \"\ufb01x\", \"special\": false, \"normalized\": true}", NULL, 0,
+              {NULL}, MINI_MERGES};
+    Tokenizer *t = mini(&a);
+    REQUIRE(t);
+    CHECK(ids_are(t, "afix", 4, 0, IDS(260, 274)));
+    CHECK(ids_are(t, "\ufb01x", 4, 0, IDS(274)));
+    CHECK(decodes_to(t, IDS(274), 0, "fix"));
+    tokenizer_free(t);
+#undef NF
+#undef STRIP
+}
+
 /* Post-processors: a template with several specials and $A twice; Sequence[ByteLevel, Template];
  * tokenizer_config.json's add_bos_token / add_eos_token replace the template. */
 TEST(tok_templates_and_config) {
@@ -1197,10 +1269,11 @@ TEST(tok_pipeline_refusals_name_the_field) {
     static const struct {
         const char *normalizer, *pre, *post, *decoder, *msg;
     } cases[] = {
-        {"{\"type\": \"NFC\"}", NULL, NULL, NULL, "normalizer: type \"NFC\" is not supported"},
-        {"{\"type\": \"NFKC\"}", NULL, NULL, NULL, "Unicode normalization forms"},
-        {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Lowercase\"}]}", NULL, NULL, NULL,
-         "normalizer.normalizers[0]: type \"Lowercase\" is not supported"},
+        {"{\"type\": \"BertNormalizer\"}", NULL, NULL, NULL, "normalizer: type \"BertNormalizer\" is not supported"},
+        {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Precompiled\"}]}", NULL, NULL, NULL,
+         "normalizer.normalizers[1]: type \"Precompiled\" is not supported"},
+        {"{\"type\": \"Strip\", \"strip_left\": 1, \"strip_right\": true}", NULL, NULL, NULL,
+         "normalizer.strip_left: missing or not a boolean"},
         {"{\"type\": \"Sequence\", \"normalizers\": {}}", NULL, NULL, NULL, "normalizer.normalizers: expected an array"},
         {"{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}}", NULL, NULL, NULL, "normalizer.content: missing"},
         {"{\"type\": \"Replace\", \"pattern\": \" \", \"content\": \"x\"}", NULL, NULL, NULL, "normalizer.pattern: expected {\"String\""},
