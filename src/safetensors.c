@@ -462,6 +462,29 @@ int st_read_f32(const StFile *f, const StEntry *e, float *out, ZyErr *err) {
     return rc;
 }
 
+int st_read_bf16(const StFile *f, const StEntry *e, uint16_t *out, ZyErr *err) {
+    if (st_check_range(f, e, err) != 0) return -1;
+    const uint8_t *src = f->data + e->offset;
+    const size_t n = e->numel;
+    if (e->dtype == ZY_DT_BF16) {
+        if (n) memcpy(out, src, n * 2);
+    } else {
+        /* through float32 in small chunks (nearest even from the float32 value, as st_read_f32 + zy_f32_to_bf16) */
+        enum { CHUNK = 4096 };
+        float tmp[CHUNK];
+        for (size_t i = 0; i < n; i += CHUNK) {
+            const size_t k = n - i < CHUNK ? n - i : CHUNK;
+            StEntry part = *e;
+            part.offset = e->offset + i * zy_dtype_size(e->dtype);
+            part.numel = k;
+            if (read_f32_values(f, &part, tmp, err) != 0) return -1;
+            for (size_t j = 0; j < k; j++) out[i + j] = zy_f32_to_bf16(tmp[j]);
+        }
+    }
+    if (f->map) zy_release_pages((void *)(f->data + e->offset), e->nbytes);
+    return 0;
+}
+
 int st_read_i32(const StFile *f, const StEntry *e, int32_t *out, ZyErr *err) {
     if (st_check_range(f, e, err) != 0) return -1;
     const uint8_t *src = f->data + e->offset;
@@ -568,7 +591,9 @@ static int st_validate_write(const char *path, const StWriteTensor *t, int n, co
             (double)(total + nbytes[i]) >= ST_MAX_JSON_INT || total + nbytes[i] < total)
             return zy_fail(err, "%s: tensor '%.200s': byte size overflows", path, name);
         total += nbytes[i];
-        if (!t[i].data && numel > 0) return zy_fail(err, "%s: tensor '%.200s': NULL data", path, name);
+        if (!t[i].data && !t[i].fill && numel > 0) return zy_fail(err, "%s: tensor '%.200s': NULL data", path, name);
+        if (t[i].fill && t[i].src_dtype != ZY_DT_F32)
+            return zy_fail(err, "%s: tensor '%.200s': a fill callback makes F32 values", path, name);
     }
     size_t n_meta = 0;
     if (meta) {
@@ -612,20 +637,30 @@ static int write_all(int fd, const void *data, size_t len) {
     return 0;
 }
 
-/* Writes one tensor's bytes; F32 -> BF16 is converted through a small reusable buffer. */
-static int st_write_tensor(int fd, const StWriteTensor *t, size_t nbytes, uint16_t *chunk, size_t chunk_len) {
+/* Writes one tensor's bytes; F32 -> BF16 is converted through a small reusable buffer, and values a fill callback
+ * makes are made chunk by chunk into another (fbuf, chunk_len floats). */
+static int st_write_tensor(int fd, const StWriteTensor *t, size_t nbytes, uint16_t *chunk, float *fbuf,
+                           size_t chunk_len, int *fill_failed) {
     if (nbytes == 0) return 0;
-    if (t->out_dtype != ZY_DT_BF16) return write_all(fd, t->data, nbytes);
-    const uint8_t *src = t->data;
-    size_t numel = nbytes / 2;
+    if (t->out_dtype != ZY_DT_BF16 && !t->fill) return write_all(fd, t->data, nbytes);
+    const size_t esize = zy_dtype_size(t->out_dtype), numel = nbytes / esize;
     for (size_t i = 0; i < numel; i += chunk_len) {
         size_t k = numel - i < chunk_len ? numel - i : chunk_len;
-        for (size_t j = 0; j < k; j++) {
-            float x;
-            memcpy(&x, src + 4 * (i + j), 4);
-            chunk[j] = zy_f32_to_bf16(x);
+        const float *x = fbuf;
+        if (t->fill) {
+            if (t->fill(t->fill_ctx, i, k, fbuf) != 0) {
+                *fill_failed = 1;
+                return -1;
+            }
+        } else {
+            memcpy(fbuf, (const uint8_t *)t->data + 4 * i, 4 * k);
         }
-        if (write_all(fd, chunk, 2 * k) != 0) return -1;
+        if (t->out_dtype == ZY_DT_BF16) {
+            for (size_t j = 0; j < k; j++) chunk[j] = zy_f32_to_bf16(x[j]);
+            if (write_all(fd, chunk, 2 * k) != 0) return -1;
+        } else if (write_all(fd, x, 4 * k) != 0) {
+            return -1;
+        }
     }
     return 0;
 }
@@ -698,8 +733,9 @@ int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, cons
     char *tmp = malloc(tmp_len);
     enum { CHUNK = 1 << 16 };
     uint16_t *chunk = malloc(CHUNK * sizeof *chunk);
+    float *fbuf = malloc(CHUNK * sizeof *fbuf);
     int fd = -1, rc = -1, created = 0;
-    if (!tmp || !chunk) {
+    if (!tmp || !chunk || !fbuf) {
         zy_fail(err, "%s: out of memory", path);
         goto done;
     }
@@ -716,8 +752,12 @@ int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, cons
         goto done;
     }
     for (int i = 0; i < n_tensors; i++) {
-        if (st_write_tensor(fd, &tensors[i], nbytes[i], chunk, CHUNK) != 0) {
-            zy_fail(err, "%s: write of tensor '%.200s' failed: %s", tmp, tensors[i].name, strerror(errno));
+        int fill_failed = 0;
+        if (st_write_tensor(fd, &tensors[i], nbytes[i], chunk, fbuf, CHUNK, &fill_failed) != 0) {
+            if (fill_failed)
+                zy_fail(err, "%s: tensor '%.200s': its values could not be made", tmp, tensors[i].name);
+            else
+                zy_fail(err, "%s: write of tensor '%.200s' failed: %s", tmp, tensors[i].name, strerror(errno));
             goto done;
         }
     }
@@ -742,6 +782,7 @@ done:
     if (rc != 0 && created) unlink(tmp);
     free(tmp);
     free(chunk);
+    free(fbuf);
     free(h.p);
     free(nbytes);
     return rc;

@@ -40,6 +40,9 @@ void st_close(StFile *f);
 const StEntry *st_find(const StFile *f, const char *name);
 /* Converts an F32/BF16/F16 (also F64) tensor into float32 `out` (numel floats). */
 int st_read_f32(const StFile *f, const StEntry *e, float *out, ZyErr *err);
+/* Converts an F32/BF16/F16/F64 tensor into bf16 `out` (numel values; BF16 is copied, the others rounded to
+ * nearest even from their float32 value), without a float32 copy of the whole tensor. */
+int st_read_bf16(const StFile *f, const StEntry *e, uint16_t *out, ZyErr *err);
 /* Copies an I32/I64 tensor into int32 `out` (range-checked). */
 int st_read_i32(const StFile *f, const StEntry *e, int32_t *out, ZyErr *err);
 
@@ -50,6 +53,10 @@ typedef struct {
     ZyDtype src_dtype; /* ZY_DT_F32 or ZY_DT_I32: the layout of `data` in memory */
     ZyDtype out_dtype; /* for F32 sources: ZY_DT_F32 or ZY_DT_BF16; for I32 sources: ZY_DT_I32 */
     const void *data;
+    /* instead of data (NULL): makes values [first, first + count) of an F32 source into out, called in order with
+     * count <= 65536, so a tensor never needs to be in memory whole (zaya init of a large model); non-zero = fail */
+    int (*fill)(void *ctx, size_t first, size_t count, float *out);
+    void *fill_ctx;
 } StWriteTensor;
 
 /* Writes the tensors (in the given order; names must be unique) to path atomically (temp file, fsync,
