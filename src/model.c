@@ -20,6 +20,7 @@
 typedef struct {
     ParamTable *table;
     float *base; /* NULL: registering; else binding views into this arena */
+    float *const *ptrs; /* binding views from a per-tensor pointer table instead (model_bind_views) */
     int cursor;
     ZyErr *err;
     int failed;
@@ -31,6 +32,7 @@ static float *tensor(LayoutWalk *w, ParamKind kind, ParamInit init, int ndim, in
 static float *tensor(LayoutWalk *w, ParamKind kind, ParamInit init, int ndim, int64_t d0, int64_t d1, int64_t d2,
                      const char *fmt, ...) {
     if (w->failed) return NULL;
+    if (w->ptrs) return w->ptrs[w->cursor++];
     if (w->base) return w->base + w->table->info[w->cursor++].offset;
     char name[128];
     va_list ap;
@@ -140,7 +142,9 @@ int model_param_table(ParamTable *t, const ZayaConfig *cfg, ZyErr *err) {
     return 0;
 }
 
-int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
+/* The tensor table and the per-layer view arrays for cfg, without arenas; for zaya_residual_scaling false also the
+ * constants its merges read. */
+static int model_create_layout(Model *m, const ZayaConfig *cfg, ZyErr *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     if (config_validate(cfg, "model config", err)) return -1;
@@ -153,14 +157,10 @@ int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
     LayoutWalk walk = {.table = &m->params, .err = err};
     Weights scratch = {.layers = m->w.layers};
     walk_layout(&walk, cfg, &scratch);
-    if (walk.failed || params_alloc(&m->params, err)) {
+    if (walk.failed) {
         model_free(m);
         return -1;
     }
-    LayoutWalk bind_w = {.table = &m->params, .base = m->params.data};
-    walk_layout(&bind_w, cfg, &m->w);
-    LayoutWalk bind_g = {.table = &m->params, .base = m->params.grad};
-    walk_layout(&bind_g, cfg, &m->g);
     if (cfg->no_residual_scaling) {
         const size_t D = (size_t)cfg->hidden_size;
         m->unit_scale = malloc(D * sizeof(float));
@@ -171,12 +171,28 @@ int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
             return zy_fail(err, "out of memory");
         }
         for (size_t i = 0; i < D; i++) m->unit_scale[i] = 1.0f;
-        bind_plain_residuals(m);
     }
     return 0;
 }
 
+int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
+    if (model_create_layout(m, cfg, err)) return -1;
+    if (params_alloc(&m->params, err)) {
+        model_free(m);
+        return -1;
+    }
+    LayoutWalk bind_w = {.table = &m->params, .base = m->params.data};
+    walk_layout(&bind_w, cfg, &m->w);
+    LayoutWalk bind_g = {.table = &m->params, .base = m->params.grad};
+    walk_layout(&bind_g, cfg, &m->g);
+    if (cfg->no_residual_scaling) bind_plain_residuals(m);
+    return 0;
+}
+
+int model_create_views(Model *m, const ZayaConfig *cfg, ZyErr *err) { return model_create_layout(m, cfg, err); }
+
 void model_free(Model *m) {
+    if (m->owner_free) m->owner_free(m->owner);
     params_free(&m->params);
     zy_free(m->bf16);
     free(m->w.layers);
@@ -185,11 +201,19 @@ void model_free(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* The bf16 arena has the fp32 arena's layout: a tensor's bf16 values sit at its fp32 offset. */
-static const uint16_t *bf16_view(const Model *m, const float *w) { return m->bf16 + (w - m->params.data); }
+/* Where a matrix view's bf16 twin is: a view p of [base, base + n) has it at arena + (p - base) (the bf16 arena,
+ * laid out like the fp32 one) or at table[p - base] (model_bind_views: base holds one tag float per tensor). */
+typedef struct {
+    const float *base;
+    const uint16_t *arena;
+    const uint16_t *const *table;
+} Bf16Map;
 
-/* The matrices products read (everything of 2+ dims but the convolution kernels, which the conv reads as fp32). */
-static int held_in_bf16(const ParamInfo *p) { return p->ndim >= 2 && !strstr(p->name, "conv_qk"); }
+static const uint16_t *bf16_of(const Bf16Map *b, const float *p) {
+    return b->table ? b->table[p - b->base] : b->arena + (p - b->base);
+}
+
+int model_holds_bf16(const ParamInfo *p) { return p->ndim >= 2 && !strstr(p->name, "conv_qk"); }
 
 int model_bf16_begin(Model *m, ZyErr *err) {
     if (m->bf16) return 0;
@@ -202,7 +226,7 @@ int model_bf16_convert(Model *m, int i) {
     const ParamInfo *p = &m->params.info[i];
     if (p->ndim < 2) return 0;
     float *x = m->params.data + p->offset;
-    if (held_in_bf16(p)) {
+    if (model_holds_bf16(p)) {
         uint16_t *h = m->bf16 + p->offset;
         for (size_t j = 0; j < p->numel; j++) h[j] = zy_f32_to_bf16(x[j]);
         /* nothing reads these fp32 values any more: their memory goes back (the bf16 arena replaces it) */
@@ -213,33 +237,58 @@ int model_bf16_convert(Model *m, int i) {
     return 1;
 }
 
-/* Switches a weight view to its bf16 copy (tensors a variant lacks stay NULL). */
-#define TO_BF16(m, p)                                                                                           \
+/* Switches a weight view to its bf16 twin (tensors a variant lacks stay NULL). The list is every tensor
+ * model_holds_bf16 accepts. */
+#define TO_BF16(b, p)                                                                                           \
     do {                                                                                                        \
-        if (p) p##16 = bf16_view(m, p), p = NULL;                                                              \
+        if (p) p##16 = bf16_of(b, p), p = NULL;                                                                 \
     } while (0)
 
-void model_bf16_finish(Model *m) {
+static void switch_to_bf16(Model *m, const Bf16Map *b) {
     for (int l = 0; l < m->cfg.num_layers; l++) {
         LayerWeights *L = &m->w.layers[l];
-        TO_BF16(m, L->w_q);
-        TO_BF16(m, L->w_k);
-        TO_BF16(m, L->w_v);
-        TO_BF16(m, L->w_o);
-        TO_BF16(m, L->w_v_current);
-        TO_BF16(m, L->w_v_delayed);
-        TO_BF16(m, L->router_down_w);
-        TO_BF16(m, L->router_fc1_w);
-        TO_BF16(m, L->router_fc2_w);
-        TO_BF16(m, L->router_out_w);
-        TO_BF16(m, L->router_w);
-        TO_BF16(m, L->expert_gate_up);
-        TO_BF16(m, L->expert_down);
+        TO_BF16(b, L->w_q);
+        TO_BF16(b, L->w_k);
+        TO_BF16(b, L->w_v);
+        TO_BF16(b, L->w_o);
+        TO_BF16(b, L->w_v_current);
+        TO_BF16(b, L->w_v_delayed);
+        TO_BF16(b, L->router_down_w);
+        TO_BF16(b, L->router_fc1_w);
+        TO_BF16(b, L->router_fc2_w);
+        TO_BF16(b, L->router_out_w);
+        TO_BF16(b, L->router_w);
+        TO_BF16(b, L->expert_gate_up);
+        TO_BF16(b, L->expert_down);
     }
-    m->w.embed16 = bf16_view(m, m->w.embed), m->w.embed = NULL;
-    m->w.lm_head16 = bf16_view(m, m->w.lm_head), m->w.lm_head = NULL;
+    m->w.embed16 = bf16_of(b, m->w.embed), m->w.embed = NULL;
+    m->w.lm_head16 = bf16_of(b, m->w.lm_head), m->w.lm_head = NULL;
 }
 #undef TO_BF16
+
+void model_bf16_finish(Model *m) {
+    const Bf16Map b = {.base = m->params.data, .arena = m->bf16};
+    switch_to_bf16(m, &b);
+}
+
+int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, ZyErr *err) {
+    const int n = m->params.count;
+    float *tags = calloc((size_t)n, sizeof *tags);
+    float **ptrs = malloc((size_t)n * sizeof *ptrs);
+    if (!tags || !ptrs) {
+        free(tags), free(ptrs);
+        return zy_fail(err, "out of memory");
+    }
+    /* a bf16 matrix is bound first to its tag, which switch_to_bf16 turns into t16[i]; its fp32 view ends NULL */
+    for (int i = 0; i < n; i++) ptrs[i] = model_holds_bf16(&m->params.info[i]) ? tags + i : t32[i];
+    LayoutWalk bind = {.table = &m->params, .ptrs = ptrs};
+    walk_layout(&bind, &m->cfg, &m->w);
+    const Bf16Map b = {.base = tags, .table = t16};
+    switch_to_bf16(m, &b);
+    if (m->cfg.no_residual_scaling) bind_plain_residuals(m);
+    free(tags), free(ptrs);
+    return 0;
+}
 
 int model_use_bf16(Model *m, ZyErr *err) {
     if (m->bf16) return 0;

@@ -50,6 +50,9 @@ typedef struct {
     Weights w; /* views of params.data */
     Weights g; /* views of params.grad (same layout) */
     uint16_t *bf16; /* model_use_bf16: a bf16 arena with params.data's layout (NULL: fp32 weights) */
+    /* model_bind_views: what the views point into (mapped files, converted copies), released by model_free */
+    void *owner;
+    void (*owner_free)(void *owner);
     /* zaya_residual_scaling false: every layer's residual scales/biases point at these constants (ones, zeros),
      * so a merge is exactly h + x, and their gradients land in a sink nobody reads ([D] each; else NULL) */
     float *unit_scale, *zero_bias, *merge_grad_sink;
@@ -60,6 +63,16 @@ int model_param_table(ParamTable *t, const ZayaConfig *cfg, ZyErr *err);
 /* Builds the tensor table for cfg and allocates zeroed parameters and gradients. */
 int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err);
 void model_free(Model *m);
+/* Inference from weights that live elsewhere (model_io's mapped load): the tensor table of cfg without any arena
+ * (params.data and params.grad stay NULL, so an 8B model does not need its 35 GB fp32 arena), then
+ * model_bind_views binds m->w: tensor i's fp32 values at t32[i] (vectors, convolution kernels) or, for the matrices
+ * model_holds_bf16 accepts, bf16 values at t16[i] (the fp32 views stay NULL, as after model_use_bf16). Inference
+ * only; m->g stays unbound. m->owner/owner_free (set by the caller) keep the memory alive until model_free. */
+int model_create_views(Model *m, const ZayaConfig *cfg, ZyErr *err);
+int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, ZyErr *err);
+/* The tensors bf16 inference keeps in bf16: every matrix a product reads (2+ dims, but not the convolution kernels,
+ * which the convolution reads as fp32 rounded to bf16 values). */
+int model_holds_bf16(const ParamInfo *p);
 /* bf16 weights for inference (`--dtype bf16`): the matrices (projections, router matrices, experts, embedding /
  * head) move to a bf16 arena (nearest even) and their fp32 pages are given back to the system (their pointers in
  * m->w are cleared); the convolution kernels are rounded to bf16 values but stay fp32; vectors (norms, biases,

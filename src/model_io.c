@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 
@@ -15,11 +16,14 @@ static int file_exists(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The shard files to read: model.safetensors, or the distinct files named by the index's weight_map. */
-static int list_weight_files(const char *dir, char ***files, int *n_files, ZyErr *err) {
+/* The shard files to read: model.safetensors, or the distinct files named by the index's weight_map. With an index,
+ * *index gets its weight_map (tensor name -> file, cJSON; the caller deletes it) for the consistency checks. */
+static int list_weight_files(const char *dir, char ***files, int *n_files, cJSON **index, char *index_path,
+                             size_t index_cap, ZyErr *err) {
     char path[4096];
     *files = NULL;
     *n_files = 0;
+    *index = NULL;
     if (zy_path_join(path, sizeof path, dir, "model.safetensors", err)) return -1;
     if (file_exists(path)) {
         *files = calloc(1, sizeof(char *));
@@ -30,10 +34,11 @@ static int list_weight_files(const char *dir, char ***files, int *n_files, ZyErr
     if (zy_path_join(path, sizeof path, dir, "model.safetensors.index.json", err)) return -1;
     if (!file_exists(path))
         return zy_fail(err, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
+    snprintf(index_path, index_cap, "%s", path);
     char *text;
     size_t len;
     if (zy_read_file(path, &text, &len, err)) return -1;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!map || !cJSON_IsObject(map)) {
@@ -42,9 +47,10 @@ static int list_weight_files(const char *dir, char ***files, int *n_files, ZyErr
     }
     int cap = cJSON_GetArraySize(map);
     char **list = calloc((size_t)(cap > 0 ? cap : 1), sizeof(char *));
-    int n = 0, rc = 0;
+    int n = 0, rc = list ? 0 : zy_fail(err, "out of memory");
     const cJSON *it;
     cJSON_ArrayForEach(it, map) {
+        if (rc) break;
         if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || it->valuestring[0] == '.') {
             rc = zy_fail(err, "%s: weight_map[\"%s\"] must be a plain file name", path, it->string);
             break;
@@ -53,19 +59,27 @@ static int list_weight_files(const char *dir, char ***files, int *n_files, ZyErr
         if ((rc = zy_path_join(full, sizeof full, dir, it->valuestring, err))) break;
         int seen = 0;
         for (int i = 0; i < n && !seen; i++) seen = strcmp(list[i], full) == 0;
-        if (!seen && !(list[n++] = strdup(full))) {
+        if (seen) continue;
+        if (!file_exists(full)) {
+            rc = zy_fail(err, "%s: weight_map[\"%s\"] names shard \"%s\", which does not exist", path, it->string,
+                         it->valuestring);
+            break;
+        }
+        if (!(list[n++] = strdup(full))) {
             rc = zy_fail(err, "out of memory");
             break;
         }
     }
-    cJSON_Delete(root);
+    if (!rc && n == 0) rc = zy_fail(err, "%s: weight_map is empty", path);
     if (rc) {
+        cJSON_Delete(root);
         for (int i = 0; i < n; i++) free(list[i]);
         free(list);
         return -1;
     }
     *files = list;
     *n_files = n;
+    *index = root;
     return 0;
 }
 
@@ -90,10 +104,80 @@ static void shape_text(char *out, size_t cap, const int64_t *shape, int ndim) {
         snprintf(out + strlen(out), cap - strlen(out), "%s%lld", k ? ", " : "", (long long)shape[k]);
 }
 
-static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
-    char **files;
+/* ---- mapped bf16 inference weights --------------------------------------------------------------------------
+ * The matrices stay where the mapped shards hold them when they are stored bf16 (no copy: the page cache backs
+ * them, and only the pages a token touches become resident); a matrix stored in another dtype, split into per-expert
+ * parts (legacy) or at an odd address gets a bf16 copy of its own. Vectors and the convolution kernels are read into
+ * one small fp32 arena. */
+typedef struct {
+    StFile *st;
+    int n_st;
+    float *small;                 /* fp32 tensors, packed */
+    float **t32;                  /* [count] fp32 view per tensor (NULL for bf16 matrices) */
+    const uint16_t **t16;         /* [count] bf16 view per bf16 matrix */
+    uint16_t **owned;             /* [count] bf16 copies made here (NULL where the view is the mapped file) */
+    int count;
+} MappedWeights;
+
+static void mapped_free(void *p) {
+    MappedWeights *mw = p;
+    if (!mw) return;
+    for (int f = 0; f < mw->n_st; f++) st_close(&mw->st[f]);
+    for (int i = 0; mw->owned && i < mw->count; i++) zy_free(mw->owned[i]);
+    free(mw->st), zy_free(mw->small), free(mw->t32), free(mw->t16), free(mw->owned);
+    free(mw);
+}
+
+static MappedWeights *mapped_create(const Model *m, ZyErr *err) {
+    MappedWeights *mw = calloc(1, sizeof *mw);
+    const int n = m->params.count;
+    if (!mw) return zy_fail(err, "out of memory"), NULL;
+    mw->count = n;
+    mw->t32 = calloc((size_t)n, sizeof *mw->t32);
+    mw->t16 = calloc((size_t)n, sizeof *mw->t16);
+    mw->owned = calloc((size_t)n, sizeof *mw->owned);
+    size_t floats = 0;
+    for (int i = 0; i < n; i++)
+        if (!model_holds_bf16(&m->params.info[i])) floats += (m->params.info[i].numel + 15) & ~(size_t)15;
+    mw->small = zy_calloc((floats ? floats : 1) * sizeof(float));
+    if (!mw->t32 || !mw->t16 || !mw->owned || !mw->small) {
+        mapped_free(mw);
+        return zy_fail(err, "out of memory"), NULL;
+    }
+    floats = 0;
+    for (int i = 0; i < n; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        if (model_holds_bf16(p)) continue;
+        mw->t32[i] = mw->small + floats; /* 64-byte aligned, like the fp32 arena */
+        floats += (p->numel + 15) & ~(size_t)15;
+    }
+    return mw;
+}
+
+/* Puts one checkpoint tensor (or one expert's part of a stack, ex >= 0 with `slice` values) in place. */
+static int mapped_place(MappedWeights *mw, const ParamInfo *p, int idx, int ex, size_t slice, const StFile *f,
+                        const StEntry *en, ZyErr *err) {
+    if (!model_holds_bf16(p))
+        return st_read_f32(f, en, mw->t32[idx] + (ex >= 0 ? (size_t)ex * slice : 0), err);
+    const uint8_t *at = f->data + en->offset;
+    if (ex < 0 && en->dtype == ZY_DT_BF16 && ((uintptr_t)at & 1) == 0) {
+        mw->t16[idx] = (const uint16_t *)(const void *)at; /* zero copy */
+        return 0;
+    }
+    if (!mw->owned[idx] && !(mw->owned[idx] = zy_calloc(p->numel * sizeof(uint16_t))))
+        return zy_fail(err, "out of memory for a bf16 copy of \"%s\" (%zu MB)", p->name, p->numel * 2 >> 20);
+    mw->t16[idx] = mw->owned[idx];
+    return st_read_bf16(f, en, mw->owned[idx] + (ex >= 0 ? (size_t)ex * slice : 0), err);
+}
+
+/* Reads every tensor of the files in dir into m: fp32 into m's arena (mw NULL), or as mapped bf16 inference weights
+ * (mw: the files then stay open in mw). */
+static int load_weights(Model *m, const char *dir, MappedWeights *mw, ZyErr *err) {
+    char **files, index_path[4096] = "";
     int n_files;
-    if (list_weight_files(dir, &files, &n_files, err)) return -1;
+    cJSON *index;
+    if (list_weight_files(dir, &files, &n_files, &index, index_path, sizeof index_path, err)) return -1;
+    const cJSON *weight_map = index ? cJSON_GetObjectItemCaseSensitive(index, "weight_map") : NULL;
     StFile *st = calloc((size_t)n_files, sizeof *st);
     /* parts[i]: how many parts of tensor i arrived (1, or one per expert for a legacy checkpoint's stacks) */
     const int E = m->cfg.num_experts;
@@ -101,10 +185,24 @@ static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
     uint8_t *expert_seen = calloc((size_t)m->params.count * (size_t)(E > 0 ? E : 1), 1);
     int rc = 0, opened = 0;
     if (!st || !parts || !expert_seen) rc = zy_fail(err, "out of memory");
-    for (int f = 0; f < n_files && !rc; f++, opened++) rc = st_open(&st[f], files[f], err);
+    for (int f = 0; f < n_files && !rc; f++, opened++)
+        if ((rc = st_open(&st[f], files[f], err)) && index) zy_wrap(err, "shard named by %s", index_path);
     for (int f = 0; f < opened && !rc; f++) {
+        const char *base = strrchr(files[f], '/') ? strrchr(files[f], '/') + 1 : files[f];
         for (int e = 0; e < st[f].n_entries && !rc; e++) {
             const StEntry *en = &st[f].entries[e];
+            if (weight_map) { /* the index must say where each tensor is, and say it right */
+                const cJSON *where = cJSON_GetObjectItemCaseSensitive(weight_map, en->name);
+                if (!where) {
+                    rc = zy_fail(err, "%s: tensor \"%s\" is not in %s's weight_map", files[f], en->name, index_path);
+                    break;
+                }
+                if (strcmp(where->valuestring, base) != 0) {
+                    rc = zy_fail(err, "%s: tensor \"%s\" is in shard %s, but the index puts it in %s", index_path,
+                                 en->name, base, where->valuestring);
+                    break;
+                }
+            }
             int idx, ex;
             if (tensor_target(m, en->name, &idx, &ex, err)) {
                 rc = zy_wrap(err, "%s", files[f]);
@@ -125,7 +223,8 @@ static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
                 break;
             }
             if (part ? expert_seen[(size_t)idx * E + ex] : parts[idx] > 0) {
-                rc = zy_fail(err, "%s: tensor \"%s\" appears more than once", files[f], en->name);
+                rc = zy_fail(err, "%s: tensor \"%s\" appears more than once%s", files[f], en->name,
+                             n_files > 1 ? " (in two shards, or twice in one)" : "");
                 break;
             }
             const int want_ndim = part ? p->ndim - 1 : p->ndim;
@@ -145,11 +244,27 @@ static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
                 break;
             }
             const size_t slice = part ? p->numel / (size_t)p->shape[0] : 0;
-            rc = st_read_f32(&st[f], en, m->params.data + p->offset + (part ? (size_t)ex * slice : 0), err);
+            if (mw)
+                rc = mapped_place(mw, p, idx, ex, slice, &st[f], en, err);
+            else
+                rc = st_read_f32(&st[f], en, m->params.data + p->offset + (part ? (size_t)ex * slice : 0), err);
             if (part) expert_seen[(size_t)idx * E + ex] = 1;
             parts[idx]++;
-            const int complete = part ? parts[idx] == p->shape[0] : 1;
-            if (!rc && bf16 && complete) model_bf16_convert(m, idx); /* one tensor in fp32 at a time */
+        }
+    }
+    if (!rc && weight_map) { /* and every tensor it lists must be where it says */
+        const cJSON *it;
+        cJSON_ArrayForEach(it, weight_map) {
+            int found = 0;
+            for (int f = 0; f < opened && !found; f++) {
+                const char *base = strrchr(files[f], '/') ? strrchr(files[f], '/') + 1 : files[f];
+                found = strcmp(base, it->valuestring) == 0 && st_find(&st[f], it->string);
+            }
+            if (!found) {
+                rc = zy_fail(err, "%s: weight_map puts tensor \"%s\" in %s, which does not hold it", index_path,
+                             it->string, it->valuestring);
+                break;
+            }
         }
     }
     for (int i = 0; i < m->params.count && !rc; i++) {
@@ -158,8 +273,13 @@ static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
         else if (m->cfg.legacy_layout && p->ndim == 3 && strstr(p->name, ".mlp.experts.") && parts[i] != p->shape[0])
             rc = zy_fail(err, "%s: \"%s\" has %d of its %lld experts", dir, p->name, parts[i], (long long)p->shape[0]);
     }
+    if (!rc && mw) { /* the files stay mapped for as long as the model lives */
+        mw->st = st, mw->n_st = opened;
+        st = NULL, opened = 0;
+    }
     for (int f = 0; f < opened; f++) st_close(&st[f]);
     for (int f = 0; f < n_files; f++) free(files[f]);
+    cJSON_Delete(index);
     free(files);
     free(st);
     free(parts);
@@ -167,22 +287,202 @@ static int load_weights(Model *m, const char *dir, int bf16, ZyErr *err) {
     return rc;
 }
 
-int model_load_weights(Model *m, const char *dir, ZyErr *err) { return load_weights(m, dir, 0, err); }
+int model_load_weights(Model *m, const char *dir, ZyErr *err) { return load_weights(m, dir, NULL, err); }
+
+/* The convolution kernels bf16 inference reads as fp32 rounded to bf16 values (model_use_bf16 does the same). */
+static void round_conv_kernels(const Model *m, MappedWeights *mw) {
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        if (p->ndim >= 2 && !model_holds_bf16(p))
+            for (size_t j = 0; j < p->numel; j++) mw->t32[i][j] = zy_round_bf16(mw->t32[i][j]);
+    }
+}
 
 int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err) {
     char path[4096];
     ZayaConfig cfg;
     if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&cfg, path, err)) return -1;
-    if (model_create(m, &cfg, err)) return -1;
-    if ((bf16 && model_bf16_begin(m, err)) || load_weights(m, dir, bf16, err)) {
+    if (!bf16) {
+        if (model_create(m, &cfg, err)) return -1;
+        if (load_weights(m, dir, NULL, err)) {
+            model_free(m);
+            return -1;
+        }
+        return 0;
+    }
+    if (model_create_views(m, &cfg, err)) return -1;
+    MappedWeights *mw = mapped_create(m, err);
+    if (!mw) {
         model_free(m);
         return -1;
     }
-    if (bf16) model_bf16_finish(m);
+    m->owner = mw, m->owner_free = mapped_free;
+    if (load_weights(m, dir, mw, err)) {
+        model_free(m);
+        return -1;
+    }
+    round_conv_kernels(m, mw);
+    if (model_bind_views(m, mw->t32, mw->t16, err)) {
+        model_free(m);
+        return -1;
+    }
     return 0;
 }
 
 int model_load_dir(Model *m, const char *dir, ZyErr *err) { return model_load_dir_as(m, dir, 0, err); }
+
+int model_dir_bf16_share(const char *dir, double *share, ZyErr *err) {
+    char path[4096];
+    ZayaConfig cfg;
+    Model m;
+    *share = 0;
+    if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&cfg, path, err) ||
+        model_create_views(&m, &cfg, err))
+        return -1;
+    char **files, index_path[4096];
+    int n_files;
+    cJSON *index;
+    if (list_weight_files(dir, &files, &n_files, &index, index_path, sizeof index_path, err)) {
+        model_free(&m);
+        return -1;
+    }
+    double held = 0, held_bf16 = 0;
+    int rc = 0;
+    for (int f = 0; f < n_files && !rc; f++) {
+        StFile st;
+        if ((rc = st_open(&st, files[f], err))) break;
+        for (int e = 0; e < st.n_entries && !rc; e++) {
+            int idx, ex;
+            if ((rc = tensor_target(&m, st.entries[e].name, &idx, &ex, err))) break;
+            if (idx < 0 || !model_holds_bf16(&m.params.info[idx])) continue;
+            held += (double)st.entries[e].numel;
+            if (st.entries[e].dtype == ZY_DT_BF16) held_bf16 += (double)st.entries[e].numel;
+        }
+        st_close(&st);
+    }
+    for (int f = 0; f < n_files; f++) free(files[f]);
+    free(files);
+    cJSON_Delete(index);
+    model_free(&m);
+    if (!rc) *share = held > 0 ? held_bf16 / held : 0;
+    return rc;
+}
+
+int model_resolve_dtype(const char *s, const char *flag, const char *dir, ZyErr *err) {
+    if (strcmp(s, "auto") != 0) return model_parse_dtype(s, flag, err);
+    double share;
+    if (model_dir_bf16_share(dir, &share, err)) return -1;
+    return share == 1.0;
+}
+
+void model_weight_bytes(const Model *m, size_t *mapped, size_t *copied) {
+    *mapped = *copied = 0;
+    const MappedWeights *mw = m->owner_free == mapped_free ? m->owner : NULL;
+    for (int i = 0; mw && i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        if (mw->t16[i] && !mw->owned[i]) *mapped += p->numel * 2;
+        else *copied += p->numel * (mw->owned[i] ? 2 : 4);
+    }
+    if (!mw) *copied = m->params.total * 4 + (m->bf16 ? m->params.total * 2 : 0);
+}
+
+/* ---- zaya init, streamed ------------------------------------------------------------------------------------ */
+
+/* model_init_weights' draws, made tensor by tensor in table order from one generator (the writer asks for each
+ * tensor's values in order, once), so they are model_init_weights' values for the same seed, bit for bit, without
+ * the model ever being in memory. */
+typedef struct {
+    ZyRng *rng;
+    double std;
+    const ParamInfo *p;
+} InitTensor;
+
+static int init_fill(void *ctx, size_t first, size_t count, float *out) {
+    const InitTensor *t = ctx;
+    const ParamInfo *p = t->p;
+    for (size_t j = 0; j < count; j++) {
+        switch (p->init) {
+        case INIT_ZERO: out[j] = 0.0f; break;
+        case INIT_ONE: out[j] = 1.0f; break;
+        case INIT_NORMAL: out[j] = (float)(t->std * zy_rng_normal(t->rng)); break;
+        case INIT_BALANCING_BIAS: out[j] = first + j + 1 == p->numel ? -1.0f : 0.0f; break; /* skip expert at -1 */
+        }
+    }
+    return 0;
+}
+
+int model_init_streamed(const ZayaConfig *cfg, uint64_t seed, const char *dir, ZyDtype dtype, size_t shard_bytes,
+                        int *n_shards_out, ZyErr *err) {
+    if (dtype != ZY_DT_F32 && dtype != ZY_DT_BF16) return zy_fail(err, "model_init_streamed: dtype must be F32 or BF16");
+    ParamTable t;
+    if (model_param_table(&t, cfg, err)) return -1;
+    if (zy_mkdirs(dir, err)) {
+        params_free(&t);
+        return -1;
+    }
+    const int n = t.count;
+    StWriteTensor *ts = calloc((size_t)n, sizeof *ts);
+    InitTensor *it = calloc((size_t)n, sizeof *it);
+    int *shard_of = calloc((size_t)n, sizeof *shard_of);
+    ZyRng rng;
+    zy_rng_seed(&rng, seed);
+    int rc = 0, n_shards = 1;
+    size_t total = 0, in_shard = 0;
+    if (!ts || !it || !shard_of) rc = zy_fail(err, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        const ParamInfo *p = &t.info[i];
+        ts[i].name = p->name;
+        ts[i].ndim = p->ndim;
+        for (int k = 0; k < p->ndim; k++) ts[i].shape[k] = p->shape[k];
+        ts[i].src_dtype = ZY_DT_F32;
+        ts[i].out_dtype = p->kind == PARAM_BUFFER ? ZY_DT_F32 : dtype; /* balancing biases stay fp32 */
+        it[i] = (InitTensor){.rng = &rng, .std = cfg->initializer_range, .p = p};
+        ts[i].fill = init_fill;
+        ts[i].fill_ctx = &it[i];
+        const size_t bytes = p->numel * zy_dtype_size(ts[i].out_dtype);
+        if (shard_bytes && in_shard > 0 && in_shard + bytes > shard_bytes) n_shards++, in_shard = 0;
+        shard_of[i] = n_shards - 1;
+        in_shard += bytes;
+        total += bytes;
+    }
+    char path[4096], name[64];
+    static const char *const metadata[] = {"format", "pt", NULL};
+    /* shards in table order, so the generator runs through the tensors exactly as model_init_weights does */
+    for (int sh = 0, first = 0; sh < n_shards && !rc; sh++) {
+        int last = first;
+        while (last < n && shard_of[last] == sh) last++;
+        if (n_shards == 1)
+            snprintf(name, sizeof name, "model.safetensors");
+        else
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, n_shards);
+        rc = zy_path_join(path, sizeof path, dir, name, err);
+        if (!rc) rc = st_write(path, ts + first, last - first, metadata, err);
+        first = last;
+    }
+    if (!rc && n_shards > 1) { /* the index transformers reads: total_size and where each tensor is */
+        cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "metadata");
+        cJSON_AddNumberToObject(meta, "total_size", (double)total);
+        cJSON *map = cJSON_AddObjectToObject(root, "weight_map");
+        for (int i = 0; i < n; i++) {
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, n_shards);
+            cJSON_AddStringToObject(map, t.info[i].name, name);
+        }
+        char *text = cJSON_Print(root);
+        cJSON_Delete(root);
+        rc = text ? zy_path_join(path, sizeof path, dir, "model.safetensors.index.json", err)
+                  : zy_fail(err, "out of memory");
+        if (!rc) rc = zy_write_file_atomic(path, text, strlen(text), err);
+        free(text);
+        /* a model.safetensors left from before would be read in the shards' place */
+        if (!rc && zy_path_join(path, sizeof path, dir, "model.safetensors", err) == 0) unlink(path);
+    }
+    if (!rc) rc = zy_path_join(path, sizeof path, dir, "config.json", err);
+    if (!rc) rc = config_save(cfg, path, dtype == ZY_DT_BF16 ? "bfloat16" : "float32", err);
+    if (!rc && n_shards_out) *n_shards_out = n_shards;
+    free(ts), free(it), free(shard_of);
+    params_free(&t);
+    return rc;
+}
 
 int model_save_dir(const Model *m, const char *dir, ZyDtype dtype, ZyErr *err) {
     if (dtype != ZY_DT_F32 && dtype != ZY_DT_BF16) return zy_fail(err, "model_save_dir: dtype must be F32 or BF16");

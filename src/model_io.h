@@ -9,9 +9,28 @@
 /* Loads DIR/config.json and the weights. Every tensor of the layout must be present with its exact shape
  * and a float dtype (F32, BF16, F16); an unknown tensor is an error too. */
 int model_load_dir(Model *m, const char *dir, ZyErr *err);
-/* The same with bf16 weights when bf16 is set (model_use_bf16's result), converting each tensor as it is read so
- * the fp32 copy of the whole model never exists: resident memory peaks near the bf16 size. */
+/* The same with bf16 inference weights when bf16 is set (the values of model_load_dir + model_use_bf16): no fp32
+ * arena at all (model_create_views). Matrices stored bf16 are used where the memory-mapped shards hold them (zero
+ * copy: resident memory is the file pages a run touches, backed by the page cache); a matrix stored F32/F16 gets its
+ * own bf16 copy; vectors and the convolution kernels are fp32 copies (small). Inference only: no gradients, no
+ * optimizer (training from a bf16 release loads fp32 master weights with model_load_dir). */
 int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err);
+/* The share (0..1, by element count) of the matrices bf16 inference holds in bf16 that DIR stores as BF16: 1 for
+ * a bf16 release (`--dtype auto` then runs it in bf16). Reads only the headers. */
+int model_dir_bf16_share(const char *dir, double *share, ZyErr *err);
+/* A --dtype value: f32/bf16 as model_parse_dtype, or "auto": bf16 when every matrix DIR stores is BF16 (a bf16
+ * release stays bf16), else f32. 0 = f32, 1 = bf16, -1 with an error. */
+int model_resolve_dtype(const char *s, const char *flag, const char *dir, ZyErr *err);
+/* Where m's weights are: bytes used in place in the mapped shards, and bytes of copies (fp32 vectors, bf16 copies
+ * of matrices stored otherwise; for a model not loaded mapped, its arenas). */
+void model_weight_bytes(const Model *m, size_t *mapped, size_t *copied);
+/* zaya init without the model in memory: cfg's tensors initialised as model_init_weights(seed) would (the same
+ * values, bit for bit, before rounding to dtype F32 or BF16; balancing biases F32) are made and written one chunk at
+ * a time, in shards of at most shard_bytes (0: one file) named as transformers names them
+ * (model-00001-of-0000N.safetensors + model.safetensors.index.json; one shard = model.safetensors), with config.json.
+ * *n_shards (may be NULL) gets the number of files. */
+int model_init_streamed(const ZayaConfig *cfg, uint64_t seed, const char *dir, ZyDtype dtype, size_t shard_bytes,
+                        int *n_shards, ZyErr *err);
 /* Loads weights for an already-created model from a safetensors file or an index. */
 int model_load_weights(Model *m, const char *dir, ZyErr *err);
 /* Writes DIR/config.json and DIR/model.safetensors (parameters in `dtype`: ZY_DT_F32 or ZY_DT_BF16;

@@ -20,35 +20,49 @@ static int wants_help(int argc, char **argv) {
 }
 
 int cmd_init(int argc, char **argv) {
-    const char *config_path = NULL, *out = NULL;
+    const char *config_path = NULL, *out = NULL, *dtype = "f32";
     uint64_t seed = 0;
+    double shard_mb = 5000;
     ArgSpec specs[] = {
         {"--config", ARG_STRING, 1, &config_path, "model config.json (Hugging Face ZAYA keys)", 0},
         {"--out", ARG_STRING, 1, &out, "output model directory", 0},
         {"--seed", ARG_U64, 0, &seed, "initialisation seed (default 0)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "f32 (default) or bf16: the f32 values rounded to nearest even", 0},
+        {"--shard-size", ARG_FLOAT, 0, &shard_mb,
+         "MB per safetensors shard (default 5000; a larger model gets model-0000k-of-0000n files and an index)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
-        args_usage("init", "--config CFG.json --out DIR [--seed N]", specs, n);
+        args_usage("init", "--config CFG.json --out DIR [--seed N] [--dtype f32|bf16] [--shard-size MB]", specs, n);
         return 0;
     }
     ZyErr err = {{0}};
     ZayaConfig cfg;
-    Model m;
-    if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "init", &err) || config_load(&cfg, config_path, &err) ||
-        model_create(&m, &cfg, &err)) {
+    ParamTable t;
+    int bf16 = 0, n_shards = 0;
+    if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "init", &err) ||
+        (bf16 = model_parse_dtype(dtype, "init: --dtype", &err)) < 0 || config_load(&cfg, config_path, &err) ||
+        model_param_table(&t, &cfg, &err)) {
         fprintf(stderr, "zaya: %s\n", err.msg);
         return 1;
     }
-    model_init_weights(&m, seed);
-    int rc = model_save_dir(&m, out, ZY_DT_F32, &err);
-    if (rc)
+    const size_t total = params_count(&t, 0), trainable = params_count(&t, 1);
+    params_free(&t);
+    if (!(shard_mb * 1e6 >= 1)) {
+        fprintf(stderr, "zaya: init: --shard-size must be a positive number of MB (got %g)\n", shard_mb);
+        return 1;
+    }
+    /* streamed: each tensor is made and written in chunks, so an 8B model needs no 35 GB of memory */
+    if (model_init_streamed(&cfg, seed, out, bf16 ? ZY_DT_BF16 : ZY_DT_F32, (size_t)(shard_mb * 1e6), &n_shards,
+                            &err)) {
         fprintf(stderr, "zaya: %s\n", err.msg);
-    else
-        printf("initialised %s: %zu parameters (%zu trainable), seed %llu\n", out, params_count(&m.params, 0),
-               params_count(&m.params, 1), (unsigned long long)seed);
-    model_free(&m);
-    return rc ? 1 : 0;
+        return 1;
+    }
+    printf("initialised %s: %zu parameters (%zu trainable), seed %llu, %s", out, total, trainable,
+           (unsigned long long)seed, bf16 ? "bf16" : "f32");
+    if (n_shards > 1) printf(", %d shards + model.safetensors.index.json", n_shards);
+    printf("\n");
+    return 0;
 }
 
 static int write_grads(const Model *m, const Activations *a, const char *path, ZyErr *err) {
