@@ -33,6 +33,54 @@ static double resident_mb(void) {
     return n == 2 ? resident * (double)sysconf(_SC_PAGESIZE) / 1e6 : 0;
 }
 
+/* The most memory this process has held resident (/proc/self/status VmHWM), mapped file pages it touched included;
+ * 0 where unreadable. */
+static double peak_resident_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+/* Memory the system could give this process now (/proc/meminfo MemAvailable), in bytes; 0 where unreadable. */
+static double available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+/* The machine's memory read bandwidth, the limit of decoding (each token streams its weights once): every thread
+ * sums its part of a 512 MB buffer (far larger than any cache), median of 5 passes after a warm-up, in bytes/s. */
+static double read_bandwidth(ZyErr *err) {
+    const size_t n = (size_t)512 << 20 >> 3;
+    uint64_t *buf = malloc(n * sizeof *buf);
+    if (!buf) return zy_fail(err, "out of memory for the bandwidth probe"), -1;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) buf[i] = i; /* first touch by the thread that reads it */
+    double t[6];
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < 6; r++) {
+        uint64_t total = 0;
+        const double t0 = zy_now_seconds();
+#pragma omp parallel for schedule(static) reduction(+ : total)
+        for (size_t i = 0; i < n; i += 8) /* 8 independent chains per 64-byte line keep the loads in flight */
+            total += buf[i] + buf[i + 1] + buf[i + 2] + buf[i + 3] + buf[i + 4] + buf[i + 5] + buf[i + 6] + buf[i + 7];
+        t[r] = zy_now_seconds() - t0;
+        sink += total;
+    }
+    (void)sink;
+    free(buf);
+    qsort(t + 1, 5, sizeof *t, cmp_double);
+    return (double)n * sizeof *buf / t[3];
+}
+
 static int load_model(Model *m, const char *model_dir, const char *config_path, int bf16, ZyErr *err) {
     if (model_dir) {
         if (model_load_dir_as(m, model_dir, bf16, err)) return -1;
@@ -164,7 +212,7 @@ done:
 }
 
 int bench_decode(int argc, char **argv) {
-    const char *model_dir = NULL, *config_path = NULL, *dtype = "f32", *device = "cpu";
+    const char *model_dir = NULL, *config_path = NULL, *dtype = "auto", *device = "cpu";
     int context = 128, new_tokens = 128, threads = 0, batch = 1;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 0, &model_dir, "model directory (or --config for random weights)", 0},
@@ -172,15 +220,15 @@ int bench_decode(int argc, char **argv) {
         {"--context", ARG_INT, 0, &context, "prompt length prefilled first (default 128)", 0},
         {"--tokens", ARG_INT, 0, &new_tokens, "tokens decoded one at a time after it (default 128)", 0},
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16; bf16 also reports its logits against f32",
-         0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 for a model stored bf16, else f32), f32 or bf16; "
+         "bf16 also reports its logits against f32 where an f32 copy fits in memory", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (bf16: bf16 products on the GPU)", 0},
         {"--batch", ARG_INT, 0, &batch, "sequences decoded together (GPU only; default 1)", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
             args_usage("bench decode",
-                       "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype f32|bf16 --device cpu|cuda "
+                       "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16 --device cpu|cuda "
                        "--batch B]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
@@ -201,7 +249,9 @@ int bench_decode(int argc, char **argv) {
         zy_fail(&err, "bench decode: --context and --tokens must be positive");
         goto done;
     }
-    if ((bf16 = model_parse_dtype(dtype, "bench decode: --dtype", &err)) < 0) goto done;
+    if ((bf16 = model_dir ? model_resolve_dtype(dtype, "bench decode: --dtype", model_dir, &err)
+                          : model_parse_dtype(strcmp(dtype, "auto") ? dtype : "f32", "bench decode: --dtype", &err)) < 0)
+        goto done;
     int gpu = 0, gpu_index = -1;
     if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
         zy_wrap(&err, "bench decode: --device");
@@ -224,10 +274,9 @@ int bench_decode(int argc, char **argv) {
     if (load_model(&m, model_dir, config_path, bf16, &err)) goto done;
     have_model = 1;
     const double model_mb = resident_mb();
-    if (bf16) { /* an fp32 twin to measure the bf16 logits against */
-        if (load_model(&m32, model_dir, config_path, 0, &err)) goto done;
-        have_m32 = 1;
-    }
+    /* an fp32 twin to measure the bf16 logits against, where it fits (an 8B model's would need 35 GB) */
+    const double twin_bytes = (double)params_count(&m.params, 0) * 4;
+    const int compare = bf16 && twin_bytes < 0.5 * available_bytes(); /* loaded last: not in the peak */
     const int total = context + new_tokens;
     if (kvcache_create(&c, &m.cfg, 1, total, &err)) goto done;
     have_cache = 1;
@@ -261,12 +310,34 @@ int bench_decode(int argc, char **argv) {
     printf("prefill      %d tokens in %.4f s: %.0f tokens/s\n", context, prefill, context / prefill);
     printf("decode       %d tokens after a %d-token context: median %.3f ms/token (p90 %.3f), %.0f tokens/s\n", new_tokens,
            context, 1e3 * median, 1e3 * lat[(int)(0.9 * (new_tokens - 1))], new_tokens / sum);
+    /* the peak is taken before the bandwidth probe's buffer exists */
+    const double peak = peak_resident_bytes(), per_token = weight_bytes_per_token(&m.cfg, bf16);
+    const double bandwidth = read_bandwidth(&err);
+    if (bandwidth < 0) goto done;
+    size_t mapped, copied;
+    model_weight_bytes(&m, &mapped, &copied);
     printf("weights      %s: %.1f MB read per decoded token (%.1f GB/s at the median latency); %.0f MB resident once "
-           "loaded\n", bf16 ? "bf16" : "f32", weight_bytes_per_token(&m.cfg, bf16) / 1e6,
-           weight_bytes_per_token(&m.cfg, bf16) / median / 1e9, model_mb);
+           "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", bf16 ? "bf16" : "f32",
+           per_token / 1e6, per_token / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
+    printf("bandwidth    %.1f GB/s memory read, measured (%d threads, median of 5 passes over 512 MB): decoding at most "
+           "%.1f tokens/s; the median token ran at %.0f%% of that\n", bandwidth / 1e9, omp_get_max_threads(),
+           bandwidth / per_token, 100.0 * per_token / median / bandwidth);
     printf("KV cache     %zu bytes per token (k and v, %d layers); %.2f MB at %d tokens\n",
            kvcache_bytes_per_token(&m.cfg), m.cfg.num_layers, kvcache_bytes_per_token(&m.cfg) * (double)total / 1e6, total);
-    if (bf16 && compare_with_f32(&m, &m32, ids, total, &err)) goto done;
+    if (compare) {
+        if (load_model(&m32, model_dir, config_path, 0, &err)) goto done;
+        have_m32 = 1;
+        if (compare_with_f32(&m, &m32, ids, total, &err)) goto done;
+    }
+    if (bf16 && !compare)
+        printf("bf16 vs f32  not compared: an f32 copy (%.1f GB) does not fit in the %.1f GB available\n", twin_bytes / 1e9,
+               available_bytes() / 1e9);
+    printf("peak memory  %.2f GB resident at most while decoding (VmHWM: weights' file pages touched, KV cache, "
+           "scratch)\n", peak / 1e9);
+    printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"decode_tokens_per_s\": %.3f, \"median_ms\": %.3f, "
+           "\"bytes_per_token\": %.0f, \"bandwidth_bytes_per_s\": %.0f, \"bound_tokens_per_s\": %.3f, "
+           "\"peak_rss_bytes\": %.0f}\n", bf16 ? "bf16" : "f32", new_tokens / sum, 1e3 * median, per_token, bandwidth,
+           bandwidth / per_token, peak);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);

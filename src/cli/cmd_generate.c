@@ -109,8 +109,20 @@ static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len
             kvcache_bytes_per_token(cfg), cfg->num_layers, cache_bytes, max_len);
 }
 
+/* The most memory this process has held resident (/proc/self/status VmHWM), mapped file pages it touched included;
+ * 0 where unreadable. */
+static double peak_resident_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *messages = NULL, *dtype = "f32", *device = "cpu";
+    const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *messages = NULL, *dtype = "auto", *device = "cpu";
     /* sampling flags start unset (NAN, INT_MIN): a flag wins, then the model's generation_config.json, then zaya's
      * defaults; a bad value given as a flag still fails sampling_validate */
     int max_tokens = 128, top_k = INT_MIN, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1;
@@ -128,7 +140,8 @@ int cmd_generate(int argc, char **argv) {
         {"--top-p", ARG_FLOAT, 0, &top_p, "nucleus sampling mass, 1 = off (default: generation_config.json, else 0.95)", 0},
         {"--seed", ARG_U64, 0, &seed, "sampling seed (default 0)", 0},
         {"--ids", ARG_SWITCH, 0, &ids_mode, "token ids in and out, no tokenizer (no bos is added)", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 if the model stores bf16 matrices, else f32), f32, or bf16 "
+                                           "(matrices in bf16, read in place from the mapped files when stored bf16)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (on a GPU, --dtype bf16 = bf16 products)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
@@ -136,7 +149,7 @@ int cmd_generate(int argc, char **argv) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             args_usage("generate",
                        "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
-                       "[--top-k k] [--top-p p] [--seed s] [--dtype f32|bf16] [--device cpu|cuda]",
+                       "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--device cpu|cuda]",
                        specs, n);
             return 0;
         }
@@ -179,7 +192,7 @@ int cmd_generate(int argc, char **argv) {
         zy_fail(&err, "generate: give exactly one of --prompt and --messages (--messages needs a tokenizer, not --ids)");
         goto fail;
     }
-    if ((bf16 = model_parse_dtype(dtype, "generate: --dtype", &err)) < 0) goto fail;
+    if ((bf16 = model_resolve_dtype(dtype, "generate: --dtype", model_dir, &err)) < 0) goto fail;
     if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
         zy_wrap(&err, "generate: --device");
         goto fail;
@@ -189,7 +202,12 @@ int cmd_generate(int argc, char **argv) {
     if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
     have_model = 1;
     model_drop_grads(&m); /* inference: no backward */
-    if (bf16) fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32)\n");
+    if (bf16) {
+        size_t mapped, copied;
+        model_weight_bytes(&m, &mapped, &copied);
+        fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32): %.1f MB used in "
+                        "place from the mapped files, %.1f MB copied\n", mapped / 1e6, copied / 1e6);
+    }
     EvalTokenizer et = {0};
     if (!ids_mode) {
         if (tokenizer_load(tok_path, &tok, &err)) goto fail;
@@ -260,6 +278,10 @@ int cmd_generate(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     print_stats(&st, gpu ? gpu_kvcache_bytes(gc) : c.cache_bytes, max_len, &m.cfg);
+    const double peak = peak_resident_bytes();
+    if (peak > 0)
+        fprintf(stderr, "peak memory       %.2f GB resident at most (VmHWM: weights' file pages touched, KV cache, "
+                        "scratch)\n", peak / 1e9);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
