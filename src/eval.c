@@ -167,8 +167,9 @@ void eval_tokenizer_from(EvalTokenizer *et, const Tokenizer *t, const ZayaConfig
     et->ctx = (void *)t; /* handed back to tokenizer_encode/decode, which take it as const */
     et->encode = tok_encode;
     et->decode = tok_decode;
-    et->bos_id = tokenizer_token_id(t, TOK_BOS_TEXT);
-    et->eos_id = tokenizer_token_id(t, TOK_EOS_TEXT);
+    ZyErr ignored; /* a token the tokenizer does not name falls back to the model config's id */
+    if (tokenizer_special_id(t, TOK_SPECIAL_BOS, &et->bos_id, &ignored)) et->bos_id = -1;
+    if (tokenizer_special_id(t, TOK_SPECIAL_EOS, &et->eos_id, &ignored)) et->eos_id = -1;
     et->vocab_size = tokenizer_vocab_size(t);
     if (et->bos_id < 0) et->bos_id = cfg->bos_token_id >= 0 && cfg->bos_token_id < cfg->vocab_size ? cfg->bos_token_id : -1;
     if (et->eos_id < 0) et->eos_id = cfg->eos_token_id >= 0 && cfg->eos_token_id < cfg->vocab_size ? cfg->eos_token_id : -1;

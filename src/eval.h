@@ -24,7 +24,8 @@ typedef struct {
     int vocab_size; /* ids it can decode are < vocab_size (greedy answers never pick others); 0: the model's */
 } EvalTokenizer;
 
-/* The adapter for a zaya Tokenizer: bos/eos are its "<|bos|>"/"<|eos|>" tokens, else the model config's ids. */
+/* The adapter for a zaya Tokenizer: bos/eos are the tokenizer's (tokenizer_special_id: tokenizer_config.json's
+ * bos_token / eos_token, the template's, usual names, <|bos|> / <|eos|>), else the model config's ids. */
 void eval_tokenizer_from(EvalTokenizer *et, const Tokenizer *t, const ZayaConfig *cfg);
 
 typedef enum { EVAL_TASK_MC, EVAL_TASK_EXACT } EvalTaskType;

@@ -772,6 +772,7 @@ struct Tokenizer {
     Template post[MAX_STEPS];
     int n_post;
     char *js[4];        /* normalizer, pre_tokenizer, post_processor, decoder: JSON for tokenizer_to_json */
+    char *cfg_special[2]; /* tokenizer_config.json's bos_token, eos_token (NULL: none) */
     TokenizerCache *cache;
 };
 
@@ -839,6 +840,7 @@ void tokenizer_free(Tokenizer *t) {
     }
     templates_free(t);
     for (int i = 0; i < 4; i++) free(t->js[i]);
+    for (int i = 0; i < 2; i++) free(t->cfg_special[i]);
     tokenizer_cache_free(t->cache);
     free(t);
 }
@@ -3241,6 +3243,17 @@ int tokenizer_apply_config_json(Tokenizer *t, const char *json, size_t len, cons
     int present = 0;
     int32_t id[2] = {-1, -1};
     for (int k = 0; k < 2 && !rc; k++) {
+        const char *tok;
+        if (config_token(root, names[k], label, &tok, err)) {
+            rc = -1;
+            break;
+        }
+        free(t->cfg_special[k]); /* the names tokenizer_special_id gives first */
+        t->cfg_special[k] = NULL;
+        if (tok && !(t->cfg_special[k] = strdup(tok))) {
+            rc = zy_fail(err, "%s: out of memory", label);
+            break;
+        }
         const cJSON *v = GET(root, keys[k]);
         if (!v) continue;
         present = 1;
@@ -3249,11 +3262,6 @@ int tokenizer_apply_config_json(Tokenizer *t, const char *json, size_t len, cons
             break;
         }
         flag[k] = cJSON_IsTrue(v);
-        const char *tok;
-        if (config_token(root, names[k], label, &tok, err)) {
-            rc = -1;
-            break;
-        }
         if (flag[k] && !tok) {
             rc = zy_fail(err, "%s: %s: true, but there is no %s", label, keys[k], names[k]);
             break;
@@ -3279,6 +3287,39 @@ int tokenizer_apply_config_json(Tokenizer *t, const char *json, size_t len, cons
     }
     cJSON_Delete(root);
     return rc;
+}
+
+int tokenizer_special_id(const Tokenizer *t, int which, int32_t *id, ZyErr *err) {
+    static const char *const what[2] = {"beginning-of-sequence", "end-of-sequence"}, *const key[2] = {"bos_token", "eos_token"};
+    static const char *const usual[2][6] = {{"<bos>", "<s>", "<|begin_of_text|>", "<|startoftext|>", NULL},
+                                            {"<eos>", "</s>", "<|end_of_text|>", "<|endoftext|>", NULL}};
+    char b1[200];
+    which = which == TOK_SPECIAL_EOS;
+    *id = -1;
+    if (t->cfg_special[which]) { /* what transformers uses; a name it cannot find is an error, not a guess */
+        if ((*id = tokenizer_token_id(t, t->cfg_special[which])) >= 0) return 0;
+        return zy_fail(err, "tokenizer_config.json: %s \"%s\" is not in the vocabulary", key[which],
+                       shown(t->cfg_special[which], b1));
+    }
+    for (int k = 0; k < t->n_post; k++) { /* the template's special token before (after) the text: <bos> $A <eos> */
+        const Template *tp = &t->post[k];
+        size_t a = 0, b = tp->n;
+        while (a < tp->n && tp->items[a] != TPL_A) a++;
+        while (b > 0 && tp->items[b - 1] != TPL_A) b--;
+        if (a == tp->n) continue;
+        if (!which && a > 0) return *id = tp->items[0], 0;
+        if (which && b < tp->n) return *id = tp->items[tp->n - 1], 0;
+    }
+    for (int k = 0; usual[which][k]; k++) {
+        int32_t i = tokenizer_token_id(t, usual[which][k]);
+        if (i >= 0 && t->added_of[i] >= 0 && t->added[t->added_of[i]].special) return *id = i, 0;
+    }
+    /* zaya's own tokenizers (and the eos zaya used before it read the names above) */
+    if ((*id = tokenizer_token_id(t, which ? TOK_EOS_TEXT : TOK_BOS_TEXT)) >= 0) return 0;
+    if (which && (*id = tokenizer_token_id(t, "<|endoftext|>")) >= 0) return 0;
+    return zy_fail(err, "no %s token: no %s in tokenizer_config.json, none in the post-processor's template, and no "
+                   "special token %s, %s, %s, %s or %s", what[which], key[which], usual[which][0], usual[which][1],
+                   usual[which][2], usual[which][3], which ? TOK_EOS_TEXT : TOK_BOS_TEXT);
 }
 
 static int file_exists(const char *path, int *is_dir) {

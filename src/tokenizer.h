@@ -111,6 +111,14 @@ int tokenizer_decode_ex(const Tokenizer *t, const int32_t *ids, size_t n, unsign
 int tokenizer_vocab_size(const Tokenizer *t);
 /* Id of a token by its text in the file (added tokens and model vocab), or -1. */
 int tokenizer_token_id(const Tokenizer *t, const char *token);
+/* The beginning- / end-of-sequence token as transformers names it: tokenizer_config.json's bos_token / eos_token
+ * (a string or {"content": ...}; read by tokenizer_load from the model folder, or next to tokenizer.json), else the
+ * special token the post-processor's template puts before / after the text, else a special added token with a
+ * usual name (<bos> <s> <|begin_of_text|> <|startoftext|> / <eos> </s> <|end_of_text|> <|endoftext|>), else the
+ * legacy <|bos|> / <|eos|> (<|endoftext|> for eos). 0 with *id, or -1 with an error saying what was looked for
+ * (the caller names the tokenizer's path). */
+enum { TOK_SPECIAL_BOS, TOK_SPECIAL_EOS };
+int tokenizer_special_id(const Tokenizer *t, int which, int32_t *id, ZyErr *err);
 /* Text of a token as stored in the file (byte-level characters for model tokens), or NULL. */
 const char *tokenizer_token_text(const Tokenizer *t, int id);
 int tokenizer_n_merges(const Tokenizer *t);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "commands.h"
@@ -89,7 +90,7 @@ static int cmd_prepare(int argc, char **argv) {
     uint64_t seed = 0, shard_tokens = 0;
     int strict = 0, force = 0, threads = 0, bos = 0;
     ArgSpec specs[] = {
-        {"--tokenizer", ARG_STRING, 1, &tok_path, "tokenizer.json", 0},
+        {"--tokenizer", ARG_STRING, 1, &tok_path, "tokenizer.json, or a model folder holding it (and tokenizer_config.json)", 0},
         {"--input", ARG_STRING, 1, &input, ".txt / .jsonl files or directories; more may follow", 0},
         {"--out", ARG_STRING, 1, &out, "shard directory to create", 0},
         {"--val-fraction", ARG_FLOAT, 0, &val_fraction, "share of documents for the val split (default 0.01)", 0},
@@ -98,7 +99,7 @@ static int cmd_prepare(int argc, char **argv) {
         {"--force", ARG_SWITCH, 0, &force, "replace the shards of a non-empty output directory", 0},
         {"--shard-tokens", ARG_U64, 0, &shard_tokens, "tokens per shard (default 67108864)", 0},
         {"--threads", ARG_INT, 0, &threads, "tokenizer threads (default: all)", 0},
-        {"--bos", ARG_SWITCH, 0, &bos, "also put <|bos|> before every document (zaya eval puts one before prompts)", 0},
+        {"--bos", ARG_SWITCH, 0, &bos, "also put the BOS token before every document (zaya eval puts one before prompts)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (wants_help(argc, argv)) {
@@ -125,16 +126,19 @@ static int cmd_prepare(int argc, char **argv) {
     }
     if (threads == 0) threads = omp_get_max_threads();
     uint32_t tok_crc;
-    if (file_crc(tok_path, &tok_crc, &err) || tokenizer_load(tok_path, &tok, &err)) goto done;
-    int eos = tokenizer_token_id(tok, TOK_EOS_TEXT);
-    if (eos < 0) eos = tokenizer_token_id(tok, "<|endoftext|>");
-    if (eos < 0) {
-        zy_fail(&err, "%s: no end-of-sequence token (\"%s\" or \"<|endoftext|>\")", tok_path, TOK_EOS_TEXT);
+    struct stat st;
+    int is_dir = stat(tok_path, &st) == 0 && S_ISDIR(st.st_mode);
+    char tok_file[4096];
+    snprintf(tok_file, sizeof tok_file, is_dir ? "%s/tokenizer.json" : "%s", tok_path);
+    if (file_crc(tok_file, &tok_crc, &err) || tokenizer_load(tok_path, &tok, &err)) goto done;
+    int32_t eos, bos_id = -1;
+    ZyErr e2;
+    if (tokenizer_special_id(tok, TOK_SPECIAL_EOS, &eos, &e2)) { /* every document ends with it */
+        zy_fail(&err, "%s: %s", tok_path, e2.msg);
         goto done;
     }
-    int bos_id = bos ? tokenizer_token_id(tok, TOK_BOS_TEXT) : -1;
-    if (bos && bos_id < 0) {
-        zy_fail(&err, "%s: --bos: no \"%s\" token", tok_path, TOK_BOS_TEXT);
+    if (bos && tokenizer_special_id(tok, TOK_SPECIAL_BOS, &bos_id, &e2)) {
+        zy_fail(&err, "%s: --bos: %s", tok_path, e2.msg);
         goto done;
     }
     ctx.tok = tok;
@@ -148,9 +152,9 @@ static int cmd_prepare(int argc, char **argv) {
             zy_fail(&err, "out of memory");
             goto done;
         }
-    const char *base = strrchr(tok_path, '/');
+    const char *base = strrchr(tok_file, '/');
     PrepareOptions opt = {inputs, n_pos + 1, out, val_fraction, seed, strict, force, shard_tokens,
-                          base ? base + 1 : tok_path, tok_crc, threads, stderr};
+                          base ? base + 1 : tok_file, tok_crc, threads, stderr};
     PrepareEncoder enc = {tok_encode, &ctx, tokenizer_vocab_size(tok), eos, bos_id};
     PrepareReport rep;
     if (data_prepare(&opt, &enc, &rep, &err)) goto done;

@@ -97,6 +97,35 @@ if [ -f src/tokenizer.h ] && "$Z" tokenizer train --input "${TRAIN[@]}" --vocab-
     tokens_plain=$(awk '$1 == "total" {print $4}' "$T/log")
     run "prepare --bos" "$Z" data prepare --tokenizer "$T/tok.json" --input "$B" --out "$T/b1bos" --bos
     expect "--bos adds one token per document" test "$(awk '$1 == "total" {print $4}' "$T/log")" = "$((tokens_plain + 2))"
+    # BOS / EOS by name, as transformers: a model folder whose tokens are Gemma 3's <bos> / <eos>, named by
+    # tokenizer_config.json (the same ids, so the same shards as <|bos|> / <|eos|>); else the usual names; else an error
+    G="$T/gemma"
+    mkdir -p "$G"
+    sed -e 's/<|bos|>/<bos>/g' -e 's/<|eos|>/<eos>/g' "$T/tok.json" >"$G/tokenizer.json"
+    printf '{"bos_token": "<bos>", "eos_token": {"content": "<eos>", "special": true}}\n' >"$G/tokenizer_config.json"
+    run "prepare --bos with a model folder (tokenizer_config.json names <bos>/<eos>)" \
+        "$Z" data prepare --tokenizer "$G" --input "$B" --out "$T/g1" --bos
+    expect "same shard as with <|bos|>/<|eos|>" cmp -s "$T/g1/train-00000.bin" "$T/b1bos/train-00000.bin"
+    printf '{"bos_token": "<eos>", "eos_token": "<bos>"}\n' >"$G/tokenizer_config.json"
+    run "prepare --bos, names swapped in tokenizer_config.json" \
+        "$Z" data prepare --tokenizer "$G/tokenizer.json" --input "$B" --out "$T/g2" --bos
+    expect "the configured names win (the shard differs)" bash -c "! cmp -s '$T/g2/train-00000.bin' '$T/b1bos/train-00000.bin'"
+    rm "$G/tokenizer_config.json"
+    run "prepare --bos without tokenizer_config.json: the special tokens <bos>/<eos>" \
+        "$Z" data prepare --tokenizer "$G" --input "$B" --out "$T/g3" --bos
+    expect "same shard again" cmp -s "$T/g3/train-00000.bin" "$T/b1bos/train-00000.bin"
+    printf '{"eos_token": "<end_of_turn>"}\n' >"$G/tokenizer_config.json"
+    run_fail "an eos_token not in the vocabulary is named" 'tokenizer_config.json: eos_token "<end_of_turn>" is not in the vocabulary' \
+        "$Z" data prepare --tokenizer "$G" --input "$B" --out "$T/g4"
+    rm "$G/tokenizer_config.json"
+    sed -i -e 's/<bos>/<start>/g' -e 's/<eos>/<stop>/g' "$G/tokenizer.json"
+    run_fail "no end-of-sequence token: a clear error" "no end-of-sequence token" \
+        "$Z" data prepare --tokenizer "$G" --input "$B" --out "$T/g5"
+    run "without --bos no beginning-of-sequence token is needed" bash -c \
+        "sed 's/<stop>/<\/s>/g' '$G/tokenizer.json' >'$T/s.json' && '$Z' data prepare --tokenizer '$T/s.json' --input '$B' --out '$T/g6'"
+    expect "</s> found as the end-of-sequence token" cmp -s "$T/g6/train-00000.bin" "$T/b1/train-00000.bin"
+    run_fail "--bos without one: a clear error" "--bos: no beginning-of-sequence token" \
+        "$Z" data prepare --tokenizer "$T/s.json" --input "$B" --out "$T/g7" --bos
     run_fail "--strict fails on a malformed line" "$B:2: invalid JSON" \
         "$Z" data prepare --tokenizer "$T/tok.json" --input "$B" --out "$T/b2" --strict
     expect "--strict leaves no output directory" test ! -e "$T/b2"

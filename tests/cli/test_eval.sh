@@ -94,6 +94,23 @@ out=$("$ZAYA" eval --model "$work/model" --tokens "$work/held.npy" --seq-len 16 
 echo "$out" | grep -Eq '^held\.npy +loss +40 '
 check "--max-tokens" $?
 
+# --- BOS / EOS by name, as transformers (tokenizer_config.json, else the special tokens): the model config below
+# says bos 5 / eos 6, so a tokenizer whose <bos> / <eos> went unfound would score otherwise ------------------------
+cp -r "$work/model" "$work/model56"
+sed -i -e 's/"bos_token_id":[[:space:]]*[0-9]*/"bos_token_id": 5/' -e 's/"eos_token_id":[[:space:]]*[0-9]*/"eos_token_id": 6/' \
+    "$work/model56/config.json"
+mkdir -p "$work/gemma" "$work/other"
+sed -e 's/<|bos|>/<bos>/g' -e 's/<|eos|>/<eos>/g' "$work/tok.json" >"$work/gemma/tokenizer.json"
+printf '{"bos_token": "<bos>", "eos_token": {"content": "<eos>"}}\n' >"$work/gemma/tokenizer_config.json"
+sed -e 's/<|bos|>/<start>/g' -e 's/<|eos|>/<stop>/g' "$work/tok.json" >"$work/other/tokenizer.json"
+T2=(--task "$work/mc.jsonl" "$work/qa.jsonl")
+a=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/tok.json" "${T2[@]}" 2>&1)
+b=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/gemma" "${T2[@]}" 2>&1)
+c=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/other" "${T2[@]}" 2>&1)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ]
+check "eval: <bos>/<eos> named by tokenizer_config.json act as <|bos|>/<|eos|> (unnamed ones: the model config's)" $? \
+    "$a / $b / $c"
+
 # --- the synthetic curriculum's eval tasks (zaya data synth) load and score; long prompts are cut from the left -
 if "$ZAYA" data synth --out "$work/synth" --scale 0.01 >/dev/null 2>&1; then
     out=$("$ZAYA" eval --model "$work/model" --tokenizer "$work/tok.json" --task "$work"/synth/eval/*.jsonl --limit 3 \

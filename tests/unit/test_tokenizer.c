@@ -1092,6 +1092,58 @@ TEST(tok_unicode_normalizers) {
 #undef STRIP
 }
 
+/* BOS / EOS by name, as transformers finds them: tokenizer_config.json's bos_token / eos_token (string or
+ * {"content"}), else the template's special token before / after $A, else a special added token with a usual name
+ * (<bos> <eos> <s> </s> ...), else zaya's <|bos|> / <|eos|>; an unknown configured name or nothing is an error. */
+TEST(tok_special_ids_by_name) {
+    int32_t bos, eos;
+    ZyErr err;
+    Mini m = {NULL, NULL, BOS_TEMPLATE, NULL, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+    Tokenizer *t = mini(&m);
+    REQUIRE(t);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_BOS, &bos, &err) == 0 && bos == 2); /* the template's <bos> */
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_EOS, &eos, &err) == 0 && eos == 1); /* the special token <eos> */
+    static const char cfg[] = "{\"bos_token\": {\"content\": \"<unk>\", \"special\": true}, \"eos_token\": \"<pad>\"}";
+    REQUIRE(tokenizer_apply_config_json(t, cfg, strlen(cfg), "tokenizer_config.json", &err) == 0);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_BOS, &bos, &err) == 0 && bos == 3);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_EOS, &eos, &err) == 0 && eos == 0);
+    static const char bad[] = "{\"eos_token\": \"<nope>\"}";
+    REQUIRE(tokenizer_apply_config_json(t, bad, strlen(bad), "tokenizer_config.json", &err) == 0);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_EOS, &eos, &err) != 0 && eos == -1 &&
+          strstr(err.msg, "tokenizer_config.json: eos_token \"<nope>\" is not in the vocabulary"));
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_BOS, &bos, &err) == 0 && bos == 2); /* no bos_token now: the template */
+    static const char worse[] = "{\"bos_token\": 7}";
+    CHECK(tokenizer_apply_config_json(t, worse, strlen(worse), "cfg.json", &err) != 0 &&
+          strstr(err.msg, "cfg.json: bos_token: expected a string or an object"));
+    tokenizer_free(t);
+    /* a template with specials on both sides wins over the usual names */
+    Mini w = {NULL, NULL,
+              "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<unk>\", \"type_id\": 0}}, "
+              "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"<pad>\", \"type_id\": 0}}], "
+              "\"special_tokens\": {\"<unk>\": {\"id\": \"<unk>\", \"ids\": [3], \"tokens\": [\"<unk>\"]}, "
+              "\"<pad>\": {\"id\": \"<pad>\", \"ids\": [0], \"tokens\": [\"<pad>\"]}}}",
+              NULL, MINI_SPECIALS, NULL, 0, {NULL}, MINI_MERGES};
+    t = mini(&w);
+    REQUIRE(t);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_BOS, &bos, &err) == 0 && bos == 3);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_EOS, &eos, &err) == 0 && eos == 0);
+    tokenizer_free(t);
+    /* "<bos>" only in model.vocab, not a special added token: not taken */
+    Mini n = {NULL, NULL, NULL, NULL, NULL, NULL, 0, {NULL}, MINI_MERGES};
+    t = mini(&n);
+    REQUIRE(t);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_BOS, &bos, &err) != 0 && bos == -1 &&
+          strstr(err.msg, "no beginning-of-sequence token: no bos_token in tokenizer_config.json"));
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_EOS, &eos, &err) != 0 && strstr(err.msg, "no end-of-sequence token"));
+    tokenizer_free(t);
+    /* zaya's own: <|bos|> / <|eos|> */
+    t = small_tokenizer(20000, 300, 8);
+    REQUIRE(t);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_BOS, &bos, &err) == 0 && bos == TOK_BOS_ID);
+    CHECK(tokenizer_special_id(t, TOK_SPECIAL_EOS, &eos, &err) == 0 && eos == TOK_EOS_ID);
+    tokenizer_free(t);
+}
+
 /* Post-processors: a template with several specials and $A twice; Sequence[ByteLevel, Template];
  * tokenizer_config.json's add_bos_token / add_eos_token replace the template. */
 TEST(tok_templates_and_config) {
