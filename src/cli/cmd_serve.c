@@ -50,7 +50,7 @@ static int parse_bytes(const char *s, size_t *out, ZyErr *err) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "f32";
+    const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "auto";
     const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL;
     int port = 8080, max_batch = 32, max_context = 0, block_tokens = 16, prefill_chunk = 64, step_tokens = 0;
     int max_queue = 256, max_connections = 1024;
@@ -62,7 +62,7 @@ int cmd_serve(int argc, char **argv) {
         {"--host", ARG_STRING, 0, &host, "IPv4 address to listen on (default 127.0.0.1; 0.0.0.0 for all)", 0},
         {"--port", ARG_INT, 0, &port, "port (default 8080; 0 = any free port, printed at start)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default)", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 if the model stores bf16 matrices, else f32), f32 or bf16", 0},
         {"--max-batch", ARG_INT, 0, &max_batch, "sequences decoded together (default 32)", 0},
         {"--max-context", ARG_INT, 0, &max_context, "tokens per request, prompt + completion (default: the model's "
                                                     "max_position_embeddings, at most 4096)", 0},
@@ -105,7 +105,6 @@ int cmd_serve(int argc, char **argv) {
                 "yet); use --device cpu", device);
         goto fail;
     }
-    if ((bf16 = model_parse_dtype(dtype, "serve: --dtype", &err)) < 0) goto fail;
     if (kv_memory && parse_bytes(kv_memory, &kv_bytes, &err)) goto fail;
     if (!api_key) api_key = getenv("ZAYA_API_KEY");
     if (api_key && !*api_key) api_key = NULL;
@@ -120,6 +119,7 @@ int cmd_serve(int argc, char **argv) {
     }
     GenerationConfig gen;
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
+    if ((bf16 = model_resolve_dtype(dtype, "serve: --dtype", model_dir, &err)) < 0) goto fail;
     if (model_load_dir_as(&m, model_dir, bf16, &err)) goto fail;
     have_model = 1;
     model_drop_grads(&m);
