@@ -8,7 +8,7 @@ are sent):
   - zaya: `zaya serve --max-batch C`, C client threads each sending requests back to back (prompt of P random ids,
     max_tokens O, ignore_eos, greedy, stream). Reports generated tokens/s over the whole run, p50/p99 time to first
     token and inter-token latency as the clients see them.
-  - transformers: ZayaForCausalLM in fp32 (the same weights), `generate` on a batch of C prompts of P ids with
+  - transformers: ZayaForCausalLM (the same weights, fp32 or bf16 as zaya's --dtype), `generate` on a batch of C prompts of P ids with
     min_new_tokens = max_new_tokens = O, greedy, use_cache: tokens/s = C*O / time (best of the runs).
   - capacity: `zaya serve --kv-memory M --max-batch 512` for the demo model's CCA and its MHA twin (the attention
     ablation's "mha" variant: 4 heads of 32, q/k/v/o hidden x hidden), flooded with requests; the peak number running
@@ -16,7 +16,7 @@ are sent):
 
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
            [--concurrency 32] [--requests-per-client 2] [--prompt 64] [--output 128] [--threads 2]
-           [--kv-memory 16M] [--json out.json]
+           [--kv-memory 16M] [--dtypes f32 bf16] [--json out.json]
 Prints a markdown table (and JSON with --json). Timings are medians/percentiles of one run; say the CPU."""
 import argparse
 import http.client
@@ -109,9 +109,9 @@ def stream_request(port, body):
     return ttft, gaps, n
 
 
-def run_zaya(mdir, cfg, a):
+def run_zaya(mdir, cfg, a, dtype):
     srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", a.prompt + a.output + 8,
-                 "--prefill-chunk", a.prefill_chunk)
+                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype)
     import random
     rnd = random.Random(0)
     V = min(cfg["vocab_size"], 1000)
@@ -150,11 +150,11 @@ def run_zaya(mdir, cfg, a):
             "itl_p99_s": pct(itl, 0.99), "mean_batch": mt["zaya_step_batch_size_sum"] / mt["zaya_step_batch_size_count"]}
 
 
-def run_transformers(mdir, a):
+def run_transformers(mdir, a, dtype):
     import torch
     from transformers import ZayaForCausalLM
     torch.set_num_threads(a.threads)
-    model = ZayaForCausalLM.from_pretrained(mdir, dtype=torch.float32).eval()
+    model = ZayaForCausalLM.from_pretrained(mdir, dtype=torch.float32 if dtype == "f32" else torch.bfloat16).eval()
     V = min(model.config.vocab_size, 1000)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, V, (a.concurrency, a.prompt), generator=g)
@@ -225,6 +225,7 @@ def main():
     ap.add_argument("--hf-runs", type=int, default=2)
     ap.add_argument("--kv-memory", default="16M")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], help="weights: zaya --dtype, torch dtype")
     ap.add_argument("--no-capacity", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -234,11 +235,13 @@ def main():
         for cfg_path in a.configs:
             name = os.path.splitext(os.path.basename(cfg_path))[0]
             mdir, cfg = make_model(os.path.join(ROOT, cfg_path), work, name)
-            r = {"zaya": run_zaya(mdir, cfg, a)}
-            print(f"[{name}] zaya {r['zaya']}", file=sys.stderr, flush=True)
-            if not a.no_hf:
-                r["transformers"] = run_transformers(mdir, a)
-                print(f"[{name}] transformers {r['transformers']}", file=sys.stderr, flush=True)
+            r = {}
+            for dt in a.dtypes:
+                r["zaya " + dt] = run_zaya(mdir, cfg, a, dt)
+                print(f"[{name}] zaya {dt} {r['zaya ' + dt]}", file=sys.stderr, flush=True)
+                if not a.no_hf:
+                    r["transformers " + dt] = run_transformers(mdir, a, dt)
+                    print(f"[{name}] transformers {dt} {r['transformers ' + dt]}", file=sys.stderr, flush=True)
             out["models"][name] = r
         if not a.no_capacity:
             ctx = a.prompt + a.output
@@ -252,18 +255,19 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{a.concurrency} concurrent requests, prompt {a.prompt} + output {a.output} tokens, "
-          f"{a.threads} threads, fp32 weights\n")
-    print("| model | server | tokens/s | vs transformers | TTFT p50 / p99 | inter-token p50 / p99 | mean batch |")
-    print("|---|---|---|---|---|---|---|")
+          f"{a.threads} threads\n")
+    print("| model | weights | server | tokens/s | vs transformers | TTFT p50 / p99 | inter-token p50 / p99 | mean batch |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in out["models"].items():
-        z, h = r["zaya"], r.get("transformers")
-        ratio = f"{z['tokens_per_s'] / h['tokens_per_s']:.2f}x" if h else "-"
-        print(f"| {name} | zaya serve | {z['tokens_per_s']:.0f} | {ratio} | {z['ttft_p50_s'] * 1e3:.0f} / "
-              f"{z['ttft_p99_s'] * 1e3:.0f} ms | {z['itl_p50_s'] * 1e3:.1f} / {z['itl_p99_s'] * 1e3:.1f} ms | "
-              f"{z['mean_batch']:.1f} |")
-        if h:
-            print(f"| {name} | transformers generate (static batch {a.concurrency}) | {h['tokens_per_s']:.0f} | 1.00x | "
-                  f"- | - | {a.concurrency} |")
+        for dt in a.dtypes:
+            z, h = r["zaya " + dt], r.get("transformers " + dt)
+            ratio = f"{z['tokens_per_s'] / h['tokens_per_s']:.1f}x" if h else "-"
+            print(f"| {name} | {dt} | zaya serve | {z['tokens_per_s']:.0f} | {ratio} | {z['ttft_p50_s'] * 1e3:.0f} / "
+                  f"{z['ttft_p99_s'] * 1e3:.0f} ms | {z['itl_p50_s'] * 1e3:.1f} / {z['itl_p99_s'] * 1e3:.1f} ms | "
+                  f"{z['mean_batch']:.1f} |")
+            if h:
+                print(f"| {name} | {dt} | transformers generate, static batch {a.concurrency} | {h['tokens_per_s']:.0f} | "
+                      f"1.0x | - | - | {a.concurrency} |")
     if "capacity" in out:
         c = out["capacity"]
         print(f"\nKV memory {c['kv_memory']}, {c['context']}-token requests:\n")

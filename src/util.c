@@ -267,3 +267,17 @@ void *zy_carve(ZyCarver *c, size_t n_elems, size_t elem_size) {
     c->used += bytes;
     return p;
 }
+
+/* A "Key: N kB" line of a /proc file, in bytes (0 where absent). */
+static double proc_kb(const char *path, const char *format) {
+    FILE *f = fopen(path, "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, format, &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+double zy_peak_resident_bytes(void) { return proc_kb("/proc/self/status", "VmHWM: %lf kB"); }
+double zy_available_memory_bytes(void) { return proc_kb("/proc/meminfo", "MemAvailable: %lf kB"); }

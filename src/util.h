@@ -92,4 +92,9 @@ void *zy_carve(ZyCarver *c, size_t n_elems, size_t elem_size);
 
 #define ZY_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The most memory this process has held resident (/proc/self/status VmHWM, mapped file pages it touched included),
+ * and what the system could give it now (/proc/meminfo MemAvailable), in bytes; 0 where unreadable. */
+double zy_peak_resident_bytes(void);
+double zy_available_memory_bytes(void);
+
 #endif

@@ -33,29 +33,6 @@ static double resident_mb(void) {
     return n == 2 ? resident * (double)sysconf(_SC_PAGESIZE) / 1e6 : 0;
 }
 
-/* The most memory this process has held resident (/proc/self/status VmHWM), mapped file pages it touched included;
- * 0 where unreadable. */
-static double peak_resident_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024;
-}
-
-/* Memory the system could give this process now (/proc/meminfo MemAvailable), in bytes; 0 where unreadable. */
-static double available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024;
-}
-
 /* The machine's memory read bandwidth, the limit of decoding (each token streams its weights once): every thread
  * sums its part of a 512 MB buffer (far larger than any cache), median of 5 passes after a warm-up, in bytes/s. */
 static double read_bandwidth(ZyErr *err) {
@@ -276,7 +253,7 @@ int bench_decode(int argc, char **argv) {
     const double model_mb = resident_mb();
     /* an fp32 twin to measure the bf16 logits against, where it fits (an 8B model's would need 35 GB) */
     const double twin_bytes = (double)params_count(&m.params, 0) * 4;
-    const int compare = bf16 && twin_bytes < 0.5 * available_bytes(); /* loaded last: not in the peak */
+    const int compare = bf16 && twin_bytes < 0.5 * zy_available_memory_bytes(); /* loaded last: not in the peak */
     const int total = context + new_tokens;
     if (kvcache_create(&c, &m.cfg, 1, total, &err)) goto done;
     have_cache = 1;
@@ -311,7 +288,7 @@ int bench_decode(int argc, char **argv) {
     printf("decode       %d tokens after a %d-token context: median %.3f ms/token (p90 %.3f), %.0f tokens/s\n", new_tokens,
            context, 1e3 * median, 1e3 * lat[(int)(0.9 * (new_tokens - 1))], new_tokens / sum);
     /* the peak is taken before the bandwidth probe's buffer exists */
-    const double peak = peak_resident_bytes(), per_token = weight_bytes_per_token(&m.cfg, bf16);
+    const double peak = zy_peak_resident_bytes(), per_token = weight_bytes_per_token(&m.cfg, bf16);
     const double bandwidth = read_bandwidth(&err);
     if (bandwidth < 0) goto done;
     size_t mapped, copied;
@@ -331,7 +308,7 @@ int bench_decode(int argc, char **argv) {
     }
     if (bf16 && !compare)
         printf("bf16 vs f32  not compared: an f32 copy (%.1f GB) does not fit in the %.1f GB available\n", twin_bytes / 1e9,
-               available_bytes() / 1e9);
+               zy_available_memory_bytes() / 1e9);
     printf("peak memory  %.2f GB resident at most while decoding (VmHWM: weights' file pages touched, KV cache, "
            "scratch)\n", peak / 1e9);
     printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"decode_tokens_per_s\": %.3f, \"median_ms\": %.3f, "

@@ -109,18 +109,6 @@ static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len
             kvcache_bytes_per_token(cfg), cfg->num_layers, cache_bytes, max_len);
 }
 
-/* The most memory this process has held resident (/proc/self/status VmHWM), mapped file pages it touched included;
- * 0 where unreadable. */
-static double peak_resident_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024;
-}
-
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *messages = NULL, *dtype = "auto", *device = "cpu";
     /* sampling flags start unset (NAN, INT_MIN): a flag wins, then the model's generation_config.json, then zaya's
@@ -278,7 +266,7 @@ int cmd_generate(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     print_stats(&st, gpu ? gpu_kvcache_bytes(gc) : c.cache_bytes, max_len, &m.cfg);
-    const double peak = peak_resident_bytes();
+    const double peak = zy_peak_resident_bytes();
     if (peak > 0)
         fprintf(stderr, "peak memory       %.2f GB resident at most (VmHWM: weights' file pages touched, KV cache, "
                         "scratch)\n", peak / 1e9);
