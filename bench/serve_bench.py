@@ -111,7 +111,7 @@ def stream_request(port, body):
 
 def run_zaya(mdir, cfg, a, dtype):
     srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", a.prompt + a.output + 8,
-                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype)
+                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
     import random
     rnd = random.Random(0)
     V = min(cfg["vocab_size"], 1000)
@@ -174,7 +174,7 @@ def run_transformers(mdir, a, dtype):
 
 def capacity(mdir, a, context):
     """Peak requests running at once under --kv-memory, each needing `context` tokens of cache."""
-    srv = Server(mdir, a.threads, "--max-batch", 512, "--max-context", context, "--kv-memory", a.kv_memory,
+    srv = Server(mdir, a.threads, "--threads", a.threads, "--max-batch", 512, "--max-context", context, "--kv-memory", a.kv_memory,
                  "--max-queue", 4096, "--block-tokens", 16)
     info = ""
     for _ in range(6):  # the start-up lines on stderr; one says the bytes per token

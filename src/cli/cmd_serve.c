@@ -5,6 +5,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,7 +54,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "auto";
     const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL;
     int port = 8080, max_batch = 32, max_context = 0, block_tokens = 16, prefill_chunk = 64, step_tokens = 0;
-    int max_queue = 256, max_connections = 1024;
+    int max_queue = 256, max_connections = 1024, threads = 0;
     double grace = 10;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + safetensors)", 0},
@@ -72,6 +73,8 @@ int cmd_serve(int argc, char **argv) {
         {"--prefill-chunk", ARG_INT, 0, &prefill_chunk, "prompt tokens per request per step (default 64)", 0},
         {"--step-tokens", ARG_INT, 0, &step_tokens, "token rows per step in all (default max-batch + 4 x prefill-chunk)", 0},
         {"--max-queue", ARG_INT, 0, &max_queue, "requests that may wait for a slot; more get 503 (default 256)", 0},
+        {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads for decoding (default: all cores; on a machine "
+                                            "shared with other work, fewer can be faster)", 0},
         {"--max-connections", ARG_INT, 0, &max_connections, "open HTTP connections at most (default 1024)", 0},
         {"--api-key", ARG_STRING, 0, &api_key, "require 'Authorization: Bearer KEY' on /v1/ (default: "
                                                "$ZAYA_API_KEY if set, else none)", 0},
@@ -142,7 +145,7 @@ int cmd_serve(int argc, char **argv) {
     if (!max_context) max_context = m.cfg.max_position_embeddings < 4096 ? m.cfg.max_position_embeddings : 4096;
     ServeEngineOpts eo = {.max_batch = max_batch, .max_context = max_context, .kv_memory = kv_bytes,
                           .block_tokens = block_tokens, .prefill_chunk = prefill_chunk, .step_tokens = step_tokens,
-                          .max_queue = max_queue};
+                          .max_queue = max_queue, .threads = threads};
     /* every thread started from here on inherits the blocked signals; this one waits for them */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -183,10 +186,11 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr,
             "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s\n"
             "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%zu bytes per token: %d "
-            "full-context requests at once), prefill chunk %d, step %d rows, queue %d\n",
+            "full-context requests at once), prefill chunk %d, step %d rows, queue %d, %d threads\n",
             model_name, model_dir, bf16 ? "bf16" : "f32", tok_path, chat ? "yes" : "none", got.max_batch,
             got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
-            kvcache_bytes_per_token(&m.cfg), n_blocks / per_seq, got.prefill_chunk, got.step_tokens, got.max_queue);
+            kvcache_bytes_per_token(&m.cfg), n_blocks / per_seq, got.prefill_chunk, got.step_tokens, got.max_queue,
+            got.threads > 0 ? got.threads : omp_get_max_threads());
     /* the one line scripts wait for */
     printf("zaya serve: listening on http://%s:%d\n", host, serve_http_port(http));
     fflush(stdout);

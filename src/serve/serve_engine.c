@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,6 +353,7 @@ static void drop_cancelled(ServeEngine *e) {
 static void *engine_main(void *arg) {
     ServeEngine *e = arg;
     const int V = e->m->cfg.vocab_size;
+    if (e->o.threads > 0) omp_set_num_threads(e->o.threads); /* this thread's teams (a new thread has the defaults) */
     pthread_mutex_lock(&e->mu);
     for (;;) {
         drop_cancelled(e);
@@ -432,6 +434,7 @@ int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok,
     if (o.step_tokens <= 0) o.step_tokens = o.max_batch + 4 * o.prefill_chunk;
     if (o.step_tokens < o.max_batch) return zy_fail(err, "serve: --step-tokens must be at least --max-batch");
     if (o.max_queue < 0) return zy_fail(err, "serve: --max-queue must be >= 0 (got %d)", o.max_queue);
+    if (o.threads < 0) return zy_fail(err, "serve: --threads must be >= 0 (got %d)", o.threads);
     if (o.prefill_chunk > o.max_context) o.prefill_chunk = o.max_context;
     const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens);
     const int per_seq = (o.max_context + o.block_tokens - 1) / o.block_tokens;

@@ -29,6 +29,7 @@ typedef struct {
     int prefill_chunk;  /* prompt tokens per sequence per step */
     int step_tokens;    /* rows per step in all (decode rows + prefill chunks) */
     int max_queue;      /* requests waiting for a slot; more get 503 */
+    int threads;        /* OpenMP/BLAS threads of the decoding steps; 0 = the OpenMP default (all cores) */
 } ServeEngineOpts;
 
 typedef struct ServeEngine ServeEngine;
