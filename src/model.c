@@ -143,7 +143,7 @@ int model_param_table(ParamTable *t, const ZayaConfig *cfg, ZyErr *err) {
 int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    if (config_validate(cfg, "model config", err)) return -1;
+    if (config_validate(cfg, "model config", err) || cfg_refuse_windows(cfg, "model", err)) return -1;
     m->w.layers = calloc((size_t)cfg->num_layers, sizeof(LayerWeights));
     m->g.layers = calloc((size_t)cfg->num_layers, sizeof(LayerWeights));
     if (!m->w.layers || !m->g.layers) {
