@@ -147,8 +147,11 @@ static int parse_rope(const cJSON *root, ZayaConfig *cfg, const char *label, ZyE
         if (hs) {
             if (!cJSON_IsObject(hs))
                 return zy_fail(err, "%s: key \"rope_parameters.hybrid_sliding\" must be an object", label);
-            return parse_rope_entry(hs, "rope_parameters.hybrid_sliding", &cfg->rope_theta_sliding,
-                                    &cfg->partial_rotary_factor_sliding, label, err);
+            if (parse_rope_entry(hs, "rope_parameters.hybrid_sliding", &cfg->rope_theta_sliding,
+                                 &cfg->partial_rotary_factor_sliding, label, err))
+                return -1;
+            cfg->rope_theta_sliding += 0.0f, cfg->partial_rotary_factor_sliding += 0.0f; /* -0 reads as absent */
+            return 0;
         }
         if (sliding)
             return zy_fail(err, "%s: key \"rope_parameters\" has no \"hybrid_sliding\" entry for the sliding-window "
@@ -254,6 +257,9 @@ int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
     for (int l = c->num_layers; l < ZY_MAX_SLIDING_LAYERS; l++)
         if (cfg_layer_is_sliding(c, l))
             return zy_fail(err, "%s: layer %d is marked sliding but the model has %d layers", label, l, c->num_layers);
+    if (!isfinite(c->rope_theta_sliding) || !isfinite(c->partial_rotary_factor_sliding))
+        return zy_fail(err, "%s: key \"rope_parameters.hybrid_sliding\": rope_theta and partial_rotary_factor must be "
+                       "finite", label);
     if (cfg_has_sliding(c)) {
         if (c->sliding_window <= 0)
             return zy_fail(err, "%s: sliding-window layers need a positive \"sliding_window\" (got %d)", label,
@@ -441,7 +447,7 @@ char *config_to_json(const ZayaConfig *c, const char *torch_dtype) {
     cJSON_AddStringToObject(hy, "rope_type", "default");
     cJSON_AddNumberToObject(hy, "rope_theta", short_decimal(c->rope_theta));
     cJSON_AddNumberToObject(hy, "partial_rotary_factor", short_decimal(c->partial_rotary_factor));
-    if (c->rope_theta_sliding > 0) { /* given, or needed by a sliding layer */
+    if (c->rope_theta_sliding != 0 || c->partial_rotary_factor_sliding != 0) { /* given, or a sliding layer's */
         cJSON *hs = cJSON_AddObjectToObject(rp, "hybrid_sliding");
         cJSON_AddStringToObject(hs, "rope_type", "default");
         cJSON_AddNumberToObject(hs, "rope_theta", short_decimal(c->rope_theta_sliding));

@@ -50,8 +50,8 @@ typedef struct {
     /* Sliding-window layers (layer_types "hybrid_sliding"; semantics in the comment above cfg_layer_window).
      * sliding_window: W, the whole span a windowed query sees, itself included (config key "sliding_window";
      * 0 when absent or null). rope_theta_sliding, partial_rotary_factor_sliding: the sliding layers' RoPE,
-     * rope_parameters.hybrid_sliding; 0 when the config has no such entry and no sliding layer (config_to_json then
-     * writes none, so a config reads back equal). sliding_layers: bit l set when layer l is "hybrid_sliding" (a layer
+     * rope_parameters.hybrid_sliding; both 0 when the config has no such entry and no sliding layer (config_to_json
+     * then writes none, so a config reads back equal). sliding_layers: bit l set when layer l is "hybrid_sliding" (a layer
      * >= ZY_MAX_SLIDING_LAYERS cannot be). All zero: every layer full attention, as before. */
     int sliding_window;
     float rope_theta_sliding;

@@ -87,6 +87,9 @@ TEST(config_rejects_each_bad_input_naming_the_key) {
          "rope_parameters.hybrid_sliding.rope_theta"},
         {"\"partial_rotary_factor\": 0.5}}", "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": 3}",
          "\"rope_parameters.hybrid_sliding\" must be an object"},
+        /* an unused entry may hold anything finite, but it is written back, so it must read back the same */
+        {"\"partial_rotary_factor\": 0.5}}", "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_theta\": 1e39}}",
+         "must be finite"},
         {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\"]", "layer_types"},
         {"\"model_type\": \"zaya\"", "\"model_type\": \"llama\"", "model_type"},
         {"\"model_type\": \"zaya\"", "\"model_type\": \"zaya1_vl\"", "ZAYA1-VL, the vision-language model"},
