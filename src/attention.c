@@ -1,7 +1,11 @@
 /* Fused, tiled causal GQA attention (attention.h), forward and backward side by side.
  *
  * Square TILE x TILE blocks of (query rows, key rows): query tile qt meets only key tiles kt <= qt, and only the
- * diagonal tile needs the causal mask (column c <= row r), so about half of the T x T work is skipped. The forward
+ * diagonal tile needs the causal mask (column c <= row r), so about half of the T x T work is skipped. With a
+ * sliding window W (query t sees keys t-W+1..t) the key tiles wholly before every row's window are skipped too
+ * (about T·W work instead of T²/2), and the tiles the window's start crosses mask a prefix of each row; a row may
+ * see nothing of such a tile, and then leaves its running softmax as it was. W = 0 runs the plain causal path
+ * unchanged. The forward
  * runs an online softmax over the key tiles (running row max m and sum l, rescaling the output accumulator) and
  * saves LSE = m + log l; the backward recomputes P = exp(S - LSE) per tile. The small matrix products go through
  * one register-blocked micro-kernel on GCC/Clang vector types (AVX2, AVX-512 or plain SSE, whatever -march
@@ -181,14 +185,35 @@ static inline zvec vexp(zvec x) {
 typedef struct {
     const float *Q, *K, *V;
     int B, T, Hq, Hkv, dh, G, nt;
+    int W; /* sliding window (keys t-W+1..t), 0: plain causal; a window of T or more is plain causal too */
     long ldq, ldk;
     float scale;
 } Shape;
 
-static Shape make_shape(const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh) {
+static Shape make_shape(const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh,
+                        int window) {
     return (Shape){.Q = Q, .K = K, .V = V, .B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .dh = dh, .G = Hq / Hkv,
-                   .nt = (T + TILE - 1) / TILE, .ldq = (long)Hq * dh, .ldk = (long)Hkv * dh,
-                   .scale = (float)(1.0 / sqrt((double)dh))};
+                   .nt = (T + TILE - 1) / TILE, .W = window > 0 && window < T ? window : 0, .ldq = (long)Hq * dh,
+                   .ldk = (long)Hkv * dh, .scale = (float)(1.0 / sqrt((double)dh))};
+}
+
+/* The first key tile any row of query tile qt sees (0 without a window). */
+static int first_key_tile(const Shape *s, int qt) {
+    const long k = (long)qt * TILE - s->W + 1;
+    return s->W && k > 0 ? (int)(k / TILE) : 0;
+}
+
+/* The last query tile any row of which sees key tile kb. */
+static int last_query_tile(const Shape *s, int kb) {
+    if (!s->W) return s->nt - 1;
+    const long q = ((long)kb * TILE + TILE - 1 + s->W - 1) / TILE;
+    return q < s->nt - 1 ? (int)q : s->nt - 1;
+}
+
+/* The first column of key tile k0 that query t sees (> 0 only where the window starts inside or after the tile). */
+static int window_start(const Shape *s, int t, int k0) {
+    const long c = (long)t - s->W + 1 - k0;
+    return s->W && c > 0 ? (c < TILE ? (int)c : TILE) : 0;
 }
 
 /* Per-thread scratch, each buffer padded to a cache line: the key tile transposed (times scale) and the value tile
@@ -247,7 +272,7 @@ static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int 
     load_rows(x->qr, s->Q + qoff, s->ldq, qn, dh);
     memset(acc, 0, sizeof(float) * (size_t)qn * dh);
     for (int r = 0; r < qn; r++) m[r] = -INFINITY, l[r] = 0;
-    for (int kb = 0; kb <= qt; kb++) {
+    for (int kb = first_key_tile(s, qt); kb <= qt; kb++) {
         const int k0 = kb * TILE, kn = s->T - k0 < TILE ? s->T - k0 : TILE;
         const int kw = round_up(kn, ZW) < TILE ? round_up(kn, ZW) : TILE, diag = kb == qt;
         const long koff = ((long)b * s->T + k0) * s->ldk + (long)(h / s->G) * dh;
@@ -258,6 +283,12 @@ static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int 
             float *pr = p + r * TILE;
             /* causal mask on the diagonal tile: -inf up to a whole vector, so the loops below have no scalar tail */
             const int n = diag ? r + 1 : kn, nv = round_up(n, ZW) < TILE ? round_up(n, ZW) : TILE;
+            const int lo = window_start(s, q0 + r, k0); /* sliding window: columns before lo are out of it */
+            if (lo >= n) { /* this row sees none of the tile: its softmax and output stay as they are */
+                memset(pr, 0, sizeof(float) * (size_t)kn);
+                continue;
+            }
+            for (int c = 0; c < lo; c++) pr[c] = -INFINITY;
             for (int c = n; c < nv; c++) pr[c] = -INFINITY;
             zvec vm = vsplat(m[r]), vs = {0};
             for (int c = 0; c < nv; c += ZW) {
@@ -294,12 +325,12 @@ static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int 
 }
 
 void ZY_ISA_NAME(flash_attention_forward)(float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
-                             int Hq, int Hkv, int dh, float *work, int threads) {
+                             int Hq, int Hkv, int dh, int window, float *work, int threads) {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || dh <= 0) return;
-    const Shape s = make_shape(Q, K, V, B, T, Hq, Hkv, dh);
+    const Shape s = make_shape(Q, K, V, B, T, Hq, Hkv, dh, window);
     const long bh = (long)B * Hq, tasks = bh * s.nt;
     const size_t per = per_thread_floats(dh);
-    const int nthr = threads_for(threads, 2.0 * bh * T * T * dh);
+    const int nthr = threads_for(threads, 2.0 * bh * T * (s.W ? s.W : T) * dh);
     /* Tasks (query tile, b, h), the longest rows of key tiles first so the dynamic schedule ends balanced. */
 #pragma omp parallel num_threads(nthr) if (nthr > 1)
     {
@@ -342,7 +373,9 @@ static void backward_block(const Shape *s, const Grads *g, int b, int h, int qt,
     for (int r = 0; r < qn; r++) {
         float *pr = p + r * TILE, *dr = ds + r * TILE;
         const int n = diag ? r + 1 : kn, nv = round_up(n, ZW) < TILE ? round_up(n, ZW) : TILE;
+        const int lo = window_start(s, q0 + r, kb * TILE);
         const float lr = lse[r], Dr = D[r], sc = s->scale;
+        for (int c = 0; c < lo && c < nv; c++) pr[c] = -INFINITY; /* out of the sliding window: P = 0, dS = 0 */
         for (int c = n; c < nv; c++) pr[c] = -INFINITY; /* masked, as in the forward */
         for (int c = 0; c < nv; c += ZW) {
             const zvec e = vexp(vload(pr + c) - lr);
@@ -375,8 +408,9 @@ static void backward_key_tile(const Shape *s, const Grads *g, float *dK, float *
     load_key_tile(s, b, j, kb, x);
     memset(x->acc, 0, sizeof(float) * (size_t)kn * dh);
     memset(x->acc2, 0, sizeof(float) * (size_t)kn * dh);
+    const int qt_end = last_query_tile(s, kb);
     for (int h = j * s->G; h < (j + 1) * s->G; h++)
-        for (int qt = kb; qt < s->nt; qt++) backward_block(s, g, b, h, qt, kb, 1, with_dq, x);
+        for (int qt = kb; qt <= qt_end; qt++) backward_block(s, g, b, h, qt, kb, 1, with_dq, x);
     for (int r = 0; r < kn; r++)
         for (int d = 0; d < dh; d++) {
             dK[koff + r * s->ldk + d] += x->acc[r * dh + d];
@@ -386,7 +420,7 @@ static void backward_key_tile(const Shape *s, const Grads *g, float *dK, float *
 
 /* dQ rows of query tile qt of head h alone (the second pass when key-tile tasks cannot own dQ). */
 static void backward_query_tile(const Shape *s, const Grads *g, int b, int h, int qt, const Scratch *x) {
-    for (int kb = 0; kb <= qt; kb++) {
+    for (int kb = first_key_tile(s, qt); kb <= qt; kb++) {
         load_key_tile(s, b, h / s->G, kb, x);
         backward_block(s, g, b, h, qt, kb, 0, 1, x);
     }
@@ -394,13 +428,13 @@ static void backward_query_tile(const Shape *s, const Grads *g, int b, int h, in
 
 void ZY_ISA_NAME(flash_attention_backward)(float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE,
                               const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh,
-                              float *work, int threads) {
+                              int window, float *work, int threads) {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || dh <= 0) return;
-    const Shape s = make_shape(Q, K, V, B, T, Hq, Hkv, dh);
+    const Shape s = make_shape(Q, K, V, B, T, Hq, Hkv, dh, window);
     const Grads g = {.dQ = dQ, .dO = dO, .O = O, .LSE = LSE};
     const long groups = (long)B * Hkv, bh = (long)B * Hq;
     const size_t per = per_thread_floats(dh);
-    const int nthr = threads_for(threads, 5.0 * bh * T * T * dh);
+    const int nthr = threads_for(threads, 5.0 * bh * T * (s.W ? s.W : T) * dh);
     /* One pass over whole (b, kv head) groups owns their dQ, dK and dV slices: no races and 5 tile products per
      * block. With too few groups to keep the threads evenly busy, split by key tile instead (dK, dV) and add dQ
      * in a second pass over query tiles, which recomputes S and dP (7 products per block instead of 5). */

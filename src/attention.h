@@ -1,7 +1,7 @@
 /* attention: fused, tiled causal GQA softmax attention (flash-attention style) for the fp32 model. Same maths and
  * layouts as attention_forward/attention_backward in kernels.inc (the test oracle), but the [T, T] probabilities
  * are never stored: the forward keeps only the per-row log-sum-exp, the backward recomputes the probabilities
- * tile by tile, and key tiles entirely above the diagonal are skipped.
+ * tile by tile, and key tiles entirely above the diagonal (or before a sliding window) are skipped.
  *
  * Layouts: Q, O, dQ, dO [B*T, Hq*dh] (row = token b*T + t), K, V, dK, dV [B*T, Hkv*dh]; query head h reads kv
  * head h / (Hq/Hkv); scores are scaled by 1/sqrt(dh). LSE [B, Hq, T]. */
@@ -14,14 +14,16 @@
  * B and T: one set of tile buffers per thread). Calls running at the same time need their own scratch. */
 size_t flash_attention_workspace_floats(int dh, int threads);
 
-/* O = softmax(Q Kᵀ / sqrt(dh), causal) V, overwriting O; LSE[b,h,t] = log Σ_s exp(score[t,s]).
+/* O = softmax(Q Kᵀ / sqrt(dh), causal) V, overwriting O; LSE[b,h,t] = log Σ_s exp(score[t,s]). window > 0: a
+ * sliding window, query t sees keys t-window+1..t only (transformers' sliding_window, config.h); 0: plain causal.
  * work: flash_attention_workspace_floats(dh, threads) floats; at most `threads` threads run. */
 void flash_attention_forward(float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
-                             int Hq, int Hkv, int dh, float *work, int threads);
+                             int Hq, int Hkv, int dh, int window, float *work, int threads);
 
-/* ACCUMULATES (+=) dQ, dK, dV from dO, given the forward's O and LSE (probabilities recomputed per tile). */
+/* ACCUMULATES (+=) dQ, dK, dV from dO, given the forward's O and LSE (probabilities recomputed per tile); window as
+ * in the forward. */
 void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE,
                               const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh,
-                              float *work, int threads);
+                              int window, float *work, int threads);
 
 #endif

@@ -97,35 +97,120 @@ static int get_token_id(const cJSON *root, const char *key, int def, int *out, c
     return 0;
 }
 
-/* rope_parameters: {"hybrid": {"rope_type": "default", "rope_theta": θ, "partial_rotary_factor": f}} (the
- * transformers 5 layout), also accepted flat ({"rope_type", "rope_theta", ...}) or as legacy top-level
- * rope_theta / partial_rotary_factor keys. */
+/* One RoPE entry {"rope_type": "default", "rope_theta": θ, "partial_rotary_factor": f}; f defaults to 1.0, as
+ * transformers' compute_default_rope_parameters reads it. `where` names the entry in errors. */
+static int parse_rope_entry(const cJSON *src, const char *where, float *theta, float *factor, const char *label,
+                            ZyErr *err) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(src, "rope_type");
+    if (type && !(cJSON_IsString(type) && strcmp(type->valuestring, "default") == 0))
+        return zy_fail(err, "%s: key \"%s.rope_type\": only \"default\" is supported", label, where);
+    if (get_float(src, "rope_theta", 1, 0, theta, label, err))
+        return zy_fail(err, "%s: key \"%s.rope_theta\" is missing or not a number", label, where);
+    if (get_float(src, "partial_rotary_factor", 0, 1.0f, factor, label, err))
+        return zy_fail(err, "%s: key \"%s.partial_rotary_factor\" must be a number", label, where);
+    return 0;
+}
+
+/* rope_parameters: {"hybrid": {...}, "hybrid_sliding": {...}} (the transformers 5 layout: one entry per layer type;
+ * a stray top-level "rope_type" beside them, a known hub bug, is ignored), also accepted flat ({"rope_type",
+ * "rope_theta", ...}, full-attention layers only) or as legacy top-level rope_theta / partial_rotary_factor keys
+ * (sliding layers then take transformers' default theta 1e4 and the same factor). Runs after the layer types are
+ * known: an entry a layer type needs must be there (transformers fails to load the model otherwise). */
 static int parse_rope(const cJSON *root, ZayaConfig *cfg, const char *label, ZyErr *err) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-    const cJSON *src = NULL;
+    const int sliding = cfg_has_sliding(cfg);
+    int full = 0;
+    for (int l = 0; l < cfg->num_layers && !full; l++) full = !cfg_layer_is_sliding(cfg, l);
     if (rp && !cJSON_IsNull(rp)) {
         if (!cJSON_IsObject(rp)) return zy_fail(err, "%s: key \"rope_parameters\" must be an object", label);
         const cJSON *hybrid = cJSON_GetObjectItemCaseSensitive(rp, "hybrid");
+        const cJSON *hs = cJSON_GetObjectItemCaseSensitive(rp, "hybrid_sliding");
+        if (!hybrid && !hs) { /* flat */
+            if (sliding)
+                return zy_fail(err, "%s: key \"rope_parameters\" has no \"hybrid_sliding\" entry for the sliding-window "
+                               "layers (write it as {\"hybrid\": {...}, \"hybrid_sliding\": {...}})", label);
+            return parse_rope_entry(rp, "rope_parameters", &cfg->rope_theta, &cfg->partial_rotary_factor, label, err);
+        }
         if (hybrid) {
             if (!cJSON_IsObject(hybrid))
                 return zy_fail(err, "%s: key \"rope_parameters.hybrid\" must be an object", label);
-            src = hybrid;
-        } else {
-            src = rp;
-        }
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(src, "rope_type");
-        if (type && !(cJSON_IsString(type) && strcmp(type->valuestring, "default") == 0))
-            return zy_fail(err, "%s: key \"rope_parameters.hybrid.rope_type\": only \"default\" is supported",
+            if (parse_rope_entry(hybrid, "rope_parameters.hybrid", &cfg->rope_theta, &cfg->partial_rotary_factor,
+                                 label, err))
+                return -1;
+        } else if (full) {
+            return zy_fail(err, "%s: key \"rope_parameters\" has no \"hybrid\" entry for the full-attention layers",
                            label);
-        const char *where = src == rp ? "rope_parameters" : "rope_parameters.hybrid";
-        if (get_float(src, "rope_theta", 1, 0, &cfg->rope_theta, label, err))
-            return zy_fail(err, "%s: key \"%s.rope_theta\" is missing or not a number", label, where);
-        if (get_float(src, "partial_rotary_factor", 0, 1.0f, &cfg->partial_rotary_factor, label, err))
-            return zy_fail(err, "%s: key \"%s.partial_rotary_factor\" must be a number", label, where);
+        } else { /* every layer slides: transformers' defaults, unused */
+            cfg->rope_theta = 5e6f;
+            cfg->partial_rotary_factor = 0.5f;
+        }
+        if (hs) {
+            if (!cJSON_IsObject(hs))
+                return zy_fail(err, "%s: key \"rope_parameters.hybrid_sliding\" must be an object", label);
+            if (parse_rope_entry(hs, "rope_parameters.hybrid_sliding", &cfg->rope_theta_sliding,
+                                 &cfg->partial_rotary_factor_sliding, label, err))
+                return -1;
+            cfg->rope_theta_sliding += 0.0f, cfg->partial_rotary_factor_sliding += 0.0f; /* -0 reads as absent */
+            return 0;
+        }
+        if (sliding)
+            return zy_fail(err, "%s: key \"rope_parameters\" has no \"hybrid_sliding\" entry for the sliding-window "
+                           "layers", label);
         return 0;
     }
-    if (get_float(root, "rope_theta", 1, 0, &cfg->rope_theta, label, err)) return -1;
-    return get_float(root, "partial_rotary_factor", 0, 0.5f, &cfg->partial_rotary_factor, label, err);
+    if (get_float(root, "rope_theta", 1, 0, &cfg->rope_theta, label, err) ||
+        get_float(root, "partial_rotary_factor", 0, 0.5f, &cfg->partial_rotary_factor, label, err))
+        return -1;
+    if (sliding) cfg->rope_theta_sliding = 1e4f, cfg->partial_rotary_factor_sliding = cfg->partial_rotary_factor;
+    return 0;
+}
+
+/* layer_types (null or absent: every layer "hybrid") and sliding_window into cfg (num_layers already read). */
+static int parse_layer_types(const cJSON *root, ZayaConfig *cfg, const char *label, ZyErr *err) {
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (types && !cJSON_IsNull(types)) {
+        if (!cJSON_IsArray(types)) return zy_fail(err, "%s: key \"layer_types\" must be a list", label);
+        if (cJSON_GetArraySize(types) != cfg->num_layers)
+            return zy_fail(err, "%s: key \"layer_types\" has %d entries, num_hidden_layers is %d", label,
+                           cJSON_GetArraySize(types), cfg->num_layers);
+        int i = 0;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, types) {
+            const int str = cJSON_IsString(t);
+            if (str && strcmp(t->valuestring, "hybrid_sliding") == 0) {
+                if (i >= ZY_MAX_SLIDING_LAYERS)
+                    return zy_fail(err, "%s: key \"layer_types[%d]\": zaya supports sliding-window layers among the "
+                                   "first %d layers only", label, i, ZY_MAX_SLIDING_LAYERS);
+                cfg_set_layer_sliding(cfg, i, 1);
+            } else if (!str || strcmp(t->valuestring, "hybrid") != 0) {
+                const int legacy_name = str && (!strcmp(t->valuestring, "sliding_attention") ||
+                                                !strcmp(t->valuestring, "full_attention"));
+                return zy_fail(err, "%s: key \"layer_types[%d]\": unknown layer type %s%s%s (the layer types are "
+                               "\"hybrid\" and \"hybrid_sliding\"%s)", label, i, str ? "\"" : "",
+                               str ? t->valuestring : "(not a string)", str ? "\"" : "",
+                               legacy_name ? "; \"full_attention\"/\"sliding_attention\" are the legacy schema's names" : "");
+            }
+            i++;
+        }
+    }
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (sw && !cJSON_IsNull(sw) &&
+        (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble) || sw->valuedouble < 1 ||
+         sw->valuedouble > 2147483647.0))
+        return zy_fail(err, "%s: key \"sliding_window\" must be a positive integer or null", label);
+    cfg->sliding_window = sw && !cJSON_IsNull(sw) ? (int)sw->valuedouble : 0;
+    if (cfg_has_sliding(cfg) && cfg->sliding_window == 0)
+        return zy_fail(err, "%s: key \"sliding_window\" is %s but key \"layer_types\" has \"hybrid_sliding\" layers "
+                       "(it must be the window, a positive integer)", label, sw ? "null" : "missing");
+    return 0;
+}
+
+int cfg_refuse_windows(const ZayaConfig *c, const char *what, ZyErr *err) {
+    for (int l = 0; l < c->num_layers && l < ZY_MAX_SLIDING_LAYERS; l++)
+        if (cfg_layer_is_sliding(c, l))
+            return zy_fail(err, "%s: sliding-window attention (layer %d is \"hybrid_sliding\", sliding_window %d) is "
+                           "not implemented here yet; the CPU forward and training run it", what, l, c->sliding_window);
+    return 0;
 }
 
 int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
@@ -167,6 +252,29 @@ int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
         return zy_fail(err, "%s: head_dim*partial_rotary_factor = %g must be an even integer >= 2", label, rd);
     if (!(c->rope_theta > 1.0f) || !isfinite(c->rope_theta))
         return zy_fail(err, "%s: key \"rope_theta\" must be a finite number > 1 (got %g)", label, (double)c->rope_theta);
+    if (c->sliding_window < 0)
+        return zy_fail(err, "%s: key \"sliding_window\" must be positive (got %d)", label, c->sliding_window);
+    for (int l = c->num_layers; l < ZY_MAX_SLIDING_LAYERS; l++)
+        if (cfg_layer_is_sliding(c, l))
+            return zy_fail(err, "%s: layer %d is marked sliding but the model has %d layers", label, l, c->num_layers);
+    if (!isfinite(c->rope_theta_sliding) || !isfinite(c->partial_rotary_factor_sliding))
+        return zy_fail(err, "%s: key \"rope_parameters.hybrid_sliding\": rope_theta and partial_rotary_factor must be "
+                       "finite", label);
+    if (cfg_has_sliding(c)) {
+        if (c->sliding_window <= 0)
+            return zy_fail(err, "%s: sliding-window layers need a positive \"sliding_window\" (got %d)", label,
+                           c->sliding_window);
+        if (!(c->partial_rotary_factor_sliding > 0.0f && c->partial_rotary_factor_sliding <= 1.0f))
+            return zy_fail(err, "%s: key \"rope_parameters.hybrid_sliding.partial_rotary_factor\" must be in (0, 1] "
+                           "(got %g)", label, (double)c->partial_rotary_factor_sliding);
+        const double rds = c->head_dim * (double)c->partial_rotary_factor_sliding;
+        if (rds != floor(rds) || ((int)rds) % 2 != 0 || rds < 2)
+            return zy_fail(err, "%s: head_dim*rope_parameters.hybrid_sliding.partial_rotary_factor = %g must be an even "
+                           "integer >= 2", label, rds);
+        if (!(c->rope_theta_sliding > 1.0f) || !isfinite(c->rope_theta_sliding))
+            return zy_fail(err, "%s: key \"rope_parameters.hybrid_sliding.rope_theta\" must be a finite number > 1 "
+                           "(got %g)", label, (double)c->rope_theta_sliding);
+    }
     if (!(c->rms_norm_eps > 0.0f) || !isfinite(c->rms_norm_eps))
         return zy_fail(err, "%s: key \"rms_norm_eps\" must be positive (got %g)", label, (double)c->rms_norm_eps);
     if (!(c->initializer_range > 0.0f) || !isfinite(c->initializer_range))
@@ -247,7 +355,8 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         get_bool(root, "attention_bias", 0, 0, &attention_bias, label, err) ||
         get_token_id(root, "bos_token_id", 2, &cfg->bos_token_id, label, err) ||
         get_token_id(root, "eos_token_id", 106, &cfg->eos_token_id, label, err) ||
-        get_token_id(root, "pad_token_id", 0, &cfg->pad_token_id, label, err) || parse_rope(root, cfg, label, err))
+        get_token_id(root, "pad_token_id", 0, &cfg->pad_token_id, label, err) ||
+        parse_layer_types(root, cfg, label, err) || parse_rope(root, cfg, label, err))
         goto done;
     if (experts_per_tok != 1) {
         zy_fail(err, "%s: key \"num_experts_per_tok\" must be 1 (ZAYA routes top-1; got %d)", label, experts_per_tok);
@@ -279,29 +388,6 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0)) {
         zy_fail(err, "%s: key \"hidden_act\" must be \"silu\"", label);
         goto done;
-    }
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (types && !cJSON_IsNull(types)) {
-        if (!cJSON_IsArray(types)) {
-            zy_fail(err, "%s: key \"layer_types\" must be a list", label);
-            goto done;
-        }
-        if (cJSON_GetArraySize(types) != cfg->num_layers) {
-            zy_fail(err, "%s: key \"layer_types\" has %d entries, num_hidden_layers is %d", label,
-                    cJSON_GetArraySize(types), cfg->num_layers);
-            goto done;
-        }
-        int i = 0;
-        const cJSON *t;
-        cJSON_ArrayForEach(t, types) {
-            if (!cJSON_IsString(t) || strcmp(t->valuestring, "hybrid") != 0) {
-                zy_fail(err, "%s: key \"layer_types[%d]\": unsupported layer type %s%s%s (only \"hybrid\")", label, i,
-                        cJSON_IsString(t) ? "\"" : "", cJSON_IsString(t) ? t->valuestring : "(not a string)",
-                        cJSON_IsString(t) ? "\"" : "");
-                goto done;
-            }
-            i++;
-        }
     }
     cfg->legacy_layout = legacy;
     rc = config_validate(cfg, label, err);
@@ -361,6 +447,19 @@ char *config_to_json(const ZayaConfig *c, const char *torch_dtype) {
     cJSON_AddStringToObject(hy, "rope_type", "default");
     cJSON_AddNumberToObject(hy, "rope_theta", short_decimal(c->rope_theta));
     cJSON_AddNumberToObject(hy, "partial_rotary_factor", short_decimal(c->partial_rotary_factor));
+    if (c->rope_theta_sliding != 0 || c->partial_rotary_factor_sliding != 0) { /* given, or a sliding layer's */
+        cJSON *hs = cJSON_AddObjectToObject(rp, "hybrid_sliding");
+        cJSON_AddStringToObject(hs, "rope_type", "default");
+        cJSON_AddNumberToObject(hs, "rope_theta", short_decimal(c->rope_theta_sliding));
+        cJSON_AddNumberToObject(hs, "partial_rotary_factor", short_decimal(c->partial_rotary_factor_sliding));
+    }
+    cJSON *types = cJSON_AddArrayToObject(root, "layer_types");
+    for (int l = 0; l < c->num_layers; l++)
+        cJSON_AddItemToArray(types, cJSON_CreateString(cfg_layer_is_sliding(c, l) ? "hybrid_sliding" : "hybrid"));
+    if (c->sliding_window > 0)
+        cJSON_AddNumberToObject(root, "sliding_window", c->sliding_window);
+    else
+        cJSON_AddNullToObject(root, "sliding_window");
     const struct {
         const char *key;
         int v;

@@ -2,6 +2,8 @@
 #ifndef ZAYA_CONFIG_H
 #define ZAYA_CONFIG_H
 
+#include <stdint.h>
+
 #include "util.h"
 
 typedef enum {
@@ -45,6 +47,17 @@ typedef struct {
     /* read from a legacy (Megatron-style) config.json: the weights beside it carry legacy tensor names (legacy.h);
      * zaya writes the native schema and names */
     int legacy_layout;
+    /* Sliding-window layers (layer_types "hybrid_sliding"; semantics in the comment above cfg_layer_window).
+     * sliding_window: W, the whole span a windowed query sees, itself included (config key "sliding_window";
+     * 0 when absent or null). rope_theta_sliding, partial_rotary_factor_sliding: the sliding layers' RoPE,
+     * rope_parameters.hybrid_sliding; both 0 when the config has no such entry and no sliding layer (config_to_json
+     * then writes none, so a config reads back equal). sliding_layers: bit l set when layer l is "hybrid_sliding" (a layer
+     * >= ZY_MAX_SLIDING_LAYERS cannot be). All zero: every layer full attention, as before. */
+    int sliding_window;
+    float rope_theta_sliding;
+    float partial_rotary_factor_sliding;
+#define ZY_MAX_SLIDING_LAYERS 1024
+    uint64_t sliding_layers[ZY_MAX_SLIDING_LAYERS / 64];
 } ZayaConfig;
 
 /* 1 when every research variant is at its ZAYA1 value, i.e. transformers' ZayaForCausalLM loads the model. */
@@ -65,6 +78,63 @@ static inline int cfg_k_channels(const ZayaConfig *c) { return c->num_kv_heads *
 static inline int cfg_conv_channels(const ZayaConfig *c) { return cfg_q_channels(c) + cfg_k_channels(c); }
 static inline int cfg_rotary_dim(const ZayaConfig *c) { return (int)(c->head_dim * c->partial_rotary_factor); }
 static inline int cfg_conv_pad(const ZayaConfig *c) { return (c->cca_time0 - 1) + (c->cca_time1 - 1); }
+
+/* ---- Sliding-window attention, as transformers' ZayaForCausalLM (models/zaya, transformers 5.x) runs it ----
+ * Native config.json: "layer_types" lists one entry per layer, "hybrid" (full causal attention) or
+ * "hybrid_sliding" (windowed); absent or null means all "hybrid". Any "hybrid_sliding" layer needs an integer
+ * "sliding_window" W (transformers refuses null; zaya also refuses W <= 0, which would leave a query nothing to
+ * see). The mask is masking_utils.sliding_window_causal_mask_function: causal AND kv_idx > q_idx - W, so a query at
+ * position p sees keys p-W+1 .. p — W keys, itself included (W = 1: only itself; W >= T: plain causal). The only
+ * other difference of a sliding layer is its RoPE: the rotary tables come from rope_parameters["hybrid_sliding"]
+ * (rope_theta, and partial_rotary_factor, which transformers defaults to 1.0 when that entry omits it), not
+ * ["hybrid"]; transformers' default rope_parameters carry {"hybrid_sliding": {rope_theta 1e4, factor 0.5}}, and a
+ * rope_parameters without the entry fails to load there once a sliding layer exists (so zaya refuses it).
+ * Everything else (CCA, values, QK norm, MoE, residuals) is the same in both layer types. "sliding_attention" /
+ * "full_attention" are the legacy schema's names and are not native layer types (transformers: KeyError).
+ * Legacy config.json (Zyphra's convert_zaya_weights_to_hf.py, RELEASES.md; legacy.c): per legacy layer (attention
+ * and MoE alternate, the attention block of native layer k is legacy layer 2k) either "layer_types"
+ * ("full_attention" / "sliding_attention", of legacy or native length; the legacy list read every second entry)
+ * or "swa_layers" (0: full attention, n > 0: sliding with n previous tokens). A legacy window counts the previous
+ * tokens only, so the native W = n + 1 (vLLM's Zyphra model adds the same 1); zaya needs one n for every sliding
+ * layer. The sliding layers' RoPE theta is "swa_rotary_base" (default 1e4), the factor "partial_rotary_factor".
+ * Cached decoding (decode.c, gpu_decode.c) and the GPU model do not implement windows yet and refuse such configs
+ * (cfg_refuse_windows): a windowed model decodes by keeping the last W-1 keys of a sliding layer, and by rotating
+ * with that layer's own tables (cfg_layer_rope_theta, cfg_layer_rotary_dim). */
+
+/* 1 when layer l is a sliding-window layer. */
+static inline int cfg_layer_is_sliding(const ZayaConfig *c, int l) {
+    return l >= 0 && l < ZY_MAX_SLIDING_LAYERS && (c->sliding_layers[l / 64] >> (l % 64) & 1);
+}
+/* 0 for a full-attention layer, W (the keys p-W+1..p a query at p sees) for a sliding-window layer. */
+static inline int cfg_layer_window(const ZayaConfig *c, int l) {
+    return cfg_layer_is_sliding(c, l) ? c->sliding_window : 0;
+}
+static inline void cfg_set_layer_sliding(ZayaConfig *c, int l, int sliding) {
+    if (l < 0 || l >= ZY_MAX_SLIDING_LAYERS) return;
+    if (sliding)
+        c->sliding_layers[l / 64] |= (uint64_t)1 << (l % 64);
+    else
+        c->sliding_layers[l / 64] &= ~((uint64_t)1 << (l % 64));
+}
+/* 1 when any layer is a sliding-window layer. */
+static inline int cfg_has_sliding(const ZayaConfig *c) {
+    for (int i = 0; i < ZY_MAX_SLIDING_LAYERS / 64; i++)
+        if (c->sliding_layers[i]) return 1;
+    return 0;
+}
+/* The RoPE of layer l: theta and rotary dim (the "hybrid_sliding" parameters for a sliding layer). */
+static inline float cfg_layer_rope_theta(const ZayaConfig *c, int l) {
+    return cfg_layer_is_sliding(c, l) ? c->rope_theta_sliding : c->rope_theta;
+}
+static inline int cfg_sliding_rotary_dim(const ZayaConfig *c) {
+    return (int)(c->head_dim * c->partial_rotary_factor_sliding);
+}
+static inline int cfg_layer_rotary_dim(const ZayaConfig *c, int l) {
+    return cfg_layer_is_sliding(c, l) ? cfg_sliding_rotary_dim(c) : (int)(c->head_dim * c->partial_rotary_factor);
+}
+/* For the paths that do not implement sliding windows yet (cached decoding, the GPU): -1 with an error that names
+ * `what` and the first sliding layer when cfg has one; 0 otherwise. */
+int cfg_refuse_windows(const ZayaConfig *c, const char *what, ZyErr *err);
 
 /* Parses config.json text; errors name the file (label) and the key. */
 int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyErr *err);

@@ -154,12 +154,12 @@
        (dh, threads))                                                                                                  \
     ZK(void, flash_attention_forward,                                                                                  \
        (float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh,   \
-       float *work, int threads),                                                                                      \
-       (O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, threads))                                                            \
+       int window, float *work, int threads),                                                                          \
+       (O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window, work, threads))                                                    \
     ZK(void, flash_attention_backward,                                                                                 \
        (float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE, const float *Q,            \
-       const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh, float *work, int threads),               \
-       (dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, threads))
+       const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh, int window, float *work, int threads),   \
+       (dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window, work, threads))
 /* ... and the kernels that only matmul.c calls. matmul_bf16_block: Y[r, o] = Σ_k X[r, k] · W16[o, k] for rows
  * r < nr (nr <= ZY_BF16_ROW_BLOCK), outputs o in [o0, o1): bf16 weights widened to fp32, fp32 accumulation.
  * f32_to_bf16_row: dst[i] = zy_f32_to_bf16(src[i]) (nearest even, NaN kept quiet), vectorised. */

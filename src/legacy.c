@@ -61,6 +61,77 @@ static int uniform_list(const cJSON *root, const char *key, double *out, const c
     return 0;
 }
 
+/* A per-layer list read at the attention blocks: `key` has one entry per legacy layer (2·layers; the attention block
+ * of native layer k is entry 2k) or one per native layer. *stride = 2 or 1; -1 with err otherwise. */
+static int per_layer_list(const cJSON *v, const char *key, int layers, int *stride, const char *label, ZyErr *err) {
+    const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n >= 0 && (long)n == 2L * layers) *stride = 2;
+    else if (n == layers) *stride = 1;
+    else
+        return zy_fail(err, "%s: legacy config: key \"%s\" must be a list of %ld entries (one per legacy layer) or %d "
+                       "(one per attention/MoE pair)", label, key, 2L * layers, layers);
+    return 0;
+}
+
+/* Sliding windows (RELEASES.md, Zyphra's converter): which native layers slide comes from "layer_types"
+ * ("full_attention" / "sliding_attention") or "swa_layers" (the previous tokens a sliding layer sees, 0 for full
+ * attention), and the native window W = that count + 1 (the legacy count leaves out the token itself). Both given:
+ * they must agree. Sets slide[k] and *window; 0, or -1 with err naming the key. */
+static int legacy_windows(const cJSON *root, int layers, unsigned char *slide, long *window, const char *label,
+                          ZyErr *err) {
+    const cJSON *swa = get(root, "swa_layers"), *types = get(root, "layer_types"), *sw = get(root, "sliding_window");
+    const int have_swa = swa && !cJSON_IsNull(swa), have_types = types && !cJSON_IsNull(types);
+    *window = 0;
+    if (have_swa) {
+        int stride = 1, i = 0;
+        double count = 0;
+        if (per_layer_list(swa, "swa_layers", layers, &stride, label, err)) return -1;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, swa) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+                it->valuedouble >= 2147483647.0)
+                return zy_fail(err, "%s: legacy config: key \"swa_layers[%d]\" must be a non-negative integer", label, i);
+            if (i % stride == 0 && it->valuedouble > 0) {
+                if (count && it->valuedouble != count)
+                    return zy_fail(err, "%s: legacy config: key \"swa_layers\" has windows of %g and %g tokens; zaya "
+                                   "needs one window for every sliding layer", label, count, it->valuedouble);
+                count = it->valuedouble;
+                slide[i / stride] = 1;
+            }
+            i++;
+        }
+        *window = count ? (long)count + 1 : 0;
+    }
+    if (have_types) {
+        int stride = 1, i = 0;
+        if (per_layer_list(types, "layer_types", layers, &stride, label, err)) return -1;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, types) {
+            if (i % stride == 0) {
+                const int str = cJSON_IsString(it), sl = str && !strcmp(it->valuestring, "sliding_attention");
+                if (!sl && !(str && !strcmp(it->valuestring, "full_attention")))
+                    return zy_fail(err, "%s: legacy config: key \"layer_types[%d]\": unknown layer type %s%s%s (legacy "
+                                   "layer types are \"full_attention\" and \"sliding_attention\")", label, i,
+                                   str ? "\"" : "", str ? it->valuestring : "(not a string)", str ? "\"" : "");
+                if (have_swa && sl != slide[i / stride])
+                    return zy_fail(err, "%s: legacy config: keys \"layer_types\" and \"swa_layers\" disagree about "
+                                   "native layer %d (legacy layer %d)", label, i / stride, i / stride * 2);
+                slide[i / stride] = (unsigned char)sl;
+            }
+            i++;
+        }
+    }
+    int any = 0; /* slide[] has `layers` entries once a list was read (per_layer_list checked its length) */
+    for (int k = 0; (have_swa || have_types) && k < layers && !any; k++) any = slide[k];
+    if (any && !*window)
+        return zy_fail(err, "%s: legacy config: key \"layer_types\" has \"sliding_attention\" layers but no "
+                       "\"swa_layers\" gives their window", label);
+    if (!any && sw && !cJSON_IsNull(sw))
+        return zy_fail(err, "%s: legacy config: key \"sliding_window\" is set but neither \"layer_types\" nor "
+                       "\"swa_layers\" names a sliding-window layer", label);
+    return 0;
+}
+
 cJSON *legacy_config_to_native(const cJSON *root, const char *label, ZyErr *err) {
     double vocab = 0, hidden = 0, head_dim = 0, heads = 0, kv_heads = 0, experts = 0, ffn = 0, router = 0, eps = 0;
     double topk = 0, maxpos = 0, theta = 0, rot = 0, layers = 0, init = 0, k0 = 0, k1 = 0;
@@ -74,27 +145,7 @@ cJSON *legacy_config_to_native(const cJSON *root, const char *label, ZyErr *err)
         zy_fail(err, "%s: legacy config: key \"activation_func\" must be \"swiglu\"", label);
         return NULL;
     }
-    const cJSON *swa = get(root, "swa_layers"), *it;
-    cJSON_ArrayForEach(it, swa) {
-        if (cJSON_IsNumber(it) && it->valuedouble > 0) {
-            zy_fail(err, "%s: legacy config: key \"swa_layers\" has sliding-window layers, which zaya does not "
-                         "implement yet", label);
-            return NULL;
-        }
-    }
-    const cJSON *types = get(root, "layer_types");
-    cJSON_ArrayForEach(it, types) {
-        if (!cJSON_IsString(it) || strcmp(it->valuestring, "full_attention")) {
-            zy_fail(err, "%s: legacy config: key \"layer_types\" has a layer other than \"full_attention\" (sliding "
-                         "windows are not implemented yet)", label);
-            return NULL;
-        }
-    }
-    const cJSON *sw = get(root, "sliding_window");
-    if (sw && !cJSON_IsNull(sw)) {
-        zy_fail(err, "%s: legacy config: key \"sliding_window\" is set; sliding windows are not implemented yet", label);
-        return NULL;
-    }
+    const cJSON *it;
     if (num(root, "vocab_size", 1, 0, 1, &vocab, label, err) || num(root, "hidden_size", 1, 0, 1, &hidden, label, err) ||
         num(root, "norm_epsilon", 0, 1e-5, 0, &eps, label, err) ||
         num(root, "moe_router_topk", 0, 1, 1, &topk, label, err) ||
@@ -162,6 +213,25 @@ cJSON *legacy_config_to_native(const cJSON *root, const char *label, ZyErr *err)
         zy_fail(err, "%s: legacy config: key \"ffn_hidden_size\" (%g) must be even (gate and up halves)", label, ffn);
         return NULL;
     }
+    /* sliding windows, once the layer count is known (the per-layer lists are at most as long as the file) */
+    const cJSON *swa = get(root, "swa_layers"), *types = get(root, "layer_types");
+    long window = 0;
+    double swa_theta = 0;
+    unsigned char *slide = NULL;
+    if ((swa && !cJSON_IsNull(swa)) || (types && !cJSON_IsNull(types)) || get(root, "sliding_window")) {
+        const int lists = (cJSON_IsArray(swa) ? cJSON_GetArraySize(swa) : 0) +
+                          (cJSON_IsArray(types) ? cJSON_GetArraySize(types) : 0);
+        slide = calloc((size_t)(layers < lists ? layers : lists) + 1, 1); /* a list of another length is refused */
+        if (!slide) {
+            zy_fail(err, "%s: out of memory", label);
+            return NULL;
+        }
+        if (legacy_windows(root, (int)layers, slide, &window, label, err) ||
+            num(root, "swa_rotary_base", 0, 1e4, 0, &swa_theta, label, err)) {
+            free(slide);
+            return NULL;
+        }
+    }
     cJSON *n = cJSON_CreateObject();
     cJSON_AddStringToObject(n, "model_type", "zaya");
     cJSON_AddNumberToObject(n, "vocab_size", vocab);
@@ -178,8 +248,22 @@ cJSON *legacy_config_to_native(const cJSON *root, const char *label, ZyErr *err)
     cJSON_AddNumberToObject(n, "cca_time1", k1);
     cJSON_AddNumberToObject(n, "rms_norm_eps", eps);
     cJSON_AddNumberToObject(n, "max_position_embeddings", maxpos);
-    cJSON_AddNumberToObject(n, "rope_theta", theta);
-    cJSON_AddNumberToObject(n, "partial_rotary_factor", rot);
+    if (window) { /* sliding layers: each layer type's RoPE, the native layer types and window */
+        cJSON *rp = cJSON_AddObjectToObject(n, "rope_parameters");
+        cJSON *hy = cJSON_AddObjectToObject(rp, "hybrid"), *hs = cJSON_AddObjectToObject(rp, "hybrid_sliding");
+        cJSON_AddNumberToObject(hy, "rope_theta", theta);
+        cJSON_AddNumberToObject(hy, "partial_rotary_factor", rot);
+        cJSON_AddNumberToObject(hs, "rope_theta", swa_theta);
+        cJSON_AddNumberToObject(hs, "partial_rotary_factor", rot);
+        cJSON *lt = cJSON_AddArrayToObject(n, "layer_types");
+        for (long k = 0; k < (long)layers; k++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(slide[k] ? "hybrid_sliding" : "hybrid"));
+        cJSON_AddNumberToObject(n, "sliding_window", (double)window);
+    } else {
+        cJSON_AddNumberToObject(n, "rope_theta", theta);
+        cJSON_AddNumberToObject(n, "partial_rotary_factor", rot);
+    }
+    free(slide);
     cJSON_AddNumberToObject(n, "initializer_range", init);
     const cJSON *tie = get(root, "tie_word_embeddings");
     cJSON_AddBoolToObject(n, "tie_word_embeddings", tie ? cJSON_IsTrue(tie) : 1);

@@ -13,7 +13,8 @@
  * moe_intermediate_size). */
 int legacy_config_detect(const cJSON *root);
 /* A native config object for a legacy one (malloc'ed cJSON; NULL with err naming the key). Sliding-window layers
- * and settings zaya does not implement (zaya_use_eda false, cca false, ...) are refused. */
+ * ("swa_layers" / "layer_types", "swa_rotary_base") become native "hybrid_sliding" layers (config.h); settings zaya
+ * does not implement (zaya_use_eda false, cca false, ...) are refused. */
 cJSON *legacy_config_to_native(const cJSON *root, const char *label, ZyErr *err);
 
 /* The native name of a legacy tensor (num_layers = native layers); *expert = the expert index for a per-expert

@@ -395,6 +395,9 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     a->row_loss = CARVE_F(cv, N);
     a->rope_cos = CARVE_F(cv, T * rd / 2);
     a->rope_sin = CARVE_F(cv, T * rd / 2);
+    const size_t rds = cfg_has_sliding(c) ? (size_t)cfg_sliding_rotary_dim(c) : 0; /* none without sliding layers */
+    a->rope_cos_sliding = rds ? CARVE_F(cv, T * rds / 2) : NULL;
+    a->rope_sin_sliding = rds ? CARVE_F(cv, T * rds / 2) : NULL;
     if (!gpu) {
         a->conv_wp = CARVE_F(cv, (size_t)cca_conv_work_floats(a->B, a->T, (int)C, c->head_dim, c->cca_time1));
         a->conv_dwp = CARVE_F(cv, (size_t)cca_conv_grad_work_floats((int)C, c->head_dim, c->cca_time1));
@@ -464,6 +467,8 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
     ZyCarver cv = {.base = a->block};
     carve_all(&cv, a, cfg);
     rope_tables(a->rope_cos, a->rope_sin, T, cfg_rotary_dim(cfg), cfg->rope_theta);
+    if (a->rope_cos_sliding)
+        rope_tables(a->rope_cos_sliding, a->rope_sin_sliding, T, cfg_sliding_rotary_dim(cfg), cfg->rope_theta_sliding);
     return 0;
 }
 
@@ -494,7 +499,12 @@ double model_train_flops_per_token(const ZayaConfig *c, int T) {
     if (c->attention == ZY_ATTN_CCA) per_layer += C * c->head_dim * c->cca_time1;
     if (c->moe != ZY_MOE_DENSE) per_layer += c->router == ZY_ROUTER_MLP ? R * D + 2 * R * R + K * R : K * D;
     const double active = c->num_layers * per_layer + (double)c->vocab_size * D;
-    return 6.0 * active + 6.0 * c->num_layers * c->num_heads * c->head_dim * (double)T;
+    double keys = 0; /* keys per query summed over the layers, counted as whole rows: T, or a sliding layer's W */
+    for (int l = 0; l < c->num_layers; l++) {
+        const int w = cfg_layer_window(c, l);
+        keys += w > 0 && w < T ? w : T;
+    }
+    return 6.0 * active + 6.0 * c->num_heads * c->head_dim * keys;
 }
 
 void make_next_token_targets(int32_t *targets, const int32_t *tokens, int B, int T) {
@@ -514,8 +524,21 @@ void make_next_token_targets(int32_t *targets, const int32_t *tokens, int B, int
         if (timers) (timers)[phase] += zy_now_seconds() - t0_;                                              \
     } while (0)
 
-/* CCA attention on u = RMSNorm(x); writes L->attn_proj [N, D]. */
-static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const Activations *a) {
+/* How layer l attends: its RoPE tables and rotary dim, and its sliding window (0: full causal). A sliding layer
+ * ("hybrid_sliding", config.h) differs from a full one in these alone. */
+typedef struct {
+    const float *cos, *sin;
+    int rd, window;
+} AttnGeom;
+
+static AttnGeom attn_geom(const ZayaConfig *c, const Activations *a, int l) {
+    const int s = cfg_layer_is_sliding(c, l);
+    return (AttnGeom){.cos = s ? a->rope_cos_sliding : a->rope_cos, .sin = s ? a->rope_sin_sliding : a->rope_sin,
+                      .rd = cfg_layer_rotary_dim(c, l), .window = cfg_layer_window(c, l)};
+}
+
+/* CCA attention on u = RMSNorm(x) of layer l; writes L->attn_proj [N, D]. */
+static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const Activations *a, int l) {
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 1. down projections into X = [q0 | k0] */
@@ -532,13 +555,11 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     delayed_value_forward(L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* fp32 machine epsilon */
-    const int rd = cfg_rotary_dim(c);
-    l2norm_rope_forward(L->query, L->q_norm, L->query_pre, NULL, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd, scale,
-                        eps);
-    l2norm_rope_forward(L->key, L->k_norm, L->key_pre, W->temp, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd, scale,
-                        eps);
-    /* 7. causal softmax attention in the latent space */
-    flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
+    const AttnGeom g = attn_geom(c, a, l);
+    l2norm_rope_forward(L->query, L->q_norm, L->query_pre, NULL, g.cos, g.sin, N, T, Hq, dh, g.rd, scale, eps);
+    l2norm_rope_forward(L->key, L->k_norm, L->key_pre, W->temp, g.cos, g.sin, N, T, Hkv, dh, g.rd, scale, eps);
+    /* 7. causal softmax attention in the latent space (a sliding layer: over its window) */
+    flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, g.window, a->attn_work,
                             a->attn_threads);
     /* 8. output projection */
     zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
@@ -546,15 +567,16 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
 
 /* MHA variant on u = RMSNorm(x): q, k, v projections, partial RoPE on q and k, causal softmax attention (GQA when
  * Hkv < Hq), o_proj; writes L->attn_proj [N, D]. No convolutions, value delay or QK norm. */
-static void mha_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const Activations *a) {
+static void mha_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L, const Activations *a, int l) {
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
-    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
+    const AttnGeom g = attn_geom(c, a, l);
     zy_matmul_wt_ctx(a->gemm, N, Cq, D, L->u_attn, D, W->w_q, W->w_q16, L->query, Cq);
     zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_k, W->w_k16, L->key, Ck);
     zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_v, W->w_v16, L->value, Ck);
-    rope_forward(L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
-    rope_forward(L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
-    flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, a->attn_work,
+    rope_forward(L->query, g.cos, g.sin, N, T, Hq, dh, g.rd);
+    rope_forward(L->key, g.cos, g.sin, N, T, Hkv, dh, g.rd);
+    flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, g.window, a->attn_work,
                             a->attn_threads);
     zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
 }
@@ -642,9 +664,9 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
         float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
         /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr; u = RMSNorm(x) */
         if (c->attention == ZY_ATTN_CCA)
-            TIMED(tm, PHASE_ATTENTION, cca_forward(c, W, L, a));
+            TIMED(tm, PHASE_ATTENTION, cca_forward(c, W, L, a, l));
         else
-            TIMED(tm, PHASE_ATTENTION, mha_forward(c, W, L, a));
+            TIMED(tm, PHASE_ATTENTION, mha_forward(c, W, L, a, l));
         TIMED(tm, PHASE_NORMS,
               merge_rmsnorm_forward(L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
                                     W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps));
@@ -731,18 +753,19 @@ static void moe_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. The MHA variant's backward. */
 static void mha_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
-                         const Activations *a, BackwardScratch *d) {
+                         const Activations *a, BackwardScratch *d, int l) {
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
-    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
+    const AttnGeom g = attn_geom(c, a, l);
     zero(d->d_attn_out, (size_t)N * Cq);
     linear_backward(d->d_attn_out, G->w_o, NULL, d->d_h, L->attn_out, W->w_o, N, Cq, D, a->gemm);
     zero(d->d_query, (size_t)N * Cq);
     zero(d->d_key, (size_t)N * Ck);
     zero(d->d_value, (size_t)N * Ck);
     flash_attention_backward(d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key,
-                             L->value, B, T, Hq, Hkv, dh, a->attn_work, a->attn_threads);
-    rope_backward(d->d_query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
-    rope_backward(d->d_key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+                             L->value, B, T, Hq, Hkv, dh, g.window, a->attn_work, a->attn_threads);
+    rope_backward(d->d_query, g.cos, g.sin, N, T, Hq, dh, g.rd);
+    rope_backward(d->d_key, g.cos, g.sin, N, T, Hkv, dh, g.rd);
     linear_backward(d->d_u, G->w_q, NULL, d->d_query, L->u_attn, W->w_q, N, D, Cq, a->gemm);
     linear_backward(d->d_u, G->w_k, NULL, d->d_key, L->u_attn, W->w_k, N, D, Ck, a->gemm);
     linear_backward(d->d_u, G->w_v, NULL, d->d_value, L->u_attn, W->w_v, N, D, Ck, a->gemm);
@@ -750,7 +773,8 @@ static void mha_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
 static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeights *G, LayerActs *L,
-                         const Activations *a, BackwardScratch *d) {
+                         const Activations *a, BackwardScratch *d, int l) {
+    const AttnGeom g = attn_geom(c, a, l);
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 8. output projection */
@@ -761,7 +785,7 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     zero(d->d_key, (size_t)N * Ck);
     zero(d->d_value, (size_t)N * Ck);
     flash_attention_backward(d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key,
-                             L->value, B, T, Hq, Hkv, dh, a->attn_work, a->attn_threads);
+                             L->value, B, T, Hq, Hkv, dh, g.window, a->attn_work, a->attn_threads);
     /* 4. delayed values (first, so d_value is free scratch afterwards) */
     zero(d->d_vc, (size_t)N * Ck / 2);
     zero(d->d_vd, (size_t)N * Ck / 2);
@@ -770,13 +794,12 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     linear_backward(d->d_u, G->w_v_delayed, NULL, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2, a->gemm);
     /* 6. RoPE and 5. QK norm in one pass → gradients of query_pre / key_pre, overwritten (reusing the free
      * d_attn_out / d_value buffers) */
-    const int rd = cfg_rotary_dim(c);
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     float *d_query_pre = d->d_attn_out, *d_key_pre = d->d_value;
-    rope_l2norm_backward(d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, a->rope_cos, a->rope_sin, N, T,
-                         Hq, dh, rd, scale, eps);
-    rope_l2norm_backward(d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, a->rope_cos, a->rope_sin, N, T,
-                         Hkv, dh, rd, scale, eps);
+    rope_l2norm_backward(d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, g.cos, g.sin, N, T, Hq, dh, g.rd,
+                         scale, eps);
+    rope_l2norm_backward(d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, g.cos, g.sin, N, T, Hkv, dh,
+                         g.rd, scale, eps);
     /* 3. q-k mean skip → dY (conv output) and dX (direct path) */
     zero(d->d_conv_out, (size_t)N * C);
     zero(d->d_qk_down, (size_t)N * C);
@@ -840,9 +863,9 @@ double model_backward(Model *m, Activations *a, const int32_t *targets) {
                                      W->attn_hb, W->attn_rs, W->attn_rb, N, D));
         zero(d->d_u, (size_t)N * D);
         if (c->attention == ZY_ATTN_CCA)
-            TIMED(tm, PHASE_ATTENTION, cca_backward(c, W, G, L, a, d));
+            TIMED(tm, PHASE_ATTENTION, cca_backward(c, W, G, L, a, d, l));
         else
-            TIMED(tm, PHASE_ATTENTION, mha_backward(c, W, G, L, a, d));
+            TIMED(tm, PHASE_ATTENTION, mha_backward(c, W, G, L, a, d, l));
         if (l > 0) { /* u_attn = RMSNorm(x_in), x_in = the previous layer's MLP merge */
             const LayerWeights *Wp = &w->layers[l - 1];
             LayerWeights *Gp = &g->layers[l - 1];

@@ -166,6 +166,8 @@ typedef struct {
     float *logits;             /* [N,V] */
     float *row_loss;           /* [N] per-position loss (scratch of the cross-entropy) */
     float *rope_cos, *rope_sin; /* [T, rd/2] */
+    float *rope_cos_sliding, *rope_sin_sliding; /* the sliding layers' (rope_parameters.hybrid_sliding) [T, rd'/2];
+                                                 * NULL without sliding layers */
     float *conv_wp, *conv_dwp; /* cca_conv workspaces (repacked grouped-conv weights and their gradient) */
     float *attn_work;          /* flash-attention tile scratch for up to attn_threads threads */
     int attn_threads;
@@ -203,7 +205,7 @@ double model_backward(Model *m, Activations *a, const int32_t *targets);
 
 /* Training FLOPs per token at sequence length T: 6 × active matrix parameters (q, k, v, o, the grouped conv,
  * the router's matrices, one expert, the head) plus 6 × L × Hq × dh × T for attention scores and values (the
- * llm.c convention: the causal half is counted as whole). */
+ * llm.c convention: the causal half is counted as whole); a sliding layer counts min(T, W) keys instead of T. */
 double model_train_flops_per_token(const ZayaConfig *c, int T);
 
 /* Next-token targets for a [B,T] batch: targets[b,t] = tokens[b,t+1], -1 at t = T-1. */

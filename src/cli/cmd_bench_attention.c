@@ -74,11 +74,11 @@ int bench_attention(int argc, char **argv) {
         double t0 = zy_now_seconds();
         attention_forward(O_ref, P, Q, K, V, B, T, Hq, Hkv, dh);
         double t1 = zy_now_seconds();
-        flash_attention_forward(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, nthr);
+        flash_attention_forward(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0, work, nthr);
         double t2 = zy_now_seconds();
         attention_backward(dq[0], dk[0], dv[0], dP, dO, P, Q, K, V, B, T, Hq, Hkv, dh);
         double t3 = zy_now_seconds();
-        flash_attention_backward(dq[1], dk[1], dv[1], dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, nthr);
+        flash_attention_backward(dq[1], dk[1], dv[1], dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0, work, nthr);
         double t4 = zy_now_seconds();
         if (r >= 0) t[r] = t1 - t0, t[reps + r] = t2 - t1, t[2 * reps + r] = t3 - t2, t[3 * reps + r] = t4 - t3;
     }

@@ -120,6 +120,9 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
 
 int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, int bf16, int train, ZyErr *err) {
     *out = NULL;
+    /* the GPU kernels have no sliding window (config.h): refused before anything is allocated, for training, the
+     * forward and cached decoding alike */
+    if (cfg_refuse_windows(&m->cfg, "GPU", err)) return -1;
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
     gm->host = m;

@@ -74,8 +74,8 @@ static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, si
     const float *dQ0 = gt_rand(t, nq, 0.5f), *dK0 = gt_rand(t, nk, 0.5f), *dV0 = gt_rand(t, nk, 0.5f);
     float *O = gt_host(t, nq), *L = gt_host(t, nl), *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
     float *dQ = gt_copy(t, dQ0, nq), *dK = gt_copy(t, dK0, nk), *dV = gt_copy(t, dV0, nk);
-    flash_attention_forward(O, L, Q, K, V, B, T, Hq, Hkv, dh, ws, 1);
-    flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, T, Hq, Hkv, dh, ws, 1);
+    flash_attention_forward(O, L, Q, K, V, B, T, Hq, Hkv, dh, 0, ws, 1);
+    flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, T, Hq, Hkv, dh, 0, ws, 1);
 
     /* forward */
     const float *d_Q = up_at(t, Q, nq, misalign), *d_K = gt_up(t, K, nk), *d_V = gt_up(t, V, nk);
@@ -195,8 +195,8 @@ static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t mi
     const float *dOr = rounded_copy(t, dO, nq);
     float *O = gt_host(t, nq), *L = gt_host(t, nl), *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
     float *dQ = gt_copy(t, dQ0, nq), *dK = gt_copy(t, dK0, nk), *dV = gt_copy(t, dV0, nk);
-    flash_attention_forward(O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, ws, 1);
-    flash_attention_backward(dQ, dK, dV, dOr, O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, ws, 1);
+    flash_attention_forward(O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, 0, ws, 1);
+    flash_attention_backward(dQ, dK, dV, dOr, O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, 0, ws, 1);
 
     /* forward, twice */
     const float *d_Q = up_at(t, tc ? Q : Qr, nq, misalign), *d_K = gt_up(t, tc ? K : Kr, nk);

@@ -94,17 +94,35 @@ def significant_digits(s):
 # configs and models
 
 
+_UNSET = object()
+
+
 def make_config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                 num_experts=4, moe_intermediate_size=16, router_hidden_size=16, cca_time0=2, cca_time1=2,
                 partial_rotary_factor=0.5, rope_theta=10000.0, tie_word_embeddings=True, vocab_size=128,
-                pad_token_id=0, rms_norm_eps=1e-5, max_position_embeddings=512, **extra):
+                pad_token_id=0, rms_norm_eps=1e-5, max_position_embeddings=512, layer_types=None, sliding_window=None,
+                sliding_rope_theta=None, sliding_partial_rotary_factor=_UNSET, **extra):
+    """A ZayaConfig. Sliding-window layers: layer_types with "hybrid_sliding" entries, sliding_window, and the
+    sliding layers' RoPE entry rope_parameters["hybrid_sliding"] (written when sliding_rope_theta is given; its
+    partial_rotary_factor left out when sliding_partial_rotary_factor is None, which transformers reads as 1.0)."""
+    rope = {"hybrid": {"rope_type": "default", "rope_theta": float(rope_theta),
+                       "partial_rotary_factor": float(partial_rotary_factor)}}
+    if sliding_rope_theta is not None:
+        rope["hybrid_sliding"] = {"rope_type": "default", "rope_theta": float(sliding_rope_theta)}
+        if sliding_partial_rotary_factor is _UNSET:
+            sliding_partial_rotary_factor = partial_rotary_factor
+        if sliding_partial_rotary_factor is not None:
+            rope["hybrid_sliding"]["partial_rotary_factor"] = float(sliding_partial_rotary_factor)
+    if layer_types is not None:
+        extra["layer_types"] = list(layer_types)
+    if sliding_window is not None:
+        extra["sliding_window"] = int(sliding_window)
     return ZayaConfig(
         vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, head_dim=head_dim,
         num_experts=num_experts, num_experts_per_tok=1, moe_intermediate_size=moe_intermediate_size,
         router_hidden_size=router_hidden_size, cca_time0=cca_time0, cca_time1=cca_time1,
-        rope_parameters={"hybrid": {"rope_type": "default", "rope_theta": float(rope_theta),
-                                    "partial_rotary_factor": float(partial_rotary_factor)}},
+        rope_parameters=rope,
         tie_word_embeddings=tie_word_embeddings, pad_token_id=pad_token_id, rms_norm_eps=rms_norm_eps,
         max_position_embeddings=max_position_embeddings, bos_token_id=2 if vocab_size > 2 else None,
         eos_token_id=1, architectures=["ZayaForCausalLM"], **extra)

@@ -78,15 +78,57 @@ CONFIGS = [
                                  cca_time0=3, cca_time1=3, partial_rotary_factor=1.0, tie_word_embeddings=True,
                                  vocab_size=128, rms_norm_eps=1e-6),
          B=1, T=64, tok_dtype=np.int32, skip=0.1),
+    # sliding-window layers ("hybrid_sliding": query t sees keys t-W+1..t, with rope_parameters["hybrid_sliding"])
+    # a ZAYA1-74B-like alternation, windows far below T, the sliding RoPE's theta differing from the full layers'
+    dict(name="cfg10", shape=dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                  head_dim=8, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                                  cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=True,
+                                  vocab_size=128, rope_theta=1e6, layer_types=["hybrid_sliding", "hybrid",
+                                                                               "hybrid_sliding"],
+                                  sliding_window=5, sliding_rope_theta=1e3),
+         B=2, T=40, tok_dtype=np.int64, skip=0.25),
+    # W = 1 (each query sees itself only); the sliding entry omits partial_rotary_factor (transformers: 1.0, so
+    # the two layer types rotate different numbers of dims); untied
+    dict(name="cfg11", shape=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  head_dim=8, num_experts=3, moe_intermediate_size=16, router_hidden_size=16,
+                                  cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=False,
+                                  vocab_size=100, layer_types=["hybrid", "hybrid_sliding"], sliding_window=1,
+                                  sliding_rope_theta=1e4, sliding_partial_rotary_factor=None),
+         B=3, T=17, tok_dtype=np.int32, skip=0.2),
+    # several 64-key tiles: a window of 70 crossing tile boundaries, every layer sliding, GQA, G=2, dh=16
+    dict(name="cfg12", shape=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  head_dim=16, num_experts=4, moe_intermediate_size=32, router_hidden_size=32,
+                                  cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=True,
+                                  vocab_size=300, rope_theta=5e6, layer_types=["hybrid_sliding", "hybrid_sliding"],
+                                  sliding_window=70, sliding_rope_theta=1e4),
+         B=2, T=150, tok_dtype=np.int64, skip=0.25),
+    # a window of exactly one tile (64), MQA, odd conv kernels; and a window >= T (plain causal with the sliding
+    # RoPE) in the second model
+    dict(name="cfg13", shape=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                                  head_dim=8, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                                  cca_time0=3, cca_time1=2, partial_rotary_factor=1.0, tie_word_embeddings=True,
+                                  vocab_size=128, layer_types=["hybrid_sliding", "hybrid"], sliding_window=64,
+                                  sliding_rope_theta=2e3, sliding_partial_rotary_factor=0.5),
+         B=2, T=130, tok_dtype=np.int32, skip=0.2),
+    dict(name="cfg14", shape=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=3,
+                                  head_dim=8, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                                  cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=False,
+                                  vocab_size=120, layer_types=["hybrid", "hybrid_sliding"], sliding_window=4096,
+                                  sliding_rope_theta=3e3),
+         B=2, T=33, tok_dtype=np.int64, skip=0.15),
 ]
 
 
 def describe(c):
     s = c["shape"]
+    sliding = ""
+    if s.get("layer_types"):
+        sliding = " sliding=" + "".join("s" if t == "hybrid_sliding" else "f" for t in s["layer_types"]) + \
+            f" W={s['sliding_window']}"
     return (f"B={c['B']} T={c['T']} L={s['num_hidden_layers']} Hq/Hkv={s['num_attention_heads']}/"
             f"{s['num_key_value_heads']} dh={s['head_dim']} E={s['num_experts']} "
             f"cca={s['cca_time0']},{s['cca_time1']} prf={s['partial_rotary_factor']} "
-            f"{'tied' if s['tie_word_embeddings'] else 'untied'}")
+            f"{'tied' if s['tie_word_embeddings'] else 'untied'}{sliding}")
 
 
 def run_config(c, work, res, seed):

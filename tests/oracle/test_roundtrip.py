@@ -5,6 +5,7 @@
      init statistics against the spec; --seed determinism; convert of a sharded HF checkpoint.
  (b) zaya convert --dtype bf16 -> transformers loads it; values equal torch's bf16 rounding of the fp32 weights.
  (c) bad inputs make zaya forward exit non-zero with a message naming the offending field or file.
+ Sliding-window layers: their config keys round-trip through (a); bad ones are among (c).
 
     python tests/oracle/test_roundtrip.py [--keep DIR]
 
@@ -216,6 +217,48 @@ def part_a(res, work, tied):
             res.check(not same, "init depends on the seed", f"identical for seeds 7 and 8: {same[:6]}")
 
 
+def part_a_sliding(res, work):
+    """Sliding-window layers survive zaya init -> transformers -> save_pretrained -> zaya convert: the layer types, the
+    window and the sliding layers' RoPE entry (here rotating the whole head, unlike the full layers)."""
+    cfg = init_config(True)
+    cfg.update(num_hidden_layers=3, layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding"], sliding_window=7)
+    cfg["rope_parameters"]["hybrid_sliding"] = {"rope_type": "default", "rope_theta": 1000.0,
+                                                "partial_rotary_factor": 1.0}
+    cpath = work / "init_sliding.json"
+    cpath.write_text(json.dumps(cfg, indent=2))
+    d1 = work / "init_sliding"
+    if not zaya_ok(res, "init [sliding]", ["init", "--config", cpath, "--out", d1, "--seed", "3"]):
+        return
+
+    def sliding_keys(c):
+        rp = c.get("rope_parameters") or {}
+        return (list(c.get("layer_types") or []), c.get("sliding_window"), rp.get("hybrid_sliding"), rp.get("hybrid"))
+
+    want = sliding_keys(cfg)
+    got1 = sliding_keys(json.loads((d1 / "config.json").read_text()))
+    res.check(got1 == want, "init config sliding keys", f"{got1} != {want}")
+    try:
+        m, info = hf_load(d1)
+    except Exception as ex:  # noqa: BLE001
+        res.check(False, "hf load [sliding]", repr(ex))
+        return
+    res.check(not loading_problems(info), "hf load [sliding]", str(loading_problems(info)))
+    hf = (list(m.config.layer_types), m.config.sliding_window, m.config.rope_parameters.get("hybrid_sliding"),
+          m.config.rope_parameters.get("hybrid"))
+    res.check(hf == want, "hf config sliding keys", f"{hf} != {want}")
+    layers = [layer.self_attn.sliding_window for layer in m.model.layers]
+    res.check(layers == [7, None, 7], "hf sliding layers", f"per-layer windows {layers}")
+    d2 = work / "init_sliding_hf"
+    m.save_pretrained(str(d2), safe_serialization=True)
+    d3 = work / "init_sliding_conv"
+    if zaya_ok(res, "convert [sliding]", ["convert", "--model", d2, "--out", d3]):
+        got3 = sliding_keys(json.loads((d3 / "config.json").read_text()))
+        res.check(got3 == want, "convert config sliding keys", f"{got3} != {want}")
+        missing, extra, diff = compare_tensor_sets(load_model_tensors(d3), load_model_tensors(d1))
+        res.check(not missing and not extra and not diff, "convert bit-identical [sliding]",
+                  f"missing {missing} extra {extra} differ {diff[:8]}")
+
+
 def part_a_sharded(res, work):
     """convert reads the sharded (index.json) form and writes one model.safetensors with the same bits."""
     cfg = make_config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -377,9 +420,18 @@ def part_c(res, work):
          ["lm_head_bias"]),
         ("hidden_act gelu", variant("act", cfg_edit=lambda c: c.update(hidden_act="gelu")), good_tok,
          ["hidden_act"]),
-        ("sliding-window layer", variant("slide", cfg_edit=lambda c: c.update(
-            layer_types=["hybrid", "hybrid_sliding"], sliding_window=4)), good_tok,
-         ["layer_types", "hybrid_sliding", "sliding_window"]),
+        # sliding windows: a sliding layer without its RoPE entry (transformers cannot load that either), without a
+        # window, a window of 0, and a layer type transformers does not know
+        ("sliding layer, no rope_parameters.hybrid_sliding", variant("slide", cfg_edit=lambda c: c.update(
+            layer_types=["hybrid", "hybrid_sliding"], sliding_window=4)), good_tok, ["hybrid_sliding"]),
+        ("sliding layer, sliding_window null", variant("slidenull", cfg_edit=lambda c: (c.update(
+            layer_types=["hybrid", "hybrid_sliding"], sliding_window=None), c["rope_parameters"].update(
+            hybrid_sliding={"rope_type": "default", "rope_theta": 1e4}))), good_tok, ["sliding_window"]),
+        ("sliding_window 0", variant("slide0", cfg_edit=lambda c: c.update(sliding_window=0)), good_tok,
+         ["sliding_window"]),
+        ("layer type sliding_attention", variant("slidename", cfg_edit=lambda c: c.update(
+            layer_types=["hybrid", "sliding_attention"], sliding_window=4)), good_tok,
+         ["layer_types[1]", "sliding_attention"]),
         ("rope_type linear", variant("rope", cfg_edit=lambda c: c["rope_parameters"]["hybrid"].update(
             rope_type="linear", factor=2.0)), good_tok, ["rope_type", "rope_parameters"]),
         ("config.json not JSON", variant("json", file_edit=bad_json), good_tok, ["config.json", "json"]),
@@ -430,6 +482,7 @@ def main():
         for title, fn in [("(a) init -> hf -> convert, tied", lambda: part_a(res, work, True)),
                           ("(a) init -> hf -> convert, untied", lambda: part_a(res, work, False)),
                           ("(a) convert a sharded checkpoint", lambda: part_a_sharded(res, work)),
+                          ("(a) sliding-window layers: init -> hf -> convert", lambda: part_a_sliding(res, work)),
                           ("(b) convert --dtype bf16", lambda: part_b(res, work)),
                           ("(c) bad inputs", lambda: part_c(res, work))]:
             print(title, flush=True)

@@ -1,12 +1,14 @@
 /* The fused flash attention (src/attention.c) against the reference attention_forward/attention_backward of
  * kernels.inc, in fp32 on random inputs over many shapes: T across tile boundaries, head sizes 8..128, GQA groups,
  * one and several threads (which takes the one-pass and the two-pass backward), extreme logits, and the +=
- * semantics of the gradients. Errors are measured relative to the largest magnitude of each reference tensor. */
+ * semantics of the gradients; with a sliding window, against the definition in double. Errors are measured relative to the largest magnitude of each reference tensor. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attention.h"
+#include "cpu.h"
+#include "kernel_table.h"
 #include "kernels.h"
 #include "test.h"
 #include "util.h"
@@ -59,8 +61,8 @@ static AttnErrs compare(int B, int T, int Hq, int Hkv, int dh, double q_scale, i
     float *work = malloc(flash_attention_workspace_floats(dh, threads) * sizeof *work);
     attention_forward(O_ref, P, Q, K, V, B, T, Hq, Hkv, dh);
     attention_backward(dQ_ref, dK_ref, dV_ref, dP, dO, P, Q, K, V, B, T, Hq, Hkv, dh);
-    flash_attention_forward(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, threads);
-    flash_attention_backward(dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, threads);
+    flash_attention_forward(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0, work, threads);
+    flash_attention_backward(dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0, work, threads);
     /* LSE in double from the definition, on query rows of the first and last batch entries */
     const int G = Hq / Hkv, ldq = Hq * dh, ldk = Hkv * dh;
     double lse_err = 0;
@@ -150,14 +152,14 @@ TEST(flash_attention_first_row_is_its_value_and_gradients_accumulate) {
     float *Q = randnf(&rng, nq, 1), *K = randnf(&rng, nk, 1), *V = randnf(&rng, nk, 1), *dO = randnf(&rng, nq, 1);
     float *O = malloc(nq * 4), *LSE = malloc(B * Hq * T * 4), *work = malloc(flash_attention_workspace_floats(dh, 2) * 4);
     float *g1[3] = {calloc(nq, 4), calloc(nk, 4), calloc(nk, 4)}, *g2[3] = {calloc(nq, 4), calloc(nk, 4), calloc(nk, 4)};
-    flash_attention_forward(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, 2);
+    flash_attention_forward(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0, work, 2);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < Hq; h++)
             for (int d = 0; d < dh; d++) /* causality: token 0 attends only to itself */
                 CHECK_NEAR(O[(long)b * T * Hq * dh + h * dh + d], V[(long)b * T * Hkv * dh + (h / 2) * dh + d], 1e-6);
-    flash_attention_backward(g1[0], g1[1], g1[2], dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, 2);
+    flash_attention_backward(g1[0], g1[1], g1[2], dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0, work, 2);
     for (int rep = 0; rep < 2; rep++)
-        flash_attention_backward(g2[0], g2[1], g2[2], dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, 2);
+        flash_attention_backward(g2[0], g2[1], g2[2], dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0, work, 2);
     const int n[3] = {nq, nk, nk};
     double worst = 0;
     for (int k = 0; k < 3; k++)
@@ -165,4 +167,213 @@ TEST(flash_attention_first_row_is_its_value_and_gradients_accumulate) {
     CHECK_MSG(worst < 1e-6, "two backward calls give twice one: %.3g", worst);
     free(Q), free(K), free(V), free(dO), free(O), free(LSE), free(work);
     for (int k = 0; k < 3; k++) free(g1[k]), free(g2[k]);
+}
+
+/* ---- sliding windows ------------------------------------------------------------------------------------------
+ * Query t sees keys t-W+1..t (transformers' sliding_window mask, config.h). The reference is the definition in
+ * double, independent of both kernels: per (b, h, t) the scores over the window, softmax, O, LSE, and the gradients
+ * of Σ O·dO: dV_s += P_ts dO_t, dS_ts = P_ts (dO_t·V_s - Σ_s' P_ts' dO_t·V_s'), dQ_t += dS_ts K_s / √dh,
+ * dK_s += dS_ts Q_t / √dh. */
+
+typedef struct {
+    double *O, *LSE, *dQ, *dK, *dV;
+} NaiveOut;
+
+static NaiveOut naive_window_attention(const float *Q, const float *K, const float *V, const float *dO, int B, int T,
+                                       int Hq, int Hkv, int dh, int W) {
+    const int G = Hq / Hkv, ldq = Hq * dh, ldk = Hkv * dh;
+    const size_t nq = (size_t)B * T * ldq, nk = (size_t)B * T * ldk;
+    NaiveOut r = {calloc(nq, 8), calloc((size_t)B * Hq * T, 8), calloc(nq, 8), calloc(nk, 8), calloc(nk, 8)};
+    const double scale = 1.0 / sqrt((double)dh);
+    double *p = malloc(sizeof(double) * (size_t)T), *dp = malloc(sizeof(double) * (size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++)
+            for (int t = 0; t < T; t++) {
+                const int s0 = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+                const float *q = Q + ((long)b * T + t) * ldq + h * dh, *g = dO + ((long)b * T + t) * ldq + h * dh;
+                double mx = -INFINITY, sum = 0, dot_pdp = 0;
+                for (int s = s0; s <= t; s++) {
+                    const float *k = K + ((long)b * T + s) * ldk + (h / G) * dh;
+                    double d = 0;
+                    for (int i = 0; i < dh; i++) d += (double)q[i] * k[i];
+                    p[s] = d * scale;
+                    mx = fmax(mx, p[s]);
+                }
+                for (int s = s0; s <= t; s++) sum += (p[s] = exp(p[s] - mx));
+                r.LSE[((long)b * Hq + h) * T + t] = mx + log(sum);
+                double *o = r.O + ((long)b * T + t) * ldq + h * dh;
+                for (int s = s0; s <= t; s++) {
+                    p[s] /= sum;
+                    const float *v = V + ((long)b * T + s) * ldk + (h / G) * dh;
+                    double d = 0;
+                    for (int i = 0; i < dh; i++) o[i] += p[s] * v[i], d += (double)g[i] * v[i];
+                    dp[s] = d;
+                    dot_pdp += p[s] * d;
+                }
+                for (int s = s0; s <= t; s++) {
+                    const long ko = ((long)b * T + s) * ldk + (h / G) * dh;
+                    const double ds = p[s] * (dp[s] - dot_pdp) * scale;
+                    double *dq = r.dQ + ((long)b * T + t) * ldq + h * dh;
+                    for (int i = 0; i < dh; i++) {
+                        dq[i] += ds * K[ko + i];
+                        r.dK[ko + i] += ds * q[i];
+                        r.dV[ko + i] += p[s] * g[i];
+                    }
+                }
+            }
+    free(p), free(dp);
+    return r;
+}
+
+static void naive_free(NaiveOut *r) { free(r->O), free(r->LSE), free(r->dQ), free(r->dK), free(r->dV); }
+
+/* max |a - b| / max(1, max |b|), b in double */
+static double rel_err_d(const float *a, const double *b, size_t n) {
+    double worst = 0, big = 1;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= worst)) worst = e;
+        big = fmax(big, fabs(b[i]));
+    }
+    return worst / big;
+}
+
+/* One shape and window through a kernel table: flash forward and backward (onto zeroed gradients) vs the
+ * reference. */
+static AttnErrs compare_window(const ZyKernelTable *kt, int B, int T, int Hq, int Hkv, int dh, int W, double q_scale,
+                               int threads, uint64_t seed) {
+    ZyRng rng;
+    zy_rng_seed(&rng, seed);
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh;
+    float *Q = randnf(&rng, nq, q_scale), *K = randnf(&rng, nk, 1), *V = randnf(&rng, nk, 1), *dO = randnf(&rng, nq, 1);
+    float *O = malloc(nq * 4), *LSE = malloc((size_t)B * Hq * T * 4), *dQ = calloc(nq, 4), *dK = calloc(nk, 4);
+    float *dV = calloc(nk, 4), *work = malloc(kt->flash_attention_workspace_floats(dh, threads) * sizeof *work);
+    kt->flash_attention_forward(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, W, work, threads);
+    kt->flash_attention_backward(dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, W, work, threads);
+    NaiveOut r = naive_window_attention(Q, K, V, dO, B, T, Hq, Hkv, dh, W);
+    AttnErrs e = {rel_err_d(O, r.O, nq), rel_err_d(LSE, r.LSE, (size_t)B * Hq * T), rel_err_d(dQ, r.dQ, nq),
+                  rel_err_d(dK, r.dK, nk), rel_err_d(dV, r.dV, nk)};
+    naive_free(&r);
+    free(Q), free(K), free(V), free(dO), free(O), free(LSE), free(dQ), free(dK), free(dV), free(work);
+    return e;
+}
+
+TEST(flash_attention_sliding_window_matches_the_definition) {
+    /* windows of 1 (only itself), inside a tile, one tile (64) and either side of it, several tiles, and W >= T
+     * (plain causal); T on and off tile boundaries; MHA, GQA and MQA heads; 1 and several threads (the one- and
+     * two-pass backward) */
+    static const int Ts[] = {1, 5, 63, 64, 65, 130, 200, 257};
+    static const int Ws[] = {1, 2, 7, 63, 64, 65, 100, 129, 256, 300};
+    static const int heads[][2] = {{2, 2}, {4, 2}, {6, 3}, {4, 1}};
+    static const int dhs[] = {8, 16, 32, 64};
+    const int many = omp_get_max_threads() > 1 ? omp_get_max_threads() : 2;
+    AttnErrs worst = {0};
+    int cases = 0;
+    for (size_t ti = 0; ti < ZY_ARRAY_LEN(Ts); ti++)
+        for (size_t wi = 0; wi < ZY_ARRAY_LEN(Ws); wi++) {
+            const int T = Ts[ti], W = Ws[wi], k = (int)(ti * 3 + wi);
+            if (W > T + 64) continue; /* far past T is the W >= T case again */
+            const int *hv = heads[k % 4], dh = dhs[(k / 4) % 4], B = 1 + k % 2, threads = k % 3 ? many : 1;
+            AttnErrs e = compare_window(zy_kernels(), B, T, hv[0], hv[1], dh, W, 1.0, threads, 500 + k);
+            CHECK_MSG(errs_ok(e, ATTN_TOL), "B=%d T=%d W=%d Hq=%d Hkv=%d dh=%d threads=%d: O %.3g LSE %.3g dQ %.3g dK "
+                      "%.3g dV %.3g", B, T, W, hv[0], hv[1], dh, threads, e.o, e.lse, e.dq, e.dk, e.dv);
+            worst_of(&worst, e);
+            cases++;
+        }
+    /* extreme logits: near one-hot rows inside the window */
+    AttnErrs x = compare_window(zy_kernels(), 2, 150, 4, 2, 32, 40, 30.0, many, 77);
+    CHECK_MSG(errs_ok(x, ATTN_TOL_EXTREME), "extreme: O %.3g LSE %.3g dQ %.3g dK %.3g dV %.3g", x.o, x.lse, x.dq, x.dk,
+              x.dv);
+    /* the one-pass backward on one group with several threads goes two-pass */
+    AttnErrs y = compare_window(zy_kernels(), 1, 200, 4, 1, 32, 70, 1.0, many, 78);
+    CHECK_MSG(errs_ok(y, ATTN_TOL), "two-pass: dQ %.3g dK %.3g dV %.3g", y.dq, y.dk, y.dv);
+    printf("    %d shapes and windows, worst relative error: O %.2g LSE %.2g dQ %.2g dK %.2g dV %.2g\n", cases, worst.o,
+           worst.lse, worst.dq, worst.dk, worst.dv);
+}
+
+TEST(flash_attention_sliding_window_at_every_cpu_level) {
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    int levels = 0;
+    for (int l = 0; l < ZY_CPU_LEVELS; l++) {
+        if (!zy_cpu_supports(&ci, (ZyCpuLevel)l)) continue;
+        const ZyKernelTable *kt = zy_kernel_table((ZyCpuLevel)l);
+        AttnErrs e = compare_window(kt, 2, 141, 6, 2, 24, 67, 1.0, 2, 90 + l);
+        CHECK_MSG(errs_ok(e, ATTN_TOL), "%s: O %.3g LSE %.3g dQ %.3g dK %.3g dV %.3g", kt->level, e.o, e.lse, e.dq, e.dk,
+                  e.dv);
+        levels++;
+    }
+    CHECK(levels >= 1);
+}
+
+TEST(flash_attention_window_of_t_or_more_is_the_causal_path_bit_for_bit) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 11);
+    const int B = 2, T = 130, Hq = 4, Hkv = 2, dh = 16;
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
+    float *Q = randnf(&rng, nq, 1), *K = randnf(&rng, nk, 1), *V = randnf(&rng, nk, 1), *dO = randnf(&rng, nq, 1);
+    float *work = malloc(flash_attention_workspace_floats(dh, 2) * sizeof *work);
+    float *out[3][5];
+    const int Ws[3] = {0, T, 1 << 30};
+    for (int w = 0; w < 3; w++) {
+        float **o = out[w];
+        o[0] = malloc(nq * 4), o[1] = malloc(nl * 4), o[2] = calloc(nq, 4), o[3] = calloc(nk, 4), o[4] = calloc(nk, 4);
+        flash_attention_forward(o[0], o[1], Q, K, V, B, T, Hq, Hkv, dh, Ws[w], work, 2);
+        flash_attention_backward(o[2], o[3], o[4], dO, o[0], o[1], Q, K, V, B, T, Hq, Hkv, dh, Ws[w], work, 2);
+    }
+    const size_t n[5] = {nq, nl, nq, nk, nk};
+    for (int w = 1; w < 3; w++)
+        for (int i = 0; i < 5; i++) CHECK_MSG(memcmp(out[w][i], out[0][i], n[i] * 4) == 0, "W=%d output %d", Ws[w], i);
+    /* and W = 1: each query its own value, gradients only to its own key's value (dQ, dK are 0 up to the rounding
+     * of dO·V - dO·O, summed in two orders) */
+    float *O = malloc(nq * 4), *L = malloc(nl * 4), *dQ = calloc(nq, 4), *dK = calloc(nk, 4), *dV = calloc(nk, 4);
+    flash_attention_forward(O, L, Q, K, V, B, T, Hq, Hkv, dh, 1, work, 2);
+    flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, T, Hq, Hkv, dh, 1, work, 2);
+    double e = 0, z = 0;
+    for (int r = 0; r < B * T; r++)
+        for (int h = 0; h < Hq; h++)
+            for (int d = 0; d < dh; d++) {
+                e = fmax(e, fabs(O[(long)r * Hq * dh + h * dh + d] - V[(long)r * Hkv * dh + (h / 2) * dh + d]));
+                z = fmax(z, fabs(dQ[(long)r * Hq * dh + h * dh + d]));
+            }
+    for (size_t i = 0; i < nk; i++) z = fmax(z, fabs(dK[i]));
+    CHECK_MSG(e < 1e-6 && z < 1e-5, "W=1: |O - V| %.3g, |dQ|,|dK| %.3g", e, z);
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 5; i++) free(out[w][i]);
+    free(Q), free(K), free(V), free(dO), free(work), free(O), free(L), free(dQ), free(dK), free(dV);
+}
+
+/* The reference's gradients against central differences of its own forward (in double, so they agree to ~1e-8),
+ * which makes the comparisons above a gradient check of the kernel: Σ O·dO moved along Q, K and V one entry at a
+ * time over a window crossing the sequence start, with GQA. */
+TEST(sliding_window_reference_gradients_match_finite_differences) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 5);
+    const int B = 1, T = 9, Hq = 4, Hkv = 2, dh = 4, W = 3;
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh;
+    float *Q = randnf(&rng, nq, 1), *K = randnf(&rng, nk, 1), *V = randnf(&rng, nk, 1), *dO = randnf(&rng, nq, 1);
+    NaiveOut r = naive_window_attention(Q, K, V, dO, B, T, Hq, Hkv, dh, W);
+    float *X[3] = {Q, K, V};
+    const double *grad[3] = {r.dQ, r.dK, r.dV};
+    const size_t n[3] = {nq, nk, nk};
+    double worst = 0;
+    for (int which = 0; which < 3; which++)
+        for (size_t i = 0; i < n[which]; i += 3) {
+            const float x0 = X[which][i];
+            const float h = 1.0f / 256; /* exact in float, so x ± h is exactly that */
+            double f[2];
+            for (int sgn = 0; sgn < 2; sgn++) {
+                X[which][i] = x0 + (sgn ? -h : h);
+                NaiveOut p = naive_window_attention(Q, K, V, dO, B, T, Hq, Hkv, dh, W);
+                f[sgn] = 0;
+                for (size_t j = 0; j < nq; j++) f[sgn] += p.O[j] * dO[j];
+                naive_free(&p);
+            }
+            X[which][i] = x0;
+            const double fd = (f[0] - f[1]) / (2.0 * h);
+            worst = fmax(worst, fabs(fd - grad[which][i]) / fmax(1.0, fabs(grad[which][i])));
+        }
+    CHECK_MSG(worst < 1e-4, "reference gradient vs central difference: %.3g", worst);
+    naive_free(&r);
+    free(Q), free(K), free(V), free(dO);
 }

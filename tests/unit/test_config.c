@@ -62,7 +62,34 @@ TEST(config_rejects_each_bad_input_naming_the_key) {
         {"\"num_experts\": 3", "\"num_experts\": 0", "\"num_experts\" must be positive"},
         {"\"head_dim\": 8", "\"head_dim\": -8", "\"head_dim\" must be positive"},
         {"\"cca_time0\": 2", "\"cca_time0\": 0", "\"cca_time0\" must be positive"},
-        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid_sliding\"]", "unsupported layer type \"hybrid_sliding\""},
+        /* sliding windows: a sliding layer needs a window and its own RoPE entry; unknown layer types are named */
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid_sliding\"]", "\"sliding_window\" is missing"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid_sliding\"], \"sliding_window\": null",
+         "\"sliding_window\" is null"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid_sliding\"], \"sliding_window\": 4",
+         "no \"hybrid_sliding\" entry"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"sliding_attention\"], \"sliding_window\": 4",
+         "layer_types[1]\": unknown layer type \"sliding_attention\""},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"local\"]", "layer_types[1]\": unknown layer type \"local\""},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", 7]", "layer_types[1]\": unknown layer type (not a string)"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid\"], \"sliding_window\": 0", "\"sliding_window\" must be a positive"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid\"], \"sliding_window\": -4", "\"sliding_window\" must be a positive"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid\"], \"sliding_window\": 4.5", "\"sliding_window\" must be a positive"},
+        {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\", \"hybrid\"], \"sliding_window\": \"4\"", "\"sliding_window\" must be a positive"},
+        {"[\"hybrid\", \"hybrid\"]", "\"hybrid\"", "\"layer_types\" must be a list"},
+        {"\"partial_rotary_factor\": 0.5}}, \"layer_types\": [\"hybrid\", \"hybrid\"]",
+         "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_theta\": 10.0, \"partial_rotary_factor\": 0.125}},"
+         " \"layer_types\": [\"hybrid\", \"hybrid_sliding\"], \"sliding_window\": 3",
+         "hybrid_sliding.partial_rotary_factor = 1 must be"},
+        {"\"partial_rotary_factor\": 0.5}}", "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_type\": \"yarn\","
+         " \"rope_theta\": 10.0}}", "rope_parameters.hybrid_sliding.rope_type"},
+        {"\"partial_rotary_factor\": 0.5}}", "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {}}",
+         "rope_parameters.hybrid_sliding.rope_theta"},
+        {"\"partial_rotary_factor\": 0.5}}", "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": 3}",
+         "\"rope_parameters.hybrid_sliding\" must be an object"},
+        /* an unused entry may hold anything finite, but it is written back, so it must read back the same */
+        {"\"partial_rotary_factor\": 0.5}}", "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_theta\": 1e39}}",
+         "must be finite"},
         {"[\"hybrid\", \"hybrid\"]", "[\"hybrid\"]", "layer_types"},
         {"\"model_type\": \"zaya\"", "\"model_type\": \"llama\"", "model_type"},
         {"\"model_type\": \"zaya\"", "\"model_type\": \"zaya1_vl\"", "ZAYA1-VL, the vision-language model"},
@@ -95,6 +122,88 @@ TEST(config_rejects_each_bad_input_naming_the_key) {
         CHECK_MSG(strncmp(err.msg, "cfg.json: ", 10) == 0, "case %zu: message \"%s\" does not start with the file", i,
                   err.msg);
     }
+}
+
+/* GOOD with its layer types and sliding entries replaced: `types` the layer_types list, `extra` text after the
+ * hybrid RoPE entry inside rope_parameters (e.g. a "hybrid_sliding" entry), `tail` keys added at the end. */
+static int parse_sliding(ZayaConfig *c, const char *types, const char *rope_extra, const char *tail, ZyErr *err) {
+    char text[2048];
+    const char *rp_end = strstr(GOOD, "\"partial_rotary_factor\": 0.5}") + 29;
+    snprintf(text, sizeof text, "%.*s%s}, \"layer_types\": %s, \"pad_token_id\": 0%s}", (int)(rp_end - GOOD), GOOD,
+             rope_extra, types, tail);
+    return config_parse(c, text, "cfg.json", err);
+}
+
+TEST(config_sliding_window_layers_parse_and_round_trip) {
+    ZyErr err = {{0}};
+    ZayaConfig c, c2;
+    /* the transformers layout: layer_types, sliding_window, rope_parameters.hybrid_sliding */
+    REQUIRE(parse_sliding(&c, "[\"hybrid_sliding\", \"hybrid\"]",
+                          ", \"hybrid_sliding\": {\"rope_type\": \"default\", \"rope_theta\": 1000.0, "
+                          "\"partial_rotary_factor\": 0.25}", ", \"sliding_window\": 5", &err) == 0);
+    CHECK(cfg_layer_window(&c, 0) == 5 && cfg_layer_window(&c, 1) == 0 && cfg_has_sliding(&c));
+    CHECK(cfg_layer_is_sliding(&c, 0) && !cfg_layer_is_sliding(&c, 1) && !cfg_layer_is_sliding(&c, 2));
+    CHECK(cfg_layer_rope_theta(&c, 0) == 1000.0f && cfg_layer_rope_theta(&c, 1) == 10000.0f);
+    CHECK(cfg_layer_rotary_dim(&c, 0) == 2 && cfg_layer_rotary_dim(&c, 1) == 4);
+    char *json = config_to_json(&c, "float32");
+    REQUIRE(json);
+    CHECK(strstr(json, "\"hybrid_sliding\"") && strstr(json, "\"sliding_window\":\t5"));
+    REQUIRE(config_parse(&c2, json, "roundtrip", &err) == 0);
+    free(json);
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+    /* transformers' default: an entry without partial_rotary_factor rotates the whole head */
+    REQUIRE(parse_sliding(&c, "[\"hybrid\", \"hybrid_sliding\"]", ", \"hybrid_sliding\": {\"rope_theta\": 500.0}",
+                          ", \"sliding_window\": 1", &err) == 0);
+    CHECK(cfg_layer_window(&c, 1) == 1 && cfg_layer_rotary_dim(&c, 1) == 8 && c.partial_rotary_factor_sliding == 1.0f);
+    /* ZAYA1-8B's config: a hybrid_sliding entry, no sliding layer, sliding_window null, the stray rope_type */
+    REQUIRE(parse_sliding(&c, "[\"hybrid\", \"hybrid\"]",
+                          ", \"hybrid_sliding\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
+                          "\"partial_rotary_factor\": 0.5}, \"rope_type\": \"default\"", ", \"sliding_window\": null",
+                          &err) == 0);
+    CHECK(!cfg_has_sliding(&c) && c.sliding_window == 0 && c.rope_theta_sliding == 10000.0f);
+    json = config_to_json(&c, "float32");
+    REQUIRE(config_parse(&c2, json, "roundtrip", &err) == 0);
+    free(json);
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+    /* a window on a model with no sliding layer is kept (transformers keeps it) and written back */
+    REQUIRE(parse_sliding(&c, "null", "", ", \"sliding_window\": 4096", &err) == 0);
+    CHECK(!cfg_has_sliding(&c) && c.sliding_window == 4096 && cfg_layer_window(&c, 0) == 0 && c.rope_theta_sliding == 0);
+    json = config_to_json(&c, "float32");
+    REQUIRE(config_parse(&c2, json, "roundtrip", &err) == 0);
+    CHECK(strstr(json, "\"hybrid_sliding\"") == NULL);
+    free(json);
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+    /* every layer sliding: no "hybrid" RoPE entry is needed */
+    const char *all = "{\"model_type\": \"zaya\", \"vocab_size\": 64, \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8, \"moe_intermediate_size\": 8,"
+                      " \"num_experts\": 3, \"num_experts_per_tok\": 1, \"router_hidden_size\": 8, \"cca_time0\": 2,"
+                      " \"cca_time1\": 2, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": true,"
+                      " \"max_position_embeddings\": 64, \"rope_parameters\": {\"hybrid_sliding\": {\"rope_theta\": 99.0,"
+                      " \"partial_rotary_factor\": 0.5}}, \"layer_types\": [\"hybrid_sliding\", \"hybrid_sliding\"],"
+                      " \"sliding_window\": 3}";
+    REQUIRE(config_parse(&c, all, "all.json", &err) == 0);
+    CHECK(cfg_layer_window(&c, 0) == 3 && cfg_layer_window(&c, 1) == 3 && cfg_layer_rope_theta(&c, 1) == 99.0f);
+    /* ... but one full layer needs it */
+    ZyErr e2 = {{0}};
+    CHECK(parse_sliding(&c, "[\"hybrid_sliding\", \"hybrid\"]", "", ", \"sliding_window\": 3", &e2) == -1);
+    CHECK_MSG(strstr(e2.msg, "no \"hybrid_sliding\" entry"), "%s", e2.msg);
+    /* a config built in code: validate checks the window and the sliding RoPE */
+    REQUIRE(config_parse(&c, GOOD, "cfg.json", &err) == 0);
+    CHECK(cfg_refuse_windows(&c, "decode", &err) == 0);
+    cfg_set_layer_sliding(&c, 1, 1);
+    CHECK(config_validate(&c, "code", &e2) == -1 && strstr(e2.msg, "sliding_window"));
+    c.sliding_window = 7;
+    CHECK(config_validate(&c, "code", &e2) == -1 && strstr(e2.msg, "hybrid_sliding.partial_rotary_factor"));
+    c.partial_rotary_factor_sliding = 0.5f, c.rope_theta_sliding = 1.0f;
+    CHECK(config_validate(&c, "code", &e2) == -1 && strstr(e2.msg, "hybrid_sliding.rope_theta"));
+    c.rope_theta_sliding = 10.0f;
+    CHECK(config_validate(&c, "code", &e2) == 0);
+    cfg_set_layer_sliding(&c, 2, 1); /* past the last layer */
+    CHECK(config_validate(&c, "code", &e2) == -1 && strstr(e2.msg, "layer 2"));
+    cfg_set_layer_sliding(&c, 2, 0);
+    CHECK(cfg_refuse_windows(&c, "cached decoding", &e2) == -1);
+    CHECK_MSG(strstr(e2.msg, "cached decoding") && strstr(e2.msg, "layer 1") && strstr(e2.msg, "sliding_window 7"),
+              "%s", e2.msg);
 }
 
 TEST(config_files_in_repo_load) {

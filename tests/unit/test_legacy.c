@@ -227,8 +227,6 @@ TEST(legacy_config_schemas_and_refusals) {
         const char *json, *expect;
     } bad[] = {
         {"{\"model_type\": \"zaya\", \"ffn_hidden_size\": 8, \"zaya_use_eda\": false}", "zaya_use_eda"},
-        {"{\"model_type\": \"zaya\", \"ffn_hidden_size\": 8, \"swa_layers\": [0, 4096]}", "swa_layers"},
-        {"{\"model_type\": \"zaya\", \"ffn_hidden_size\": 8, \"sliding_window\": 4096}", "sliding_window"},
         {"{\"model_type\": \"zaya\", \"ffn_hidden_size\": 8, \"activation_func\": \"gelu\"}", "activation_func"},
         {"{\"model_type\": \"zaya\", \"ffn_hidden_size\": 8, \"vocab_size\": 40, \"hidden_size\": 16, "
          "\"max_position_embeddings\": 8, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_experts\": 4,"
@@ -248,6 +246,87 @@ TEST(legacy_config_schemas_and_refusals) {
         CHECK_MSG(strstr(e.msg, bad[i].expect) && !strncmp(e.msg, "legacy.json: ", 13), "case %zu: \"%s\" lacks \"%s\"",
                   i, e.msg, bad[i].expect);
     }
+}
+
+/* legacy_cfg_json (3 native layers, 6 legacy) with `extra` keys spliced in before the closing brace. */
+static int parse_legacy_with(ZayaConfig *c, const char *extra, ZyErr *err) {
+    char text[4096];
+    snprintf(text, sizeof text, legacy_cfg_json, "true");
+    char *end = strrchr(text, '}');
+    snprintf(end, sizeof text - (size_t)(end - text), "%s}", extra);
+    return config_parse(c, text, "legacy.json", err);
+}
+
+/* Sliding windows in the legacy schema (RELEASES.md): swa_layers per legacy layer (previous tokens seen; the native
+ * window is one more), or legacy layer_types; the sliding layers' RoPE base from swa_rotary_base. */
+TEST(legacy_sliding_window_layers) {
+    ZyErr err = {{0}};
+    ZayaConfig c, c2;
+    /* swa_layers over the 6 legacy layers: attention blocks 0, 2, 4 are native layers 0, 1, 2 */
+    REQUIRE(parse_legacy_with(&c, ", \"swa_layers\": [4, 0, 0, 0, 4, 0], \"swa_rotary_base\": 500", &err) == 0);
+    CHECK(c.legacy_layout && c.num_layers == 3);
+    CHECK(cfg_layer_window(&c, 0) == 5 && cfg_layer_window(&c, 1) == 0 && cfg_layer_window(&c, 2) == 5);
+    CHECK(cfg_layer_rope_theta(&c, 0) == 500.0f && cfg_layer_rope_theta(&c, 1) == 10000.0f);
+    CHECK(cfg_layer_rotary_dim(&c, 0) == 4 && cfg_layer_rotary_dim(&c, 1) == 4);
+    /* the default sliding RoPE base is 1e4; a list per native layer reads the same */
+    REQUIRE(parse_legacy_with(&c2, ", \"swa_layers\": [4, 0, 4], \"rope_theta\": 5e6", &err) == 0);
+    CHECK(cfg_layer_window(&c2, 0) == 5 && cfg_layer_window(&c2, 1) == 0 && cfg_layer_window(&c2, 2) == 5);
+    CHECK(c2.rope_theta_sliding == 1e4f);
+    /* layer_types (either length) agreeing with swa_layers */
+    REQUIRE(parse_legacy_with(&c2, ", \"swa_layers\": [4, 0, 0, 0, 4, 0], \"swa_rotary_base\": 500, \"layer_types\": "
+                              "[\"sliding_attention\", \"full_attention\", \"full_attention\", \"full_attention\", "
+                              "\"sliding_attention\", \"full_attention\"]", &err) == 0);
+    c2.legacy_layout = c.legacy_layout;
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+    REQUIRE(parse_legacy_with(&c2, ", \"swa_layers\": [4, 0, 0, 0, 4, 0], \"swa_rotary_base\": 500, \"layer_types\": "
+                              "[\"sliding_attention\", \"full_attention\", \"sliding_attention\"]", &err) == 0);
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+    /* all zero: no sliding layer, the config as without the key */
+    REQUIRE(parse_legacy_with(&c2, ", \"swa_layers\": [0, 0, 0, 0, 0, 0], \"layer_types\": [\"full_attention\", "
+                              "\"full_attention\", \"full_attention\"]", &err) == 0);
+    ZayaConfig plain;
+    REQUIRE(parse_legacy_with(&plain, "", &err) == 0);
+    CHECK(!cfg_has_sliding(&c2) && memcmp(&c2, &plain, sizeof c2) == 0);
+    /* written out (zaya convert), it is the native schema with the same windows */
+    char *json = config_to_json(&c, "float32");
+    REQUIRE(config_parse(&c2, json, "native.json", &err) == 0);
+    CHECK(strstr(json, "\"hybrid_sliding\", \"hybrid\", \"hybrid_sliding\"") && strstr(json, "\"sliding_window\":\t5"));
+    free(json);
+    CHECK(c2.legacy_layout == 0);
+    c2.legacy_layout = 1;
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+    struct {
+        const char *extra, *expect;
+    } bad[] = {
+        {", \"swa_layers\": [4, 0, 0, 0, 8, 0]", "windows of 4 and 8 tokens"},
+        {", \"swa_layers\": [4, 0, 0, 0, 4]", "\"swa_layers\" must be a list of 6 entries"},
+        {", \"swa_layers\": 4", "\"swa_layers\" must be a list"},
+        {", \"swa_layers\": [4, 0, -1, 0, 0, 0]", "swa_layers[2]"},
+        {", \"swa_layers\": [4, 0, 0.5, 0, 0, 0]", "swa_layers[2]"},
+        {", \"layer_types\": [\"full_attention\", \"sliding_attention\", \"full_attention\"]",
+         "no \"swa_layers\" gives their window"},
+        {", \"layer_types\": [\"full_attention\", \"hybrid_sliding\", \"full_attention\"]",
+         "layer_types[1]\": unknown layer type \"hybrid_sliding\""},
+        {", \"layer_types\": [\"full_attention\", \"full_attention\"]", "\"layer_types\" must be a list of 6"},
+        {", \"swa_layers\": [4, 0, 0, 0, 4, 0], \"layer_types\": [\"full_attention\", \"full_attention\", "
+         "\"sliding_attention\"]", "disagree about native layer 0"},
+        {", \"swa_layers\": [4, 0, 0, 0, 4, 0], \"swa_rotary_base\": \"big\"", "swa_rotary_base"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ZyErr e = {{0}};
+        CHECK_MSG(parse_legacy_with(&c, bad[i].extra, &e) == -1, "case %zu accepted", i);
+        CHECK_MSG(strstr(e.msg, bad[i].expect) && !strncmp(e.msg, "legacy.json: ", 13), "case %zu: \"%s\" lacks \"%s\"",
+                  i, e.msg, bad[i].expect);
+    }
+    /* a legacy sliding_window with no layer named sliding: which layers it meant is unknown */
+    char text[4096];
+    snprintf(text, sizeof text, legacy_cfg_json, "true");
+    char *sw = strstr(text, "\"sliding_window\": null");
+    REQUIRE(sw);
+    memcpy(sw + 18, "4096", 4);
+    ZyErr e = {{0}};
+    CHECK(config_parse(&c, text, "legacy.json", &e) == -1);
+    CHECK_MSG(strstr(e.msg, "neither \"layer_types\" nor \"swa_layers\""), "%s", e.msg);
 }
 
 TEST(native_router_norm_alias_loads) {

@@ -79,14 +79,14 @@ TEST(kernel_tables_of_every_level_match_generic) {
     for (int k = 0; k < 2; k++)
         O[k] = calloc(nq, 4), lse[k] = calloc((size_t)B * Hq * T, 4), dQ[k] = calloc(nq, 4), dK[k] = calloc(nk, 4),
         dV[k] = calloc(nk, 4);
-    g->flash_attention_forward(O[0], lse[0], Q, K, Vv, B, T, Hq, Hkv, dh, work, 8);
-    g->flash_attention_backward(dQ[0], dK[0], dV[0], dO, O[0], lse[0], Q, K, Vv, B, T, Hq, Hkv, dh, work, 8);
+    g->flash_attention_forward(O[0], lse[0], Q, K, Vv, B, T, Hq, Hkv, dh, 0, work, 8);
+    g->flash_attention_backward(dQ[0], dK[0], dV[0], dO, O[0], lse[0], Q, K, Vv, B, T, Hq, Hkv, dh, 0, work, 8);
     for (int l = ZY_CPU_AVX2; l < ZY_CPU_LEVELS; l++) {
         if (!zy_cpu_supports(&ci, (ZyCpuLevel)l)) continue;
         const ZyKernelTable *t = zy_kernel_table((ZyCpuLevel)l);
         memset(dQ[1], 0, nq * 4), memset(dK[1], 0, nk * 4), memset(dV[1], 0, nk * 4);
-        t->flash_attention_forward(O[1], lse[1], Q, K, Vv, B, T, Hq, Hkv, dh, work, 8);
-        t->flash_attention_backward(dQ[1], dK[1], dV[1], dO, O[1], lse[1], Q, K, Vv, B, T, Hq, Hkv, dh, work, 8);
+        t->flash_attention_forward(O[1], lse[1], Q, K, Vv, B, T, Hq, Hkv, dh, 0, work, 8);
+        t->flash_attention_backward(dQ[1], dK[1], dV[1], dO, O[1], lse[1], Q, K, Vv, B, T, Hq, Hkv, dh, 0, work, 8);
         const double e[] = {max_err(O[1], O[0], nq), max_err(dQ[1], dQ[0], nq), max_err(dK[1], dK[0], nk),
                             max_err(dV[1], dV[0], nk)};
         printf("    %s vs generic: attention O %.2g, dQ %.2g, dK %.2g, dV %.2g\n", t->level, e[0], e[1], e[2], e[3]);
