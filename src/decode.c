@@ -38,6 +38,11 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     p->free_blocks = CI(cv, p->n_blocks);
     p->rope_cos = CF(cv, ML * half_rd);
     p->rope_sin = CF(cv, ML * half_rd);
+    if (cfg_has_sliding(f)) {
+        const size_t half_sw = cfg_sliding_rotary_dim(f) / 2;
+        p->rope_cos_sw = CF(cv, ML * half_sw);
+        p->rope_sin_sw = CF(cv, ML * half_sw);
+    }
     DecodeScratch *s = &p->s;
     s->tokens = CI(cv, N);
     s->x = CF(cv, N * D);
@@ -137,6 +142,8 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
     ZyCarver cv = {.base = p->block};
     carve_pool(&cv, p);
     rope_tables(p->rope_cos, p->rope_sin, max_len, cfg_rotary_dim(cfg), cfg->rope_theta);
+    if (p->rope_cos_sw)
+        rope_tables(p->rope_cos_sw, p->rope_sin_sw, max_len, cfg_sliding_rotary_dim(cfg), cfg->rope_theta_sliding);
     /* the stack hands out low ids first */
     for (int i = 0; i < n_blocks; i++) p->free_blocks[i] = n_blocks - 1 - i;
     p->n_free = n_blocks;
@@ -194,39 +201,46 @@ static inline float *kv_row(const KVPool *p, float *base, int slot, int pos) {
 }
 
 /* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for head h over its cached keys
- * 0..p0+n-1, block by block; the arithmetic of attention_forward (scaled products, fp32 softmax with double sums,
- * products with the values). sc: [n, p0+n] scratch. */
+ * 0..p0+n-1 — in a sliding-window layer (window W > 0) query p sees keys p-W+1..p only — block by block; the
+ * arithmetic of attention_forward (scaled products, fp32 softmax with double sums, products with the values).
+ * sc: [n, p0+n] scratch. */
 static void attend_seq_head(const KVPool *p, int l, const StepSeq *q, int h, const float *query, float *out,
                             float *sc) {
     const ZayaConfig *f = &p->cfg;
-    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h / G;
-    const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, Lk = q->pos0 + n, bt = p->block_tokens;
+    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h / G, W = cfg_layer_window(f, l);
+    const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, bt = p->block_tokens;
+    const int hi = q->pos0 + n, lo = W > 0 && q->pos0 - W + 1 > 0 ? q->pos0 - W + 1 : 0, Lk = hi - lo;
     const float scale = (float)(1.0 / sqrt((double)dh));
     const float *qr = query + (size_t)q->row0 * Cq + h * dh;
     float *o = out + (size_t)q->row0 * Cq + h * dh;
-    for (int s0 = 0; s0 < Lk; s0 += bt) {
-        const int cnt = Lk - s0 < bt ? Lk - s0 : bt;
+    /* keys lo..hi-1 in pieces that stay inside one block; score column s - lo */
+    for (int s0 = lo; s0 < hi;) {
+        const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *kb = kv_row(p, p->k[l], q->slot, s0) + j * dh;
-        zy_gemm(0, 1, n, cnt, dh, scale, qr, Cq, kb, Ck, 0, sc + s0, Lk);
+        zy_gemm(0, 1, n, cnt, dh, scale, qr, Cq, kb, Ck, 0, sc + (s0 - lo), Lk);
+        s0 += cnt;
     }
     for (int t = 0; t < n; t++) {
         float *row = sc + (size_t)t * Lk;
-        const int last = q->pos0 + t; /* query at position p0+t sees keys 0..p0+t */
-        float mx = row[0];
-        for (int s = 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
+        const int last = q->pos0 + t - lo; /* query at position p0+t sees keys up to p0+t ... */
+        const int first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0; /* ... and from p0+t-W+1 in a window */
+        for (int s = 0; s < first; s++) row[s] = 0;
+        float mx = row[first];
+        for (int s = first + 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
         double sum = 0;
-        for (int s = 0; s <= last; s++) {
+        for (int s = first; s <= last; s++) {
             row[s] = (float)exp((double)(row[s] - mx));
             sum += row[s];
         }
         float inv = (float)(1.0 / sum);
-        for (int s = 0; s <= last; s++) row[s] *= inv;
+        for (int s = first; s <= last; s++) row[s] *= inv;
         for (int s = last + 1; s < Lk; s++) row[s] = 0;
     }
-    for (int s0 = 0; s0 < Lk; s0 += bt) {
-        const int cnt = Lk - s0 < bt ? Lk - s0 : bt;
+    for (int s0 = lo; s0 < hi;) {
+        const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
-        zy_gemm(0, 0, n, dh, cnt, 1, sc + s0, Lk, vb, Ck, s0 ? 1.0f : 0.0f, o, Cq);
+        zy_gemm(0, 0, n, dh, cnt, 1, sc + (s0 - lo), Lk, vb, Ck, s0 > lo ? 1.0f : 0.0f, o, Cq);
+        s0 += cnt;
     }
 }
 
@@ -299,17 +313,19 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     }
     /* 5. QK norm and 6. RoPE at each sequence's absolute positions (tables offset by pos0), fused as in model.c */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* as model.c */
-    const int rd = cfg_rotary_dim(f);
+    const int rd = cfg_layer_rotary_dim(f, l);
+    const float *rcos = cfg_layer_is_sliding(f, l) ? p->rope_cos_sw : p->rope_cos;
+    const float *rsin = cfg_layer_is_sliding(f, l) ? p->rope_sin_sw : p->rope_sin;
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         float *prev = p->vd_prev[l] + (size_t)q->slot * half;
         memcpy(s->value + (size_t)q->row0 * Ck + half, prev, (size_t)half * sizeof(float));
         memcpy(prev, s->vd + (size_t)(q->row0 + q->n - 1) * half, (size_t)half * sizeof(float));
         const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
-        l2norm_rope_forward(s->query + r * Cq, s->norm_q + r * Hq, s->query_pre + r * Cq, NULL, p->rope_cos + toff,
-                            p->rope_sin + toff, q->n, q->n, Hq, dh, rd, scale, eps);
-        l2norm_rope_forward(s->key + r * Ck, s->norm_k + r * Hkv, s->key_pre + r * Ck, W->temp, p->rope_cos + toff,
-                            p->rope_sin + toff, q->n, q->n, Hkv, dh, rd, scale, eps);
+        l2norm_rope_forward(s->query + r * Cq, s->norm_q + r * Hq, s->query_pre + r * Cq, NULL, rcos + toff,
+                            rsin + toff, q->n, q->n, Hq, dh, rd, scale, eps);
+        l2norm_rope_forward(s->key + r * Ck, s->norm_k + r * Hkv, s->key_pre + r * Ck, W->temp, rcos + toff,
+                            rsin + toff, q->n, q->n, Hkv, dh, rd, scale, eps);
     }
     /* 7. attention over everything so far, the new keys and values appended first */
     append_kv_attend(p, st, l);
@@ -322,15 +338,17 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
 static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, const Step *st, int l) {
     DecodeScratch *s = &p->s;
     const int N = st->N, D = f->hidden_size, dh = f->head_dim;
-    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(f);
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_layer_rotary_dim(f, l);
+    const float *rcos = cfg_layer_is_sliding(f, l) ? p->rope_cos_sw : p->rope_cos;
+    const float *rsin = cfg_layer_is_sliding(f, l) ? p->rope_sin_sw : p->rope_sin;
     zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->query, Cq);
     zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->key, Ck);
     zy_matmul_wt(N, Ck, D, s->u, D, W->w_v, W->w_v16, s->value, Ck);
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
-        rope_forward(s->query + r * Cq, p->rope_cos + toff, p->rope_sin + toff, q->n, q->n, Hq, dh, rd);
-        rope_forward(s->key + r * Ck, p->rope_cos + toff, p->rope_sin + toff, q->n, q->n, Hkv, dh, rd);
+        rope_forward(s->query + r * Cq, rcos + toff, rsin + toff, q->n, q->n, Hq, dh, rd);
+        rope_forward(s->key + r * Ck, rcos + toff, rsin + toff, q->n, q->n, Hkv, dh, rd);
     }
     append_kv_attend(p, st, l);
     zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
@@ -420,7 +438,10 @@ static int check_model(const Model *m, const ZayaConfig *cc, ZyErr *err) {
         f->router_hidden_size != cc->router_hidden_size || f->moe_intermediate_size != cc->moe_intermediate_size ||
         f->rope_theta != cc->rope_theta || f->partial_rotary_factor != cc->partial_rotary_factor ||
         f->attention != cc->attention || f->router != cc->router || f->moe != cc->moe ||
-        f->no_residual_scaling != cc->no_residual_scaling)
+        f->no_residual_scaling != cc->no_residual_scaling || f->sliding_window != cc->sliding_window ||
+        f->rope_theta_sliding != cc->rope_theta_sliding ||
+        f->partial_rotary_factor_sliding != cc->partial_rotary_factor_sliding ||
+        memcmp(f->sliding_layers, cc->sliding_layers, sizeof f->sliding_layers) != 0)
         return zy_fail(err, "decode: the KV cache was built for another model shape");
     return 0;
 }

@@ -42,7 +42,8 @@ typedef struct {
  * (a server's running batch: sequences join and leave between steps). Per layer a block holds block_tokens rows of
  * k̂ (after QK-norm, temperature and RoPE) and v, 2·Ck floats each; a slot's block table maps its positions to
  * blocks. Per slot and layer there is also the constant-size CCA state: the last P = (k0-1)+(k1-1) pre-conv columns
- * of X = [q0 | k0] and the previous token's delayed value projection vd. */
+ * of X = [q0 | k0] and the previous token's delayed value projection vd. A sliding-window layer (config.h) attends
+ * to its last W keys only and rotates with its own RoPE tables; its older blocks are kept (not reused). */
 typedef struct {
     ZayaConfig cfg;
     int max_seqs, max_len;                  /* slots; tokens per sequence (<= max_position_embeddings) */
@@ -57,6 +58,7 @@ typedef struct {
     int32_t *free_blocks;                   /* a stack of n_free block ids */
     int n_free;
     float *rope_cos, *rope_sin;             /* [max_len, rd/2], fp32 like the full forward */
+    float *rope_cos_sw, *rope_sin_sw;       /* the sliding-window layers' own tables (NULL without such layers) */
     DecodeScratch s;
     size_t cache_bytes;                     /* k̂, v and the per-slot state */
     void *block;                            /* one allocation behind everything above */

@@ -290,9 +290,7 @@ static double log_prob(const float *logits, int V, int32_t target) {
 static int score_mc(const Model *m, TaskFile *t, int n_use, int max_len, EvalResult *out, ZyErr *err) {
     const int V = m->cfg.vocab_size;
     KVCache c;
-    /* until cached decoding has sliding windows (config.h) */
-    if (cfg_refuse_windows(&m->cfg, "eval: multiple-choice scoring (cached decoding)", err) ||
-        kvcache_create(&c, &m->cfg, 1, max_len, err))
+    if (kvcache_create(&c, &m->cfg, 1, max_len, err))
         return -1;
     float *ctx_logits = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * (size_t)MC_PIECE * V);
     double *ll = NULL, n_acc = 0, n_norm = 0, gold_ll = 0, gold_tokens = 0;
@@ -399,8 +397,7 @@ static int score_exact(const Model *m, const EvalTokenizer *tok, TaskFile *t, in
     if (max_len > max_pos) max_len = max_pos;
     KVCache c;
     Sampler s;
-    if (cfg_refuse_windows(&m->cfg, "eval: generation (cached decoding)", err) ||
-        kvcache_create(&c, &m->cfg, 1, max_len, err))
+    if (kvcache_create(&c, &m->cfg, 1, max_len, err))
         return -1;
     if (sampler_create(&s, m->cfg.vocab_size, err)) {
         kvcache_free(&c);

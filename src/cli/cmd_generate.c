@@ -188,8 +188,6 @@ int cmd_generate(int argc, char **argv) {
     if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
     /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device) */
     if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
-    /* until cached decoding has sliding windows (config.h) */
-    if (cfg_refuse_windows(&m.cfg, "generate: cached decoding", &err)) goto fail;
     have_model = 1;
     model_drop_grads(&m); /* inference: no backward */
     if (bf16) {

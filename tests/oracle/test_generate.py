@@ -42,6 +42,14 @@ CONFIGS = [
                                cca_time0=3, cca_time1=3, partial_rotary_factor=1.0, tie_word_embeddings=False,
                                vocab_size=100),
          prompts=[5], new=64),
+    # sliding-window layers: generation runs past the window (W = 6) from a short and a long prompt; the sliding
+    # layers rotate with their own theta
+    dict(name="g5", shape=dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                               head_dim=8, num_experts=4, moe_intermediate_size=16, router_hidden_size=16,
+                               cca_time0=2, cca_time1=2, partial_rotary_factor=0.5, tie_word_embeddings=True,
+                               vocab_size=128, layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding"],
+                               sliding_window=6, sliding_rope_theta=1e3),
+         prompts=[2, 19], new=30),
 ]
 TIE = 1e-5  # a first difference where HF's own top-2 logits are closer than this is a rounding tie, not a bug
 

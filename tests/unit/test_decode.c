@@ -451,10 +451,16 @@ TEST(decode_pool_ragged_batch_matches_full_forward) {
     ZyErr err = {{0}};
     double worst = 0;
     int pieces = 0;
-    for (int si = 0; si < 3; si++) {
-        const Shape *sh = &shapes[si == 2 ? 2 : si]; /* CCA ZAYA1-like, MQA, and the MHA-shaped CCA */
-        Model m;
+    for (int si = 0; si < 4; si++) {
+        const Shape *sh = &shapes[si == 3 ? 0 : si]; /* CCA ZAYA1-like, MQA, the MHA-shaped CCA; ZAYA1-like again with */
+        Model m;                                     /* sliding windows (its forward reads them from m.cfg) */
         REQUIRE(make_model(&m, sh, 300 + si, &err) == 0);
+        if (si == 3) { /* layer 0 sees its last 4 keys (a window across block edges), with RoPE of its own */
+            m.cfg.sliding_window = 4;
+            m.cfg.rope_theta_sliding = 300.0f;
+            m.cfg.partial_rotary_factor_sliding = 1.0f;
+            cfg_set_layer_sliding(&m.cfg, 0, 1);
+        }
         enum { NSEQ = 6, SLOTS = 3, BT = 5, CHUNK = 6, ROWS = 10 };
         const int V = m.cfg.vocab_size, lens[NSEQ] = {17, 3, 29, 1, 12, 24};
         int32_t *tok[NSEQ];
@@ -470,6 +476,19 @@ TEST(decode_pool_ragged_batch_matches_full_forward) {
             ref[q] = malloc(sizeof(float) * lens[q] * V);
             memcpy(ref[q], a.logits, sizeof(float) * lens[q] * V);
             acts_free(&a);
+            if (si == 3 && q == 2) { /* the window matters: full attention gives other logits at the end */
+                ZayaConfig full = m.cfg;
+                full.sliding_window = 0;
+                memset(full.sliding_layers, 0, sizeof full.sliding_layers);
+                Model mf = m;
+                mf.cfg = full;
+                REQUIRE(acts_create(&a, &full, 1, lens[q], &err) == 0);
+                model_forward(&mf, &a, tok[q]);
+                const long last = (long)(lens[q] - 1) * V;
+                CHECK_MSG(rel_err(a.logits + last, ref[q] + last, V) > 1e-3, "window changes nothing: %.3g",
+                          rel_err(a.logits + last, ref[q] + last, V));
+                acts_free(&a);
+            }
         }
         KVPool p;
         CHECK(kvpool_create(&p, &m.cfg, SLOTS, 65, 20, BT, ROWS, CHUNK, &err) == -1 &&

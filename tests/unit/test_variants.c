@@ -283,7 +283,6 @@ TEST(variant_gradients_match_finite_differences) {
 TEST(variant_decoding_matches_the_full_forward) {
     const int B = 2, T = 19;
     for (size_t vi = 0; vi < ZY_ARRAY_LEN(variants); vi++) {
-        if (variants[vi].sliding_mask) continue; /* cached decoding does not implement windows yet (config.h) */
         ZyErr err = {{0}};
         Model m;
         REQUIRE(make_variant(&m, &variants[vi], 70 + vi, &err) == 0);
