@@ -5,8 +5,8 @@ CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O3
 UNAME_M := $(shell uname -m)
-# One portable binary: everything targets a baseline, and the hot kernels (src/kernels_isa.c, src/attention.c) are
-# compiled once more per CPU level and picked at start-up from CPUID (src/cpu.c; ZAYA_CPU overrides).
+# One portable binary: everything targets a baseline, and the hot kernels (src/kernels/kernels_isa.c,
+# src/kernels/attention.c) are compiled once more per CPU level and picked at start-up from CPUID (src/kernels/cpu.c; ZAYA_CPU overrides).
 # `make NATIVE=1` targets this machine's CPU instead (the binary may then not run on another).
 ifeq ($(NATIVE),1)
 ARCH    ?= -march=native
@@ -26,7 +26,7 @@ OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
 comma := ,
 BLAS_LIB := $(if $(wildcard $(OPENBLAS_OMP)),$(OPENBLAS_OMP) -Wl$(comma)-rpath$(comma)$(dir $(OPENBLAS_OMP)),-lopenblas)
 LDLIBS  += $(BLAS_LIB) -lcjson -lpcre2-8 -lutf8proc -lz -lm -lmicrohttpd -lpthread $(MPI_LIBS)
-# oneDNN (Debian libdnnl-dev) runs the bf16 products on CPUs with AVX512-BF16 or AMX (src/matmul_bf16.c); without
+# oneDNN (Debian libdnnl-dev) runs the bf16 products on CPUs with AVX512-BF16 or AMX (src/kernels/matmul_bf16.c); without
 # it (DNNL=0, or not installed) they run as rounded inputs through sgemm.
 DNNL    ?= $(if $(wildcard /usr/include/dnnl.h),1,0)
 ifeq ($(DNNL),1)
@@ -61,12 +61,14 @@ GPU_CU    :=
 endif
 
 # Compiled once per CPU level (names suffixed _generic, _avx2, _avx512); the AVX512-BF16 kernels in their own file.
-ISA_SRC  := src/kernels_isa.c src/attention.c
-BF16_SRC := src/matmul_avx512bf16.c
-LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(wildcard src/*.c))) $(sort $(wildcard src/serve/*.c))
+ISA_SRC  := src/kernels/kernels_isa.c src/kernels/attention.c
+BF16_SRC := src/kernels/matmul_avx512bf16.c
+# The library, one folder per concept (README "Layout of the code"); src/cli is the command line, src/gpu the GPU backend.
+LIB_DIRS := util model kernels io train data dist aegis tokenizer infer serve
+LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
-HDRS     := $(wildcard src/*.h src/*.inc src/cli/*.h src/serve/*.h src/gpu/*.h src/gpu/*.cuh tests/unit/*.h tests/gpu/*.h)
+HDRS     := $(wildcard src/*/*.h src/*/*.inc src/gpu/*.cuh tests/unit/*.h tests/gpu/*.h)
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c))
 
 ifeq ($(UNAME_M),x86_64)
@@ -187,20 +189,20 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,addres
                 $(WARN) -fopenmp -D_GNU_SOURCE -Isrc
 FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lutf8proc -lz -lm
 FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer chat_template serve_request
-FUZZ_SRC_config       := src/config.c src/legacy.c src/util.c
-FUZZ_SRC_manifest     := src/manifest.c src/util.c
-FUZZ_SRC_npy          := src/npy.c src/util.c
-FUZZ_SRC_runconfig    := src/runconfig.c src/params.c src/util.c
-FUZZ_SRC_safetensors  := src/safetensors.c src/util.c
-FUZZ_SRC_shard_header := src/shards.c src/util.c
-FUZZ_SRC_tokenizer    := src/tokenizer.c src/util.c
-FUZZ_SRC_chat_template := src/chat_template.c src/util.c
-FUZZ_SRC_serve_request := src/serve/serve_request.c src/util.c
+FUZZ_SRC_config       := src/model/config.c src/model/legacy.c src/util/util.c
+FUZZ_SRC_manifest     := src/io/manifest.c src/util/util.c
+FUZZ_SRC_npy          := src/io/npy.c src/util/util.c
+FUZZ_SRC_runconfig    := src/train/runconfig.c src/model/params.c src/util/util.c
+FUZZ_SRC_safetensors  := src/io/safetensors.c src/util/util.c
+FUZZ_SRC_shard_header := src/io/shards.c src/util/util.c
+FUZZ_SRC_tokenizer    := src/tokenizer/tokenizer.c src/util/util.c
+FUZZ_SRC_chat_template := src/tokenizer/chat_template.c src/util/util.c
+FUZZ_SRC_serve_request := src/serve/serve_request.c src/util/util.c
 
 fuzz-build: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 
 .SECONDEXPANSION:
-build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(wildcard src/*.h)
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(wildcard src/*/*.h)
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_SRC_$*) -o $@ $(FUZZ_LIBS)
 

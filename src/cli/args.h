@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "util.h"
+#include "util/util.h"
 
 typedef enum { ARG_STRING, ARG_INT, ARG_U64, ARG_FLOAT, ARG_SWITCH } ArgType;
 

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ablate.h"
+#include "train/ablate.h"
 #include "cli_signals.h"
 #include "commands.h"
 

@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_comm.h"
+#include "dist/bench_comm.h"
 #include "commands.h"
-#include "distributed.h"
+#include "dist/distributed.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_comm.h"
-#include "matmul.h"
-#include "runconfig.h"
+#include "kernels/matmul.h"
+#include "train/runconfig.h"
 
 static void bench_usage(FILE *f) {
     fprintf(f,

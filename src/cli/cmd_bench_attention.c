@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "args.h"
-#include "attention.h"
+#include "kernels/attention.h"
 #include "commands.h"
-#include "kernels.h"
-#include "util.h"
+#include "kernels/kernels.h"
+#include "util/util.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -9,14 +9,14 @@
 
 #include "args.h"
 #include "commands.h"
-#include "model_stats.h"
-#include "config.h"
-#include "decode.h"
+#include "model/model_stats.h"
+#include "model/config.h"
+#include "infer/decode.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_decode.h"
-#include "model.h"
-#include "model_io.h"
-#include "runconfig.h"
+#include "model/model.h"
+#include "io/model_io.h"
+#include "train/runconfig.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -10,15 +10,15 @@
 
 #include "args.h"
 #include "commands.h"
-#include "config.h"
-#include "distributed.h"
+#include "model/config.h"
+#include "dist/distributed.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
-#include "runconfig.h"
-#include "matmul.h"
-#include "model.h"
-#include "optim.h"
+#include "train/runconfig.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
+#include "train/optim.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -7,7 +7,7 @@
 #include <sys/types.h>
 
 #include "args.h"
-#include "chat_template.h"
+#include "tokenizer/chat_template.h"
 
 int cmd_tokenizer_chat(int argc, char **argv);
 

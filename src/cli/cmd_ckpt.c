@@ -3,9 +3,9 @@
 #include <string.h>
 
 #include "args.h"
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 #include "commands.h"
-#include "model_io.h"
+#include "io/model_io.h"
 
 static int ckpt_usage(FILE *f) {
     fprintf(f, "usage: zaya ckpt inspect DIR                        contents, world size, step, checksum status\n"

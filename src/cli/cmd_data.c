@@ -7,10 +7,10 @@
 
 #include "args.h"
 #include "commands.h"
-#include "data_prepare.h"
-#include "shards.h"
-#include "synth.h"
-#include "tokenizer.h"
+#include "data/data_prepare.h"
+#include "io/shards.h"
+#include "data/synth.h"
+#include "tokenizer/tokenizer.h"
 
 static int wants_help(int argc, char **argv) {
     for (int i = 3; i < argc; i++)

@@ -9,9 +9,9 @@
 
 #include "args.h"
 #include "commands.h"
-#include "optim.h"
-#include "params.h"
-#include "safetensors.h"
+#include "train/optim.h"
+#include "model/params.h"
+#include "io/safetensors.h"
 
 static int debug_optim(int argc, char **argv) {
     const char *in = NULL, *out = NULL;

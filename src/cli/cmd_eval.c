@@ -6,12 +6,12 @@
 
 #include "args.h"
 #include "commands.h"
-#include "eval.h"
-#include "model.h"
-#include "model_io.h"
-#include "npy.h"
-#include "shards.h"
-#include "tokenizer.h"
+#include "infer/eval.h"
+#include "model/model.h"
+#include "io/model_io.h"
+#include "io/npy.h"
+#include "io/shards.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAX_TASKS 64
 

@@ -8,16 +8,16 @@
 #include <string.h>
 
 #include "args.h"
-#include "chat_template.h"
+#include "tokenizer/chat_template.h"
 #include "commands.h"
-#include "decode.h"
-#include "eval.h"
+#include "infer/decode.h"
+#include "infer/eval.h"
 #include "gpu/gpu_decode.h"
-#include "model.h"
-#include "model_io.h"
-#include "runconfig.h"
-#include "sampling.h"
-#include "tokenizer.h"
+#include "model/model.h"
+#include "io/model_io.h"
+#include "train/runconfig.h"
+#include "infer/sampling.h"
+#include "tokenizer/tokenizer.h"
 
 /* "1 2 3" or "1,2,3" → ids (malloc'ed). */
 static int parse_ids(const char *text, int32_t **out, int *n_out, ZyErr *err) {

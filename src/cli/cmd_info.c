@@ -8,8 +8,8 @@
 
 #include "commands.h"
 #include "gpu/gpu.h"
-#include "cpu.h"
-#include "matmul.h"
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
 
 #ifndef ZAYA_VERSION
 #define ZAYA_VERSION "0.5.0"

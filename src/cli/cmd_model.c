@@ -5,13 +5,13 @@
 
 #include "args.h"
 #include "commands.h"
-#include "config.h"
+#include "model/config.h"
 #include "gpu/gpu_model.h"
-#include "model.h"
-#include "model_io.h"
-#include "npy.h"
-#include "runconfig.h"
-#include "safetensors.h"
+#include "model/model.h"
+#include "io/model_io.h"
+#include "io/npy.h"
+#include "train/runconfig.h"
+#include "io/safetensors.h"
 
 static int wants_help(int argc, char **argv) {
     for (int i = 2; i < argc; i++)

@@ -14,15 +14,15 @@
 #include <unistd.h>
 
 #include "args.h"
-#include "chat_template.h"
+#include "tokenizer/chat_template.h"
 #include "commands.h"
-#include "eval.h"
-#include "model.h"
-#include "model_io.h"
-#include "runconfig.h"
+#include "infer/eval.h"
+#include "model/model.h"
+#include "io/model_io.h"
+#include "train/runconfig.h"
 #include "serve/serve_engine.h"
 #include "serve/serve_http.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* "512M", "4G", "1.5GiB", "1000000" → bytes. */
 static int parse_bytes(const char *s, size_t *out, ZyErr *err) {

@@ -1,11 +1,11 @@
-/* zaya supervise [options] -- <launch command...>: runs a training job and heals it (src/supervisor.h). */
+/* zaya supervise [options] -- <launch command...>: runs a training job and heals it (src/aegis/supervisor.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli_signals.h"
 #include "commands.h"
-#include "supervisor.h"
+#include "aegis/supervisor.h"
 
 static void usage(FILE *f) {
     SupervisorOptions d;

@@ -11,8 +11,8 @@
 
 #include "args.h"
 #include "commands.h"
-#include "npy.h"
-#include "tokenizer.h"
+#include "io/npy.h"
+#include "tokenizer/tokenizer.h"
 
 static int wants_help(int argc, char **argv) {
     for (int i = 3; i < argc; i++)

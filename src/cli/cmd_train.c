@@ -6,8 +6,8 @@
 
 #include "cli_signals.h"
 #include "commands.h"
-#include "distributed.h"
-#include "train.h"
+#include "dist/distributed.h"
+#include "train/train.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: zaya train RUN.json [--override key=value ...] [--resume | --resume-from DIR]\n"

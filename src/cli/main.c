@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "cpu.h"
+#include "kernels/cpu.h"
 
 typedef struct {
     const char *name;

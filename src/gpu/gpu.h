@@ -11,7 +11,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "util.h"
+#include "util/util.h"
 
 /* 1 when this binary has GPU support compiled in. */
 int gpu_compiled(void);

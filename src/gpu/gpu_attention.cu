@@ -1,5 +1,5 @@
 /* gpu_attention: causal GQA flash attention on the GPU, fp32 on the CUDA cores (no matrix units in this version).
- * The same maths and layouts as flash_attention_forward/backward (src/attention.h): Q, O, dQ, dO [B*T, Hq*dh]
+ * The same maths and layouts as flash_attention_forward/backward (src/kernels/attention.h): Q, O, dQ, dO [B*T, Hq*dh]
  * (row = b*T + t), K, V, dK, dV [B*T, Hkv*dh], LSE [B, Hq, T]; query head h reads kv head h / (Hq/Hkv); scores
  * scaled by 1/sqrt(dh); the [T, T] scores are never stored.
  *

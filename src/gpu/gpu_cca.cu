@@ -1,6 +1,6 @@
 /* gpu_cca: the CCA pre-processing ops on the GPU (gpu_kernels.h): the two causal convolutions, the q-k mean skip,
  * the delayed values, the fused QK L2 norm + partial RoPE and plain RoPE. Each computes its CPU namesake's maths
- * (src/kernels.inc) with the same layouts; elementwise ops use explicitly rounded fp32 operations (__fmul_rn,
+ * (src/kernels/kernels.inc) with the same layouts; elementwise ops use explicitly rounded fp32 operations (__fmul_rn,
  * __fadd_rn: no fused multiply-add), so they give the CPU's bits wherever the CPU's order of operations is kept.
  *
  * The grouped convolution is a per-group matmul over (dh x k1) inputs: Y_g[e] = Σ_j M_g[e+j] W_gjᵀ in M's row

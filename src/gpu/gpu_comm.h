@@ -25,9 +25,9 @@
 
 #include <stddef.h>
 
-#include "distributed.h"
+#include "dist/distributed.h"
 #include "gpu/gpu.h"
-#include "util.h"
+#include "util/util.h"
 
 typedef struct GpuComm GpuComm;
 

@@ -1,4 +1,4 @@
-/* Cached decoding on a GPU (gpu_decode.h): src/decode.c's steps, each a gk_ kernel or a cuBLASLt product. */
+/* Cached decoding on a GPU (gpu_decode.h): src/infer/decode.c's steps, each a gk_ kernel or a cuBLASLt product. */
 #include "gpu/gpu_decode.h"
 
 #include <math.h>
@@ -7,7 +7,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/gpu_model_internal.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* Device scratch for one piece of B*chunk new rows, as DecodeScratch. */
 typedef struct {

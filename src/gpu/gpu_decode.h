@@ -1,4 +1,4 @@
-/* gpu_decode: cached incremental inference on a GPU, the twin of src/decode.c (ARCHITECTURE.md, "KV cache for
+/* gpu_decode: cached incremental inference on a GPU, the twin of src/infer/decode.c (ARCHITECTURE.md, "KV cache for
  * decoding"): per layer the cache holds k̂ (after QK norm, temperature and RoPE) and v for every sequence and past
  * token, and per sequence the last P pre-convolution columns and the previous token's delayed value. Logits equal a
  * full recompute up to float rounding (tests/gpu/test_gpu_decode.c). */
@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decode.h"
+#include "infer/decode.h"
 #include "gpu/gpu_model.h"
-#include "util.h"
+#include "util/util.h"
 
 typedef struct GpuKVCache GpuKVCache;
 

@@ -1,5 +1,5 @@
 /* gpu_kernels: the ZAYA ops on the GPU, launched on a stream; the same maths, layouts and argument order as their
- * CPU references in src/kernels.h (a gk_ op is checked against its CPU namesake on random inputs in
+ * CPU references in src/kernels/kernels.h (a gk_ op is checked against its CPU namesake on random inputs in
  * tests/gpu/test_gpu.c). All pointers are device pointers unless a comment says host. Every backward ACCUMULATES
  * (+=) into the gradients it is given, as on the CPU. Reductions have a fixed order (no float atomics): the same
  * inputs give the same bits on every run. Launch errors surface at the next gpu_check (gpu.h). */
@@ -102,7 +102,7 @@ void gk_rope_backward(GkStream s, float *dx, const float *cosv, const float *sin
                       int rd);
 
 /* ---- attention (gpu_attention.cu): causal GQA flash attention, the [T, T] scores never stored ---- */
-/* Layouts as src/attention.h: Q, O [B*T, Hq*dh], K, V [B*T, Hkv*dh], LSE [B, Hq, T]. dh <= 256. */
+/* Layouts as src/kernels/attention.h: Q, O [B*T, Hq*dh], K, V [B*T, Hkv*dh], LSE [B, Hq, T]. dh <= 256. */
 void gk_flash_attention_forward(GkStream s, float *O, float *LSE, const float *Q, const float *K, const float *V,
                                 int B, int T, int Hq, int Hkv, int dh);
 /* Accumulates dQ, dK, dV. work: gk_flash_attention_work_floats(B, T, Hq) floats of scratch. Deterministic. */
@@ -124,7 +124,7 @@ long gk_flash_attention_bf16_work_floats(int B, int T, int Hq, int Hkv, int dh);
 
 /* ---- cached decoding (gpu_decode_kernels.cu) ---- */
 /* Attention of n new queries per sequence at positions p0..p0+n-1 over the cached keys 0..p0+n-1 (causal), as
- * cached_attention in src/decode.c: Q, O [B*n, Hq*dh]; Kc, Vc [B, max_len, Hkv*dh]. Deterministic. */
+ * cached_attention in src/infer/decode.c: Q, O [B*n, Hq*dh]; Kc, Vc [B, max_len, Hkv*dh]. Deterministic. */
 void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B, int n, int p0,
                          int max_len, int Hq, int Hkv, int dh);
 /* dst[b*dst_stride + i] = src[b*src_stride + i] for i < len, b < rows (strided row copies, floats). */

@@ -1,4 +1,4 @@
-/* The ZAYA1 model on a GPU (ARCHITECTURE.md), step for step the same as src/model.c: the forward and the backward
+/* The ZAYA1 model on a GPU (ARCHITECTURE.md), step for step the same as src/model/model.c: the forward and the backward
  * below read like their CPU twins, each op a gk_ kernel (gpu_kernels.h) or a cuBLASLt product (gpu_gemm).
  *
  * Host synchronisation: one small copy per MoE layer per pass — the experts' row offsets (E + 1 integers) — because
@@ -12,7 +12,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/gpu_model_internal.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* Phase timing (zaya bench train's breakdown): the queue is drained at each phase boundary, so it costs speed and is
  * off in training. */

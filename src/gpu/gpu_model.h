@@ -1,4 +1,4 @@
-/* gpu_model: the ZAYA1 model on a GPU — the same parameter layout, activations and maths as src/model.c, every op
+/* gpu_model: the ZAYA1 model on a GPU — the same parameter layout, activations and maths as src/model/model.c, every op
  * a gk_ kernel or a cuBLASLt product. The host Model keeps the table (names, shapes, offsets) and is the copy that
  * checkpoints read and write; the GPU holds its own parameter and gradient arenas with the same layout, so moving a
  * run between CPU and GPU is a copy of one arena. */
@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
-#include "model.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 typedef struct GpuModel GpuModel;
 

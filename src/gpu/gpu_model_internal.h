@@ -5,7 +5,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/gpu_model.h"
-#include "model.h"
+#include "model/model.h"
 
 #define MAX_LOSS_PARTS 1024
 

@@ -1,5 +1,5 @@
 /* gpu_moe: the router and the experts' elementwise / data-movement ops on the GPU, the same maths as their CPU
- * namesakes in src/kernels.inc and src/model.c (group_by_expert). Deterministic: no float atomics; column sums are
+ * namesakes in src/kernels/kernels.inc and src/model/model.c (group_by_expert). Deterministic: no float atomics; column sums are
  * per-thread double partials over a fixed row split, summed in a fixed tree; row sums are fixed warp trees; the
  * expert grouping is a stable counting sort in one block (integer counts only, each written by one lane). */
 #include "gpu_common.cuh"

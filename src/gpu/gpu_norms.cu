@@ -1,5 +1,5 @@
 /* gpu_norms: RMSNorm, the residual merge fused with it, the input embedding and the cross-entropy loss on the GPU
- * (gpu_kernels.h). Each op computes its CPU namesake's maths (src/kernels.inc) with the same layouts.
+ * (gpu_kernels.h). Each op computes its CPU namesake's maths (src/kernels/kernels.inc) with the same layouts.
  * Layout of the work: the norms give a block to a row (the row is read twice, the second time from L1), the
  * embedding ops a warp to a row; column sums (parameter gradients) use col_sums below, whose summation order
  * depends only on the shape; the cross-entropy gives one block to a row. No float atomics anywhere: every run gives

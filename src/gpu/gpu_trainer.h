@@ -14,11 +14,11 @@
 
 #include <stdint.h>
 
-#include "distributed.h"
-#include "model.h"
-#include "optim.h"
-#include "routing.h"
-#include "util.h"
+#include "dist/distributed.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "train/routing.h"
+#include "util/util.h"
 
 typedef struct GpuTrainer GpuTrainer;
 

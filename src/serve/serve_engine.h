@@ -15,11 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decode.h"
-#include "model.h"
-#include "sampling.h"
+#include "infer/decode.h"
+#include "model/model.h"
+#include "infer/sampling.h"
 #include "serve/serve_request.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     int max_batch;      /* sequences decoded together (slots) */

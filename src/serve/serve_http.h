@@ -9,9 +9,9 @@
 
 #include <stdint.h>
 
-#include "chat_template.h"
+#include "tokenizer/chat_template.h"
 #include "serve/serve_engine.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     const char *host;          /* IPv4 address to bind ("127.0.0.1", "0.0.0.0") */

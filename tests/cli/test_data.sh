@@ -67,7 +67,7 @@ expect "2-digit additions present in training text" \
 
 # ---- tokenizer + prepare
 TRAIN=("$S/general.jsonl" "$S/mathcode.jsonl" "$S/longctx.jsonl")
-if [ -f src/tokenizer.h ] && "$Z" tokenizer train --input "${TRAIN[@]}" --vocab-size 600 --out "$T/tok.json" >"$T/log" 2>&1; then
+if [ -f src/tokenizer/tokenizer.h ] && "$Z" tokenizer train --input "${TRAIN[@]}" --vocab-size 600 --out "$T/tok.json" >"$T/log" 2>&1; then
     ok "tokenizer trained"
     D="$T/shards"
     run "prepare" "$Z" data prepare --tokenizer "$T/tok.json" --input "${TRAIN[@]}" --out "$D" --val-fraction 0.1 --seed 1

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shards.h"
+#include "io/shards.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

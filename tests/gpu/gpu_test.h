@@ -7,10 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "gpu/gpu.h"
-#include "model.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 typedef struct {
     GpuCtx *g;

@@ -1,5 +1,5 @@
 /* GPU group "attention": gk_flash_attention_forward / _backward against the CPU flash attention
- * (src/attention.h, one thread) on random inputs, from T = 1 to a full T = 2048 sequence, over the head sizes that
+ * (src/kernels/attention.h, one thread) on random inputs, from T = 1 to a full T = 2048 sequence, over the head sizes that
  * take different GPU paths (dh 4, 12, 33: padded tiles and scalar loads; 64, 128: the hot sizes; 96: dh below its
  * padded size; 256: the smaller tiles) and GQA groups of 1 to 4 query heads.
  *
@@ -20,9 +20,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "attention.h"
+#include "kernels/attention.h"
 #include "gpu_test.h"
-#include "util.h"
+#include "util/util.h"
 
 #define TOL 1e-5
 #define TOL_INC 5e-5

@@ -1,5 +1,5 @@
 /* GPU group "cca": the CCA pre-processing ops (the two causal convolutions, the q-k mean skip, the delayed values,
- * QK L2 norm + partial RoPE, plain RoPE) against their CPU namesakes (src/kernels.h) on random inputs. Gradient
+ * QK L2 norm + partial RoPE, plain RoPE) against their CPU namesakes (src/kernels/kernels.h) on random inputs. Gradient
  * buffers start from the same random values on both sides, so the += is checked too; outputs the CPU overwrites
  * start poisoned on the GPU. Every shape family includes odd sizes, B = 1 / T = 1, k0 and k1 in {1, 2, 3} (plus
  * 4 and the k > 4 fallback) and one realistic size (B = 2, T = 2048, C = 768, dh = 128).
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "gpu_test.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define TOL_EXACT 1e-6
 #define TOL_SUM 1e-5

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode.h"
+#include "infer/decode.h"
 #include "gpu/gpu_decode.h"
 #include "gpu/gpu_model.h"
 #include "gpu_test.h"
-#include "model.h"
+#include "model/model.h"
 
 /* B sequences of T tokens: the GPU's full forward, the GPU cache (prefill of n0 tokens in pieces of `chunk`, then one
  * token at a time), the CPU cache the same way; every position's logits compared. */

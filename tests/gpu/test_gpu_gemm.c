@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "gpu_test.h"
-#include "matmul.h"
+#include "kernels/matmul.h"
 
 /* Rounds a host array to bf16 values in place (what the GPU's bf16 operands hold). */
 static void round_bf16(float *x, size_t n) {

@@ -1,4 +1,4 @@
-/* The whole model on the GPU against the CPU path (src/model.c) in fp32: logits, loss and every parameter's gradient,
+/* The whole model on the GPU against the CPU path (src/model/model.c) in fp32: logits, loss and every parameter's gradient,
  * for ZAYA1 and each research variant, on small random models. The GPU runs the same maths with a different
  * summation order (cuBLASLt, the GPU reductions), so the bar is relative: logits ≤ 1e-4, gradients ≤ 1e-3. */
 #include <math.h>
@@ -8,7 +8,7 @@
 
 #include "gpu/gpu_model.h"
 #include "gpu_test.h"
-#include "model.h"
+#include "model/model.h"
 
 static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T) {
     Model m;

@@ -1,5 +1,5 @@
 /* GPU tests, group "moe": the router and expert ops of src/gpu/gpu_moe.cu against their CPU namesakes
- * (src/kernels.h; group_by_expert, gather, scatter and combine against the plain loops of src/model.c and
+ * (src/kernels/kernels.h; group_by_expert, gather, scatter and combine against the plain loops of src/model/model.c and
  * kernels.inc, written out here). Every output is poisoned first; every gradient is preloaded with random values on
  * both sides so the accumulation (or the overwrite, where the CPU overwrites) is checked. */
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "gpu_test.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define TOL 1e-5 /* fp32 row / elementwise ops: libm vs CUDA erfc/exp, FMA contraction */
 
@@ -22,7 +22,7 @@ static int32_t *poison_i(GpuTest *t, size_t n) { return (int32_t *)gt_poison(t, 
 
 static int same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
-/* The CPU grouping of src/model.c (stable counting sort, choice >= E left out); returns the routed count. */
+/* The CPU grouping of src/model/model.c (stable counting sort, choice >= E left out); returns the routed count. */
 static int cpu_group_by_expert(int32_t *off, int32_t *sorted, const int32_t *choice, int N, int E) {
     int32_t *cursor = malloc((size_t)(E + 1) * sizeof *cursor);
     memset(off, 0, (size_t)(E + 1) * sizeof *off);

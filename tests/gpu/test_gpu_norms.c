@@ -1,5 +1,5 @@
 /* GPU group "norms": RMSNorm, the merge + RMSNorm pair, the embedding, cross-entropy and gk_sum against their CPU
- * namesakes (src/kernels.h) on random inputs. Gradient buffers start from the same random values on both sides, so
+ * namesakes (src/kernels/kernels.h) on random inputs. Gradient buffers start from the same random values on both sides, so
  * the += is checked too. Tolerances are relative L2: 1e-5 where CPU and GPU differ only in summation order or a
  * fused multiply-add. */
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "gpu_test.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define NORM_EPS 1e-5f
 #define TOL 1e-5

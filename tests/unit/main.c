@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "kernels/cpu.h"
 #include "test.h"
 
 #define MAX_TESTS 1024

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "faultinject.h"
-#include "loader.h"
-#include "supervisor.h"
+#include "aegis/faultinject.h"
+#include "train/loader.h"
+#include "aegis/supervisor.h"
 #include "test.h"
 
 static DataWindow win(uint64_t a, uint64_t b) { return (DataWindow){a, b}; }

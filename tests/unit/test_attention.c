@@ -1,4 +1,4 @@
-/* The fused flash attention (src/attention.c) against the reference attention_forward/attention_backward of
+/* The fused flash attention (src/kernels/attention.c) against the reference attention_forward/attention_backward of
  * kernels.inc, in fp32 on random inputs over many shapes: T across tile boundaries, head sizes 8..128, GQA groups,
  * one and several threads (which takes the one-pass and the two-pass backward), extreme logits, and the +=
  * semantics of the gradients; with a sliding window, against the definition in double. Errors are measured relative to the largest magnitude of each reference tensor. */
@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
-#include "cpu.h"
-#include "kernel_table.h"
-#include "kernels.h"
+#include "kernels/attention.h"
+#include "kernels/cpu.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernels.h"
 #include "test.h"
-#include "util.h"
+#include "util/util.h"
 
 /* fp32 through different summation orders (tiles, FMA, polynomial exp) over up to 257 keys. */
 #define ATTN_TOL 1e-5

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "tokenizer/chat_template.h"
 #include "test.h"
 
 static const char vars_json[] =

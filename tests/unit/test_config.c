@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "model_io.h"
+#include "model/config.h"
+#include "io/model_io.h"
 #include "test.h"
 
 static const char *GOOD =

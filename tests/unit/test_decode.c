@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "decode.h"
-#include "model.h"
-#include "model_io.h"
+#include "model/config.h"
+#include "infer/decode.h"
+#include "model/model.h"
+#include "io/model_io.h"
 #include "test.h"
 
 typedef struct {

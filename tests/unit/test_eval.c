@@ -7,10 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "decode.h"
-#include "eval.h"
-#include "model.h"
+#include "model/config.h"
+#include "infer/decode.h"
+#include "infer/eval.h"
+#include "model/model.h"
 #include "test.h"
 
 static int char_id(char ch) {

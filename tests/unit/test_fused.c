@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "test.h"
-#include "util.h"
+#include "util/util.h"
 
 static float *rnd(ZyRng *rng, long n, double scale) {
     float *p = malloc((size_t)(n ? n : 1) * sizeof *p);

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "manifest.h"
-#include "runconfig.h"
+#include "io/manifest.h"
+#include "train/runconfig.h"
 #include "test.h"
 
 static const char *RUN =

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "test.h"
-#include "util.h"
+#include "util/util.h"
 
 #define FD_STEP 1e-5
 #define FD_TOL 1e-7

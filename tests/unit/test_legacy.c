@@ -1,15 +1,15 @@
 /* Legacy ZAYA1 checkpoints: a native model written out in the legacy layout (by the inverse of RELEASES.md's
- * mapping, spelled out here independently of src/legacy.c) loads back bit for bit; both legacy config schemas
+ * mapping, spelled out here independently of src/model/legacy.c) loads back bit for bit; both legacy config schemas
  * (scalar, and ZAYA1-base's per-layer lists) read as the native config; unsupported settings are refused by name;
  * the old native router-norm alias loads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "model.h"
-#include "model_io.h"
-#include "safetensors.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "io/model_io.h"
+#include "io/safetensors.h"
 #include "test.h"
 
 static const char *legacy_cfg_json =

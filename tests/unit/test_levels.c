@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
-#include "config.h"
-#include "cpu.h"
-#include "decode.h"
-#include "kernel_table.h"
-#include "model.h"
+#include "kernels/attention.h"
+#include "model/config.h"
+#include "kernels/cpu.h"
+#include "infer/decode.h"
+#include "kernels/kernel_table.h"
+#include "model/model.h"
 #include "test.h"
-#include "util.h"
+#include "util/util.h"
 
 static float *randn_f(ZyRng *rng, long n, double scale) {
     float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));

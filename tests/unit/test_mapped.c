@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "decode.h"
-#include "model.h"
-#include "model_io.h"
-#include "safetensors.h"
+#include "model/config.h"
+#include "infer/decode.h"
+#include "model/model.h"
+#include "io/model_io.h"
+#include "io/safetensors.h"
 #include "test.h"
 
 static ZayaConfig small_config(int tied) {

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "matmul.h"
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "test.h"
-#include "util.h"
+#include "util/util.h"
 
 TEST(gemm_matrix_vector_paths_match_sgemm) {
     ZyRng rng;

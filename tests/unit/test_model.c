@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "model.h"
+#include "model/config.h"
+#include "model/model.h"
 #include "test.h"
 
 static int tiny_model(Model *m, int tied, ZyErr *err) {

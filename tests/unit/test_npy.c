@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "io/npy.h"
 #include "test.h"
 
 /* Builds a .npy image: magic, version major.0, header length (u16 for v1, u32 otherwise), the header text

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "matmul.h"
-#include "optim.h"
+#include "kernels/matmul.h"
+#include "train/optim.h"
 #include "test.h"
 
 TEST(schedule_warmup_wsd_and_cosine) {

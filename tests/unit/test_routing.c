@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "routing.h"
+#include "train/routing.h"
 #include "test.h"
 
 TEST(balancer_pushes_overused_experts_down_and_holds_the_skip_bias) {

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "io/safetensors.h"
 #include "test.h"
 
 /* ---- helpers ---- */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampling.h"
+#include "infer/sampling.h"
 #include "test.h"
 
 /* Draws n tokens and checks each frequency against want[] within 5 standard deviations. */

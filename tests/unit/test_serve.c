@@ -7,12 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "decode.h"
-#include "model.h"
+#include "infer/decode.h"
+#include "model/model.h"
 #include "serve/serve_engine.h"
 #include "serve/serve_request.h"
 #include "test.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static int parse(const char *body, ServeKind kind, ServeRequest *r, ServeError *e) {
     return serve_request_parse(body, strlen(body), kind, r, e);

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data_prepare.h"
-#include "shards.h"
+#include "data/data_prepare.h"
+#include "io/shards.h"
 #include "test.h"
 
 static int write_bytes(const char *path, const void *data, size_t len) {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "synth.h"
+#include "data/synth.h"
 #include "test.h"
 
 static const char *const TRAIN_FILES[] = {"general.jsonl", "mathcode.jsonl", "longctx.jsonl"};

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- helpers ---- */
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "util.h"
+#include "util/util.h"
 
 int zy_test_tmpdir(char *dir, size_t cap, const char *tag) {
     snprintf(dir, cap, "/tmp/zy_%s_XXXXXX", tag);

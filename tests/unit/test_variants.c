@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "decode.h"
-#include "model.h"
-#include "model_stats.h"
+#include "model/config.h"
+#include "infer/decode.h"
+#include "model/model.h"
+#include "model/model_stats.h"
 #include "test.h"
 
 typedef struct {

@@ -1,0 +1,683 @@
+/* Cached incremental inference: the layer loop of model.c's forward for new tokens of many sequences, reading the
+ * past from a KV cache of fixed-size blocks. Every op is the kernel the full forward uses; the new pieces are
+ * attention of new queries over cached keys (a rectangular causal mask) and the bookkeeping of a ragged batch:
+ * sequences at different positions, each adding its own number of rows. */
+#include "infer/decode.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+
+/* ---- layout: one allocation carved into buffers (sizing pass with base = NULL, then binding) ------------------ */
+
+#define CF ZY_CARVE_F
+#define CI ZY_CARVE_I
+
+static void carve_pool(ZyCarver *cv, KVPool *p) {
+    const ZayaConfig *f = &p->cfg;
+    const size_t S = p->max_seqs, ML = p->max_len, N = p->max_rows, P = p->conv_pad;
+    const size_t BT = (size_t)p->n_blocks * p->block_tokens;
+    const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck;
+    const size_t R = f->router_hidden_size, E1 = f->num_experts + 1, I = f->moe_intermediate_size;
+    const size_t Hq = f->num_heads, Hkv = f->num_kv_heads, half_rd = cfg_rotary_dim(f) / 2;
+    const size_t k1 = f->cca_time1;
+    for (int l = 0; l < f->num_layers; l++) {
+        p->k[l] = CF(cv, BT * Ck);
+        p->v[l] = CF(cv, BT * Ck);
+        p->conv_state[l] = CF(cv, S * P * C);
+        p->vd_prev[l] = CF(cv, S * Ck / 2);
+    }
+    p->cache_bytes = cv->used;
+    p->table = CI(cv, S * p->max_blocks);
+    p->len = (int *)CI(cv, S);
+    p->n_held = (int *)CI(cv, S);
+    p->free_blocks = CI(cv, p->n_blocks);
+    p->rope_cos = CF(cv, ML * half_rd);
+    p->rope_sin = CF(cv, ML * half_rd);
+    if (cfg_has_sliding(f)) {
+        const size_t half_sw = cfg_sliding_rotary_dim(f) / 2;
+        p->rope_cos_sw = CF(cv, ML * half_sw);
+        p->rope_sin_sw = CF(cv, ML * half_sw);
+    }
+    DecodeScratch *s = &p->s;
+    s->tokens = CI(cv, N);
+    s->x = CF(cv, N * D);
+    s->x_mid = CF(cv, N * D);
+    s->u = CF(cv, N * D);
+    s->rstd = CF(cv, N);
+    s->X = CF(cv, N * C);
+    /* each sequence of the step adds P cached columns (and k1-1 more for Me) to its rows */
+    const size_t SN = S < N ? S : N;
+    s->Xe = CF(cv, (SN * P + N) * C);
+    s->Ye = CF(cv, (SN * P + N) * C);
+    s->Me = CF(cv, (SN * (P + k1 - 1) + N) * C);
+    s->query_pre = CF(cv, N * Cq);
+    s->key_pre = CF(cv, N * Ck);
+    s->query = CF(cv, N * Cq);
+    s->key = CF(cv, N * Ck);
+    s->norm_q = CF(cv, N * Hq);
+    s->norm_k = CF(cv, N * Hkv);
+    s->vc = CF(cv, N * Ck / 2);
+    s->vd = CF(cv, N * Ck / 2);
+    s->value = CF(cv, N * Ck);
+    s->scores = CF(cv, (size_t)s->n_threads * p->chunk * ML);
+    s->attn_out = CF(cv, N * Cq);
+    s->proj = CF(cv, N * D);
+    s->z[0] = CF(cv, N * R);
+    s->z[1] = CF(cv, N * R);
+    s->zn = CF(cv, N * R);
+    s->h1 = CF(cv, N * R);
+    s->h2 = CF(cv, N * R);
+    s->router_logits = CF(cv, N * E1);
+    s->router_probs = CF(cv, N * E1);
+    s->choice = CI(cv, N);
+    s->gate = CF(cv, N);
+    s->expert_offset = CI(cv, E1);
+    s->expert_cursor = CI(cv, E1);
+    s->sorted_rows = CI(cv, N);
+    s->expert_in = CF(cv, N * D);
+    s->expert_gu = CF(cv, N * 2 * I);
+    s->expert_act = CF(cv, N * I);
+    s->expert_out = CF(cv, N * D);
+    s->moe_out = CF(cv, N * D);
+    s->last_rows = CF(cv, SN * D);
+    /* the convolution runs on groups of sequences with the same row count: at most SN*P + N rows in all */
+    s->conv_wp = CF(cv, (size_t)cca_conv_work_floats(1, (int)(SN * P + N), (int)C, f->head_dim, f->cca_time1) +
+                            SN * (k1 - 1) * C);
+}
+
+size_t kvcache_bytes_per_token(const ZayaConfig *cfg) {
+    return (size_t)cfg->num_layers * 2 * cfg_k_channels(cfg) * sizeof(float);
+}
+
+size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens) {
+    return kvcache_bytes_per_token(cfg) * (size_t)block_tokens;
+}
+
+size_t kvpool_state_bytes(const ZayaConfig *cfg) {
+    const size_t P = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0;
+    return (size_t)cfg->num_layers * (P * cfg_conv_channels(cfg) + cfg_k_channels(cfg) / 2) * sizeof(float);
+}
+
+int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                  int max_rows, int chunk, ZyErr *err) {
+    memset(p, 0, sizeof *p);
+    if (max_seqs <= 0 || max_len <= 0 || n_blocks <= 0 || block_tokens <= 0 || max_rows <= 0 || chunk <= 0)
+        return zy_fail(err, "KV cache: sequences %d, max_len %d, blocks %d, block size %d, rows %d and chunk %d must be "
+                       "positive", max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk);
+    if (max_len > cfg->max_position_embeddings)
+        return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
+                       cfg->max_position_embeddings);
+    p->cfg = *cfg;
+    p->max_seqs = max_seqs;
+    p->max_len = max_len;
+    p->block_tokens = block_tokens;
+    p->n_blocks = n_blocks;
+    p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
+    p->chunk = chunk < max_len ? chunk : max_len;
+    p->max_rows = max_rows < p->chunk ? p->chunk : max_rows;
+    p->conv_pad = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0; /* the MHA variant has no convolutions */
+    p->s.n_threads = omp_get_max_threads();
+    const int L = cfg->num_layers;
+    float **ptrs = calloc((size_t)4 * L, sizeof *ptrs);
+    if (!ptrs) return zy_fail(err, "out of memory");
+    p->ptrs = ptrs;
+    p->k = ptrs;
+    p->v = ptrs + L;
+    p->conv_state = ptrs + 2 * L;
+    p->vd_prev = ptrs + 3 * L;
+    ZyCarver sizing = {0};
+    carve_pool(&sizing, p);
+    p->block = zy_calloc(sizing.used);
+    if (!p->block) {
+        size_t mb = sizing.used >> 20;
+        kvpool_free(p);
+        return zy_fail(err, "out of memory allocating %zu MB for a KV cache of %d blocks of %d tokens", mb, n_blocks,
+                       block_tokens);
+    }
+    ZyCarver cv = {.base = p->block};
+    carve_pool(&cv, p);
+    rope_tables(p->rope_cos, p->rope_sin, max_len, cfg_rotary_dim(cfg), cfg->rope_theta);
+    if (p->rope_cos_sw)
+        rope_tables(p->rope_cos_sw, p->rope_sin_sw, max_len, cfg_sliding_rotary_dim(cfg), cfg->rope_theta_sliding);
+    /* the stack hands out low ids first */
+    for (int i = 0; i < n_blocks; i++) p->free_blocks[i] = n_blocks - 1 - i;
+    p->n_free = n_blocks;
+    return 0;
+}
+
+void kvpool_free(KVPool *p) {
+    zy_free(p->block);
+    free(p->ptrs);
+    memset(p, 0, sizeof *p);
+}
+
+void kvpool_seq_reset(KVPool *p, int slot) {
+    /* Only the state is read before being written; the k̂/v rows past len are never read. */
+    const size_t P = p->conv_pad, C = cfg_conv_channels(&p->cfg), half = cfg_k_channels(&p->cfg) / 2;
+    for (int l = 0; l < p->cfg.num_layers; l++) {
+        memset(p->conv_state[l] + slot * P * C, 0, P * C * sizeof(float));
+        memset(p->vd_prev[l] + slot * half, 0, half * sizeof(float));
+    }
+    p->len[slot] = 0;
+}
+
+void kvpool_seq_release(KVPool *p, int slot) {
+    kvpool_seq_reset(p, slot);
+    const int32_t *t = p->table + (size_t)slot * p->max_blocks;
+    for (int i = p->n_held[slot] - 1; i >= 0; i--) p->free_blocks[p->n_free++] = t[i];
+    p->n_held[slot] = 0;
+}
+
+int kvpool_reserve(KVPool *p, int slot, int tokens) {
+    const int need = kvpool_blocks_for(p, tokens) - p->n_held[slot];
+    if (need <= 0) return 0;
+    if (need > p->n_free || p->n_held[slot] + need > p->max_blocks) return -1;
+    int32_t *t = p->table + (size_t)slot * p->max_blocks;
+    for (int i = 0; i < need; i++) t[p->n_held[slot]++] = p->free_blocks[--p->n_free];
+    return 0;
+}
+
+/* ---- the layer loop over a ragged batch ------------------------------------------------------------------------ */
+
+/* Where each sequence of a step sits: its slot, first position, rows in the step's N rows, and its P cached
+ * columns + rows in the convolution buffers (Xe/Ye at xe_row, Me at me_row). */
+typedef struct {
+    int slot, pos0, n, row0, xe_row, me_row;
+} StepSeq;
+
+typedef struct {
+    StepSeq *seq;
+    int n_seqs, N;
+} Step;
+
+static inline float *kv_row(const KVPool *p, float *base, int slot, int pos) {
+    const int32_t blk = p->table[(size_t)slot * p->max_blocks + pos / p->block_tokens];
+    return base + ((size_t)blk * p->block_tokens + pos % p->block_tokens) * cfg_k_channels(&p->cfg);
+}
+
+/* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for head h over its cached keys
+ * 0..p0+n-1 — in a sliding-window layer (window W > 0) query p sees keys p-W+1..p only — block by block; the
+ * arithmetic of attention_forward (scaled products, fp32 softmax with double sums, products with the values).
+ * sc: [n, p0+n] scratch. */
+static void attend_seq_head(const KVPool *p, int l, const StepSeq *q, int h, const float *query, float *out,
+                            float *sc) {
+    const ZayaConfig *f = &p->cfg;
+    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h / G, W = cfg_layer_window(f, l);
+    const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, bt = p->block_tokens;
+    const int hi = q->pos0 + n, lo = W > 0 && q->pos0 - W + 1 > 0 ? q->pos0 - W + 1 : 0, Lk = hi - lo;
+    const float scale = (float)(1.0 / sqrt((double)dh));
+    const float *qr = query + (size_t)q->row0 * Cq + h * dh;
+    float *o = out + (size_t)q->row0 * Cq + h * dh;
+    /* keys lo..hi-1 in pieces that stay inside one block; score column s - lo */
+    for (int s0 = lo; s0 < hi;) {
+        const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
+        const float *kb = kv_row(p, p->k[l], q->slot, s0) + j * dh;
+        zy_gemm(0, 1, n, cnt, dh, scale, qr, Cq, kb, Ck, 0, sc + (s0 - lo), Lk);
+        s0 += cnt;
+    }
+    for (int t = 0; t < n; t++) {
+        float *row = sc + (size_t)t * Lk;
+        const int last = q->pos0 + t - lo; /* query at position p0+t sees keys up to p0+t ... */
+        const int first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0; /* ... and from p0+t-W+1 in a window */
+        for (int s = 0; s < first; s++) row[s] = 0;
+        float mx = row[first];
+        for (int s = first + 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
+        double sum = 0;
+        for (int s = first; s <= last; s++) {
+            row[s] = (float)exp((double)(row[s] - mx));
+            sum += row[s];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int s = first; s <= last; s++) row[s] *= inv;
+        for (int s = last + 1; s < Lk; s++) row[s] = 0;
+    }
+    for (int s0 = lo; s0 < hi;) {
+        const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
+        const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
+        zy_gemm(0, 0, n, dh, cnt, 1, sc + (s0 - lo), Lk, vb, Ck, s0 > lo ? 1.0f : 0.0f, o, Cq);
+        s0 += cnt;
+    }
+}
+
+/* Appends every sequence's new rows of s->key / s->value to layer l's blocks, then attends: (sequence, head)
+ * pairs in parallel, each thread on its own score buffer. */
+static void append_kv_attend(KVPool *p, const Step *st, int l) {
+    DecodeScratch *s = &p->s;
+    const int Ck = cfg_k_channels(&p->cfg), Hq = p->cfg.num_heads;
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        for (int t = 0; t < q->n; t++) {
+            memcpy(kv_row(p, p->k[l], q->slot, q->pos0 + t), s->key + (size_t)(q->row0 + t) * Ck, Ck * sizeof(float));
+            memcpy(kv_row(p, p->v[l], q->slot, q->pos0 + t), s->value + (size_t)(q->row0 + t) * Ck,
+                   Ck * sizeof(float));
+        }
+    }
+    const int pairs = st->n_seqs * Hq;
+    long work = 0;
+    for (int i = 0; i < st->n_seqs; i++) work += (long)st->seq[i].n * (st->seq[i].pos0 + st->seq[i].n);
+#pragma omp parallel for schedule(dynamic, 1) if (pairs > 1 && ZY_PAR(work * Hq * p->cfg.head_dim))
+    for (int x = 0; x < pairs; x++) {
+        float *sc = s->scores + (size_t)omp_get_thread_num() * p->chunk * p->max_len;
+        attend_seq_head(p, l, &st->seq[x / Hq], x % Hq, s->query, s->attn_out, sc);
+    }
+}
+
+/* CCA on u for the step's rows: appends k̂ and v to the cache, updates every sequence's conv and delayed-value
+ * state, writes s->proj [N, D]. */
+static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, const Step *st, int l) {
+    DecodeScratch *s = &p->s;
+    const int N = st->N, D = f->hidden_size, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
+    /* 1. down projections */
+    zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->X, C);
+    zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->X + Cq, C);
+    /* 2. convolutions over [P cached columns | n new] per sequence: the kernel's own left padding only feeds outputs
+     * for the P cached rows, which are dropped; the cached zero columns before position 0 reproduce the full
+     * forward's padding (depthwise outputs there are exactly b0). Consecutive sequences with the same n run as one
+     * batch. */
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        float *xe = s->Xe + (size_t)q->xe_row * C;
+        memcpy(xe, p->conv_state[l] + (size_t)q->slot * P * C, (size_t)P * C * sizeof(float));
+        memcpy(xe + (size_t)P * C, s->X + (size_t)q->row0 * C, (size_t)q->n * C * sizeof(float));
+    }
+    for (int i = 0, g; i < st->n_seqs; i = g) {
+        const StepSeq *q = &st->seq[i];
+        for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
+        cca_conv_forward(s->Ye + (size_t)q->xe_row * C, s->Me + (size_t)q->me_row * C, s->conv_wp,
+                         s->Xe + (size_t)q->xe_row * C, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, g - i,
+                         P + q->n, C, dh, f->cca_time0, k1);
+    }
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        memcpy(p->conv_state[l] + (size_t)q->slot * P * C, s->Xe + (size_t)(q->xe_row + q->n) * C,
+               (size_t)P * C * sizeof(float));
+        /* 3. q-k mean skip */
+        const size_t off = (size_t)(q->xe_row + P) * C;
+        qk_mean_forward(s->query_pre + (size_t)q->row0 * Cq, s->key_pre + (size_t)q->row0 * Ck, s->Ye + off,
+                        s->Xe + off, q->n, Hq, Hkv, dh);
+    }
+    /* 4. values; each sequence's first new row's delayed half is its previous token's vd */
+    zy_matmul_wt(N, half, D, s->u, D, W->w_v_current, W->w_v_current16, s->vc, half);
+    zy_matmul_wt(N, half, D, s->u, D, W->w_v_delayed, W->w_v_delayed16, s->vd, half);
+    for (int i = 0, g; i < st->n_seqs; i = g) {
+        const StepSeq *q = &st->seq[i];
+        for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
+        const size_t r = q->row0;
+        delayed_value_forward(s->value + r * Ck, s->vc + r * half, s->vd + r * half, g - i, q->n, half);
+    }
+    /* 5. QK norm and 6. RoPE at each sequence's absolute positions (tables offset by pos0), fused as in model.c */
+    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* as model.c */
+    const int rd = cfg_layer_rotary_dim(f, l);
+    const float *rcos = cfg_layer_is_sliding(f, l) ? p->rope_cos_sw : p->rope_cos;
+    const float *rsin = cfg_layer_is_sliding(f, l) ? p->rope_sin_sw : p->rope_sin;
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        float *prev = p->vd_prev[l] + (size_t)q->slot * half;
+        memcpy(s->value + (size_t)q->row0 * Ck + half, prev, (size_t)half * sizeof(float));
+        memcpy(prev, s->vd + (size_t)(q->row0 + q->n - 1) * half, (size_t)half * sizeof(float));
+        const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
+        l2norm_rope_forward(s->query + r * Cq, s->norm_q + r * Hq, s->query_pre + r * Cq, NULL, rcos + toff,
+                            rsin + toff, q->n, q->n, Hq, dh, rd, scale, eps);
+        l2norm_rope_forward(s->key + r * Ck, s->norm_k + r * Hkv, s->key_pre + r * Ck, W->temp, rcos + toff,
+                            rsin + toff, q->n, q->n, Hkv, dh, rd, scale, eps);
+    }
+    /* 7. attention over everything so far, the new keys and values appended first */
+    append_kv_attend(p, st, l);
+    /* 8. output projection */
+    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
+}
+
+/* The MHA variant on u for the step's rows: q, k, v, RoPE at each sequence's positions, keys and values appended to
+ * the cache, attention over everything so far, o_proj into s->proj [N, D]. */
+static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, const Step *st, int l) {
+    DecodeScratch *s = &p->s;
+    const int N = st->N, D = f->hidden_size, dh = f->head_dim;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_layer_rotary_dim(f, l);
+    const float *rcos = cfg_layer_is_sliding(f, l) ? p->rope_cos_sw : p->rope_cos;
+    const float *rsin = cfg_layer_is_sliding(f, l) ? p->rope_sin_sw : p->rope_sin;
+    zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->query, Cq);
+    zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->key, Ck);
+    zy_matmul_wt(N, Ck, D, s->u, D, W->w_v, W->w_v16, s->value, Ck);
+    for (int i = 0; i < st->n_seqs; i++) {
+        const StepSeq *q = &st->seq[i];
+        const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
+        rope_forward(s->query + r * Cq, rcos + toff, rsin + toff, q->n, q->n, Hq, dh, rd);
+        rope_forward(s->key + r * Ck, rcos + toff, rsin + toff, q->n, q->n, Hkv, dh, rd);
+    }
+    append_kv_attend(p, st, l);
+    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
+}
+
+/* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe_out and z (the next r_prev):
+ * model.c's moe_block_forward on the decode scratch (the router MLP's GELUs in place: no backward here). */
+static void moe_decode(const ZayaConfig *f, const LayerWeights *W, DecodeScratch *s, float *z, const float *r_prev,
+                       int N) {
+    const MoeBuffers b = {.u = s->u, .z = z, .zn = s->zn, .rstd = s->rstd, .h1_pre = s->h1, .h1 = s->h1,
+                          .h2_pre = s->h2, .h2 = s->h2, .logits = s->router_logits, .probs = s->router_probs,
+                          .choice = s->choice, .gate = s->gate, .expert_offset = s->expert_offset,
+                          .expert_cursor = s->expert_cursor, .sorted_rows = s->sorted_rows, .expert_in = s->expert_in,
+                          .expert_gu = s->expert_gu, .expert_act = s->expert_act, .expert_out = s->expert_out,
+                          .out = s->moe_out, .phase_seconds = NULL};
+    moe_block_forward(f, W, &b, r_prev, N);
+}
+
+/* The layer loop for one step (s->tokens [N] filled): appends every sequence's rows to its cache and leaves the
+ * final residual stream in s->x [N, D]. routing [L, N] (may be NULL) gets each row's expert per layer. */
+static void decode_rows(const Model *m, KVPool *p, const Step *st, int32_t *routing) {
+    const ZayaConfig *f = &m->cfg;
+    const Weights *w = &m->w;
+    DecodeScratch *s = &p->s;
+    const int N = st->N, D = f->hidden_size;
+    if (w->embed16)
+        embed_forward_bf16(s->x, w->embed16, s->tokens, w->in_bias, w->in_scale, N, D);
+    else
+        embed_forward(s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
+    const float *r_prev = NULL;
+    /* residual merges fused with the RMSNorm reading their output, as in model_forward */
+    rmsnorm_forward(s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
+    for (int l = 0; l < f->num_layers; l++) {
+        const LayerWeights *W = &w->layers[l];
+        if (f->attention == ZY_ATTN_CCA)
+            cca_decode(f, W, p, st, l);
+        else
+            mha_decode(f, W, p, st, l);
+        merge_rmsnorm_forward(s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs, W->attn_rb,
+                              W->post_norm, N, D, f->rms_norm_eps);
+        float *z = s->z[l & 1];
+        moe_decode(f, W, s, z, r_prev, N);
+        if (l + 1 < f->num_layers)
+            merge_rmsnorm_forward(s->x, s->u, s->rstd, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
+                                  W->mlp_rb, w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
+        else
+            residual_merge_forward(s->x, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
+        r_prev = z;
+        if (routing) memcpy(routing + (size_t)l * N, s->choice, (size_t)N * sizeof(int32_t));
+    }
+    for (int i = 0; i < st->n_seqs; i++) p->len[st->seq[i].slot] += st->seq[i].n;
+}
+
+/* Lays the step out: rows and convolution-buffer rows per sequence. */
+static void plan_step(const KVPool *p, Step *st) {
+    const int P = p->conv_pad, k1 = p->cfg.cca_time1;
+    int row = 0, xe = 0, me = 0;
+    for (int i = 0; i < st->n_seqs; i++) {
+        StepSeq *q = &st->seq[i];
+        q->pos0 = p->len[q->slot];
+        q->row0 = row;
+        q->xe_row = xe;
+        q->me_row = me;
+        row += q->n;
+        xe += P + q->n;
+        me += P + q->n + k1 - 1;
+    }
+    st->N = row;
+}
+
+/* The final RMSNorm and lm_head for `count` rows of s->x picked by rows[]: logits [count, V]. */
+static void logits_rows(const Model *m, KVPool *p, const int *rows, int count, float *logits) {
+    const ZayaConfig *f = &m->cfg;
+    DecodeScratch *s = &p->s;
+    const int D = f->hidden_size;
+    for (int i = 0; i < count; i++)
+        memcpy(s->last_rows + (size_t)i * D, s->x + (size_t)rows[i] * D, (size_t)D * sizeof(float));
+    rmsnorm_forward(s->u, s->rstd, s->last_rows, m->w.final_norm, count, D, f->rms_norm_eps);
+    zy_matmul_wt(count, f->vocab_size, D, s->u, D, m->w.lm_head, m->w.lm_head16, logits, f->vocab_size);
+}
+
+static int check_model(const Model *m, const ZayaConfig *cc, ZyErr *err) {
+    const ZayaConfig *f = &m->cfg;
+    if (f->num_layers != cc->num_layers || f->hidden_size != cc->hidden_size || f->num_heads != cc->num_heads ||
+        f->num_kv_heads != cc->num_kv_heads || f->head_dim != cc->head_dim || f->cca_time0 != cc->cca_time0 ||
+        f->cca_time1 != cc->cca_time1 || f->num_experts != cc->num_experts ||
+        f->router_hidden_size != cc->router_hidden_size || f->moe_intermediate_size != cc->moe_intermediate_size ||
+        f->rope_theta != cc->rope_theta || f->partial_rotary_factor != cc->partial_rotary_factor ||
+        f->attention != cc->attention || f->router != cc->router || f->moe != cc->moe ||
+        f->no_residual_scaling != cc->no_residual_scaling || f->sliding_window != cc->sliding_window ||
+        f->rope_theta_sliding != cc->rope_theta_sliding ||
+        f->partial_rotary_factor_sliding != cc->partial_rotary_factor_sliding ||
+        memcmp(f->sliding_layers, cc->sliding_layers, sizeof f->sliding_layers) != 0)
+        return zy_fail(err, "decode: the KV cache was built for another model shape");
+    return 0;
+}
+
+int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
+                      float *logits, ZyErr *err) {
+    if (check_model(m, &p->cfg, err)) return -1;
+    if (n_seqs <= 0 || n_seqs > p->max_seqs)
+        return zy_fail(err, "decode: %d sequences in a step (1..%d)", n_seqs, p->max_seqs);
+    StepSeq seq[n_seqs > 0 ? n_seqs : 1];
+    int N = 0, n_logits = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const DecodeSeq *d = &seqs[i];
+        if (d->slot < 0 || d->slot >= p->max_seqs) return zy_fail(err, "decode: slot %d out of range", d->slot);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].slot == d->slot) return zy_fail(err, "decode: slot %d appears twice in one step", d->slot);
+        if (d->n <= 0 || d->n > p->chunk)
+            return zy_fail(err, "decode: %d new tokens for slot %d (1..%d)", d->n, d->slot, p->chunk);
+        if (d->n > p->max_len - p->len[d->slot])
+            return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", p->len[d->slot], d->n,
+                           p->max_len);
+        if (kvpool_blocks_for(p, p->len[d->slot] + d->n) > p->n_held[d->slot])
+            return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->n_held[d->slot],
+                           p->len[d->slot], d->n, kvpool_blocks_for(p, p->len[d->slot] + d->n));
+        seq[i] = (StepSeq){.slot = d->slot, .n = d->n};
+        N += d->n;
+        n_logits += d->logits != 0;
+    }
+    if (N > p->max_rows) return zy_fail(err, "decode: %d rows in one step (at most %d)", N, p->max_rows);
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return zy_fail(err, "decode: token id %d (row %d) is outside the vocabulary [0, %d)", tokens[i], i,
+                           m->cfg.vocab_size);
+    Step st = {.seq = seq, .n_seqs = n_seqs};
+    plan_step(p, &st);
+    memcpy(p->s.tokens, tokens, (size_t)N * sizeof(int32_t));
+    decode_rows(m, p, &st, NULL);
+    if (!logits || !n_logits) return 0;
+    int rows[n_logits], k = 0;
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i].logits) rows[k++] = seq[i].row0 + seq[i].n - 1;
+    /* logits of the wanted rows land packed, then move to their sequences' places (back to front: no overlap) */
+    logits_rows(m, p, rows, n_logits, logits);
+    const size_t V = m->cfg.vocab_size;
+    for (int i = n_seqs - 1; i >= 0 && k > 0; i--)
+        if (seqs[i].logits && --k != i) memmove(logits + i * V, logits + (size_t)k * V, V * sizeof(float));
+    return 0;
+}
+
+/* ---- the same-length cache: one block per sequence ------------------------------------------------------------- */
+
+int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, ZyErr *err) {
+    memset(c, 0, sizeof *c);
+    if (batch <= 0 || max_len <= 0 || chunk <= 0)
+        return zy_fail(err, "KV cache: batch %d, max_len %d and chunk %d must be positive", batch, max_len, chunk);
+    if (kvpool_create(&c->pool, cfg, batch, max_len, batch, max_len, batch * (chunk < max_len ? chunk : max_len),
+                      chunk, err))
+        return -1;
+    c->cfg = *cfg;
+    c->batch = batch;
+    c->max_len = max_len;
+    c->chunk = c->pool.chunk;
+    c->cache_bytes = c->pool.cache_bytes;
+    c->mark_state = malloc((size_t)batch * kvpool_state_bytes(cfg) + 1);
+    if (!c->mark_state) {
+        kvcache_free(c);
+        return zy_fail(err, "out of memory");
+    }
+    for (int b = 0; b < batch; b++) kvpool_reserve(&c->pool, b, max_len); /* sequence b holds block b */
+    kvcache_reset(c);
+    return 0;
+}
+
+int kvcache_create(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, ZyErr *err) {
+    return kvcache_create_ex(c, cfg, batch, max_len, KV_DEFAULT_CHUNK, err);
+}
+
+void kvcache_reset(KVCache *c) {
+    for (int b = 0; b < c->batch; b++) kvpool_seq_reset(&c->pool, b);
+    c->len = 0;
+    kvcache_mark(c);
+}
+
+/* The per-sequence state of every layer, in or out of the mark buffer. */
+static void copy_state(KVCache *c, int save) {
+    const KVPool *p = &c->pool;
+    const size_t B = c->batch, P = p->conv_pad, C = cfg_conv_channels(&c->cfg), half = cfg_k_channels(&c->cfg) / 2;
+    float *m = c->mark_state;
+    for (int l = 0; l < c->cfg.num_layers; l++) {
+        float *conv = p->conv_state[l], *vd = p->vd_prev[l];
+        memcpy(save ? m : conv, save ? conv : m, B * P * C * sizeof(float));
+        m += B * P * C;
+        memcpy(save ? m : vd, save ? vd : m, B * half * sizeof(float));
+        m += B * half;
+    }
+}
+
+void kvcache_mark(KVCache *c) {
+    copy_state(c, 1);
+    c->mark_len = c->len;
+}
+
+void kvcache_rewind(KVCache *c) {
+    copy_state(c, 0);
+    c->len = c->mark_len;
+    for (int b = 0; b < c->batch; b++) c->pool.len[b] = c->len;
+}
+
+void kvcache_free(KVCache *c) {
+    kvpool_free(&c->pool);
+    free(c->mark_state);
+    memset(c, 0, sizeof *c);
+}
+
+int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
+                    int32_t *routing, ZyErr *err) {
+    KVPool *p = &c->pool;
+    if (check_model(m, &c->cfg, err)) return -1;
+    if (n <= 0) return zy_fail(err, "decode: %d new tokens (must be at least 1)", n);
+    if (n > c->max_len - c->len)
+        return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", c->len, n, c->max_len);
+    const int B = c->batch, L = m->cfg.num_layers, D = m->cfg.hidden_size;
+    const size_t V = m->cfg.vocab_size;
+    for (long i = 0; i < (long)B * n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return zy_fail(err, "decode: token id %d at [%ld, %ld] is outside the vocabulary [0, %d)", tokens[i], i / n,
+                           i % n, m->cfg.vocab_size);
+    StepSeq seq[B];
+    int32_t *route_rows = NULL;
+    if (routing && !(route_rows = malloc((size_t)L * B * c->chunk * sizeof *route_rows)))
+        return zy_fail(err, "out of memory");
+    for (int t0 = 0; t0 < n; t0 += c->chunk) {
+        const int k = n - t0 < c->chunk ? n - t0 : c->chunk, final = t0 + k == n;
+        for (int b = 0; b < B; b++) {
+            seq[b] = (StepSeq){.slot = b, .n = k};
+            memcpy(p->s.tokens + (size_t)b * k, tokens + (size_t)b * n + t0, (size_t)k * sizeof(int32_t));
+        }
+        Step st = {.seq = seq, .n_seqs = B};
+        plan_step(p, &st);
+        decode_rows(m, p, &st, route_rows);
+        c->len += k;
+        if (routing)
+            for (int l = 0; l < L; l++)
+                for (int b = 0; b < B; b++)
+                    memcpy(routing + ((size_t)l * B + b) * n + t0, route_rows + (size_t)l * st.N + (size_t)b * k,
+                           (size_t)k * sizeof(int32_t));
+        if (!logits) continue;
+        if (last_only) { /* only the final piece produces logits */
+            if (!final) continue;
+            int rows[B];
+            for (int b = 0; b < B; b++) rows[b] = b * k + k - 1;
+            logits_rows(m, p, rows, B, logits);
+            continue;
+        }
+        DecodeScratch *s = &p->s;
+        rmsnorm_forward(s->u, s->rstd, s->x, m->w.final_norm, st.N, D, m->cfg.rms_norm_eps);
+        for (int b = 0; b < B; b++)
+            zy_matmul_wt(k, (int)V, D, s->u + (size_t)b * k * D, D, m->w.lm_head, m->w.lm_head16,
+                         logits + ((size_t)b * n + t0) * V, (int)V);
+    }
+    free(route_rows);
+    return 0;
+}
+
+int model_decode(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only, ZyErr *err) {
+    return model_decode_ex(m, c, tokens, n, logits, last_only, NULL, err);
+}
+
+/* ---- generation ----------------------------------------------------------------------------------------------- */
+
+int generate_with(const DecodeBackend *be, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+                  int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+                  GenerateStats *st, ZyErr *err) {
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n_prompt;
+    if (be->batch != 1) return zy_fail(err, "generate: the KV cache must hold one sequence (has %d)", be->batch);
+    if (s->V != be->vocab_size)
+        return zy_fail(err, "generate: sampler built for %d tokens, model has %d", s->V, be->vocab_size);
+    if (n_prompt <= 0) return zy_fail(err, "generate: empty prompt");
+    if (n_prompt > be->max_len)
+        return zy_fail(err, "generate: prompt of %d tokens does not fit the %d-token context", n_prompt, be->max_len);
+    float *logits = malloc((size_t)be->vocab_size * sizeof *logits);
+    if (!logits) return zy_fail(err, "out of memory");
+    be->reset(be->ctx);
+    int rc = -1;
+    double t0 = zy_now_seconds();
+    if (be->decode(be->ctx, prompt, n_prompt, logits, err)) goto done;
+    st->prefill_s = zy_now_seconds() - t0;
+    t0 = zy_now_seconds();
+    st->stop = GEN_STOP_MAX_TOKENS;
+    while (st->n_generated < max_new) {
+        int32_t tok = sample_next(s, p, logits, rng);
+        st->n_generated++;
+        int stop = 0;
+        for (int i = 0; i < n_stop; i++) stop |= tok == stop_ids[i];
+        int cb = fn ? fn(ctx, tok, err) : 0;
+        if (cb < 0) goto done;
+        if (stop) {
+            st->stop = GEN_STOP_EOS;
+            break;
+        }
+        if (cb > 0) {
+            st->stop = GEN_STOP_CALLBACK;
+            break;
+        }
+        if (st->n_generated == max_new) break; /* the last token needs no forward */
+        if (be->len(be->ctx) >= be->max_len) {
+            st->stop = GEN_STOP_CACHE_FULL;
+            break;
+        }
+        if (be->decode(be->ctx, &tok, 1, logits, err)) goto done;
+    }
+    st->decode_s = zy_now_seconds() - t0;
+    rc = 0;
+done:
+    free(logits);
+    return rc;
+}
+
+/* The CPU backend: model_decode on a KVCache. */
+typedef struct {
+    const Model *m;
+    KVCache *c;
+} CpuDecode;
+static void cpu_reset(void *x) { kvcache_reset(((CpuDecode *)x)->c); }
+static int cpu_decode(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
+    CpuDecode *d = x;
+    return model_decode(d->m, d->c, tokens, n, logits, 1, err);
+}
+static int cpu_len(void *x) { return ((CpuDecode *)x)->c->len; }
+
+int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+             int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+             GenerateStats *st, ZyErr *err) {
+    CpuDecode d = {.m = m, .c = c};
+    const DecodeBackend be = {.ctx = &d, .reset = cpu_reset, .decode = cpu_decode, .len = cpu_len,
+                              .batch = c->batch, .max_len = c->max_len, .vocab_size = m->cfg.vocab_size};
+    return generate_with(&be, s, p, rng, prompt, n_prompt, max_new, stop_ids, n_stop, fn, ctx, st, err);
+}

@@ -1,0 +1,170 @@
+/* decode: cached incremental inference (ARCHITECTURE.md, "KV cache for decoding"). Per layer the cache holds,
+ * for every sequence and past token, k̂ (after QK-norm, temperature and RoPE) and v: 2·Hkv·dh floats. Per
+ * sequence and layer it also holds a constant-size state: the last P = (k0-1)+(k1-1) pre-conv columns of
+ * X = [q0 | k0] and the previous token's delayed value projection vd. Logits equal a full recompute
+ * (model_forward) up to float rounding. */
+#ifndef ZAYA_DECODE_H
+#define ZAYA_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "infer/sampling.h"
+#include "util/util.h"
+
+/* Scratch for one decoding step of up to max_rows new token rows from up to max_seqs sequences (sized once). */
+typedef struct {
+    int32_t *tokens;                        /* [N] */
+    float *x, *x_mid, *u;                   /* residual stream in / after attention, normed input [N,D] */
+    float *rstd;                            /* [N] */
+    float *X;                               /* [q0 | k0] of the new rows [N,C] */
+    float *Xe, *Ye, *Me;                    /* per sequence: P cached columns + its new rows; Me has k1-1 more */
+    float *query_pre, *key_pre, *query, *key; /* [N,Cq], [N,Ck], [N,Cq], [N,Ck] */
+    float *norm_q, *norm_k;                 /* [N,Hq], [N,Hkv] */
+    float *vc, *vd, *value;                 /* [N,Ck/2] x2, [N,Ck] */
+    float *scores;                          /* per thread [chunk, max_len]: one (sequence, head) at a time */
+    int n_threads;                          /* score buffers */
+    float *attn_out, *proj;                 /* [N,Cq], [N,D] */
+    float *z[2];                            /* router state, ping-pong across layers [N,R] */
+    float *zn, *h1, *h2;                    /* [N,R] */
+    float *router_logits, *router_probs;    /* [N,E+1] */
+    int32_t *choice;                        /* [N] */
+    float *gate;                            /* [N] */
+    int32_t *expert_offset, *expert_cursor, *sorted_rows; /* counting sort of rows by expert: [E+1], [E+1], [N] */
+    float *expert_in, *expert_gu, *expert_act, *expert_out; /* [N,D], [N,2I], [N,I], [N,D] */
+    float *moe_out;                         /* [N,D] */
+    float *last_rows;                       /* final-normed rows that get logits [max_seqs,D] */
+    float *conv_wp;                         /* cca_conv_forward's workspace */
+} DecodeScratch;
+
+/* The KV cache as a pool of fixed-size blocks shared by up to max_seqs sequences (slots), each with its own length
+ * (a server's running batch: sequences join and leave between steps). Per layer a block holds block_tokens rows of
+ * k̂ (after QK-norm, temperature and RoPE) and v, 2·Ck floats each; a slot's block table maps its positions to
+ * blocks. Per slot and layer there is also the constant-size CCA state: the last P = (k0-1)+(k1-1) pre-conv columns
+ * of X = [q0 | k0] and the previous token's delayed value projection vd. A sliding-window layer (config.h) attends
+ * to its last W keys only and rotates with its own RoPE tables; its older blocks are kept (not reused). */
+typedef struct {
+    ZayaConfig cfg;
+    int max_seqs, max_len;                  /* slots; tokens per sequence (<= max_position_embeddings) */
+    int block_tokens, n_blocks, max_blocks; /* block size; blocks in the pool; blocks one sequence may hold */
+    int max_rows, chunk;                    /* new rows per step, all sequences / per sequence */
+    int conv_pad;                           /* P */
+    float **k, **v;                         /* per layer [n_blocks, block_tokens, Ck] */
+    float **conv_state;                     /* per layer [max_seqs, P, C]: X at positions len-P..len-1 (0 before 0) */
+    float **vd_prev;                        /* per layer [max_seqs, Ck/2]: vd of the token at len-1 (0 when len = 0) */
+    int32_t *table;                         /* [max_seqs, max_blocks] block ids */
+    int *len, *n_held;                      /* per slot: tokens cached, blocks held */
+    int32_t *free_blocks;                   /* a stack of n_free block ids */
+    int n_free;
+    float *rope_cos, *rope_sin;             /* [max_len, rd/2], fp32 like the full forward */
+    float *rope_cos_sw, *rope_sin_sw;       /* the sliding-window layers' own tables (NULL without such layers) */
+    DecodeScratch s;
+    size_t cache_bytes;                     /* k̂, v and the per-slot state */
+    void *block;                            /* one allocation behind everything above */
+    void *ptrs;                             /* the per-layer pointer arrays */
+} KVPool;
+
+/* A pool of n_blocks blocks of block_tokens tokens for max_seqs sequences of up to max_len tokens; one step runs up
+ * to max_rows new rows in all, at most chunk of them per sequence. Every slot starts empty. */
+int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                  int max_rows, int chunk, ZyErr *err);
+void kvpool_free(KVPool *p);
+/* Slot back to length 0 with zero state, keeping its blocks. */
+void kvpool_seq_reset(KVPool *p, int slot);
+/* Slot back to length 0, its blocks returned to the pool. */
+void kvpool_seq_release(KVPool *p, int slot);
+/* Makes slot hold blocks for `tokens` positions; -1 (nothing taken) when the pool has too few free blocks. */
+int kvpool_reserve(KVPool *p, int slot, int tokens);
+/* Blocks needed for `tokens` positions. */
+static inline int kvpool_blocks_for(const KVPool *p, int tokens) {
+    return (tokens + p->block_tokens - 1) / p->block_tokens;
+}
+/* Bytes of one block (all layers) and of one slot's constant CCA state (all layers). */
+size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens);
+size_t kvpool_state_bytes(const ZayaConfig *cfg);
+
+/* One sequence's part of a step: n new tokens appended to slot at position len[slot]; logits of its last new row
+ * wanted or not. */
+typedef struct {
+    int slot, n, logits;
+} DecodeSeq;
+
+/* One step over a ragged batch: seqs[i] contributes tokens[row_i .. row_i + n_i) (rows in order of seqs). Writes
+ * the logits of seqs[i]'s last row to logits[i*V] where seqs[i].logits. The slots must hold blocks for their new
+ * lengths (kvpool_reserve). Errors (nothing changes): bad slot, repeated slot, n out of range, too many rows, no
+ * blocks, token ids outside the vocabulary. */
+int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
+                      float *logits, ZyErr *err);
+
+/* A cache for `batch` sequences of the same length (one block per sequence): generation, scoring, benchmarks. */
+typedef struct {
+    ZayaConfig cfg;
+    int batch, max_len, chunk;              /* chunk: rows per sequence processed at once (longer inputs are split) */
+    int len;                                /* tokens already in the cache (the same for every sequence) */
+    int mark_len;                           /* kvcache_mark: the length and per-sequence state saved */
+    float *mark_state;                      /* conv_state and vd_prev of every layer, back to back */
+    size_t cache_bytes;                     /* k̂, v and the per-sequence state */
+    KVPool pool;
+} KVCache;
+
+#define KV_DEFAULT_CHUNK 64
+
+/* A cache for `batch` sequences of up to max_len tokens (<= max_position_embeddings); length 0. */
+int kvcache_create(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, ZyErr *err);
+/* The same with an explicit chunk size: inputs longer than `chunk` tokens per sequence run in pieces. */
+int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, ZyErr *err);
+void kvcache_reset(KVCache *c); /* length 0, state zeroed */
+/* Remembers the current length and state; kvcache_rewind returns to it (the k̂/v rows before the mark are never
+ * overwritten), e.g. to score several continuations of one prefilled context. */
+void kvcache_mark(KVCache *c);
+void kvcache_rewind(KVCache *c);
+void kvcache_free(KVCache *c);
+/* Bytes of k̂ and v for one token of one sequence, all layers, fp32. */
+size_t kvcache_bytes_per_token(const ZayaConfig *cfg);
+
+/* Runs n new tokens per sequence (tokens [batch, n], row-major) continuing from the cache and appends them.
+ * Writes logits [batch, n, V], or only the last position's [batch, V] if last_only (logits may be NULL to
+ * only fill the cache). Errors (the cache is left untouched): cache full, token ids outside the vocabulary. */
+int model_decode(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only, ZyErr *err);
+/* The same, also writing each token's chosen expert per layer to routing [L, batch, n] (E = skip) if non-NULL. */
+int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
+                    int32_t *routing, ZyErr *err);
+
+/* ---- generation (one sequence) ---------------------------------------------------------------------------- */
+
+typedef enum { GEN_STOP_MAX_TOKENS, GEN_STOP_EOS, GEN_STOP_CALLBACK, GEN_STOP_CACHE_FULL } GenStop;
+
+typedef struct {
+    int n_prompt, n_generated;
+    double prefill_s;  /* the prompt's forward, up to the first token's logits */
+    double decode_s;   /* the single-token steps after that (n_generated - 1 of them), sampling included */
+    GenStop stop;
+} GenerateStats;
+
+/* Called with each generated token: return 0 to go on, > 0 to stop after this token, < 0 for an error (err filled). */
+typedef int (*GenerateTokenFn)(void *ctx, int32_t token, ZyErr *err);
+
+/* What generation drives, whatever runs it (the CPU cache below, or a GPU's, gpu_decode.h): reset the cache, decode
+ * n tokens of the one sequence writing the last position's logits [V], the cache's length. */
+typedef struct {
+    void *ctx;
+    void (*reset)(void *ctx);
+    int (*decode)(void *ctx, const int32_t *tokens, int n, float *logits, ZyErr *err);
+    int (*len)(void *ctx);
+    int batch, max_len, vocab_size;
+} DecodeBackend;
+
+/* generate() over any backend. */
+int generate_with(const DecodeBackend *be, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+                  int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+                  GenerateStats *st, ZyErr *err);
+
+/* Resets the cache (batch 1), prefills the prompt, then samples up to max_new tokens, feeding each back. Stops
+ * after a token in stop_ids (it is reported to fn and counted), at max_new, when fn asks, or when the cache is
+ * full. */
+int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
+             int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
+             GenerateStats *st, ZyErr *err);
+
+#endif

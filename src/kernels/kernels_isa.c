@@ -1,0 +1,176 @@
+/* The float ops of kernels.inc (the model's), compiled once per CPU level with that level's -march (Makefile:
+ * -DZY_ISA=generic|avx2|avx512), names suffixed _ZY_ISA, and gathered into that level's kernel table
+ * (kernel_table.h). The vectoriser does the per-level work: the source is the same for every level. */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+
+#ifndef ZY_ISA
+#error "kernels_isa.c is compiled once per CPU level, with -DZY_ISA=<level> (see the Makefile)"
+#endif
+
+/* kernels.inc marks independent loops `omp simd` (GCC cannot prove the many pointers distinct); clang at -O1
+ * (the sanitizer build) declines to vectorise them and would warn. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+/* exp and erfc in float for the elementwise activations, written so GCC vectorises them (no calls; the only
+ * selects are plain min/max: -ftrapping-math keeps GCC from if-converting selects between computed values).
+ * zy_vexpf: Cephes expf (2^n by the exponent bits times a degree-6 polynomial on the reduced argument), relative
+ * error < 1e-7 on [-87, 88] (outside it the result is garbage: kernels.inc checks the range per row).
+ * zy_verfcf: Numerical Recipes erfcc for z >= 0, fractional error < 1.2e-7. */
+typedef union {
+    int32_t i;
+    float f;
+} ZyBits;
+
+static inline float zy_vexpf(float x) { /* x in [-87, 88]: callers check (a clamp here defeats vectorisation) */
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const ZyBits b = {.i = ((int32_t)n + 127) * (1 << 23)};
+    return p * b.f;
+}
+
+static inline float zy_verfcf(float z) {
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    return t * zy_vexpf(p - z * z);
+}
+
+
+#define real float
+#define K(name) ZY_ISA_NAME(name)
+#define GEMM zy_gemm
+#define GEMM_CTX zy_gemm_ctx
+#define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
+#define GEMM_CTX_EX zy_gemm_ctx_ex
+#define MATMUL_WT zy_matmul_wt_ctx
+#define EXP expf
+#define VEXP zy_vexpf
+#define VERFC zy_verfcf
+#define FABS fabsf
+#define COPYSIGN copysignf
+#define ERFC erfcf
+#include "kernels/kernels.inc"
+#undef real
+#undef K
+#undef GEMM
+#undef GEMM_CTX
+#undef GEMM_CTX_W
+#undef GEMM_CTX_EX
+#undef MATMUL_WT
+#undef EXP
+#undef VEXP
+#undef VERFC
+#undef FABS
+#undef COPYSIGN
+#undef ERFC
+
+
+/* ---- bf16 weights: Y = X W16ᵀ for a few rows, fp32 accumulation --------------------------------------------------
+ * The weights are widened to fp32 (a 16-bit shift) in vectors of the level's width and multiplied in fp32: one load
+ * of the weights feeds every row of the block, and four independent sums per row keep the FMA latency off the
+ * memory stream. */
+#if defined(__AVX512F__)
+#define BW 16
+#elif defined(__AVX__)
+#define BW 8
+#else
+#define BW 4
+#endif
+typedef float bvec __attribute__((vector_size(BW * sizeof(float))));
+typedef uint32_t bvec_u32 __attribute__((vector_size(BW * sizeof(uint32_t))));
+typedef uint16_t bvec_u16 __attribute__((vector_size(BW * sizeof(uint16_t))));
+
+static inline bvec bf16_widen(const uint16_t *p) {
+    bvec_u16 h;
+    memcpy(&h, p, sizeof h);
+    const bvec_u32 u = __builtin_convertvector(h, bvec_u32) << 16;
+    bvec f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline bvec bvec_load(const float *p) {
+    bvec v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline float bvec_sum(bvec v) {
+    float s = 0;
+    for (int i = 0; i < BW; i++) s += v[i];
+    return s;
+}
+
+void ZY_ISA_NAME(matmul_bf16_block)(int nr, int o0, int o1, int in, const float *X, int ldx, const uint16_t *W16,
+                                    float *Y, int ldy) {
+    const int in_v = in / BW * BW, in_4v = in / (4 * BW) * (4 * BW);
+    for (int o = o0; o < o1; o++) {
+        const uint16_t *w = W16 + (long)o * in;
+        if (nr == 1) { /* decoding one token */
+            bvec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            int k = 0;
+            for (; k < in_4v; k += 4 * BW) {
+                a0 += bf16_widen(w + k) * bvec_load(X + k);
+                a1 += bf16_widen(w + k + BW) * bvec_load(X + k + BW);
+                a2 += bf16_widen(w + k + 2 * BW) * bvec_load(X + k + 2 * BW);
+                a3 += bf16_widen(w + k + 3 * BW) * bvec_load(X + k + 3 * BW);
+            }
+            for (; k < in_v; k += BW) a0 += bf16_widen(w + k) * bvec_load(X + k);
+            float acc = bvec_sum((a0 + a1) + (a2 + a3));
+            for (; k < in; k++) acc += zy_bf16_to_f32(w[k]) * X[k];
+            Y[o] = acc;
+            continue;
+        }
+        bvec acc[ZY_BF16_ROW_BLOCK] = {{0}};
+        int k = 0;
+        for (; k < in_v; k += BW) {
+            const bvec wv = bf16_widen(w + k);
+            for (int r = 0; r < nr; r++) acc[r] += wv * bvec_load(X + (long)r * ldx + k);
+        }
+        for (int r = 0; r < nr; r++) {
+            const float *x = X + (long)r * ldx;
+            float a = bvec_sum(acc[r]);
+            for (int j = k; j < in; j++) a += zy_bf16_to_f32(w[j]) * x[j];
+            Y[(long)r * ldy + o] = a;
+        }
+    }
+}
+
+void ZY_ISA_NAME(f32_to_bf16_row)(uint16_t *dst, const float *src, int n) {
+    /* zy_f32_to_bf16 written without branches, so it vectorises */
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    }
+}
+
+#define ZY_KERNEL_ENTRY(ret, name, params, args) .name = ZY_ISA_NAME(name),
+#define ZY_STR_(x) #x
+#define ZY_STR(x) ZY_STR_(x)
+const ZyKernelTable ZY_ISA_NAME(zy_kernels) = {.level = ZY_STR(ZY_ISA), ZY_KERNEL_LIST(ZY_KERNEL_ENTRY)};

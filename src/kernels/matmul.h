@@ -1,0 +1,94 @@
+/* matmul: the one seam every matrix product goes through (OpenBLAS today; the GPU backend plugs in here).
+ * Row-major C = alpha * op(A) op(B) + beta * C with op = transpose when trans_* is non-zero;
+ * op(A) is M x K, op(B) is K x N. */
+#ifndef ZAYA_MATMUL_H
+#define ZAYA_MATMUL_H
+
+#include <stdint.h>
+
+#include "util/util.h"
+
+void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+             int ldb, float beta, float *C, int ldc);
+/* zy_gemm without its matrix-vector shortcuts (always sgemm): the reference in tests. */
+void zy_gemm_reference(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc);
+/* The upper triangle (row-major: j >= i) of the symmetric C [N, N] = alpha * op(A) op(A)ᵀ + beta * C, with
+ * op(A) = A [N, K] (trans = 0) or Aᵀ (A [K, N], trans = 1); the strictly lower triangle is left as it was. Half
+ * the FLOPs of the gemm (Muon's Newton–Schulz: X Xᵀ and A²). */
+void zy_syrk_upper(int trans, int N, int K, float alpha, const float *A, int lda, float beta, float *C, int ldc);
+/* Double precision, for the finite-difference reference checks. */
+void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, const double *A, int lda,
+                 const double *B, int ldb, double beta, double *C, int ldc);
+
+/* ---- bf16 weights (inference) ----
+ * bfloat16 = the top 16 bits of a float32 (8-bit exponent, 8-bit significand). Weights may be bf16; activations
+ * and every accumulation stay fp32 (conversions: util.h). */
+/* Rows up to which zy_matmul_wt reads the bf16 weights directly (one pass per ZY_BF16_ROW_BLOCK rows); more rows
+ * are compute-bound and go to sgemm on panels of ZY_BF16_PANEL output rows widened to fp32. */
+#define ZY_BF16_MAX_ROWS 8
+#define ZY_BF16_ROW_BLOCK 4
+#define ZY_BF16_PANEL 256
+
+/* A layer's weight applied to rows of activations: Y[rows, out] (row stride ldy) = X[rows, in] (ldx) Wᵀ with
+ * W [out, in] row-major, fp32 (W16 NULL) or bf16 (W16; W is then not read and may be NULL): a few rows (decoding)
+ * read the bf16 values directly, half the bytes of a memory-bound product; more rows widen them in panels. */
+void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
+                  int ldy);
+/* The few-row bf16 kernels themselves, Y = X W16ᵀ for any number of rows: impl = a ZyCpuLevel (the CPU must have
+ * it; ZY_CPU_AVX512BF16 rounds X to bf16 and runs vdpbf16ps dot products, the others widen the weights to fp32),
+ * -1 = the process's level, ZY_BF16_PLAIN = plain scalar C (the reference in tests). */
+#define ZY_BF16_PLAIN 100
+void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
+                    int ldy);
+/* The AVX512-BF16 kernel (matmul_avx512bf16.c): X rounded to bf16, vdpbf16ps, fp32 sums. Returns -1 (having done
+ * nothing) when this build has no such kernel or the scratch for bf16 X cannot be allocated. */
+int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy);
+
+/* ---- bf16 products ("precision": "bf16") ----
+ * How one run's matrix products compute: fp32 (bf16 = 0), or with both inputs rounded to bf16 (nearest even) and
+ * fp32 accumulation. Products of bf16 values are exact in fp32, so a bf16 product differs from zy_gemm on the
+ * rounded inputs only in summation order. It holds reusable scratch (the bf16 copies of the inputs) and, with
+ * oneDNN, a cache of its matmul primitives: one per run (not shared between threads). Zero-initialised = fp32. */
+typedef struct {
+    int bf16;
+    unsigned weights_gen; /* bumped by zy_gemm_ctx_weights_changed: the packed weights are stale */
+    void *scratch[3];
+    size_t scratch_bytes[3];
+    void *dnnl; /* oneDNN engine, stream and primitive cache (matmul_bf16.c), created on first use */
+} ZyGemmCtx;
+void zy_gemm_ctx_free(ZyGemmCtx *ctx);
+
+/* zy_gemm under ctx's precision (ctx NULL: fp32). bf16: on a CPU running the avx512bf16 kernels with oneDNN
+ * built in, oneDNN's bf16 matmul (AVX512-BF16 dot products, or AMX tiles where the CPU has them); anywhere else
+ * the rounded inputs widened back to fp32 for sgemm (the same products, slower). If scratch memory runs out it
+ * falls back to fp32 (no error: the product is still right, only not rounded). */
+void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
+/* Under bf16 every operand is rounded to a bf16 copy; how long a copy may be reused is the operand's kind:
+ * ZY_MM_TEMP    made for this product only;
+ * ZY_MM_STABLE  unchanged until the next zy_gemm_ctx_weights_changed (the weights, a forward's saved activations;
+ *               model_forward calls it first): made once, reused by every product that reads it;
+ * ZY_MM_AGAIN   the caller's word that this is the same memory, unchanged, as an operand of the previous product
+ *               (the output gradient, read by both products of a backward): its copy is reused (made if no match).
+ * zy_gemm_ctx is zy_gemm_ctx_ex with both TEMP; zy_gemm_ctx_w with B STABLE. */
+enum { ZY_MM_TEMP, ZY_MM_STABLE, ZY_MM_AGAIN };
+void zy_gemm_ctx_ex(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                    int a_kind, const float *B, int ldb, int b_kind, float beta, float *C, int ldc);
+void zy_gemm_ctx_w(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *W, int ldw, float beta, float *C, int ldc);
+void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx);
+/* zy_matmul_wt under ctx's precision: bf16 rounds X and W, both STABLE (a forward's input and a weight; W must be
+ * fp32 then). */
+void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
+                      const uint16_t *W16, float *Y, int ldy);
+/* What runs bf16 products in this process: "oneDNN <version> (<isa>)" or the sgemm fallback, and why. */
+void zy_gemm_bf16_backend(char *out, size_t cap);
+
+/* Measured sgemm throughput (GFLOP/s) of this process's BLAS on square matrices of size n, timed for about
+ * `seconds` after a warm-up: the peak MFU is quoted against. */
+double zy_sgemm_probe_gflops(int n, double seconds);
+/* The same for bf16 products (zy_gemm_ctx with bf16 on, rounding of the inputs included). */
+double zy_gemm_bf16_probe_gflops(int n, double seconds);
+
+#endif
