@@ -283,7 +283,10 @@ int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
         return zy_fail(err, "%s: pad_token_id (%d) must be < vocab_size (%d)", label, c->pad_token_id, c->vocab_size);
     /* bos/eos are not used by the model itself (the tokenizer checks them), so only pad is validated here: it
      * selects the embedding row that receives no gradient. */
-    /* Guard the sizes that multiply into allocations. */
+    /* Guard the sizes that multiply into allocations (and the per-layer lists a config is written back with). */
+    if (c->num_layers > ZY_MAX_LAYERS)
+        return zy_fail(err, "%s: num_hidden_layers (%d) is more than zaya supports (%d)", label, c->num_layers,
+                       ZY_MAX_LAYERS);
     double per_layer = (double)c->num_experts * 3.0 * c->moe_intermediate_size * c->hidden_size;
     if (per_layer * c->num_layers > 1e12 || (double)c->vocab_size * c->hidden_size > 1e12)
         return zy_fail(err, "%s: model too large (more than 1e12 parameters)", label);

@@ -2,6 +2,9 @@
 #ifndef ZAYA_CONFIG_H
 #define ZAYA_CONFIG_H
 
+/* The most layers a config may have (ZAYA1-8B has 40, the 74B preview 80): bounds what a config allocates. */
+#define ZY_MAX_LAYERS 4096
+
 #include <stdint.h>
 
 #include "util/util.h"

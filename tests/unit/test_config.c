@@ -53,6 +53,7 @@ TEST(config_rejects_each_bad_input_naming_the_key) {
         const char *from, *to, *expect;
     } cases[] = {
         {"\"vocab_size\": 64,", "", "missing key \"vocab_size\""},
+        {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 444444442", "more than zaya supports"},
         {"\"hidden_size\": 16", "\"hidden_size\": \"16\"", "\"hidden_size\" must be an integer"},
         {"\"hidden_size\": 16", "\"hidden_size\": 16.5", "\"hidden_size\" must be an integer"},
         {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "multiple of num_key_value_heads"},
