@@ -358,9 +358,14 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         get_bool(root, "attention_bias", 0, 0, &attention_bias, label, err) ||
         get_token_id(root, "bos_token_id", 2, &cfg->bos_token_id, label, err) ||
         get_token_id(root, "eos_token_id", 106, &cfg->eos_token_id, label, err) ||
-        get_token_id(root, "pad_token_id", 0, &cfg->pad_token_id, label, err) ||
-        parse_layer_types(root, cfg, label, err) || parse_rope(root, cfg, label, err))
+        get_token_id(root, "pad_token_id", 0, &cfg->pad_token_id, label, err))
         goto done;
+    if (cfg->num_layers > ZY_MAX_LAYERS) { /* before anything per layer is read */
+        zy_fail(err, "%s: key \"num_hidden_layers\" (%d) is more than zaya supports (%d)", label, cfg->num_layers,
+                ZY_MAX_LAYERS);
+        goto done;
+    }
+    if (parse_layer_types(root, cfg, label, err) || parse_rope(root, cfg, label, err)) goto done;
     if (experts_per_tok != 1) {
         zy_fail(err, "%s: key \"num_experts_per_tok\" must be 1 (ZAYA routes top-1; got %d)", label, experts_per_tok);
         goto done;
