@@ -1,23 +1,23 @@
 #!/usr/bin/env python3
-"""Serving benchmark: `zaya serve` under N concurrent streaming clients against transformers' `generate` with a
-static batch of the same size, on the same model, cores and token counts; and the KV-cache capacity of CCA against
-MHA at the same KV memory.
+"""Serving benchmark: `zaya serve` with continuous batching against transformers' `generate` with static batches,
+on the same model, cores, weights and requests; and the KV-cache capacity of CCA against MHA at one KV memory.
 
-For each model config (random weights from `zaya init`; a byte-level tokenizer trained here, since only token ids
-are sent):
-  - zaya: `zaya serve --max-batch C`, C client threads each sending requests back to back (prompt of P random ids,
-    max_tokens O, ignore_eos, greedy, stream). Reports generated tokens/s over the whole run, p50/p99 time to first
-    token and inter-token latency as the clients see them.
-  - transformers: ZayaForCausalLM (the same weights, fp32 or bf16 as zaya's --dtype), `generate` on a batch of C prompts of P ids with
-    min_new_tokens = max_new_tokens = O, greedy, use_cache: tokens/s = C*O / time (best of the runs).
+The workload: R requests whose prompt and output lengths mix (by default every combination of 16/64/256-token
+prompts and 16/64/256-token outputs, equally often, shuffled; random prompt ids; the output length is forced with
+ignore_eos / min_new_tokens), C of them in flight at a time. For each model config (random weights from
+`zaya init`; a byte-level tokenizer trained here, since only token ids are sent):
+  - zaya: `zaya serve --max-batch C`, C closed-loop client threads streaming (greedy); generated tokens/s over the
+    run, and the clients' p50/p99 time to first token and gap between streamed chunks (one per decoding step).
+  - transformers: ZayaForCausalLM (fp32 or bf16, as zaya's --dtype), the same requests in arrival order, C per
+    `generate` call (left-padded, decoding until the batch's longest output is done): requested tokens / time.
   - capacity: `zaya serve --kv-memory M --max-batch 512` for the demo model's CCA and its MHA twin (the attention
-    ablation's "mha" variant: 4 heads of 32, q/k/v/o hidden x hidden), flooded with requests; the peak number running
-    at once (/metrics) is the concurrency that fits M.
+    ablation's "mha" variant: 4 heads of 32, q/k/v/o hidden x hidden), flooded with 192-token requests; the peak
+    number running at once (/metrics) is the concurrency that fits M.
 
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
-           [--concurrency 32] [--requests-per-client 2] [--prompt 64] [--output 128] [--threads 2]
+           [--concurrency 32] [--requests 96] [--prompts 16 64 256] [--outputs 16 64 256] [--threads 2]
            [--kv-memory 16M] [--dtypes f32 bf16] [--json out.json]
-Prints a markdown table (and JSON with --json). Timings are medians/percentiles of one run; say the CPU."""
+Prints markdown tables (and JSON with --json). One run; say which CPU."""
 import argparse
 import http.client
 import json
@@ -81,7 +81,8 @@ class Server:
 
 
 def stream_request(port, body):
-    """One streamed completion: (time to first token, inter-token gaps, tokens)."""
+    """One streamed completion: (time to first chunk, gaps between chunks, tokens). Chunks are not parsed except the
+    usage one: each carries the text of one decoding step (rarely two, when a character spans tokens)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.perf_counter()
     c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
@@ -90,46 +91,60 @@ def stream_request(port, body):
         raise RuntimeError(f"{r.status}: {r.read()[:200]}")
     ttft, gaps, last, n = None, [], None, 0
     for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
+        if not raw.startswith(b"data: {"):
             continue
-        ev = json.loads(line[6:])
-        if ev.get("usage"):
-            n = ev["usage"]["completion_tokens"]
-        if not ev["choices"] or ev["choices"][0].get("logprobs") is None:
+        if b'"usage"' in raw:
+            n = json.loads(raw[6:])["usage"]["completion_tokens"]
             continue
         now = time.perf_counter()
-        k = len(ev["choices"][0]["logprobs"]["tokens"])  # tokens in this chunk: one per step
         if ttft is None:
             ttft = now - t0
-        elif k:
-            gaps.append((now - last) / k)
+        else:
+            gaps.append(now - last)
         last = now
     c.close()
     return ttft, gaps, n
 
 
-def run_zaya(mdir, cfg, a, dtype):
-    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", a.prompt + a.output + 8,
-                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
+def workload(a, V, seed=0):
+    """The requests, in arrival order: prompt and output lengths cycling through the mix, random prompt ids."""
     import random
-    rnd = random.Random(0)
-    V = min(cfg["vocab_size"], 1000)
-    results, errors = [], []
+    rnd = random.Random(seed)
+    combos = [(p, o) for p in a.prompts for o in a.outputs]
+    reqs = []
+    for i in range(a.requests):
+        p, o = combos[i % len(combos)]
+        reqs.append(([rnd.randrange(3, V) for _ in range(p)], o))
+    rnd.shuffle(reqs)
+    return reqs
 
-    def client(k):
-        for i in range(a.requests_per_client):
-            body = {"model": os.path.basename(mdir), "prompt": [rnd.randrange(3, V) for _ in range(a.prompt)],
-                    "max_tokens": a.output, "temperature": 0, "ignore_eos": True, "stream": True, "logprobs": 0,
-                    "stream_options": {"include_usage": True}}
+
+def run_zaya(mdir, cfg, a, dtype):
+    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", max(a.prompts) + max(a.outputs) + 8,
+                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
+    reqs = workload(a, min(cfg["vocab_size"], 1000))
+    results, errors, lock = [], [], threading.Lock()
+    queue = list(reversed(reqs))
+
+    def client():  # closed loop: each client sends the next request when its last one is done
+        while True:
+            with lock:
+                if not queue:
+                    return
+                prompt, out = queue.pop()
+            body = {"model": os.path.basename(mdir), "prompt": prompt, "max_tokens": out, "temperature": 0,
+                    "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
             try:
-                results.append(stream_request(srv.port, body))
+                r = stream_request(srv.port, body)
+                with lock:
+                    results.append(r)
             except Exception as e:  # noqa: BLE001
-                errors.append(repr(e))
+                with lock:
+                    errors.append(repr(e))
     try:
         stream_request(srv.port, {"model": os.path.basename(mdir), "prompt": [5] * 8, "max_tokens": 4,
-                                  "ignore_eos": True, "stream": True, "logprobs": 0})  # warm-up
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(a.concurrency)]
+                                  "ignore_eos": True, "stream": True})  # warm-up
+        threads = [threading.Thread(target=client) for _ in range(a.concurrency)]
         t0 = time.perf_counter()
         for t in threads:
             t.start()
@@ -142,6 +157,7 @@ def run_zaya(mdir, cfg, a, dtype):
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
     toks = sum(r[2] for r in results)
+    assert toks == sum(o for _, o in reqs), (toks, sum(o for _, o in reqs))
     ttft = sorted(r[0] for r in results)
     itl = sorted(g for r in results for g in r[1])
     pct = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
@@ -151,25 +167,31 @@ def run_zaya(mdir, cfg, a, dtype):
 
 
 def run_transformers(mdir, a, dtype):
+    """A static-batching server: the same requests in arrival order, C at a time; each batch left-pads its prompts
+    and decodes until its longest request is done (the others wait, padded); useful tokens are the ones asked for."""
     import torch
     from transformers import ZayaForCausalLM
     torch.set_num_threads(a.threads)
     model = ZayaForCausalLM.from_pretrained(mdir, dtype=torch.float32 if dtype == "f32" else torch.bfloat16).eval()
-    V = min(model.config.vocab_size, 1000)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, V, (a.concurrency, a.prompt), generator=g)
-    best = None
+    reqs = workload(a, min(model.config.vocab_size, 1000))
     with torch.no_grad():
-        model.generate(ids[:, :8], attention_mask=torch.ones_like(ids[:, :8]), max_new_tokens=2, min_new_tokens=2,
-                       do_sample=False, pad_token_id=0)
-        for _ in range(a.hf_runs):
-            t0 = time.perf_counter()
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=a.output,
-                                 min_new_tokens=a.output, do_sample=False, pad_token_id=0, use_cache=True)
-            dt = time.perf_counter() - t0
-            assert out.shape[1] == a.prompt + a.output
-            best = dt if best is None else min(best, dt)
-    return {"tokens_per_s": a.concurrency * a.output / best, "wall_s": best}
+        w = torch.full((2, 8), 5)
+        model.generate(w, attention_mask=torch.ones_like(w), max_new_tokens=2, min_new_tokens=2, do_sample=False,
+                       pad_token_id=0)  # warm-up
+        t0 = time.perf_counter()
+        for i in range(0, len(reqs), a.concurrency):
+            batch = reqs[i:i + a.concurrency]
+            P, O = max(len(p) for p, _ in batch), max(o for _, o in batch)
+            ids = torch.zeros((len(batch), P), dtype=torch.long)
+            mask = torch.zeros((len(batch), P), dtype=torch.long)
+            for k, (p, _) in enumerate(batch):
+                ids[k, P - len(p):] = torch.tensor(p)
+                mask[k, P - len(p):] = 1
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=O, min_new_tokens=O, do_sample=False,
+                                 pad_token_id=0, use_cache=True)
+            assert out.shape[1] == P + O
+        wall = time.perf_counter() - t0
+    return {"tokens_per_s": sum(o for _, o in reqs) / wall, "wall_s": wall}
 
 
 def capacity(mdir, a, context):
@@ -217,12 +239,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="*", default=["configs/demo-model.json", "configs/bench-medium.json"])
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--requests-per-client", type=int, default=2)
-    ap.add_argument("--prompt", type=int, default=64)
-    ap.add_argument("--output", type=int, default=128)
+    ap.add_argument("--requests", type=int, default=96)
+    ap.add_argument("--prompts", type=int, nargs="+", default=[16, 64, 256], help="prompt lengths, mixed")
+    ap.add_argument("--outputs", type=int, nargs="+", default=[16, 64, 256], help="output lengths, mixed")
     ap.add_argument("--prefill-chunk", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--hf-runs", type=int, default=2)
     ap.add_argument("--kv-memory", default="16M")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], help="weights: zaya --dtype, torch dtype")
@@ -230,7 +251,8 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="zaya-serve-bench-")
-    out = {"concurrency": a.concurrency, "prompt": a.prompt, "output": a.output, "threads": a.threads, "models": {}}
+    out = {"concurrency": a.concurrency, "requests": a.requests, "prompts": a.prompts, "outputs": a.outputs,
+           "threads": a.threads, "models": {}}
     try:
         for cfg_path in a.configs:
             name = os.path.splitext(os.path.basename(cfg_path))[0]
@@ -244,7 +266,7 @@ def main():
                     print(f"[{name}] transformers {dt} {r['transformers ' + dt]}", file=sys.stderr, flush=True)
             out["models"][name] = r
         if not a.no_capacity:
-            ctx = a.prompt + a.output
+            ctx = 192
             demo = os.path.join(ROOT, "configs/demo-model.json")
             cca, _ = make_model(demo, work, "cap-cca")
             mha, _ = make_model(demo, work, "cap-mha", {"zaya_attention": "mha", "num_attention_heads": 4,
@@ -254,8 +276,8 @@ def main():
             print(f"capacity {out['capacity']}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{a.concurrency} concurrent requests, prompt {a.prompt} + output {a.output} tokens, "
-          f"{a.threads} threads\n")
+    print(f"\n{a.requests} requests, {a.concurrency} at a time, prompts of {a.prompts} x outputs of {a.outputs} tokens "
+          f"(each combination equally often, shuffled), {a.threads} threads\n")
     print("| model | weights | server | tokens/s | vs transformers | TTFT p50 / p99 | inter-token p50 / p99 | mean batch |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in out["models"].items():
