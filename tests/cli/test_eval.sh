@@ -104,9 +104,10 @@ sed -e 's/<|bos|>/<bos>/g' -e 's/<|eos|>/<eos>/g' "$work/tok.json" >"$work/gemma
 printf '{"bos_token": "<bos>", "eos_token": {"content": "<eos>"}}\n' >"$work/gemma/tokenizer_config.json"
 sed -e 's/<|bos|>/<start>/g' -e 's/<|eos|>/<stop>/g' "$work/tok.json" >"$work/other/tokenizer.json"
 T2=(--task "$work/mc.jsonl" "$work/qa.jsonl")
-a=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/tok.json" "${T2[@]}" 2>&1)
-b=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/gemma" "${T2[@]}" 2>&1)
-c=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/other" "${T2[@]}" 2>&1)
+# the scores only (stdout): stderr's progress lines carry timings that differ from run to run
+a=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/tok.json" "${T2[@]}" 2>/dev/null)
+b=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/gemma" "${T2[@]}" 2>/dev/null)
+c=$("$ZAYA" eval --model "$work/model56" --tokenizer "$work/other" "${T2[@]}" 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ]
 check "eval: <bos>/<eos> named by tokenizer_config.json act as <|bos|>/<|eos|> (unnamed ones: the model config's)" $? \
     "$a / $b / $c"
