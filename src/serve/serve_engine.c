@@ -269,7 +269,7 @@ static void record_logprobs(ServeJob *j, const float *logits, int V, int32_t tok
     r->token = tok;
     r->logprob = (float)(logits[tok] - lse);
     const int k = j->logprobs;
-    for (int i = 0; i < V; i++) { /* insertion into the k best, ties to the lower id */
+    for (int i = 0; k > 0 && i < V; i++) { /* insertion into the k best, ties to the lower id */
         int pos = r->n_top;
         while (pos > 0 && logits[i] > logits[r->top[pos - 1]]) pos--;
         if (pos >= k) continue;
@@ -582,15 +582,10 @@ int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, 
     j->t_submit = now_s();
     pthread_mutex_lock(&e->mu);
     int rc = 0;
-    const int blocks = kvpool_blocks_for(&e->pool, j->need);
+    const int blocks = kvpool_blocks_for(&e->pool, j->need); /* <= the pool: it holds one max_context sequence */
     if (e->stopping) {
         e->rejected_shutdown++;
         rc = serve_error(err, 503, "server_error", "", "the server is shutting down");
-    } else if (blocks > e->pool.n_blocks) {
-        e->rejected_too_long++;
-        rc = serve_error(err, 400, "invalid_request_error", "max_tokens",
-                         "this request needs %d KV-cache blocks (%d tokens) and the server's whole pool has %d; ask for "
-                         "fewer tokens", blocks, j->need, e->pool.n_blocks);
     } else if (e->n_queued >= e->o.max_queue && (e->head || e->n_running >= e->o.max_batch ||
                                                  blocks > e->pool.n_free)) {
         e->rejected_full++;

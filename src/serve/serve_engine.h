@@ -59,7 +59,8 @@ void serve_engine_free(ServeEngine *e);
 /* What the engine was built with: the effective options, KV blocks in the pool, bytes per block. */
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes);
 
-/* Queues a request. Errors: 400 (does not fit the context or the whole pool), 503 (queue full or shutting down). */
+/* Queues a request. Errors: 400 (the prompt fills the context, an id outside the vocabulary), 503 (queue full or
+ * shutting down). */
 int serve_engine_submit(ServeEngine *e, const ServeJobSpec *spec, ServeJob **out, ServeError *err);
 
 /* One token's log-probabilities (model distribution, before temperature). */

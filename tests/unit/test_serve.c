@@ -127,7 +127,10 @@ static char *drain(ServeJob *j, const char **finish, int *completion) {
     for (;;) {
         if (!serve_job_wait(j, 1000)) continue;
         ServeDelta d;
-        if (serve_job_take(j, &d)) break;
+        if (serve_job_take(j, &d)) {
+            *finish = "take failed";
+            break;
+        }
         if (n + d.len + 1 > cap) text = realloc(text, cap = 2 * (n + d.len + 1));
         memcpy(text + n, d.text ? d.text : "", d.len);
         n += d.len;
