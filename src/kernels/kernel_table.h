@@ -162,10 +162,13 @@
        (dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window, work, threads))
 /* ... and the kernels that only matmul.c calls. matmul_bf16_block: Y[r, o] = Σ_k X[r, k] · W16[o, k] for rows
  * r < nr (nr <= ZY_BF16_ROW_BLOCK), outputs o in [o0, o1): bf16 weights widened to fp32, fp32 accumulation.
+ * matmul_f32_block: the same with fp32 weights W [out, in] (nr <= 4), tiles of dot products (matmul.c's few-row path).
  * f32_to_bf16_row: dst[i] = zy_f32_to_bf16(src[i]) (nearest even, NaN kept quiet), vectorised. */
 #define ZY_KERNEL_INTERNAL(ZK) \
     ZK(void, matmul_bf16_block, (int nr, int o0, int o1, int in, const float *X, int ldx, const uint16_t *W16, \
                                 float *Y, int ldy), (nr, o0, o1, in, X, ldx, W16, Y, ldy)) \
+    ZK(void, matmul_f32_block, (int nr, int o0, int o1, int in, const float *X, int ldx, const float *W, float *Y, \
+                               int ldy), (nr, o0, o1, in, X, ldx, W, Y, ldy)) \
     ZK(void, f32_to_bf16_row, (uint16_t *dst, const float *src, int n), (dst, src, n))
 #define ZY_KERNEL_LIST(ZK) ZY_KERNEL_OPS(ZK) ZY_KERNEL_INTERNAL(ZK)
 

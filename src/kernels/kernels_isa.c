@@ -159,6 +159,58 @@ void ZY_ISA_NAME(matmul_bf16_block)(int nr, int o0, int o1, int in, const float 
     }
 }
 
+/* ---- fp32 weights: Y = X Wᵀ for a few rows, as tiles of dot products --------------------------------------------
+ * sgemm packs the whole weight matrix into its own layout on every call: for a few rows (the experts of a decoding
+ * step hold a handful each) that copy costs as much as the product. Here NR rows and 4 weight rows make a tile of
+ * 4 NR vector sums over k: 4 + NR loads feed 4 NR multiply-adds, and the weights are read once, as stored. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline bvec bvec_fma(bvec a, bvec b, bvec c) { return (bvec)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
+#elif defined(__FMA__)
+#include <immintrin.h>
+static inline bvec bvec_fma(bvec a, bvec b, bvec c) { return (bvec)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+#else
+static inline bvec bvec_fma(bvec a, bvec b, bvec c) { return a * b + c; }
+#endif
+
+static inline __attribute__((always_inline)) void f32_tile(const int NR, int no, int in, const float *X, int ldx,
+                                                          const float *W, int o, float *Y, int ldy) {
+    const float *w[4];
+    for (int j = 0; j < 4; j++) w[j] = W + (long)(o + (j < no ? j : no - 1)) * in; /* a partial tile repeats */
+    bvec acc[4][4];
+    for (int r = 0; r < NR; r++)
+        for (int j = 0; j < 4; j++) acc[r][j] = (bvec){0};
+    int k = 0;
+    for (; k + BW <= in; k += BW) {
+        const bvec w0 = bvec_load(w[0] + k), w1 = bvec_load(w[1] + k), w2 = bvec_load(w[2] + k), w3 = bvec_load(w[3] + k);
+        for (int r = 0; r < NR; r++) {
+            const bvec x = bvec_load(X + (long)r * ldx + k);
+            acc[r][0] = bvec_fma(x, w0, acc[r][0]), acc[r][1] = bvec_fma(x, w1, acc[r][1]);
+            acc[r][2] = bvec_fma(x, w2, acc[r][2]), acc[r][3] = bvec_fma(x, w3, acc[r][3]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int j = 0; j < no; j++) {
+            const float *x = X + (long)r * ldx;
+            float a = bvec_sum(acc[r][j]);
+            for (int t = k; t < in; t++) a += x[t] * w[j][t];
+            Y[(long)r * ldy + o + j] = a;
+        }
+}
+
+void ZY_ISA_NAME(matmul_f32_block)(int nr, int o0, int o1, int in, const float *X, int ldx, const float *W, float *Y,
+                                   int ldy) {
+    for (int o = o0; o < o1; o += 4) {
+        const int no = o1 - o < 4 ? o1 - o : 4;
+        switch (nr) { /* the row count as a constant: each case keeps its 4 x nr sums in registers */
+        case 1: f32_tile(1, no, in, X, ldx, W, o, Y, ldy); break;
+        case 2: f32_tile(2, no, in, X, ldx, W, o, Y, ldy); break;
+        case 3: f32_tile(3, no, in, X, ldx, W, o, Y, ldy); break;
+        default: f32_tile(4, no, in, X, ldx, W, o, Y, ldy); break;
+        }
+    }
+}
+
 void ZY_ISA_NAME(f32_to_bf16_row)(uint16_t *dst, const float *src, int n) {
     /* zy_f32_to_bf16 written without branches, so it vectorises */
 #pragma omp simd

@@ -1,5 +1,7 @@
 #include "kernels/matmul.h"
 
+#include "kernels/kernel_table.h" /* before cblas.h, whose complex.h defines I */
+
 #include <cblas.h>
 #include <stdlib.h>
 
@@ -33,6 +35,24 @@ void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const f
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
                 alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void zy_matmul_f32(int rows, int out, int in, const float *X, int ldx, const float *W, float *Y, int ldy) {
+    if (rows < 2 || rows > ZY_F32_TILE_MAX_ROWS || out <= 0 || in <= 0) { /* one row: sgemv reads W once already */
+        zy_gemm(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy);
+        return;
+    }
+    const ZyKernelTable *kt = zy_kernels();
+    const int chunks = (out + ZY_F32_TILE_CHUNK - 1) / ZY_F32_TILE_CHUNK;
+    /* fixed chunks of outputs over the threads (each sum the same whatever the thread count); a chunk's weight rows
+     * stay in cache while every row block passes over them */
+#pragma omp parallel for schedule(static) if ((long)out * in >= 65536L)
+    for (int c = 0; c < chunks; c++) {
+        const int o0 = c * ZY_F32_TILE_CHUNK, o1 = o0 + ZY_F32_TILE_CHUNK < out ? o0 + ZY_F32_TILE_CHUNK : out;
+        for (int r0 = 0; r0 < rows; r0 += 4)
+            kt->matmul_f32_block(rows - r0 < 4 ? rows - r0 : 4, o0, o1, in, X + (long)r0 * ldx, ldx, W,
+                                 Y + (long)r0 * ldy, ldy);
+    }
 }
 
 /* The plain sgemm, whatever the shape (the reference the matrix-vector paths are tested against). */

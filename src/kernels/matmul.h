@@ -21,6 +21,14 @@ void zy_syrk_upper(int trans, int N, int K, float alpha, const float *A, int lda
 void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, const double *A, int lda,
                  const double *B, int ldb, double beta, double *C, int ldc);
 
+/* Y[rows, out] (ldy) = X[rows, in] (ldx) Wᵀ, W [out, in] fp32 row-major (a layer's weight): up to
+ * ZY_F32_TILE_MAX_ROWS rows (decoding, the experts' few rows) as tiles of dot products that read W as stored (the
+ * level's matmul_f32_block); one row or more go to sgemv / sgemm. Each output's sum is independent of the thread
+ * count. */
+#define ZY_F32_TILE_MAX_ROWS 16
+#define ZY_F32_TILE_CHUNK 32
+void zy_matmul_f32(int rows, int out, int in, const float *X, int ldx, const float *W, float *Y, int ldy);
+
 /* ---- bf16 weights (inference) ----
  * bfloat16 = the top 16 bits of a float32 (8-bit exponent, 8-bit significand). Weights may be bf16; activations
  * and every accumulation stay fp32 (conversions: util.h). */

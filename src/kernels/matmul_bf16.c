@@ -75,25 +75,19 @@ static void bf16_panels_gemm(int rows, int out, int in, const float *X, int ldx,
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
                   int ldy) {
     if (W16 && rows > 0 && out > 0 && in > 0) {
+        /* AVX512-BF16: the tiled dot-product kernel for any number of rows (bf16 dot products run at twice sgemm's
+         * rate, and the weights are read as they are stored: no widened panel) */
+        if (zy_cpu_level() >= ZY_CPU_AVX512BF16 && zy_matmul_bf16_dpbf16(rows, out, in, X, ldx, W16, Y, ldy) == 0)
+            return;
         if (rows <= ZY_BF16_MAX_ROWS) {
             zy_matmul_bf16(-1, rows, out, in, X, ldx, W16, Y, ldy);
             return;
         }
-        /* At avx512bf16 the few-row kernel rounds X to bf16 (vdpbf16ps takes bf16 pairs); many rows round it too,
-         * so decoding and a full forward compute the same products. */
-        float *xr = NULL;
-        if (zy_cpu_level() >= ZY_CPU_AVX512BF16 && (xr = malloc((size_t)rows * in * sizeof *xr))) {
-#pragma omp parallel for schedule(static) if ((long)rows * in >= 65536L)
-            for (long i = 0; i < (long)rows * in; i++) xr[i] = zy_round_bf16(X[i / in * ldx + i % in]);
-            X = xr, ldx = in;
-        }
         bf16_panels_gemm(rows, out, in, X, ldx, W16, Y, ldy);
-        free(xr);
         return;
     }
-    zy_gemm(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy);
+    zy_matmul_f32(rows, out, in, X, ldx, W, Y, ldy);
 }
-
 
 /* ---- bf16 GEMM: both inputs rounded to bf16, fp32 accumulation ---------------------------------------------- */
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul.h"
 #include "test.h"
 #include "util/util.h"
@@ -102,7 +103,8 @@ TEST(bf16_weight_kernels_match_sgemm_on_rounded_weights) {
     zy_rng_seed(&rng, 17);
     const int shapes[][3] = {{1, 1, 1}, {1, 7, 5}, {1, 300, 129}, {2, 33, 64}, {3, 17, 40}, {4, 64, 256},
                              {5, 40, 31}, {8, 129, 96}, {9, 50, 72}, {1, 1000, 1024}, {16, 20, 48},
-                             {1, 70, 4133}, {33, 600, 40} /* panels of 256 output rows and a partial one */};
+                             {1, 70, 4133}, {33, 600, 40} /* panels of 256 output rows and a partial one */,
+                             {70, 45, 100} /* the avx512bf16 tiles: a 64-row panel and a partial one */};
     ZyCpuInfo ci;
     zy_cpu_detect(&ci);
     /* slots: 0..ZY_CPU_LEVELS-1 the levels, then plain C, then zy_matmul_wt */
@@ -159,6 +161,69 @@ TEST(bf16_weight_kernels_match_sgemm_on_rounded_weights) {
     printf(", zy_matmul_wt %.3g\n", worst[ENTRY]);
     for (int slot = 0; slot < SLOTS; slot++) CHECK_MSG(worst[slot] < 1e-6, "slot %d: worst %.3g", slot, worst[slot]);
     CHECK(ran[PLAIN] && ran[ENTRY] && ran[ZY_CPU_GENERIC]);
+}
+
+/* The fp32 few-row path (zy_matmul_f32: tiles of dot products for 2..ZY_F32_TILE_MAX_ROWS rows) against sgemm: every
+ * CPU level's tile kernel this machine runs, row counts around the 4-row blocks and the limit, output counts off the
+ * 4-wide tiles and the 32-output chunks, inputs off every vector width, strided X and Y; Y's padding untouched. */
+TEST(f32_weight_tiles_match_sgemm) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 23);
+    const int shapes[][3] = {{1, 5, 3},   {2, 1, 1},    {2, 33, 64},  {3, 17, 40},  {4, 64, 256}, {5, 40, 31},
+                             {7, 3, 17},  {8, 129, 96}, {9, 50, 72},  {13, 70, 515}, {16, 20, 48}, {16, 1024, 512},
+                             {17, 40, 24} /* past the limit: sgemm */};
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    enum { ENTRY = ZY_CPU_LEVELS, SLOTS };
+    double worst[SLOTS] = {0};
+    int ran[SLOTS] = {0};
+    for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
+        const int rows = shapes[s][0], out = shapes[s][1], in = shapes[s][2], ldx = in + 5, ldy = out + 3;
+        float *X = malloc(sizeof(float) * rows * ldx), *W = malloc(sizeof(float) * out * in);
+        float *Yref = malloc(sizeof(float) * rows * ldy), *Y = malloc(sizeof(float) * rows * ldy);
+        float *Xa = malloc(sizeof(float) * rows * ldx), *Wa = malloc(sizeof(float) * out * in);
+        float *Yabs = malloc(sizeof(float) * rows * ldy);
+        for (int i = 0; i < rows * ldx; i++) X[i] = (float)zy_rng_normal(&rng), Xa[i] = fabsf(X[i]);
+        for (int i = 0; i < out * in; i++) W[i] = (float)zy_rng_normal(&rng), Wa[i] = fabsf(W[i]);
+        zy_gemm_reference(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Yref, ldy);
+        zy_gemm_reference(0, 1, rows, out, in, 1, Xa, ldx, Wa, in, 0, Yabs, ldy); /* Σ|x w|: the scale of rounding */
+        for (int slot = 0; slot < SLOTS; slot++) {
+            if (slot < ZY_CPU_LEVELS && !zy_cpu_supports(&ci, (ZyCpuLevel)slot)) continue;
+            if (slot < ZY_CPU_LEVELS && rows > ZY_F32_TILE_MAX_ROWS) continue;
+            for (int i = 0; i < rows * ldy; i++) Y[i] = -7.0f;
+            if (slot < ZY_CPU_LEVELS) {
+                const ZyKernelTable *kt = zy_kernel_table((ZyCpuLevel)slot);
+                for (int r0 = 0; r0 < rows; r0 += 4) /* the kernel's contract: at most 4 rows, any output range */
+                    for (int o0 = 0; o0 < out; o0 += 7)
+                        kt->matmul_f32_block(rows - r0 < 4 ? rows - r0 : 4, o0, o0 + 7 < out ? o0 + 7 : out, in,
+                                             X + r0 * ldx, ldx, W, Y + r0 * ldy, ldy);
+            } else {
+                zy_matmul_wt(rows, out, in, X, ldx, W, NULL, Y, ldy);
+            }
+            ran[slot] = 1;
+            for (int r = 0; r < rows; r++)
+                for (int o = 0; o < ldy; o++) {
+                    if (o >= out) {
+                        CHECK(Y[r * ldy + o] == -7.0f);
+                        continue;
+                    }
+                    const double a = Y[r * ldy + o], b = Yref[r * ldy + o];
+                    /* two fp32 sums in different orders differ by a few ulps of Σ|x w| */
+                    const double err = fabs(a - b) / (1e-30 + Yabs[r * ldy + o]);
+                    if (!(err <= worst[slot])) worst[slot] = err;
+                }
+        }
+        free(X), free(W), free(Yref), free(Y), free(Xa), free(Wa), free(Yabs);
+    }
+    printf("    fp32 weight tiles vs sgemm (difference / sum |x w|):");
+    for (int l = 0; l < ZY_CPU_LEVELS; l++)
+        if (ran[l])
+            printf(" %s %.3g,", zy_cpu_level_name((ZyCpuLevel)l), worst[l]);
+        else
+            printf(" %s (not on this CPU),", zy_cpu_level_name((ZyCpuLevel)l));
+    printf(" zy_matmul_wt %.3g\n", worst[ENTRY]);
+    for (int slot = 0; slot < SLOTS; slot++) CHECK_MSG(worst[slot] < 1e-6, "slot %d: worst %.3g of sum |x w|", slot, worst[slot]);
+    CHECK(ran[ENTRY] && ran[ZY_CPU_GENERIC]);
 }
 
 /* bf16 products (zy_gemm_ctx, "precision": "bf16") against sgemm on the rounded inputs, every transpose, alpha and
