@@ -1,5 +1,6 @@
 /* zaya bench comm: collective benchmarks in the nccl-tests format (run under mpirun; run directly it is one rank). */
 #include <errno.h>
+#include <omp.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "dist/distributed.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_comm.h"
+#include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "train/runconfig.h"
 
@@ -232,12 +234,84 @@ static int bench_comm(int argc, char **argv) {
     return status;
 }
 
+/* zaya bench gemm --weights OUTxIN: a layer's weight applied to the row counts of decoding and serving (a step's
+ * rows, an expert's share of them), zaya's kernels (zy_matmul_wt) against the simple paths side by side: sgemm for
+ * fp32 weights, widened panels + sgemm for bf16 ones. The weights rotate over copies larger than the caches, as in a
+ * decoding step where each matrix is read once; medians of the calls. */
+static int compare_doubles(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_call_seconds(int variant, int rows, int out, int in, const float *X, const float *W,
+                                  const uint16_t *W16, int copies, float *Y) {
+    enum { REPS = 41 };
+    double t[REPS];
+    for (int i = -4; i < REPS; i++) { /* 4 warm-up calls: threads, pages */
+        const size_t c = (size_t)((i + REPS) % copies) * out * in;
+        const double t0 = zy_now_seconds();
+        switch (variant) {
+        case 0: zy_gemm_reference(0, 1, rows, out, in, 1, X, in, W + c, in, 0, Y, out); break;
+        case 1: zy_matmul_wt(rows, out, in, X, in, W + c, NULL, Y, out); break;
+        case 2: zy_matmul_bf16_panels(rows, out, in, X, in, W16 + c, Y, out); break;
+        default: zy_matmul_wt(rows, out, in, X, in, NULL, W16 + c, Y, out); break;
+        }
+        if (i >= 0) t[i] = zy_now_seconds() - t0;
+    }
+    qsort(t, REPS, sizeof t[0], compare_doubles);
+    return t[REPS / 2];
+}
+
+static int bench_gemm_weights(int out, int in) {
+    const int row_counts[] = {1, 2, 4, 8, 16, 32, 64, 256};
+    const int max_rows = 256, copies = (int)(1 + (96u << 20) / ((size_t)out * in * sizeof(float)));
+    float *W = malloc(sizeof *W * (size_t)copies * out * in), *X = malloc(sizeof *X * (size_t)max_rows * in);
+    uint16_t *W16 = malloc(sizeof *W16 * (size_t)copies * out * in);
+    float *Y = malloc(sizeof *Y * (size_t)max_rows * out);
+    if (!W || !X || !W16 || !Y) {
+        fprintf(stderr, "zaya: bench gemm: out of memory for %d copies of a %dx%d weight\n", copies, out, in);
+        free(W), free(X), free(W16), free(Y);
+        return 1;
+    }
+    ZyRng rng;
+    zy_rng_seed(&rng, 1);
+    for (size_t i = 0; i < (size_t)copies * out * in; i++) {
+        W[i] = (float)zy_rng_normal(&rng) * 0.02f;
+        W16[i] = zy_f32_to_bf16(W[i]);
+    }
+    for (size_t i = 0; i < (size_t)max_rows * in; i++) X[i] = (float)zy_rng_normal(&rng);
+    char backend[160];
+    zy_gemm_bf16_backend(backend, sizeof backend);
+    printf("weight %dx%d (out x in), rotating over %d copies (%.0f MB fp32); GFLOP/s of medians of 41 calls, "
+           "%d threads, kernel level %s\n",
+           out, in, copies, (double)copies * out * in * 4 / 1e6, omp_get_max_threads(), zy_cpu_level_name(zy_cpu_level()));
+    printf("%6s  %14s %14s %7s  %14s %14s %7s\n", "rows", "fp32 sgemm", "fp32 zaya", "ratio", "bf16 panels",
+           "bf16 zaya", "ratio");
+    for (size_t k = 0; k < ZY_ARRAY_LEN(row_counts); k++) {
+        const int rows = row_counts[k];
+        const double flops = 2.0 * rows * out * in;
+        double g[4];
+        for (int v = 0; v < 4; v++) g[v] = flops / median_call_seconds(v, rows, out, in, X, W, W16, copies, Y) / 1e9;
+        printf("%6d  %14.1f %14.1f %6.2fx  %14.1f %14.1f %6.2fx\n", rows, g[0], g[1], g[1] / g[0], g[2], g[3],
+               g[3] / g[2]);
+    }
+    free(W), free(X), free(W16), free(Y);
+    return 0;
+}
+
 /* zaya bench gemm: the dense product peak that MFU figures are measured against (fp32 and bf16). */
 static int bench_gemm(int argc, char **argv) {
     const char *device = "cpu";
-    int n = 0;
+    int n = 0, w_out = 0, w_in = 0;
     for (int i = 3; i < argc; i++) {
-        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc) {
+            char tail;
+            if (sscanf(argv[++i], "%dx%d%c", &w_out, &w_in, &tail) != 2 || w_out < 1 || w_in < 1 ||
+                w_out > 65536 || w_in > 65536) {
+                fprintf(stderr, "zaya: bench gemm: --weights expects OUTxIN (each 1..65536), got \"%s\"\n", argv[i]);
+                return 1;
+            }
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
         } else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
             char *end;
@@ -248,9 +322,11 @@ static int bench_gemm(int argc, char **argv) {
             }
             n = (int)v;
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: zaya bench gemm [--device cpu|cuda|cuda:N] [--n SIZE]\n"
+            printf("usage: zaya bench gemm [--device cpu|cuda|cuda:N] [--n SIZE] [--weights OUTxIN]\n"
                    "  n x n x n products, fp32 and bf16 operands (fp32 sums): the measured peak that MFU is quoted\n"
-                   "  against (default n: 1024 on a CPU, 8192 on a GPU)\n");
+                   "  against (default n: 1024 on a CPU, 8192 on a GPU)\n"
+                   "  --weights OUTxIN: instead, a layer weight [OUT, IN] applied to 1..256 rows (decoding, serving):\n"
+                   "  zaya's kernels against sgemm (fp32 weights) and widened panels + sgemm (bf16), side by side (CPU)\n");
             return 0;
         } else {
             fprintf(stderr, "zaya: bench gemm: unknown or incomplete option \"%s\"\n", argv[i]);
@@ -262,6 +338,13 @@ static int bench_gemm(int argc, char **argv) {
     if (runconfig_parse_device(device, &gpu, &index, &err)) {
         fprintf(stderr, "zaya: bench gemm: --device: %s\n", err.msg);
         return 1;
+    }
+    if (w_out) {
+        if (gpu) {
+            fprintf(stderr, "zaya: bench gemm: --weights measures the CPU kernels (leave out --device)\n");
+            return 1;
+        }
+        return bench_gemm_weights(w_out, w_in);
     }
     if (!gpu) {
         if (!n) n = 1024;

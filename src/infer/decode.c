@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 
@@ -200,29 +201,32 @@ static inline float *kv_row(const KVPool *p, float *base, int slot, int pos) {
     return base + ((size_t)blk * p->block_tokens + pos % p->block_tokens) * cfg_k_channels(&p->cfg);
 }
 
-/* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for head h over its cached keys
- * 0..p0+n-1 — in a sliding-window layer (window W > 0) query p sees keys p-W+1..p only — block by block; the
- * arithmetic of attention_forward (scaled products, fp32 softmax with double sums, products with the values).
- * sc: [n, p0+n] scratch. */
-static void attend_seq_head(const KVPool *p, int l, const StepSeq *q, int h, const float *query, float *out,
-                            float *sc) {
+/* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for the nh query heads h0..h0+nh-1 (all
+ * reading kv head h0 / G) over its cached keys 0..p0+n-1 — in a sliding-window layer (window W > 0) query p sees
+ * keys p-W+1..p only — block by block; the arithmetic of attention_forward (scaled products, fp32 softmax with
+ * double sums, products with the values). The heads of a kv head share one pass over its keys: each key is read
+ * once for all of them. sc: [n nh, p0+n] scratch, row t nh + g for query t of head h0 + g. */
+static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, int nh, const float *query, float *out,
+                             float *sc) {
     const ZayaConfig *f = &p->cfg;
-    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h / G, W = cfg_layer_window(f, l);
+    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h0 / G, W = cfg_layer_window(f, l);
     const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, bt = p->block_tokens;
     const int hi = q->pos0 + n, lo = W > 0 && q->pos0 - W + 1 > 0 ? q->pos0 - W + 1 : 0, Lk = hi - lo;
     const float scale = (float)(1.0 / sqrt((double)dh));
-    const float *qr = query + (size_t)q->row0 * Cq + h * dh;
-    float *o = out + (size_t)q->row0 * Cq + h * dh;
+    const float *qr = query + (size_t)q->row0 * Cq + h0 * dh;
+    float *o = out + (size_t)q->row0 * Cq + h0 * dh;
     /* keys lo..hi-1 in pieces that stay inside one block; score column s - lo */
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *kb = kv_row(p, p->k[l], q->slot, s0) + j * dh;
-        zy_gemm(0, 1, n, cnt, dh, scale, qr, Cq, kb, Ck, 0, sc + (s0 - lo), Lk);
+        for (int t = 0; t < n; t++) /* the nh heads of query t: nh rows dh apart */
+            decode_attn_scores(sc + (size_t)t * nh * Lk + (s0 - lo), Lk, qr + (size_t)t * Cq, dh, kb, Ck, nh, cnt, dh,
+                               scale);
         s0 += cnt;
     }
-    for (int t = 0; t < n; t++) {
-        float *row = sc + (size_t)t * Lk;
-        const int last = q->pos0 + t - lo; /* query at position p0+t sees keys up to p0+t ... */
+    for (int r = 0; r < n * nh; r++) {
+        float *row = sc + (size_t)r * Lk;
+        const int last = q->pos0 + r / nh - lo; /* query at position p0+t sees keys up to p0+t ... */
         const int first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0; /* ... and from p0+t-W+1 in a window */
         for (int s = 0; s < first; s++) row[s] = 0;
         float mx = row[first];
@@ -239,16 +243,19 @@ static void attend_seq_head(const KVPool *p, int l, const StepSeq *q, int h, con
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
-        zy_gemm(0, 0, n, dh, cnt, 1, sc + (s0 - lo), Lk, vb, Ck, s0 > lo ? 1.0f : 0.0f, o, Cq);
+        for (int g = 0; g < nh; g++)
+            zy_gemm(0, 0, n, dh, cnt, 1, sc + (size_t)g * Lk + (s0 - lo), nh * Lk, vb, Ck, s0 > lo ? 1.0f : 0.0f,
+                    o + g * dh, Cq);
         s0 += cnt;
     }
 }
 
-/* Appends every sequence's new rows of s->key / s->value to layer l's blocks, then attends: (sequence, head)
- * pairs in parallel, each thread on its own score buffer. */
+/* Appends every sequence's new rows of s->key / s->value to layer l's blocks, then attends in parallel, each
+ * thread on its own score buffer: per (sequence, kv head) — its G query heads together — where their n G score rows
+ * fit the buffer's `chunk` rows (decoding), else per (sequence, query head) (long prefill pieces). */
 static void append_kv_attend(KVPool *p, const Step *st, int l) {
     DecodeScratch *s = &p->s;
-    const int Ck = cfg_k_channels(&p->cfg), Hq = p->cfg.num_heads;
+    const int Ck = cfg_k_channels(&p->cfg), Hq = p->cfg.num_heads, G = Hq / p->cfg.num_kv_heads;
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         for (int t = 0; t < q->n; t++) {
@@ -257,13 +264,16 @@ static void append_kv_attend(KVPool *p, const Step *st, int l) {
                    Ck * sizeof(float));
         }
     }
-    const int pairs = st->n_seqs * Hq;
+    const int slots = st->n_seqs * Hq; /* one per (sequence, query head); a group's work sits on its first head */
     long work = 0;
     for (int i = 0; i < st->n_seqs; i++) work += (long)st->seq[i].n * (st->seq[i].pos0 + st->seq[i].n);
-#pragma omp parallel for schedule(dynamic, 1) if (pairs > 1 && ZY_PAR(work * Hq * p->cfg.head_dim))
-    for (int x = 0; x < pairs; x++) {
+#pragma omp parallel for schedule(dynamic, 1) if (slots > 1 && ZY_PAR(work * Hq * p->cfg.head_dim))
+    for (int x = 0; x < slots; x++) {
+        const StepSeq *q = &st->seq[x / Hq];
+        const int h = x % Hq, nh = q->n * G <= p->chunk ? G : 1;
+        if (h % nh) continue;
         float *sc = s->scores + (size_t)omp_get_thread_num() * p->chunk * p->max_len;
-        attend_seq_head(p, l, &st->seq[x / Hq], x % Hq, s->query, s->attn_out, sc);
+        attend_seq_heads(p, l, q, h, nh, s->query, s->attn_out, sc);
     }
 }
 

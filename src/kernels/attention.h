@@ -26,4 +26,10 @@ void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, 
                               const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh,
                               int window, float *work, int threads);
 
+/* Cached decoding (decode.c): S[t, s] = scale · Q[t]·K[s] for n query rows (stride ldq) against cnt cached keys of
+ * one KV block (stride ldk), into S (stride lds). The sizes are small (a block's keys, one head): plain vector loops,
+ * where a BLAS call per block cost more than its arithmetic. */
+void decode_attn_scores(float *S, long lds, const float *Q, long ldq, const float *K, long ldk, int n, int cnt, int dh,
+                        float scale);
+
 #endif

@@ -159,7 +159,10 @@
     ZK(void, flash_attention_backward,                                                                                 \
        (float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE, const float *Q,            \
        const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh, int window, float *work, int threads),   \
-       (dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window, work, threads))
+       (dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window, work, threads))                                  \
+    ZK(void, decode_attn_scores,                                                                                       \
+       (float *S, long lds, const float *Q, long ldq, const float *K, long ldk, int n, int cnt, int dh, float scale),  \
+       (S, lds, Q, ldq, K, ldk, n, cnt, dh, scale))
 /* ... and the kernels that only matmul.c calls. matmul_bf16_block: Y[r, o] = Σ_k X[r, k] · W16[o, k] for rows
  * r < nr (nr <= ZY_BF16_ROW_BLOCK), outputs o in [o0, o1): bf16 weights widened to fp32, fp32 accumulation.
  * matmul_f32_block: the same with fp32 weights W [out, in] (nr <= 4), tiles of dot products (matmul.c's few-row path).

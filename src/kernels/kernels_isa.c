@@ -10,6 +10,9 @@
 #include "kernels/kernel_table.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#if defined(__AVX512F__)
+#include "kernels/reduce16.h" /* 16-lane vectors: AVX-512 only */
+#endif
 
 #ifndef ZY_ISA
 #error "kernels_isa.c is compiled once per CPU level, with -DZY_ISA=<level> (see the Makefile)"
@@ -183,16 +186,27 @@ static inline __attribute__((always_inline)) void f32_tile(const int NR, int no,
     int k = 0;
     for (; k + BW <= in; k += BW) {
         const bvec w0 = bvec_load(w[0] + k), w1 = bvec_load(w[1] + k), w2 = bvec_load(w[2] + k), w3 = bvec_load(w[3] + k);
+        for (int j = 0; j < 4; j++) /* two tiles ahead: four short streams the hardware finds late */
+            __builtin_prefetch(w[j] + 8 * (long)in + k);
         for (int r = 0; r < NR; r++) {
             const bvec x = bvec_load(X + (long)r * ldx + k);
             acc[r][0] = bvec_fma(x, w0, acc[r][0]), acc[r][1] = bvec_fma(x, w1, acc[r][1]);
             acc[r][2] = bvec_fma(x, w2, acc[r][2]), acc[r][3] = bvec_fma(x, w3, acc[r][3]);
         }
     }
+#if BW == 16
+    zy_f32x16 v[16], sums;
+    for (int i = 0; i < 16; i++) v[i] = i / 4 < NR ? (zy_f32x16)acc[i / 4][i % 4] : (zy_f32x16){0};
+    sums = zy_reduce16(v); /* lane 4 r + j: the sum of acc[r][j] */
+#endif
     for (int r = 0; r < NR; r++)
         for (int j = 0; j < no; j++) {
             const float *x = X + (long)r * ldx;
+#if BW == 16
+            float a = sums[4 * r + j];
+#else
             float a = bvec_sum(acc[r][j]);
+#endif
             for (int t = k; t < in; t++) a += x[t] * w[j][t];
             Y[(long)r * ldy + o + j] = a;
         }

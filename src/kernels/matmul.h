@@ -52,6 +52,10 @@ void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx
 /* The AVX512-BF16 kernel (matmul_avx512bf16.c): X rounded to bf16, vdpbf16ps, fp32 sums. Returns -1 (having done
  * nothing) when this build has no such kernel or the scratch for bf16 X cannot be allocated. */
 int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy);
+/* Y = X W16ᵀ by widening panels of ZY_BF16_PANEL weight rows to fp32 for sgemm (X as given, not rounded): the path
+ * for many rows below avx512bf16, and the simple one `zaya bench gemm --weights` compares against. */
+void zy_matmul_bf16_panels(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
+                           int ldy);
 
 /* ---- bf16 products ("precision": "bf16") ----
  * How one run's matrix products compute: fp32 (bf16 = 0), or with both inputs rounded to bf16 (nearest even) and

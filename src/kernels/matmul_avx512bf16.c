@@ -6,6 +6,7 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/matmul.h"
+#include "kernels/reduce16.h"
 #include "util/util.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
@@ -48,6 +49,8 @@ static inline __attribute__((always_inline)) void tile(const int NR, int no, int
     for (int k = 0; k < in32; k += 32) {
         const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w[0] + k), w1 = (__m512bh)_mm512_loadu_si512(w[1] + k);
         const __m512bh w2 = (__m512bh)_mm512_loadu_si512(w[2] + k), w3 = (__m512bh)_mm512_loadu_si512(w[3] + k);
+        for (int j = 0; j < 4; j++) /* two tiles ahead: four short streams the hardware finds late */
+            __builtin_prefetch(w[j] + 8 * (long)in + k);
         for (int r = 0; r < NR; r++) {
             const __m512bh x = (__m512bh)_mm512_loadu_si512(Xb + (long)r * in + k);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, x), acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, x);
@@ -57,8 +60,11 @@ static inline __attribute__((always_inline)) void tile(const int NR, int no, int
     if (tail)
         for (int r = 0; r < NR; r++)
             for (int j = 0; j < 4; j++) acc[r][j] = dp_tail(acc[r][j], w[j] + in32, Xb + (long)r * in + in32, tail);
+    zy_f32x16 v[16];
+    for (int i = 0; i < 16; i++) v[i] = i / 4 < NR ? (zy_f32x16)acc[i / 4][i % 4] : (zy_f32x16){0};
+    const zy_f32x16 sums = zy_reduce16(v); /* lane 4 r + j: the sum of acc[r][j] */
     for (int r = 0; r < NR; r++)
-        for (int j = 0; j < no; j++) Y[(long)r * ldy + o + j] = _mm512_reduce_add_ps(acc[r][j]);
+        for (int j = 0; j < no; j++) Y[(long)r * ldy + o + j] = sums[4 * r + j];
 }
 
 /* Rows [0, nr) (nr <= 4: a row block) against outputs [o0, o1). */

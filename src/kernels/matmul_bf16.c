@@ -54,8 +54,8 @@ void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx
 
 /* Many rows against bf16 weights (prefill, a full forward): widen a panel of output rows to fp32, then sgemm. The
  * widening reads each weight once per call, against rows x 2 FLOPs per weight for the product. */
-static void bf16_panels_gemm(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
-                             int ldy) {
+void zy_matmul_bf16_panels(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
+                           int ldy) {
     const int panel = out < ZY_BF16_PANEL ? out : ZY_BF16_PANEL;
     float *wp = malloc((size_t)panel * in * sizeof *wp);
     if (!wp) { /* no room for a panel: the matrix-vector kernel handles any number of rows, only slower */
@@ -83,7 +83,7 @@ void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const floa
             zy_matmul_bf16(-1, rows, out, in, X, ldx, W16, Y, ldy);
             return;
         }
-        bf16_panels_gemm(rows, out, in, X, ldx, W16, Y, ldy);
+        zy_matmul_bf16_panels(rows, out, in, X, ldx, W16, Y, ldy);
         return;
     }
     zy_matmul_f32(rows, out, in, X, ldx, W, Y, ldy);

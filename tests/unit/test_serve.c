@@ -269,12 +269,17 @@ TEST(serve_engine_cancel_queue_and_shutdown) {
     REQUIRE(serve_job_take(a, &d) == 0);
     CHECK(d.n_logprobs >= 1 && d.logprobs[0].n_top == 1 && d.logprobs[0].logprob <= 0 &&
           d.logprobs[0].top_logprob[0] >= d.logprobs[0].logprob);
-    serve_delta_free(&d);
-    serve_job_cancel(a);
     const char *finish = NULL;
     int completion = 0;
-    free(drain(a, &finish, &completion));
-    CHECK(finish && strcmp(finish, "abort") == 0 && completion < 50);
+    if (d.finished) { /* the tiny model ran all 50 tokens before this thread got here: nothing left to cancel */
+        CHECK(strcmp(d.finish, "length") == 0 && d.completion_tokens == 50);
+        serve_delta_free(&d);
+    } else { /* (test_serve.py cancels 3,000-token streams mid-way, where there is no such race) */
+        serve_delta_free(&d);
+        serve_job_cancel(a);
+        free(drain(a, &finish, &completion));
+        CHECK(finish && (strcmp(finish, "abort") == 0 || (strcmp(finish, "length") == 0 && completion == 50)));
+    }
     serve_job_release(a);
     int running = 1, used = 1;
     for (int i = 0; i < 100 && (running || used); i++) {
