@@ -247,11 +247,8 @@ int cmd_generate(int argc, char **argv) {
     ZyRng rng;
     zy_rng_seed(&rng, seed);
     /* stop at the config's eos, and in text mode at the tokenizer's too */
-    int32_t stops[2 + GEN_MAX_EOS];
-    int n_stops = 0;
-    if (m.cfg.eos_token_id >= 0) stops[n_stops++] = m.cfg.eos_token_id;
-    if (!ids_mode && et.eos_id >= 0 && et.eos_id != m.cfg.eos_token_id) stops[n_stops++] = et.eos_id;
-    for (int i = 0; i < gen.n_eos; i++) stops[n_stops++] = gen.eos[i]; /* generation_config.json's eos ids too */
+    int32_t stops[GEN_MAX_STOPS];
+    const int n_stops = generation_stop_ids(stops, m.cfg.eos_token_id, ids_mode ? -1 : et.eos_id, &gen);
     IdsOut ids_out = {1};
     TextOut text_out = {tok, et.eos_id};
     GenerateStats st;

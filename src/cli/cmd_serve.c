@@ -156,11 +156,8 @@ int cmd_serve(int argc, char **argv) {
     if (serve_engine_create(&eng, &m, tok, &eo, &err)) goto fail;
     EvalTokenizer et = {0};
     eval_tokenizer_from(&et, tok, &m.cfg);
-    int32_t stops[2 + GEN_MAX_EOS];
-    int n_stops = 0;
-    if (m.cfg.eos_token_id >= 0) stops[n_stops++] = m.cfg.eos_token_id;
-    if (et.eos_id >= 0 && et.eos_id != m.cfg.eos_token_id) stops[n_stops++] = et.eos_id;
-    for (int i = 0; i < gen.n_eos; i++) stops[n_stops++] = gen.eos[i];
+    int32_t stops[GEN_MAX_STOPS];
+    const int n_stops = generation_stop_ids(stops, m.cfg.eos_token_id, et.eos_id, &gen);
     /* defaults for requests that set nothing: generation_config.json as transformers reads it, else OpenAI's */
     const int sample = gen.present && gen.has_do_sample && gen.do_sample;
     double temperature = gen.present ? (!sample ? 0.0 : gen.has_temperature ? gen.temperature : 1.0) : 1.0;

@@ -589,3 +589,15 @@ done:
     cJSON_Delete(root);
     return rc;
 }
+
+int generation_stop_ids(int32_t *out, int model_eos, int tokenizer_eos, const GenerationConfig *gc) {
+    int n = 0;
+    const int n_gc = gc ? gc->n_eos : 0;
+    for (int i = -2; i < n_gc; i++) {
+        const int id = i == -2 ? model_eos : i == -1 ? tokenizer_eos : gc->eos[i];
+        int seen = id < 0;
+        for (int k = 0; k < n && !seen; k++) seen = out[k] == id;
+        if (!seen) out[n++] = id;
+    }
+    return n;
+}

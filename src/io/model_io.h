@@ -51,5 +51,10 @@ typedef struct {
 } GenerationConfig;
 /* 0 with gc->present = 0 when the file is absent. */
 int generation_config_load(GenerationConfig *gc, const char *dir, ZyErr *err);
+/* The ids generation stops at: config.json's eos_token_id, the tokenizer's eos (tokenizer_eos; -1 for none), and
+ * generation_config.json's (gc may be NULL), in that order without repeats; out holds GEN_MAX_STOPS. Returns the
+ * count. */
+#define GEN_MAX_STOPS (2 + GEN_MAX_EOS)
+int generation_stop_ids(int32_t *out, int model_eos, int tokenizer_eos, const GenerationConfig *gc);
 
 #endif

@@ -238,6 +238,12 @@ TEST(generation_config_reads_release_keys_and_names_bad_ones) {
     CHECK(gc.present && gc.n_eos == 2 && gc.eos[0] == 1 && gc.eos[1] == 106);
     CHECK(gc.has_do_sample && gc.do_sample && gc.has_temperature && gc.temperature == 0.6);
     CHECK(gc.has_top_k && gc.top_k == 20 && gc.has_top_p && gc.top_p == 0.95);
+    /* stop ids: config eos, tokenizer eos, then the file's, each once; -1 means none */
+    int32_t stops[GEN_MAX_STOPS];
+    CHECK(generation_stop_ids(stops, 1, 7, &gc) == 3 && stops[0] == 1 && stops[1] == 7 && stops[2] == 106);
+    CHECK(generation_stop_ids(stops, -1, -1, &gc) == 2 && stops[0] == 1 && stops[1] == 106);
+    CHECK(generation_stop_ids(stops, 5, 5, NULL) == 1 && stops[0] == 5);
+    CHECK(generation_stop_ids(stops, -1, -1, NULL) == 0);
     static const struct {
         const char *text, *expect;
     } bad[] = {
