@@ -200,7 +200,7 @@ int bench_decode(int argc, char **argv) {
         {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 for a model stored bf16, else f32), f32 or bf16; "
          "bf16 also reports its logits against f32 where an f32 copy fits in memory", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (bf16: bf16 products on the GPU)", 0},
-        {"--batch", ARG_INT, 0, &batch, "sequences decoded together (GPU only; default 1)", 0},
+        {"--batch", ARG_INT, 0, &batch, "sequences decoded together, one token each per step (default 1)", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
@@ -214,7 +214,7 @@ int bench_decode(int argc, char **argv) {
     Model m, m32;
     KVCache c;
     int have_model = 0, have_m32 = 0, have_cache = 0, rc = 1, bf16 = 0;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *prompt = NULL, *step = NULL, *route = NULL;
     float *logits = NULL;
     double *lat = NULL;
     if (args_parse(argc, argv, 3, specs, ZY_ARRAY_LEN(specs), NULL, 0, NULL, "bench decode", &err)) goto done;
@@ -234,8 +234,8 @@ int bench_decode(int argc, char **argv) {
         zy_wrap(&err, "bench decode: --device");
         goto done;
     }
-    if (batch <= 0 || (batch > 1 && !gpu)) {
-        zy_fail(&err, "bench decode: --batch %d: a positive batch, above 1 only with --device cuda", batch);
+    if (batch <= 0 || batch > 4096) {
+        zy_fail(&err, "bench decode: --batch %d: sequences decoded together, 1..4096", batch);
         goto done;
     }
     if (threads > 0) omp_set_num_threads(threads);
@@ -254,29 +254,43 @@ int bench_decode(int argc, char **argv) {
     /* an fp32 twin to measure the bf16 logits against, where it fits (an 8B model's would need 35 GB) */
     const double twin_bytes = (double)params_count(&m.params, 0) * 4;
     const int compare = bf16 && twin_bytes < 0.5 * zy_available_memory_bytes(); /* loaded last: not in the peak */
-    const int total = context + new_tokens;
-    if (kvcache_create(&c, &m.cfg, 1, total, &err)) goto done;
+    const int total = context + new_tokens, L = m.cfg.num_layers, E = m.cfg.num_experts;
+    if (kvcache_create(&c, &m.cfg, batch, total, &err)) goto done;
     have_cache = 1;
-    ids = malloc((size_t)total * sizeof *ids);
-    logits = malloc((size_t)m.cfg.vocab_size * sizeof *logits);
+    /* ids [batch, total]; the prompts [batch, context] and each step's tokens [batch] are gathered from it */
+    ids = malloc((size_t)batch * total * sizeof *ids);
+    prompt = malloc((size_t)batch * context * sizeof *prompt);
+    step = malloc((size_t)batch * sizeof *step);
+    route = malloc((size_t)L * batch * sizeof *route);
+    logits = malloc((size_t)batch * m.cfg.vocab_size * sizeof *logits);
     lat = malloc((size_t)new_tokens * sizeof *lat);
-    if (!ids || !logits || !lat) {
+    if (!ids || !prompt || !step || !route || !logits || !lat) {
         zy_fail(&err, "out of memory");
         goto done;
     }
     ZyRng rng;
     zy_rng_seed(&rng, 3);
-    for (int i = 0; i < total; i++) ids[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)m.cfg.vocab_size);
+    for (long i = 0; i < (long)batch * total; i++) ids[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)m.cfg.vocab_size);
+    for (int b = 0; b < batch; b++) memcpy(prompt + (long)b * context, ids + (long)b * total, context * sizeof *ids);
     /* one untimed pass to warm caches and thread pools, then the timed one */
-    if (model_decode(&m, &c, ids, context, logits, 1, &err)) goto done;
+    if (model_decode(&m, &c, prompt, context, logits, 1, &err)) goto done;
     kvcache_reset(&c);
     double t0 = zy_now_seconds();
-    if (model_decode(&m, &c, ids, context, logits, 1, &err)) goto done;
+    if (model_decode(&m, &c, prompt, context, logits, 1, &err)) goto done;
     double prefill = zy_now_seconds() - t0;
+    long experts_read = 0; /* (layer, expert) pairs some row of a step was routed to, summed over the steps */
     for (int i = 0; i < new_tokens; i++) {
+        for (int b = 0; b < batch; b++) step[b] = ids[(long)b * total + context + i];
         double t = zy_now_seconds();
-        if (model_decode(&m, &c, ids + context + i, 1, logits, 1, &err)) goto done;
+        if (model_decode_ex(&m, &c, step, 1, logits, 1, route, &err)) goto done;
         lat[i] = zy_now_seconds() - t;
+        for (int l = 0; l < L; l++) {
+            unsigned char seen[4096] = {0};
+            for (int b = 0; b < batch; b++) {
+                const int e = route[(long)l * batch + b];
+                if (e >= 0 && e < E && e < 4096 && !seen[e]) seen[e] = 1, experts_read++;
+            }
+        }
     }
     double sum = 0;
     for (int i = 0; i < new_tokens; i++) sum += lat[i];
@@ -284,23 +298,37 @@ int bench_decode(int argc, char **argv) {
     double median = new_tokens % 2 ? lat[new_tokens / 2] : 0.5 * (lat[new_tokens / 2 - 1] + lat[new_tokens / 2]);
     printf("model        %s: %zu parameters, %d threads\n", model_dir ? model_dir : config_path, params_count(&m.params, 0),
            omp_get_max_threads());
-    printf("prefill      %d tokens in %.4f s: %.0f tokens/s\n", context, prefill, context / prefill);
-    printf("decode       %d tokens after a %d-token context: median %.3f ms/token (p90 %.3f), %.0f tokens/s\n", new_tokens,
-           context, 1e3 * median, 1e3 * lat[(int)(0.9 * (new_tokens - 1))], new_tokens / sum);
-    /* the peak is taken before the bandwidth probe's buffer exists */
-    const double peak = zy_peak_resident_bytes(), per_token = weight_bytes_per_token(&m.cfg, bf16);
+    printf("prefill      %d x %d tokens in %.4f s: %.0f tokens/s\n", batch, context, prefill,
+           (double)batch * context / prefill);
+    printf("decode       %d step%s of %d token%s after a %d-token context: median %.3f ms/step (p90 %.3f), %.0f "
+           "tokens/s\n", new_tokens, new_tokens > 1 ? "s" : "", batch, batch > 1 ? "s" : "", context, 1e3 * median,
+           1e3 * lat[(int)(0.9 * (new_tokens - 1))], (double)batch * new_tokens / sum);
+    /* the peak is taken before the bandwidth probe's buffer exists; a step of several rows reads the weights once,
+     * every expert some row was routed to (the standard MoE layout: gate_up [2I, D] and down [D, I] per expert) */
+    const double peak = zy_peak_resident_bytes();
+    double per_token = weight_bytes_per_token(&m.cfg, bf16);
+    if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
+        const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * (bf16 ? 2 : 4);
+        per_token += ((double)experts_read / new_tokens - L) * expert;
+        printf("experts      a step reads %.1f of the %d experts per layer (the distinct experts its %d rows chose)\n",
+               (double)experts_read / new_tokens / L, E, batch);
+    }
     const double bandwidth = read_bandwidth(&err);
     if (bandwidth < 0) goto done;
     size_t mapped, copied;
     model_weight_bytes(&m, &mapped, &copied);
-    printf("weights      %s: %.1f MB read per decoded token (%.1f GB/s at the median latency); %.0f MB resident once "
+    const double kv_read = (double)kvcache_bytes_per_token(&m.cfg) * batch * (context + new_tokens / 2.0);
+    printf("weights      %s: %.1f MB read per decoding step (%.1f GB/s at the median latency); %.0f MB resident once "
            "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", bf16 ? "bf16" : "f32",
            per_token / 1e6, per_token / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
     printf("bandwidth    %.1f GB/s memory read, measured (%d threads, median of 5 passes over 512 MB): decoding at most "
-           "%.1f tokens/s; the median token ran at %.0f%% of that\n", bandwidth / 1e9, omp_get_max_threads(),
-           bandwidth / per_token, 100.0 * per_token / median / bandwidth);
-    printf("KV cache     %zu bytes per token (k and v, %d layers); %.2f MB at %d tokens\n",
-           kvcache_bytes_per_token(&m.cfg), m.cfg.num_layers, kvcache_bytes_per_token(&m.cfg) * (double)total / 1e6, total);
+           "%.1f tokens/s from the weights alone, %.1f with the KV cache's %.1f MB a mid-run step reads; the median "
+           "step ran at %.0f%% of the latter\n", bandwidth / 1e9, omp_get_max_threads(), batch * bandwidth / per_token,
+           batch * bandwidth / (per_token + kv_read), kv_read / 1e6,
+           100.0 * (per_token + kv_read) / median / bandwidth);
+    printf("KV cache     %zu bytes per token (k and v, %d layers); %.2f MB at %d x %d tokens\n",
+           kvcache_bytes_per_token(&m.cfg), m.cfg.num_layers,
+           kvcache_bytes_per_token(&m.cfg) * (double)batch * total / 1e6, batch, total);
     if (compare) {
         if (load_model(&m32, model_dir, config_path, 0, &err)) goto done;
         have_m32 = 1;
@@ -311,14 +339,14 @@ int bench_decode(int argc, char **argv) {
                zy_available_memory_bytes() / 1e9);
     printf("peak memory  %.2f GB resident at most while decoding (VmHWM: weights' file pages touched, KV cache, "
            "scratch)\n", peak / 1e9);
-    printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"decode_tokens_per_s\": %.3f, \"median_ms\": %.3f, "
-           "\"bytes_per_token\": %.0f, \"bandwidth_bytes_per_s\": %.0f, \"bound_tokens_per_s\": %.3f, "
-           "\"peak_rss_bytes\": %.0f}\n", bf16 ? "bf16" : "f32", new_tokens / sum, 1e3 * median, per_token, bandwidth,
-           bandwidth / per_token, peak);
+    printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
+           "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"bandwidth_bytes_per_s\": %.0f, "
+           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", bf16 ? "bf16" : "f32", batch,
+           (double)batch * new_tokens / sum, 1e3 * median, per_token, bandwidth, batch * bandwidth / per_token, peak);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
-    free(ids), free(logits), free(lat);
+    free(ids), free(prompt), free(step), free(route), free(logits), free(lat);
     if (have_cache) kvcache_free(&c);
     if (have_model) model_free(&m);
     if (have_m32) model_free(&m32);

@@ -43,7 +43,8 @@ static void usage(FILE *f) {
  *   machine spinning made a forward pass 4x slower (3.8 s vs 0.84 s measured on 2 busy cores).
  * - OPENBLAS_CORETYPE=SkylakeX on AMD CPUs with AVX-512: Debian's OpenBLAS 0.3.21 takes Zen 4/5 for Haswell and
  *   runs sgemm at half speed.
- * - Except when decoding interactively (generate, serve, bench decode): a token runs ~100 small parallel regions, and
+ * - Except when decoding interactively (generate, serve, bench decode, and bench gemm --weights, which times
+ *   decoding's products): a token runs ~100 small parallel regions, and
  *   waking a sleeping thread costs more than each one's work (bench-medium bf16 decode, 2 threads: 125 tok/s
  *   passive, 205-229 with a bounded spin), so idle threads spin for GOMP_SPINCOUNT=10000 (~0.1 ms) before
  *   sleeping. Training keeps passive: two 2-thread processes on 2 cores ran the demo step at ~8k tok/s each
@@ -52,8 +53,12 @@ static void usage(FILE *f) {
  *   (OPENBLAS_CORETYPE Nehalem, Haswell, SkylakeX), so a forced level keeps the whole process inside it.
  * A value the user set always wins. */
 static int decodes_interactively(int argc, char **argv) {
-    return argc >= 2 && (strcmp(argv[1], "generate") == 0 || strcmp(argv[1], "serve") == 0 ||
-                         (strcmp(argv[1], "bench") == 0 && argc >= 3 && strcmp(argv[2], "decode") == 0));
+    if (argc >= 2 && (strcmp(argv[1], "generate") == 0 || strcmp(argv[1], "serve") == 0)) return 1;
+    if (argc < 3 || strcmp(argv[1], "bench") != 0) return 0;
+    if (strcmp(argv[2], "decode") == 0) return 1;
+    for (int i = 3; strcmp(argv[2], "gemm") == 0 && i < argc; i++)
+        if (strcmp(argv[i], "--weights") == 0) return 1;
+    return 0;
 }
 
 static void configure_runtime(int argc, char **argv) {

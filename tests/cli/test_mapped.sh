@@ -58,7 +58,7 @@ check "bench decode: bytes per token, measured bandwidth and the bound" \
              echo "$1" | grep -Eq "^peak memory +[0-9.]+ GB resident" &&
              echo "$1" | grep -Eq "^bf16 vs f32 +logits over 24 positions"' _ "$out"
 check "bench decode json line" \
-    bash -c 'echo "$1" | sed -n "s/^json *//p" | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(not (d[\"dtype\"]==\"bf16\" and d[\"bytes_per_token\"]>0 and d[\"bandwidth_bytes_per_s\"]>1e8 and d[\"peak_rss_bytes\"]>0))"' _ "$out"
+    bash -c 'echo "$1" | sed -n "s/^json *//p" | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(not (d[\"dtype\"]==\"bf16\" and d[\"bytes_per_step\"]>0 and d[\"bandwidth_bytes_per_s\"]>1e8 and d[\"peak_rss_bytes\"]>0))"' _ "$out"
 
 # --- the released 8B config: parses (stray rope_type, layer_types), its size is what the release says -------------
 out=$("$ZAYA" init --config configs/zaya1-8b.json --out "$work/none" --dtype bf16 --shard-size 0 2>&1)

@@ -110,11 +110,20 @@ else
     bad "bench train: $(cat "$W/bench.txt")"
 fi
 if $ZAYA bench decode --model "$W/straight/final" --context 16 --tokens 8 >"$W/bdec.txt" 2>&1 &&
-    grep -q "^prefill .* tokens/s" "$W/bdec.txt" && grep -q "^decode .* ms/token" "$W/bdec.txt" && grep -q "^KV cache" "$W/bdec.txt"; then
+    grep -q "^prefill .* tokens/s" "$W/bdec.txt" && grep -q "^decode .* ms/step" "$W/bdec.txt" && grep -q "^KV cache" "$W/bdec.txt"; then
     ok "bench decode: prefill, per-token latency, KV cache"
 else
     bad "bench decode: $(cat "$W/bdec.txt")"
 fi
+if $ZAYA bench decode --model "$W/straight/final" --context 16 --tokens 8 --batch 5 >"$W/bdec5.txt" 2>&1 &&
+    grep -q "^decode .* 8 steps of 5 tokens" "$W/bdec5.txt" && grep -q "^experts .* of the [0-9]* experts per layer" "$W/bdec5.txt" &&
+    grep -q '"batch": 5' "$W/bdec5.txt"; then
+    ok "bench decode --batch 5: steps of 5 rows, the experts a step reads"
+else
+    bad "bench decode --batch 5: $(cat "$W/bdec5.txt")"
+fi
+$ZAYA bench decode --model "$W/straight/final" --batch 0 >/dev/null 2>"$W/bdec_err.txt" && bad "bench decode accepted --batch 0" ||
+    { grep -q "batch" "$W/bdec_err.txt" && ok "bench decode: --batch 0 is an error" || bad "bench decode --batch 0: $(cat "$W/bdec_err.txt")"; }
 $ZAYA bench train --config "$W/model.json" --seq 100000 >/dev/null 2>"$W/bench_err.txt" && bad "bench train accepted --seq 100000" ||
     { grep -q "max_position_embeddings" "$W/bench_err.txt" && ok "bench train: --seq beyond the model is an error" ||
         bad "bench train --seq: $(cat "$W/bench_err.txt")"; }
