@@ -52,8 +52,8 @@ check "f32 and bf16 greedy outputs are ids in range" \
 
 # --- bench decode: bytes per token, bandwidth, bound, peak ---------------------------------------------------------
 out=$("$ZAYA" bench decode --model "$work/m16" --context 16 --tokens 8 2>&1)
-check "bench decode: bytes per token, measured bandwidth and the bound" \
-    bash -c 'echo "$1" | grep -Eq "^weights +bf16: [0-9.]+ MB read per decoded token" &&
+check "bench decode: bytes per step, measured bandwidth and the bound" \
+    bash -c 'echo "$1" | grep -Eq "^weights +bf16: [0-9.]+ MB read per decoding step" &&
              echo "$1" | grep -Eq "^bandwidth +[0-9.]+ GB/s memory read, measured .* decoding at most [0-9.]+ tokens/s" &&
              echo "$1" | grep -Eq "^peak memory +[0-9.]+ GB resident" &&
              echo "$1" | grep -Eq "^bf16 vs f32 +logits over 24 positions"' _ "$out"
