@@ -60,15 +60,24 @@ def make_model(cfg_path, work, name, overrides=None):
 class Server:
     def __init__(self, mdir, threads, *extra):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        # the server's log goes to a file (a pipe nobody reads would stall it once full), shown if it fails
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="zaya_serve_", suffix=".log", delete=False)
         self.p = subprocess.Popen([ZAYA, "serve", "--model", mdir, "--port", "0", *map(str, extra)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                  stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         line = self.p.stdout.readline()
         m = re.search(r":(\d+)\s*$", line)
         if not m:
-            raise RuntimeError(f"zaya serve did not start: {line} {self.p.stderr.read()}")
+            raise RuntimeError(f"zaya serve did not start: {line} {self.log_text()}")
         self.port = int(m.group(1))
 
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
     def metrics(self):
+        if self.p.poll() is not None:
+            raise RuntimeError(f"zaya serve exited with {self.p.returncode}: {self.log_text()[-2000:]}")
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         c.request("GET", "/metrics")
         body = c.getresponse().read().decode()
@@ -78,6 +87,7 @@ class Server:
     def stop(self):
         self.p.terminate()
         self.p.wait(60)
+        os.unlink(self.log.name)
 
 
 def stream_request(port, body):

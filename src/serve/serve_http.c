@@ -287,25 +287,30 @@ static enum MHD_Result answer_whole(struct MHD_Connection *conn, Conn *c) {
     return send_json(conn, c, 200, r, 0);
 }
 
+int serve_sse_append(char **buf, size_t *len, size_t *cap, const char *payload) {
+    static const char head[] = "data: ", tail[] = "\n\n";
+    const size_t n = strlen(payload), need = *len + (sizeof head - 1) + n + (sizeof tail - 1);
+    if (need > *cap) {
+        char *g = realloc(*buf, need * 2);
+        if (!g) return -1;
+        *buf = g;
+        *cap = need * 2;
+    }
+    memcpy(*buf + *len, head, sizeof head - 1);
+    memcpy(*buf + *len + sizeof head - 1, payload, n);
+    memcpy(*buf + *len + sizeof head - 1 + n, tail, sizeof tail - 1);
+    *len = need;
+    return 0;
+}
+
 /* Appends "data: <json>\n\n" to the connection's outgoing bytes. */
 static int queue_event(Conn *c, cJSON *obj) {
     char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!s) return -1;
-    size_t n = strlen(s), need = c->out_len + n + 8;
-    if (need > c->out_cap) {
-        size_t cap = need * 2;
-        char *g = realloc(c->out, cap);
-        if (!g) {
-            free(s);
-            return -1;
-        }
-        c->out = g;
-        c->out_cap = cap;
-    }
-    c->out_len += (size_t)sprintf(c->out + c->out_len, "data: %s\n\n", s);
+    const int rc = serve_sse_append(&c->out, &c->out_len, &c->out_cap, s);
     free(s);
-    return 0;
+    return rc;
 }
 
 /* One streamed chunk: text (may be empty), logprobs, finish reason or null. */
@@ -369,22 +374,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 cJSON_AddItemToObject(u, "usage", usage(d.prompt_tokens, d.completion_tokens));
                 rc = queue_event(c, u);
             }
-            if (!rc) {
-                const char *done = "data: [DONE]\n\n";
-                size_t n = strlen(done);
-                if (c->out_len + n > c->out_cap) {
-                    char *g = realloc(c->out, c->out_len + n);
-                    if (!g) rc = -1;
-                    else {
-                        c->out = g;
-                        c->out_cap = c->out_len + n;
-                    }
-                }
-                if (!rc) {
-                    memcpy(c->out + c->out_len, done, n);
-                    c->out_len += n;
-                }
-            }
+            if (!rc) rc = serve_sse_append(&c->out, &c->out_len, &c->out_cap, "[DONE]");
             c->ended = 1;
         }
         serve_delta_free(&d);

@@ -38,4 +38,8 @@ void serve_http_quiesce(ServeHttp *h);
 /* Closes every connection and joins their threads (call after serve_engine_shutdown), then frees. */
 void serve_http_stop(ServeHttp *h);
 
+/* Appends one server-sent event, "data: <payload>\n\n", to a growing byte buffer (*buf of *len bytes in *cap; not
+ * NUL-terminated). 0, or -1 (buffer unchanged) when memory runs out. */
+int serve_sse_append(char **buf, size_t *len, size_t *cap, const char *payload);
+
 #endif

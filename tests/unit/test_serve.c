@@ -10,6 +10,7 @@
 #include "infer/decode.h"
 #include "model/model.h"
 #include "serve/serve_engine.h"
+#include "serve/serve_http.h"
 #include "serve/serve_request.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
@@ -316,4 +317,48 @@ TEST(serve_engine_cancel_queue_and_shutdown) {
     serve_engine_free(e);
     model_free(&f.m);
     tokenizer_free(f.tok);
+}
+
+/* Server-sent events appended to one growing buffer: every payload length against every fill level of the buffer
+ * (the sanitizer build catches a byte written past the allocation, as an sprintf's terminator once was when an event
+ * ended exactly at the buffer's end), and the bytes are exactly the events in order. */
+TEST(serve_sse_events_fill_the_buffer_exactly) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0, expect_len = 0;
+    char payload[200];
+    for (int round = 0; round < 3; round++)
+        for (int n = 0; n < (int)sizeof payload; n++) {
+            memset(payload, 'a' + (n % 26), (size_t)n);
+            payload[n] = 0;
+            REQUIRE(serve_sse_append(&buf, &len, &cap, payload) == 0);
+            expect_len += 6 + (size_t)n + 2;
+            CHECK(len == expect_len && len <= cap);
+            CHECK(memcmp(buf + len - n - 8, "data: ", 6) == 0 && memcmp(buf + len - 2, "\n\n", 2) == 0);
+            CHECK(n == 0 || (buf[len - 3] == 'a' + (n % 26) && buf[len - 2 - n] == 'a' + (n % 26)));
+            if (n % 50 == 49) { /* the server drains and starts over, keeping its allocation */
+                len = expect_len = 0;
+            }
+        }
+    REQUIRE(serve_sse_append(&buf, &len, &cap, "[DONE]") == 0);
+    CHECK(len >= 14 && memcmp(buf + len - 14, "data: [DONE]\n\n", 14) == 0);
+    free(buf);
+    /* an event that ends exactly at the allocation's end, after first events of every length */
+    int exact = 0;
+    for (int n1 = 0; n1 < 150; n1++) {
+        char *b = NULL;
+        size_t l = 0, c = 0;
+        memset(payload, 'x', (size_t)n1);
+        payload[n1] = 0;
+        REQUIRE(serve_sse_append(&b, &l, &c, payload) == 0);
+        const size_t room = c - l;
+        if (room >= 8 && room - 8 < sizeof payload) {
+            memset(payload, 'y', room - 8);
+            payload[room - 8] = 0;
+            REQUIRE(serve_sse_append(&b, &l, &c, payload) == 0);
+            CHECK(l == c && b[l - 1] == '\n' && b[l - 3] == (room > 8 ? 'y' : ' '));
+            exact++;
+        }
+        free(b);
+    }
+    CHECK(exact > 100);
 }
