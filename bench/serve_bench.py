@@ -208,11 +208,12 @@ def capacity(mdir, a, context):
     """Peak requests running at once under --kv-memory, each needing `context` tokens of cache."""
     srv = Server(mdir, a.threads, "--threads", a.threads, "--max-batch", 512, "--max-context", context, "--kv-memory", a.kv_memory,
                  "--max-queue", 4096, "--block-tokens", 16)
-    info = ""
-    for _ in range(6):  # the start-up lines on stderr; one says the bytes per token
-        info += srv.p.stderr.readline()
+    info = srv.log_text()
+    for _ in range(100):  # the start-up lines in the server's log; one says the bytes per token
         if "bytes per token" in info:
             break
+        time.sleep(0.05)
+        info = srv.log_text()
     peak = [0]
     stop = threading.Event()
 
