@@ -41,6 +41,7 @@ struct ServeHttp {
     uint64_t responses[N_ROUTES][N_CLASSES];
     uint64_t disconnects;
     int draining;
+    MHD_socket quiesced; /* the listening socket MHD_quiesce_daemon handed back: closed only after MHD_stop_daemon */
     time_t started;
 };
 
@@ -695,6 +696,7 @@ int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, Zy
     h->model_name = strdup(o->model_name);
     h->api_key = o->api_key ? strdup(o->api_key) : NULL;
     h->started = time(NULL);
+    h->quiesced = MHD_INVALID_SOCKET; /* calloc's 0 would be stdin */
     pthread_mutex_init(&h->mu, NULL);
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
                                 MHD_USE_AUTO | MHD_USE_ERROR_LOG,
@@ -718,13 +720,16 @@ void serve_http_quiesce(ServeHttp *h) {
     pthread_mutex_lock(&h->mu);
     h->draining = 1;
     pthread_mutex_unlock(&h->mu);
+    /* microhttpd.h: with internal threads the returned socket "must not be closed until AFTER MHD_stop_daemon"
+     * (a thread may still be using it; closed here, its number could be reused under that thread) */
     MHD_socket s = MHD_quiesce_daemon(h->d);
-    if (s != MHD_INVALID_SOCKET) close(s);
+    if (s != MHD_INVALID_SOCKET) h->quiesced = s;
 }
 
 void serve_http_stop(ServeHttp *h) {
     if (!h) return;
     if (h->d) MHD_stop_daemon(h->d);
+    if (h->quiesced != MHD_INVALID_SOCKET) close(h->quiesced);
     pthread_mutex_destroy(&h->mu);
     free(h->model_name);
     free(h->api_key);

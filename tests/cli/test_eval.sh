@@ -158,7 +158,7 @@ check "eval --dtype bf16: held-out loss within 1% of fp32 ($l32 vs $l16)" $?
 check "generate --dtype bf16: output, deterministic" $? "$(tail -2 "$work/gen16.err")"
 out=$("$ZAYA" bench decode --model "$work/model" --context 16 --tokens 8 --dtype bf16 2>&1)
 echo "$out" | grep -Eq '^bf16 vs f32 +logits over 24 positions: relative error median [0-9.e+-]+, max [0-9.e+-]+; same top-1 token at [0-9.]+%$' &&
-    echo "$out" | grep -Eq '^weights +bf16: [0-9.]+ MB read per decoded token'
+    echo "$out" | grep -Eq '^weights +bf16: [0-9.]+ MB read per decoding step'
 check "bench decode --dtype bf16: accuracy vs f32 reported" $? "$out"
 # generation_config.json (as releases ship it): its eos ids stop generation, its sampling settings are the defaults
 cp -r "$work/model" "$work/model_gc"

@@ -122,6 +122,21 @@ if $ZAYA bench decode --model "$W/straight/final" --context 16 --tokens 8 --batc
 else
     bad "bench decode --batch 5: $(cat "$W/bdec5.txt")"
 fi
+if $ZAYA bench gemm --n 64 >"$W/bgemm.txt" 2>&1 && grep -qE "^cpu +64x64x64 +fp32 [0-9.]+ GFLOP/s +bf16 [0-9.]+ GFLOP/s" "$W/bgemm.txt" &&
+    $ZAYA bench gemm --weights 40x24 >"$W/bgemmw.txt" 2>&1 && grep -q "^weight 40x24 (out x in)" "$W/bgemmw.txt" &&
+    [ "$(grep -cE '^ +(1|2|4|8|16|32|64|256) +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+ +[0-9.]+x$' "$W/bgemmw.txt")" -eq 8 ]; then
+    ok "bench gemm: the peak, and --weights: fp32 and bf16 kernels against the simple paths at 8 row counts"
+else
+    bad "bench gemm: $(cat "$W/bgemm.txt" "$W/bgemmw.txt")"
+fi
+badw_ok=1
+for badw in 40 40x 0x24 40x24x3; do
+    if $ZAYA bench gemm --weights "$badw" >/dev/null 2>"$W/bgemm_err.txt" || ! grep -q "OUTxIN" "$W/bgemm_err.txt"; then
+        badw_ok=0
+        bad "bench gemm --weights $badw: $(cat "$W/bgemm_err.txt")"
+    fi
+done
+[ $badw_ok = 1 ] && ok "bench gemm: a malformed --weights is an error naming OUTxIN"
 $ZAYA bench decode --model "$W/straight/final" --batch 0 >/dev/null 2>"$W/bdec_err.txt" && bad "bench decode accepted --batch 0" ||
     { grep -q "batch" "$W/bdec_err.txt" && ok "bench decode: --batch 0 is an error" || bad "bench decode --batch 0: $(cat "$W/bdec_err.txt")"; }
 $ZAYA bench train --config "$W/model.json" --seq 100000 >/dev/null 2>"$W/bench_err.txt" && bad "bench train accepted --seq 100000" ||
