@@ -32,15 +32,16 @@ void zy_matmul_f32(int rows, int out, int in, const float *X, int ldx, const flo
 /* ---- bf16 weights (inference) ----
  * bfloat16 = the top 16 bits of a float32 (8-bit exponent, 8-bit significand). Weights may be bf16; activations
  * and every accumulation stay fp32 (conversions: util.h). */
-/* Rows up to which zy_matmul_wt reads the bf16 weights directly (one pass per ZY_BF16_ROW_BLOCK rows); more rows
- * are compute-bound and go to sgemm on panels of ZY_BF16_PANEL output rows widened to fp32. */
+/* Below avx512bf16: rows up to which zy_matmul_wt reads the bf16 weights directly (one pass per ZY_BF16_ROW_BLOCK
+ * rows); more rows go to sgemm on panels of ZY_BF16_PANEL output rows widened to fp32. */
 #define ZY_BF16_MAX_ROWS 8
 #define ZY_BF16_ROW_BLOCK 4
 #define ZY_BF16_PANEL 256
 
 /* A layer's weight applied to rows of activations: Y[rows, out] (row stride ldy) = X[rows, in] (ldx) Wᵀ with
- * W [out, in] row-major, fp32 (W16 NULL) or bf16 (W16; W is then not read and may be NULL): a few rows (decoding)
- * read the bf16 values directly, half the bytes of a memory-bound product; more rows widen them in panels. */
+ * W [out, in] row-major, fp32 (W16 NULL: zy_matmul_f32) or bf16 (W16; W is then not read and may be NULL). bf16 at
+ * avx512bf16: zy_matmul_bf16_dpbf16 for any number of rows; below it, a few rows (decoding) read the bf16 values
+ * directly, half the bytes of a memory-bound product, and more rows widen them in panels. */
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
                   int ldy);
 /* The few-row bf16 kernels themselves, Y = X W16ᵀ for any number of rows: impl = a ZyCpuLevel (the CPU must have
@@ -49,8 +50,9 @@ void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const floa
 #define ZY_BF16_PLAIN 100
 void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
                     int ldy);
-/* The AVX512-BF16 kernel (matmul_avx512bf16.c): X rounded to bf16, vdpbf16ps, fp32 sums. Returns -1 (having done
- * nothing) when this build has no such kernel or the scratch for bf16 X cannot be allocated. */
+/* The AVX512-BF16 kernel (matmul_avx512bf16.c): X rounded to bf16, vdpbf16ps, fp32 sums; 1 row along each weight
+ * row, 2-4 rows with the weight rows in memory order, more in 4 x 4 tiles. Returns -1 (having done nothing) when this
+ * build has no such kernel or the scratch for bf16 X cannot be allocated. */
 int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy);
 /* Y = X W16ᵀ by widening panels of ZY_BF16_PANEL weight rows to fp32 for sgemm (X as given, not rounded): the path
  * for many rows below avx512bf16, and the simple one `zaya bench gemm --weights` compares against. */
