@@ -238,11 +238,6 @@ static int bench_comm(int argc, char **argv) {
  * rows, an expert's share of them), zaya's kernels (zy_matmul_wt) against the simple paths side by side: sgemm for
  * fp32 weights, widened panels + sgemm for bf16 ones. The weights rotate over copies larger than the caches, as in a
  * decoding step where each matrix is read once; medians of the calls. */
-static int compare_doubles(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median_call_seconds(int variant, int rows, int out, int in, const float *X, const float *W,
                                   const uint16_t *W16, int copies, float *Y) {
     enum { REPS = 41 };
@@ -258,8 +253,7 @@ static double median_call_seconds(int variant, int rows, int out, int in, const 
         }
         if (i >= 0) t[i] = zy_now_seconds() - t0;
     }
-    qsort(t, REPS, sizeof t[0], compare_doubles);
-    return t[REPS / 2];
+    return zy_median(t, REPS);
 }
 
 static int bench_gemm_weights(int out, int in) {
@@ -280,8 +274,6 @@ static int bench_gemm_weights(int out, int in) {
         W16[i] = zy_f32_to_bf16(W[i]);
     }
     for (size_t i = 0; i < (size_t)max_rows * in; i++) X[i] = (float)zy_rng_normal(&rng);
-    char backend[160];
-    zy_gemm_bf16_backend(backend, sizeof backend);
     printf("weight %dx%d (out x in), rotating over %d copies (%.0f MB fp32); GFLOP/s of medians of 41 calls, "
            "%d threads, kernel level %s\n",
            out, in, copies, (double)copies * out * in * 4 / 1e6, omp_get_max_threads(), zy_cpu_level_name(zy_cpu_level()));

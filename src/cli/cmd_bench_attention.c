@@ -13,16 +13,6 @@
 #include "kernels/kernels.h"
 #include "util/util.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 int bench_attention(int argc, char **argv) {
     int B = 8, T = 256, Hq = 8, Hkv = 2, dh = 64, reps = 10, threads = 0;
     ArgSpec specs[] = {
@@ -85,8 +75,8 @@ int bench_attention(int argc, char **argv) {
     double diff = 0, big = 1;
     for (size_t i = 0; i < nq; i++) diff = fmax(diff, fabs(O[i] - O_ref[i])), big = fmax(big, fabs(O_ref[i]));
     for (size_t i = 0; i < nq; i++) diff = fmax(diff, fabs(dq[1][i] - dq[0][i]) / (reps + 1));
-    const double rf = median(t, reps), ff = median(t + reps, reps), rb = median(t + 2 * reps, reps);
-    const double fb = median(t + 3 * reps, reps);
+    const double rf = zy_median(t, reps), ff = zy_median(t + reps, reps), rb = zy_median(t + 2 * reps, reps);
+    const double fb = zy_median(t + 3 * reps, reps);
     /* causal convention: 2 products of T²/2 x dh multiply-adds forward, 5 backward (2 x B x Hq x T² x dh) */
     const double fl = 2.0 * B * Hq * (double)T * T * dh;
     printf("shape        B=%d T=%d Hq=%d Hkv=%d dh=%d, %d threads, median of %d\n", B, T, Hq, Hkv, dh, nthr, reps);

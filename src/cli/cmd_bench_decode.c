@@ -18,11 +18,6 @@
 #include "io/model_io.h"
 #include "train/runconfig.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Resident memory of this process now (/proc/self/statm), in MB; 0 where unreadable. */
 static double resident_mb(void) {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -54,8 +49,7 @@ static double read_bandwidth(ZyErr *err) {
     }
     (void)sink;
     free(buf);
-    qsort(t + 1, 5, sizeof *t, cmp_double);
-    return (double)n * sizeof *buf / t[3];
+    return (double)n * sizeof *buf / zy_median(t + 1, 5); /* the first pass warms up */
 }
 
 static int load_model(Model *m, const char *model_dir, const char *config_path, int bf16, ZyErr *err) {
@@ -109,7 +103,7 @@ static int compare_with_f32(const Model *m, const Model *m32, const int32_t *ids
         same_top1 += ax == ay;
     }
     if (rel) {
-        qsort(rel, (size_t)T, sizeof *rel, cmp_double);
+        qsort(rel, (size_t)T, sizeof *rel, zy_cmp_double);
         printf("bf16 vs f32  logits over %d positions: relative error median %.2e, max %.2e; same top-1 token at "
                "%.1f%%\n", T, rel[T / 2], rel[T - 1], 100.0 * same_top1 / T);
     }
@@ -160,8 +154,7 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
     }
     double sum = 0;
     for (int i = 0; i < new_tokens; i++) sum += lat[i];
-    qsort(lat, (size_t)new_tokens, sizeof *lat, cmp_double);
-    const double median = new_tokens % 2 ? lat[new_tokens / 2] : 0.5 * (lat[new_tokens / 2 - 1] + lat[new_tokens / 2]);
+    const double median = zy_median(lat, new_tokens); /* lat sorted: p90 below */
     size_t used = 0, total_mem = 0;
     gpu_memory_used(gpu_model_ctx(gm), &used, &total_mem);
     printf("model        %s: %zu parameters\n", label, params_count(&m->params, 0));
@@ -294,8 +287,7 @@ int bench_decode(int argc, char **argv) {
     }
     double sum = 0;
     for (int i = 0; i < new_tokens; i++) sum += lat[i];
-    qsort(lat, (size_t)new_tokens, sizeof *lat, cmp_double);
-    double median = new_tokens % 2 ? lat[new_tokens / 2] : 0.5 * (lat[new_tokens / 2 - 1] + lat[new_tokens / 2]);
+    const double median = zy_median(lat, new_tokens); /* lat sorted: p90 below */
     printf("model        %s: %zu parameters, %d threads\n", model_dir ? model_dir : config_path, params_count(&m.params, 0),
            omp_get_max_threads());
     printf("prefill      %d x %d tokens in %.4f s: %.0f tokens/s\n", batch, context, prefill,
@@ -306,10 +298,10 @@ int bench_decode(int argc, char **argv) {
     /* the peak is taken before the bandwidth probe's buffer exists; a step of several rows reads the weights once,
      * every expert some row was routed to (the standard MoE layout: gate_up [2I, D] and down [D, I] per expert) */
     const double peak = zy_peak_resident_bytes();
-    double per_token = weight_bytes_per_token(&m.cfg, bf16);
+    double per_step = weight_bytes_per_token(&m.cfg, bf16);
     if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
         const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * (bf16 ? 2 : 4);
-        per_token += ((double)experts_read / new_tokens - L) * expert;
+        per_step += ((double)experts_read / new_tokens - L) * expert;
         printf("experts      a step reads %.1f of the %d experts per layer (the distinct experts its %d rows chose)\n",
                (double)experts_read / new_tokens / L, E, batch);
     }
@@ -320,12 +312,12 @@ int bench_decode(int argc, char **argv) {
     const double kv_read = (double)kvcache_bytes_per_token(&m.cfg) * batch * (context + new_tokens / 2.0);
     printf("weights      %s: %.1f MB read per decoding step (%.1f GB/s at the median latency); %.0f MB resident once "
            "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", bf16 ? "bf16" : "f32",
-           per_token / 1e6, per_token / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
+           per_step / 1e6, per_step / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
     printf("bandwidth    %.1f GB/s memory read, measured (%d threads, median of 5 passes over 512 MB): decoding at most "
            "%.1f tokens/s from the weights alone, %.1f with the KV cache's %.1f MB a mid-run step reads; the median "
-           "step ran at %.0f%% of the latter\n", bandwidth / 1e9, omp_get_max_threads(), batch * bandwidth / per_token,
-           batch * bandwidth / (per_token + kv_read), kv_read / 1e6,
-           100.0 * (per_token + kv_read) / median / bandwidth);
+           "step ran at %.0f%% of the latter\n", bandwidth / 1e9, omp_get_max_threads(), batch * bandwidth / per_step,
+           batch * bandwidth / (per_step + kv_read), kv_read / 1e6,
+           100.0 * (per_step + kv_read) / median / bandwidth);
     printf("KV cache     %zu bytes per token (k and v, %d layers); %.2f MB at %d x %d tokens\n",
            kvcache_bytes_per_token(&m.cfg), m.cfg.num_layers,
            kvcache_bytes_per_token(&m.cfg) * (double)batch * total / 1e6, batch, total);
@@ -342,7 +334,7 @@ int bench_decode(int argc, char **argv) {
     printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
            "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"bandwidth_bytes_per_s\": %.0f, "
            "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", bf16 ? "bf16" : "f32", batch,
-           (double)batch * new_tokens / sum, 1e3 * median, per_token, bandwidth, batch * bandwidth / per_token, peak);
+           (double)batch * new_tokens / sum, 1e3 * median, per_step, bandwidth, batch * bandwidth / per_step, peak);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);

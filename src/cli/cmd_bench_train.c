@@ -20,16 +20,6 @@
 #include "model/model.h"
 #include "train/optim.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* One timed GPU training step (one process, clip 1, lr 1e-3): *whole its wall time with the queue drained, *fwd_bwd
  * the forward + backward part. */
 static int gpu_step(GpuTrainer *gt, Model *m, const int32_t *tokens, const int32_t *targets, RoutingCounts *routes,
@@ -86,7 +76,7 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
         t_all += whole;
     }
     gpu_model_set_timing(gpu_trainer_model(gt), NULL);
-    const double median = median_of(times, steps), fb_median = median_of(fb, steps);
+    const double median = zy_median(times, steps), fb_median = zy_median(fb, steps);
     const double tps = (double)B * T / median, flops = model_train_flops_per_token(cfg, T);
     const double dense = gpu_dense_bf16_peak_tflops(g);
     g->bf16 = 1;
@@ -252,10 +242,7 @@ int bench_train(int argc, char **argv) {
     }
     double total = 0;
     for (int s = 0; s < steps; s++) total += times[s];
-    qsort(times, (size_t)steps, sizeof *times, cmp_double);
-    qsort(fb_times, (size_t)steps, sizeof *fb_times, cmp_double);
-    double median = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
-    double fb_median = steps % 2 ? fb_times[steps / 2] : 0.5 * (fb_times[steps / 2 - 1] + fb_times[steps / 2]);
+    const double median = zy_median(times, steps), fb_median = zy_median(fb_times, steps);
     double tps = (double)B * T / median, flops = model_train_flops_per_token(&cfg, T);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

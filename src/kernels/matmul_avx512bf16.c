@@ -6,10 +6,10 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/matmul.h"
-#include "kernels/reduce16.h"
 #include "util/util.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#include "kernels/reduce16.h"
 #include <immintrin.h>
 
 static inline __m512 dp(__m512 acc, const uint16_t *a, const uint16_t *b) {

@@ -270,11 +270,6 @@ int ablation_prepare(const AblationSpec *s, int v, int k, char *run_json_path, s
 
 /* ---- results ----------------------------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int ablation_read_metrics(const char *run_dir, AblationResult *r, ZyErr *err) {
     memset(r, 0, sizeof *r);
     r->val_loss = NAN;
@@ -387,10 +382,7 @@ int ablation_read_metrics(const char *run_dir, AblationResult *r, ZyErr *err) {
         if (!isnan(rec[st].secs)) r->train_seconds += rec[st].secs;
         if (st > 5 && !isnan(rec[st].tps)) tps[m++] = rec[st].tps;
     }
-    if (m) {
-        qsort(tps, (size_t)m, sizeof *tps, cmp_double);
-        r->tokens_per_s = m % 2 ? tps[m / 2] : 0.5 * (tps[m / 2 - 1] + tps[m / 2]);
-    }
+    if (m) r->tokens_per_s = zy_median(tps, m);
     r->done = 1;
     rc = 0;
 done:

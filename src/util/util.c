@@ -248,6 +248,16 @@ double zy_now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int zy_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double zy_median(double *x, long n) {
+    qsort(x, (size_t)n, sizeof *x, zy_cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 static const struct {
     const char *name;
     size_t size;

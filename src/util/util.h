@@ -79,6 +79,10 @@ static inline float zy_round_bf16(float f) { return zy_bf16_to_f32(zy_f32_to_bf1
 float zy_f16_to_f32(uint16_t h);
 
 double zy_now_seconds(void);
+/* qsort's comparison of two doubles (ascending), and the median of x[0..n-1] (n >= 1; sorts x in place, so its
+ * percentiles can be read after): the benchmarks' timings. */
+int zy_cmp_double(const void *a, const void *b);
+double zy_median(double *x, long n);
 
 /* Carving one allocation into named buffers: a sizing pass with base = NULL counts the bytes, then a pass over
  * the allocated block hands out 64-byte-aligned pointers in the same order. */
