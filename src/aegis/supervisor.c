@@ -491,7 +491,10 @@ static int run_once(Sup *s, char *const *argv, LaunchEnd *end, ZyErr *err) {
             if (end->start_step < 0) end->start_step = h->step;
             if (h->step > end->reached) end->reached = h->step;
             if (h->time != last_time[h->rank]) { /* rewritten: this rank made progress */
-                if (last_step[h->rank] >= 0 && h->step > last_step[h->rank] && h->step_seconds > 0) {
+                /* a RUNNING heartbeat with a step time is written after a completed step, and the heartbeats are
+                 * cleared before each launch: this launch has stepped even when the first one seen is already past
+                 * its start (a fast job can run all its first steps between two polls) */
+                if (h->state == HB_RUNNING && h->step_seconds > 0 && h->step > last_step[h->rank]) {
                     stepped = 1;
                     if (s->n_step_times == s->cap_step_times) {
                         int cap = s->cap_step_times ? 2 * s->cap_step_times : 256;
