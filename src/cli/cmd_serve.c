@@ -197,6 +197,10 @@ int cmd_serve(int argc, char **argv) {
             sig == SIGTERM ? "SIGTERM" : "SIGINT", grace);
     serve_http_quiesce(http);
     serve_engine_shutdown(eng, grace);
+    /* every generation has ended (finished, or cancelled at the deadline); stopping the daemon now would cut the
+     * streams whose last events and [DONE] are not yet written, so let them drain first */
+    const int unfinished = serve_http_drain(http, 10);
+    if (unfinished) fprintf(stderr, "zaya serve: %d answers still unsent after 10 s: closing them\n", unfinished);
     serve_http_stop(http);
     http = NULL;
     fprintf(stderr, "zaya serve: stopped\n");

@@ -59,6 +59,8 @@ static int fail_rt(ZyErr *err, gpuError_t e, const char *what) {
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc, bf16, batch;
     long long sa, sb, sc;
+    int al_a, al_b, al_c; /* the operands' alignment in bytes (at most 256): an algorithm picked for 256-byte
+                           * aligned matrices may not run on a row slice or an odd leading dimension */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulHeuristicResult_t algo;
@@ -233,14 +235,22 @@ extern "C" int gpu_reserve_scratch(GpuCtx *g, size_t elems, ZyErr *err) {
  * and its second A, each with its own transpose flag; no data moves. A batch of them (batch > 1) puts the batch
  * count and each operand's stride on its layout: cuBLASLt's first layout (la) takes B's stride, the second (lb)
  * A's, lc C's. */
+/* The largest power of two up to 256 dividing a matrix's address, its row pitch and its batch stride, in bytes. */
+static int alignment_of(const void *p, long long ld_bytes, long long stride_bytes) {
+    const unsigned long long v = (unsigned long long)(uintptr_t)p | (unsigned long long)ld_bytes |
+                                 (unsigned long long)stride_bytes | 256ull;
+    return (int)(v & (~v + 1));
+}
+
 static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc, int bf16, int batch,
-                      long long sa, long long sb, long long sc, ZyErr *err) {
+                      long long sa, long long sb, long long sc, int al_a, int al_b, int al_c, ZyErr *err) {
     PlanCache *c = (PlanCache *)g->plans;
     if (batch <= 1) batch = 1, sa = sb = sc = 0; /* one product: the same plan whichever strides were passed */
     for (int i = 0; i < c->n; i++) {
         Plan *p = &c->p[i];
         if (p->ta == ta && p->tb == tb && p->M == M && p->N == N && p->K == K && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->bf16 == bf16 && p->batch == batch && p->sa == sa && p->sb == sb && p->sc == sc)
+            p->ldc == ldc && p->bf16 == bf16 && p->batch == batch && p->sa == sa && p->sb == sb && p->sc == sc &&
+            p->al_a == al_a && p->al_b == al_b && p->al_c == al_c)
             return p;
     }
     Plan *p = c->n < MAX_PLANS ? &c->p[c->n] : &c->p[MAX_PLANS - 1];
@@ -254,6 +264,7 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
     memset(p, 0, sizeof *p);
     p->ta = ta, p->tb = tb, p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->bf16 = bf16;
     p->batch = batch, p->sa = sa, p->sb = sb, p->sc = sc;
+    p->al_a = al_a, p->al_b = al_b, p->al_c = al_c;
     const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
@@ -281,6 +292,16 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
     size_t ws = g->lt_work_bytes;
     ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
                    CUBLAS_STATUS_SUCCESS;
+#ifndef ZAYA_HIP /* hipBLASLt has no alignment preferences (untested on AMD: README "GPUs") */
+    /* cuBLASLt's "A" is our B and its "B" our A (row-major products as column-major ones); C and D are C */
+    const uint32_t align[4] = {(uint32_t)al_b, (uint32_t)al_a, (uint32_t)al_c, (uint32_t)al_c};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]) ==
+                       CUBLAS_STATUS_SUCCESS;
+#endif
     int found = 0;
     ok = ok && cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
                                               &p->algo, &found) == CUBLAS_STATUS_SUCCESS;
@@ -345,7 +366,10 @@ static int gemm_impl(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, f
     } else if (!A || !B) {
         return zy_fail(err, "GPU: an fp32 product was given bf16-only weights");
     }
-    Plan *p = plan_for(g, trans_a, trans_b, M, N, K, lda, ldb, ldc, bf16, batch, stride_a, stride_b, stride_c, err);
+    const long long es = bf16 ? 2 : 4, many = batch > 1;
+    Plan *p = plan_for(g, trans_a, trans_b, M, N, K, lda, ldb, ldc, bf16, batch, stride_a, stride_b, stride_c,
+                       alignment_of(a, lda * es, many * stride_a * es), alignment_of(b, ldb * es, many * stride_b * es),
+                       alignment_of(C, ldc * 4ll, many * stride_c * 4), err);
     if (!p) return -1;
     cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)g->lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, C, p->lc,
                                        C, p->lc, &p->algo.algo, g->lt_work, g->lt_work_bytes, g->stream);

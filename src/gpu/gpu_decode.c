@@ -101,6 +101,9 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     if (max_len > f->max_position_embeddings)
         return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
                        f->max_position_embeddings);
+    if (f->head_dim > 256 || f->num_kv_heads <= 0 || f->num_heads % f->num_kv_heads)
+        return zy_fail(err, "KV cache: GPU decoding takes head_dim <= 256 and num_heads a multiple of num_kv_heads "
+                       "(head_dim %d, %d heads, %d kv heads)", f->head_dim, f->num_heads, f->num_kv_heads);
     if (chunk > max_len) chunk = max_len;
     GpuKVCache *c = calloc(1, sizeof *c);
     const size_t L = (size_t)f->num_layers;
@@ -275,6 +278,7 @@ static int decode_piece(GpuKVCache *c, int n, float *logits, int last_only, int 
     }
     if (gm->failed) {
         *err = gm->err;
+        gpu_kvcache_reset(c); /* the layers' states are already overwritten: the cache is no longer consistent */
         return -1;
     }
     c->len += n;
@@ -282,6 +286,7 @@ static int decode_piece(GpuKVCache *c, int n, float *logits, int last_only, int 
     if (last_only) {
         gk_copy_rows(st, s->last_rows, D, s->u + (long)(n - 1) * D, (long)n * D, D, B);
         gpu_mm_wt(gm, B, V, D, s->last_rows, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);
+        if (gm->failed) return *err = gm->err, -1;
         return gpu_download(&gm->g, logits, s->logits, (size_t)B * V * sizeof(float), err);
     }
     gpu_mm_wt(gm, N, V, D, s->u, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);

@@ -24,8 +24,9 @@ int gpu_kvcache_max_len(const GpuKVCache *c);
 size_t gpu_kvcache_bytes(const GpuKVCache *c); /* the cache and its per-sequence state on the device */
 
 /* n new tokens per sequence (host tokens [batch, n]) continuing from the cache; writes host logits [batch, n, V],
- * or only each sequence's last position [batch, V] with last_only (logits may be NULL). Errors leave the cache as
- * it was: full, token ids outside the vocabulary, a GPU fault. */
+ * or only each sequence's last position [batch, V] with last_only (logits may be NULL). Refused input (a full cache,
+ * token ids outside the vocabulary) leaves the cache as it was; a GPU fault mid-pass empties it (the layers' states
+ * were already overwritten). */
 int gpu_model_decode(GpuModel *gm, GpuKVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
                      ZyErr *err);
 

@@ -41,6 +41,8 @@ struct ServeHttp {
     uint64_t responses[N_ROUTES][N_CLASSES];
     uint64_t disconnects;
     int draining;
+    int active;          /* requests begun and not yet completed (their last byte handed to the socket, or dropped) */
+    pthread_cond_t idle; /* signalled when active falls to 0 */
     MHD_socket quiesced; /* the listening socket MHD_quiesce_daemon handed back: closed only after MHD_stop_daemon */
     time_t started;
 };
@@ -617,6 +619,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->logprobs = -1;
         c->fd = -1;
         *con_cls = c;
+        pthread_mutex_lock(&h->mu);
+        h->active++;
+        pthread_mutex_unlock(&h->mu);
         return MHD_YES;
     }
     if (*upload_size) { /* a piece of the body */
@@ -680,7 +685,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_unlock(&c->h->mu);
         serve_job_cancel(c->job);
     }
+    ServeHttp *h = c->h;
     conn_unref(c);
+    pthread_mutex_lock(&h->mu);
+    if (--h->active == 0) pthread_cond_broadcast(&h->idle);
+    pthread_mutex_unlock(&h->mu);
 }
 
 int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, ZyErr *err) {
@@ -698,6 +707,7 @@ int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, Zy
     h->started = time(NULL);
     h->quiesced = MHD_INVALID_SOCKET; /* calloc's 0 would be stdin */
     pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->idle, NULL);
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
                                 MHD_USE_AUTO | MHD_USE_ERROR_LOG,
                             0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
@@ -726,10 +736,25 @@ void serve_http_quiesce(ServeHttp *h) {
     if (s != MHD_INVALID_SOCKET) h->quiesced = s;
 }
 
+int serve_http_drain(ServeHttp *h, double seconds) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    const double end = until.tv_sec + until.tv_nsec * 1e-9 + (seconds > 0 ? seconds : 0);
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&h->mu);
+    while (h->active > 0 && pthread_cond_timedwait(&h->idle, &h->mu, &until) == 0) {
+    }
+    const int left = h->active;
+    pthread_mutex_unlock(&h->mu);
+    return left;
+}
+
 void serve_http_stop(ServeHttp *h) {
     if (!h) return;
     if (h->d) MHD_stop_daemon(h->d);
     if (h->quiesced != MHD_INVALID_SOCKET) close(h->quiesced);
+    pthread_cond_destroy(&h->idle);
     pthread_mutex_destroy(&h->mu);
     free(h->model_name);
     free(h->api_key);

@@ -35,6 +35,9 @@ int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, Zy
 int serve_http_port(const ServeHttp *h);
 /* Stops accepting connections; requests arriving on open ones get 503. */
 void serve_http_quiesce(ServeHttp *h);
+/* Waits up to `seconds` for the answers under way to be handed to their sockets (a stream whose generation has ended
+ * still has its last events and [DONE] to write). The number still unfinished. */
+int serve_http_drain(ServeHttp *h, double seconds);
 /* Closes every connection and joins their threads (call after serve_engine_shutdown), then frees. */
 void serve_http_stop(ServeHttp *h);
 

@@ -80,8 +80,12 @@ check "GPU→CPU run tracks the CPU's curve" python3 tests/gpu/compare_runs.py c
 check "CPU→GPU run tracks the CPU's curve" python3 tests/gpu/compare_runs.py curve "$W/cpu" "$W/cpu-to-gpu"
 check "first 25 steps of GPU→CPU equal the GPU run's" python3 tests/gpu/compare_runs.py prefix "$W/gpu" "$W/gpu-to-cpu" 25
 # cached decoding on the GPU: greedy generation from the trained model gives the CPU's tokens
-gen() { $Z generate --model "$W/cpu/final" --ids --prompt "2 17 5 9" --max-tokens 40 --temperature 0 "$@" 2>/dev/null; }
-check "generate --device cuda: the CPU's 40 greedy tokens" test "$(gen)" = "$(gen --device cuda)"
+gen() { $Z generate --model "$W/cpu/final" --ids --prompt "2 17 5 9" --max-tokens 40 --temperature 0 "$@"; }
+gen_same() { # both must run and print tokens (two failures would print two equal empty strings)
+    local a b
+    a=$(gen) && b=$(gen --device cuda) && [ -n "$a" ] && [ "$a" = "$b" ] || { echo "cpu: $a"; echo "gpu: $b"; return 1; }
+}
+check "generate --device cuda: the CPU's 40 greedy tokens" gen_same
 suite_line gpu-training "$pass" "$fail"
 
 echo "=== suite: gpu oracle (zaya forward --device cuda vs transformers' ZayaForCausalLM)"

@@ -267,9 +267,12 @@ static void test_gpu_attention_tc(GpuTest *t) {
     tc_case(t, 2, 37, 4, 2, 64, 0);    /* one partial tile */
     tc_case(t, 2, 37, 4, 2, 128, 0);
     tc_case(t, 1, 300, 2, 1, 64, 0);   /* five tiles, the last partial */
-    tc_case(t, 1, 300, 2, 1, 128, 0);
+    tc_case(t, 1, 300, 8, 2, 128, 0);  /* the benchmark's heads (8 query, 2 kv), a partial last tile */
+    tc_case(t, 2, 130, 8, 2, 64, 0);   /* bench-medium's heads, two sequences, a partial tile */
+    tc_case(t, 2, 200, 4, 2, 128, 0);  /* several tiles and sequences at dh 128 */
     tc_case(t, 2, 130, 4, 1, 64, 0);   /* a group of 4 query heads, a 2-query last tile */
     tc_case(t, 1, 129, 2, 2, 128, 1);  /* unaligned Q, dO, dQ: the scalar loads */
+    tc_case(t, 1, 77, 4, 2, 64, 1);    /* the same at dh 64 */
     tc_case(t, 1, 2048, 8, 2, 128, 0); /* a full sequence at the benchmark's head shape */
     tc_case(t, 2, 37, 4, 2, 12, 0);    /* other head sizes: the fp32 kernels */
     tc_case(t, 1, 100, 2, 1, 32, 0);

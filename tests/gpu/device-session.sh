@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One lent-GPU session's checks in one call (README "GPUs"): the GPU machine has no package registry and device time
+# is short, so this runs the whole of `make test-gpu` and the GPU benchmarks back to back, each under a time limit,
+# and leaves every log under $OUT. Prepared here, on the CPU machine:
+#   ../shared/device/pack-debs.sh .devdeps mpi libmicrohttpd12 libmicrohttpd-dev libutf8proc2 libutf8proc-dev
+#   make BUILD=build-dev DNNL=0 CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build-dev/zaya build-dev/zaya_gpu_tests
+#   mkdir -p .devbin && strip --strip-debug -o .devbin/zaya build-dev/zaya && strip --strip-debug -o .devbin/zaya_gpu_tests build-dev/zaya_gpu_tests
+# and a transformers wheel that knows ZAYA in .whl/. Then carry .devdeps .devbin .whl and run
+#   tests/gpu/device-session.sh [seconds]        (default 480: the tests first, the benchmarks in what is left)
+# Without .devbin (or if the carried binaries do not load there) it builds on the machine.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUDGET=${1:-480}
+OUT=${OUT:-/tmp/zaya-gpu-out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+elapsed() { echo $(($(date +%s) - T0)); }
+stamp() { echo "[$(elapsed) s] $*"; }
+left() { local l=$((BUDGET - $(elapsed))); [ "$l" -lt 10 ] && l=10; echo "$l"; }
+
+[ -f .devdeps/use.sh ] && source .devdeps/use.sh
+if [ -d /opt/devdeps/usr/bin ]; then
+    # Open MPI unpacked away from /usr: the alternatives links (mpirun, ...) are made by postinst scripts that do not
+    # run there, and OPAL_PREFIX points it at its helpers and components
+    for n in mpirun mpiexec mpicc; do [ -e /opt/devdeps/usr/bin/$n.openmpi ] && ln -sf $n.openmpi /opt/devdeps/usr/bin/$n; done
+    export OPAL_PREFIX=/opt/devdeps/usr
+fi
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+        export PYTHONPATH=/tmp/site
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
+
+mkdir -p build
+[ -x .devbin/zaya ] && cp .devbin/zaya .devbin/zaya_gpu_tests build/
+if [ -x build/zaya ] && ldd build/zaya | grep -q 'not found'; then
+    # the CUDA libraries may live in the Python wheels rather than /usr/local/cuda
+    for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, x, "lib") for x in os.listdir(p)))' 2>/dev/null); do
+        [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+    done
+    export LD_LIBRARY_PATH
+    ldd build/zaya | grep 'not found'
+fi
+if ! build/zaya info >/dev/null 2>&1; then
+    stamp "the carried binaries do not run here: building"
+    make -j16 DNNL=0 CUDA_ARCH="-gencode arch=compute_90,code=sm_90" all >"$OUT/build.log" 2>&1 || {
+        tail -n 40 "$OUT/build.log"
+        exit 1
+    }
+fi
+build/zaya info
+stamp "make test-gpu (tests/gpu/run.sh)"
+ZAYA_GPU_TEST_DIR=/tmp/gpu-test timeout $((BUDGET * 6 / 10)) tests/gpu/run.sh >"$OUT/test-gpu.log" 2>&1
+echo "run.sh exit $?"
+grep -E '^(=== suite|zaya gpu tests|gpu tests:|[a-z-]+: [0-9]+ passed|  FAIL |FAIL |[0-9]+ passed, [0-9]+ failed)' "$OUT/test-gpu.log" |
+    head -n 70
+
+stamp "benchmarks"
+build/zaya bench gemm --device cuda >"$OUT/bench-gemm.txt" 2>&1
+tail -n 6 "$OUT/bench-gemm.txt"
+PYTHONUNBUFFERED=1 timeout "$(left)" python3 bench/vs_pytorch_gpu.py --config configs/bench-gpu.json --batch 4 --seq 2048 \
+    --steps 5 --no-compile >"$OUT/vs-pytorch.txt" 2>&1
+echo "vs_pytorch_gpu exit $?"
+grep -v '^json' "$OUT/vs-pytorch.txt" | tail -n 45
+stamp "done"
