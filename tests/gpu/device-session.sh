@@ -6,11 +6,15 @@
 #   make BUILD=build-dev DNNL=0 CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build-dev/zaya build-dev/zaya_gpu_tests
 #   mkdir -p .devbin && strip --strip-debug -o .devbin/zaya build-dev/zaya && strip --strip-debug -o .devbin/zaya_gpu_tests build-dev/zaya_gpu_tests
 # and a transformers wheel that knows ZAYA in .whl/. Then carry .devdeps .devbin .whl and run
-#   tests/gpu/device-session.sh [seconds]        (default 480: the tests first, the benchmarks in what is left)
+#   tests/gpu/device-session.sh [seconds] [parts]   (default 480 s; parts, comma-separated, default tests,bench:
+#     tests    make test-gpu (tests/gpu/run.sh)
+#     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)
+#     compile  PyTorch torch.compile training steps alone, in whatever time is left)
 # Without .devbin (or if the carried binaries do not load there) it builds on the machine.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${1:-480}
+PARTS=",${2:-tests,bench},"
 OUT=${OUT:-/tmp/zaya-gpu-out}
 mkdir -p "$OUT"
 T0=$(date +%s)
@@ -50,17 +54,29 @@ if ! build/zaya info >/dev/null 2>&1; then
     }
 fi
 build/zaya info
-stamp "make test-gpu (tests/gpu/run.sh)"
-ZAYA_GPU_TEST_DIR=/tmp/gpu-test timeout $((BUDGET * 6 / 10)) tests/gpu/run.sh >"$OUT/test-gpu.log" 2>&1
-echo "run.sh exit $?"
-grep -E '^(=== suite|zaya gpu tests|gpu tests:|[a-z-]+: [0-9]+ passed|  FAIL |FAIL |[0-9]+ passed, [0-9]+ failed)' "$OUT/test-gpu.log" |
-    head -n 70
-
-stamp "benchmarks"
-build/zaya bench gemm --device cuda >"$OUT/bench-gemm.txt" 2>&1
-tail -n 6 "$OUT/bench-gemm.txt"
-PYTHONUNBUFFERED=1 timeout "$(left)" python3 bench/vs_pytorch_gpu.py --config configs/bench-gpu.json --batch 4 --seq 2048 \
-    --steps 5 --no-compile >"$OUT/vs-pytorch.txt" 2>&1
-echo "vs_pytorch_gpu exit $?"
-grep -v '^json' "$OUT/vs-pytorch.txt" | tail -n 45
+if [[ $PARTS == *,tests,* ]]; then
+    stamp "make test-gpu (tests/gpu/run.sh)"
+    ZAYA_GPU_TEST_DIR=/tmp/gpu-test timeout $((BUDGET * 6 / 10)) tests/gpu/run.sh >"$OUT/test-gpu.log" 2>&1
+    echo "run.sh exit $?"
+    grep -E '^(=== suite|zaya gpu tests|gpu tests:|[a-z-]+: [0-9]+ passed|  FAIL |FAIL |[0-9]+ passed, [0-9]+ failed)' "$OUT/test-gpu.log" |
+        head -n 70
+    # the worst gradients of the whole-model comparisons, and the oracle's per-config lines
+    grep -E '^ +ok +model .*every gradient|^       .*rel err|^(ok  |FAIL) cfg' "$OUT/test-gpu.log" | cut -c1-180 | head -n 60
+fi
+if [[ $PARTS == *,bench,* ]]; then
+    stamp "benchmarks"
+    build/zaya bench gemm --device cuda >"$OUT/bench-gemm.txt" 2>&1
+    tail -n 6 "$OUT/bench-gemm.txt"
+    PYTHONUNBUFFERED=1 timeout "$(left)" python3 bench/vs_pytorch_gpu.py --config configs/bench-gpu.json --batch 4 --seq 2048 \
+        --steps 5 --no-compile >"$OUT/vs-pytorch.txt" 2>&1
+    echo "vs_pytorch_gpu exit $?"
+    grep -v '^json' "$OUT/vs-pytorch.txt" | tail -n 45
+fi
+if [[ $PARTS == *,compile,* ]]; then
+    stamp "torch.compile training steps (bench/vs_pytorch_gpu.py's compile worker, $(left) s at most)"
+    PYTHONUNBUFFERED=1 timeout "$(left)" python3 bench/vs_pytorch_gpu.py --worker compile --config configs/bench-gpu.json \
+        --batch 4 --seq 2048 --steps 5 --compile-warmup 4 >"$OUT/compile.txt" 2>&1
+    echo "torch.compile exit $? (124: still compiling when the time ran out)"
+    tail -n 3 "$OUT/compile.txt"
+fi
 stamp "done"

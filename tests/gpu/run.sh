@@ -90,7 +90,8 @@ suite_line gpu-training "$pass" "$fail"
 
 echo "=== suite: gpu oracle (zaya forward --device cuda vs transformers' ZayaForCausalLM)"
 if python3 -c "from transformers import ZayaForCausalLM" >/dev/null 2>&1; then
-    ZAYA_BIN=tests/gpu/zaya_on_gpu.sh python3 tests/oracle/test_oracle.py 2>&1 | tee "$W/oracle.log"
+    ZAYA_ORACLE_DEVICE=cuda ZAYA_BIN=tests/gpu/zaya_on_gpu.sh python3 tests/oracle/test_oracle.py 2>&1 |
+        tee "$W/oracle.log"
     line=$(grep -E '^[a-z_-]+: [0-9]+ passed, [0-9]+ failed' "$W/oracle.log" | tail -n 1)
     if [ -z "$line" ]; then suite_line gpu-oracle 0 1; else
         p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')

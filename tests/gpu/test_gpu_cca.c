@@ -271,6 +271,8 @@ void test_gpu_cca(GpuTest *t) {
     const ConvShape conv[] = {
         {1, 1, 2, 8, 2, 2},    /* B = 1, T = 1 */
         {1, 1, 1, 4, 3, 3},    /* T shorter than both kernels */
+        {1, 2, 4, 8, 3, 3},    /* T = 2 under both kernels, four heads (the oracle's cfg4) */
+        {1, 3, 4, 8, 3, 3},
         {1, 1, 3, 3, 1, 1},    /* no time mixing at all */
         {2, 7, 3, 5, 3, 1},    /* odd everything */
         {3, 5, 2, 12, 1, 3},   /* sequences shorter than the row tile, several per tile */

@@ -65,16 +65,16 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
         gt_assert(t, differ == 0, name, "%d of %d differ", differ, N * cfg->num_layers);
         /* every tensor's gradient */
         gpu_model_download_grads(gm, &m, &err);
-        int bad = 0;
+        int bad = 0, shown = 0;
         double worst = 0;
         const char *worst_name = "";
         for (int i = 0; i < m.params.count; i++) {
             const ParamInfo *p = &m.params.info[i];
             if (!param_trainable(p)) continue;
             double ei = gt_rel_err(m.params.grad + p->offset, cpu_grad + p->offset, p->numel);
-            if (!(ei <= 1e-3)) {
-                if (bad++ < 5) printf("       %s: rel err %.2e\n", p->name, ei);
-            }
+            if (!(ei <= 1e-3)) bad++;
+            if (!(ei <= 1e-4) && shown++ < 6) /* over the CPU oracle's bar: named, for the record */
+                printf("       %s: rel err %.2e%s\n", p->name, ei, ei <= 1e-3 ? "" : " (over 1e-3)");
             if (!(ei <= worst)) worst = ei, worst_name = p->name;
         }
         snprintf(name, sizeof name, "%s: every gradient", label);
@@ -108,6 +108,15 @@ void test_gpu_model(GpuTest *t) {
     ZayaConfig plain = c;
     plain.no_residual_scaling = 1;
     compare_model(t, "no residual scaling", &plain, 2, 26);
+    /* sequences shorter than both convolutions, MHA-shaped heads, full rotation (the oracle's cfg4) */
+    ZayaConfig shortseq = c;
+    shortseq.hidden_size = 32, shortseq.num_layers = 2, shortseq.num_heads = 4, shortseq.num_kv_heads = 4;
+    shortseq.head_dim = 8, shortseq.moe_intermediate_size = 16, shortseq.router_hidden_size = 16;
+    shortseq.cca_time0 = 3, shortseq.cca_time1 = 3, shortseq.partial_rotary_factor = 1.0f, shortseq.rope_theta = 1e6f;
+    shortseq.tie_word_embeddings = 0, shortseq.vocab_size = 100;
+    compare_model(t, "B1 T2, k 3/3, 4/4 heads", &shortseq, 1, 2);
+    compare_model(t, "B1 T3, k 3/3, 4/4 heads", &shortseq, 1, 3);
+    compare_model(t, "B2 T9, k 3/3, 4/4 heads", &shortseq, 2, 9);
     ZayaConfig wide = c;
     wide.hidden_size = 256, wide.num_heads = 8, wide.num_kv_heads = 2, wide.head_dim = 64, wide.num_experts = 8;
     wide.moe_intermediate_size = 128, wide.router_hidden_size = 64, wide.vocab_size = 1000;
