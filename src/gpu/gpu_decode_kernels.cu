@@ -4,15 +4,15 @@
 #include "gpu_kernels.h"
 
 #define DA_WARPS 4
-#define DA_MAX_PER_LANE 8 /* head_dim <= 256 */
+#define DA_MAX_PER_LANE (256 / GPU_WARP) /* head_dim <= 256 */
 
 /* One block per (new query t, head h, sequence b). Each warp walks every DA_WARPS-th key with an online softmax
  * (its own max, sum and output accumulator); the warps' partial results are then combined in a fixed order, so the
- * result does not depend on scheduling. Lane l holds output dims l, l+32, ... */
+ * result does not depend on scheduling. Lane l holds output dims l, l+GPU_WARP, ... (32 on NVIDIA, 64 on AMD) */
 __global__ void decode_attention_kernel(float *O, const float *Q, const float *Kc, const float *Vc, int n, int p0,
                                         int max_len, int Hq, int Hkv, int dh, float scale) {
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
     const int last = p0 + t; /* sees keys 0..last */
     __shared__ float q[256];
@@ -27,20 +27,20 @@ __global__ void decode_attention_kernel(float *O, const float *Q, const float *K
     for (int s = warp; s <= last; s += DA_WARPS) {
         const float *kr = kb + (long)s * Ck;
         float dot = 0.0f;
-        for (int i = lane; i < dh; i += 32) dot += q[i] * kr[i];
+        for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kr[i];
         dot = warp_sum(dot) * scale;
         const float m_new = fmaxf(m, dot);
         const float corr = expf(m - m_new), p = expf(dot - m_new);
         l = l * corr + p;
         const float *vr = vb + (long)s * Ck;
         int k = 0;
-        for (int i = lane; i < dh; i += 32, k++) acc[k] = acc[k] * corr + p * vr[i];
+        for (int i = lane; i < dh; i += GPU_WARP, k++) acc[k] = acc[k] * corr + p * vr[i];
         m = m_new;
     }
     if (lane == 0) wm[warp] = m, wl[warp] = l;
     {
         int k = 0;
-        for (int i = lane; i < dh; i += 32, k++) wo[warp][i] = acc[k];
+        for (int i = lane; i < dh; i += GPU_WARP, k++) wo[warp][i] = acc[k];
     }
     __syncthreads();
     float M = -INFINITY;
@@ -61,7 +61,7 @@ extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const 
     if (B <= 0 || n <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv) return;
     const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
     dim3 grid(n, Hq, B);
-    decode_attention_kernel<<<grid, DA_WARPS * 32, 0, s>>>(O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale);
+    decode_attention_kernel<<<grid, DA_WARPS * GPU_WARP, 0, s>>>(O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale);
 }
 
 __global__ void copy_rows_kernel(float *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {

@@ -30,6 +30,13 @@ GRAD_FLOOR = 1e-5  # see the gradient check
 # tests/gpu/run.sh points ZAYA_BIN at `forward --device cuda` and says so here: the GPU has no sliding-window
 # attention yet (README "GPUs"), so a sliding configuration must be refused there, by name, before any work
 ON_GPU = os.environ.get("ZAYA_ORACLE_DEVICE") == "cuda"
+if ON_GPU:
+    # The GPU's bar for fp32 gradients is 1e-3 (issue 13, as tests/gpu/test_gpu_model.c): its reductions sum in
+    # another order, and some gradients here are ill-conditioned. cfg4 (T = 2) makes layer 0's q/k gradients tiny
+    # differences of nearly equal terms (dS = P (dP - D) with one or two keys): the GPU gave 3.7e-4 there (H200,
+    # 2026-11-26), and the CPU path itself gives 8e-4 when only the order of its D = rowsum(dO * O) sum changes
+    # (a 32-lane tree instead of a running sum); it passes at 1e-4 because its D and dP happen to sum alike.
+    TOL_GRAD = 1e-3
 
 # name, model shape, batch, token dtype, target skip fraction, save options
 CONFIGS = [
