@@ -6,12 +6,14 @@
 
 #include "args.h"
 #include "commands.h"
+#include "gpu/gpu_eval.h"
 #include "infer/eval.h"
 #include "model/model.h"
 #include "io/model_io.h"
 #include "io/npy.h"
 #include "io/shards.h"
 #include "tokenizer/tokenizer.h"
+#include "train/runconfig.h"
 
 #define MAX_TASKS 64
 
@@ -29,8 +31,8 @@ static int array_read(void *ctx, uint64_t off, size_t n, int32_t *out, ZyErr *er
 
 int cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *task = NULL, *shards = NULL, *split = "val", *tokens_path = NULL;
-    const char *json_out = NULL, *dtype = "f32";
-    int limit = 0, seq_len = 0, bf16 = 0;
+    const char *json_out = NULL, *dtype = "f32", *device = "cpu";
+    int limit = 0, seq_len = 0, bf16 = 0, gpu = 0, gpu_index = -1;
     uint64_t max_tokens = 0;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
@@ -43,7 +45,8 @@ int cmd_eval(int argc, char **argv) {
         {"--max-tokens", ARG_U64, 0, &max_tokens, "held-out predictions at most (default: all)", 0},
         {"--seq-len", ARG_INT, 0, &seq_len, "held-out window length (default: min(1024, max positions))", 0},
         {"--json", ARG_STRING, 0, &json_out, "also write the results as JSON", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding; on a GPU: bf16 products)", 0},
+        {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     for (int i = 2; i < argc; i++)
@@ -51,7 +54,7 @@ int cmd_eval(int argc, char **argv) {
             args_usage("eval",
                        "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
                        "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT] "
-                       "[--dtype f32|bf16]",
+                       "[--dtype f32|bf16] [--device cpu|cuda|cuda:N]",
                        specs, n);
             return 0;
         }
@@ -67,6 +70,8 @@ int cmd_eval(int argc, char **argv) {
     uint64_t n_scored = 0;
     char held_name[300] = "";
     RoutingWindow routes, *routes_ptr = NULL;
+    GpuEvalRunner *gr = NULL;
+    EvalRunner gpu_run, *run = NULL; /* NULL: the CPU */
     if (args_parse(argc, argv, 2, specs, n, tasks + 1, MAX_TASKS - 1, &n_tasks, "eval", &err)) goto fail;
     if (n_tasks > 0 && !task) {
         zy_fail(&err, "eval: unexpected argument \"%s\"", tasks[1]);
@@ -91,10 +96,21 @@ int cmd_eval(int argc, char **argv) {
         goto fail;
     }
     if ((bf16 = model_parse_dtype(dtype, "eval: --dtype", &err)) < 0) goto fail;
-    if (model_load_dir_as(&m, model_dir, bf16, &err)) goto fail;
+    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
+        zy_wrap(&err, "eval: --device");
+        goto fail;
+    }
+    /* a GPU takes the fp32 weights and makes its own bf16 copy for bf16 products */
+    if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
     have_model = 1;
     model_drop_grads(&m); /* inference: no backward */
-    if (bf16) fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32)\n");
+    if (gpu) {
+        if (gpu_eval_runner_create(&gr, &gpu_run, &m, gpu_index, bf16, &err)) goto fail;
+        run = &gpu_run;
+        fprintf(stderr, "device            GPU %s%s\n", gpu_eval_runner_device(gr), bf16 ? ", bf16 products" : "");
+    } else if (bf16) {
+        fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32)\n");
+    }
     if (tok_path) {
         if (tokenizer_load(tok_path, &tok, &err)) goto fail;
         if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
@@ -109,7 +125,9 @@ int cmd_eval(int argc, char **argv) {
         goto fail;
     }
     for (int i = 0; i < n_tasks; i++) {
-        if (eval_task_file(&m, tok, task_list[i], limit, &results[i], &err)) goto fail;
+        EvalTokenizer et;
+        eval_tokenizer_from(&et, tok, &m.cfg);
+        if (eval_task_file_on(run, &m, &et, task_list[i], limit, &results[i], &err)) goto fail;
         fprintf(stderr, "%s: %d examples in %.2f s\n", task_list[i], results[i].n, results[i].seconds);
     }
     if (seq_len == 0) seq_len = m.cfg.max_position_embeddings < 1024 ? m.cfg.max_position_embeddings : 1024;
@@ -126,7 +144,7 @@ int cmd_eval(int argc, char **argv) {
         for (int d = 0; d < ndim; d++) total *= (uint64_t)shape[d];
         ArraySource as = {held, total};
         EvalTokenSource src = {&as, total, array_read};
-        if (eval_token_loss(&m, &src, seq_len, max_tokens, routes_ptr, &loss, &n_scored, &err)) {
+        if (eval_token_loss_on(run, &m, &src, seq_len, max_tokens, routes_ptr, &loss, &n_scored, &err)) {
             zy_wrap(&err, "%s", tokens_path);
             goto fail;
         }
@@ -135,7 +153,7 @@ int cmd_eval(int argc, char **argv) {
     } else if (shards) {
         /* headers, sizes and every id are checked on open/read; the payload CRCs are not re-read here */
         if (shardset_open(&ss, shards, split, 0, &err)) goto fail;
-        if (eval_shard_loss(&m, ss, seq_len, max_tokens, routes_ptr, &loss, &n_scored, &err)) {
+        if (eval_shard_loss_on(run, &m, ss, seq_len, max_tokens, routes_ptr, &loss, &n_scored, &err)) {
             zy_wrap(&err, "%s (%s)", shards, split);
             goto fail;
         }
@@ -154,6 +172,7 @@ fail:
     tokenizer_free(tok);
     if (ss) shardset_close(ss);
     if (routes_ptr) routing_window_free(routes_ptr);
+    gpu_eval_runner_free(gr);
     if (have_model) model_free(&m);
     return rc;
 }

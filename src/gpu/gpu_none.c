@@ -4,6 +4,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/gpu_decode.h"
+#include "gpu/gpu_eval.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
 
@@ -139,3 +140,10 @@ int gpu_comm_bench_run(GpuCommBench *b, GpuCollective op, int inplace, int bf16,
     return zy_fail(err, NO_GPU_NCCL);
 }
 double gpu_comm_bench_memcpy(GpuCommBench *b, size_t bytes, int warmup, int iters) { return -1; }
+
+int gpu_eval_runner_create(GpuEvalRunner **out, EvalRunner *run, const Model *m, int device, int bf16, ZyErr *err) {
+    *out = NULL;
+    return zy_fail(err, NO_GPU);
+}
+void gpu_eval_runner_free(GpuEvalRunner *r) {}
+const char *gpu_eval_runner_device(const GpuEvalRunner *r) { return "none"; }

@@ -672,22 +672,30 @@ done:
 }
 
 /* The CPU backend: model_decode on a KVCache. */
-typedef struct {
-    const Model *m;
-    KVCache *c;
-} CpuDecode;
 static void cpu_reset(void *x) { kvcache_reset(((CpuDecode *)x)->c); }
 static int cpu_decode(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
     CpuDecode *d = x;
     return model_decode(d->m, d->c, tokens, n, logits, 1, err);
 }
+static int cpu_decode_all(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
+    CpuDecode *d = x;
+    return model_decode(d->m, d->c, tokens, n, logits, 0, err);
+}
 static int cpu_len(void *x) { return ((CpuDecode *)x)->c->len; }
+static void cpu_mark(void *x) { kvcache_mark(((CpuDecode *)x)->c); }
+static void cpu_rewind(void *x) { kvcache_rewind(((CpuDecode *)x)->c); }
+
+DecodeBackend decode_backend_cpu(CpuDecode *d, const Model *m, KVCache *c) {
+    d->m = m, d->c = c;
+    return (DecodeBackend){.ctx = d, .reset = cpu_reset, .decode = cpu_decode, .len = cpu_len,
+                           .decode_all = cpu_decode_all, .mark = cpu_mark, .rewind = cpu_rewind,
+                           .batch = c->batch, .max_len = c->max_len, .vocab_size = m->cfg.vocab_size};
+}
 
 int generate(const Model *m, KVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
              int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
              GenerateStats *st, ZyErr *err) {
-    CpuDecode d = {.m = m, .c = c};
-    const DecodeBackend be = {.ctx = &d, .reset = cpu_reset, .decode = cpu_decode, .len = cpu_len,
-                              .batch = c->batch, .max_len = c->max_len, .vocab_size = m->cfg.vocab_size};
+    CpuDecode d;
+    const DecodeBackend be = decode_backend_cpu(&d, m, c);
     return generate_with(&be, s, p, rng, prompt, n_prompt, max_new, stop_ids, n_stop, fn, ctx, st, err);
 }

@@ -146,14 +146,26 @@ typedef struct {
 typedef int (*GenerateTokenFn)(void *ctx, int32_t token, ZyErr *err);
 
 /* What generation drives, whatever runs it (the CPU cache below, or a GPU's, gpu_decode.h): reset the cache, decode
- * n tokens of the one sequence writing the last position's logits [V], the cache's length. */
+ * n tokens of the one sequence writing the last position's logits [V], the cache's length. Scoring (eval) also
+ * uses decode_all (every new position's logits [n, V]) and, where the cache has them (NULL otherwise), mark (keep
+ * the current state) and rewind (go back to it). */
 typedef struct {
     void *ctx;
     void (*reset)(void *ctx);
     int (*decode)(void *ctx, const int32_t *tokens, int n, float *logits, ZyErr *err);
     int (*len)(void *ctx);
+    int (*decode_all)(void *ctx, const int32_t *tokens, int n, float *logits, ZyErr *err);
+    void (*mark)(void *ctx);
+    void (*rewind)(void *ctx);
     int batch, max_len, vocab_size;
 } DecodeBackend;
+
+/* The CPU backend over model m and cache c (both outlive it); d is its state. */
+typedef struct {
+    const Model *m;
+    KVCache *c;
+} CpuDecode;
+DecodeBackend decode_backend_cpu(CpuDecode *d, const Model *m, KVCache *c);
 
 /* generate() over any backend. */
 int generate_with(const DecodeBackend *be, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,

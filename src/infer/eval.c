@@ -287,11 +287,11 @@ static double log_prob(const float *logits, int V, int32_t target) {
 
 #define MC_PIECE 16 /* continuation tokens scored per decode call (bounds the logits buffer to 16 x V) */
 
-static int score_mc(const Model *m, TaskFile *t, int n_use, int max_len, EvalResult *out, ZyErr *err) {
+static int score_mc(const EvalRunner *run, const Model *m, TaskFile *t, int n_use, int max_len, EvalResult *out,
+                    ZyErr *err) {
     const int V = m->cfg.vocab_size;
-    KVCache c;
-    if (kvcache_create(&c, &m->cfg, 1, max_len, err))
-        return -1;
+    DecodeBackend be;
+    if (run->open_cache(run->ctx, max_len, &be, err)) return -1;
     float *ctx_logits = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * (size_t)MC_PIECE * V);
     double *ll = NULL, n_acc = 0, n_norm = 0, gold_ll = 0, gold_tokens = 0;
     int max_choices = 1, rc = -1;
@@ -303,19 +303,24 @@ static int score_mc(const Model *m, TaskFile *t, int n_use, int max_len, EvalRes
     }
     for (int i = 0; i < n_use; i++) {
         Example *e = &t->ex[i];
-        kvcache_reset(&c);
-        if (model_decode(m, &c, e->prefix, e->n_prefix, ctx_logits, 1, err)) goto fail_line;
-        kvcache_mark(&c);
+        be.reset(be.ctx);
+        if (be.decode(be.ctx, e->prefix, e->n_prefix, ctx_logits, err)) goto fail_line;
+        if (be.mark) be.mark(be.ctx);
         int best = 0, best_norm = 0;
         double best_norm_v = 0;
         for (int ch = 0; ch < e->n_choices; ch++) {
             const int32_t *cont = e->cont[ch];
             const int k = e->n_cont[ch];
-            kvcache_rewind(&c);
+            if (be.rewind) {
+                be.rewind(be.ctx);
+            } else if (ch > 0) { /* no rewind on this cache: the context again (its logits are already known) */
+                be.reset(be.ctx);
+                if (be.decode(be.ctx, e->prefix, e->n_prefix, lg, err)) goto fail_line;
+            }
             double s = log_prob(ctx_logits, V, cont[0]);
             for (int j = 0; j < k - 1; j += MC_PIECE) { /* feed cont[j..] to score cont[j+1..] */
                 const int n = k - 1 - j < MC_PIECE ? k - 1 - j : MC_PIECE;
-                if (model_decode(m, &c, cont + j, n, lg, 0, err)) goto fail_line;
+                if (be.decode_all(be.ctx, cont + j, n, lg, err)) goto fail_line;
                 for (int r = 0; r < n; r++) s += log_prob(lg + (long)r * V, V, cont[j + r + 1]);
             }
             ll[ch] = s;
@@ -345,7 +350,7 @@ done:
     free(ctx_logits);
     free(lg);
     free(ll);
-    kvcache_free(&c);
+    run->close_cache(run->ctx);
     return rc;
 }
 
@@ -378,7 +383,8 @@ static const char *strip(const char *s, size_t len, size_t *out_len) {
     return s;
 }
 
-static int score_exact(const Model *m, const EvalTokenizer *tok, TaskFile *t, int n_use, EvalResult *out, ZyErr *err) {
+static int score_exact(const EvalRunner *run, const Model *m, const EvalTokenizer *tok, TaskFile *t, int n_use,
+                       EvalResult *out, ZyErr *err) {
     const int max_pos = m->cfg.max_position_embeddings, A = EVAL_MAX_ANSWER_TOKENS;
     int max_len = 1;
     for (int i = 0; i < n_use; i++) {
@@ -395,12 +401,11 @@ static int score_exact(const Model *m, const EvalTokenizer *tok, TaskFile *t, in
         if (e->n_prefix + A - 1 > max_len) max_len = e->n_prefix + A - 1;
     }
     if (max_len > max_pos) max_len = max_pos;
-    KVCache c;
+    DecodeBackend be;
     Sampler s;
-    if (kvcache_create(&c, &m->cfg, 1, max_len, err))
-        return -1;
+    if (run->open_cache(run->ctx, max_len, &be, err)) return -1;
     if (sampler_create(&s, m->cfg.vocab_size, err)) {
-        kvcache_free(&c);
+        run->close_cache(run->ctx);
         return -1;
     }
     if (tok->vocab_size > 0 && tok->vocab_size < s.V) s.n_allowed = tok->vocab_size;
@@ -413,8 +418,8 @@ static int score_exact(const Model *m, const EvalTokenizer *tok, TaskFile *t, in
         AnswerBuf ans = {.tok = tok};
         GenerateStats st;
         const int32_t eos = tok->eos_id;
-        if (generate(m, &c, &s, &greedy, &rng, e->prefix, e->n_prefix, A, &eos, eos >= 0, on_answer_token, &ans, &st,
-                     err)) {
+        if (generate_with(&be, &s, &greedy, &rng, e->prefix, e->n_prefix, A, &eos, eos >= 0, on_answer_token, &ans, &st,
+                          err)) {
             rc = zy_wrap(err, "%s:%d", t->path, e->line);
             break;
         }
@@ -432,7 +437,7 @@ static int score_exact(const Model *m, const EvalTokenizer *tok, TaskFile *t, in
         free(text);
     }
     sampler_free(&s);
-    kvcache_free(&c);
+    run->close_cache(run->ctx);
     if (rc) return -1;
     out->n = n_use;
     out->acc = out->acc_norm = out->ppl = NAN;
@@ -440,8 +445,73 @@ static int score_exact(const Model *m, const EvalTokenizer *tok, TaskFile *t, in
     return 0;
 }
 
+/* ---- the CPU runner -------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const Model *m;
+    Model *mw; /* the same model where windows run (eval_token_loss), else NULL */
+    KVCache c;
+    int have_cache;
+    CpuDecode d;
+    Activations a;
+    int have_a, a_T;
+} CpuRunner;
+
+static int cpu_open_cache(void *x, int max_len, DecodeBackend *be, ZyErr *err) {
+    CpuRunner *r = x;
+    if (kvcache_create(&r->c, &r->m->cfg, 1, max_len, err)) return -1;
+    r->have_cache = 1;
+    *be = decode_backend_cpu(&r->d, r->m, &r->c);
+    return 0;
+}
+static void cpu_close_cache(void *x) {
+    CpuRunner *r = x;
+    if (r->have_cache) kvcache_free(&r->c);
+    r->have_cache = 0;
+}
+static int cpu_window(void *x, const int32_t *tokens, const int32_t *targets, int T, double *mean_loss, ZyErr *err) {
+    CpuRunner *r = x;
+    if (!r->have_a || r->a_T != T) { /* the windows' length; only the last may be shorter */
+        if (r->have_a) acts_free(&r->a);
+        r->have_a = 0;
+        if (acts_create(&r->a, &r->m->cfg, 1, T, err)) return -1;
+        r->have_a = 1, r->a_T = T;
+    }
+    model_forward(r->mw, &r->a, tokens);
+    *mean_loss = model_loss(r->mw, &r->a, targets);
+    return 0;
+}
+static int cpu_window_routing(void *x, int layer, const int32_t **choice, const float **gate, const float **probs,
+                              ZyErr *err) {
+    CpuRunner *r = x;
+    *choice = r->a.layers[layer].choice, *gate = r->a.layers[layer].gate, *probs = r->a.layers[layer].router_probs;
+    return 0;
+}
+static EvalRunner cpu_runner(CpuRunner *r, const Model *m, Model *mw) {
+    memset(r, 0, sizeof *r);
+    r->m = m, r->mw = mw;
+    return (EvalRunner){.ctx = r, .open_cache = cpu_open_cache, .close_cache = cpu_close_cache,
+                        .window = mw ? cpu_window : NULL, .window_routing = mw ? cpu_window_routing : NULL};
+}
+static void cpu_runner_free(CpuRunner *r) {
+    cpu_close_cache(r);
+    if (r->have_a) acts_free(&r->a);
+    r->have_a = 0;
+}
+
 int eval_task_file_with(const Model *m, const EvalTokenizer *tok, const char *path, int limit, EvalResult *out,
                         ZyErr *err) {
+    return eval_task_file_on(NULL, m, tok, path, limit, out, err);
+}
+
+int eval_task_file_on(const EvalRunner *run, const Model *m, const EvalTokenizer *tok, const char *path, int limit,
+                      EvalResult *out, ZyErr *err) {
+    CpuRunner cpu;
+    EvalRunner on_cpu;
+    if (!run) {
+        on_cpu = cpu_runner(&cpu, m, NULL);
+        run = &on_cpu;
+    }
     memset(out, 0, sizeof *out);
     const double t0 = zy_now_seconds();
     const char *base = strrchr(path, '/');
@@ -459,11 +529,12 @@ int eval_task_file_with(const Model *m, const EvalTokenizer *tok, const char *pa
     if (t.type == EVAL_TASK_MC) {
         int max_len = 1, max_cont = 0;
         rc = tokenize_mc(tok, m, &t, n_use, &max_len, &max_cont, err);
-        if (rc == 0) rc = score_mc(m, &t, n_use, max_len, out, err);
+        if (rc == 0) rc = score_mc(run, m, &t, n_use, max_len, out, err);
     } else {
-        rc = score_exact(m, tok, &t, n_use, out, err);
+        rc = score_exact(run, m, tok, &t, n_use, out, err);
     }
     free_task(&t);
+    if (run == &on_cpu) cpu_runner_free(&cpu);
     out->seconds = zy_now_seconds() - t0;
     return rc;
 }
@@ -478,6 +549,11 @@ int eval_task_file(const Model *m, const Tokenizer *tok, const char *path, int l
 
 int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens, RoutingWindow *routes,
                     double *loss, uint64_t *n_scored, ZyErr *err) {
+    return eval_token_loss_on(NULL, m, src, seq_len, max_tokens, routes, loss, n_scored, err);
+}
+
+int eval_token_loss_on(const EvalRunner *run, Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens,
+                       RoutingWindow *routes, double *loss, uint64_t *n_scored, ZyErr *err) {
     *loss = 0;
     *n_scored = 0;
     if (seq_len < 1 || seq_len > m->cfg.max_position_embeddings)
@@ -486,10 +562,15 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
     if (src->n_tokens < 2) return zy_fail(err, "eval: %llu tokens: need at least 2", (unsigned long long)src->n_tokens);
     uint64_t total = src->n_tokens - 1; /* predictions available */
     if (max_tokens > 0 && max_tokens < total) total = max_tokens;
-    Activations full = {0}, tail = {0};
+    CpuRunner cpu;
+    EvalRunner on_cpu;
+    if (!run) {
+        on_cpu = cpu_runner(&cpu, m, m);
+        run = &on_cpu;
+    }
     RoutingCounts window_routes = {0};
     const int classes = cfg_router_classes(&m->cfg);
-    int have_full = 0, have_tail = 0, rc = -1;
+    int rc = -1;
     if (routes && classes && routing_counts_create(&window_routes, m->cfg.num_layers, m->cfg.num_experts, err))
         return -1;
     double sum = 0;
@@ -501,16 +582,6 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
     }
     while (done_n < total) {
         const int T = total - done_n < (uint64_t)seq_len ? (int)(total - done_n) : seq_len;
-        Activations *a;
-        if (T == seq_len) {
-            if (!have_full && acts_create(&full, &m->cfg, 1, T, err)) goto done;
-            have_full = 1;
-            a = &full;
-        } else { /* only the last window can be shorter */
-            if (acts_create(&tail, &m->cfg, 1, T, err)) goto done;
-            have_tail = 1;
-            a = &tail;
-        }
         if (src->read(src->ctx, done_n, (size_t)T + 1, buf, err)) goto done;
         for (int i = 0; i <= T; i++)
             if (buf[i] < 0 || buf[i] >= m->cfg.vocab_size) {
@@ -519,14 +590,18 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
                 goto done;
             }
         for (int i = 0; i < T; i++) targets[i] = buf[i + 1];
-        model_forward(m, a, buf);
-        sum += model_loss(m, a, targets) * T;
+        double mean;
+        if (run->window(run->ctx, buf, targets, T, &mean, err)) goto done;
+        sum += mean * T;
         done_n += T;
         if (routes && classes) { /* each window is one "step" of the routing statistics */
             routing_counts_reset(&window_routes);
-            for (int l = 0; l < m->cfg.num_layers; l++)
-                routing_counts_add_layer(&window_routes, l, a->layers[l].choice, a->layers[l].gate,
-                                         a->layers[l].router_probs, classes, (size_t)T);
+            for (int l = 0; l < m->cfg.num_layers; l++) {
+                const int32_t *choice;
+                const float *gate, *probs;
+                if (run->window_routing(run->ctx, l, &choice, &gate, &probs, err)) goto done;
+                routing_counts_add_layer(&window_routes, l, choice, gate, probs, classes, (size_t)T);
+            }
             routing_window_add_step(routes, &window_routes);
         }
     }
@@ -534,8 +609,7 @@ int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t 
     *n_scored = done_n;
     rc = 0;
 done:
-    if (have_full) acts_free(&full);
-    if (have_tail) acts_free(&tail);
+    if (run == &on_cpu) cpu_runner_free(&cpu);
     if (routes && classes) routing_counts_free(&window_routes);
     free(buf);
     free(targets);
@@ -548,11 +622,16 @@ static int shard_read(void *ctx, uint64_t offset, size_t n, int32_t *out, ZyErr 
 
 int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, RoutingWindow *routes, double *loss,
                     uint64_t *n_scored, ZyErr *err) {
+    return eval_shard_loss_on(NULL, m, shards, seq_len, max_tokens, routes, loss, n_scored, err);
+}
+
+int eval_shard_loss_on(const EvalRunner *run, Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens,
+                       RoutingWindow *routes, double *loss, uint64_t *n_scored, ZyErr *err) {
     if (shardset_vocab_size(shards) > m->cfg.vocab_size)
         return zy_fail(err, "eval: the shards' vocabulary (%d) is larger than the model's (%d)",
                        shardset_vocab_size(shards), m->cfg.vocab_size);
     EvalTokenSource src = {shards, shardset_num_tokens(shards), shard_read};
-    return eval_token_loss(m, &src, seq_len, max_tokens, routes, loss, n_scored, err);
+    return eval_token_loss_on(run, m, &src, seq_len, max_tokens, routes, loss, n_scored, err);
 }
 
 /* ---- reporting ------------------------------------------------------------------------------------------------ */

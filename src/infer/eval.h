@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "infer/decode.h"
 #include "model/model.h"
 #include "train/routing.h"
 #include "io/shards.h"
@@ -41,6 +42,21 @@ typedef struct {
     double seconds;
 } EvalResult;
 
+/* Where eval runs the model: the functions below without _on run it on the CPU; the _on ones take a runner (the
+ * GPU's: gpu_eval_runner_create, gpu/gpu_decode.h). */
+typedef struct {
+    void *ctx;
+    /* A cache for one sequence of up to max_len tokens behind *be (decode_all set); close_cache frees it. */
+    int (*open_cache)(void *ctx, int max_len, DecodeBackend *be, ZyErr *err);
+    void (*close_cache)(void *ctx);
+    /* The forward of one window (tokens [T], checked) and its mean loss against targets [T]. */
+    int (*window)(void *ctx, const int32_t *tokens, const int32_t *targets, int T, double *mean_loss, ZyErr *err);
+    /* Layer l's routing in the last window: choice [T], gate [T], router probabilities [T, classes] (host arrays,
+     * valid until the next call). */
+    int (*window_routing)(void *ctx, int layer, const int32_t **choice, const float **gate, const float **probs,
+                          ZyErr *err);
+} EvalRunner;
+
 /* Multiple choice ({"context": str, "choices": [str, ...], "answer": int}) or exact match ({"prompt": str,
  * "answer": str}), told apart by the first line's keys; every line is validated first (errors name file:line).
  * limit > 0 scores only the first `limit` examples. Contexts that do not fit max_position_embeddings are cut from
@@ -49,6 +65,9 @@ int eval_task_file(const Model *m, const Tokenizer *tok, const char *path, int l
 /* The same through any tokenizer adapter. */
 int eval_task_file_with(const Model *m, const EvalTokenizer *tok, const char *path, int limit, EvalResult *out,
                         ZyErr *err);
+/* The same on a runner (NULL: the CPU); m is the host model (its config and vocabulary). */
+int eval_task_file_on(const EvalRunner *run, const Model *m, const EvalTokenizer *tok, const char *path, int limit,
+                      EvalResult *out, ZyErr *err);
 
 #define EVAL_MAX_ANSWER_TOKENS 32 /* exact match: greedy answer length cap (it also stops at a newline or eos) */
 
@@ -65,10 +84,15 @@ typedef struct {
  * model's layers and experts) gets each window's routing as one step. */
 int eval_token_loss(Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens, RoutingWindow *routes,
                     double *loss, uint64_t *n_scored, ZyErr *err);
+/* The same on a runner (NULL: the CPU). */
+int eval_token_loss_on(const EvalRunner *run, Model *m, const EvalTokenSource *src, int seq_len, uint64_t max_tokens,
+                       RoutingWindow *routes, double *loss, uint64_t *n_scored, ZyErr *err);
 
 /* The same over a shard split's token stream (shardset_open'ed by the caller). */
 int eval_shard_loss(Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens, RoutingWindow *routes, double *loss,
                     uint64_t *n_scored, ZyErr *err);
+int eval_shard_loss_on(const EvalRunner *run, Model *m, ShardSet *shards, int seq_len, uint64_t max_tokens,
+                       RoutingWindow *routes, double *loss, uint64_t *n_scored, ZyErr *err);
 
 /* Writes {"weights": ..., "tasks": [...], "heldout": {...}, "routing": {"windows", "layers": [{"layer", "tokens",
  * "entropy", "skip_rate", "max_load", "gate", "p_skip", "load": [E]}]}} atomically to path (heldout only when

@@ -199,6 +199,12 @@ expect_error "task without tokenizer" "--task needs --tokenizer" --model "$work/
 expect_error "nothing to evaluate" "nothing to evaluate" --model "$work/model"
 expect_error "bad flag" "unknown option" --model "$work/model" --tokens "$work/held.npy" --bogus 1
 expect_error "unknown split" "unknown split \"bogus\"" --model "$work/model" --shards "$work/shards" --split bogus
+expect_error "unknown device" "eval: --device: unknown device \"tpu\"" --model "$work/model" --tokens "$work/held.npy" --device tpu
+# no usable GPU here (CI has none; a CPU-only build says so too): a clear error, nothing evaluated
+if ! "$ZAYA" info 2>/dev/null | grep -q '^gpu .*device 0:'; then
+    expect_error "--device cuda without a GPU" "--device cuda: (no GPU on this machine|this zaya was built without GPU support)" \
+        --model "$work/model" --tokens "$work/held.npy" --device cuda
+fi
 expect_error "shards and tokens together" "alternatives" --model "$work/model" --shards "$work/shards" --tokens "$work/held.npy"
 expect_error "missing shard directory" "$work/none" --model "$work/model" --shards "$work/none"
 "$ZAYA" init --config configs/tiny.json --out "$work/small" >/dev/null 2>&1

@@ -5,7 +5,8 @@
 #   ../shared/device/pack-debs.sh .devdeps mpi libmicrohttpd12 libmicrohttpd-dev libutf8proc2 libutf8proc-dev
 #   make BUILD=build-dev DNNL=0 CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build-dev/zaya build-dev/zaya_gpu_tests
 #   mkdir -p .devbin && strip --strip-debug -o .devbin/zaya build-dev/zaya && strip --strip-debug -o .devbin/zaya_gpu_tests build-dev/zaya_gpu_tests
-# and a transformers wheel that knows ZAYA in .whl/. Then carry .devdeps .devbin .whl and run
+# and a transformers wheel that knows ZAYA in .whl/. Then carry .devdeps .devbin .whl runs/demo/data/general
+# runs/demo/data/mathcode runs/demo/tokenizer.json runs/demo/corpus/eval (else run.sh makes the demo data there) and run
 #   tests/gpu/device-session.sh [seconds] [parts]   (default 480 s; parts, comma-separated, default tests,bench:
 #     tests    make test-gpu (tests/gpu/run.sh)
 #     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)

@@ -46,7 +46,8 @@ check() { # name command...
     else
         echo "  FAIL $name"; sed 's/^/       /' "$W/check.log" | tail -n 20; fail=$((fail + 1)); fi
 }
-[ -s runs/demo/data/mathcode/meta.json ] || scripts/demo-data.sh >"$W/demo-data.log" 2>&1
+[ -s runs/demo/data/mathcode/meta.json ] && [ -s runs/demo/tokenizer.json ] && [ -s runs/demo/corpus/eval/arith_mc.jsonl ] ||
+    scripts/demo-data.sh >"$W/demo-data.log" 2>&1
 # 50 steps of the demo model, one phase, bf16 products; checkpoints every 25 steps
 cat >"$W/run.json" <<'JSON'
 {
@@ -86,6 +87,14 @@ gen_same() { # both must run and print tokens (two failures would print two equa
     a=$(gen) && b=$(gen --device cuda) && [ -n "$a" ] && [ "$a" = "$b" ] || { echo "cpu: $a"; echo "gpu: $b"; return 1; }
 }
 check "generate --device cuda: the CPU's 40 greedy tokens" gen_same
+# eval on the GPU: multiple choice, exact match and the held-out loss with routing, against the CPU's
+ev() { # json extra...
+    $Z eval --model "$W/cpu/final" --tokenizer runs/demo/tokenizer.json --task runs/demo/corpus/eval/arith_mc.jsonl \
+        runs/demo/corpus/eval/addition2.jsonl --limit 30 --shards runs/demo/data/mathcode --max-tokens 2048 \
+        --seq-len 128 --json "$@"
+}
+check "eval --device cuda: the CPU's accuracies, held-out loss and routing" bash -c \
+    "$(declare -f ev); Z=$Z W=$W; ev $W/eval-cpu.json && ev $W/eval-gpu.json --device cuda && python3 tests/gpu/compare_runs.py eval $W/eval-cpu.json $W/eval-gpu.json"
 suite_line gpu-training "$pass" "$fail"
 
 echo "=== suite: gpu oracle (zaya forward --device cuda vs transformers' ZayaForCausalLM)"
