@@ -629,14 +629,19 @@ void launch_conv_dcol(gpuStream_t s, float *dX, float *db0, float *dw0, float *d
 /* ---- q-k mean skip ---------------------------------------------------------------------------------------------
  * One thread per (row, kv head j, channel i): the G query heads of the group and the key, the CPU's arithmetic
  * (the half-sums in double, rounded once). */
+/* Output row r reads input row (r / seq_rows) * seq_stride + seq_offset + r % seq_rows of X and Y: the identity for
+ * one block of rows (seq_rows = rows, offset 0), or the new rows of each sequence inside [state | new] blocks
+ * (cached decoding). */
 __global__ void qk_mean_fwd_kernel(float *__restrict__ query, float *__restrict__ key, const float *__restrict__ Y,
-                                   const float *__restrict__ X, int rows, int Hq, int Hkv, int dh) {
+                                   const float *__restrict__ X, int rows, int Hq, int Hkv, int dh, int seq_rows,
+                                   long seq_stride, long seq_offset) {
     const int G = Hq / Hkv, C = (Hq + Hkv) * dh, Cq = Hq * dh, nk = Hkv * dh;
     const int el = blockIdx.x * blockDim.x + threadIdx.x;
     if (el >= nk) return;
     const int j = el / dh, i = el - j * dh;
     for (long r = blockIdx.y; r < rows; r += gridDim.y) {
-        const float *x = X + r * C, *y = Y + r * C;
+        const long in = (r / seq_rows) * seq_stride + seq_offset + r % seq_rows;
+        const float *x = X + in * C, *y = Y + in * C;
         float *q = query + r * Cq;
         const double kk = x[Cq + el];
         double sum = 0;
@@ -899,7 +904,15 @@ extern "C" void gk_qk_mean_forward(GkStream s, float *query, float *key, const f
                                    int Hq, int Hkv, int dh) {
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh);
+    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0);
+}
+
+extern "C" void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, const float *Y, const float *X, int B,
+                                        int n, int stride_rows, int offset_rows, int Hq, int Hkv, int dh) {
+    const int rows = B * n;
+    if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
+    dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
+    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, n, stride_rows, offset_rows);
 }
 
 extern "C" void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows,

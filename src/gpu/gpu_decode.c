@@ -201,12 +201,8 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     gk_cca_conv_forward(st, s->Ye, s->Me, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE, C, dh,
                         f->cca_time0, f->cca_time1);
     gk_copy_rows(st, c->conv_state[l], (long)P * C, s->Xe + (long)n * C, (long)TE * C, (long)P * C, B);
-    /* 3. q-k mean skip on each sequence's new rows */
-    for (int b = 0; b < B; b++) {
-        const long off = ((long)b * TE + P) * C;
-        gk_qk_mean_forward(st, s->query_pre + (long)b * n * Cq, s->key_pre + (long)b * n * Ck, s->Ye + off,
-                           s->Xe + off, n, Hq, Hkv, dh);
-    }
+    /* 3. q-k mean skip on each sequence's new rows (rows P.. of its [state | new] block), one launch */
+    gk_qk_mean_forward_seqs(st, s->query_pre, s->key_pre, s->Ye, s->Xe, B, n, TE, P, Hq, Hkv, dh);
     /* 4. values; each sequence's first new row takes the previous token's vd, and its last vd is kept */
     gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_current, gpu_bf16_of(gm, W->w_v_current), s->vc, half);
     gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_delayed, gpu_bf16_of(gm, W->w_v_delayed), s->vd, half);

@@ -87,6 +87,10 @@ void gk_cca_conv_backward(GkStream s, float *dX, float *dw0, float *db0, float *
                           int T, int C, int dh, int k0, int k1);
 void gk_qk_mean_forward(GkStream s, float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv,
                         int dh);
+/* The same for B sequences of n new rows each, sequence b's rows starting at input row b·stride_rows + offset_rows of
+ * X and Y (cached decoding's [state | new] blocks), outputs packed [B·n]; one launch. */
+void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, const float *Y, const float *X, int B, int n,
+                             int stride_rows, int offset_rows, int Hq, int Hkv, int dh);
 void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows, int Hq,
                          int Hkv, int dh);
 void gk_delayed_value_forward(GkStream s, float *value, const float *vc, const float *vd, int B, int T, int half);

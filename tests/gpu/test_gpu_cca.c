@@ -98,6 +98,26 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
 
 /* ---- q-k mean skip ------------------------------------------------------------------------------------------ */
 
+/* gk_qk_mean_forward_seqs (cached decoding): B sequences of n new rows at rows P.. of their [P + n]-row blocks, one
+ * launch; equal to the CPU's per-sequence results, with the state rows never read into the output */
+static void check_qk_mean_seqs(GpuTest *t, int B, int n, int P, int Hq, int Hkv, int dh) {
+    const int C = (Hq + Hkv) * dh, Cq = Hq * dh, Ck = Hkv * dh, TE = P + n;
+    const size_t nc = (size_t)B * TE * C, nq = (size_t)B * n * Cq, nk = (size_t)B * n * Ck;
+    char nm[128];
+    const float *Y = gt_rand(t, nc, 1.0f), *X = gt_rand(t, nc, 1.0f);
+    float *q = gt_host(t, nq), *k = gt_host(t, nk);
+    for (int b = 0; b < B; b++) {
+        const size_t off = ((size_t)b * TE + P) * C;
+        qk_mean_forward(q + (size_t)b * n * Cq, k + (size_t)b * n * Ck, Y + off, X + off, n, Hq, Hkv, dh);
+    }
+    float *d_q = gt_poison(t, nq), *d_k = gt_poison(t, nk);
+    gk_qk_mean_forward_seqs(t->g->stream, d_q, d_k, gt_up(t, Y, nc), gt_up(t, X, nc), B, n, TE, P, Hq, Hkv, dh);
+    snprintf(nm, sizeof nm, "qk_mean fwd, %d sequences of %d rows after %d state rows: query", B, n, P);
+    gt_check(t, nm, d_q, q, nq, TOL_EXACT);
+    snprintf(nm, sizeof nm, "qk_mean fwd, %d sequences of %d rows after %d state rows: key", B, n, P);
+    gt_check(t, nm, d_k, k, nk, TOL_EXACT);
+}
+
 static void check_qk_mean(GpuTest *t, int rows, int Hq, int Hkv, int dh) {
     const int C = (Hq + Hkv) * dh, Cq = Hq * dh, Ck = Hkv * dh;
     const size_t nc = (size_t)rows * C, nq = (size_t)rows * Cq, nk = (size_t)rows * Ck;
@@ -292,6 +312,10 @@ void test_gpu_cca(GpuTest *t) {
     check_qk_mean(t, 7, 4, 2, 5);
     check_qk_mean(t, 33, 6, 3, 16);
     check_qk_mean(t, 4096, 8, 2, 128);
+    check_qk_mean_seqs(t, 1, 1, 2, 4, 2, 8);   /* one token of one sequence */
+    check_qk_mean_seqs(t, 32, 1, 2, 8, 2, 128); /* a batch-32 decoding step at the benchmark's shape */
+    check_qk_mean_seqs(t, 3, 5, 3, 6, 3, 16);  /* prefill pieces of several rows */
+    check_qk_mean_seqs(t, 2, 4, 0, 4, 2, 8);   /* no state rows (k 1/1) */
 
     check_delayed_value(t, 1, 1, 1);
     check_delayed_value(t, 3, 5, 7);
