@@ -14,7 +14,8 @@
  *     P / dS row feeds 4·D/8 FMAs and global stores are coalesced float4s.
  * Large per-thread tiles (4 x 8 scores, 4 x 16 accumulators at dh = 128) keep shared-memory traffic under the
  * FMA rate; two blocks fit an SM at dh <= 128. Column blocks entirely above the diagonal are never visited; the
- * blocks that cross it are masked (key > query).
+ * blocks that cross it are masked (key > query). A sliding window (window > 0, "hybrid_sliding" layers: query q
+ * sees keys q-window+1 .. q) also skips the blocks wholly before the window and masks every visited one.
  *
  * Forward: one block per (b, h, 64 queries), online softmax in registers in base 2 (exp2f, scores times log2 e),
  * LSE stored in natural log as on the CPU.
@@ -235,7 +236,7 @@ template <int D, int BR, int BC>
 __global__ void __launch_bounds__(NT, 2)
     fa_fwd_kernel(float *__restrict__ O, float *__restrict__ LSE, const float *__restrict__ Q,
                   const float *__restrict__ K, const float *__restrict__ V, int B, int T, int Hq, int Hkv, int dh,
-                  int nq, float sl2, int vec) {
+                  int nq, float sl2, int vec, int window) {
     using L = Lay<D, BR, BC>;
     constexpr int RQ = L::RQ, CK = L::CK, NC = L::NC, LDS = L::LDS;
     extern __shared__ float4 smem4[];
@@ -258,17 +259,21 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
         for (int c = 0; c < NC; c++) acc[i][c] = 0.f;
     }
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    /* a sliding window (window > 0: query q sees keys q-window+1 .. q) starts at the first query's first key */
+    const int kbeg = window > 0 ? max(0, q0 - window + 1) / BC * BC : 0;
+    for (int k0 = kbeg; k0 < kend; k0 += BC) {
         const long koff = ((long)b * T + k0) * ldk + (long)j * dh;
-        const bool mask = k0 + BC - 1 > q0; /* the block crosses the diagonal */
-        __syncthreads();                    /* the previous block's P V reads are done */
+        const bool mask = k0 + BC - 1 > q0 || window > 0; /* the block crosses the diagonal, or may leave a window */
+        __syncthreads();                                  /* the previous block's P V reads are done */
         load_tile<D, BC, LDS>(Ks, K + koff, ldk, min(BC, T - k0), dh, vec);
         load_tile<D, BC, D>(Vs, V + koff, ldk, min(BC, T - k0), dh, vec);
         __syncthreads();
         float s[RQ][CK];
         tile_dot<L>(s, Qs, Ks, ty, tx);
         /* online softmax: per-thread partial row sums l, rescaled by the row-wide alpha (summed across lanes at
-         * the end); key 0 is in every row, so the running max is finite after the first block */
+         * the end). Without a window key 0 is in every row, so the running max is finite after the first block; a
+         * window can leave a row's first blocks all masked, and then the max stays -inf and is taken as 0 (P = 0,
+         * alpha = 0) */
 #pragma unroll
         for (int i = 0; i < RQ; i++) {
             const int r = L::row(ty, i);
@@ -276,17 +281,19 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
             for (int jj = 0; jj < CK; jj++) {
                 float v = s[i][jj] * sl2;
-                if (mask && k0 + tx + TX * jj > q0 + r) v = -INFINITY; /* causal (also keys past T) */
+                const int key = k0 + tx + TX * jj, q = q0 + r;
+                if (mask && (key > q || (window > 0 && key <= q - window))) v = -INFINITY; /* causal (also keys past T) */
                 s[i][jj] = v;
                 mx = fmaxf(mx, v);
             }
             mx = row_max(mx);
-            const float mn = fmaxf(m[i], mx), alpha = exp2f(m[i] - mn); /* 0 on the first block */
+            const float mn = fmaxf(m[i], mx), mr = mn == -INFINITY ? 0.f : mn;
+            const float alpha = exp2f(m[i] - mr); /* 0 on the first block */
             m[i] = mn;
             float ps = 0.f;
 #pragma unroll
             for (int jj = 0; jj < CK; jj++) {
-                s[i][jj] = exp2f(s[i][jj] - mn);
+                s[i][jj] = exp2f(s[i][jj] - mr);
                 ps += s[i][jj];
             }
             l[i] = l[i] * alpha + ps;
@@ -349,7 +356,7 @@ __global__ void __launch_bounds__(NT, 2)
     fa_bwd_dkdv_kernel(float *__restrict__ dK, float *__restrict__ dV, const float *__restrict__ dO,
                        const float *__restrict__ LSE, const float *__restrict__ Dlt, const float *__restrict__ Q,
                        const float *__restrict__ K, const float *__restrict__ V, int B, int T, int Hq, int Hkv,
-                       int dh, float sl2, float scale, int vec) {
+                       int dh, float sl2, float scale, int vec, int window) {
     using L = Lay<D, BR, BC>;
     constexpr int RQ = L::RQ, CK = L::CK, NC = L::NC, LDS = L::LDS;
     extern __shared__ float4 smem4[];
@@ -370,12 +377,14 @@ __global__ void __launch_bounds__(NT, 2)
     for (int i = 0; i < RQ; i++)
 #pragma unroll
         for (int c = 0; c < NC; c++) dk[i][c] = dv[i][c] = 0.f;
+    /* a sliding window: the last key of the block is seen by queries up to it + window - 1 */
+    const int qend = window > 0 ? min(T, k0 + BR - 1 + window) : T;
     for (int h = j * G; h < (j + 1) * G; h++) {
         const float *lse_bh = LSE + ((long)b * Hq + h) * T, *dlt_bh = Dlt + ((long)b * Hq + h) * T;
-        for (int q0 = k0; q0 < T; q0 += BC) {
+        for (int q0 = k0; q0 < qend; q0 += BC) {
             const int qn = min(BC, T - q0);
             const long qoff = ((long)b * T + q0) * ldq + (long)h * dh;
-            const bool mask = q0 < k0 + BR - 1; /* the block crosses the diagonal */
+            const bool mask = q0 < k0 + BR - 1 || window > 0; /* the block crosses the diagonal, or a window edge */
             __syncthreads();                    /* the previous block's readers of Qs, dOs, Ws are done */
             load_tile<D, BC, LDS>(Qs, Q + qoff, ldq, qn, dh, vec);
             load_tile<D, BC, LDS>(dOs, dO + qoff, ldq, qn, dh, vec);
@@ -389,8 +398,9 @@ __global__ void __launch_bounds__(NT, 2)
                 const int k = k0 + L::row(ty, i);
 #pragma unroll
                 for (int jj = 0; jj < CK; jj++) {
-                    const int qc = tx + TX * jj;
-                    const float e = (mask && k > q0 + qc) ? 0.f : exp2f(p[i][jj] * sl2 - ls[qc]);
+                    const int qc = tx + TX * jj, q = q0 + qc;
+                    const float e = (mask && (k > q || (window > 0 && k <= q - window))) ? 0.f
+                                                                                      : exp2f(p[i][jj] * sl2 - ls[qc]);
                     p[i][jj] = e;
                     ds[i][jj] = e * (ds[i][jj] - dl[qc]) * scale;
                 }
@@ -423,7 +433,7 @@ __global__ void __launch_bounds__(NT, 2)
     fa_bwd_dq_kernel(float *__restrict__ dQ, const float *__restrict__ dO, const float *__restrict__ LSE,
                      const float *__restrict__ Dlt, const float *__restrict__ Q, const float *__restrict__ K,
                      const float *__restrict__ V, int B, int T, int Hq, int Hkv, int dh, int nq, float sl2,
-                     float scale, int vec) {
+                     float scale, int vec, int window) {
     using L = Lay<D, BR, BC>;
     constexpr int RQ = L::RQ, CK = L::CK, NC = L::NC, LDS = L::LDS;
     extern __shared__ float4 smem4[];
@@ -444,9 +454,10 @@ __global__ void __launch_bounds__(NT, 2)
     for (int i = 0; i < RQ; i++)
 #pragma unroll
         for (int c = 0; c < NC; c++) dq[i][c] = 0.f;
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    const int kbeg = window > 0 ? max(0, q0 - window + 1) / BC * BC : 0; /* as in the forward */
+    for (int k0 = kbeg; k0 < kend; k0 += BC) {
         const long koff = ((long)b * T + k0) * ldk + (long)j * dh;
-        const bool mask = k0 + BC - 1 > q0;
+        const bool mask = k0 + BC - 1 > q0 || window > 0;
         __syncthreads(); /* the previous block's readers of Ks, Ws are done */
         load_tile<D, BC, LDS>(Ks, K + koff, ldk, min(BC, T - k0), dh, vec);
         load_tile<D, BC, LDS>(Vs, V + koff, ldk, min(BC, T - k0), dh, vec);
@@ -460,7 +471,9 @@ __global__ void __launch_bounds__(NT, 2)
             const float lq = ls[r], dlq = dl[r];
 #pragma unroll
             for (int jj = 0; jj < CK; jj++) {
-                const float e = (mask && k0 + tx + TX * jj > q) ? 0.f : exp2f(p[i][jj] * sl2 - lq);
+                const int key = k0 + tx + TX * jj;
+                const float e = (mask && (key > q || (window > 0 && key <= q - window))) ? 0.f
+                                                                                         : exp2f(p[i][jj] * sl2 - lq);
                 ds[i][jj] = e * (ds[i][jj] - dlq) * scale;
             }
         }
@@ -483,29 +496,30 @@ inline void allow_smem(K *kernel, size_t bytes) {
 
 template <int D, int BR, int BC>
 void launch_forward(gpuStream_t s, float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
-                    int Hq, int Hkv, int dh, int vec) {
+                    int Hq, int Hkv, int dh, int vec, int window) {
     const int nq = (T + BR - 1) / BR;
     const size_t bytes = fwd_smem_floats<D, BR, BC>() * sizeof(float);
     const float sl2 = (float)(1.0 / sqrt((double)dh)) * LOG2E;
     allow_smem(fa_fwd_kernel<D, BR, BC>, bytes);
     fa_fwd_kernel<D, BR, BC><<<(unsigned)((long)nq * B * Hq), NT, bytes, s>>>(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, nq,
-                                                                             sl2, vec);
+                                                                             sl2, vec, window);
 }
 
 /* Tiles: dK/dV kernel (rows = keys) BR1 x BC1, dQ kernel (rows = queries) BR2 x BC2. */
 template <int D, int BR1, int BC1, int BR2, int BC2>
 void launch_backward(gpuStream_t s, float *dQ, float *dK, float *dV, const float *dO, const float *LSE,
                      const float *Dlt, const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv,
-                     int dh, int vec) {
+                     int dh, int vec, int window) {
     const float scale = (float)(1.0 / sqrt((double)dh)), sl2 = scale * LOG2E;
     const size_t b1 = dkdv_smem_floats<D, BR1, BC1>() * sizeof(float), b2 = dq_smem_floats<D, BR2, BC2>() * sizeof(float);
     allow_smem(fa_bwd_dkdv_kernel<D, BR1, BC1>, b1);
     allow_smem(fa_bwd_dq_kernel<D, BR2, BC2>, b2);
     const int nk = (T + BR1 - 1) / BR1, nq = (T + BR2 - 1) / BR2;
     fa_bwd_dkdv_kernel<D, BR1, BC1><<<(unsigned)((long)nk * B * Hkv), NT, b1, s>>>(dK, dV, dO, LSE, Dlt, Q, K, V, B,
-                                                                                   T, Hq, Hkv, dh, sl2, scale, vec);
+                                                                                   T, Hq, Hkv, dh, sl2, scale, vec,
+                                                                                   window);
     fa_bwd_dq_kernel<D, BR2, BC2><<<(unsigned)((long)nq * B * Hq), NT, b2, s>>>(dQ, dO, LSE, Dlt, Q, K, V, B, T, Hq,
-                                                                               Hkv, dh, nq, sl2, scale, vec);
+                                                                               Hkv, dh, nq, sl2, scale, vec, window);
 }
 
 inline bool bad_shape(int B, int T, int Hq, int Hkv, int dh) {
@@ -518,24 +532,30 @@ extern "C" long gk_flash_attention_work_floats(int B, int T, int Hq) {
     return (long)(B > 0 ? B : 0) * (Hq > 0 ? Hq : 0) * (T > 0 ? T : 0); /* Dlt [B, Hq, T] */
 }
 
-extern "C" void gk_flash_attention_forward(GkStream s, float *O, float *LSE, const float *Q, const float *K,
-                                           const float *V, int B, int T, int Hq, int Hkv, int dh) {
+extern "C" void gk_flash_attention_forward_window(GkStream s, float *O, float *LSE, const float *Q, const float *K,
+                                                  const float *V, int B, int T, int Hq, int Hkv, int dh, int window) {
     if (bad_shape(B, T, Hq, Hkv, dh)) return;
     const int vec = dh % 4 == 0 && aligned16(O) && aligned16(Q) && aligned16(K) && aligned16(V);
     if (dh <= 32)
-        launch_forward<32, 64, 64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_forward<32, 64, 64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     else if (dh <= 64)
-        launch_forward<64, 64, 64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_forward<64, 64, 64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     else if (dh <= 128)
-        launch_forward<128, 64, 64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_forward<128, 64, 64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     else
-        launch_forward<256, 32, 32>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_forward<256, 32, 32>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     GK_LAUNCH_CHECK();
 }
 
-extern "C" void gk_flash_attention_backward(GkStream s, float *dQ, float *dK, float *dV, const float *dO,
-                                            const float *O, const float *LSE, const float *Q, const float *K,
-                                            const float *V, int B, int T, int Hq, int Hkv, int dh, float *work) {
+extern "C" void gk_flash_attention_forward(GkStream s, float *O, float *LSE, const float *Q, const float *K,
+                                           const float *V, int B, int T, int Hq, int Hkv, int dh) {
+    gk_flash_attention_forward_window(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, 0);
+}
+
+extern "C" void gk_flash_attention_backward_window(GkStream s, float *dQ, float *dK, float *dV, const float *dO,
+                                                   const float *O, const float *LSE, const float *Q, const float *K,
+                                                   const float *V, int B, int T, int Hq, int Hkv, int dh, float *work,
+                                                   int window) {
     if (bad_shape(B, T, Hq, Hkv, dh)) return;
     float *Dlt = work;
     const long rows = (long)B * T * Hq;
@@ -544,12 +564,18 @@ extern "C" void gk_flash_attention_backward(GkStream s, float *dQ, float *dK, fl
     const int vec = dh % 4 == 0 && aligned16(dQ) && aligned16(dK) && aligned16(dV) && aligned16(dO) &&
                     aligned16(Q) && aligned16(K) && aligned16(V);
     if (dh <= 32)
-        launch_backward<32, 64, 32, 64, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_backward<32, 64, 32, 64, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     else if (dh <= 64)
-        launch_backward<64, 64, 32, 64, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_backward<64, 64, 32, 64, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     else if (dh <= 128)
-        launch_backward<128, 64, 32, 64, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_backward<128, 64, 32, 64, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     else
-        launch_backward<256, 32, 16, 32, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec);
+        launch_backward<256, 32, 16, 32, 32>(s, dQ, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
     GK_LAUNCH_CHECK();
+}
+
+extern "C" void gk_flash_attention_backward(GkStream s, float *dQ, float *dK, float *dV, const float *dO,
+                                            const float *O, const float *LSE, const float *Q, const float *K,
+                                            const float *V, int B, int T, int Hq, int Hkv, int dh, float *work) {
+    gk_flash_attention_backward_window(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, 0);
 }

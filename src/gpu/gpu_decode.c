@@ -26,6 +26,7 @@ struct GpuKVCache {
     int batch, max_len, chunk, len, conv_pad;
     float **k, **v, **conv_state, **vd_prev; /* per layer, device */
     float *rope_cos, *rope_sin;
+    float *rope_cos_sw, *rope_sin_sw; /* the sliding-window layers' own tables (NULL without such layers) */
     GpuDecodeScratch s;
     int32_t *h_tokens; /* host staging [B*chunk] */
     void *block;
@@ -47,6 +48,9 @@ static void carve(ZyCarver *cv, GpuKVCache *c) {
     c->cache_bytes = cv->used;
     c->rope_cos = ZY_CARVE_F(cv, (size_t)c->max_len * (rd / 2));
     c->rope_sin = ZY_CARVE_F(cv, (size_t)c->max_len * (rd / 2));
+    const size_t rds = cfg_has_sliding(f) ? (size_t)cfg_sliding_rotary_dim(f) : 0;
+    c->rope_cos_sw = rds ? ZY_CARVE_F(cv, (size_t)c->max_len * (rds / 2)) : NULL;
+    c->rope_sin_sw = rds ? ZY_CARVE_F(cv, (size_t)c->max_len * (rds / 2)) : NULL;
     GpuDecodeScratch *s = &c->s;
     s->tokens = ZY_CARVE_I(cv, N);
     s->x = ZY_CARVE_F(cv, N * D);
@@ -118,9 +122,9 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     carve(&sizing, c);
     c->bytes = sizing.used;
     c->h_tokens = malloc((size_t)batch * chunk * sizeof(int32_t));
-    const int rd = cfg_rotary_dim(f);
-    const size_t nt = (size_t)max_len * (rd / 2);
-    float *tables = malloc((2 * nt + 1) * sizeof(float));
+    const int rd = cfg_rotary_dim(f), rds = cfg_has_sliding(f) ? cfg_sliding_rotary_dim(f) : 0;
+    const size_t nt = (size_t)max_len * (rd / 2), nts = (size_t)max_len * (rds / 2);
+    float *tables = malloc((2 * (nt > nts ? nt : nts) + 1) * sizeof(float));
     if (!c->h_tokens || !tables || !(c->block = gpu_alloc(c->bytes, "the KV cache", err))) {
         free(tables);
         if (c->h_tokens && tables) zy_wrap(err, "batch %d x %d tokens", batch, max_len);
@@ -133,6 +137,11 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     rope_tables(tables, tables + nt, max_len, rd, f->rope_theta);
     int rc = gpu_upload(&gm->g, c->rope_cos, tables, nt * sizeof(float), err) ||
              gpu_upload(&gm->g, c->rope_sin, tables + nt, nt * sizeof(float), err);
+    if (!rc && c->rope_cos_sw) { /* the sliding layers' RoPE, as the CPU cache builds it */
+        rope_tables(tables, tables + nts, max_len, rds, f->rope_theta_sliding);
+        rc = gpu_upload(&gm->g, c->rope_cos_sw, tables, nts * sizeof(float), err) ||
+             gpu_upload(&gm->g, c->rope_sin_sw, tables + nts, nts * sizeof(float), err);
+    }
     free(tables);
     if (rc) {
         gpu_kvcache_free(c);
@@ -172,6 +181,18 @@ size_t gpu_kvcache_bytes(const GpuKVCache *c) { return c->cache_bytes; }
 /* ---- the layer loop ------------------------------------------------------------------------------------------ */
 
 /* Appends the n new k̂ / v rows of each sequence at position len, then attends over everything so far. */
+/* Layer l's RoPE tables, rotary dim and window (a "hybrid_sliding" layer has its own; config.h). */
+typedef struct {
+    const float *cos, *sin;
+    int rd, window;
+} LayerGeom;
+static LayerGeom layer_geom(const GpuKVCache *c, int l) {
+    const ZayaConfig *f = &c->gm->cfg;
+    const int sw = cfg_layer_is_sliding(f, l);
+    return (LayerGeom){.cos = sw ? c->rope_cos_sw : c->rope_cos, .sin = sw ? c->rope_sin_sw : c->rope_sin,
+                       .rd = cfg_layer_rotary_dim(f, l), .window = cfg_layer_window(f, l)};
+}
+
 static void append_kv_attend(GpuKVCache *c, int l, int n) {
     const ZayaConfig *f = &c->gm->cfg;
     GkStream st = c->gm->g.stream;
@@ -180,7 +201,7 @@ static void append_kv_attend(GpuKVCache *c, int l, int n) {
     gk_copy_rows(st, c->k[l] + (long)p0 * Ck, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
     gk_copy_rows(st, c->v[l] + (long)p0 * Ck, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
     gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, f->num_heads,
-                        f->num_kv_heads, f->head_dim);
+                        f->num_kv_heads, f->head_dim, cfg_layer_window(f, l));
 }
 
 /* CCA on u for the new rows: appends k̂ and v, updates the convolution and delayed-value state, writes proj. */
@@ -211,12 +232,12 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     gk_copy_rows(st, c->vd_prev[l], half, s->vd + (long)(n - 1) * half, (long)n * half, half, B);
     /* 5. QK norm and 6. RoPE at the absolute positions p0.. */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
-    const int rd = cfg_rotary_dim(f);
-    const long toff = (long)p0 * (rd / 2);
-    gk_l2norm_rope_forward(st, s->query, s->norm_q, s->query_pre, NULL, c->rope_cos + toff, c->rope_sin + toff, N, n,
-                           Hq, dh, rd, scale, eps);
-    gk_l2norm_rope_forward(st, s->key, s->norm_k, s->key_pre, W->temp, c->rope_cos + toff, c->rope_sin + toff, N, n,
-                           Hkv, dh, rd, scale, eps);
+    const LayerGeom g = layer_geom(c, l);
+    const long toff = (long)p0 * (g.rd / 2);
+    gk_l2norm_rope_forward(st, s->query, s->norm_q, s->query_pre, NULL, g.cos + toff, g.sin + toff, N, n, Hq, dh,
+                           g.rd, scale, eps);
+    gk_l2norm_rope_forward(st, s->key, s->norm_k, s->key_pre, W->temp, g.cos + toff, g.sin + toff, N, n, Hkv, dh,
+                           g.rd, scale, eps);
     /* 7. attention over everything so far, and 8. the output projection */
     append_kv_attend(c, l, n);
     gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
@@ -229,13 +250,14 @@ static void mha_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &c->s;
     const int B = c->batch, N = B * n, D = f->hidden_size, dh = f->head_dim, p0 = c->len;
-    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(f);
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
     gpu_mm_wt(gm, N, Cq, D, s->u, D, W->w_q, gpu_bf16_of(gm, W->w_q), s->query, Cq);
     gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_k, gpu_bf16_of(gm, W->w_k), s->key, Ck);
     gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_v, gpu_bf16_of(gm, W->w_v), s->value, Ck);
-    const long toff = (long)p0 * (rd / 2);
-    gk_rope_forward(st, s->query, c->rope_cos + toff, c->rope_sin + toff, N, n, Hq, dh, rd);
-    gk_rope_forward(st, s->key, c->rope_cos + toff, c->rope_sin + toff, N, n, Hkv, dh, rd);
+    const LayerGeom g = layer_geom(c, l);
+    const long toff = (long)p0 * (g.rd / 2);
+    gk_rope_forward(st, s->query, g.cos + toff, g.sin + toff, N, n, Hq, dh, g.rd);
+    gk_rope_forward(st, s->key, g.cos + toff, g.sin + toff, N, n, Hkv, dh, g.rd);
     append_kv_attend(c, l, n);
     gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
 }

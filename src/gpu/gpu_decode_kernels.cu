@@ -10,11 +10,12 @@
  * (its own max, sum and output accumulator); the warps' partial results are then combined in a fixed order, so the
  * result does not depend on scheduling. Lane l holds output dims l, l+GPU_WARP, ... (32 on NVIDIA, 64 on AMD) */
 __global__ void decode_attention_kernel(float *O, const float *Q, const float *Kc, const float *Vc, int n, int p0,
-                                        int max_len, int Hq, int Hkv, int dh, float scale) {
+                                        int max_len, int Hq, int Hkv, int dh, float scale, int window) {
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
-    const int last = p0 + t; /* sees keys 0..last */
+    const int last = p0 + t; /* sees keys 0..last, or last-window+1..last in a sliding layer */
+    const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
     __shared__ float q[256];
     __shared__ float wm[DA_WARPS], wl[DA_WARPS];
     __shared__ float wo[DA_WARPS][256];
@@ -24,7 +25,7 @@ __global__ void decode_attention_kernel(float *O, const float *Q, const float *K
     const float *kb = Kc + (long)b * max_len * Ck + (long)j * dh, *vb = Vc + (long)b * max_len * Ck + (long)j * dh;
     float m = -INFINITY, l = 0.0f, acc[DA_MAX_PER_LANE];
     for (int k = 0; k < DA_MAX_PER_LANE; k++) acc[k] = 0.0f;
-    for (int s = warp; s <= last; s += DA_WARPS) {
+    for (int s = first + warp; s <= last; s += DA_WARPS) {
         const float *kr = kb + (long)s * Ck;
         float dot = 0.0f;
         for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kr[i];
@@ -57,11 +58,11 @@ __global__ void decode_attention_kernel(float *O, const float *Q, const float *K
 }
 
 extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B,
-                                    int n, int p0, int max_len, int Hq, int Hkv, int dh) {
+                                    int n, int p0, int max_len, int Hq, int Hkv, int dh, int window) {
     if (B <= 0 || n <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv) return;
     const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
     dim3 grid(n, Hq, B);
-    decode_attention_kernel<<<grid, DA_WARPS * GPU_WARP, 0, s>>>(O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale);
+    decode_attention_kernel<<<grid, DA_WARPS * GPU_WARP, 0, s>>>(O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale, window);
 }
 
 __global__ void copy_rows_kernel(float *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {

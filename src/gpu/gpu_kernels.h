@@ -114,6 +114,13 @@ void gk_flash_attention_backward(GkStream s, float *dQ, float *dK, float *dV, co
                                  const float *LSE, const float *Q, const float *K, const float *V, int B, int T,
                                  int Hq, int Hkv, int dh, float *work);
 long gk_flash_attention_work_floats(int B, int T, int Hq);
+/* The same with a sliding window (window > 0: query q sees keys q-window+1 .. q, a "hybrid_sliding" layer; 0: full
+ * causal, as above). */
+void gk_flash_attention_forward_window(GkStream s, float *O, float *LSE, const float *Q, const float *K,
+                                       const float *V, int B, int T, int Hq, int Hkv, int dh, int window);
+void gk_flash_attention_backward_window(GkStream s, float *dQ, float *dK, float *dV, const float *dO, const float *O,
+                                        const float *LSE, const float *Q, const float *K, const float *V, int B,
+                                        int T, int Hq, int Hkv, int dh, float *work, int window);
 /* The same ops on the tensor cores for bf16 runs (gpu_attention_tc.cu): identical layouts and semantics (fp32 in
  * and out, backward accumulates, deterministic), the products on bf16-rounded Q, K, V, dO with P and dS rounded to
  * bf16 and fp32 accumulation; softmax statistics and LSE in fp32. dh 64 and 128 run on the tensor cores, any other
@@ -127,10 +134,11 @@ void gk_flash_attention_backward_bf16(GkStream s, float *dQ, float *dK, float *d
 long gk_flash_attention_bf16_work_floats(int B, int T, int Hq, int Hkv, int dh);
 
 /* ---- cached decoding (gpu_decode_kernels.cu) ---- */
-/* Attention of n new queries per sequence at positions p0..p0+n-1 over the cached keys 0..p0+n-1 (causal), as
- * cached_attention in src/infer/decode.c: Q, O [B*n, Hq*dh]; Kc, Vc [B, max_len, Hkv*dh]. Deterministic. */
+/* Attention of n new queries per sequence at positions p0..p0+n-1 over the cached keys 0..p0+n-1 (causal; with
+ * window > 0 query q sees keys q-window+1..q), as cached_attention in src/infer/decode.c: Q, O [B*n, Hq*dh]; Kc, Vc
+ * [B, max_len, Hkv*dh]. Deterministic. */
 void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B, int n, int p0,
-                         int max_len, int Hq, int Hkv, int dh);
+                         int max_len, int Hq, int Hkv, int dh, int window);
 /* dst[b*dst_stride + i] = src[b*src_stride + i] for i < len, b < rows (strided row copies, floats). */
 void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len, int rows);
 

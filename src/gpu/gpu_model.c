@@ -108,6 +108,17 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
              gpu_upload(&gm->g, gm->a.rope_sin, cs + nt, nt * sizeof(float), err);
     free(cs);
     if (rc) return -1;
+    if (gm->a.rope_cos_sliding) { /* the sliding-window layers' own RoPE (acts_carve places them when there are any) */
+        const int rds = cfg_sliding_rotary_dim(&gm->cfg);
+        const size_t nts = (size_t)T * (rds / 2);
+        float *ss = malloc((2 * nts + 1) * sizeof(float));
+        if (!ss) return zy_fail(err, "out of memory");
+        rope_tables(ss, ss + nts, T, rds, gm->cfg.rope_theta_sliding);
+        rc = gpu_upload(&gm->g, gm->a.rope_cos_sliding, ss, nts * sizeof(float), err) ||
+             gpu_upload(&gm->g, gm->a.rope_sin_sliding, ss + nts, nts * sizeof(float), err);
+        free(ss);
+        if (rc) return -1;
+    }
     /* the largest bf16 operand a product converts: activations of N rows by the widest layer, or a weight */
     const ZayaConfig *c = &gm->cfg;
     size_t widest = (size_t)c->vocab_size;
@@ -120,9 +131,6 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
 
 int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, int bf16, int train, ZyErr *err) {
     *out = NULL;
-    /* the GPU kernels have no sliding window (config.h): refused before anything is allocated, for training, the
-     * forward and cached decoding alike */
-    if (cfg_refuse_windows(&m->cfg, "GPU", err)) return -1;
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
     gm->host = m;
@@ -235,8 +243,48 @@ void gpu_model_zero_grads(GpuModel *gm) {
  * Forward
  * ====================================================================================================== */
 
+/* How layer l attends (as attn_geom in src/model/model.c): its RoPE tables and rotary dim, and its sliding window (0:
+ * full causal). */
+typedef struct {
+    const float *cos, *sin;
+    int rd, window;
+} AttnGeom;
+static AttnGeom attn_geom(const GpuModel *gm, int l) {
+    const ZayaConfig *c = &gm->cfg;
+    const int sw = cfg_layer_is_sliding(c, l);
+    return (AttnGeom){.cos = sw ? gm->a.rope_cos_sliding : gm->a.rope_cos,
+                      .sin = sw ? gm->a.rope_sin_sliding : gm->a.rope_sin, .rd = cfg_layer_rotary_dim(c, l),
+                      .window = cfg_layer_window(c, l)};
+}
+
+/* Causal softmax attention of layer l: bf16 runs take the tensor-core kernels (gpu_attention_tc.cu), fp32 runs and
+ * sliding-window layers the fp32 ones. */
+static void gpu_attention_forward(GpuModel *gm, LayerActs *L, int window) {
+    const ZayaConfig *c = &gm->cfg;
+    const int B = gm->a.B, T = gm->a.T, Hq = c->num_heads, Hkv = c->num_kv_heads, dh = c->head_dim;
+    GkStream s = gm->g.stream;
+    if (window > 0)
+        gk_flash_attention_forward_window(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, window);
+    else
+        (gm->bf16 ? gk_flash_attention_forward_bf16 : gk_flash_attention_forward)(s, L->attn_out, L->lse, L->query,
+                                                                                 L->key, L->value, B, T, Hq, Hkv, dh);
+}
+static void gpu_attention_backward(GpuModel *gm, LayerActs *L, int window) {
+    const ZayaConfig *c = &gm->cfg;
+    const int B = gm->a.B, T = gm->a.T, Hq = c->num_heads, Hkv = c->num_kv_heads, dh = c->head_dim;
+    BackwardScratch *d = &gm->a.d;
+    GkStream s = gm->g.stream;
+    if (window > 0)
+        gk_flash_attention_backward_window(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse,
+                                           L->query, L->key, L->value, B, T, Hq, Hkv, dh, gm->a.attn_work, window);
+    else
+        (gm->bf16 ? gk_flash_attention_backward_bf16 : gk_flash_attention_backward)(
+            s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key, L->value, B, T,
+            Hq, Hkv, dh, gm->a.attn_work);
+}
+
 /* CCA attention on u = RMSNorm(x); writes L->attn_proj [N, D]. */
-static void cca_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
+static void cca_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L) {
     const ZayaConfig *c = &gm->cfg;
     const Activations *a = &gm->a;
     GkStream s = gm->g.stream;
@@ -256,34 +304,29 @@ static void cca_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
     gk_delayed_value_forward(s, L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
-    const int rd = cfg_rotary_dim(c);
-    gk_l2norm_rope_forward(s, L->query, L->q_norm, L->query_pre, NULL, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd,
-                           scale, eps);
-    gk_l2norm_rope_forward(s, L->key, L->k_norm, L->key_pre, W->temp, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd,
-                           scale, eps);
-    /* 7. causal softmax attention in the latent space */
-    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
-    (gm->bf16 ? gk_flash_attention_forward_bf16 : gk_flash_attention_forward)(s, L->attn_out, L->lse, L->query, L->key,
-                                                                             L->value, B, T, Hq, Hkv, dh);
+    const AttnGeom g = attn_geom(gm, l);
+    gk_l2norm_rope_forward(s, L->query, L->q_norm, L->query_pre, NULL, g.cos, g.sin, N, T, Hq, dh, g.rd, scale, eps);
+    gk_l2norm_rope_forward(s, L->key, L->k_norm, L->key_pre, W->temp, g.cos, g.sin, N, T, Hkv, dh, g.rd, scale, eps);
+    /* 7. causal softmax attention in the latent space (a sliding layer: over its window) */
+    gpu_attention_forward(gm, L, g.window);
     /* 8. output projection */
     gpu_mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), L->attn_proj, D);
 }
 
 /* MHA variant: q, k, v projections, partial RoPE, causal GQA attention, o_proj. */
-static void mha_forward(GpuModel *gm, const LayerWeights *W, LayerActs *L) {
+static void mha_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L) {
     const ZayaConfig *c = &gm->cfg;
     const Activations *a = &gm->a;
     GkStream s = gm->g.stream;
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
-    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
+    const AttnGeom g = attn_geom(gm, l);
     gpu_mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->query, Cq);
     gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->key, Ck);
     gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_v, gpu_bf16_of(gm, W->w_v), L->value, Ck);
-    gk_rope_forward(s, L->query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
-    gk_rope_forward(s, L->key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
-    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
-    (gm->bf16 ? gk_flash_attention_forward_bf16 : gk_flash_attention_forward)(s, L->attn_out, L->lse, L->query, L->key,
-                                                                             L->value, B, T, Hq, Hkv, dh);
+    gk_rope_forward(s, L->query, g.cos, g.sin, N, T, Hq, dh, g.rd);
+    gk_rope_forward(s, L->key, g.cos, g.sin, N, T, Hkv, dh, g.rd);
+    gpu_attention_forward(gm, L, g.window);
     gpu_mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), L->attn_proj, D);
 }
 
@@ -373,9 +416,9 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
         /* a = CCA(RMSNorm(x)); x = (a + bh) ⊙ sh + (x + br) ⊙ sr; u = RMSNorm(x) */
         gpu_tock(gm, PHASE_NORMS, &t0);
         if (c->attention == ZY_ATTN_CCA)
-            cca_forward(gm, W, L);
+            cca_forward(gm, l, W, L);
         else
-            mha_forward(gm, W, L);
+            mha_forward(gm, l, W, L);
         gpu_tock(gm, PHASE_ATTENTION, &t0);
         gk_merge_rmsnorm_forward(s, L->x_mid, L->u_mlp, L->rstd_mlp, L->attn_proj, L->x_in, W->attn_hs, W->attn_hb,
                                  W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps);
@@ -518,31 +561,29 @@ static void linear_back(GpuModel *gm, float *dx, float *dw, const float *dy, con
 }
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. The MHA variant's backward. */
-static void mha_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, LayerActs *L) {
+static void mha_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeights *G, LayerActs *L) {
     const ZayaConfig *c = &gm->cfg;
     const Activations *a = &gm->a;
     BackwardScratch *d = &gm->a.d;
     GkStream s = gm->g.stream;
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
-    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_rotary_dim(c);
+    const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
+    const AttnGeom g = attn_geom(gm, l);
     gpu_zero(gm, d->d_attn_out, (size_t)N * Cq);
     linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, W->w_o, N, Cq, D);
     gpu_zero(gm, d->d_query, (size_t)N * Cq);
     gpu_zero(gm, d->d_key, (size_t)N * Ck);
     gpu_zero(gm, d->d_value, (size_t)N * Ck);
-    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
-    (gm->bf16 ? gk_flash_attention_backward_bf16 : gk_flash_attention_backward)(
-        s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq,
-        Hkv, dh, a->attn_work);
-    gk_rope_backward(s, d->d_query, a->rope_cos, a->rope_sin, N, T, Hq, dh, rd);
-    gk_rope_backward(s, d->d_key, a->rope_cos, a->rope_sin, N, T, Hkv, dh, rd);
+    gpu_attention_backward(gm, L, g.window);
+    gk_rope_backward(s, d->d_query, g.cos, g.sin, N, T, Hq, dh, g.rd);
+    gk_rope_backward(s, d->d_key, g.cos, g.sin, N, T, Hkv, dh, g.rd);
     linear_back(gm, d->d_u, G->w_q, d->d_query, L->u_attn, W->w_q, N, D, Cq);
     linear_back(gm, d->d_u, G->w_k, d->d_key, L->u_attn, W->w_k, N, D, Ck);
     linear_back(gm, d->d_u, G->w_v, d->d_value, L->u_attn, W->w_v, N, D, Ck);
 }
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
-static void cca_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, LayerActs *L) {
+static void cca_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeights *G, LayerActs *L) {
     const ZayaConfig *c = &gm->cfg;
     const Activations *a = &gm->a;
     BackwardScratch *d = &gm->a.d;
@@ -556,10 +597,8 @@ static void cca_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, L
     gpu_zero(gm, d->d_query, (size_t)N * Cq);
     gpu_zero(gm, d->d_key, (size_t)N * Ck);
     gpu_zero(gm, d->d_value, (size_t)N * Ck);
-    /* bf16 runs: the tensor-core attention (gpu_attention_tc.cu); fp32 runs keep the fp32 kernels */
-    (gm->bf16 ? gk_flash_attention_backward_bf16 : gk_flash_attention_backward)(
-        s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq,
-        Hkv, dh, a->attn_work);
+    const AttnGeom g = attn_geom(gm, l);
+    gpu_attention_backward(gm, L, g.window);
     /* 4. delayed values */
     gpu_zero(gm, d->d_vc, (size_t)N * Ck / 2);
     gpu_zero(gm, d->d_vd, (size_t)N * Ck / 2);
@@ -567,13 +606,12 @@ static void cca_backward(GpuModel *gm, const LayerWeights *W, LayerWeights *G, L
     linear_back(gm, d->d_u, G->w_v_current, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2);
     linear_back(gm, d->d_u, G->w_v_delayed, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2);
     /* 6. RoPE and 5. QK norm in one pass → gradients of query_pre / key_pre (into the free d_attn_out / d_value) */
-    const int rd = cfg_rotary_dim(c);
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     float *d_query_pre = d->d_attn_out, *d_key_pre = d->d_value;
-    gk_rope_l2norm_backward(s, d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, a->rope_cos, a->rope_sin,
-                            N, T, Hq, dh, rd, scale, eps);
-    gk_rope_l2norm_backward(s, d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, a->rope_cos, a->rope_sin,
-                            N, T, Hkv, dh, rd, scale, eps);
+    gk_rope_l2norm_backward(s, d_query_pre, NULL, d->d_query, L->query_pre, L->q_norm, NULL, g.cos, g.sin, N, T, Hq, dh,
+                            g.rd, scale, eps);
+    gk_rope_l2norm_backward(s, d_key_pre, G->temp, d->d_key, L->key_pre, L->k_norm, W->temp, g.cos, g.sin, N, T, Hkv,
+                            dh, g.rd, scale, eps);
     /* 3. q-k mean skip → dY (conv output) and dX (direct path) */
     gpu_zero(gm, d->d_conv_out, (size_t)N * C);
     gpu_zero(gm, d->d_qk_down, (size_t)N * C);
@@ -635,9 +673,9 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
         gpu_zero(gm, d->d_u, (size_t)N * D);
         gpu_tock(gm, PHASE_NORMS, &t0);
         if (c->attention == ZY_ATTN_CCA)
-            cca_backward(gm, W, G, L);
+            cca_backward(gm, l, W, G, L);
         else
-            mha_backward(gm, W, G, L);
+            mha_backward(gm, l, W, G, L);
         gpu_tock(gm, PHASE_ATTENTION, &t0);
         if (l > 0) {
             const LayerWeights *Wp = &w->layers[l - 1];

@@ -205,14 +205,6 @@ static int parse_layer_types(const cJSON *root, ZayaConfig *cfg, const char *lab
     return 0;
 }
 
-int cfg_refuse_windows(const ZayaConfig *c, const char *what, ZyErr *err) {
-    for (int l = 0; l < c->num_layers && l < ZY_MAX_SLIDING_LAYERS; l++)
-        if (cfg_layer_is_sliding(c, l))
-            return zy_fail(err, "%s: sliding-window attention (layer %d is \"hybrid_sliding\", sliding_window %d) is "
-                           "not implemented here yet; the CPU forward and training run it", what, l, c->sliding_window);
-    return 0;
-}
-
 int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
     struct {
         const char *key;

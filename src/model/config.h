@@ -100,9 +100,9 @@ static inline int cfg_conv_pad(const ZayaConfig *c) { return (c->cca_time0 - 1) 
  * or "swa_layers" (0: full attention, n > 0: sliding with n previous tokens). A legacy window counts the previous
  * tokens only, so the native W = n + 1 (vLLM's Zyphra model adds the same 1); zaya needs one n for every sliding
  * layer. The sliding layers' RoPE theta is "swa_rotary_base" (default 1e4), the factor "partial_rotary_factor".
- * CPU cached decoding (decode.c) attends to a sliding layer's last W keys and rotates with that layer's own tables
- * (cfg_layer_rope_theta, cfg_layer_rotary_dim). The GPU model does not implement windows yet and refuses such
- * configs (cfg_refuse_windows). */
+ * Cached decoding (decode.c, and gpu_decode.c on a GPU) attends to a sliding layer's last W keys and rotates with
+ * that layer's own tables (cfg_layer_rope_theta, cfg_layer_rotary_dim); so do the GPU model's forward and backward
+ * (gpu_model.c, the fp32 attention kernels with a window). */
 
 /* 1 when layer l is a sliding-window layer. */
 static inline int cfg_layer_is_sliding(const ZayaConfig *c, int l) {
@@ -135,9 +135,6 @@ static inline int cfg_sliding_rotary_dim(const ZayaConfig *c) {
 static inline int cfg_layer_rotary_dim(const ZayaConfig *c, int l) {
     return cfg_layer_is_sliding(c, l) ? cfg_sliding_rotary_dim(c) : (int)(c->head_dim * c->partial_rotary_factor);
 }
-/* For the paths that do not implement sliding windows yet (the GPU): -1 with an error that names
- * `what` and the first sliding layer when cfg has one; 0 otherwise. */
-int cfg_refuse_windows(const ZayaConfig *c, const char *what, ZyErr *err);
 
 /* Parses config.json text; errors name the file (label) and the key. */
 int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyErr *err);

@@ -63,10 +63,12 @@ static void check_increment(GpuTest *t, const char *name, const float *dev, cons
     }
 }
 
-static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t misalign) {
+/* window > 0: a sliding-window layer (query q sees keys q-window+1 .. q), through the _window entry points */
+static void attention_case_w(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t misalign, int window) {
     const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
-    char tag[64], nm[128];
+    char tag[80], nm[160];
     snprintf(tag, sizeof tag, "B%d T%d Hq%d Hkv%d dh%d%s", B, T, Hq, Hkv, dh, misalign ? " unal" : "");
+    if (window > 0) snprintf(tag + strlen(tag), sizeof tag - strlen(tag), " window %d", window);
 
     /* CPU reference, one thread */
     const float *Q = gt_rand(t, nq, 1.0f), *K = gt_rand(t, nk, 1.0f), *V = gt_rand(t, nk, 1.0f);
@@ -74,13 +76,16 @@ static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, si
     const float *dQ0 = gt_rand(t, nq, 0.5f), *dK0 = gt_rand(t, nk, 0.5f), *dV0 = gt_rand(t, nk, 0.5f);
     float *O = gt_host(t, nq), *L = gt_host(t, nl), *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
     float *dQ = gt_copy(t, dQ0, nq), *dK = gt_copy(t, dK0, nk), *dV = gt_copy(t, dV0, nk);
-    flash_attention_forward(O, L, Q, K, V, B, T, Hq, Hkv, dh, 0, ws, 1);
-    flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, T, Hq, Hkv, dh, 0, ws, 1);
+    flash_attention_forward(O, L, Q, K, V, B, T, Hq, Hkv, dh, window, ws, 1);
+    flash_attention_backward(dQ, dK, dV, dO, O, L, Q, K, V, B, T, Hq, Hkv, dh, window, ws, 1);
 
     /* forward */
     const float *d_Q = up_at(t, Q, nq, misalign), *d_K = gt_up(t, K, nk), *d_V = gt_up(t, V, nk);
     float *d_O = gt_poison(t, nq), *d_L = gt_poison(t, nl);
-    gk_flash_attention_forward(t->g->stream, d_O, d_L, d_Q, d_K, d_V, B, T, Hq, Hkv, dh);
+    if (window > 0)
+        gk_flash_attention_forward_window(t->g->stream, d_O, d_L, d_Q, d_K, d_V, B, T, Hq, Hkv, dh, window);
+    else
+        gk_flash_attention_forward(t->g->stream, d_O, d_L, d_Q, d_K, d_V, B, T, Hq, Hkv, dh);
     snprintf(nm, sizeof nm, "fwd O %s", tag);
     gt_check(t, nm, d_O, O, nq, TOL);
     snprintf(nm, sizeof nm, "fwd LSE %s", tag);
@@ -92,8 +97,12 @@ static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, si
     float *g[2][3];
     for (int rep = 0; rep < 2; rep++) {
         g[rep][0] = up_at(t, dQ0, nq, misalign), g[rep][1] = gt_up(t, dK0, nk), g[rep][2] = gt_up(t, dV0, nk);
-        gk_flash_attention_backward(t->g->stream, g[rep][0], g[rep][1], g[rep][2], d_dO, d_Oc, d_Lc, d_Q, d_K, d_V, B,
-                                    T, Hq, Hkv, dh, work);
+        if (window > 0)
+            gk_flash_attention_backward_window(t->g->stream, g[rep][0], g[rep][1], g[rep][2], d_dO, d_Oc, d_Lc, d_Q,
+                                               d_K, d_V, B, T, Hq, Hkv, dh, work, window);
+        else
+            gk_flash_attention_backward(t->g->stream, g[rep][0], g[rep][1], g[rep][2], d_dO, d_Oc, d_Lc, d_Q, d_K, d_V,
+                                        B, T, Hq, Hkv, dh, work);
     }
     snprintf(nm, sizeof nm, "bwd dQ += %s", tag);
     gt_check(t, nm, g[0][0], dQ, nq, TOL);
@@ -119,6 +128,10 @@ static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, si
     gt_reset(t);
 }
 
+static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t misalign) {
+    attention_case_w(t, B, T, Hq, Hkv, dh, misalign, 0);
+}
+
 static void test_gpu_attention_tc(GpuTest *t);
 
 void test_gpu_attention(GpuTest *t) {
@@ -131,6 +144,16 @@ void test_gpu_attention(GpuTest *t) {
     attention_case(t, 1, 70, 2, 1, 256, 0);    /* the largest heads, smaller tiles */
     attention_case(t, 1, 129, 4, 2, 64, 1);    /* unaligned pointers: scalar path at dh 64 */
     attention_case(t, 1, 2048, 8, 2, 128, 0);  /* a full sequence at the benchmark's head shape */
+    /* sliding windows: inside one tile, across tile edges (64-query / 32-key blocks), each query alone (1), wider
+     * than the sequence (the full causal result), GQA, odd heads, the largest heads, unaligned */
+    attention_case_w(t, 2, 40, 4, 2, 8, 0, 5);
+    attention_case_w(t, 1, 17, 4, 2, 8, 0, 1);
+    attention_case_w(t, 2, 150, 4, 2, 16, 0, 70);
+    attention_case_w(t, 2, 130, 4, 1, 64, 0, 64);
+    attention_case_w(t, 1, 300, 8, 2, 128, 0, 33);
+    attention_case_w(t, 2, 33, 6, 3, 8, 0, 4096);
+    attention_case_w(t, 1, 100, 2, 1, 256, 0, 40);
+    attention_case_w(t, 1, 129, 4, 2, 12, 1, 31);
     test_gpu_attention_tc(t);
 }
 

@@ -143,5 +143,17 @@ void test_gpu_decode(GpuTest *t) {
     ZayaConfig wide = c;
     wide.hidden_size = 256, wide.num_heads = 8, wide.head_dim = 128, wide.num_experts = 8, wide.vocab_size = 1000;
     compare_decode(t, "head_dim 128 B2 T200 prefill 150", &wide, 2, 200, 150, 64);
+    /* sliding-window layers (ZAYA1-74B-preview's hybrid_sliding): windows shorter than the prefill and its pieces,
+     * their own RoPE (another theta, full rotation), alternating with full layers; and the MHA variant */
+    ZayaConfig sw = c;
+    sw.sliding_window = 5, sw.rope_theta_sliding = 300.0f, sw.partial_rotary_factor_sliding = 1.0f;
+    cfg_set_layer_sliding(&sw, 0, 1), cfg_set_layer_sliding(&sw, 2, 1);
+    compare_decode(t, "sliding W5 (layers 0, 2) B2 T30 prefill 13 in pieces of 4", &sw, 2, 30, 13, 4);
+    ZayaConfig sw1 = sw;
+    sw1.sliding_window = 1;
+    compare_decode(t, "sliding W1 B1 T20", &sw1, 1, 20, 6, 64);
+    ZayaConfig swm = sw;
+    swm.attention = ZY_ATTN_MHA, swm.sliding_window = 9;
+    compare_decode(t, "sliding W9, MHA variant B2 T40", &swm, 2, 40, 11, 64);
     compare_generate(t);
 }

@@ -117,8 +117,23 @@ void test_gpu_model(GpuTest *t) {
     compare_model(t, "B1 T2, k 3/3, 4/4 heads", &shortseq, 1, 2);
     compare_model(t, "B1 T3, k 3/3, 4/4 heads", &shortseq, 1, 3);
     compare_model(t, "B2 T9, k 3/3, 4/4 heads", &shortseq, 2, 9);
+    /* sliding-window layers: their window (across the 64-query / 32-key tiles at T 130) and their own RoPE */
+    ZayaConfig sw = c;
+    sw.sliding_window = 5, sw.rope_theta_sliding = 300.0f, sw.partial_rotary_factor_sliding = 1.0f;
+    cfg_set_layer_sliding(&sw, 0, 1), cfg_set_layer_sliding(&sw, 2, 1);
+    compare_model(t, "sliding W5 (layers 0, 2) B2 T40", &sw, 2, 40);
+    ZayaConfig sw70 = sw;
+    sw70.sliding_window = 70;
+    compare_model(t, "sliding W70 B2 T130", &sw70, 2, 130);
+    ZayaConfig swm = sw;
+    swm.attention = ZY_ATTN_MHA, swm.sliding_window = 1;
+    compare_model(t, "sliding W1, MHA variant B2 T17", &swm, 2, 17);
     ZayaConfig wide = c;
     wide.hidden_size = 256, wide.num_heads = 8, wide.num_kv_heads = 2, wide.head_dim = 64, wide.num_experts = 8;
     wide.moe_intermediate_size = 128, wide.router_hidden_size = 64, wide.vocab_size = 1000;
     compare_model(t, "head_dim 64, 8 experts, T 256", &wide, 2, 256);
+    ZayaConfig wide_sw = wide;
+    wide_sw.sliding_window = 100, wide_sw.rope_theta_sliding = 1e4f, wide_sw.partial_rotary_factor_sliding = 0.5f;
+    cfg_set_layer_sliding(&wide_sw, 1, 1);
+    compare_model(t, "head_dim 64, layer 1 sliding W100, T 256", &wide_sw, 2, 256);
 }
