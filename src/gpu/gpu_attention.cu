@@ -535,6 +535,7 @@ extern "C" long gk_flash_attention_work_floats(int B, int T, int Hq) {
 extern "C" void gk_flash_attention_forward_window(GkStream s, float *O, float *LSE, const float *Q, const float *K,
                                                   const float *V, int B, int T, int Hq, int Hkv, int dh, int window) {
     if (bad_shape(B, T, Hq, Hkv, dh)) return;
+    if (window < 0 || window >= T) window = 0; /* as the CPU's make_shape: a window of T or more is plain causal */
     const int vec = dh % 4 == 0 && aligned16(O) && aligned16(Q) && aligned16(K) && aligned16(V);
     if (dh <= 32)
         launch_forward<32, 64, 64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, vec, window);
@@ -557,6 +558,7 @@ extern "C" void gk_flash_attention_backward_window(GkStream s, float *dQ, float 
                                                    const float *V, int B, int T, int Hq, int Hkv, int dh, float *work,
                                                    int window) {
     if (bad_shape(B, T, Hq, Hkv, dh)) return;
+    if (window < 0 || window >= T) window = 0; /* (and k0 + BR - 1 + window cannot overflow) */
     float *Dlt = work;
     const long rows = (long)B * T * Hq;
     const int per_block = 256 / GPU_WARP;

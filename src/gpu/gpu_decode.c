@@ -180,7 +180,6 @@ size_t gpu_kvcache_bytes(const GpuKVCache *c) { return c->cache_bytes; }
 
 /* ---- the layer loop ------------------------------------------------------------------------------------------ */
 
-/* Appends the n new k̂ / v rows of each sequence at position len, then attends over everything so far. */
 /* Layer l's RoPE tables, rotary dim and window (a "hybrid_sliding" layer has its own; config.h). */
 typedef struct {
     const float *cos, *sin;
@@ -193,6 +192,8 @@ static LayerGeom layer_geom(const GpuKVCache *c, int l) {
                        .rd = cfg_layer_rotary_dim(f, l), .window = cfg_layer_window(f, l)};
 }
 
+/* Appends the n new k̂ / v rows of each sequence at position len, then attends over everything so far (a sliding
+ * layer: over its window). */
 static void append_kv_attend(GpuKVCache *c, int l, int n) {
     const ZayaConfig *f = &c->gm->cfg;
     GkStream st = c->gm->g.stream;
@@ -201,7 +202,7 @@ static void append_kv_attend(GpuKVCache *c, int l, int n) {
     gk_copy_rows(st, c->k[l] + (long)p0 * Ck, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
     gk_copy_rows(st, c->v[l] + (long)p0 * Ck, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
     gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, f->num_heads,
-                        f->num_kv_heads, f->head_dim, cfg_layer_window(f, l));
+                        f->num_kv_heads, f->head_dim, layer_geom(c, l).window);
 }
 
 /* CCA on u for the new rows: appends k̂ and v, updates the convolution and delayed-value state, writes proj. */

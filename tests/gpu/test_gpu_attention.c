@@ -147,6 +147,8 @@ void test_gpu_attention(GpuTest *t) {
     /* sliding windows: inside one tile, across tile edges (64-query / 32-key blocks), each query alone (1), wider
      * than the sequence (the full causal result), GQA, odd heads, the largest heads, unaligned */
     attention_case_w(t, 2, 40, 4, 2, 8, 0, 5);
+    attention_case_w(t, 1, 200, 4, 2, 64, 0, 66);  /* W ≡ 2 mod 32 and 64: the skipped blocks end on block edges */
+    attention_case_w(t, 1, 100, 2, 1, 256, 0, 34); /* the same at the 32 / 16 tiles */
     attention_case_w(t, 1, 17, 4, 2, 8, 0, 1);
     attention_case_w(t, 2, 150, 4, 2, 16, 0, 70);
     attention_case_w(t, 2, 130, 4, 1, 64, 0, 64);

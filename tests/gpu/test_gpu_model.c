@@ -117,7 +117,8 @@ void test_gpu_model(GpuTest *t) {
     compare_model(t, "B1 T2, k 3/3, 4/4 heads", &shortseq, 1, 2);
     compare_model(t, "B1 T3, k 3/3, 4/4 heads", &shortseq, 1, 3);
     compare_model(t, "B2 T9, k 3/3, 4/4 heads", &shortseq, 2, 9);
-    /* sliding-window layers: their window (across the 64-query / 32-key tiles at T 130) and their own RoPE */
+    /* sliding-window layers: their window (mask edges inside the tiles; at T 130 the dQ kernel skips a block) and
+     * their own RoPE */
     ZayaConfig sw = c;
     sw.sliding_window = 5, sw.rope_theta_sliding = 300.0f, sw.partial_rotary_factor_sliding = 1.0f;
     cfg_set_layer_sliding(&sw, 0, 1), cfg_set_layer_sliding(&sw, 2, 1);
