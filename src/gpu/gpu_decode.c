@@ -344,22 +344,28 @@ int gpu_model_decode(GpuModel *gm, GpuKVCache *c, const int32_t *tokens, int n, 
 
 /* ---- generation: generate_with (decode.c) over the GPU cache --------------------------------------------------- */
 
-typedef struct {
-    GpuModel *gm;
-    GpuKVCache *c;
-} GpuDecode;
 static void dec_reset(void *x) { gpu_kvcache_reset(((GpuDecode *)x)->c); }
 static int dec_decode(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
     GpuDecode *d = x;
     return gpu_model_decode(d->gm, d->c, tokens, n, logits, 1, err);
 }
+static int dec_decode_all(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
+    GpuDecode *d = x;
+    return gpu_model_decode(d->gm, d->c, tokens, n, logits, 0, err);
+}
 static int dec_len(void *x) { return ((GpuDecode *)x)->c->len; }
+
+DecodeBackend gpu_decode_backend(GpuDecode *d, GpuModel *gm, GpuKVCache *c) {
+    d->gm = gm, d->c = c;
+    return (DecodeBackend){.ctx = d, .reset = dec_reset, .decode = dec_decode, .len = dec_len,
+                           .decode_all = dec_decode_all, .batch = c->batch, .max_len = c->max_len,
+                           .vocab_size = gm->cfg.vocab_size}; /* no mark / rewind on the GPU cache */
+}
 
 int gpu_generate(GpuModel *gm, GpuKVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
                  int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,
                  GenerateStats *st, ZyErr *err) {
-    GpuDecode d = {.gm = gm, .c = c};
-    const DecodeBackend be = {.ctx = &d, .reset = dec_reset, .decode = dec_decode, .len = dec_len,
-                              .batch = c->batch, .max_len = c->max_len, .vocab_size = gm->cfg.vocab_size};
+    GpuDecode d;
+    const DecodeBackend be = gpu_decode_backend(&d, gm, c);
     return generate_with(&be, s, p, rng, prompt, n_prompt, max_new, stop_ids, n_stop, fn, ctx, st, err);
 }

@@ -30,6 +30,14 @@ size_t gpu_kvcache_bytes(const GpuKVCache *c); /* the cache and its per-sequence
 int gpu_model_decode(GpuModel *gm, GpuKVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
                      ZyErr *err);
 
+/* The DecodeBackend (decode.h) of GPU cache c over gm (both outlive it; d is its state): decode, decode_all, no
+ * mark / rewind. */
+typedef struct {
+    GpuModel *gm;
+    GpuKVCache *c;
+} GpuDecode;
+DecodeBackend gpu_decode_backend(GpuDecode *d, GpuModel *gm, GpuKVCache *c);
+
 /* generate() (decode.h) with the model and cache on the GPU; sampling stays on the host. */
 int gpu_generate(GpuModel *gm, GpuKVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
                  int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,

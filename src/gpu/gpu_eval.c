@@ -11,30 +11,18 @@ struct GpuEvalRunner {
     const Model *m;
     GpuModel *gm;
     GpuKVCache *c; /* open between open_cache and close_cache */
+    GpuDecode d;
     int32_t *choice; /* the last window's routing, host copies [T], [T], [T, classes] */
     float *gate, *probs;
     int routing_T, routing_cap;
 };
 
-/* ---- task scoring: a one-sequence GPU cache behind a DecodeBackend ---- */
-
-static void dec_reset(void *x) { gpu_kvcache_reset(((GpuEvalRunner *)x)->c); }
-static int dec_decode(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
-    GpuEvalRunner *r = x;
-    return gpu_model_decode(r->gm, r->c, tokens, n, logits, 1, err);
-}
-static int dec_decode_all(void *x, const int32_t *tokens, int n, float *logits, ZyErr *err) {
-    GpuEvalRunner *r = x;
-    return gpu_model_decode(r->gm, r->c, tokens, n, logits, 0, err);
-}
-static int dec_len(void *x) { return gpu_kvcache_len(((GpuEvalRunner *)x)->c); }
+/* ---- task scoring: a one-sequence GPU cache behind its DecodeBackend ---- */
 
 static int open_cache(void *x, int max_len, DecodeBackend *be, ZyErr *err) {
     GpuEvalRunner *r = x;
     if (gpu_kvcache_create(&r->c, r->gm, 1, max_len, 0, err)) return -1;
-    *be = (DecodeBackend){.ctx = r, .reset = dec_reset, .decode = dec_decode, .len = dec_len,
-                          .decode_all = dec_decode_all, .batch = 1, .max_len = max_len,
-                          .vocab_size = r->m->cfg.vocab_size}; /* no mark / rewind */
+    *be = gpu_decode_backend(&r->d, r->gm, r->c);
     return 0;
 }
 static void close_cache(void *x) {
