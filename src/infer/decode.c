@@ -51,11 +51,11 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     s->u = CF(cv, N * D);
     s->rstd = CF(cv, N);
     s->X = CF(cv, N * C);
-    /* each sequence of the step adds P cached columns (and k1-1 more for Me) to its rows */
+    /* each sequence of the step adds P cached columns to its rows in Xe */
     const size_t SN = S < N ? S : N;
     s->Xe = CF(cv, (SN * P + N) * C);
-    s->Ye = CF(cv, (SN * P + N) * C);
-    s->Me = CF(cv, (SN * (P + k1 - 1) + N) * C);
+    s->Y = CF(cv, N * C);
+    s->Mi = CF(cv, N * k1 * C);
     s->query_pre = CF(cv, N * Cq);
     s->key_pre = CF(cv, N * Ck);
     s->query = CF(cv, N * Cq);
@@ -86,9 +86,6 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     s->expert_out = CF(cv, N * D);
     s->moe_out = CF(cv, N * D);
     s->last_rows = CF(cv, SN * D);
-    /* the convolution runs on groups of sequences with the same row count: at most SN*P + N rows in all */
-    s->conv_wp = CF(cv, (size_t)cca_conv_work_floats(1, (int)(SN * P + N), (int)C, f->head_dim, f->cca_time1) +
-                            SN * (k1 - 1) * C);
 }
 
 size_t kvcache_bytes_per_token(const ZayaConfig *cfg) {
@@ -186,9 +183,9 @@ int kvpool_reserve(KVPool *p, int slot, int tokens) {
 /* ---- the layer loop over a ragged batch ------------------------------------------------------------------------ */
 
 /* Where each sequence of a step sits: its slot, first position, rows in the step's N rows, and its P cached
- * columns + rows in the convolution buffers (Xe/Ye at xe_row, Me at me_row). */
+ * columns + rows in the convolution input Xe (at xe_row). */
 typedef struct {
-    int slot, pos0, n, row0, xe_row, me_row;
+    int slot, pos0, n, row0, xe_row;
 } StepSeq;
 
 typedef struct {
@@ -225,27 +222,23 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
         s0 += cnt;
     }
     for (int r = 0; r < n * nh; r++) {
-        float *row = sc + (size_t)r * Lk;
         const int last = q->pos0 + r / nh - lo; /* query at position p0+t sees keys up to p0+t ... */
         const int first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0; /* ... and from p0+t-W+1 in a window */
-        for (int s = 0; s < first; s++) row[s] = 0;
-        float mx = row[first];
-        for (int s = first + 1; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
-        double sum = 0;
-        for (int s = first; s <= last; s++) {
-            row[s] = (float)exp((double)(row[s] - mx));
-            sum += row[s];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int s = first; s <= last; s++) row[s] *= inv;
-        for (int s = last + 1; s < Lk; s++) row[s] = 0;
+        decode_attn_softmax(sc + (size_t)r * Lk, Lk, first, last);
     }
+    /* o = P V block by block: a few rows (decoding) in one pass over each value row, longer pieces as GEMMs */
+    const int few = n * nh <= 16;
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
-        for (int g = 0; g < nh; g++)
-            zy_gemm(0, 0, n, dh, cnt, 1, sc + (size_t)g * Lk + (s0 - lo), nh * Lk, vb, Ck, s0 > lo ? 1.0f : 0.0f,
-                    o + g * dh, Cq);
+        if (few)
+            for (int t = 0; t < n; t++)
+                decode_attn_values(o + (size_t)t * Cq, dh, sc + (size_t)t * nh * Lk + (s0 - lo), Lk, vb, Ck, nh, cnt,
+                                   dh, s0 > lo);
+        else
+            for (int g = 0; g < nh; g++)
+                zy_gemm(0, 0, n, dh, cnt, 1, sc + (size_t)g * Lk + (s0 - lo), nh * Lk, vb, Ck, s0 > lo ? 1.0f : 0.0f,
+                        o + g * dh, Cq);
         s0 += cnt;
     }
 }
@@ -286,10 +279,9 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     /* 1. down projections */
     zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->X, C);
     zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->X + Cq, C);
-    /* 2. convolutions over [P cached columns | n new] per sequence: the kernel's own left padding only feeds outputs
-     * for the P cached rows, which are dropped; the cached zero columns before position 0 reproduce the full
-     * forward's padding (depthwise outputs there are exactly b0). Consecutive sequences with the same n run as one
-     * batch. */
+    /* 2. convolutions over [P cached columns | n new] per sequence, outputs for the new rows only, into Y [N, C]:
+     * the cached zero columns before position 0 reproduce the full forward's padding (depthwise outputs there are
+     * exactly b0). Consecutive sequences with the same n run as one batch. */
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         float *xe = s->Xe + (size_t)q->xe_row * C;
@@ -299,19 +291,16 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     for (int i = 0, g; i < st->n_seqs; i = g) {
         const StepSeq *q = &st->seq[i];
         for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
-        cca_conv_forward(s->Ye + (size_t)q->xe_row * C, s->Me + (size_t)q->me_row * C, s->conv_wp,
-                         s->Xe + (size_t)q->xe_row * C, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, g - i,
-                         P + q->n, C, dh, f->cca_time0, k1);
+        cca_conv_forward_last(s->Y + (size_t)q->row0 * C, s->Mi, s->Xe + (size_t)q->xe_row * C, W->conv_dw_w,
+                              W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, g - i, P + q->n, q->n, C, dh, f->cca_time0, k1);
     }
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         memcpy(p->conv_state[l] + (size_t)q->slot * P * C, s->Xe + (size_t)(q->xe_row + q->n) * C,
                (size_t)P * C * sizeof(float));
-        /* 3. q-k mean skip */
-        const size_t off = (size_t)(q->xe_row + P) * C;
-        qk_mean_forward(s->query_pre + (size_t)q->row0 * Cq, s->key_pre + (size_t)q->row0 * Ck, s->Ye + off,
-                        s->Xe + off, q->n, Hq, Hkv, dh);
     }
+    /* 3. q-k mean skip, every row at once (Y and X both [N, C]) */
+    qk_mean_forward(s->query_pre, s->key_pre, s->Y, s->X, N, Hq, Hkv, dh);
     /* 4. values; each sequence's first new row's delayed half is its previous token's vd */
     zy_matmul_wt(N, half, D, s->u, D, W->w_v_current, W->w_v_current16, s->vc, half);
     zy_matmul_wt(N, half, D, s->u, D, W->w_v_delayed, W->w_v_delayed16, s->vd, half);
@@ -414,17 +403,15 @@ static void decode_rows(const Model *m, KVPool *p, const Step *st, int32_t *rout
 
 /* Lays the step out: rows and convolution-buffer rows per sequence. */
 static void plan_step(const KVPool *p, Step *st) {
-    const int P = p->conv_pad, k1 = p->cfg.cca_time1;
-    int row = 0, xe = 0, me = 0;
+    const int P = p->conv_pad;
+    int row = 0, xe = 0;
     for (int i = 0; i < st->n_seqs; i++) {
         StepSeq *q = &st->seq[i];
         q->pos0 = p->len[q->slot];
         q->row0 = row;
         q->xe_row = xe;
-        q->me_row = me;
         row += q->n;
         xe += P + q->n;
-        me += P + q->n + k1 - 1;
     }
     st->N = row;
 }

@@ -19,7 +19,8 @@ typedef struct {
     float *x, *x_mid, *u;                   /* residual stream in / after attention, normed input [N,D] */
     float *rstd;                            /* [N] */
     float *X;                               /* [q0 | k0] of the new rows [N,C] */
-    float *Xe, *Ye, *Me;                    /* per sequence: P cached columns + its new rows; Me has k1-1 more */
+    float *Xe;                              /* per sequence: P cached columns + its new rows */
+    float *Y, *Mi;                          /* the convolution's outputs [N,C]; its scratch [N,k1,C] */
     float *query_pre, *key_pre, *query, *key; /* [N,Cq], [N,Ck], [N,Cq], [N,Ck] */
     float *norm_q, *norm_k;                 /* [N,Hq], [N,Hkv] */
     float *vc, *vd, *value;                 /* [N,Ck/2] x2, [N,Ck] */
@@ -35,7 +36,6 @@ typedef struct {
     float *expert_in, *expert_gu, *expert_act, *expert_out; /* [N,D], [N,2I], [N,I], [N,D] */
     float *moe_out;                         /* [N,D] */
     float *last_rows;                       /* final-normed rows that get logits [max_seqs,D] */
-    float *conv_wp;                         /* cca_conv_forward's workspace */
 } DecodeScratch;
 
 /* The KV cache as a pool of fixed-size blocks shared by up to max_seqs sequences (slots), each with its own length

@@ -500,3 +500,35 @@ void ZY_ISA_NAME(decode_attn_scores)(float *S, long lds, const float *Q, long ld
         }
     }
 }
+
+/* One score row of cached decoding, in place: softmax over columns [first, last] (exp on whole vectors as the full
+ * forward's tiles, sum in double), every other column of [0, n) zero. */
+void ZY_ISA_NAME(decode_attn_softmax)(float *row, int n, int first, int last) {
+    const int len = last - first + 1, lv = len / ZW * ZW;
+    float *r = row + first;
+    float mx = r[0];
+    for (int c = 1; c < len; c++) mx = r[c] > mx ? r[c] : mx;
+    double sum = 0;
+    int c = 0;
+    for (; c < lv; c += ZW) {
+        const zvec e = vexp(vload(r + c) - mx);
+        vstore(r + c, e);
+        for (int i = 0; i < ZW; i++) sum += e[i];
+    }
+    for (; c < len; c++) {
+        r[c] = vexp(vsplat(r[c] - mx))[0];
+        sum += r[c];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (c = 0; c < len; c++) r[c] *= inv;
+    memset(row, 0, sizeof(float) * (size_t)first);
+    memset(row + last + 1, 0, sizeof(float) * (size_t)(n - last - 1));
+}
+
+/* O[t] (+)= Σ_s P[t, s] · V[s] for n probability rows (stride ldp) against the cnt cached values of one KV block
+ * (stride ldv), into O (stride ldo): the tiles' register-blocked product, each value row read once per 2 vectors of
+ * output columns for all n rows. For a few rows (decoding); longer pieces go through a GEMM. */
+void ZY_ISA_NAME(decode_attn_values)(float *O, long ldo, const float *P, long ldp, const float *V, long ldv, int n,
+                                     int cnt, int dh, int accumulate) {
+    mm(O, ldo, P, ldp, 1, V, ldv, n, dh, cnt, accumulate, FULL);
+}

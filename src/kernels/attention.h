@@ -31,5 +31,10 @@ void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, 
  * where a BLAS call per block cost more than its arithmetic. */
 void decode_attn_scores(float *S, long lds, const float *Q, long ldq, const float *K, long ldk, int n, int cnt, int dh,
                         float scale);
+/* ... a score row's softmax over columns [first, last] in place, the other columns of [0, n) zero; and
+ * O[t] (+)= Σ_s P[t, s] · V[s] for n rows against one block's cnt values (accumulate: add to O, else overwrite). */
+void decode_attn_softmax(float *row, int n, int first, int last);
+void decode_attn_values(float *O, long ldo, const float *P, long ldp, const float *V, long ldv, int n, int cnt, int dh,
+                        int accumulate);
 
 #endif

@@ -51,6 +51,10 @@
        (float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM, float *wp, float *dwp, const float *dY,  \
        const float *X, const float *M, const float *w0, const float *w1, int B, int T, int C, int dh, int k0, int k1), \
        (dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, B, T, C, dh, k0, k1))                                   \
+    ZK(void, cca_conv_forward_last,                                                                                    \
+       (float *Y, float *Mi, const float *X, const float *w0, const float *b0, const float *w1, const float *b1,       \
+       int B, int T, int n, int C, int dh, int k0, int k1),                                                            \
+       (Y, Mi, X, w0, b0, w1, b1, B, T, n, C, dh, k0, k1))                                                             \
     ZK(void, qk_mean_forward,                                                                                          \
        (float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv, int dh),                  \
        (query, key, Y, X, rows, Hq, Hkv, dh))                                                                          \
@@ -162,7 +166,12 @@
        (dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window, work, threads))                                  \
     ZK(void, decode_attn_scores,                                                                                       \
        (float *S, long lds, const float *Q, long ldq, const float *K, long ldk, int n, int cnt, int dh, float scale),  \
-       (S, lds, Q, ldq, K, ldk, n, cnt, dh, scale))
+       (S, lds, Q, ldq, K, ldk, n, cnt, dh, scale))                                                                   \
+    ZK(void, decode_attn_softmax, (float *row, int n, int first, int last), (row, n, first, last))                     \
+    ZK(void, decode_attn_values,                                                                                       \
+       (float *O, long ldo, const float *P, long ldp, const float *V, long ldv, int n, int cnt, int dh,                \
+       int accumulate),                                                                                                \
+       (O, ldo, P, ldp, V, ldv, n, cnt, dh, accumulate))
 /* ... and the kernels that only matmul.c calls. matmul_bf16_block: Y[r, o] = Σ_k X[r, k] · W16[o, k] for rows
  * r < nr (nr <= ZY_BF16_ROW_BLOCK), outputs o in [o0, o1): bf16 weights widened to fp32, fp32 accumulation.
  * matmul_f32_block: the same with fp32 weights W [out, in] (nr <= 4), tiles of dot products (matmul.c's few-row path).

@@ -75,16 +75,24 @@ static inline __attribute__((always_inline)) void seq_rows(const int NR, int o0,
     const __mmask32 tail = in - in32 ? (__mmask32)((1ull << (in - in32)) - 1) : 0;
     for (int o = o0; o < o1; o++) {
         const uint16_t *w = W16 + (long)o * in;
-        __m512 acc[4];
-        for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
-        for (int k = 0; k < in32; k += 32) {
+        __m512 acc[4], acc2[4]; /* two chains per row (even and odd steps): dot-product latency, not memory, bound one */
+        for (int r = 0; r < NR; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
+        int k = 0;
+        for (; k + 64 <= in32; k += 64) {
+            const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + k), w1 = (__m512bh)_mm512_loadu_si512(w + k + 32);
+            for (int r = 0; r < NR; r++) {
+                acc[r] = _mm512_dpbf16_ps(acc[r], w0, (__m512bh)_mm512_loadu_si512(Xb + (long)r * in + k));
+                acc2[r] = _mm512_dpbf16_ps(acc2[r], w1, (__m512bh)_mm512_loadu_si512(Xb + (long)r * in + k + 32));
+            }
+        }
+        for (; k < in32; k += 32) {
             const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + k);
             for (int r = 0; r < NR; r++)
                 acc[r] = _mm512_dpbf16_ps(acc[r], wv, (__m512bh)_mm512_loadu_si512(Xb + (long)r * in + k));
         }
         if (tail)
-            for (int r = 0; r < NR; r++) acc[r] = dp_tail(acc[r], w + in32, Xb + (long)r * in + in32, tail);
-        for (int r = 0; r < NR; r++) Y[(long)r * ldy + o] = _mm512_reduce_add_ps(acc[r]);
+            for (int r = 0; r < NR; r++) acc2[r] = dp_tail(acc2[r], w + in32, Xb + (long)r * in + in32, tail);
+        for (int r = 0; r < NR; r++) Y[(long)r * ldy + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], acc2[r]));
     }
 }
 

@@ -424,3 +424,66 @@ TEST(decode_attention_scores_at_every_cpu_level) {
     CHECK(levels >= 1);
     CHECK_MSG(worst < 1e-6, "worst %.3g", worst);
 }
+
+/* Cached decoding's softmax row and value kernels (decode_attn_softmax, decode_attn_values) at every CPU level
+ * against double-precision references: windows [first, last] starting and ending on and off the vector widths
+ * (columns outside them exactly zero), rows whose scores span a wide range; value products with head sizes off the
+ * vector widths, strided rows, overwrite and accumulate, the output's columns past dh untouched. */
+TEST(decode_attention_softmax_and_values_at_every_cpu_level) {
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    ZyRng rng;
+    zy_rng_seed(&rng, 78);
+    const int spans[][3] = {/* n, first, last */ {1, 0, 0}, {7, 0, 6}, {40, 3, 39}, {40, 0, 16}, {33, 17, 32},
+                            {100, 9, 71}};
+    const int dhs[] = {4, 8, 24, 64, 72}, cnts[] = {1, 5, 16}, ns[] = {1, 4};
+    double worst_p = 0, worst_o = 0;
+    int levels = 0;
+    for (int l = 0; l < ZY_CPU_LEVELS; l++) {
+        if (!zy_cpu_supports(&ci, (ZyCpuLevel)l)) continue;
+        const ZyKernelTable *kt = zy_kernel_table((ZyCpuLevel)l);
+        levels++;
+        for (size_t a = 0; a < ZY_ARRAY_LEN(spans); a++) {
+            const int n = spans[a][0], first = spans[a][1], last = spans[a][2];
+            float *row = randnf(&rng, (size_t)n, 8); /* scores of size ~8: exponentials over ~20 orders */
+            double *ref = malloc(sizeof(double) * n), mx = -INFINITY, sum = 0;
+            for (int c = first; c <= last; c++) mx = fmax(mx, row[c]);
+            for (int c = 0; c < n; c++) ref[c] = c < first || c > last ? 0 : exp((double)row[c] - mx), sum += ref[c];
+            kt->decode_attn_softmax(row, n, first, last);
+            for (int c = 0; c < n; c++) {
+                if (c < first || c > last) CHECK(row[c] == 0.0f);
+                worst_p = fmax(worst_p, fabs(row[c] - ref[c] / sum));
+            }
+            free(row), free(ref);
+        }
+        for (size_t a = 0; a < ZY_ARRAY_LEN(dhs); a++)
+            for (size_t b = 0; b < ZY_ARRAY_LEN(cnts); b++)
+                for (size_t c = 0; c < ZY_ARRAY_LEN(ns); c++)
+                    for (int acc = 0; acc < 2; acc++) {
+                        const int dh = dhs[a], cnt = cnts[b], n = ns[c], ldo = dh + 3, ldp = cnt + 2, ldv = 2 * dh + 1;
+                        float *P = randnf(&rng, (size_t)n * ldp, 1), *V = randnf(&rng, (size_t)cnt * ldv, 1);
+                        float *O = randnf(&rng, (size_t)n * ldo, 1), *O0 = malloc(sizeof(float) * n * ldo);
+                        memcpy(O0, O, sizeof(float) * n * ldo);
+                        kt->decode_attn_values(O, ldo, P, ldp, V, ldv, n, cnt, dh, acc);
+                        for (int t = 0; t < n; t++)
+                            for (int d = 0; d < ldo; d++) {
+                                if (d >= dh) {
+                                    CHECK(O[t * ldo + d] == O0[t * ldo + d]);
+                                    continue;
+                                }
+                                double r = acc ? O0[t * ldo + d] : 0, mag = fabs(r);
+                                for (int s = 0; s < cnt; s++) {
+                                    r += (double)P[t * ldp + s] * V[s * ldv + d];
+                                    mag += fabs((double)P[t * ldp + s] * V[s * ldv + d]);
+                                }
+                                worst_o = fmax(worst_o, fabs(O[t * ldo + d] - r) / (mag + 1e-30));
+                            }
+                        free(P), free(V), free(O), free(O0);
+                    }
+    }
+    printf("    %d levels: softmax worst abs error %.3g, values worst error / sum |p v| %.3g\n", levels, worst_p,
+           worst_o);
+    CHECK(levels >= 1);
+    CHECK_MSG(worst_p < 1e-6, "softmax %.3g", worst_p);
+    CHECK_MSG(worst_o < 1e-6, "values %.3g", worst_o);
+}
