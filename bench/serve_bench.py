@@ -173,7 +173,9 @@ def run_zaya(mdir, cfg, a, dtype):
     pct = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
     return {"tokens_per_s": toks / wall, "requests": len(results), "tokens": toks, "wall_s": wall,
             "ttft_p50_s": pct(ttft, 0.5), "ttft_p99_s": pct(ttft, 0.99), "itl_p50_s": pct(itl, 0.5),
-            "itl_p99_s": pct(itl, 0.99), "mean_batch": mt["zaya_step_batch_size_sum"] / mt["zaya_step_batch_size_count"]}
+            "itl_p99_s": pct(itl, 0.99), "mean_batch": mt["zaya_step_batch_size_sum"] / mt["zaya_step_batch_size_count"],
+            "steps": mt["zaya_steps_total"], "step_s_mean": mt["zaya_step_seconds_sum"] / mt["zaya_steps_total"],
+            "in_steps": mt["zaya_step_seconds_sum"] / wall}
 
 
 def run_transformers(mdir, a, dtype):

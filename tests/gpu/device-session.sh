@@ -10,7 +10,9 @@
 #   tests/gpu/device-session.sh [seconds] [parts]   (default 480 s; parts, comma-separated, default tests,bench:
 #     tests    make test-gpu (tests/gpu/run.sh)
 #     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)
-#     compile  PyTorch torch.compile training steps alone, in whatever time is left)
+#     compile  PyTorch torch.compile training steps alone, in whatever time is left
+#     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
+#              every kernel's shape is bench-gpu's, a layer's kernels counted 9 times give the 18-layer step)
 # Without .devbin (or if the carried binaries do not load there) it builds on the machine.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,5 +81,17 @@ if [[ $PARTS == *,compile,* ]]; then
         --batch 4 --seq 2048 --steps 5 --compile-warmup 4 >"$OUT/compile.txt" 2>&1
     echo "torch.compile exit $? (124: still compiling when the time ran out)"
     tail -n 3 "$OUT/compile.txt"
+fi
+if [[ $PARTS == *,profile,* ]]; then
+    # ncu replays each kernel to time it alone (--clock-control none: the clocks a run gets): seconds per hundred
+    # launches, so a 2-layer model (bench-gpu's shapes, 1/9 of its layers) and one warm-up plus one timed step
+    stamp "per-kernel times (ncu), $(left) s at most"
+    python3 -c 'import json; c = json.load(open("configs/bench-gpu.json")); c["num_hidden_layers"] = 2; json.dump(c, open("/tmp/bench-gpu-2l.json", "w"))'
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+    timeout "$(left)" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu.csv" \
+        build/zaya bench train --config /tmp/bench-gpu-2l.json --device cuda --precision bf16 --optimizer adamw \
+        --batch 4 --seq 2048 --steps 1 --warmup 1 >"$OUT/ncu-run.txt" 2>&1
+    echo "ncu exit $?"
+    python3 tests/gpu/kernel_times.py "$OUT/ncu.csv" --steps 2 | tee "$OUT/kernel-times.txt" | head -n 40
 fi
 stamp "done"
