@@ -169,7 +169,7 @@ int cmd_serve(int argc, char **argv) {
     have_model = 1;
     model_drop_grads(&m);
     if (gpu && gpu_model_create(&gm, &m, gpu_index, 1, 1, bf16, 0, &err)) {
-        zy_wrap(&err, "serve: --device %s", device);
+        zy_wrap(&err, "serve"); /* the GPU's message names --device */
         goto fail;
     }
     if (tokenizer_load(tok_path, &tok, &err)) goto fail;
