@@ -469,8 +469,8 @@ static void test_gpu_pool(GpuTest *t) {
     /* bf16 products: the dense MLP (no expert choice to flip) and ZAYA1's experts */
     ZayaConfig dense = c;
     dense.moe = ZY_MOE_DENSE;
-    compare_pool(t, "pool bf16: dense MLP", &dense, &small, 1, 3e-2);
-    compare_pool(t, "pool bf16: zaya1", &c, &small, 1, 5e-2);
+    compare_pool(t, "pool bf16: dense MLP", &dense, &small, 1, 6e-2);
+    compare_pool(t, "pool bf16: zaya1", &c, &small, 1, 1e-1);
     pool_refusals(t, &c);
 }
 
