@@ -16,6 +16,9 @@
 #include "args.h"
 #include "tokenizer/chat_template.h"
 #include "commands.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_decode.h"
+#include "gpu/gpu_model.h"
 #include "infer/eval.h"
 #include "model/model.h"
 #include "io/model_io.h"
@@ -50,6 +53,42 @@ static int parse_bytes(const char *s, size_t *out, ZyErr *err) {
     return 0;
 }
 
+/* The engine's GPU backend (serve_engine.h): gpu_decode.h's block pool and ragged step over the model on the GPU. */
+typedef struct {
+    GpuModel *gm;
+    GpuKVPool *pool;
+} GpuServe;
+static int gpu_step(void *x, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, float *logits, ZyErr *err) {
+    GpuServe *g = x;
+    return gpu_model_decode_step(g->gm, g->pool, seqs, n_seqs, tokens, logits, err);
+}
+static int gpu_reserve(void *x, int slot, int tokens) { return gpu_kvpool_reserve(((GpuServe *)x)->pool, slot, tokens); }
+static void gpu_seq_reset(void *x, int slot) { gpu_kvpool_seq_reset(((GpuServe *)x)->pool, slot); }
+static void gpu_seq_release(void *x, int slot) { gpu_kvpool_seq_release(((GpuServe *)x)->pool, slot); }
+static int gpu_seq_len(void *x, int slot) { return gpu_kvpool_len(((GpuServe *)x)->pool, slot); }
+static int gpu_n_free(void *x) { return gpu_kvpool_free_blocks(((GpuServe *)x)->pool); }
+static void gpu_destroy(void *x) {
+    GpuServe *g = x;
+    gpu_kvpool_free(g->pool);
+    free(g);
+}
+
+/* arg: the GpuModel (it outlives the engine). */
+static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
+                            int block_tokens, int max_rows, int chunk, ZyErr *err) {
+    GpuServe *g = calloc(1, sizeof *g);
+    if (!g) return zy_fail(err, "out of memory");
+    g->gm = arg;
+    if (gpu_kvpool_create(&g->pool, g->gm, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, err)) {
+        free(g);
+        return -1;
+    }
+    *be = (ServeBackend){.ctx = g, .step = gpu_step, .reserve = gpu_reserve, .seq_reset = gpu_seq_reset,
+                         .seq_release = gpu_seq_release, .seq_len = gpu_seq_len, .n_free = gpu_n_free,
+                         .destroy = gpu_destroy};
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "auto";
     const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL;
@@ -62,7 +101,8 @@ int cmd_serve(int argc, char **argv) {
                                                   "folder's chat template serves /v1/chat/completions", 0},
         {"--host", ARG_STRING, 0, &host, "IPv4 address to listen on (default 127.0.0.1; 0.0.0.0 for all)", 0},
         {"--port", ARG_INT, 0, &port, "port (default 8080; 0 = any free port, printed at start)", 0},
-        {"--device", ARG_STRING, 0, &device, "cpu (default)", 0},
+        {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (the model, the KV pool and the steps on "
+                                            "the GPU; --kv-memory is then GPU memory; --dtype bf16 = bf16 products)", 0},
         {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 if the model stores bf16 matrices, else f32), f32 or bf16", 0},
         {"--max-batch", ARG_INT, 0, &max_batch, "sequences decoded together (default 32)", 0},
         {"--max-context", ARG_INT, 0, &max_context, "tokens per request, prompt + completion (default: the model's "
@@ -95,6 +135,7 @@ int cmd_serve(int argc, char **argv) {
     ChatRenderer *chat = NULL;
     ServeEngine *eng = NULL;
     ServeHttp *http = NULL;
+    GpuModel *gm = NULL;
     int rc = 1, have_model = 0, bf16, gpu = 0, gpu_index = -1;
     size_t kv_bytes = 0;
     char tok_file[PATH_MAX];
@@ -103,9 +144,9 @@ int cmd_serve(int argc, char **argv) {
         zy_wrap(&err, "serve: --device");
         goto fail;
     }
-    if (gpu) {
-        zy_fail(&err, "serve: --device %s: the server runs on the CPU for now (GPU decoding has no ragged batches "
-                "yet); use --device cpu", device);
+    if (gpu && !gpu_compiled()) { /* said before a long model load */
+        zy_fail(&err, "serve: --device %s: this zaya was built without GPU support (build on a machine with CUDA's "
+                "nvcc and without CUDA=0), so it serves on the CPU only (--device cpu)", device);
         goto fail;
     }
     if (kv_memory && parse_bytes(kv_memory, &kv_bytes, &err)) goto fail;
@@ -123,9 +164,14 @@ int cmd_serve(int argc, char **argv) {
     GenerationConfig gen;
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
     if ((bf16 = model_resolve_dtype(dtype, "serve: --dtype", model_dir, &err)) < 0) goto fail;
-    if (model_load_dir_as(&m, model_dir, bf16, &err)) goto fail;
+    /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device), as zaya generate's */
+    if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
     have_model = 1;
     model_drop_grads(&m);
+    if (gpu && gpu_model_create(&gm, &m, gpu_index, 1, 1, bf16, 0, &err)) {
+        zy_wrap(&err, "serve"); /* the GPU's message names --device */
+        goto fail;
+    }
     if (tokenizer_load(tok_path, &tok, &err)) goto fail;
     if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
         zy_fail(&err, "serve: %s has %d tokens, more than the model's vocabulary of %d", tok_path,
@@ -153,7 +199,9 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
-    if (serve_engine_create(&eng, &m, tok, &eo, &err)) goto fail;
+    if (gpu ? serve_engine_create_with(&eng, &m, tok, &eo, gpu_open_backend, gm, &err)
+            : serve_engine_create(&eng, &m, tok, &eo, &err))
+        goto fail;
     EvalTokenizer et = {0};
     eval_tokenizer_from(&et, tok, &m.cfg);
     int32_t stops[GEN_MAX_STOPS];
@@ -188,6 +236,7 @@ int cmd_serve(int argc, char **argv) {
             got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
             kvcache_bytes_per_token(&m.cfg), n_blocks / per_seq, got.prefill_chunk, got.step_tokens, got.max_queue,
             got.threads > 0 ? got.threads : omp_get_max_threads());
+    if (gpu) fprintf(stderr, "zaya serve: device GPU %s (the KV pool in GPU memory)\n", gpu_model_device(gm));
     /* the one line scripts wait for */
     printf("zaya serve: listening on http://%s:%d\n", host, serve_http_port(http));
     fflush(stdout);
@@ -208,7 +257,8 @@ int cmd_serve(int argc, char **argv) {
 fail:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
     serve_http_stop(http);
-    serve_engine_free(eng);
+    serve_engine_free(eng); /* before the GPU model its pool lives on */
+    gpu_model_free(gm);
     chat_renderer_free(chat);
     tokenizer_free(tok);
     if (have_model) model_free(&m);

@@ -37,6 +37,9 @@ typedef struct {
  * GPU support built in, no device, driver too old. */
 int gpu_open(GpuCtx *g, int device, ZyErr *err);
 void gpu_close(GpuCtx *g);
+/* Makes g's device the calling thread's current one: a thread other than the one that opened g (a server's engine
+ * thread) must call it before using g. */
+int gpu_use(GpuCtx *g, ZyErr *err);
 /* Waits for the stream and reports any failed launch or asynchronous fault, naming `what`. */
 int gpu_sync(GpuCtx *g, const char *what, ZyErr *err);
 /* Device memory (zeroed); NULL with an error naming `what` and the size when it does not fit. */

@@ -631,16 +631,16 @@ void launch_conv_dcol(gpuStream_t s, float *dX, float *db0, float *dw0, float *d
  * (the half-sums in double, rounded once). */
 /* Output row r reads input row (r / seq_rows) * seq_stride + seq_offset + r % seq_rows of X and Y: the identity for
  * one block of rows (seq_rows = rows, offset 0), or the new rows of each sequence inside [state | new] blocks
- * (cached decoding). */
+ * (cached decoding); with in_row (device [rows]) it reads row in_row[r] (a ragged batch's padded blocks). */
 __global__ void qk_mean_fwd_kernel(float *__restrict__ query, float *__restrict__ key, const float *__restrict__ Y,
                                    const float *__restrict__ X, int rows, int Hq, int Hkv, int dh, int seq_rows,
-                                   long seq_stride, long seq_offset) {
+                                   long seq_stride, long seq_offset, const int32_t *__restrict__ in_row) {
     const int G = Hq / Hkv, C = (Hq + Hkv) * dh, Cq = Hq * dh, nk = Hkv * dh;
     const int el = blockIdx.x * blockDim.x + threadIdx.x;
     if (el >= nk) return;
     const int j = el / dh, i = el - j * dh;
     for (long r = blockIdx.y; r < rows; r += gridDim.y) {
-        const long in = (r / seq_rows) * seq_stride + seq_offset + r % seq_rows;
+        const long in = in_row ? (long)in_row[r] : (r / seq_rows) * seq_stride + seq_offset + r % seq_rows;
         const float *x = X + in * C, *y = Y + in * C;
         float *q = query + r * Cq;
         const double kk = x[Cq + el];
@@ -704,14 +704,15 @@ __global__ void delayed_value_bwd_kernel(float *__restrict__ dvc, float *__restr
 }
 
 /* ---- RoPE (in place) ------------------------------------------------------------------------------------------ */
+/* Row r rotates at position r % T, or pos[r] when pos (device [rows]) is given (a ragged batch's rows). */
 template <bool BACK>
 __global__ void rope_kernel(float *__restrict__ x, const float *__restrict__ cosv, const float *__restrict__ sinv,
-                            long rows, int T, int H, int dh, int half) {
+                            long rows, int T, int H, int dh, int half, const int32_t *__restrict__ pos) {
     const int el = blockIdx.x * blockDim.x + threadIdx.x;
     if (el >= H * half) return;
     const int h = el / half, k = el - h * half;
     for (long r = blockIdx.y; r < rows; r += gridDim.y) {
-        const long p = (r % T) * half + k;
+        const long p = (pos ? (long)pos[r] : r % T) * half + k;
         const float c = cosv[p], s = sinv[p];
         float *v = x + (r * H + h) * dh;
         const float a = v[k], b = v[k + half];
@@ -739,7 +740,7 @@ __global__ void __launch_bounds__(NR_THREADS)
     l2norm_rope_fwd_kernel(float *__restrict__ y, float *__restrict__ norm, const float *__restrict__ x,
                            const float *__restrict__ temp, const float *__restrict__ cosv,
                            const float *__restrict__ sinv, long items, int T, int H, int dh, int half, float scale,
-                           float eps) {
+                           float eps, const int32_t *__restrict__ pos) {
     const int lane = threadIdx.x % GPU_WARP;
     for (long it = (long)blockIdx.x * NR_WARPS + threadIdx.x / GPU_WARP; it < items; it += (long)gridDim.x * NR_WARPS) {
         const long r = it / H;
@@ -752,7 +753,8 @@ __global__ void __launch_bounds__(NR_THREADS)
         const float n = (float)sqrt(ss);
         if (lane == 0) norm[it] = n;
         const float f = scale / (n > eps ? n : eps);
-        const float *cs = cosv + (r % T) * half, *sn = sinv + (r % T) * half;
+        const long at = pos ? (long)pos[r] : r % T; /* per-row positions: a ragged batch */
+        const float *cs = cosv + at * half, *sn = sinv + at * half;
         /* the same two roundings as the CPU (x·f, then ·temp) */
         auto scaled = [&](float v) { return temp ? __fmul_rn(__fmul_rn(v, f), temp[h]) : __fmul_rn(v, f); };
         for (int k = lane; k < half; k += GPU_WARP) {
@@ -904,7 +906,7 @@ extern "C" void gk_qk_mean_forward(GkStream s, float *query, float *key, const f
                                    int Hq, int Hkv, int dh) {
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0);
+    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, nullptr);
 }
 
 extern "C" void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, const float *Y, const float *X, int B,
@@ -912,7 +914,15 @@ extern "C" void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, co
     const int rows = B * n;
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, n, stride_rows, offset_rows);
+    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, n, stride_rows, offset_rows,
+                                                   nullptr);
+}
+
+extern "C" void gk_qk_mean_forward_idx(GkStream s, float *query, float *key, const float *Y, const float *X,
+                                       const int32_t *in_row, int rows, int Hq, int Hkv, int dh) {
+    if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
+    dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
+    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, in_row);
 }
 
 extern "C" void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows,
@@ -944,7 +954,16 @@ extern "C" void gk_l2norm_rope_forward(GkStream s, float *y, float *norm, const 
     const long items = (long)rows * H;
     if (items <= 0 || dh <= 0) return;
     l2norm_rope_fwd_kernel<<<gk_blocks(items, NR_WARPS), NR_THREADS, 0, s>>>(y, norm, x, temp, cosv, sinv, items, T, H,
-                                                                             dh, rd / 2, scale, eps);
+                                                                             dh, rd / 2, scale, eps, nullptr);
+}
+
+extern "C" void gk_l2norm_rope_forward_pos(GkStream s, float *y, float *norm, const float *x, const float *temp,
+                                           const float *cosv, const float *sinv, const int32_t *pos, int rows, int H,
+                                           int dh, int rd, float scale, float eps) {
+    const long items = (long)rows * H;
+    if (items <= 0 || dh <= 0) return;
+    l2norm_rope_fwd_kernel<<<gk_blocks(items, NR_WARPS), NR_THREADS, 0, s>>>(y, norm, x, temp, cosv, sinv, items, 1, H,
+                                                                             dh, rd / 2, scale, eps, pos);
 }
 
 extern "C" void gk_rope_l2norm_backward(GkStream s, float *dx, float *dtemp, float *dy, const float *x,
@@ -962,7 +981,15 @@ extern "C" void gk_rope_forward(GkStream s, float *x, const float *cosv, const f
     const int half = rd / 2;
     if (rows <= 0 || H <= 0 || half <= 0) return;
     dim3 grid((unsigned)((H * half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    rope_kernel<false><<<grid, EW_THREADS, 0, s>>>(x, cosv, sinv, rows, T, H, dh, half);
+    rope_kernel<false><<<grid, EW_THREADS, 0, s>>>(x, cosv, sinv, rows, T, H, dh, half, nullptr);
+}
+
+extern "C" void gk_rope_forward_pos(GkStream s, float *x, const float *cosv, const float *sinv, const int32_t *pos,
+                                    int rows, int H, int dh, int rd) {
+    const int half = rd / 2;
+    if (rows <= 0 || H <= 0 || half <= 0) return;
+    dim3 grid((unsigned)((H * half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
+    rope_kernel<false><<<grid, EW_THREADS, 0, s>>>(x, cosv, sinv, rows, 1, H, dh, half, pos);
 }
 
 extern "C" void gk_rope_backward(GkStream s, float *dx, const float *cosv, const float *sinv, int rows, int T, int H,
@@ -970,5 +997,5 @@ extern "C" void gk_rope_backward(GkStream s, float *dx, const float *cosv, const
     const int half = rd / 2;
     if (rows <= 0 || H <= 0 || half <= 0) return;
     dim3 grid((unsigned)((H * half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    rope_kernel<true><<<grid, EW_THREADS, 0, s>>>(dx, cosv, sinv, rows, T, H, dh, half);
+    rope_kernel<true><<<grid, EW_THREADS, 0, s>>>(dx, cosv, sinv, rows, T, H, dh, half, nullptr);
 }

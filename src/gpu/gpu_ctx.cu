@@ -159,6 +159,11 @@ extern "C" void gpu_close(GpuCtx *g) {
     memset(g, 0, sizeof *g);
 }
 
+extern "C" int gpu_use(GpuCtx *g, ZyErr *err) {
+    gpuError_t e = gpuSetDevice(g->device);
+    return e != gpuSuccess ? fail_rt(err, e, "selecting the device") : 0;
+}
+
 extern "C" int gpu_sync(GpuCtx *g, const char *what, ZyErr *err) {
     gpuError_t e = gpuStreamSynchronize(g->stream);
     if (e == gpuSuccess) e = gpuGetLastError();

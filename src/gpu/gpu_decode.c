@@ -33,34 +33,17 @@ struct GpuKVCache {
     size_t bytes, cache_bytes;
 };
 
-static void carve(ZyCarver *cv, GpuKVCache *c) {
-    const ZayaConfig *f = &c->gm->cfg;
-    const size_t B = c->batch, n = c->chunk, N = B * n, D = f->hidden_size, V = f->vocab_size;
-    const size_t Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
+/* The per-row buffers of N new rows (everything but the convolution blocks, the rows picked for logits and the
+ * logits), shared by the same-length cache and the pool. */
+static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, size_t N) {
+    const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
     const size_t R = f->router_hidden_size, E1 = f->num_experts + 1, I = f->moe_intermediate_size;
-    const size_t P = c->conv_pad, TE = P + n, rd = cfg_rotary_dim(f), L = f->num_layers;
-    for (size_t l = 0; l < L; l++) {
-        c->k[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
-        c->v[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
-        c->conv_state[l] = ZY_CARVE_F(cv, B * P * C);
-        c->vd_prev[l] = ZY_CARVE_F(cv, B * half);
-    }
-    c->cache_bytes = cv->used;
-    c->rope_cos = ZY_CARVE_F(cv, (size_t)c->max_len * (rd / 2));
-    c->rope_sin = ZY_CARVE_F(cv, (size_t)c->max_len * (rd / 2));
-    const size_t rds = cfg_has_sliding(f) ? (size_t)cfg_sliding_rotary_dim(f) : 0;
-    c->rope_cos_sw = rds ? ZY_CARVE_F(cv, (size_t)c->max_len * (rds / 2)) : NULL;
-    c->rope_sin_sw = rds ? ZY_CARVE_F(cv, (size_t)c->max_len * (rds / 2)) : NULL;
-    GpuDecodeScratch *s = &c->s;
     s->tokens = ZY_CARVE_I(cv, N);
     s->x = ZY_CARVE_F(cv, N * D);
     s->x_mid = ZY_CARVE_F(cv, N * D);
     s->u = ZY_CARVE_F(cv, N * D);
     s->rstd = ZY_CARVE_F(cv, N);
     s->X = ZY_CARVE_F(cv, N * C);
-    s->Xe = ZY_CARVE_F(cv, B * TE * C);
-    s->Ye = ZY_CARVE_F(cv, B * TE * C);
-    s->Me = ZY_CARVE_F(cv, B * (TE + f->cca_time1 - 1) * C);
     s->query_pre = ZY_CARVE_F(cv, N * Cq);
     s->key_pre = ZY_CARVE_F(cv, N * Ck);
     s->query = ZY_CARVE_F(cv, N * Cq);
@@ -93,8 +76,52 @@ static void carve(ZyCarver *cv, GpuKVCache *c) {
     m->expert_act = ZY_CARVE_F(cv, N * I);
     m->expert_out = ZY_CARVE_F(cv, N * D);
     m->moe_out = ZY_CARVE_F(cv, N * D);
+}
+
+static void carve(ZyCarver *cv, GpuKVCache *c) {
+    const ZayaConfig *f = &c->gm->cfg;
+    const size_t B = c->batch, n = c->chunk, N = B * n, D = f->hidden_size, V = f->vocab_size;
+    const size_t Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
+    const size_t P = c->conv_pad, TE = P + n, rd = cfg_rotary_dim(f), L = f->num_layers;
+    for (size_t l = 0; l < L; l++) {
+        c->k[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
+        c->v[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
+        c->conv_state[l] = ZY_CARVE_F(cv, B * P * C);
+        c->vd_prev[l] = ZY_CARVE_F(cv, B * half);
+    }
+    c->cache_bytes = cv->used;
+    c->rope_cos = ZY_CARVE_F(cv, (size_t)c->max_len * (rd / 2));
+    c->rope_sin = ZY_CARVE_F(cv, (size_t)c->max_len * (rd / 2));
+    const size_t rds = cfg_has_sliding(f) ? (size_t)cfg_sliding_rotary_dim(f) : 0;
+    c->rope_cos_sw = rds ? ZY_CARVE_F(cv, (size_t)c->max_len * (rds / 2)) : NULL;
+    c->rope_sin_sw = rds ? ZY_CARVE_F(cv, (size_t)c->max_len * (rds / 2)) : NULL;
+    GpuDecodeScratch *s = &c->s;
+    carve_rows(cv, s, f, N);
+    s->Xe = ZY_CARVE_F(cv, B * TE * C);
+    s->Ye = ZY_CARVE_F(cv, B * TE * C);
+    s->Me = ZY_CARVE_F(cv, B * (TE + f->cca_time1 - 1) * C);
     s->last_rows = ZY_CARVE_F(cv, B * D);
     s->logits = ZY_CARVE_F(cv, N * V);
+}
+
+/* The RoPE tables of positions 0..max_len-1, and the sliding layers' own (cos_sw NULL without such layers), as the
+ * CPU cache builds them. */
+static int upload_rope(GpuModel *gm, float *cos, float *sin, float *cos_sw, float *sin_sw, int max_len, ZyErr *err) {
+    const ZayaConfig *f = &gm->cfg;
+    const int rd = cfg_rotary_dim(f), rds = cfg_has_sliding(f) ? cfg_sliding_rotary_dim(f) : 0;
+    const size_t nt = (size_t)max_len * (rd / 2), nts = (size_t)max_len * (rds / 2);
+    float *tables = malloc((2 * (nt > nts ? nt : nts) + 1) * sizeof(float));
+    if (!tables) return zy_fail(err, "out of memory");
+    rope_tables(tables, tables + nt, max_len, rd, f->rope_theta);
+    int rc = gpu_upload(&gm->g, cos, tables, nt * sizeof(float), err) ||
+             gpu_upload(&gm->g, sin, tables + nt, nt * sizeof(float), err);
+    if (!rc && cos_sw) {
+        rope_tables(tables, tables + nts, max_len, rds, f->rope_theta_sliding);
+        rc = gpu_upload(&gm->g, cos_sw, tables, nts * sizeof(float), err) ||
+             gpu_upload(&gm->g, sin_sw, tables + nts, nts * sizeof(float), err);
+    }
+    free(tables);
+    return rc ? -1 : 0;
 }
 
 int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err) {
@@ -122,28 +149,15 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     carve(&sizing, c);
     c->bytes = sizing.used;
     c->h_tokens = malloc((size_t)batch * chunk * sizeof(int32_t));
-    const int rd = cfg_rotary_dim(f), rds = cfg_has_sliding(f) ? cfg_sliding_rotary_dim(f) : 0;
-    const size_t nt = (size_t)max_len * (rd / 2), nts = (size_t)max_len * (rds / 2);
-    float *tables = malloc((2 * (nt > nts ? nt : nts) + 1) * sizeof(float));
-    if (!c->h_tokens || !tables || !(c->block = gpu_alloc(c->bytes, "the KV cache", err))) {
-        free(tables);
-        if (c->h_tokens && tables) zy_wrap(err, "batch %d x %d tokens", batch, max_len);
+    if (!c->h_tokens || !(c->block = gpu_alloc(c->bytes, "the KV cache", err))) {
+        if (c->h_tokens) zy_wrap(err, "batch %d x %d tokens", batch, max_len);
         else zy_fail(err, "out of memory");
         gpu_kvcache_free(c);
         return -1;
     }
     ZyCarver cv = {.base = c->block};
     carve(&cv, c);
-    rope_tables(tables, tables + nt, max_len, rd, f->rope_theta);
-    int rc = gpu_upload(&gm->g, c->rope_cos, tables, nt * sizeof(float), err) ||
-             gpu_upload(&gm->g, c->rope_sin, tables + nt, nt * sizeof(float), err);
-    if (!rc && c->rope_cos_sw) { /* the sliding layers' RoPE, as the CPU cache builds it */
-        rope_tables(tables, tables + nts, max_len, rds, f->rope_theta_sliding);
-        rc = gpu_upload(&gm->g, c->rope_cos_sw, tables, nts * sizeof(float), err) ||
-             gpu_upload(&gm->g, c->rope_sin_sw, tables + nts, nts * sizeof(float), err);
-    }
-    free(tables);
-    if (rc) {
+    if (upload_rope(gm, c->rope_cos, c->rope_sin, c->rope_cos_sw, c->rope_sin_sw, max_len, err)) {
         gpu_kvcache_free(c);
         return -1;
     }
@@ -368,4 +382,395 @@ int gpu_generate(GpuModel *gm, GpuKVCache *c, Sampler *s, const SamplingParams *
     GpuDecode d;
     const DecodeBackend be = gpu_decode_backend(&d, gm, c);
     return generate_with(&be, s, p, rng, prompt, n_prompt, max_new, stop_ids, n_stop, fn, ctx, st, err);
+}
+
+/* ---- a ragged batch over a block pool: the twin of KVPool and model_decode_step --------------------------------- */
+
+/* The step's descriptors (int32), laid out in one host buffer and uploaded in one copy. Per row r of the step:
+ * its token, absolute position, sequence (index in the step), row in the convolution blocks, and row in the pool's
+ * k̂ / v. Per sequence i: its slot, where its [P state columns | new rows] block starts in Xe (and where its new state
+ * starts: n rows further), its first and last rows; the rows that get logits; its block-table row. */
+enum { D_TOKEN, D_POS, D_SEQ, D_XROW, D_PHYS, D_SLOT, D_XIN, D_XOUT, D_FIRST, D_LAST, D_LOGIT, D_TABLE, D_COUNT };
+
+struct GpuKVPool {
+    GpuModel *gm;
+    int max_seqs, max_len, block_tokens, n_blocks, max_blocks, max_rows, chunk, conv_pad;
+    /* host bookkeeping, as KVPool's and through the same code (decode.h's kvblocks_*) */
+    int32_t *table;            /* [max_seqs, max_blocks] */
+    int *len, *n_held;         /* per slot */
+    int32_t *free_blocks;      /* a stack of n_free ids */
+    int n_free;
+    /* device */
+    float **k, **v;            /* per layer [n_blocks * block_tokens, Ck] */
+    float *state;              /* per slot, every layer's [P, C] convolution columns then its vd_prev [Ck/2] */
+    long layer_state, slot_state; /* floats of one layer's state / of one slot's */
+    float *rope_cos, *rope_sin, *rope_cos_sw, *rope_sin_sw;
+    GpuDecodeScratch s;        /* max_rows rows; Xe/Ye/Me xe_rows; logits [max_seqs, V] */
+    size_t xe_rows;
+    int32_t *d_desc, *h_desc;  /* the descriptors, device and host */
+    size_t off[D_COUNT + 1];   /* their offsets (ints) */
+    void *block;
+    size_t bytes, cache_bytes;
+};
+
+static void carve_pool(ZyCarver *cv, GpuKVPool *p) {
+    const ZayaConfig *f = &p->gm->cfg;
+    const size_t S = p->max_seqs, R = p->max_rows, D = f->hidden_size, V = f->vocab_size, L = f->num_layers;
+    const size_t Ck = cfg_k_channels(f), C = cfg_conv_channels(f), k1 = f->cca_time1;
+    const size_t rows_kv = (size_t)p->n_blocks * p->block_tokens, SN = S < R ? S : R;
+    for (size_t l = 0; l < L; l++) {
+        p->k[l] = ZY_CARVE_F(cv, rows_kv * Ck);
+        p->v[l] = ZY_CARVE_F(cv, rows_kv * Ck);
+    }
+    p->state = ZY_CARVE_F(cv, S * p->slot_state);
+    p->cache_bytes = cv->used;
+    const size_t half = cfg_rotary_dim(f) / 2, ML = p->max_len;
+    p->rope_cos = ZY_CARVE_F(cv, ML * half);
+    p->rope_sin = ZY_CARVE_F(cv, ML * half);
+    const size_t half_sw = cfg_has_sliding(f) ? (size_t)cfg_sliding_rotary_dim(f) / 2 : 0;
+    p->rope_cos_sw = half_sw ? ZY_CARVE_F(cv, ML * half_sw) : NULL;
+    p->rope_sin_sw = half_sw ? ZY_CARVE_F(cv, ML * half_sw) : NULL;
+    p->d_desc = ZY_CARVE_I(cv, p->off[D_COUNT]);
+    GpuDecodeScratch *s = &p->s;
+    carve_rows(cv, s, f, R);
+    if (cv->base) s->tokens = p->d_desc + p->off[D_TOKEN]; /* the tokens come up with the descriptors */
+    if (f->attention == ZY_ATTN_CCA) { /* each sequence padded to its group's longest (gpu_model_decode_step) */
+        s->Xe = ZY_CARVE_F(cv, p->xe_rows * C);
+        s->Ye = ZY_CARVE_F(cv, p->xe_rows * C);
+        s->Me = ZY_CARVE_F(cv, (p->xe_rows + SN * (k1 - 1)) * C);
+    }
+    s->last_rows = ZY_CARVE_F(cv, SN * D);
+    s->logits = ZY_CARVE_F(cv, SN * V);
+}
+
+void gpu_kvpool_free(GpuKVPool *p) {
+    if (!p) return;
+    if (p->block) {
+        ZyErr ignore;
+        gpu_use(&p->gm->g, &ignore);
+        gpu_sync(&p->gm->g, "freeing the KV pool", &ignore);
+        gpu_free(p->block);
+    }
+    free(p->k);
+    free(p->table);
+    free(p);
+}
+
+int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                      int max_rows, int chunk, ZyErr *err) {
+    *out = NULL;
+    const ZayaConfig *f = &gm->cfg;
+    /* kvpool_create's checks and words */
+    if (max_seqs <= 0 || max_len <= 0 || n_blocks <= 0 || block_tokens <= 0 || max_rows <= 0 || chunk <= 0)
+        return zy_fail(err, "KV cache: sequences %d, max_len %d, blocks %d, block size %d, rows %d and chunk %d must be "
+                       "positive", max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk);
+    if (max_len > f->max_position_embeddings)
+        return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
+                       f->max_position_embeddings);
+    if (f->head_dim > 256 || f->num_kv_heads <= 0 || f->num_heads % f->num_kv_heads)
+        return zy_fail(err, "KV cache: GPU decoding takes head_dim <= 256 and num_heads a multiple of num_kv_heads "
+                       "(head_dim %d, %d heads, %d kv heads)", f->head_dim, f->num_heads, f->num_kv_heads);
+    if ((long long)n_blocks * block_tokens > INT32_MAX) /* the step's row indices are int32 */
+        return zy_fail(err, "KV cache: %d blocks of %d tokens is more than 2^31 tokens", n_blocks, block_tokens);
+    if (gpu_use(&gm->g, err)) return -1;
+    GpuKVPool *p = calloc(1, sizeof *p);
+    const size_t L = (size_t)f->num_layers;
+    if (!p || !(p->k = calloc(2 * L, sizeof(float *)))) {
+        free(p);
+        return zy_fail(err, "out of memory");
+    }
+    p->v = p->k + L;
+    p->gm = gm;
+    p->max_seqs = max_seqs, p->max_len = max_len, p->block_tokens = block_tokens, p->n_blocks = n_blocks;
+    p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
+    p->chunk = chunk < max_len ? chunk : max_len;
+    p->max_rows = max_rows < p->chunk ? p->chunk : max_rows;
+    p->conv_pad = f->attention == ZY_ATTN_CCA ? cfg_conv_pad(f) : 0;
+    const size_t S = max_seqs, R = p->max_rows, P = p->conv_pad, C = cfg_conv_channels(f);
+    p->layer_state = (long)(P * C + cfg_k_channels(f) / 2);
+    p->slot_state = p->layer_state * (long)L;
+    p->xe_rows = (S < R ? S : R) * (P + p->chunk);
+    const size_t count[D_COUNT] = {R, R, R, R, R, S, S, S, S, S, S, S * p->max_blocks};
+    for (int i = 0; i < D_COUNT; i++) p->off[i + 1] = p->off[i] + count[i];
+    /* host: the table, lengths, held counts, free stack and the descriptor staging, one allocation */
+    const size_t host_ints = S * p->max_blocks + 2 * S + (size_t)n_blocks + p->off[D_COUNT];
+    if (!(p->table = calloc(host_ints, sizeof(int32_t)))) {
+        gpu_kvpool_free(p);
+        return zy_fail(err, "out of memory");
+    }
+    p->len = (int *)(p->table + S * p->max_blocks);
+    p->n_held = p->len + S;
+    p->free_blocks = (int32_t *)(p->n_held + S);
+    p->h_desc = p->free_blocks + n_blocks;
+    kvblocks_init(p->free_blocks, &p->n_free, n_blocks);
+    ZyCarver sizing = {0};
+    carve_pool(&sizing, p);
+    p->bytes = sizing.used;
+    if (!(p->block = gpu_alloc(p->bytes, "the KV pool", err))) {
+        zy_wrap(err, "%d blocks of %d tokens for %d sequences", n_blocks, block_tokens, max_seqs);
+        gpu_kvpool_free(p);
+        return -1;
+    }
+    ZyCarver cv = {.base = p->block};
+    carve_pool(&cv, p);
+    if (upload_rope(gm, p->rope_cos, p->rope_sin, p->rope_cos_sw, p->rope_sin_sw, max_len, err)) {
+        gpu_kvpool_free(p);
+        return -1;
+    }
+    /* bf16 products round their activation operand into scratch: at most max_rows rows of the widest of them */
+    size_t wide = (size_t)f->hidden_size;
+    const size_t others[3] = {(size_t)cfg_q_channels(f), (size_t)f->router_hidden_size, (size_t)f->moe_intermediate_size};
+    for (int i = 0; i < 3; i++) wide = others[i] > wide ? others[i] : wide;
+    if (gm->bf16 && gpu_reserve_scratch(&gm->g, R * wide, err)) {
+        gpu_kvpool_free(p);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+/* Zero state: its convolution columns stand for the padding before position 0. The k̂ / v rows past len are never
+ * read. */
+void gpu_kvpool_seq_reset(GpuKVPool *p, int slot) {
+    ZyErr ignore;
+    gpu_use(&p->gm->g, &ignore);
+    gpu_memset_async(&p->gm->g, p->state + (size_t)slot * p->slot_state, 0, (size_t)p->slot_state * sizeof(float));
+    p->len[slot] = 0;
+}
+
+void gpu_kvpool_seq_release(GpuKVPool *p, int slot) {
+    gpu_kvpool_seq_reset(p, slot);
+    kvblocks_give(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot], p->free_blocks, &p->n_free);
+}
+
+int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) {
+    return kvblocks_take(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot],
+                         (tokens + p->block_tokens - 1) / p->block_tokens, p->max_blocks, p->free_blocks, &p->n_free);
+}
+
+int gpu_kvpool_len(const GpuKVPool *p, int slot) { return p->len[slot]; }
+int gpu_kvpool_free_blocks(const GpuKVPool *p) { return p->n_free; }
+size_t gpu_kvpool_bytes(const GpuKVPool *p) { return p->cache_bytes; }
+
+/* How one step is laid out: its rows, sequences and the two convolution groups (single-token sequences, padded to
+ * P + 1 rows, then the others, each padded to P + the longest of them: the convolution is causal, so the padding rows
+ * only feed padding outputs, and one launch per group replaces one per sequence). */
+typedef struct {
+    int N, n_seqs, n_logits;
+    int B0, TE0, B1, TE1;
+} PoolStep;
+
+static const int32_t *desc(const GpuKVPool *p, int which) { return p->d_desc + p->off[which]; }
+
+static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, PoolStep *ps) {
+    const int P = p->conv_pad, bt = p->block_tokens, MB = p->max_blocks;
+    int32_t *h = p->h_desc;
+    const size_t *o = p->off;
+    int B0 = 0, B1 = 0, n1 = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (seqs[i].n == 1) B0++;
+        else B1++, n1 = seqs[i].n > n1 ? seqs[i].n : n1;
+    }
+    *ps = (PoolStep){.n_seqs = n_seqs, .B0 = B0, .TE0 = P + 1, .B1 = B1, .TE1 = P + n1};
+    int row = 0, i0 = 0, i1 = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const int slot = seqs[i].slot, n = seqs[i].n, pos0 = p->len[slot];
+        const int xb = n == 1 ? i0++ * ps->TE0 : B0 * ps->TE0 + i1++ * ps->TE1;
+        const int32_t *trow = p->table + (size_t)slot * MB;
+        h[o[D_SLOT] + i] = slot;
+        h[o[D_XIN] + i] = xb;
+        h[o[D_XOUT] + i] = xb + n;
+        h[o[D_FIRST] + i] = row;
+        h[o[D_LAST] + i] = row + n - 1;
+        if (seqs[i].logits) h[o[D_LOGIT] + ps->n_logits++] = row + n - 1;
+        memcpy(h + o[D_TABLE] + (size_t)i * MB, trow, (size_t)((pos0 + n + bt - 1) / bt) * sizeof(int32_t));
+        for (int t = 0; t < n; t++, row++) {
+            const int pos = pos0 + t;
+            h[o[D_TOKEN] + row] = tokens[row];
+            h[o[D_POS] + row] = pos;
+            h[o[D_SEQ] + row] = i;
+            h[o[D_XROW] + row] = xb + P + t;
+            h[o[D_PHYS] + row] = trow[pos / bt] * bt + pos % bt;
+        }
+    }
+    ps->N = row;
+    /* the descriptors up to the last sequence's table row (the rest of each table row is never read) */
+    gpu_upload_async(&p->gm->g, p->d_desc, h, (o[D_TABLE] + (size_t)n_seqs * MB) * sizeof(int32_t));
+}
+
+static LayerGeom pool_geom(const GpuKVPool *p, int l) {
+    const ZayaConfig *f = &p->gm->cfg;
+    const int sw = cfg_layer_is_sliding(f, l);
+    return (LayerGeom){.cos = sw ? p->rope_cos_sw : p->rope_cos, .sin = sw ? p->rope_sin_sw : p->rope_sin,
+                       .rd = cfg_layer_rotary_dim(f, l), .window = cfg_layer_window(f, l)};
+}
+
+/* The new rows' k̂ and v into their blocks, then every row's attention over its sequence so far (its window). */
+static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l) {
+    const ZayaConfig *f = &p->gm->cfg;
+    GkStream st = p->gm->g.stream;
+    const int Ck = cfg_k_channels(f);
+    gk_copy_rows_idx(st, p->k[l], Ck, desc(p, D_PHYS), p->s.key, Ck, NULL, Ck, ps->N);
+    gk_copy_rows_idx(st, p->v[l], Ck, desc(p, D_PHYS), p->s.value, Ck, NULL, Ck, ps->N);
+    gk_paged_decode_attention(st, p->s.attn_out, p->s.query, p->k[l], p->v[l], desc(p, D_SEQ), desc(p, D_POS),
+                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, f->num_heads, f->num_kv_heads,
+                              f->head_dim, pool_geom(p, l).window);
+}
+
+/* cca_decode for a ragged batch: the same steps, each sequence's state gathered from and scattered to its slot. */
+static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, int l) {
+    GpuModel *gm = p->gm;
+    const ZayaConfig *f = &gm->cfg;
+    GkStream st = gm->g.stream;
+    GpuDecodeScratch *s = &p->s;
+    const int N = ps->N, S = ps->n_seqs, D = f->hidden_size, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
+    float *conv = p->state + (size_t)l * p->layer_state, *vd_prev = conv + (size_t)P * C; /* slot 0's; slot_state apart */
+    /* 1. down projections */
+    gpu_mm_wt(gm, N, Cq, D, s->u, D, W->w_q, gpu_bf16_of(gm, W->w_q), s->X, C);
+    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_k, gpu_bf16_of(gm, W->w_k), s->X + Cq, C);
+    /* 2. each sequence's [P cached columns | n new] block, the convolutions per group, the last P columns of each
+     * block's real rows back to its slot */
+    gk_copy_rows_idx(st, s->Xe, C, desc(p, D_XIN), conv, p->slot_state, desc(p, D_SLOT), (long)P * C, S);
+    gk_copy_rows_idx(st, s->Xe, C, desc(p, D_XROW), s->X, C, NULL, C, N);
+    if (ps->B0)
+        gk_cca_conv_forward(st, s->Ye, s->Me, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, ps->B0,
+                            ps->TE0, C, dh, f->cca_time0, k1);
+    if (ps->B1) {
+        const size_t x1 = (size_t)ps->B0 * ps->TE0 * C, m1 = (size_t)ps->B0 * (ps->TE0 + k1 - 1) * C;
+        gk_cca_conv_forward(st, s->Ye + x1, s->Me + m1, s->Xe + x1, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
+                            W->conv_gr_b, ps->B1, ps->TE1, C, dh, f->cca_time0, k1);
+    }
+    gk_copy_rows_idx(st, conv, p->slot_state, desc(p, D_SLOT), s->Xe, C, desc(p, D_XOUT), (long)P * C, S);
+    /* 3. q-k mean skip on each row's own column of its block */
+    gk_qk_mean_forward_idx(st, s->query_pre, s->key_pre, s->Ye, s->Xe, desc(p, D_XROW), N, Hq, Hkv, dh);
+    /* 4. values; each sequence's first row takes its slot's previous vd, and its last vd is kept */
+    gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_current, gpu_bf16_of(gm, W->w_v_current), s->vc, half);
+    gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_delayed, gpu_bf16_of(gm, W->w_v_delayed), s->vd, half);
+    gk_delayed_value_forward(st, s->value, s->vc, s->vd, 1, N, half);
+    gk_copy_rows_idx(st, s->value + half, Ck, desc(p, D_FIRST), vd_prev, p->slot_state, desc(p, D_SLOT), half, S);
+    gk_copy_rows_idx(st, vd_prev, p->slot_state, desc(p, D_SLOT), s->vd, half, desc(p, D_LAST), half, S);
+    /* 5. QK norm and 6. RoPE at each row's absolute position */
+    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+    const LayerGeom g = pool_geom(p, l);
+    gk_l2norm_rope_forward_pos(st, s->query, s->norm_q, s->query_pre, NULL, g.cos, g.sin, desc(p, D_POS), N, Hq, dh,
+                               g.rd, scale, eps);
+    gk_l2norm_rope_forward_pos(st, s->key, s->norm_k, s->key_pre, W->temp, g.cos, g.sin, desc(p, D_POS), N, Hkv, dh,
+                               g.rd, scale, eps);
+    /* 7. attention and 8. the output projection */
+    pool_append_attend(p, ps, l);
+    gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
+}
+
+static void pool_mha(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, int l) {
+    GpuModel *gm = p->gm;
+    const ZayaConfig *f = &gm->cfg;
+    GkStream st = gm->g.stream;
+    GpuDecodeScratch *s = &p->s;
+    const int N = ps->N, D = f->hidden_size, dh = f->head_dim;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
+    gpu_mm_wt(gm, N, Cq, D, s->u, D, W->w_q, gpu_bf16_of(gm, W->w_q), s->query, Cq);
+    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_k, gpu_bf16_of(gm, W->w_k), s->key, Ck);
+    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_v, gpu_bf16_of(gm, W->w_v), s->value, Ck);
+    const LayerGeom g = pool_geom(p, l);
+    gk_rope_forward_pos(st, s->query, g.cos, g.sin, desc(p, D_POS), N, Hq, dh, g.rd);
+    gk_rope_forward_pos(st, s->key, g.cos, g.sin, desc(p, D_POS), N, Hkv, dh, g.rd);
+    pool_append_attend(p, ps, l);
+    gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
+}
+
+/* A fault after the step's first write: its sequences start over (their states no longer match their lengths). */
+static int pool_step_failed(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs) {
+    for (int i = 0; i < n_seqs; i++) gpu_kvpool_seq_reset(p, seqs[i].slot);
+    return -1;
+}
+
+int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
+                          float *logits, ZyErr *err) {
+    const ZayaConfig *f = &gm->cfg;
+    if (p->gm != gm) return zy_fail(err, "decode: the KV cache belongs to another GPU model");
+    /* model_decode_step's checks, in its order and words */
+    if (n_seqs <= 0 || n_seqs > p->max_seqs)
+        return zy_fail(err, "decode: %d sequences in a step (1..%d)", n_seqs, p->max_seqs);
+    int N = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const DecodeSeq *d = &seqs[i];
+        if (d->slot < 0 || d->slot >= p->max_seqs) return zy_fail(err, "decode: slot %d out of range", d->slot);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].slot == d->slot) return zy_fail(err, "decode: slot %d appears twice in one step", d->slot);
+        if (d->n <= 0 || d->n > p->chunk)
+            return zy_fail(err, "decode: %d new tokens for slot %d (1..%d)", d->n, d->slot, p->chunk);
+        if (d->n > p->max_len - p->len[d->slot])
+            return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", p->len[d->slot], d->n,
+                           p->max_len);
+        const int need = (p->len[d->slot] + d->n + p->block_tokens - 1) / p->block_tokens;
+        if (need > p->n_held[d->slot])
+            return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->n_held[d->slot],
+                           p->len[d->slot], d->n, need);
+        N += d->n;
+    }
+    if (N > p->max_rows) return zy_fail(err, "decode: %d rows in one step (at most %d)", N, p->max_rows);
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= f->vocab_size)
+            return zy_fail(err, "decode: token id %d (row %d) is outside the vocabulary [0, %d)", tokens[i], i,
+                           f->vocab_size);
+    if (gpu_use(&gm->g, err)) return -1;
+    const Weights *w = &gm->w;
+    GkStream st = gm->g.stream;
+    GpuDecodeScratch *s = &p->s;
+    const int D = f->hidden_size, V = f->vocab_size;
+    if (gm->bf16 && gm->bf16_stale) { /* bf16 products read bf16 copies of the weights */
+        gk_f32_to_bf16(st, gm->params16, gm->params, (long)gm->host->params.total);
+        gm->bf16_stale = 0;
+    }
+    gm->failed = 0;
+    PoolStep ps;
+    pool_plan(p, seqs, n_seqs, tokens, &ps);
+    /* decode_piece's layer loop over the step's N rows */
+    gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
+    gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
+    const float *r_prev = NULL;
+    for (int l = 0; l < f->num_layers; l++) {
+        const LayerWeights *W = &w->layers[l];
+        const int last = l + 1 == f->num_layers;
+        if (f->attention == ZY_ATTN_CCA)
+            pool_cca(p, &ps, W, l);
+        else
+            pool_mha(p, &ps, W, l);
+        gk_merge_rmsnorm_forward(st, s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs,
+                                 W->attn_rb, W->post_norm, N, D, f->rms_norm_eps);
+        LayerActs *m = &s->moe;
+        m->u_mlp = s->u;
+        m->router_z = s->z[l & 1];
+        gpu_moe_forward(gm, l, W, m, r_prev, N);
+        /* normed by the next layer's input norm, or by the final norm (per row: the rows picked below are exactly
+         * RMSNorm of the last rows, as logits_rows computes them) */
+        gk_merge_rmsnorm_forward(st, s->x, s->u, s->rstd, m->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
+                                 W->mlp_rb, last ? w->final_norm : w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
+        r_prev = m->router_z;
+    }
+    if (gm->failed) {
+        *err = gm->err;
+        return pool_step_failed(p, seqs, n_seqs);
+    }
+    if (!logits || !ps.n_logits) { /* the step's faults surface here, before the lengths move */
+        if (gpu_sync(&gm->g, "a decoding step", err)) return pool_step_failed(p, seqs, n_seqs);
+        for (int i = 0; i < n_seqs; i++) p->len[seqs[i].slot] += seqs[i].n;
+        return 0;
+    }
+    /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places
+     * (back to front: no overlap), as model_decode_step */
+    gk_gather_rows(st, s->last_rows, s->u, desc(p, D_LOGIT), ps.n_logits, D);
+    gpu_mm_wt(gm, ps.n_logits, V, D, s->last_rows, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);
+    if (gm->failed) {
+        *err = gm->err;
+        return pool_step_failed(p, seqs, n_seqs);
+    }
+    if (gpu_download(&gm->g, logits, s->logits, (size_t)ps.n_logits * V * sizeof(float), err))
+        return pool_step_failed(p, seqs, n_seqs);
+    for (int i = 0; i < n_seqs; i++) p->len[seqs[i].slot] += seqs[i].n;
+    int k = ps.n_logits;
+    for (int i = n_seqs - 1; i >= 0 && k > 0; i--)
+        if (seqs[i].logits && --k != i) memmove(logits + (size_t)i * V, logits + (size_t)k * V, (size_t)V * sizeof(float));
+    return 0;
 }

@@ -38,6 +38,36 @@ typedef struct {
 } GpuDecode;
 DecodeBackend gpu_decode_backend(GpuDecode *d, GpuModel *gm, GpuKVCache *c);
 
+/* ---- a ragged batch over a block pool: KVPool and model_decode_step (decode.h) on the GPU, for a server ---------- */
+
+typedef struct GpuKVPool GpuKVPool;
+
+/* kvpool_create on gm's GPU: n_blocks blocks of block_tokens tokens shared by max_seqs sequences (slots) of up to
+ * max_len tokens; one step runs up to max_rows new rows in all, at most chunk of them per sequence. The block
+ * bookkeeping (block table, lengths, free blocks) stays on the host, kept by decode.h's kvblocks_* as KVPool's is;
+ * per layer k̂ and v [n_blocks, block_tokens, Ck], each slot's convolution and delayed-value state and the step's
+ * scratch (logits for max_seqs rows) live on the device. Every slot starts empty. Errors as kvpool_create, and GPU
+ * memory. */
+int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                      int max_rows, int chunk, ZyErr *err);
+void gpu_kvpool_free(GpuKVPool *p);
+/* As kvpool_seq_reset / kvpool_seq_release / kvpool_reserve. */
+void gpu_kvpool_seq_reset(GpuKVPool *p, int slot);
+void gpu_kvpool_seq_release(GpuKVPool *p, int slot);
+int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens);
+int gpu_kvpool_len(const GpuKVPool *p, int slot); /* tokens cached for slot */
+int gpu_kvpool_free_blocks(const GpuKVPool *p);
+size_t gpu_kvpool_bytes(const GpuKVPool *p);      /* k̂, v and the per-slot state on the device */
+
+/* model_decode_step on the GPU: the same ragged batch (seqs[i] adds tokens[row_i .. row_i + n_i) to its slot), the
+ * same logits (seqs[i]'s last row at logits[i*V] where wanted; only those rows go through lm_head), the same checks
+ * and messages: refused input (bad or repeated slot, n out of range, too many rows, no blocks, token ids outside the
+ * vocabulary) changes nothing. The step's descriptors go up in one copy; it waits for the GPU once at its end (and
+ * once per layer for the experts' sizes, as gpu_model_decode). A GPU fault mid-step empties the step's sequences
+ * (length 0, zero state, blocks kept): their states were already overwritten. */
+int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
+                          float *logits, ZyErr *err);
+
 /* generate() (decode.h) with the model and cache on the GPU; sampling stays on the host. */
 int gpu_generate(GpuModel *gm, GpuKVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,
                  int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, GenerateTokenFn fn, void *ctx,

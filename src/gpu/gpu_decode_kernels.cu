@@ -78,3 +78,86 @@ extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const floa
     if (len <= 0 || rows <= 0) return;
     copy_rows_kernel<<<gk_blocks(len * rows, 256), 256, 0, s>>>(dst, dst_stride, src, src_stride, len, rows);
 }
+
+/* ---- a ragged batch over a block pool (gpu_model_decode_step) ------------------------------------------------ */
+
+/* decode_attention_kernel for one row of a ragged batch: one block per (row r, head h). Row r belongs to the step's
+ * sequence row_seq[r] and sits at position row_pos[r]; key s of that sequence is row table[seq, s / bt]·bt + s % bt
+ * of the pool's Kp / Vp [n_blocks·bt, Hkv·dh]. Same arithmetic and fixed combining order as above. */
+__global__ void paged_attention_kernel(float *O, const float *Q, const float *Kp, const float *Vp,
+                                       const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
+                                       int max_blocks, int bt, int Hq, int Hkv, int dh, float scale, int window) {
+    const int r = blockIdx.x, h = blockIdx.y;
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
+    const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
+    const int last = row_pos[r];
+    const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+    const int32_t *tab = table + (long)row_seq[r] * max_blocks;
+    __shared__ float q[256];
+    __shared__ float wm[DA_WARPS], wl[DA_WARPS];
+    __shared__ float wo[DA_WARPS][256];
+    const float *qrow = Q + (long)r * Cq + (long)h * dh;
+    for (int i = threadIdx.x; i < dh; i += blockDim.x) q[i] = qrow[i];
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f, acc[DA_MAX_PER_LANE];
+    for (int k = 0; k < DA_MAX_PER_LANE; k++) acc[k] = 0.0f;
+    for (int s = first + warp; s <= last; s += DA_WARPS) {
+        const long at = ((long)tab[s / bt] * bt + s % bt) * Ck + (long)j * dh;
+        const float *kr = Kp + at;
+        float dot = 0.0f;
+        for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kr[i];
+        dot = warp_sum(dot) * scale;
+        const float m_new = fmaxf(m, dot);
+        const float corr = expf(m - m_new), p = expf(dot - m_new);
+        l = l * corr + p;
+        const float *vr = Vp + at;
+        int k = 0;
+        for (int i = lane; i < dh; i += GPU_WARP, k++) acc[k] = acc[k] * corr + p * vr[i];
+        m = m_new;
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+    {
+        int k = 0;
+        for (int i = lane; i < dh; i += GPU_WARP, k++) wo[warp][i] = acc[k];
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < DA_WARPS; w++) M = fmaxf(M, wm[w]);
+    float L = 0.0f;
+    for (int w = 0; w < DA_WARPS; w++) L += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - M);
+    float *orow = O + (long)r * Cq + (long)h * dh;
+    for (int i = threadIdx.x; i < dh; i += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < DA_WARPS; w++)
+            if (wm[w] != -INFINITY) o += wo[w][i] * expf(wm[w] - M);
+        orow[i] = o / L;
+    }
+}
+
+extern "C" void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,
+                                          const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
+                                          int max_blocks, int block_tokens, int N, int Hq, int Hkv, int dh,
+                                          int window) {
+    if (N <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv || block_tokens <= 0) return;
+    const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
+    dim3 grid(N, Hq);
+    paged_attention_kernel<<<grid, DA_WARPS * GPU_WARP, 0, s>>>(O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks,
+                                                                block_tokens, Hq, Hkv, dh, scale, window);
+}
+
+__global__ void copy_rows_idx_kernel(float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
+                                     long src_stride, const int32_t *src_idx, long len, int n) {
+    const long total = len * n;
+    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
+        const long r = k / len, i = k % len;
+        const long d = dst_idx ? dst_idx[r] : r, o = src_idx ? src_idx[r] : r;
+        dst[d * dst_stride + i] = src[o * src_stride + i];
+    }
+}
+
+extern "C" void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
+                                 long src_stride, const int32_t *src_idx, long len, int n) {
+    if (len <= 0 || n <= 0) return;
+    copy_rows_idx_kernel<<<gk_blocks(len * n, 256), 256, 0, s>>>(dst, dst_stride, dst_idx, src, src_stride, src_idx,
+                                                                 len, n);
+}

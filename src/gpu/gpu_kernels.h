@@ -91,6 +91,10 @@ void gk_qk_mean_forward(GkStream s, float *query, float *key, const float *Y, co
  * X and Y (cached decoding's [state | new] blocks), outputs packed [B·n]; one launch. */
 void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, const float *Y, const float *X, int B, int n,
                              int stride_rows, int offset_rows, int Hq, int Hkv, int dh);
+/* The same with output row r reading input row in_row[r] (device [rows]) of X and Y: a ragged batch, each sequence's
+ * new rows inside its own [state | new] block. */
+void gk_qk_mean_forward_idx(GkStream s, float *query, float *key, const float *Y, const float *X, const int32_t *in_row,
+                            int rows, int Hq, int Hkv, int dh);
 void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows, int Hq,
                          int Hkv, int dh);
 void gk_delayed_value_forward(GkStream s, float *value, const float *vc, const float *vd, int B, int T, int half);
@@ -102,6 +106,13 @@ void gk_rope_l2norm_backward(GkStream s, float *dx, float *dtemp, float *dy, con
                              const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh,
                              int rd, float scale, float eps);
 void gk_rope_forward(GkStream s, float *x, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd);
+/* The two forwards above with row r at position pos[r] (device [rows]) instead of r % T: the rows of a ragged batch,
+ * each sequence at its own place. */
+void gk_l2norm_rope_forward_pos(GkStream s, float *y, float *norm, const float *x, const float *temp, const float *cosv,
+                                const float *sinv, const int32_t *pos, int rows, int H, int dh, int rd, float scale,
+                                float eps);
+void gk_rope_forward_pos(GkStream s, float *x, const float *cosv, const float *sinv, const int32_t *pos, int rows, int H,
+                         int dh, int rd);
 void gk_rope_backward(GkStream s, float *dx, const float *cosv, const float *sinv, int rows, int T, int H, int dh,
                       int rd);
 
@@ -141,6 +152,18 @@ void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, 
                          int max_len, int Hq, int Hkv, int dh, int window);
 /* dst[b*dst_stride + i] = src[b*src_stride + i] for i < len, b < rows (strided row copies, floats). */
 void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len, int rows);
+/* The same through index lists (device int32 [n]; NULL = the identity): dst[dst_idx[k]*dst_stride + i] =
+ * src[src_idx[k]*src_stride + i] for i < len, k < n. The destinations must not overlap. */
+void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
+                      long src_stride, const int32_t *src_idx, long len, int n);
+/* gk_decode_attention over a block pool, for the N rows of a ragged batch (gpu_model_decode_step): row r (Q, O
+ * [N, Hq*dh]) belongs to the step's sequence row_seq[r], sits at position row_pos[r] and sees that sequence's keys
+ * 0..row_pos[r] (the last `window` of them when window > 0); key s of sequence i is row
+ * table[i*max_blocks + s/block_tokens]*block_tokens + s%block_tokens of Kp, Vp [n_blocks*block_tokens, Hkv*dh]. All
+ * index arrays on the device. Deterministic. */
+void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,
+                               const int32_t *row_seq, const int32_t *row_pos, const int32_t *table, int max_blocks,
+                               int block_tokens, int N, int Hq, int Hkv, int dh, int window);
 
 /* ---- elementwise (gpu_optim.cu) ---- */
 void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */

@@ -13,6 +13,7 @@
 int gpu_compiled(void) { return 0; }
 int gpu_open(GpuCtx *g, int device, ZyErr *err) { return zy_fail(err, NO_GPU); }
 void gpu_close(GpuCtx *g) {}
+int gpu_use(GpuCtx *g, ZyErr *err) { return zy_fail(err, NO_GPU); }
 int gpu_sync(GpuCtx *g, const char *what, ZyErr *err) { return zy_fail(err, NO_GPU); }
 double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) { return -1; }
 int gpu_memory_used(GpuCtx *g, size_t *used, size_t *total) { return -1; }
@@ -89,6 +90,22 @@ int gpu_kvcache_max_len(const GpuKVCache *c) { return 0; }
 size_t gpu_kvcache_bytes(const GpuKVCache *c) { return 0; }
 int gpu_model_decode(GpuModel *gm, GpuKVCache *c, const int32_t *tokens, int n, float *logits, int last_only,
                      ZyErr *err) {
+    return zy_fail(err, NO_GPU);
+}
+int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                      int max_rows, int chunk, ZyErr *err) {
+    *out = NULL;
+    return zy_fail(err, NO_GPU);
+}
+void gpu_kvpool_free(GpuKVPool *p) {}
+void gpu_kvpool_seq_reset(GpuKVPool *p, int slot) {}
+void gpu_kvpool_seq_release(GpuKVPool *p, int slot) {}
+int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) { return -1; }
+int gpu_kvpool_len(const GpuKVPool *p, int slot) { return 0; }
+int gpu_kvpool_free_blocks(const GpuKVPool *p) { return 0; }
+size_t gpu_kvpool_bytes(const GpuKVPool *p) { return 0; }
+int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
+                          float *logits, ZyErr *err) {
     return zy_fail(err, NO_GPU);
 }
 int gpu_generate(GpuModel *gm, GpuKVCache *c, Sampler *s, const SamplingParams *p, ZyRng *rng, const int32_t *prompt,

@@ -142,9 +142,7 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
     rope_tables(p->rope_cos, p->rope_sin, max_len, cfg_rotary_dim(cfg), cfg->rope_theta);
     if (p->rope_cos_sw)
         rope_tables(p->rope_cos_sw, p->rope_sin_sw, max_len, cfg_sliding_rotary_dim(cfg), cfg->rope_theta_sliding);
-    /* the stack hands out low ids first */
-    for (int i = 0; i < n_blocks; i++) p->free_blocks[i] = n_blocks - 1 - i;
-    p->n_free = n_blocks;
+    kvblocks_init(p->free_blocks, &p->n_free, n_blocks);
     return 0;
 }
 
@@ -166,18 +164,31 @@ void kvpool_seq_reset(KVPool *p, int slot) {
 
 void kvpool_seq_release(KVPool *p, int slot) {
     kvpool_seq_reset(p, slot);
-    const int32_t *t = p->table + (size_t)slot * p->max_blocks;
-    for (int i = p->n_held[slot] - 1; i >= 0; i--) p->free_blocks[p->n_free++] = t[i];
-    p->n_held[slot] = 0;
+    kvblocks_give(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot], p->free_blocks, &p->n_free);
 }
 
 int kvpool_reserve(KVPool *p, int slot, int tokens) {
-    const int need = kvpool_blocks_for(p, tokens) - p->n_held[slot];
+    return kvblocks_take(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot], kvpool_blocks_for(p, tokens),
+                         p->max_blocks, p->free_blocks, &p->n_free);
+}
+
+void kvblocks_init(int32_t *free_blocks, int *n_free, int n_blocks) {
+    /* the stack hands out low ids first */
+    for (int i = 0; i < n_blocks; i++) free_blocks[i] = n_blocks - 1 - i;
+    *n_free = n_blocks;
+}
+
+int kvblocks_take(int32_t *row, int *n_held, int want, int max_blocks, int32_t *free_blocks, int *n_free) {
+    const int need = want - *n_held;
     if (need <= 0) return 0;
-    if (need > p->n_free || p->n_held[slot] + need > p->max_blocks) return -1;
-    int32_t *t = p->table + (size_t)slot * p->max_blocks;
-    for (int i = 0; i < need; i++) t[p->n_held[slot]++] = p->free_blocks[--p->n_free];
+    if (need > *n_free || *n_held + need > max_blocks) return -1;
+    for (int i = 0; i < need; i++) row[(*n_held)++] = free_blocks[--*n_free];
     return 0;
+}
+
+void kvblocks_give(const int32_t *row, int *n_held, int32_t *free_blocks, int *n_free) {
+    for (int i = *n_held - 1; i >= 0; i--) free_blocks[(*n_free)++] = row[i];
+    *n_held = 0;
 }
 
 /* ---- the layer loop over a ragged batch ------------------------------------------------------------------------ */

@@ -80,6 +80,13 @@ int kvpool_reserve(KVPool *p, int slot, int tokens);
 static inline int kvpool_blocks_for(const KVPool *p, int tokens) {
     return (tokens + p->block_tokens - 1) / p->block_tokens;
 }
+/* The block bookkeeping itself, on plain arrays so that a pool kept elsewhere (the GPU's, gpu_decode.h) shares it
+ * with KVPool: a stack of n_free free block ids, and per slot a row of the block table holding *n_held ids.
+ * kvblocks_init stacks ids 0..n_blocks-1 (low ids handed out first); kvblocks_take makes the row hold `want` blocks
+ * (-1, nothing taken, when the stack has too few or want > max_blocks); kvblocks_give returns the row's blocks. */
+void kvblocks_init(int32_t *free_blocks, int *n_free, int n_blocks);
+int kvblocks_take(int32_t *row, int *n_held, int want, int max_blocks, int32_t *free_blocks, int *n_free);
+void kvblocks_give(const int32_t *row, int *n_held, int32_t *free_blocks, int *n_free);
 /* Bytes of one block (all layers) and of one slot's constant CCA state (all layers). */
 size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens);
 size_t kvpool_state_bytes(const ZayaConfig *cfg);

@@ -73,7 +73,8 @@ struct ServeEngine {
     const Model *m;
     const Tokenizer *tok;
     ServeEngineOpts o;
-    KVPool pool;
+    ServeBackend be; /* the KV pool and the step */
+    int n_blocks;
     Sampler smp;
     pthread_t thread;
     int thread_started, shut;
@@ -242,7 +243,7 @@ static void job_finish(ServeEngine *e, ServeJob *j, const char *reason) {
     else if (strcmp(reason, "length") == 0) e->finished_length++;
     else e->finished_abort++;
     if (j->state == JOB_RUNNING) {
-        kvpool_seq_release(&e->pool, j->slot);
+        e->be.seq_release(e->be.ctx, j->slot);
         e->running[j->slot] = NULL;
         e->n_running--;
     }
@@ -293,7 +294,7 @@ static void on_token(ServeEngine *e, ServeJob *j, int32_t tok, const float *logi
     for (int i = 0; i < j->n_stop_ids; i++) stop |= tok == j->stop_ids[i];
     if (!stop) {
         j->gen[j->n_text_ids++] = tok;
-        const int final = j->n_gen >= j->max_tokens || e->pool.len[j->slot] + 1 > e->o.max_context;
+        const int final = j->n_gen >= j->max_tokens || e->be.seq_len(e->be.ctx, j->slot) + 1 > e->o.max_context;
         int hit = update_text(e, j, final);
         if (hit < 0) {
             job_finish(e, j, "abort");
@@ -308,7 +309,7 @@ static void on_token(ServeEngine *e, ServeJob *j, int32_t tok, const float *logi
         job_finish(e, j, "stop");
         return;
     }
-    if (j->n_gen >= j->max_tokens || e->pool.len[j->slot] + 1 > e->o.max_context) {
+    if (j->n_gen >= j->max_tokens || e->be.seq_len(e->be.ctx, j->slot) + 1 > e->o.max_context) {
         job_finish(e, j, "length");
         return;
     }
@@ -321,11 +322,11 @@ static void admit(ServeEngine *e) {
         ServeJob *j = e->head;
         int slot = 0;
         while (e->running[slot]) slot++;
-        if (kvpool_reserve(&e->pool, slot, j->need)) return; /* FIFO: the head waits for blocks */
+        if (e->be.reserve(e->be.ctx, slot, j->need)) return; /* FIFO: the head waits for blocks */
         e->head = j->next;
         if (!e->head) e->tail = NULL;
         e->n_queued--;
-        kvpool_seq_reset(&e->pool, slot);
+        e->be.seq_reset(e->be.ctx, slot);
         j->state = JOB_RUNNING;
         j->slot = slot;
         e->running[slot] = j;
@@ -392,7 +393,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
         ZyErr err = {{0}};
         const double t0 = now_s();
-        int rc = model_decode_step(e->m, &e->pool, e->seqs, n, e->tokens, e->logits, &err);
+        int rc = e->be.step(e->be.ctx, e->seqs, n, e->tokens, e->logits, &err);
         const double dt = now_s() - t0;
         pthread_mutex_lock(&e->mu);
         e->steps++;
@@ -417,8 +418,48 @@ static void *engine_main(void *arg) {
 
 /* ---- set-up and the client side ------------------------------------------------------------------------------ */
 
+/* The CPU backend: KVPool and model_decode_step. */
+typedef struct {
+    const Model *m;
+    KVPool pool;
+} CpuServe;
+static int cpu_step(void *x, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, float *logits, ZyErr *err) {
+    CpuServe *c = x;
+    return model_decode_step(c->m, &c->pool, seqs, n_seqs, tokens, logits, err);
+}
+static int cpu_reserve(void *x, int slot, int tokens) { return kvpool_reserve(&((CpuServe *)x)->pool, slot, tokens); }
+static void cpu_seq_reset(void *x, int slot) { kvpool_seq_reset(&((CpuServe *)x)->pool, slot); }
+static void cpu_seq_release(void *x, int slot) { kvpool_seq_release(&((CpuServe *)x)->pool, slot); }
+static int cpu_seq_len(void *x, int slot) { return ((CpuServe *)x)->pool.len[slot]; }
+static int cpu_n_free(void *x) { return ((CpuServe *)x)->pool.n_free; }
+static void cpu_destroy(void *x) {
+    CpuServe *c = x;
+    kvpool_free(&c->pool);
+    free(c);
+}
+
+static int cpu_open(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
+                    int block_tokens, int max_rows, int chunk, ZyErr *err) {
+    CpuServe *c = calloc(1, sizeof *c);
+    if (!c) return zy_fail(err, "out of memory");
+    c->m = m;
+    if (kvpool_create(&c->pool, &m->cfg, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, err)) {
+        free(c);
+        return -1;
+    }
+    *be = (ServeBackend){.ctx = c, .step = cpu_step, .reserve = cpu_reserve, .seq_reset = cpu_seq_reset,
+                         .seq_release = cpu_seq_release, .seq_len = cpu_seq_len, .n_free = cpu_n_free,
+                         .destroy = cpu_destroy};
+    return 0;
+}
+
 int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                         ZyErr *err) {
+    return serve_engine_create_with(out, m, tok, opts, cpu_open, NULL, err);
+}
+
+int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
+                             ServeBackendOpen open, void *arg, ZyErr *err) {
     *out = NULL;
     ServeEngineOpts o = *opts;
     const ZayaConfig *cfg = &m->cfg;
@@ -447,15 +488,16 @@ int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok,
     if (!e) return zy_fail(err, "out of memory");
     e->m = m;
     e->tok = tok;
-    if (kvpool_create(&e->pool, cfg, o.max_batch, o.max_context, (int)n_blocks, o.block_tokens, o.step_tokens,
-                      o.prefill_chunk, err)) {
+    if (open(&e->be, arg, m, o.max_batch, o.max_context, (int)n_blocks, o.block_tokens, o.step_tokens,
+             o.prefill_chunk, err)) {
         free(e);
         return -1;
     }
+    e->n_blocks = (int)n_blocks;
     e->o = o;
     e->o.kv_memory = n_blocks * block_bytes;
     if (sampler_create(&e->smp, cfg->vocab_size, err)) {
-        kvpool_free(&e->pool);
+        e->be.destroy(e->be.ctx);
         free(e);
         return -1;
     }
@@ -512,7 +554,7 @@ void serve_engine_free(ServeEngine *e) {
     free(e->jobs);
     free(e->running);
     sampler_free(&e->smp);
-    kvpool_free(&e->pool);
+    e->be.destroy(e->be.ctx);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -520,7 +562,7 @@ void serve_engine_free(ServeEngine *e) {
 
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes) {
     if (opts) *opts = e->o;
-    if (n_blocks) *n_blocks = e->pool.n_blocks;
+    if (n_blocks) *n_blocks = e->n_blocks;
     if (block_bytes) *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens);
 }
 
@@ -582,12 +624,13 @@ int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, 
     j->t_submit = now_s();
     pthread_mutex_lock(&e->mu);
     int rc = 0;
-    const int blocks = kvpool_blocks_for(&e->pool, j->need); /* <= the pool: it holds one max_context sequence */
+    /* <= the pool: it holds one max_context sequence */
+    const int blocks = (j->need + e->o.block_tokens - 1) / e->o.block_tokens;
     if (e->stopping) {
         e->rejected_shutdown++;
         rc = serve_error(err, 503, "server_error", "", "the server is shutting down");
     } else if (e->n_queued >= e->o.max_queue && (e->head || e->n_running >= e->o.max_batch ||
-                                                 blocks > e->pool.n_free)) {
+                                                 blocks > e->be.n_free(e->be.ctx))) {
         e->rejected_full++;
         rc = serve_error(err, 503, "server_error", "", "the server is at capacity (%d running, %d waiting); retry "
                          "later", e->n_running, e->n_queued);
@@ -693,7 +736,7 @@ void serve_engine_load(ServeEngine *e, int *running, int *queued, int *blocks_us
     pthread_mutex_lock(&e->mu);
     if (running) *running = e->n_running;
     if (queued) *queued = e->n_queued;
-    if (blocks_used) *blocks_used = e->pool.n_blocks - e->pool.n_free;
+    if (blocks_used) *blocks_used = e->n_blocks - e->be.n_free(e->be.ctx);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -752,15 +795,15 @@ char *serve_engine_metrics(ServeEngine *e) {
     if (!o.s) return NULL;
     o.s[0] = 0;
     pthread_mutex_lock(&e->mu);
-    const int used = e->pool.n_blocks - e->pool.n_free;
+    const int used = e->n_blocks - e->be.n_free(e->be.ctx);
     metric(&o, "zaya_requests_running", "gauge", "Requests in the running batch.", e->n_running);
     metric(&o, "zaya_requests_waiting", "gauge", "Requests queued for a slot or KV blocks.", e->n_queued);
     metric(&o, "zaya_batch_size", "gauge", "Sequences in the last decoding step.", e->last_batch);
-    metric(&o, "zaya_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", e->pool.n_blocks);
+    metric(&o, "zaya_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", e->n_blocks);
     metric(&o, "zaya_kv_blocks_used", "gauge", "KV-cache blocks held by running requests.", used);
     metric(&o, "zaya_kv_cache_usage_ratio", "gauge", "Fraction of the KV-cache pool in use.",
-           (double)used / e->pool.n_blocks);
-    metric(&o, "zaya_kv_block_tokens", "gauge", "Tokens per KV-cache block.", e->pool.block_tokens);
+           (double)used / e->n_blocks);
+    metric(&o, "zaya_kv_block_tokens", "gauge", "Tokens per KV-cache block.", e->o.block_tokens);
     metric(&o, "zaya_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", (double)e->prompt_tokens);
     metric(&o, "zaya_generation_tokens_total", "counter", "Tokens generated.", (double)e->generation_tokens);
     metric(&o, "zaya_steps_total", "counter", "Decoding steps run.", (double)e->steps);

@@ -49,9 +49,31 @@ typedef struct {
     int logprobs;            /* -1: none; else the number of alternatives per token */
 } ServeJobSpec;
 
-/* The model and tokenizer must outlive the engine. Starts the engine thread. */
+/* What runs the steps: a KV block pool and the decoding step over it (decode.h's KVPool and model_decode_step on the
+ * CPU, built in; a GPU's, gpu_decode.h, from cmd_serve.c). The engine thread makes every call but n_free, which comes
+ * from any thread under the engine's mutex (the pool's bookkeeping is host memory either way). */
+typedef struct {
+    void *ctx;
+    int (*step)(void *ctx, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, float *logits, ZyErr *err);
+    int (*reserve)(void *ctx, int slot, int tokens);  /* kvpool_reserve */
+    void (*seq_reset)(void *ctx, int slot);           /* kvpool_seq_reset */
+    void (*seq_release)(void *ctx, int slot);         /* kvpool_seq_release */
+    int (*seq_len)(void *ctx, int slot);              /* tokens cached for slot */
+    int (*n_free)(void *ctx);                         /* free blocks */
+    void (*destroy)(void *ctx);                       /* the pool and ctx */
+} ServeBackend;
+
+/* Builds a backend over model m with kvpool_create's sizes; arg is the caller's. */
+typedef int (*ServeBackendOpen)(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
+                                int block_tokens, int max_rows, int chunk, ZyErr *err);
+
+/* The model and tokenizer must outlive the engine. Starts the engine thread. Decodes on the CPU. */
 int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                         ZyErr *err);
+/* The same with the steps on the backend `open` builds (kv_memory then counts the backend's memory: fp32 k̂ and v, as
+ * kvpool_block_bytes). */
+int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
+                             ServeBackendOpen open, void *arg, ZyErr *err);
 /* Stops taking requests; cancels those still queued; lets running ones finish for up to grace_s seconds, then
  * cancels them; joins the thread. Safe to call once; serve_engine_free calls it with grace 0 if needed. */
 void serve_engine_shutdown(ServeEngine *e, double grace_s);

@@ -2,9 +2,11 @@
 # make test-gpu: the GPU suites, on a machine with an NVIDIA GPU. Each suite prints "<suite>: N passed, N failed";
 # the closing line sums them ("N passed, N failed").
 #   kernels+model  build/zaya_gpu_tests: every gk_ kernel and cuBLASLt product vs its CPU namesake, the whole model
-#                  (fp32) vs the CPU path on ZAYA1 and every research variant
+#                  (fp32) vs the CPU path on ZAYA1 and every research variant, cached decoding (same-length cache and
+#                  the ragged block pool) vs the CPU's
 #   training       50 bf16 steps of the demo model on the GPU tracking the CPU's loss curve; a GPU checkpoint resumed
-#                  on the CPU and a CPU checkpoint on the GPU; an interrupted GPU run resumed bit for bit
+#                  on the CPU and a CPU checkpoint on the GPU; an interrupted GPU run resumed bit for bit; generate
+#                  and serve --device cuda on the trained model (tests/gpu/serve_check.py)
 #   oracle         zaya forward --device cuda against transformers' ZayaForCausalLM (tests/oracle/test_oracle.py)
 #   ranks          zaya bench comm --backend nccl with one rank (0 wrong elements); mpirun -np 2 on one shared GPU
 #                  (host-staged exchange) tracking the 1-rank GPU curve, stopped and resumed on 1 rank (reshaped
@@ -87,6 +89,12 @@ gen_same() { # both must run and print tokens (two failures would print two equa
     a=$(gen) && b=$(gen --device cuda) && [ -n "$a" ] && [ "$a" = "$b" ] || { echo "cpu: $a"; echo "gpu: $b"; return 1; }
 }
 check "generate --device cuda: the CPU's 40 greedy tokens" gen_same
+# serving on the GPU: greedy completions over HTTP, one at a time and six at once (ragged steps over the GPU's KV
+# block pool), equal generate --device cuda's text; fp32 and bf16 products
+check "serve --device cuda: completions equal generate --device cuda's (f32)" python3 tests/gpu/serve_check.py \
+    $Z "$W/cpu/final" runs/demo/tokenizer.json --dtype f32
+check "serve --device cuda --dtype bf16: completions equal generate --device cuda's" python3 tests/gpu/serve_check.py \
+    $Z "$W/cpu/final" runs/demo/tokenizer.json --dtype bf16
 # eval on the GPU: multiple choice, exact match and the held-out loss with routing, against the CPU's
 ev() { # json extra...
     $Z eval --model "$W/cpu/final" --tokenizer runs/demo/tokenizer.json --task runs/demo/corpus/eval/arith_mc.jsonl \

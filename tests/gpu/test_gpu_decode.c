@@ -127,6 +127,353 @@ static void compare_generate(GpuTest *t) {
     gt_reset(t);
 }
 
+/* ---- the ragged step over a block pool (gpu_model_decode_step) against the CPU's model_decode_step ------------- */
+
+/* Both pools: the CPU's and the GPU's, built with the same sizes. */
+typedef struct {
+    KVPool cpu;
+    GpuKVPool *gpu;
+    int have_cpu;
+} PoolPair;
+
+static int pair_create(PoolPair *pp, GpuModel *gm, const ZayaConfig *cfg, int S, int ML, int NB, int bt, int rows,
+                       int chunk, ZyErr *err) {
+    memset(pp, 0, sizeof *pp);
+    if (kvpool_create(&pp->cpu, cfg, S, ML, NB, bt, rows, chunk, err)) return -1;
+    pp->have_cpu = 1;
+    return gpu_kvpool_create(&pp->gpu, gm, S, ML, NB, bt, rows, chunk, err);
+}
+static void pair_free(PoolPair *pp) {
+    gpu_kvpool_free(pp->gpu);
+    if (pp->have_cpu) kvpool_free(&pp->cpu);
+}
+/* The host bookkeeping agrees: every slot's length and the free blocks. */
+static int pair_same(const PoolPair *pp) {
+    int same = gpu_kvpool_free_blocks(pp->gpu) == pp->cpu.n_free;
+    for (int s = 0; s < pp->cpu.max_seqs; s++) same &= gpu_kvpool_len(pp->gpu, s) == pp->cpu.len[s];
+    return same;
+}
+
+/* One request of a schedule: its tokens (prompt, then the ones fed back as if generated), where it stands. */
+typedef struct {
+    int arrive, n_prompt, n_total, fed, slot, state; /* state 0 waiting, 1 running, 2 done */
+    int32_t *tok;
+} Req;
+
+typedef struct {
+    int S, ML, NB, bt, rows, chunk; /* the pools */
+    int n_req, max_prompt, max_gen;  /* the schedule */
+} PoolCase;
+
+/* A server's life on both pools in lockstep: requests arrive over time, join when a slot and the blocks for their
+ * whole length are free, prefill in chunks next to single-token decode rows, leave when done (their blocks reused
+ * by later ones); each step's sequences in a shuffled order; logits wanted at each prefill's end, for about two
+ * decode rows in three and a few mid-prefill chunks. Every wanted row is compared, the bookkeeping after each step,
+ * and once mid-way malformed steps are refused by both with the same words, changing nothing. bf16: the GPU takes
+ * bf16 products; its rows are held to `tol` in bulk instead of each. */
+static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, const PoolCase *pc, int bf16,
+                         double tol) {
+    Model m;
+    ZyErr err = {{0}}, cerr = {{0}};
+    char name[240];
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    const int V = cfg->vocab_size, S = pc->S;
+    Req *rq = calloc(pc->n_req, sizeof *rq);
+    long total = 0;
+    for (int r = 0; r < pc->n_req; r++) {
+        Req *q = &rq[r];
+        q->arrive = 2 * r;
+        q->n_prompt = 1 + (int)(zy_rng_next(&t->rng) % pc->max_prompt);
+        q->n_total = q->n_prompt + 1 + (int)(zy_rng_next(&t->rng) % pc->max_gen);
+        if (q->n_total > pc->ML) q->n_total = pc->ML;
+        if (q->n_prompt > q->n_total) q->n_prompt = q->n_total;
+        q->tok = gt_rand_int(t, q->n_total, 0, V);
+        q->slot = -1;
+        total += q->n_total;
+    }
+    float *want_cpu = gt_host(t, (size_t)total * V), *want_gpu = gt_host(t, (size_t)total * V);
+    float *lc = gt_host(t, (size_t)S * V), *lg = gt_host(t, (size_t)S * V);
+    int32_t *tokens = malloc(sizeof(int32_t) * (pc->rows + pc->chunk + 2));
+    DecodeSeq *seqs = malloc(sizeof *seqs * (S + 1));
+    Req **who = malloc(sizeof *who * (S + 1));
+    Req **running = calloc(S, sizeof *running);
+    GpuModel *gm = NULL;
+    PoolPair pp = {0};
+    int ok = tokens && seqs && who && running && rq && gpu_model_create(&gm, &m, -1, 1, 1, bf16, 0, &err) == 0 &&
+             pair_create(&pp, gm, cfg, S, pc->ML, pc->NB, pc->bt, pc->rows, pc->chunk, &err) == 0;
+    long n_rows = 0;
+    int steps = 0, done = 0, max_batch = 0, mixed = 0, agree = 1, refusals_ok = -1, rows_over = 0;
+    double worst = 0;
+    for (; ok && done < pc->n_req && steps < 2000; steps++) {
+        /* join: FIFO, each holding blocks for its whole length */
+        for (int r = 0; r < pc->n_req; r++) {
+            Req *q = &rq[r];
+            if (q->state != 0 || q->arrive > steps) continue;
+            int slot = 0;
+            while (slot < S && running[slot]) slot++;
+            if (slot == S) break;
+            const int rc = kvpool_reserve(&pp.cpu, slot, q->n_total), rg = gpu_kvpool_reserve(pp.gpu, slot, q->n_total);
+            agree &= rc == rg;
+            if (rc) break;
+            kvpool_seq_reset(&pp.cpu, slot);
+            gpu_kvpool_seq_reset(pp.gpu, slot);
+            q->state = 1, q->slot = slot, running[slot] = q;
+        }
+        /* the step: decode rows first, then prefill chunks while rows are left (as serve_engine.c), then shuffled */
+        int n = 0, rows = 0;
+        for (int sl = 0; sl < S; sl++) {
+            Req *q = running[sl];
+            if (!q || q->fed < q->n_prompt) continue;
+            seqs[n] = (DecodeSeq){.slot = sl, .n = 1, .logits = zy_rng_next(&t->rng) % 3 != 0};
+            who[n++] = q;
+            rows++;
+        }
+        for (int sl = 0; sl < S && rows < pc->rows; sl++) {
+            Req *q = running[sl];
+            if (!q || q->fed >= q->n_prompt) continue;
+            int k = q->n_prompt - q->fed;
+            k = k < pc->chunk ? k : pc->chunk;
+            k = k < pc->rows - rows ? k : pc->rows - rows;
+            seqs[n] = (DecodeSeq){.slot = sl, .n = k,
+                                  .logits = q->fed + k == q->n_prompt || zy_rng_next(&t->rng) % 4 == 0};
+            who[n++] = q;
+            rows += k;
+        }
+        if (n == 0) continue; /* waiting for arrivals */
+        for (int i = n - 1; i > 0; i--) {
+            const int j = (int)(zy_rng_next(&t->rng) % (uint64_t)(i + 1));
+            DecodeSeq d = seqs[i];
+            Req *w = who[i];
+            seqs[i] = seqs[j], who[i] = who[j];
+            seqs[j] = d, who[j] = w;
+        }
+        int has1 = 0, hasn = 0;
+        for (int i = 0, row = 0; i < n; i++) {
+            memcpy(tokens + row, who[i]->tok + who[i]->fed, sizeof(int32_t) * seqs[i].n);
+            row += seqs[i].n;
+            has1 |= seqs[i].n == 1, hasn |= seqs[i].n > 1;
+        }
+        max_batch = n > max_batch ? n : max_batch;
+        mixed += has1 && hasn;
+        /* once, with a few sequences under way: malformed steps, refused alike, nothing changed */
+        if (refusals_ok < 0 && n >= 2 && steps >= 6) {
+            refusals_ok = 1;
+            DecodeSeq *bad = malloc(sizeof *bad * (S + 1));
+            int32_t *btok = malloc(sizeof *btok * rows);
+            if (!bad || !btok) {
+                free(bad), free(btok);
+                ok = 0;
+                break;
+            }
+            memcpy(btok, tokens, sizeof(int32_t) * rows);
+            for (int k = 0; k < 3; k++) {
+                memcpy(bad, seqs, sizeof *seqs * n);
+                int nb = n;
+                if (k == 0) bad[nb++] = (DecodeSeq){.slot = S, .n = 1}; /* a slot out of range */
+                if (k == 1) bad[1].slot = bad[0].slot;                  /* one slot twice */
+                if (k == 2) btok[rows - 1] = V;                         /* a token outside the vocabulary */
+                const int rc = model_decode_step(&m, &pp.cpu, bad, nb, btok, lc, &cerr);
+                const int rg = gpu_model_decode_step(gm, pp.gpu, bad, nb, btok, lg, &err);
+                refusals_ok &= rc == -1 && rg == -1 && strcmp(cerr.msg, err.msg) == 0 && pair_same(&pp);
+                if (rc != -1 || rg != -1 || strcmp(cerr.msg, err.msg))
+                    fprintf(stderr, "    refusal %d: cpu %d \"%s\", gpu %d \"%s\"\n", k, rc, cerr.msg, rg, err.msg);
+            }
+            free(bad), free(btok);
+        }
+        const int rc = model_decode_step(&m, &pp.cpu, seqs, n, tokens, lc, &cerr);
+        const int rg = gpu_model_decode_step(gm, pp.gpu, seqs, n, tokens, lg, &err);
+        if (rc || rg) {
+            ok = 0;
+            if (rc) err = cerr;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            if (!seqs[i].logits) continue;
+            const double e = gt_rel_err(lg + (size_t)i * V, lc + (size_t)i * V, V);
+            worst = e > worst ? e : worst;
+            rows_over += e > tol;
+            memcpy(want_cpu + (size_t)n_rows * V, lc + (size_t)i * V, sizeof(float) * V);
+            memcpy(want_gpu + (size_t)n_rows * V, lg + (size_t)i * V, sizeof(float) * V);
+            n_rows++;
+        }
+        /* leave: blocks back to the pool */
+        for (int i = 0; i < n; i++) {
+            Req *q = who[i];
+            q->fed += seqs[i].n;
+            if (q->fed < q->n_total) continue;
+            kvpool_seq_release(&pp.cpu, q->slot);
+            gpu_kvpool_seq_release(pp.gpu, q->slot);
+            running[q->slot] = NULL;
+            q->state = 2;
+            done++;
+        }
+        agree &= pair_same(&pp);
+    }
+    snprintf(name, sizeof name, "%s: schedule ran", label);
+    if (gt_assert(t, ok && done == pc->n_req, name, "%s",
+                  ok ? (done == pc->n_req ? "" : "requests left unfinished") : err.msg)) {
+        printf("    %s: %d requests, %d steps (at most %d sequences, %d mixing prefill and decode), %ld logit rows, "
+               "worst row %.2e\n", label, pc->n_req, steps, max_batch, mixed, n_rows, worst);
+        snprintf(name, sizeof name, "%s: the schedule mixes joins, prefill chunks and decode rows", label);
+        gt_assert(t, mixed > 0 && max_batch >= 2 && n_rows > 0, name, "%d mixed steps, batch <= %d", mixed, max_batch);
+        snprintf(name, sizeof name, "%s: lengths and free blocks equal the CPU pool's after every step", label);
+        gt_assert(t, agree, name, "bookkeeping differs");
+        snprintf(name, sizeof name, "%s: malformed steps refused as on the CPU, nothing changed", label);
+        gt_assert(t, refusals_ok == 1, name, "%s", refusals_ok < 0 ? "never tried" : "see above");
+        const double e = gt_rel_err(want_gpu, want_cpu, (size_t)n_rows * V);
+        if (!bf16) {
+            snprintf(name, sizeof name, "%s: wanted logits vs the CPU's (fp32)", label);
+            gt_assert(t, e <= tol && worst <= tol, name, "rel err %.2e, worst row %.2e (tol %.0e)", e, worst, tol);
+        } else { /* bf16 operands: a rare expert choice may flip on a near tie, so the bulk, not every row */
+            snprintf(name, sizeof name, "%s: wanted logits vs the CPU's fp32 (bf16 products)", label);
+            gt_assert(t, e <= tol && rows_over * 10 <= n_rows, name, "rel err %.2e (tol %.0e), %d of %ld rows over",
+                      e, tol, rows_over, n_rows);
+        }
+    }
+    free(tokens), free(seqs), free(who), free(running), free(rq);
+    pair_free(&pp);
+    gpu_model_free(gm);
+    model_free(&m);
+    gt_reset(t);
+}
+
+/* Each refusal of model_decode_step, on pools with state in them: the GPU refuses the same steps with the same
+ * words, and neither pool changes (the lengths, the free blocks, and the next step's logits still equal). */
+static void pool_refusals(GpuTest *t, const ZayaConfig *cfg) {
+    Model m;
+    ZyErr err = {{0}}, cerr = {{0}};
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, "pool refusals", "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    const int V = cfg->vocab_size, S = 4, ML = 16, bt = 4, chunk = 5, rows = 8;
+    GpuModel *gm = NULL;
+    PoolPair pp = {0};
+    float *lc = gt_host(t, (size_t)S * V), *lg = gt_host(t, (size_t)S * V);
+    int32_t *tok = gt_rand_int(t, 64, 0, V);
+    int ok = gpu_model_create(&gm, &m, -1, 1, 1, 0, 0, &err) == 0 &&
+             pair_create(&pp, gm, cfg, S, ML, 16, bt, rows, chunk, &err) == 0;
+    /* slots 0..2 hold blocks for the whole context, slot 3 none; state in all three, slot 2 almost full */
+    for (int s = 0; ok && s < 3; s++)
+        ok = kvpool_reserve(&pp.cpu, s, ML) == 0 && gpu_kvpool_reserve(pp.gpu, s, ML) == 0;
+    const DecodeSeq warm[][3] = {{{0, 3, 1}, {1, 1, 1}, {2, 4, 0}}, {{2, 5, 1}, {0, 1, 1}, {1, 2, 0}},
+                                 {{2, 5, 1}, {1, 1, 1}, {0, 1, 0}}};
+    double worst = 0;
+    for (int k = 0; ok && k < 3; k++) {
+        ok = model_decode_step(&m, &pp.cpu, warm[k], 3, tok, lc, &cerr) == 0 &&
+             gpu_model_decode_step(gm, pp.gpu, warm[k], 3, tok, lg, &err) == 0;
+        for (int i = 0; ok && i < 3; i++)
+            if (warm[k][i].logits) {
+                const double e = gt_rel_err(lg + (size_t)i * V, lc + (size_t)i * V, V);
+                worst = e > worst ? e : worst;
+            }
+    }
+    if (!gt_assert(t, ok, "pool refusals: the pools filled", "%s", ok ? "" : cerr.msg[0] ? cerr.msg : err.msg)) {
+        pair_free(&pp);
+        gpu_model_free(gm);
+        model_free(&m);
+        gt_reset(t);
+        return;
+    }
+    /* slot 2 now holds 14 tokens */
+    int32_t badtok[16];
+    memcpy(badtok, tok, sizeof badtok);
+    struct {
+        const char *what;
+        DecodeSeq s[3];
+        int n, bad_token;
+    } cases[] = {
+        {"no sequences", {{0, 1, 1}}, 0, 0},
+        {"a slot out of range", {{0, 1, 1}, {S, 1, 1}}, 2, 0},
+        {"a negative slot", {{-1, 1, 1}}, 1, 0},
+        {"one slot twice", {{0, 1, 1}, {1, 1, 1}, {0, 1, 1}}, 3, 0},
+        {"no new tokens", {{0, 0, 1}}, 1, 0},
+        {"more tokens than a chunk", {{1, chunk + 1, 1}}, 1, 0},
+        {"past max_len", {{2, 3, 1}}, 1, 0},
+        {"a slot without blocks", {{0, 1, 1}, {3, 1, 1}}, 2, 0},
+        {"too many rows", {{0, 5, 1}, {1, 4, 1}}, 2, 0},
+        {"a token id past the vocabulary", {{0, 2, 1}, {1, 1, 1}}, 2, V},
+        {"a negative token id", {{0, 2, 1}, {1, 1, 1}}, 2, -1},
+    };
+    int all = 1;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        badtok[2] = cases[c].bad_token ? cases[c].bad_token : tok[2];
+        cerr.msg[0] = err.msg[0] = 0;
+        const int rc = model_decode_step(&m, &pp.cpu, cases[c].s, cases[c].n, badtok, lc, &cerr);
+        const int rg = gpu_model_decode_step(gm, pp.gpu, cases[c].s, cases[c].n, badtok, lg, &err);
+        const int same = rc == -1 && rg == -1 && strcmp(cerr.msg, err.msg) == 0 && pair_same(&pp);
+        char name[160];
+        snprintf(name, sizeof name, "pool refusals: %s", cases[c].what);
+        gt_assert(t, same, name, "cpu %d \"%s\", gpu %d \"%s\"", rc, cerr.msg, rg, err.msg);
+        all &= same;
+    }
+    /* nothing changed: the next steps agree, slot 2 fills to the brim */
+    const DecodeSeq after[][3] = {{{1, 4, 1}, {2, 2, 1}, {0, 1, 1}}, {{0, 5, 1}, {1, 1, 1}, {1, 1, 0}}};
+    ok = 1;
+    for (int k = 0; ok && k < 2; k++) {
+        const int n = k == 0 ? 3 : 2;
+        ok = model_decode_step(&m, &pp.cpu, after[k], n, tok, lc, &cerr) == 0 &&
+             gpu_model_decode_step(gm, pp.gpu, after[k], n, tok, lg, &err) == 0;
+        for (int i = 0; ok && i < n; i++) {
+            const double e = gt_rel_err(lg + (size_t)i * V, lc + (size_t)i * V, V);
+            worst = e > worst ? e : worst;
+        }
+    }
+    gt_assert(t, ok && all && pair_same(&pp) && pp.cpu.len[2] == ML && worst <= 1e-4,
+              "pool refusals: the pools unchanged (next steps' logits equal the CPU's)", "%s; worst row %.2e",
+              ok ? "ran" : cerr.msg[0] ? cerr.msg : err.msg, worst);
+    pair_free(&pp);
+    gpu_model_free(gm);
+    model_free(&m);
+    gt_reset(t);
+}
+
+static void test_gpu_pool(GpuTest *t) {
+    ZayaConfig c = gt_small_config();
+    /* block_tokens 4 with prefill chunks of 7: sequences span blocks and chunks cross block edges; 25 blocks hold
+     * two and a half full sequences, so requests wait for blocks and reuse the blocks of those that left */
+    const PoolCase small = {.S = 4, .ML = 40, .NB = 25, .bt = 4, .rows = 12, .chunk = 7, .n_req = 10,
+                            .max_prompt = 18, .max_gen = 14};
+    compare_pool(t, "pool: zaya1 (CCA, 4 q / 2 kv heads)", &c, &small, 0, 1e-4);
+    ZayaConfig k31 = c;
+    k31.cca_time0 = 3, k31.cca_time1 = 1, k31.num_kv_heads = 1;
+    compare_pool(t, "pool: k 3/1, one kv head", &k31, &small, 0, 1e-4);
+    ZayaConfig k13 = c;
+    k13.cca_time0 = 1, k13.cca_time1 = 3;
+    compare_pool(t, "pool: k 1/3", &k13, &small, 0, 1e-4);
+    ZayaConfig mha = c;
+    mha.attention = ZY_ATTN_MHA;
+    compare_pool(t, "pool: MHA variant", &mha, &small, 0, 1e-4);
+    ZayaConfig sw = c;
+    sw.sliding_window = 5, sw.rope_theta_sliding = 300.0f, sw.partial_rotary_factor_sliding = 1.0f;
+    cfg_set_layer_sliding(&sw, 0, 1), cfg_set_layer_sliding(&sw, 2, 1);
+    compare_pool(t, "pool: sliding W5 (layers 0, 2)", &sw, &small, 0, 1e-4);
+    ZayaConfig swm = sw;
+    swm.attention = ZY_ATTN_MHA, swm.sliding_window = 9;
+    compare_pool(t, "pool: sliding W9, MHA variant", &swm, &small, 0, 1e-4);
+    /* one-token blocks, a single slot at a time */
+    const PoolCase tiny = {.S = 2, .ML = 20, .NB = 20, .bt = 1, .rows = 6, .chunk = 3, .n_req = 4, .max_prompt = 9,
+                           .max_gen = 8};
+    compare_pool(t, "pool: zaya1, 1-token blocks", &c, &tiny, 0, 1e-4);
+    /* head_dim 128 (the attention kernel's 4 values per lane), long prefills in 64-row chunks over 16-token blocks */
+    ZayaConfig wide = c;
+    wide.hidden_size = 256, wide.num_heads = 8, wide.head_dim = 128, wide.num_experts = 8, wide.vocab_size = 1000;
+    const PoolCase big = {.S = 3, .ML = 200, .NB = 30, .bt = 16, .rows = 80, .chunk = 64, .n_req = 5,
+                          .max_prompt = 150, .max_gen = 20};
+    compare_pool(t, "pool: head_dim 128, 64-row prefill chunks", &wide, &big, 0, 1e-4);
+    /* bf16 products: the dense MLP (no expert choice to flip) and ZAYA1's experts */
+    ZayaConfig dense = c;
+    dense.moe = ZY_MOE_DENSE;
+    compare_pool(t, "pool bf16: dense MLP", &dense, &small, 1, 6e-2);
+    compare_pool(t, "pool bf16: zaya1", &c, &small, 1, 1e-1);
+    pool_refusals(t, &c);
+}
+
 void test_gpu_decode(GpuTest *t) {
     ZayaConfig c = gt_small_config();
     compare_decode(t, "zaya1 B1 T40 prefill 13 in pieces of 5", &c, 1, 40, 13, 5);
@@ -156,4 +503,5 @@ void test_gpu_decode(GpuTest *t) {
     swm.attention = ZY_ATTN_MHA, swm.sliding_window = 9;
     compare_decode(t, "sliding W9, MHA variant B2 T40", &swm, 2, 40, 11, 64);
     compare_generate(t);
+    test_gpu_pool(t);
 }

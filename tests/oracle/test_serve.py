@@ -174,7 +174,7 @@ def main():
     for flags, says in [(["--port", "70000"], "--port"), (["--host", "localhost:1"], "--host"),
                         (["--kv-memory", "12Q"], "--kv-memory"), (["--kv-memory", "1K"], "--kv-memory"),
                         (["--max-batch", "0"], "--max-batch"), (["--max-context", "100000"], "--max-context"),
-                        (["--dtype", "f16"], "--dtype"), (["--device", "cuda"], "--device"), (["--bogus"], "--bogus")]:
+                        (["--dtype", "f16"], "--dtype"), (["--device", "tpu"], "--device"), (["--bogus"], "--bogus")]:
         rc, out, err = run_zaya(["serve", "--model", mdir, "--port", "0", *flags], timeout=60)
         res.check(rc != 0 and says in err and "listening" not in out, f"serve {' '.join(flags)} refused",
                   f"rc {rc}: {err.strip()[-200:]}")

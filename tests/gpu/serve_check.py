@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""`zaya serve --device cuda` on a trained model (tests/gpu/run.sh): greedy completions over HTTP, sent one at a time
+and then all at once (so the engine runs ragged batches on the GPU's KV block pool: prefill chunks next to decode
+rows, requests joining and leaving), each equal to `zaya generate --device cuda`'s text for the same prompt; the KV
+blocks all returned afterwards (/metrics); SIGTERM exits 0.
+
+    python3 tests/gpu/serve_check.py ZAYA MODEL_DIR TOKENIZER [--dtype f32|bf16|auto] [--device cuda]
+
+(--device cpu runs the same checks on the CPU: a check of this script, not of the GPU.)
+
+Standard library only (the GPU machine may lack the openai package). Prints one line per check and ends with
+"serve-gpu: N passed, N failed"; exits non-zero on any failure.
+"""
+import argparse
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+PROMPTS = ["12+34=", "The ", "def f(x):", "Once upon a time", "7*8=", "hello world"]
+MAX_TOKENS = 40
+
+
+def generate(args, prompt):
+    cmd = [args.zaya, "generate", "--device", args.device, "--model", args.model, "--tokenizer", args.tokenizer,
+           "--prompt", prompt, "--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--dtype", args.dtype]
+    p = subprocess.run(cmd, capture_output=True, timeout=300)
+    if p.returncode or not p.stdout.endswith(b"\n"):
+        raise RuntimeError(f"zaya generate failed: {p.stderr.decode(errors='replace')[-500:]}")
+    return p.stdout[:-1].decode("utf-8", "replace")
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    payload = r.read()
+    c.close()
+    return r.status, payload
+
+
+def get(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", path)
+    r = c.getresponse()
+    payload = r.read()
+    c.close()
+    return r.status, payload
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("zaya")
+    ap.add_argument("model")
+    ap.add_argument("tokenizer")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    passed = failed = 0
+
+    def check(ok, name, detail=""):
+        nonlocal passed, failed
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
+        passed += bool(ok)
+        failed += not ok
+
+    want = {p: generate(args, p) for p in PROMPTS}
+    check(len(set(want.values())) > 1, f"generate --device {args.device} says different things to different prompts",
+          str(list(want.values())[:3]))
+    # small blocks and prefill chunks, fewer slots than prompts: sequences span blocks, prompts run in pieces next to
+    # decode rows, and the last requests wait for a slot
+    srv = subprocess.Popen([args.zaya, "serve", "--device", args.device, "--model", args.model, "--tokenizer",
+                            args.tokenizer, "--dtype", args.dtype, "--port", "0", "--model-name", "m",
+                            "--max-batch", "4", "--max-context", "256", "--block-tokens", "4", "--prefill-chunk", "3"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stdout.readline()
+        m = re.search(r"listening on http://[0-9.]+:(\d+)", line)
+        if not m:
+            srv.kill()
+            check(False, f"serve --device {args.device} started", f"{line!r} {srv.stderr.read()[-800:]}")
+            print(f"serve-gpu: {passed} passed, {failed} failed")
+            return 1
+        port = int(m.group(1))
+
+        def complete(prompt):
+            st, body = post(port, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": MAX_TOKENS,
+                                                      "temperature": 0})
+            return st, json.loads(body)
+
+        for p in PROMPTS[:2]:
+            st, r = complete(p)
+            got = r["choices"][0]["text"] if st == 200 else r
+            check(st == 200 and got == want[p], f"one at a time: {p!r}", f"{st} {got!r} vs {want[p]!r}")
+        got = {}
+
+        def job(p):
+            got[p] = complete(p)
+
+        threads = [threading.Thread(target=job, args=(p,)) for p in PROMPTS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for p in PROMPTS:
+            st, r = got.get(p, (0, {}))
+            text = r["choices"][0]["text"] if st == 200 else r
+            check(st == 200 and text == want[p], f"{len(PROMPTS)} at once: {p!r}", f"{st} {text!r} vs {want[p]!r}")
+        st, body = get(port, "/metrics")
+        metrics = dict(ln.rsplit(" ", 1) for ln in body.decode().splitlines() if ln and not ln.startswith("#"))
+        check(st == 200 and float(metrics.get("zaya_kv_blocks_used", -1)) == 0 and
+              float(metrics.get("zaya_step_errors_total", -1)) == 0 and float(metrics.get("zaya_steps_total", 0)) > 0,
+              "every KV block returned, no failed step (/metrics)",
+              {k: metrics.get(k) for k in ("zaya_kv_blocks_used", "zaya_step_errors_total", "zaya_steps_total")})
+    finally:
+        if srv.poll() is None:
+            srv.send_signal(signal.SIGTERM)
+            try:
+                srv.wait(60)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+                srv.wait()
+    err = srv.stderr.read()
+    check(srv.returncode == 0, "SIGTERM: exit 0", f"rc {srv.returncode}: {err[-800:]}")
+    if args.device != "cpu":
+        check("device GPU" in err, "serve said which GPU it runs on", err[-400:])
+    print(f"serve-gpu: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
