@@ -86,7 +86,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all asan deps test test-gpu unit-test asan-test oracle-test demo ablate-attention ablate-moe clean format fuzz fuzz-build chaos strict
+.PHONY: all asan deps test test-gpu unit-test asan-test oracle-test demo ablate-attention ablate-moe clean format fuzz fuzz-build chaos strict hip-check
 
 all: $(BUILD)/zaya $(BUILD)/zaya_tests
 
@@ -179,6 +179,11 @@ clean:
 # x86-64-v4 and native targets, so a warning that only one compiler or -march finds stops CI, not a user's build.
 strict:
 	@mkdir -p build-strict && tests/strict.sh
+
+# The GPU kernels compiled for AMD GPUs (hipcc -DZAYA_HIP, -Werror; CI runs it in ZAYA_STRICT=1 make test): needs hipcc
+# (Debian: apt-get install hipcc libamdhip64-dev). Compile only: see tests/hip_check.sh for what Debian's ROCm lacks.
+hip-check:
+	@tests/hip_check.sh
 
 # libFuzzer targets (clang), one per parser, built into build-fuzz/ from the parser's sources alone. `make fuzz` runs
 # each for FUZZ_SECONDS over its corpus tests/fuzz/corpus/<target> (new inputs go to a temporary directory);

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 # libclang-rt-dev: the sanitizer and libFuzzer runtimes of the default clang (14 on bookworm: libclang-rt-14-dev).
 # libmicrohttpd-dev: zaya serve's HTTP server. qemu-user: tests/cli/test_portable.sh runs the binary on emulated older CPUs. libdnnl-dev: oneDNN, the bf16 products.
 APT_PKGS=(build-essential clang libclang-rt-dev qemu-user libdnnl-dev libopenblas-dev libopenblas0-openmp libcjson-dev libomp-dev libpcre2-dev libutf8proc-dev zlib1g-dev libmicrohttpd-dev gnuplot-nox openmpi-bin libopenmpi-dev)
+# CI's strict checks (ZAYA_STRICT=1, tests/run_all.sh) also compile the GPU kernels for AMD GPUs with Debian's hipcc
+# (tests/hip_check.sh): not needed to build or run zaya.
+[ "${ZAYA_STRICT:-0}" = 1 ] && APT_PKGS+=(hipcc libamdhip64-dev)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

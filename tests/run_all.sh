@@ -35,6 +35,7 @@ run_suite() {
 # CI (.ci/run sets ZAYA_STRICT=1): the -Werror builds with gcc and clang at several -march targets.
 if [ "${ZAYA_STRICT:-0}" = 1 ]; then
     run_suite strict bash tests/strict.sh
+    run_suite hip bash tests/hip_check.sh
 fi
 run_suite unit build/zaya_tests
 run_suite unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/zaya_tests

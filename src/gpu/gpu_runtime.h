@@ -6,7 +6,13 @@
 
 #ifdef ZAYA_HIP
 #include <hip/hip_runtime.h>
+#if __has_include(<hip/hip_bf16.h>)
 #include <hip/hip_bf16.h>
+#define ZAYA_HIP_BF16 __hip_bfloat16
+#else /* ROCm before 5.7 (Debian 12 packages 5.2, enough to compile-check the kernels): the older bf16 class */
+#include <hip/hip_bfloat16.h>
+#define ZAYA_HIP_BF16 hip_bfloat16
+#endif
 #define gpuError_t hipError_t
 #define gpuSuccess hipSuccess
 #define gpuErrorNoDevice hipErrorNoDevice
@@ -42,7 +48,7 @@
 #define gpuFreeHost hipHostFree
 #define gpuFuncSetAttribute hipFuncSetAttribute
 #define gpuFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
-typedef __hip_bfloat16 gpu_bf16;
+typedef ZAYA_HIP_BF16 gpu_bf16;
 #define GPU_WARP 64 /* AMD wavefront */
 #else
 #include <cuda_runtime.h>

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# HIP portability check (README "GPUs", AMD): every GPU kernel source compiled with hipcc -DZAYA_HIP (gpu_runtime.h
+# maps the CUDA names onto HIP, GPU_WARP = 64) and -Werror for AMD CDNA3 (gfx940, the MI300 family's ISA; Debian
+# 12's clang 15 does not know gfx942 by name) and CDNA2 (gfx90a, MI200). Nothing is linked or run: Debian 12 packages
+# hipcc with HIP 5.2 but not hipBLASLt, rocWMMA or RCCL, so gpu_ctx.cu (cuBLASLt -> hipBLASLt) and
+# gpu_attention_tc.cu (WMMA -> rocWMMA) are compiled only where their headers exist, and said so otherwise.
+# Ends with "hip: N passed, N failed" (one per source and target).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+HIPCC=${HIPCC:-hipcc}
+archs=${HIP_ARCHS:-gfx940 gfx90a}
+if ! command -v "$HIPCC" >/dev/null; then
+    echo "hipcc not found (scripts/install-deps.sh installs Debian's hipcc)"
+    echo "hip: 0 passed, 1 failed"
+    exit 1
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+has_header() { echo "#include <$1>" | "$HIPCC" -x c++ -E - -o /dev/null >/dev/null 2>&1; }
+pass=0
+fail=0
+for src in src/gpu/*.cu; do
+    need=""
+    grep -q 'hipblaslt/hipblaslt.h' "$src" && ! has_header hipblaslt/hipblaslt.h && need="hipBLASLt"
+    grep -q 'rocwmma/rocwmma.hpp' "$src" && ! has_header rocwmma/rocwmma.hpp && need="rocWMMA"
+    if [ -n "$need" ]; then
+        echo "skip $src: needs $need, which this ROCm does not have (Debian 12 does not package it)"
+        continue
+    fi
+    for arch in $archs; do
+        if "$HIPCC" -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Werror --offload-arch="$arch" -DZAYA_HIP \
+            -Isrc -Isrc/gpu -c "$src" -o "$out/$(basename "$src").$arch.o" >"$out/log" 2>&1; then
+            echo "ok   $src for $arch"
+            pass=$((pass + 1))
+        else
+            echo "FAIL $src for $arch"
+            grep -E 'error|warning' "$out/log" | head -10 | sed 's/^/    /'
+            fail=$((fail + 1))
+        fi
+    done
+done
+"$HIPCC" --version 2>/dev/null | head -n 1
+echo "hip: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
