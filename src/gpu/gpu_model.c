@@ -425,6 +425,7 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
         gpu_tock(gm, PHASE_NORMS, &t0);
         /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
         gpu_moe_forward(gm, l, W, L, r_prev, N);
+        t0 = gpu_tick(gm); /* the MoE block timed itself (router, experts): not the norms' time */
         float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
         float *u_next = last ? a->final_normed : a->layers[l + 1].u_attn;
         float *rstd_next = last ? a->final_rstd : a->layers[l + 1].rstd_attn;
