@@ -44,12 +44,38 @@ void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const
     if (gpu_gemm(&gm->g, 0, 1, M, N, K, 1.0f, A, NULL, lda, W, W16, K, 0.0f, C, ldc, &e)) fail_once(gm, &e);
 }
 
-/* The general product with weights as B (W16 their bf16 view, or NULL), as zy_gemm_ctx_w / zy_gemm_ctx_ex. */
+/* The general product, A16 / B16 the operands' bf16 views or NULL (the product then rounds its own copy), as
+ * zy_gemm_ctx_w / zy_gemm_ctx_ex. */
+static void mm16(GpuModel *gm, int ta, int tb, int M, int N, int K, const float *A, const uint16_t *A16, int lda,
+                 const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+    ZyErr e;
+    if (gpu_gemm(&gm->g, ta, tb, M, N, K, 1.0f, A, A16, lda, B, B16, ldb, beta, C, ldc, &e)) fail_once(gm, &e);
+}
+/* The same with weights as B (B16 their bf16 view, or NULL). */
 static void mm(GpuModel *gm, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
-    ZyErr e;
-    if (gpu_gemm(&gm->g, ta, tb, M, N, K, 1.0f, A, NULL, lda, B, B16, ldb, beta, C, ldc, &e)) fail_once(gm, &e);
+    mm16(gm, ta, tb, M, N, K, A, NULL, lda, B, B16, ldb, beta, C, ldc);
 }
+/* gpu_mm_wt with A's bf16 view (or NULL). */
+static void mm_wt16(GpuModel *gm, int M, int N, int K, const float *A, const uint16_t *A16, int lda, const float *W,
+                    const uint16_t *W16, float *C, int ldc) {
+    mm16(gm, 0, 1, M, N, K, A, A16, lda, W, W16, K, 0.0f, C, ldc);
+}
+
+/* bf16 runs: op16[which] = bf16(x[0, rows·ld)) (nearest even, gk_f32_to_bf16), for an activation that several
+ * products read (the inputs of the q/k/v projections, the experts' rows, an output gradient used by both the input-
+ * and the weight-gradient products): one rounding pass instead of one per product, with the same bf16 values, so the
+ * products give the same bits. NULL in fp32 runs or when it does not fit (a model sized for fewer rows, as cached
+ * decoding's): each product then rounds its own copy, as before. The buffer is reused by the next op16 of the same
+ * slot: stream order keeps the products queued before that reading the old values. */
+static const uint16_t *op16(GpuModel *gm, int which, const float *x, size_t rows, size_t ld) {
+    const size_t n = rows * ld;
+    if (!gm->bf16 || !gm->op16[which] || n == 0 || n > gm->op16_elems) return NULL;
+    gk_f32_to_bf16(gm->g.stream, gm->op16[which], x, (long)n);
+    return gm->op16[which];
+}
+/* p16 + off when p16 is set. */
+static const uint16_t *at16(const uint16_t *p16, size_t off) { return p16 ? p16 + off : NULL; }
 
 const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w) {
     return gm->params16 && w ? gm->params16 + (w - gm->params) : NULL;
@@ -74,8 +100,10 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
     if (B <= 0 || T <= 0) return zy_fail(err, "batch shape [%d, %d] must be positive", B, T);
     gpu_sync(&gm->g, "resizing activations", err);
     gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
+    gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
     free(gm->h_plan), free(gm->h_tokens);
     gm->acts_block = NULL, gm->targets = NULL, gm->plan = NULL, gm->h_plan = NULL, gm->h_tokens = NULL;
+    gm->op16[0] = gm->op16[1] = NULL, gm->op16_elems = 0;
     LayerActs *layers = gm->a.layers;
     memset(&gm->a, 0, sizeof gm->a);
     gm->a.layers = layers;
@@ -126,6 +154,13 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
                             (size_t)c->router_hidden_size};
     for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) widest = cands[i] > widest ? cands[i] : widest;
     if (gm->bf16 && gpu_reserve_scratch(&gm->g, N * widest, err)) return -1;
+    if (gm->bf16) { /* op16's two buffers: N rows of the widest activation a product reads (not the logits) */
+        size_t act = 0;
+        for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) act = cands[i] > act ? cands[i] : act;
+        for (int i = 0; i < 2; i++)
+            if (!(gm->op16[i] = gpu_alloc(N * act * sizeof(uint16_t), "bf16 activation operands", err))) return -1;
+        gm->op16_elems = N * act;
+    }
     return 0;
 }
 
@@ -200,6 +235,7 @@ void gpu_model_free(GpuModel *gm) {
     gpu_free(gm->params), gpu_free(gm->grads), gpu_free(gm->params16), gpu_free(gm->loss_parts);
     gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
     gpu_free(gm->unit_scale), gpu_free(gm->zero_bias), gpu_free(gm->merge_grad_sink);
+    gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
     free(gm->h_plan), free(gm->h_work), free(gm->h_tokens), free(gm->h_off), free(gm->h_valid);
     free(gm->w.layers), free(gm->gw.layers), free(gm->a.layers);
     if (gm->g.stream) gpu_close(&gm->g);
@@ -290,17 +326,20 @@ static void cca_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
     GkStream s = gm->g.stream;
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
-    /* 1. down projections into X = [q0 | k0] */
-    gpu_mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->qk_down, C);
-    gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->qk_down + Cq, C);
+    /* 1. down projections into X = [q0 | k0] (u rounded to bf16 once for the four products that read it) */
+    const uint16_t *u16 = op16(gm, 0, L->u_attn, N, D);
+    mm_wt16(gm, N, Cq, D, L->u_attn, u16, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->qk_down, C);
+    mm_wt16(gm, N, Ck, D, L->u_attn, u16, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
     gk_cca_conv_forward(s, L->conv_out, L->conv_mid, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
                         W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
     /* 3. q-k mean skip */
     gk_qk_mean_forward(s, L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
     /* 4. values with a one-token delay */
-    gpu_mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_current, gpu_bf16_of(gm, W->w_v_current), L->v_current, Ck / 2);
-    gpu_mm_wt(gm, N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, gpu_bf16_of(gm, W->w_v_delayed), L->v_delayed, Ck / 2);
+    mm_wt16(gm, N, Ck / 2, D, L->u_attn, u16, D, W->w_v_current, gpu_bf16_of(gm, W->w_v_current), L->v_current,
+            Ck / 2);
+    mm_wt16(gm, N, Ck / 2, D, L->u_attn, u16, D, W->w_v_delayed, gpu_bf16_of(gm, W->w_v_delayed), L->v_delayed,
+            Ck / 2);
     gk_delayed_value_forward(s, L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
@@ -321,9 +360,10 @@ static void mha_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
     const AttnGeom g = attn_geom(gm, l);
-    gpu_mm_wt(gm, N, Cq, D, L->u_attn, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->query, Cq);
-    gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->key, Ck);
-    gpu_mm_wt(gm, N, Ck, D, L->u_attn, D, W->w_v, gpu_bf16_of(gm, W->w_v), L->value, Ck);
+    const uint16_t *u16 = op16(gm, 0, L->u_attn, N, D);
+    mm_wt16(gm, N, Cq, D, L->u_attn, u16, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->query, Cq);
+    mm_wt16(gm, N, Ck, D, L->u_attn, u16, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->key, Ck);
+    mm_wt16(gm, N, Ck, D, L->u_attn, u16, D, W->w_v, gpu_bf16_of(gm, W->w_v), L->value, Ck);
     gk_rope_forward(s, L->query, g.cos, g.sin, N, T, Hq, dh, g.rd);
     gk_rope_forward(s, L->key, g.cos, g.sin, N, T, Hkv, dh, g.rd);
     gpu_attention_forward(gm, L, g.window);
@@ -374,16 +414,23 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
     const int32_t *off = expert_offsets_to_host(gm, l, L, E);
     const int n = off[E];
     gk_gather_rows(s, L->expert_in, L->u_mlp, L->sorted_rows, n, D);
+    /* each expert's rows are a slice of one bf16 copy (one rounding pass, not one per expert) */
+    const uint16_t *in16 = op16(gm, 0, L->expert_in, (size_t)n, D);
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         const float *wg = W->expert_gate_up + (size_t)e * 2 * I * D;
-        if (ne) gpu_mm_wt(gm, ne, 2 * I, D, L->expert_in + (size_t)r0 * D, D, wg, gpu_bf16_of(gm, wg), L->expert_gu + (size_t)r0 * 2 * I, 2 * I);
+        if (ne)
+            mm_wt16(gm, ne, 2 * I, D, L->expert_in + (size_t)r0 * D, at16(in16, (size_t)r0 * D), D, wg,
+                    gpu_bf16_of(gm, wg), L->expert_gu + (size_t)r0 * 2 * I, 2 * I);
     }
     gk_swiglu_forward(s, L->expert_act, L->expert_gu, n, I);
+    const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)n, I);
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         const float *wd = W->expert_down + (size_t)e * D * I;
-        if (ne) gpu_mm_wt(gm, ne, D, I, L->expert_act + (size_t)r0 * I, I, wd, gpu_bf16_of(gm, wd), L->expert_out + (size_t)r0 * D, D);
+        if (ne)
+            mm_wt16(gm, ne, D, I, L->expert_act + (size_t)r0 * I, at16(act16, (size_t)r0 * I), I, wd,
+                    gpu_bf16_of(gm, wd), L->expert_out + (size_t)r0 * D, D);
     }
     gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, n, D, E);
     gpu_tock(gm, PHASE_EXPERTS, &t0);
@@ -425,6 +472,7 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
         gpu_tock(gm, PHASE_NORMS, &t0);
         /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
         gpu_moe_forward(gm, l, W, L, r_prev, N);
+        t0 = gpu_tick(gm); /* the MoE block timed itself (router, experts): not the norms' time */
         float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
         float *u_next = last ? a->final_normed : a->layers[l + 1].u_attn;
         float *rstd_next = last ? a->final_rstd : a->layers[l + 1].rstd_attn;
@@ -510,54 +558,75 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
         gpu_zero(gm, d->d_router_logits, (size_t)N * K);
         gk_router_choice_backward(s, d->d_router_logits, d->d_gate, L->router_probs, L->choice, N, K);
     }
+    /* each output gradient below feeds two products (input and weight gradient): rounded to bf16 once (op16) */
     if (c->moe != ZY_MOE_DENSE && c->router == ZY_ROUTER_LINEAR) { /* logits = u Wᵀ */
-        mm(gm, 0, 0, N, D, K, d->d_router_logits, K, W->router_w, gpu_bf16_of(gm, W->router_w), D, 0, d->d_u, D);
-        mm(gm, 1, 0, K, D, N, d->d_router_logits, K, L->u_mlp, NULL, D, 1, G->router_w, D);
+        const uint16_t *dl16 = op16(gm, 0, d->d_router_logits, N, K);
+        mm16(gm, 0, 0, N, D, K, d->d_router_logits, dl16, K, W->router_w, gpu_bf16_of(gm, W->router_w), D, 0, d->d_u,
+             D);
+        mm16(gm, 1, 0, K, D, N, d->d_router_logits, dl16, K, L->u_mlp, NULL, D, 1, G->router_w, D);
     } else if (c->moe != ZY_MOE_DENSE) {
-        mm(gm, 0, 0, N, R, K, d->d_router_logits, K, W->router_out_w, gpu_bf16_of(gm, W->router_out_w), R, 0, d->d_h2, R);
-        mm(gm, 1, 0, K, R, N, d->d_router_logits, K, L->router_h2, NULL, R, 1, G->router_out_w, R);
+        const uint16_t *dl16 = op16(gm, 0, d->d_router_logits, N, K);
+        mm16(gm, 0, 0, N, R, K, d->d_router_logits, dl16, K, W->router_out_w, gpu_bf16_of(gm, W->router_out_w), R, 0,
+             d->d_h2, R);
+        mm16(gm, 1, 0, K, R, N, d->d_router_logits, dl16, K, L->router_h2, NULL, R, 1, G->router_out_w, R);
         gk_gelu_bias_backward(s, d->d_h1, G->router_fc2_b, d->d_h2, L->router_h2_pre, N, R); /* d_h1 = d(h2_pre) */
-        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc2_w, gpu_bf16_of(gm, W->router_fc2_w), R, 0, d->d_h2, R);
-        mm(gm, 1, 0, R, R, N, d->d_h1, R, L->router_h1, NULL, R, 1, G->router_fc2_w, R);
+        const uint16_t *dh16 = op16(gm, 1, d->d_h1, N, R);
+        mm16(gm, 0, 0, N, R, R, d->d_h1, dh16, R, W->router_fc2_w, gpu_bf16_of(gm, W->router_fc2_w), R, 0, d->d_h2,
+             R);
+        mm16(gm, 1, 0, R, R, N, d->d_h1, dh16, R, L->router_h1, NULL, R, 1, G->router_fc2_w, R);
         gk_gelu_bias_backward(s, d->d_h1, G->router_fc1_b, d->d_h2, L->router_h1_pre, N, R); /* d_h1 = d(h1_pre) */
-        mm(gm, 0, 0, N, R, R, d->d_h1, R, W->router_fc1_w, gpu_bf16_of(gm, W->router_fc1_w), R, 0, d->d_zn, R);
-        mm(gm, 1, 0, R, R, N, d->d_h1, R, L->router_zn, NULL, R, 1, G->router_fc1_w, R);
+        dh16 = op16(gm, 0, d->d_h1, N, R);
+        mm16(gm, 0, 0, N, R, R, d->d_h1, dh16, R, W->router_fc1_w, gpu_bf16_of(gm, W->router_fc1_w), R, 0, d->d_zn,
+             R);
+        mm16(gm, 1, 0, R, R, N, d->d_h1, dh16, R, L->router_zn, NULL, R, 1, G->router_fc1_w, R);
         gk_rmsnorm_backward(s, dz, G->router_norm, d->d_zn, L->router_z, W->router_norm, L->router_rstd, N, R);
         /* z = u W_downᵀ + b + r_prev ⊙ γ */
         gk_state_backward(s, dz_prev, G->router_state_scale, G->router_down_b, dz, r_prev, W->router_state_scale, N, R);
-        mm(gm, 0, 0, N, D, R, dz, R, W->router_down_w, gpu_bf16_of(gm, W->router_down_w), D, 0, d->d_u, D);
-        mm(gm, 1, 0, R, D, N, dz, R, L->u_mlp, NULL, D, 1, G->router_down_w, D);
+        const uint16_t *dz16 = op16(gm, 1, dz, N, R);
+        mm16(gm, 0, 0, N, D, R, dz, dz16, R, W->router_down_w, gpu_bf16_of(gm, W->router_down_w), D, 0, d->d_u, D);
+        mm16(gm, 1, 0, R, D, N, dz, dz16, R, L->u_mlp, NULL, D, 1, G->router_down_w, D);
     }
     gpu_tock(gm, PHASE_ROUTER, &t0);
     /* experts: per-expert products, SwiGLU backward, scatter-add of dxin into d_u */
+    /* each expert's operands are slices of bf16 copies made once per layer (op16), not rounded per product */
+    const uint16_t *dy16 = op16(gm, 0, d->d_expert_out, (size_t)n_routed, D);
+    const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)n_routed, I);
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         if (!ne) continue;
         const float *wd = W->expert_down + (size_t)e * D * I;
         const float *dye = d->d_expert_out + (size_t)r0 * D;
-        mm(gm, 0, 0, ne, I, D, dye, D, wd, gpu_bf16_of(gm, wd), I, 0, d->d_expert_act + (size_t)r0 * I, I);
-        mm(gm, 1, 0, D, I, ne, dye, D, L->expert_act + (size_t)r0 * I, NULL, I, 1, G->expert_down + (size_t)e * D * I, I);
+        const uint16_t *dye16 = at16(dy16, (size_t)r0 * D);
+        mm16(gm, 0, 0, ne, I, D, dye, dye16, D, wd, gpu_bf16_of(gm, wd), I, 0, d->d_expert_act + (size_t)r0 * I, I);
+        mm16(gm, 1, 0, D, I, ne, dye, dye16, D, L->expert_act + (size_t)r0 * I, at16(act16, (size_t)r0 * I), I, 1,
+             G->expert_down + (size_t)e * D * I, I);
     }
     gpu_zero(gm, d->d_expert_gu, (size_t)n_routed * 2 * I);
     gk_swiglu_backward(s, d->d_expert_gu, d->d_expert_act, L->expert_gu, n_routed, I);
+    const uint16_t *dgu16 = op16(gm, 0, d->d_expert_gu, (size_t)n_routed, 2 * (size_t)I);
+    const uint16_t *in16 = op16(gm, 1, L->expert_in, (size_t)n_routed, D);
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
         if (!ne) continue;
         const float *wg = W->expert_gate_up + (size_t)e * 2 * I * D;
         const float *dge = d->d_expert_gu + (size_t)r0 * 2 * I;
-        mm(gm, 0, 0, ne, D, 2 * I, dge, 2 * I, wg, gpu_bf16_of(gm, wg), D, 0, d->d_expert_in + (size_t)r0 * D, D);
-        mm(gm, 1, 0, 2 * I, D, ne, dge, 2 * I, L->expert_in + (size_t)r0 * D, NULL, D, 1,
-           G->expert_gate_up + (size_t)e * 2 * I * D, D);
+        const uint16_t *dge16 = at16(dgu16, (size_t)r0 * 2 * I);
+        mm16(gm, 0, 0, ne, D, 2 * I, dge, dge16, 2 * I, wg, gpu_bf16_of(gm, wg), D, 0, d->d_expert_in + (size_t)r0 * D,
+             D);
+        mm16(gm, 1, 0, 2 * I, D, ne, dge, dge16, 2 * I, L->expert_in + (size_t)r0 * D, at16(in16, (size_t)r0 * D), D,
+             1, G->expert_gate_up + (size_t)e * 2 * I * D, D);
     }
     gk_scatter_add_rows(s, d->d_u, d->d_expert_in, L->sorted_rows, n_routed, D);
     gpu_tock(gm, PHASE_EXPERTS, &t0);
 }
 
-/* dx += dy W (the input gradient) and dW += dyᵀ x: a linear layer y = x Wᵀ's backward. */
-static void linear_back(GpuModel *gm, float *dx, float *dw, const float *dy, const float *x, const float *w, int rows,
-                        int in, int out) {
-    mm(gm, 0, 0, rows, in, out, dy, out, w, gpu_bf16_of(gm, w), in, 1, dx, in);
-    mm(gm, 1, 0, out, in, rows, dy, out, x, NULL, in, 1, dw, in);
+/* dx += dy W (the input gradient) and dW += dyᵀ x: a linear layer y = x Wᵀ's backward. dy is rounded to bf16 once
+ * for both products (op16 slot 0); x16 is x's bf16 view (op16 slot 1) or NULL. */
+static void linear_back(GpuModel *gm, float *dx, float *dw, const float *dy, const float *x, const uint16_t *x16,
+                        const float *w, int rows, int in, int out) {
+    const uint16_t *dy16 = op16(gm, 0, dy, (size_t)rows, (size_t)out);
+    mm16(gm, 0, 0, rows, in, out, dy, dy16, out, w, gpu_bf16_of(gm, w), in, 1, dx, in);
+    mm16(gm, 1, 0, out, in, rows, dy, dy16, out, x, x16, in, 1, dw, in);
 }
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. The MHA variant's backward. */
@@ -570,16 +639,17 @@ static void mha_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
     const AttnGeom g = attn_geom(gm, l);
     gpu_zero(gm, d->d_attn_out, (size_t)N * Cq);
-    linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, W->w_o, N, Cq, D);
+    linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, NULL, W->w_o, N, Cq, D);
     gpu_zero(gm, d->d_query, (size_t)N * Cq);
     gpu_zero(gm, d->d_key, (size_t)N * Ck);
     gpu_zero(gm, d->d_value, (size_t)N * Ck);
     gpu_attention_backward(gm, L, g.window);
     gk_rope_backward(s, d->d_query, g.cos, g.sin, N, T, Hq, dh, g.rd);
     gk_rope_backward(s, d->d_key, g.cos, g.sin, N, T, Hkv, dh, g.rd);
-    linear_back(gm, d->d_u, G->w_q, d->d_query, L->u_attn, W->w_q, N, D, Cq);
-    linear_back(gm, d->d_u, G->w_k, d->d_key, L->u_attn, W->w_k, N, D, Ck);
-    linear_back(gm, d->d_u, G->w_v, d->d_value, L->u_attn, W->w_v, N, D, Ck);
+    const uint16_t *u16 = op16(gm, 1, L->u_attn, N, D); /* read by the three weight-gradient products */
+    linear_back(gm, d->d_u, G->w_q, d->d_query, L->u_attn, u16, W->w_q, N, D, Cq);
+    linear_back(gm, d->d_u, G->w_k, d->d_key, L->u_attn, u16, W->w_k, N, D, Ck);
+    linear_back(gm, d->d_u, G->w_v, d->d_value, L->u_attn, u16, W->w_v, N, D, Ck);
 }
 
 /* Input: d->d_h = dL/d(attn_proj). Output: d->d_u += dL/du_attn. */
@@ -592,7 +662,7 @@ static void cca_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 8. output projection */
     gpu_zero(gm, d->d_attn_out, (size_t)N * Cq);
-    linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, W->w_o, N, Cq, D);
+    linear_back(gm, d->d_attn_out, G->w_o, d->d_h, L->attn_out, NULL, W->w_o, N, Cq, D);
     /* 7. attention */
     gpu_zero(gm, d->d_query, (size_t)N * Cq);
     gpu_zero(gm, d->d_key, (size_t)N * Ck);
@@ -603,8 +673,10 @@ static void cca_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     gpu_zero(gm, d->d_vc, (size_t)N * Ck / 2);
     gpu_zero(gm, d->d_vd, (size_t)N * Ck / 2);
     gk_delayed_value_backward(s, d->d_vc, d->d_vd, d->d_value, B, T, Ck / 2);
-    linear_back(gm, d->d_u, G->w_v_current, d->d_vc, L->u_attn, W->w_v_current, N, D, Ck / 2);
-    linear_back(gm, d->d_u, G->w_v_delayed, d->d_vd, L->u_attn, W->w_v_delayed, N, D, Ck / 2);
+    /* u in bf16 for the four weight-gradient products that read it (op16 slot 1, kept to step 1 below) */
+    const uint16_t *u16 = op16(gm, 1, L->u_attn, N, D);
+    linear_back(gm, d->d_u, G->w_v_current, d->d_vc, L->u_attn, u16, W->w_v_current, N, D, Ck / 2);
+    linear_back(gm, d->d_u, G->w_v_delayed, d->d_vd, L->u_attn, u16, W->w_v_delayed, N, D, Ck / 2);
     /* 6. RoPE and 5. QK norm in one pass → gradients of query_pre / key_pre (into the free d_attn_out / d_value) */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     float *d_query_pre = d->d_attn_out, *d_key_pre = d->d_value;
@@ -620,11 +692,16 @@ static void cca_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     gk_cca_conv_backward(s, d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
                          d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
                          c->cca_time1);
-    /* 1. down projections (dX has row stride C) */
-    mm(gm, 0, 0, N, D, Cq, d->d_qk_down, C, W->w_q, gpu_bf16_of(gm, W->w_q), D, 1, d->d_u, D);
-    mm(gm, 1, 0, Cq, D, N, d->d_qk_down, C, L->u_attn, NULL, D, 1, G->w_q, D);
-    mm(gm, 0, 0, N, D, Ck, d->d_qk_down + Cq, C, W->w_k, gpu_bf16_of(gm, W->w_k), D, 1, d->d_u, D);
-    mm(gm, 1, 0, Ck, D, N, d->d_qk_down + Cq, C, L->u_attn, NULL, D, 1, G->w_k, D);
+    /* 1. down projections (dX has row stride C): dX rounded once for its four products (each rounded the whole
+     * strided span before) */
+    const uint16_t *dx16 = op16(gm, 0, d->d_qk_down, N, C);
+    /* the k columns start Cq values in: shared only where that keeps the 256-byte alignment a rounded copy of
+     * their own has (the product's algorithm depends on the operands' alignment, so this keeps its bits) */
+    const uint16_t *dk16 = Cq % 128 == 0 ? at16(dx16, Cq) : NULL;
+    mm16(gm, 0, 0, N, D, Cq, d->d_qk_down, dx16, C, W->w_q, gpu_bf16_of(gm, W->w_q), D, 1, d->d_u, D);
+    mm16(gm, 1, 0, Cq, D, N, d->d_qk_down, dx16, C, L->u_attn, u16, D, 1, G->w_q, D);
+    mm16(gm, 0, 0, N, D, Ck, d->d_qk_down + Cq, dk16, C, W->w_k, gpu_bf16_of(gm, W->w_k), D, 1, d->d_u, D);
+    mm16(gm, 1, 0, Ck, D, N, d->d_qk_down + Cq, dk16, C, L->u_attn, u16, D, 1, G->w_k, D);
 }
 
 int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {

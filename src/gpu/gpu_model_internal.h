@@ -33,6 +33,8 @@ struct GpuModel {
     ZyErr err;             /* the first failure inside a pass (products report errors; kernels do not) */
     int failed;
     double *tm;            /* per-phase seconds (gpu_model_set_timing), NULL: off */
+    uint16_t *op16[2];     /* bf16 runs: an activation operand of several products, rounded once (gpu_model.c op16) */
+    size_t op16_elems;     /* capacity of each, in bf16 values (N rows by the widest activation) */
 };
 
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */

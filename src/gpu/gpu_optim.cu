@@ -47,6 +47,19 @@ __global__ void go_f32_to_bf16_kernel(uint16_t *dst, const float *src, long n) {
         dst[i] = go_bf16_bits(src[i]);
 }
 
+/* The same four values at a time (src 16-byte, dst 8-byte aligned): one 128-bit load and one 64-bit store a thread
+ * instead of four 32-bit loads and four 16-bit stores; block 0 also does the n % 4 tail. Same bits. */
+__global__ void go_f32_to_bf16_vec4_kernel(uint16_t *dst, const float *src, long n) {
+    const long n4 = n / 4;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
+        const float4 v = reinterpret_cast<const float4 *>(src)[i];
+        ushort4 o;
+        o.x = go_bf16_bits(v.x), o.y = go_bf16_bits(v.y), o.z = go_bf16_bits(v.z), o.w = go_bf16_bits(v.w);
+        reinterpret_cast<ushort4 *>(dst)[i] = o;
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) dst[n4 * 4 + threadIdx.x] = go_bf16_bits(src[n4 * 4 + threadIdx.x]);
+}
+
 __global__ void go_scale_kernel(float *x, float a, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
         x[i] = __fmul_rn(x[i], a);
@@ -66,7 +79,10 @@ __global__ void go_sumsq_block_kernel(double *out, const float *x, long n) {
 
 extern "C" void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n) {
     if (n <= 0) return;
-    go_f32_to_bf16_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+    if (((uintptr_t)src & 15u) == 0 && ((uintptr_t)dst & 7u) == 0 && n >= 4)
+        go_f32_to_bf16_vec4_kernel<<<gk_blocks(n / 4, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+    else
+        go_f32_to_bf16_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
     GK_LAUNCH_CHECK();
 }
 

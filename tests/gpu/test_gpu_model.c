@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpu/gpu_model.h"
+#include "gpu/gpu_model_internal.h" /* op16: the bf16 operand sharing, switched off for a reference run */
 #include "gpu_test.h"
 #include "model/model.h"
 
@@ -86,6 +87,52 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
     gt_reset(t);
 }
 
+/* bf16 runs round an activation that several products read to bf16 once (gpu_model.c's op16 buffers) instead of
+ * once per product; the values rounded are the same and the products' shapes and operand alignments too, so the
+ * step must give the same bits as with the sharing off (op16_elems = 0: every product rounds its own copy, the
+ * path a model sized for fewer rows takes). Logits, loss and every gradient compared bit for bit. */
+static void compare_bf16_shared(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T) {
+    Model m;
+    ZyErr err = {{0}};
+    char name[200];
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    const int N = B * T, V = cfg->vocab_size;
+    int32_t *tokens = gt_rand_int(t, (size_t)N, 0, V), *targets = gt_rand_int(t, (size_t)N, 0, V);
+    targets[N - 1] = -1;
+    float *logits[2] = {NULL, NULL}, *grads[2] = {NULL, NULL};
+    double loss[2] = {NAN, NAN};
+    int ok = 1, shared = 0;
+    for (int run = 0; run < 2 && ok; run++) {
+        GpuModel *gm = NULL;
+        ok = gpu_model_create(&gm, &m, -1, B, T, 1, 1, &err) == 0;
+        if (ok && run == 0) shared = gm->op16[0] != NULL && gm->op16[1] != NULL;
+        if (ok && run == 1) gm->op16_elems = 0; /* sharing off */
+        ok = ok && gpu_model_forward(gm, tokens, &err) == 0 && gpu_model_backward(gm, targets, &err) == 0 &&
+             gpu_model_take_loss(gm, &loss[run], &err) == 0;
+        if (ok) {
+            logits[run] = gt_host(t, (size_t)N * V);
+            ok = gpu_model_logits(gm, logits[run], &err) == 0 && gpu_model_download_grads(gm, &m, &err) == 0;
+            grads[run] = gt_copy(t, m.params.grad, m.params.total);
+        }
+        gpu_model_free(gm);
+    }
+    snprintf(name, sizeof name, "%s: bf16 runs with and without shared operands", label);
+    if (gt_assert(t, ok && shared, name, "%s", !ok ? err.msg : "no op16 buffers in a bf16 model")) {
+        size_t dl = 0, dg = 0;
+        for (size_t i = 0; i < (size_t)N * V; i++) dl += memcmp(&logits[0][i], &logits[1][i], sizeof(float)) != 0;
+        for (size_t i = 0; i < m.params.total; i++) dg += memcmp(&grads[0][i], &grads[1][i], sizeof(float)) != 0;
+        snprintf(name, sizeof name, "%s: bf16 shared operands bit-identical", label);
+        gt_assert(t, dl == 0 && dg == 0 && memcmp(&loss[0], &loss[1], sizeof(double)) == 0, name,
+                  "%zu logits, %zu gradients differ; loss %.17g vs %.17g", dl, dg, loss[0], loss[1]);
+    }
+    model_free(&m);
+    gt_reset(t);
+}
+
 void test_gpu_model(GpuTest *t) {
     ZayaConfig c = gt_small_config();
     compare_model(t, "zaya1 B2 T37", &c, 2, 37);
@@ -137,4 +184,21 @@ void test_gpu_model(GpuTest *t) {
     wide_sw.sliding_window = 100, wide_sw.rope_theta_sliding = 1e4f, wide_sw.partial_rotary_factor_sliding = 0.5f;
     cfg_set_layer_sliding(&wide_sw, 1, 1);
     compare_model(t, "head_dim 64, layer 1 sliding W100, T 256", &wide_sw, 2, 256);
+    /* bf16 operand sharing (op16) in every place it is used: CCA and MHA projections, the MLP and linear routers,
+     * the experts (the dense variant too), an unaligned k-column offset (Cq = 48 values) */
+    compare_bf16_shared(t, "zaya1 B2 T37", &c, 2, 37);
+    compare_bf16_shared(t, "MHA variant", &mha, 2, 33);
+    compare_bf16_shared(t, "linear router", &lin, 2, 29);
+    compare_bf16_shared(t, "dense MLP", &dense, 2, 27);
+    ZayaConfig odd = c;
+    odd.num_heads = 3, odd.num_kv_heads = 1;
+    compare_bf16_shared(t, "3/1 heads of 16", &odd, 2, 21);
+    compare_bf16_shared(t, "head_dim 64, 8 experts, T 256", &wide, 2, 256);
+    /* bench-gpu's layer shapes (hidden 1024, 16 experts of 1024, 8/2 heads of 128, router 256) at 4 x 2048 rows,
+     * one layer and a small vocabulary: the sizes the training benchmark runs */
+    ZayaConfig big = c;
+    big.hidden_size = 1024, big.num_layers = 1, big.num_heads = 8, big.num_kv_heads = 2, big.head_dim = 128;
+    big.num_experts = 16, big.moe_intermediate_size = 1024, big.router_hidden_size = 256, big.vocab_size = 512;
+    big.cca_time0 = 2, big.cca_time1 = 2, big.max_position_embeddings = 4096;
+    compare_bf16_shared(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048);
 }

@@ -26,8 +26,20 @@ static float u2f(uint32_t u) {
     return f;
 }
 
-/* ---- gk_f32_to_bf16: bit for bit zy_f32_to_bf16 ---- */
+/* ---- gk_f32_to_bf16: bit for bit zy_f32_to_bf16 ----
+ * n values from d_src + src_off into d_dst + dst_off: aligned bases take the four-at-a-time kernel (n % 4 its tail),
+ * an unaligned one the one-at-a-time kernel. */
+static void test_bf16_round_case(GpuTest *t, size_t n, size_t src_off, size_t dst_off);
 static void test_bf16_round(GpuTest *t) {
+    test_bf16_round_case(t, 200000, 0, 0);  /* four at a time */
+    test_bf16_round_case(t, 200003, 0, 0);  /* four at a time and a tail of 3 */
+    test_bf16_round_case(t, 7, 0, 0);       /* one float4 and the tail */
+    test_bf16_round_case(t, 3, 0, 0);       /* tail only: the one-at-a-time kernel */
+    test_bf16_round_case(t, 200001, 1, 0);  /* unaligned source: one at a time */
+    test_bf16_round_case(t, 200000, 0, 1);  /* unaligned destination: one at a time */
+    test_bf16_round_case(t, (size_t)8192 * 1024, 0, 0); /* an [N, D] activation at bench-gpu's size */
+}
+static void test_bf16_round_case(GpuTest *t, size_t n, size_t src_off, size_t dst_off) {
     static const uint32_t specials[] = {
         0x00000000u, 0x80000000u,             /* ±0 */
         0x7f800000u, 0xff800000u,             /* ±inf */
@@ -42,7 +54,7 @@ static void test_bf16_round(GpuTest *t) {
         0x00000001u, 0x00008000u, 0x00018000u, 0x807fffffu, /* subnormals, halfway ones */
         0x00800000u, 0x3f800000u, 0xc0490fdbu, /* FLT_MIN, 1, −π */
     };
-    const size_t n_spec = ZY_ARRAY_LEN(specials), n = 200000;
+    const size_t n_spec = ZY_ARRAY_LEN(specials);
     float *src = gt_host(t, n);
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
@@ -58,12 +70,13 @@ static void test_bf16_round(GpuTest *t) {
             u = f2u((float)zy_rng_normal(&t->rng) * 3.0f);
         memcpy(&src[i], &u, sizeof u); /* no float arithmetic on the patterns */
     }
-    float *d_src = gt_up(t, src, n);
-    uint16_t *d_dst = gt_dev(t, n * sizeof(uint16_t));
+    float *d_src = (float *)gt_dev(t, (n + src_off) * sizeof(float)) + src_off;
+    ZyErr err = {{0}};
+    if (gpu_upload(t->g, d_src, src, n * sizeof(float), &err)) fprintf(stderr, "  %s\n", err.msg);
+    uint16_t *d_dst = (uint16_t *)gt_dev(t, (n + dst_off) * sizeof(uint16_t)) + dst_off;
     gpu_memset_async(t->g, d_dst, 0x5a, n * sizeof(uint16_t)); /* poison */
     gk_f32_to_bf16(t->g->stream, d_dst, d_src, (long)n);
     uint16_t *h = (uint16_t *)gt_host(t, n / 2 + 1);
-    ZyErr err = {{0}};
     size_t bad = 0, first = 0;
     if (gpu_download(t->g, h, d_dst, n * sizeof(uint16_t), &err)) {
         bad = n;
@@ -77,8 +90,10 @@ static void test_bf16_round(GpuTest *t) {
     }
     uint32_t fu;
     memcpy(&fu, &src[first], sizeof fu);
-    gt_assert(t, bad == 0, "gk_f32_to_bf16 bit-exact (specials, halfway)", "%zu of %zu differ (first %08x: %04x vs %04x)",
-              bad, n, fu, bad ? h[first] : 0, bad ? zy_f32_to_bf16(u2f(fu)) : 0);
+    char name[120];
+    snprintf(name, sizeof name, "gk_f32_to_bf16 bit-exact n %zu, offsets %zu/%zu", n, src_off, dst_off);
+    gt_assert(t, bad == 0, name, "%zu of %zu differ (first %08x: %04x vs %04x)", bad, n, fu, bad ? h[first] : 0,
+              bad ? zy_f32_to_bf16(u2f(fu)) : 0);
 }
 
 /* ---- gk_scale, gk_sumsq ---- */
