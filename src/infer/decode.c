@@ -237,19 +237,17 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
         const int first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0; /* ... and from p0+t-W+1 in a window */
         decode_attn_softmax(sc + (size_t)r * Lk, Lk, first, last);
     }
-    /* o = P V block by block: a few rows (decoding) in one pass over each value row, longer pieces as GEMMs */
-    const int few = n * nh <= 16;
+    /* o = P V block by block, register-blocked over the rows that share each value row: one head's n queries, or
+     * query t's nh heads (adjacent in o) */
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
-        if (few)
+        if (nh == 1)
+            decode_attn_values(o, Cq, sc + (s0 - lo), Lk, vb, Ck, n, cnt, dh, s0 > lo);
+        else
             for (int t = 0; t < n; t++)
                 decode_attn_values(o + (size_t)t * Cq, dh, sc + (size_t)t * nh * Lk + (s0 - lo), Lk, vb, Ck, nh, cnt,
                                    dh, s0 > lo);
-        else
-            for (int g = 0; g < nh; g++)
-                zy_gemm(0, 0, n, dh, cnt, 1, sc + (size_t)g * Lk + (s0 - lo), nh * Lk, vb, Ck, s0 > lo ? 1.0f : 0.0f,
-                        o + g * dh, Cq);
         s0 += cnt;
     }
 }

@@ -427,7 +427,8 @@ TEST(decode_attention_scores_at_every_cpu_level) {
 
 /* Cached decoding's softmax row and value kernels (decode_attn_softmax, decode_attn_values) at every CPU level
  * against double-precision references: windows [first, last] starting and ending on and off the vector widths
- * (columns outside them exactly zero), rows whose scores span a wide range; value products with head sizes off the
+ * (columns outside them exactly zero), rows whose scores span a wide range; value products (1 to 64 rows: a head's
+ * prefill queries or a query's heads) with head sizes off the
  * vector widths, strided rows, overwrite and accumulate, the output's columns past dh untouched. */
 TEST(decode_attention_softmax_and_values_at_every_cpu_level) {
     ZyCpuInfo ci;
@@ -436,7 +437,7 @@ TEST(decode_attention_softmax_and_values_at_every_cpu_level) {
     zy_rng_seed(&rng, 78);
     const int spans[][3] = {/* n, first, last */ {1, 0, 0}, {7, 0, 6}, {40, 3, 39}, {40, 0, 16}, {33, 17, 32},
                             {100, 9, 71}};
-    const int dhs[] = {4, 8, 24, 64, 72}, cnts[] = {1, 5, 16}, ns[] = {1, 4};
+    const int dhs[] = {4, 8, 24, 64, 72}, cnts[] = {1, 5, 16}, ns[] = {1, 4, 7, 64};
     double worst_p = 0, worst_o = 0;
     int levels = 0;
     for (int l = 0; l < ZY_CPU_LEVELS; l++) {
