@@ -10,6 +10,7 @@
 #include "gpu/gpu_decode.h"
 #include "gpu/gpu_model.h"
 #include "gpu_test.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 /* B sequences of T tokens: the GPU's full forward, the GPU cache (prefill of n0 tokens in pieces of `chunk`, then one
@@ -433,7 +434,162 @@ static void pool_refusals(GpuTest *t, const ZayaConfig *cfg) {
     gt_reset(t);
 }
 
+/* ---- the pool step's own kernels alone (a failure here names the kernel before the model-level lockstep) ------- */
+
+/* gk_paged_decode_attention vs a double reference: three sequences (37, 1 and 20 tokens) whose blocks lie shuffled
+ * over the pool, rows for the last 6 positions of the first (a prefill piece) and the last of the others (decode
+ * rows), GQA, a window. Every pool row no sequence owns, and every table entry past a sequence's blocks, is NaN or
+ * points at NaN rows: a key read outside [max(0, pos-W+1), pos] of the row's own sequence shows as a NaN. */
+static void check_paged_attention(GpuTest *t, int Hq, int Hkv, int dh, int bt, int window) {
+    enum { NS = 3 };
+    const int lens[NS] = {37, 1, 20}, news[NS] = {6, 1, 1};
+    const int Cq = Hq * dh, Ck = Hkv * dh, G = Hq / Hkv;
+    int MB = 0, used = 0, N = 0;
+    for (int i = 0; i < NS; i++) {
+        const int nb = (lens[i] + bt - 1) / bt;
+        MB = nb > MB ? nb : MB;
+        used += nb;
+        N += news[i];
+    }
+    const int NB = used + 2; /* two blocks nobody owns */
+    int32_t *perm = gt_rand_int(t, NB, 0, 1);
+    for (int i = 0; i < NB; i++) perm[i] = i;
+    for (int i = NB - 1; i > 0; i--) {
+        const int j = (int)(zy_rng_next(&t->rng) % (uint64_t)(i + 1)), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    int32_t *table = gt_rand_int(t, (size_t)NS * MB, 0, 1);
+    const size_t nkv = (size_t)NB * bt * Ck;
+    float *K = gt_host(t, nkv), *V = gt_host(t, nkv);
+    for (size_t i = 0; i < nkv; i++) K[i] = V[i] = NAN;
+    for (int i = 0, b = 0; i < NS; i++)
+        for (int k = 0; k < MB; k++) /* past its blocks: an unowned (NaN) block */
+            table[i * MB + k] = k < (lens[i] + bt - 1) / bt ? perm[b++] : perm[NB - 1];
+    for (int i = 0; i < NS; i++)
+        for (int s = 0; s < lens[i]; s++) {
+            const size_t at = ((size_t)table[i * MB + s / bt] * bt + s % bt) * Ck;
+            for (int c = 0; c < Ck; c++) {
+                K[at + c] = (float)zy_rng_normal(&t->rng);
+                V[at + c] = (float)zy_rng_normal(&t->rng);
+            }
+        }
+    int32_t *seq = gt_rand_int(t, N, 0, 1), *pos = gt_rand_int(t, N, 0, 1);
+    for (int i = 0, r = 0; i < NS; i++)
+        for (int k = 0; k < news[i]; k++, r++) seq[r] = i, pos[r] = lens[i] - news[i] + k;
+    float *Q = gt_rand(t, (size_t)N * Cq, 1.0f), *O = gt_host(t, (size_t)N * Cq);
+    const double scale = (float)(1.0 / sqrt((double)dh));
+    double *sc = malloc(sizeof(double) * 64), *acc = malloc(sizeof(double) * dh);
+    for (int r = 0; sc && acc && r < N; r++)
+        for (int h = 0; h < Hq; h++) {
+            const int last = pos[r], first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+            const float *q = Q + (size_t)r * Cq + (size_t)h * dh;
+            double mx = -INFINITY, sum = 0;
+            for (int s = first; s <= last; s++) {
+                const float *k = K + ((size_t)table[seq[r] * MB + s / bt] * bt + s % bt) * Ck + (size_t)(h / G) * dh;
+                double d = 0;
+                for (int i = 0; i < dh; i++) d += (double)q[i] * k[i];
+                sc[s - first] = d * scale;
+                mx = sc[s - first] > mx ? sc[s - first] : mx;
+            }
+            for (int i = 0; i < dh; i++) acc[i] = 0;
+            for (int s = first; s <= last; s++) {
+                const double p = exp(sc[s - first] - mx);
+                const float *v = V + ((size_t)table[seq[r] * MB + s / bt] * bt + s % bt) * Ck + (size_t)(h / G) * dh;
+                sum += p;
+                for (int i = 0; i < dh; i++) acc[i] += p * v[i];
+            }
+            for (int i = 0; i < dh; i++) O[(size_t)r * Cq + (size_t)h * dh + i] = (float)(acc[i] / sum);
+        }
+    free(sc), free(acc);
+    float *d_O = gt_poison(t, (size_t)N * Cq);
+    gk_paged_decode_attention(t->g->stream, d_O, gt_up(t, Q, (size_t)N * Cq), gt_up(t, K, nkv), gt_up(t, V, nkv),
+                              gt_up_i(t, seq, N), gt_up_i(t, pos, N), gt_up_i(t, table, (size_t)NS * MB), MB, bt, N, Hq,
+                              Hkv, dh, window);
+    char nm[128];
+    snprintf(nm, sizeof nm, "paged attention Hq%d Hkv%d dh%d bt%d W%d", Hq, Hkv, dh, bt, window);
+    gt_check(t, nm, d_O, O, (size_t)N * Cq, 1e-5);
+}
+
+/* gk_copy_rows_idx (both index lists: rows scattered by a permutation, gathered with repeats, strided),
+ * gk_rope_forward_pos / gk_l2norm_rope_forward_pos against the CPU's forwards at each row's table offset, and
+ * gk_qk_mean_forward_idx against qk_mean_forward on the rows it should read. */
+static void check_ragged_kernels(GpuTest *t) {
+    GkStream st = t->g->stream;
+    char nm[128];
+    { /* copy: dst row perm[k] (stride len) = src row from[k] (stride len + 3) */
+        const int n = 37, ns = 11;
+        const long len = 29, sst = len + 3;
+        float *src = gt_rand(t, (size_t)ns * sst, 1.0f), *want = gt_host(t, (size_t)n * len);
+        int32_t *perm = gt_rand_int(t, n, 0, 1), *from = gt_rand_int(t, n, 0, ns);
+        for (int i = 0; i < n; i++) perm[i] = (i * 7 + 3) % n; /* 7 and 37 coprime: a permutation */
+        for (int k = 0; k < n; k++) memcpy(want + perm[k] * len, src + from[k] * sst, (size_t)len * sizeof(float));
+        float *d = gt_poison(t, (size_t)n * len);
+        gk_copy_rows_idx(st, d, len, gt_up_i(t, perm, n), gt_up(t, src, (size_t)ns * sst), sst, gt_up_i(t, from, n),
+                         len, n);
+        gt_check(t, "copy_rows_idx: scattered by one index list, gathered by another", d, want, (size_t)n * len, 0);
+    }
+    /* RoPE at per-row positions: rows of H heads, positions in any order, the sliding layers' full rotary dim too */
+    const int rows = 9, H = 3, dh = 16, T = 50;
+    int32_t *pos = gt_rand_int(t, rows, 0, T);
+    pos[0] = 0, pos[1] = T - 1;
+    for (int rd = 8; rd <= 16; rd += 8) {
+        const int half = rd / 2;
+        const size_t n = (size_t)rows * H * dh, nt = (size_t)T * half;
+        float *cosv = gt_host(t, nt), *sinv = gt_host(t, nt);
+        rope_tables(cosv, sinv, T, rd, 10000.0f);
+        const float *d_cos = gt_up(t, cosv, nt), *d_sin = gt_up(t, sinv, nt);
+        const int32_t *d_pos = gt_up_i(t, pos, rows);
+        float *x = gt_rand(t, n, 1.0f), *rx = gt_copy(t, x, n);
+        for (int r = 0; r < rows; r++)
+            rope_forward(rx + (size_t)r * H * dh, cosv + (size_t)pos[r] * half, sinv + (size_t)pos[r] * half, 1, 1, H,
+                         dh, rd);
+        float *d_x = gt_up(t, x, n);
+        gk_rope_forward_pos(st, d_x, d_cos, d_sin, d_pos, rows, H, dh, rd);
+        snprintf(nm, sizeof nm, "rope at per-row positions, rd %d", rd);
+        gt_check(t, nm, d_x, rx, n, 1e-6);
+        const float *temp = gt_rand(t, H, 1.0f);
+        float *y = gt_host(t, n), *norm = gt_host(t, (size_t)rows * H);
+        const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+        for (int r = 0; r < rows; r++)
+            l2norm_rope_forward(y + (size_t)r * H * dh, norm + (size_t)r * H, x + (size_t)r * H * dh, temp,
+                                cosv + (size_t)pos[r] * half, sinv + (size_t)pos[r] * half, 1, 1, H, dh, rd, scale,
+                                eps);
+        float *d_y = gt_poison(t, n), *d_norm = gt_poison(t, (size_t)rows * H);
+        gk_l2norm_rope_forward_pos(st, d_y, d_norm, gt_up(t, x, n), gt_up(t, temp, H), d_cos, d_sin, d_pos, rows, H,
+                                   dh, rd, scale, eps);
+        snprintf(nm, sizeof nm, "l2norm + rope at per-row positions, rd %d: y", rd);
+        gt_check(t, nm, d_y, y, n, 1e-6);
+        snprintf(nm, sizeof nm, "l2norm + rope at per-row positions, rd %d: norm", rd);
+        gt_check(t, nm, d_norm, norm, (size_t)rows * H, 1e-6);
+    }
+    { /* qk mean reading rows through an index (a ragged batch's padded blocks) */
+        const int Hq = 4, Hkv = 2, qd = 8, C = (Hq + Hkv) * qd, nin = 23, nr = 10;
+        float *Y = gt_rand(t, (size_t)nin * C, 1.0f), *X = gt_rand(t, (size_t)nin * C, 1.0f);
+        int32_t *in = gt_rand_int(t, nr, 0, nin);
+        float *Yg = gt_host(t, (size_t)nr * C), *Xg = gt_host(t, (size_t)nr * C);
+        for (int r = 0; r < nr; r++) {
+            memcpy(Yg + (size_t)r * C, Y + (size_t)in[r] * C, (size_t)C * sizeof(float));
+            memcpy(Xg + (size_t)r * C, X + (size_t)in[r] * C, (size_t)C * sizeof(float));
+        }
+        float *q = gt_host(t, (size_t)nr * Hq * qd), *k = gt_host(t, (size_t)nr * Hkv * qd);
+        qk_mean_forward(q, k, Yg, Xg, nr, Hq, Hkv, qd);
+        float *d_q = gt_poison(t, (size_t)nr * Hq * qd), *d_k = gt_poison(t, (size_t)nr * Hkv * qd);
+        gk_qk_mean_forward_idx(st, d_q, d_k, gt_up(t, Y, (size_t)nin * C), gt_up(t, X, (size_t)nin * C),
+                               gt_up_i(t, in, nr), nr, Hq, Hkv, qd);
+        gt_check(t, "qk_mean through a row index: query", d_q, q, (size_t)nr * Hq * qd, 1e-6);
+        gt_check(t, "qk_mean through a row index: key", d_k, k, (size_t)nr * Hkv * qd, 1e-6);
+    }
+    /* attention through a block table: GQA 3 and 4, MHA; head_dim 256 (the kernel's limit: 8 values a lane), 48 (not
+     * a multiple of the warp), 16; 1-, 5- and 16-token blocks; no window, windows shorter than the prefill piece */
+    check_paged_attention(t, 6, 2, 256, 5, 0);
+    check_paged_attention(t, 4, 4, 48, 1, 7);
+    check_paged_attention(t, 8, 2, 16, 16, 3);
+    check_paged_attention(t, 4, 1, 32, 4, 1);
+    gt_reset(t);
+}
+
 static void test_gpu_pool(GpuTest *t) {
+    check_ragged_kernels(t);
     ZayaConfig c = gt_small_config();
     /* block_tokens 4 with prefill chunks of 7: sequences span blocks and chunks cross block edges; 25 blocks hold
      * two and a half full sequences, so requests wait for blocks and reuse the blocks of those that left */
@@ -446,6 +602,11 @@ static void test_gpu_pool(GpuTest *t) {
     ZayaConfig k13 = c;
     k13.cca_time0 = 1, k13.cca_time1 = 3;
     compare_pool(t, "pool: k 1/3", &k13, &small, 0, 1e-4);
+    /* 4 state columns: prefill pieces of 2 and 3 rows are shorter than the state (the new state keeps some of the
+     * old columns) and sit padded next to longer ones */
+    ZayaConfig k33 = c;
+    k33.cca_time0 = 3, k33.cca_time1 = 3;
+    compare_pool(t, "pool: k 3/3 (4 state columns)", &k33, &small, 0, 1e-4);
     ZayaConfig mha = c;
     mha.attention = ZY_ATTN_MHA;
     compare_pool(t, "pool: MHA variant", &mha, &small, 0, 1e-4);
