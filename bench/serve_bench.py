@@ -16,7 +16,7 @@ ignore_eos / min_new_tokens), C of them in flight at a time. For each model conf
 
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
            [--concurrency 32] [--requests 96] [--prompts 16 64 256] [--outputs 16 64 256] [--threads 2]
-           [--kv-memory 16M] [--dtypes f32 bf16] [--json out.json]
+           [--kv-memory 16M] [--dtypes f32 bf16] [--rounds N] [--json out.json]
 Prints markdown tables (and JSON with --json). One run; say which CPU."""
 import argparse
 import http.client
@@ -261,6 +261,8 @@ def main():
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], help="weights: zaya --dtype, torch dtype")
     ap.add_argument("--no-capacity", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of each server, alternating zaya and transformers; the tables show medians")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="zaya-serve-bench-")
@@ -270,13 +272,25 @@ def main():
         for cfg_path in a.configs:
             name = os.path.splitext(os.path.basename(cfg_path))[0]
             mdir, cfg = make_model(os.path.join(ROOT, cfg_path), work, name)
-            r = {}
+            runs = {}
             for dt in a.dtypes:
-                r["zaya " + dt] = run_zaya(mdir, cfg, a, dt)
-                print(f"[{name}] zaya {dt} {r['zaya ' + dt]}", file=sys.stderr, flush=True)
-                if not a.no_hf:
-                    r["transformers " + dt] = run_transformers(mdir, a, dt)
-                    print(f"[{name}] transformers {dt} {r['transformers ' + dt]}", file=sys.stderr, flush=True)
+                for k in range(a.rounds):  # alternating, so a slow spell of a shared machine hits both sides
+                    z = run_zaya(mdir, cfg, a, dt)
+                    runs.setdefault("zaya " + dt, []).append(z)
+                    print(f"[{name}] zaya {dt} round {k + 1} {z}", file=sys.stderr, flush=True)
+                    if not a.no_hf:
+                        h = run_transformers(mdir, a, dt)
+                        runs.setdefault("transformers " + dt, []).append(h)
+                        print(f"[{name}] transformers {dt} round {k + 1} {h}", file=sys.stderr, flush=True)
+            # per server: the run with the median throughput (its latencies with it), and every round's throughput
+            r = {}
+            for key, rs in runs.items():
+                med = sorted(rs, key=lambda x: x["tokens_per_s"])[(len(rs) - 1) // 2]
+                r[key] = dict(med, rounds=[x["tokens_per_s"] for x in rs])
+            for dt in a.dtypes:  # the ratio of medians, and each round's own ratio
+                z, h = r["zaya " + dt], r.get("transformers " + dt)
+                if h:
+                    z["ratio_rounds"] = [x / y for x, y in zip(z["rounds"], h["rounds"])]
             out["models"][name] = r
         if not a.no_capacity:
             ctx = 192
@@ -290,13 +304,17 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{a.requests} requests, {a.concurrency} at a time, prompts of {a.prompts} x outputs of {a.outputs} tokens "
-          f"(each combination equally often, shuffled), {a.threads} threads\n")
+          f"(each combination equally often, shuffled), {a.threads} threads"
+          + (f"; medians of {a.rounds} alternating rounds (the run with the median tokens/s)" if a.rounds > 1 else "")
+          + "\n")
     print("| model | weights | server | tokens/s | vs transformers | TTFT p50 / p99 | inter-token p50 / p99 | mean batch |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in out["models"].items():
         for dt in a.dtypes:
             z, h = r["zaya " + dt], r.get("transformers " + dt)
             ratio = f"{z['tokens_per_s'] / h['tokens_per_s']:.1f}x" if h else "-"
+            if h and a.rounds > 1:
+                ratio += " (rounds " + ", ".join(f"{x:.1f}" for x in z["ratio_rounds"]) + ")"
             print(f"| {name} | {dt} | zaya serve | {z['tokens_per_s']:.0f} | {ratio} | {z['ttft_p50_s'] * 1e3:.0f} / "
                   f"{z['ttft_p99_s'] * 1e3:.0f} ms | {z['itl_p50_s'] * 1e3:.1f} / {z['itl_p99_s'] * 1e3:.1f} ms | "
                   f"{z['mean_batch']:.1f} |")
