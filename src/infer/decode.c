@@ -55,7 +55,7 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     const size_t SN = S < N ? S : N;
     s->Xe = CF(cv, (SN * P + N) * C);
     s->Y = CF(cv, N * C);
-    s->Mi = CF(cv, N * k1 * C);
+    s->conv_work = CF(cv, (size_t)cca_conv_last_work_floats((int)N, (int)C, f->cca_time0, (int)k1));
     s->query_pre = CF(cv, N * Cq);
     s->key_pre = CF(cv, N * Ck);
     s->query = CF(cv, N * Cq);
@@ -300,7 +300,7 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     for (int i = 0, g; i < st->n_seqs; i = g) {
         const StepSeq *q = &st->seq[i];
         for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
-        cca_conv_forward_last(s->Y + (size_t)q->row0 * C, s->Mi, s->Xe + (size_t)q->xe_row * C, W->conv_dw_w,
+        cca_conv_forward_last(s->Y + (size_t)q->row0 * C, s->conv_work, s->Xe + (size_t)q->xe_row * C, W->conv_dw_w,
                               W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, g - i, P + q->n, q->n, C, dh, f->cca_time0, k1);
     }
     for (int i = 0; i < st->n_seqs; i++) {

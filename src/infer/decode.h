@@ -20,7 +20,7 @@ typedef struct {
     float *rstd;                            /* [N] */
     float *X;                               /* [q0 | k0] of the new rows [N,C] */
     float *Xe;                              /* per sequence: P cached columns + its new rows */
-    float *Y, *Mi;                          /* the convolution's outputs [N,C]; its scratch [N,k1,C] */
+    float *Y, *conv_work;                   /* the convolution's outputs [N,C]; its workspace */
     float *query_pre, *key_pre, *query, *key; /* [N,Cq], [N,Ck], [N,Cq], [N,Ck] */
     float *norm_q, *norm_k;                 /* [N,Hq], [N,Hkv] */
     float *vc, *vd, *value;                 /* [N,Ck/2] x2, [N,Ck] */

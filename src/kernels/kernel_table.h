@@ -52,9 +52,9 @@
        const float *X, const float *M, const float *w0, const float *w1, int B, int T, int C, int dh, int k0, int k1), \
        (dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, B, T, C, dh, k0, k1))                                   \
     ZK(void, cca_conv_forward_last,                                                                                    \
-       (float *Y, float *Mi, const float *X, const float *w0, const float *b0, const float *w1, const float *b1,       \
+       (float *Y, float *work, const float *X, const float *w0, const float *b0, const float *w1, const float *b1,     \
        int B, int T, int n, int C, int dh, int k0, int k1),                                                            \
-       (Y, Mi, X, w0, b0, w1, b1, B, T, n, C, dh, k0, k1))                                                             \
+       (Y, work, X, w0, b0, w1, b1, B, T, n, C, dh, k0, k1))                                                             \
     ZK(void, qk_mean_forward,                                                                                          \
        (float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv, int dh),                  \
        (query, key, Y, X, rows, Hq, Hkv, dh))                                                                          \

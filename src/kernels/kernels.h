@@ -33,9 +33,12 @@ static inline long cca_conv_work_floats(int B, int T, int C, int dh, int k1) {
 static inline long cca_conv_grad_work_floats(int C, int dh, int k1) { return (long)k1 * C * dh; }
 void cca_conv_forward(float *Y, float *M, float *wp, const float *X, const float *w0, const float *b0, const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1);
 void cca_conv_backward(float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM, float *wp, float *dwp, const float *dY, const float *X, const float *M, const float *w0, const float *w1, int B, int T, int C, int dh, int k0, int k1);
-/* cca_conv_forward's outputs at the last n of each sequence's T rows only, into Y [B*n, C] (cached decoding); Mi is
- * scratch of B*n*k1*C floats. */
-void cca_conv_forward_last(float *Y, float *Mi, const float *X, const float *w0, const float *b0, const float *w1, const float *b1, int B, int T, int n, int C, int dh, int k0, int k1);
+/* cca_conv_forward's outputs at the last n of each sequence's T rows only, into Y [B*n, C] (cached decoding); work is
+ * scratch of cca_conv_last_work_floats(B*n, C, k0, k1) floats. */
+static inline long cca_conv_last_work_floats(int rows, int C, int k0, int k1) {
+    return (long)k0 * C + 2L * rows * k1 * C;
+}
+void cca_conv_forward_last(float *Y, float *work, const float *X, const float *w0, const float *b0, const float *w1, const float *b1, int B, int T, int n, int C, int dh, int k0, int k1);
 void qk_mean_forward(float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv, int dh);
 void qk_mean_backward(float *dY, float *dX, const float *dquery, const float *dkey, int rows, int Hq, int Hkv, int dh);
 void delayed_value_forward(float *value, const float *vc, const float *vd, int B, int T, int half);
@@ -77,7 +80,7 @@ void embed_forward_f64(double *x, const double *emb, const int32_t *tokens, cons
 void embed_backward_f64(double *demb, double *dbias, double *dscale, const double *dx, const double *emb, const int32_t *tokens, const double *bias, const double *scale, int rows, int dim, int pad_id);
 void cca_conv_forward_f64(double *Y, double *M, double *wp, const double *X, const double *w0, const double *b0, const double *w1, const double *b1, int B, int T, int C, int dh, int k0, int k1);
 void cca_conv_backward_f64(double *dX, double *dw0, double *db0, double *dw1, double *db1, double *dM, double *wp, double *dwp, const double *dY, const double *X, const double *M, const double *w0, const double *w1, int B, int T, int C, int dh, int k0, int k1);
-void cca_conv_forward_last_f64(double *Y, double *Mi, const double *X, const double *w0, const double *b0, const double *w1, const double *b1, int B, int T, int n, int C, int dh, int k0, int k1);
+void cca_conv_forward_last_f64(double *Y, double *work, const double *X, const double *w0, const double *b0, const double *w1, const double *b1, int B, int T, int n, int C, int dh, int k0, int k1);
 void qk_mean_forward_f64(double *query, double *key, const double *Y, const double *X, int rows, int Hq, int Hkv, int dh);
 void qk_mean_backward_f64(double *dY, double *dX, const double *dquery, const double *dkey, int rows, int Hq, int Hkv, int dh);
 void delayed_value_forward_f64(double *value, const double *vc, const double *vd, int B, int T, int half);

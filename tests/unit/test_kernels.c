@@ -622,10 +622,10 @@ TEST(cca_conv_forward_last_matches_the_full_conv) {
         double *w1 = randn(&rng, C * dh * k1, 1), *b1 = randn(&rng, C, 1);
         double *Y = calloc(N, 8), *M = calloc((size_t)B * (T + k1 - 1) * C, 8);
         double *wp = calloc(cca_conv_work_floats(B, T, C, dh, k1), 8);
-        double *Yl = calloc((size_t)B * n * C, 8), *Mi = calloc((size_t)B * n * k1 * C, 8);
+        double *Yl = calloc((size_t)B * n * C, 8), *Mi = calloc(cca_conv_last_work_floats(B * n, C, k0, k1), 8);
         float *Xf = malloc(4 * (size_t)N), *w0f = malloc(4 * (size_t)C * k0), *b0f = malloc(4 * (size_t)C);
         float *w1f = malloc(4 * (size_t)C * dh * k1), *b1f = malloc(4 * (size_t)C);
-        float *Ylf = malloc(4 * (size_t)B * n * C), *Mif = malloc(4 * (size_t)B * n * k1 * C);
+        float *Ylf = malloc(4 * (size_t)B * n * C), *Mif = malloc(4 * cca_conv_last_work_floats(B * n, C, k0, k1));
         for (int i = 0; i < N; i++) X[i] = Xf[i] = (float)X[i];
         for (int i = 0; i < C * k0; i++) w0[i] = w0f[i] = (float)w0[i];
         for (int i = 0; i < C; i++) b0[i] = b0f[i] = (float)b0[i], b1[i] = b1f[i] = (float)b1[i];
