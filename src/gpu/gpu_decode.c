@@ -277,6 +277,43 @@ static void mha_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
 }
 
+/* A decoding pass's attention: the same-length cache's (c, n new rows per sequence) or a pool step's (p, ps). */
+typedef struct DecodeAttend {
+    GpuKVCache *c;
+    int n;
+    GpuKVPool *p;
+    const struct PoolStep *ps;
+} DecodeAttend;
+static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const LayerWeights *W, int l);
+
+/* The layer loop over the N rows of s (s->tokens on the device): embedding, then per layer the attention (CCA or MHA,
+ * through a), the merge normed for the MoE block, the MoE block, and the merge normed by the next layer's input norm
+ * (or the final norm: per row, so rows picked afterwards are exactly RMSNorm of theirs, as logits_rows computes them).
+ * Leaves the final-normed rows in s->u. */
+static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a) {
+    const ZayaConfig *f = &gm->cfg;
+    const Weights *w = &gm->w;
+    GkStream st = gm->g.stream;
+    const int D = f->hidden_size;
+    gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
+    gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
+    const float *r_prev = NULL;
+    for (int l = 0; l < f->num_layers; l++) {
+        const LayerWeights *W = &w->layers[l];
+        const int last = l + 1 == f->num_layers;
+        decode_attend(a, f, W, l);
+        gk_merge_rmsnorm_forward(st, s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs,
+                                 W->attn_rb, W->post_norm, N, D, f->rms_norm_eps);
+        LayerActs *m = &s->moe;
+        m->u_mlp = s->u;
+        m->router_z = s->z[l & 1];
+        gpu_moe_forward(gm, l, W, m, r_prev, N);
+        gk_merge_rmsnorm_forward(st, s->x, s->u, s->rstd, m->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
+                                 W->mlp_rb, last ? w->final_norm : w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
+        r_prev = m->router_z;
+    }
+}
+
 /* One piece of n <= chunk tokens per sequence (host tokens in c->h_tokens [B, n]); host logits as decode_piece. */
 static int decode_piece(GpuKVCache *c, int n, float *logits, int last_only, int n_total, int t_off, ZyErr *err) {
     GpuModel *gm = c->gm;
@@ -287,28 +324,8 @@ static int decode_piece(GpuKVCache *c, int n, float *logits, int last_only, int 
     const int B = c->batch, N = B * n, D = f->hidden_size, V = f->vocab_size;
     gm->failed = 0;
     gpu_upload_async(&gm->g, s->tokens, c->h_tokens, (size_t)N * sizeof(int32_t));
-    gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
-    gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
-    const float *r_prev = NULL;
-    for (int l = 0; l < f->num_layers; l++) {
-        const LayerWeights *W = &w->layers[l];
-        const int last = l + 1 == f->num_layers;
-        if (f->attention == ZY_ATTN_CCA)
-            cca_decode(c, W, l, n);
-        else
-            mha_decode(c, W, l, n);
-        gk_merge_rmsnorm_forward(st, s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs,
-                                 W->attn_rb, W->post_norm, N, D, f->rms_norm_eps);
-        LayerActs *m = &s->moe;
-        m->u_mlp = s->u;
-        m->router_z = s->z[l & 1];
-        gpu_moe_forward(gm, l, W, m, r_prev, N);
-        /* the merge, normed by the next layer's input norm (or the final norm: per-row, so the rows picked below
-         * are exactly RMSNorm of the last rows) */
-        gk_merge_rmsnorm_forward(st, s->x, s->u, s->rstd, m->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
-                                 W->mlp_rb, last ? w->final_norm : w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
-        r_prev = m->router_z;
-    }
+    DecodeAttend da = {.c = c, .n = n};
+    decode_layers(gm, s, N, &da);
     if (gm->failed) {
         *err = gm->err;
         gpu_kvcache_reset(c); /* the layers' states are already overwritten: the cache is no longer consistent */
@@ -555,7 +572,7 @@ size_t gpu_kvpool_bytes(const GpuKVPool *p) { return p->cache_bytes; }
 /* How one step is laid out: its rows, sequences and the two convolution groups (single-token sequences, padded to
  * P + 1 rows, then the others, each padded to P + the longest of them: the convolution is causal, so the padding rows
  * only feed padding outputs, and one launch per group replaces one per sequence). */
-typedef struct {
+typedef struct PoolStep {
     int N, n_seqs, n_logits;
     int B0, TE0, B1, TE1;
 } PoolStep;
@@ -679,6 +696,13 @@ static void pool_mha(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
 }
 
+static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const LayerWeights *W, int l) {
+    if (a->p)
+        (f->attention == ZY_ATTN_CCA ? pool_cca : pool_mha)(a->p, a->ps, W, l);
+    else
+        (f->attention == ZY_ATTN_CCA ? cca_decode : mha_decode)(a->c, W, l, a->n);
+}
+
 /* A fault after the step's first write: its sequences start over (their states no longer match their lengths). */
 static int pool_step_failed(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs) {
     for (int i = 0; i < n_seqs; i++) gpu_kvpool_seq_reset(p, seqs[i].slot);
@@ -689,31 +713,12 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
                           float *logits, ZyErr *err) {
     const ZayaConfig *f = &gm->cfg;
     if (p->gm != gm) return zy_fail(err, "decode: the KV cache belongs to another GPU model");
-    /* model_decode_step's checks, in its order and words */
-    if (n_seqs <= 0 || n_seqs > p->max_seqs)
-        return zy_fail(err, "decode: %d sequences in a step (1..%d)", n_seqs, p->max_seqs);
-    int N = 0;
-    for (int i = 0; i < n_seqs; i++) {
-        const DecodeSeq *d = &seqs[i];
-        if (d->slot < 0 || d->slot >= p->max_seqs) return zy_fail(err, "decode: slot %d out of range", d->slot);
-        for (int j = 0; j < i; j++)
-            if (seqs[j].slot == d->slot) return zy_fail(err, "decode: slot %d appears twice in one step", d->slot);
-        if (d->n <= 0 || d->n > p->chunk)
-            return zy_fail(err, "decode: %d new tokens for slot %d (1..%d)", d->n, d->slot, p->chunk);
-        if (d->n > p->max_len - p->len[d->slot])
-            return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", p->len[d->slot], d->n,
-                           p->max_len);
-        const int need = (p->len[d->slot] + d->n + p->block_tokens - 1) / p->block_tokens;
-        if (need > p->n_held[d->slot])
-            return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->n_held[d->slot],
-                           p->len[d->slot], d->n, need);
-        N += d->n;
-    }
-    if (N > p->max_rows) return zy_fail(err, "decode: %d rows in one step (at most %d)", N, p->max_rows);
-    for (int i = 0; i < N; i++)
-        if (tokens[i] < 0 || tokens[i] >= f->vocab_size)
-            return zy_fail(err, "decode: token id %d (row %d) is outside the vocabulary [0, %d)", tokens[i], i,
-                           f->vocab_size);
+    /* model_decode_step's checks, in its order and words (decode.h) */
+    const DecodeStepShape shape = {.max_seqs = p->max_seqs, .chunk = p->chunk, .max_len = p->max_len,
+                                   .max_rows = p->max_rows, .block_tokens = p->block_tokens,
+                                   .vocab_size = f->vocab_size, .len = p->len, .n_held = p->n_held};
+    int N, n_logits;
+    if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, &n_logits, err)) return -1;
     if (gpu_use(&gm->g, err)) return -1;
     const Weights *w = &gm->w;
     GkStream st = gm->g.stream;
@@ -726,29 +731,8 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     gm->failed = 0;
     PoolStep ps;
     pool_plan(p, seqs, n_seqs, tokens, &ps);
-    /* decode_piece's layer loop over the step's N rows */
-    gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
-    gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
-    const float *r_prev = NULL;
-    for (int l = 0; l < f->num_layers; l++) {
-        const LayerWeights *W = &w->layers[l];
-        const int last = l + 1 == f->num_layers;
-        if (f->attention == ZY_ATTN_CCA)
-            pool_cca(p, &ps, W, l);
-        else
-            pool_mha(p, &ps, W, l);
-        gk_merge_rmsnorm_forward(st, s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs,
-                                 W->attn_rb, W->post_norm, N, D, f->rms_norm_eps);
-        LayerActs *m = &s->moe;
-        m->u_mlp = s->u;
-        m->router_z = s->z[l & 1];
-        gpu_moe_forward(gm, l, W, m, r_prev, N);
-        /* normed by the next layer's input norm, or by the final norm (per row: the rows picked below are exactly
-         * RMSNorm of the last rows, as logits_rows computes them) */
-        gk_merge_rmsnorm_forward(st, s->x, s->u, s->rstd, m->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
-                                 W->mlp_rb, last ? w->final_norm : w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
-        r_prev = m->router_z;
-    }
+    DecodeAttend da = {.p = p, .ps = &ps};
+    decode_layers(gm, s, N, &da);
     if (gm->failed) {
         *err = gm->err;
         return pool_step_failed(p, seqs, n_seqs);

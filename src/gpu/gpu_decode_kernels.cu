@@ -6,34 +6,45 @@
 #define DA_WARPS 4
 #define DA_MAX_PER_LANE (256 / GPU_WARP) /* head_dim <= 256 */
 
-/* One block per (new query t, head h, sequence b). Each warp walks every DA_WARPS-th key with an online softmax
- * (its own max, sum and output accumulator); the warps' partial results are then combined in a fixed order, so the
- * result does not depend on scheduling. Lane l holds output dims l, l+GPU_WARP, ... (32 on NVIDIA, 64 on AMD) */
-__global__ void decode_attention_kernel(float *O, const float *Q, const float *Kc, const float *Vc, int n, int p0,
-                                        int max_len, int Hq, int Hkv, int dh, float scale, int window) {
-    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+/* Where a sequence's key s sits (its k̂ and v rows share the offset): contiguous rows of the same-length cache, or
+ * row table[s / bt]·bt + s % bt of a block pool. */
+struct ContiguousKeys {
+    long base;
+    int Ck;
+    __device__ long operator()(int s) const { return base + (long)s * Ck; }
+};
+struct PagedKeys {
+    const int32_t *tab;
+    int bt, Ck;
+    long off;
+    __device__ long operator()(int s) const { return ((long)tab[s / bt] * bt + s % bt) * Ck + off; }
+};
+
+/* One query row of one head (a block of DA_WARPS warps) over keys first..last: each warp walks every DA_WARPS-th
+ * key with an online softmax (its own max, sum and output accumulator); the warps' partial results are then combined
+ * in a fixed order, so the result does not depend on scheduling. Lane l holds output dims l, l+GPU_WARP, ... (32 on
+ * NVIDIA, 64 on AMD). */
+template <class Keys>
+__device__ __forceinline__ void attend_query(float *orow, const float *qrow, const float *K, const float *V, Keys key,
+                                             int first, int last, int dh, float scale) {
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
-    const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
-    const int last = p0 + t; /* sees keys 0..last, or last-window+1..last in a sliding layer */
-    const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
     __shared__ float q[256];
     __shared__ float wm[DA_WARPS], wl[DA_WARPS];
     __shared__ float wo[DA_WARPS][256];
-    const float *qrow = Q + ((long)b * n + t) * Cq + (long)h * dh;
     for (int i = threadIdx.x; i < dh; i += blockDim.x) q[i] = qrow[i];
     __syncthreads();
-    const float *kb = Kc + (long)b * max_len * Ck + (long)j * dh, *vb = Vc + (long)b * max_len * Ck + (long)j * dh;
     float m = -INFINITY, l = 0.0f, acc[DA_MAX_PER_LANE];
     for (int k = 0; k < DA_MAX_PER_LANE; k++) acc[k] = 0.0f;
     for (int s = first + warp; s <= last; s += DA_WARPS) {
-        const float *kr = kb + (long)s * Ck;
+        const long at = key(s);
+        const float *kr = K + at;
         float dot = 0.0f;
         for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kr[i];
         dot = warp_sum(dot) * scale;
         const float m_new = fmaxf(m, dot);
         const float corr = expf(m - m_new), p = expf(dot - m_new);
         l = l * corr + p;
-        const float *vr = vb + (long)s * Ck;
+        const float *vr = V + at;
         int k = 0;
         for (int i = lane; i < dh; i += GPU_WARP, k++) acc[k] = acc[k] * corr + p * vr[i];
         m = m_new;
@@ -48,13 +59,24 @@ __global__ void decode_attention_kernel(float *O, const float *Q, const float *K
     for (int w = 0; w < DA_WARPS; w++) M = fmaxf(M, wm[w]);
     float L = 0.0f;
     for (int w = 0; w < DA_WARPS; w++) L += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - M);
-    float *orow = O + ((long)b * n + t) * Cq + (long)h * dh;
     for (int i = threadIdx.x; i < dh; i += blockDim.x) {
         float o = 0.0f;
         for (int w = 0; w < DA_WARPS; w++)
             if (wm[w] != -INFINITY) o += wo[w][i] * expf(wm[w] - M);
         orow[i] = o / L;
     }
+}
+
+/* One block per (new query t, head h, sequence b) of the same-length cache [B, max_len, Hkv·dh]. */
+__global__ void decode_attention_kernel(float *O, const float *Q, const float *Kc, const float *Vc, int n, int p0,
+                                        int max_len, int Hq, int Hkv, int dh, float scale, int window) {
+    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
+    const int last = p0 + t; /* sees keys 0..last, or last-window+1..last in a sliding layer */
+    const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+    const long row = (long)b * n + t;
+    attend_query(O + row * Cq + (long)h * dh, Q + row * Cq + (long)h * dh, Kc, Vc,
+                 ContiguousKeys{(long)b * max_len * Ck + (long)j * dh, Ck}, first, last, dh, scale);
 }
 
 extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B,
@@ -83,55 +105,16 @@ extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const floa
 
 /* decode_attention_kernel for one row of a ragged batch: one block per (row r, head h). Row r belongs to the step's
  * sequence row_seq[r] and sits at position row_pos[r]; key s of that sequence is row table[seq, s / bt]·bt + s % bt
- * of the pool's Kp / Vp [n_blocks·bt, Hkv·dh]. Same arithmetic and fixed combining order as above. */
+ * of the pool's Kp / Vp [n_blocks·bt, Hkv·dh]. Same arithmetic and fixed combining order (attend_query). */
 __global__ void paged_attention_kernel(float *O, const float *Q, const float *Kp, const float *Vp,
                                        const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
                                        int max_blocks, int bt, int Hq, int Hkv, int dh, float scale, int window) {
     const int r = blockIdx.x, h = blockIdx.y;
-    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
     const int last = row_pos[r];
     const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
-    const int32_t *tab = table + (long)row_seq[r] * max_blocks;
-    __shared__ float q[256];
-    __shared__ float wm[DA_WARPS], wl[DA_WARPS];
-    __shared__ float wo[DA_WARPS][256];
-    const float *qrow = Q + (long)r * Cq + (long)h * dh;
-    for (int i = threadIdx.x; i < dh; i += blockDim.x) q[i] = qrow[i];
-    __syncthreads();
-    float m = -INFINITY, l = 0.0f, acc[DA_MAX_PER_LANE];
-    for (int k = 0; k < DA_MAX_PER_LANE; k++) acc[k] = 0.0f;
-    for (int s = first + warp; s <= last; s += DA_WARPS) {
-        const long at = ((long)tab[s / bt] * bt + s % bt) * Ck + (long)j * dh;
-        const float *kr = Kp + at;
-        float dot = 0.0f;
-        for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kr[i];
-        dot = warp_sum(dot) * scale;
-        const float m_new = fmaxf(m, dot);
-        const float corr = expf(m - m_new), p = expf(dot - m_new);
-        l = l * corr + p;
-        const float *vr = Vp + at;
-        int k = 0;
-        for (int i = lane; i < dh; i += GPU_WARP, k++) acc[k] = acc[k] * corr + p * vr[i];
-        m = m_new;
-    }
-    if (lane == 0) wm[warp] = m, wl[warp] = l;
-    {
-        int k = 0;
-        for (int i = lane; i < dh; i += GPU_WARP, k++) wo[warp][i] = acc[k];
-    }
-    __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < DA_WARPS; w++) M = fmaxf(M, wm[w]);
-    float L = 0.0f;
-    for (int w = 0; w < DA_WARPS; w++) L += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - M);
-    float *orow = O + (long)r * Cq + (long)h * dh;
-    for (int i = threadIdx.x; i < dh; i += blockDim.x) {
-        float o = 0.0f;
-        for (int w = 0; w < DA_WARPS; w++)
-            if (wm[w] != -INFINITY) o += wo[w][i] * expf(wm[w] - M);
-        orow[i] = o / L;
-    }
+    attend_query(O + (long)r * Cq + (long)h * dh, Q + (long)r * Cq + (long)h * dh, Kp, Vp,
+                 PagedKeys{table + (long)row_seq[r] * max_blocks, bt, Ck, (long)j * dh}, first, last, dh, scale);
 }
 
 extern "C" void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,

@@ -452,13 +452,11 @@ static int check_model(const Model *m, const ZayaConfig *cc, ZyErr *err) {
     return 0;
 }
 
-int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
-                      float *logits, ZyErr *err) {
-    if (check_model(m, &p->cfg, err)) return -1;
+int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, int *rows,
+                      int *n_logits, ZyErr *err) {
     if (n_seqs <= 0 || n_seqs > p->max_seqs)
         return zy_fail(err, "decode: %d sequences in a step (1..%d)", n_seqs, p->max_seqs);
-    StepSeq seq[n_seqs > 0 ? n_seqs : 1];
-    int N = 0, n_logits = 0;
+    int N = 0, k = 0;
     for (int i = 0; i < n_seqs; i++) {
         const DecodeSeq *d = &seqs[i];
         if (d->slot < 0 || d->slot >= p->max_seqs) return zy_fail(err, "decode: slot %d out of range", d->slot);
@@ -466,31 +464,46 @@ int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_se
             if (seqs[j].slot == d->slot) return zy_fail(err, "decode: slot %d appears twice in one step", d->slot);
         if (d->n <= 0 || d->n > p->chunk)
             return zy_fail(err, "decode: %d new tokens for slot %d (1..%d)", d->n, d->slot, p->chunk);
-        if (d->n > p->max_len - p->len[d->slot])
-            return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", p->len[d->slot], d->n,
-                           p->max_len);
-        if (kvpool_blocks_for(p, p->len[d->slot] + d->n) > p->n_held[d->slot])
+        const int len = p->len[d->slot];
+        if (d->n > p->max_len - len)
+            return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", len, d->n, p->max_len);
+        const int need = (len + d->n + p->block_tokens - 1) / p->block_tokens;
+        if (need > p->n_held[d->slot])
             return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->n_held[d->slot],
-                           p->len[d->slot], d->n, kvpool_blocks_for(p, p->len[d->slot] + d->n));
-        seq[i] = (StepSeq){.slot = d->slot, .n = d->n};
+                           len, d->n, need);
         N += d->n;
-        n_logits += d->logits != 0;
+        k += d->logits != 0;
     }
     if (N > p->max_rows) return zy_fail(err, "decode: %d rows in one step (at most %d)", N, p->max_rows);
     for (int i = 0; i < N; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+        if (tokens[i] < 0 || tokens[i] >= p->vocab_size)
             return zy_fail(err, "decode: token id %d (row %d) is outside the vocabulary [0, %d)", tokens[i], i,
-                           m->cfg.vocab_size);
+                           p->vocab_size);
+    *rows = N, *n_logits = k;
+    return 0;
+}
+
+int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
+                      float *logits, ZyErr *err) {
+    if (check_model(m, &p->cfg, err)) return -1;
+    const DecodeStepShape shape = {.max_seqs = p->max_seqs, .chunk = p->chunk, .max_len = p->max_len,
+                                   .max_rows = p->max_rows, .block_tokens = p->block_tokens,
+                                   .vocab_size = m->cfg.vocab_size, .len = p->len, .n_held = p->n_held};
+    int N, n_logits;
+    if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, &n_logits, err)) return -1;
+    StepSeq seq[n_seqs];
+    for (int i = 0; i < n_seqs; i++) seq[i] = (StepSeq){.slot = seqs[i].slot, .n = seqs[i].n};
     Step st = {.seq = seq, .n_seqs = n_seqs};
     plan_step(p, &st);
     memcpy(p->s.tokens, tokens, (size_t)N * sizeof(int32_t));
     decode_rows(m, p, &st, NULL);
     if (!logits || !n_logits) return 0;
     int rows[n_logits], k = 0;
+    memset(rows, 0, sizeof rows); /* every entry is set below; gcc cannot see that n_logits counts them */
     for (int i = 0; i < n_seqs; i++)
         if (seqs[i].logits) rows[k++] = seq[i].row0 + seq[i].n - 1;
     /* logits of the wanted rows land packed, then move to their sequences' places (back to front: no overlap) */
-    logits_rows(m, p, rows, n_logits, logits);
+    logits_rows(m, p, rows, k, logits);
     const size_t V = m->cfg.vocab_size;
     for (int i = n_seqs - 1; i >= 0 && k > 0; i--)
         if (seqs[i].logits && --k != i) memmove(logits + i * V, logits + (size_t)k * V, V * sizeof(float));

@@ -104,6 +104,16 @@ typedef struct {
 int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
                       float *logits, ZyErr *err);
 
+/* What a pool's step is checked against (the GPU's pool, gpu_decode.h, shares the checks and their words). */
+typedef struct {
+    int max_seqs, chunk, max_len, max_rows, block_tokens, vocab_size;
+    const int *len, *n_held; /* per slot */
+} DecodeStepShape;
+/* model_decode_step's refusals, in order: sequences, slots, rows per sequence, cache room, blocks held, rows in all,
+ * token ids. On success *rows = the step's rows and *n_logits = sequences that want logits. */
+int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, int *rows,
+                      int *n_logits, ZyErr *err);
+
 /* A cache for `batch` sequences of the same length (one block per sequence): generation, scoring, benchmarks. */
 typedef struct {
     ZayaConfig cfg;
