@@ -717,8 +717,8 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     const DecodeStepShape shape = {.max_seqs = p->max_seqs, .chunk = p->chunk, .max_len = p->max_len,
                                    .max_rows = p->max_rows, .block_tokens = p->block_tokens,
                                    .vocab_size = f->vocab_size, .len = p->len, .n_held = p->n_held};
-    int N, n_logits;
-    if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, &n_logits, err)) return -1;
+    int N; /* the wanted logits are counted by pool_plan */
+    if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, NULL, err)) return -1;
     if (gpu_use(&gm->g, err)) return -1;
     const Weights *w = &gm->w;
     GkStream st = gm->g.stream;

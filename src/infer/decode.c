@@ -479,7 +479,8 @@ int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seq
         if (tokens[i] < 0 || tokens[i] >= p->vocab_size)
             return zy_fail(err, "decode: token id %d (row %d) is outside the vocabulary [0, %d)", tokens[i], i,
                            p->vocab_size);
-    *rows = N, *n_logits = k;
+    *rows = N;
+    if (n_logits) *n_logits = k;
     return 0;
 }
 

@@ -110,7 +110,7 @@ typedef struct {
     const int *len, *n_held; /* per slot */
 } DecodeStepShape;
 /* model_decode_step's refusals, in order: sequences, slots, rows per sequence, cache room, blocks held, rows in all,
- * token ids. On success *rows = the step's rows and *n_logits = sequences that want logits. */
+ * token ids. On success *rows = the step's rows and *n_logits (if not NULL) = sequences that want logits. */
 int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, int *rows,
                       int *n_logits, ZyErr *err);
 

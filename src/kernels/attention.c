@@ -527,7 +527,7 @@ void ZY_ISA_NAME(decode_attn_softmax)(float *row, int n, int first, int last) {
 
 /* O[t] (+)= Σ_s P[t, s] · V[s] for n probability rows (stride ldp) against the cnt cached values of one KV block
  * (stride ldv), into O (stride ldo): the tiles' register-blocked product, each value row read once per 2 vectors of
- * output columns for all n rows. For a few rows (decoding); longer pieces go through a GEMM. */
+ * output columns for all n rows (a query's heads, or a prefill piece's queries of one head). */
 void ZY_ISA_NAME(decode_attn_values)(float *O, long ldo, const float *P, long ldp, const float *V, long ldv, int n,
                                      int cnt, int dh, int accumulate) {
     mm(O, ldo, P, ldp, 1, V, ldv, n, dh, cnt, accumulate, FULL);
