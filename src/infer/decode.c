@@ -209,6 +209,13 @@ static inline float *kv_row(const KVPool *p, float *base, int slot, int pos) {
     return base + ((size_t)blk * p->block_tokens + pos % p->block_tokens) * cfg_k_channels(&p->cfg);
 }
 
+/* Channel 0 of the key at pos: a block's keys are stored transposed, [Ck, block_tokens], so that a query's scores
+ * against a block are a product of rows broadcast against whole vectors of keys (no per-key sums to reduce). */
+static inline float *kv_key(const KVPool *p, float *base, int slot, int pos) {
+    const int32_t blk = p->table[(size_t)slot * p->max_blocks + pos / p->block_tokens];
+    return base + (size_t)blk * p->block_tokens * cfg_k_channels(&p->cfg) + pos % p->block_tokens;
+}
+
 /* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for the nh query heads h0..h0+nh-1 (all
  * reading kv head h0 / G) over its cached keys 0..p0+n-1 — in a sliding-window layer (window W > 0) query p sees
  * keys p-W+1..p only — block by block; the arithmetic of attention_forward (scaled products, fp32 softmax with
@@ -226,10 +233,13 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
     /* keys lo..hi-1 in pieces that stay inside one block; score column s - lo */
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
-        const float *kb = kv_row(p, p->k[l], q->slot, s0) + j * dh;
-        for (int t = 0; t < n; t++) /* the nh heads of query t: nh rows dh apart */
-            decode_attn_scores(sc + (size_t)t * nh * Lk + (s0 - lo), Lk, qr + (size_t)t * Cq, dh, kb, Ck, nh, cnt, dh,
-                               scale);
+        const float *kt = kv_key(p, p->k[l], q->slot, s0) + (size_t)j * dh * bt; /* [dh, bt] */
+        if (nh == 1) /* one head's n queries: n rows Cq apart */
+            decode_attn_scores(sc + (s0 - lo), Lk, qr, Cq, kt, bt, n, cnt, dh, scale);
+        else
+            for (int t = 0; t < n; t++) /* the nh heads of query t: nh rows dh apart */
+                decode_attn_scores(sc + (size_t)t * nh * Lk + (s0 - lo), Lk, qr + (size_t)t * Cq, dh, kt, bt, nh, cnt,
+                                   dh, scale);
         s0 += cnt;
     }
     for (int r = 0; r < n * nh; r++) {
@@ -261,7 +271,9 @@ static void append_kv_attend(KVPool *p, const Step *st, int l) {
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         for (int t = 0; t < q->n; t++) {
-            memcpy(kv_row(p, p->k[l], q->slot, q->pos0 + t), s->key + (size_t)(q->row0 + t) * Ck, Ck * sizeof(float));
+            float *kt = kv_key(p, p->k[l], q->slot, q->pos0 + t);
+            const float *key = s->key + (size_t)(q->row0 + t) * Ck;
+            for (int c = 0; c < Ck; c++) kt[(size_t)c * p->block_tokens] = key[c];
             memcpy(kv_row(p, p->v[l], q->slot, q->pos0 + t), s->value + (size_t)(q->row0 + t) * Ck,
                    Ck * sizeof(float));
         }

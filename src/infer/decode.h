@@ -50,7 +50,8 @@ typedef struct {
     int block_tokens, n_blocks, max_blocks; /* block size; blocks in the pool; blocks one sequence may hold */
     int max_rows, chunk;                    /* new rows per step, all sequences / per sequence */
     int conv_pad;                           /* P */
-    float **k, **v;                         /* per layer [n_blocks, block_tokens, Ck] */
+    float **k;                              /* per layer [n_blocks, Ck, block_tokens]: each block's keys transposed */
+    float **v;                              /* per layer [n_blocks, block_tokens, Ck] */
     float **conv_state;                     /* per layer [max_seqs, P, C]: X at positions len-P..len-1 (0 before 0) */
     float **vd_prev;                        /* per layer [max_seqs, Ck/2]: vd of the token at len-1 (0 when len = 0) */
     int32_t *table;                         /* [max_seqs, max_blocks] block ids */

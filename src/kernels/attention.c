@@ -18,10 +18,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__) || (defined(ZW) && ZW == 16)
-#include "kernels/reduce16.h"
-#endif
-
 /* ISO C mode turns GCC's FMA contraction off; the micro-kernel wants it (Clang contracts within an expression). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
@@ -465,39 +461,12 @@ void ZY_ISA_NAME(flash_attention_backward)(float *dQ, float *dK, float *dV, cons
 
 /* ---- cached decoding: a few new queries against one block of cached keys and values ---------------------------- */
 
-void ZY_ISA_NAME(decode_attn_scores)(float *S, long lds, const float *Q, long ldq, const float *K, long ldk, int n,
+void ZY_ISA_NAME(decode_attn_scores)(float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n,
                                      int cnt, int dh, float scale) {
-    const int dv = dh / ZW * ZW;
+    mm(S, lds, Q, ldq, 1, KT, ldkt, n, cnt, dh, 0, FULL);
     for (int t = 0; t < n; t++) {
-        const float *q = Q + t * ldq;
         float *srow = S + t * lds;
-        int s = 0;
-#if ZW == 16
-        for (; s + 16 <= cnt; s += 16) { /* sixteen keys: their sums folded together into one vector */
-            zy_f32x16 acc[16];
-            for (int j = 0; j < 16; j++) {
-                const float *k = K + (s + j) * ldk;
-                zvec a = {0};
-                for (int d = 0; d < dv; d += ZW) a += vload(q + d) * vload(k + d);
-                acc[j] = (zy_f32x16)a;
-            }
-            const zy_f32x16 dot = zy_reduce16(acc);
-            for (int j = 0; j < 16; j++) {
-                float x = dot[j];
-                for (int d = dv; d < dh; d++) x += q[d] * K[(s + j) * ldk + d];
-                srow[s + j] = scale * x;
-            }
-        }
-#endif
-        for (; s < cnt; s++) {
-            const float *k = K + s * ldk;
-            zvec a = {0};
-            for (int d = 0; d < dv; d += ZW) a += vload(q + d) * vload(k + d);
-            float x = 0;
-            for (int i = 0; i < ZW; i++) x += a[i];
-            for (int d = dv; d < dh; d++) x += q[d] * k[d];
-            srow[s] = scale * x;
-        }
+        for (int s = 0; s < cnt; s++) srow[s] *= scale;
     }
 }
 

@@ -27,10 +27,10 @@ void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, 
                               int window, float *work, int threads);
 
 /* Cached decoding (decode.c): S[t, s] = scale · Q[t]·K[s] for n query rows (stride ldq) against cnt cached keys of
- * one KV block (stride ldk), into S (stride lds). The sizes are small (a block's keys, one head): plain vector loops,
- * where a BLAS call per block cost more than its arithmetic. */
-void decode_attn_scores(float *S, long lds, const float *Q, long ldq, const float *K, long ldk, int n, int cnt, int dh,
-                        float scale);
+ * one KV block stored transposed, key s's channel d at KT[d ldkt + s], into S (stride lds): the tiles' register-blocked
+ * product, each vector of keys loaded once for all n rows. */
+void decode_attn_scores(float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n, int cnt,
+                        int dh, float scale);
 /* ... a score row's softmax over columns [first, last] in place, the other columns of [0, n) zero; and
  * O[t] (+)= Σ_s P[t, s] · V[s] for n rows against one block's cnt values (accumulate: add to O, else overwrite). */
 void decode_attn_softmax(float *row, int n, int first, int last);

@@ -379,14 +379,15 @@ TEST(sliding_window_reference_gradients_match_finite_differences) {
 }
 
 /* Cached decoding's score kernel (decode_attn_scores) at every CPU level against a double-precision reference:
- * head sizes below, at and off the vector widths, key counts around the 16-key groups, several query rows, strided
- * rows; the score buffer's columns past cnt untouched. */
+ * head sizes below, at and off the vector widths, key counts around the vector widths and the 2-vector blocks, query
+ * rows around the 6- and 4-row blocks, strided rows, keys stored transposed (channel d of key s at KT[d ldkt + s]);
+ * the score buffer's columns past cnt untouched. */
 TEST(decode_attention_scores_at_every_cpu_level) {
     ZyCpuInfo ci;
     zy_cpu_detect(&ci);
     ZyRng rng;
     zy_rng_seed(&rng, 77);
-    const int dhs[] = {4, 8, 16, 24, 64, 72}, cnts[] = {1, 15, 16, 17, 33}, ns[] = {1, 4};
+    const int dhs[] = {4, 8, 16, 24, 64, 72}, cnts[] = {1, 7, 15, 16, 17, 33, 64}, ns[] = {1, 2, 4, 5, 8};
     double worst = 0;
     int levels = 0, cases = 0;
     for (int l = 0; l < ZY_CPU_LEVELS; l++) {
@@ -396,12 +397,12 @@ TEST(decode_attention_scores_at_every_cpu_level) {
         for (size_t a = 0; a < ZY_ARRAY_LEN(dhs); a++)
             for (size_t b = 0; b < ZY_ARRAY_LEN(cnts); b++)
                 for (size_t c = 0; c < ZY_ARRAY_LEN(ns); c++) {
-                    const int dh = dhs[a], cnt = cnts[b], n = ns[c], ldq = dh + 3, ldk = 2 * dh + 1, lds = cnt + 5;
-                    float *Q = randnf(&rng, (size_t)n * ldq, 1), *K = randnf(&rng, (size_t)cnt * ldk, 1);
+                    const int dh = dhs[a], cnt = cnts[b], n = ns[c], ldq = dh + 3, ldkt = cnt + 9, lds = cnt + 5;
+                    float *Q = randnf(&rng, (size_t)n * ldq, 1), *KT = randnf(&rng, (size_t)dh * ldkt, 1);
                     float *S = malloc(sizeof(float) * n * lds);
                     for (int i = 0; i < n * lds; i++) S[i] = -9.0f;
                     const float scale = 0.3f;
-                    kt->decode_attn_scores(S, lds, Q, ldq, K, ldk, n, cnt, dh, scale);
+                    kt->decode_attn_scores(S, lds, Q, ldq, KT, ldkt, n, cnt, dh, scale);
                     for (int t = 0; t < n; t++)
                         for (int j = 0; j < lds; j++) {
                             if (j >= cnt) {
@@ -410,13 +411,13 @@ TEST(decode_attention_scores_at_every_cpu_level) {
                             }
                             double ref = 0, mag = 0;
                             for (int d = 0; d < dh; d++) {
-                                ref += (double)Q[t * ldq + d] * K[j * ldk + d];
-                                mag += fabs((double)Q[t * ldq + d] * K[j * ldk + d]);
+                                ref += (double)Q[t * ldq + d] * KT[d * ldkt + j];
+                                mag += fabs((double)Q[t * ldq + d] * KT[d * ldkt + j]);
                             }
                             const double err = fabs(S[t * lds + j] - scale * ref) / (scale * mag + 1e-30);
                             if (!(err <= worst)) worst = err;
                         }
-                    free(Q), free(K), free(S);
+                    free(Q), free(KT), free(S);
                     cases++;
                 }
     }
