@@ -56,6 +56,10 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
     zy_gemm_f64(ta, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc)
 /* bf16 copies exist for float weights only */
 #define MATMUL_WT(ctx, rows, out, in, X, ldx, W, W16, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy)
+#define MATMUL_WT_GROUPS(ctx, G, off, out, in, X, ldx, W, W16, Y, ldy)                                                   \
+    for (int g_ = 0; g_ < (G); g_++)                                                                                   \
+    zy_gemm_f64(0, 1, (off)[g_ + 1] - (off)[g_], out, in, 1, (X) + (long)(off)[g_] * (ldx), ldx,                       \
+                (W) + (long)g_ * (out) * (in), in, 0, (Y) + (long)(off)[g_] * (ldy), ldy)
 #define EXP exp
 #define VEXP exp
 #define VERFC erfc
@@ -70,6 +74,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #undef GEMM_CTX_W
 #undef GEMM_CTX_EX
 #undef MATMUL_WT
+#undef MATMUL_WT_GROUPS
 #undef EXP
 #undef VEXP
 #undef VERFC

@@ -71,6 +71,7 @@ static inline float zy_verfcf(float z) {
 #define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
 #define GEMM_CTX_EX zy_gemm_ctx_ex
 #define MATMUL_WT zy_matmul_wt_ctx
+#define MATMUL_WT_GROUPS zy_matmul_wt_groups_ctx
 #define EXP expf
 #define VEXP zy_vexpf
 #define VERFC zy_verfcf
@@ -85,6 +86,7 @@ static inline float zy_verfcf(float z) {
 #undef GEMM_CTX_W
 #undef GEMM_CTX_EX
 #undef MATMUL_WT
+#undef MATMUL_WT_GROUPS
 #undef EXP
 #undef VEXP
 #undef VERFC

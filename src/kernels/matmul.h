@@ -54,6 +54,11 @@ void zy_matmul_bf16(int impl, int rows, int out, int in, const float *X, int ldx
  * row, 2-4 rows with the weight rows in memory order, more in 4 x 4 tiles. Returns -1 (having done nothing) when this
  * build has no such kernel or the scratch for bf16 X cannot be allocated. */
 int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy);
+/* ... for G groups of rows at once (a MoE layer's experts): rows [off[g], off[g+1]) of X against W16 + g·out·in,
+ * into the same rows of Y, each output the same sum as zy_matmul_bf16_dpbf16 on the group alone; one parallel
+ * region for them all. */
+int zy_matmul_bf16_dpbf16_groups(int G, const int32_t *off, int out, int in, const float *X, int ldx,
+                                 const uint16_t *W16, float *Y, int ldy);
 /* Y = X W16ᵀ by widening panels of ZY_BF16_PANEL weight rows to fp32 for sgemm (X as given, not rounded): the path
  * for many rows below avx512bf16, and the simple one `zaya bench gemm --weights` compares against. */
 void zy_matmul_bf16_panels(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
@@ -96,6 +101,10 @@ void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx);
  * fp32 then). */
 void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
                       const uint16_t *W16, float *Y, int ldy);
+/* zy_matmul_wt_ctx for each of G groups of rows against its own weights: rows [off[g], off[g+1]) of X against
+ * W + g·out·in (or W16 + g·out·in), into the same rows of Y (a MoE layer's experts over their sorted rows). */
+void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out, int in, const float *X, int ldx,
+                             const float *W, const uint16_t *W16, float *Y, int ldy);
 /* What runs bf16 products in this process: "oneDNN <version> (<isa>)" or the sgemm fallback, and why. */
 void zy_gemm_bf16_backend(char *out, size_t cap);
 

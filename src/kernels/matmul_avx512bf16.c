@@ -2,6 +2,7 @@
  * 32 pairs of bf16 values exactly and adds them into 16 fp32 sums. Compiled with -march=x86-64-v4 -mavx512bf16
  * (Makefile) and called only when the process's level is avx512bf16 (cpu.h). Both operands must be bf16, so the
  * activations are rounded to bf16 (nearest even) once per call; every sum stays fp32. */
+#include <omp.h>
 #include <stdlib.h>
 
 #include "kernels/kernel_table.h"
@@ -109,55 +110,115 @@ static void row_block(int nr, int o0, int o1, int in, const uint16_t *Xb, const 
     }
 }
 
-/* Outputs go to the threads in fixed chunks (each sum is the same whatever the thread count); a chunk's weights
- * (ZY_BF16_CHUNK rows) stay in cache while every row block of a panel of ZY_BF16_ROW_PANEL rows passes over them. */
+/* The work of one call in items, each the same sums whatever thread takes it: a weight chunk of ZY_BF16_CHUNK
+ * outputs against a panel of up to ZY_BF16_ROW_PANEL rows in tiles (the chunk's weights stay in cache while the panel's
+ * row blocks pass over them), or, for a group of 1-4 rows (memory-bound: the weights in memory order, measured
+ * 1.3-1.6x the tiles at 2-4 rows), 16 outputs. */
 #define ZY_BF16_CHUNK 32
 #define ZY_BF16_ROW_PANEL 64
+#define ZY_BF16_SEQ_CHUNK 16
+
+typedef struct {
+    int r0, r1, o0, o1; /* rows [r0, r1) of one group against outputs [o0, o1) */
+    const uint16_t *w;  /* the group's weights */
+} Item;
+
+static void run_item(const Item *it, int in, const uint16_t *Xb, float *Y, int ldy) {
+    const int nr = it->r1 - it->r0;
+    const uint16_t *x = Xb + (long)it->r0 * in;
+    float *y = Y + (long)it->r0 * ldy;
+    switch (nr) { /* the row count as a constant: its sums stay in registers */
+    case 1:
+        for (int o = it->o0; o < it->o1; o++) y[o] = dot_row(in, x, it->w + (long)o * in);
+        return;
+    case 2: seq_rows(2, it->o0, it->o1, in, x, it->w, y, ldy); return;
+    case 3: seq_rows(3, it->o0, it->o1, in, x, it->w, y, ldy); return;
+    case 4: seq_rows(4, it->o0, it->o1, in, x, it->w, y, ldy); return;
+    default:
+        for (int r = 0; r < nr; r += 4)
+            row_block(nr - r < 4 ? nr - r : 4, it->o0, it->o1, in, x + (long)r * in, it->w, y + (long)r * ldy, ldy);
+    }
+}
+
+/* An item's share of the work: reading its weights (from memory, for a few rows; again for each 64-row panel) costs
+ * about what 16 rows of dot products on them do. */
+static long item_cost(const Item *it) { return (long)(it->o1 - it->o0) * (16 + it->r1 - it->r0); }
+
+/* Groups of rows against their own weights (a MoE layer's experts, or one matrix: G = 1), every group's items in one
+ * parallel region. Each thread takes a contiguous run of items of about equal cost: it streams its weights in memory
+ * order, which the hardware prefetches (items handed out one by one, interleaved between the threads, measured
+ * 1.2x slower), and groups of different sizes still share out evenly. */
+static int grouped(int G, const int32_t *off, int out, int in, const float *X, int ldx, const uint16_t *W16,
+                   long w_stride, float *Y, int ldy) {
+    const int n = off[G], seq_chunks = (out + ZY_BF16_SEQ_CHUNK - 1) / ZY_BF16_SEQ_CHUNK;
+    const int tile_chunks = (out + ZY_BF16_CHUNK - 1) / ZY_BF16_CHUNK;
+    if (n <= 0) return 0;
+    long n_items = 0;
+    for (int g = 0; g < G; g++) {
+        const int ng = off[g + 1] - off[g];
+        n_items += ng <= 0   ? 0
+                   : ng <= 4 ? seq_chunks
+                             : (long)(ng + ZY_BF16_ROW_PANEL - 1) / ZY_BF16_ROW_PANEL * tile_chunks;
+    }
+    uint16_t *Xb = malloc((size_t)n * in * sizeof *Xb);
+    Item *items = malloc((size_t)n_items * sizeof *items);
+    long *cum = malloc((size_t)(n_items + 1) * sizeof *cum); /* cum[i]: the cost of items before i */
+    if (!Xb || !items || !cum) {
+        free(Xb), free(items), free(cum);
+        return -1;
+    }
+    long k = 0;
+    for (int g = 0; g < G; g++) {
+        const int s = off[g], ng = off[g + 1] - s;
+        const uint16_t *w = W16 + g * w_stride;
+        if (ng <= 0) continue;
+        if (ng <= 4) {
+            for (int o = 0; o < out; o += ZY_BF16_SEQ_CHUNK)
+                items[k++] = (Item){s, s + ng, o, o + ZY_BF16_SEQ_CHUNK < out ? o + ZY_BF16_SEQ_CHUNK : out, w};
+            continue;
+        }
+        for (int p = s; p < s + ng; p += ZY_BF16_ROW_PANEL)
+            for (int o = 0; o < out; o += ZY_BF16_CHUNK)
+                items[k++] = (Item){p, p + ZY_BF16_ROW_PANEL < s + ng ? p + ZY_BF16_ROW_PANEL : s + ng, o,
+                                    o + ZY_BF16_CHUNK < out ? o + ZY_BF16_CHUNK : out, w};
+    }
+    cum[0] = 0;
+    for (long i = 0; i < n_items; i++) cum[i + 1] = cum[i] + item_cost(&items[i]);
+    const ZyKernelTable *kt = zy_kernels(); /* the vectorised rounding */
+#pragma omp parallel if ((long)out * in >= 65536L)
+    {
+#pragma omp for schedule(static)
+        for (int r = 0; r < n; r++) kt->f32_to_bf16_row(Xb + (long)r * in, X + (long)r * ldx, in);
+        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const long from = cum[n_items] * t / nt, to = cum[n_items] * (t + 1) / nt;
+        long i = 0;
+        while (cum[i] < from) i++; /* the first item starting at or after this thread's share */
+        for (; i < n_items && cum[i] < to; i++) run_item(&items[i], in, Xb, Y, ldy);
+    }
+    free(Xb), free(items), free(cum);
+    return 0;
+}
 
 int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy) {
-    uint16_t *Xb = malloc((size_t)rows * in * sizeof *Xb);
-    if (!Xb) return -1;
-    const ZyKernelTable *kt = zy_kernels(); /* the vectorised rounding */
-#pragma omp parallel for schedule(static) if ((long)rows * in >= 65536L)
-    for (int r = 0; r < rows; r++) kt->f32_to_bf16_row(Xb + (long)r * in, X + (long)r * ldx, in);
-    if (rows == 1) {
-#pragma omp parallel for schedule(static) if ((long)out * in >= 65536L)
-        for (int o = 0; o < out; o++) Y[o] = dot_row(in, Xb, W16 + (long)o * in);
-        free(Xb);
-        return 0;
-    }
-    if (rows <= 4) { /* memory-bound: the weights in memory order (measured 1.3-1.6x the tiles at 2-4 rows) */
-#pragma omp parallel for schedule(static) if ((long)out * in >= 65536L)
-        for (int o0 = 0; o0 < out; o0 += 16) {
-            const int o1 = o0 + 16 < out ? o0 + 16 : out;
-            switch (rows) { /* the row count as a constant: its sums stay in registers */
-            case 2: seq_rows(2, o0, o1, in, Xb, W16, Y, ldy); break;
-            case 3: seq_rows(3, o0, o1, in, Xb, W16, Y, ldy); break;
-            default: seq_rows(4, o0, o1, in, Xb, W16, Y, ldy); break;
-            }
-        }
-        free(Xb);
-        return 0;
-    }
-    const int chunks = (out + ZY_BF16_CHUNK - 1) / ZY_BF16_CHUNK;
-#pragma omp parallel if ((long)out * in >= 65536L)
-    for (int p0 = 0; p0 < rows; p0 += ZY_BF16_ROW_PANEL) {
-        const int p1 = rows - p0 < ZY_BF16_ROW_PANEL ? rows : p0 + ZY_BF16_ROW_PANEL;
-#pragma omp for schedule(static)
-        for (int c = 0; c < chunks; c++) {
-            const int o0 = c * ZY_BF16_CHUNK, o1 = o0 + ZY_BF16_CHUNK < out ? o0 + ZY_BF16_CHUNK : out;
-            for (int r0 = p0; r0 < p1; r0 += 4)
-                row_block(p1 - r0 < 4 ? p1 - r0 : 4, o0, o1, in, Xb + (long)r0 * in, W16, Y + (long)r0 * ldy, ldy);
-        }
-    }
-    free(Xb);
-    return 0;
+    const int32_t off[2] = {0, rows};
+    return grouped(1, off, out, in, X, ldx, W16, 0, Y, ldy);
+}
+
+int zy_matmul_bf16_dpbf16_groups(int G, const int32_t *off, int out, int in, const float *X, int ldx,
+                                 const uint16_t *W16, float *Y, int ldy) {
+    return grouped(G, off, out, in, X, ldx, W16, (long)out * in, Y, ldy);
 }
 
 #else /* a build without the AVX512-BF16 kernel (not x86-64, or a compiler without -mavx512bf16) */
 
 int zy_matmul_bf16_dpbf16(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y, int ldy) {
     (void)rows, (void)out, (void)in, (void)X, (void)ldx, (void)W16, (void)Y, (void)ldy;
+    return -1;
+}
+
+int zy_matmul_bf16_dpbf16_groups(int G, const int32_t *off, int out, int in, const float *X, int ldx,
+                                 const uint16_t *W16, float *Y, int ldy) {
+    (void)G, (void)off, (void)out, (void)in, (void)X, (void)ldx, (void)W16, (void)Y, (void)ldy;
     return -1;
 }
 

@@ -431,6 +431,22 @@ void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X,
         zy_matmul_wt(rows, out, in, X, ldx, W, W16, Y, ldy);
 }
 
+void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out, int in, const float *X, int ldx,
+                             const float *W, const uint16_t *W16, float *Y, int ldy) {
+    /* bf16 weights on AVX512-BF16: every group in one parallel region (a decoding step's experts have a few rows
+     * each: one region per expert would be mostly fork, join and threads waiting) */
+    if (!(ctx && ctx->bf16 && W) && W16 && out > 0 && in > 0 && zy_cpu_level() >= ZY_CPU_AVX512BF16 &&
+        zy_matmul_bf16_dpbf16_groups(G, off, out, in, X, ldx, W16, Y, ldy) == 0)
+        return;
+    const long stride = (long)out * in;
+    for (int g = 0; g < G; g++) {
+        const int s = off[g], n = off[g + 1] - off[g];
+        if (n > 0)
+            zy_matmul_wt_ctx(ctx, n, out, in, X + (long)s * ldx, ldx, W ? W + g * stride : NULL,
+                             W16 ? W16 + g * stride : NULL, Y + (long)s * ldy, ldy);
+    }
+}
+
 void zy_gemm_bf16_backend(char *out, size_t cap) {
 #ifdef ZY_HAVE_DNNL
     const dnnl_version_t *v = dnnl_version();

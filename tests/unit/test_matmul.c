@@ -163,6 +163,46 @@ TEST(bf16_weight_kernels_match_sgemm_on_rounded_weights) {
     CHECK(ran[PLAIN] && ran[ENTRY] && ran[ZY_CPU_GENERIC]);
 }
 
+/* A MoE layer's experts in one call (zy_matmul_wt_groups_ctx): groups of 0, 1, 2-4 and many rows (the three
+ * avx512bf16 kernels, a 64-row panel and a partial one), strided X and Y, each group against its own weights —
+ * bit for bit zy_matmul_wt on each group alone, for bf16 weights (the grouped kernel at avx512bf16, the loop elsewhere)
+ * and fp32 ones; Y's padding untouched. */
+TEST(grouped_weight_products_equal_one_call_per_group) {
+    ZyRng rng;
+    zy_rng_seed(&rng, 23);
+    const int sizes[] = {3, 0, 1, 70, 2, 4, 5, 0, 1, 9};
+    const int G = (int)ZY_ARRAY_LEN(sizes), shapes[][2] = {{64, 48}, {37, 100}, {130, 33}};
+    int32_t off[ZY_ARRAY_LEN(sizes) + 1] = {0};
+    for (int g = 0; g < G; g++) off[g + 1] = off[g] + sizes[g];
+    const int rows = off[G];
+    long mismatches = 0, compared = 0;
+    for (size_t sh = 0; sh < ZY_ARRAY_LEN(shapes); sh++) {
+        const int out = shapes[sh][0], in = shapes[sh][1], ldx = in + 3, ldy = out + 5;
+        float *X = malloc(sizeof(float) * rows * ldx), *W = malloc(sizeof(float) * G * out * in);
+        uint16_t *W16 = malloc(sizeof(uint16_t) * G * out * in);
+        float *Y = malloc(sizeof(float) * rows * ldy), *Yref = malloc(sizeof(float) * rows * ldy);
+        for (int i = 0; i < rows * ldx; i++) X[i] = (float)zy_rng_normal(&rng);
+        for (long i = 0; i < (long)G * out * in; i++) {
+            W[i] = (float)zy_rng_normal(&rng);
+            W16[i] = zy_f32_to_bf16(W[i]);
+        }
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            for (int i = 0; i < rows * ldy; i++) Y[i] = Yref[i] = -7.0f;
+            zy_matmul_wt_groups_ctx(NULL, G, off, out, in, X, ldx, bf16 ? NULL : W, bf16 ? W16 : NULL, Y, ldy);
+            for (int g = 0; g < G; g++)
+                if (sizes[g])
+                    zy_matmul_wt(sizes[g], out, in, X + (long)off[g] * ldx, ldx, bf16 ? NULL : W + (long)g * out * in,
+                                 bf16 ? W16 + (long)g * out * in : NULL, Yref + (long)off[g] * ldy, ldy);
+            for (int i = 0; i < rows * ldy; i++) mismatches += memcmp(&Y[i], &Yref[i], sizeof(float)) != 0;
+            compared += rows * ldy;
+        }
+        free(X), free(W), free(W16), free(Y), free(Yref);
+    }
+    printf("    %ld values (padding included) compared at level %s, %ld differ\n", compared,
+           zy_cpu_level_name(zy_cpu_level()), mismatches);
+    CHECK(mismatches == 0);
+}
+
 /* The fp32 few-row path (zy_matmul_f32: tiles of dot products for 2..ZY_F32_TILE_MAX_ROWS rows) against sgemm: every
  * CPU level's tile kernel this machine runs, row counts around the 4-row blocks and the limit, output counts off the
  * 4-wide tiles and the 32-output chunks, inputs off every vector width, strided X and Y; Y's padding untouched. */
