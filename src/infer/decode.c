@@ -216,6 +216,24 @@ static inline float *kv_key(const KVPool *p, float *base, int slot, int pos) {
     return base + (size_t)blk * p->block_tokens * cfg_k_channels(&p->cfg) + pos % p->block_tokens;
 }
 
+/* The next block's keys / values of kv head j, asked for while this block's are used: a sequence's blocks lie
+ * anywhere in the pool, where the hardware's prefetchers lose the stream at each one (cached decoding reads every
+ * cached key and value once per step: memory-bound). One block's worth at most (the same-length cache's one block
+ * per sequence is long). */
+static inline void prefetch_keys(const KVPool *p, int l, int slot, int pos, int j) {
+    const int bt = p->block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
+    const float *kt = kv_key(p, p->k[l], slot, pos) + (size_t)j * dh * bt;
+    for (int d = 0; d < dh; d++)
+        for (int c = 0; c < n; c += 16) __builtin_prefetch(kt + (size_t)d * bt + c);
+}
+static inline void prefetch_values(const KVPool *p, int l, int slot, int pos, int j) {
+    const int bt = p->block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
+    for (int t = 0; t < n; t++) {
+        const float *v = kv_row(p, p->v[l], slot, pos + t) + (size_t)j * dh;
+        for (int c = 0; c < dh; c += 16) __builtin_prefetch(v + c);
+    }
+}
+
 /* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for the nh query heads h0..h0+nh-1 (all
  * reading kv head h0 / G) over its cached keys 0..p0+n-1 — in a sliding-window layer (window W > 0) query p sees
  * keys p-W+1..p only — block by block; the arithmetic of attention_forward (scaled products, fp32 softmax with
@@ -234,6 +252,7 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *kt = kv_key(p, p->k[l], q->slot, s0) + (size_t)j * dh * bt; /* [dh, bt] */
+        if (s0 + cnt < hi) prefetch_keys(p, l, q->slot, s0 + cnt, j);
         if (nh == 1) /* one head's n queries: n rows Cq apart */
             decode_attn_scores(sc + (s0 - lo), Lk, qr, Cq, kt, bt, n, cnt, dh, scale);
         else
@@ -252,6 +271,7 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
+        if (s0 + cnt < hi) prefetch_values(p, l, q->slot, s0 + cnt, j);
         if (nh == 1)
             decode_attn_values(o, Cq, sc + (s0 - lo), Lk, vb, Ck, n, cnt, dh, s0 > lo);
         else
