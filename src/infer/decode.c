@@ -254,11 +254,11 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
         const float *kt = kv_key(p, p->k[l], q->slot, s0) + (size_t)j * dh * bt; /* [dh, bt] */
         if (s0 + cnt < hi) prefetch_keys(p, l, q->slot, s0 + cnt, j);
         if (nh == 1) /* one head's n queries: n rows Cq apart */
-            decode_attn_scores(sc + (s0 - lo), Lk, qr, Cq, kt, bt, n, cnt, dh, scale);
+            decode_attn_scores(sc + (s0 - lo), Lk, qr, Cq, kt, bt, n, cnt, bt - s0 % bt, dh, scale);
         else
             for (int t = 0; t < n; t++) /* the nh heads of query t: nh rows dh apart */
                 decode_attn_scores(sc + (size_t)t * nh * Lk + (s0 - lo), Lk, qr + (size_t)t * Cq, dh, kt, bt, nh, cnt,
-                                   dh, scale);
+                                   bt - s0 % bt, dh, scale);
         s0 += cnt;
     }
     for (int r = 0; r < n * nh; r++) {

@@ -462,8 +462,18 @@ void ZY_ISA_NAME(flash_attention_backward)(float *dQ, float *dK, float *dV, cons
 /* ---- cached decoding: a few new queries against one block of cached keys and values ---------------------------- */
 
 void ZY_ISA_NAME(decode_attn_scores)(float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n,
-                                     int cnt, int dh, float scale) {
-    mm(S, lds, Q, ldq, 1, KT, ldkt, n, cnt, dh, 0, FULL);
+                                     int cnt, int avail, int dh, float scale) {
+    const int full = cnt / ZW * ZW, rest = cnt - full;
+    if (full) mm(S, lds, Q, ldq, 1, KT, ldkt, n, full, dh, 0, FULL);
+    if (rest && avail >= full + ZW) { /* a partial last vector: all of it computed where the keys may be read */
+        float tmp[16 * ZW];
+        for (int t0 = 0; t0 < n; t0 += 16) {
+            const int m = n - t0 < 16 ? n - t0 : 16;
+            mm(tmp, ZW, Q + t0 * ldq, ldq, 1, KT + full, ldkt, m, ZW, dh, 0, FULL);
+            for (int r = 0; r < m; r++) memcpy(S + (t0 + r) * lds + full, tmp + r * ZW, sizeof(float) * rest);
+        }
+    } else if (rest)
+        mm(S + full, lds, Q, ldq, 1, KT + full, ldkt, n, rest, dh, 0, FULL); /* one column at a time */
     for (int t = 0; t < n; t++) {
         float *srow = S + t * lds;
         for (int s = 0; s < cnt; s++) srow[s] *= scale;

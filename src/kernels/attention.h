@@ -28,9 +28,10 @@ void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, 
 
 /* Cached decoding (decode.c): S[t, s] = scale · Q[t]·K[s] for n query rows (stride ldq) against cnt cached keys of
  * one KV block stored transposed, key s's channel d at KT[d ldkt + s], into S (stride lds): the tiles' register-blocked
- * product, each vector of keys loaded once for all n rows. */
+ * product, each vector of keys loaded once for all n rows. Columns cnt..avail-1 of KT may be read too (the rest of the
+ * block, values unused): a partial last vector of keys then runs as a whole one. */
 void decode_attn_scores(float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n, int cnt,
-                        int dh, float scale);
+                        int avail, int dh, float scale);
 /* ... a score row's softmax over columns [first, last] in place, the other columns of [0, n) zero; and
  * O[t] (+)= Σ_s P[t, s] · V[s] for n rows against one block's cnt values (accumulate: add to O, else overwrite). */
 void decode_attn_softmax(float *row, int n, int first, int last);

@@ -165,9 +165,9 @@
        const float *K, const float *V, int B, int T, int Hq, int Hkv, int dh, int window, float *work, int threads),   \
        (dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window, work, threads))                                  \
     ZK(void, decode_attn_scores,                                                                                       \
-       (float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n, int cnt, int dh,              \
+       (float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n, int cnt, int avail, int dh,   \
        float scale),                                                                                                   \
-       (S, lds, Q, ldq, KT, ldkt, n, cnt, dh, scale))                                                                 \
+       (S, lds, Q, ldq, KT, ldkt, n, cnt, avail, dh, scale))                                                                 \
     ZK(void, decode_attn_softmax, (float *row, int n, int first, int last), (row, n, first, last))                     \
     ZK(void, decode_attn_values,                                                                                       \
        (float *O, long ldo, const float *P, long ldp, const float *V, long ldv, int n, int cnt, int dh,                \

@@ -380,8 +380,8 @@ TEST(sliding_window_reference_gradients_match_finite_differences) {
 
 /* Cached decoding's score kernel (decode_attn_scores) at every CPU level against a double-precision reference:
  * head sizes below, at and off the vector widths, key counts around the vector widths and the 2-vector blocks, query
- * rows around the 6- and 4-row blocks, strided rows, keys stored transposed (channel d of key s at KT[d ldkt + s]);
- * the score buffer's columns past cnt untouched. */
+ * rows around the 6- and 4-row blocks, strided rows, keys stored transposed (channel d of key s at KT[d ldkt + s])
+ * with and without readable columns past cnt; the score buffer's columns past cnt untouched. */
 TEST(decode_attention_scores_at_every_cpu_level) {
     ZyCpuInfo ci;
     zy_cpu_detect(&ci);
@@ -396,13 +396,15 @@ TEST(decode_attention_scores_at_every_cpu_level) {
         levels++;
         for (size_t a = 0; a < ZY_ARRAY_LEN(dhs); a++)
             for (size_t b = 0; b < ZY_ARRAY_LEN(cnts); b++)
-                for (size_t c = 0; c < ZY_ARRAY_LEN(ns); c++) {
-                    const int dh = dhs[a], cnt = cnts[b], n = ns[c], ldq = dh + 3, ldkt = cnt + 9, lds = cnt + 5;
+                for (size_t c = 0; c < ZY_ARRAY_LEN(ns) * 2; c++) {
+                    /* the keys' rows end at cnt, or run on (a block's unused columns) */
+                    const int dh = dhs[a], cnt = cnts[b], n = ns[c / 2], ldkt = (cnt + 31) / 32 * 32 + 9;
+                    const int avail = c % 2 ? ldkt : cnt, ldq = dh + 3, lds = cnt + 5;
                     float *Q = randnf(&rng, (size_t)n * ldq, 1), *KT = randnf(&rng, (size_t)dh * ldkt, 1);
                     float *S = malloc(sizeof(float) * n * lds);
                     for (int i = 0; i < n * lds; i++) S[i] = -9.0f;
                     const float scale = 0.3f;
-                    kt->decode_attn_scores(S, lds, Q, ldq, KT, ldkt, n, cnt, dh, scale);
+                    kt->decode_attn_scores(S, lds, Q, ldq, KT, ldkt, n, cnt, avail, dh, scale);
                     for (int t = 0; t < n; t++)
                         for (int j = 0; j < lds; j++) {
                             if (j >= cnt) {
