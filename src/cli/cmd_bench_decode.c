@@ -168,8 +168,8 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
            weight_bytes_per_token(&m->cfg, bf16) / 1e6, bf16 ? "bf16" : "f32",
            weight_bytes_per_token(&m->cfg, bf16) / median / 1e9);
     printf("KV cache     %zu bytes per token (fp32 k and v, %d layers); %.2f MB for %d x %d tokens; GPU memory in use "
-           "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg), m->cfg.num_layers,
-           kvcache_bytes_per_token(&m->cfg) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
+           "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, 0), m->cfg.num_layers,
+           kvcache_bytes_per_token(&m->cfg, 0) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
     printf("json         {\"device\": \"cuda\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, "
            "\"prefill_tokens_per_s\": %.1f}\n", batch, (double)batch * new_tokens / sum, 1e3 * median,
            (double)batch * context / prefill);
@@ -182,7 +182,7 @@ done:
 }
 
 int bench_decode(int argc, char **argv) {
-    const char *model_dir = NULL, *config_path = NULL, *dtype = "auto", *device = "cpu";
+    const char *model_dir = NULL, *config_path = NULL, *dtype = "auto", *device = "cpu", *kv_dtype = "auto";
     int context = 128, new_tokens = 128, threads = 0, batch = 1;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 0, &model_dir, "model directory (or --config for random weights)", 0},
@@ -194,12 +194,14 @@ int bench_decode(int argc, char **argv) {
          "bf16 also reports its logits against f32 where an f32 copy fits in memory", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (bf16: bf16 products on the GPU)", 0},
         {"--batch", ARG_INT, 0, &batch, "sequences decoded together, one token each per step (default 1)", 0},
+        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
+                                                 "f32 or bf16", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
             args_usage("bench decode",
                        "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16 --device cpu|cuda "
-                       "--batch B]", specs,
+                       "--batch B --kv-dtype auto|f32|bf16]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
@@ -227,6 +229,12 @@ int bench_decode(int argc, char **argv) {
         zy_wrap(&err, "bench decode: --device");
         goto done;
     }
+    const int kv_bf16 = kv_dtype_resolve(kv_dtype, bf16 && !gpu, "bench decode: --kv-dtype", &err);
+    if (kv_bf16 < 0) goto done;
+    if (gpu && kv_bf16) {
+        zy_fail(&err, "bench decode: --kv-dtype bf16: the GPU's KV cache holds fp32 only (--kv-dtype f32)");
+        goto done;
+    }
     if (batch <= 0 || batch > 4096) {
         zy_fail(&err, "bench decode: --batch %d: sequences decoded together, 1..4096", batch);
         goto done;
@@ -248,7 +256,7 @@ int bench_decode(int argc, char **argv) {
     const double twin_bytes = (double)params_count(&m.params, 0) * 4;
     const int compare = bf16 && twin_bytes < 0.5 * zy_available_memory_bytes(); /* loaded last: not in the peak */
     const int total = context + new_tokens, L = m.cfg.num_layers, E = m.cfg.num_experts;
-    if (kvcache_create(&c, &m.cfg, batch, total, &err)) goto done;
+    if (kvcache_create_kv(&c, &m.cfg, batch, total, KV_DEFAULT_CHUNK, kv_bf16, &err)) goto done;
     have_cache = 1;
     /* ids [batch, total]; the prompts [batch, context] and each step's tokens [batch] are gathered from it */
     ids = malloc((size_t)batch * total * sizeof *ids);
@@ -309,7 +317,7 @@ int bench_decode(int argc, char **argv) {
     if (bandwidth < 0) goto done;
     size_t mapped, copied;
     model_weight_bytes(&m, &mapped, &copied);
-    const double kv_read = (double)kvcache_bytes_per_token(&m.cfg) * batch * (context + new_tokens / 2.0);
+    const double kv_read = (double)kvcache_bytes_per_token(&m.cfg, kv_bf16) * batch * (context + new_tokens / 2.0);
     printf("weights      %s: %.1f MB read per decoding step (%.1f GB/s at the median latency); %.0f MB resident once "
            "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", bf16 ? "bf16" : "f32",
            per_step / 1e6, per_step / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
@@ -318,9 +326,9 @@ int bench_decode(int argc, char **argv) {
            "step ran at %.0f%% of the latter\n", bandwidth / 1e9, omp_get_max_threads(), batch * bandwidth / per_step,
            batch * bandwidth / (per_step + kv_read), kv_read / 1e6,
            100.0 * (per_step + kv_read) / median / bandwidth);
-    printf("KV cache     %zu bytes per token (k and v, %d layers); %.2f MB at %d x %d tokens\n",
-           kvcache_bytes_per_token(&m.cfg), m.cfg.num_layers,
-           kvcache_bytes_per_token(&m.cfg) * (double)batch * total / 1e6, batch, total);
+    printf("KV cache     %zu bytes per token (k and v %s, %d layers); %.2f MB at %d x %d tokens\n",
+           kvcache_bytes_per_token(&m.cfg, kv_bf16), kv_bf16 ? "bf16" : "f32", m.cfg.num_layers,
+           kvcache_bytes_per_token(&m.cfg, kv_bf16) * (double)batch * total / 1e6, batch, total);
     if (compare) {
         if (load_model(&m32, model_dir, config_path, 0, &err)) goto done;
         have_m32 = 1;
@@ -331,9 +339,9 @@ int bench_decode(int argc, char **argv) {
                zy_available_memory_bytes() / 1e9);
     printf("peak memory  %.2f GB resident at most while decoding (VmHWM: weights' file pages touched, KV cache, "
            "scratch)\n", peak / 1e9);
-    printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
+    printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"kv_dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
            "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"bandwidth_bytes_per_s\": %.0f, "
-           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", bf16 ? "bf16" : "f32", batch,
+           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", bf16 ? "bf16" : "f32", kv_bf16 ? "bf16" : "f32", batch,
            (double)batch * new_tokens / sum, 1e3 * median, per_step, bandwidth, batch * bandwidth / per_step, peak);
     rc = 0;
 done:

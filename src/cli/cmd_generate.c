@@ -96,7 +96,7 @@ static const char *stop_reason(GenStop s) {
     return "max tokens";
 }
 
-static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len, const ZayaConfig *cfg) {
+static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len, const ZayaConfig *cfg, int kv_bf16) {
     fprintf(stderr, "prompt tokens     %d\n", st->n_prompt);
     fprintf(stderr, "generated tokens  %d (stopped: %s)\n", st->n_generated, stop_reason(st->stop));
     fprintf(stderr, "prefill           %.4f s (%.1f tokens/s)\n", st->prefill_s,
@@ -104,16 +104,17 @@ static void print_stats(const GenerateStats *st, size_t cache_bytes, int max_len
     const int steps = st->n_generated > 0 ? st->n_generated - 1 : 0;
     fprintf(stderr, "decode            %.1f tokens/s (%d steps in %.4f s)\n", st->decode_s > 0 ? steps / st->decode_s : 0.0,
             steps, st->decode_s);
-    fprintf(stderr, "KV cache          %zu bytes per token (k+v, %d layers), %zu bytes in all for %d tokens "
+    fprintf(stderr, "KV cache          %zu bytes per token (k+v %s, %d layers), %zu bytes in all for %d tokens "
                     "(with the conv/value state)\n",
-            kvcache_bytes_per_token(cfg), cfg->num_layers, cache_bytes, max_len);
+            kvcache_bytes_per_token(cfg, kv_bf16), kv_bf16 ? "bf16" : "f32", cfg->num_layers, cache_bytes, max_len);
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *prompt = NULL, *messages = NULL, *dtype = "auto", *device = "cpu";
+    const char *kv_dtype = "auto";
     /* sampling flags start unset (NAN, INT_MIN): a flag wins, then the model's generation_config.json, then zaya's
      * defaults; a bad value given as a flag still fails sampling_validate */
-    int max_tokens = 128, top_k = INT_MIN, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1;
+    int max_tokens = 128, top_k = INT_MIN, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1, kv_bf16 = 0;
     double temperature = NAN, top_p = NAN;
     uint64_t seed = 0;
     ArgSpec specs[] = {
@@ -131,13 +132,15 @@ int cmd_generate(int argc, char **argv) {
         {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 if the model stores bf16 matrices, else f32), f32, or bf16 "
                                            "(matrices in bf16, read in place from the mapped files when stored bf16)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (on a GPU, --dtype bf16 = bf16 products)", 0},
+        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
+                                                 "f32 or bf16 (as zaya serve's)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             args_usage("generate",
                        "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
-                       "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--device cpu|cuda]",
+                       "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--kv-dtype auto|f32|bf16] [--device cpu|cuda]",
                        specs, n);
             return 0;
         }
@@ -183,6 +186,12 @@ int cmd_generate(int argc, char **argv) {
     if ((bf16 = model_resolve_dtype(dtype, "generate: --dtype", model_dir, &err)) < 0) goto fail;
     if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
         zy_wrap(&err, "generate: --device");
+        goto fail;
+    }
+    /* as zaya serve: the GPU's cache is fp32 */
+    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16 && !gpu, "generate: --kv-dtype", &err)) < 0) goto fail;
+    if (gpu && kv_bf16) {
+        zy_fail(&err, "generate: --kv-dtype bf16: the GPU's KV cache holds fp32 only (--kv-dtype f32)");
         goto fail;
     }
     if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
@@ -238,7 +247,7 @@ int cmd_generate(int argc, char **argv) {
             goto fail;
         fprintf(stderr, "device            GPU %s\n", gpu_model_device(gm));
     } else {
-        if (kvcache_create(&c, &m.cfg, 1, max_len, &err)) goto fail;
+        if (kvcache_create_kv(&c, &m.cfg, 1, max_len, KV_DEFAULT_CHUNK, kv_bf16, &err)) goto fail;
         have_cache = 1;
     }
     if (sampler_create(&smp, m.cfg.vocab_size, &err)) goto fail;
@@ -262,7 +271,7 @@ int cmd_generate(int argc, char **argv) {
         goto fail;
     printf("\n");
     fflush(stdout);
-    print_stats(&st, gpu ? gpu_kvcache_bytes(gc) : c.cache_bytes, max_len, &m.cfg);
+    print_stats(&st, gpu ? gpu_kvcache_bytes(gc) : c.cache_bytes, max_len, &m.cfg, kv_bf16);
     const double peak = zy_peak_resident_bytes();
     if (peak > 0)
         fprintf(stderr, "peak memory       %.2f GB resident at most (VmHWM: weights' file pages touched, KV cache, "

@@ -75,7 +75,8 @@ static void gpu_destroy(void *x) {
 
 /* arg: the GpuModel (it outlives the engine). */
 static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
-                            int block_tokens, int max_rows, int chunk, ZyErr *err) {
+                            int block_tokens, int max_rows, int chunk, int kv_bf16, ZyErr *err) {
+    if (kv_bf16) return zy_fail(err, "serve: --kv-dtype bf16: the GPU's KV pool holds fp32 only (--kv-dtype f32)");
     GpuServe *g = calloc(1, sizeof *g);
     if (!g) return zy_fail(err, "out of memory");
     g->gm = arg;
@@ -91,7 +92,7 @@ static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max
 
 int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "auto";
-    const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL;
+    const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL, *kv_dtype = "auto";
     int port = 8080, max_batch = 32, max_context = 0, block_tokens = 16, prefill_chunk = 64, step_tokens = 0;
     int max_queue = 256, max_connections = 1024, threads = 0;
     double grace = 10;
@@ -104,6 +105,8 @@ int cmd_serve(int argc, char **argv) {
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (the model, the KV pool and the steps on "
                                             "the GPU; --kv-memory is then GPU memory; --dtype bf16 = bf16 products)", 0},
         {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 if the model stores bf16 matrices, else f32), f32 or bf16", 0},
+        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else "
+                                                 "f32), f32 or bf16 (half the memory per token)", 0},
         {"--max-batch", ARG_INT, 0, &max_batch, "sequences decoded together (default 32)", 0},
         {"--max-context", ARG_INT, 0, &max_context, "tokens per request, prompt + completion (default: the model's "
                                                     "max_position_embeddings, at most 4096)", 0},
@@ -136,7 +139,7 @@ int cmd_serve(int argc, char **argv) {
     ServeEngine *eng = NULL;
     ServeHttp *http = NULL;
     GpuModel *gm = NULL;
-    int rc = 1, have_model = 0, bf16, gpu = 0, gpu_index = -1;
+    int rc = 1, have_model = 0, bf16, gpu = 0, gpu_index = -1, kv_bf16;
     size_t kv_bytes = 0;
     char tok_file[PATH_MAX];
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "serve", &err)) goto fail;
@@ -164,6 +167,12 @@ int cmd_serve(int argc, char **argv) {
     GenerationConfig gen;
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
     if ((bf16 = model_resolve_dtype(dtype, "serve: --dtype", model_dir, &err)) < 0) goto fail;
+    /* the GPU's pool is fp32: auto means f32 there, and bf16 is refused before the model loads */
+    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16 && !gpu, "serve: --kv-dtype", &err)) < 0) goto fail;
+    if (gpu && kv_bf16) {
+        zy_fail(&err, "serve: --kv-dtype bf16: the GPU's KV pool holds fp32 only (--kv-dtype f32)");
+        goto fail;
+    }
     /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device), as zaya generate's */
     if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
     have_model = 1;
@@ -191,7 +200,7 @@ int cmd_serve(int argc, char **argv) {
     if (!max_context) max_context = m.cfg.max_position_embeddings < 4096 ? m.cfg.max_position_embeddings : 4096;
     ServeEngineOpts eo = {.max_batch = max_batch, .max_context = max_context, .kv_memory = kv_bytes,
                           .block_tokens = block_tokens, .prefill_chunk = prefill_chunk, .step_tokens = step_tokens,
-                          .max_queue = max_queue, .threads = threads};
+                          .max_queue = max_queue, .threads = threads, .kv_bf16 = kv_bf16};
     /* every thread started from here on inherits the blocked signals; this one waits for them */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -230,11 +239,11 @@ int cmd_serve(int argc, char **argv) {
     const int per_seq = (got.max_context + got.block_tokens - 1) / got.block_tokens;
     fprintf(stderr,
             "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s\n"
-            "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%zu bytes per token: %d "
+            "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%s, %zu bytes per token: %d "
             "full-context requests at once), prefill chunk %d, step %d rows, queue %d, %d threads\n",
             model_name, model_dir, bf16 ? "bf16" : "f32", tok_path, chat ? "yes" : "none", got.max_batch,
             got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
-            kvcache_bytes_per_token(&m.cfg), n_blocks / per_seq, got.prefill_chunk, got.step_tokens, got.max_queue,
+            kv_bf16 ? "bf16" : "f32", kvcache_bytes_per_token(&m.cfg, kv_bf16), n_blocks / per_seq, got.prefill_chunk, got.step_tokens, got.max_queue,
             got.threads > 0 ? got.threads : omp_get_max_threads());
     if (gpu) fprintf(stderr, "zaya serve: device GPU %s (the KV pool in GPU memory)\n", gpu_model_device(gm));
     /* the one line scripts wait for */

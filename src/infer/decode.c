@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/kernel_table.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 
@@ -27,8 +28,13 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     const size_t Hq = f->num_heads, Hkv = f->num_kv_heads, half_rd = cfg_rotary_dim(f) / 2;
     const size_t k1 = f->cca_time1;
     for (int l = 0; l < f->num_layers; l++) {
-        p->k[l] = CF(cv, BT * Ck);
-        p->v[l] = CF(cv, BT * Ck);
+        if (p->kv_bf16) { /* two bf16 values per carved float */
+            p->k16[l] = (uint16_t *)CF(cv, (BT * Ck + 1) / 2);
+            p->v16[l] = (uint16_t *)CF(cv, (BT * Ck + 1) / 2);
+        } else {
+            p->k[l] = CF(cv, BT * Ck);
+            p->v[l] = CF(cv, BT * Ck);
+        }
         p->conv_state[l] = CF(cv, S * P * C);
         p->vd_prev[l] = CF(cv, S * Ck / 2);
     }
@@ -88,12 +94,12 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     s->last_rows = CF(cv, SN * D);
 }
 
-size_t kvcache_bytes_per_token(const ZayaConfig *cfg) {
-    return (size_t)cfg->num_layers * 2 * cfg_k_channels(cfg) * sizeof(float);
+size_t kvcache_bytes_per_token(const ZayaConfig *cfg, int kv_bf16) {
+    return (size_t)cfg->num_layers * 2 * cfg_k_channels(cfg) * (kv_bf16 ? sizeof(uint16_t) : sizeof(float));
 }
 
-size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens) {
-    return kvcache_bytes_per_token(cfg) * (size_t)block_tokens;
+size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens, int kv_bf16) {
+    return kvcache_bytes_per_token(cfg, kv_bf16) * (size_t)block_tokens;
 }
 
 size_t kvpool_state_bytes(const ZayaConfig *cfg) {
@@ -102,7 +108,7 @@ size_t kvpool_state_bytes(const ZayaConfig *cfg) {
 }
 
 int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, int n_blocks, int block_tokens,
-                  int max_rows, int chunk, ZyErr *err) {
+                  int max_rows, int chunk, int kv_bf16, ZyErr *err) {
     memset(p, 0, sizeof *p);
     if (max_seqs <= 0 || max_len <= 0 || n_blocks <= 0 || block_tokens <= 0 || max_rows <= 0 || chunk <= 0)
         return zy_fail(err, "KV cache: sequences %d, max_len %d, blocks %d, block size %d, rows %d and chunk %d must be "
@@ -114,6 +120,7 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
     p->max_seqs = max_seqs;
     p->max_len = max_len;
     p->block_tokens = block_tokens;
+    p->kv_bf16 = kv_bf16 != 0;
     p->n_blocks = n_blocks;
     p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
     p->chunk = chunk < max_len ? chunk : max_len;
@@ -121,13 +128,15 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
     p->conv_pad = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0; /* the MHA variant has no convolutions */
     p->s.n_threads = omp_get_max_threads();
     const int L = cfg->num_layers;
-    float **ptrs = calloc((size_t)4 * L, sizeof *ptrs);
+    void **ptrs = calloc((size_t)6 * L, sizeof *ptrs);
     if (!ptrs) return zy_fail(err, "out of memory");
     p->ptrs = ptrs;
-    p->k = ptrs;
-    p->v = ptrs + L;
-    p->conv_state = ptrs + 2 * L;
-    p->vd_prev = ptrs + 3 * L;
+    p->k = (float **)ptrs;
+    p->v = (float **)ptrs + L;
+    p->conv_state = (float **)ptrs + 2 * L;
+    p->vd_prev = (float **)ptrs + 3 * L;
+    p->k16 = (uint16_t **)ptrs + 4 * L;
+    p->v16 = (uint16_t **)ptrs + 5 * L;
     ZyCarver sizing = {0};
     carve_pool(&sizing, p);
     p->block = zy_calloc(sizing.used);
@@ -204,16 +213,17 @@ typedef struct {
     int n_seqs, N;
 } Step;
 
-static inline float *kv_row(const KVPool *p, float *base, int slot, int pos) {
+/* Where position pos of a slot sits in a layer's values (its row of Ck) and keys (channel 0 of its column; a block's
+ * keys are stored transposed, [Ck, block_tokens], so that a query's scores against a block are a product of rows
+ * broadcast against whole vectors of keys: no per-key sums to reduce), in elements of p->v[l] / p->v16[l] and
+ * p->k[l] / p->k16[l]. */
+static inline size_t kv_row_at(const KVPool *p, int slot, int pos) {
     const int32_t blk = p->table[(size_t)slot * p->max_blocks + pos / p->block_tokens];
-    return base + ((size_t)blk * p->block_tokens + pos % p->block_tokens) * cfg_k_channels(&p->cfg);
+    return ((size_t)blk * p->block_tokens + pos % p->block_tokens) * cfg_k_channels(&p->cfg);
 }
-
-/* Channel 0 of the key at pos: a block's keys are stored transposed, [Ck, block_tokens], so that a query's scores
- * against a block are a product of rows broadcast against whole vectors of keys (no per-key sums to reduce). */
-static inline float *kv_key(const KVPool *p, float *base, int slot, int pos) {
+static inline size_t kv_key_at(const KVPool *p, int slot, int pos) {
     const int32_t blk = p->table[(size_t)slot * p->max_blocks + pos / p->block_tokens];
-    return base + (size_t)blk * p->block_tokens * cfg_k_channels(&p->cfg) + pos % p->block_tokens;
+    return (size_t)blk * p->block_tokens * cfg_k_channels(&p->cfg) + pos % p->block_tokens;
 }
 
 /* The next block's keys / values of kv head j, asked for while this block's are used: a sequence's blocks lie
@@ -222,15 +232,18 @@ static inline float *kv_key(const KVPool *p, float *base, int slot, int pos) {
  * per sequence is long). */
 static inline void prefetch_keys(const KVPool *p, int l, int slot, int pos, int j) {
     const int bt = p->block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
-    const float *kt = kv_key(p, p->k[l], slot, pos) + (size_t)j * dh * bt;
+    const size_t at = kv_key_at(p, slot, pos) + (size_t)j * dh * bt, size = p->kv_bf16 ? 2 : 4;
+    const char *kt = p->kv_bf16 ? (const char *)(p->k16[l] + at) : (const char *)(p->k[l] + at);
     for (int d = 0; d < dh; d++)
-        for (int c = 0; c < n; c += 16) __builtin_prefetch(kt + (size_t)d * bt + c);
+        for (size_t c = 0; c < n * size; c += 64) __builtin_prefetch(kt + ((size_t)d * bt) * size + c);
 }
 static inline void prefetch_values(const KVPool *p, int l, int slot, int pos, int j) {
     const int bt = p->block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
+    const size_t size = p->kv_bf16 ? 2 : 4;
     for (int t = 0; t < n; t++) {
-        const float *v = kv_row(p, p->v[l], slot, pos + t) + (size_t)j * dh;
-        for (int c = 0; c < dh; c += 16) __builtin_prefetch(v + c);
+        const size_t at = kv_row_at(p, slot, pos + t) + (size_t)j * dh;
+        const char *v = p->kv_bf16 ? (const char *)(p->v16[l] + at) : (const char *)(p->v[l] + at);
+        for (size_t c = 0; c < dh * size; c += 64) __builtin_prefetch(v + c);
     }
 }
 
@@ -251,14 +264,18 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
     /* keys lo..hi-1 in pieces that stay inside one block; score column s - lo */
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
-        const float *kt = kv_key(p, p->k[l], q->slot, s0) + (size_t)j * dh * bt; /* [dh, bt] */
+        const size_t kt = kv_key_at(p, q->slot, s0) + (size_t)j * dh * bt; /* [dh, bt] */
         if (s0 + cnt < hi) prefetch_keys(p, l, q->slot, s0 + cnt, j);
-        if (nh == 1) /* one head's n queries: n rows Cq apart */
-            decode_attn_scores(sc + (s0 - lo), Lk, qr, Cq, kt, bt, n, cnt, bt - s0 % bt, dh, scale);
-        else
-            for (int t = 0; t < n; t++) /* the nh heads of query t: nh rows dh apart */
-                decode_attn_scores(sc + (size_t)t * nh * Lk + (s0 - lo), Lk, qr + (size_t)t * Cq, dh, kt, bt, nh, cnt,
-                                   bt - s0 % bt, dh, scale);
+        /* one head's n queries (n rows Cq apart), or each query's nh heads (nh rows dh apart) */
+        for (int t = 0; t < (nh == 1 ? 1 : n); t++) {
+            float *st = sc + (size_t)t * nh * Lk + (s0 - lo);
+            const float *qt = qr + (size_t)t * Cq;
+            const int rows = nh == 1 ? n : nh, ldq = nh == 1 ? Cq : dh;
+            if (p->kv_bf16)
+                decode_attn_scores_bf16(st, Lk, qt, ldq, p->k16[l] + kt, bt, rows, cnt, bt - s0 % bt, dh, scale);
+            else
+                decode_attn_scores(st, Lk, qt, ldq, p->k[l] + kt, bt, rows, cnt, bt - s0 % bt, dh, scale);
+        }
         s0 += cnt;
     }
     for (int r = 0; r < n * nh; r++) {
@@ -270,14 +287,17 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
      * query t's nh heads (adjacent in o) */
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
-        const float *vb = kv_row(p, p->v[l], q->slot, s0) + j * dh;
+        const size_t vb = kv_row_at(p, q->slot, s0) + (size_t)j * dh;
         if (s0 + cnt < hi) prefetch_values(p, l, q->slot, s0 + cnt, j);
-        if (nh == 1)
-            decode_attn_values(o, Cq, sc + (s0 - lo), Lk, vb, Ck, n, cnt, dh, s0 > lo);
-        else
-            for (int t = 0; t < n; t++)
-                decode_attn_values(o + (size_t)t * Cq, dh, sc + (size_t)t * nh * Lk + (s0 - lo), Lk, vb, Ck, nh, cnt,
-                                   dh, s0 > lo);
+        for (int t = 0; t < (nh == 1 ? 1 : n); t++) {
+            float *ot = o + (size_t)t * Cq;
+            const float *pt = sc + (size_t)t * nh * Lk + (s0 - lo);
+            const int rows = nh == 1 ? n : nh, ldo = nh == 1 ? Cq : dh;
+            if (p->kv_bf16)
+                decode_attn_values_bf16(ot, ldo, pt, Lk, p->v16[l] + vb, Ck, rows, cnt, dh, s0 > lo);
+            else
+                decode_attn_values(ot, ldo, pt, Lk, p->v[l] + vb, Ck, rows, cnt, dh, s0 > lo);
+        }
         s0 += cnt;
     }
 }
@@ -291,11 +311,15 @@ static void append_kv_attend(KVPool *p, const Step *st, int l) {
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         for (int t = 0; t < q->n; t++) {
-            float *kt = kv_key(p, p->k[l], q->slot, q->pos0 + t);
-            const float *key = s->key + (size_t)(q->row0 + t) * Ck;
-            for (int c = 0; c < Ck; c++) kt[(size_t)c * p->block_tokens] = key[c];
-            memcpy(kv_row(p, p->v[l], q->slot, q->pos0 + t), s->value + (size_t)(q->row0 + t) * Ck,
-                   Ck * sizeof(float));
+            const size_t kt = kv_key_at(p, q->slot, q->pos0 + t), vr = kv_row_at(p, q->slot, q->pos0 + t);
+            const float *key = s->key + (size_t)(q->row0 + t) * Ck, *value = s->value + (size_t)(q->row0 + t) * Ck;
+            if (p->kv_bf16) { /* rounded to nearest even, as the bf16 weights were */
+                for (int c = 0; c < Ck; c++) p->k16[l][kt + (size_t)c * p->block_tokens] = zy_f32_to_bf16(key[c]);
+                zy_kernels()->f32_to_bf16_row(p->v16[l] + vr, value, Ck);
+            } else {
+                for (int c = 0; c < Ck; c++) p->k[l][kt + (size_t)c * p->block_tokens] = key[c];
+                memcpy(p->v[l] + vr, value, Ck * sizeof(float));
+            }
         }
     }
     const int slots = st->n_seqs * Hq; /* one per (sequence, query head); a group's work sits on its first head */
@@ -545,12 +569,23 @@ int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_se
 
 /* ---- the same-length cache: one block per sequence ------------------------------------------------------------- */
 
+int kv_dtype_resolve(const char *value, int weights_bf16, const char *flag, ZyErr *err) {
+    if (!strcmp(value, "auto")) return weights_bf16 != 0;
+    if (!strcmp(value, "f32") || !strcmp(value, "fp32")) return 0;
+    if (!strcmp(value, "bf16")) return 1;
+    return zy_fail(err, "%s: '%s' is not a KV-cache dtype (auto, f32 or bf16)", flag, value);
+}
+
 int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, ZyErr *err) {
+    return kvcache_create_kv(c, cfg, batch, max_len, chunk, 0, err);
+}
+
+int kvcache_create_kv(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, int kv_bf16, ZyErr *err) {
     memset(c, 0, sizeof *c);
     if (batch <= 0 || max_len <= 0 || chunk <= 0)
         return zy_fail(err, "KV cache: batch %d, max_len %d and chunk %d must be positive", batch, max_len, chunk);
     if (kvpool_create(&c->pool, cfg, batch, max_len, batch, max_len, batch * (chunk < max_len ? chunk : max_len),
-                      chunk, err))
+                      chunk, kv_bf16, err))
         return -1;
     c->cfg = *cfg;
     c->batch = batch;

@@ -50,8 +50,10 @@ typedef struct {
     int block_tokens, n_blocks, max_blocks; /* block size; blocks in the pool; blocks one sequence may hold */
     int max_rows, chunk;                    /* new rows per step, all sequences / per sequence */
     int conv_pad;                           /* P */
+    int kv_bf16;                            /* k̂ and v held as bf16 (k16, v16; k, v unset), else fp32 (k, v) */
     float **k;                              /* per layer [n_blocks, Ck, block_tokens]: each block's keys transposed */
     float **v;                              /* per layer [n_blocks, block_tokens, Ck] */
+    uint16_t **k16, **v16;                  /* the same as bf16 */
     float **conv_state;                     /* per layer [max_seqs, P, C]: X at positions len-P..len-1 (0 before 0) */
     float **vd_prev;                        /* per layer [max_seqs, Ck/2]: vd of the token at len-1 (0 when len = 0) */
     int32_t *table;                         /* [max_seqs, max_blocks] block ids */
@@ -63,13 +65,13 @@ typedef struct {
     DecodeScratch s;
     size_t cache_bytes;                     /* k̂, v and the per-slot state */
     void *block;                            /* one allocation behind everything above */
-    void *ptrs;                             /* the per-layer pointer arrays */
+    void **ptrs;                            /* the per-layer pointer arrays */
 } KVPool;
 
 /* A pool of n_blocks blocks of block_tokens tokens for max_seqs sequences of up to max_len tokens; one step runs up
  * to max_rows new rows in all, at most chunk of them per sequence. Every slot starts empty. */
 int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, int n_blocks, int block_tokens,
-                  int max_rows, int chunk, ZyErr *err);
+                  int max_rows, int chunk, int kv_bf16, ZyErr *err);
 void kvpool_free(KVPool *p);
 /* Slot back to length 0 with zero state, keeping its blocks. */
 void kvpool_seq_reset(KVPool *p, int slot);
@@ -89,7 +91,7 @@ void kvblocks_init(int32_t *free_blocks, int *n_free, int n_blocks);
 int kvblocks_take(int32_t *row, int *n_held, int want, int max_blocks, int32_t *free_blocks, int *n_free);
 void kvblocks_give(const int32_t *row, int *n_held, int32_t *free_blocks, int *n_free);
 /* Bytes of one block (all layers) and of one slot's constant CCA state (all layers). */
-size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens);
+size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens, int kv_bf16);
 size_t kvpool_state_bytes(const ZayaConfig *cfg);
 
 /* One sequence's part of a step: n new tokens appended to slot at position len[slot]; logits of its last new row
@@ -132,14 +134,20 @@ typedef struct {
 int kvcache_create(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, ZyErr *err);
 /* The same with an explicit chunk size: inputs longer than `chunk` tokens per sequence run in pieces. */
 int kvcache_create_ex(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, ZyErr *err);
+/* ... and with k̂ and v held as bf16 (kv_bf16 = 1: half the memory and half the bytes each step reads) or fp32 (the
+ * cache above). */
+int kvcache_create_kv(KVCache *c, const ZayaConfig *cfg, int batch, int max_len, int chunk, int kv_bf16, ZyErr *err);
+/* A --kv-dtype value: "auto" (bf16 for a model whose weights are bf16, else f32), "f32"/"fp32" or "bf16". Returns
+ * kv_bf16 (0 or 1), or -1 with an error naming `flag`. */
+int kv_dtype_resolve(const char *value, int weights_bf16, const char *flag, ZyErr *err);
 void kvcache_reset(KVCache *c); /* length 0, state zeroed */
 /* Remembers the current length and state; kvcache_rewind returns to it (the k̂/v rows before the mark are never
  * overwritten), e.g. to score several continuations of one prefilled context. */
 void kvcache_mark(KVCache *c);
 void kvcache_rewind(KVCache *c);
 void kvcache_free(KVCache *c);
-/* Bytes of k̂ and v for one token of one sequence, all layers, fp32. */
-size_t kvcache_bytes_per_token(const ZayaConfig *cfg);
+/* Bytes of k̂ and v for one token of one sequence, all layers, fp32 or bf16. */
+size_t kvcache_bytes_per_token(const ZayaConfig *cfg, int kv_bf16);
 
 /* Runs n new tokens per sequence (tokens [batch, n], row-major) continuing from the cache and appends them.
  * Writes logits [batch, n, V], or only the last position's [batch, V] if last_only (logits may be NULL to

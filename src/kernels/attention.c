@@ -480,6 +480,115 @@ void ZY_ISA_NAME(decode_attn_scores)(float *S, long lds, const float *Q, long ld
     }
 }
 
+/* ... the same against a cache of bf16 keys and values (a bf16 model's): each vector of them widened to fp32 as it is
+ * loaded (bf16 is the top half of a float), every product and sum fp32. */
+typedef uint16_t zhvec __attribute__((vector_size(ZW * sizeof(uint16_t))));
+static inline zvec vload_bf16(const uint16_t *p) {
+    zhvec h;
+    memcpy(&h, p, sizeof h);
+    const zivec u = __builtin_convertvector(h, zivec) << 16; /* zero-extended: the sign bit lands in bit 31 */
+    zvec f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline float bf16_to_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* NR query rows against ZW keys starting at column s; the first `keep` scores stored. */
+static inline __attribute__((always_inline)) void scores_bf16_block(const int NR, float *S, long lds, const float *Q,
+                                                                    long ldq, const uint16_t *KT, long ldkt, int s,
+                                                                    int keep, int dh, float scale) {
+    zvec acc[4] = {{0}};
+    for (int d = 0; d < dh; d++) {
+        const zvec k = vload_bf16(KT + d * ldkt + s);
+        for (int r = 0; r < NR; r++) acc[r] += Q[r * ldq + d] * k;
+    }
+    for (int r = 0; r < NR; r++) {
+        const zvec x = acc[r] * scale;
+        if (keep == ZW)
+            vstore(S + r * lds + s, x);
+        else
+            memcpy(S + r * lds + s, &x, sizeof(float) * keep);
+    }
+}
+
+void ZY_ISA_NAME(decode_attn_scores_bf16)(float *S, long lds, const float *Q, long ldq, const uint16_t *KT, long ldkt,
+                                          int n, int cnt, int avail, int dh, float scale) {
+    for (int t0 = 0; t0 < n; t0 += 4) {
+        const int nr = n - t0 < 4 ? n - t0 : 4;
+        float *St = S + t0 * lds;
+        const float *Qt = Q + t0 * ldq;
+        int s = 0;
+        for (; s < cnt && (s + ZW <= cnt || s + ZW <= avail); s += ZW) {
+            const int keep = cnt - s < ZW ? cnt - s : ZW;
+            switch (nr) { /* the row count as a constant: the sums stay in registers */
+            case 1: scores_bf16_block(1, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            case 2: scores_bf16_block(2, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            case 3: scores_bf16_block(3, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            default: scores_bf16_block(4, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            }
+        }
+        for (; s < cnt; s++) /* keys at the end of the readable columns: one at a time */
+            for (int r = 0; r < nr; r++) {
+                float x = 0;
+                for (int d = 0; d < dh; d++) x += Qt[r * ldq + d] * bf16_to_f32(KT[d * ldkt + s]);
+                St[r * lds + s] = x * scale;
+            }
+    }
+}
+
+/* NR probability rows against cnt values, output columns c .. c + NV·ZW - 1. */
+static inline __attribute__((always_inline)) void values_bf16_block(const int NR, const int NV, float *O, long ldo,
+                                                                    const float *P, long ldp, const uint16_t *V,
+                                                                    long ldv, int c, int cnt, int accumulate) {
+    zvec acc[4][2];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = accumulate ? vload(O + r * ldo + c + v * ZW) : (zvec){0};
+    for (int s = 0; s < cnt; s++) {
+        zvec x[2];
+        for (int v = 0; v < NV; v++) x[v] = vload_bf16(V + s * ldv + c + v * ZW);
+        for (int r = 0; r < NR; r++) {
+            const float p = P[r * ldp + s];
+            for (int v = 0; v < NV; v++) acc[r][v] += p * x[v];
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) vstore(O + r * ldo + c + v * ZW, acc[r][v]);
+}
+
+static inline __attribute__((always_inline)) void values_bf16_rows(const int NR, float *O, long ldo, const float *P,
+                                                                   long ldp, const uint16_t *V, long ldv, int cnt,
+                                                                   int dh, int accumulate) {
+    int c = 0;
+    for (; c + 2 * ZW <= dh; c += 2 * ZW) values_bf16_block(NR, 2, O, ldo, P, ldp, V, ldv, c, cnt, accumulate);
+    for (; c + ZW <= dh; c += ZW) values_bf16_block(NR, 1, O, ldo, P, ldp, V, ldv, c, cnt, accumulate);
+    for (; c < dh; c++)
+        for (int r = 0; r < NR; r++) {
+            float x = accumulate ? O[r * ldo + c] : 0;
+            for (int s = 0; s < cnt; s++) x += P[r * ldp + s] * bf16_to_f32(V[s * ldv + c]);
+            O[r * ldo + c] = x;
+        }
+}
+
+void ZY_ISA_NAME(decode_attn_values_bf16)(float *O, long ldo, const float *P, long ldp, const uint16_t *V, long ldv,
+                                          int n, int cnt, int dh, int accumulate) {
+    for (int t0 = 0; t0 < n; t0 += 4) {
+        const int nr = n - t0 < 4 ? n - t0 : 4;
+        float *Ot = O + t0 * ldo;
+        const float *Pt = P + t0 * ldp;
+        switch (nr) {
+        case 1: values_bf16_rows(1, Ot, ldo, Pt, ldp, V, ldv, cnt, dh, accumulate); break;
+        case 2: values_bf16_rows(2, Ot, ldo, Pt, ldp, V, ldv, cnt, dh, accumulate); break;
+        case 3: values_bf16_rows(3, Ot, ldo, Pt, ldp, V, ldv, cnt, dh, accumulate); break;
+        default: values_bf16_rows(4, Ot, ldo, Pt, ldp, V, ldv, cnt, dh, accumulate); break;
+        }
+    }
+}
+
 /* One score row of cached decoding, in place: softmax over columns [first, last] (exp on whole vectors as the full
  * forward's tiles, sum in double), every other column of [0, n) zero. */
 void ZY_ISA_NAME(decode_attn_softmax)(float *row, int n, int first, int last) {

@@ -8,6 +8,7 @@
 #ifndef ZAYA_ATTENTION_H
 #define ZAYA_ATTENTION_H
 
+#include <stdint.h>
 #include <stddef.h>
 
 /* Floats of scratch the calls below need to run up to `threads` OpenMP threads at head size dh (independent of
@@ -32,6 +33,12 @@ void flash_attention_backward(float *dQ, float *dK, float *dV, const float *dO, 
  * block, values unused): a partial last vector of keys then runs as a whole one. */
 void decode_attn_scores(float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n, int cnt,
                         int avail, int dh, float scale);
+/* ... the same two products against a cache of bf16 keys (transposed as above) and values: each widened to fp32 as
+ * it is loaded, products and sums fp32. */
+void decode_attn_scores_bf16(float *S, long lds, const float *Q, long ldq, const uint16_t *KT, long ldkt, int n,
+                             int cnt, int avail, int dh, float scale);
+void decode_attn_values_bf16(float *O, long ldo, const float *P, long ldp, const uint16_t *V, long ldv, int n, int cnt,
+                             int dh, int accumulate);
 /* ... a score row's softmax over columns [first, last] in place, the other columns of [0, n) zero; and
  * O[t] (+)= Σ_s P[t, s] · V[s] for n rows against one block's cnt values (accumulate: add to O, else overwrite). */
 void decode_attn_softmax(float *row, int n, int first, int last);

@@ -168,6 +168,14 @@
        (float *S, long lds, const float *Q, long ldq, const float *KT, long ldkt, int n, int cnt, int avail, int dh,   \
        float scale),                                                                                                   \
        (S, lds, Q, ldq, KT, ldkt, n, cnt, avail, dh, scale))                                                                 \
+    ZK(void, decode_attn_scores_bf16,                                                                                  \
+       (float *S, long lds, const float *Q, long ldq, const uint16_t *KT, long ldkt, int n, int cnt, int avail,       \
+       int dh, float scale),                                                                                           \
+       (S, lds, Q, ldq, KT, ldkt, n, cnt, avail, dh, scale))                                                           \
+    ZK(void, decode_attn_values_bf16,                                                                                  \
+       (float *O, long ldo, const float *P, long ldp, const uint16_t *V, long ldv, int n, int cnt, int dh,             \
+       int accumulate),                                                                                                \
+       (O, ldo, P, ldp, V, ldv, n, cnt, dh, accumulate))                                                               \
     ZK(void, decode_attn_softmax, (float *row, int n, int first, int last), (row, n, first, last))                     \
     ZK(void, decode_attn_values,                                                                                       \
        (float *O, long ldo, const float *P, long ldp, const float *V, long ldv, int n, int cnt, int dh,                \

@@ -439,11 +439,11 @@ static void cpu_destroy(void *x) {
 }
 
 static int cpu_open(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
-                    int block_tokens, int max_rows, int chunk, ZyErr *err) {
+                    int block_tokens, int max_rows, int chunk, int kv_bf16, ZyErr *err) {
     CpuServe *c = calloc(1, sizeof *c);
     if (!c) return zy_fail(err, "out of memory");
     c->m = m;
-    if (kvpool_create(&c->pool, &m->cfg, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, err)) {
+    if (kvpool_create(&c->pool, &m->cfg, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, kv_bf16, err)) {
         free(c);
         return -1;
     }
@@ -477,7 +477,7 @@ int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer 
     if (o.max_queue < 0) return zy_fail(err, "serve: --max-queue must be >= 0 (got %d)", o.max_queue);
     if (o.threads < 0) return zy_fail(err, "serve: --threads must be >= 0 (got %d)", o.threads);
     if (o.prefill_chunk > o.max_context) o.prefill_chunk = o.max_context;
-    const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens);
+    const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens, o.kv_bf16);
     const int per_seq = (o.max_context + o.block_tokens - 1) / o.block_tokens;
     size_t n_blocks = o.kv_memory ? o.kv_memory / block_bytes : (size_t)per_seq * o.max_batch;
     if (n_blocks < (size_t)per_seq)
@@ -489,7 +489,7 @@ int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer 
     e->m = m;
     e->tok = tok;
     if (open(&e->be, arg, m, o.max_batch, o.max_context, (int)n_blocks, o.block_tokens, o.step_tokens,
-             o.prefill_chunk, err)) {
+             o.prefill_chunk, o.kv_bf16, err)) {
         free(e);
         return -1;
     }
@@ -563,7 +563,7 @@ void serve_engine_free(ServeEngine *e) {
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes) {
     if (opts) *opts = e->o;
     if (n_blocks) *n_blocks = e->n_blocks;
-    if (block_bytes) *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens);
+    if (block_bytes) *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens, e->o.kv_bf16);
 }
 
 int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, ServeError *err) {

@@ -30,6 +30,7 @@ typedef struct {
     int step_tokens;    /* rows per step in all (decode rows + prefill chunks) */
     int max_queue;      /* requests waiting for a slot; more get 503 */
     int threads;        /* OpenMP/BLAS threads of the decoding steps; 0 = the OpenMP default (all cores) */
+    int kv_bf16;        /* k̂ and v held as bf16 (half the bytes per token), else fp32 */
 } ServeEngineOpts;
 
 typedef struct ServeEngine ServeEngine;
@@ -65,13 +66,13 @@ typedef struct {
 
 /* Builds a backend over model m with kvpool_create's sizes; arg is the caller's. */
 typedef int (*ServeBackendOpen)(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
-                                int block_tokens, int max_rows, int chunk, ZyErr *err);
+                                int block_tokens, int max_rows, int chunk, int kv_bf16, ZyErr *err);
 
 /* The model and tokenizer must outlive the engine. Starts the engine thread. Decodes on the CPU. */
 int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                         ZyErr *err);
-/* The same with the steps on the backend `open` builds (kv_memory then counts the backend's memory: fp32 k̂ and v, as
- * kvpool_block_bytes). */
+/* The same with the steps on the backend `open` builds (kv_memory then counts the backend's memory: k̂ and v as
+ * kvpool_block_bytes with opts->kv_bf16). */
 int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                              ServeBackendOpen open, void *arg, ZyErr *err);
 /* Stops taking requests; cancels those still queued; lets running ones finish for up to grace_s seconds, then

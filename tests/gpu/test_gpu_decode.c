@@ -140,7 +140,7 @@ typedef struct {
 static int pair_create(PoolPair *pp, GpuModel *gm, const ZayaConfig *cfg, int S, int ML, int NB, int bt, int rows,
                        int chunk, ZyErr *err) {
     memset(pp, 0, sizeof *pp);
-    if (kvpool_create(&pp->cpu, cfg, S, ML, NB, bt, rows, chunk, err)) return -1;
+    if (kvpool_create(&pp->cpu, cfg, S, ML, NB, bt, rows, chunk, 0, err)) return -1;
     pp->have_cpu = 1;
     return gpu_kvpool_create(&pp->gpu, gm, S, ML, NB, bt, rows, chunk, err);
 }

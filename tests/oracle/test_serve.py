@@ -113,9 +113,9 @@ class Server:
         return self.proc.returncode
 
 
-def generate_text(mdir, prompt=None, messages_file=None, max_tokens=16):
+def generate_text(mdir, prompt=None, messages_file=None, max_tokens=16, extra=()):
     args = ["generate", "--model", mdir, "--tokenizer", mdir / "tokenizer.json", "--max-tokens", max_tokens,
-            "--temperature", "0"]
+            "--temperature", "0", *extra]
     args += ["--prompt", prompt] if prompt is not None else ["--messages", messages_file]
     cmd = zaya_cmd() + [str(a) for a in args]
     p = subprocess.run(cmd, capture_output=True, timeout=120)
@@ -174,7 +174,8 @@ def main():
     for flags, says in [(["--port", "70000"], "--port"), (["--host", "localhost:1"], "--host"),
                         (["--kv-memory", "12Q"], "--kv-memory"), (["--kv-memory", "1K"], "--kv-memory"),
                         (["--max-batch", "0"], "--max-batch"), (["--max-context", "100000"], "--max-context"),
-                        (["--dtype", "f16"], "--dtype"), (["--device", "tpu"], "--device"), (["--bogus"], "--bogus")]:
+                        (["--dtype", "f16"], "--dtype"), (["--device", "tpu"], "--device"), (["--bogus"], "--bogus"),
+                        (["--kv-dtype", "f16"], "--kv-dtype")]:
         rc, out, err = run_zaya(["serve", "--model", mdir, "--port", "0", *flags], timeout=60)
         res.check(rc != 0 and says in err and "listening" not in out, f"serve {' '.join(flags)} refused",
                   f"rc {rc}: {err.strip()[-200:]}")
@@ -364,6 +365,29 @@ def main():
         res.check(st == 200, "/health needs no key", f"{st}")
     finally:
         srv.stop()
+
+    # bf16 weights (and so, by default, a bf16 KV cache at half the bytes per token), and bf16 k/v under fp32 weights:
+    # greedy completions equal zaya generate's with the same flags, some requests at once
+    for flags in (["--dtype", "bf16"], ["--kv-dtype", "bf16"]):
+        want = {p: generate_text(mdir, prompt=p, max_tokens=24, extra=flags) for p in prompts[:6]}
+        srv = Server(mdir, "--max-batch", 4, "--max-context", 128, "--block-tokens", 8, "--prefill-chunk", 4, *flags)
+        try:
+            out = {}
+
+            def one(p):
+                out[p] = srv.client().completions.create(model=name, prompt=p, max_tokens=24, temperature=0)
+            ts = [threading.Thread(target=one, args=(p,)) for p in want]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            bad = [(p, out[p].choices[0].text, w) for p, w in want.items() if p not in out or out[p].choices[0].text != w]
+            res.check(not bad, f"serve {' '.join(flags)}: 6 greedy completions at once equal generate's", str(bad[:2]))
+            log = srv.proc.stderr.readline() + srv.proc.stderr.readline()
+            per_token = 2 * 2 * 2 * 16 * 2  # layers x (k, v) x kv heads x head_dim x 2 bytes
+            res.check(f"(bf16, {per_token} bytes per token" in log, f"serve {' '.join(flags)}: a bf16 KV pool", log)
+        finally:
+            srv.stop()
 
     # continuous batching: 8 long requests (1,500 tokens each, seconds on this model) run in the same steps
     srv = Server(mdir, "--max-batch", 8, "--max-context", 2048)

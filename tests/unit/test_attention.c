@@ -491,3 +491,72 @@ TEST(decode_attention_softmax_and_values_at_every_cpu_level) {
     CHECK_MSG(worst_p < 1e-6, "softmax %.3g", worst_p);
     CHECK_MSG(worst_o < 1e-6, "values %.3g", worst_o);
 }
+
+/* The same two products against a cache of bf16 keys and values (decode_attn_scores_bf16, decode_attn_values_bf16)
+ * at every CPU level, against double-precision references on the bf16 values: head sizes off the vector widths, key
+ * counts around them with and without readable columns past cnt, 1-9 rows (a query's heads in groups of 4, a prefill
+ * piece's queries), strided rows, overwrite and accumulate; the outputs' columns past cnt / dh untouched. */
+TEST(decode_attention_bf16_cache_at_every_cpu_level) {
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    ZyRng rng;
+    zy_rng_seed(&rng, 79);
+    const int dhs[] = {4, 24, 32, 64, 72}, cnts[] = {1, 7, 16, 17, 40}, ns[] = {1, 3, 4, 9};
+    double worst_s = 0, worst_o = 0;
+    int levels = 0, cases = 0;
+    for (int l = 0; l < ZY_CPU_LEVELS; l++) {
+        if (!zy_cpu_supports(&ci, (ZyCpuLevel)l)) continue;
+        const ZyKernelTable *kt = zy_kernel_table((ZyCpuLevel)l);
+        levels++;
+        for (size_t a = 0; a < ZY_ARRAY_LEN(dhs); a++)
+            for (size_t b = 0; b < ZY_ARRAY_LEN(cnts); b++)
+                for (size_t c = 0; c < ZY_ARRAY_LEN(ns) * 2; c++) {
+                    const int dh = dhs[a], cnt = cnts[b], n = ns[c / 2], acc = c % 2;
+                    const int ldkt = (cnt + 31) / 32 * 32 + 5, avail = acc ? ldkt : cnt; /* readable columns or not */
+                    const int ldq = dh + 3, lds = cnt + 5, ldo = dh + 2, ldv = 2 * dh + 1;
+                    float *Q = randnf(&rng, (size_t)n * ldq, 1), *P = randnf(&rng, (size_t)n * lds, 1);
+                    float *O = randnf(&rng, (size_t)n * ldo, 1), *O0 = malloc(sizeof(float) * n * ldo);
+                    float *S = malloc(sizeof(float) * n * lds);
+                    uint16_t *KT = malloc(sizeof(uint16_t) * dh * ldkt), *V = malloc(sizeof(uint16_t) * cnt * ldv);
+                    for (int i = 0; i < dh * ldkt; i++) KT[i] = zy_f32_to_bf16((float)zy_rng_normal(&rng));
+                    for (int i = 0; i < cnt * ldv; i++) V[i] = zy_f32_to_bf16((float)zy_rng_normal(&rng));
+                    for (int i = 0; i < n * lds; i++) S[i] = -9.0f;
+                    memcpy(O0, O, sizeof(float) * n * ldo);
+                    kt->decode_attn_scores_bf16(S, lds, Q, ldq, KT, ldkt, n, cnt, avail, dh, 0.3f);
+                    kt->decode_attn_values_bf16(O, ldo, P, lds, V, ldv, n, cnt, dh, acc);
+                    for (int t = 0; t < n; t++) {
+                        for (int j = 0; j < lds; j++) {
+                            if (j >= cnt) {
+                                CHECK(S[t * lds + j] == -9.0f);
+                                continue;
+                            }
+                            double r = 0, mag = 0;
+                            for (int d = 0; d < dh; d++) {
+                                const double x = (double)Q[t * ldq + d] * zy_bf16_to_f32(KT[d * ldkt + j]);
+                                r += x, mag += fabs(x);
+                            }
+                            worst_s = fmax(worst_s, fabs(S[t * lds + j] - 0.3 * r) / (0.3 * mag + 1e-30));
+                        }
+                        for (int d = 0; d < ldo; d++) {
+                            if (d >= dh) {
+                                CHECK(O[t * ldo + d] == O0[t * ldo + d]);
+                                continue;
+                            }
+                            double r = acc ? O0[t * ldo + d] : 0, mag = fabs(r);
+                            for (int s = 0; s < cnt; s++) {
+                                const double x = (double)P[t * lds + s] * zy_bf16_to_f32(V[s * ldv + d]);
+                                r += x, mag += fabs(x);
+                            }
+                            worst_o = fmax(worst_o, fabs(O[t * ldo + d] - r) / (mag + 1e-30));
+                        }
+                    }
+                    free(Q), free(P), free(O), free(O0), free(S), free(KT), free(V);
+                    cases++;
+                }
+    }
+    printf("    %d cases over %d levels: scores worst error / scale sum |q k| %.3g, values / sum |p v| %.3g\n", cases,
+           levels, worst_s, worst_o);
+    CHECK(levels >= 1);
+    CHECK_MSG(worst_s < 1e-6, "scores %.3g", worst_s);
+    CHECK_MSG(worst_o < 1e-6, "values %.3g", worst_o);
+}
