@@ -228,8 +228,8 @@ static inline size_t kv_key_at(const KVPool *p, int slot, int pos) {
 
 /* The next block's keys / values of kv head j, asked for while this block's are used: a sequence's blocks lie
  * anywhere in the pool, where the hardware's prefetchers lose the stream at each one (cached decoding reads every
- * cached key and value once per step: memory-bound). One block's worth at most (the same-length cache's one block
- * per sequence is long). */
+ * cached key and value once per step: memory-bound). 16 keys' worth at most (the same-length cache's one block per
+ * sequence is long). */
 static inline void prefetch_keys(const KVPool *p, int l, int slot, int pos, int j) {
     const int bt = p->block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
     const size_t at = kv_key_at(p, slot, pos) + (size_t)j * dh * bt, size = p->kv_bf16 ? 2 : 4;

@@ -40,8 +40,8 @@ typedef struct {
 
 /* The KV cache as a pool of fixed-size blocks shared by up to max_seqs sequences (slots), each with its own length
  * (a server's running batch: sequences join and leave between steps). Per layer a block holds block_tokens rows of
- * k̂ (after QK-norm, temperature and RoPE) and v, 2·Ck floats each; a slot's block table maps its positions to
- * blocks. Per slot and layer there is also the constant-size CCA state: the last P = (k0-1)+(k1-1) pre-conv columns
+ * k̂ (after QK-norm, temperature and RoPE) and v, 2·Ck values each (fp32, or bf16: kv_bf16); a slot's block table
+ * maps its positions to blocks. Per slot and layer there is also the constant-size CCA state: the last P = (k0-1)+(k1-1) pre-conv columns
  * of X = [q0 | k0] and the previous token's delayed value projection vd. A sliding-window layer (config.h) attends
  * to its last W keys only and rotates with its own RoPE tables; its older blocks are kept (not reused). */
 typedef struct {
