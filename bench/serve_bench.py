@@ -11,8 +11,9 @@ ignore_eos / min_new_tokens), C of them in flight at a time. For each model conf
   - transformers: ZayaForCausalLM (fp32 or bf16, as zaya's --dtype), the same requests in arrival order, C per
     `generate` call (left-padded, decoding until the batch's longest output is done): requested tokens / time.
   - capacity: `zaya serve --kv-memory M --max-batch 512` for the demo model's CCA and its MHA twin (the attention
-    ablation's "mha" variant: 4 heads of 32, q/k/v/o hidden x hidden), flooded with 192-token requests; the peak
-    number running at once (/metrics) is the concurrency that fits M.
+    ablation's "mha" variant: 4 heads of 32, q/k/v/o hidden x hidden), each with every --dtypes weights (and so KV
+    cache: --kv-dtype auto), flooded with 192-token requests; the peak number running at once (/metrics) is the
+    concurrency that fits M.
 
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
            [--concurrency 32] [--requests 96] [--prompts 16 64 256] [--outputs 16 64 256] [--threads 2]
@@ -206,10 +207,11 @@ def run_transformers(mdir, a, dtype):
     return {"tokens_per_s": sum(o for _, o in reqs) / wall, "wall_s": wall}
 
 
-def capacity(mdir, a, context):
-    """Peak requests running at once under --kv-memory, each needing `context` tokens of cache."""
+def capacity(mdir, a, context, dtype):
+    """Peak requests running at once under --kv-memory, each needing `context` tokens of cache (k and v in the
+    weights' dtype: zaya serve's --kv-dtype auto)."""
     srv = Server(mdir, a.threads, "--threads", a.threads, "--max-batch", 512, "--max-context", context, "--kv-memory", a.kv_memory,
-                 "--max-queue", 4096, "--block-tokens", 16)
+                 "--max-queue", 4096, "--block-tokens", 16, "--dtype", dtype)
     info = srv.log_text()
     for _ in range(100):  # the start-up lines in the server's log; one says the bytes per token
         if "bytes per token" in info:
@@ -244,7 +246,7 @@ def capacity(mdir, a, context):
     stop.set()
     p.join()
     srv.stop()
-    per_tok = int(re.search(r"\((\d+) bytes per token", info).group(1))
+    per_tok = int(re.search(r"(\d+) bytes per token", info).group(1))
     return {"peak_running": peak[0], "kv_bytes_per_token": per_tok}
 
 
@@ -292,15 +294,18 @@ def main():
                 if h:
                     z["ratio_rounds"] = [x / y for x, y in zip(z["rounds"], h["rounds"])]
             out["models"][name] = r
+            if a.json:  # as it goes: a later failure loses nothing measured
+                json.dump(out, open(a.json, "w"), indent=1)
         if not a.no_capacity:
             ctx = 192
             demo = os.path.join(ROOT, "configs/demo-model.json")
             cca, _ = make_model(demo, work, "cap-cca")
             mha, _ = make_model(demo, work, "cap-mha", {"zaya_attention": "mha", "num_attention_heads": 4,
                                                         "num_key_value_heads": 4})
-            out["capacity"] = {"kv_memory": a.kv_memory, "context": ctx, "cca": capacity(cca, a, ctx),
-                               "mha": capacity(mha, a, ctx)}
-            print(f"capacity {out['capacity']}", file=sys.stderr, flush=True)
+            out["capacity"] = {"kv_memory": a.kv_memory, "context": ctx}
+            for dt in a.dtypes:
+                out["capacity"][dt] = {"cca": capacity(cca, a, ctx, dt), "mha": capacity(mha, a, ctx, dt)}
+                print(f"capacity {dt} {out['capacity'][dt]}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{a.requests} requests, {a.concurrency} at a time, prompts of {a.prompts} x outputs of {a.outputs} tokens "
@@ -324,10 +329,11 @@ def main():
     if "capacity" in out:
         c = out["capacity"]
         print(f"\nKV memory {c['kv_memory']}, {c['context']}-token requests:\n")
-        print("| attention | KV bytes per token | requests running at once |")
-        print("|---|---|---|")
-        for k in ("cca", "mha"):
-            print(f"| {k.upper()} | {c[k]['kv_bytes_per_token']} | {c[k]['peak_running']} |")
+        print("| attention | weights and KV cache | KV bytes per token | requests running at once |")
+        print("|---|---|---|---|")
+        for dt in a.dtypes:
+            for k in ("cca", "mha"):
+                print(f"| {k.upper()} | {dt} | {c[dt][k]['kv_bytes_per_token']} | {c[dt][k]['peak_running']} |")
     if a.json:
         json.dump(out, open(a.json, "w"), indent=1)
 
