@@ -61,11 +61,18 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
         gpu_trainer_create(&gt, m, &o, NULL, gpu_index, bf16, B, T, err))
         goto done;
     GpuCtx *g = gpu_model_ctx(gpu_trainer_model(gt));
+    long builds0 = 0, heuristics0 = 0;
+    double plan_s0 = 0;
     for (int s = -warmup; s < steps; s++) {
         double whole, fwd_bwd;
+        if (s == 0) builds0 = g->plan_builds, heuristics0 = g->plan_heuristics, plan_s0 = g->plan_seconds;
         if (gpu_trainer_sync(gt, err) || gpu_step(gt, m, tokens, targets, &routes, &whole, &fwd_bwd, err)) goto done;
         if (s >= 0) times[s] = whole, fb[s] = fwd_bwd;
     }
+    /* host time picking cuBLASLt algorithms inside the timed steps (the experts' row counts change every step) */
+    const double builds = (double)(g->plan_builds - builds0) / steps;
+    const double heuristics = (double)(g->plan_heuristics - heuristics0) / steps;
+    const double plan_ms = 1e3 * (g->plan_seconds - plan_s0) / steps;
     /* where the time goes: two more steps with the queue drained at every phase boundary (slower, so apart) */
     double phase[MODEL_PHASES] = {0}, t_opt = 0, t_all = 0;
     gpu_model_set_timing(gpu_trainer_model(gt), phase);
@@ -101,6 +108,8 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
            (double)B * T / fb_median, median - fb_median);
     printf("peak memory  %.1f GiB on the GPU (device total in use: weights, gradients, optimizer state, activations)\n",
            gpu_trainer_memory_used(gt) / 1073741824.0);
+    printf("products     per timed step: %.1f new product shapes (%.1f ran cuBLASLt's heuristic, the rest reused a "
+           "checked algorithm), %.2f ms of host time building them\n", builds, heuristics, plan_ms);
     static const char *names[MODEL_PHASES] = {"attention", "router", "experts", "norms", "head+loss"};
     double accounted = t_opt;
     printf("breakdown    (2 steps with the GPU queue drained at each phase boundary: %.4f s/step)\n", t_all / 2);
@@ -112,9 +121,10 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
     printf("  %-11s %6.1f%%  %8.4f s/step   (routing statistics to the host, token upload)\n", "other",
            100 * (t_all - accounted) / t_all, (t_all - accounted) / 2);
     printf("json         {\"device\": \"cuda\", \"tokens_per_s\": %.1f, \"step_s\": %.5f, \"mfu_dense\": %.4f, "
-           "\"mfu_cublas\": %.4f, \"gpu_mem_gib\": %.2f}\n",
+           "\"mfu_cublas\": %.4f, \"gpu_mem_gib\": %.2f, \"plan_builds_per_step\": %.1f, "
+           "\"plan_heuristics_per_step\": %.1f, \"plan_ms_per_step\": %.3f}\n",
            tps, median, dense > 0 ? tps * flops / (dense * 1e12) : 0, tps * flops / (probe16 * 1e12),
-           gpu_trainer_memory_used(gt) / 1073741824.0);
+           gpu_trainer_memory_used(gt) / 1073741824.0, builds, heuristics, plan_ms);
     rc = 0;
 done:
     gpu_trainer_free(gt);

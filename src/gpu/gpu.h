@@ -31,6 +31,9 @@ typedef struct {
     int sm_count, cc_major, cc_minor;
     size_t mem_total;
     void *plans;           /* cached cuBLASLt product descriptors and algorithms */
+    long plan_builds;      /* products whose shape missed the cache (descriptors built) ... */
+    long plan_heuristics;  /* ... of them, those that ran cuBLASLt's heuristic (the rest reused a checked algorithm) */
+    double plan_seconds;   /* host time spent building plans */
 } GpuCtx;
 
 /* Opens device `device` (-1: the rank-local choice: ZAYA_GPU, else local MPI rank modulo device count). Errors: no

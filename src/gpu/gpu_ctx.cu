@@ -24,6 +24,7 @@
 #define cublasLtMatmulPreferenceSetAttribute hipblasLtMatmulPreferenceSetAttribute
 #define cublasLtMatmulHeuristicResult_t hipblasLtMatmulHeuristicResult_t
 #define cublasLtMatmulAlgoGetHeuristic hipblasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmulAlgoCheck hipblasLtMatmulAlgoCheck
 #define cublasLtMatmul hipblasLtMatmul
 #define cublasStatus_t hipblasStatus_t
 #define CUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
@@ -70,6 +71,7 @@ typedef struct {
 typedef struct {
     Plan p[MAX_PLANS];
     int n;
+    int next_evict; /* when full, slots are recycled round-robin */
 } PlanCache;
 
 extern "C" int gpu_compiled(void) { return 1; }
@@ -247,6 +249,37 @@ static int alignment_of(const void *p, long long ld_bytes, long long stride_byte
     return (int)(v & (~v + 1));
 }
 
+/* The size class a dimension's algorithm is shared within: a power-of-two range (an expert's row count changes every
+ * step; picking an algorithm afresh for each count costs a heuristic query, more than many small products). */
+static int size_class(int x) {
+    int c = 0;
+    while (x > 1) x = (x + 1) / 2, c++;
+    return c;
+}
+
+/* An algorithm already picked for a product that differs from this one only in M or K within their size classes,
+ * checked by cuBLASLt against this product's own descriptors (cublasLtMatmulAlgoCheck: an algorithm that fails it
+ * never runs) and its workspace: 1 if p->algo now holds it. */
+static int reuse_algo(GpuCtx *g, const PlanCache *c, Plan *p) {
+    for (int i = 0; i < c->n; i++) {
+        const Plan *q = &c->p[i];
+        if (q == p || q->ta != p->ta || q->tb != p->tb || q->N != p->N || q->lda != p->lda || q->ldb != p->ldb ||
+            q->ldc != p->ldc || q->bf16 != p->bf16 || q->batch != p->batch || q->sa != p->sa || q->sb != p->sb ||
+            q->sc != p->sc || q->al_a != p->al_a || q->al_b != p->al_b || q->al_c != p->al_c ||
+            size_class(q->M) != size_class(p->M) || size_class(q->K) != size_class(p->K))
+            continue;
+        cublasLtMatmulHeuristicResult_t r;
+        memset(&r, 0, sizeof r);
+        if (cublasLtMatmulAlgoCheck((cublasLtHandle_t)g->lt, p->desc, p->la, p->lb, p->lc, p->lc, &q->algo.algo, &r) ==
+                CUBLAS_STATUS_SUCCESS &&
+            r.workspaceSize <= g->lt_work_bytes) {
+            p->algo = q->algo;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc, int bf16, int batch,
                       long long sa, long long sb, long long sc, int al_a, int al_b, int al_c, ZyErr *err) {
     PlanCache *c = (PlanCache *)g->plans;
@@ -258,13 +291,24 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
             p->al_a == al_a && p->al_b == al_b && p->al_c == al_c)
             return p;
     }
-    Plan *p = c->n < MAX_PLANS ? &c->p[c->n] : &c->p[MAX_PLANS - 1];
-    if (c->n == MAX_PLANS) { /* full: recycle the last slot (a workload with this many shapes is unusual) */
+    const double t0 = zy_now_seconds();
+    g->plan_builds++;
+    Plan *p = c->n < MAX_PLANS ? &c->p[c->n] : &c->p[c->next_evict];
+    if (c->n == MAX_PLANS) { /* full: recycle slots in turn (an MoE's per-expert row counts make many shapes) */
+        c->next_evict = (c->next_evict + 1) % MAX_PLANS;
         cublasLtMatmulDescDestroy(p->desc);
         cublasLtMatrixLayoutDestroy(p->la);
         cublasLtMatrixLayoutDestroy(p->lb);
         cublasLtMatrixLayoutDestroy(p->lc);
         c->n--;
+        /* the recycled slot must be the one past the live entries: swap it with the last */
+        Plan *last = &c->p[c->n];
+        if (p != last) {
+            Plan tmp = *p;
+            *p = *last;
+            *last = tmp;
+            p = last;
+        }
     }
     memset(p, 0, sizeof *p);
     p->ta = ta, p->tb = tb, p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->bf16 = bf16;
@@ -292,6 +336,12 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
                                                         &stride[i], sizeof stride[i]) == CUBLAS_STATUS_SUCCESS;
         }
     }
+    if (ok && reuse_algo(g, c, p)) {
+        c->n++;
+        g->plan_seconds += zy_now_seconds() - t0;
+        return p;
+    }
+    g->plan_heuristics++;
     cublasLtMatmulPreference_t pref = NULL;
     ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
     size_t ws = g->lt_work_bytes;
@@ -326,6 +376,7 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
         return NULL;
     }
     c->n++;
+    g->plan_seconds += zy_now_seconds() - t0;
     return p;
 }
 

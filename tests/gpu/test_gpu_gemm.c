@@ -133,6 +133,22 @@ void test_gpu_gemm(GpuTest *t) {
         batched_case(t, 0, 1, 0, 96, 96, 256, 7, 0, 64, 64, 0, 0.0f, 0);
         gt_reset(t);
     }
+    /* an MoE's per-expert products: the same weights against row counts that change every step, M varying (forward,
+     * input gradient) and K varying (weight gradient); a new count in a size class already seen reuses that class's
+     * checked algorithm instead of running the heuristic, and every product is still right */
+    {
+        const int counts[] = {300, 301, 280, 511, 257, 260, 3, 4, 97, 120, 65};
+        const long heur0 = t->g->plan_heuristics, builds0 = t->g->plan_builds;
+        for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+            one_case(t, 1, 0, 1, counts[i], 96, 64, 0, 0.0f);  /* y = x Wᵀ: M = rows */
+            one_case(t, 1, 1, 0, 96, 64, counts[i], 0, 1.0f);  /* dW += dyᵀ x: K = rows */
+        }
+        const long builds = t->g->plan_builds - builds0, heur = t->g->plan_heuristics - heur0;
+        gt_assert(t, builds == 2 * (long)(sizeof counts / sizeof *counts) && heur < builds,
+                  "per-expert row counts reuse checked algorithms", "%ld new shapes, %ld heuristic queries", builds,
+                  heur);
+        gt_reset(t);
+    }
     double tf = gpu_gemm_probe_tflops(t->g, 4096, 10);
     t->g->bf16 = 1;
     double tf16 = gpu_gemm_probe_tflops(t->g, 4096, 10);
