@@ -229,12 +229,8 @@ int bench_decode(int argc, char **argv) {
         zy_wrap(&err, "bench decode: --device");
         goto done;
     }
-    const int kv_bf16 = kv_dtype_resolve(kv_dtype, bf16 && !gpu, "bench decode: --kv-dtype", &err);
+    const int kv_bf16 = kv_dtype_resolve(kv_dtype, bf16, gpu, "bench decode: --kv-dtype", &err);
     if (kv_bf16 < 0) goto done;
-    if (gpu && kv_bf16) {
-        zy_fail(&err, "bench decode: --kv-dtype bf16: the GPU's KV cache holds fp32 only (--kv-dtype f32)");
-        goto done;
-    }
     if (batch <= 0 || batch > 4096) {
         zy_fail(&err, "bench decode: --batch %d: sequences decoded together, 1..4096", batch);
         goto done;

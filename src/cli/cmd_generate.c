@@ -188,12 +188,7 @@ int cmd_generate(int argc, char **argv) {
         zy_wrap(&err, "generate: --device");
         goto fail;
     }
-    /* as zaya serve: the GPU's cache is fp32 */
-    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16 && !gpu, "generate: --kv-dtype", &err)) < 0) goto fail;
-    if (gpu && kv_bf16) {
-        zy_fail(&err, "generate: --kv-dtype bf16: the GPU's KV cache holds fp32 only (--kv-dtype f32)");
-        goto fail;
-    }
+    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16, gpu, "generate: --kv-dtype", &err)) < 0) goto fail;
     if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
     /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device) */
     if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;

@@ -76,7 +76,7 @@ static void gpu_destroy(void *x) {
 /* arg: the GpuModel (it outlives the engine). */
 static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
                             int block_tokens, int max_rows, int chunk, int kv_bf16, ZyErr *err) {
-    if (kv_bf16) return zy_fail(err, "serve: --kv-dtype bf16: the GPU's KV pool holds fp32 only (--kv-dtype f32)");
+    (void)kv_bf16; /* always 0 here: kv_dtype_resolve refuses bf16 on a GPU */
     GpuServe *g = calloc(1, sizeof *g);
     if (!g) return zy_fail(err, "out of memory");
     g->gm = arg;
@@ -168,11 +168,7 @@ int cmd_serve(int argc, char **argv) {
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
     if ((bf16 = model_resolve_dtype(dtype, "serve: --dtype", model_dir, &err)) < 0) goto fail;
     /* the GPU's pool is fp32: auto means f32 there, and bf16 is refused before the model loads */
-    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16 && !gpu, "serve: --kv-dtype", &err)) < 0) goto fail;
-    if (gpu && kv_bf16) {
-        zy_fail(&err, "serve: --kv-dtype bf16: the GPU's KV pool holds fp32 only (--kv-dtype f32)");
-        goto fail;
-    }
+    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16, gpu, "serve: --kv-dtype", &err)) < 0) goto fail;
     /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device), as zaya generate's */
     if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
     have_model = 1;
