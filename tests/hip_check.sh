@@ -3,7 +3,8 @@
 # maps the CUDA names onto HIP, GPU_WARP = 64) and -Werror for AMD CDNA3 (gfx940, the MI300 family's ISA; Debian
 # 12's clang 15 does not know gfx942 by name) and CDNA2 (gfx90a, MI200). Nothing is linked or run: Debian 12 packages
 # hipcc with HIP 5.2 but not hipBLASLt, rocWMMA or RCCL, so gpu_ctx.cu (cuBLASLt -> hipBLASLt) and
-# gpu_attention_tc.cu (WMMA -> rocWMMA) are compiled only where their headers exist, and said so otherwise.
+# the tensor-core sources (those including gpu_tc.cuh: WMMA -> rocWMMA) are compiled only where their headers exist,
+# and said so otherwise.
 # Ends with "hip: N passed, N failed" (one per source and target).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ fail=0
 for src in src/gpu/*.cu; do
     need=""
     grep -q 'hipblaslt/hipblaslt.h' "$src" && ! has_header hipblaslt/hipblaslt.h && need="hipBLASLt"
-    grep -q 'rocwmma/rocwmma.hpp' "$src" && ! has_header rocwmma/rocwmma.hpp && need="rocWMMA"
+    grep -qE 'rocwmma/rocwmma.hpp|"gpu_tc.cuh"' "$src" && ! has_header rocwmma/rocwmma.hpp && need="rocWMMA"
     if [ -n "$need" ]; then
         echo "skip $src: needs $need, which this ROCm does not have (Debian 12 does not package it)"
         continue

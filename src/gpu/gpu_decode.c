@@ -744,7 +744,7 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     }
     /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places
      * (back to front: no overlap), as model_decode_step */
-    gk_gather_rows(st, s->last_rows, s->u, desc(p, D_LOGIT), ps.n_logits, D);
+    gk_gather_rows(st, s->last_rows, s->u, desc(p, D_LOGIT), ps.n_logits, NULL, D);
     gpu_mm_wt(gm, ps.n_logits, V, D, s->last_rows, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);
     if (gm->failed) {
         *err = gm->err;

@@ -65,17 +65,32 @@ void gk_route_all_to_one(GkStream s, int32_t *choice, float *gate, int rows);
 /* Stable counting sort of the rows by choice (rows with choice >= E, the skip expert, left out), on the device:
  * off [E + 1] (off[e] = first sorted position of expert e, off[E] = routed rows), sorted [N]. One block. */
 void gk_group_by_expert(GkStream s, int32_t *off, int32_t *sorted, const int32_t *choice, int N, int E);
+/* The experts' row ops below take their row count n (or rows) from the host, or, with n_dev set, from the device
+ * (*n_dev, e.g. gk_group_by_expert's off + E: the routed rows), n then being its upper bound for the launch. */
 /* dst[k] = src[idx[k]] (rows of D floats), k < n. */
-void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, int D);
+void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, const int32_t *n_dev, int D);
 /* dst[idx[k]] += src[k] (idx distinct). */
-void gk_scatter_add_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, int D);
+void gk_scatter_add_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, const int32_t *n_dev,
+                         int D);
 /* out[sorted[k]] = gate[sorted[k]] · y[k] for k < n; rows r with choice[r] >= E are zeroed. */
 void gk_moe_combine(GkStream s, float *out, const float *y, const float *gate, const int32_t *sorted,
-                    const int32_t *choice, int rows, int n, int D, int E);
+                    const int32_t *choice, int rows, int n, const int32_t *n_dev, int D, int E);
 void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout, const float *y, const float *gate,
-                          const int32_t *sorted, int n_routed, int D);
-void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, int inter);
-void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, int inter);
+                          const int32_t *sorted, int n_routed, const int32_t *n_dev, int D);
+void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, const int32_t *rows_dev, int inter);
+void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, const int32_t *rows_dev,
+                        int inter);
+/* The experts' products over rows grouped by expert, one launch for all experts, sizes on the device
+ * (gpu_expert_gemm.cu): bf16 operands (bits), fp32 accumulation and output; off [E + 1] as gk_group_by_expert's.
+ * gk_expert_mm: C[r, :] = A[r, :] op(W_e) + beta C[r, :] for r in [off[e], off[e + 1]), A [rows, K] (lda), W_e = W +
+ * e w_stride either [N, K] (trans_w = 1: C = A W_eᵀ, a linear layer's forward) or [K, N] (trans_w = 0: C = A W_e, its
+ * input gradient); max_rows >= off[E] sizes the launch. Rows outside the experts are not touched. */
+void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, int K, const uint16_t *A, int lda,
+                  const uint16_t *W, long w_stride, int trans_w, float beta, float *C, int ldc);
+/* gk_expert_mm_wgrad: G_e = Σ_{r in [off[e], off[e + 1])} A[r, :]ᵀ B[r, :] + beta G_e, A [rows, M] (lda), B [rows, N]
+ * (ldb), G_e = G + e g_stride [M, N] (ldg): the experts' weight gradients. */
+void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
+                        const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg);
 
 /* ---- CCA pre-processing (gpu_cca.cu) ---- */
 /* M [B*(T+k1-1), C] is the depthwise output in the CPU layout (k1-1 zero rows ahead of each sequence). */

@@ -1,8 +1,9 @@
 /* The ZAYA1 model on a GPU (ARCHITECTURE.md), step for step the same as src/model/model.c: the forward and the backward
  * below read like their CPU twins, each op a gk_ kernel (gpu_kernels.h) or a cuBLASLt product (gpu_gemm).
  *
- * Host synchronisation: one small copy per MoE layer per pass — the experts' row offsets (E + 1 integers) — because
- * the per-expert products need their row counts on the host; everything else is stream-ordered. */
+ * Host synchronisation: none inside a pass in bf16 runs, whose experts' products are grouped GEMMs sized on the device
+ * (gpu_expert_gemm.cu). fp32 runs (and GPUs before sm_80) take one cuBLASLt product per expert and so copy each MoE
+ * layer's row offsets (E + 1 integers) to the host once a pass. */
 #include "gpu/gpu_model.h"
 
 #include <math.h>
@@ -166,8 +167,13 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
 
 int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, int bf16, int train, ZyErr *err) {
     *out = NULL;
+    const char *experts = getenv("ZAYA_GPU_EXPERTS"); /* grouped (default) | loop: see experts_grouped */
+    if (experts && strcmp(experts, "grouped") && strcmp(experts, "loop"))
+        return zy_fail(err, "ZAYA_GPU_EXPERTS=%s: expected grouped (one product for all experts) or loop (one per expert)",
+                       experts);
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
+    gm->experts_grouped = !experts || !strcmp(experts, "grouped");
     gm->host = m;
     gm->cfg = m->cfg;
     gm->bf16 = bf16;
@@ -370,6 +376,16 @@ static void mha_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
     gpu_mm_wt(gm, N, D, Cq, L->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), L->attn_proj, D);
 }
 
+/* Whether the experts' products run grouped on the device (gk_expert_mm, no host wait) for `rows` rows: bf16 runs on
+ * sm_80+ whose bf16 operand buffers hold the experts' rows. ZAYA_GPU_EXPERTS=loop (read at create) keeps one cuBLASLt
+ * product per expert, for comparison. */
+static int experts_grouped(const GpuModel *gm, size_t rows) {
+    const ZayaConfig *c = &gm->cfg;
+    const size_t D = (size_t)c->hidden_size, I2 = 2 * (size_t)c->moe_intermediate_size;
+    return gm->experts_grouped && gm->bf16 && gm->g.cc_major >= 8 && gm->params16 && gm->op16[0] && gm->op16[1] &&
+           rows * (I2 > D ? I2 : D) <= gm->op16_elems;
+}
+
 /* The experts' row offsets on the host (the per-expert products need their sizes): the one wait of a layer. */
 static const int32_t *expert_offsets_to_host(GpuModel *gm, int l, const LayerActs *L, int E) {
     int32_t *h = gm->h_off + (size_t)l * (gm->cfg.num_experts + 1);
@@ -411,9 +427,25 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
     /* dropless top-1 experts: rows sorted by expert on the device, one product per expert, gate-scaled scatter */
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts;
     gk_group_by_expert(s, L->expert_offset, L->sorted_rows, L->choice, N, E);
+    if (experts_grouped(gm, (size_t)N)) {
+        /* one launch a product for all experts; the routed row count off[E] is read on the device, so the row ops
+         * and bf16 roundings span N rows (their bound) and the products and row ops touch only the routed ones */
+        const int32_t *off = L->expert_offset, *n_dev = off + E;
+        gk_gather_rows(s, L->expert_in, L->u_mlp, L->sorted_rows, N, n_dev, D);
+        const uint16_t *in16 = op16(gm, 0, L->expert_in, (size_t)N, D);
+        gk_expert_mm(s, off, E, N, 2 * I, D, in16, D, gpu_bf16_of(gm, W->expert_gate_up), 2L * I * D, 1, 0.0f,
+                     L->expert_gu, 2 * I);
+        gk_swiglu_forward(s, L->expert_act, L->expert_gu, N, n_dev, I);
+        const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)N, I);
+        gk_expert_mm(s, off, E, N, D, I, act16, I, gpu_bf16_of(gm, W->expert_down), (long)D * I, 1, 0.0f,
+                     L->expert_out, D);
+        gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, N, n_dev, D, E);
+        gpu_tock(gm, PHASE_EXPERTS, &t0);
+        return;
+    }
     const int32_t *off = expert_offsets_to_host(gm, l, L, E);
     const int n = off[E];
-    gk_gather_rows(s, L->expert_in, L->u_mlp, L->sorted_rows, n, D);
+    gk_gather_rows(s, L->expert_in, L->u_mlp, L->sorted_rows, n, NULL, D);
     /* each expert's rows are a slice of one bf16 copy (one rounding pass, not one per expert) */
     const uint16_t *in16 = op16(gm, 0, L->expert_in, (size_t)n, D);
     for (int e = 0; e < E; e++) {
@@ -423,7 +455,7 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
             mm_wt16(gm, ne, 2 * I, D, L->expert_in + (size_t)r0 * D, at16(in16, (size_t)r0 * D), D, wg,
                     gpu_bf16_of(gm, wg), L->expert_gu + (size_t)r0 * 2 * I, 2 * I);
     }
-    gk_swiglu_forward(s, L->expert_act, L->expert_gu, n, I);
+    gk_swiglu_forward(s, L->expert_act, L->expert_gu, n, NULL, I);
     const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)n, I);
     for (int e = 0; e < E; e++) {
         const int r0 = off[e], ne = off[e + 1] - off[e];
@@ -432,7 +464,7 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
             mm_wt16(gm, ne, D, I, L->expert_act + (size_t)r0 * I, at16(act16, (size_t)r0 * I), I, wd,
                     gpu_bf16_of(gm, wd), L->expert_out + (size_t)r0 * D, D);
     }
-    gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, n, D, E);
+    gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, n, NULL, D, E);
     gpu_tock(gm, PHASE_EXPERTS, &t0);
 }
 
@@ -546,12 +578,16 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     BackwardScratch *d = &gm->a.d;
     const int N = gm->a.B * gm->a.T, D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts, K = cfg_router_classes(c);
-    const int32_t *off = gm->h_off + (size_t)l * (c->num_experts + 1);
-    const int n_routed = off[E];
+    /* grouped (as the forward ran): the routed row count stays on the device, N bounds it; else the host's offsets */
+    const int grouped = experts_grouped(gm, (size_t)N);
+    const int32_t *off = grouped ? NULL : gm->h_off + (size_t)l * (c->num_experts + 1);
+    const int32_t *n_dev = grouped ? L->expert_offset + E : NULL;
+    const int n_routed = grouped ? N : off[E];
     double t0 = gpu_tick(gm);
     /* out = gate ⊙ y: dgate and dy in one pass over the routed rows */
     gpu_zero(gm, d->d_gate, N);
-    gk_moe_gate_backward(s, d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, D);
+    gk_moe_gate_backward(s, d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, n_dev,
+                         D);
     if (c->moe == ZY_MOE_DENSE) {
         gpu_zero(gm, d->d_u, (size_t)N * D);
     } else {
@@ -587,8 +623,27 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
         mm16(gm, 1, 0, R, D, N, dz, dz16, R, L->u_mlp, NULL, D, 1, G->router_down_w, D);
     }
     gpu_tock(gm, PHASE_ROUTER, &t0);
-    /* experts: per-expert products, SwiGLU backward, scatter-add of dxin into d_u */
-    /* each expert's operands are slices of bf16 copies made once per layer (op16), not rounded per product */
+    /* experts: the products, SwiGLU backward, scatter-add of dxin into d_u */
+    if (grouped) { /* input gradients C = dY W_e and weight gradients G_e += dY_eᵀ X_e, one launch each */
+        const int32_t *goff = L->expert_offset;
+        const uint16_t *dy16 = op16(gm, 0, d->d_expert_out, (size_t)N, D);
+        const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)N, I);
+        gk_expert_mm(s, goff, E, N, I, D, dy16, D, gpu_bf16_of(gm, W->expert_down), (long)D * I, 0, 0.0f,
+                     d->d_expert_act, I);
+        gk_expert_mm_wgrad(s, goff, E, D, I, dy16, D, act16, I, 1.0f, G->expert_down, (long)D * I, I);
+        gpu_zero(gm, d->d_expert_gu, (size_t)N * 2 * I);
+        gk_swiglu_backward(s, d->d_expert_gu, d->d_expert_act, L->expert_gu, N, n_dev, I);
+        const uint16_t *dgu16 = op16(gm, 0, d->d_expert_gu, (size_t)N, 2 * (size_t)I);
+        const uint16_t *in16 = op16(gm, 1, L->expert_in, (size_t)N, D);
+        gk_expert_mm(s, goff, E, N, D, 2 * I, dgu16, 2 * I, gpu_bf16_of(gm, W->expert_gate_up), 2L * I * D, 0, 0.0f,
+                     d->d_expert_in, D);
+        gk_expert_mm_wgrad(s, goff, E, 2 * I, D, dgu16, 2 * I, in16, D, 1.0f, G->expert_gate_up, 2L * I * D, D);
+        gk_scatter_add_rows(s, d->d_u, d->d_expert_in, L->sorted_rows, N, n_dev, D);
+        gpu_tock(gm, PHASE_EXPERTS, &t0);
+        return;
+    }
+    /* per expert: each expert's operands are slices of bf16 copies made once per layer (op16), not rounded per
+     * product */
     const uint16_t *dy16 = op16(gm, 0, d->d_expert_out, (size_t)n_routed, D);
     const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)n_routed, I);
     for (int e = 0; e < E; e++) {
@@ -602,7 +657,7 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
              G->expert_down + (size_t)e * D * I, I);
     }
     gpu_zero(gm, d->d_expert_gu, (size_t)n_routed * 2 * I);
-    gk_swiglu_backward(s, d->d_expert_gu, d->d_expert_act, L->expert_gu, n_routed, I);
+    gk_swiglu_backward(s, d->d_expert_gu, d->d_expert_act, L->expert_gu, n_routed, NULL, I);
     const uint16_t *dgu16 = op16(gm, 0, d->d_expert_gu, (size_t)n_routed, 2 * (size_t)I);
     const uint16_t *in16 = op16(gm, 1, L->expert_in, (size_t)n_routed, D);
     for (int e = 0; e < E; e++) {
@@ -616,7 +671,7 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
         mm16(gm, 1, 0, 2 * I, D, ne, dge, dge16, 2 * I, L->expert_in + (size_t)r0 * D, at16(in16, (size_t)r0 * D), D,
              1, G->expert_gate_up + (size_t)e * 2 * I * D, D);
     }
-    gk_scatter_add_rows(s, d->d_u, d->d_expert_in, L->sorted_rows, n_routed, D);
+    gk_scatter_add_rows(s, d->d_u, d->d_expert_in, L->sorted_rows, n_routed, NULL, D);
     gpu_tock(gm, PHASE_EXPERTS, &t0);
 }
 

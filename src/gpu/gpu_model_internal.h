@@ -35,6 +35,7 @@ struct GpuModel {
     double *tm;            /* per-phase seconds (gpu_model_set_timing), NULL: off */
     uint16_t *op16[2];     /* bf16 runs: an activation operand of several products, rounded once (gpu_model.c op16) */
     size_t op16_elems;     /* capacity of each, in bf16 values (N rows by the widest activation) */
+    int experts_grouped;   /* bf16 experts as grouped products sized on the device (0: ZAYA_GPU_EXPERTS=loop) */
 };
 
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */
@@ -44,7 +45,7 @@ void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const
 const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w);
 void gpu_zero(GpuModel *gm, void *p, size_t floats);
 /* The MoE block over N rows whose buffers L points at (router, top-1, per-expert products, combine), as
- * moe_block_forward; layer l's expert offsets land in gm->h_off. */
+ * moe_block_forward; with per-expert products (fp32 runs), layer l's expert offsets land in gm->h_off. */
 void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N);
 /* Phase timing (gpu_model_set_timing): a time stamp after draining the queue, and its accumulation. */
 double gpu_tick(GpuModel *gm);

@@ -63,6 +63,14 @@ __device__ __forceinline__ long idx_div(long i, int d, bool small) {
 }
 static inline bool fits32(long n) { return n <= 0xffffffffL; }
 
+/* A row count that may live on the device: n_dev (e.g. gk_group_by_expert's off[E]) when set, at most n (the launch's
+ * upper bound); n itself otherwise. Lets the experts' row ops run without the host knowing the count. */
+__device__ __forceinline__ long dev_count(long n, const int32_t *n_dev) {
+    if (!n_dev) return n;
+    const long c = *n_dev;
+    return c < n ? (c > 0 ? c : 0) : n;
+}
+
 /* ---- router state: z += bias (+ r_prev ⊙ γ), zn = RMSNorm(z; w) — one warp per row ------------------------- */
 template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)
@@ -535,8 +543,9 @@ extern "C" void gk_group_by_expert(GkStream s, int32_t *off, int32_t *sorted, co
 /* ---- row movement: one warp per row, 128-bit accesses when every row is 16-byte aligned ------------------- */
 template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)
-gather_rows_kernel(float *dst, const float *src, const int32_t *idx, int n, int D) {
+gather_rows_kernel(float *dst, const float *src, const int32_t *idx, int n_max, const int32_t *n_dev, int D) {
     const int lane = threadIdx.x % GPU_WARP, nv = D / V;
+    const long n = dev_count(n_max, n_dev);
     for (long k = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; k < n;
          k += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
         const float *sr = src + (long)idx[k] * D;
@@ -550,19 +559,21 @@ gather_rows_kernel(float *dst, const float *src, const int32_t *idx, int n, int 
     }
 }
 
-extern "C" void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, int D) {
+extern "C" void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n,
+                               const int32_t *n_dev, int D) {
     if (n <= 0 || D <= 0) return;
     if (D % 4 == 0 && al16(dst) && al16(src))
-        gather_rows_kernel<4><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, D);
+        gather_rows_kernel<4><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
     else
-        gather_rows_kernel<1><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, D);
+        gather_rows_kernel<1><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
     GK_LAUNCH_CHECK();
 }
 
 template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)
-scatter_add_rows_kernel(float *dst, const float *src, const int32_t *idx, int n, int D) {
+scatter_add_rows_kernel(float *dst, const float *src, const int32_t *idx, int n_max, const int32_t *n_dev, int D) {
     const int lane = threadIdx.x % GPU_WARP, nv = D / V;
+    const long n = dev_count(n_max, n_dev);
     for (long k = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; k < n;
          k += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
         float *dr = dst + (long)idx[k] * D; /* idx distinct: each destination row has one writer */
@@ -579,12 +590,13 @@ scatter_add_rows_kernel(float *dst, const float *src, const int32_t *idx, int n,
     }
 }
 
-extern "C" void gk_scatter_add_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n, int D) {
+extern "C" void gk_scatter_add_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n,
+                                    const int32_t *n_dev, int D) {
     if (n <= 0 || D <= 0) return;
     if (D % 4 == 0 && al16(dst) && al16(src))
-        scatter_add_rows_kernel<4><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, D);
+        scatter_add_rows_kernel<4><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
     else
-        scatter_add_rows_kernel<1><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, D);
+        scatter_add_rows_kernel<1><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
     GK_LAUNCH_CHECK();
 }
 
@@ -593,8 +605,9 @@ extern "C" void gk_scatter_add_rows(GkStream s, float *dst, const float *src, co
 template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)
 moe_combine_kernel(float *out, const float *y, const float *gate, const int32_t *sorted, const int32_t *choice,
-                   int rows, int n, int D, int E) {
+                   int rows, int n_max, const int32_t *n_dev, int D, int E) {
     const int lane = threadIdx.x % GPU_WARP, nv = D / V;
+    const long n = dev_count(n_max, n_dev);
     for (long i = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; i < rows;
          i += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
         if (i < n) {
@@ -623,13 +636,15 @@ moe_combine_kernel(float *out, const float *y, const float *gate, const int32_t 
 }
 
 extern "C" void gk_moe_combine(GkStream s, float *out, const float *y, const float *gate, const int32_t *sorted,
-                               const int32_t *choice, int rows, int n, int D, int E) {
+                               const int32_t *choice, int rows, int n, const int32_t *n_dev, int D, int E) {
     if (rows <= 0 || D <= 0) return;
     if (n < 0) n = 0;
     if (D % 4 == 0 && al16(out) && al16(y))
-        moe_combine_kernel<4><<<row_blocks(rows), ROW_THREADS, 0, s>>>(out, y, gate, sorted, choice, rows, n, D, E);
+        moe_combine_kernel<4><<<row_blocks(rows), ROW_THREADS, 0, s>>>(out, y, gate, sorted, choice, rows, n, n_dev,
+                                                                       D, E);
     else
-        moe_combine_kernel<1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(out, y, gate, sorted, choice, rows, n, D, E);
+        moe_combine_kernel<1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(out, y, gate, sorted, choice, rows, n, n_dev,
+                                                                       D, E);
     GK_LAUNCH_CHECK();
 }
 
@@ -638,8 +653,9 @@ extern "C" void gk_moe_combine(GkStream s, float *out, const float *y, const flo
 template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)
 moe_gate_bwd_kernel(float *dgate, float *dy, const float *dout, const float *y, const float *gate,
-                    const int32_t *sorted, int n, int D) {
+                    const int32_t *sorted, int n_max, const int32_t *n_dev, int D) {
     const int lane = threadIdx.x % GPU_WARP, nv = D / V;
+    const long n = dev_count(n_max, n_dev);
     for (long k = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; k < n;
          k += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
         const long row = sorted[k];
@@ -665,20 +681,23 @@ moe_gate_bwd_kernel(float *dgate, float *dy, const float *dout, const float *y, 
 }
 
 extern "C" void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout, const float *y,
-                                     const float *gate, const int32_t *sorted, int n_routed, int D) {
+                                     const float *gate, const int32_t *sorted, int n_routed, const int32_t *n_dev,
+                                     int D) {
     if (n_routed <= 0 || D <= 0) return;
     if (D % 4 == 0 && al16(dy) && al16(dout) && al16(y))
         moe_gate_bwd_kernel<4><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dout, y, gate, sorted,
-                                                                            n_routed, D);
+                                                                            n_routed, n_dev, D);
     else
         moe_gate_bwd_kernel<1><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dout, y, gate, sorted,
-                                                                            n_routed, D);
+                                                                            n_routed, n_dev, D);
     GK_LAUNCH_CHECK();
 }
 
 /* ---- SwiGLU on gu [rows, 2I] (gate | up): act = silu(g) ⊙ v; backward accumulates into dgu ---------------- */
 template <int V>
-__global__ void swiglu_fwd_kernel(float *act, const float *gu, long n_units, int I_units, bool small) {
+__global__ void swiglu_fwd_kernel(float *act, const float *gu, long n_max, const int32_t *rows_dev, int I_units,
+                                  bool small) {
+    const long n_units = rows_dev ? dev_count(n_max / I_units, rows_dev) * I_units : n_max;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n_units; i += (long)gridDim.x * blockDim.x) {
         const long r = idx_div(i, I_units, small);
         const int c = (int)(i - r * I_units);
@@ -692,19 +711,21 @@ __global__ void swiglu_fwd_kernel(float *act, const float *gu, long n_units, int
     }
 }
 
-extern "C" void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, int I) {
+extern "C" void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, const int32_t *rows_dev, int I) {
     if (rows <= 0 || I <= 0) return;
     const long n = (long)rows * I;
     if (I % 4 == 0 && al16(act) && al16(gu))
-        swiglu_fwd_kernel<4><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(act, gu, n / 4, I / 4, fits32(n));
+        swiglu_fwd_kernel<4><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(act, gu, n / 4, rows_dev, I / 4,
+                                                                                 fits32(n));
     else
-        swiglu_fwd_kernel<1><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(act, gu, n, I, fits32(n));
+        swiglu_fwd_kernel<1><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(act, gu, n, rows_dev, I, fits32(n));
     GK_LAUNCH_CHECK();
 }
 
 template <int V>
-__global__ void swiglu_bwd_kernel(float *dgu, const float *dact, const float *gu, long n_units, int I_units,
-                                  bool small) {
+__global__ void swiglu_bwd_kernel(float *dgu, const float *dact, const float *gu, long n_max, const int32_t *rows_dev,
+                                  int I_units, bool small) {
+    const long n_units = rows_dev ? dev_count(n_max / I_units, rows_dev) * I_units : n_max;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n_units; i += (long)gridDim.x * blockDim.x) {
         const long r = idx_div(i, I_units, small);
         const int c = (int)(i - r * I_units);
@@ -726,13 +747,15 @@ __global__ void swiglu_bwd_kernel(float *dgu, const float *dact, const float *gu
     }
 }
 
-extern "C" void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, int I) {
+extern "C" void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows,
+                                   const int32_t *rows_dev, int I) {
     if (rows <= 0 || I <= 0) return;
     const long n = (long)rows * I;
     const bool small = fits32(n);
     if (I % 4 == 0 && al16(dgu) && al16(dact) && al16(gu))
-        swiglu_bwd_kernel<4><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dact, gu, n / 4, I / 4, small);
+        swiglu_bwd_kernel<4><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dact, gu, n / 4, rows_dev, I / 4,
+                                                                                 small);
     else
-        swiglu_bwd_kernel<1><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dact, gu, n, I, small);
+        swiglu_bwd_kernel<1><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dact, gu, n, rows_dev, I, small);
     GK_LAUNCH_CHECK();
 }

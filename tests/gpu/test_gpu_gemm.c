@@ -1,5 +1,6 @@
 /* cuBLASLt products (gpu_gemm) against the CPU's zy_gemm: every transpose pair, odd shapes, row strides wider than
- * the matrix, beta = 1 accumulation; fp32 (no TF32) and bf16 operands with fp32 sums. Strided batches
+ * the matrix, beta = 1 accumulation; fp32 (no TF32) and bf16 operands with fp32 sums. The grouped expert products
+ * (gk_expert_mm, gk_expert_mm_wgrad) against zy_gemm per expert. Strided batches
  * (gpu_gemm_batched) against a loop of zy_gemm: batch 1, 3, 16, strides with gaps (odd and aligned), the gaps and
  * row padding of C never written. */
 #include <stdio.h>
@@ -84,7 +85,84 @@ static void batched_case(GpuTest *t, int bf16, int ta, int tb, int M, int N, int
               rel, touched);
 }
 
+/* Grouped expert products (gk_expert_mm / gk_expert_mm_wgrad, gpu_expert_gemm.cu) against zy_gemm per expert on the
+ * same bf16 values: rows grouped by counts[e] (zero counts, rows past the last expert), max_rows >= their sum; the rows
+ * and columns outside the experts' products keep their values. wgrad: G_e = A_eᵀ B_e (+ beta G_e) with M = N_out. */
+static uint16_t *bf16_up(GpuTest *t, float *h, size_t n) { /* rounds h in place; its bf16 bits on the device */
+    round_bf16(h, n);
+    uint16_t *d16 = gt_dev(t, n * sizeof(uint16_t));
+    gk_f32_to_bf16(t->g->stream, d16, gt_up(t, h, n), (long)n);
+    return d16;
+}
+static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, int N, int K, int pad, int wgrad,
+                        int trans_w, float beta) {
+    int32_t off[65] = {0};
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + counts[e];
+    const int rows = off[E] + extra_rows;
+    char name[160];
+    if (!wgrad) { /* C[rows, N] (ldc N + pad) = A[rows, K] (lda K + pad) op(W_e) */
+        const int lda = K + pad, ldc = N + pad, ldw = trans_w ? K : N;
+        const long ws = (long)N * K;
+        float *A = gt_rand(t, (size_t)rows * lda, 1), *W = gt_rand(t, (size_t)E * ws, 1);
+        float *C = gt_rand(t, (size_t)rows * ldc, 1);
+        const uint16_t *A16 = bf16_up(t, A, (size_t)rows * lda), *W16 = bf16_up(t, W, (size_t)E * ws);
+        float *dC = gt_up(t, C, (size_t)rows * ldc);
+        gk_expert_mm(t->g->stream, gt_up_i(t, off, (size_t)E + 1), E, rows, N, K, A16, lda, W16, ws, trans_w, beta, dC,
+                     ldc);
+        for (int e = 0; e < E; e++)
+            if (counts[e])
+                zy_gemm(0, trans_w, counts[e], N, K, 1.0f, A + (size_t)off[e] * lda, lda, W + e * ws, ldw, beta,
+                        C + (size_t)off[e] * ldc, ldc);
+        snprintf(name, sizeof name, "expert_mm %s E %d rows %d (+%d) N %d K %d pad %d beta %g",
+                 trans_w ? "A W_e^T" : "A W_e", E, off[E], extra_rows, N, K, pad, beta);
+        gt_check(t, name, dC, C, (size_t)rows * ldc, 2e-5);
+    } else { /* G_e[N_out = N, K] (ldg K + pad) = A_eᵀ B_e, A [rows, N] (lda N + pad), B [rows, K] (ldb K + pad) */
+        const int lda = N + pad, ldb = K + pad, ldg = K + pad;
+        const long gs = (long)N * ldg + pad;
+        float *A = gt_rand(t, (size_t)rows * lda, 1), *B = gt_rand(t, (size_t)rows * ldb, 1);
+        float *G = gt_rand(t, (size_t)E * gs, 1);
+        const uint16_t *A16 = bf16_up(t, A, (size_t)rows * lda), *B16 = bf16_up(t, B, (size_t)rows * ldb);
+        float *dG = gt_up(t, G, (size_t)E * gs), *dG2 = gt_up(t, G, (size_t)E * gs);
+        const int32_t *doff = gt_up_i(t, off, (size_t)E + 1);
+        gk_expert_mm_wgrad(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dG, gs, ldg);
+        gk_expert_mm_wgrad(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dG2, gs, ldg);
+        for (int e = 0; e < E; e++) {
+            if (counts[e])
+                zy_gemm(1, 0, N, K, counts[e], 1.0f, A + (size_t)off[e] * lda, lda, B + (size_t)off[e] * ldb, ldb,
+                        beta, G + e * gs, ldg);
+            else if (beta == 0.0f)
+                for (int m = 0; m < N; m++) memset(G + e * gs + (size_t)m * ldg, 0, (size_t)K * sizeof(float));
+        }
+        snprintf(name, sizeof name, "expert_mm_wgrad E %d rows %d M %d N %d pad %d beta %g", E, off[E], N, K, pad,
+                 beta);
+        gt_check(t, name, dG, G, (size_t)E * gs, 2e-5);
+        float *g1 = gt_down(t, dG, (size_t)E * gs), *g2 = gt_down(t, dG2, (size_t)E * gs);
+        int same = 1;
+        for (size_t i = 0; i < (size_t)E * gs; i++) same &= bits_same(g1[i], g2[i]);
+        gt_assert(t, same, name, "two runs %s", same ? "bit-identical" : "differ");
+    }
+    gt_reset(t);
+}
+
+static void test_expert_products(GpuTest *t) {
+    const int small[] = {150, 0, 37, 200}, odd[] = {70, 3, 0, 64}, one[] = {256};
+    int many[16];
+    for (int e = 0; e < 16; e++) many[e] = e == 5 ? 0 : 200 + 37 * e % 300; /* bench-gpu-like: 16 experts */
+    for (int tw = 0; tw < 2; tw++) {
+        expert_case(t, small, 4, 33, 136, 64, 0, 0, tw, 0.0f);
+        expert_case(t, small, 4, 0, 200, 40, 8, 0, tw, 1.0f);
+        expert_case(t, odd, 4, 13, 45, 37, 3, 0, tw, tw ? 0.0f : 1.0f); /* element loads */
+        expert_case(t, one, 1, 0, 128, 32, 0, 0, tw, 0.0f);
+        expert_case(t, many, 16, 100, 512, 256, 0, 0, tw, 0.0f);
+    }
+    expert_case(t, small, 4, 5, 136, 72, 0, 1, 0, 1.0f);
+    expert_case(t, small, 4, 5, 24, 40, 0, 1, 0, 0.0f); /* an empty expert's gradient zeroed */
+    expert_case(t, odd, 4, 5, 30, 50, 3, 1, 0, 1.0f);    /* element loads */
+    expert_case(t, many, 16, 0, 512, 256, 0, 1, 0, 1.0f);
+}
+
 void test_gpu_gemm(GpuTest *t) {
+    test_expert_products(t);
     const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 96, 64}, {257, 129, 300}, {1024, 1536, 512}};
     for (int bf16 = 0; bf16 < 2; bf16++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)

@@ -193,7 +193,7 @@ static void test_gather(GpuTest *t, int n, int M, int D, int misalign) {
     float *src = gt_rand(t, (size_t)M * D, 1);
     int32_t *idx = gt_rand_int(t, n, 0, M);
     float *d_buf = gt_poison(t, nd + 1), *d_dst = d_buf + (misalign ? 1 : 0);
-    gk_gather_rows(t->g->stream, d_dst, gt_up(t, src, (size_t)M * D), gt_up_i(t, idx, n), n, D);
+    gk_gather_rows(t->g->stream, d_dst, gt_up(t, src, (size_t)M * D), gt_up_i(t, idx, n), n, NULL, D);
     float *ref = gt_host(t, nd);
     for (int k = 0; k < n; k++) memcpy(ref + (size_t)k * D, src + (size_t)idx[k] * D, (size_t)D * sizeof(float));
     gt_check(t, nm(misalign ? "gather_rows(unaligned)" : "gather_rows", "dst", n, D), d_dst, ref, nd, 0);
@@ -216,7 +216,7 @@ static void test_scatter_add(GpuTest *t, int n, int M, int D, int misalign) {
     int32_t *idx = gt_rand_int(t, M, 0, 1);
     shuffle_prefix(t, idx, M); /* the first n are distinct */
     float *d_buf = gt_up(t, dst0, md + 1), *d_dst = d_buf + (misalign ? 1 : 0);
-    gk_scatter_add_rows(t->g->stream, d_dst, gt_up(t, src, (size_t)n * D), gt_up_i(t, idx, n), n, D);
+    gk_scatter_add_rows(t->g->stream, d_dst, gt_up(t, src, (size_t)n * D), gt_up_i(t, idx, n), n, NULL, D);
     float *ref = gt_copy(t, dst0 + (misalign ? 1 : 0), md);
     for (int k = 0; k < n; k++)
         for (int i = 0; i < D; i++) ref[(size_t)idx[k] * D + i] += src[(size_t)k * D + i];
@@ -240,7 +240,7 @@ static void test_combine_and_gate(GpuTest *t, int rows, int D, int E, int skip_a
 
     /* combine: out[sorted[k]] = gate · y[k]; skipped rows zeroed */
     float *d_out = gt_poison(t, rd);
-    gk_moe_combine(t->g->stream, d_out, d_y, d_gate, d_sorted, d_choice, rows, n, D, E);
+    gk_moe_combine(t->g->stream, d_out, d_y, d_gate, d_sorted, d_choice, rows, n, NULL, D, E);
     float *out = gt_host(t, rd); /* zeros: the skipped rows */
     for (int k = 0; k < n; k++)
         for (int i = 0; i < D; i++) out[(size_t)sorted[k] * D + i] = gate[sorted[k]] * y[(size_t)k * D + i];
@@ -250,14 +250,14 @@ static void test_combine_and_gate(GpuTest *t, int rows, int D, int E, int skip_a
     if (n > 0) {
         float *dout = gt_rand(t, rd, 1), *dg0 = gt_rand(t, rows, 1);
         float *d_dout = gt_up(t, dout, rd), *d_dg = gt_up(t, dg0, rows), *d_dy = gt_poison(t, nd);
-        gk_moe_gate_backward(t->g->stream, d_dg, d_dy, d_dout, d_y, d_gate, d_sorted, n, D);
+        gk_moe_gate_backward(t->g->stream, d_dg, d_dy, d_dout, d_y, d_gate, d_sorted, n, NULL, D);
         float *dg = gt_copy(t, dg0, rows), *dy = gt_host(t, nd);
         moe_gate_backward(dg, dy, dout, y, gate, sorted, n, D);
         gt_check(t, nm("moe_gate_bwd", "dgate", rows, D), d_dg, dg, rows, TOL);
         gt_check(t, nm("moe_gate_bwd", "dy", rows, D), d_dy, dy, nd, 0);
         if (determinism) {
             float *d_dg2 = gt_up(t, dg0, rows), *d_dy2 = gt_poison(t, nd);
-            gk_moe_gate_backward(t->g->stream, d_dg2, d_dy2, d_dout, d_y, d_gate, d_sorted, n, D);
+            gk_moe_gate_backward(t->g->stream, d_dg2, d_dy2, d_dout, d_y, d_gate, d_sorted, n, NULL, D);
             const int same = same_bits(gt_down(t, d_dg, rows), gt_down(t, d_dg2, rows), rows * sizeof(float));
             gt_assert(t, same, nm("moe_gate_bwd", "deterministic", rows, D), "two runs %s",
                       same ? "bit-identical" : "differ");
@@ -273,17 +273,87 @@ static void test_swiglu(GpuTest *t, int rows, int I) {
     gu[0] = -100; /* exp(100) overflows: the CPU's libm branch, silu → -0 */
     if (I > 1) gu[1] = 95;
     float *d_gu = gt_up(t, gu, n2), *d_act = gt_poison(t, n);
-    gk_swiglu_forward(t->g->stream, d_act, d_gu, rows, I);
+    gk_swiglu_forward(t->g->stream, d_act, d_gu, rows, NULL, I);
     float *act = gt_host(t, n);
     swiglu_forward(act, gu, rows, I);
     gt_check(t, nm("swiglu_fwd", "act", rows, I), d_act, act, n, TOL);
 
     float *dact = gt_rand(t, n, 1), *dgu0 = gt_rand(t, n2, 1);
     float *d_dgu = gt_up(t, dgu0, n2);
-    gk_swiglu_backward(t->g->stream, d_dgu, gt_up(t, dact, n), d_gu, rows, I);
+    gk_swiglu_backward(t->g->stream, d_dgu, gt_up(t, dact, n), d_gu, rows, NULL, I);
     float *dgu = gt_copy(t, dgu0, n2);
     swiglu_backward(dgu, dact, gu, rows, I);
     gt_check(t, nm("swiglu_bwd", "dgu", rows, I), d_dgu, dgu, n2, TOL);
+    gt_reset(t);
+}
+
+/* The row ops with their count on the device (n_dev = gk_group_by_expert's off + E, the launch bounded by all rows),
+ * as bf16 training runs them next to the grouped expert products: the routed rows as with a host count, the rows past
+ * the count untouched (still the NaN poison). */
+static int tail_poisoned(GpuTest *t, const float *d, size_t from, size_t n) {
+    float *h = gt_down(t, d, n);
+    for (size_t i = from; i < n; i++)
+        if (!isnan(h[i])) return 0;
+    return 1;
+}
+static void test_counted_rows(GpuTest *t, int rows, int D, int E) {
+    int32_t *choice = gt_rand_int(t, rows, 0, E + 1); /* E: the skip expert */
+    int32_t *off = gt_rand_int(t, E + 1, 0, 1), *sorted = gt_rand_int(t, rows, 0, 1);
+    const int n = cpu_group_by_expert(off, sorted, choice, rows, E);
+    const size_t rd = (size_t)rows * D, nd = (size_t)n * D;
+    int32_t *d_off = gt_up_i(t, off, E + 1), *d_sorted = gt_up_i(t, sorted, rows), *d_choice = gt_up_i(t, choice, rows);
+    const int32_t *n_dev = d_off + E;
+    float *src = gt_rand(t, rd, 1), *gate = gt_rand(t, rows, 1), *y = gt_rand(t, rd, 1);
+    float *d_src = gt_up(t, src, rd), *d_gate = gt_up(t, gate, rows), *d_y = gt_up(t, y, rd);
+
+    float *d_g = gt_poison(t, rd); /* gather */
+    gk_gather_rows(t->g->stream, d_g, d_src, d_sorted, rows, n_dev, D);
+    float *ref = gt_host(t, nd);
+    for (int k = 0; k < n; k++) memcpy(ref + (size_t)k * D, src + (size_t)sorted[k] * D, (size_t)D * sizeof(float));
+    gt_check(t, nm("gather_rows(device count)", "dst", n, D), d_g, ref, nd, 0);
+    gt_assert(t, tail_poisoned(t, d_g, nd, rd), nm("gather_rows(device count)", "rows past the count", n, D), "%s",
+              "untouched");
+
+    float *d_out = gt_poison(t, rd); /* combine: every row written, y read for the routed ones */
+    gk_moe_combine(t->g->stream, d_out, d_y, d_gate, d_sorted, d_choice, rows, rows, n_dev, D, E);
+    float *out = gt_host(t, rd);
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < D; i++) out[(size_t)sorted[k] * D + i] = gate[sorted[k]] * y[(size_t)k * D + i];
+    gt_check(t, nm("moe_combine(device count)", "out", n, D), d_out, out, rd, 0);
+
+    float *dout = gt_rand(t, rd, 1), *dg0 = gt_rand(t, rows, 1); /* gate backward */
+    float *d_dg = gt_up(t, dg0, rows), *d_dy = gt_poison(t, rd);
+    gk_moe_gate_backward(t->g->stream, d_dg, d_dy, gt_up(t, dout, rd), d_y, d_gate, d_sorted, rows, n_dev, D);
+    float *dg = gt_copy(t, dg0, rows), *dy = gt_host(t, nd + 1);
+    moe_gate_backward(dg, dy, dout, y, gate, sorted, n, D);
+    gt_check(t, nm("moe_gate_bwd(device count)", "dgate", n, D), d_dg, dg, rows, TOL);
+    gt_check(t, nm("moe_gate_bwd(device count)", "dy", n, D), d_dy, dy, nd, 0);
+    gt_assert(t, tail_poisoned(t, d_dy, nd, rd), nm("moe_gate_bwd(device count)", "rows past the count", n, D), "%s",
+              "untouched");
+
+    const int I = D; /* SwiGLU over gu [rows, 2I] */
+    float *gu = gt_rand(t, 2 * rd, 2), *d_gu = gt_up(t, gu, 2 * rd), *d_act = gt_poison(t, rd);
+    gk_swiglu_forward(t->g->stream, d_act, d_gu, rows, n_dev, I);
+    float *act = gt_host(t, nd + 1);
+    swiglu_forward(act, gu, n, I);
+    gt_check(t, nm("swiglu_fwd(device count)", "act", n, I), d_act, act, nd, TOL);
+    gt_assert(t, tail_poisoned(t, d_act, nd, rd), nm("swiglu_fwd(device count)", "rows past the count", n, I), "%s",
+              "untouched");
+    float *dact = gt_rand(t, rd, 1), *d_dgu = gt_poison(t, 2 * rd);
+    gpu_memset_async(t->g, d_dgu, 0, 2 * nd * sizeof(float));
+    gk_swiglu_backward(t->g->stream, d_dgu, gt_up(t, dact, rd), d_gu, rows, n_dev, I);
+    float *dgu = gt_host(t, 2 * nd + 1);
+    swiglu_backward(dgu, dact, gu, n, I);
+    gt_check(t, nm("swiglu_bwd(device count)", "dgu", n, I), d_dgu, dgu, 2 * nd, TOL);
+    gt_assert(t, tail_poisoned(t, d_dgu, 2 * nd, 2 * rd), nm("swiglu_bwd(device count)", "rows past the count", n, I),
+              "%s", "untouched");
+
+    float *dst0 = gt_rand(t, rd, 1), *d_dst = gt_up(t, dst0, rd); /* scatter-add */
+    gk_scatter_add_rows(t->g->stream, d_dst, d_y, d_sorted, rows, n_dev, D);
+    float *sref = gt_copy(t, dst0, rd);
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < D; i++) sref[(size_t)sorted[k] * D + i] += y[(size_t)k * D + i];
+    gt_check(t, nm("scatter_add_rows(device count)", "dst", n, D), d_dst, sref, rd, 0);
     gt_reset(t);
 }
 
@@ -294,10 +364,10 @@ static void test_empty(GpuTest *t) {
     int32_t *d_i = gt_up_i(t, gt_rand_int(t, 8, 0, 4), 8);
     gk_gelu_bias_backward(t->g->stream, d_b, d_a, d_b, d_b, 0, 8);
     gk_state_backward(t->g->stream, d_b, d_a, d_a, d_b, d_b, d_a, 0, 8);
-    gk_moe_gate_backward(t->g->stream, d_a, d_b, d_b, d_b, d_b, d_i, 0, 8);
+    gk_moe_gate_backward(t->g->stream, d_a, d_b, d_b, d_b, d_b, d_i, 0, NULL, 8);
     gk_router_choice_backward(t->g->stream, d_a, d_b, d_b, d_i, 0, 4);
-    gk_swiglu_backward(t->g->stream, d_a, d_b, d_b, 0, 4);
-    gk_scatter_add_rows(t->g->stream, d_a, d_b, d_i, 0, 8);
+    gk_swiglu_backward(t->g->stream, d_a, d_b, d_b, 0, NULL, 4);
+    gk_scatter_add_rows(t->g->stream, d_a, d_b, d_i, 0, NULL, 8);
     gt_check(t, "zero rows leave gradients untouched", d_a, g0, 8, 0);
     gt_check(t, "zero rows leave inputs untouched", d_b, g0, 8, 0);
     gt_reset(t);
@@ -338,6 +408,9 @@ void test_gpu_moe(GpuTest *t) {
         test_group_by_expert(t, 50000, 1, mode);
     }
 
+    test_counted_rows(t, 300, 64, 5);
+    test_counted_rows(t, 257, 13, 3);
+    test_counted_rows(t, 8192, 256, 16);
     test_gather(t, 1, 1, 1, 0);
     test_gather(t, 37, 50, 13, 0);
     test_gather(t, 100, 64, 8, 1);

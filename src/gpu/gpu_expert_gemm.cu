@@ -1,0 +1,245 @@
+/* gpu_expert_gemm: the experts' products as grouped GEMMs on the tensor cores, sized on the device.
+ *
+ * Why: dropless top-1 routing gives every expert a different row count each step. One cuBLASLt product per expert
+ * needs the counts on the host (a wait per layer and pass) and costs a launch and a plan lookup per expert and
+ * product (~1,700 a step at bench-gpu). Here each product is one launch over all experts: every block reads the
+ * expert offsets (gk_group_by_expert's E + 1 integers) on the device and finds its expert and tile, so nothing waits
+ * on the host and the launch sizes depend only on the batch (max_rows) and the expert count.
+ *
+ * Operands are bf16 bits (the op16 copies and the weights' bf16 view), accumulation and output fp32, as gpu_gemm's bf16
+ * products: the same values up to the fp32 summation order. Deterministic: each output element is summed by one
+ * thread in a fixed k order, no atomics.
+ *
+ * Tiles: 128 x 128 outputs a block, k in steps of 32, 8 warps as 2 x 4, each warp 64 x 32 (4 x 2 WMMA 16 x 16
+ * fragments). Global tiles are read into registers (16-byte loads when rows and bases allow, else element by element
+ * with bounds), stored to shared memory (rows padded by 8 bf16) and the next tile's loads are in flight during the
+ * products. The epilogue goes through a per-warp 16 x 16 fp32 scratch, so edges, beta and any accumulator layout are
+ * handled by plain per-element stores.
+ *
+ * The same source runs on the CPU in `make test` (tests/gpu/emu: a thread per CUDA thread, a reference WMMA), so the
+ * tiling, bounds and expert lookup are checked without a GPU; tests/gpu/test_gpu_gemm.c checks it on the device. */
+#ifdef ZAYA_GPU_EMU
+#include "cuda_emu.h"
+#else
+#include "gpu_common.cuh"
+#include "gpu_kernels.h"
+#endif
+#include "gpu_tc.cuh"
+
+namespace {
+
+constexpr int XBM = 128, XBN = 128, XBK = 32, XPAD = 8;
+constexpr int XWM = 2, XWN = 4, XWARPS = XWM * XWN, XNT = XWARPS * GPU_WARP;
+constexpr int XFM = XBM / (16 * XWM), XFN = XBN / (16 * XWN); /* fragments a warp: 4 x 2 */
+
+/* How an operand lies in global memory, with i its non-reduced index (a row of C, or a column) and k the reduced one:
+ * IK: element (i, k) at p[i * ld + k] (k contiguous); KI: at p[k * ld + i] (i contiguous). Shared tiles keep the
+ * same orientation: IK as [I][XBK + XPAD], KI as [XBK][I + XPAD]. */
+enum { IK = 0, KI = 1 };
+
+template <int L, int I>
+struct Smem {
+    static constexpr int rows = L == IK ? I : XBK, cols = L == IK ? XBK : I, ld = cols + XPAD;
+    __device__ static int at(int i, int k) { return L == IK ? i * ld + k : k * ld + i; }
+};
+
+/* One operand's share of a tile: global -> registers (load), registers -> shared (store). VEC: 16-byte loads of 8
+ * consecutive elements (the launcher checks: contiguous extent, ld and base multiples of 8 elements). */
+template <int L, int I, bool VEC>
+struct Stage {
+    using S = Smem<L, I>;
+    static constexpr int PER = S::rows * S::cols / XNT; /* elements a thread */
+    static constexpr int NV = VEC ? PER / 8 : PER;       /* loads a thread */
+    static constexpr int CV = VEC ? S::cols / 8 : S::cols;
+    static_assert(S::rows * S::cols % (XNT * 8) == 0, "tile split");
+    uint4 v[VEC ? NV : 1];
+    uint16_t e[VEC ? 1 : PER];
+
+    /* elements (i, k) of i in [i0, i_end), k in [k0, k_end); the rest zero */
+    __device__ __forceinline__ void load(const uint16_t *p, long ld, int i0, int i_end, int k0, int k_end) {
+#pragma unroll
+        for (int q = 0; q < NV; q++) {
+            const int idx = q * XNT + (int)threadIdx.x, r = idx / CV, c = (idx % CV) * (VEC ? 8 : 1);
+            const int i = i0 + (L == IK ? r : c), k = k0 + (L == IK ? c : r);
+            const bool ok = i < i_end && k < k_end;
+            const long o = L == IK ? (long)i * ld + k : (long)k * ld + i;
+            if (VEC)
+                v[q] = ok ? *reinterpret_cast<const uint4 *>(p + o) : make_uint4(0u, 0u, 0u, 0u);
+            else
+                e[q] = ok ? p[o] : (uint16_t)0;
+        }
+    }
+    __device__ __forceinline__ void store(uint16_t *s) const {
+#pragma unroll
+        for (int q = 0; q < NV; q++) {
+            const int idx = q * XNT + (int)threadIdx.x, r = idx / CV, c = (idx % CV) * (VEC ? 8 : 1);
+            if (VEC)
+                *reinterpret_cast<uint4 *>(s + r * S::ld + c) = v[q];
+            else
+                s[r * S::ld + c] = e[q];
+        }
+    }
+};
+
+/* The fragment types for an operand orientation: the product reads A as [m x k] and B as [k x n]. */
+template <int L> struct FragA;
+template <> struct FragA<IK> { using T = tc::A; };  /* A(m, k) at s[m * ld + k]: row-major */
+template <> struct FragA<KI> { using T = tc::At; }; /* at s[k * ld + m]: column-major */
+template <int L> struct FragB;
+template <> struct FragB<IK> { using T = tc::Bt; }; /* B(k, n) at s[n * ld + k]: column-major */
+template <> struct FragB<KI> { using T = tc::B; };  /* at s[k * ld + n]: row-major */
+
+struct Shared {
+    alignas(128) uint16_t a[XBK * (XBM + XPAD) > XBM * (XBK + XPAD) ? XBK * (XBM + XPAD) : XBM * (XBK + XPAD)];
+    alignas(128) uint16_t b[XBK * (XBN + XPAD) > XBN * (XBK + XPAD) ? XBK * (XBN + XPAD) : XBN * (XBK + XPAD)];
+    alignas(128) float c[XWARPS][256]; /* each warp's epilogue scratch */
+};
+
+/* acc (this warp's 64 x 32 of the block's tile) = Σ_k A(m, k) B(k, n) over k in [k_beg, k_end), for m in [m0, m_end)
+ * and n in [n0, n_end) (outside: zero). A's i is m, B's i is n. */
+template <int LA, int LB, bool VEC>
+__device__ __forceinline__ void tile_product(tc::C (&acc)[XFM][XFN], Shared &sh, const uint16_t *A, long lda, int m0,
+                                             int m_end, const uint16_t *B, long ldb, int n0, int n_end, int k_beg,
+                                             int k_end) {
+    using SA = Smem<LA, XBM>;
+    using SB = Smem<LB, XBN>;
+    const int warp = (int)threadIdx.x / GPU_WARP, wm = warp / XWN, wn = warp % XWN;
+#pragma unroll
+    for (int i = 0; i < XFM; i++)
+#pragma unroll
+        for (int j = 0; j < XFN; j++) tc::zero(acc[i][j]);
+    Stage<LA, XBM, VEC> sa;
+    Stage<LB, XBN, VEC> sb;
+    if (k_beg < k_end) {
+        sa.load(A, lda, m0, m_end, k_beg, k_end);
+        sb.load(B, ldb, n0, n_end, k_beg, k_end);
+    }
+    for (int k0 = k_beg; k0 < k_end; k0 += XBK) {
+        __syncthreads(); /* every warp is done reading the previous tile */
+        sa.store(sh.a);
+        sb.store(sh.b);
+        __syncthreads();
+        if (k0 + XBK < k_end) { /* the next tile's loads overlap this tile's products */
+            sa.load(A, lda, m0, m_end, k0 + XBK, k_end);
+            sb.load(B, ldb, n0, n_end, k0 + XBK, k_end);
+        }
+#pragma unroll
+        for (int kk = 0; kk < XBK; kk += 16) {
+            typename FragA<LA>::T fa[XFM];
+            typename FragB<LB>::T fb[XFN];
+#pragma unroll
+            for (int i = 0; i < XFM; i++) tc::load(fa[i], sh.a + SA::at((wm * XFM + i) * 16, kk), SA::ld);
+#pragma unroll
+            for (int j = 0; j < XFN; j++) tc::load(fb[j], sh.b + SB::at((wn * XFN + j) * 16, kk), SB::ld);
+#pragma unroll
+            for (int i = 0; i < XFM; i++)
+#pragma unroll
+                for (int j = 0; j < XFN; j++) tc::mma(acc[i][j], fa[i], fb[j]);
+        }
+    }
+}
+
+/* C[m, n] = acc + beta C[m, n] for m < m_end, n < n_end (beta 0: C is not read). m0, n0: the block tile's corner. */
+__device__ __forceinline__ void tile_store(const tc::C (&acc)[XFM][XFN], Shared &sh, float *C, long ldc, int m0,
+                                           int m_end, int n0, int n_end, float beta) {
+    const int warp = (int)threadIdx.x / GPU_WARP, lane = (int)threadIdx.x % GPU_WARP;
+    const int wm = warp / XWN, wn = warp % XWN;
+    float *scr = sh.c[warp];
+#pragma unroll
+    for (int i = 0; i < XFM; i++)
+#pragma unroll
+        for (int j = 0; j < XFN; j++) {
+            tc::store(scr, acc[i][j], 16);
+            tc::syncwarp();
+            const int mb = m0 + (wm * XFM + i) * 16, nb = n0 + (wn * XFN + j) * 16;
+            for (int t = lane; t < 256; t += GPU_WARP) {
+                const int m = mb + t / 16, n = nb + t % 16;
+                if (m < m_end && n < n_end) {
+                    float *p = C + (long)m * ldc + n;
+                    *p = beta != 0.0f ? scr[t] + beta * *p : scr[t];
+                }
+            }
+            tc::syncwarp(); /* the scratch is rewritten by the next fragment */
+        }
+}
+
+/* Rows grouped by expert: C[r, :] = A[r, :] op(W_e) + beta C[r, :] for r in [off[e], off[e + 1]). Block x: a tile of
+ * one expert's rows, counted over the experts in order (x beyond the last tile: nothing to do); block y: 128
+ * columns. W_e = W + e w_stride, element (n, k) at W_e[n ldw + k] (LB = IK: C = A W_eᵀ) or W_e[k ldw + n] (KI: C =
+ * A W_e). */
+template <int LB, bool VEC>
+__global__ void __launch_bounds__(XNT, VEC ? 2 : 1) /* the 16-byte path: 2 blocks an SM (<= 128 registers) */
+expert_rows_kernel(const int32_t *off, int E, int N, int K, const uint16_t *A, int lda, const uint16_t *W,
+                   long w_stride, int ldw, float beta, float *C, int ldc) {
+#if TC_ARCH_OK
+    __shared__ Shared sh;
+    int t = (int)blockIdx.x, e = 0, m0 = 0, m_end = 0;
+    for (; e < E; e++) { /* the same walk in every thread: the block's expert and row tile */
+        const int r0 = off[e], r1 = off[e + 1], tiles = (r1 - r0 + XBM - 1) / XBM;
+        if (t < tiles) {
+            m0 = r0 + t * XBM, m_end = r1;
+            break;
+        }
+        t -= tiles;
+    }
+    if (e == E) return; /* uniform over the block */
+    const int n0 = (int)blockIdx.y * XBN;
+    tc::C acc[XFM][XFN];
+    tile_product<IK, LB, VEC>(acc, sh, A, lda, m0, m_end, W + (long)e * w_stride, ldw, n0, N, 0, K);
+    tile_store(acc, sh, C, ldc, m0, m_end, n0, N, beta);
+#endif
+}
+
+/* Per expert, the reduction over its rows: G_e[m, n] = Σ_{r in e} A[r, m] B[r, n] + beta G_e[m, n], G_e = G + e
+ * g_stride. Block (x, y, z) = (128 columns, 128 rows, expert). */
+template <bool VEC>
+__global__ void __launch_bounds__(XNT, VEC ? 2 : 1) /* the 16-byte path: 2 blocks an SM (<= 128 registers) */
+expert_wgrad_kernel(const int32_t *off, int M, int N, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                    float beta, float *G, long g_stride, int ldg) {
+#if TC_ARCH_OK
+    __shared__ Shared sh;
+    const int e = (int)blockIdx.z, m0 = (int)blockIdx.y * XBM, n0 = (int)blockIdx.x * XBN;
+    const int r0 = off[e], r1 = off[e + 1];
+    if (r1 <= r0 && beta == 1.0f) return; /* nothing to add (uniform over the block) */
+    tc::C acc[XFM][XFN];
+    tile_product<KI, KI, VEC>(acc, sh, A, lda, m0, M, B, ldb, n0, N, r0, r1);
+    tile_store(acc, sh, G + (long)e * g_stride, ldg, m0, M, n0, N, beta);
+#endif
+}
+
+inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+} // namespace
+
+#ifdef ZAYA_GPU_EMU
+#define XG_LAUNCH(kern, grid, block, stream, ...) ((void)(stream), emu::launch(grid, block, [&] { kern(__VA_ARGS__); }))
+#else
+#define XG_LAUNCH(kern, grid, block, stream, ...) kern<<<grid, block, 0, stream>>>(__VA_ARGS__)
+#endif
+
+extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, int K, const uint16_t *A,
+                             int lda, const uint16_t *W, long w_stride, int trans_w, float beta, float *C, int ldc) {
+    if (E <= 0 || max_rows <= 0 || N <= 0 || K <= 0) return;
+    const int ldw = trans_w ? K : N;
+    const bool vec = K % 8 == 0 && lda % 8 == 0 && ldw % 8 == 0 && w_stride % 8 == 0 && (trans_w || N % 8 == 0) &&
+                     al16(A) && al16(W);
+    const dim3 grid((unsigned)((max_rows + XBM - 1) / XBM + E), (unsigned)((N + XBN - 1) / XBN)), block(XNT);
+    void (*k)(const int32_t *, int, int, int, const uint16_t *, int, const uint16_t *, long, int, float, float *, int);
+    if (trans_w)
+        k = vec ? expert_rows_kernel<IK, true> : expert_rows_kernel<IK, false>;
+    else
+        k = vec ? expert_rows_kernel<KI, true> : expert_rows_kernel<KI, false>;
+    XG_LAUNCH(k, grid, block, s, off, E, N, K, A, lda, W, w_stride, ldw, beta, C, ldc);
+    GK_LAUNCH_CHECK();
+}
+
+extern "C" void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
+                                   const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg) {
+    if (E <= 0 || M <= 0 || N <= 0) return;
+    const bool vec = M % 8 == 0 && N % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 && al16(A) && al16(B);
+    const dim3 grid((unsigned)((N + XBN - 1) / XBN), (unsigned)((M + XBM - 1) / XBM), (unsigned)E), block(XNT);
+    void (*k)(const int32_t *, int, int, const uint16_t *, int, const uint16_t *, int, float, float *, long, int) =
+        vec ? expert_wgrad_kernel<true> : expert_wgrad_kernel<false>;
+    XG_LAUNCH(k, grid, block, s, off, M, N, A, lda, B, ldb, beta, G, g_stride, ldg);
+    GK_LAUNCH_CHECK();
+}
