@@ -200,7 +200,9 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (!(gm->params = gpu_alloc(total * sizeof(float), "parameters", err)) ||
         (train && !(gm->grads = gpu_alloc(total * sizeof(float), "gradients", err))) ||
         (bf16 && !(gm->params16 = gpu_alloc(total * sizeof(uint16_t), "bf16 weights", err))) ||
-        !(gm->loss_parts = gpu_alloc(MAX_LOSS_PARTS * sizeof(double), "loss accumulators", err))) {
+        !(gm->loss_parts = gpu_alloc(MAX_LOSS_PARTS * sizeof(double), "loss accumulators", err)) ||
+        !(gm->route_counts = gpu_alloc((size_t)c->num_layers * E1 * sizeof(int32_t), "routing counts", err)) ||
+        !(gm->route_sums = gpu_alloc((size_t)c->num_layers * 2 * sizeof(double), "routing sums", err))) {
         gpu_model_free(gm);
         return -1;
     }
@@ -239,6 +241,7 @@ void gpu_model_free(GpuModel *gm) {
         gpu_sync(&gm->g, "freeing the model", &ignore);
     }
     gpu_free(gm->params), gpu_free(gm->grads), gpu_free(gm->params16), gpu_free(gm->loss_parts);
+    gpu_free(gm->route_counts), gpu_free(gm->route_sums);
     gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
     gpu_free(gm->unit_scale), gpu_free(gm->zero_bias), gpu_free(gm->merge_grad_sink);
     gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
@@ -563,6 +566,20 @@ int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, flo
     if (gate && gpu_download(&gm->g, gate, L->gate, N * sizeof *gate, err)) return -1;
     if (probs && K && gpu_download(&gm->g, probs, L->router_probs, N * K * sizeof *probs, err)) return -1;
     return 0;
+}
+
+int gpu_model_routing_stats(GpuModel *gm, int32_t *counts, double *sums, ZyErr *err) {
+    const ZayaConfig *c = &gm->cfg;
+    const int L = c->num_layers, E = c->num_experts, N = gm->a.B * gm->a.T, K = cfg_router_classes(c);
+    for (int l = 0; l < L; l++) {
+        const LayerActs *A = &gm->a.layers[l];
+        gk_routing_stats(gm->g.stream, gm->route_counts + (size_t)l * (E + 1), gm->route_sums + 2 * (size_t)l,
+                         A->choice, A->gate, A->router_probs, N, K, E);
+    }
+    return gpu_download(&gm->g, counts, gm->route_counts, (size_t)L * (E + 1) * sizeof(int32_t), err) ||
+                   gpu_download(&gm->g, sums, gm->route_sums, (size_t)L * 2 * sizeof(double), err)
+               ? -1
+               : 0;
 }
 
 /* ======================================================================================================

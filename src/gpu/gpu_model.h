@@ -42,6 +42,10 @@ int gpu_model_loss(GpuModel *gm, const int32_t *targets, ZyErr *err);
 /* Reads (waits) and clears the loss accumulator: the sum of the mean losses since the last take. */
 int gpu_model_take_loss(GpuModel *gm, double *sum, ZyErr *err);
 void gpu_model_zero_grads(GpuModel *gm);
+/* Every layer's routing statistics of the last forward, summed on the device (one wait): counts [L, E + 1] (rows per
+ * choice, E the skip expert), sums [L, 2] (Σ gate over routed rows, Σ skip probability), as routing_counts_add_layer
+ * adds them. */
+int gpu_model_routing_stats(GpuModel *gm, int32_t *counts, double *sums, ZyErr *err);
 /* Host copies of the last forward's logits [B*T, V] / of layer l's routing (choice [N], gate [N], probs [N, K]). */
 int gpu_model_logits(GpuModel *gm, float *logits, ZyErr *err);
 int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, float *probs, ZyErr *err);

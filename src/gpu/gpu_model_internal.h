@@ -26,6 +26,8 @@ struct GpuModel {
     int32_t *h_plan, *h_work, *h_tokens; /* host staging */
     int n_uniq;
     int32_t *h_off;        /* host copies of each layer's expert offsets [L, E + 1] */
+    int32_t *route_counts; /* device: each layer's routing counts [L, E + 1] and sums [L, 2] (gk_routing_stats) */
+    double *route_sums;
     double *loss_parts;    /* device: Σ row loss of each pass since the last take */
     int *h_valid;          /* host: valid targets of each pass */
     int n_parts;

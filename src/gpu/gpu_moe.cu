@@ -540,6 +540,37 @@ extern "C" void gk_group_by_expert(GkStream s, int32_t *off, int32_t *sorted, co
     GK_LAUNCH_CHECK();
 }
 
+/* ---- routing statistics of a layer (routing_counts_add_layer's numbers, summed on the device) ---------------- */
+#define RS_THREADS 1024
+__global__ void __launch_bounds__(RS_THREADS)
+routing_stats_kernel(int32_t *counts, double *sums, const int32_t *choice, const float *gate, const float *probs,
+                     int N, int classes, int E) {
+    extern __shared__ int rs_count[]; /* [E + 1]: integer counts, so the atomics' order does not matter */
+    __shared__ double part[32];
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) rs_count[i] = 0;
+    __syncthreads();
+    double g = 0, p = 0; /* each thread's rows in a fixed stride, then a fixed tree: deterministic */
+    for (int r = threadIdx.x; r < N; r += blockDim.x) {
+        const int c = choice[r];
+        if (c >= 0 && c <= E) atomicAdd(&rs_count[c], 1);
+        if (c >= 0 && c < E) g += gate[r];
+        if (probs) p += probs[(long)r * classes + E];
+    }
+    g = block_sum_d(g, part);
+    p = block_sum_d(p, part); /* its barriers also order the counts before the reads below */
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) counts[i] = rs_count[i];
+    if (threadIdx.x == 0) sums[0] = g, sums[1] = p;
+}
+
+extern "C" void gk_routing_stats(GkStream s, int32_t *counts, double *sums, const int32_t *choice, const float *gate,
+                                 const float *probs, int N, int classes, int E) {
+    if (E <= 0) return;
+    if (classes <= E) probs = nullptr; /* no skip class: its probability sum stays 0 */
+    routing_stats_kernel<<<1, RS_THREADS, (size_t)(E + 1) * sizeof(int), s>>>(counts, sums, choice, gate, probs,
+                                                                             N < 0 ? 0 : N, classes, E);
+    GK_LAUNCH_CHECK();
+}
+
 /* ---- row movement: one warp per row, 128-bit accesses when every row is 16-byte aligned ------------------- */
 template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)

@@ -18,20 +18,19 @@ struct GpuTrainer {
     int have_opt;
     const Model *host;   /* the table */
     double *d_sumsq;     /* device double */
-    int32_t *choice;     /* host staging of one layer's routing [N], [N], [N, K] */
-    float *gate, *probs;
+    int32_t *route_counts; /* host staging of every layer's routing statistics [L, E + 1], [L, 2] */
+    double *route_sums;
     int B, T;
     GpuComm *comm;       /* NCCL between the ranks' GPUs; NULL: one rank, or the host-staged MPI path */
     char collectives[200];
 };
 
 static int stage_routing(GpuTrainer *gt, ZyErr *err) {
-    free(gt->choice), free(gt->gate), free(gt->probs);
-    const size_t N = (size_t)gt->B * gt->T, K = (size_t)cfg_router_classes(&gt->host->cfg);
-    gt->choice = malloc(N * sizeof(int32_t));
-    gt->gate = malloc(N * sizeof(float));
-    gt->probs = malloc((N * K + 1) * sizeof(float));
-    if (!gt->choice || !gt->gate || !gt->probs) return zy_fail(err, "out of memory");
+    if (gt->route_counts) return 0;
+    const ZayaConfig *c = &gt->host->cfg;
+    gt->route_counts = malloc((size_t)c->num_layers * (c->num_experts + 1) * sizeof(int32_t));
+    gt->route_sums = malloc((size_t)c->num_layers * 2 * sizeof(double));
+    if (!gt->route_counts || !gt->route_sums) return zy_fail(err, "out of memory");
     return 0;
 }
 
@@ -76,7 +75,7 @@ void gpu_trainer_free(GpuTrainer *gt) {
     if (gt->have_opt) gpu_optim_free(&gt->opt);
     gpu_free(gt->d_sumsq);
     gpu_model_free(gt->model);
-    free(gt->choice), free(gt->gate), free(gt->probs);
+    free(gt->route_counts), free(gt->route_sums);
     free(gt);
 }
 
@@ -95,10 +94,15 @@ void gpu_trainer_begin(GpuTrainer *gt) { gpu_model_zero_grads(gt->model); }
 int gpu_trainer_micro(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, RoutingCounts *routes,
                       ZyErr *err) {
     if (gpu_model_forward(gt->model, inputs, err) || gpu_model_backward(gt->model, targets, err)) return -1;
-    const int classes = cfg_router_classes(&gt->host->cfg);
-    for (int l = 0; classes && l < gt->host->cfg.num_layers; l++) {
-        if (gpu_model_routing(gt->model, l, gt->choice, gt->gate, gt->probs, err)) return -1;
-        routing_counts_add_layer(routes, l, gt->choice, gt->gate, gt->probs, classes, (size_t)gt->B * gt->T);
+    const ZayaConfig *c = &gt->host->cfg;
+    if (!cfg_router_classes(c)) return 0;
+    /* summed on the device, one copy (not the rows' choices, gates and probabilities of every layer) */
+    if (gpu_model_routing_stats(gt->model, gt->route_counts, gt->route_sums, err)) return -1;
+    const int E1 = c->num_experts + 1;
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int e = 0; e < E1; e++) routes->counts[(size_t)l * E1 + e] += gt->route_counts[(size_t)l * E1 + e];
+        routes->sums[2 * l] += gt->route_sums[2 * l];
+        routes->sums[2 * l + 1] += gt->route_sums[2 * l + 1];
     }
     return 0;
 }

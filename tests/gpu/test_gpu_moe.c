@@ -357,6 +357,33 @@ static void test_counted_rows(GpuTest *t, int rows, int D, int E) {
     gt_reset(t);
 }
 
+/* A layer's routing statistics on the device against the host sums of routing_counts_add_layer (src/train/routing.c):
+ * counts exact, the double sums to 1e-12 (another order). classes = E: no skip class (its sum 0). */
+static void test_routing_stats(GpuTest *t, int N, int E, int classes) {
+    int32_t *choice = gt_rand_int(t, N, 0, classes > E ? E + 1 : E);
+    float *gate = gt_rand(t, N, 1), *probs = gt_rand(t, (size_t)N * classes + 1, 1);
+    int32_t *d_counts = gt_up_i(t, gt_rand_int(t, E + 1, 5, 9), E + 1); /* overwritten */
+    double *d_sums = gt_dev(t, 2 * sizeof(double));
+    gk_routing_stats(t->g->stream, d_counts, d_sums, gt_up_i(t, choice, N), gt_up(t, gate, N),
+                     gt_up(t, probs, (size_t)N * classes + 1), N, classes, E);
+    int32_t *counts = gt_rand_int(t, E + 1, 0, 1);
+    memset(counts, 0, (size_t)(E + 1) * sizeof *counts);
+    double g = 0, p = 0;
+    for (int r = 0; r < N; r++) {
+        counts[choice[r]]++;
+        if (choice[r] < E) g += gate[r];
+        if (classes > E) p += probs[(size_t)r * classes + E];
+    }
+    gt_check_i(t, nm("routing_stats", "counts", N, E), d_counts, counts, E + 1);
+    double sums[2] = {NAN, NAN};
+    ZyErr e;
+    const int rc = gpu_download(t->g, sums, d_sums, sizeof sums, &e);
+    const int ok = !rc && fabs(sums[0] - g) <= 1e-12 * (fabs(g) + N) && fabs(sums[1] - p) <= 1e-12 * (fabs(p) + N);
+    gt_assert(t, ok, nm("routing_stats", "sums", N, E), "gate %.17g vs %.17g, skip %.17g vs %.17g", sums[0], g,
+              sums[1], p);
+    gt_reset(t);
+}
+
 /* rows = 0: nothing launched, nothing touched. */
 static void test_empty(GpuTest *t) {
     float *g0 = gt_rand(t, 8, 1);
@@ -408,6 +435,10 @@ void test_gpu_moe(GpuTest *t) {
         test_group_by_expert(t, 50000, 1, mode);
     }
 
+    test_routing_stats(t, 1, 4, 5);
+    test_routing_stats(t, 8192, 16, 17);
+    test_routing_stats(t, 5000, 16, 16);
+    test_routing_stats(t, 100003, 64, 65);
     test_counted_rows(t, 300, 64, 5);
     test_counted_rows(t, 257, 13, 3);
     test_counted_rows(t, 8192, 256, 16);
