@@ -10,6 +10,8 @@
 #   tests/gpu/device-session.sh [seconds] [parts]   (default 480 s; parts, comma-separated, default tests,bench:
 #     tests    make test-gpu (tests/gpu/run.sh)
 #     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)
+#     experts  bench train (bf16 AdamW, bench-gpu) with the experts' products grouped vs one per expert
+#              (ZAYA_GPU_EXPERTS=grouped / loop), alternating, two rounds
 #     compile  PyTorch torch.compile training steps alone, in whatever time is left
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
 #              every kernel's shape is bench-gpu's, a layer's kernels counted 9 times give the 18-layer step)
@@ -74,6 +76,20 @@ if [[ $PARTS == *,bench,* ]]; then
         --steps 5 --no-compile >"$OUT/vs-pytorch.txt" 2>&1
     echo "vs_pytorch_gpu exit $?"
     grep -v '^json' "$OUT/vs-pytorch.txt" | tail -n 45
+fi
+if [[ $PARTS == *,experts,* ]]; then
+    # the experts' products grouped on the device (default) against one cuBLASLt product per expert, side by side,
+    # alternating, on bench-gpu (bf16 AdamW): step medians and the phase breakdown's experts line
+    stamp "experts: grouped vs per-expert products"
+    for round in 1 2; do
+        for mode in grouped loop; do
+            ZAYA_GPU_EXPERTS=$mode timeout "$(left)" build/zaya bench train --config configs/bench-gpu.json --device cuda \
+                --precision bf16 --optimizer adamw --batch 4 --seq 2048 --steps 3 --warmup 1 \
+                >"$OUT/experts-$mode-$round.txt" 2>&1
+            echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput) ' "$OUT/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
+            grep -E '^ +experts ' "$OUT/experts-$mode-$round.txt"
+        done
+    done
 fi
 if [[ $PARTS == *,compile,* ]]; then
     stamp "torch.compile training steps (bench/vs_pytorch_gpu.py's compile worker, $(left) s at most)"
