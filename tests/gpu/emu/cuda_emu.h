@@ -7,6 +7,8 @@
 #define ZAYA_CUDA_EMU_H
 
 #include <barrier>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -100,17 +102,28 @@ struct fragment {
     float x[256];
 };
 
+/* The hardware's rules, checked: a 256-bit aligned pointer, ld a multiple of 16 bytes. */
+inline void check_ptr(const void *p, unsigned ld, unsigned elem_bytes) {
+    if ((uintptr_t)p % 32 || ld * elem_bytes % 16) {
+        std::fprintf(stderr, "emu_wmma: pointer %p (needs 32-byte alignment) or ld %u (needs 16-byte multiples)\n", p,
+                     ld);
+        std::abort();
+    }
+}
 template <class Use, class T, class Layout>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const bf16 *p, unsigned ld) {
+    check_ptr(p, ld, 2);
     constexpr bool row = std::is_same<Layout, row_major>::value;
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.x[r * 16 + c] = to_float(row ? p[r * ld + c] : p[c * ld + r]);
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ld, layout_t l) {
+    check_ptr(p, ld, 4);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_row_major ? p[r * ld + c] : p[c * ld + r];
 }
 inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ld, layout_t l) {
+    check_ptr(p, ld, 4);
     if (emu::flat_tid() % GPU_WARP) return; /* lane 0 writes: the others must wait for it (syncwarp) */
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) (l == mem_row_major ? p[r * ld + c] : p[c * ld + r]) = f.x[r * 16 + c];
