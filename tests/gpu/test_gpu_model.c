@@ -87,11 +87,18 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
     gt_reset(t);
 }
 
-/* bf16 runs round an activation that several products read to bf16 once (gpu_model.c's op16 buffers) instead of
- * once per product; the values rounded are the same and the products' shapes and operand alignments too, so the
- * step must give the same bits as with the sharing off (op16_elems = 0: every product rounds its own copy, the
- * path a model sized for fewer rows takes). Logits, loss and every gradient compared bit for bit. */
-static void compare_bf16_shared(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T) {
+/* Two bf16 runs of the same step, compared.
+ * SHARED: bf16 runs round an activation that several products read to bf16 once (gpu_model.c's op16 buffers) instead
+ * of once per product; the values rounded are the same and the products' shapes and operand alignments too, so the
+ * step must give the same bits as with the sharing off (op16_elems = 0: every product rounds its own copy, the path a
+ * model sized for fewer rows takes). Both runs take the per-expert products (the grouped ones need the sharing).
+ * Logits, loss and every gradient compared bit for bit.
+ * GROUPED: the experts' products grouped on the device (gpu_expert_gemm.cu, the bf16 default) against one cuBLASLt
+ * product per expert (experts_grouped = 0, as ZAYA_GPU_EXPERTS=loop): the same bf16 operands summed in another order,
+ * so the fp32-vs-CPU bars of compare_model (logits 1e-4, loss 1e-5, every gradient 1e-3) and the same expert choices
+ * (random logits leave no near-ties at these sizes); a wrong row, weight or stride is off by O(1). */
+enum { BF16_SHARED, BF16_GROUPED };
+static void compare_bf16_runs(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int mode) {
     Model m;
     ZyErr err = {{0}};
     char name[200];
@@ -100,34 +107,66 @@ static void compare_bf16_shared(GpuTest *t, const char *label, const ZayaConfig 
         return;
     }
     gt_randomise_model(t, &m);
-    const int N = B * T, V = cfg->vocab_size;
+    const int N = B * T, V = cfg->vocab_size, L = cfg->num_layers, routed = cfg_router_classes(cfg) > 0;
     int32_t *tokens = gt_rand_int(t, (size_t)N, 0, V), *targets = gt_rand_int(t, (size_t)N, 0, V);
     targets[N - 1] = -1;
     float *logits[2] = {NULL, NULL}, *grads[2] = {NULL, NULL};
+    int32_t *choice[2] = {NULL, NULL};
     double loss[2] = {NAN, NAN};
     int ok = 1, shared = 0;
     for (int run = 0; run < 2 && ok; run++) {
         GpuModel *gm = NULL;
         ok = gpu_model_create(&gm, &m, -1, B, T, 1, 1, &err) == 0;
-        if (ok && run == 0) shared = gm->op16[0] != NULL && gm->op16[1] != NULL;
-        if (ok && run == 1) gm->op16_elems = 0; /* sharing off */
+        if (ok && run == 0) shared = gm->op16[0] != NULL && gm->op16[1] != NULL && gm->experts_grouped;
+        if (ok && (mode == BF16_SHARED || run == 1)) gm->experts_grouped = 0; /* one product per expert */
+        if (ok && mode == BF16_SHARED && run == 1) gm->op16_elems = 0;      /* sharing off */
         ok = ok && gpu_model_forward(gm, tokens, &err) == 0 && gpu_model_backward(gm, targets, &err) == 0 &&
              gpu_model_take_loss(gm, &loss[run], &err) == 0;
         if (ok) {
             logits[run] = gt_host(t, (size_t)N * V);
             ok = gpu_model_logits(gm, logits[run], &err) == 0 && gpu_model_download_grads(gm, &m, &err) == 0;
             grads[run] = gt_copy(t, m.params.grad, m.params.total);
+            choice[run] = gt_rand_int(t, (size_t)N * L + 1, 0, 1);
+            for (int l = 0; ok && routed && l < L; l++)
+                ok = gpu_model_routing(gm, l, choice[run] + (size_t)l * N, NULL, NULL, &err) == 0;
         }
         gpu_model_free(gm);
     }
-    snprintf(name, sizeof name, "%s: bf16 runs with and without shared operands", label);
-    if (gt_assert(t, ok && shared, name, "%s", !ok ? err.msg : "no op16 buffers in a bf16 model")) {
+    snprintf(name, sizeof name, "%s: bf16 runs %s", label,
+             mode == BF16_SHARED ? "with and without shared operands" : "with grouped and per-expert products");
+    if (!gt_assert(t, ok && shared, name, "%s", !ok ? err.msg : "no op16 buffers, or grouped experts off")) {
+        model_free(&m);
+        gt_reset(t);
+        return;
+    }
+    if (mode == BF16_SHARED) {
         size_t dl = 0, dg = 0;
         for (size_t i = 0; i < (size_t)N * V; i++) dl += memcmp(&logits[0][i], &logits[1][i], sizeof(float)) != 0;
         for (size_t i = 0; i < m.params.total; i++) dg += memcmp(&grads[0][i], &grads[1][i], sizeof(float)) != 0;
         snprintf(name, sizeof name, "%s: bf16 shared operands bit-identical", label);
         gt_assert(t, dl == 0 && dg == 0 && memcmp(&loss[0], &loss[1], sizeof(double)) == 0, name,
                   "%zu logits, %zu gradients differ; loss %.17g vs %.17g", dl, dg, loss[0], loss[1]);
+    } else {
+        int differ = 0;
+        for (size_t i = 0; routed && i < (size_t)N * L; i++) differ += choice[0][i] != choice[1][i];
+        snprintf(name, sizeof name, "%s: grouped experts, same choices", label);
+        gt_assert(t, differ == 0, name, "%d of %d differ", differ, N * L);
+        const double el = gt_rel_err(logits[0], logits[1], (size_t)N * V);
+        snprintf(name, sizeof name, "%s: grouped experts, logits and loss", label);
+        gt_assert(t, el <= 1e-4 && fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[1]), name,
+                  "logits rel err %.2e (tol 1e-4), loss %.9f vs %.9f", el, loss[0], loss[1]);
+        int bad = 0;
+        double worst = 0;
+        const char *worst_name = "";
+        for (int i = 0; i < m.params.count; i++) {
+            const ParamInfo *p = &m.params.info[i];
+            if (!param_trainable(p)) continue;
+            const double ei = gt_rel_err(grads[0] + p->offset, grads[1] + p->offset, p->numel);
+            if (!(ei <= 1e-3)) bad++;
+            if (!(ei <= worst)) worst = ei, worst_name = p->name;
+        }
+        snprintf(name, sizeof name, "%s: grouped experts, every gradient", label);
+        gt_assert(t, bad == 0, name, "%d tensors over 1e-3; worst %.2e (%s)", bad, worst, worst_name);
     }
     model_free(&m);
     gt_reset(t);
@@ -185,20 +224,25 @@ void test_gpu_model(GpuTest *t) {
     cfg_set_layer_sliding(&wide_sw, 1, 1);
     compare_model(t, "head_dim 64, layer 1 sliding W100, T 256", &wide_sw, 2, 256);
     /* bf16 operand sharing (op16) in every place it is used: CCA and MHA projections, the MLP and linear routers,
-     * the experts (the dense variant too), an unaligned k-column offset (Cq = 48 values) */
-    compare_bf16_shared(t, "zaya1 B2 T37", &c, 2, 37);
-    compare_bf16_shared(t, "MHA variant", &mha, 2, 33);
-    compare_bf16_shared(t, "linear router", &lin, 2, 29);
-    compare_bf16_shared(t, "dense MLP", &dense, 2, 27);
+     * the experts (the dense variant too), an unaligned k-column offset (Cq = 48 values); then the grouped expert
+     * products against the per-expert ones on the same models (no skip expert: every row routed) */
     ZayaConfig odd = c;
     odd.num_heads = 3, odd.num_kv_heads = 1;
-    compare_bf16_shared(t, "3/1 heads of 16", &odd, 2, 21);
-    compare_bf16_shared(t, "head_dim 64, 8 experts, T 256", &wide, 2, 256);
+    for (int mode = BF16_SHARED; mode <= BF16_GROUPED; mode++) {
+        compare_bf16_runs(t, "zaya1 B2 T37", &c, 2, 37, mode);
+        compare_bf16_runs(t, "MHA variant", &mha, 2, 33, mode);
+        compare_bf16_runs(t, "linear router", &lin, 2, 29, mode);
+        compare_bf16_runs(t, "dense MLP", &dense, 2, 27, mode);
+        compare_bf16_runs(t, "3/1 heads of 16", &odd, 2, 21, mode);
+        compare_bf16_runs(t, "head_dim 64, 8 experts, T 256", &wide, 2, 256, mode);
+    }
+    compare_bf16_runs(t, "no skip expert", &noskip, 2, 31, BF16_GROUPED);
     /* bench-gpu's layer shapes (hidden 1024, 16 experts of 1024, 8/2 heads of 128, router 256) at 4 x 2048 rows,
      * one layer and a small vocabulary: the sizes the training benchmark runs */
     ZayaConfig big = c;
     big.hidden_size = 1024, big.num_layers = 1, big.num_heads = 8, big.num_kv_heads = 2, big.head_dim = 128;
     big.num_experts = 16, big.moe_intermediate_size = 1024, big.router_hidden_size = 256, big.vocab_size = 512;
     big.cca_time0 = 2, big.cca_time1 = 2, big.max_position_embeddings = 4096;
-    compare_bf16_shared(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048);
+    compare_bf16_runs(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048, BF16_SHARED);
+    compare_bf16_runs(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048, BF16_GROUPED);
 }
