@@ -1,5 +1,6 @@
 /* gpu_ctx: device selection, the stream, memory, and matrix products through cuBLASLt (gpu.h). */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -490,6 +491,94 @@ extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {
     }
     gpu_free(A), gpu_free(B), gpu_free(C), gpu_free(A16), gpu_free(B16);
     return tflops;
+}
+
+/* A MoE layer's six expert products (gate_up and down forward, their input and weight gradients) at E experts sharing
+ * `rows` routed rows unevenly (±50% around the mean, as routing does), hidden D, intermediate I, bf16 operands: grouped
+ * (gk_expert_mm / gk_expert_mm_wgrad, sizes read on the device) and one cuBLASLt product per expert (gpu_gemm, sizes
+ * from the host), each timed over `reps` layers after two warm-ups. 18·rows·D·I FLOP a layer. */
+extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, int reps, double *grouped_tflops,
+                                     double *loop_tflops, ZyErr *err) {
+    *grouped_tflops = *loop_tflops = -1;
+    if (E < 1 || E > 1024 || rows < E || D < 1 || I < 1 || reps < 1) return zy_fail(err, "expert probe: bad sizes");
+    int32_t *off = (int32_t *)malloc((size_t)(E + 1) * sizeof(int32_t));
+    if (!off) return zy_fail(err, "out of memory");
+    off[0] = 0;
+    double wsum = 0;
+    for (int e = 0; e < E; e++) wsum += 1.0 + 0.5 * sin(1.7 * e + 0.3);
+    for (int e = 0; e < E; e++) { /* cumulative rounding: the counts add up to rows */
+        double cum = 0;
+        for (int i = 0; i <= e; i++) cum += 1.0 + 0.5 * sin(1.7 * i + 0.3);
+        off[e + 1] = e + 1 == E ? rows : (int)(rows * cum / wsum);
+    }
+    const size_t I2 = 2 * (size_t)I, nr = (size_t)rows;
+    const size_t n16 = nr * D + (size_t)E * I2 * D + (size_t)E * D * I + nr * I + nr * D + nr * I2;
+    const size_t n32 = nr * I2 + nr * D + nr * I + nr * D + (size_t)E * I2 * D + (size_t)E * D * I;
+    uint16_t *b16 = (uint16_t *)gpu_alloc(n16 * 2, "expert probe", err);
+    float *b32 = b16 ? (float *)gpu_alloc(n32 * 4, "expert probe", err) : NULL;
+    int32_t *d_off = b32 ? (int32_t *)gpu_alloc((size_t)(E + 1) * 4, "expert probe", err) : NULL;
+    int rc = -1;
+    if (d_off && gpu_upload(g, d_off, off, (size_t)(E + 1) * 4, err) == 0) {
+        uint16_t *X = b16, *Wgu = X + nr * D, *Wd = Wgu + (size_t)E * I2 * D, *act = Wd + (size_t)E * D * I;
+        uint16_t *dy = act + nr * I, *dgu = dy + nr * D;
+        float *gu = b32, *out = gu + nr * I2, *dact = out + nr * D, *din = dact + nr * I, *Ggu = din + nr * D;
+        float *Gd = Ggu + (size_t)E * I2 * D;
+        gpuMemsetAsync(b16, 0x3c, n16 * 2, g->stream); /* every bf16 0x3c3c ≈ 0.0115: finite, not zero */
+        gpuMemsetAsync(b32, 0, n32 * 4, g->stream);
+        const int saved = g->bf16;
+        g->bf16 = 1;
+        for (int mode = 0; mode < 2; mode++) {
+            int bad = 0;
+            gpuEvent_t e0, e1;
+            gpuEventCreate(&e0);
+            gpuEventCreate(&e1);
+            for (int r = -2; r < reps; r++) {
+                if (r == 0) gpuEventRecord(e0, g->stream);
+                if (mode == 0) {
+                    gk_expert_mm(g->stream, d_off, E, rows, (int)I2, D, X, D, Wgu, (long)I2 * D, 1, 0.0f, gu, (int)I2);
+                    gk_expert_mm(g->stream, d_off, E, rows, D, I, act, I, Wd, (long)D * I, 1, 0.0f, out, D);
+                    gk_expert_mm(g->stream, d_off, E, rows, I, D, dy, D, Wd, (long)D * I, 0, 0.0f, dact, I);
+                    gk_expert_mm_wgrad(g->stream, d_off, E, D, I, dy, D, act, I, 1.0f, Gd, (long)D * I, I);
+                    gk_expert_mm(g->stream, d_off, E, rows, D, (int)I2, dgu, (int)I2, Wgu, (long)I2 * D, 0, 0.0f, din,
+                                 D);
+                    gk_expert_mm_wgrad(g->stream, d_off, E, (int)I2, D, dgu, (int)I2, X, D, 1.0f, Ggu, (long)I2 * D,
+                                       D);
+                } else {
+                    for (int e = 0; e < E && !bad; e++) {
+                        const int r0 = off[e], ne = off[e + 1] - off[e];
+                        if (!ne) continue;
+                        const uint16_t *Wgue = Wgu + (size_t)e * I2 * D, *Wde = Wd + (size_t)e * D * I;
+                        bad |= gpu_gemm(g, 0, 1, ne, (int)I2, D, 1, NULL, X + (size_t)r0 * D, D, NULL, Wgue, D, 0,
+                                        gu + (size_t)r0 * I2, (int)I2, err);
+                        bad |= gpu_gemm(g, 0, 1, ne, D, I, 1, NULL, act + (size_t)r0 * I, I, NULL, Wde, I, 0,
+                                        out + (size_t)r0 * D, D, err);
+                        bad |= gpu_gemm(g, 0, 0, ne, I, D, 1, NULL, dy + (size_t)r0 * D, D, NULL, Wde, I, 0,
+                                        dact + (size_t)r0 * I, I, err);
+                        bad |= gpu_gemm(g, 1, 0, D, I, ne, 1, NULL, dy + (size_t)r0 * D, D, NULL, act + (size_t)r0 * I,
+                                        I, 1, Gd + (size_t)e * D * I, I, err);
+                        bad |= gpu_gemm(g, 0, 0, ne, D, (int)I2, 1, NULL, dgu + (size_t)r0 * I2, (int)I2, NULL, Wgue,
+                                        D, 0, din + (size_t)r0 * D, D, err);
+                        bad |= gpu_gemm(g, 1, 0, (int)I2, D, ne, 1, NULL, dgu + (size_t)r0 * I2, (int)I2, NULL,
+                                        X + (size_t)r0 * D, D, 1, Ggu + (size_t)e * I2 * D, D, err);
+                    }
+                }
+            }
+            gpuEventRecord(e1, g->stream);
+            gpuEventSynchronize(e1);
+            float ms = 0;
+            gpuEventElapsedTime(&ms, e0, e1);
+            gpuEventDestroy(e0);
+            gpuEventDestroy(e1);
+            if (bad || gpu_sync(g, "the expert probe", err)) break;
+            const double tf = ms > 0 ? 18.0 * rows * (double)D * I * reps / (ms * 1e-3) / 1e12 : -1;
+            *(mode == 0 ? grouped_tflops : loop_tflops) = tf;
+            rc = mode == 1 ? 0 : -1;
+        }
+        g->bf16 = saved;
+    }
+    gpu_free(b16), gpu_free(b32), gpu_free(d_off);
+    free(off);
+    return rc;
 }
 
 extern "C" double gpu_dense_bf16_peak_tflops(const GpuCtx *g) {
