@@ -26,18 +26,22 @@
  *             take the max / exp2 / sum (base 2, scores times log2 e) and write P as bf16 over it; O is rescaled
  *             in registers.
  *   backward  1. prep: bf16 copies of Q, K, V, dO in `work` and Dlt = rowsum(bf16(dO) ⊙ O) (fp32);
- *             2. one block per (b, kv head, 64 keys): dK, dV over the group's query heads (outer loop) and the
- *                32-query tiles from the diagonal on (inner), Sᵀ = K Qᵀ and dPᵀ = V dOᵀ recomputed, P from LSE;
- *                Pᵀ and dSᵀ formed in registers, staged as bf16 for dV += Pᵀ dO, dK += dSᵀ Q;
+ *             2. one block per (b, kv head, 64 keys, split): dK, dV over the split's query heads of the group
+ *                (outer loop) and the 32-query tiles from the diagonal on (inner), Sᵀ = K Qᵀ and dPᵀ = V dOᵀ
+ *                recomputed, P from LSE; Pᵀ and dSᵀ formed in registers, staged as bf16 for dV += Pᵀ dO,
+ *                dK += dSᵀ Q. Causal work falls from the first key tile (every query) to the last (its own), so with
+ *                few blocks the step waits on the first tiles: the group's G query heads are split over S blocks
+ *                (dkdv_splits: until there are ~1,024 blocks), each writing its own partial dK, dV in `work`, and
+ *             2b. the partials are summed in split order into dK, dV (S = 1: the block adds straight into them);
  *             3. one block per (b, h, 64 queries), longest first: dQ over the 64-key tiles up to the diagonal.
  * Per kernel at dh 128 (dh 64), sm_90, from ptxas and the launch sizes; no spills on sm_80 or sm_90:
  *   forward  70.3 KB (46.3 KB) shared, 153 (128) registers: 3 (4) blocks an SM on an H100, 2 on an A100;
  *   dK/dV    62.3 KB (38.3 KB), 242 (158) registers: 2 (3) blocks an SM;
  *   dQ       78.0 KB (46.0 KB), 252 (208) registers: 2 blocks an SM.
  * Head sizes 64 and 128 (a template on dh); any other dh, or a device that refuses the shared memory, falls back
- * to the fp32 kernels. Correctness was checked without a GPU by running this source on the CPU (a thread per CUDA
- * thread, a mock WMMA with a random accumulator layout, under ThreadSanitizer); tests/gpu/test_gpu_attention.c is
- * the on-device check. */
+ * to the fp32 kernels. `make test` runs this source on the CPU (tests/gpu/emu: a thread per CUDA thread, a WMMA with a
+ * pseudo-random fragment layout, ThreadSanitizer) against a double-precision reference; tests/gpu/test_gpu_attention.c
+ * is the on-device check. */
 #include <math.h>
 #include <stdint.h>
 
@@ -59,7 +63,7 @@ constexpr int MAP_BYTES = 256 * 4; /* the layout table */
 
 /* fp32 -> bf16 bits, nearest even (as zy_f32_to_bf16 for finite values). */
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-#ifdef ZAYA_HIP
+#if defined(ZAYA_HIP) || defined(ZAYA_GPU_EMU)
     return (__float_as_uint(gk_bf16_round(lo)) >> 16) | (__float_as_uint(gk_bf16_round(hi)) & 0xffff0000u);
 #else
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -67,7 +71,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
 #endif
 }
 __device__ __forceinline__ uint16_t bf16_bits(float x) {
-#ifdef ZAYA_HIP
+#if defined(ZAYA_HIP) || defined(ZAYA_GPU_EMU)
     return (uint16_t)(__float_as_uint(gk_bf16_round(x)) >> 16);
 #else
     return __bfloat16_as_ushort(__float2bfloat16_rn(x));
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(NT, 3)
 #if TC_ARCH_OK
     using F = Fwd<D, BC>;
     constexpr int LD = F::LD, LDS = F::LDS, LDP = F::LDP, KD = F::KD, NF = F::NF, NG = F::NG;
-    extern __shared__ __align__(128) unsigned char tc_smem[];
+    GK_DYNAMIC_SMEM(tc_smem);
     float *tab = reinterpret_cast<float *>(tc_smem);
     uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem + MAP_BYTES), *Ks = Qs + ROWS * LD, *Vs = Ks + BC * LD;
     unsigned char *un = tc_smem + MAP_BYTES + F::QB + 2 * F::KV;
@@ -384,14 +388,15 @@ struct Dkv {
 
 template <int D, int BQ>
 __global__ void __launch_bounds__(NT, 2)
-    tc_dkdv_kernel(float *__restrict__ dK, float *__restrict__ dV, const uint16_t *__restrict__ dO16,
+    tc_dkdv_kernel(float *__restrict__ dK, float *__restrict__ dV, float *__restrict__ dKp, float *__restrict__ dVp,
+                   int S, const uint16_t *__restrict__ dO16,
                    const float *__restrict__ LSE, const float *__restrict__ Dlt, const uint16_t *__restrict__ Q16,
                    const uint16_t *__restrict__ K16, const uint16_t *__restrict__ V16, int B, int T, int Hq, int Hkv,
                    float sl2, float scale) {
 #if TC_ARCH_OK
     using F = Dkv<D, BQ>;
     constexpr int LD = F::LD, LDP = F::LDP, KD = F::KD, NQF = F::NQF;
-    extern __shared__ __align__(128) unsigned char tc_smem[];
+    GK_DYNAMIC_SMEM(tc_smem);
     float *tab = reinterpret_cast<float *>(tc_smem);
     uint16_t *Ks = reinterpret_cast<uint16_t *>(tc_smem + MAP_BYTES), *Vs = Ks + ROWS * LD;
     uint16_t *Qs = Vs + ROWS * LD, *dOs = Qs + BQ * LD;
@@ -399,9 +404,9 @@ __global__ void __launch_bounds__(NT, 2)
     uint16_t *Ps = dOs + BQ * LD + warp * 2 * 16 * LDP, *dSs = Ps + 16 * LDP;
     float *ls = reinterpret_cast<float *>(dOs + BQ * LD + NW * 2 * 16 * LDP), *dl = ls + BQ;
 
-    /* the first key tile meets every query: the heaviest blocks first */
-    const int BJ = B * Hkv, bj = (int)(blockIdx.x % BJ), kb = (int)(blockIdx.x / BJ);
-    const int b = bj / Hkv, j = bj % Hkv, G = Hq / Hkv;
+    /* the first key tile meets every query: the heaviest blocks first; then (b, kv head), then the split */
+    const int BJS = B * Hkv * S, u = (int)(blockIdx.x % BJS), kb = (int)(blockIdx.x / BJS);
+    const int bj = u / S, sp = u % S, b = bj / Hkv, j = bj % Hkv, G = Hq / Hkv, HS = G / S;
     const long ldq = (long)Hq * D, ldk = (long)Hkv * D;
     const int k0 = kb * ROWS, kn = min(ROWS, T - k0), wk0 = k0 + 16 * warp; /* the warp's first key */
     const long koff = ((long)b * T + k0) * ldk + (long)j * D;
@@ -415,7 +420,7 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
     for (int f = 0; f < KD; f++) tc::zero(dk[f]), tc::zero(dv[f]);
 
-    for (int h = j * G; h < (j + 1) * G; h++) {
+    for (int h = j * G + sp * HS; h < j * G + (sp + 1) * HS; h++) {
         const long bh = (long)b * Hq + h;
         for (int q0 = k0; q0 < T; q0 += BQ) {
             const int qn = min(BQ, T - q0);
@@ -478,7 +483,8 @@ __global__ void __launch_bounds__(NT, 2)
             }
         }
     }
-    /* each element of the warp's 16 x D slices of dK, dV: one lane, one += */
+    /* each element of the warp's 16 x D slices of dK, dV: one lane, one += (or, split, one store of the partial) */
+    const long part = (long)sp * B * T * ldk;
 #pragma unroll
     for (int i = 0; i < tc::CN; i++) {
         const int kk = wk0 + mp.row(i);
@@ -486,11 +492,26 @@ __global__ void __launch_bounds__(NT, 2)
         const long off = ((long)b * T + kk) * ldk + (long)j * D + mp.col(i);
 #pragma unroll
         for (int f = 0; f < KD; f++) {
-            dK[off + 16 * f] += dk[f].x[i];
-            dV[off + 16 * f] += dv[f].x[i];
+            if (S == 1) {
+                dK[off + 16 * f] += dk[f].x[i];
+                dV[off + 16 * f] += dv[f].x[i];
+            } else {
+                dKp[part + off + 16 * f] = dk[f].x[i];
+                dVp[part + off + 16 * f] = dv[f].x[i];
+            }
         }
     }
 #endif
+}
+
+/* dK += Σ_s dKp[s], dV += Σ_s dVp[s] over the S partials of n values each, in split order. */
+__global__ void tc_dkdv_sum_kernel(float *__restrict__ dK, float *__restrict__ dV, const float *__restrict__ dKp,
+                                   const float *__restrict__ dVp, long n, int S) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float k = dKp[i], v = dVp[i];
+        for (int sp = 1; sp < S; sp++) k += dKp[sp * n + i], v += dVp[sp * n + i];
+        dK[i] += k, dV[i] += v;
+    }
 }
 
 /* dQ: layout table | Qs, dOs [ROWS][D+8] | Ks, Vs [BC][D+8] (bf16) | per warp dSs [16][BC+8] (bf16). */
@@ -510,7 +531,7 @@ __global__ void __launch_bounds__(NT, 2)
 #if TC_ARCH_OK
     using F = Dq<D, BC>;
     constexpr int LD = F::LD, LDP = F::LDP, KD = F::KD, NF = F::NF;
-    extern __shared__ __align__(128) unsigned char tc_smem[];
+    GK_DYNAMIC_SMEM(tc_smem);
     float *tab = reinterpret_cast<float *>(tc_smem);
     uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem + MAP_BYTES), *dOs = Qs + ROWS * LD;
     uint16_t *Ks = dOs + ROWS * LD, *Vs = Ks + BC * LD;
@@ -615,7 +636,9 @@ inline bool allow_smem(Kern *kernel, size_t bytes) {
     if (gpuFuncSetAttribute((const void *)kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) ==
         gpuSuccess)
         return true;
+#ifndef ZAYA_GPU_EMU
     (void)gpuGetLastError(); /* clear it: the fallback runs instead */
+#endif
     return false;
 }
 
@@ -632,21 +655,35 @@ bool tc_forward(gpuStream_t s, float *O, float *LSE, const float *Q, const float
     const int nq = (T + ROWS - 1) / ROWS;
     const float sl2 = (float)(1.0 / sqrt((double)D)) * LOG2E;
     const int vec = aligned16(Q) && aligned16(K) && aligned16(V);
-    tc_fwd_kernel<D, FWD_BC><<<(unsigned)((long)nq * B * Hq), NT, bytes, s>>>(O, LSE, Q, K, V, B, T, Hq, Hkv, nq,
-                                                                              sl2, vec);
+    auto *k = tc_fwd_kernel<D, FWD_BC>;
+    GK_LAUNCH(k, (unsigned)((long)nq * B * Hq), NT, bytes, s, O, LSE, Q, K, V, B, T, Hq, Hkv, nq, sl2, vec);
     return true;
 }
 
-/* `work`, in floats: Dlt [B*Hq*T] | Q16 | dO16 [B*T*Hq*D bf16] | K16 | V16 [B*T*Hkv*D bf16], each part starting
- * on a 256-byte boundary (given an aligned `work`). */
+/* How many blocks share a group's query heads in the dK/dV kernel: the smallest divisor S of G = Hq / Hkv that gives
+ * ~1,024 blocks (a few waves on any GPU: the causal imbalance then averages out), G if none does. Shapes only, so the
+ * work size and the launch agree. */
+inline int dkdv_splits(int B, int T, int Hq, int Hkv) {
+    const int G = Hq / Hkv;
+    const long blocks = (long)(T + ROWS - 1) / ROWS * B * Hkv;
+    for (int S = 1; S < G; S++)
+        if (G % S == 0 && blocks * S >= 1024) return S;
+    return G;
+}
+
+/* `work`, in floats: Dlt [B*Hq*T] | Q16 | dO16 [B*T*Hq*D bf16] | K16 | V16 [B*T*Hkv*D bf16] | with S > 1 splits, the
+ * partial dK, dV [S][B*T*Hkv*D] each; every part starts on a 256-byte boundary (given an aligned `work`). */
 inline long round64(long n) { return (n + 63) / 64 * 64; }
 struct WorkParts {
-    long dlt, q16, k16; /* floats taken by Dlt, by Q16 (= dO16), by K16 (= V16) */
-    long total() const { return dlt + 2 * q16 + 2 * k16; }
+    long dlt, q16, k16, part; /* floats taken by Dlt, by Q16 (= dO16), by K16 (= V16), by the dK (= dV) partials */
+    int splits;
+    long total() const { return dlt + 2 * q16 + 2 * k16 + 2 * part; }
 };
 inline WorkParts work_parts(int B, int T, int Hq, int Hkv, int dh) {
     const long nq = (long)B * T * Hq * dh, nk = (long)B * T * Hkv * dh;
-    return WorkParts{round64((long)B * Hq * T), round64((nq + 1) / 2), round64((nk + 1) / 2)};
+    const int S = dkdv_splits(B, T, Hq, Hkv);
+    return WorkParts{round64((long)B * Hq * T), round64((nq + 1) / 2), round64((nk + 1) / 2),
+                     S > 1 ? round64((long)S * nk) : 0, S};
 }
 
 template <int D>
@@ -661,21 +698,27 @@ bool tc_backward(gpuStream_t s, float *dQ, float *dK, float *dV, const float *dO
     uint16_t *dO16 = reinterpret_cast<uint16_t *>(work + wp.dlt + wp.q16);
     uint16_t *K16 = reinterpret_cast<uint16_t *>(work + wp.dlt + 2 * wp.q16);
     uint16_t *V16 = reinterpret_cast<uint16_t *>(work + wp.dlt + 2 * wp.q16 + wp.k16);
+    float *dKp = work + wp.dlt + 2 * wp.q16 + 2 * wp.k16, *dVp = dKp + wp.part; /* S > 1 only */
     const long nq = (long)B * T * Hq * D, nk = (long)B * T * Hkv * D, rows = (long)B * T * Hq;
     /* 1. bf16 copies (whole rows of D % 64 == 0 values: float4s whenever the base is aligned) and Dlt */
-    tc_cvt_kernel<<<gk_blocks(nq / 4, 256), 256, 0, s>>>(Q16, Q, nq, aligned16(Q));
-    tc_cvt_kernel<<<gk_blocks(nk / 4, 256), 256, 0, s>>>(K16, K, nk, aligned16(K));
-    tc_cvt_kernel<<<gk_blocks(nk / 4, 256), 256, 0, s>>>(V16, V, nk, aligned16(V));
+    GK_LAUNCH(tc_cvt_kernel, gk_blocks(nq / 4, 256), 256, 0, s, Q16, Q, nq, aligned16(Q));
+    GK_LAUNCH(tc_cvt_kernel, gk_blocks(nk / 4, 256), 256, 0, s, K16, K, nk, aligned16(K));
+    GK_LAUNCH(tc_cvt_kernel, gk_blocks(nk / 4, 256), 256, 0, s, V16, V, nk, aligned16(V));
     const int per_block = 256 / WL;
-    tc_do_delta_kernel<<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, s>>>(
-        dO16, Dlt, dO, O, T, Hq, D, rows, aligned16(dO) && aligned16(O));
-    /* 2. dK, dV; 3. dQ */
+    GK_LAUNCH(tc_do_delta_kernel, (unsigned)((rows + per_block - 1) / per_block), 256, 0, s, dO16, Dlt, dO, O, T, Hq,
+              D, rows, aligned16(dO) && aligned16(O));
+    /* 2. dK, dV (2b. the splits' partials summed); 3. dQ */
     const float scale = (float)(1.0 / sqrt((double)D)), sl2 = scale * LOG2E;
     const int nkt = (T + ROWS - 1) / ROWS, nqt = (T + ROWS - 1) / ROWS;
-    tc_dkdv_kernel<D, DKV_BQ><<<(unsigned)((long)nkt * B * Hkv), NT, b1, s>>>(dK, dV, dO16, LSE, Dlt, Q16, K16, V16,
-                                                                              B, T, Hq, Hkv, sl2, scale);
-    tc_dq_kernel<D, DQ_BC><<<(unsigned)((long)nqt * B * Hq), NT, b2, s>>>(dQ, dO16, LSE, Dlt, Q16, K16, V16, B, T,
-                                                                          Hq, Hkv, nqt, sl2, scale);
+    auto *kdkv = tc_dkdv_kernel<D, DKV_BQ>;
+    const int S = wp.splits;
+    GK_LAUNCH(kdkv, (unsigned)((long)nkt * B * Hkv * S), NT, b1, s, dK, dV, dKp, dVp, S, dO16, LSE, Dlt, Q16, K16, V16,
+              B, T, Hq, Hkv, sl2, scale);
+    if (S > 1)
+        GK_LAUNCH(tc_dkdv_sum_kernel, gk_blocks(nk, 256), 256, 0, s, dK, dV, dKp, dVp, nk, S);
+    auto *kdq = tc_dq_kernel<D, DQ_BC>;
+    GK_LAUNCH(kdq, (unsigned)((long)nqt * B * Hq), NT, b2, s, dQ, dO16, LSE, Dlt, Q16, K16, V16, B, T, Hq, Hkv, nqt,
+              sl2, scale);
     return true;
 }
 

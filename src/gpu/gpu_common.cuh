@@ -6,7 +6,17 @@
 
 #include <stdint.h>
 
+#ifdef ZAYA_GPU_EMU
+#include "cuda_emu.h" /* tests/gpu/emu: this source run on the CPU */
+#else
 #include "gpu_runtime.h"
+
+/* A kernel launch, written once for the GPU and for the CPU emulation (cuda_emu.h runs the same call there):
+ * kern a kernel or a pointer to one (a template's name with commas goes through a pointer). */
+#define GK_LAUNCH(kern, grid, block, smem, stream, ...) kern<<<grid, block, smem, stream>>>(__VA_ARGS__)
+/* The block's dynamic shared memory, 128-byte aligned. */
+#define GK_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
 
 /* Launch-error check after a kernel launch (the launchers return void; errors surface at gpu_check_last). */
 #define GK_LAUNCH_CHECK() ((void)0)
@@ -89,7 +99,8 @@ template <class F>
 static inline void col_reduce(gpuStream_t s, float *dst, long rows, int dim, F f) {
     if (!dst || dim <= 0) return;
     dim3 block(32, 16), grid((dim + 31) / 32);
-    col_reduce_kernel<F><<<grid, block, 0, s>>>(dst, rows, dim, f);
+    void (*k)(float *, long, int, F) = col_reduce_kernel<F>;
+    GK_LAUNCH(k, grid, block, 0, s, dst, rows, dim, f);
 }
 
 __device__ __forceinline__ float gk_bf16_round(float x) { /* nearest even, like zy_round_bf16 */

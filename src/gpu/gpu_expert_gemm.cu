@@ -18,12 +18,8 @@
  *
  * The same source runs on the CPU in `make test` (tests/gpu/emu: a thread per CUDA thread, a reference WMMA), so the
  * tiling, bounds and expert lookup are checked without a GPU; tests/gpu/test_gpu_gemm.c checks it on the device. */
-#ifdef ZAYA_GPU_EMU
-#include "cuda_emu.h"
-#else
 #include "gpu_common.cuh"
 #include "gpu_kernels.h"
-#endif
 #include "gpu_tc.cuh"
 
 namespace {
@@ -211,12 +207,6 @@ inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } // namespace
 
-#ifdef ZAYA_GPU_EMU
-#define XG_LAUNCH(kern, grid, block, stream, ...) ((void)(stream), emu::launch(grid, block, [&] { kern(__VA_ARGS__); }))
-#else
-#define XG_LAUNCH(kern, grid, block, stream, ...) kern<<<grid, block, 0, stream>>>(__VA_ARGS__)
-#endif
-
 extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, int K, const uint16_t *A,
                              int lda, const uint16_t *W, long w_stride, int trans_w, float beta, float *C, int ldc) {
     if (E <= 0 || max_rows <= 0 || N <= 0 || K <= 0) return;
@@ -229,7 +219,7 @@ extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows
         k = vec ? expert_rows_kernel<IK, true> : expert_rows_kernel<IK, false>;
     else
         k = vec ? expert_rows_kernel<KI, true> : expert_rows_kernel<KI, false>;
-    XG_LAUNCH(k, grid, block, s, off, E, N, K, A, lda, W, w_stride, ldw, beta, C, ldc);
+    GK_LAUNCH(k, grid, block, 0, s, off, E, N, K, A, lda, W, w_stride, ldw, beta, C, ldc);
     GK_LAUNCH_CHECK();
 }
 
@@ -240,6 +230,6 @@ extern "C" void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M,
     const dim3 grid((unsigned)((N + XBN - 1) / XBN), (unsigned)((M + XBM - 1) / XBM), (unsigned)E), block(XNT);
     void (*k)(const int32_t *, int, int, const uint16_t *, int, const uint16_t *, int, float, float *, long, int) =
         vec ? expert_wgrad_kernel<true> : expert_wgrad_kernel<false>;
-    XG_LAUNCH(k, grid, block, s, off, M, N, A, lda, B, ldb, beta, G, g_stride, ldg);
+    GK_LAUNCH(k, grid, block, 0, s, off, M, N, A, lda, B, ldb, beta, G, g_stride, ldg);
     GK_LAUNCH_CHECK();
 }

@@ -9,8 +9,12 @@
 #include <stdint.h>
 
 #ifdef __cplusplus
+#ifdef ZAYA_GPU_EMU /* tests/gpu/emu: the CPU emulation's stream type */
+typedef void *GkStream;
+#else
 #include "gpu_runtime.h"
 typedef gpuStream_t GkStream;
+#endif
 extern "C" {
 #elif defined(ZAYA_HIP)
 typedef struct ihipStream_t *GkStream;

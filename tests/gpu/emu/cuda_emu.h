@@ -1,15 +1,18 @@
 /* cuda_emu: enough of CUDA to run a kernel source on the CPU (tests/gpu/emu/run.sh): one std::thread per CUDA thread,
  * blocks one after another, __syncthreads / __syncwarp as barriers, __shared__ as static storage (one block at a
- * time), and emu_wmma, a reference WMMA (16 x 16 x 16, fp32 accumulation) with the same calls as nvcuda::wmma. A
- * fragment store is written by lane 0 only, so a kernel that reads it from other lanes without tc::syncwarp() races
- * (ThreadSanitizer reports it). Used for the tensor-core sources that include gpu_tc.cuh. */
+ * time) and dynamic shared memory per block, warp shuffles through a per-warp exchange, and emu_wmma: a WMMA with the
+ * same calls as nvcuda::wmma whose fragments are spread over the warp's lanes in a fixed pseudo-random layout (a
+ * kernel that assumes a layout gets wrong numbers), mma_sync a collective of the warp, pointers and strides checked
+ * against the hardware's rules. A kernel that reads another lane's or thread's shared-memory writes without the
+ * barrier between them races; ThreadSanitizer reports it. Used for the tensor-core sources that include gpu_tc.cuh. */
 #ifndef ZAYA_CUDA_EMU_H
 #define ZAYA_CUDA_EMU_H
 
 #include <barrier>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -21,10 +24,32 @@ struct dim3 {
     unsigned x, y, z;
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
+struct uint2 {
+    unsigned x, y;
+};
 struct uint4 {
     unsigned x, y, z, w;
 };
+struct float4 {
+    float x, y, z, w;
+};
+inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
 
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
@@ -35,29 +60,49 @@ inline dim3 blockDim, gridDim;
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) alignas(n)
 #ifndef GPU_WARP
 #define GPU_WARP 32 /* -DGPU_WARP=64: an AMD wavefront, as a HIP build has */
 #endif
 #define GK_LAUNCH_CHECK() ((void)0)
 typedef void *GkStream;
+typedef void *gpuStream_t;
+typedef int gpuError_t;
+#define gpuSuccess 0
+#define gpuFuncAttributeMaxDynamicSharedMemorySize 0
+inline gpuError_t gpuFuncSetAttribute(const void *, int, int) { return gpuSuccess; }
 
 namespace emu {
+struct Warp {
+    std::unique_ptr<std::barrier<>> bar;
+    double xchg[GPU_WARP];  /* shuffles */
+    float a[256], b[256];   /* mma_sync's operands, gathered from the lanes */
+};
 inline std::barrier<> *block_bar;
-inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+inline std::vector<std::unique_ptr<Warp>> warps;
+inline std::vector<unsigned char> dyn_smem_buf;
+inline unsigned char *dyn_smem;
 
-/* Runs fn as grid x block threads: each block's threads at once, the blocks in order (x fastest). */
-inline void launch(dim3 grid, dim3 block, const std::function<void()> &fn) {
+inline unsigned flat_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+inline Warp &my_warp() { return *warps[flat_tid() / GPU_WARP]; }
+
+/* Runs fn as grid x block threads: each block's threads at once, the blocks in order (x fastest); smem bytes of
+ * dynamic shared memory a block (GK_DYNAMIC_SMEM), 128-byte aligned, filled with a NaN pattern. */
+inline void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &fn) {
     const unsigned nt = block.x * block.y * block.z;
     gridDim = grid, blockDim = block;
+    dyn_smem_buf.assign(smem + 128, 0xff);
+    dyn_smem = dyn_smem_buf.data() + (128 - (uintptr_t)dyn_smem_buf.data() % 128) % 128;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 std::barrier<> bar((std::ptrdiff_t)nt);
                 block_bar = &bar;
-                warp_bars.clear();
+                warps.clear();
                 for (unsigned w = 0; w < (nt + GPU_WARP - 1) / GPU_WARP; w++) {
                     const unsigned n = nt - w * GPU_WARP < GPU_WARP ? nt - w * GPU_WARP : GPU_WARP;
-                    warp_bars.emplace_back(new std::barrier<>((std::ptrdiff_t)n));
+                    warps.emplace_back(new Warp());
+                    warps.back()->bar.reset(new std::barrier<>((std::ptrdiff_t)n));
                 }
                 std::vector<std::thread> th;
                 th.reserve(nt);
@@ -66,17 +111,32 @@ inline void launch(dim3 grid, dim3 block, const std::function<void()> &fn) {
                         threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
                         blockIdx = dim3(bx, by, bz);
                         fn();
-                        warp_bars[t / GPU_WARP]->arrive_and_drop();
+                        warps[t / GPU_WARP]->bar->arrive_and_drop();
                         block_bar->arrive_and_drop();
                     });
                 for (auto &x : th) x.join();
             }
 }
-inline unsigned flat_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 } // namespace emu
 
+#define GK_DYNAMIC_SMEM(name) unsigned char *name = emu::dyn_smem
+#define GK_LAUNCH(kern, grid, block, smem, stream, ...)                                                        \
+    ((void)(stream), emu::launch(grid, block, smem, [&] { kern(__VA_ARGS__); }))
+
 inline void __syncthreads() { emu::block_bar->arrive_and_wait(); }
-inline void __syncwarp() { emu::warp_bars[emu::flat_tid() / GPU_WARP]->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::my_warp().bar->arrive_and_wait(); }
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int o) {
+    static_assert(sizeof(T) <= sizeof(double), "shuffle of a wide type");
+    emu::Warp &w = emu::my_warp();
+    const unsigned lane = emu::flat_tid() % GPU_WARP;
+    std::memcpy(&w.xchg[lane], &v, sizeof v);
+    w.bar->arrive_and_wait();
+    T r;
+    std::memcpy(&r, &w.xchg[(lane ^ (unsigned)o) % GPU_WARP], sizeof r);
+    w.bar->arrive_and_wait(); /* the exchange may be reused */
+    return r;
+}
 
 namespace emu_wmma {
 struct row_major {};
@@ -88,18 +148,30 @@ enum layout_t { mem_row_major, mem_col_major };
 struct bf16 {
     uint16_t bits;
 };
-inline float to_float(bf16 v) {
-    uint32_t u = (uint32_t)v.bits << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+inline float to_float(bf16 v) { return __uint_as_float((uint32_t)v.bits << 16); }
+
+constexpr int NE = 256 / GPU_WARP; /* elements a lane holds */
+/* Where element i of lane L sits in the 16 x 16 tile (r * 16 + c): a fixed permutation per fragment kind. */
+template <class Use>
+inline int pos(unsigned lane, int i) {
+    static const std::vector<int> perm = [] {
+        std::vector<int> p(256);
+        uint64_t s = std::is_same<Use, matrix_a>::value ? 11 : std::is_same<Use, matrix_b>::value ? 23 : 37;
+        for (int k = 0; k < 256; k++) p[k] = k;
+        for (int k = 255; k > 0; k--) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            const int j = (int)((s >> 33) % (uint64_t)(k + 1));
+            std::swap(p[k], p[j]);
+        }
+        return p;
+    }();
+    return perm[lane * NE + i];
 }
 
-/* The whole 16 x 16 tile in every lane, (r, c) at x[r * 16 + c] (a: [m][k], b: [k][n], accumulator: [m][n]). */
 template <class Use, int M, int N, int K, class T, class Layout = void>
 struct fragment {
-    static constexpr int num_elements = 256;
-    float x[256];
+    static constexpr int num_elements = NE;
+    float x[NE];
 };
 
 /* The hardware's rules, checked: a 256-bit aligned pointer, ld a multiple of 16 bytes. */
@@ -114,35 +186,49 @@ template <class Use, class T, class Layout>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const bf16 *p, unsigned ld) {
     check_ptr(p, ld, 2);
     constexpr bool row = std::is_same<Layout, row_major>::value;
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = to_float(row ? p[r * ld + c] : p[c * ld + r]);
+    const unsigned lane = emu::flat_tid() % GPU_WARP;
+    for (int i = 0; i < NE; i++) {
+        const int q = pos<Use>(lane, i), r = q / 16, c = q % 16;
+        f.x[i] = to_float(row ? p[r * ld + c] : p[c * ld + r]);
+    }
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ld, layout_t l) {
     check_ptr(p, ld, 4);
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_row_major ? p[r * ld + c] : p[c * ld + r];
+    const unsigned lane = emu::flat_tid() % GPU_WARP;
+    for (int i = 0; i < NE; i++) {
+        const int q = pos<accumulator>(lane, i), r = q / 16, c = q % 16;
+        f.x[i] = l == mem_row_major ? p[r * ld + c] : p[c * ld + r];
+    }
 }
 inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ld, layout_t l) {
     check_ptr(p, ld, 4);
-    if (emu::flat_tid() % GPU_WARP) return; /* lane 0 writes: the others must wait for it (syncwarp) */
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) (l == mem_row_major ? p[r * ld + c] : p[c * ld + r]) = f.x[r * 16 + c];
+    const unsigned lane = emu::flat_tid() % GPU_WARP;
+    for (int i = 0; i < NE; i++) {
+        const int q = pos<accumulator>(lane, i), r = q / 16, c = q % 16;
+        (l == mem_row_major ? p[r * ld + c] : p[c * ld + r]) = f.x[i];
+    }
 }
 template <class Use, class T, class Layout>
 inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, float v) {
     for (float &x : f.x) x = v;
 }
+/* d = a b + c over the warp: the lanes' pieces of a and b gathered, each lane its own elements of d. */
 template <class LA, class LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, bf16, LA> &a,
                      const fragment<matrix_b, 16, 16, 16, bf16, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c) {
-    float out[256];
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++) {
-            float s = c.x[m * 16 + n];
-            for (int k = 0; k < 16; k++) s += a.x[m * 16 + k] * b.x[k * 16 + n];
-            out[m * 16 + n] = s;
-        }
+    emu::Warp &w = emu::my_warp();
+    const unsigned lane = emu::flat_tid() % GPU_WARP;
+    for (int i = 0; i < NE; i++) w.a[pos<matrix_a>(lane, i)] = a.x[i], w.b[pos<matrix_b>(lane, i)] = b.x[i];
+    w.bar->arrive_and_wait();
+    float out[NE];
+    for (int i = 0; i < NE; i++) {
+        const int q = pos<accumulator>(lane, i), m = q / 16, n = q % 16;
+        float s = c.x[i];
+        for (int k = 0; k < 16; k++) s += w.a[m * 16 + k] * w.b[k * 16 + n];
+        out[i] = s;
+    }
+    w.bar->arrive_and_wait(); /* the operands may be gathered again */
     std::memcpy(d.x, out, sizeof out);
 }
 } // namespace emu_wmma

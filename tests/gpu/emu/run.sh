@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The tensor-core sources run on the CPU (cuda_emu.h), under ThreadSanitizer: a missing barrier between threads or
-# lanes is a reported race, a wrong tile or bound a wrong number. Part of `make test` (no GPU needed); the same
-# kernels run on a GPU in make test-gpu. Ends with "gpu-emu: N passed, N failed".
+# The tensor-core sources run on the CPU (cuda_emu.h): the grouped expert GEMM (test_expert_gemm.cpp) and the flash
+# attention forward and backward (test_attention_tc.cpp), each against a double-precision reference, with 32-lane
+# warps (CUDA) and 64-lane wavefronts (HIP on AMD). Under ThreadSanitizer a missing barrier between threads or lanes
+# is a reported race; a wrong tile, bound or layout assumption a wrong number. The attention runs its two GQA cases
+# under the sanitizer with 32 lanes and all four without it with 64 (it is the slowest: minutes). Part of `make test` (no GPU needed); the same kernels run on a GPU in
+# make test-gpu. Ends with "gpu-emu: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")"
 out=$(mktemp -d)
@@ -9,24 +12,32 @@ trap 'rm -rf "$out"' EXIT
 CXX=${CXX:-g++}
 pass=0
 fail=0
-# 32-lane warps (CUDA) and 64-lane wavefronts (HIP on AMD: 8 warps are then 512 threads)
-for warp in 32 64; do
-    echo "--- warp of $warp lanes"
-    if ! "$CXX" -std=c++20 -O1 -g -fsanitize=thread -Wall -Wextra -Wno-unknown-pragmas -Werror -DGPU_WARP=$warp \
-        -I. -I../../../src/gpu test_expert_gemm.cpp -o "$out/test_$warp" -lpthread 2>"$out/log"; then
+run() { # test warp sanitize [args]
+    local t=$1 warp=$2 san=$3 flags="-O2" args=${4:-}
+    [ "$san" = tsan ] && flags="-O1 -fsanitize=thread"
+    echo "--- $t, warp of $warp lanes${san:+, $san}"
+    # shellcheck disable=SC2086
+    if ! "$CXX" -std=c++20 -g $flags -Wall -Wextra -Wno-unknown-pragmas -Werror -DGPU_WARP="$warp" -I. \
+        -I../../../src/gpu "$t.cpp" -o "$out/$t.$warp" -lpthread 2>"$out/log"; then
         cat "$out/log"
         fail=$((fail + 1))
-        continue
+        return
     fi
     # halt_on_error: a race fails the run instead of only printing
-    TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" "$out/test_$warp" | tee "$out/run"
+    # shellcheck disable=SC2086
+    TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" "$out/$t.$warp" $args | tee "$out/run"
+    local line
     line=$(grep -E '^gpu-emu: [0-9]+ passed' "$out/run" | tail -n 1)
     if [ -z "$line" ]; then
         fail=$((fail + 1))
-        continue
+        return
     fi
     pass=$((pass + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
     fail=$((fail + $(echo "$line" | sed -E 's/.*, ([0-9]+) failed.*/\1/')))
-done
+}
+run test_expert_gemm 32 tsan
+run test_expert_gemm 64 tsan
+run test_attention_tc 32 tsan --quick # its two GQA cases: the sanitizer makes it minutes
+run test_attention_tc 64 ""
 echo "gpu-emu: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,151 @@
+/* src/gpu/gpu_attention_tc.cu run on the CPU (cuda_emu.h): the tensor-core flash attention, forward and backward,
+ * against a double-precision reference on the same bf16-rounded Q, K, V, dO, as tests/gpu/test_gpu_attention.c does
+ * on a GPU (and with its tolerance: TOL_TC = 5e-3 relative L2 for O and the gradient increments, what rounding P and
+ * dS to bf16 leaves; 1e-5 for LSE). Shapes: one and several key tiles with a partial last one, head sizes 64 and 128,
+ * 1, 2 and 4 query heads a kv head (the dK/dV kernel then splits them over 1, 2 and 4 blocks and sums the partials).
+ * The backward accumulates into preloaded gradients; two runs give the same bits.
+ * Prints "gpu-emu: N passed, N failed". */
+#define ZAYA_GPU_EMU 1
+#include "gpu_attention_tc.cu"
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+/* the fp32 kernels (gpu_attention.cu) are the fallback for other head sizes: never reached here */
+extern "C" void gk_flash_attention_forward(GkStream, float *, float *, const float *, const float *, const float *,
+                                           int, int, int, int, int) {
+    std::fprintf(stderr, "the fp32 fallback was reached\n");
+    std::abort();
+}
+extern "C" void gk_flash_attention_backward(GkStream, float *, float *, float *, const float *, const float *,
+                                            const float *, const float *, const float *, const float *, int, int, int,
+                                            int, int, float *) {
+    std::fprintf(stderr, "the fp32 fallback was reached\n");
+    std::abort();
+}
+extern "C" long gk_flash_attention_work_floats(int, int, int) { return 1; }
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static float urand() { /* [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
+}
+static float round_bf16(float x) {
+    uint32_t u = __float_as_uint(x);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+static std::vector<float> rand_vec(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = scale * urand();
+    return v;
+}
+static double rel_err(const float *a, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(a[i])) return INFINITY;
+        num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+    }
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+static int passed, failed;
+static void report(bool ok, const char *what) {
+    (ok ? passed : failed)++;
+    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+}
+
+/* layouts as gpu_kernels.h: Q, O, dQ, dO [B*T, Hq*dh]; K, V, dK, dV [B*T, Hkv*dh]; LSE [B, Hq, T] */
+static void attention_case(int B, int T, int Hq, int Hkv, int dh) {
+    const int G = Hq / Hkv;
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
+    std::vector<float> Q = rand_vec(nq, 1), K = rand_vec(nk, 1), V = rand_vec(nk, 1), dO = rand_vec(nq, 1);
+    std::vector<float> dQ0 = rand_vec(nq, 0.5f), dK0 = rand_vec(nk, 0.5f), dV0 = rand_vec(nk, 0.5f);
+    std::vector<double> Or(nq), Lr(nl), dQr(nq, 0.0), dKr(nk, 0.0), dVr(nk, 0.0);
+    const double sc = 1.0 / std::sqrt((double)dh);
+    auto q_at = [&](int b, int t, int h, int d) { return (double)round_bf16(Q[((size_t)b * T + t) * Hq * dh + h * dh + d]); };
+    auto k_at = [&](int b, int t, int j, int d) { return (double)round_bf16(K[((size_t)b * T + t) * Hkv * dh + j * dh + d]); };
+    auto v_at = [&](int b, int t, int j, int d) { return (double)round_bf16(V[((size_t)b * T + t) * Hkv * dh + j * dh + d]); };
+    auto o_at = [&](int b, int t, int h, int d) { return (double)round_bf16(dO[((size_t)b * T + t) * Hq * dh + h * dh + d]); };
+    std::vector<double> p(T), dp(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++) {
+            const int j = h / G;
+            for (int t = 0; t < T; t++) {
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    double s = 0;
+                    for (int d = 0; d < dh; d++) s += q_at(b, t, h, d) * k_at(b, u, j, d);
+                    p[u] = s * sc, mx = std::fmax(mx, p[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += (p[u] = std::exp(p[u] - mx));
+                for (int u = 0; u <= t; u++) p[u] /= sum;
+                Lr[((size_t)b * Hq + h) * T + t] = mx + std::log(sum);
+                double D = 0;
+                for (int d = 0; d < dh; d++) {
+                    double o = 0;
+                    for (int u = 0; u <= t; u++) o += p[u] * v_at(b, u, j, d);
+                    Or[((size_t)b * T + t) * Hq * dh + h * dh + d] = o;
+                }
+                for (int u = 0; u <= t; u++) {
+                    double s = 0;
+                    for (int d = 0; d < dh; d++) s += o_at(b, t, h, d) * v_at(b, u, j, d);
+                    dp[u] = s, D += p[u] * s;
+                }
+                for (int u = 0; u <= t; u++) {
+                    const double ds = p[u] * (dp[u] - D) * sc;
+                    for (int d = 0; d < dh; d++) {
+                        dVr[((size_t)b * T + u) * Hkv * dh + j * dh + d] += p[u] * o_at(b, t, h, d);
+                        dKr[((size_t)b * T + u) * Hkv * dh + j * dh + d] += ds * q_at(b, t, h, d);
+                        dQr[((size_t)b * T + t) * Hq * dh + h * dh + d] += ds * k_at(b, u, j, d);
+                    }
+                }
+            }
+        }
+    char tag[96], what[200];
+    std::snprintf(tag, sizeof tag, "B%d T%d Hq%d Hkv%d dh%d (dK/dV in %d split%s)", B, T, Hq, Hkv, dh,
+                  dkdv_splits(B, T, Hq, Hkv), dkdv_splits(B, T, Hq, Hkv) > 1 ? "s" : "");
+
+    std::vector<float> O(nq, NAN), L(nl, NAN);
+    gk_flash_attention_forward_bf16(nullptr, O.data(), L.data(), Q.data(), K.data(), V.data(), B, T, Hq, Hkv, dh);
+    const double eo = rel_err(O.data(), Or.data(), nq), el = rel_err(L.data(), Lr.data(), nl);
+    std::snprintf(what, sizeof what, "forward %s: O rel err %.2e (tol 5e-3), LSE %.2e (tol 1e-5)", tag, eo, el);
+    report(eo <= 5e-3 && el <= 1e-5, what);
+
+    /* backward from the reference's O and LSE (as fp32), twice into preloaded gradients */
+    std::vector<float> Of(Or.begin(), Or.end()), Lf(Lr.begin(), Lr.end());
+    const long wf = gk_flash_attention_bf16_work_floats(B, T, Hq, Hkv, dh);
+    float *work = static_cast<float *>(std::aligned_alloc(256, ((size_t)wf * 4 + 255) / 256 * 256));
+    std::vector<float> g[2][3];
+    for (int rep = 0; rep < 2; rep++) {
+        g[rep][0] = dQ0, g[rep][1] = dK0, g[rep][2] = dV0;
+        gk_flash_attention_backward_bf16(nullptr, g[rep][0].data(), g[rep][1].data(), g[rep][2].data(), dO.data(),
+                                         Of.data(), Lf.data(), Q.data(), K.data(), V.data(), B, T, Hq, Hkv, dh, work);
+    }
+    std::free(work);
+    const char *names[3] = {"dQ", "dK", "dV"};
+    const std::vector<double> *refs[3] = {&dQr, &dKr, &dVr};
+    const std::vector<float> *pre[3] = {&dQ0, &dK0, &dV0};
+    for (int i = 0; i < 3; i++) {
+        std::vector<float> inc(g[0][i].size());
+        for (size_t e = 0; e < inc.size(); e++) inc[e] = g[0][i][e] - (*pre[i])[e];
+        const double ei = rel_err(inc.data(), refs[i]->data(), inc.size());
+        const bool same = std::memcmp(g[0][i].data(), g[1][i].data(), inc.size() * 4) == 0;
+        std::snprintf(what, sizeof what, "backward %s: %s increment rel err %.2e (tol 5e-3), two runs %s", tag,
+                      names[i], ei, same ? "bit-identical" : "DIFFER");
+        report(ei <= 5e-3 && same, what);
+    }
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0; /* the sanitizer run: the two GQA cases */
+    if (!quick) {
+        attention_case(1, 1, 2, 1, 64);  /* one query */
+        attention_case(1, 64, 2, 2, 64); /* one whole tile, no GQA */
+    }
+    attention_case(2, 130, 4, 2, 64);  /* three key tiles, the last partial; 2 query heads a kv head */
+    attention_case(1, 100, 4, 1, 128); /* dh 128, 4 query heads a kv head */
+    std::printf("gpu-emu: %d passed, %d failed (attention, warp of %d lanes)\n", passed, failed, GPU_WARP);
+    return failed != 0;
+}
