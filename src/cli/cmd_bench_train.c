@@ -94,10 +94,12 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
     printf("device       GPU %s\n", gpu_trainer_device(gt));
     printf("batch        %d x %d tokens, %d timed steps after %d warm-up, optimizer %s\n", B, T, steps, warmup,
            oc->adamw_only ? "AdamW" : "Muon + AdamW");
-    printf("precision    %s\n", bf16 ? "bf16 products (cuBLASLt, fp32 accumulation) and tensor-core attention (head "
-                                       "dim 64/128); fp32 master weights, optimizer state, norms, softmax statistics "
-                                       "and loss"
-                                     : "fp32 throughout (no TF32)");
+    printf("precision    %s; the experts' products %s\n",
+           bf16 ? "bf16 products (cuBLASLt, fp32 accumulation) and tensor-core attention (head dim 64/128); fp32 "
+                  "master weights, optimizer state, norms, softmax statistics and loss"
+                : "fp32 throughout (no TF32)",
+           gpu_model_experts_grouped(gpu_trainer_model(gt)) ? "grouped on the device (one launch each)"
+                                                            : "one cuBLASLt product per expert");
     printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
     printf("throughput   %.0f tokens/s, %.1f TFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
            tps * flops / 1e12, flops / 1e9);

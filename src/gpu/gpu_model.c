@@ -389,6 +389,8 @@ static int experts_grouped(const GpuModel *gm, size_t rows) {
            rows * (I2 > D ? I2 : D) <= gm->op16_elems;
 }
 
+int gpu_model_experts_grouped(const GpuModel *gm) { return experts_grouped(gm, (size_t)gm->a.B * gm->a.T); }
+
 /* The experts' row offsets on the host (the per-expert products need their sizes): the one wait of a layer. */
 static const int32_t *expert_offsets_to_host(GpuModel *gm, int l, const LayerActs *L, int E) {
     int32_t *h = gm->h_off + (size_t)l * (gm->cfg.num_experts + 1);

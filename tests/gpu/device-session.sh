@@ -86,7 +86,7 @@ if [[ $PARTS == *,experts,* ]]; then
             ZAYA_GPU_EXPERTS=$mode timeout "$(left)" build/zaya bench train --config configs/bench-gpu.json --device cuda \
                 --precision bf16 --optimizer adamw --batch 4 --seq 2048 --steps 3 --warmup 1 \
                 >"$OUT/experts-$mode-$round.txt" 2>&1
-            echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput) ' "$OUT/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
+            echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|products) ' "$OUT/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
             grep -E '^ +experts ' "$OUT/experts-$mode-$round.txt"
         done
     done
