@@ -538,7 +538,8 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
     size_t wide = (size_t)f->hidden_size;
     const size_t others[3] = {(size_t)cfg_q_channels(f), (size_t)f->router_hidden_size, (size_t)f->moe_intermediate_size};
     for (int i = 0; i < 3; i++) wide = others[i] > wide ? others[i] : wide;
-    if (gm->bf16 && gpu_reserve_scratch(&gm->g, R * wide, err)) {
+    /* and the model's shared bf16 operands for as many rows, so a step's experts run grouped (no host wait) */
+    if (gm->bf16 && (gpu_reserve_scratch(&gm->g, R * wide, err) || gpu_model_reserve_operands(gm, R, err))) {
         gpu_kvpool_free(p);
         return -1;
     }

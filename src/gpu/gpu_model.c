@@ -155,13 +155,27 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
                             (size_t)c->router_hidden_size};
     for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) widest = cands[i] > widest ? cands[i] : widest;
     if (gm->bf16 && gpu_reserve_scratch(&gm->g, N * widest, err)) return -1;
-    if (gm->bf16) { /* op16's two buffers: N rows of the widest activation a product reads (not the logits) */
-        size_t act = 0;
-        for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) act = cands[i] > act ? cands[i] : act;
-        for (int i = 0; i < 2; i++)
-            if (!(gm->op16[i] = gpu_alloc(N * act * sizeof(uint16_t), "bf16 activation operands", err))) return -1;
-        gm->op16_elems = N * act;
-    }
+    return gm->bf16 ? gpu_model_reserve_operands(gm, N, err) : 0; /* op16's two buffers */
+}
+
+/* The widest activation a product reads (not the logits): op16's row width. */
+static size_t operand_width(const ZayaConfig *c) {
+    const size_t cands[] = {(size_t)c->hidden_size, (size_t)cfg_conv_channels(c), 2 * (size_t)c->moe_intermediate_size,
+                            (size_t)c->router_hidden_size};
+    size_t act = 0;
+    for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) act = cands[i] > act ? cands[i] : act;
+    return act;
+}
+
+int gpu_model_reserve_operands(GpuModel *gm, size_t rows, ZyErr *err) {
+    const size_t need = rows * operand_width(&gm->cfg);
+    if (!gm->bf16 || need <= gm->op16_elems) return 0;
+    if (gpu_sync(&gm->g, "resizing the bf16 operand buffers", err)) return -1; /* queued products may read them */
+    gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
+    gm->op16[0] = gm->op16[1] = NULL, gm->op16_elems = 0;
+    for (int i = 0; i < 2; i++)
+        if (!(gm->op16[i] = gpu_alloc(need * sizeof(uint16_t), "bf16 activation operands", err))) return -1;
+    gm->op16_elems = need;
     return 0;
 }
 

@@ -43,6 +43,10 @@ struct GpuModel {
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */
 void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
                float *C, int ldc);
+/* bf16 runs: op16's buffers hold at least `rows` rows of the widest activation operand (grown, never shrunk, here;
+ * gpu_model_set_shape sizes them for its batch), so passes of up to that many rows share rounded operands and run the
+ * experts grouped. */
+int gpu_model_reserve_operands(GpuModel *gm, size_t rows, ZyErr *err);
 /* The bf16 view of a weight inside the parameter arena (NULL in fp32 mode). */
 const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w);
 void gpu_zero(GpuModel *gm, void *p, size_t floats);
