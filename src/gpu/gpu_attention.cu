@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(NT, 2)
                   int nq, float sl2, int vec, int window) {
     using L = Lay<D, BR, BC>;
     constexpr int RQ = L::RQ, CK = L::CK, NC = L::NC, LDS = L::LDS;
-    extern __shared__ float4 smem4[];
+    GK_DYNAMIC_SMEM_T(float4, smem4);
     float *Qs = reinterpret_cast<float *>(smem4), *Ks = Qs + BR * LDS, *Ws = Ks;
     float *Vs = Ks + zmax((size_t)BC * LDS, (size_t)BR * L::LDW);
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(NT, 2)
                        int dh, float sl2, float scale, int vec, int window) {
     using L = Lay<D, BR, BC>;
     constexpr int RQ = L::RQ, CK = L::CK, NC = L::NC, LDS = L::LDS;
-    extern __shared__ float4 smem4[];
+    GK_DYNAMIC_SMEM_T(float4, smem4);
     float *Ks = reinterpret_cast<float *>(smem4), *Vs = Ks + BR * LDS, *Qs = Vs + BR * LDS, *dOs = Qs + BC * LDS;
     float *Ws = dOs + BC * LDS, *ls = Ws + BR * L::LDW, *dl = ls + BC;
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(NT, 2)
                      float scale, int vec, int window) {
     using L = Lay<D, BR, BC>;
     constexpr int RQ = L::RQ, CK = L::CK, NC = L::NC, LDS = L::LDS;
-    extern __shared__ float4 smem4[];
+    GK_DYNAMIC_SMEM_T(float4, smem4);
     float *Qs = reinterpret_cast<float *>(smem4), *dOs = Qs + BR * LDS, *Ks = dOs + BR * LDS, *Vs = Ks + BC * LDS;
     float *Ws = Vs + BC * LDS, *ls = Ws + BR * L::LDW, *dl = ls + BR;
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
@@ -500,9 +500,9 @@ void launch_forward(gpuStream_t s, float *O, float *LSE, const float *Q, const f
     const int nq = (T + BR - 1) / BR;
     const size_t bytes = fwd_smem_floats<D, BR, BC>() * sizeof(float);
     const float sl2 = (float)(1.0 / sqrt((double)dh)) * LOG2E;
-    allow_smem(fa_fwd_kernel<D, BR, BC>, bytes);
-    fa_fwd_kernel<D, BR, BC><<<(unsigned)((long)nq * B * Hq), NT, bytes, s>>>(O, LSE, Q, K, V, B, T, Hq, Hkv, dh, nq,
-                                                                             sl2, vec, window);
+    auto *k = fa_fwd_kernel<D, BR, BC>;
+    allow_smem(k, bytes);
+    GK_LAUNCH(k, (unsigned)((long)nq * B * Hq), NT, bytes, s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, nq, sl2, vec, window);
 }
 
 /* Tiles: dK/dV kernel (rows = keys) BR1 x BC1, dQ kernel (rows = queries) BR2 x BC2. */
@@ -512,14 +512,15 @@ void launch_backward(gpuStream_t s, float *dQ, float *dK, float *dV, const float
                      int dh, int vec, int window) {
     const float scale = (float)(1.0 / sqrt((double)dh)), sl2 = scale * LOG2E;
     const size_t b1 = dkdv_smem_floats<D, BR1, BC1>() * sizeof(float), b2 = dq_smem_floats<D, BR2, BC2>() * sizeof(float);
-    allow_smem(fa_bwd_dkdv_kernel<D, BR1, BC1>, b1);
-    allow_smem(fa_bwd_dq_kernel<D, BR2, BC2>, b2);
+    auto *kdkv = fa_bwd_dkdv_kernel<D, BR1, BC1>;
+    auto *kdq = fa_bwd_dq_kernel<D, BR2, BC2>;
+    allow_smem(kdkv, b1);
+    allow_smem(kdq, b2);
     const int nk = (T + BR1 - 1) / BR1, nq = (T + BR2 - 1) / BR2;
-    fa_bwd_dkdv_kernel<D, BR1, BC1><<<(unsigned)((long)nk * B * Hkv), NT, b1, s>>>(dK, dV, dO, LSE, Dlt, Q, K, V, B,
-                                                                                   T, Hq, Hkv, dh, sl2, scale, vec,
-                                                                                   window);
-    fa_bwd_dq_kernel<D, BR2, BC2><<<(unsigned)((long)nq * B * Hq), NT, b2, s>>>(dQ, dO, LSE, Dlt, Q, K, V, B, T, Hq,
-                                                                               Hkv, dh, nq, sl2, scale, vec, window);
+    GK_LAUNCH(kdkv, (unsigned)((long)nk * B * Hkv), NT, b1, s, dK, dV, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, sl2,
+              scale, vec, window);
+    GK_LAUNCH(kdq, (unsigned)((long)nq * B * Hq), NT, b2, s, dQ, dO, LSE, Dlt, Q, K, V, B, T, Hq, Hkv, dh, nq, sl2,
+              scale, vec, window);
 }
 
 inline bool bad_shape(int B, int T, int Hq, int Hkv, int dh) {
@@ -562,7 +563,8 @@ extern "C" void gk_flash_attention_backward_window(GkStream s, float *dQ, float 
     float *Dlt = work;
     const long rows = (long)B * T * Hq;
     const int per_block = 256 / GPU_WARP;
-    fa_bwd_delta_kernel<<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, s>>>(Dlt, dO, O, T, Hq, dh, rows);
+    GK_LAUNCH(fa_bwd_delta_kernel, (unsigned)((rows + per_block - 1) / per_block), 256, 0, s, Dlt, dO, O, T, Hq, dh,
+              rows);
     const int vec = dh % 4 == 0 && aligned16(dQ) && aligned16(dK) && aligned16(dV) && aligned16(dO) &&
                     aligned16(Q) && aligned16(K) && aligned16(V);
     if (dh <= 32)

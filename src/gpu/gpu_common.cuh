@@ -14,8 +14,9 @@
 /* A kernel launch, written once for the GPU and for the CPU emulation (cuda_emu.h runs the same call there):
  * kern a kernel or a pointer to one (a template's name with commas goes through a pointer). */
 #define GK_LAUNCH(kern, grid, block, smem, stream, ...) kern<<<grid, block, smem, stream>>>(__VA_ARGS__)
-/* The block's dynamic shared memory, 128-byte aligned. */
+/* The block's dynamic shared memory, 128-byte aligned (as T elements: GK_DYNAMIC_SMEM_T). */
 #define GK_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#define GK_DYNAMIC_SMEM_T(T, name) extern __shared__ __align__(128) T name[]
 #endif
 
 /* Launch-error check after a kernel launch (the launchers return void; errors surface at gpu_check_last). */

@@ -30,11 +30,15 @@ struct uint2 {
 struct uint4 {
     unsigned x, y, z, w;
 };
+struct float2 {
+    float x, y;
+};
 struct float4 {
     float x, y, z, w;
 };
 inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 inline unsigned __float_as_uint(float f) {
     unsigned u;
@@ -120,6 +124,7 @@ inline void launch(dim3 grid, dim3 block, size_t smem, const std::function<void(
 } // namespace emu
 
 #define GK_DYNAMIC_SMEM(name) unsigned char *name = emu::dyn_smem
+#define GK_DYNAMIC_SMEM_T(T, name) T *name = reinterpret_cast<T *>(emu::dyn_smem)
 #define GK_LAUNCH(kern, grid, block, smem, stream, ...)                                                        \
     ((void)(stream), emu::launch(grid, block, smem, [&] { kern(__VA_ARGS__); }))
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The tensor-core sources run on the CPU (cuda_emu.h): the grouped expert GEMM (test_expert_gemm.cpp) and the flash
-# attention forward and backward (test_attention_tc.cpp), each against a double-precision reference, with 32-lane
-# warps (CUDA) and 64-lane wavefronts (HIP on AMD). Under ThreadSanitizer a missing barrier between threads or lanes
-# is a reported race; a wrong tile, bound or layout assumption a wrong number. The attention runs its two GQA cases
-# under the sanitizer with 32 lanes and all four without it with 64 (it is the slowest: minutes). Part of `make test` (no GPU needed); the same kernels run on a GPU in
+# GPU kernel sources run on the CPU (cuda_emu.h): the grouped expert GEMM (test_expert_gemm.cpp), the tensor-core flash
+# attention (test_attention_tc.cpp) and the fp32 one with its sliding windows (test_attention_fp32.cpp), forward and
+# backward, each against a double-precision reference, with 32-lane warps (CUDA) and 64-lane wavefronts (HIP on
+# AMD). Under ThreadSanitizer a missing barrier between threads or lanes is a reported race; a wrong tile, bound,
+# mask or layout assumption a wrong number. The attention tests run their first cases (--quick) under the sanitizer
+# with 32 lanes and all of them without it with 64 (the sanitizer makes them minutes). Part of `make test` (no GPU needed); the same kernels run on a GPU in
 # make test-gpu. Ends with "gpu-emu: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -37,7 +38,9 @@ run() { # test warp sanitize [args]
 }
 run test_expert_gemm 32 tsan
 run test_expert_gemm 64 tsan
-run test_attention_tc 32 tsan --quick # its two GQA cases: the sanitizer makes it minutes
+run test_attention_tc 32 tsan --quick
 run test_attention_tc 64 ""
+run test_attention_fp32 32 tsan --quick
+run test_attention_fp32 64 ""
 echo "gpu-emu: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -8,9 +8,10 @@
 #define ZAYA_GPU_EMU 1
 #include "gpu_attention_tc.cu"
 
-#include <cmath>
-#include <cstdio>
+#include <cstring>
 #include <vector>
+
+#include "attention_ref.h"
 
 /* the fp32 kernels (gpu_attention.cu) are the fallback for other head sizes: never reached here */
 extern "C" void gk_flash_attention_forward(GkStream, float *, float *, const float *, const float *, const float *,
@@ -26,83 +27,25 @@ extern "C" void gk_flash_attention_backward(GkStream, float *, float *, float *,
 }
 extern "C" long gk_flash_attention_work_floats(int, int, int) { return 1; }
 
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static float urand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
-}
 static float round_bf16(float x) {
     uint32_t u = __float_as_uint(x);
     u += 0x7fffu + ((u >> 16) & 1u);
     return __uint_as_float(u & 0xffff0000u);
 }
-static std::vector<float> rand_vec(size_t n, float scale) {
-    std::vector<float> v(n);
-    for (auto &x : v) x = scale * urand();
-    return v;
-}
-static double rel_err(const float *a, const double *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!std::isfinite(a[i])) return INFINITY;
-        num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
-    }
-    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-static int passed, failed;
-static void report(bool ok, const char *what) {
-    (ok ? passed : failed)++;
-    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+static std::vector<float> rounded(const std::vector<float> &x) {
+    std::vector<float> r(x);
+    for (auto &v : r) v = round_bf16(v);
+    return r;
 }
 
 /* layouts as gpu_kernels.h: Q, O, dQ, dO [B*T, Hq*dh]; K, V, dK, dV [B*T, Hkv*dh]; LSE [B, Hq, T] */
 static void attention_case(int B, int T, int Hq, int Hkv, int dh) {
-    const int G = Hq / Hkv;
     const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
     std::vector<float> Q = rand_vec(nq, 1), K = rand_vec(nk, 1), V = rand_vec(nk, 1), dO = rand_vec(nq, 1);
     std::vector<float> dQ0 = rand_vec(nq, 0.5f), dK0 = rand_vec(nk, 0.5f), dV0 = rand_vec(nk, 0.5f);
-    std::vector<double> Or(nq), Lr(nl), dQr(nq, 0.0), dKr(nk, 0.0), dVr(nk, 0.0);
-    const double sc = 1.0 / std::sqrt((double)dh);
-    auto q_at = [&](int b, int t, int h, int d) { return (double)round_bf16(Q[((size_t)b * T + t) * Hq * dh + h * dh + d]); };
-    auto k_at = [&](int b, int t, int j, int d) { return (double)round_bf16(K[((size_t)b * T + t) * Hkv * dh + j * dh + d]); };
-    auto v_at = [&](int b, int t, int j, int d) { return (double)round_bf16(V[((size_t)b * T + t) * Hkv * dh + j * dh + d]); };
-    auto o_at = [&](int b, int t, int h, int d) { return (double)round_bf16(dO[((size_t)b * T + t) * Hq * dh + h * dh + d]); };
-    std::vector<double> p(T), dp(T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < Hq; h++) {
-            const int j = h / G;
-            for (int t = 0; t < T; t++) {
-                double mx = -INFINITY, sum = 0;
-                for (int u = 0; u <= t; u++) {
-                    double s = 0;
-                    for (int d = 0; d < dh; d++) s += q_at(b, t, h, d) * k_at(b, u, j, d);
-                    p[u] = s * sc, mx = std::fmax(mx, p[u]);
-                }
-                for (int u = 0; u <= t; u++) sum += (p[u] = std::exp(p[u] - mx));
-                for (int u = 0; u <= t; u++) p[u] /= sum;
-                Lr[((size_t)b * Hq + h) * T + t] = mx + std::log(sum);
-                double D = 0;
-                for (int d = 0; d < dh; d++) {
-                    double o = 0;
-                    for (int u = 0; u <= t; u++) o += p[u] * v_at(b, u, j, d);
-                    Or[((size_t)b * T + t) * Hq * dh + h * dh + d] = o;
-                }
-                for (int u = 0; u <= t; u++) {
-                    double s = 0;
-                    for (int d = 0; d < dh; d++) s += o_at(b, t, h, d) * v_at(b, u, j, d);
-                    dp[u] = s, D += p[u] * s;
-                }
-                for (int u = 0; u <= t; u++) {
-                    const double ds = p[u] * (dp[u] - D) * sc;
-                    for (int d = 0; d < dh; d++) {
-                        dVr[((size_t)b * T + u) * Hkv * dh + j * dh + d] += p[u] * o_at(b, t, h, d);
-                        dKr[((size_t)b * T + u) * Hkv * dh + j * dh + d] += ds * q_at(b, t, h, d);
-                        dQr[((size_t)b * T + t) * Hq * dh + h * dh + d] += ds * k_at(b, u, j, d);
-                    }
-                }
-            }
-        }
+    /* the reference on the bf16 roundings of the inputs the kernels round themselves */
+    const AttnRef ref = attention_reference(rounded(Q), rounded(K), rounded(V), rounded(dO), B, T, Hq, Hkv, dh, 0);
+    const std::vector<double> &Or = ref.O, &Lr = ref.L, &dQr = ref.dQ, &dKr = ref.dK, &dVr = ref.dV;
     char tag[96], what[200];
     std::snprintf(tag, sizeof tag, "B%d T%d Hq%d Hkv%d dh%d (dK/dV in %d split%s)", B, T, Hq, Hkv, dh,
                   dkdv_splits(B, T, Hq, Hkv), dkdv_splits(B, T, Hq, Hkv) > 1 ? "s" : "");
@@ -146,6 +89,6 @@ int main(int argc, char **argv) {
     }
     attention_case(2, 130, 4, 2, 64);  /* three key tiles, the last partial; 2 query heads a kv head */
     attention_case(1, 100, 4, 1, 128); /* dh 128, 4 query heads a kv head */
-    std::printf("gpu-emu: %d passed, %d failed (attention, warp of %d lanes)\n", passed, failed, GPU_WARP);
-    return failed != 0;
+    std::printf("gpu-emu: %d passed, %d failed (attention, warp of %d lanes)\n", emu_passed(), emu_failed(), GPU_WARP);
+    return emu_failed() != 0;
 }

@@ -1,0 +1,103 @@
+/* The emulator tests' attention reference (test_attention_tc.cpp, test_attention_fp32.cpp): causal GQA softmax
+ * attention and its gradients in double, from given Q, K, V, dO, with an optional sliding window (query t sees keys
+ * t - window + 1 .. t; 0: all keys up to t). Layouts as gpu_kernels.h: Q, O, dQ, dO [B*T, Hq*dh]; K, V, dK, dV
+ * [B*T, Hkv*dh]; LSE [B, Hq, T]. Also the tests' random numbers, relative error and report line. */
+#ifndef ZAYA_EMU_ATTENTION_REF_H
+#define ZAYA_EMU_ATTENTION_REF_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+struct AttnRef {
+    std::vector<double> O, L, dQ, dK, dV;
+};
+
+inline AttnRef attention_reference(const std::vector<float> &Q, const std::vector<float> &K,
+                                   const std::vector<float> &V, const std::vector<float> &dO, int B, int T, int Hq,
+                                   int Hkv, int dh, int window) {
+    const int G = Hq / Hkv;
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh;
+    AttnRef r{std::vector<double>(nq), std::vector<double>((size_t)B * Hq * T), std::vector<double>(nq, 0.0),
+              std::vector<double>(nk, 0.0), std::vector<double>(nk, 0.0)};
+    const double sc = 1.0 / std::sqrt((double)dh);
+    auto qi = [&](int b, int t, int h, int d) { return ((size_t)b * T + t) * Hq * dh + (size_t)h * dh + d; };
+    auto ki = [&](int b, int t, int j, int d) { return ((size_t)b * T + t) * Hkv * dh + (size_t)j * dh + d; };
+    std::vector<double> p(T), dp(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++) {
+            const int j = h / G;
+            for (int t = 0; t < T; t++) {
+                const int u0 = window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
+                double mx = -INFINITY, sum = 0;
+                for (int u = u0; u <= t; u++) {
+                    double s = 0;
+                    for (int d = 0; d < dh; d++) s += (double)Q[qi(b, t, h, d)] * K[ki(b, u, j, d)];
+                    p[u] = s * sc, mx = std::fmax(mx, p[u]);
+                }
+                for (int u = u0; u <= t; u++) sum += (p[u] = std::exp(p[u] - mx));
+                for (int u = u0; u <= t; u++) p[u] /= sum;
+                r.L[((size_t)b * Hq + h) * T + t] = mx + std::log(sum);
+                for (int d = 0; d < dh; d++) {
+                    double o = 0;
+                    for (int u = u0; u <= t; u++) o += p[u] * V[ki(b, u, j, d)];
+                    r.O[qi(b, t, h, d)] = o;
+                }
+                double D = 0;
+                for (int u = u0; u <= t; u++) {
+                    double s = 0;
+                    for (int d = 0; d < dh; d++) s += (double)dO[qi(b, t, h, d)] * V[ki(b, u, j, d)];
+                    dp[u] = s, D += p[u] * s;
+                }
+                for (int u = u0; u <= t; u++) {
+                    const double ds = p[u] * (dp[u] - D) * sc;
+                    for (int d = 0; d < dh; d++) {
+                        r.dV[ki(b, u, j, d)] += p[u] * dO[qi(b, t, h, d)];
+                        r.dK[ki(b, u, j, d)] += ds * Q[qi(b, t, h, d)];
+                        r.dQ[qi(b, t, h, d)] += ds * K[ki(b, u, j, d)];
+                    }
+                }
+            }
+        }
+    return r;
+}
+
+inline uint64_t &emu_rng() {
+    static uint64_t s = 0x243f6a8885a308d3ull;
+    return s;
+}
+inline float urand() { /* [-1, 1) */
+    uint64_t &s = emu_rng();
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    return (float)((s >> 40) * (1.0 / (1ull << 23))) - 1.0f;
+}
+inline std::vector<float> rand_vec(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = scale * urand();
+    return v;
+}
+/* ‖a − ref‖ / ‖ref‖ (INFINITY when a has a non-finite value) */
+inline double rel_err(const float *a, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(a[i])) return INFINITY;
+        num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+    }
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+inline int &emu_passed() {
+    static int n = 0;
+    return n;
+}
+inline int &emu_failed() {
+    static int n = 0;
+    return n;
+}
+inline void report(bool ok, const char *what) {
+    (ok ? emu_passed() : emu_failed())++;
+    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+}
+
+#endif
