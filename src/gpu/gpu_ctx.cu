@@ -476,18 +476,10 @@ extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {
         gk_f32_to_bf16(g->stream, A16, A, (long)nn);
         gk_f32_to_bf16(g->stream, B16, B, (long)nn);
         for (int w = 0; w < 3; w++) gpu_gemm(g, 0, 1, n, n, n, 1, A, A16, n, B, B16, n, 0, C, n, &err);
-        gpuEvent_t e0, e1;
-        gpuEventCreate(&e0);
-        gpuEventCreate(&e1);
-        gpuEventRecord(e0, g->stream);
+        void *timer = gpu_timer_start(g);
         for (int r = 0; r < reps; r++) gpu_gemm(g, 0, 1, n, n, n, 1, A, A16, n, B, B16, n, 0, C, n, &err);
-        gpuEventRecord(e1, g->stream);
-        gpuEventSynchronize(e1);
-        float ms = 0;
-        gpuEventElapsedTime(&ms, e0, e1);
-        gpuEventDestroy(e0);
-        gpuEventDestroy(e1);
-        if (gpu_sync(g, "the GEMM probe", &err) == 0 && ms > 0) tflops = 2.0 * n * (double)n * n * reps / (ms * 1e-3) / 1e12;
+        const double sec = gpu_timer_stop(g, timer);
+        if (gpu_sync(g, "the GEMM probe", &err) == 0 && sec > 0) tflops = 2.0 * n * (double)n * n * reps / sec / 1e12;
     }
     gpu_free(A), gpu_free(B), gpu_free(C), gpu_free(A16), gpu_free(B16);
     return tflops;
@@ -529,11 +521,9 @@ extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, i
         g->bf16 = 1;
         for (int mode = 0; mode < 2; mode++) {
             int bad = 0;
-            gpuEvent_t e0, e1;
-            gpuEventCreate(&e0);
-            gpuEventCreate(&e1);
+            void *timer = NULL;
             for (int r = -2; r < reps; r++) {
-                if (r == 0) gpuEventRecord(e0, g->stream);
+                if (r == 0) timer = gpu_timer_start(g);
                 if (mode == 0) {
                     gk_expert_mm(g->stream, d_off, E, rows, (int)I2, D, X, D, Wgu, (long)I2 * D, 1, 0.0f, gu, (int)I2);
                     gk_expert_mm(g->stream, d_off, E, rows, D, I, act, I, Wd, (long)D * I, 1, 0.0f, out, D);
@@ -563,14 +553,9 @@ extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, i
                     }
                 }
             }
-            gpuEventRecord(e1, g->stream);
-            gpuEventSynchronize(e1);
-            float ms = 0;
-            gpuEventElapsedTime(&ms, e0, e1);
-            gpuEventDestroy(e0);
-            gpuEventDestroy(e1);
+            const double sec = gpu_timer_stop(g, timer);
             if (bad || gpu_sync(g, "the expert probe", err)) break;
-            const double tf = ms > 0 ? 18.0 * rows * (double)D * I * reps / (ms * 1e-3) / 1e12 : -1;
+            const double tf = sec > 0 ? 18.0 * rows * (double)D * I * reps / sec / 1e12 : -1;
             *(mode == 0 ? grouped_tflops : loop_tflops) = tf;
             rc = mode == 1 ? 0 : -1;
         }

@@ -86,6 +86,8 @@ void gpu_zero(GpuModel *gm, void *p, size_t floats) { gpu_memset_async(&gm->g, p
 
 /* ---- set-up --------------------------------------------------------------------------------------------- */
 
+static size_t operand_width(const ZayaConfig *c);
+
 static void bind_plain_residuals(GpuModel *gm) {
     for (int l = 0; l < gm->cfg.num_layers; l++) {
         LayerWeights *W = &gm->w.layers[l], *G = &gm->gw.layers[l];
@@ -148,13 +150,9 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
         free(ss);
         if (rc) return -1;
     }
-    /* the largest bf16 operand a product converts: activations of N rows by the widest layer, or a weight */
-    const ZayaConfig *c = &gm->cfg;
-    size_t widest = (size_t)c->vocab_size;
-    const size_t cands[] = {(size_t)c->hidden_size, (size_t)cfg_conv_channels(c), 2 * (size_t)c->moe_intermediate_size,
-                            (size_t)c->router_hidden_size};
-    for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) widest = cands[i] > widest ? cands[i] : widest;
-    if (gm->bf16 && gpu_reserve_scratch(&gm->g, N * widest, err)) return -1;
+    /* the largest bf16 operand a product converts: activations of N rows by the widest layer (or the logits) */
+    const size_t act = operand_width(&gm->cfg), V = (size_t)gm->cfg.vocab_size;
+    if (gm->bf16 && gpu_reserve_scratch(&gm->g, N * (V > act ? V : act), err)) return -1;
     return gm->bf16 ? gpu_model_reserve_operands(gm, N, err) : 0; /* op16's two buffers */
 }
 

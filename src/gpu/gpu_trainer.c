@@ -25,8 +25,7 @@ struct GpuTrainer {
     char collectives[200];
 };
 
-static int stage_routing(GpuTrainer *gt, ZyErr *err) {
-    if (gt->route_counts) return 0;
+static int stage_routing(GpuTrainer *gt, ZyErr *err) { /* sized by the config: once, at create */
     const ZayaConfig *c = &gt->host->cfg;
     gt->route_counts = malloc((size_t)c->num_layers * (c->num_experts + 1) * sizeof(int32_t));
     gt->route_sums = malloc((size_t)c->num_layers * 2 * sizeof(double));
@@ -86,7 +85,7 @@ int gpu_trainer_set_shape(GpuTrainer *gt, int B, int T, ZyErr *err) {
     if (gt->B == B && gt->T == T) return 0;
     if (gpu_model_set_shape(gt->model, B, T, err)) return -1;
     gt->B = B, gt->T = T;
-    return stage_routing(gt, err);
+    return 0;
 }
 
 void gpu_trainer_begin(GpuTrainer *gt) { gpu_model_zero_grads(gt->model); }

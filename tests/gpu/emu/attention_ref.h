@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 struct AttnRef {
@@ -98,6 +99,24 @@ inline int &emu_failed() {
 inline void report(bool ok, const char *what) {
     (ok ? emu_passed() : emu_failed())++;
     std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+}
+
+/* The backward's result: g[run][0..2] = dQ, dK, dV of two runs from the same preloads pre[0..2]. Each increment
+ * (result − preload) against the reference within tol, and the two runs bit-identical. */
+inline void check_increments(const char *tag, const std::vector<float> (&g)[2][3], const std::vector<float> *const pre[3],
+                             const AttnRef &ref, double tol) {
+    const char *names[3] = {"dQ", "dK", "dV"};
+    const std::vector<double> *refs[3] = {&ref.dQ, &ref.dK, &ref.dV};
+    char what[240];
+    for (int i = 0; i < 3; i++) {
+        std::vector<float> inc(g[0][i].size());
+        for (size_t e = 0; e < inc.size(); e++) inc[e] = g[0][i][e] - (*pre[i])[e];
+        const double ei = rel_err(inc.data(), refs[i]->data(), inc.size());
+        const bool same = std::memcmp(g[0][i].data(), g[1][i].data(), inc.size() * sizeof(float)) == 0;
+        std::snprintf(what, sizeof what, "backward %s: %s increment rel err %.2e (tol %.0e), two runs %s", tag,
+                      names[i], ei, tol, same ? "bit-identical" : "DIFFER");
+        report(ei <= tol && same, what);
+    }
 }
 
 #endif

@@ -39,18 +39,8 @@ static void window_case(int B, int T, int Hq, int Hkv, int dh, int window) {
                                            Of.data(), Lf.data(), Q.data(), K.data(), V.data(), B, T, Hq, Hkv, dh,
                                            work.data(), window);
     }
-    const char *names[3] = {"dQ", "dK", "dV"};
-    const std::vector<double> *refs[3] = {&ref.dQ, &ref.dK, &ref.dV};
     const std::vector<float> *pre[3] = {&dQ0, &dK0, &dV0};
-    for (int i = 0; i < 3; i++) {
-        std::vector<float> inc(g[0][i].size());
-        for (size_t e = 0; e < inc.size(); e++) inc[e] = g[0][i][e] - (*pre[i])[e];
-        const double ei = rel_err(inc.data(), refs[i]->data(), inc.size());
-        const bool same = std::memcmp(g[0][i].data(), g[1][i].data(), inc.size() * 4) == 0;
-        std::snprintf(what, sizeof what, "backward %s: %s increment rel err %.2e (tol 5e-5), two runs %s", tag,
-                      names[i], ei, same ? "bit-identical" : "DIFFER");
-        report(ei <= 5e-5 && same, what);
-    }
+    check_increments(tag, g, pre, ref, 5e-5);
 }
 
 int main(int argc, char **argv) {
