@@ -49,6 +49,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 
 #define real double
 #define K(name) name##_f64
+#define ROW_PRODUCTS(rows, out, in, X, ldx, W, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy)
 #define GEMM zy_gemm_f64
 #define GEMM_CTX(ctx, ...) zy_gemm_f64(__VA_ARGS__)
 #define GEMM_CTX_W(ctx, ...) zy_gemm_f64(__VA_ARGS__)
@@ -69,6 +70,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #include "kernels/kernels.inc"
 #undef real
 #undef K
+#undef ROW_PRODUCTS
 #undef GEMM
 #undef GEMM_CTX
 #undef GEMM_CTX_W

@@ -25,10 +25,12 @@ void residual_merge_backward(float *dh, float *dres, float *dhs, float *dhb, flo
 void embed_forward(float *x, const float *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim);
 void embed_forward_bf16(float *x, const uint16_t *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim);
 void embed_backward(float *demb, float *dbias, float *dscale, const float *dx, const float *emb, const int32_t *tokens, const float *bias, const float *scale, int rows, int dim, int pad_id);
-/* wp is a workspace of cca_conv_work_floats(B, T, C, dh, k1) floats (the repacked grouped weights [k1, C, dh] and
- * an output laid out like M [B*(T+k1-1), C]); dwp one of cca_conv_grad_work_floats(C, dh, k1) (their gradient). */
+/* wp is a workspace of cca_conv_work_floats(B, T, C, dh, k1) floats (the forward: M's rows with their taps side by
+ * side, [B*T, C*k1]; the backward: the repacked grouped weights [k1, C, dh] and a gradient laid out like M
+ * [B*(T+k1-1), C]); dwp one of cca_conv_grad_work_floats(C, dh, k1) (the weights' gradient). */
 static inline long cca_conv_work_floats(int B, int T, int C, int dh, int k1) {
-    return (long)k1 * C * dh + (long)B * (T + k1 - 1) * C;
+    const long forward = (long)B * T * C * k1, backward = (long)k1 * C * dh + (long)B * (T + k1 - 1) * C;
+    return forward > backward ? forward : backward;
 }
 static inline long cca_conv_grad_work_floats(int C, int dh, int k1) { return (long)k1 * C * dh; }
 void cca_conv_forward(float *Y, float *M, float *wp, const float *X, const float *w0, const float *b0, const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1);

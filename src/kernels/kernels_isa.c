@@ -64,8 +64,12 @@ static inline float zy_verfcf(float z) {
 }
 
 
+/* The grouped conv's products (kernels.inc): the level's tiles of dot products over every row, never the BLAS. */
+static void f32_rows(int rows, int out, int in, const float *X, int ldx, const float *W, float *Y, int ldy);
+
 #define real float
 #define K(name) ZY_ISA_NAME(name)
+#define ROW_PRODUCTS f32_rows
 #define GEMM zy_gemm
 #define GEMM_CTX zy_gemm_ctx
 #define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
@@ -81,6 +85,7 @@ static inline float zy_verfcf(float z) {
 #include "kernels/kernels.inc"
 #undef real
 #undef K
+#undef ROW_PRODUCTS
 #undef GEMM
 #undef GEMM_CTX
 #undef GEMM_CTX_W
@@ -224,6 +229,17 @@ void ZY_ISA_NAME(matmul_f32_block)(int nr, int o0, int o1, int in, const float *
         case 3: f32_tile(3, no, in, X, ldx, W, o, Y, ldy); break;
         default: f32_tile(4, no, in, X, ldx, W, o, Y, ldy); break;
         }
+    }
+}
+
+/* Y = X Wᵀ for any number of rows as tiles: chunks of 32 outputs (their weights stay in L1) against every block of 4
+ * rows. Each output's sum is the tile's, whatever the row count. */
+static void f32_rows(int rows, int out, int in, const float *X, int ldx, const float *W, float *Y, int ldy) {
+    for (int o0 = 0; o0 < out; o0 += ZY_F32_TILE_CHUNK) {
+        const int o1 = o0 + ZY_F32_TILE_CHUNK < out ? o0 + ZY_F32_TILE_CHUNK : out;
+        for (int r0 = 0; r0 < rows; r0 += 4)
+            ZY_ISA_NAME(matmul_f32_block)(rows - r0 < 4 ? rows - r0 : 4, o0, o1, in, X + (long)r0 * ldx, ldx, W,
+                                          Y + (long)r0 * ldy, ldy);
     }
 }
 
