@@ -38,6 +38,12 @@ if [ "${ZAYA_STRICT:-0}" = 1 ]; then
     run_suite hip bash tests/hip_check.sh
 fi
 run_suite unit build/zaya_tests
+# The unit tests again under one OpenBLAS core per instruction class this CPU runs (zaya info's "blas cores"): the
+# tests that compare two paths (decode vs the full forward, each level vs generic, fast paths vs simple ones) must
+# hold whatever core the library would have picked, not only the one zaya sets.
+for core in $(build/zaya info | sed -n 's/^blas cores *\([A-Za-z ]*\) (.*/\1/p'); do
+    run_suite "unit-blas-$core" env OPENBLAS_CORETYPE="$core" build/zaya_tests
+done
 run_suite unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/zaya_tests
 run_suite fuzz bash tests/fuzz/run.sh
 run_suite gpu-emu bash tests/gpu/emu/run.sh # the tensor-core kernels' source on the CPU: no GPU needed

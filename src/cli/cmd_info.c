@@ -1,13 +1,14 @@
 /* zaya info: what this binary is and what it found on this machine — the version, the CPU and its features, the
  * kernel level chosen (cpu.h), how bf16 runs here, the BLAS and its core type, threads, GPU support. */
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "commands.h"
 #include "gpu/gpu.h"
+#include "kernels/blas_core.h"
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 
@@ -71,12 +72,26 @@ int cmd_system_info(int argc, char **argv) {
     char backend[256];
     zy_gemm_bf16_backend(backend, sizeof backend);
     printf("bf16 gemm    %s\n", backend);
-    const char *cfg = openblas_get_config(), *core = openblas_get_corename();
-    printf("blas         %s; core %s; %d threads", cfg ? cfg : "OpenBLAS", core ? core : "?",
-           openblas_get_num_threads());
-    const char *coretype = getenv("OPENBLAS_CORETYPE");
-    if (coretype) printf(" (OPENBLAS_CORETYPE=%s)", coretype);
-    printf("\n");
+    const char *cfg = zy_blas_config(), *core = zy_blas_core_name();
+    printf("blas         %s; core %s; %d threads\n", cfg ? cfg : "OpenBLAS", core ? core : "?", zy_blas_threads());
+    /* why this core: zaya's own reason when it set OPENBLAS_CORETYPE (src/cli/main.c), else the same decision
+     * taken now, on the core the library runs */
+    const char *zaya_why = getenv("ZAYA_BLAS_CORE_WHY");
+    ZyBlasCoreChoice bc;
+    zy_blas_core_choose(&ci, level, forced && *forced && strcasecmp(forced, "auto") != 0, core,
+                        zaya_why ? NULL : getenv("OPENBLAS_CORETYPE"), &bc);
+    const ZyBlasClass have = zy_blas_core_class(core), want = zy_blas_class_for_level(level);
+    printf("blas core    %s (%s kernels): %s\n", core ? core : "?", zy_blas_class_name(have), zaya_why ? zaya_why : bc.why);
+    char runnable[128];
+    zy_blas_cores_runnable(&ci, runnable, sizeof runnable);
+    printf("blas cores   %s (one per instruction class this CPU runs)\n", runnable);
+    if (have == want)
+        printf("blas check   ok: %s kernels for the %s level\n", zy_blas_class_name(have), zy_cpu_level_name(level));
+    else if (have == ZY_BLAS_UNKNOWN)
+        printf("blas check   unknown: zaya does not know the core %s\n", core ? core : "(unnamed)");
+    else
+        printf("blas check   MISMATCH: %s kernels under the %s level (it needs %s)\n", zy_blas_class_name(have),
+               zy_cpu_level_name(level), zy_blas_class_name(want));
     const char *omp = getenv("OMP_NUM_THREADS");
     printf("threads      %d OpenMP threads (%s), %d processors\n", omp_get_max_threads(),
            omp ? "OMP_NUM_THREADS" : "all processors", omp_get_num_procs());

@@ -2,10 +2,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "kernels/blas_core.h"
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 
 typedef struct {
     const char *name;
@@ -41,16 +44,16 @@ static void usage(FILE *f) {
  * sets what the user left unset and re-executes itself once:
  * - OMP_WAIT_POLICY=passive: idle OpenMP threads sleep instead of spinning; on a shared or oversubscribed
  *   machine spinning made a forward pass 4x slower (3.8 s vs 0.84 s measured on 2 busy cores).
- * - OPENBLAS_CORETYPE=SkylakeX on AMD CPUs with AVX-512: Debian's OpenBLAS 0.3.21 takes Zen 4/5 for Haswell and
- *   runs sgemm at half speed.
+ * - OPENBLAS_CORETYPE: the OpenBLAS core for the process's kernel level when the library picked another
+ *   (src/kernels/blas_core.h: a CPU newer than the library gets its SSE or AVX2 kernels, at a quarter to a half of
+ *   the speed; a ZAYA_CPU level below the best holds OpenBLAS to the same instructions). ZAYA_BLAS_CORE_WHY carries
+ *   the reason to zaya info.
  * - Except when decoding interactively (generate, serve, bench decode, and bench gemm --weights, which times
  *   decoding's products): a token runs ~100 small parallel regions, and
  *   waking a sleeping thread costs more than each one's work (bench-medium bf16 decode, 2 threads: 125 tok/s
  *   passive, 205-229 with a bounded spin), so idle threads spin for GOMP_SPINCOUNT=10000 (~0.1 ms) before
  *   sleeping. Training keeps passive: two 2-thread processes on 2 cores ran the demo step at ~8k tok/s each
  *   passive, ~3-4k with this spin and ~500 with OMP_WAIT_POLICY=active.
- * - ZAYA_CPU=generic|avx2|avx512 (a level below the CPU's best): OpenBLAS is held to the same instructions
- *   (OPENBLAS_CORETYPE Nehalem, Haswell, SkylakeX), so a forced level keeps the whole process inside it.
  * A value the user set always wins. */
 static int decodes_interactively(int argc, char **argv) {
     if (argc >= 2 && (strcmp(argv[1], "generate") == 0 || strcmp(argv[1], "serve") == 0)) return 1;
@@ -75,12 +78,14 @@ static void configure_runtime(int argc, char **argv) {
     zy_cpu_detect(&ci);
     ZyCpuLevel level;
     const char *forced = getenv("ZAYA_CPU");
-    if (!getenv("OPENBLAS_CORETYPE") && zy_cpu_choose_level(forced, &ci, &level, NULL) == 0) {
-        static const char *const blas_core[ZY_CPU_LEVELS] = {"Nehalem", "Haswell", "SkylakeX", NULL};
-        if (level < zy_cpu_best_level(&ci) && blas_core[level])
-            changed |= setenv("OPENBLAS_CORETYPE", blas_core[level], 1) == 0;
-        else if (strcmp(ci.vendor, "AuthenticAMD") == 0 && zy_cpu_supports(&ci, ZY_CPU_AVX512))
-            changed |= setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) == 0;
+    if (zy_cpu_choose_level(forced, &ci, &level, NULL) == 0) {
+        ZyBlasCoreChoice bc;
+        zy_blas_core_choose(&ci, level, forced && *forced && strcasecmp(forced, "auto") != 0, zy_blas_core_name(),
+                            getenv("OPENBLAS_CORETYPE"), &bc);
+        if (bc.set && setenv("OPENBLAS_CORETYPE", bc.set, 1) == 0) {
+            changed = 1;
+            setenv("ZAYA_BLAS_CORE_WHY", bc.why, 1);
+        }
     }
 #endif
     if (!changed || setenv("ZAYA_RUNTIME_CONFIGURED", "1", 1) != 0) return;

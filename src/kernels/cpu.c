@@ -17,12 +17,14 @@ const char *zy_cpu_level_name(ZyCpuLevel level) {
 }
 
 #ifdef ZY_X86
-static void cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+static void cpuid_native(void *ctx, unsigned leaf, unsigned sub, unsigned r[4]) {
+    (void)ctx;
     if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) r[0] = r[1] = r[2] = r[3] = 0;
 }
 
 /* XCR0: which register states the OS saves on a context switch (without it AVX registers would be clobbered). */
-static unsigned long long xgetbv0(void) {
+static unsigned long long xgetbv0_native(void *ctx) {
+    (void)ctx;
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((unsigned long long)hi << 32) | lo;
@@ -30,9 +32,17 @@ static unsigned long long xgetbv0(void) {
 #endif
 
 void zy_cpu_detect(ZyCpuInfo *ci) {
-    memset(ci, 0, sizeof *ci);
 #ifdef ZY_X86
+    zy_cpu_detect_from(ci, &(ZyCpuid){.leaf = cpuid_native, .xgetbv0 = xgetbv0_native});
+#else
+    memset(ci, 0, sizeof *ci);
+#endif
+}
+
+void zy_cpu_detect_from(ZyCpuInfo *ci, const ZyCpuid *src) {
+    memset(ci, 0, sizeof *ci);
     unsigned r[4];
+#define cpuid(l, sub, r) src->leaf(src->ctx, l, sub, r)
     cpuid(0, 0, r);
     const unsigned max_leaf = r[0];
     memcpy(ci->vendor, &r[1], 4), memcpy(ci->vendor + 4, &r[3], 4), memcpy(ci->vendor + 8, &r[2], 4);
@@ -47,7 +57,7 @@ void zy_cpu_detect(ZyCpuInfo *ci) {
         ci->fma = (c >> 12) & 1, ci->sse42 = (c >> 20) & 1, ci->movbe = (c >> 22) & 1, ci->popcnt = (c >> 23) & 1;
         ci->avx = (c >> 28) & 1, ci->f16c = (c >> 29) & 1;
         if ((c >> 27) & 1) { /* OSXSAVE: XGETBV is available */
-            const unsigned long long xcr0 = xgetbv0();
+            const unsigned long long xcr0 = src->xgetbv0(src->ctx);
             ci->os_avx = (xcr0 & 0x6) == 0x6;             /* XMM and YMM state */
             ci->os_avx512 = ci->os_avx && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM0-15 upper halves, ZMM16-31 */
         }
@@ -78,7 +88,7 @@ void zy_cpu_detect(ZyCpuInfo *ci) {
         size_t skip = strspn(ci->brand, " ");
         memmove(ci->brand, ci->brand + skip, strlen(ci->brand + skip) + 1);
     }
-#endif
+#undef cpuid
 }
 
 int zy_cpu_supports(const ZyCpuInfo *ci, ZyCpuLevel level) {

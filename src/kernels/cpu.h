@@ -28,6 +28,13 @@ typedef struct {
 
 /* Reads CPUID (and XGETBV). On other architectures everything is 0 and the level is generic. */
 void zy_cpu_detect(ZyCpuInfo *ci);
+/* The same decoding from any source of CPUID leaves and XCR0: the tests feed it other CPUs' values. */
+typedef struct {
+    void (*leaf)(void *ctx, unsigned leaf, unsigned subleaf, unsigned eax_ebx_ecx_edx[4]); /* all 0 if absent */
+    unsigned long long (*xgetbv0)(void *ctx);                                                /* XCR0 */
+    void *ctx;
+} ZyCpuid;
+void zy_cpu_detect_from(ZyCpuInfo *ci, const ZyCpuid *src);
 /* The highest level whose instructions this CPU has and its OS enables. */
 ZyCpuLevel zy_cpu_best_level(const ZyCpuInfo *ci);
 /* Whether the CPU (with its OS) can run kernels of `level`. */

@@ -88,6 +88,10 @@ void zy_gemm_f64(int trans_a, int trans_b, int M, int N, int K, double alpha, co
                 alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+const char *zy_blas_config(void) { return openblas_get_config(); }
+const char *zy_blas_core_name(void) { return openblas_get_corename(); }
+int zy_blas_threads(void) { return openblas_get_num_threads(); }
+
 double zy_sgemm_probe_gflops(int n, double seconds) {
     float *a = zy_calloc((size_t)n * n * sizeof(float)), *b = zy_calloc((size_t)n * n * sizeof(float));
     float *c = zy_calloc((size_t)n * n * sizeof(float));

@@ -108,6 +108,12 @@ void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out,
 /* What runs bf16 products in this process: "oneDNN <version> (<isa>)" or the sgemm fallback, and why. */
 void zy_gemm_bf16_backend(char *out, size_t cap);
 
+/* The BLAS behind zy_gemm: its build string and the core (kernel set) it runs, as OpenBLAS names them
+ * (openblas_get_config, openblas_get_corename; blas_core.h decides which core that should be). */
+const char *zy_blas_config(void);
+const char *zy_blas_core_name(void);
+int zy_blas_threads(void);
+
 /* Measured sgemm throughput (GFLOP/s) of this process's BLAS on square matrices of size n, timed for about
  * `seconds` after a warm-up: the peak MFU is quoted against. */
 double zy_sgemm_probe_gflops(int n, double seconds);

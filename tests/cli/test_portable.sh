@@ -3,7 +3,9 @@
 # and a Nehalem (x86-64-v2: no AVX at all). Each runs zaya info (the kernel level it picks), a forward + backward
 # (loss and every gradient against the build machine's own run) and a greedy decode, fp32 and bf16 weights (the same
 # tokens as natively). An AVX-512 (or AVX) instruction outside the runtime dispatch dies here with SIGILL on any build
-# machine. Also: ZAYA_CPU asking for a level the CPU lacks is a clear error. Ends with "portable: N passed, N failed".
+# machine. Also: ZAYA_CPU asking for a level the CPU lacks is a clear error, and the OpenBLAS core zaya runs (on this
+# machine, on a CPU model the library does not know, and as the user or ZAYA_CPU sets it). Ends with "portable: N
+# passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ZAYA=${ZAYA_BIN:-build/zaya}
@@ -107,6 +109,32 @@ check "ZAYA_CPU=avx512 on a Haswell: the error names ZAYA_CPU and the CPU's best
     grep -q "ZAYA_CPU=avx512: this CPU cannot run that kernel level (the highest it can is avx2)" "$work/forced.txt"
 ZAYA_CPU=generic "$QEMU" -cpu Haswell "$ZAYA" info >"$work/forced2.txt" 2>&1
 check "ZAYA_CPU=generic on a Haswell runs generic" grep -Eq "^kernels +generic \(forced by ZAYA_CPU\)" "$work/forced2.txt"
+
+# The OpenBLAS core (src/kernels/blas_core.h). On this machine, as zaya starts by itself: the core in use has the
+# instructions of the kernel level ("blas check ok"; an AVX-512 level on SSE kernels would fail here).
+env -u ZAYA_RUNTIME_CONFIGURED "$ZAYA" info >"$work/blas.txt" 2>&1
+check "blas check ok on this machine: $(sed -n 's/^blas check *//p' "$work/blas.txt")" grep -q '^blas check *ok:' "$work/blas.txt"
+grep -E '^blas (core|cores)' "$work/blas.txt" | sed 's/^/    /'
+# A core the user sets wins, and the check says when it does not fit the level.
+env -u ZAYA_RUNTIME_CONFIGURED OPENBLAS_CORETYPE=Prescott "$ZAYA" info >"$work/blas-user.txt" 2>&1
+check "OPENBLAS_CORETYPE=Prescott is kept" grep -q '^blas core *Prescott (sse kernels): OPENBLAS_CORETYPE=Prescott, set by you' "$work/blas-user.txt"
+check "... and reported as a mismatch under the $(sed -n 's/^kernels *\([a-z0-9]*\).*/\1/p' "$work/blas.txt") level" \
+    grep -q '^blas check *MISMATCH: sse kernels' "$work/blas-user.txt"
+# A CPU the library does not know: a Haswell reporting family 6 model 207 (the Emerald Rapids number), on which
+# OpenBLAS 0.3.21 falls back to Prescott. zaya decides inside the emulator and re-executes (the re-executed process
+# runs natively: qemu-user does not follow the exec), so its info tells the emulated library's pick and zaya's core.
+env -u ZAYA_RUNTIME_CONFIGURED "$QEMU" -cpu Haswell,model=207 "$ZAYA" info 2>/dev/null >"$work/blas-emr.txt"
+check "6/207 emulated: OpenBLAS's Prescott replaced by Haswell ($(sed -n 's/^blas core  *//p' "$work/blas-emr.txt"))" \
+    grep -q '^blas core *Haswell (avx2 kernels): set by zaya: OpenBLAS picked Prescott (sse kernels) on a CPU whose best kernel level is avx2' "$work/blas-emr.txt"
+# A model the library knows keeps its own pick (OMP_WAIT_POLICY is set, so nothing makes zaya re-execute: the check
+# runs inside the emulator).
+env -u ZAYA_RUNTIME_CONFIGURED "$QEMU" -cpu Haswell "$ZAYA" info 2>/dev/null >"$work/blas-hsw.txt"
+check "Haswell emulated: OpenBLAS's own Haswell kept, check ok" \
+    bash -c "grep -q '^blas core *Haswell (avx2 kernels): OpenBLAS.s own pick' '$work/blas-hsw.txt' && grep -q '^blas check *ok' '$work/blas-hsw.txt'"
+ZAYA_CPU=generic env -u ZAYA_RUNTIME_CONFIGURED "$ZAYA" info >"$work/blas-generic.txt" 2>&1
+check "ZAYA_CPU=generic holds OpenBLAS to Nehalem" \
+    bash -c "grep -q '^blas core *Nehalem (sse kernels)' '$work/blas-generic.txt' && grep -q '^blas check *ok' '$work/blas-generic.txt'"
+
 ZAYA_CPU=sse9 "$ZAYA" info >"$work/forced3.txt" 2>&1
 rc=$?
 check "ZAYA_CPU=sse9: exit 1 naming the levels (got $rc)" \
