@@ -341,8 +341,12 @@ static int bench_gemm(int argc, char **argv) {
     }
     if (!gpu) {
         if (!n) n = 1024;
-        double f32 = zy_sgemm_probe_gflops(n, 1.0), b16 = zy_gemm_bf16_probe_gflops(n, 1.0);
-        printf("cpu  %dx%dx%d  fp32 %.1f GFLOP/s  bf16 %.1f GFLOP/s\n", n, n, n, f32, b16);
+        /* bf16: oneDNN where it runs natively, else the rounded inputs through sgemm (what a bf16 run would cost
+         * if it kept bf16 products) */
+        const ZyBf16Products p = zy_bf16_products_available(ZY_BF16_PRODUCTS_ONEDNN, NULL, 0) ? ZY_BF16_PRODUCTS_ONEDNN
+                                                                                          : ZY_BF16_PRODUCTS_SGEMM;
+        double f32 = zy_sgemm_probe_gflops(n, 1.0), b16 = zy_gemm_bf16_probe_gflops(p, n, 1.0);
+        printf("cpu  %dx%dx%d  fp32 %.1f GFLOP/s  bf16 (%s) %.1f GFLOP/s\n", n, n, n, f32, zy_bf16_products_name(p), b16);
         return 0;
     }
     GpuCtx g;

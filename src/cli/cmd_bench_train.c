@@ -137,7 +137,7 @@ done:
 }
 
 int bench_train(int argc, char **argv) {
-    const char *config_path = NULL, *optimizer = "muon", *precision = "fp32", *device = "cpu";
+    const char *config_path = NULL, *optimizer = "muon", *precision = "fp32", *device = "cpu", *products = "auto";
     int B = 8, T = 128, steps = 10, warmup = 2, threads = 0;
     ArgSpec specs[] = {
         {"--config", ARG_STRING, 1, &config_path, "model config.json", 0},
@@ -150,12 +150,14 @@ int bench_train(int argc, char **argv) {
          "muon (Muon for the matrices + AdamW, ZAYA's recipe; default) or adamw (AdamW for every tensor)", 0},
         {"--precision", ARG_STRING, 0, &precision,
          "fp32 (default) or bf16 (bf16 inputs to the matrix products, fp32 sums and master weights)", 0},
+        {"--bf16-products", ARG_STRING, 0, &products,
+         "with --precision bf16 on a CPU: auto (default: what a training run picks for this CPU), fp32, onednn or sgemm", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
     };
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0) {
             args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw "
-                       "--precision fp32|bf16 --device cpu|cuda]", specs,
+                       "--precision fp32|bf16 --bf16-products auto|fp32|onednn|sgemm --device cpu|cuda]", specs,
                        ZY_ARRAY_LEN(specs));
             return 0;
         }
@@ -181,6 +183,13 @@ int bench_train(int argc, char **argv) {
         goto done;
     }
     const int bf16 = strcmp(precision, "bf16") == 0;
+    ZyBf16Products want_products;
+    if (zy_bf16_products_parse(products, &want_products, "bench train: --bf16-products", &err)) goto done;
+    char products_why[256] = "";
+    if (bf16 && !zy_bf16_products_available(want_products, products_why, sizeof products_why)) {
+        zy_fail(&err, "bench train: --bf16-products %s: %s", products, products_why);
+        goto done;
+    }
     int gpu = 0, gpu_index = -1;
     if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
         zy_wrap(&err, "bench train: --device");
@@ -215,12 +224,17 @@ int bench_train(int argc, char **argv) {
     }
     if (acts_create(&a, &cfg, B, T, &err)) goto done;
     have_acts = 1;
-    acts_set_bf16(&a, bf16);
+    /* as a training run decides: timed on the experts' gate/up product where the CPU leaves it open */
+    const ZyBf16Products prod = bf16 ? zy_bf16_products_resolve(want_products, B * T / (cfg.num_experts > 0 ? cfg.num_experts : 1),
+                                                                2 * cfg.moe_intermediate_size, cfg.hidden_size,
+                                                                products_why, sizeof products_why)
+                                     : ZY_BF16_PRODUCTS_FP32;
+    acts_set_bf16(&a, prod);
     OptimConfig oc;
     optim_config_default(&oc);
     oc.adamw_only = strcmp(optimizer, "adamw") == 0;
     if (optim_create(&o, &m.params, &oc, &err)) goto done;
-    optim_set_bf16(&o, bf16);
+    optim_set_bf16(&o, prod);
     have_opt = 1;
     tokens = malloc((size_t)B * T * sizeof *tokens);
     targets = malloc((size_t)B * T * sizeof *targets);
@@ -234,7 +248,7 @@ int bench_train(int argc, char **argv) {
     zy_rng_seed(&rng, 7);
     for (long i = 0; i < (long)B * T; i++) tokens[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)cfg.vocab_size);
     make_next_token_targets(targets, tokens, B, T);
-    double peak = zy_sgemm_probe_gflops(1024, 1.0), peak16 = bf16 ? zy_gemm_bf16_probe_gflops(1024, 1.0) : 0;
+    double peak = zy_sgemm_probe_gflops(1024, 1.0), peak16 = prod ? zy_gemm_bf16_probe_gflops(prod, 1024, 1.0) : 0;
     double phase[MODEL_PHASES] = {0}, optim_s = 0;
     for (int s = -warmup; s < steps; s++) {
         a.phase_seconds = s >= 0 ? phase : NULL;
@@ -263,14 +277,19 @@ int bench_train(int argc, char **argv) {
     printf("batch        %d x %d tokens, %d threads, %d timed steps after %d warm-up, optimizer %s\n", B, T,
            omp_get_max_threads(), steps, warmup, oc.adamw_only ? "AdamW" : "Muon + AdamW");
     char backend[256];
-    zy_gemm_bf16_backend(backend, sizeof backend);
-    printf("precision    %s%s%s\n", bf16 ? "bf16 products: " : "fp32", bf16 ? backend : "",
-           bf16 ? "; Newton-Schulz products bf16 too; fp32 master weights, optimizer state, norms, attention" : "");
+    zy_gemm_bf16_backend(prod, backend, sizeof backend);
+    if (!bf16)
+        printf("precision    fp32\n");
+    else if (prod == ZY_BF16_PRODUCTS_FP32)
+        printf("precision    bf16 asked, products %s: %s\n", backend, products_why);
+    else
+        printf("precision    bf16 products (%s): %s (%s); Newton-Schulz products bf16 too; fp32 master weights, "
+               "optimizer state, norms, attention\n", zy_bf16_products_name(prod), backend, products_why);
     printf("step         median %.4f s (min %.4f, max %.4f)\n", median, times[0], times[steps - 1]);
     printf("throughput   %.0f tokens/s, %.1f GFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
            tps * flops / 1e9, flops / 1e9);
     printf("MFU          %.1f%% of the measured sgemm peak %.1f GFLOP/s\n", 100 * tps * flops / (peak * 1e9), peak);
-    if (bf16)
+    if (prod)
         printf("MFU bf16     %.1f%% of the measured bf16 product peak %.1f GFLOP/s (1024^3, rounding included)\n",
                100 * tps * flops / (peak16 * 1e9), peak16);
     /* the optimizer's FLOPs (Muon's Newton–Schulz) are outside the 6N convention: MFU of the model's own part */

@@ -65,13 +65,14 @@ int cmd_system_info(int argc, char **argv) {
                l + 1 < ZY_CPU_LEVELS ? "," : "\n");
     printf("kernels      %s (%s)\n", zy_cpu_level_name(level),
            forced && *forced ? "forced by ZAYA_CPU" : level == best ? "the best this CPU runs" : "?");
-    printf("bf16         %s\n", level >= ZY_CPU_AVX512BF16
-                                    ? "native: vdpbf16ps dot products (AVX512-BF16), fp32 accumulation"
-                                    : "converted: bf16 values widened to fp32 and multiplied in fp32 (no AVX512-BF16 "
-                                      "kernels at this level: works, slower)");
-    char backend[256];
-    zy_gemm_bf16_backend(backend, sizeof backend);
-    printf("bf16 gemm    %s\n", backend);
+    const char *bf16w = getenv("ZAYA_BF16_WEIGHTS");
+    printf("bf16 weights %s%s\n", zy_bf16_weights_describe(zy_bf16_weights()),
+           bf16w && *bf16w ? " (ZAYA_BF16_WEIGHTS)" : "");
+    /* what a training run with "precision": "bf16" and "bf16_products": "auto" would compute (timed where it must) */
+    char backend[256], why[256];
+    const ZyBf16Products p = zy_bf16_products_resolve(ZY_BF16_PRODUCTS_AUTO, 1024, 1024, 1024, why, sizeof why);
+    zy_gemm_bf16_backend(p, backend, sizeof backend);
+    printf("bf16 train   %s products: %s; %s\n", zy_bf16_products_name(p), backend, why);
     const char *cfg = zy_blas_config(), *core = zy_blas_core_name();
     printf("blas         %s; core %s; %d threads\n", cfg ? cfg : "OpenBLAS", core ? core : "?", zy_blas_threads());
     /* why this core: zaya's own reason when it set OPENBLAS_CORETYPE (src/cli/main.c), else the same decision

@@ -95,7 +95,7 @@ static void configure_runtime(int argc, char **argv) {
 int main(int argc, char **argv) {
     configure_runtime(argc, argv);
     ZyErr err; /* the kernel level: the best this CPU runs, or the one ZAYA_CPU names (an error if the CPU lacks it) */
-    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0) {
+    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0) {
         fprintf(stderr, "zaya: %s\n", err.msg);
         return 1;
     }

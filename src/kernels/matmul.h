@@ -64,13 +64,46 @@ int zy_matmul_bf16_dpbf16_groups(int G, const int32_t *off, int out, int in, con
 void zy_matmul_bf16_panels(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
                            int ldy);
 
+/* How products with bf16 weights run (inference: zy_matmul_wt), one way for the whole process so that decoding and a
+ * full forward round the same values: */
+typedef enum {
+    ZY_BF16W_AUTO,         /* DOT at the avx512bf16 level, WIDEN below it */
+    ZY_BF16W_WIDEN,        /* weights widened to fp32 (registers for a few rows, panels for sgemm); activations fp32 */
+    ZY_BF16W_DOT,          /* activations rounded to bf16 and vdpbf16ps dot products (avx512bf16 only) */
+    ZY_BF16W_DOT_EMULATED, /* DOT's rounding in plain C on any CPU (exact bf16 products, fp32 sums): for tests */
+} ZyBf16Weights;
+/* Sets the process's way from a name (ZAYA_BF16_WEIGHTS: auto, widen, dot, dot-emulated; NULL or "" = auto); an
+ * unknown name, or dot below the avx512bf16 level, is an error naming ZAYA_BF16_WEIGHTS. */
+int zy_bf16_weights_set(const char *name, ZyErr *err);
+/* The way in force (AUTO resolved). */
+ZyBf16Weights zy_bf16_weights(void);
+const char *zy_bf16_weights_describe(ZyBf16Weights w);
+
 /* ---- bf16 products ("precision": "bf16") ----
  * How one run's matrix products compute: fp32 (bf16 = 0), or with both inputs rounded to bf16 (nearest even) and
  * fp32 accumulation. Products of bf16 values are exact in fp32, so a bf16 product differs from zy_gemm on the
  * rounded inputs only in summation order. It holds reusable scratch (the bf16 copies of the inputs) and, with
  * oneDNN, a cache of its matmul primitives: one per run (not shared between threads). Zero-initialised = fp32. */
+/* Which products a run with "precision": "bf16" computes (ZyGemmCtx.bf16), chosen per CPU (zy_bf16_products_resolve)
+ * and kept by a resumed run (bit-exact resume needs the same products): */
+typedef enum {
+    ZY_BF16_PRODUCTS_AUTO = -1, /* to be resolved: never a ZyGemmCtx value */
+    ZY_BF16_PRODUCTS_FP32 = 0,  /* fp32 products: on this CPU bf16 ones would be slower (no bf16 matrix unit) */
+    ZY_BF16_PRODUCTS_ONEDNN,    /* bf16-rounded inputs, oneDNN's bf16 matmul (AMX or AVX512-BF16); sgemm if it can't */
+    ZY_BF16_PRODUCTS_SGEMM,     /* bf16-rounded inputs widened back to fp32 for sgemm: the same products, any CPU */
+} ZyBf16Products;
+/* "auto", "fp32", "onednn", "sgemm" <-> the enum; parsing errors name `what` and the value. */
+int zy_bf16_products_parse(const char *s, ZyBf16Products *out, const char *what, ZyErr *err);
+const char *zy_bf16_products_name(ZyBf16Products p);
+/* 1 if p can run here (onednn needs the avx512bf16 level and a oneDNN with native bf16 kernels); else 0 and why. */
+int zy_bf16_products_available(ZyBf16Products p, char *why, size_t cap);
+/* AUTO made concrete for this CPU: oneDNN where it has AMX tiles; where it has AVX512-BF16 alone, oneDNN or fp32,
+ * whichever runs an [M, K] x [K, N] product faster (timed here, ~0.2 s; oneDNN must win by 5%); fp32 everywhere
+ * else. A concrete request is returned as it is. why: one sentence (the timings, when it timed). */
+ZyBf16Products zy_bf16_products_resolve(ZyBf16Products p, int M, int N, int K, char *why, size_t cap);
+
 typedef struct {
-    int bf16;
+    int bf16; /* a ZyBf16Products: 0 = fp32 */
     unsigned weights_gen; /* bumped by zy_gemm_ctx_weights_changed: the packed weights are stale */
     void *scratch[3];
     size_t scratch_bytes[3];
@@ -78,10 +111,10 @@ typedef struct {
 } ZyGemmCtx;
 void zy_gemm_ctx_free(ZyGemmCtx *ctx);
 
-/* zy_gemm under ctx's precision (ctx NULL: fp32). bf16: on a CPU running the avx512bf16 kernels with oneDNN
- * built in, oneDNN's bf16 matmul (AVX512-BF16 dot products, or AMX tiles where the CPU has them); anywhere else
- * the rounded inputs widened back to fp32 for sgemm (the same products, slower). If scratch memory runs out it
- * falls back to fp32 (no error: the product is still right, only not rounded). */
+/* zy_gemm under ctx's precision (ctx NULL: fp32). ONEDNN: oneDNN's bf16 matmul (AVX512-BF16 dot products, or AMX
+ * tiles where the CPU has them); SGEMM, or ONEDNN where oneDNN cannot run: the rounded inputs widened back to fp32
+ * for sgemm (the same products, slower). If scratch memory runs out it falls back to fp32 (no error: the product is
+ * still right, only not rounded). */
 void zy_gemm_ctx(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
 /* Under bf16 every operand is rounded to a bf16 copy; how long a copy may be reused is the operand's kind:
@@ -105,8 +138,9 @@ void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X,
  * W + g·out·in (or W16 + g·out·in), into the same rows of Y (a MoE layer's experts over their sorted rows). */
 void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out, int in, const float *X, int ldx,
                              const float *W, const uint16_t *W16, float *Y, int ldy);
-/* What runs bf16 products in this process: "oneDNN <version> (<isa>)" or the sgemm fallback, and why. */
-void zy_gemm_bf16_backend(char *out, size_t cap);
+/* What runs the products of a ZyBf16Products value in this process: "oneDNN <version> (<isa>)", the sgemm fallback
+ * and why, or fp32. */
+void zy_gemm_bf16_backend(ZyBf16Products p, char *out, size_t cap);
 
 /* The BLAS behind zy_gemm: its build string and the core (kernel set) it runs, as OpenBLAS names them
  * (openblas_get_config, openblas_get_corename; blas_core.h decides which core that should be). */
@@ -117,7 +151,7 @@ int zy_blas_threads(void);
 /* Measured sgemm throughput (GFLOP/s) of this process's BLAS on square matrices of size n, timed for about
  * `seconds` after a warm-up: the peak MFU is quoted against. */
 double zy_sgemm_probe_gflops(int n, double seconds);
-/* The same for bf16 products (zy_gemm_ctx with bf16 on, rounding of the inputs included). */
-double zy_gemm_bf16_probe_gflops(int n, double seconds);
+/* The same for bf16 products (zy_gemm_ctx with products p, rounding of the inputs included). */
+double zy_gemm_bf16_probe_gflops(ZyBf16Products p, int n, double seconds);
 
 #endif

@@ -1,5 +1,6 @@
 /* Products with bf16 weights (matmul.h): a few rows (decoding) read the bf16 values directly through the kernel of
  * the process's CPU level; more rows widen panels of the weights to fp32 for sgemm. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,13 +73,65 @@ void zy_matmul_bf16_panels(int rows, int out, int in, const float *X, int ldx, c
     free(wp);
 }
 
+/* ---- which way bf16 weights run (process-wide) ---- */
+static atomic_int bf16_weights = ZY_BF16W_AUTO;
+
+ZyBf16Weights zy_bf16_weights(void) {
+    const int w = atomic_load_explicit(&bf16_weights, memory_order_relaxed);
+    if (w != ZY_BF16W_AUTO) return (ZyBf16Weights)w;
+    return zy_cpu_level() >= ZY_CPU_AVX512BF16 ? ZY_BF16W_DOT : ZY_BF16W_WIDEN;
+}
+
+int zy_bf16_weights_set(const char *name, ZyErr *err) {
+    static const char *const names[] = {"auto", "widen", "dot", "dot-emulated"};
+    if (!name || !*name) name = "auto";
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(name, names[i]) != 0) continue;
+        if (i == ZY_BF16W_DOT && zy_cpu_level() < ZY_CPU_AVX512BF16)
+            return zy_fail(err, "ZAYA_BF16_WEIGHTS=dot: vdpbf16ps needs the avx512bf16 kernel level (this process runs %s)",
+                           zy_cpu_level_name(zy_cpu_level()));
+        atomic_store(&bf16_weights, i);
+        return 0;
+    }
+    return zy_fail(err, "ZAYA_BF16_WEIGHTS=%s: not a way to run bf16 weights (auto, widen, dot, dot-emulated)", name);
+}
+
+const char *zy_bf16_weights_describe(ZyBf16Weights w) {
+    switch (w) {
+    case ZY_BF16W_DOT: return "dot: activations rounded to bf16, vdpbf16ps dot products (AVX512-BF16), fp32 sums";
+    case ZY_BF16W_DOT_EMULATED:
+        return "dot-emulated: activations rounded to bf16 as vdpbf16ps would, plain C products, fp32 sums (for tests)";
+    case ZY_BF16W_WIDEN: return "widen: bf16 weights widened to fp32 and multiplied in fp32 (fp32 activations)";
+    default: return "auto";
+    }
+}
+
+/* The avx512bf16 path's numbers on any CPU: the rows rounded to bf16, products of bf16 values (exact in fp32) summed in
+ * fp32 by the plain kernel. */
+static void matmul_dot_emulated(int rows, int out, int in, const float *X, int ldx, const uint16_t *W16, float *Y,
+                                int ldy) {
+    float *xr = malloc(sizeof *xr * (size_t)rows * in);
+    if (!xr) { /* no room for the rounded rows: fp32 activations (only the rounding is lost) */
+        zy_matmul_bf16(ZY_BF16_PLAIN, rows, out, in, X, ldx, W16, Y, ldy);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < in; k++) xr[(long)r * in + k] = zy_round_bf16(X[(long)r * ldx + k]);
+    zy_matmul_bf16(ZY_BF16_PLAIN, rows, out, in, xr, in, W16, Y, ldy);
+    free(xr);
+}
+
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
                   int ldy) {
     if (W16 && rows > 0 && out > 0 && in > 0) {
+        const ZyBf16Weights way = zy_bf16_weights();
         /* AVX512-BF16: the tiled dot-product kernel for any number of rows (bf16 dot products run at twice sgemm's
          * rate, and the weights are read as they are stored: no widened panel) */
-        if (zy_cpu_level() >= ZY_CPU_AVX512BF16 && zy_matmul_bf16_dpbf16(rows, out, in, X, ldx, W16, Y, ldy) == 0)
+        if (way == ZY_BF16W_DOT && zy_matmul_bf16_dpbf16(rows, out, in, X, ldx, W16, Y, ldy) == 0) return;
+        if (way == ZY_BF16W_DOT_EMULATED) {
+            matmul_dot_emulated(rows, out, in, X, ldx, W16, Y, ldy);
             return;
+        }
         if (rows <= ZY_BF16_MAX_ROWS) {
             zy_matmul_bf16(-1, rows, out, in, X, ldx, W16, Y, ldy);
             return;
@@ -392,7 +445,7 @@ void zy_gemm_ctx_ex(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int 
         return;
     }
 #ifdef ZY_HAVE_DNNL
-    if (zy_cpu_level() >= ZY_CPU_AVX512BF16 &&
+    if (ctx->bf16 == ZY_BF16_PRODUCTS_ONEDNN && zy_cpu_level() >= ZY_CPU_AVX512BF16 &&
         gemm_bf16_dnnl(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, a_kind, B, ldb, b_kind, beta, C, ldc) == 0)
         return;
 #else
@@ -435,7 +488,7 @@ void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out,
                              const float *W, const uint16_t *W16, float *Y, int ldy) {
     /* bf16 weights on AVX512-BF16: every group in one parallel region (a decoding step's experts have a few rows
      * each: one region per expert would be mostly fork, join and threads waiting) */
-    if (!(ctx && ctx->bf16 && W) && W16 && out > 0 && in > 0 && zy_cpu_level() >= ZY_CPU_AVX512BF16 &&
+    if (!(ctx && ctx->bf16 && W) && W16 && out > 0 && in > 0 && zy_bf16_weights() == ZY_BF16W_DOT &&
         zy_matmul_bf16_dpbf16_groups(G, off, out, in, X, ldx, W16, Y, ldy) == 0)
         return;
     const long stride = (long)out * in;
@@ -447,29 +500,127 @@ void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out,
     }
 }
 
-void zy_gemm_bf16_backend(char *out, size_t cap) {
+/* ---- which products a bf16 run computes ---- */
+static const char *const product_names[] = {"fp32", "onednn", "sgemm"};
+
+const char *zy_bf16_products_name(ZyBf16Products p) {
+    return p == ZY_BF16_PRODUCTS_AUTO ? "auto" : p >= 0 && p <= ZY_BF16_PRODUCTS_SGEMM ? product_names[p] : "?";
+}
+
+int zy_bf16_products_parse(const char *s, ZyBf16Products *out, const char *what, ZyErr *err) {
+    if (!s || !*s || strcmp(s, "auto") == 0) {
+        *out = ZY_BF16_PRODUCTS_AUTO;
+        return 0;
+    }
+    for (int i = 0; i <= ZY_BF16_PRODUCTS_SGEMM; i++)
+        if (strcmp(s, product_names[i]) == 0) {
+            *out = (ZyBf16Products)i;
+            return 0;
+        }
+    return zy_fail(err, "%s: \"%s\" is not a way to run bf16 products (auto, fp32, onednn, sgemm)", what, s);
+}
+
+/* oneDNN runs bf16 matmuls on native instructions here: 1 with AMX tiles, 2 with AVX512-BF16 alone, 0 not at all. */
+static int onednn_native(void) {
 #ifdef ZY_HAVE_DNNL
-    const dnnl_version_t *v = dnnl_version();
-    if (zy_cpu_level() >= ZY_CPU_AVX512BF16 && dnnl_native_bf16()) {
-        const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-        const int amx = (isa & (unsigned)dnnl_cpu_isa_avx512_core_amx) == (unsigned)dnnl_cpu_isa_avx512_core_amx;
-        snprintf(out, cap, "oneDNN %d.%d.%d matmul, %s", v->major, v->minor, v->patch,
-                 amx ? "AMX tiles (and AVX512-BF16)" : "AVX512-BF16 dot products");
+    if (zy_cpu_level() < ZY_CPU_AVX512BF16 || !dnnl_native_bf16()) return 0;
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return (isa & amx) == amx ? 1 : 2;
+#else
+    return 0;
+#endif
+}
+
+int zy_bf16_products_available(ZyBf16Products p, char *why, size_t cap) {
+    if (p != ZY_BF16_PRODUCTS_ONEDNN || onednn_native()) return 1;
+#ifdef ZY_HAVE_DNNL
+    snprintf(why, cap, "oneDNN has no native bf16 kernel here (%s)",
+             zy_cpu_level() < ZY_CPU_AVX512BF16 ? "the kernel level is below avx512bf16" : "no AVX512-BF16 or AMX");
+#else
+    snprintf(why, cap, "this zaya is built without oneDNN");
+#endif
+    return 0;
+}
+
+/* Seconds for one [M, K] x [N, K]ᵀ product under p, the best of 3 after a warm-up. */
+static double time_product(ZyBf16Products p, int M, int N, int K, const float *A, const float *W, float *C) {
+    ZyGemmCtx ctx = {.bf16 = p};
+    zy_gemm_ctx_weights_changed(&ctx);
+    double best = 1e30;
+    for (int i = 0; i < 4; i++) {
+        const double t0 = zy_now_seconds();
+        zy_gemm_ctx_w(&ctx, 0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, C, N);
+        const double t = zy_now_seconds() - t0;
+        if (i > 0 && t < best) best = t; /* the first is the warm-up: oneDNN builds its primitive, packs W */
+    }
+    zy_gemm_ctx_free(&ctx);
+    return best;
+}
+
+ZyBf16Products zy_bf16_products_resolve(ZyBf16Products p, int M, int N, int K, char *why, size_t cap) {
+    if (p != ZY_BF16_PRODUCTS_AUTO) {
+        snprintf(why, cap, "as asked");
+        return p;
+    }
+    const int native = onednn_native();
+    if (native == 1) {
+        snprintf(why, cap, "oneDNN with AMX tiles (bf16 products ~2x sgemm's rate)");
+        return ZY_BF16_PRODUCTS_ONEDNN;
+    }
+    if (native == 0) {
+        snprintf(why, cap, "this CPU has no bf16 matrix unit (AMX or AVX512-BF16 under oneDNN): bf16-rounded inputs "
+                           "would run the same sgemm plus the rounding, so the products stay fp32");
+        return ZY_BF16_PRODUCTS_FP32;
+    }
+    /* AVX512-BF16 without AMX: oneDNN's dot-product kernels win on some CPUs and lose on others (0.71x sgemm measured
+     * on a Sapphire Rapids held to AVX512-BF16): timed on this run's own product shape */
+    M = M < 16 ? 16 : M > 2048 ? 2048 : M;
+    float *A = malloc(sizeof *A * (size_t)M * K), *W = malloc(sizeof *W * (size_t)N * K), *C = malloc(sizeof *C * (size_t)M * N);
+    if (!A || !W || !C) {
+        free(A), free(W), free(C);
+        snprintf(why, cap, "no memory to time oneDNN against sgemm: fp32 products");
+        return ZY_BF16_PRODUCTS_FP32;
+    }
+    ZyRng rng;
+    zy_rng_seed(&rng, 1);
+    for (long i = 0; i < (long)M * K; i++) A[i] = (float)zy_rng_normal(&rng);
+    for (long i = 0; i < (long)N * K; i++) W[i] = (float)zy_rng_normal(&rng) * 0.02f;
+    const double t_dnn = time_product(ZY_BF16_PRODUCTS_ONEDNN, M, N, K, A, W, C);
+    const double t_f32 = time_product(ZY_BF16_PRODUCTS_FP32, M, N, K, A, W, C);
+    free(A), free(W), free(C);
+    const ZyBf16Products pick = t_dnn * 1.05 < t_f32 ? ZY_BF16_PRODUCTS_ONEDNN : ZY_BF16_PRODUCTS_FP32;
+    snprintf(why, cap, "AVX512-BF16 without AMX: a [%d, %d] x [%d, %d] product took %.2f ms on oneDNN bf16, %.2f ms on "
+                       "fp32 sgemm, so %s", M, K, K, N, t_dnn * 1e3, t_f32 * 1e3,
+             pick == ZY_BF16_PRODUCTS_ONEDNN ? "oneDNN" : "fp32 products");
+    return pick;
+}
+
+void zy_gemm_bf16_backend(ZyBf16Products p, char *out, size_t cap) {
+    if (p == ZY_BF16_PRODUCTS_FP32) {
+        snprintf(out, cap, "fp32 (OpenBLAS sgemm)");
         return;
     }
-    snprintf(out, cap, "inputs rounded to bf16, widened to fp32 for OpenBLAS sgemm (oneDNN %d.%d.%d is built in but %s)",
-             v->major, v->minor, v->patch,
-             zy_cpu_level() < ZY_CPU_AVX512BF16 ? "the kernel level is below avx512bf16"
-                                                : "has no native bf16 kernel on this CPU");
+#ifdef ZY_HAVE_DNNL
+    const dnnl_version_t *v = dnnl_version();
+    const int native = onednn_native();
+    if (p == ZY_BF16_PRODUCTS_ONEDNN && native) {
+        snprintf(out, cap, "oneDNN %d.%d.%d matmul, %s", v->major, v->minor, v->patch,
+                 native == 1 ? "AMX tiles (and AVX512-BF16)" : "AVX512-BF16 dot products");
+        return;
+    }
+    snprintf(out, cap, "inputs rounded to bf16, widened to fp32 for OpenBLAS sgemm (%s)",
+             p == ZY_BF16_PRODUCTS_SGEMM ? "as asked"
+             : zy_cpu_level() < ZY_CPU_AVX512BF16 ? "oneDNN is built in but the kernel level is below avx512bf16"
+                                                 : "oneDNN is built in but has no native bf16 kernel on this CPU");
 #else
     snprintf(out, cap, "inputs rounded to bf16, widened to fp32 for OpenBLAS sgemm (built without oneDNN)");
 #endif
 }
 
-double zy_gemm_bf16_probe_gflops(int n, double seconds) {
+double zy_gemm_bf16_probe_gflops(ZyBf16Products p, int n, double seconds) {
     float *a = zy_calloc((size_t)n * n * sizeof(float)), *b = zy_calloc((size_t)n * n * sizeof(float));
     float *c = zy_calloc((size_t)n * n * sizeof(float));
-    ZyGemmCtx ctx = {.bf16 = 1};
+    ZyGemmCtx ctx = {.bf16 = p};
     double best = 0;
     if (a && b && c) {
         for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)((i % 7) - 3) * 0.01f;

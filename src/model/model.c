@@ -472,7 +472,7 @@ int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err)
     return 0;
 }
 
-void acts_set_bf16(Activations *a, int bf16) { a->gemm->bf16 = bf16; }
+void acts_set_bf16(Activations *a, ZyBf16Products products) { a->gemm->bf16 = products; }
 
 void acts_free(Activations *a) {
     zy_free(a->block);

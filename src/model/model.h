@@ -182,8 +182,9 @@ typedef struct {
 int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err);
 /* "precision": "bf16": the projections, router, experts and head — forward and backward — multiply bf16-rounded
  * inputs with fp32 accumulation (matmul.h, zy_gemm_ctx); the weights, gradients, optimizer state and every other
- * op stay fp32 (the convolutions and attention included). 0 = fp32 (the default). */
-void acts_set_bf16(Activations *a, int bf16);
+ * op stay fp32 (the convolutions and attention included). products: how (ZyBf16Products; FP32, the default, for
+ * fp32 products). */
+void acts_set_bf16(Activations *a, ZyBf16Products products);
 void acts_free(Activations *a);
 /* The activation layout over one block at `base` (NULL: sizing only): sets every buffer pointer of a (B, T,
  * attn_threads and gpu_attn_work_floats set by the caller) and returns the bytes the block needs. acts_create uses

@@ -208,8 +208,8 @@ double grad_sumsq_owned(const Optimizer *o, const ParamTable *t) { return grad_w
 
 void grad_scale_owned(const Optimizer *o, ParamTable *t, double s) { grad_walk(t, o->owned, (float)s, 1); }
 
-void optim_set_bf16(Optimizer *o, int bf16) {
-    for (int i = 0; i < o->n_workers && o->ns_gemm; i++) o->ns_gemm[i].bf16 = bf16;
+void optim_set_bf16(Optimizer *o, ZyBf16Products products) {
+    for (int i = 0; i < o->n_workers && o->ns_gemm; i++) o->ns_gemm[i].bf16 = products;
 }
 
 void optim_free(Optimizer *o) {

@@ -58,8 +58,8 @@ static inline float *optim_state(const Optimizer *o, const ParamInfo *p, int whi
 int optim_create(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, ZyErr *err);
 /* "precision": "bf16": Muon's Newton–Schulz products take bf16-rounded inputs with fp32 sums (as Muon's reference
  * implementation runs them in bf16); the momentum, the AdamW moments and the weights stay fp32. A bf16 step
- * allocates its products' scratch on first use. */
-void optim_set_bf16(Optimizer *o, int bf16);
+ * allocates its products' scratch on first use. products: how (ZyBf16Products; FP32 for fp32 products). */
+void optim_set_bf16(Optimizer *o, ZyBf16Products products);
 /* Owns the tensors inside [begin, end) (block boundaries from zero1_partition). */
 int optim_create_block(Optimizer *o, const ParamTable *t, const OptimConfig *cfg, size_t begin, size_t end,
                        ZyErr *err);

@@ -128,8 +128,8 @@ int runconfig_parse_device(const char *s, int *gpu, int *index, ZyErr *err) {
 static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr *err) {
     static const char *const top_keys[] = {"model", "init_from", "tokenizer", "datasets", "phases", "batch_size",
                                            "micro_batch", "optimizer", "schedule", "balancing", "checkpoint", "eval",
-                                           "log_interval", "seed", "out_dir", "comment", "precision", "device",
-                                           NULL};
+                                           "log_interval", "seed", "out_dir", "comment", "precision", "bf16_products",
+                                           "device", NULL};
     if (!cJSON_IsObject(root)) return zy_fail(err, "%s: expected a JSON object", label);
     if (check_keys(root, top_keys, label, "", err)) return -1;
     double d;
@@ -163,6 +163,16 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
         rc->bf16 = 1;
     else
         return zy_fail(err, "%s: key \"precision\" must be \"fp32\" or \"bf16\", not \"%s\"", label, precision);
+    /* how bf16 products run on a CPU (kernels/matmul.h ZyBf16Products; names spelled here so the parser stands alone) */
+    char products[16];
+    static const char *const product_names[] = {"fp32", "onednn", "sgemm"}; /* ZY_BF16_PRODUCTS_FP32 .. _SGEMM */
+    if (read_string(root, "bf16_products", 0, products, sizeof products, label, "", err)) return -1;
+    rc->bf16_products = ZY_BF16_PRODUCTS_AUTO;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(products, product_names[i]) == 0) rc->bf16_products = i;
+    if (products[0] && strcmp(products, "auto") != 0 && rc->bf16_products == ZY_BF16_PRODUCTS_AUTO)
+        return zy_fail(err, "%s: key \"bf16_products\" must be \"auto\", \"fp32\", \"onednn\" or \"sgemm\", not \"%s\"",
+                       label, products);
     char device[32];
     if (read_string(root, "device", 0, device, sizeof device, label, "", err)) return -1;
     if (runconfig_parse_device(device[0] ? device : "cpu", &rc->gpu, &rc->gpu_index, err))

@@ -46,6 +46,8 @@ typedef struct {
     char tasks[RUN_MAX_TASKS][RUN_PATH];
     int log_interval;
     int bf16;                    /* "precision": "bf16" (bf16 inputs to the matrix products), else fp32 */
+    int bf16_products;           /* "bf16_products": a ZyBf16Products (kernels/matmul.h), ZY_BF16_PRODUCTS_AUTO unless
+                                  * set; a run resolves it per CPU and records the result in its run.json */
     int gpu;                     /* "device": "cuda" or "cuda:N" (1), "cpu" (0, the default) */
     int gpu_index;               /* N of "cuda:N"; -1: the rank-local GPU (ZAYA_GPU, else local rank) */
     uint64_t seed;

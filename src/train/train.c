@@ -61,6 +61,8 @@ typedef struct {
     Report report;
     int have_report;
     GpuTrainer *gpu;      /* "device": "cuda": the step runs there; the host model and optimizer are the checkpoint copy */
+    ZyBf16Products products;  /* what the CPU products compute (fp32 unless "precision": "bf16"; pick_bf16_products) */
+    char products_note[512];  /* why, for the event log */
     int host_stale;       /* the GPU has updated the weights since the host copy was last brought up to date */
 } Trainer;
 
@@ -96,7 +98,7 @@ static int ensure_acts(Trainer *t, int T, ZyErr *err) {
         if (gpu_trainer_set_shape(t->gpu, t->rc.micro_batch, T, err)) return -1;
     } else {
         if (acts_create(&t->acts, &t->model.cfg, t->rc.micro_batch, T, err)) return -1;
-        acts_set_bf16(&t->acts, t->rc.bf16);
+        acts_set_bf16(&t->acts, t->products);
     }
     t->acts_T = T;
     free(t->window), free(t->inputs), free(t->targets);
@@ -536,6 +538,88 @@ static int choose_resume_dir(Trainer *t, const TrainOptions *o, char *dir, size_
 
 /* ---- set-up ----------------------------------------------------------------------------------------------- */
 
+/* The "bf16_products" a checkpoint's run.json recorded (AUTO if none: an older checkpoint, or an fp32 run). */
+static ZyBf16Products recorded_bf16_products(const char *ckpt_dir) {
+    char path[700], *text = NULL;
+    size_t len;
+    ZyErr ignore;
+    ZyBf16Products p = ZY_BF16_PRODUCTS_AUTO;
+    if (snprintf(path, sizeof path, "%s/run.json", ckpt_dir) >= (int)sizeof path ||
+        zy_read_file(path, &text, &len, &ignore))
+        return p;
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "bf16_products");
+    if (!cJSON_IsString(v) || zy_bf16_products_parse(v->valuestring, &p, path, &ignore)) p = ZY_BF16_PRODUCTS_AUTO;
+    cJSON_Delete(root);
+    free(text);
+    return p;
+}
+
+/* "precision": "bf16" on a CPU: which products the run computes (kernels/matmul.h). Rank 0 decides — the config's
+ * value; on a resume the checkpoint's recorded one, so the products (and the run) continue bit for bit; else the
+ * CPU's own answer, timed where it must be — and every rank takes its decision. The concrete value goes into the
+ * effective run config, which every checkpoint stores as run.json. */
+static int pick_bf16_products(Trainer *t, const char *ckpt_dir, ZyErr *err) {
+    const RunConfig *rc = &t->rc;
+    struct {
+        int64_t failed, pick;
+        char note[sizeof t->products_note];
+    } dec;
+    memset(&dec, 0, sizeof dec);
+    if (t->dist->rank == 0) {
+        const ZyBf16Products recorded = ckpt_dir && rc->bf16_products == ZY_BF16_PRODUCTS_AUTO
+                                            ? recorded_bf16_products(ckpt_dir) : ZY_BF16_PRODUCTS_AUTO;
+        char why[300] = "";
+        ZyBf16Products pick = rc->bf16_products;
+        /* where the CPU leaves it open, timed on the experts' gate/up product, the largest of a step */
+        const ZayaConfig *c = &t->model.cfg;
+        const int T = rc->phases[runconfig_phase_of(rc, t->step)].seq_len;
+        const int M = rc->micro_batch * T / (c->num_experts > 0 ? c->num_experts : 1), N = 2 * c->moe_intermediate_size;
+        if (recorded != ZY_BF16_PRODUCTS_AUTO && zy_bf16_products_available(recorded, why, sizeof why)) {
+            pick = recorded;
+            snprintf(why, sizeof why, "as %s/run.json recorded (a resume computes the same products)", ckpt_dir);
+        } else if (recorded != ZY_BF16_PRODUCTS_AUTO) {
+            char auto_why[300];
+            pick = zy_bf16_products_resolve(ZY_BF16_PRODUCTS_AUTO, M, N, c->hidden_size, auto_why, sizeof auto_why);
+            snprintf(dec.note, sizeof dec.note, "%s/run.json recorded bf16 products \"%s\", which cannot run here "
+                     "(%s): resumed with \"%s\", so this resume is not bit-exact", ckpt_dir,
+                     zy_bf16_products_name(recorded), why, zy_bf16_products_name(pick));
+            fprintf(stderr, "zaya: %s\n", dec.note);
+            why[0] = 0;
+        } else if (pick != ZY_BF16_PRODUCTS_AUTO) {
+            if (!zy_bf16_products_available(pick, why, sizeof why)) {
+                dec.failed = 1;
+                snprintf(dec.note, sizeof dec.note, "key \"bf16_products\": \"%s\" cannot run here: %s",
+                         zy_bf16_products_name(pick), why);
+            }
+            snprintf(why, sizeof why, "as the run config asks");
+        } else {
+            pick = zy_bf16_products_resolve(ZY_BF16_PRODUCTS_AUTO, M, N, c->hidden_size, why, sizeof why);
+        }
+        dec.pick = pick;
+        if (!dec.failed && why[0]) {
+            char backend[256];
+            zy_gemm_bf16_backend(pick, backend, sizeof backend);
+            snprintf(dec.note, sizeof dec.note, "precision bf16 on this CPU: %s products, %s (%s)",
+                     zy_bf16_products_name(pick), backend, why);
+        }
+    }
+    if (dist_bcast(t->dist, &dec, sizeof dec, 0, err)) return -1;
+    if (dec.failed) return zy_fail(err, "%s", dec.note);
+    t->products = (ZyBf16Products)dec.pick;
+    snprintf(t->products_note, sizeof t->products_note, "%s", dec.note);
+    cJSON *root = cJSON_Parse(t->run_json);
+    if (!root) return zy_fail(err, "out of memory");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "bf16_products");
+    cJSON_AddStringToObject(root, "bf16_products", zy_bf16_products_name(t->products));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return zy_fail(err, "out of memory");
+    free(t->run_json);
+    t->run_json = text;
+    return 0;
+}
+
 static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     RunConfig *rc = &t->rc;
     t->solo = (Dist){.rank = 0, .size = 1};
@@ -580,7 +664,6 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     if (optim_create_block(&t->opt, &t->model.params, &rc->optim, t->zero_bounds[d->rank], t->zero_bounds[d->rank + 1],
                            err))
         return -1;
-    optim_set_bf16(&t->opt, rc->bf16);
     t->have_opt = 1;
     /* a model without the skip expert has no skip bias to drive */
     const double skip_rate = c->moe == ZY_MOE_SKIP ? rc->skip_rate : -1;
@@ -637,7 +720,11 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
         free(state);
         if (r) return -1;
         if (d->rank == 0) fprintf(stderr, "resumed from %s at step %lld\n", choice.dir, (long long)t->step);
+        if (rc->bf16 && !rc->gpu && pick_bf16_products(t, choice.dir, err)) return zy_wrap(err, "%s", o->run_path);
+    } else if (rc->bf16 && !rc->gpu && pick_bf16_products(t, NULL, err)) {
+        return zy_wrap(err, "%s", o->run_path);
     }
+    optim_set_bf16(&t->opt, t->products);
     if (rc->gpu) { /* the model and optimizer state (fresh or resumed) go to the GPU; the step runs there */
         const int T = rc->phases[runconfig_phase_of(rc, t->step)].seq_len;
         if (gpu_trainer_create(&t->gpu, &t->model, &t->opt, d, rc->gpu_index, rc->bf16, rc->micro_batch, T, err))
@@ -668,6 +755,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                  r->n_phases, peak, t.dist->size, t.dist->size > 1 ? "s" : "",
                  100.0 * (double)(t.zero_bounds[1] - t.zero_bounds[0]) / (double)t.model.params.total);
     if (t.resume_note[0]) report_event(&t.report, "%s", t.resume_note);
+    if (t.products_note[0]) report_event(&t.report, "%s", t.products_note);
     if (t.gpu) report_event(&t.report, "device: GPU %s; %s products, fp32 master weights and optimizer state; "
                             "collectives: %s", gpu_trainer_device(t.gpu), r->bf16 ? "bf16" : "fp32",
                             gpu_trainer_collectives(t.gpu));

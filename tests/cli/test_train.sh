@@ -55,14 +55,15 @@ check "SIGTERM: a checkpoint was saved" test -s "$out/checkpoints/latest"
 $ZAYA train "$W/run.json" --override out_dir="$out" --override checkpoint.interval=0 --resume --quiet >>"$out.log" 2>&1
 check "SIGTERM then resume: final weights byte-identical" cmp -s "$W/straight/final/model.safetensors" "$out/final/model.safetensors"
 
-# "precision": "bf16" (bf16 inputs to the matrix products): trains, stops, resumes byte-identically, and ends near
-# the fp32 run (the same data, bf16 rounding in every product)
+# "precision": "bf16" with "bf16_products": "sgemm" (bf16-rounded inputs to every matrix product, on any CPU):
+# trains, stops, resumes byte-identically, and ends near the fp32 run (the same data, bf16 rounding in every product)
+bf16=(--override precision=bf16 --override bf16_products=sgemm)
 out="$W/bf16"
-$ZAYA train "$W/run.json" --override out_dir="$out" --override precision=bf16 --quiet >"$out.log" 2>&1
+$ZAYA train "$W/run.json" --override out_dir="$out" "${bf16[@]}" --quiet >"$out.log" 2>&1
 check "precision bf16: a straight run" test -s "$out/final/model.safetensors"
 out2="$W/bf16-resumed"
-$ZAYA train "$W/run.json" --override out_dir="$out2" --override precision=bf16 --stop-after 7 --quiet >"$out2.log" 2>&1 &&
-    $ZAYA train "$W/run.json" --override out_dir="$out2" --override precision=bf16 --resume --quiet >>"$out2.log" 2>&1
+$ZAYA train "$W/run.json" --override out_dir="$out2" "${bf16[@]}" --stop-after 7 --quiet >"$out2.log" 2>&1 &&
+    $ZAYA train "$W/run.json" --override out_dir="$out2" "${bf16[@]}" --resume --quiet >>"$out2.log" 2>&1
 check "precision bf16: stop after step 7, resume: final weights byte-identical" \
     cmp -s "$out/final/model.safetensors" "$out2/final/model.safetensors"
 check "precision bf16: differs from fp32 (bf16 really ran)" \
@@ -71,7 +72,30 @@ last_loss() { python3 -c "import json,sys; print([json.loads(l) for l in open(sy
 l16=$(last_loss "$out/metrics.jsonl") l32=$(last_loss "$W/straight/metrics.jsonl")
 check "precision bf16: last loss $l16 within 2% of fp32's $l32" \
     python3 -c "import sys; sys.exit(not abs($l16 - $l32) <= 0.02 * $l32)"
-check "precision bf16 recorded in run.json" grep -q '"precision":[[:space:]]*"bf16"' "$out/checkpoints/$(cat "$out/checkpoints/latest")/run.json"
+ckpt_json="$out/checkpoints/$(cat "$out/checkpoints/latest")/run.json"
+check "precision bf16 and its products recorded in run.json" \
+    bash -c "grep -q '\"precision\":[[:space:]]*\"bf16\"' '$ckpt_json' && grep -q '\"bf16_products\":[[:space:]]*\"sgemm\"' '$ckpt_json'"
+# "bf16_products": "auto" (the default): the products this CPU runs fastest (zaya info's "bf16 train" line: fp32
+# products where there is no bf16 matrix unit, oneDNN with AMX), recorded in run.json; a resume reads them back
+# from there and ends byte-identical
+auto=$($ZAYA info | sed -n 's/^bf16 train *\([a-z0-9]*\) products.*/\1/p')
+out="$W/bf16auto"
+$ZAYA train "$W/run.json" --override out_dir="$out" --override precision=bf16 --quiet >"$out.log" 2>&1
+ckpt_json="$out/checkpoints/$(cat "$out/checkpoints/latest")/run.json"
+check "bf16_products auto: \"$auto\" on this CPU, recorded in run.json and the event log" \
+    bash -c "[ -n '$auto' ] && grep -q '\"bf16_products\":[[:space:]]*\"$auto\"' '$ckpt_json' && grep -q 'precision bf16 on this CPU: $auto products' '$out/events.log'"
+if [ "$auto" = fp32 ]; then
+    check "bf16_products auto = fp32: the run is the fp32 run, byte for byte" \
+        cmp -s "$out/final/model.safetensors" "$W/straight/final/model.safetensors"
+else
+    check "bf16_products auto = $auto: bf16 products ran (differs from fp32)" \
+        bash -c "! cmp -s '$out/final/model.safetensors' '$W/straight/final/model.safetensors'"
+fi
+out2="$W/bf16auto-resumed"
+$ZAYA train "$W/run.json" --override out_dir="$out2" --override precision=bf16 --stop-after 7 --quiet >"$out2.log" 2>&1 &&
+    $ZAYA train "$W/run.json" --override out_dir="$out2" --override precision=bf16 --resume --quiet >>"$out2.log" 2>&1
+check "bf16_products auto: the resume takes run.json's \"$auto\" and ends byte-identical" \
+    bash -c "grep -q 'precision bf16 on this CPU: $auto products.*run.json recorded' '$out2/events.log' && cmp -s '$out/final/model.safetensors' '$out2/final/model.safetensors'"
 
 # sliding-window layers (layer 0 "hybrid_sliding", a window of 16 under sequences of 32 and 64): train, stop, resume
 # byte-identically (the checkpoint's config reads back equal); cached decoding refuses them until it has windows
@@ -122,7 +146,7 @@ if $ZAYA bench decode --model "$W/straight/final" --context 16 --tokens 8 --batc
 else
     bad "bench decode --batch 5: $(cat "$W/bdec5.txt")"
 fi
-if $ZAYA bench gemm --n 64 >"$W/bgemm.txt" 2>&1 && grep -qE "^cpu +64x64x64 +fp32 [0-9.]+ GFLOP/s +bf16 [0-9.]+ GFLOP/s" "$W/bgemm.txt" &&
+if $ZAYA bench gemm --n 64 >"$W/bgemm.txt" 2>&1 && grep -qE "^cpu +64x64x64 +fp32 [0-9.]+ GFLOP/s +bf16 \((onednn|sgemm)\) [0-9.]+ GFLOP/s" "$W/bgemm.txt" &&
     $ZAYA bench gemm --weights 40x24 >"$W/bgemmw.txt" 2>&1 && grep -q "^weight 40x24 (out x in)" "$W/bgemmw.txt" &&
     [ "$(grep -cE '^ +(1|2|4|8|16|32|64|256) +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+ +[0-9.]+x$' "$W/bgemmw.txt")" -eq 8 ]; then
     ok "bench gemm: the peak, and --weights: fp32 and bf16 kernels against the simple paths at 8 row counts"
@@ -154,6 +178,13 @@ expect_fail "unknown run-config key" 'unknown key "optimizer.learning_rate"' \
     $ZAYA train "$W/run.json" --override optimizer.learning_rate=0.1 --override out_dir="$W/x1"
 expect_fail "bad precision" 'key "precision" must be "fp32" or "bf16", not "fp16"' \
     $ZAYA train "$W/run.json" --override precision=fp16 --override out_dir="$W/x1p"
+expect_fail "bad bf16_products" 'key "bf16_products" must be "auto", "fp32", "onednn" or "sgemm", not "amx"' \
+    $ZAYA train "$W/run.json" --override bf16_products=amx --override out_dir="$W/x1b"
+# bf16 products that cannot run here: a clear error naming the key (oneDNN needs AVX512-BF16 or AMX)
+if [ "$auto" != onednn ]; then
+    expect_fail "bf16_products onednn without a bf16 unit" 'run.json: key "bf16_products": "onednn" cannot run here' \
+        $ZAYA train "$W/run.json" --override precision=bf16 --override bf16_products=onednn --override out_dir="$W/x1o"
+fi
 expect_fail "impossible batch split" "must be a multiple of micro_batch" \
     $ZAYA train "$W/run.json" --override micro_batch=5 --override out_dir="$W/x2"
 expect_fail "missing shard directory" "data/nothere" \

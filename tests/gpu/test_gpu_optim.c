@@ -215,7 +215,7 @@ static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
         fprintf(stderr, "  optim_create: %s\n", err.msg);
         return -1;
     }
-    optim_set_bf16(&o, bf16);
+    optim_set_bf16(&o, bf16 ? ZY_BF16_PRODUCTS_ONEDNN : ZY_BF16_PRODUCTS_FP32);
     for (int s = 0; s < STEPS; s++) {
         memcpy(tab->grad, c->grads[s], tab->total * sizeof(float));
         optim_step(&o, tab, c->lr);

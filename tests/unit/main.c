@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "test.h"
 
 #define MAX_TESTS 1024
@@ -28,11 +29,12 @@ int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0;
     ZyErr err; /* the process's kernel level, as in zaya: ZAYA_CPU or the best this CPU runs */
-    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0) {
+    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0) {
         fprintf(stderr, "zaya_tests: %s\n", err.msg);
         return 1;
     }
-    printf("kernel level %s\n", zy_cpu_level_name(zy_cpu_level()));
+    printf("kernel level %s; bf16 weights %s\n", zy_cpu_level_name(zy_cpu_level()),
+           zy_bf16_weights_describe(zy_bf16_weights()));
     for (int i = 0; i < n_tests; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
         int f = 0;

@@ -135,7 +135,7 @@ static int run_model_at(ZyCpuLevel level, int bf16, int decode, const ZayaConfig
         fprintf(stderr, "    %s\n", err.msg);
         return -1;
     }
-    acts_set_bf16(&a, bf16);
+    acts_set_bf16(&a, bf16 ? ZY_BF16_PRODUCTS_ONEDNN : ZY_BF16_PRODUCTS_FP32); /* oneDNN where it runs, else sgemm */
     model_init_weights(&m, 5);
     ZyRng rng;
     zy_rng_seed(&rng, 9); /* every vector parameter away from its initial constant, so each path matters */

@@ -316,7 +316,7 @@ TEST(bf16_gemm_matches_sgemm_on_rounded_inputs) {
     }
     zy_cpu_set_level(keep);
     char backend[256];
-    zy_gemm_bf16_backend(backend, sizeof backend);
+    zy_gemm_bf16_backend(ZY_BF16_PRODUCTS_ONEDNN, backend, sizeof backend);
     printf("    bf16 products vs sgemm on rounded inputs: %s %.3g, sgemm fallback (%s) %.3g\n", backend, worst[0],
            zy_cpu_level_name(paths[1]), worst[1]);
     CHECK_MSG(worst[0] < 1e-6 && worst[1] < 1e-6, "worst %.3g %.3g", worst[0], worst[1]);

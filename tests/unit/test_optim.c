@@ -177,7 +177,7 @@ static void run_steps_p(ParamTable *t, const float *w0, size_t begin, size_t end
         *failed = 1;
         return;
     }
-    optim_set_bf16(&o, bf16);
+    optim_set_bf16(&o, bf16 ? ZY_BF16_PRODUCTS_ONEDNN : ZY_BF16_PRODUCTS_FP32);
     ZyRng rng;
     zy_rng_seed(&rng, 99);
     for (int s = 0; s < steps; s++) {
