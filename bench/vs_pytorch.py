@@ -156,7 +156,7 @@ def main():
     z = median_of(res["zaya_adamw"])  # like for like: the PyTorch side runs AdamW
     info = subprocess.run([ZAYA, "info"], capture_output=True, text=True).stdout
     for line in info.splitlines():
-        if line.startswith(("cpu ", "kernels ", "bf16 gemm ")):
+        if line.startswith(("cpu ", "kernels ", "blas core ", "bf16 train ", "bf16 weights ")):
             print(line)
     print(f"config {args.config}, batch {args.batch} x {args.seq}, {args.threads} threads, "
           f"medians of {args.rounds} round(s)")
