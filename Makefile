@@ -64,7 +64,7 @@ endif
 ISA_SRC  := src/kernels/kernels_isa.c src/kernels/attention.c
 BF16_SRC := src/kernels/matmul_avx512bf16.c
 # The library, one folder per concept (README "Layout of the code"); src/cli is the command line, src/gpu the GPU backend.
-LIB_DIRS := util model kernels io train data dist aegis tokenizer infer serve
+LIB_DIRS := util model kernels optim io train data dist aegis tokenizer infer serve
 LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))

@@ -37,6 +37,7 @@ if [ "${ZAYA_STRICT:-0}" = 1 ]; then
     run_suite strict bash tests/strict.sh
     run_suite hip bash tests/hip_check.sh
 fi
+run_suite layers bash tests/layers.sh # includes only point down (docs/architecture.md)
 run_suite unit build/zaya_tests
 # The unit tests again under one OpenBLAS core per instruction class this CPU runs (zaya info's "blas cores"): the
 # tests that compare two paths (decode vs the full forward, each level vs generic, fast paths vs simple ones) must

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
-#include "aegis/heartbeat.h"
+#include "train/heartbeat.h"
 #include "train/loader.h"
 #include "train/runconfig.h"
 

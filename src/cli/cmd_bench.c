@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/bench_comm.h"
+#include "cli/cmd_bench_comm.h"
 #include "commands.h"
 #include "dist/distributed.h"
 #include "gpu/gpu.h"

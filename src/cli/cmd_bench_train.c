@@ -18,7 +18,7 @@
 #include "train/runconfig.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 /* One timed GPU training step (one process, clip 1, lr 1e-3): *whole its wall time with the queue drained, *fwd_bwd
  * the forward + backward part. */

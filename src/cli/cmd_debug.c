@@ -9,7 +9,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "model/params.h"
 #include "io/safetensors.h"
 

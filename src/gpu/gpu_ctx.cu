@@ -348,7 +348,7 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
     size_t ws = g->lt_work_bytes;
     ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
                    CUBLAS_STATUS_SUCCESS;
-#ifndef ZAYA_HIP /* hipBLASLt has no alignment preferences (untested on AMD: README "GPUs") */
+#ifndef ZAYA_HIP /* hipBLASLt has no alignment preferences (untested on AMD: docs/gpus.md) */
     /* cuBLASLt's "A" is our B and its "B" our A (row-major products as column-major ones); C and D are C */
     const uint32_t align[4] = {(uint32_t)al_b, (uint32_t)al_a, (uint32_t)al_c, (uint32_t)al_c};
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {

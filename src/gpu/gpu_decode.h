@@ -1,5 +1,5 @@
-/* gpu_decode: cached incremental inference on a GPU, the twin of src/infer/decode.c (ARCHITECTURE.md, "KV cache for
- * decoding"): per layer the cache holds k̂ (after QK norm, temperature and RoPE) and v for every sequence and past
+/* gpu_decode: cached incremental inference on a GPU, the twin of src/infer/decode.c (docs/model.md, cached
+ * decoding): per layer the cache holds k̂ (after QK norm, temperature and RoPE) and v for every sequence and past
  * token, and per sequence the last P pre-convolution columns and the previous token's delayed value. Logits equal a
  * full recompute up to float rounding (tests/gpu/test_gpu_decode.c). */
 #ifndef ZAYA_GPU_DECODE_H

@@ -69,7 +69,7 @@ void gk_route_all_to_one(GkStream s, int32_t *choice, float *gate, int rows);
 /* Stable counting sort of the rows by choice (rows with choice >= E, the skip expert, left out), on the device:
  * off [E + 1] (off[e] = first sorted position of expert e, off[E] = routed rows), sorted [N]. One block. */
 void gk_group_by_expert(GkStream s, int32_t *off, int32_t *sorted, const int32_t *choice, int N, int E);
-/* One layer's routing statistics, as routing_counts_add_layer (src/train/routing.c) but overwriting: counts [E + 1]
+/* One layer's routing statistics, as routing_counts_add_layer (src/model/routing.c) but overwriting: counts [E + 1]
  * = rows per choice (E: the skip expert), sums[0] = Σ gate over the routed rows, sums[1] = Σ probs[r, E] when
  * classes > E (else 0). One block; double sums in a fixed order. */
 void gk_routing_stats(GkStream s, int32_t *counts, double *sums, const int32_t *choice, const float *gate,

@@ -1,4 +1,4 @@
-/* The ZAYA1 model on a GPU (ARCHITECTURE.md), step for step the same as src/model/model.c: the forward and the backward
+/* The ZAYA1 model on a GPU (docs/model.md), step for step the same as src/model/model.c: the forward and the backward
  * below read like their CPU twins, each op a gk_ kernel (gpu_kernels.h) or a cuBLASLt product (gpu_gemm).
  *
  * Host synchronisation: none inside a pass in bf16 runs, whose experts' products are grouped GEMMs sized on the device

@@ -10,7 +10,7 @@
  * with bf16 products instead of 24,355 (981 instead of 20,665 in fp32), ~510 MiB of scratch instead of ~30.
  *
  * Exactness: the element-wise arithmetic is written with the _rn intrinsics, one IEEE operation per C operation of
- * src/train/optim.c in the same order, so the compiler cannot contract a product and a sum into an FMA: the momentum, the
+ * src/optim/optim.c in the same order, so the compiler cannot contract a product and a sum into an FMA: the momentum, the
  * AdamW moments and the AdamW weights come out with the CPU's bits (the CPU build has no contraction: ISO C mode).
  * Determinism: every sum is over fixed chunks (their count fixed by the table, not the device), each chunk reduced
  * in a fixed tree (block_sum_d), the chunks' sums then added in order by one block. No atomics. */

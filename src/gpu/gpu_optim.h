@@ -1,4 +1,4 @@
-/* gpu_optim: the optimizer of src/train/optim.h on the GPU: Muon (Newton–Schulz 5 on every 2-D matrix and on each matrix
+/* gpu_optim: the optimizer of src/optim/optim.h on the GPU: Muon (Newton–Schulz 5 on every 2-D matrix and on each matrix
  * of a 3-D expert stack) for the PARAM_MUON tensors, AdamW (decoupled weight decay, bias correction) for the rest,
  * router_lr_scale for the router's tensors, and global-norm clipping, with the same maths as optim_step.
  *
@@ -37,7 +37,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "model/params.h"
 #include "util/util.h"
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 /* gpu_runtime: the one place that names the vendor runtime. CUDA by default; -DZAYA_HIP maps the same names onto
- * HIP (ROCm), hipBLASLt and RCCL, so an AMD MI300X build is a build flag away (README: "GPUs"). Only what both
+ * HIP (ROCm), hipBLASLt and RCCL, so an AMD MI300X build is a build flag away (docs/gpus.md). Only what both
  * runtimes provide is used: no cooperative groups beyond warp shuffles, no inline PTX, no texture objects. */
 #ifndef ZAYA_GPU_RUNTIME_H
 #define ZAYA_GPU_RUNTIME_H

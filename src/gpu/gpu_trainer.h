@@ -16,8 +16,8 @@
 
 #include "dist/distributed.h"
 #include "model/model.h"
-#include "train/optim.h"
-#include "train/routing.h"
+#include "optim/optim.h"
+#include "model/routing.h"
 #include "util/util.h"
 
 typedef struct GpuTrainer GpuTrainer;

@@ -1,4 +1,4 @@
-/* decode: cached incremental inference (ARCHITECTURE.md, "KV cache for decoding"). Per layer the cache holds,
+/* decode: cached incremental inference (docs/model.md, cached decoding). Per layer the cache holds,
  * for every sequence and past token, k̂ (after QK-norm, temperature and RoPE) and v: 2·Hkv·dh floats. Per
  * sequence and layer it also holds a constant-size state: the last P = (k0-1)+(k1-1) pre-conv columns of
  * X = [q0 | k0] and the previous token's delayed value projection vd. Logits equal a full recompute

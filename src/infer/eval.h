@@ -9,7 +9,7 @@
 
 #include "infer/decode.h"
 #include "model/model.h"
-#include "train/routing.h"
+#include "model/routing.h"
 #include "io/shards.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"

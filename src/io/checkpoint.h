@@ -14,7 +14,7 @@
 
 #include "dist/distributed.h"
 #include "model/model.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "util/util.h"
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* The ZAYA1 model (ARCHITECTURE.md): parameter layout, forward and backward. */
+/* The ZAYA1 model (docs/model.md): parameter layout, forward and backward. */
 #include "model/model.h"
 
 #include <math.h>

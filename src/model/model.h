@@ -1,4 +1,4 @@
-/* model: ZAYA1 (ARCHITECTURE.md) — parameters, forward, backward. model.c reads like the spec. */
+/* model: ZAYA1 (docs/model.md) — parameters, forward, backward. model.c reads like the spec. */
 #ifndef ZAYA_MODEL_H
 #define ZAYA_MODEL_H
 
@@ -90,7 +90,7 @@ void model_drop_grads(Model *m);
 /* Parses a --dtype value ("f32"/"fp32"/"float32" -> 0, "bf16"/"bfloat16" -> 1); -1 with an error otherwise. */
 int model_parse_dtype(const char *s, const char *flag, ZyErr *err);
 
-/* Initialises every parameter for training from scratch (ARCHITECTURE.md), deterministically from seed. */
+/* Initialises every parameter for training from scratch (docs/model.md), deterministically from seed. */
 void model_init_weights(Model *m, uint64_t seed);
 
 /* Where a training step's time goes (zaya bench train): accumulated when Activations.phase_seconds is set. */

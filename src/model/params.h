@@ -9,11 +9,11 @@
 
 #include "util/util.h"
 
-/* Which optimizer updates a tensor (SYSTEM.md): Muon for the 2-D matrices inside the blocks (a 3-D expert
+/* Which optimizer updates a tensor (docs/system.md): Muon for the 2-D matrices inside the blocks (a 3-D expert
  * stack is E separate matrices), AdamW for the rest; buffers (balancing biases) are not trained. */
 typedef enum { PARAM_BUFFER, PARAM_ADAMW, PARAM_MUON } ParamKind;
 
-/* How `zaya init` fills a tensor when training from scratch (ARCHITECTURE.md, Initialisation). */
+/* How `zaya init` fills a tensor when training from scratch (docs/model.md, tensors). */
 typedef enum { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_BALANCING_BIAS } ParamInit;
 
 typedef struct {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "model/config.h"
-#include "train/routing.h"
+#include "model/routing.h"
 #include "train/runconfig.h"
 #include "util/util.h"
 

@@ -241,7 +241,7 @@ static int parse_tree(RunConfig *rc, const cJSON *root, const char *label, ZyErr
 
     /* optimizer */
     optim_config_default(&rc->optim);
-    rc->optim.router_lr_scale = 0.1; /* README "Routing health": a router at the full lr outruns the controller */
+    rc->optim.router_lr_scale = 0.1; /* docs/training.md "Routing health": a router at the full lr outruns the controller */
     rc->lr = 0.01;
     rc->grad_clip = 1.0;
     const cJSON *opt = get(root, "optimizer");

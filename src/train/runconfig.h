@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "util/util.h"
 
 #define RUN_MAX_DATASETS 16

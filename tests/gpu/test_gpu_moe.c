@@ -357,7 +357,7 @@ static void test_counted_rows(GpuTest *t, int rows, int D, int E) {
     gt_reset(t);
 }
 
-/* A layer's routing statistics on the device against the host sums of routing_counts_add_layer (src/train/routing.c):
+/* A layer's routing statistics on the device against the host sums of routing_counts_add_layer (src/model/routing.c):
  * counts exact, the double sums to 1e-12 (another order). classes = E: no skip class (its sum 0). */
 static void test_routing_stats(GpuTest *t, int N, int E, int classes) {
     int32_t *choice = gt_rand_int(t, N, 0, classes > E ? E + 1 : E);

@@ -1,5 +1,5 @@
 /* The element-wise ops (bf16 rounding bit for bit, scaling, sum of squares) and the GPU optimizer against the CPU
- * one (src/train/optim.c): three Muon + AdamW steps from the same start, the moments, clipping, determinism, and the
+ * one (src/optim/optim.c): three Muon + AdamW steps from the same start, the moments, clipping, determinism, and the
  * checkpoint state round trip; the batched Muon groups on a small ZAYA model's table (expert stacks, the same
  * projection across layers) against the CPU, the unbatched step and themselves; and a timing print of one step of
  * the 1.0B bench-gpu model, unbatched vs batched. */
@@ -12,7 +12,7 @@
 #include "gpu/gpu_optim.h"
 #include "gpu_test.h"
 #include "model/model.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "model/params.h"
 
 static uint32_t f2u(float f) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "aegis/faultinject.h"
+#include "train/faultinject.h"
 #include "train/loader.h"
 #include "aegis/supervisor.h"
 #include "test.h"

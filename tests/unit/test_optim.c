@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "kernels/matmul.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 #include "test.h"
 
 TEST(schedule_warmup_wsd_and_cosine) {

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/routing.h"
+#include "model/routing.h"
+#include "train/balancer.h"
 #include "test.h"
 
 TEST(balancer_pushes_overused_experts_down_and_holds_the_skip_bias) {

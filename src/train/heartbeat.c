@@ -1,4 +1,4 @@
-#include "aegis/heartbeat.h"
+#include "train/heartbeat.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "dist/bench_comm.h"
+#include "cli/cmd_bench_comm.h"
 
 #include "gpu/gpu_comm.h"
 #include "train/report.h"

@@ -1,4 +1,4 @@
-#include "aegis/faultinject.h"
+#include "train/faultinject.h"
 
 #include <errno.h>
 #include <fcntl.h>

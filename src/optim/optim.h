@@ -1,4 +1,4 @@
-/* optim: Muon for the 2-D matrices inside the blocks, AdamW for everything else (SYSTEM.md), global-norm
+/* optim: Muon for the 2-D matrices inside the blocks, AdamW for everything else (docs/system.md), global-norm
  * gradient clipping, learning-rate schedules, and the expert-balancing controller. */
 #ifndef ZAYA_OPTIM_H
 #define ZAYA_OPTIM_H
@@ -15,7 +15,7 @@ typedef struct {
     double muon_momentum;  /* μ = 0.95 */
     int muon_ns_steps;     /* 5 */
     int adamw_only;        /* every trainable tensor on AdamW (to compare with AdamW-only stacks; not ZAYA's recipe) */
-    double router_lr_scale; /* the router's tensors (mlp.gate.*) learn at lr × this (README: routing health) */
+    double router_lr_scale; /* the router's tensors (mlp.gate.*) learn at lr × this (docs/training.md: routing health) */
 } OptimConfig;
 
 /* Inline: the run-config parser (and its fuzz target) needs the defaults without the optimizer. */
@@ -83,7 +83,7 @@ void optim_step_reference(Optimizer *o, ParamTable *t, double lr);
 
 /* Muon's orthogonalisation: X ← NS5(G / (‖G‖_F + 1e-7)) on the wide orientation, written into out [m, n]
  * (out may be G). work: at least muon_workspace_floats(m, n) floats. The fast version builds X Xᵀ and A² with
- * syrk (half the FLOPs of those products); the reference is three gemms per iteration, as SYSTEM.md writes it. */
+ * syrk (half the FLOPs of those products); the reference is three gemms per iteration, as docs/system.md writes it. */
 void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *work);
 void newton_schulz5_reference(float *out, const float *G, int m, int n, int steps, float *work);
 size_t muon_workspace_floats(int m, int n);

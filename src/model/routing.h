@@ -1,6 +1,6 @@
-/* routing: how a MoE model spreads its tokens over the experts. Counts per layer (index E = the skip expert), the
- * health numbers a researcher checks first (normalised entropy over the real experts, skip rate, max/mean load),
- * and the expert-balancing controller that keeps them healthy during training (SYSTEM.md). */
+/* routing: how a MoE model spreads its tokens over the experts. Counts per layer (index E = the skip expert) and the
+ * health numbers a researcher checks first (normalised entropy over the real experts, skip rate, max/mean load);
+ * training's controller that keeps them healthy is train/balancer.h. */
 #ifndef ZAYA_ROUTING_H
 #define ZAYA_ROUTING_H
 
@@ -60,26 +60,5 @@ void routing_window_add_step(RoutingWindow *w, const RoutingCounts *step);
 LayerRouting routing_window_layer(const RoutingWindow *w, int layer);
 /* Normalised routing entropy H(p)/ln E of the real experts' share p_e = n_e / Σ n (1.0 = balanced). */
 double routing_entropy(const int64_t *counts, int num_experts);
-
-/* The expert-balancing controller (SYSTEM.md): after each step, for each MoE layer, f_e = fraction of the
- * step's tokens (global batch) routed to class e drives an AdamW-style update of balancing_biases[e] (no weight
- * decay) with the error g_e = f_e − target_e. With the skip expert held (skip_rate < 0, ZAYA1's released
- * weights: skip bias −1, never chosen), only the E real experts move, target 1/E of the routed tokens. With a
- * skip target s ∈ [0, 1), the skip bias moves too: target s for the skip expert and (1 − s)/E for each real
- * expert, as fractions of all tokens, so the skip expert is a real choice taken by a controlled share of tokens
- * (README, "Routing health"). Layers without routing (a dense MLP) have num_classes 0 and are left alone. */
-typedef struct {
-    int num_layers, num_experts;
-    double lr, beta1, beta2, eps;
-    double skip_rate;     /* < 0: the skip bias is held */
-    int64_t step;
-    double *exp_avg, *exp_avg_sq; /* [L, E+1]; the skip slot stays 0 while the skip bias is held */
-} Balancer;
-
-int balancer_create(Balancer *b, int num_layers, int num_experts, double lr, double skip_rate, ZyErr *err);
-void balancer_free(Balancer *b);
-/* counts [L, E+1]: tokens routed to each expert (index E = skip) this step; biases[l] points to layer l's
- * balancing_biases [E+1] (NULL: a layer without routing). Updates the biases in place. */
-void balancer_update(Balancer *b, const int64_t *counts, float *const *biases);
 
 #endif

@@ -1,4 +1,4 @@
-#include "train/optim.h"
+#include "optim/optim.h"
 
 #include <math.h>
 #include <omp.h>
