@@ -321,20 +321,6 @@ int npy_read_tokens(const char *path, int32_t **tokens, int *ndim, int64_t shape
     return 0;
 }
 
-static int write_all(int fd, const void *data, size_t len) {
-    const char *p = data;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 int npy_write(const char *path, ZyDtype dtype, const void *data, int ndim, const int64_t *shape, ZyErr *err) {
     if (!path) return zy_fail(err, "npy_write: NULL path");
     if (dtype != ZY_DT_F32 && dtype != ZY_DT_I32)
@@ -375,8 +361,8 @@ int npy_write(const char *path, ZyDtype dtype, const void *data, int ndim, const
         return -1;
     }
     int rc = 0;
-    if (write_all(fd, pre, sizeof pre) != 0 || write_all(fd, hdr, hlen) != 0 ||
-        (nbytes && write_all(fd, data, nbytes) != 0))
+    if (zy_write_all(fd, pre, sizeof pre) != 0 || zy_write_all(fd, hdr, hlen) != 0 ||
+        (nbytes && zy_write_all(fd, data, nbytes) != 0))
         rc = zy_fail(err, "%s: write failed: %s", tmp, strerror(errno));
     else if (fsync(fd) != 0)
         rc = zy_fail(err, "%s: fsync failed: %s", tmp, strerror(errno));

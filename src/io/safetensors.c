@@ -623,26 +623,12 @@ static int st_validate_write(const char *path, const StWriteTensor *t, int n, co
     return dup ? -1 : 0;
 }
 
-static int write_all(int fd, const void *data, size_t len) {
-    const char *p = data;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Writes one tensor's bytes; F32 -> BF16 is converted through a small reusable buffer, and values a fill callback
  * makes are made chunk by chunk into another (fbuf, chunk_len floats). */
 static int st_write_tensor(int fd, const StWriteTensor *t, size_t nbytes, uint16_t *chunk, float *fbuf,
                            size_t chunk_len, int *fill_failed) {
     if (nbytes == 0) return 0;
-    if (t->out_dtype != ZY_DT_BF16 && !t->fill) return write_all(fd, t->data, nbytes);
+    if (t->out_dtype != ZY_DT_BF16 && !t->fill) return zy_write_all(fd, t->data, nbytes);
     const size_t esize = zy_dtype_size(t->out_dtype), numel = nbytes / esize;
     for (size_t i = 0; i < numel; i += chunk_len) {
         size_t k = numel - i < chunk_len ? numel - i : chunk_len;
@@ -657,8 +643,8 @@ static int st_write_tensor(int fd, const StWriteTensor *t, size_t nbytes, uint16
         }
         if (t->out_dtype == ZY_DT_BF16) {
             for (size_t j = 0; j < k; j++) chunk[j] = zy_f32_to_bf16(x[j]);
-            if (write_all(fd, chunk, 2 * k) != 0) return -1;
-        } else if (write_all(fd, x, 4 * k) != 0) {
+            if (zy_write_all(fd, chunk, 2 * k) != 0) return -1;
+        } else if (zy_write_all(fd, x, 4 * k) != 0) {
             return -1;
         }
     }
@@ -747,7 +733,7 @@ int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, cons
     }
     created = 1;
     uint64_t hlen = h.len;
-    if (write_all(fd, &hlen, 8) != 0 || write_all(fd, h.p, h.len) != 0) {
+    if (zy_write_all(fd, &hlen, 8) != 0 || zy_write_all(fd, h.p, h.len) != 0) {
         zy_fail(err, "%s: write failed: %s", tmp, strerror(errno));
         goto done;
     }

@@ -293,17 +293,7 @@ int shardwriter_open(ShardWriter **out, const char *dir, const ShardWriterOption
 }
 
 static int write_all(int fd, const void *data, size_t len, const char *path, ZyErr *err) {
-    const uint8_t *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return zy_fail(err, "%s: write failed: %s", path, strerror(errno));
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return zy_write_all(fd, data, len) ? zy_fail(err, "%s: write failed: %s", path, strerror(errno)) : 0;
 }
 
 static int flush_buf(SplitWriter *sw, ZyErr *err) {

@@ -122,25 +122,31 @@ int zy_read_file(const char *path, char **data, size_t *len, ZyErr *err) {
     return 0;
 }
 
+int zy_write_all(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
 int zy_write_file_atomic(const char *path, const void *data, size_t len, ZyErr *err) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return zy_fail(err, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return zy_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return zy_fail(err, "%s: write failed: %s", tmp, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
+    if (zy_write_all(fd, data, len) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return zy_fail(err, "%s: write failed: %s", tmp, strerror(e));
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         int e = errno;

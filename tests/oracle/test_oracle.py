@@ -26,7 +26,12 @@ from common import (Results, ZayaMissing, build_model, fmt, hf_reference, load_m
 TOL_LOGITS = 1e-5
 TOL_LOSS = 1e-6
 TOL_GRAD = 1e-4
-GRAD_FLOOR = 1e-5  # see the gradient check
+# A gradient that is mathematically zero comes out as fp32 rounding noise (see the gradient check): errors are
+# measured against max(|ref|, GRAD_FLOOR x the norm of all gradients), so TOL_GRAD allows 1e-7 of the whole
+# gradient's norm in absolute terms, fp32's epsilon. cfg11's window-1 layer (each query sees only itself) has
+# q/k gradients of exactly 0 in HF and 1.7e-8 of the norm here on AVX2 (P = exp(0) recomputed, D summed in
+# another order than dP); with a floor of 1e-5 it passed only where that noise happened to cancel (AVX-512).
+GRAD_FLOOR = 1e-3
 # tests/gpu/run.sh points ZAYA_BIN at `forward --device cuda` and says so here
 ON_GPU = os.environ.get("ZAYA_ORACLE_DEVICE") == "cuda"
 if ON_GPU:
