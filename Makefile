@@ -64,7 +64,7 @@ endif
 ISA_SRC  := src/kernels/kernels_isa.c src/kernels/attention.c
 BF16_SRC := src/kernels/matmul_avx512bf16.c
 # The library, one folder per concept (README "Layout of the code"); src/cli is the command line, src/gpu the GPU backend.
-LIB_DIRS := util model kernels optim io train data dist aegis tokenizer infer serve
+LIB_DIRS := util model kernels optim io train data dist aegis jinja tokenizer infer serve
 LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
@@ -201,7 +201,8 @@ FUZZ_SRC_runconfig    := src/train/runconfig.c src/model/params.c src/util/util.
 FUZZ_SRC_safetensors  := src/io/safetensors.c src/util/util.c
 FUZZ_SRC_shard_header := src/io/shards.c src/util/util.c
 FUZZ_SRC_tokenizer    := src/tokenizer/tokenizer.c src/util/util.c
-FUZZ_SRC_chat_template := src/tokenizer/chat_template.c src/util/util.c
+FUZZ_SRC_chat_template := src/tokenizer/chat_template.c src/jinja/jinja_value.c src/jinja/jinja_parse.c \
+                          src/jinja/jinja_eval.c src/jinja/jinja_filters.c src/util/util.c
 FUZZ_SRC_serve_request := src/serve/serve_request.c src/util/util.c
 
 fuzz-build: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)

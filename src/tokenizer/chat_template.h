@@ -1,40 +1,27 @@
-/* chat_template: the Jinja subset that Hugging Face chat templates use, rendered byte-for-byte as transformers'
- * apply_chat_template renders them (jinja2's ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
- * loopcontrols extension, transformers' {% generation %} tag, and its globals raise_exception, strftime_now,
- * namespace, dict, and its tojson filter, which is json.dumps(ensure_ascii=False)).
- *
- * Values follow Python: ints, floats (printed with Python's shortest repr), strings of code points, lists, tuples,
- * ordered dicts, None, and jinja2's default Undefined (prints as "", iterates as empty, fails on attribute access or
- * arithmetic). Lists and dicts are immutable, as in the sandbox (list.append and the like are "unsafe" there too).
- *
- * Templates are untrusted input: parsing and rendering are bounded in nesting depth, evaluation steps, memory and
- * output size (ChatRenderOpts), and every failure is a ZyErr naming the line:column of the construct, e.g.
- * "chat template line 3:12: unsupported filter 'wordwrap'". Nothing here keeps global state or exits. */
+/* chat_template: Hugging Face chat templates as transformers' apply_chat_template applies them: a model folder's
+ * template and special tokens, found where transformers finds them, and the variables of one conversation (the
+ * messages normalised as transformers does, tools, documents, the special tokens, --set values). The templates are
+ * parsed and rendered by the Jinja engine in src/jinja/ (jinja/jinja.h: the subset, the values, the limits, the
+ * errors, each naming the line:column of the construct, e.g. "chat template line 3:12: unsupported filter
+ * 'wordwrap'"). Nothing here keeps global state or exits. */
 #ifndef ZAYA_CHAT_TEMPLATE_H
 #define ZAYA_CHAT_TEMPLATE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jinja/jinja.h"
 #include "util/util.h"
 
-typedef struct ChatTemplate ChatTemplate;
+typedef JinjaTemplate ChatTemplate;
+typedef JinjaOpts ChatRenderOpts; /* max_output, max_memory, max_steps, have_now + now (jinja/jinja.h) */
 
-typedef struct {
-    size_t max_output;    /* bytes of rendered text (0: 64 MiB) */
-    size_t max_memory;    /* bytes held by values while rendering (0: 1 GiB) */
-    int64_t max_steps;    /* expressions and statements evaluated (0: 100 million) */
-    int have_now;         /* strftime_now reports `now` (Unix seconds) in UTC; else the local time now */
-    int64_t now;
-} ChatRenderOpts;
-
-/* Parses a template (UTF-8; "\r\n" and "\r" read as "\n", one trailing newline dropped, as jinja2 does). A
- * construct outside the subset is an error naming it and its line:column. */
+/* The engine's jinja_parse, jinja_free and jinja_render_json: parses a template (UTF-8; "\r\n" and "\r" read as
+ * "\n", one trailing newline dropped, as jinja2 does; a construct outside the subset is an error naming it and its
+ * line:column), and renders it with the members of vars_json (a JSON object) as its variables. *out is malloc'ed
+ * and NUL-terminated; *out_len excludes the NUL. opts may be NULL (defaults). */
 int chat_template_parse(const char *src, size_t len, ChatTemplate **out, ZyErr *err);
 void chat_template_free(ChatTemplate *t);
-
-/* Renders with the members of vars_json (a JSON object) as the template's variables. *out is malloc'ed and
- * NUL-terminated; *out_len excludes the NUL. opts may be NULL (defaults). */
 int chat_template_render(const ChatTemplate *t, const char *vars_json, size_t vars_len, const ChatRenderOpts *opts,
                          char **out, size_t *out_len, ZyErr *err);
 
