@@ -13,7 +13,7 @@ runs, emoji with ZWJ sequences, punctuation, code, letters new in Unicode 15/16)
     like HF with them, and refuses other pipelines with a message naming the file and field.
 
     python3 tests/oracle/test_tokenizer.py [--keep DIR]
-    python3 tests/oracle/test_tokenizer.py --gen-unicode-table   # prints the C table for src/tokenizer/tokenizer.c
+    python3 tests/oracle/test_tokenizer.py --gen-unicode-table   # prints the C table for src/tokenizer/tokenizer_pretok.c
 
 Prints one line per check and ends with `tokenizer: N passed, N failed`; exits non-zero on failure.
 ZAYA_BIN overrides the zaya command (split with shlex).
@@ -248,7 +248,7 @@ def probe_text(cps):
 
 
 def gen_unicode_table():
-    """The class of every code point as HF's pre-tokenizer treats it, as the C table in src/tokenizer/tokenizer.c."""
+    """The class of every code point as HF's pre-tokenizer treats it, as the C table in src/tokenizer/tokenizer_pretok.c."""
     pt = hf_pretokenizer()
     patterns = {(0, 2, 4, 5): 1, (0, 1, 2, 4, 5): 2, (0, 1, 3, 4, 5): 3, (0, 1, 2, 5): 0}
     cls = []
@@ -488,7 +488,7 @@ def run(tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keep", help="keep the work files in this directory")
-    ap.add_argument("--gen-unicode-table", action="store_true", help="print the class table for src/tokenizer/tokenizer.c")
+    ap.add_argument("--gen-unicode-table", action="store_true", help="print the class table for src/tokenizer/tokenizer_pretok.c")
     args = ap.parse_args()
     if args.gen_unicode_table:
         gen_unicode_table()

@@ -5,7 +5,7 @@ Hugging Face `tokenizers`.
   - every code point (U+0001..U+10FFFF less the surrogates), alone and between a composing mark and one that
     reorders around it (a\\u0301 X \\u0334), and every canonical decomposition recomposed, through each
     normalizer: `zaya tokenizer encode` on a byte-fallback vocabulary gives the normalized bytes, which must equal
-    HF's normalize_str byte for byte (this checks the tables in src/tokenizer/tokenizer.c where HF's Unicode data differs
+    HF's normalize_str byte for byte (this checks the tables in src/tokenizer/tokenizer_normalize.c where HF's Unicode data differs
     from utf8proc's);
   - BPE tokenizers trained by `tokenizers` with the normalizers in released shapes (NFKC + ByteLevel, NFC +
     Metaspace(first) + byte_fallback, NFD + StripAccents + Lowercase, Strip + NFKD + Prepend + Replace, ...) and
@@ -16,7 +16,7 @@ Hugging Face `tokenizers`.
   - normalizers zaya does not run are refused by name; encode speed with NFKC.
 
     python3 tests/oracle/test_tokenizer_normalizers.py [--keep DIR] [--bench-mb N]
-    python3 tests/oracle/test_tokenizer_normalizers.py --gen-tables   # prints the tables for src/tokenizer/tokenizer.c
+    python3 tests/oracle/test_tokenizer_normalizers.py --gen-tables   # prints the tables for src/tokenizer/tokenizer_normalize.c
 
 Prints one line per check and ends with `tokenizer_normalizers: N passed, N failed`; exits non-zero on failure.
 ZAYA_BIN overrides the zaya command (split with shlex).
@@ -43,7 +43,7 @@ N = normalizers
 
 
 # ----------------------------------------------------------------------------------------------
-# the tables in src/tokenizer/tokenizer.c: where HF's Unicode data differs from utf8proc's
+# the tables in src/tokenizer/tokenizer_normalize.c: where HF's Unicode data differs from utf8proc's
 
 
 def utf8proc():
@@ -372,7 +372,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keep", help="keep the work files in this directory")
     ap.add_argument("--bench-mb", type=float, default=2.0, help="size of the benchmark text in MB")
-    ap.add_argument("--gen-tables", action="store_true", help="print the Unicode tables for src/tokenizer/tokenizer.c")
+    ap.add_argument("--gen-tables", action="store_true", help="print the Unicode tables for src/tokenizer/tokenizer_normalize.c")
     args = ap.parse_args()
     if args.gen_tables:
         gen_tables()
