@@ -37,7 +37,7 @@ struct GpuKVCache {
  * logits), shared by the same-length cache and the pool. */
 static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, size_t N) {
     const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
-    const size_t R = f->router_hidden_size, E1 = f->num_experts + 1, I = f->moe_intermediate_size;
+    const size_t R = f->router_hidden_size;
     s->tokens = ZY_CARVE_I(cv, N);
     s->x = ZY_CARVE_F(cv, N * D);
     s->x_mid = ZY_CARVE_F(cv, N * D);
@@ -57,25 +57,7 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     s->proj = ZY_CARVE_F(cv, N * D);
     s->z[0] = ZY_CARVE_F(cv, N * R);
     s->z[1] = ZY_CARVE_F(cv, N * R);
-    LayerActs *m = &s->moe;
-    m->router_zn = ZY_CARVE_F(cv, N * R);
-    m->router_rstd = ZY_CARVE_F(cv, N);
-    m->router_h1_pre = ZY_CARVE_F(cv, N * R);
-    m->router_h1 = ZY_CARVE_F(cv, N * R);
-    m->router_h2_pre = ZY_CARVE_F(cv, N * R);
-    m->router_h2 = ZY_CARVE_F(cv, N * R);
-    m->router_logits = ZY_CARVE_F(cv, N * E1);
-    m->router_probs = ZY_CARVE_F(cv, N * E1);
-    m->choice = ZY_CARVE_I(cv, N);
-    m->gate = ZY_CARVE_F(cv, N);
-    m->expert_offset = ZY_CARVE_I(cv, E1);
-    m->expert_cursor = ZY_CARVE_I(cv, E1);
-    m->sorted_rows = ZY_CARVE_I(cv, N);
-    m->expert_in = ZY_CARVE_F(cv, N * D);
-    m->expert_gu = ZY_CARVE_F(cv, N * 2 * I);
-    m->expert_act = ZY_CARVE_F(cv, N * I);
-    m->expert_out = ZY_CARVE_F(cv, N * D);
-    m->moe_out = ZY_CARVE_F(cv, N * D);
+    layer_acts_carve_moe(cv, &s->moe, f, N, 1);
 }
 
 static void carve(ZyCarver *cv, GpuKVCache *c) {
