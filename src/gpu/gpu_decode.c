@@ -60,7 +60,8 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     layer_acts_carve_moe(cv, &s->moe, f, N, 1);
 }
 
-static void carve(ZyCarver *cv, GpuKVCache *c) {
+static void carve(ZyCarver *cv, void *cache) {
+    GpuKVCache *c = cache;
     const ZayaConfig *f = &c->gm->cfg;
     const size_t B = c->batch, n = c->chunk, N = B * n, D = f->hidden_size, V = f->vocab_size;
     const size_t Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
@@ -106,6 +107,18 @@ static int upload_rope(GpuModel *gm, float *cos, float *sin, float *cos_sw, floa
     return rc ? -1 : 0;
 }
 
+/* A carving onto the device (carve(cv, owner) lays out owner's buffers): the sizing pass, one allocation of *bytes
+ * (what names it in errors), then the binding pass. NULL when the allocation fails. */
+static void *carve_on_device(void (*carve)(ZyCarver *, void *), void *owner, size_t *bytes, const char *what,
+                             ZyErr *err) {
+    ZyCarver sizing = {0};
+    carve(&sizing, owner);
+    *bytes = sizing.used;
+    ZyCarver cv = {.base = gpu_alloc(*bytes, what, err)};
+    if (cv.base) carve(&cv, owner);
+    return cv.base;
+}
+
 int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err) {
     *out = NULL;
     const ZayaConfig *f = &gm->cfg;
@@ -127,18 +140,16 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     c->v = c->k + L, c->conv_state = c->k + 2 * L, c->vd_prev = c->k + 3 * L;
     c->gm = gm, c->batch = batch, c->max_len = max_len, c->chunk = chunk;
     c->conv_pad = f->attention == ZY_ATTN_CCA ? (f->cca_time0 - 1) + (f->cca_time1 - 1) : 0;
-    ZyCarver sizing = {0};
-    carve(&sizing, c);
-    c->bytes = sizing.used;
     c->h_tokens = malloc((size_t)batch * chunk * sizeof(int32_t));
-    if (!c->h_tokens || !(c->block = gpu_alloc(c->bytes, "the KV cache", err))) {
-        if (c->h_tokens) zy_wrap(err, "batch %d x %d tokens", batch, max_len);
-        else zy_fail(err, "out of memory");
+    if (!c->h_tokens) {
+        gpu_kvcache_free(c);
+        return zy_fail(err, "out of memory");
+    }
+    if (!(c->block = carve_on_device(carve, c, &c->bytes, "the KV cache", err))) {
+        zy_wrap(err, "batch %d x %d tokens", batch, max_len);
         gpu_kvcache_free(c);
         return -1;
     }
-    ZyCarver cv = {.base = c->block};
-    carve(&cv, c);
     if (upload_rope(gm, c->rope_cos, c->rope_sin, c->rope_cos_sw, c->rope_sin_sw, max_len, err)) {
         gpu_kvcache_free(c);
         return -1;
@@ -412,7 +423,8 @@ struct GpuKVPool {
     size_t bytes, cache_bytes;
 };
 
-static void carve_pool(ZyCarver *cv, GpuKVPool *p) {
+static void carve_pool(ZyCarver *cv, void *pool) {
+    GpuKVPool *p = pool;
     const ZayaConfig *f = &p->gm->cfg;
     const size_t S = p->max_seqs, R = p->max_rows, D = f->hidden_size, V = f->vocab_size, L = f->num_layers;
     const size_t Ck = cfg_k_channels(f), C = cfg_conv_channels(f), k1 = f->cca_time1;
@@ -502,16 +514,11 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
     p->free_blocks = (int32_t *)(p->n_held + S);
     p->h_desc = p->free_blocks + n_blocks;
     kvblocks_init(p->free_blocks, &p->n_free, n_blocks);
-    ZyCarver sizing = {0};
-    carve_pool(&sizing, p);
-    p->bytes = sizing.used;
-    if (!(p->block = gpu_alloc(p->bytes, "the KV pool", err))) {
+    if (!(p->block = carve_on_device(carve_pool, p, &p->bytes, "the KV pool", err))) {
         zy_wrap(err, "%d blocks of %d tokens for %d sequences", n_blocks, block_tokens, max_seqs);
         gpu_kvpool_free(p);
         return -1;
     }
-    ZyCarver cv = {.base = p->block};
-    carve_pool(&cv, p);
     if (upload_rope(gm, p->rope_cos, p->rope_sin, p->rope_cos_sw, p->rope_sin_sw, max_len, err)) {
         gpu_kvpool_free(p);
         return -1;
