@@ -107,6 +107,17 @@ static int upload_rope(GpuModel *gm, float *cos, float *sin, float *cos_sw, floa
     return rc ? -1 : 0;
 }
 
+/* The checks the cache and the pool share: max_len within the model's positions, heads the decode kernels take. */
+static int check_decode_shape(const ZayaConfig *f, int max_len, ZyErr *err) {
+    if (max_len > f->max_position_embeddings)
+        return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
+                       f->max_position_embeddings);
+    if (f->head_dim > 256 || f->num_kv_heads <= 0 || f->num_heads % f->num_kv_heads)
+        return zy_fail(err, "KV cache: GPU decoding takes head_dim <= 256 and num_heads a multiple of num_kv_heads "
+                       "(head_dim %d, %d heads, %d kv heads)", f->head_dim, f->num_heads, f->num_kv_heads);
+    return 0;
+}
+
 /* A carving onto the device (carve(cv, owner) lays out owner's buffers): the sizing pass, one allocation of *bytes
  * (what names it in errors), then the binding pass. NULL when the allocation fails. */
 static void *carve_on_device(void (*carve)(ZyCarver *, void *), void *owner, size_t *bytes, const char *what,
@@ -124,12 +135,7 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     const ZayaConfig *f = &gm->cfg;
     if (chunk <= 0) chunk = KV_DEFAULT_CHUNK;
     if (batch <= 0 || max_len <= 0) return zy_fail(err, "KV cache: batch %d, max_len %d must be positive", batch, max_len);
-    if (max_len > f->max_position_embeddings)
-        return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
-                       f->max_position_embeddings);
-    if (f->head_dim > 256 || f->num_kv_heads <= 0 || f->num_heads % f->num_kv_heads)
-        return zy_fail(err, "KV cache: GPU decoding takes head_dim <= 256 and num_heads a multiple of num_kv_heads "
-                       "(head_dim %d, %d heads, %d kv heads)", f->head_dim, f->num_heads, f->num_kv_heads);
+    if (check_decode_shape(f, max_len, err)) return -1;
     if (chunk > max_len) chunk = max_len;
     GpuKVCache *c = calloc(1, sizeof *c);
     const size_t L = (size_t)f->num_layers;
@@ -475,12 +481,7 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
     if (max_seqs <= 0 || max_len <= 0 || n_blocks <= 0 || block_tokens <= 0 || max_rows <= 0 || chunk <= 0)
         return zy_fail(err, "KV cache: sequences %d, max_len %d, blocks %d, block size %d, rows %d and chunk %d must be "
                        "positive", max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk);
-    if (max_len > f->max_position_embeddings)
-        return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
-                       f->max_position_embeddings);
-    if (f->head_dim > 256 || f->num_kv_heads <= 0 || f->num_heads % f->num_kv_heads)
-        return zy_fail(err, "KV cache: GPU decoding takes head_dim <= 256 and num_heads a multiple of num_kv_heads "
-                       "(head_dim %d, %d heads, %d kv heads)", f->head_dim, f->num_heads, f->num_kv_heads);
+    if (check_decode_shape(f, max_len, err)) return -1;
     if ((long long)n_blocks * block_tokens > INT32_MAX) /* the step's row indices are int32 */
         return zy_fail(err, "KV cache: %d blocks of %d tokens is more than 2^31 tokens", n_blocks, block_tokens);
     if (gpu_use(&gm->g, err)) return -1;
