@@ -37,7 +37,7 @@ struct GpuKVCache {
  * logits), shared by the same-length cache and the pool. */
 static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, size_t N) {
     const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
-    const size_t R = f->router_hidden_size, E1 = f->num_experts + 1, I = f->moe_intermediate_size;
+    const size_t R = f->router_hidden_size;
     s->tokens = ZY_CARVE_I(cv, N);
     s->x = ZY_CARVE_F(cv, N * D);
     s->x_mid = ZY_CARVE_F(cv, N * D);
@@ -57,28 +57,11 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     s->proj = ZY_CARVE_F(cv, N * D);
     s->z[0] = ZY_CARVE_F(cv, N * R);
     s->z[1] = ZY_CARVE_F(cv, N * R);
-    LayerActs *m = &s->moe;
-    m->router_zn = ZY_CARVE_F(cv, N * R);
-    m->router_rstd = ZY_CARVE_F(cv, N);
-    m->router_h1_pre = ZY_CARVE_F(cv, N * R);
-    m->router_h1 = ZY_CARVE_F(cv, N * R);
-    m->router_h2_pre = ZY_CARVE_F(cv, N * R);
-    m->router_h2 = ZY_CARVE_F(cv, N * R);
-    m->router_logits = ZY_CARVE_F(cv, N * E1);
-    m->router_probs = ZY_CARVE_F(cv, N * E1);
-    m->choice = ZY_CARVE_I(cv, N);
-    m->gate = ZY_CARVE_F(cv, N);
-    m->expert_offset = ZY_CARVE_I(cv, E1);
-    m->expert_cursor = ZY_CARVE_I(cv, E1);
-    m->sorted_rows = ZY_CARVE_I(cv, N);
-    m->expert_in = ZY_CARVE_F(cv, N * D);
-    m->expert_gu = ZY_CARVE_F(cv, N * 2 * I);
-    m->expert_act = ZY_CARVE_F(cv, N * I);
-    m->expert_out = ZY_CARVE_F(cv, N * D);
-    m->moe_out = ZY_CARVE_F(cv, N * D);
+    layer_acts_carve_moe(cv, &s->moe, f, N, 1);
 }
 
-static void carve(ZyCarver *cv, GpuKVCache *c) {
+static void carve(ZyCarver *cv, void *cache) {
+    GpuKVCache *c = cache;
     const ZayaConfig *f = &c->gm->cfg;
     const size_t B = c->batch, n = c->chunk, N = B * n, D = f->hidden_size, V = f->vocab_size;
     const size_t Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
@@ -124,17 +107,35 @@ static int upload_rope(GpuModel *gm, float *cos, float *sin, float *cos_sw, floa
     return rc ? -1 : 0;
 }
 
-int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err) {
-    *out = NULL;
-    const ZayaConfig *f = &gm->cfg;
-    if (chunk <= 0) chunk = KV_DEFAULT_CHUNK;
-    if (batch <= 0 || max_len <= 0) return zy_fail(err, "KV cache: batch %d, max_len %d must be positive", batch, max_len);
+/* The checks the cache and the pool share: max_len within the model's positions, heads the decode kernels take. */
+static int check_decode_shape(const ZayaConfig *f, int max_len, ZyErr *err) {
     if (max_len > f->max_position_embeddings)
         return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
                        f->max_position_embeddings);
     if (f->head_dim > 256 || f->num_kv_heads <= 0 || f->num_heads % f->num_kv_heads)
         return zy_fail(err, "KV cache: GPU decoding takes head_dim <= 256 and num_heads a multiple of num_kv_heads "
                        "(head_dim %d, %d heads, %d kv heads)", f->head_dim, f->num_heads, f->num_kv_heads);
+    return 0;
+}
+
+/* A carving onto the device (carve(cv, owner) lays out owner's buffers): the sizing pass, one allocation of *bytes
+ * (what names it in errors), then the binding pass. NULL when the allocation fails. */
+static void *carve_on_device(void (*carve)(ZyCarver *, void *), void *owner, size_t *bytes, const char *what,
+                             ZyErr *err) {
+    ZyCarver sizing = {0};
+    carve(&sizing, owner);
+    *bytes = sizing.used;
+    ZyCarver cv = {.base = gpu_alloc(*bytes, what, err)};
+    if (cv.base) carve(&cv, owner);
+    return cv.base;
+}
+
+int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err) {
+    *out = NULL;
+    const ZayaConfig *f = &gm->cfg;
+    if (chunk <= 0) chunk = KV_DEFAULT_CHUNK;
+    if (batch <= 0 || max_len <= 0) return zy_fail(err, "KV cache: batch %d, max_len %d must be positive", batch, max_len);
+    if (check_decode_shape(f, max_len, err)) return -1;
     if (chunk > max_len) chunk = max_len;
     GpuKVCache *c = calloc(1, sizeof *c);
     const size_t L = (size_t)f->num_layers;
@@ -145,18 +146,16 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     c->v = c->k + L, c->conv_state = c->k + 2 * L, c->vd_prev = c->k + 3 * L;
     c->gm = gm, c->batch = batch, c->max_len = max_len, c->chunk = chunk;
     c->conv_pad = f->attention == ZY_ATTN_CCA ? (f->cca_time0 - 1) + (f->cca_time1 - 1) : 0;
-    ZyCarver sizing = {0};
-    carve(&sizing, c);
-    c->bytes = sizing.used;
     c->h_tokens = malloc((size_t)batch * chunk * sizeof(int32_t));
-    if (!c->h_tokens || !(c->block = gpu_alloc(c->bytes, "the KV cache", err))) {
-        if (c->h_tokens) zy_wrap(err, "batch %d x %d tokens", batch, max_len);
-        else zy_fail(err, "out of memory");
+    if (!c->h_tokens) {
+        gpu_kvcache_free(c);
+        return zy_fail(err, "out of memory");
+    }
+    if (!(c->block = carve_on_device(carve, c, &c->bytes, "the KV cache", err))) {
+        zy_wrap(err, "batch %d x %d tokens", batch, max_len);
         gpu_kvcache_free(c);
         return -1;
     }
-    ZyCarver cv = {.base = c->block};
-    carve(&cv, c);
     if (upload_rope(gm, c->rope_cos, c->rope_sin, c->rope_cos_sw, c->rope_sin_sw, max_len, err)) {
         gpu_kvcache_free(c);
         return -1;
@@ -430,7 +429,8 @@ struct GpuKVPool {
     size_t bytes, cache_bytes;
 };
 
-static void carve_pool(ZyCarver *cv, GpuKVPool *p) {
+static void carve_pool(ZyCarver *cv, void *pool) {
+    GpuKVPool *p = pool;
     const ZayaConfig *f = &p->gm->cfg;
     const size_t S = p->max_seqs, R = p->max_rows, D = f->hidden_size, V = f->vocab_size, L = f->num_layers;
     const size_t Ck = cfg_k_channels(f), C = cfg_conv_channels(f), k1 = f->cca_time1;
@@ -481,12 +481,7 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
     if (max_seqs <= 0 || max_len <= 0 || n_blocks <= 0 || block_tokens <= 0 || max_rows <= 0 || chunk <= 0)
         return zy_fail(err, "KV cache: sequences %d, max_len %d, blocks %d, block size %d, rows %d and chunk %d must be "
                        "positive", max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk);
-    if (max_len > f->max_position_embeddings)
-        return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
-                       f->max_position_embeddings);
-    if (f->head_dim > 256 || f->num_kv_heads <= 0 || f->num_heads % f->num_kv_heads)
-        return zy_fail(err, "KV cache: GPU decoding takes head_dim <= 256 and num_heads a multiple of num_kv_heads "
-                       "(head_dim %d, %d heads, %d kv heads)", f->head_dim, f->num_heads, f->num_kv_heads);
+    if (check_decode_shape(f, max_len, err)) return -1;
     if ((long long)n_blocks * block_tokens > INT32_MAX) /* the step's row indices are int32 */
         return zy_fail(err, "KV cache: %d blocks of %d tokens is more than 2^31 tokens", n_blocks, block_tokens);
     if (gpu_use(&gm->g, err)) return -1;
@@ -520,16 +515,11 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
     p->free_blocks = (int32_t *)(p->n_held + S);
     p->h_desc = p->free_blocks + n_blocks;
     kvblocks_init(p->free_blocks, &p->n_free, n_blocks);
-    ZyCarver sizing = {0};
-    carve_pool(&sizing, p);
-    p->bytes = sizing.used;
-    if (!(p->block = gpu_alloc(p->bytes, "the KV pool", err))) {
+    if (!(p->block = carve_on_device(carve_pool, p, &p->bytes, "the KV pool", err))) {
         zy_wrap(err, "%d blocks of %d tokens for %d sequences", n_blocks, block_tokens, max_seqs);
         gpu_kvpool_free(p);
         return -1;
     }
-    ZyCarver cv = {.base = p->block};
-    carve_pool(&cv, p);
     if (upload_rope(gm, p->rope_cos, p->rope_sin, p->rope_cos_sw, p->rope_sin_sw, max_len, err)) {
         gpu_kvpool_free(p);
         return -1;

@@ -16,82 +16,67 @@
 
 /* ---- layout: one allocation carved into buffers (sizing pass with base = NULL, then binding) ------------------ */
 
-#define CF ZY_CARVE_F
-#define CI ZY_CARVE_I
-
 static void carve_pool(ZyCarver *cv, KVPool *p) {
     const ZayaConfig *f = &p->cfg;
     const size_t S = p->max_seqs, ML = p->max_len, N = p->max_rows, P = p->conv_pad;
     const size_t BT = (size_t)p->n_blocks * p->block_tokens;
     const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck;
-    const size_t R = f->router_hidden_size, E1 = f->num_experts + 1, I = f->moe_intermediate_size;
+    const size_t R = f->router_hidden_size;
     const size_t Hq = f->num_heads, Hkv = f->num_kv_heads, half_rd = cfg_rotary_dim(f) / 2;
     const size_t k1 = f->cca_time1;
     for (int l = 0; l < f->num_layers; l++) {
         if (p->kv_bf16) { /* two bf16 values per carved float */
-            p->k16[l] = (uint16_t *)CF(cv, (BT * Ck + 1) / 2);
-            p->v16[l] = (uint16_t *)CF(cv, (BT * Ck + 1) / 2);
+            p->k16[l] = (uint16_t *)ZY_CARVE_F(cv, (BT * Ck + 1) / 2);
+            p->v16[l] = (uint16_t *)ZY_CARVE_F(cv, (BT * Ck + 1) / 2);
         } else {
-            p->k[l] = CF(cv, BT * Ck);
-            p->v[l] = CF(cv, BT * Ck);
+            p->k[l] = ZY_CARVE_F(cv, BT * Ck);
+            p->v[l] = ZY_CARVE_F(cv, BT * Ck);
         }
-        p->conv_state[l] = CF(cv, S * P * C);
-        p->vd_prev[l] = CF(cv, S * Ck / 2);
+        p->conv_state[l] = ZY_CARVE_F(cv, S * P * C);
+        p->vd_prev[l] = ZY_CARVE_F(cv, S * Ck / 2);
     }
     p->cache_bytes = cv->used;
-    p->table = CI(cv, S * p->max_blocks);
-    p->len = (int *)CI(cv, S);
-    p->n_held = (int *)CI(cv, S);
-    p->free_blocks = CI(cv, p->n_blocks);
-    p->rope_cos = CF(cv, ML * half_rd);
-    p->rope_sin = CF(cv, ML * half_rd);
+    p->table = ZY_CARVE_I(cv, S * p->max_blocks);
+    p->len = (int *)ZY_CARVE_I(cv, S);
+    p->n_held = (int *)ZY_CARVE_I(cv, S);
+    p->free_blocks = ZY_CARVE_I(cv, p->n_blocks);
+    p->rope_cos = ZY_CARVE_F(cv, ML * half_rd);
+    p->rope_sin = ZY_CARVE_F(cv, ML * half_rd);
     if (cfg_has_sliding(f)) {
         const size_t half_sw = cfg_sliding_rotary_dim(f) / 2;
-        p->rope_cos_sw = CF(cv, ML * half_sw);
-        p->rope_sin_sw = CF(cv, ML * half_sw);
+        p->rope_cos_sw = ZY_CARVE_F(cv, ML * half_sw);
+        p->rope_sin_sw = ZY_CARVE_F(cv, ML * half_sw);
     }
     DecodeScratch *s = &p->s;
-    s->tokens = CI(cv, N);
-    s->x = CF(cv, N * D);
-    s->x_mid = CF(cv, N * D);
-    s->u = CF(cv, N * D);
-    s->rstd = CF(cv, N);
-    s->X = CF(cv, N * C);
+    s->tokens = ZY_CARVE_I(cv, N);
+    s->x = ZY_CARVE_F(cv, N * D);
+    s->x_mid = ZY_CARVE_F(cv, N * D);
+    s->u = ZY_CARVE_F(cv, N * D);
+    s->rstd = ZY_CARVE_F(cv, N);
+    s->X = ZY_CARVE_F(cv, N * C);
     /* each sequence of the step adds P cached columns to its rows in Xe */
     const size_t SN = S < N ? S : N;
-    s->Xe = CF(cv, (SN * P + N) * C);
-    s->Y = CF(cv, N * C);
-    s->conv_work = CF(cv, (size_t)cca_conv_last_work_floats((int)N, (int)C, f->cca_time0, (int)k1));
-    s->query_pre = CF(cv, N * Cq);
-    s->key_pre = CF(cv, N * Ck);
-    s->query = CF(cv, N * Cq);
-    s->key = CF(cv, N * Ck);
-    s->norm_q = CF(cv, N * Hq);
-    s->norm_k = CF(cv, N * Hkv);
-    s->vc = CF(cv, N * Ck / 2);
-    s->vd = CF(cv, N * Ck / 2);
-    s->value = CF(cv, N * Ck);
-    s->scores = CF(cv, (size_t)s->n_threads * p->chunk * ML);
-    s->attn_out = CF(cv, N * Cq);
-    s->proj = CF(cv, N * D);
-    s->z[0] = CF(cv, N * R);
-    s->z[1] = CF(cv, N * R);
-    s->zn = CF(cv, N * R);
-    s->h1 = CF(cv, N * R);
-    s->h2 = CF(cv, N * R);
-    s->router_logits = CF(cv, N * E1);
-    s->router_probs = CF(cv, N * E1);
-    s->choice = CI(cv, N);
-    s->gate = CF(cv, N);
-    s->expert_offset = CI(cv, E1);
-    s->expert_cursor = CI(cv, E1);
-    s->sorted_rows = CI(cv, N);
-    s->expert_in = CF(cv, N * D);
-    s->expert_gu = CF(cv, N * 2 * I);
-    s->expert_act = CF(cv, N * I);
-    s->expert_out = CF(cv, N * D);
-    s->moe_out = CF(cv, N * D);
-    s->last_rows = CF(cv, SN * D);
+    s->Xe = ZY_CARVE_F(cv, (SN * P + N) * C);
+    s->Y = ZY_CARVE_F(cv, N * C);
+    s->conv_work = ZY_CARVE_F(cv, (size_t)cca_conv_last_work_floats((int)N, (int)C, f->cca_time0, (int)k1));
+    s->query_pre = ZY_CARVE_F(cv, N * Cq);
+    s->key_pre = ZY_CARVE_F(cv, N * Ck);
+    s->query = ZY_CARVE_F(cv, N * Cq);
+    s->key = ZY_CARVE_F(cv, N * Ck);
+    s->norm_q = ZY_CARVE_F(cv, N * Hq);
+    s->norm_k = ZY_CARVE_F(cv, N * Hkv);
+    s->vc = ZY_CARVE_F(cv, N * Ck / 2);
+    s->vd = ZY_CARVE_F(cv, N * Ck / 2);
+    s->value = ZY_CARVE_F(cv, N * Ck);
+    s->scores = ZY_CARVE_F(cv, (size_t)s->n_threads * p->chunk * ML);
+    s->attn_out = ZY_CARVE_F(cv, N * Cq);
+    s->proj = ZY_CARVE_F(cv, N * D);
+    s->z[0] = ZY_CARVE_F(cv, N * R);
+    s->z[1] = ZY_CARVE_F(cv, N * R);
+    layer_acts_carve_moe(cv, &s->moe, f, N, 0);
+    s->moe.u_mlp = s->u;
+    s->moe.router_rstd = s->rstd; /* free while the MoE block runs */
+    s->last_rows = ZY_CARVE_F(cv, SN * D);
 }
 
 size_t kvcache_bytes_per_token(const ZayaConfig *cfg, int kv_bf16) {
@@ -418,16 +403,12 @@ static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
 }
 
-/* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe_out and z (the next r_prev):
+/* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe.moe_out and z (the next r_prev):
  * model.c's moe_block_forward on the decode scratch (the router MLP's GELUs in place: no backward here). */
 static void moe_decode(const ZayaConfig *f, const LayerWeights *W, DecodeScratch *s, float *z, const float *r_prev,
                        int N) {
-    const MoeBuffers b = {.u = s->u, .z = z, .zn = s->zn, .rstd = s->rstd, .h1_pre = s->h1, .h1 = s->h1,
-                          .h2_pre = s->h2, .h2 = s->h2, .logits = s->router_logits, .probs = s->router_probs,
-                          .choice = s->choice, .gate = s->gate, .expert_offset = s->expert_offset,
-                          .expert_cursor = s->expert_cursor, .sorted_rows = s->sorted_rows, .expert_in = s->expert_in,
-                          .expert_gu = s->expert_gu, .expert_act = s->expert_act, .expert_out = s->expert_out,
-                          .out = s->moe_out, .phase_seconds = NULL};
+    s->moe.router_z = z;
+    const MoeBuffers b = moe_buffers_of(&s->moe, NULL, NULL);
     moe_block_forward(f, W, &b, r_prev, N);
 }
 
@@ -456,12 +437,12 @@ static void decode_rows(const Model *m, KVPool *p, const Step *st, int32_t *rout
         float *z = s->z[l & 1];
         moe_decode(f, W, s, z, r_prev, N);
         if (l + 1 < f->num_layers)
-            merge_rmsnorm_forward(s->x, s->u, s->rstd, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
+            merge_rmsnorm_forward(s->x, s->u, s->rstd, s->moe.moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
                                   W->mlp_rb, w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
         else
-            residual_merge_forward(s->x, s->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
+            residual_merge_forward(s->x, s->moe.moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs, W->mlp_rb, N, D);
         r_prev = z;
-        if (routing) memcpy(routing + (size_t)l * N, s->choice, (size_t)N * sizeof(int32_t));
+        if (routing) memcpy(routing + (size_t)l * N, s->moe.choice, (size_t)N * sizeof(int32_t));
     }
     for (int i = 0; i < st->n_seqs; i++) p->len[st->seq[i].slot] += st->seq[i].n;
 }

@@ -28,13 +28,8 @@ typedef struct {
     int n_threads;                          /* score buffers */
     float *attn_out, *proj;                 /* [N,Cq], [N,D] */
     float *z[2];                            /* router state, ping-pong across layers [N,R] */
-    float *zn, *h1, *h2;                    /* [N,R] */
-    float *router_logits, *router_probs;    /* [N,E+1] */
-    int32_t *choice;                        /* [N] */
-    float *gate;                            /* [N] */
-    int32_t *expert_offset, *expert_cursor, *sorted_rows; /* counting sort of rows by expert: [E+1], [E+1], [N] */
-    float *expert_in, *expert_gu, *expert_act, *expert_out; /* [N,D], [N,2I], [N,I], [N,D] */
-    float *moe_out;                         /* [N,D] */
+    LayerActs moe;                          /* the MoE block's buffers (u_mlp = u, router_rstd = rstd, the router
+                                             * GELUs in place; router state in z[]) */
     float *last_rows;                       /* final-normed rows that get logits [max_seqs,D] */
 } DecodeScratch;
 

@@ -335,8 +335,32 @@ void model_init_weights(Model *m, uint64_t seed) {
  * Activations: one block, carved into named buffers.
  * ====================================================================================================== */
 
-#define CARVE_F ZY_CARVE_F
-#define CARVE_I ZY_CARVE_I
+void layer_acts_carve_moe(ZyCarver *cv, LayerActs *L, const ZayaConfig *c, size_t N, int for_backward) {
+    const size_t D = c->hidden_size, R = c->router_hidden_size, E1 = c->num_experts + 1, I = c->moe_intermediate_size;
+    L->router_zn = ZY_CARVE_F(cv, N * R);
+    if (for_backward) {
+        L->router_rstd = ZY_CARVE_F(cv, N);
+        L->router_h1_pre = ZY_CARVE_F(cv, N * R);
+        L->router_h1 = ZY_CARVE_F(cv, N * R);
+        L->router_h2_pre = ZY_CARVE_F(cv, N * R);
+        L->router_h2 = ZY_CARVE_F(cv, N * R);
+    } else { /* the GELUs in place */
+        L->router_h1 = L->router_h1_pre = ZY_CARVE_F(cv, N * R);
+        L->router_h2 = L->router_h2_pre = ZY_CARVE_F(cv, N * R);
+    }
+    L->router_logits = ZY_CARVE_F(cv, N * E1);
+    L->router_probs = ZY_CARVE_F(cv, N * E1);
+    L->choice = ZY_CARVE_I(cv, N);
+    L->gate = ZY_CARVE_F(cv, N);
+    L->expert_offset = ZY_CARVE_I(cv, E1);
+    L->expert_cursor = ZY_CARVE_I(cv, E1);
+    L->sorted_rows = ZY_CARVE_I(cv, N);
+    L->expert_in = ZY_CARVE_F(cv, N * D);
+    L->expert_gu = ZY_CARVE_F(cv, N * 2 * I);
+    L->expert_act = ZY_CARVE_F(cv, N * I);
+    L->expert_out = ZY_CARVE_F(cv, N * D);
+    L->moe_out = ZY_CARVE_F(cv, N * D);
+}
 
 static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     const int gpu = a->gpu_attn_work_floats > 0; /* device activations: the GPU kernels need no CPU workspaces */
@@ -344,92 +368,75 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     const size_t Cq = cfg_q_channels(c), Ck = cfg_k_channels(c), C = Cq + Ck, R = c->router_hidden_size;
     const size_t E1 = c->num_experts + 1, I = c->moe_intermediate_size, Hq = c->num_heads, Hkv = c->num_kv_heads;
     const size_t NM = (size_t)a->B * (T + c->cca_time1 - 1), rd = cfg_rotary_dim(c);
-    a->tokens = CARVE_I(cv, N);
+    a->tokens = ZY_CARVE_I(cv, N);
     for (int l = 0; l < c->num_layers; l++) {
         LayerActs *L = &a->layers[l];
-        L->x_in = CARVE_F(cv, N * D);
-        L->u_attn = CARVE_F(cv, N * D);
-        L->rstd_attn = CARVE_F(cv, N);
-        L->qk_down = CARVE_F(cv, N * C);
-        L->conv_mid = CARVE_F(cv, NM * C);
-        L->conv_out = CARVE_F(cv, N * C);
-        L->query_pre = CARVE_F(cv, N * Cq);
-        L->key_pre = CARVE_F(cv, N * Ck);
-        L->q_norm = CARVE_F(cv, N * Hq);
-        L->k_norm = CARVE_F(cv, N * Hkv);
-        L->query = CARVE_F(cv, N * Cq);
-        L->key = CARVE_F(cv, N * Ck);
-        L->v_current = CARVE_F(cv, N * Ck / 2);
-        L->v_delayed = CARVE_F(cv, N * Ck / 2);
-        L->value = CARVE_F(cv, N * Ck);
-        L->lse = CARVE_F(cv, (size_t)a->B * Hq * T);
-        L->attn_out = CARVE_F(cv, N * Cq);
-        L->attn_proj = CARVE_F(cv, N * D);
-        L->x_mid = CARVE_F(cv, N * D);
-        L->u_mlp = CARVE_F(cv, N * D);
-        L->rstd_mlp = CARVE_F(cv, N);
-        L->router_z = CARVE_F(cv, N * R);
-        L->router_zn = CARVE_F(cv, N * R);
-        L->router_rstd = CARVE_F(cv, N);
-        L->router_h1_pre = CARVE_F(cv, N * R);
-        L->router_h1 = CARVE_F(cv, N * R);
-        L->router_h2_pre = CARVE_F(cv, N * R);
-        L->router_h2 = CARVE_F(cv, N * R);
-        L->router_logits = CARVE_F(cv, N * E1);
-        L->router_probs = CARVE_F(cv, N * E1);
-        L->choice = CARVE_I(cv, N);
-        L->gate = CARVE_F(cv, N);
-        L->expert_offset = CARVE_I(cv, E1);
-        L->expert_cursor = CARVE_I(cv, E1);
-        L->sorted_rows = CARVE_I(cv, N);
-        L->expert_in = CARVE_F(cv, N * D);
-        L->expert_gu = CARVE_F(cv, N * 2 * I);
-        L->expert_act = CARVE_F(cv, N * I);
-        L->expert_out = CARVE_F(cv, N * D);
-        L->moe_out = CARVE_F(cv, N * D);
+        L->x_in = ZY_CARVE_F(cv, N * D);
+        L->u_attn = ZY_CARVE_F(cv, N * D);
+        L->rstd_attn = ZY_CARVE_F(cv, N);
+        L->qk_down = ZY_CARVE_F(cv, N * C);
+        L->conv_mid = ZY_CARVE_F(cv, NM * C);
+        L->conv_out = ZY_CARVE_F(cv, N * C);
+        L->query_pre = ZY_CARVE_F(cv, N * Cq);
+        L->key_pre = ZY_CARVE_F(cv, N * Ck);
+        L->q_norm = ZY_CARVE_F(cv, N * Hq);
+        L->k_norm = ZY_CARVE_F(cv, N * Hkv);
+        L->query = ZY_CARVE_F(cv, N * Cq);
+        L->key = ZY_CARVE_F(cv, N * Ck);
+        L->v_current = ZY_CARVE_F(cv, N * Ck / 2);
+        L->v_delayed = ZY_CARVE_F(cv, N * Ck / 2);
+        L->value = ZY_CARVE_F(cv, N * Ck);
+        L->lse = ZY_CARVE_F(cv, (size_t)a->B * Hq * T);
+        L->attn_out = ZY_CARVE_F(cv, N * Cq);
+        L->attn_proj = ZY_CARVE_F(cv, N * D);
+        L->x_mid = ZY_CARVE_F(cv, N * D);
+        L->u_mlp = ZY_CARVE_F(cv, N * D);
+        L->rstd_mlp = ZY_CARVE_F(cv, N);
+        L->router_z = ZY_CARVE_F(cv, N * R);
+        layer_acts_carve_moe(cv, L, c, N, 1);
     }
-    a->x_final = CARVE_F(cv, N * D);
-    a->final_normed = CARVE_F(cv, N * D);
-    a->final_rstd = CARVE_F(cv, N);
-    a->logits = CARVE_F(cv, N * V);
-    a->row_loss = CARVE_F(cv, N);
-    a->rope_cos = CARVE_F(cv, T * rd / 2);
-    a->rope_sin = CARVE_F(cv, T * rd / 2);
+    a->x_final = ZY_CARVE_F(cv, N * D);
+    a->final_normed = ZY_CARVE_F(cv, N * D);
+    a->final_rstd = ZY_CARVE_F(cv, N);
+    a->logits = ZY_CARVE_F(cv, N * V);
+    a->row_loss = ZY_CARVE_F(cv, N);
+    a->rope_cos = ZY_CARVE_F(cv, T * rd / 2);
+    a->rope_sin = ZY_CARVE_F(cv, T * rd / 2);
     const size_t rds = cfg_has_sliding(c) ? (size_t)cfg_sliding_rotary_dim(c) : 0; /* none without sliding layers */
-    a->rope_cos_sliding = rds ? CARVE_F(cv, T * rds / 2) : NULL;
-    a->rope_sin_sliding = rds ? CARVE_F(cv, T * rds / 2) : NULL;
+    a->rope_cos_sliding = rds ? ZY_CARVE_F(cv, T * rds / 2) : NULL;
+    a->rope_sin_sliding = rds ? ZY_CARVE_F(cv, T * rds / 2) : NULL;
     if (!gpu) {
-        a->conv_wp = CARVE_F(cv, (size_t)cca_conv_work_floats(a->B, a->T, (int)C, c->head_dim, c->cca_time1));
-        a->conv_dwp = CARVE_F(cv, (size_t)cca_conv_grad_work_floats((int)C, c->head_dim, c->cca_time1));
+        a->conv_wp = ZY_CARVE_F(cv, (size_t)cca_conv_work_floats(a->B, a->T, (int)C, c->head_dim, c->cca_time1));
+        a->conv_dwp = ZY_CARVE_F(cv, (size_t)cca_conv_grad_work_floats((int)C, c->head_dim, c->cca_time1));
     }
     BackwardScratch *d = &a->d;
-    d->d_x = CARVE_F(cv, N * D);
-    d->d_u = CARVE_F(cv, N * D);
-    d->d_h = CARVE_F(cv, N * D);
-    d->d_qk_down = CARVE_F(cv, N * C);
-    d->d_conv_out = CARVE_F(cv, N * C);
-    d->d_conv_mid = CARVE_F(cv, NM * C);
-    d->d_query = CARVE_F(cv, N * Cq);
-    d->d_key = CARVE_F(cv, N * Ck);
-    d->d_value = CARVE_F(cv, N * Ck);
-    d->d_vc = CARVE_F(cv, N * Ck / 2);
-    d->d_vd = CARVE_F(cv, N * Ck / 2);
-    d->d_attn_out = CARVE_F(cv, N * Cq);
-    a->attn_work = CARVE_F(cv, gpu ? (size_t)a->gpu_attn_work_floats
+    d->d_x = ZY_CARVE_F(cv, N * D);
+    d->d_u = ZY_CARVE_F(cv, N * D);
+    d->d_h = ZY_CARVE_F(cv, N * D);
+    d->d_qk_down = ZY_CARVE_F(cv, N * C);
+    d->d_conv_out = ZY_CARVE_F(cv, N * C);
+    d->d_conv_mid = ZY_CARVE_F(cv, NM * C);
+    d->d_query = ZY_CARVE_F(cv, N * Cq);
+    d->d_key = ZY_CARVE_F(cv, N * Ck);
+    d->d_value = ZY_CARVE_F(cv, N * Ck);
+    d->d_vc = ZY_CARVE_F(cv, N * Ck / 2);
+    d->d_vd = ZY_CARVE_F(cv, N * Ck / 2);
+    d->d_attn_out = ZY_CARVE_F(cv, N * Cq);
+    a->attn_work = ZY_CARVE_F(cv, gpu ? (size_t)a->gpu_attn_work_floats
                                    : flash_attention_workspace_floats(c->head_dim, a->attn_threads));
-    d->d_z = CARVE_F(cv, N * R);
-    d->d_z_carry = CARVE_F(cv, N * R);
-    d->d_zn = CARVE_F(cv, N * R);
-    d->d_h1 = CARVE_F(cv, N * R);
-    d->d_h2 = CARVE_F(cv, N * R);
-    d->d_router_logits = CARVE_F(cv, N * E1);
-    d->d_gate = CARVE_F(cv, N);
-    d->d_expert_out = CARVE_F(cv, N * D);
-    d->d_expert_act = CARVE_F(cv, N * I);
-    d->d_expert_gu = CARVE_F(cv, N * 2 * I);
-    d->d_expert_in = CARVE_F(cv, N * D);
-    d->d_final = CARVE_F(cv, N * D);
-    d->d_logits = CARVE_F(cv, N * V);
+    d->d_z = ZY_CARVE_F(cv, N * R);
+    d->d_z_carry = ZY_CARVE_F(cv, N * R);
+    d->d_zn = ZY_CARVE_F(cv, N * R);
+    d->d_h1 = ZY_CARVE_F(cv, N * R);
+    d->d_h2 = ZY_CARVE_F(cv, N * R);
+    d->d_router_logits = ZY_CARVE_F(cv, N * E1);
+    d->d_gate = ZY_CARVE_F(cv, N);
+    d->d_expert_out = ZY_CARVE_F(cv, N * D);
+    d->d_expert_act = ZY_CARVE_F(cv, N * I);
+    d->d_expert_gu = ZY_CARVE_F(cv, N * 2 * I);
+    d->d_expert_in = ZY_CARVE_F(cv, N * D);
+    d->d_final = ZY_CARVE_F(cv, N * D);
+    d->d_logits = ZY_CARVE_F(cv, N * V);
 }
 
 size_t acts_carve(Activations *a, const ZayaConfig *cfg, void *base) {
@@ -628,7 +635,7 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     if (b->phase_seconds) b->phase_seconds[PHASE_EXPERTS] += zy_now_seconds() - t_experts;
 }
 
-static MoeBuffers moe_buffers_of(const LayerActs *L, double *phase_seconds, ZyGemmCtx *gemm) {
+MoeBuffers moe_buffers_of(const LayerActs *L, double *phase_seconds, ZyGemmCtx *gemm) {
     return (MoeBuffers){.u = L->u_mlp, .z = L->router_z, .zn = L->router_zn, .rstd = L->router_rstd,
                         .h1_pre = L->router_h1_pre, .h1 = L->router_h1, .h2_pre = L->router_h2_pre, .h2 = L->router_h2,
                         .logits = L->router_logits, .probs = L->router_probs, .choice = L->choice, .gate = L->gate,

@@ -145,6 +145,15 @@ typedef struct {
     float *moe_out;                                      /* gate * expert_out scattered back [N,D] */
 } LayerActs;
 
+/* The MoE block's buffers for N rows, carved into L in this order: router_zn, [router_rstd, router_h1_pre,]
+ * router_h1, [router_h2_pre,] router_h2, router_logits ... moe_out (u_mlp and router_z are the caller's: training
+ * keeps one z per layer, decoding two that alternate). for_backward: the bracketed buffers are carved, as the
+ * backward pass reads them; without, the GELUs run in place (h1_pre = h1, h2_pre = h2) and router_rstd is left to
+ * the caller, so the CPU decode step's scratch stays that small. The full forward and both decode steps share it. */
+void layer_acts_carve_moe(ZyCarver *cv, LayerActs *L, const ZayaConfig *c, size_t N, int for_backward);
+/* L's MoE buffers as moe_block_forward takes them. */
+MoeBuffers moe_buffers_of(const LayerActs *L, double *phase_seconds, ZyGemmCtx *gemm);
+
 /* Gradient scratch for the backward pass (shared by all layers). */
 typedef struct {
     float *d_x, *d_u, *d_h;                              /* [N,D] */
