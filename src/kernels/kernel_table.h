@@ -16,8 +16,8 @@
 #include "kernels/matmul.h"
 
 /* ZK(return type, name, (parameters), (arguments)) for every op with a public name: the float ops of kernels.inc
- * (their list ZY_REAL_OPS is in kernels.h) and the attention kernels (ZY_ATTENTION_OPS, attention.h) ... */
-#define ZY_KERNEL_OPS(ZK) ZY_REAL_OPS(ZK, float) ZY_ATTENTION_OPS(ZK)
+ * (ZY_FLOAT_OPS, listed in kernels.h) and the attention kernels (ZY_ATTENTION_OPS, attention.h) ... */
+#define ZY_KERNEL_OPS(ZK) ZY_FLOAT_OPS(ZK) ZY_ATTENTION_OPS(ZK)
 /* ... and the kernels that only matmul.c calls. matmul_bf16_block: Y[r, o] = Σ_k X[r, k] · W16[o, k] for rows
  * r < nr (nr <= ZY_BF16_ROW_BLOCK), outputs o in [o0, o1): bf16 weights widened to fp32, fp32 accumulation.
  * matmul_f32_block: the same with fp32 weights W [out, in] (nr <= 4), tiles of dot products (matmul.c's few-row path).

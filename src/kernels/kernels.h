@@ -3,7 +3,8 @@
  *
  * Every op's signature is written once, in the list ZY_REAL_OPS below (grep an op's name to find it there), over
  * the element type R: this header declares each op for R = float (name) and R = double (name_f64), and
- * kernel_table.h puts the float ones in the table of each CPU level, through which the public names dispatch. */
+ * kernel_table.h puts the float ones (ZY_FLOAT_OPS) in the table of each CPU level, through which the public names
+ * dispatch. */
 #ifndef ZAYA_KERNELS_H
 #define ZAYA_KERNELS_H
 
@@ -19,21 +20,29 @@
  * contiguously, summed over the rows in order: the result does not depend on the thread count. */
 #define ZY_COLS 64
 
-/* The CCA convolutions' scratch. wp is a workspace of cca_conv_work_floats(B, T, C, dh, k1) floats (the forward:
- * M's rows with their taps side by side, [B*T, C*k1]; the backward: the repacked grouped weights [k1, C, dh] and a
- * gradient laid out like M [B*(T+k1-1), C]); dwp one of cca_conv_grad_work_floats(C, dh, k1) (the weights'
- * gradient); cca_conv_forward_last's work one of cca_conv_last_work_floats(B*n, C, k0, k1). */
-static inline long cca_conv_work_floats(int B, int T, int C, int dh, int k1) {
-    const long forward = (long)B * T * C * k1, backward = (long)k1 * C * dh + (long)B * (T + k1 - 1) * C;
+/* The CCA convolutions' shape: B sequences of T rows of C channels (X [B*T, C]), the grouped conv's groups of dh
+ * channels, the kernel widths k0 (depthwise) and k1 (grouped). */
+typedef struct {
+    int B, T, C, dh, k0, k1;
+} ZyConvShape;
+/* Their scratch. wp is a workspace of cca_conv_work_floats(shape) floats (the forward: M's rows with their taps side
+ * by side, [B*T, C*k1]; the backward: the repacked grouped weights [k1, C, dh] and a gradient laid out like M
+ * [B*(T+k1-1), C]); dwp one of cca_conv_grad_work_floats(shape) (the weights' gradient); cca_conv_forward_last's work
+ * one of cca_conv_last_work_floats(B*n, C, k0, k1). */
+static inline long cca_conv_work_floats(ZyConvShape s) {
+    const long forward = (long)s.B * s.T * s.C * s.k1,
+               backward = (long)s.k1 * s.C * s.dh + (long)s.B * (s.T + s.k1 - 1) * s.C;
     return forward > backward ? forward : backward;
 }
-static inline long cca_conv_grad_work_floats(int C, int dh, int k1) { return (long)k1 * C * dh; }
+static inline long cca_conv_grad_work_floats(ZyConvShape s) { return (long)s.k1 * s.C * s.dh; }
 static inline long cca_conv_last_work_floats(int rows, int C, int k0, int k1) {
     return (long)k0 * C + 2L * rows * k1 * C;
 }
 
-/* OP(return type, name, (parameters), (arguments)) for every op of kernels.inc, over the element type R. */
-#define ZY_REAL_OPS(OP, R)                                                                                             \
+/* OP(return type, name, (parameters), (arguments)) for every op of kernels.inc, over the element type R; WEIGHTS is
+ * how a weight matrix that only a forward product reads travels (float: ZyWeights, its fp32 or bf16 views;
+ * double: its values). */
+#define ZY_REAL_OPS(OP, R, WEIGHTS)                                                                                    \
     /* linear: y = x Wᵀ (+ b). The ops with large matrix products take the run's ZyGemmCtx (matmul.h: fp32, or         \
      * bf16 inputs); NULL = fp32. */                                                                                   \
     OP(void, linear_forward,                                                                                           \
@@ -66,17 +75,15 @@ static inline long cca_conv_last_work_floats(int rows, int C, int k0, int k1) {
     /* CCA convolutions (depthwise, then grouped); _last: the outputs at the last n of each sequence's T rows only,    \
      * into Y [B*n, C] (cached decoding) */                                                                            \
     OP(void, cca_conv_forward,                                                                                         \
-       (R *Y, R *M, R *wp, const R *X, const R *w0, const R *b0, const R *w1, const R *b1, int B, int T, int C,        \
-        int dh, int k0, int k1),                                                                                       \
-       (Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1))                                                             \
+       (R *Y, R *M, R *wp, const R *X, const R *w0, const R *b0, const R *w1, const R *b1, ZyConvShape shape),         \
+       (Y, M, wp, X, w0, b0, w1, b1, shape))                                                                           \
     OP(void, cca_conv_backward,                                                                                        \
        (R *dX, R *dw0, R *db0, R *dw1, R *db1, R *dM, R *wp, R *dwp, const R *dY, const R *X, const R *M,              \
-        const R *w0, const R *w1, int B, int T, int C, int dh, int k0, int k1),                                        \
-       (dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, B, T, C, dh, k0, k1))                                   \
+        const R *w0, const R *w1, ZyConvShape shape),                                                                  \
+       (dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, shape))                                                 \
     OP(void, cca_conv_forward_last,                                                                                    \
-       (R *Y, R *work, const R *X, const R *w0, const R *b0, const R *w1, const R *b1, int B, int T, int n, int C,     \
-        int dh, int k0, int k1),                                                                                       \
-       (Y, work, X, w0, b0, w1, b1, B, T, n, C, dh, k0, k1))                                                           \
+       (R *Y, R *work, const R *X, const R *w0, const R *b0, const R *w1, const R *b1, ZyConvShape shape, int n),      \
+       (Y, work, X, w0, b0, w1, b1, shape, n))                                                                         \
     /* q-k mean skip */                                                                                                \
     OP(void, qk_mean_forward, (R *query, R *key, const R *Y, const R *X, int rows, int Hq, int Hkv, int dh),           \
        (query, key, Y, X, rows, Hq, Hkv, dh))                                                                          \
@@ -140,12 +147,12 @@ static inline long cca_conv_last_work_floats(int rows, int C, int k0, int k1) {
     OP(void, bias_gelu_forward, (R *pre, R *y, const R *bias, int rows, int dim), (pre, y, bias, rows, dim))           \
     OP(void, gelu_bias_backward, (R *dpre, R *dbias, const R *dy, const R *pre, int rows, int dim),                    \
        (dpre, dbias, dy, pre, rows, dim))                                                                              \
-    /* MoE: the dropless top-1 SwiGLU experts as grouped products */                                                   \
+    /* MoE: the dropless top-1 SwiGLU experts as grouped products (w_gu [E, 2I, D], w_down [E, D, I]) */               \
     OP(void, moe_experts_forward,                                                                                      \
        (R *out, R *xin, R *gu, R *act, R *y, const R *u, const R *gate, const int32_t *choice,                         \
-        const int32_t *sorted, const int32_t *off, const R *w_gu, const R *w_down, const uint16_t *w_gu16,             \
-        const uint16_t *w_down16, int rows, int D, int I, int E, ZyGemmCtx *gemm),                                     \
-       (out, xin, gu, act, y, u, gate, choice, sorted, off, w_gu, w_down, w_gu16, w_down16, rows, D, I, E, gemm))      \
+        const int32_t *sorted, const int32_t *off, WEIGHTS w_gu, WEIGHTS w_down, int rows, int D, int I, int E,        \
+        ZyGemmCtx *gemm),                                                                                              \
+       (out, xin, gu, act, y, u, gate, choice, sorted, off, w_gu, w_down, rows, D, I, E, gemm))                        \
     OP(void, moe_gate_backward,                                                                                        \
        (R *dgate, R *dy, const R *dout, const R *y, const R *gate, const int32_t *sorted, int n_routed, int D),        \
        (dgate, dy, dout, y, gate, sorted, n_routed, D))                                                                \
@@ -168,10 +175,13 @@ static inline long cca_conv_last_work_floats(int rows, int C, int k0, int k1) {
        (R *dlogits, R *row_loss, const R *logits, const int32_t *targets, int rows, int V, double dloss),              \
        (dlogits, row_loss, logits, targets, rows, V, dloss))
 
+/* The model's ops (float: the names as listed) and the reference ones (double: the names suffixed _f64). */
+#define ZY_FLOAT_OPS(OP) ZY_REAL_OPS(OP, float, ZyWeights)
+#define ZY_DOUBLE_OPS(OP) ZY_REAL_OPS(OP, double, const double *)
 #define ZY_REAL_OP_DECL(ret, name, params, args) ret name params;
 #define ZY_REAL_OP_DECL_F64(ret, name, params, args) ret name##_f64 params;
-ZY_REAL_OPS(ZY_REAL_OP_DECL, float)
-ZY_REAL_OPS(ZY_REAL_OP_DECL_F64, double)
+ZY_FLOAT_OPS(ZY_REAL_OP_DECL)
+ZY_DOUBLE_OPS(ZY_REAL_OP_DECL_F64)
 #undef ZY_REAL_OP_DECL
 #undef ZY_REAL_OP_DECL_F64
 

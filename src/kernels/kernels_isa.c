@@ -75,6 +75,7 @@ static void f32_rows(int rows, int out, int in, const float *X, int ldx, const f
 #define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
 #define GEMM_CTX_EX zy_gemm_ctx_ex
 #define MATMUL_WT_GROUPS zy_matmul_wt_groups_ctx
+#define WEIGHTS ZyWeights /* fp32 or bf16 views */
 #define EXP expf
 #define VEXP zy_vexpf
 #define VERFC zy_verfcf
