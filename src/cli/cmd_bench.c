@@ -247,9 +247,9 @@ static double median_call_seconds(int variant, int rows, int out, int in, const 
         const double t0 = zy_now_seconds();
         switch (variant) {
         case 0: zy_gemm_reference(0, 1, rows, out, in, 1, X, in, W + c, in, 0, Y, out); break;
-        case 1: zy_matmul_wt(rows, out, in, X, in, W + c, NULL, Y, out); break;
+        case 1: zy_matmul_wt(rows, out, in, X, in, (ZyWeights){.f32 = W + c}, Y, out); break;
         case 2: zy_matmul_bf16_panels(rows, out, in, X, in, W16 + c, Y, out); break;
-        default: zy_matmul_wt(rows, out, in, X, in, NULL, W16 + c, Y, out); break;
+        default: zy_matmul_wt(rows, out, in, X, in, (ZyWeights){.bf16 = W16 + c}, Y, out); break;
         }
         if (i >= 0) t[i] = zy_now_seconds() - t0;
     }

@@ -324,11 +324,11 @@ static void append_kv_attend(KVPool *p, const Step *st, int l) {
  * state, writes s->proj [N, D]. */
 static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, const Step *st, int l) {
     DecodeScratch *s = &p->s;
-    const int N = st->N, D = f->hidden_size, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
+    const int N = st->N, D = f->hidden_size, dh = f->head_dim, P = p->conv_pad;
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
     /* 1. down projections */
-    zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->X, C);
-    zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->X + Cq, C);
+    zy_matmul_wt(N, Cq, D, s->u, D, WEIGHT_VIEWS(W->w_q), s->X, C);
+    zy_matmul_wt(N, Ck, D, s->u, D, WEIGHT_VIEWS(W->w_k), s->X + Cq, C);
     /* 2. convolutions over [P cached columns | n new] per sequence, outputs for the new rows only, into Y [N, C]:
      * the cached zero columns before position 0 reproduce the full forward's padding (depthwise outputs there are
      * exactly b0). Consecutive sequences with the same n run as one batch. */
@@ -341,8 +341,9 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     for (int i = 0, g; i < st->n_seqs; i = g) {
         const StepSeq *q = &st->seq[i];
         for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
+        /* sequences i..g-1, each its P cached columns and n new rows */
         cca_conv_forward_last(s->Y + (size_t)q->row0 * C, s->conv_work, s->Xe + (size_t)q->xe_row * C, W->conv_dw_w,
-                              W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, g - i, P + q->n, q->n, C, dh, f->cca_time0, k1);
+                              W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, model_conv_shape(f, g - i, P + q->n), q->n);
     }
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
@@ -352,8 +353,8 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     /* 3. q-k mean skip, every row at once (Y and X both [N, C]) */
     qk_mean_forward(s->query_pre, s->key_pre, s->Y, s->X, N, Hq, Hkv, dh);
     /* 4. values; each sequence's first new row's delayed half is its previous token's vd */
-    zy_matmul_wt(N, half, D, s->u, D, W->w_v_current, W->w_v_current16, s->vc, half);
-    zy_matmul_wt(N, half, D, s->u, D, W->w_v_delayed, W->w_v_delayed16, s->vd, half);
+    zy_matmul_wt(N, half, D, s->u, D, WEIGHT_VIEWS(W->w_v_current), s->vc, half);
+    zy_matmul_wt(N, half, D, s->u, D, WEIGHT_VIEWS(W->w_v_delayed), s->vd, half);
     for (int i = 0, g; i < st->n_seqs; i = g) {
         const StepSeq *q = &st->seq[i];
         for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
@@ -379,7 +380,7 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     /* 7. attention over everything so far, the new keys and values appended first */
     append_kv_attend(p, st, l);
     /* 8. output projection */
-    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
+    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, WEIGHT_VIEWS(W->w_o), s->proj, D);
 }
 
 /* The MHA variant on u for the step's rows: q, k, v, RoPE at each sequence's positions, keys and values appended to
@@ -390,9 +391,9 @@ static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_layer_rotary_dim(f, l);
     const float *rcos = cfg_layer_is_sliding(f, l) ? p->rope_cos_sw : p->rope_cos;
     const float *rsin = cfg_layer_is_sliding(f, l) ? p->rope_sin_sw : p->rope_sin;
-    zy_matmul_wt(N, Cq, D, s->u, D, W->w_q, W->w_q16, s->query, Cq);
-    zy_matmul_wt(N, Ck, D, s->u, D, W->w_k, W->w_k16, s->key, Ck);
-    zy_matmul_wt(N, Ck, D, s->u, D, W->w_v, W->w_v16, s->value, Ck);
+    zy_matmul_wt(N, Cq, D, s->u, D, WEIGHT_VIEWS(W->w_q), s->query, Cq);
+    zy_matmul_wt(N, Ck, D, s->u, D, WEIGHT_VIEWS(W->w_k), s->key, Ck);
+    zy_matmul_wt(N, Ck, D, s->u, D, WEIGHT_VIEWS(W->w_v), s->value, Ck);
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
@@ -400,7 +401,7 @@ static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
         rope_forward(s->key + r * Ck, rcos + toff, rsin + toff, q->n, q->n, Hkv, dh, rd);
     }
     append_kv_attend(p, st, l);
-    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, W->w_o, W->w_o16, s->proj, D);
+    zy_matmul_wt(N, D, Cq, s->attn_out, Cq, WEIGHT_VIEWS(W->w_o), s->proj, D);
 }
 
 /* MoE block on s->u with router state r_prev (NULL at layer 0); writes s->moe.moe_out and z (the next r_prev):
@@ -470,7 +471,7 @@ static void logits_rows(const Model *m, KVPool *p, const int *rows, int count, f
     for (int i = 0; i < count; i++)
         memcpy(s->last_rows + (size_t)i * D, s->x + (size_t)rows[i] * D, (size_t)D * sizeof(float));
     rmsnorm_forward(s->u, s->rstd, s->last_rows, m->w.final_norm, count, D, f->rms_norm_eps);
-    zy_matmul_wt(count, f->vocab_size, D, s->u, D, m->w.lm_head, m->w.lm_head16, logits, f->vocab_size);
+    zy_matmul_wt(count, f->vocab_size, D, s->u, D, WEIGHT_VIEWS(m->w.lm_head), logits, f->vocab_size);
 }
 
 static int check_model(const Model *m, const ZayaConfig *cc, ZyErr *err) {
@@ -669,7 +670,7 @@ int model_decode_ex(const Model *m, KVCache *c, const int32_t *tokens, int n, fl
         DecodeScratch *s = &p->s;
         rmsnorm_forward(s->u, s->rstd, s->x, m->w.final_norm, st.N, D, m->cfg.rms_norm_eps);
         for (int b = 0; b < B; b++)
-            zy_matmul_wt(k, (int)V, D, s->u + (size_t)b * k * D, D, m->w.lm_head, m->w.lm_head16,
+            zy_matmul_wt(k, (int)V, D, s->u + (size_t)b * k * D, D, WEIGHT_VIEWS(m->w.lm_head),
                          logits + ((size_t)b * n + t0) * V, (int)V);
     }
     free(route_rows);

@@ -55,9 +55,9 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #define GEMM_CTX_W(ctx, ...) zy_gemm_f64(__VA_ARGS__)
 #define GEMM_CTX_EX(ctx, ta, tb, M, N, K, al, A, lda, ak, B, ldb, bk, be, C, ldc) \
     zy_gemm_f64(ta, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc)
-/* bf16 copies exist for float weights only */
-#define MATMUL_WT(ctx, rows, out, in, X, ldx, W, W16, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy)
-#define MATMUL_WT_GROUPS(ctx, G, off, out, in, X, ldx, W, W16, Y, ldy)                                                   \
+/* bf16 copies exist for float weights only: a weight matrix is its double values */
+#define WEIGHTS const double *
+#define MATMUL_WT_GROUPS(ctx, G, off, out, in, X, ldx, W, Y, ldy)                                                      \
     for (int g_ = 0; g_ < (G); g_++)                                                                                   \
     zy_gemm_f64(0, 1, (off)[g_ + 1] - (off)[g_], out, in, 1, (X) + (long)(off)[g_] * (ldx), ldx,                       \
                 (W) + (long)g_ * (out) * (in), in, 0, (Y) + (long)(off)[g_] * (ldy), ldy)
@@ -68,21 +68,6 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 #define COPYSIGN copysign
 #define ERFC erfc
 #include "kernels/kernels.inc"
-#undef real
-#undef K
-#undef ROW_PRODUCTS
-#undef GEMM
-#undef GEMM_CTX
-#undef GEMM_CTX_W
-#undef GEMM_CTX_EX
-#undef MATMUL_WT
-#undef MATMUL_WT_GROUPS
-#undef EXP
-#undef VEXP
-#undef VERFC
-#undef FABS
-#undef COPYSIGN
-#undef ERFC
 
 void rope_tables(float *cosv, float *sinv, int T, int rd, float theta) {
     /* Built in fp32 exactly like the reference (inv_freq, angle, then cos/sin), not in double: the two differ

@@ -74,8 +74,8 @@ static void f32_rows(int rows, int out, int in, const float *X, int ldx, const f
 #define GEMM_CTX zy_gemm_ctx
 #define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
 #define GEMM_CTX_EX zy_gemm_ctx_ex
-#define MATMUL_WT zy_matmul_wt_ctx
 #define MATMUL_WT_GROUPS zy_matmul_wt_groups_ctx
+#define WEIGHTS ZyWeights /* fp32 or bf16 views */
 #define EXP expf
 #define VEXP zy_vexpf
 #define VERFC zy_verfcf
@@ -83,21 +83,6 @@ static void f32_rows(int rows, int out, int in, const float *X, int ldx, const f
 #define COPYSIGN copysignf
 #define ERFC erfcf
 #include "kernels/kernels.inc"
-#undef real
-#undef K
-#undef ROW_PRODUCTS
-#undef GEMM
-#undef GEMM_CTX
-#undef GEMM_CTX_W
-#undef GEMM_CTX_EX
-#undef MATMUL_WT
-#undef MATMUL_WT_GROUPS
-#undef EXP
-#undef VEXP
-#undef VERFC
-#undef FABS
-#undef COPYSIGN
-#undef ERFC
 
 
 /* ---- bf16 weights: Y = X W16ᵀ for a few rows, fp32 accumulation --------------------------------------------------

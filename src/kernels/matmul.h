@@ -38,12 +38,23 @@ void zy_matmul_f32(int rows, int out, int in, const float *X, int ldx, const flo
 #define ZY_BF16_ROW_BLOCK 4
 #define ZY_BF16_PANEL 256
 
-/* A layer's weight applied to rows of activations: Y[rows, out] (row stride ldy) = X[rows, in] (ldx) Wᵀ with
- * W [out, in] row-major, fp32 (W16 NULL: zy_matmul_f32) or bf16 (W16; W is then not read and may be NULL). bf16 at
+/* A layer's weight matrix [out, in] (row-major) as the model holds it: fp32 values, or bf16 ones (bf16 inference
+ * weights: read instead of the fp32 view, which is then NULL). Either view may be NULL. Another form (group-quantized
+ * weights) would be a view more here, and a case more in zy_matmul_wt and zy_weights_offset. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+} ZyWeights;
+/* The matrix `elements` values into w's (the next expert's of a stack [E, out, in]): each view moved, NULL kept. */
+static inline ZyWeights zy_weights_offset(ZyWeights w, long elements) {
+    return (ZyWeights){.f32 = w.f32 ? w.f32 + elements : NULL, .bf16 = w.bf16 ? w.bf16 + elements : NULL};
+}
+
+/* A layer's weight applied to rows of activations: Y[rows, out] (row stride ldy) = X[rows, in] (ldx) Wᵀ, from W's
+ * bf16 view where it has one (its fp32 view is then not read), else from its fp32 view (zy_matmul_f32). bf16 at
  * avx512bf16: zy_matmul_bf16_dpbf16 for any number of rows; below it, a few rows (decoding) read the bf16 values
  * directly, half the bytes of a memory-bound product, and more rows widen them in panels. */
-void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
-                  int ldy);
+void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, ZyWeights W, float *Y, int ldy);
 /* The few-row bf16 kernels themselves, Y = X W16ᵀ for any number of rows: impl = a ZyCpuLevel (the CPU must have
  * it; ZY_CPU_AVX512BF16 rounds X to bf16 and runs vdpbf16ps dot products, the others widen the weights to fp32),
  * -1 = the process's level, ZY_BF16_PLAIN = plain scalar C (the reference in tests). */
@@ -130,14 +141,14 @@ void zy_gemm_ctx_ex(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int 
 void zy_gemm_ctx_w(ZyGemmCtx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *W, int ldw, float beta, float *C, int ldc);
 void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx);
-/* zy_matmul_wt under ctx's precision: bf16 rounds X and W, both STABLE (a forward's input and a weight; W must be
- * fp32 then). */
-void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
-                      const uint16_t *W16, float *Y, int ldy);
+/* zy_matmul_wt under ctx's precision: bf16 rounds X and W's fp32 view, both STABLE (a forward's input and a weight;
+ * without an fp32 view it is zy_matmul_wt). */
+void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, ZyWeights W, float *Y,
+                      int ldy);
 /* zy_matmul_wt_ctx for each of G groups of rows against its own weights: rows [off[g], off[g+1]) of X against
- * W + g·out·in (or W16 + g·out·in), into the same rows of Y (a MoE layer's experts over their sorted rows). */
+ * zy_weights_offset(W, g·out·in), into the same rows of Y (a MoE layer's experts over their sorted rows). */
 void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out, int in, const float *X, int ldx,
-                             const float *W, const uint16_t *W16, float *Y, int ldy);
+                             ZyWeights W, float *Y, int ldy);
 /* What runs the products of a ZyBf16Products value in this process: "oneDNN <version> (<isa>)", the sgemm fallback
  * and why, or fp32. */
 void zy_gemm_bf16_backend(ZyBf16Products p, char *out, size_t cap);

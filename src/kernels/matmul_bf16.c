@@ -121,8 +121,8 @@ static void matmul_dot_emulated(int rows, int out, int in, const float *X, int l
     free(xr);
 }
 
-void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const float *W, const uint16_t *W16, float *Y,
-                  int ldy) {
+void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, ZyWeights W, float *Y, int ldy) {
+    const uint16_t *W16 = W.bf16;
     if (W16 && rows > 0 && out > 0 && in > 0) {
         const ZyBf16Weights way = zy_bf16_weights();
         /* AVX512-BF16: the tiled dot-product kernel for any number of rows (bf16 dot products run at twice sgemm's
@@ -139,7 +139,7 @@ void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, const floa
         zy_matmul_bf16_panels(rows, out, in, X, ldx, W16, Y, ldy);
         return;
     }
-    zy_matmul_f32(rows, out, in, X, ldx, W, Y, ldy);
+    zy_matmul_f32(rows, out, in, X, ldx, W.f32, Y, ldy);
 }
 
 /* ---- bf16 GEMM: both inputs rounded to bf16, fp32 accumulation ---------------------------------------------- */
@@ -476,27 +476,27 @@ void zy_gemm_ctx_weights_changed(ZyGemmCtx *ctx) {
     if (ctx) ctx->weights_gen++;
 }
 
-void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, const float *W,
-                      const uint16_t *W16, float *Y, int ldy) {
-    if (ctx && ctx->bf16 && W)
-        zy_gemm_ctx_ex(ctx, 0, 1, rows, out, in, 1.0f, X, ldx, ZY_MM_STABLE, W, in, ZY_MM_STABLE, 0.0f, Y, ldy);
+void zy_matmul_wt_ctx(ZyGemmCtx *ctx, int rows, int out, int in, const float *X, int ldx, ZyWeights W, float *Y,
+                      int ldy) {
+    if (ctx && ctx->bf16 && W.f32)
+        zy_gemm_ctx_ex(ctx, 0, 1, rows, out, in, 1.0f, X, ldx, ZY_MM_STABLE, W.f32, in, ZY_MM_STABLE, 0.0f, Y, ldy);
     else
-        zy_matmul_wt(rows, out, in, X, ldx, W, W16, Y, ldy);
+        zy_matmul_wt(rows, out, in, X, ldx, W, Y, ldy);
 }
 
 void zy_matmul_wt_groups_ctx(ZyGemmCtx *ctx, int G, const int32_t *off, int out, int in, const float *X, int ldx,
-                             const float *W, const uint16_t *W16, float *Y, int ldy) {
+                             ZyWeights W, float *Y, int ldy) {
     /* bf16 weights on AVX512-BF16: every group in one parallel region (a decoding step's experts have a few rows
      * each: one region per expert would be mostly fork, join and threads waiting) */
-    if (!(ctx && ctx->bf16 && W) && W16 && out > 0 && in > 0 && zy_bf16_weights() == ZY_BF16W_DOT &&
-        zy_matmul_bf16_dpbf16_groups(G, off, out, in, X, ldx, W16, Y, ldy) == 0)
+    if (!(ctx && ctx->bf16 && W.f32) && W.bf16 && out > 0 && in > 0 && zy_bf16_weights() == ZY_BF16W_DOT &&
+        zy_matmul_bf16_dpbf16_groups(G, off, out, in, X, ldx, W.bf16, Y, ldy) == 0)
         return;
     const long stride = (long)out * in;
     for (int g = 0; g < G; g++) {
         const int s = off[g], n = off[g + 1] - off[g];
         if (n > 0)
-            zy_matmul_wt_ctx(ctx, n, out, in, X + (long)s * ldx, ldx, W ? W + g * stride : NULL,
-                             W16 ? W16 + g * stride : NULL, Y + (long)s * ldy, ldy);
+            zy_matmul_wt_ctx(ctx, n, out, in, X + (long)s * ldx, ldx, zy_weights_offset(W, g * stride),
+                             Y + (long)s * ldy, ldy);
     }
 }
 

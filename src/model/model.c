@@ -406,8 +406,8 @@ static void carve_all(ZyCarver *cv, Activations *a, const ZayaConfig *c) {
     a->rope_cos_sliding = rds ? ZY_CARVE_F(cv, T * rds / 2) : NULL;
     a->rope_sin_sliding = rds ? ZY_CARVE_F(cv, T * rds / 2) : NULL;
     if (!gpu) {
-        a->conv_wp = ZY_CARVE_F(cv, (size_t)cca_conv_work_floats(a->B, a->T, (int)C, c->head_dim, c->cca_time1));
-        a->conv_dwp = ZY_CARVE_F(cv, (size_t)cca_conv_grad_work_floats((int)C, c->head_dim, c->cca_time1));
+        a->conv_wp = ZY_CARVE_F(cv, (size_t)cca_conv_work_floats(model_conv_shape(c, a->B, a->T)));
+        a->conv_dwp = ZY_CARVE_F(cv, (size_t)cca_conv_grad_work_floats(model_conv_shape(c, a->B, a->T)));
     }
     BackwardScratch *d = &a->d;
     d->d_x = ZY_CARVE_F(cv, N * D);
@@ -549,16 +549,16 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     /* 1. down projections into X = [q0 | k0] */
-    zy_matmul_wt_ctx(a->gemm, N, Cq, D, L->u_attn, D, W->w_q, W->w_q16, L->qk_down, C);
-    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_k, W->w_k16, L->qk_down + Cq, C);
+    zy_matmul_wt_ctx(a->gemm, N, Cq, D, L->u_attn, D, WEIGHT_VIEWS(W->w_q), L->qk_down, C);
+    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, WEIGHT_VIEWS(W->w_k), L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
     cca_conv_forward(L->conv_out, L->conv_mid, a->conv_wp, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
-                     W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
+                     W->conv_gr_b, model_conv_shape(c, B, T));
     /* 3. q-k mean skip */
     qk_mean_forward(L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
     /* 4. values with a one-token delay */
-    zy_matmul_wt_ctx(a->gemm, N, Ck / 2, D, L->u_attn, D, W->w_v_current, W->w_v_current16, L->v_current, Ck / 2);
-    zy_matmul_wt_ctx(a->gemm, N, Ck / 2, D, L->u_attn, D, W->w_v_delayed, W->w_v_delayed16, L->v_delayed, Ck / 2);
+    zy_matmul_wt_ctx(a->gemm, N, Ck / 2, D, L->u_attn, D, WEIGHT_VIEWS(W->w_v_current), L->v_current, Ck / 2);
+    zy_matmul_wt_ctx(a->gemm, N, Ck / 2, D, L->u_attn, D, WEIGHT_VIEWS(W->w_v_delayed), L->v_delayed, Ck / 2);
     delayed_value_forward(L->value, L->v_current, L->v_delayed, B, T, Ck / 2);
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f; /* fp32 machine epsilon */
@@ -569,7 +569,7 @@ static void cca_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, g.window, a->attn_work,
                             a->attn_threads);
     /* 8. output projection */
-    zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
+    zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, WEIGHT_VIEWS(W->w_o), L->attn_proj, D);
 }
 
 /* MHA variant on u = RMSNorm(x): q, k, v projections, partial RoPE on q and k, causal softmax attention (GQA when
@@ -578,14 +578,14 @@ static void mha_forward(const ZayaConfig *c, const LayerWeights *W, LayerActs *L
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, dh = c->head_dim;
     const int Hq = c->num_heads, Hkv = c->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
     const AttnGeom g = attn_geom(c, a, l);
-    zy_matmul_wt_ctx(a->gemm, N, Cq, D, L->u_attn, D, W->w_q, W->w_q16, L->query, Cq);
-    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_k, W->w_k16, L->key, Ck);
-    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, W->w_v, W->w_v16, L->value, Ck);
+    zy_matmul_wt_ctx(a->gemm, N, Cq, D, L->u_attn, D, WEIGHT_VIEWS(W->w_q), L->query, Cq);
+    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, WEIGHT_VIEWS(W->w_k), L->key, Ck);
+    zy_matmul_wt_ctx(a->gemm, N, Ck, D, L->u_attn, D, WEIGHT_VIEWS(W->w_v), L->value, Ck);
     rope_forward(L->query, g.cos, g.sin, N, T, Hq, dh, g.rd);
     rope_forward(L->key, g.cos, g.sin, N, T, Hkv, dh, g.rd);
     flash_attention_forward(L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, g.window, a->attn_work,
                             a->attn_threads);
-    zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, W->w_o, W->w_o16, L->attn_proj, D);
+    zy_matmul_wt_ctx(a->gemm, N, D, Cq, L->attn_out, Cq, WEIGHT_VIEWS(W->w_o), L->attn_proj, D);
 }
 
 /* Groups the token rows by chosen expert (counting sort, stable), skip-expert tokens left out. */
@@ -609,17 +609,17 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     } else if (c->router == ZY_ROUTER_MLP) {
         /* router: z = u W_downᵀ + b (+ r ⊙ γ), the state handed to the next layer, and its RMSNorm in one pass;
          * each MLP layer is a GEMM into its destination (beta = 0) and one bias + GELU pass */
-        zy_matmul_wt_ctx(b->gemm, N, R, D, b->u, D, W->router_down_w, W->router_down_w16, b->z, R);
+        zy_matmul_wt_ctx(b->gemm, N, R, D, b->u, D, WEIGHT_VIEWS(W->router_down_w), b->z, R);
         state_rmsnorm_forward(b->z, b->zn, b->rstd, W->router_down_b, r_prev, W->router_state_scale, W->router_norm, N,
                               R, c->rms_norm_eps);
-        zy_matmul_wt_ctx(b->gemm, N, R, R, b->zn, R, W->router_fc1_w, W->router_fc1_w16, b->h1_pre, R);
+        zy_matmul_wt_ctx(b->gemm, N, R, R, b->zn, R, WEIGHT_VIEWS(W->router_fc1_w), b->h1_pre, R);
         bias_gelu_forward(b->h1_pre, b->h1, W->router_fc1_b, N, R);
-        zy_matmul_wt_ctx(b->gemm, N, R, R, b->h1, R, W->router_fc2_w, W->router_fc2_w16, b->h2_pre, R);
+        zy_matmul_wt_ctx(b->gemm, N, R, R, b->h1, R, WEIGHT_VIEWS(W->router_fc2_w), b->h2_pre, R);
         bias_gelu_forward(b->h2_pre, b->h2, W->router_fc2_b, N, R);
-        zy_matmul_wt_ctx(b->gemm, N, classes, R, b->h2, R, W->router_out_w, W->router_out_w16, b->logits, classes);
+        zy_matmul_wt_ctx(b->gemm, N, classes, R, b->h2, R, WEIGHT_VIEWS(W->router_out_w), b->logits, classes);
         router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, classes);
     } else { /* linear-router variant: logits = u Wᵀ, no depth state */
-        zy_matmul_wt_ctx(b->gemm, N, classes, D, b->u, D, W->router_w, W->router_w16, b->logits, classes);
+        zy_matmul_wt_ctx(b->gemm, N, classes, D, b->u, D, WEIGHT_VIEWS(W->router_w), b->logits, classes);
         router_choice_forward(b->probs, b->choice, b->gate, b->logits, W->balancing_bias, N, classes);
     }
 
@@ -630,8 +630,8 @@ void moe_block_forward(const ZayaConfig *c, const LayerWeights *W, const MoeBuff
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts;
     group_by_expert(b, N, E);
     moe_experts_forward(b->out, b->expert_in, b->expert_gu, b->expert_act, b->expert_out, b->u, b->gate, b->choice,
-                        b->sorted_rows, b->expert_offset, W->expert_gate_up, W->expert_down, W->expert_gate_up16,
-                        W->expert_down16, N, D, I, E, b->gemm);
+                        b->sorted_rows, b->expert_offset, WEIGHT_VIEWS(W->expert_gate_up), WEIGHT_VIEWS(W->expert_down),
+                        N, D, I, E, b->gemm);
     if (b->phase_seconds) b->phase_seconds[PHASE_EXPERTS] += zy_now_seconds() - t_experts;
 }
 
@@ -690,7 +690,7 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
     }
     /* logits = RMSNorm(x; w_final) · headᵀ */
     TIMED(tm, PHASE_HEAD,
-          zy_matmul_wt_ctx(a->gemm, N, c->vocab_size, D, a->final_normed, D, w->lm_head, w->lm_head16, a->logits,
+          zy_matmul_wt_ctx(a->gemm, N, c->vocab_size, D, a->final_normed, D, WEIGHT_VIEWS(w->lm_head), a->logits,
                            c->vocab_size));
 }
 
@@ -813,8 +813,8 @@ static void cca_backward(const ZayaConfig *c, const LayerWeights *W, LayerWeight
     qk_mean_backward(d->d_conv_out, d->d_qk_down, d_query_pre, d_key_pre, N, Hq, Hkv, dh);
     /* 2. convolutions */
     cca_conv_backward(d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
-                      a->conv_wp, a->conv_dwp, d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B,
-                      T, C, dh, c->cca_time0, c->cca_time1);
+                      a->conv_wp, a->conv_dwp, d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w,
+                      model_conv_shape(c, B, T));
     /* 1. down projections (dX has row stride C) */
     zy_gemm_ctx_w(a->gemm, 0, 0, N, D, Cq, 1, d->d_qk_down, C, W->w_q, D, 1, d->d_u, D);
     zy_gemm_ctx_ex(a->gemm, 1, 0, Cq, D, N, 1, d->d_qk_down, C, ZY_MM_AGAIN, L->u_attn, D, ZY_MM_STABLE, 1, G->w_q, D);

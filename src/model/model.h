@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "model/config.h"
+#include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "model/params.h"
 #include "util/util.h"
@@ -34,6 +35,16 @@ typedef struct {
     const uint16_t *router_down_w16, *router_fc1_w16, *router_fc2_w16, *router_out_w16, *router_w16;
     const uint16_t *expert_gate_up16, *expert_down16;
 } LayerWeights;
+
+/* A weight matrix of LayerWeights or Weights as the products take it: its fp32 view p and its bf16 twin, the field
+ * of the same name suffixed 16 (WEIGHT_VIEWS(W->w_q) = {W->w_q, W->w_q16}). */
+#define WEIGHT_VIEWS(p) ((ZyWeights){.f32 = (p), .bf16 = p##16})
+
+/* The CCA convolutions' shape (kernels.h) for B sequences of T rows of cfg's model. */
+static inline ZyConvShape model_conv_shape(const ZayaConfig *cfg, int B, int T) {
+    return (ZyConvShape){.B = B, .T = T, .C = cfg_conv_channels(cfg), .dh = cfg->head_dim, .k0 = cfg->cca_time0,
+                         .k1 = cfg->cca_time1};
+}
 
 typedef struct {
     float *embed;                  /* model.embed_tokens.weight [V,D] */

@@ -39,9 +39,10 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
     const float *X = gt_rand(t, nx, 1.0f), *w0 = gt_rand(t, nw0, 0.7f), *b0 = gt_rand(t, C, 0.5f);
     const float *w1 = gt_rand(t, nw1, (float)(1.0 / sqrt((double)dh * k1))), *b1 = gt_rand(t, C, 0.5f);
     float *Y = gt_host(t, nx), *M = gt_host(t, nm);
-    float *wp = gt_host(t, (size_t)cca_conv_work_floats(B, T, C, dh, k1));
-    float *dwp = gt_host(t, (size_t)cca_conv_grad_work_floats(C, dh, k1));
-    cca_conv_forward(Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
+    const ZyConvShape shape = {B, T, C, dh, k0, k1}; /* the CPU reference's */
+    float *wp = gt_host(t, (size_t)cca_conv_work_floats(shape));
+    float *dwp = gt_host(t, (size_t)cca_conv_grad_work_floats(shape));
+    cca_conv_forward(Y, M, wp, X, w0, b0, w1, b1, shape);
 
     const float *d_X = gt_up(t, X, nx), *d_w0 = gt_up(t, w0, nw0), *d_b0 = gt_up(t, b0, C);
     const float *d_w1 = gt_up(t, w1, nw1), *d_b1 = gt_up(t, b1, C);
@@ -58,7 +59,7 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
     const float *dw10 = gt_rand(t, nw1, 1.0f), *db10 = gt_rand(t, C, 1.0f);
     float *dX = gt_copy(t, dX0, nx), *dw0 = gt_copy(t, dw00, nw0), *db0 = gt_copy(t, db00, C);
     float *dw1 = gt_copy(t, dw10, nw1), *db1 = gt_copy(t, db10, C), *dM = gt_host(t, nm);
-    cca_conv_backward(dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, B, T, C, dh, k0, k1);
+    cca_conv_backward(dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, shape);
 
     const float *d_dY = gt_up(t, dY, nx), *d_Mc = gt_up(t, M, nm);
     float *d_dX = gt_up(t, dX0, nx), *d_dw0 = gt_up(t, dw00, nw0), *d_db0 = gt_up(t, db00, C);

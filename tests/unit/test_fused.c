@@ -201,7 +201,8 @@ static double check_experts(int N, int D, int I, int E, Routing routing, uint64_
     float *wd = rnd(&rng, (long)E * D * I, 0.2);
     float *out = rnd(&rng, nD, 1), *xin = calloc((size_t)nD + 1, 4), *gu = calloc((size_t)N * 2 * I + 1, 4);
     float *act = calloc((size_t)N * I + 1, 4), *y = calloc((size_t)nD + 1, 4);
-    moe_experts_forward(out, xin, gu, act, y, u, gate, choice, sorted, off, wgu, wd, NULL, NULL, N, D, I, E, NULL);
+    moe_experts_forward(out, xin, gu, act, y, u, gate, choice, sorted, off, (ZyWeights){.f32 = wgu},
+                        (ZyWeights){.f32 = wd}, N, D, I, E, NULL);
     /* reference forward */
     float *out_r = calloc((size_t)nD + 1, 4), *rx = calloc((size_t)nD + 1, 4), *rgu = calloc((size_t)N * 2 * I + 1, 4);
     float *ract = calloc((size_t)N * I + 1, 4), *ry = calloc((size_t)nD + 1, 4);

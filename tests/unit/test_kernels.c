@@ -172,40 +172,40 @@ TEST(embed_backward_matches_finite_differences_except_pad_row) {
 /* ---- CCA convolutions -------------------------------------------------------------------------------------- */
 typedef struct {
     double *X, *w0, *b0, *w1, *b1, *M, *wp, *dwp; /* wp, dwp: the conv's workspaces */
-    int B, T, C, dh, k0, k1;
+    ZyConvShape shape;
 } ConvState;
 
 static void conv_fd_forward(FdCase *c, double *out) {
     ConvState *s = c->state;
-    cca_conv_forward_f64(out, s->M, s->wp, s->X, s->w0, s->b0, s->w1, s->b1, s->B, s->T, s->C, s->dh, s->k0, s->k1);
+    cca_conv_forward_f64(out, s->M, s->wp, s->X, s->w0, s->b0, s->w1, s->b1, s->shape);
 }
 
 static void check_conv(int *zy_test_failed_, int k0, int k1, uint64_t seed) {
     ZyRng rng;
     zy_rng_seed(&rng, seed);
-    ConvState s = {.B = 2, .T = 4, .C = 6, .dh = 2, .k0 = k0, .k1 = k1};
-    const int N = s.B * s.T * s.C, NM = s.B * (s.T + k1 - 1) * s.C;
+    ConvState s = {.shape = {.B = 2, .T = 4, .C = 6, .dh = 2, .k0 = k0, .k1 = k1}};
+    const int C = s.shape.C, dh = s.shape.dh, N = s.shape.B * s.shape.T * C, NM = s.shape.B * (s.shape.T + k1 - 1) * C;
     s.X = randn(&rng, N, 1);
-    s.w0 = randn(&rng, s.C * k0, 1);
-    s.b0 = randn(&rng, s.C, 1);
-    s.w1 = randn(&rng, s.C * s.dh * k1, 1);
-    s.b1 = randn(&rng, s.C, 1);
+    s.w0 = randn(&rng, C * k0, 1);
+    s.b0 = randn(&rng, C, 1);
+    s.w1 = randn(&rng, C * dh * k1, 1);
+    s.b1 = randn(&rng, C, 1);
     s.M = calloc(NM, 8);
-    s.wp = calloc(cca_conv_work_floats(s.B, s.T, s.C, s.dh, k1), 8);
-    s.dwp = calloc(cca_conv_grad_work_floats(s.C, s.dh, k1), 8);
+    s.wp = calloc(cca_conv_work_floats(s.shape), 8);
+    s.dwp = calloc(cca_conv_grad_work_floats(s.shape), 8);
     FdCase c = {conv_fd_forward, N, &s};
     double *g = randn(&rng, N, 1), *y = calloc(N, 8), *dX = calloc(N, 8), *dM = calloc(NM, 8);
-    double *dw0 = calloc(s.C * k0, 8), *db0 = calloc(s.C, 8), *dw1 = calloc(s.C * s.dh * k1, 8), *db1 = calloc(s.C, 8);
+    double *dw0 = calloc(C * k0, 8), *db0 = calloc(C, 8), *dw1 = calloc(C * dh * k1, 8), *db1 = calloc(C, 8);
     conv_fd_forward(&c, y);
     /* The very first output sees only padding through the depthwise conv: Y(0) = b1 + w1·[b0 ... b0, ...]. */
-    cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, s.wp, s.dwp, g, s.X, s.M, s.w0, s.w1, s.B, s.T, s.C, s.dh, k0, k1);
+    cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, s.wp, s.dwp, g, s.X, s.M, s.w0, s.w1, s.shape);
     char label[64];
     snprintf(label, sizeof label, "k0=%d k1=%d dX", k0, k1);
     CHECK_GRAD(&c, g, s.X, N, dX, label);
-    CHECK_GRAD(&c, g, s.w0, s.C * k0, dw0, "dw0");
-    CHECK_GRAD(&c, g, s.b0, s.C, db0, "db0");
-    CHECK_GRAD(&c, g, s.w1, s.C * s.dh * k1, dw1, "dw1");
-    CHECK_GRAD(&c, g, s.b1, s.C, db1, "db1");
+    CHECK_GRAD(&c, g, s.w0, C * k0, dw0, "dw0");
+    CHECK_GRAD(&c, g, s.b0, C, db0, "db0");
+    CHECK_GRAD(&c, g, s.w1, C * dh * k1, dw1, "dw1");
+    CHECK_GRAD(&c, g, s.b1, C, db1, "db1");
     free(s.X), free(s.w0), free(s.b0), free(s.w1), free(s.b1), free(s.M), free(g), free(y), free(dX), free(dM);
     free(dw0), free(db0), free(dw1), free(db1), free(s.wp), free(s.dwp);
 }
@@ -223,7 +223,7 @@ TEST(cca_conv_padded_positions_carry_the_depthwise_bias) {
     double X[12] = {0}, w0[8], b0[4] = {1, 2, 3, 4}, w1[16], b1[4] = {0.5, -0.5, 1, -1}, M[16], Y[12], wp[32];
     for (int i = 0; i < 8; i++) w0[i] = 0.1 * (i + 1);
     for (int i = 0; i < 16; i++) w1[i] = 0.01 * (i + 1);
-    cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
+    cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, (ZyConvShape){B, T, C, dh, k0, k1});
     for (int t = 0; t < T; t++)
         for (int o = 0; o < C; o++) {
             int g = o / dh;
@@ -538,19 +538,20 @@ TEST(cca_conv_float_matches_the_direct_definition) {
     for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
         const int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], dh = shapes[s][3], k0 = shapes[s][4],
                   k1 = shapes[s][5], TM = T + k1 - 1, N = B * T * C, NM = B * TM * C;
+        const ZyConvShape shape = {B, T, C, dh, k0, k1};
         double *X = randn(&rng, N, 1), *w0 = randn(&rng, C * k0, 1), *b0 = randn(&rng, C, 1);
         double *w1 = randn(&rng, C * dh * k1, 1), *b1 = randn(&rng, C, 1), *dY = randn(&rng, N, 1);
         float *Xf = malloc(sizeof(float) * N), *w0f = malloc(sizeof(float) * C * k0), *b0f = malloc(sizeof(float) * C);
         float *w1f = malloc(sizeof(float) * C * dh * k1), *b1f = malloc(sizeof(float) * C), *Yf = malloc(sizeof(float) * N);
         float *Mf = malloc(sizeof(float) * NM), *dYf = malloc(sizeof(float) * N);
-        float *wpf = malloc(sizeof(float) * cca_conv_work_floats(B, T, C, dh, k1));
-        float *dwpf = malloc(sizeof(float) * cca_conv_grad_work_floats(C, dh, k1));
+        float *wpf = malloc(sizeof(float) * cca_conv_work_floats(shape));
+        float *dwpf = malloc(sizeof(float) * cca_conv_grad_work_floats(shape));
         /* round the inputs to float so both sides start from the same numbers */
         for (int i = 0; i < N; i++) X[i] = Xf[i] = (float)X[i], dY[i] = dYf[i] = (float)dY[i];
         for (int i = 0; i < C * k0; i++) w0[i] = w0f[i] = (float)w0[i];
         for (int i = 0; i < C; i++) b0[i] = b0f[i] = (float)b0[i], b1[i] = b1f[i] = (float)b1[i];
         for (int i = 0; i < C * dh * k1; i++) w1[i] = w1f[i] = (float)w1[i];
-        cca_conv_forward(Yf, Mf, wpf, Xf, w0f, b0f, w1f, b1f, B, T, C, dh, k0, k1);
+        cca_conv_forward(Yf, Mf, wpf, Xf, w0f, b0f, w1f, b1f, shape);
         /* the definition: M(τ)[c] = b0 + Σ_j w0[c,j] X(τ-(k0-1)+j), Y(t)[o] = b1 + Σ_{i,j} w1[o,i,j] M(t-(k1-1)+j)[g dh+i] */
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
@@ -572,14 +573,14 @@ TEST(cca_conv_float_matches_the_direct_definition) {
                     if (e > worst_f) worst_f = e;
                 }
         /* backward: float vs f64 on the same inputs */
-        double *M = calloc(NM, 8), *Y = calloc(N, 8), *wp = calloc(cca_conv_work_floats(B, T, C, dh, k1), 8);
-        double *dwp = calloc(cca_conv_grad_work_floats(C, dh, k1), 8), *dM = calloc(NM, 8), *dX = calloc(N, 8);
+        double *M = calloc(NM, 8), *Y = calloc(N, 8), *wp = calloc(cca_conv_work_floats(shape), 8);
+        double *dwp = calloc(cca_conv_grad_work_floats(shape), 8), *dM = calloc(NM, 8), *dX = calloc(N, 8);
         double *dw0 = calloc(C * k0, 8), *db0 = calloc(C, 8), *dw1 = calloc(C * dh * k1, 8), *db1 = calloc(C, 8);
         float *dMf = malloc(sizeof(float) * NM), *dXf = calloc(N, 4), *dw0f = calloc(C * k0, 4), *db0f = calloc(C, 4);
         float *dw1f = calloc(C * dh * k1, 4), *db1f = calloc(C, 4);
-        cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
-        cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, B, T, C, dh, k0, k1);
-        cca_conv_backward(dXf, dw0f, db0f, dw1f, db1f, dMf, wpf, dwpf, dYf, Xf, Mf, w0f, w1f, B, T, C, dh, k0, k1);
+        cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, shape);
+        cca_conv_backward_f64(dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, shape);
+        cca_conv_backward(dXf, dw0f, db0f, dw1f, db1f, dMf, wpf, dwpf, dYf, Xf, Mf, w0f, w1f, shape);
         const struct {
             const float *f;
             const double *d;
@@ -620,12 +621,13 @@ TEST(cca_conv_forward_last_matches_the_full_conv) {
     for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
         const int B = shapes[s][0], T = shapes[s][1], n = shapes[s][2], C = shapes[s][3], dh = shapes[s][4],
                   k0 = shapes[s][5], k1 = shapes[s][6], N = B * T * C;
+        const ZyConvShape shape = {B, T, C, dh, k0, k1};
         float *Yf = malloc(4 * (size_t)N), *Mf = malloc(4 * (size_t)B * (T + k1 - 1) * C);
-        float *wpf = malloc(4 * (size_t)cca_conv_work_floats(B, T, C, dh, k1));
+        float *wpf = malloc(4 * (size_t)cca_conv_work_floats(shape));
         double *X = randn(&rng, N, 1), *w0 = randn(&rng, C * k0, 1), *b0 = randn(&rng, C, 1);
         double *w1 = randn(&rng, C * dh * k1, 1), *b1 = randn(&rng, C, 1);
         double *Y = calloc(N, 8), *M = calloc((size_t)B * (T + k1 - 1) * C, 8);
-        double *wp = calloc(cca_conv_work_floats(B, T, C, dh, k1), 8);
+        double *wp = calloc(cca_conv_work_floats(shape), 8);
         double *Yl = calloc((size_t)B * n * C, 8), *Mi = calloc(cca_conv_last_work_floats(B * n, C, k0, k1), 8);
         float *Xf = malloc(4 * (size_t)N), *w0f = malloc(4 * (size_t)C * k0), *b0f = malloc(4 * (size_t)C);
         float *w1f = malloc(4 * (size_t)C * dh * k1), *b1f = malloc(4 * (size_t)C);
@@ -634,10 +636,10 @@ TEST(cca_conv_forward_last_matches_the_full_conv) {
         for (int i = 0; i < C * k0; i++) w0[i] = w0f[i] = (float)w0[i];
         for (int i = 0; i < C; i++) b0[i] = b0f[i] = (float)b0[i], b1[i] = b1f[i] = (float)b1[i];
         for (int i = 0; i < C * dh * k1; i++) w1[i] = w1f[i] = (float)w1[i];
-        cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
-        cca_conv_forward_last_f64(Yl, Mi, X, w0, b0, w1, b1, B, T, n, C, dh, k0, k1);
-        cca_conv_forward_last(Ylf, Mif, Xf, w0f, b0f, w1f, b1f, B, T, n, C, dh, k0, k1);
-        cca_conv_forward(Yf, Mf, wpf, Xf, w0f, b0f, w1f, b1f, B, T, C, dh, k0, k1);
+        cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, shape);
+        cca_conv_forward_last_f64(Yl, Mi, X, w0, b0, w1, b1, shape, n);
+        cca_conv_forward_last(Ylf, Mif, Xf, w0f, b0f, w1f, b1f, shape, n);
+        cca_conv_forward(Yf, Mf, wpf, Xf, w0f, b0f, w1f, b1f, shape);
         for (int b = 0; b < B; b++)
             for (int t = 0; t < n; t++)
                 for (int o = 0; o < C; o++) {

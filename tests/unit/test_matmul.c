@@ -133,7 +133,7 @@ TEST(bf16_weight_kernels_match_sgemm_on_rounded_weights) {
             else if (slot == PLAIN)
                 zy_matmul_bf16(ZY_BF16_PLAIN, rows, out, in, X, ldx, W16, Y, ldy);
             else
-                zy_matmul_wt(rows, out, in, X, ldx, NULL, W16, Y, ldy); /* the fp32 matrix is not read */
+                zy_matmul_wt(rows, out, in, X, ldx, (ZyWeights){.bf16 = W16}, Y, ldy); /* the fp32 matrix is not read */
             /* the process's level decides what zy_matmul_wt rounds (at avx512bf16: X too, for any number of rows) */
             const int rounds_x =
                 slot == ZY_CPU_AVX512BF16 || (slot == ENTRY && zy_cpu_level() == ZY_CPU_AVX512BF16);
@@ -188,11 +188,14 @@ TEST(grouped_weight_products_equal_one_call_per_group) {
         }
         for (int bf16 = 0; bf16 < 2; bf16++) {
             for (int i = 0; i < rows * ldy; i++) Y[i] = Yref[i] = -7.0f;
-            zy_matmul_wt_groups_ctx(NULL, G, off, out, in, X, ldx, bf16 ? NULL : W, bf16 ? W16 : NULL, Y, ldy);
-            for (int g = 0; g < G; g++)
+            const ZyWeights w = bf16 ? (ZyWeights){.bf16 = W16} : (ZyWeights){.f32 = W};
+            zy_matmul_wt_groups_ctx(NULL, G, off, out, in, X, ldx, w, Y, ldy);
+            for (int g = 0; g < G; g++) /* each group's matrix by hand, not by zy_weights_offset */
                 if (sizes[g])
-                    zy_matmul_wt(sizes[g], out, in, X + (long)off[g] * ldx, ldx, bf16 ? NULL : W + (long)g * out * in,
-                                 bf16 ? W16 + (long)g * out * in : NULL, Yref + (long)off[g] * ldy, ldy);
+                    zy_matmul_wt(sizes[g], out, in, X + (long)off[g] * ldx, ldx,
+                                 bf16 ? (ZyWeights){.bf16 = W16 + (long)g * out * in}
+                                      : (ZyWeights){.f32 = W + (long)g * out * in},
+                                 Yref + (long)off[g] * ldy, ldy);
             for (int i = 0; i < rows * ldy; i++) mismatches += memcmp(&Y[i], &Yref[i], sizeof(float)) != 0;
             compared += rows * ldy;
         }
@@ -238,7 +241,7 @@ TEST(f32_weight_tiles_match_sgemm) {
                         kt->matmul_f32_block(rows - r0 < 4 ? rows - r0 : 4, o0, o0 + 7 < out ? o0 + 7 : out, in,
                                              X + r0 * ldx, ldx, W, Y + r0 * ldy, ldy);
             } else {
-                zy_matmul_wt(rows, out, in, X, ldx, W, NULL, Y, ldy);
+                zy_matmul_wt(rows, out, in, X, ldx, (ZyWeights){.f32 = W}, Y, ldy);
             }
             ran[slot] = 1;
             for (int r = 0; r < rows; r++)
