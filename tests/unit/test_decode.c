@@ -254,7 +254,7 @@ TEST(decode_generate_greedy_matches_full_forward_argmax) {
     Sampler s;
     REQUIRE(kvcache_create(&c, &m.cfg, 1, n_prompt + max_new, &err) == 0);
     REQUIRE(sampler_create(&s, V, &err) == 0);
-    SamplingParams greedy = {0, 0, 1};
+    SamplingParams greedy = {0, 0, 1, 0};
     ZyRng rng;
     zy_rng_seed(&rng, 1);
     int32_t seq[32] = {1, 7, 3, 9, 4};

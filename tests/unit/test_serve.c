@@ -25,12 +25,38 @@ TEST(serve_request_parser) {
     REQUIRE(parse("{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":-1,"
                   "\"stop\":\"\\n\",\"seed\":-3,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
                   "\"logprobs\":2,\"user\":\"u\",\"n\":null,\"ignore_eos\":true}", SERVE_COMPLETION, &r, &e) == 0);
-    CHECK(strcmp(r.model, "m") == 0 && strcmp(r.prompt, "hi") == 0 && r.max_tokens == 7 && r.temperature == 0);
+    CHECK(strcmp(r.model, "m") == 0 && r.n_prompts == 1 && strcmp(r.prompts[0].text, "hi") == 0 && r.max_tokens == 7 &&
+          r.temperature == 0);
     CHECK(r.top_p == 0.5 && r.top_k == 0 && r.n_stop == 1 && strcmp(r.stop[0], "\n") == 0 && r.has_seed);
     CHECK(r.stream && r.include_usage && r.logprobs == 2 && r.ignore_eos);
     serve_request_free(&r);
     REQUIRE(parse("{\"model\":\"m\",\"prompt\":[[4,5,6]]}", SERVE_COMPLETION, &r, &e) == 0);
-    CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 6 && r.max_tokens == -1 && isnan(r.temperature));
+    CHECK(r.n_prompts == 1 && r.prompts[0].n_ids == 3 && r.prompts[0].ids[2] == 6 && r.max_tokens == -1 &&
+          isnan(r.temperature) && r.n == 1 && !r.echo);
+    serve_request_free(&r);
+    /* batches: strings, token lists; n choices each; echo with max_tokens 0; vLLM's sampling fields */
+    REQUIRE(parse("{\"model\":\"m\",\"prompt\":[\"a\",\"b c\"],\"n\":3,\"echo\":true,\"max_tokens\":0,\"logprobs\":1,"
+                  "\"min_p\":0.1,\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.3,"
+                  "\"logit_bias\":{\"17\":-100,\"5\":2.5},\"stop_token_ids\":[9,10],\"skip_special_tokens\":false,"
+                  "\"include_stop_str_in_output\":true}", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(r.n_prompts == 2 && strcmp(r.prompts[1].text, "b c") == 0 && r.n == 3 && r.echo && r.max_tokens == 0);
+    CHECK(r.min_p == 0.1 && r.presence_penalty == 0.5 && r.frequency_penalty == -1 && r.repetition_penalty == 1.3);
+    CHECK(r.n_bias == 2 && r.bias_ids[0] == 17 && r.bias[0] == -100 && r.bias_ids[1] == 5 && r.bias[1] == 2.5f);
+    CHECK(r.n_stop_ids == 2 && r.stop_ids[1] == 10 && r.skip_special_tokens == 0 && r.include_stop_str);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"model\":\"m\",\"prompt\":[[1,2],[3]]} \r\n", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(r.n_prompts == 2 && r.prompts[0].n_ids == 2 && r.prompts[1].ids[0] == 3 && !r.prompts[1].text);
+    serve_request_free(&r);
+    /* /tokenize and /detokenize (model optional) */
+    REQUIRE(parse("{\"prompt\":\"hi\",\"add_special_tokens\":false,\"return_token_strs\":true}", SERVE_TOKENIZE, &r,
+                  &e) == 0);
+    CHECK(!r.model && r.n_prompts == 1 && r.add_special_tokens == 0 && r.return_token_strs && !r.chat_json);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", SERVE_TOKENIZE, &r, &e) == 0);
+    CHECK(r.chat_json && r.add_special_tokens == -1 && r.add_generation_prompt == 1);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"tokens\":[5,6,7]}", SERVE_DETOKENIZE, &r, &e) == 0);
+    CHECK(r.n_prompts == 1 && r.prompts[0].n_ids == 3 && r.prompts[0].ids[0] == 5);
     serve_request_free(&r);
     REQUIRE(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
                   "{\"type\":\"text\",\"text\":\"b\"}]}],\"chat_template_kwargs\":{\"enable_thinking\":false},"
@@ -51,19 +77,41 @@ TEST(serve_request_parser) {
         {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":\"hot\"}", SERVE_COMPLETION, "temperature", "hot"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":3}", SERVE_COMPLETION, "temperature", "<= 2"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":0}", SERVE_COMPLETION, "top_p", "> 0"},
-        {"{\"model\":\"m\",\"prompt\":\"x\",\"n\":3}", SERVE_COMPLETION, "n", "must be 1"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"n\":0}", SERVE_COMPLETION, "n", "integer from 1"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":3}", SERVE_COMPLETION, "best_of", "must be 1"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"bogus\":1}", SERVE_COMPLETION, "bogus", "unknown field"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"model\":\"n\"}", SERVE_COMPLETION, "model", "twice"},
         {"{\"model\":\"m\",\"prompt\":[1,-2]}", SERVE_COMPLETION, "prompt", "token ids"},
         {"{\"model\":\"m\",\"prompt\":[]}", SERVE_COMPLETION, "prompt", "empty"},
-        {"{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", SERVE_COMPLETION, "prompt", "token ids"},
+        {"{\"model\":\"m\",\"prompt\":[\"a\",[1]]}", SERVE_COMPLETION, "prompt", "not a mix"},
+        {"{\"model\":\"m\",\"prompt\":[[1],[]]}", SERVE_COMPLETION, "prompt", "empty"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}", SERVE_COMPLETION, "stop", "non-empty"},
-        {"{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", SERVE_COMPLETION, "echo", "not supported"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", SERVE_COMPLETION, "max_tokens", "only with echo"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"echo\":1}", SERVE_COMPLETION, "echo", "true or false"},
+        /* the defects of issue 33: junk after the object, raw bytes that are not UTF-8, a number past a double */
+        {"{\"model\":\"m\",\"prompt\":\"x\"}xyz", SERVE_COMPLETION, "", "more follows"},
+        {"{\"model\":\"m\",\"prompt\":\"x\"} {}", SERVE_COMPLETION, "", "more follows"},
+        {"{\"model\":\"m\",\"prompt\":\"a\xff\"}", SERVE_COMPLETION, "", "not valid UTF-8 (byte 24)"},
+        {"{\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}", SERVE_COMPLETION, "", "not valid UTF-8"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":1e309}", SERVE_COMPLETION, "temperature",
+         "too large to represent"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", SERVE_COMPLETION, "logit_bias", "token ids"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"3\":101}}", SERVE_COMPLETION, "logit_bias", "<= 100"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"stop_token_ids\":[1,-1]}", SERVE_COMPLETION, "stop_token_ids",
+         "token ids"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"min_p\":2}", SERVE_COMPLETION, "min_p", "<= 1"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"repetition_penalty\":0}", SERVE_COMPLETION, "repetition_penalty",
+         "> 0"},
+        {"{\"model\":\"m\",\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":128}", SERVE_COMPLETION, "n", "choices"},
+        {"{\"prompt\":\"x\",\"messages\":[]}", SERVE_TOKENIZE, "messages", "either"},
+        {"{\"prompt\":[1]}", SERVE_TOKENIZE, "prompt", "string"},
+        {"{\"prompt\":\"x\",\"n\":1}", SERVE_TOKENIZE, "n", "unknown field"},
+        {"{\"tokens\":\"x\"}", SERVE_DETOKENIZE, "tokens", "list of token ids"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":9}", SERVE_COMPLETION, "logprobs", "integer"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", SERVE_COMPLETION,
          "stream_options", "stream: true"},
-        {"{\"model\":\"m\",\"prompt\":\"x\",\"frequency_penalty\":0.5}", SERVE_COMPLETION, "frequency_penalty",
-         "not supported"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"frequency_penalty\":3}", SERVE_COMPLETION, "frequency_penalty",
+         "<= 2"},
         {"{\"model\":\"m\"}", SERVE_CHAT, "messages", "required"},
         {"{\"model\":\"m\",\"messages\":[]}", SERVE_CHAT, "messages", "non-empty"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":1}]}", SERVE_CHAT, "messages[0]", "role"},
@@ -77,7 +125,7 @@ TEST(serve_request_parser) {
         memset(&e, 0, sizeof e);
         int rc = parse(bad[i].body, bad[i].kind, &r, &e);
         CHECK_MSG(rc == -1 && e.status == 400 && strcmp(e.param, bad[i].param) == 0 && strstr(e.message, bad[i].says) &&
-                      !r.model && !r.prompt_ids,
+                      !r.model && !r.prompts,
                   "%s -> %d %s: %s", bad[i].body, e.status, e.param, e.message);
     }
 }
@@ -169,7 +217,7 @@ static char *reference(Fixture *f, const int32_t *prompt, int n, int max_new, co
         return NULL;
     }
     s.n_allowed = tokenizer_vocab_size(f->tok);
-    SamplingParams greedy = {0, 0, 1};
+    SamplingParams greedy = {0, 0, 1, 0};
     ZyRng rng;
     zy_rng_seed(&rng, 1);
     Ids out = {.n = 0, .stop = stop[0]};
@@ -201,7 +249,7 @@ TEST(serve_engine_matches_generate) {
     for (int q = 0; q < NJ; q++) {
         for (int t = 0; t < lens[q]; t++) prompts[q][t] = (int32_t)(3 + (q * 37 + t * 11) % 290);
         ServeJobSpec sp = {.prompt = prompts[q], .n_prompt = lens[q], .max_tokens = max_new[q],
-                           .sampling = {0, 0, 1}, .seed = 1, .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1};
+                           .sampling = {0, 0, 1, 0}, .seed = 1, .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1};
         ServeError se;
         REQUIRE(serve_engine_submit(e, &sp, &jobs[q], &se) == 0);
     }
@@ -222,7 +270,7 @@ TEST(serve_engine_matches_generate) {
             char stop_str[3] = {want[at], want[at + 1], 0};
             char *stops[1] = {stop_str};
             ServeJobSpec sp = {.prompt = prompts[q], .n_prompt = lens[q], .max_tokens = max_new[q],
-                               .sampling = {0, 0, 1}, .stop_ids = &stop, .n_stop_ids = 1, .stop = stops, .n_stop = 1,
+                               .sampling = {0, 0, 1, 0}, .stop_ids = &stop, .n_stop_ids = 1, .stop = stops, .n_stop = 1,
                                .logprobs = -1};
             ServeJob *j;
             ServeError se;
@@ -259,7 +307,7 @@ TEST(serve_engine_cancel_queue_and_shutdown) {
     REQUIRE(serve_engine_create(&e, &f.m, f.tok, &o, &err) == 0);
     int32_t prompt[70];
     for (int i = 0; i < 70; i++) prompt[i] = 5 + i;
-    ServeJobSpec sp = {.prompt = prompt, .n_prompt = 4, .max_tokens = 50, .sampling = {1.0, 0, 1}, .seed = 2,
+    ServeJobSpec sp = {.prompt = prompt, .n_prompt = 4, .max_tokens = 50, .sampling = {1.0, 0, 1, 0}, .seed = 2,
                        .logprobs = 1};
     ServeJob *a, *b;
     ServeError se;
