@@ -186,3 +186,51 @@ TEST(sampling_respects_n_allowed) {
     free(lg);
     sampler_free(&s);
 }
+
+/* min_p drops what is less likely than min_p x the most likely (after temperature): the rest keeps its relative
+ * frequencies. logits ln(8), ln(4), ln(2), 0 at T = 1: p = 8/15, 4/15, 2/15, 1/15; min_p 0.2 keeps 8, 4, 2. */
+TEST(sampling_min_p) {
+    ZyErr err = {{0}};
+    Sampler s;
+    REQUIRE(sampler_create(&s, 4, &err) == 0);
+    const float lg[4] = {logf(8), logf(4), logf(2), 0};
+    const SamplingParams p = {1.0, 0, 1.0, 0.2}, with_k = {1.0, 2, 1.0, 0.2}, all = {1.0, 0, 1.0, 0.1};
+    const double want[4] = {8 / 14.0, 4 / 14.0, 2 / 14.0, 0}, want_k[4] = {8 / 12.0, 4 / 12.0, 0, 0};
+    const double want_all[4] = {8 / 15.0, 4 / 15.0, 2 / 15.0, 1 / 15.0};
+    CHECK(freq_ok(&s, &p, lg, want, 4, 40000, 3));
+    CHECK(freq_ok(&s, &with_k, lg, want_k, 4, 40000, 4));
+    CHECK(freq_ok(&s, &all, lg, want_all, 4, 40000, 5)); /* below every ratio: all kept */
+    const SamplingParams only_top = {2.0, 0, 1.0, 1.0}; /* min_p 1: only the most likely, whatever the temperature */
+    ZyRng rng;
+    zy_rng_seed(&rng, 9);
+    for (int i = 0; i < 200; i++) CHECK(sample_next(&s, &only_top, lg, &rng) == 0);
+    sampler_free(&s);
+}
+
+/* The penalties, value by value, as vLLM computes them: logit_bias added first; then over the prompt's and the
+ * output's tokens a positive logit divided by repetition_penalty, a negative one multiplied; then frequency x count
+ * and presence once subtracted for the output's tokens. The scratch counts come back zeroed. */
+TEST(sampling_penalties_as_vllm) {
+    enum { V = 6 };
+    const int32_t prompt[3] = {0, 1, 0}, output[4] = {2, 1, 2, 2}, bias_ids[2] = {3, 5};
+    const float bias[2] = {1.5f, -100};
+    int32_t counts[V] = {0};
+    float lg[V] = {2, -1, 3, 0.5f, -2, 4};
+    LogitsPenalties none = {0};
+    CHECK(!logits_penalties_active(&none));
+    none.repetition = 1;
+    CHECK(!logits_penalties_active(&none));
+    LogitsPenalties p = {.presence = 0.5, .frequency = 0.25, .repetition = 2, .bias_ids = bias_ids, .bias = bias,
+                         .n_bias = 2};
+    CHECK(logits_penalties_active(&p));
+    logits_apply_penalties(lg, V, &p, prompt, 3, output, 4, counts);
+    /* 0: prompt only, 2 > 0 → 1. 1: prompt and output once, -1 → -2, - 0.25 - 0.5 = -2.75. 2: output 3 times, 3 → 1.5,
+     * - 0.75 - 0.5 = 0.25. 3: bias 0.5 + 1.5 = 2. 4: untouched. 5: 4 - 100 = -96 */
+    const float want[V] = {1, -2.75f, 0.25f, 2, -2, -96};
+    for (int i = 0; i < V; i++) CHECK_MSG(fabsf(lg[i] - want[i]) < 1e-6f, "logit %d: %g, want %g", i, lg[i], want[i]);
+    for (int i = 0; i < V; i++) CHECK(counts[i] == 0);
+    float lg2[V] = {2, -1, 3, 0.5f, -2, 4};
+    const LogitsPenalties only_bias = {.bias_ids = bias_ids, .bias = bias, .n_bias = 2};
+    logits_apply_penalties(lg2, V, &only_bias, prompt, 3, output, 4, counts);
+    CHECK(lg2[0] == 2 && lg2[1] == -1 && lg2[2] == 3 && lg2[3] == 2 && lg2[5] == -96);
+}
