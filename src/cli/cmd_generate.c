@@ -166,7 +166,7 @@ int cmd_generate(int argc, char **argv) {
     if (isnan(temperature)) temperature = 0.8;
     if (top_k == INT_MIN) top_k = 0;
     if (isnan(top_p)) top_p = 0.95;
-    sp = (SamplingParams){temperature, top_k, top_p};
+    sp = (SamplingParams){temperature, top_k, top_p, 0};
     if (sampling_validate(&sp, &err)) {
         zy_wrap(&err, "generate");
         goto fail;

@@ -92,7 +92,7 @@ static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max
 
 int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "auto";
-    const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL, *kv_dtype = "auto";
+    const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL, *kv_dtype = "auto", *chat_template = NULL;
     int port = 8080, max_batch = 32, max_context = 0, block_tokens = 16, prefill_chunk = 64, step_tokens = 0;
     int max_queue = 256, max_connections = 1024, threads = 0;
     double grace = 10;
@@ -100,6 +100,9 @@ int cmd_serve(int argc, char **argv) {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + safetensors)", 0},
         {"--tokenizer", ARG_STRING, 0, &tok_path, "tokenizer.json or its folder (default: the model directory's); its "
                                                   "folder's chat template serves /v1/chat/completions", 0},
+        {"--chat-template", ARG_STRING, 0, &chat_template, "a Jinja chat template file for /v1/chat/completions "
+                                                           "instead of the tokenizer folder's (which may have none; "
+                                                           "the special tokens stay the folder's)", 0},
         {"--host", ARG_STRING, 0, &host, "IPv4 address to listen on (default 127.0.0.1; 0.0.0.0 for all)", 0},
         {"--port", ARG_INT, 0, &port, "port (default 8080; 0 = any free port, printed at start)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (the model, the KV pool and the steps on "
@@ -127,8 +130,8 @@ int cmd_serve(int argc, char **argv) {
     const int n = ZY_ARRAY_LEN(specs);
     for (int i = 2; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("serve", "--model DIR [--tokenizer F] [--host 127.0.0.1 --port 8080] [--max-batch N "
-                                "--max-context T --kv-memory BYTES] [--api-key K]", specs, n);
+            args_usage("serve", "--model DIR [--tokenizer F] [--chat-template F.jinja] [--host 127.0.0.1 --port 8080] "
+                                "[--max-batch N --max-context T --kv-memory BYTES] [--api-key K]", specs, n);
             return 0;
         }
     ZyErr err = {{0}};
@@ -183,10 +186,17 @@ int cmd_serve(int argc, char **argv) {
                 tokenizer_vocab_size(tok), m.cfg.vocab_size);
         goto fail;
     }
-    if (chat_config_load(tok_path, &chat_cfg, &err) == 0) {
+    if ((chat_template ? chat_config_load_template(tok_path, chat_template, &chat_cfg, &err)
+                       : chat_config_load(tok_path, &chat_cfg, &err)) == 0) {
         int bad = chat_renderer_new(&chat_cfg, &chat, &err);
         chat_config_free(&chat_cfg);
-        if (bad) goto fail;
+        if (bad) {
+            if (chat_template) zy_wrap(&err, "serve: --chat-template %s", chat_template);
+            goto fail;
+        }
+    } else if (chat_template) {
+        zy_wrap(&err, "serve: --chat-template %s", chat_template);
+        goto fail;
     } else if (!strstr(err.msg, "no chat template")) {
         goto fail;
     } else {

@@ -40,6 +40,7 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     p->len = (int *)ZY_CARVE_I(cv, S);
     p->n_held = (int *)ZY_CARVE_I(cv, S);
     p->free_blocks = ZY_CARVE_I(cv, p->n_blocks);
+    p->refs = ZY_CARVE_I(cv, p->n_blocks);
     p->rope_cos = ZY_CARVE_F(cv, ML * half_rd);
     p->rope_sin = ZY_CARVE_F(cv, ML * half_rd);
     if (cfg_has_sliding(f)) {
@@ -76,7 +77,7 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     layer_acts_carve_moe(cv, &s->moe, f, N, 0);
     s->moe.u_mlp = s->u;
     s->moe.router_rstd = s->rstd; /* free while the MoE block runs */
-    s->last_rows = ZY_CARVE_F(cv, SN * D);
+    s->last_rows = ZY_CARVE_F(cv, N * D); /* every row when a step asks for all (DECODE_LOGITS_ALL) */
 }
 
 size_t kvcache_bytes_per_token(const ZayaConfig *cfg, int kv_bf16) {
@@ -158,12 +159,52 @@ void kvpool_seq_reset(KVPool *p, int slot) {
 
 void kvpool_seq_release(KVPool *p, int slot) {
     kvpool_seq_reset(p, slot);
-    kvblocks_give(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot], p->free_blocks, &p->n_free);
+    const int32_t *row = p->table + (size_t)slot * p->max_blocks;
+    for (int i = p->n_held[slot] - 1; i >= 0; i--) /* a shared block goes back with its last holder */
+        if (--p->refs[row[i]] == 0) p->free_blocks[p->n_free++] = row[i];
+    p->n_held[slot] = 0;
 }
 
 int kvpool_reserve(KVPool *p, int slot, int tokens) {
-    return kvblocks_take(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot], kvpool_blocks_for(p, tokens),
-                         p->max_blocks, p->free_blocks, &p->n_free);
+    int32_t *row = p->table + (size_t)slot * p->max_blocks;
+    const int had = p->n_held[slot];
+    if (kvblocks_take(row, &p->n_held[slot], kvpool_blocks_for(p, tokens), p->max_blocks, p->free_blocks, &p->n_free))
+        return -1;
+    for (int i = had; i < p->n_held[slot]; i++) p->refs[row[i]] = 1;
+    return 0;
+}
+
+int kvpool_fork(KVPool *p, int parent, int child) {
+    const int bt = p->block_tokens, len = p->len[parent], shared = len / bt, partial = len % bt;
+    int32_t *pr = p->table + (size_t)parent * p->max_blocks, *cr = p->table + (size_t)child * p->max_blocks;
+    const int own = p->n_held[child];
+    if (parent == child || p->len[child] != 0 || shared + own > p->max_blocks || (partial && own < 1)) return -1;
+    for (int i = 0; i < own; i++)
+        if (p->refs[cr[i]] != 1) return -1;
+    memmove(cr + shared, cr, (size_t)own * sizeof *cr);
+    for (int i = 0; i < shared; i++) {
+        cr[i] = pr[i];
+        p->refs[pr[i]]++;
+    }
+    const size_t Ck = cfg_k_channels(&p->cfg), block = (size_t)bt * Ck; /* values per block and layer, k and v alike */
+    const size_t P = p->conv_pad, C = cfg_conv_channels(&p->cfg), half = Ck / 2;
+    for (int l = 0; l < p->cfg.num_layers; l++) {
+        if (partial) { /* the whole block: rows past len are never read */
+            const size_t from = (size_t)pr[shared] * block, to = (size_t)cr[shared] * block;
+            if (p->kv_bf16) {
+                memcpy(p->k16[l] + to, p->k16[l] + from, block * sizeof(uint16_t));
+                memcpy(p->v16[l] + to, p->v16[l] + from, block * sizeof(uint16_t));
+            } else {
+                memcpy(p->k[l] + to, p->k[l] + from, block * sizeof(float));
+                memcpy(p->v[l] + to, p->v[l] + from, block * sizeof(float));
+            }
+        }
+        memcpy(p->conv_state[l] + (size_t)child * P * C, p->conv_state[l] + (size_t)parent * P * C, P * C * sizeof(float));
+        memcpy(p->vd_prev[l] + (size_t)child * half, p->vd_prev[l] + (size_t)parent * half, half * sizeof(float));
+    }
+    p->n_held[child] = shared + own;
+    p->len[child] = len;
+    return 0;
 }
 
 void kvblocks_init(int32_t *free_blocks, int *n_free, int n_blocks) {
@@ -502,6 +543,9 @@ int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seq
             if (seqs[j].slot == d->slot) return zy_fail(err, "decode: slot %d appears twice in one step", d->slot);
         if (d->n <= 0 || d->n > p->chunk)
             return zy_fail(err, "decode: %d new tokens for slot %d (1..%d)", d->n, d->slot, p->chunk);
+        if (d->logits == DECODE_LOGITS_ALL && d->n > 1 && !p->all_logits)
+            return zy_fail(err, "decode: every row's logits (slot %d) are not available on this pool: one row at a "
+                           "time", d->slot);
         const int len = p->len[d->slot];
         if (d->n > p->max_len - len)
             return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", len, d->n, p->max_len);
@@ -510,7 +554,7 @@ int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seq
             return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->n_held[d->slot],
                            len, d->n, need);
         N += d->n;
-        k += d->logits != 0;
+        k += d->logits == DECODE_LOGITS_ALL ? d->n : d->logits != 0;
     }
     if (N > p->max_rows) return zy_fail(err, "decode: %d rows in one step (at most %d)", N, p->max_rows);
     for (int i = 0; i < N; i++)
@@ -527,7 +571,8 @@ int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_se
     if (check_model(m, &p->cfg, err)) return -1;
     const DecodeStepShape shape = {.max_seqs = p->max_seqs, .chunk = p->chunk, .max_len = p->max_len,
                                    .max_rows = p->max_rows, .block_tokens = p->block_tokens,
-                                   .vocab_size = m->cfg.vocab_size, .len = p->len, .n_held = p->n_held};
+                                   .vocab_size = m->cfg.vocab_size, .len = p->len, .n_held = p->n_held,
+                                   .all_logits = 1};
     int N, n_logits;
     if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, &n_logits, err)) return -1;
     StepSeq seq[n_seqs];
@@ -540,12 +585,21 @@ int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_se
     int rows[n_logits], k = 0;
     memset(rows, 0, sizeof rows); /* every entry is set below; gcc cannot see that n_logits counts them */
     for (int i = 0; i < n_seqs; i++)
-        if (seqs[i].logits) rows[k++] = seq[i].row0 + seq[i].n - 1;
-    /* logits of the wanted rows land packed, then move to their sequences' places (back to front: no overlap) */
+        for (int r = seqs[i].logits == DECODE_LOGITS_ALL ? 0 : seqs[i].n - 1; seqs[i].logits && r < seqs[i].n; r++)
+            rows[k++] = seq[i].row0 + r;
+    /* logits of the wanted rows land packed, then move to their sequences' places (back to front: a place is never
+     * before the packed rows it receives, nor inside those of an earlier sequence) */
     logits_rows(m, p, rows, k, logits);
     const size_t V = m->cfg.vocab_size;
-    for (int i = n_seqs - 1; i >= 0 && k > 0; i--)
-        if (seqs[i].logits && --k != i) memmove(logits + i * V, logits + (size_t)k * V, V * sizeof(float));
+    size_t place = 0;
+    for (int i = 0; i < n_seqs; i++) place += seqs[i].logits == DECODE_LOGITS_ALL ? seqs[i].n : 1;
+    for (int i = n_seqs - 1; i >= 0 && k > 0; i--) {
+        const int m_rows = seqs[i].logits == DECODE_LOGITS_ALL ? seqs[i].n : 1;
+        place -= m_rows;
+        if (!seqs[i].logits) continue;
+        k -= m_rows;
+        if ((size_t)k != place) memmove(logits + place * V, logits + (size_t)k * V, m_rows * V * sizeof(float));
+    }
     return 0;
 }
 

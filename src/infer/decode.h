@@ -55,6 +55,7 @@ typedef struct {
     int *len, *n_held;                      /* per slot: tokens cached, blocks held */
     int32_t *free_blocks;                   /* a stack of n_free block ids */
     int n_free;
+    int32_t *refs;                          /* per block: the slots whose tables hold it (kvpool_fork shares) */
     float *rope_cos, *rope_sin;             /* [max_len, rd/2], fp32 like the full forward */
     float *rope_cos_sw, *rope_sin_sw;       /* the sliding-window layers' own tables (NULL without such layers) */
     DecodeScratch s;
@@ -70,10 +71,17 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
 void kvpool_free(KVPool *p);
 /* Slot back to length 0 with zero state, keeping its blocks. */
 void kvpool_seq_reset(KVPool *p, int slot);
-/* Slot back to length 0, its blocks returned to the pool. */
+/* Slot back to length 0, its blocks returned to the pool (a block shared with another slot stays with it). */
 void kvpool_seq_release(KVPool *p, int slot);
 /* Makes slot hold blocks for `tokens` positions; -1 (nothing taken) when the pool has too few free blocks. */
 int kvpool_reserve(KVPool *p, int slot, int tokens);
+/* Makes child, an empty slot holding only blocks of its own (kvpool_reserve), continue from parent's cached tokens
+ * without computing them again: the parent's full blocks become the first of the child's (shared, reference-counted:
+ * a full block is never written again), the parent's partly filled last block is copied into the child's first own
+ * block (copy-on-write at the first block where the two will differ), and the CCA state and length are copied. The
+ * child keeps its own blocks after those. -1 (nothing changes) when the child holds blocks of others, or too few of
+ * its own for the copy, or its table has no room. */
+int kvpool_fork(KVPool *p, int parent, int child);
 /* Blocks needed for `tokens` positions. */
 static inline int kvpool_blocks_for(const KVPool *p, int tokens) {
     return (tokens + p->block_tokens - 1) / p->block_tokens;
@@ -89,16 +97,19 @@ void kvblocks_give(const int32_t *row, int *n_held, int32_t *free_blocks, int *n
 size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens, int kv_bf16);
 size_t kvpool_state_bytes(const ZayaConfig *cfg);
 
-/* One sequence's part of a step: n new tokens appended to slot at position len[slot]; logits of its last new row
- * wanted or not. */
+/* One sequence's part of a step: n new tokens appended to slot at position len[slot]; logits wanted: none (0), of
+ * its last new row (1), or of every new row (DECODE_LOGITS_ALL: a prompt's log-probabilities). */
 typedef struct {
     int slot, n, logits;
 } DecodeSeq;
+#define DECODE_LOGITS_ALL 2
 
-/* One step over a ragged batch: seqs[i] contributes tokens[row_i .. row_i + n_i) (rows in order of seqs). Writes
- * the logits of seqs[i]'s last row to logits[i*V] where seqs[i].logits. The slots must hold blocks for their new
- * lengths (kvpool_reserve). Errors (nothing changes): bad slot, repeated slot, n out of range, too many rows, no
- * blocks, token ids outside the vocabulary. */
+/* One step over a ragged batch: seqs[i] contributes tokens[row_i .. row_i + n_i) (rows in order of seqs). Each
+ * sequence has a place in logits: seqs[i]'s starts at row o_i = the number of rows before it, counting n_j for a
+ * DECODE_LOGITS_ALL sequence and 1 for any other (o_i = i when none asks for every row); its last row's logits go
+ * there where seqs[i].logits, every row's where DECODE_LOGITS_ALL. The slots must hold blocks for their new lengths
+ * (kvpool_reserve). Errors (nothing changes): bad slot, repeated slot, n out of range, too many rows, no blocks,
+ * token ids outside the vocabulary. */
 int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
                       float *logits, ZyErr *err);
 
@@ -106,6 +117,7 @@ int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_se
 typedef struct {
     int max_seqs, chunk, max_len, max_rows, block_tokens, vocab_size;
     const int *len, *n_held; /* per slot */
+    int all_logits;          /* the pool gives every row's logits (DECODE_LOGITS_ALL with n > 1) */
 } DecodeStepShape;
 /* model_decode_step's refusals, in order: sequences, slots, rows per sequence, cache room, blocks held, rows in all,
  * token ids. On success *rows = the step's rows and *n_logits (if not NULL) = sequences that want logits. */

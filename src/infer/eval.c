@@ -409,7 +409,7 @@ static int score_exact(const EvalRunner *run, const Model *m, const EvalTokenize
         return -1;
     }
     if (tok->vocab_size > 0 && tok->vocab_size < s.V) s.n_allowed = tok->vocab_size;
-    SamplingParams greedy = {0, 0, 1};
+    SamplingParams greedy = {0, 0, 1, 0};
     ZyRng rng;
     zy_rng_seed(&rng, 0);
     int rc = 0, hits = 0;

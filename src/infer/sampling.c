@@ -11,6 +11,7 @@ int sampling_validate(const SamplingParams *p, ZyErr *err) {
         return zy_fail(err, "--temperature must be a finite number >= 0 (got %g)", p->temperature);
     if (p->top_k < 0) return zy_fail(err, "--top-k must be >= 0 (got %d)", p->top_k);
     if (!(p->top_p > 0 && p->top_p <= 1)) return zy_fail(err, "--top-p must be in (0, 1] (got %g)", p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1)) return zy_fail(err, "--min-p must be in [0, 1] (got %g)", p->min_p);
     return 0;
 }
 
@@ -132,6 +133,7 @@ int32_t sample_next(Sampler *s, const SamplingParams *p, const float *logits, Zy
     for (int i = 0; i < V; i++) {
         double e = exp(((double)logits[i] - mx) * invT);
         s->probs[i] = e == e ? (float)e : 0.0f; /* NaN logits never win */
+        if (s->probs[i] < p->min_p) s->probs[i] = 0; /* the largest is exp(0) = 1: min_p is relative to it */
         sum += s->probs[i];
     }
     const int top_k = p->top_k > 0 && p->top_k < V ? p->top_k : V;
@@ -178,4 +180,38 @@ int32_t sample_next(Sampler *s, const SamplingParams *p, const float *logits, Zy
         if (r < acc) return s->order[i];
     }
     return s->order[n - 1];
+}
+
+/* ---- penalties ------------------------------------------------------------------------------------------------- */
+
+static int repetition_on(const LogitsPenalties *p) { return p->repetition > 0 && p->repetition != 1; }
+
+int logits_penalties_active(const LogitsPenalties *p) {
+    return p->n_bias > 0 || p->presence != 0 || p->frequency != 0 || repetition_on(p);
+}
+
+static float repeat_penalized(float logit, double r) { return logit > 0 ? (float)(logit / r) : (float)(logit * r); }
+
+void logits_apply_penalties(float *logits, int V, const LogitsPenalties *p, const int32_t *prompt, int n_prompt,
+                            const int32_t *output, int n_output, int32_t *counts) {
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_ids[i] >= 0 && p->bias_ids[i] < V) logits[p->bias_ids[i]] += p->bias[i];
+    const int rep = repetition_on(p);
+    if (p->presence == 0 && p->frequency == 0 && !rep) return;
+    for (int i = 0; i < n_output; i++) counts[output[i]]++;
+    for (int i = 0; i < n_output; i++) { /* each distinct output token once; -1 marks it done */
+        const int32_t t = output[i];
+        if (counts[t] <= 0) continue;
+        float l = rep ? repeat_penalized(logits[t], p->repetition) : logits[t];
+        logits[t] = (float)(l - p->frequency * counts[t] - p->presence);
+        counts[t] = -1;
+    }
+    for (int i = 0; rep && i < n_prompt; i++) { /* prompt tokens the output does not hold */
+        const int32_t t = prompt[i];
+        if (counts[t] != 0) continue;
+        logits[t] = repeat_penalized(logits[t], p->repetition);
+        counts[t] = -1;
+    }
+    for (int i = 0; i < n_output; i++) counts[output[i]] = 0;
+    for (int i = 0; i < n_prompt; i++) counts[prompt[i]] = 0;
 }

@@ -20,25 +20,34 @@ struct ServeJob {
     int32_t *prompt;
     int n_prompt, max_tokens, need; /* need: tokens the cache must hold */
     SamplingParams sp;
+    LogitsPenalties pen; /* its bias arrays owned below */
+    int32_t *bias_ids;
+    float *bias;
     ZyRng rng;
     int32_t *stop_ids;
     int n_stop_ids;
     char **stop;
     int n_stop;
     size_t max_stop;
-    int logprobs;
+    int include_stop_str, skip_special;
+    int logprobs, prompt_lp; /* prompt_lp: the prompt's log-probabilities are recorded too */
     /* engine side */
     int state, slot, n_fed, n_gen;
     int32_t next_token;
     int32_t *gen; /* generated ids that make the text (stop ids excluded) */
     int n_text_ids, gen_cap;
-    char *text;   /* the text so far; bytes [0, ready) may be handed out */
+    char *text;   /* the text so far (repaired UTF-8); bytes [0, ready) may be handed out */
     size_t text_len, ready, taken;
     ServeLogprob *lp;
     int n_lp, lp_cap, lp_taken;
     int finished, finish_taken, first_taken, cancelled;
     const char *finish;
     double t_submit, t_last;
+    /* choices of one prompt: the first (the parent) prefills it; the others wait for that, then fork its cache */
+    ServeJob *parent;    /* set while this choice waits for its parent's prompt */
+    ServeJob **kids;     /* the choices waiting for this one's prompt */
+    int n_kids;
+    ServeJob *wake;      /* also woken with this job (a reference is held) */
     int refs;
     pthread_cond_t cv;
     ServeJob *next;
@@ -86,10 +95,13 @@ struct ServeEngine {
     int stopping;
     double deadline;
     /* one step */
-    float *logits;      /* [max_batch, V] */
+    float *logits;      /* [max_batch + prefill_chunk, V]: a row per sequence, and a prompt chunk's rows (echo) */
     int32_t *tokens;    /* [step_tokens] */
     DecodeSeq *seqs;    /* [max_batch] */
     ServeJob **jobs;    /* [max_batch] */
+    int *logit_row;     /* [max_batch]: where each sequence's logits start */
+    float *adjusted;    /* [V]: logits after a job's penalties */
+    int32_t *counts;    /* [V]: zeros, the penalties' scratch */
     /* metrics */
     uint64_t prompt_tokens, generation_tokens, steps, finished_stop, finished_length, finished_abort;
     uint64_t rejected_full, rejected_too_long, rejected_shutdown, step_errors;
@@ -113,7 +125,13 @@ static void abs_deadline(struct timespec *ts, int ms) {
     }
 }
 
+static void job_unref(ServeJob *j);
+
 static void job_free(ServeJob *j) {
+    if (j->wake) job_unref(j->wake);
+    free(j->bias_ids);
+    free(j->bias);
+    free(j->kids);
     free(j->prompt);
     free(j->stop_ids);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
@@ -132,105 +150,48 @@ static void job_unref(ServeJob *j) {
 
 /* ---- text ------------------------------------------------------------------------------------------------------ */
 
-/* UTF-8 as Unicode defines it (Table 3-7): the length a lead byte announces (0: not a lead byte) and the range of
- * the byte after it. */
-static int utf8_lead(unsigned char c, unsigned char *lo, unsigned char *hi) {
-    *lo = 0x80;
-    *hi = 0xBF;
-    if (c < 0x80) return 1;
-    if (c < 0xC2) return 0;
-    if (c < 0xE0) return 2;
-    if (c < 0xF0) {
-        if (c == 0xE0) *lo = 0xA0;
-        if (c == 0xED) *hi = 0x9F;
-        return 3;
-    }
-    if (c > 0xF4) return 0;
-    if (c == 0xF0) *lo = 0x90;
-    if (c == 0xF4) *hi = 0x8F;
-    return 4;
+/* Wakes whoever waits on j. */
+static void job_wake(ServeJob *j) {
+    pthread_cond_broadcast(&j->cv);
+    if (j->wake) pthread_cond_broadcast(&j->wake->cv);
 }
 
-/* Bytes of the maximal valid prefix of a sequence at s[0..n) (Unicode's "maximal subpart"), and whether it is a
- * whole character. */
-static size_t utf8_subpart(const unsigned char *s, size_t n, int *whole) {
-    unsigned char lo, hi;
-    const int want = utf8_lead(s[0], &lo, &hi);
-    size_t k = 1;
-    while (want && k < (size_t)want && k < n && s[k] >= lo && s[k] <= hi) {
-        k++;
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    *whole = want && k == (size_t)want;
-    return k;
-}
-
-/* Length of the longest prefix of s that does not end inside a sequence that could still become a character. */
-static size_t utf8_complete(const char *s, size_t n) {
-    for (size_t back = 1; back <= 3 && back <= n; back++) {
-        const unsigned char *p = (const unsigned char *)s + n - back;
-        unsigned char lo, hi;
-        if (!utf8_lead(*p, &lo, &hi)) continue; /* a continuation (or invalid) byte: look further back */
-        int whole;
-        size_t k = utf8_subpart(p, back, &whole);
-        return k == back && !whole ? n - back : n; /* a valid but unfinished character: hold it back */
-    }
-    return n;
-}
-
-/* The last token changed the text: decode it again, look for stop strings, move `ready`. */
+/* The last token changed the text: decode it again, repair it, look for stop strings, move `ready`. The text is
+ * repaired before the search, so a stop string holding U+FFFD matches where the client's text has one. */
 static int update_text(ServeEngine *e, ServeJob *j, int final) {
-    char *full = NULL;
-    size_t len = 0;
+    char *raw = NULL;
+    size_t raw_len = 0;
     ZyErr err = {{0}};
-    if (tokenizer_decode(e->tok, j->gen, (size_t)j->n_text_ids, &full, &len, &err)) return -1;
+    if (tokenizer_decode_ex(e->tok, j->gen, (size_t)j->n_text_ids, j->skip_special ? TOK_DECODE_SKIP_SPECIAL : 0, &raw,
+                            &raw_len, &err))
+        return -1;
+    /* an unfinished character at the end is left out until it is settled (it may still become valid) */
+    size_t len;
+    char *full = serve_utf8_sanitize(raw ? raw : "", final ? raw_len : serve_utf8_complete(raw, raw_len), &len);
+    free(raw);
+    if (!full) return -1;
     free(j->text);
     j->text = full;
     j->text_len = len;
-    size_t stable = final ? len : utf8_complete(full, len);
+    size_t stable = len;
     if (j->n_stop) {
-        size_t from = j->ready > j->max_stop ? j->ready - j->max_stop : 0, cut = (size_t)-1;
+        size_t from = j->ready > j->max_stop ? j->ready - j->max_stop : 0, cut = (size_t)-1, cut_len = 0;
         for (int i = 0; i < j->n_stop; i++) {
-            const char *hit = memmem(full + from, stable > from ? stable - from : 0, j->stop[i], strlen(j->stop[i]));
-            if (hit && (size_t)(hit - full) < cut) cut = (size_t)(hit - full);
+            const size_t sl = strlen(j->stop[i]);
+            const char *hit = memmem(full + from, stable > from ? stable - from : 0, j->stop[i], sl);
+            if (hit && (size_t)(hit - full) < cut) cut = (size_t)(hit - full), cut_len = sl;
         }
         if (cut != (size_t)-1) {
+            if (j->include_stop_str) cut += cut_len;
             j->text_len = cut > j->ready ? cut : j->ready;
             j->ready = j->text_len;
-            return 1; /* a stop string: the text ends before it */
+            return 1; /* a stop string: the text ends before it (or after it) */
         }
-        if (!final) { /* hold back what could be the start of a stop string */
-            size_t keep = stable > j->max_stop - 1 ? stable - (j->max_stop - 1) : 0;
-            keep = utf8_complete(full, keep);
-            stable = keep;
-        }
+        if (!final) /* hold back what could be the start of a stop string */
+            stable = serve_utf8_complete(full, stable > j->max_stop - 1 ? stable - (j->max_stop - 1) : 0);
     }
     if (stable > j->ready) j->ready = stable;
     return 0;
-}
-
-/* Text handed to clients is valid UTF-8: what the tokenizer produced, with each maximal invalid subpart replaced by
- * one U+FFFD, as Python's bytes.decode(errors="replace") does in transformers. */
-char *serve_utf8_sanitize(const char *s, size_t n, size_t *out_len) {
-    char *o = malloc(3 * n + 1);
-    if (!o) return NULL;
-    size_t w = 0;
-    for (size_t i = 0; i < n;) {
-        int whole;
-        size_t k = utf8_subpart((const unsigned char *)s + i, n - i, &whole);
-        if (whole) {
-            memcpy(o + w, s + i, k);
-            w += k;
-        } else {
-            memcpy(o + w, "\xEF\xBF\xBD", 3);
-            w += 3;
-        }
-        i += k;
-    }
-    o[w] = 0;
-    *out_len = w;
-    return o;
 }
 
 /* ---- the engine thread -------------------------------------------------------------------------------------- */
@@ -242,17 +203,27 @@ static void job_finish(ServeEngine *e, ServeJob *j, const char *reason) {
     if (strcmp(reason, "stop") == 0) e->finished_stop++;
     else if (strcmp(reason, "length") == 0) e->finished_length++;
     else e->finished_abort++;
+    if (j->parent) { /* a choice still waiting for its parent's prompt: off the parent's list */
+        ServeJob *p = j->parent;
+        for (int i = 0; i < p->n_kids; i++)
+            if (p->kids[i] == j) p->kids[i] = p->kids[--p->n_kids];
+        j->parent = NULL;
+    }
+    while (j->n_kids) job_finish(e, j->kids[0], "abort"); /* its prompt will not be read: neither will theirs */
     if (j->state == JOB_RUNNING) {
         e->be.seq_release(e->be.ctx, j->slot);
         e->running[j->slot] = NULL;
         e->n_running--;
+    } else if (j->state == JOB_QUEUED) {
+        e->n_queued--;
     }
     j->state = JOB_DONE;
-    pthread_cond_broadcast(&j->cv);
+    job_wake(j);
     job_unref(j); /* the engine's reference */
 }
 
-/* Log-probabilities of the model's distribution at this position: the chosen token's and the k largest. */
+/* Log-probabilities of the model's distribution at this position: the chosen token's and the k largest (logits
+ * NULL: a prompt's first token, which nothing predicts). */
 static void record_logprobs(ServeJob *j, const float *logits, int V, int32_t tok) {
     if (j->n_lp == j->lp_cap) {
         int cap = j->lp_cap ? 2 * j->lp_cap : 16;
@@ -263,11 +234,15 @@ static void record_logprobs(ServeJob *j, const float *logits, int V, int32_t tok
     }
     ServeLogprob *r = &j->lp[j->n_lp++];
     memset(r, 0, sizeof *r);
+    r->token = tok;
+    if (!logits) {
+        r->logprob = NAN;
+        return;
+    }
     double mx = -INFINITY, sum = 0;
     for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
     for (int i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
     const double lse = mx + log(sum);
-    r->token = tok;
     r->logprob = (float)(logits[tok] - lse);
     const int k = j->logprobs;
     for (int i = 0; k > 0 && i < V; i++) { /* insertion into the k best, ties to the lower id */
@@ -280,6 +255,17 @@ static void record_logprobs(ServeJob *j, const float *logits, int V, int32_t tok
         if (r->n_top < k) r->n_top++;
     }
     for (int i = 0; i < r->n_top; i++) r->top_logprob[i] = (float)(logits[r->top[i]] - lse);
+}
+
+/* The job's next token from these logits: its penalties on a copy, then its sampling. */
+static int32_t pick(ServeEngine *e, ServeJob *j, const float *logits) {
+    if (logits_penalties_active(&j->pen)) {
+        const int V = e->m->cfg.vocab_size;
+        memcpy(e->adjusted, logits, sizeof(float) * V);
+        logits_apply_penalties(e->adjusted, V, &j->pen, j->prompt, j->n_prompt, j->gen, j->n_text_ids, e->counts);
+        logits = e->adjusted;
+    }
+    return sample_next(&e->smp, &j->sp, logits, &j->rng);
 }
 
 /* A sampled token: record it, decide whether the job ends (mutex held). */
@@ -314,41 +300,123 @@ static void on_token(ServeEngine *e, ServeJob *j, int32_t tok, const float *logi
         return;
     }
     j->next_token = tok;
-    pthread_cond_broadcast(&j->cv);
+    job_wake(j);
 }
 
+/* A prompt is in the cache and `logits` are its last row's: its waiting choices fork the cache (the prompt's
+ * log-probabilities too), then each samples its first token from these logits (mutex held). */
+static void prompt_done(ServeEngine *e, ServeJob *j, const float *logits) {
+    ServeJob *kids[e->o.max_batch > 0 ? e->o.max_batch : 1];
+    int n = 0;
+    while (j->n_kids) {
+        ServeJob *c = j->kids[--j->n_kids];
+        c->parent = NULL;
+        if (e->be.fork(e->be.ctx, j->slot, c->slot)) { /* cannot happen: admit reserved its blocks */
+            job_finish(e, c, "abort");
+            continue;
+        }
+        c->n_fed = c->n_prompt;
+        if (j->n_lp && c->lp_cap >= j->n_lp) { /* the prompt's entries (submit sized c->lp for them) */
+            memcpy(c->lp, j->lp, sizeof *c->lp * j->n_lp);
+            c->n_lp = j->n_lp;
+        }
+        kids[n++] = c;
+    }
+    kids[n++] = j;
+    for (int i = 0; i < n; i++) {
+        if (kids[i]->max_tokens == 0) {
+            job_finish(e, kids[i], "length");
+            continue;
+        }
+        job_wake(kids[i]); /* the prompt's log-probabilities are news already */
+        on_token(e, kids[i], pick(e, kids[i], logits), logits);
+    }
+}
+
+/* Admits the queue's head and its waiting choices together, or nothing: a slot each, the head the blocks for its
+ * whole length, each choice those it will not share (the prompt's full blocks are the head's). */
 static void admit(ServeEngine *e) {
-    while (e->head && e->n_running < e->o.max_batch) {
+    while (e->head && e->n_running + 1 + e->head->n_kids <= e->o.max_batch) {
         ServeJob *j = e->head;
-        int slot = 0;
-        while (e->running[slot]) slot++;
-        if (e->be.reserve(e->be.ctx, slot, j->need)) return; /* FIFO: the head waits for blocks */
+        const int bt = e->o.block_tokens, group = 1 + j->n_kids;
+        const int own = (j->need + bt - 1) / bt - j->n_prompt / bt;
+        int slots[group], taken = 0;
+        for (int s = 0; s < e->o.max_batch && taken < group; s++)
+            if (!e->running[s]) slots[taken++] = s;
+        int got = 0;
+        while (got < group && !e->be.reserve(e->be.ctx, slots[got], got == 0 ? j->need : own * bt)) got++;
+        if (got < group) { /* FIFO: the head waits for blocks */
+            while (got > 0) e->be.seq_release(e->be.ctx, slots[--got]);
+            return;
+        }
         e->head = j->next;
         if (!e->head) e->tail = NULL;
-        e->n_queued--;
-        e->be.seq_reset(e->be.ctx, slot);
-        j->state = JOB_RUNNING;
-        j->slot = slot;
-        e->running[slot] = j;
-        e->n_running++;
+        for (int i = 0; i < group; i++) {
+            ServeJob *q = i == 0 ? j : j->kids[i - 1];
+            e->be.seq_reset(e->be.ctx, slots[i]);
+            q->state = JOB_RUNNING;
+            q->slot = slots[i];
+            e->running[slots[i]] = q;
+        }
+        e->n_running += group;
+        e->n_queued -= group;
     }
 }
 
 static void drop_cancelled(ServeEngine *e) {
     for (ServeJob **p = &e->head; *p;) {
         ServeJob *j = *p;
+        for (int k = 0; k < j->n_kids;) { /* job_finish takes a choice off the list */
+            if (j->kids[k]->cancelled || e->stopping) job_finish(e, j->kids[k], "abort");
+            else k++;
+        }
         if (!j->cancelled && !e->stopping) {
             p = &j->next;
             continue;
         }
         *p = j->next;
-        e->n_queued--;
         job_finish(e, j, "abort");
     }
     e->tail = NULL;
     for (ServeJob *j = e->head; j; j = j->next) e->tail = j;
     for (int s = 0; s < e->o.max_batch; s++)
         if (e->running[s] && e->running[s]->cancelled) job_finish(e, e->running[s], "abort");
+}
+
+/* Lays out the next step: every decoding sequence's next token first, then prompt chunks while rows are left. A
+ * prompt whose log-probabilities are wanted asks for every row's logits (one row at a time on a backend without
+ * that), within the logits buffer's spare rows. Returns the sequences. */
+static int plan_step(ServeEngine *e) {
+    int n = 0, rows = 0, lrow = 0, spare = e->o.prefill_chunk; /* logits rows beyond one per sequence */
+    for (int s = 0; s < e->o.max_batch; s++) {
+        ServeJob *j = e->running[s];
+        if (!j || j->parent || j->n_fed < j->n_prompt) continue;
+        e->seqs[n] = (DecodeSeq){.slot = s, .n = 1, .logits = 1};
+        e->logit_row[n] = lrow++;
+        e->jobs[n++] = j;
+        e->tokens[rows++] = j->next_token;
+    }
+    for (int s = 0; s < e->o.max_batch && rows < e->o.step_tokens; s++) {
+        ServeJob *j = e->running[s];
+        if (!j || j->parent || j->n_fed >= j->n_prompt) continue;
+        int k = j->n_prompt - j->n_fed;
+        k = k < e->o.prefill_chunk ? k : e->o.prefill_chunk;
+        k = k < e->o.step_tokens - rows ? k : e->o.step_tokens - rows;
+        int want = j->n_fed + k == j->n_prompt;
+        if (j->prompt_lp) {
+            if (!e->be.all_logits) k = 1;
+            else if (k > spare + 1) k = spare + 1;
+            spare -= k - 1;
+            want = DECODE_LOGITS_ALL;
+        }
+        e->seqs[n] = (DecodeSeq){.slot = s, .n = k, .logits = want};
+        e->logit_row[n] = lrow;
+        lrow += want == DECODE_LOGITS_ALL ? k : 1;
+        e->jobs[n++] = j;
+        memcpy(e->tokens + rows, j->prompt + j->n_fed, sizeof(int32_t) * k);
+        rows += k;
+    }
+    return n;
 }
 
 static void *engine_main(void *arg) {
@@ -364,29 +432,10 @@ static void *engine_main(void *arg) {
             break;
         }
         admit(e);
-        if (e->n_running == 0) {
+        const int n = e->n_running ? plan_step(e) : 0;
+        if (n == 0) { /* nothing to run (or only choices waiting for a prompt: not possible without their parent) */
             pthread_cond_wait(&e->wake, &e->mu);
             continue;
-        }
-        /* the step: every decoding sequence's next token first, then prompt chunks while rows are left */
-        int n = 0, rows = 0;
-        for (int s = 0; s < e->o.max_batch; s++) {
-            ServeJob *j = e->running[s];
-            if (!j || j->n_fed < j->n_prompt) continue;
-            e->seqs[n] = (DecodeSeq){.slot = s, .n = 1, .logits = 1};
-            e->jobs[n++] = j;
-            e->tokens[rows++] = j->next_token;
-        }
-        for (int s = 0; s < e->o.max_batch && rows < e->o.step_tokens; s++) {
-            ServeJob *j = e->running[s];
-            if (!j || j->n_fed >= j->n_prompt) continue;
-            int k = j->n_prompt - j->n_fed;
-            k = k < e->o.prefill_chunk ? k : e->o.prefill_chunk;
-            k = k < e->o.step_tokens - rows ? k : e->o.step_tokens - rows;
-            e->seqs[n] = (DecodeSeq){.slot = s, .n = k, .logits = j->n_fed + k == j->n_prompt};
-            e->jobs[n++] = j;
-            memcpy(e->tokens + rows, j->prompt + j->n_fed, sizeof(int32_t) * k);
-            rows += k;
         }
         e->last_batch = n;
         hist_observe(&e->batch, n);
@@ -406,10 +455,22 @@ static void *engine_main(void *arg) {
         }
         for (int i = 0; i < n; i++) {
             ServeJob *j = e->jobs[i];
-            if (j->n_fed < j->n_prompt) j->n_fed += e->seqs[i].n;
-            if (!e->seqs[i].logits || j->cancelled) continue;
-            const float *lg = e->logits + (size_t)i * V;
-            on_token(e, j, sample_next(&e->smp, &j->sp, lg, &j->rng), lg);
+            const float *lg = e->logits + (size_t)e->logit_row[i] * V;
+            if (j->n_fed < j->n_prompt) { /* a prompt chunk */
+                const int from = j->n_fed, k = e->seqs[i].n;
+                j->n_fed += k;
+                if (j->cancelled) continue;
+                if (j->prompt_lp) { /* row r predicts prompt token from + r + 1 */
+                    if (from == 0) record_logprobs(j, NULL, V, j->prompt[0]);
+                    for (int r = 0; r < k && from + r + 1 < j->n_prompt; r++)
+                        record_logprobs(j, lg + (size_t)r * V, V, j->prompt[from + r + 1]);
+                    lg += (size_t)(k - 1) * V; /* the last row's */
+                    job_wake(j);
+                }
+                if (j->n_fed == j->n_prompt) prompt_done(e, j, lg);
+                continue;
+            }
+            if (!j->cancelled) on_token(e, j, pick(e, j, lg), lg);
         }
     }
     pthread_mutex_unlock(&e->mu);
@@ -432,6 +493,7 @@ static void cpu_seq_reset(void *x, int slot) { kvpool_seq_reset(&((CpuServe *)x)
 static void cpu_seq_release(void *x, int slot) { kvpool_seq_release(&((CpuServe *)x)->pool, slot); }
 static int cpu_seq_len(void *x, int slot) { return ((CpuServe *)x)->pool.len[slot]; }
 static int cpu_n_free(void *x) { return ((CpuServe *)x)->pool.n_free; }
+static int cpu_fork(void *x, int parent, int child) { return kvpool_fork(&((CpuServe *)x)->pool, parent, child); }
 static void cpu_destroy(void *x) {
     CpuServe *c = x;
     kvpool_free(&c->pool);
@@ -449,7 +511,7 @@ static int cpu_open(ServeBackend *be, void *arg, const Model *m, int max_seqs, i
     }
     *be = (ServeBackend){.ctx = c, .step = cpu_step, .reserve = cpu_reserve, .seq_reset = cpu_seq_reset,
                          .seq_release = cpu_seq_release, .seq_len = cpu_seq_len, .n_free = cpu_n_free,
-                         .destroy = cpu_destroy};
+                         .destroy = cpu_destroy, .fork = cpu_fork, .all_logits = 1};
     return 0;
 }
 
@@ -502,10 +564,13 @@ int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer 
         return -1;
     }
     e->smp.n_allowed = tokenizer_vocab_size(tok) < cfg->vocab_size ? tokenizer_vocab_size(tok) : cfg->vocab_size;
-    e->logits = malloc(sizeof(float) * o.max_batch * cfg->vocab_size);
+    e->logits = malloc(sizeof(float) * (size_t)(o.max_batch + o.prefill_chunk) * cfg->vocab_size);
     e->tokens = malloc(sizeof(int32_t) * o.step_tokens);
     e->seqs = malloc(sizeof *e->seqs * o.max_batch);
     e->jobs = malloc(sizeof *e->jobs * o.max_batch);
+    e->logit_row = malloc(sizeof *e->logit_row * o.max_batch);
+    e->adjusted = malloc(sizeof(float) * cfg->vocab_size);
+    e->counts = calloc(cfg->vocab_size, sizeof *e->counts);
     e->running = calloc(o.max_batch, sizeof *e->running);
     static const double ttft_le[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
     static const double itl_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -520,7 +585,7 @@ int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&e->wake, &ca);
     pthread_condattr_destroy(&ca);
-    if (!e->logits || !e->tokens || !e->seqs || !e->jobs || !e->running) {
+    if (!e->logits || !e->tokens || !e->seqs || !e->jobs || !e->logit_row || !e->adjusted || !e->counts || !e->running) {
         serve_engine_free(e);
         return zy_fail(err, "out of memory");
     }
@@ -552,6 +617,9 @@ void serve_engine_free(ServeEngine *e) {
     free(e->tokens);
     free(e->seqs);
     free(e->jobs);
+    free(e->logit_row);
+    free(e->adjusted);
+    free(e->counts);
     free(e->running);
     sampler_free(&e->smp);
     e->be.destroy(e->be.ctx);
@@ -566,10 +634,69 @@ void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_block
     if (block_bytes) *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens, e->o.kv_bf16);
 }
 
+/* One choice of a request, with its own copies of what it reads; NULL when memory runs out. */
+static ServeJob *job_new(ServeEngine *e, const ServeJobSpec *sp, int choice) {
+    ServeJob *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    const long need = (long)sp->n_prompt + (sp->max_tokens > 0 ? sp->max_tokens - 1 : 0); /* the last is never fed */
+    j->need = need < e->o.max_context ? (int)need : e->o.max_context;
+    j->n_prompt = sp->n_prompt;
+    j->max_tokens = sp->max_tokens;
+    j->sp = sp->sampling;
+    j->pen = sp->penalties;
+    zy_rng_seed(&j->rng, sp->seed + (uint64_t)choice);
+    j->logprobs = sp->logprobs > SERVE_MAX_TOP_LOGPROBS ? SERVE_MAX_TOP_LOGPROBS : sp->logprobs;
+    j->prompt_lp = sp->prompt_logprobs && sp->logprobs >= 0;
+    j->include_stop_str = sp->include_stop_str;
+    j->skip_special = sp->skip_special;
+    j->prompt = malloc(sizeof(int32_t) * sp->n_prompt);
+    j->gen_cap = sp->max_tokens < e->o.max_context ? sp->max_tokens : e->o.max_context;
+    j->gen = malloc(sizeof(int32_t) * (j->gen_cap + 1));
+    j->stop_ids = malloc(sizeof(int32_t) * (sp->n_stop_ids + 1));
+    j->stop = calloc(sp->n_stop + 1, sizeof *j->stop);
+    j->bias_ids = malloc(sizeof(int32_t) * (sp->penalties.n_bias + 1));
+    j->bias = malloc(sizeof(float) * (sp->penalties.n_bias + 1));
+    if (j->prompt_lp) { /* the prompt's entries, allocated now: a choice copies its parent's */
+        j->lp_cap = sp->n_prompt + 16;
+        j->lp = malloc(sizeof *j->lp * j->lp_cap);
+    }
+    int ok = j->prompt && j->gen && j->stop_ids && j->stop && j->bias_ids && j->bias && (!j->prompt_lp || j->lp);
+    for (int i = 0; ok && i < sp->n_stop; i++) {
+        ok = (j->stop[i] = strdup(sp->stop[i])) != NULL;
+        j->n_stop += ok;
+        size_t l = strlen(sp->stop[i]);
+        if (l > j->max_stop) j->max_stop = l;
+    }
+    if (!ok) {
+        job_free(j);
+        return NULL;
+    }
+    memcpy(j->prompt, sp->prompt, sizeof(int32_t) * sp->n_prompt);
+    if (sp->n_stop_ids) memcpy(j->stop_ids, sp->stop_ids, sizeof(int32_t) * sp->n_stop_ids);
+    j->n_stop_ids = sp->n_stop_ids;
+    if (sp->penalties.n_bias) {
+        memcpy(j->bias_ids, sp->penalties.bias_ids, sizeof(int32_t) * sp->penalties.n_bias);
+        memcpy(j->bias, sp->penalties.bias, sizeof(float) * sp->penalties.n_bias);
+    }
+    j->pen.bias_ids = j->bias_ids;
+    j->pen.bias = j->bias;
+    j->refs = 2;
+    j->eng = e;
+    j->state = JOB_QUEUED;
+    j->t_submit = now_s();
+    return j;
+}
+
 int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, ServeError *err) {
-    *out = NULL;
+    const int n = sp->n > 0 ? sp->n : 1;
+    for (int c = 0; c < n; c++) out[c] = NULL;
     if (sp->n_prompt <= 0) return serve_error(err, 400, "invalid_request_error", "prompt", "the prompt is empty");
-    if (sp->n_prompt >= e->o.max_context) {
+    if (sp->n_prompt > e->o.max_context || (sp->n_prompt == e->o.max_context && sp->max_tokens > 0)) {
         pthread_mutex_lock(&e->mu);
         e->rejected_too_long++;
         pthread_mutex_unlock(&e->mu);
@@ -584,70 +711,58 @@ int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, 
             return serve_error(err, 400, "invalid_request_error", "prompt",
                                "token id %d at prompt position %d is outside the vocabulary [0, %d)", sp->prompt[i], i,
                                e->m->cfg.vocab_size);
-    if (sp->max_tokens <= 0) return serve_error(err, 400, "invalid_request_error", "max_tokens", "'max_tokens' must be >= 1");
-    ServeJob *j = calloc(1, sizeof *j);
-    if (!j) return serve_error(err, 500, "server_error", "", "out of memory");
-    const long need = (long)sp->n_prompt + sp->max_tokens - 1;
-    j->need = need < e->o.max_context ? (int)need : e->o.max_context;
-    j->n_prompt = sp->n_prompt;
-    j->max_tokens = sp->max_tokens;
-    j->sp = sp->sampling;
-    zy_rng_seed(&j->rng, sp->seed);
-    j->logprobs = sp->logprobs > SERVE_MAX_TOP_LOGPROBS ? SERVE_MAX_TOP_LOGPROBS : sp->logprobs;
-    j->prompt = malloc(sizeof(int32_t) * sp->n_prompt);
-    j->gen_cap = sp->max_tokens < e->o.max_context ? sp->max_tokens : e->o.max_context;
-    j->gen = malloc(sizeof(int32_t) * (j->gen_cap + 1));
-    j->stop_ids = malloc(sizeof(int32_t) * (sp->n_stop_ids + 1));
-    j->stop = calloc(sp->n_stop + 1, sizeof *j->stop);
-    int ok = j->prompt && j->gen && j->stop_ids && j->stop;
-    for (int i = 0; ok && i < sp->n_stop; i++) {
-        ok = (j->stop[i] = strdup(sp->stop[i])) != NULL;
-        j->n_stop += ok;
-        size_t l = strlen(sp->stop[i]);
-        if (l > j->max_stop) j->max_stop = l;
-    }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (!ok) {
-        job_free(j);
+    if (sp->max_tokens < 0 || (sp->max_tokens == 0 && !(sp->prompt_logprobs && sp->logprobs >= 0)))
+        return serve_error(err, 400, "invalid_request_error", "max_tokens", "'max_tokens' must be >= 1");
+    if (n > e->o.max_batch)
+        return serve_error(err, 400, "invalid_request_error", "n", "'n' is %d; this server runs at most %d sequences "
+                           "at once (--max-batch), and a prompt's choices run together", n, e->o.max_batch);
+    for (int c = 0; c < n; c++)
+        if (!(out[c] = job_new(e, sp, c))) {
+            while (c > 0) job_free(out[--c]);
+            return serve_error(err, 500, "server_error", "", "out of memory");
+        }
+    /* the choices share the prompt's blocks when the backend forks; else each is a request of its own */
+    const int share = n > 1 && e->be.fork;
+    ServeJob *head = out[0];
+    if (share && !(head->kids = malloc(sizeof *head->kids * (n - 1)))) {
+        for (int c = 0; c < n; c++) job_free(out[c]);
         return serve_error(err, 500, "server_error", "", "out of memory");
     }
-    memcpy(j->prompt, sp->prompt, sizeof(int32_t) * sp->n_prompt);
-    if (sp->n_stop_ids) memcpy(j->stop_ids, sp->stop_ids, sizeof(int32_t) * sp->n_stop_ids);
-    j->n_stop_ids = sp->n_stop_ids;
-    j->refs = 2;
-    j->eng = e;
-    j->state = JOB_QUEUED;
-    j->t_submit = now_s();
     pthread_mutex_lock(&e->mu);
     int rc = 0;
-    /* <= the pool: it holds one max_context sequence */
-    const int blocks = (j->need + e->o.block_tokens - 1) / e->o.block_tokens;
+    const int bt = e->o.block_tokens;
+    const int blocks = (head->need + bt - 1) / bt, own = blocks - head->n_prompt / bt;
+    const int need_blocks = share ? blocks + (n - 1) * own : n * blocks; /* <= the pool: one max_context sequence */
     if (e->stopping) {
         e->rejected_shutdown++;
         rc = serve_error(err, 503, "server_error", "", "the server is shutting down");
-    } else if (e->n_queued >= e->o.max_queue && (e->head || e->n_running >= e->o.max_batch ||
-                                                 blocks > e->be.n_free(e->be.ctx))) {
+    } else if (e->n_queued + n > e->o.max_queue && (e->head || e->n_running + n > e->o.max_batch ||
+                                                    need_blocks > e->be.n_free(e->be.ctx))) {
         e->rejected_full++;
         rc = serve_error(err, 503, "server_error", "", "the server is at capacity (%d running, %d waiting); retry "
                          "later", e->n_running, e->n_queued);
     }
     if (rc) {
         pthread_mutex_unlock(&e->mu);
-        job_free(j);
+        for (int c = 0; c < n; c++) job_free(out[c]), out[c] = NULL;
         return -1;
     }
-    if (e->tail) e->tail->next = j;
-    else e->head = j;
-    e->tail = j;
-    e->n_queued++;
-    e->prompt_tokens += sp->n_prompt;
+    for (int c = 0; c < n; c++) {
+        ServeJob *j = out[c];
+        if ((j->wake = c == 0 ? sp->wake : sp->wake ? sp->wake : head)) j->wake->refs++;
+        if (share && c > 0) {
+            j->parent = head;
+            head->kids[head->n_kids++] = j;
+            continue;
+        }
+        if (e->tail) e->tail->next = j;
+        else e->head = j;
+        e->tail = j;
+    }
+    e->n_queued += n;
+    e->prompt_tokens += (uint64_t)sp->n_prompt * (share ? 1 : n);
     pthread_cond_broadcast(&e->wake);
     pthread_mutex_unlock(&e->mu);
-    *out = j;
     return 0;
 }
 
@@ -657,30 +772,43 @@ static int has_news(const ServeJob *j) {
 
 static pthread_mutex_t *job_mutex(ServeJob *j) { return &j->eng->mu; }
 
-int serve_job_wait(ServeJob *j, int timeout_ms) {
-    pthread_mutex_t *mu = job_mutex(j);
+static int any_news(ServeJob *const *jobs, int n) {
+    for (int i = 0; i < n; i++)
+        if (has_news(jobs[i])) return 1;
+    return 0;
+}
+
+int serve_jobs_wait(ServeJob *const *jobs, int n, int timeout_ms) {
+    pthread_mutex_t *mu = job_mutex(jobs[0]);
     struct timespec ts;
     abs_deadline(&ts, timeout_ms);
     pthread_mutex_lock(mu);
     int rc = 0;
-    while (!(rc = has_news(j)))
-        if (pthread_cond_timedwait(&j->cv, mu, &ts) == ETIMEDOUT) {
-            rc = has_news(j);
+    while (!(rc = any_news(jobs, n)))
+        if (pthread_cond_timedwait(&jobs[0]->cv, mu, &ts) == ETIMEDOUT) {
+            rc = any_news(jobs, n);
             break;
         }
     pthread_mutex_unlock(mu);
     return rc;
 }
 
+int serve_job_wait(ServeJob *j, int timeout_ms) { return serve_jobs_wait(&j, 1, timeout_ms); }
+
 int serve_job_take(ServeJob *j, ServeDelta *d) {
     pthread_mutex_t *mu = job_mutex(j);
     memset(d, 0, sizeof *d);
     pthread_mutex_lock(mu);
     int rc = 0;
-    if (j->ready > j->taken) {
-        d->text = serve_utf8_sanitize(j->text + j->taken, j->ready - j->taken, &d->len);
-        if (!d->text) rc = -1;
-        else j->taken = j->ready;
+    if (j->ready > j->taken) { /* already repaired UTF-8 (update_text) */
+        d->len = j->ready - j->taken;
+        if (!(d->text = malloc(d->len + 1))) {
+            rc = -1;
+        } else {
+            memcpy(d->text, j->text + j->taken, d->len);
+            d->text[d->len] = 0;
+            j->taken = j->ready;
+        }
     }
     if (rc == 0 && j->n_lp > j->lp_taken) {
         const int k = j->n_lp - j->lp_taken;

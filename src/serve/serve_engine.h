@@ -6,9 +6,15 @@
  * back to the pool the step it ends: at its stop token or string, at max_tokens, or when cancelled (a client that
  * disconnects).
  *
+ * n choices of one prompt join together: the first prefills the prompt, the others then continue from its cache
+ * (the backend's fork: its full KV blocks shared, reference-counted, the partly filled last one copied) and each
+ * samples its own tokens from there. A prompt's log-probabilities (echo) come from the logits of every prompt row,
+ * which the prefill asks the step for.
+ *
  * Text: the engine detokenizes as it goes (the whole generation decoded each token, so byte-fallback and
- * multi-byte characters come out whole), holds back an incomplete UTF-8 tail and whatever could still become a stop
- * string, and hands out text deltas. Counters and latency histograms for /metrics live here too. */
+ * multi-byte characters come out whole), repairs bytes that are not UTF-8 (U+FFFD, as transformers), holds back an
+ * incomplete UTF-8 tail and whatever could still become a stop string (matched on the repaired text, as a client sees
+ * it), and hands out text deltas. Counters and latency histograms for /metrics live here too. */
 #ifndef ZAYA_SERVE_ENGINE_H
 #define ZAYA_SERVE_ENGINE_H
 
@@ -19,6 +25,7 @@
 #include "model/model.h"
 #include "infer/sampling.h"
 #include "serve/serve_request.h"
+#include "serve/serve_utf8.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -40,14 +47,20 @@ typedef struct ServeJob ServeJob;
 typedef struct {
     const int32_t *prompt;
     int n_prompt;
-    int max_tokens;
+    int max_tokens;          /* 0: no output, only the prompt's log-probabilities (prompt_logprobs) */
     SamplingParams sampling;
-    uint64_t seed;
+    LogitsPenalties penalties; /* applied to a copy of the logits before sampling (log-probabilities are before) */
+    uint64_t seed;           /* choice j of n samples with seed + j */
     const int32_t *stop_ids; /* tokens that end generation (not part of the text) */
     int n_stop_ids;
     char *const *stop;       /* strings that end generation (cut from the text) */
     int n_stop;
+    int include_stop_str;    /* ... or kept in it, the text ending after the stop string */
+    int skip_special;        /* special tokens left out of the text */
     int logprobs;            /* -1: none; else the number of alternatives per token */
+    int prompt_logprobs;     /* with logprobs >= 0: the prompt's tokens get theirs first (the first token's NAN) */
+    int n;                   /* choices of this prompt (0 counts as 1), at most max_batch */
+    ServeJob *wake;          /* NULL, or a job whose waiters this request's news wakes too (serve_jobs_wait) */
 } ServeJobSpec;
 
 /* What runs the steps: a KV block pool and the decoding step over it (decode.h's KVPool and model_decode_step on the
@@ -62,6 +75,8 @@ typedef struct {
     int (*seq_len)(void *ctx, int slot);              /* tokens cached for slot */
     int (*n_free)(void *ctx);                         /* free blocks */
     void (*destroy)(void *ctx);                       /* the pool and ctx */
+    int (*fork)(void *ctx, int parent, int child);    /* kvpool_fork; NULL: each choice prefills its own prompt */
+    int all_logits;                                   /* the step takes DECODE_LOGITS_ALL (else one row at a time) */
 } ServeBackend;
 
 /* Builds a backend over model m with kvpool_create's sizes; arg is the caller's. */
@@ -82,14 +97,14 @@ void serve_engine_free(ServeEngine *e);
 /* What the engine was built with: the effective options, KV blocks in the pool, bytes per block. */
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes);
 
-/* Queues a request. Errors: 400 (the prompt fills the context, an id outside the vocabulary), 503 (queue full or
- * shutting down). */
+/* Queues a request: out[0 .. n) get its n choices. Errors: 400 (the prompt fills the context, an id outside the
+ * vocabulary, n above max_batch), 503 (queue full or shutting down). */
 int serve_engine_submit(ServeEngine *e, const ServeJobSpec *spec, ServeJob **out, ServeError *err);
 
-/* One token's log-probabilities (model distribution, before temperature). */
+/* One token's log-probabilities (model distribution, before temperature and penalties). */
 typedef struct {
     int32_t token;
-    float logprob;
+    float logprob;           /* NAN for a prompt's first token (nothing predicts it) */
     int n_top;
     int32_t top[SERVE_MAX_TOP_LOGPROBS];
     float top_logprob[SERVE_MAX_TOP_LOGPROBS];
@@ -110,16 +125,14 @@ void serve_delta_free(ServeDelta *d);
 
 /* Waits up to timeout_ms for output or the end. Returns 1 if there is something to take, 0 on timeout. */
 int serve_job_wait(ServeJob *j, int timeout_ms);
+/* The same for any of n jobs: jobs[1 ..] must wake jobs[0] (choices of one submit do; else spec.wake = jobs[0]). */
+int serve_jobs_wait(ServeJob *const *jobs, int n, int timeout_ms);
 /* Takes what is new (possibly nothing). */
 int serve_job_take(ServeJob *j, ServeDelta *d);
 /* Stops the job at the next step (a disconnected client); its KV blocks are freed then. */
 void serve_job_cancel(ServeJob *j);
 /* The caller is done with it (the engine frees it when both sides are). */
 void serve_job_release(ServeJob *j);
-
-/* Bytes as text: each maximal invalid UTF-8 subpart becomes one U+FFFD, as Python's bytes.decode(errors="replace")
- * (what transformers returns). Malloc'ed, NUL-terminated. */
-char *serve_utf8_sanitize(const char *s, size_t n, size_t *out_len);
 
 /* Prometheus text exposition of the engine's gauges, counters and histograms (malloc'ed). */
 char *serve_engine_metrics(ServeEngine *e);

@@ -25,9 +25,9 @@
 #define WAIT_MS 50 /* how often a waiting thread looks at its socket */
 
 /* HTTP responses by route and status for /metrics. */
-enum { R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_OTHER, N_ROUTES };
-static const char *const ROUTE_NAMES[N_ROUTES] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                                  "/metrics", "other"};
+enum { R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_MODEL, R_OTHER, N_ROUTES };
+static const char *const ROUTE_NAMES[N_ROUTES] = {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
+                                                  "/v1/models", "/health", "/metrics", "/v1/models/{id}", "other"};
 enum { S_2XX, S_4XX, S_5XX, N_CLASSES };
 
 struct ServeHttp {
@@ -40,12 +40,24 @@ struct ServeHttp {
     uint64_t next_id;
     uint64_t responses[N_ROUTES][N_CLASSES];
     uint64_t disconnects;
-    int draining;
+    int draining;        /* shutting down: new connections are still accepted, and answered 503 */
     int active;          /* requests begun and not yet completed (their last byte handed to the socket, or dropped) */
     pthread_cond_t idle; /* signalled when active falls to 0 */
-    MHD_socket quiesced; /* the listening socket MHD_quiesce_daemon handed back: closed only after MHD_stop_daemon */
     time_t started;
 };
+
+/* One choice of an answer (prompt p's j-th of n has index p n + j) and what it has said so far. */
+typedef struct {
+    ServeJob *job;
+    int prompt;
+    char *text;          /* the whole text (not streamed) */
+    size_t len, cap;
+    cJSON *lp;           /* its logprobs (not streamed) */
+    long text_chars;     /* characters of the token texts so far: the next text_offset */
+    int sent_first, done;
+    const char *finish;
+    int completion_tokens;
+} Choice;
 
 typedef struct {
     ServeHttp *h;
@@ -55,7 +67,11 @@ typedef struct {
     int too_big;
     /* a generation */
     ServeKind kind;
-    ServeJob *job;
+    Choice *ch;
+    ServeJob **jobs;     /* the choices' jobs, for serve_jobs_wait */
+    int n_ch;
+    char **echo;         /* per prompt: its text, put before each of its choices' (echo) */
+    int n_prompts, prompt_tokens; /* prompt_tokens: of all prompts, for usage */
     int stream, include_usage, logprobs;
     char id[48];
     long created;
@@ -63,14 +79,21 @@ typedef struct {
     /* streaming state */
     char *out;
     size_t out_len, out_off, out_cap;
-    int sent_role, ended;
-    long text_chars;
+    int ended;
     int refs; /* the connection and the streaming response each hold one */
 } Conn;
 
 static void conn_unref(Conn *c) {
     if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
-    serve_job_release(c->job);
+    for (int i = 0; i < c->n_ch; i++) {
+        serve_job_release(c->ch[i].job);
+        free(c->ch[i].text);
+        cJSON_Delete(c->ch[i].lp);
+    }
+    for (int p = 0; c->echo && p < c->n_prompts; p++) free(c->echo[p]);
+    free(c->echo);
+    free(c->ch);
+    free(c->jobs);
     free(c->body);
     free(c->out);
     free(c);
@@ -88,6 +111,9 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, Conn *c, int statu
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
     if (retry_after) MHD_add_response_header(r, "Retry-After", "1");
+    pthread_mutex_lock(&c->h->mu);
+    if (c->h->draining) MHD_add_response_header(r, "Connection", "close"); /* shutting down: no keep-alive */
+    pthread_mutex_unlock(&c->h->mu);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     enum MHD_Result rc = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
@@ -147,8 +173,9 @@ static char *token_text(const ServeHttp *h, int32_t id, size_t *len) {
     return b;
 }
 
-/* Adds one delta's logprobs to `into` (completions: the four parallel lists; chat: content entries). */
-static void add_logprobs(Conn *c, cJSON *into, const ServeDelta *d) {
+/* Adds one delta's logprobs to `into` (completions: the four parallel lists; chat: content entries). A prompt's first
+ * token (NAN) has null for its logprob and top_logprobs, as vLLM and OpenAI's legacy echo give it. */
+static void add_logprobs(Conn *c, Choice *ch, cJSON *into, const ServeDelta *d) {
     const ServeHttp *h = c->h;
     if (c->kind == SERVE_COMPLETION) {
         cJSON *toks = cJSON_GetObjectItem(into, "tokens"), *lps = cJSON_GetObjectItem(into, "token_logprobs");
@@ -158,18 +185,23 @@ static void add_logprobs(Conn *c, cJSON *into, const ServeDelta *d) {
             size_t n;
             char *t = token_text(h, p->token, &n);
             cJSON_AddItemToArray(toks, cJSON_CreateString(t ? t : ""));
-            cJSON_AddItemToArray(lps, cJSON_CreateNumber(p->logprob));
-            cJSON *top = cJSON_CreateObject();
-            for (int k = 0; k < p->n_top; k++) {
-                size_t m;
-                char *tt = token_text(h, p->top[k], &m);
-                if (tt && !cJSON_GetObjectItemCaseSensitive(top, tt))
-                    cJSON_AddNumberToObject(top, tt, p->top_logprob[k]);
-                free(tt);
+            if (isnan(p->logprob)) {
+                cJSON_AddItemToArray(lps, cJSON_CreateNull());
+                cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            } else {
+                cJSON_AddItemToArray(lps, cJSON_CreateNumber(p->logprob));
+                cJSON *top = cJSON_CreateObject();
+                for (int k = 0; k < p->n_top; k++) {
+                    size_t m;
+                    char *tt = token_text(h, p->top[k], &m);
+                    if (tt && !cJSON_GetObjectItemCaseSensitive(top, tt))
+                        cJSON_AddNumberToObject(top, tt, p->top_logprob[k]);
+                    free(tt);
+                }
+                cJSON_AddItemToArray(tops, top);
             }
-            cJSON_AddItemToArray(tops, top);
-            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)c->text_chars));
-            c->text_chars += t ? utf8_chars(t, n) : 0;
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)ch->text_chars));
+            ch->text_chars += t ? utf8_chars(t, n) : 0;
             free(t);
         }
         return;
@@ -219,6 +251,12 @@ static cJSON *usage(int prompt, int completion) {
     return u;
 }
 
+static cJSON *conn_usage(const Conn *c) {
+    int completion = 0;
+    for (int i = 0; i < c->n_ch; i++) completion += c->ch[i].completion_tokens;
+    return usage(c->prompt_tokens, completion);
+}
+
 static cJSON *response_head(Conn *c, const char *object) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "id", c->id);
@@ -228,65 +266,91 @@ static cJSON *response_head(Conn *c, const char *object) {
     return r;
 }
 
-/* Waits for the whole answer, then sends it as one JSON object. */
+/* The client went away: stop every choice's generation (their blocks free within a step). */
+static void conn_abandon(Conn *c) {
+    pthread_mutex_lock(&c->h->mu);
+    c->h->disconnects++;
+    pthread_mutex_unlock(&c->h->mu);
+    for (int i = 0; i < c->n_ch; i++) serve_job_cancel(c->ch[i].job);
+    c->ended = 1;
+}
+
+/* Appends bytes to a choice's text; -1 when memory runs out. */
+static int choice_append(Choice *ch, const char *s, size_t n) {
+    if (ch->len + n + 1 > ch->cap) {
+        size_t cap = ch->cap ? ch->cap : 256;
+        while (ch->len + n + 1 > cap) cap *= 2;
+        char *g = realloc(ch->text, cap);
+        if (!g) return -1;
+        ch->text = g;
+        ch->cap = cap;
+    }
+    memcpy(ch->text + ch->len, s, n);
+    ch->len += n;
+    ch->text[ch->len] = 0;
+    return 0;
+}
+
+/* Waits for every choice to end, then sends them as one JSON object. */
 static enum MHD_Result answer_whole(struct MHD_Connection *conn, Conn *c) {
-    size_t cap = 256, len = 0;
-    char *text = malloc(cap);
-    cJSON *lp = c->logprobs >= 0 ? new_logprobs(c->kind) : NULL;
-    ServeDelta d = {0};
-    const char *finish = "abort";
-    int prompt = 0, completion = 0;
-    for (;;) {
-        if (!serve_job_wait(c->job, WAIT_MS)) {
-            if (client_gone(c->fd)) { /* nobody to answer: stop the generation, free its blocks */
-                pthread_mutex_lock(&c->h->mu);
-                c->h->disconnects++;
-                pthread_mutex_unlock(&c->h->mu);
-                serve_job_cancel(c->job);
-                c->ended = 1;
-                free(text);
-                cJSON_Delete(lp);
+    int left = c->n_ch, failed = 0;
+    for (int i = 0; i < c->n_ch; i++) {
+        Choice *ch = &c->ch[i];
+        if (c->echo) failed |= choice_append(ch, c->echo[ch->prompt], strlen(c->echo[ch->prompt]));
+        if (c->logprobs >= 0) ch->lp = new_logprobs(c->kind);
+    }
+    while (left > 0 && !failed) {
+        if (!serve_jobs_wait(c->jobs, c->n_ch, WAIT_MS)) {
+            if (client_gone(c->fd)) { /* nobody to answer: stop the generations, free their blocks */
+                conn_abandon(c);
                 return MHD_NO;
             }
             continue;
         }
-        if (serve_job_take(c->job, &d)) break;
-        if (d.len) {
-            if (len + d.len + 1 > cap) {
-                while (len + d.len + 1 > cap) cap *= 2;
-                char *g = realloc(text, cap);
-                if (!g) break;
-                text = g;
+        for (int i = 0; i < c->n_ch && !failed; i++) {
+            Choice *ch = &c->ch[i];
+            ServeDelta d;
+            if (ch->done) continue;
+            if (serve_job_take(ch->job, &d)) {
+                failed = 1;
+                break;
             }
-            memcpy(text + len, d.text, d.len);
-            len += d.len;
+            if (d.len) failed |= choice_append(ch, d.text, d.len);
+            if (ch->lp) add_logprobs(c, ch, ch->lp, &d);
+            ch->completion_tokens = d.completion_tokens;
+            if (d.finished) {
+                ch->done = 1;
+                ch->finish = d.finish;
+                left--;
+            }
+            serve_delta_free(&d);
         }
-        if (lp) add_logprobs(c, lp, &d);
-        prompt = d.prompt_tokens;
-        completion = d.completion_tokens;
-        int fin = d.finished;
-        if (fin) finish = d.finish;
-        serve_delta_free(&d);
-        if (fin) break;
     }
-    serve_delta_free(&d);
-    text[len] = 0;
+    if (failed) {
+        ServeError e;
+        serve_error(&e, 500, "server_error", "", "out of memory");
+        return send_error(conn, c, &e);
+    }
     cJSON *r = response_head(c, c->kind == SERVE_CHAT ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(r, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    if (c->kind == SERVE_CHAT) {
-        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", text);
-    } else {
-        cJSON_AddStringToObject(ch, "text", text);
+    cJSON *choices = cJSON_AddArrayToObject(r, "choices");
+    for (int i = 0; i < c->n_ch; i++) {
+        Choice *ch = &c->ch[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, o);
+        cJSON_AddNumberToObject(o, "index", i);
+        if (c->kind == SERVE_CHAT) {
+            cJSON *msg = cJSON_AddObjectToObject(o, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
+        } else {
+            cJSON_AddStringToObject(o, "text", ch->text ? ch->text : "");
+        }
+        if (ch->lp) cJSON_AddItemToObject(o, "logprobs", ch->lp);
+        else cJSON_AddNullToObject(o, "logprobs");
+        ch->lp = NULL;
+        cJSON_AddStringToObject(o, "finish_reason", ch->finish ? ch->finish : "abort");
     }
-    if (lp) cJSON_AddItemToObject(ch, "logprobs", lp);
-    else cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddStringToObject(ch, "finish_reason", finish);
-    cJSON_AddItemToObject(r, "usage", usage(prompt, completion));
-    free(text);
+    cJSON_AddItemToObject(r, "usage", conn_usage(c));
     return send_json(conn, c, 200, r, 0);
 }
 
@@ -316,72 +380,96 @@ static int queue_event(Conn *c, cJSON *obj) {
     return rc;
 }
 
-/* One streamed chunk: text (may be empty), logprobs, finish reason or null. */
-static cJSON *chunk(Conn *c, const ServeDelta *d, const char *finish) {
+/* One streamed chunk of choice i: text (its first also carries the echoed prompt and, in chat, the role),
+ * logprobs, finish reason or null. */
+static cJSON *chunk(Conn *c, int i, const ServeDelta *d, const char *finish) {
+    Choice *ch = &c->ch[i];
     cJSON *r = response_head(c, c->kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(r, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON *choices = cJSON_AddArrayToObject(r, "choices"), *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, o);
+    cJSON_AddNumberToObject(o, "index", i);
     const char *text = d && d->text ? d->text : "";
+    const int first = !ch->sent_first;
+    ch->sent_first = 1;
     if (c->kind == SERVE_CHAT) {
-        cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
-        if (!c->sent_role) {
-            cJSON_AddStringToObject(delta, "role", "assistant");
-            c->sent_role = 1;
-        }
+        cJSON *delta = cJSON_AddObjectToObject(o, "delta");
+        if (first) cJSON_AddStringToObject(delta, "role", "assistant");
         if (!finish || *text) cJSON_AddStringToObject(delta, "content", text);
+    } else if (first && c->echo) {
+        const char *echo = c->echo[ch->prompt];
+        const size_t el = strlen(echo), tl = strlen(text);
+        char *both = malloc(el + tl + 1);
+        if (both) {
+            memcpy(both, echo, el);
+            memcpy(both + el, text, tl + 1);
+        }
+        cJSON_AddStringToObject(o, "text", both ? both : text);
+        free(both);
     } else {
-        cJSON_AddStringToObject(ch, "text", text);
+        cJSON_AddStringToObject(o, "text", text);
     }
     if (d && d->n_logprobs && c->logprobs >= 0) {
         cJSON *lp = new_logprobs(c->kind);
-        add_logprobs(c, lp, d);
-        cJSON_AddItemToObject(ch, "logprobs", lp);
+        add_logprobs(c, ch, lp, d);
+        cJSON_AddItemToObject(o, "logprobs", lp);
     } else {
-        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddNullToObject(o, "logprobs");
     }
-    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else cJSON_AddNullToObject(ch, "finish_reason");
+    if (finish) cJSON_AddStringToObject(o, "finish_reason", finish);
+    else cJSON_AddNullToObject(o, "finish_reason");
     return r;
 }
 
-/* libmicrohttpd asks for the next bytes of the event stream: block until the job has something (or the client is
- * gone), then hand out chunks; after the last, the usage chunk (if asked) and "data: [DONE]". */
+/* Queues what choice i has new: a chunk, and its finish chunk once it ends. 1: it has ended. */
+static int stream_choice(Conn *c, int i, int *failed) {
+    Choice *ch = &c->ch[i];
+    ServeDelta d;
+    if (serve_job_take(ch->job, &d)) {
+        *failed = 1;
+        return 0;
+    }
+    int rc = 0; /* chat's first chunk says the role, an echo's first the prompt, whether or not there is more */
+    if (d.len || d.n_logprobs || (!ch->sent_first && (c->kind == SERVE_CHAT || c->echo)))
+        rc = queue_event(c, chunk(c, i, &d, NULL));
+    ch->completion_tokens = d.completion_tokens;
+    if (!rc && d.finished) {
+        ServeDelta none = {0};
+        rc = queue_event(c, chunk(c, i, &none, d.finish));
+        ch->done = 1;
+    }
+    serve_delta_free(&d);
+    *failed |= rc != 0;
+    return ch->done;
+}
+
+/* libmicrohttpd asks for the next bytes of the event stream: block until a choice has something (or the client is
+ * gone), then hand out chunks; after the last choice's end, the usage chunk (if asked) and "data: [DONE]". */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     Conn *c = cls;
     while (c->out_off == c->out_len) {
         c->out_off = c->out_len = 0;
         if (c->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!serve_job_wait(c->job, WAIT_MS)) {
+        if (!serve_jobs_wait(c->jobs, c->n_ch, WAIT_MS)) {
             if (client_gone(c->fd)) {
-                pthread_mutex_lock(&c->h->mu);
-                c->h->disconnects++;
-                pthread_mutex_unlock(&c->h->mu);
-                serve_job_cancel(c->job);
-                c->ended = 1; /* counted here, not again when the connection closes */
+                conn_abandon(c); /* counted here, not again when the connection closes */
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
             continue;
         }
-        ServeDelta d;
-        if (serve_job_take(c->job, &d)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        int rc = 0;
-        if (d.len || d.n_logprobs || (c->kind == SERVE_CHAT && !c->sent_role))
-            rc = queue_event(c, chunk(c, &d, NULL));
-        if (!rc && d.finished) {
-            ServeDelta none = {0};
-            rc = queue_event(c, chunk(c, &none, d.finish));
-            if (!rc && c->include_usage) {
+        int failed = 0, left = 0;
+        for (int i = 0; i < c->n_ch && !failed; i++)
+            if (!c->ch[i].done) left += !stream_choice(c, i, &failed);
+        if (!failed && left == 0) {
+            if (c->include_usage) {
                 cJSON *u = response_head(c, c->kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
                 cJSON_AddArrayToObject(u, "choices");
-                cJSON_AddItemToObject(u, "usage", usage(d.prompt_tokens, d.completion_tokens));
-                rc = queue_event(c, u);
+                cJSON_AddItemToObject(u, "usage", conn_usage(c));
+                failed = queue_event(c, u) != 0;
             }
-            if (!rc) rc = serve_sse_append(&c->out, &c->out_len, &c->out_cap, "[DONE]");
+            if (!failed) failed = serve_sse_append(&c->out, &c->out_len, &c->out_cap, "[DONE]") != 0;
             c->ended = 1;
         }
-        serve_delta_free(&d);
-        if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (failed) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = c->out_len - c->out_off < max ? c->out_len - c->out_off : max;
     memcpy(buf, c->out + c->out_off, n);
@@ -391,120 +479,179 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) { conn_unref(cls); }
 
-/* POST /v1/completions and /v1/chat/completions. */
+/* A prompt's token ids: text encoded with bos first (as zaya generate), or the ids given. */
+static int prompt_ids(ServeHttp *h, ServePrompt *p, int add_bos, int32_t **ids, size_t *n, ServeError *e) {
+    if (!p->text) {
+        *ids = p->ids;
+        *n = (size_t)p->n_ids;
+        p->ids = NULL;
+        return 0;
+    }
+    ZyErr err = {{0}};
+    int32_t *body = NULL;
+    size_t nb = 0;
+    if (tokenizer_encode_with(h->o.tok, NULL, p->text, p->len, &body, &nb, &err))
+        return serve_error(e, 400, "invalid_request_error", "prompt", "%s", err.msg);
+    const int bos = add_bos && h->o.bos_id >= 0;
+    if (!(*ids = malloc(sizeof(int32_t) * (nb + bos + 1)))) {
+        free(body);
+        return serve_error(e, 500, "server_error", "", "out of memory");
+    }
+    if (bos) (*ids)[0] = h->o.bos_id;
+    if (nb) memcpy(*ids + bos, body, sizeof(int32_t) * nb);
+    *n = nb + bos;
+    free(body);
+    return 0;
+}
+
+/* The messages through the model's chat template, encoded without special tokens (the template writes its own bos),
+ * as apply_chat_template(tokenize=True). */
+static int chat_ids(ServeHttp *h, const ServeRequest *r, int32_t **ids, size_t *n, ServeError *e) {
+    if (!h->o.chat)
+        return serve_error(e, 400, "invalid_request_error", "messages", "the model has no chat template "
+                           "(chat_template.jinja or tokenizer_config.json's chat_template, or zaya serve "
+                           "--chat-template FILE); use /v1/completions");
+    ZyErr err = {{0}};
+    char *prompt = NULL;
+    size_t plen = 0;
+    if (chat_renderer_render_json(h->o.chat, r->chat_json, strlen(r->chat_json), r->add_generation_prompt, NULL,
+                                  &prompt, &plen, &err))
+        return serve_error(e, 400, "invalid_request_error", "messages", "the chat template failed: %s", err.msg);
+    int rc = tokenizer_encode_with(h->o.tok, NULL, prompt, plen, ids, n, &err);
+    free(prompt);
+    return rc ? serve_error(e, 400, "invalid_request_error", "messages", "%s", err.msg) : 0;
+}
+
+/* Checks ids against the vocabulary (param names the field). */
+static int check_ids(const ServeHttp *h, const int32_t *ids, size_t n, const char *param, ServeError *e) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= h->o.vocab_size)
+            return serve_error(e, 400, "invalid_request_error", param, "token id %d at %s position %zu is outside the "
+                               "vocabulary [0, %d)", ids[i], param, i, h->o.vocab_size);
+    return 0;
+}
+
+/* The model a request names: 404 unless it is this server's. */
+static int check_model(const ServeHttp *h, const char *model, ServeError *e) {
+    if (!model || strcmp(model, h->model_name) == 0) return 0;
+    serve_error(e, 404, "not_found_error", "model", "The model '%.100s' does not exist; this server has '%.100s'",
+                model, h->model_name);
+    snprintf(e->code, sizeof e->code, "model_not_found");
+    return -1;
+}
+
+static int draining(ServeHttp *h) {
+    pthread_mutex_lock(&h->mu);
+    const int d = h->draining;
+    pthread_mutex_unlock(&h->mu);
+    return d;
+}
+
+/* POST /v1/completions and /v1/chat/completions: every prompt (one for chat) with its n choices. */
 static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind kind) {
     ServeHttp *h = c->h;
     ServeRequest r;
     ServeError e;
+    if (draining(h)) { /* before anything else: a new request during shutdown gets its answer at once */
+        serve_error(&e, 503, "server_error", "", "the server is shutting down");
+        return send_error(conn, c, &e);
+    }
     if (serve_request_parse(c->body ? c->body : "", c->len, kind, &r, &e)) return send_error(conn, c, &e);
     enum MHD_Result res;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    if (strcmp(r.model, h->model_name) != 0) {
-        serve_error(&e, 404, "not_found_error", "model", "The model '%.100s' does not exist; this server has '%.100s'",
-                    r.model, h->model_name);
-        snprintf(e.code, sizeof e.code, "model_not_found");
-        res = send_error(conn, c, &e);
-        goto done;
+    const int n_prompts = kind == SERVE_CHAT ? 1 : r.n_prompts, n = r.n;
+    int32_t **ids = calloc((size_t)n_prompts, sizeof *ids);
+    size_t *n_ids = calloc((size_t)n_prompts, sizeof *n_ids);
+    int *max_tokens = calloc((size_t)n_prompts, sizeof *max_tokens);
+    int32_t *stops = malloc(sizeof(int32_t) * (h->o.n_stop_ids + r.n_stop_ids + 1));
+    c->n_prompts = n_prompts;
+    c->ch = calloc((size_t)n_prompts * n, sizeof *c->ch);
+    c->jobs = calloc((size_t)n_prompts * n, sizeof *c->jobs);
+    c->echo = r.echo ? calloc((size_t)n_prompts, sizeof *c->echo) : NULL;
+    if (!ids || !n_ids || !max_tokens || !stops || !c->ch || !c->jobs || (r.echo && !c->echo)) {
+        serve_error(&e, 500, "server_error", "", "out of memory");
+        goto fail;
     }
-    ZyErr err = {{0}};
-    if (kind == SERVE_CHAT) {
-        if (!h->o.chat) {
-            serve_error(&e, 400, "invalid_request_error", "messages", "the model has no chat template "
-                        "(chat_template.jinja or tokenizer_config.json's chat_template); use /v1/completions");
-            res = send_error(conn, c, &e);
-            goto done;
+    if (check_model(h, r.model, &e)) goto fail;
+    if (check_ids(h, r.bias_ids, (size_t)r.n_bias, "logit_bias", &e) ||
+        check_ids(h, r.stop_ids, (size_t)r.n_stop_ids, "stop_token_ids", &e))
+        goto fail;
+    const char *what = kind == SERVE_CHAT ? "messages" : "prompt";
+    for (int p = 0; p < n_prompts; p++) {
+        if (kind == SERVE_CHAT ? chat_ids(h, &r, &ids[p], &n_ids[p], &e)
+                               : prompt_ids(h, &r.prompts[p], 1, &ids[p], &n_ids[p], &e))
+            goto fail;
+        if (n_ids[p] == 0) {
+            serve_error(&e, 400, "invalid_request_error", what, "the prompt is empty");
+            goto fail;
         }
-        char *prompt = NULL;
-        size_t plen = 0;
-        if (chat_renderer_render_json(h->o.chat, r.chat_json, strlen(r.chat_json), r.add_generation_prompt, NULL,
-                                      &prompt, &plen, &err)) {
-            serve_error(&e, 400, "invalid_request_error", "messages", "the chat template failed: %s", err.msg);
-            res = send_error(conn, c, &e);
-            goto done;
+        if (check_ids(h, ids[p], n_ids[p], "prompt", &e)) goto fail;
+        const long room = (long)h->o.max_context - (long)n_ids[p];
+        max_tokens[p] = r.max_tokens >= 0 ? r.max_tokens : kind == SERVE_COMPLETION ? 16 : (int)(room > 0 ? room : 1);
+        if ((long)n_ids[p] + max_tokens[p] > h->o.max_context) {
+            const int prompt_at_fault = r.max_tokens < 0 || room <= 0; /* the prompt alone leaves no room */
+            serve_error(&e, 400, "invalid_request_error", prompt_at_fault ? what : "max_tokens",
+                        "This model's maximum context length is %d tokens. However, you requested %ld tokens (%zu in "
+                        "the %s, %d in the completion). Please reduce the length of the %s or the completion.",
+                        h->o.max_context, (long)n_ids[p] + max_tokens[p], n_ids[p], what, max_tokens[p], what);
+            snprintf(e.code, sizeof e.code, "context_length_exceeded");
+            goto fail;
         }
-        /* the template writes its own bos: encoded without special tokens, as apply_chat_template(tokenize=True) */
-        int rc = tokenizer_encode_with(h->o.tok, NULL, prompt, plen, &ids, &n_ids, &err);
-        free(prompt);
-        if (rc) {
-            serve_error(&e, 400, "invalid_request_error", "messages", "%s", err.msg);
-            res = send_error(conn, c, &e);
-            goto done;
+        c->prompt_tokens += (int)n_ids[p];
+        if (c->echo) { /* the prompt's text: as given, or its ids decoded */
+            if (r.prompts[p].text) {
+                c->echo[p] = serve_utf8_sanitize(r.prompts[p].text, r.prompts[p].len, &(size_t){0});
+            } else {
+                char *b = NULL;
+                size_t bl = 0;
+                ZyErr err = {{0}};
+                if (tokenizer_decode_ex(h->o.tok, ids[p], n_ids[p], TOK_DECODE_LOSSY |
+                                        (r.skip_special_tokens > 0 ? TOK_DECODE_SKIP_SPECIAL : 0), &b, &bl, &err) == 0)
+                    c->echo[p] = serve_utf8_sanitize(b ? b : "", bl, &(size_t){0});
+                free(b);
+            }
+            if (!c->echo[p]) {
+                serve_error(&e, 500, "server_error", "", "out of memory");
+                goto fail;
+            }
         }
-    } else if (r.prompt) {
-        int32_t *body = NULL;
-        size_t nb = 0;
-        if (tokenizer_encode_with(h->o.tok, NULL, r.prompt, r.prompt_len, &body, &nb, &err)) {
-            serve_error(&e, 400, "invalid_request_error", "prompt", "%s", err.msg);
-            res = send_error(conn, c, &e);
-            goto done;
-        }
-        const int bos = h->o.bos_id >= 0;
-        ids = malloc(sizeof(int32_t) * (nb + bos + 1));
-        if (ids) {
-            if (bos) ids[0] = h->o.bos_id;
-            if (nb) memcpy(ids + bos, body, sizeof(int32_t) * nb);
-            n_ids = nb + bos;
-        }
-        free(body);
-    } else {
-        ids = r.prompt_ids;
-        n_ids = (size_t)r.n_prompt_ids;
-        r.prompt_ids = NULL;
     }
-    if (n_ids == 0) {
-        serve_error(&e, 400, "invalid_request_error", kind == SERVE_CHAT ? "messages" : "prompt", "the prompt is empty");
-        res = send_error(conn, c, &e);
-        goto done;
-    }
-    for (size_t i = 0; i < n_ids; i++)
-        if (ids[i] < 0 || ids[i] >= h->o.vocab_size) {
-            serve_error(&e, 400, "invalid_request_error", "prompt",
-                        "token id %d at prompt position %zu is outside the vocabulary [0, %d)", ids[i], i, h->o.vocab_size);
-            res = send_error(conn, c, &e);
-            goto done;
-        }
-    const long room = (long)h->o.max_context - (long)n_ids;
-    int max_tokens = r.max_tokens;
-    if (max_tokens < 0) max_tokens = kind == SERVE_COMPLETION ? 16 : (int)(room > 0 ? room : 1); /* OpenAI's defaults */
-    if ((long)n_ids + max_tokens > h->o.max_context) {
-        const int prompt_at_fault = r.max_tokens < 0 || room <= 0; /* the prompt alone leaves no room */
-        serve_error(&e, 400, "invalid_request_error",
-                    prompt_at_fault ? (kind == SERVE_CHAT ? "messages" : "prompt") : "max_tokens",
-                    "This model's maximum context length is %d tokens. However, you requested %ld tokens (%zu in the "
-                    "%s, %d in the completion). Please reduce the length of the %s or the completion.",
-                    h->o.max_context, (long)n_ids + max_tokens, n_ids, kind == SERVE_CHAT ? "messages" : "prompt",
-                    max_tokens, kind == SERVE_CHAT ? "messages" : "prompt");
-        snprintf(e.code, sizeof e.code, "context_length_exceeded");
-        res = send_error(conn, c, &e);
-        goto done;
-    }
+    /* the model's eos ids (unless ignore_eos) and the request's stop_token_ids */
+    int n_stops = 0;
+    for (int i = 0; !r.ignore_eos && i < h->o.n_stop_ids; i++) stops[n_stops++] = h->o.stop_ids[i];
+    for (int i = 0; i < r.n_stop_ids; i++) stops[n_stops++] = r.stop_ids[i];
     pthread_mutex_lock(&h->mu);
     const uint64_t serial = ++h->next_id;
-    const int draining = h->draining;
     pthread_mutex_unlock(&h->mu);
-    if (draining) {
-        serve_error(&e, 503, "server_error", "", "the server is shutting down");
-        res = send_error(conn, c, &e);
-        goto done;
-    }
-    ServeJobSpec spec = {
-        .prompt = ids,
-        .n_prompt = (int)n_ids,
-        .max_tokens = max_tokens,
-        .sampling = {.temperature = isnan(r.temperature) ? h->o.temperature : r.temperature,
-                     .top_k = r.top_k >= 0 ? r.top_k : h->o.top_k,
-                     .top_p = isnan(r.top_p) ? h->o.top_p : r.top_p},
-        .seed = r.has_seed ? r.seed : (uint64_t)time(NULL) * 6364136223846793005ULL + serial,
-        .stop_ids = h->o.stop_ids,
-        .n_stop_ids = r.ignore_eos ? 0 : h->o.n_stop_ids,
-        .stop = r.stop,
-        .n_stop = r.n_stop,
-        .logprobs = r.logprobs,
-    };
-    if (serve_engine_submit(h->eng, &spec, &c->job, &e)) {
-        res = send_error(conn, c, &e);
-        goto done;
+    for (int p = 0; p < n_prompts; p++) {
+        ServeJobSpec spec = {
+            .prompt = ids[p],
+            .n_prompt = (int)n_ids[p],
+            .max_tokens = max_tokens[p],
+            .sampling = {.temperature = isnan(r.temperature) ? h->o.temperature : r.temperature,
+                         .top_k = r.top_k >= 0 ? r.top_k : h->o.top_k,
+                         .top_p = isnan(r.top_p) ? h->o.top_p : r.top_p,
+                         .min_p = r.min_p},
+            .penalties = {.presence = r.presence_penalty, .frequency = r.frequency_penalty,
+                          .repetition = r.repetition_penalty, .bias_ids = r.bias_ids, .bias = r.bias,
+                          .n_bias = r.n_bias},
+            .seed = r.has_seed ? r.seed : (uint64_t)time(NULL) * 6364136223846793005ULL + serial * 1000003ULL + p,
+            .stop_ids = stops,
+            .n_stop_ids = n_stops,
+            .stop = r.stop,
+            .n_stop = r.n_stop,
+            .include_stop_str = r.include_stop_str,
+            .skip_special = r.skip_special_tokens > 0,
+            .logprobs = r.logprobs,
+            .prompt_logprobs = r.echo,
+            .n = n,
+            .wake = p > 0 ? c->jobs[0] : NULL,
+        };
+        if (serve_engine_submit(h->eng, &spec, c->jobs + (size_t)p * n, &e)) goto fail;
+        for (int j = 0; j < n; j++) {
+            c->ch[p * n + j].job = c->jobs[p * n + j];
+            c->ch[p * n + j].prompt = p;
+            c->n_ch++;
+        }
     }
     c->kind = kind;
     c->stream = r.stream;
@@ -531,25 +678,122 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
     res = MHD_queue_response(conn, 200, resp);
     MHD_destroy_response(resp);
     count_response(h, c->route, 200);
+    goto done;
+fail:
+    for (int i = 0; i < c->n_ch; i++) serve_job_cancel(c->ch[i].job); /* prompts already queued: withdrawn */
+    c->ended = 1;
+    res = send_error(conn, c, &e);
 done:
+    for (int p = 0; ids && p < n_prompts; p++) free(ids[p]);
     free(ids);
+    free(n_ids);
+    free(max_tokens);
+    free(stops);
     serve_request_free(&r);
     return res;
 }
 
+/* POST /tokenize and /detokenize, in vLLM's shapes: {"count", "max_model_len", "tokens", "token_strs"} and
+ * {"prompt"}. A prompt is encoded as /v1/completions encodes it (add_special_tokens, default true: its bos first);
+ * messages as /v1/chat/completions renders them (add_special_tokens default false: the template writes its own). */
+static enum MHD_Result tokenize(struct MHD_Connection *conn, Conn *c, ServeKind kind) {
+    ServeHttp *h = c->h;
+    ServeRequest r;
+    ServeError e;
+    if (serve_request_parse(c->body ? c->body : "", c->len, kind, &r, &e)) return send_error(conn, c, &e);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    cJSON *out = NULL;
+    if (check_model(h, r.model, &e)) goto fail;
+    if (kind == SERVE_DETOKENIZE) {
+        if (check_ids(h, r.prompts[0].ids, (size_t)r.prompts[0].n_ids, "tokens", &e)) goto fail;
+        char *b = NULL;
+        size_t bl = 0;
+        ZyErr err = {{0}};
+        if (tokenizer_decode_ex(h->o.tok, r.prompts[0].ids, (size_t)r.prompts[0].n_ids, TOK_DECODE_LOSSY, &b, &bl,
+                                &err)) {
+            serve_error(&e, 400, "invalid_request_error", "tokens", "%s", err.msg);
+            goto fail;
+        }
+        size_t tl;
+        char *text = serve_utf8_sanitize(b ? b : "", bl, &tl);
+        free(b);
+        out = cJSON_CreateObject();
+        cJSON_AddStringToObject(out, "prompt", text ? text : "");
+        free(text);
+        serve_request_free(&r);
+        return send_json(conn, c, 200, out, 0);
+    }
+    if (r.chat_json) {
+        int32_t *body = NULL;
+        size_t nb = 0;
+        if (chat_ids(h, &r, &body, &nb, &e)) goto fail;
+        const int bos = r.add_special_tokens > 0 && h->o.bos_id >= 0;
+        if (!(ids = malloc(sizeof(int32_t) * (nb + 1)))) {
+            free(body);
+            serve_error(&e, 500, "server_error", "", "out of memory");
+            goto fail;
+        }
+        if (bos) ids[0] = h->o.bos_id;
+        if (nb) memcpy(ids + bos, body, sizeof(int32_t) * nb);
+        n = nb + bos;
+        free(body);
+    } else if (prompt_ids(h, &r.prompts[0], r.add_special_tokens != 0, &ids, &n, &e)) {
+        goto fail;
+    }
+    out = cJSON_CreateObject();
+    cJSON_AddNumberToObject(out, "count", (double)n);
+    cJSON_AddNumberToObject(out, "max_model_len", h->o.max_context);
+    cJSON *list = cJSON_AddArrayToObject(out, "tokens");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(ids[i]));
+    if (r.return_token_strs) {
+        cJSON *strs = cJSON_AddArrayToObject(out, "token_strs");
+        for (size_t i = 0; i < n; i++) {
+            const char *t = tokenizer_token_text(h->o.tok, ids[i]);
+            cJSON_AddItemToArray(strs, t ? cJSON_CreateString(t) : cJSON_CreateNull());
+        }
+    } else {
+        cJSON_AddNullToObject(out, "token_strs");
+    }
+    free(ids);
+    serve_request_free(&r);
+    return send_json(conn, c, 200, out, 0);
+fail:
+    free(ids);
+    serve_request_free(&r);
+    return send_error(conn, c, &e);
+}
+
 /* ---- the other routes ---------------------------------------------------------------------------------------- */
 
+static cJSON *model_card(const ServeHttp *h) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", h->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)h->started);
+    cJSON_AddStringToObject(m, "owned_by", "zaya");
+    cJSON_AddNumberToObject(m, "max_model_len", h->o.max_context);
+    return m;
+}
+
 static enum MHD_Result models(struct MHD_Connection *conn, Conn *c) {
-    cJSON *r = cJSON_CreateObject(), *data = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    cJSON *r = cJSON_CreateObject(), *data = cJSON_CreateArray();
     cJSON_AddStringToObject(r, "object", "list");
     cJSON_AddItemToObject(r, "data", data);
-    cJSON_AddItemToArray(data, m);
-    cJSON_AddStringToObject(m, "id", c->h->model_name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)c->h->started);
-    cJSON_AddStringToObject(m, "owned_by", "zaya");
-    cJSON_AddNumberToObject(m, "max_model_len", c->h->o.max_context);
+    cJSON_AddItemToArray(data, model_card(c->h));
     return send_json(conn, c, 200, r, 0);
+}
+
+/* GET /v1/models/{id}: this server's model, or 404. */
+static enum MHD_Result model(struct MHD_Connection *conn, Conn *c, const char *id) {
+    ServeError e;
+    if (strcmp(id, c->h->model_name) != 0) {
+        serve_error(&e, 404, "not_found_error", "model", "The model '%.100s' does not exist; this server has '%.100s'",
+                    id, c->h->model_name);
+        snprintf(e.code, sizeof e.code, "model_not_found");
+        return send_error(conn, c, &e);
+    }
+    return send_json(conn, c, 200, model_card(c->h), 0);
 }
 
 static enum MHD_Result health(struct MHD_Connection *conn, Conn *c) {
@@ -602,9 +846,9 @@ static enum MHD_Result metrics(struct MHD_Connection *conn, Conn *c) {
 }
 
 static int route_of(const char *url) {
-    for (int r = 0; r < R_OTHER; r++)
+    for (int r = 0; r < R_MODEL; r++)
         if (strcmp(url, ROUTE_NAMES[r]) == 0) return r;
-    return R_OTHER;
+    return strncmp(url, "/v1/models/", 11) == 0 && url[11] ? R_MODEL : R_OTHER;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -643,10 +887,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     ServeError e;
     const int is_post = strcmp(method, "POST") == 0, is_get = strcmp(method, "GET") == 0;
-    const int gen = c->route == R_COMPLETIONS || c->route == R_CHAT;
+    const int gen = c->route == R_COMPLETIONS || c->route == R_CHAT || c->route == R_TOKENIZE ||
+                    c->route == R_DETOKENIZE; /* the POST routes */
     if (c->route == R_OTHER) {
         serve_error(&e, 404, "not_found_error", "", "no route %.6s %.200s (zaya serve has POST /v1/completions, POST "
-                    "/v1/chat/completions, GET /v1/models, GET /health, GET /metrics)", method, url);
+                    "/v1/chat/completions, POST /tokenize, POST /detokenize, GET /v1/models, GET /v1/models/{id}, "
+                    "GET /health, GET /metrics)", method, url);
         return send_error(conn, c, &e);
     }
     if ((gen && !is_post) || (!gen && !is_get)) {
@@ -669,7 +915,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     switch (c->route) {
     case R_COMPLETIONS: return complete(conn, c, SERVE_COMPLETION);
     case R_CHAT: return complete(conn, c, SERVE_CHAT);
+    case R_TOKENIZE: return tokenize(conn, c, SERVE_TOKENIZE);
+    case R_DETOKENIZE: return tokenize(conn, c, SERVE_DETOKENIZE);
     case R_MODELS: return models(conn, c);
+    case R_MODEL: return model(conn, c, url + 11);
     case R_HEALTH: return health(conn, c);
     default: return metrics(conn, c);
     }
@@ -679,12 +928,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     Conn *c = *con_cls;
     if (!c) return;
     *con_cls = NULL;
-    if (c->job && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->ended) { /* the client went away mid-answer */
-        pthread_mutex_lock(&c->h->mu);
-        c->h->disconnects++;
-        pthread_mutex_unlock(&c->h->mu);
-        serve_job_cancel(c->job);
-    }
+    if (c->n_ch && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !c->ended) /* the client went away mid-answer */
+        conn_abandon(c);
     ServeHttp *h = c->h;
     conn_unref(c);
     pthread_mutex_lock(&h->mu);
@@ -705,7 +950,6 @@ int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, Zy
     h->model_name = strdup(o->model_name);
     h->api_key = o->api_key ? strdup(o->api_key) : NULL;
     h->started = time(NULL);
-    h->quiesced = MHD_INVALID_SOCKET; /* calloc's 0 would be stdin */
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->idle, NULL);
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
@@ -727,13 +971,10 @@ int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, Zy
 int serve_http_port(const ServeHttp *h) { return h->port; }
 
 void serve_http_quiesce(ServeHttp *h) {
+    /* the listening socket stays open: a client that connects now gets a 503 it can act on, not a reset */
     pthread_mutex_lock(&h->mu);
     h->draining = 1;
     pthread_mutex_unlock(&h->mu);
-    /* microhttpd.h: with internal threads the returned socket "must not be closed until AFTER MHD_stop_daemon"
-     * (a thread may still be using it; closed here, its number could be reused under that thread) */
-    MHD_socket s = MHD_quiesce_daemon(h->d);
-    if (s != MHD_INVALID_SOCKET) h->quiesced = s;
 }
 
 int serve_http_drain(ServeHttp *h, double seconds) {
@@ -753,7 +994,6 @@ int serve_http_drain(ServeHttp *h, double seconds) {
 void serve_http_stop(ServeHttp *h) {
     if (!h) return;
     if (h->d) MHD_stop_daemon(h->d);
-    if (h->quiesced != MHD_INVALID_SOCKET) close(h->quiesced);
     pthread_cond_destroy(&h->idle);
     pthread_mutex_destroy(&h->mu);
     free(h->model_name);

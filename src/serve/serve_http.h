@@ -1,7 +1,9 @@
 /* serve_http: the OpenAI-compatible HTTP front of zaya serve, on GNU libmicrohttpd (one thread per connection, so a
- * streaming response simply blocks on its job). Routes:
- *   POST /v1/completions, POST /v1/chat/completions   (stream: true → server-sent events in OpenAI's chunk format)
- *   GET  /v1/models, GET /health, GET /metrics         (Prometheus text)
+ * streaming response simply blocks on its jobs). Routes:
+ *   POST /v1/completions, POST /v1/chat/completions   (stream: true → server-sent events in OpenAI's chunk format;
+ *                                                      several prompts and n choices each: one job per choice)
+ *   POST /tokenize, POST /detokenize                   (vLLM's shapes)
+ *   GET  /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text)
  * Errors are OpenAI-style bodies {"error": {"message", "type", "param", "code"}} with a 4xx/5xx status; a full
  * queue is 503 with Retry-After. A client that disconnects cancels its request, which frees its KV blocks. */
 #ifndef ZAYA_SERVE_HTTP_H
@@ -33,7 +35,8 @@ typedef struct ServeHttp ServeHttp;
 
 int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, ZyErr *err);
 int serve_http_port(const ServeHttp *h);
-/* Stops accepting connections; requests arriving on open ones get 503. */
+/* Shutting down: new requests get 503 (new connections are still accepted, so that they get it rather than a reset);
+ * those under way go on. */
 void serve_http_quiesce(ServeHttp *h);
 /* Waits up to `seconds` for the answers under way to be handed to their sockets (a stream whose generation has ended
  * still has its last events and [DONE] to write). The number still unfinished. */

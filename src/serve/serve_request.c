@@ -1,6 +1,7 @@
-/* OpenAI request bodies → ServeRequest. Strict like OpenAI's own API: a field of the wrong type or out of range is
- * a 400 naming it, an unknown field too (a misspelt "max_token" silently ignored would be worse), and the options
- * zaya does not implement (n > 1, echo, penalties, logit_bias ...) are refused by name rather than ignored. */
+/* OpenAI (and vLLM) request bodies → ServeRequest. Strict like OpenAI's own API: a body that is not one JSON value in
+ * UTF-8 is a 400, so is a field of the wrong type or out of range, naming it, and an unknown field too (a misspelt
+ * "max_token" silently ignored would be worse); the options zaya does not implement (suffix, best_of > 1, structured
+ * output ...) are refused by name rather than ignored. */
 #include "serve/serve_request.h"
 
 #include <cjson/cJSON.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "serve/serve_utf8.h"
 
 int serve_error(ServeError *e, int status, const char *type, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -26,6 +29,10 @@ int serve_error(ServeError *e, int status, const char *type, const char *param, 
 
 /* A short JSON rendering of a bad value for messages. */
 static void show(const cJSON *v, char *out, size_t cap) {
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) { /* 1e309: cJSON holds inf and would print null */
+        snprintf(out, cap, "a number too large to represent");
+        return;
+    }
     char *s = cJSON_PrintUnformatted(v);
     snprintf(out, cap, "%.60s%s", s ? s : "?", s && strlen(s) > 60 ? "..." : "");
     free(s);
@@ -94,28 +101,68 @@ static int parse_stop(const cJSON *v, ServeRequest *r, ServeError *e) {
     return 0;
 }
 
-/* "prompt": a string, a list of one string, a list of token ids, or a list of one such list. */
-static int parse_prompt(const cJSON *v, ServeRequest *r, ServeError *e) {
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 &&
-        (cJSON_IsString(v->child) || cJSON_IsArray(v->child)))
-        v = v->child; /* a batch of one */
-    if (cJSON_IsString(v)) return dup_string(v, "prompt", (size_t)64 << 20, &r->prompt, &r->prompt_len, e);
-    if (!cJSON_IsArray(v))
-        return BAD("prompt", "'prompt' must be a string or a list of token ids (a list of several prompts is not "
-                             "supported: n and batches are 1)");
+static int oom(ServeError *e, const char *param) { return serve_error(e, 500, "server_error", param, "out of memory"); }
+
+/* A list of token ids into p (param names the field in messages). */
+static int parse_ids(const cJSON *v, const char *param, int allow_empty, ServePrompt *p, ServeError *e) {
     const int n = cJSON_GetArraySize(v);
-    if (n == 0) return BAD("prompt", "'prompt' is empty");
-    if (n > (1 << 24)) return BAD("prompt", "'prompt' has too many token ids (%d)", n);
-    if (!(r->prompt_ids = malloc(sizeof(int32_t) * n))) return serve_error(e, 500, "server_error", "prompt", "out of memory");
+    if (n == 0 && !allow_empty) return BAD(param, "'%s' is empty", param);
+    if (n > (1 << 24)) return BAD(param, "'%s' has too many token ids (%d)", param, n);
+    if (!(p->ids = malloc(sizeof(int32_t) * (n ? n : 1)))) return oom(e, param);
     const cJSON *t;
     cJSON_ArrayForEach(t, v) {
-        long id;
-        if (get_int(t, "prompt", 0, INT32_MAX, &id, e)) {
-            snprintf(e->message, sizeof e->message, "'prompt' as a list must hold token ids (integers >= 0) or be a "
-                                                    "list of one string");
+        long id = 0;
+        if (get_int(t, param, 0, INT32_MAX, &id, e)) {
+            snprintf(e->message, sizeof e->message, "'%s' must hold token ids (integers >= 0)", param);
             return -1;
         }
-        r->prompt_ids[r->n_prompt_ids++] = (int32_t)id;
+        p->ids[p->n_ids++] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* "prompt": a string, a list of token ids, or a batch: a list of strings or of token-id lists (one choice set per
+ * prompt, in order). */
+static int parse_prompt(const cJSON *v, ServeRequest *r, ServeError *e) {
+    static const char *const what = "'prompt' must be a string, a list of token ids, or a list of strings or of "
+                                    "token-id lists";
+    const int batch = cJSON_IsArray(v) && v->child && (cJSON_IsString(v->child) || cJSON_IsArray(v->child));
+    const int n = batch ? cJSON_GetArraySize(v) : 1;
+    if (!cJSON_IsString(v) && !cJSON_IsArray(v)) return BAD("prompt", "%s", what);
+    if (n > SERVE_MAX_PROMPTS) return BAD("prompt", "'prompt' holds %d prompts; at most %d are allowed", n, SERVE_MAX_PROMPTS);
+    if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts))) return oom(e, "prompt");
+    r->n_prompts = n;
+    const cJSON *one = batch ? v->child : v;
+    for (int i = 0; i < n; i++, one = one->next) {
+        ServePrompt *p = &r->prompts[i];
+        if (batch && !(cJSON_IsString(one) ? cJSON_IsString(v->child) : cJSON_IsArray(one) && cJSON_IsArray(v->child)))
+            return BAD("prompt", "%s (not a mix)", what);
+        if (cJSON_IsString(one)) {
+            if (dup_string(one, "prompt", (size_t)64 << 20, &p->text, &p->len, e)) return -1;
+        } else if (parse_ids(one, "prompt", 0, p, e)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* "logit_bias": {"token id": bias in [-100, 100], ...}. */
+static int parse_logit_bias(const cJSON *v, ServeRequest *r, ServeError *e) {
+    if (!cJSON_IsObject(v)) return BAD("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+    const int n = cJSON_GetArraySize(v);
+    if (n > SERVE_MAX_LOGIT_BIAS)
+        return BAD("logit_bias", "'logit_bias' has %d entries; at most %d are allowed", n, SERVE_MAX_LOGIT_BIAS);
+    if (!(r->bias_ids = malloc(sizeof(int32_t) * (n ? n : 1))) || !(r->bias = malloc(sizeof(float) * (n ? n : 1))))
+        return oom(e, "logit_bias");
+    for (const cJSON *b = v->child; b; b = b->next) {
+        char *end;
+        const long id = strtol(b->string, &end, 10);
+        if (!b->string[0] || *end || id < 0 || id > INT32_MAX || b->string[0] == '-' || b->string[0] == '+')
+            return BAD("logit_bias", "'logit_bias' keys must be token ids (got \"%.40s\")", b->string);
+        double bias;
+        if (get_num(b, "logit_bias", -100, 100, 0, &bias, e)) return -1;
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)bias;
     }
     return 0;
 }
@@ -180,14 +227,105 @@ static int parse_messages(const cJSON *v, cJSON *out, ServeError *e) {
 /* Fields accepted and ignored: they change nothing about the output. */
 static const char *const IGNORED[] = {"user", "metadata", "parallel_tool_calls", "store", "service_tier"};
 
+static int is(const char *k, const char *name) { return strcmp(k, name) == 0; }
+
+/* "chat_template_kwargs": template variables beside the messages. */
+static int parse_template_kwargs(const cJSON *f, cJSON *chat, ServeError *e) {
+    if (!cJSON_IsObject(f)) return BAD(f->string, "'chat_template_kwargs' must be an object of template variables");
+    for (const cJSON *kv = f->child; kv; kv = kv->next) {
+        if (is(kv->string, "messages") || is(kv->string, "tools") || is(kv->string, "add_generation_prompt"))
+            return BAD(f->string, "'chat_template_kwargs' must not set '%s'", kv->string);
+        cJSON_AddItemToObject(chat, kv->string, cJSON_Duplicate(kv, 1));
+    }
+    return 0;
+}
+
+/* One field of a completions or chat request (the sampling and output options both take). 1: not such a field. */
+static int parse_generation_field(const cJSON *f, ServeRequest *r, int *has_stream_options, ServeError *e) {
+    const char *k = f->string;
+    const ServeKind kind = r->kind;
+    long iv;
+    if (is(k, "max_tokens") || (kind == SERVE_CHAT && is(k, "max_completion_tokens"))) {
+        if (get_int(f, k, kind == SERVE_COMPLETION ? 0 : 1, 1 << 30, &iv, e)) return -1; /* 0: with echo */
+        r->max_tokens = (int)iv;
+    } else if (is(k, "temperature")) {
+        return get_num(f, k, 0, 2, 0, &r->temperature, e);
+    } else if (is(k, "top_p")) {
+        return get_num(f, k, 0, 1, 1, &r->top_p, e);
+    } else if (is(k, "top_k")) { /* vLLM's extension: -1 or 0 = off */
+        if (get_int(f, k, -1, 1 << 30, &iv, e)) return -1;
+        r->top_k = iv < 0 ? 0 : (int)iv;
+    } else if (is(k, "min_p")) {
+        return get_num(f, k, 0, 1, 0, &r->min_p, e);
+    } else if (is(k, "presence_penalty")) {
+        return get_num(f, k, -2, 2, 0, &r->presence_penalty, e);
+    } else if (is(k, "frequency_penalty")) {
+        return get_num(f, k, -2, 2, 0, &r->frequency_penalty, e);
+    } else if (is(k, "repetition_penalty")) {
+        return get_num(f, k, 0, 10, 1, &r->repetition_penalty, e);
+    } else if (is(k, "logit_bias")) {
+        return parse_logit_bias(f, r, e);
+    } else if (is(k, "stop")) {
+        return parse_stop(f, r, e);
+    } else if (is(k, "stop_token_ids")) {
+        if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > SERVE_MAX_STOP_IDS)
+            return BAD(k, "'stop_token_ids' must be a list of up to %d token ids", SERVE_MAX_STOP_IDS);
+        ServePrompt ids = {0};
+        if (parse_ids(f, k, 1, &ids, e)) {
+            free(ids.ids);
+            return -1;
+        }
+        r->stop_ids = ids.ids;
+        r->n_stop_ids = ids.n_ids;
+    } else if (is(k, "include_stop_str_in_output")) {
+        return get_bool(f, k, &r->include_stop_str, e);
+    } else if (is(k, "skip_special_tokens")) {
+        return get_bool(f, k, &r->skip_special_tokens, e);
+    } else if (is(k, "seed")) {
+        char b[80];
+        if (!cJSON_IsNumber(f) || f->valuedouble != floor(f->valuedouble) || fabs(f->valuedouble) > 9.007199254740992e15) {
+            show(f, b, sizeof b);
+            return BAD(k, "'seed' must be an integer (got %s)", b);
+        }
+        r->has_seed = 1;
+        r->seed = (uint64_t)(int64_t)f->valuedouble;
+    } else if (is(k, "n")) {
+        if (get_int(f, k, 1, SERVE_MAX_N, &iv, e)) return -1;
+        r->n = (int)iv;
+    } else if (is(k, "best_of")) {
+        if (get_int(f, k, 1, 1 << 30, &iv, e)) return -1;
+        if (iv != 1) return BAD(k, "'best_of' must be 1: zaya serve returns every choice it samples (use n)");
+    } else if (is(k, "ignore_eos")) {
+        return get_bool(f, k, &r->ignore_eos, e);
+    } else if (is(k, "stream")) {
+        return get_bool(f, k, &r->stream, e);
+    } else if (is(k, "stream_options")) {
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(f, "include_usage");
+        if (!cJSON_IsObject(f) || (f->child && (!u || cJSON_GetArraySize(f) != 1)))
+            return BAD(k, "'stream_options' must be an object with only 'include_usage'");
+        if (u && get_bool(u, "stream_options.include_usage", &r->include_usage, e)) return -1;
+        *has_stream_options = 1;
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
 int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeRequest *r, ServeError *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->max_tokens = -1;
     r->temperature = r->top_p = NAN;
     r->top_k = -1;
+    r->repetition_penalty = 1;
+    r->skip_special_tokens = -1;
+    r->n = 1;
     r->logprobs = -1;
     r->add_generation_prompt = 1;
+    r->add_special_tokens = -1;
+    /* JSON text is UTF-8 (RFC 8259): raw bytes that are not, even inside a string, make it invalid */
+    const size_t valid = serve_utf8_valid_len(body, len);
+    if (valid < len) return BAD("", "the request body is not valid UTF-8 (byte %zu)", valid);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
@@ -196,145 +334,94 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
     }
     int rc = -1, logprobs_bool = 0, top_logprobs = -1, has_stream_options = 0;
     cJSON *chat = NULL;
+    while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (end < body + len) {
+        BAD("", "the request body is not valid JSON: more follows the JSON value (byte %ld)", (long)(end - body));
+        goto done;
+    }
     if (!cJSON_IsObject(root)) {
         BAD("", "the request body must be a JSON object");
         goto done;
     }
-    if (kind == SERVE_CHAT && !(chat = cJSON_CreateObject())) {
-        serve_error(e, 500, "server_error", "", "out of memory");
+    if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && !(chat = cJSON_CreateObject())) {
+        oom(e, "");
         goto done;
     }
     if (cJSON_GetArraySize(root) > 64) { /* the known fields are fewer; this bounds the duplicate check below */
         BAD("", "the request has %d fields; at most 64 are allowed", cJSON_GetArraySize(root));
         goto done;
     }
-    const cJSON *prompt = NULL, *messages = NULL;
+    static const char *const ROUTE[] = {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"};
+    const int generates = kind == SERVE_COMPLETION || kind == SERVE_CHAT;
+    const cJSON *prompt = NULL, *messages = NULL, *tokens = NULL;
     for (const cJSON *f = root->child; f; f = f->next) {
         const char *k = f->string;
         long iv;
-        double dv;
         for (const cJSON *g = root->child; g != f; g = g->next)
-            if (strcmp(g->string, k) == 0) {
+            if (is(g->string, k)) {
                 BAD(k, "field '%.40s' appears twice", k);
                 goto done;
             }
         int ignored = 0;
-        for (size_t i = 0; i < sizeof IGNORED / sizeof *IGNORED; i++) ignored |= strcmp(k, IGNORED[i]) == 0;
-        if (ignored) continue;
-        if (cJSON_IsNull(f) && strcmp(k, "model") != 0 && strcmp(k, "prompt") != 0 && strcmp(k, "messages") != 0)
+        for (size_t i = 0; i < sizeof IGNORED / sizeof *IGNORED; i++) ignored |= is(k, IGNORED[i]);
+        if (ignored && generates) continue;
+        if (cJSON_IsNull(f) && !is(k, "model") && !is(k, "prompt") && !is(k, "messages") && !is(k, "tokens"))
             continue; /* null = not given, as in OpenAI's API */
-        if (strcmp(k, "model") == 0) {
+        int got = 1;
+        if (is(k, "model")) {
             if (dup_string(f, "model", 256, &r->model, NULL, e)) goto done;
-        } else if (strcmp(k, "max_tokens") == 0 || (kind == SERVE_CHAT && strcmp(k, "max_completion_tokens") == 0)) {
-            if (get_int(f, k, 1, 1 << 30, &iv, e)) goto done;
-            r->max_tokens = (int)iv;
-        } else if (strcmp(k, "temperature") == 0) {
-            if (get_num(f, k, 0, 2, 0, &r->temperature, e)) goto done;
-        } else if (strcmp(k, "top_p") == 0) {
-            if (get_num(f, k, 0, 1, 1, &r->top_p, e)) goto done;
-        } else if (strcmp(k, "top_k") == 0) { /* vLLM's extension: -1 or 0 = off */
-            if (get_int(f, k, -1, 1 << 30, &iv, e)) goto done;
-            r->top_k = iv < 0 ? 0 : (int)iv;
-        } else if (strcmp(k, "stop") == 0) {
-            if (parse_stop(f, r, e)) goto done;
-        } else if (strcmp(k, "seed") == 0) {
-            char b[80];
-            if (!cJSON_IsNumber(f) || f->valuedouble != floor(f->valuedouble) || fabs(f->valuedouble) > 9.007199254740992e15) {
-                show(f, b, sizeof b);
-                BAD(k, "'seed' must be an integer (got %s)", b);
-                goto done;
-            }
-            r->has_seed = 1;
-            r->seed = (uint64_t)(int64_t)f->valuedouble;
-        } else if (strcmp(k, "n") == 0 || strcmp(k, "best_of") == 0) {
-            if (get_int(f, k, 1, 1 << 30, &iv, e)) goto done;
-            if (iv != 1) {
-                BAD(k, "'%s' must be 1: zaya serve returns one choice per request", k);
-                goto done;
-            }
-        } else if (strcmp(k, "ignore_eos") == 0) {
-            if (get_bool(f, k, &r->ignore_eos, e)) goto done;
-        } else if (strcmp(k, "stream") == 0) {
-            if (get_bool(f, k, &r->stream, e)) goto done;
-        } else if (strcmp(k, "stream_options") == 0) {
-            const cJSON *u = cJSON_GetObjectItemCaseSensitive(f, "include_usage");
-            if (!cJSON_IsObject(f) || (f->child && (!u || cJSON_GetArraySize(f) != 1))) {
-                BAD(k, "'stream_options' must be an object with only 'include_usage'");
-                goto done;
-            }
-            if (u && get_bool(u, "stream_options.include_usage", &r->include_usage, e)) goto done;
-            has_stream_options = 1;
-        } else if (strcmp(k, "presence_penalty") == 0 || strcmp(k, "frequency_penalty") == 0) {
-            if (get_num(f, k, -2, 2, 0, &dv, e)) goto done;
-            if (dv != 0) {
-                BAD(k, "'%s' is not supported by zaya serve (only 0)", k);
-                goto done;
-            }
-        } else if (strcmp(k, "logit_bias") == 0) {
-            if (!cJSON_IsObject(f) || f->child) {
-                BAD(k, "'logit_bias' is not supported by zaya serve (only an empty object)");
-                goto done;
-            }
-        } else if (kind == SERVE_COMPLETION && strcmp(k, "prompt") == 0) {
+        } else if (generates && (got = parse_generation_field(f, r, &has_stream_options, e)) <= 0) {
+            if (got < 0) goto done;
+        } else if ((kind == SERVE_COMPLETION || kind == SERVE_TOKENIZE) && is(k, "prompt")) {
             prompt = f;
-        } else if (kind == SERVE_COMPLETION && strcmp(k, "logprobs") == 0) {
+        } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "messages")) {
+            messages = f;
+        } else if (kind == SERVE_DETOKENIZE && is(k, "tokens")) {
+            tokens = f;
+        } else if (kind == SERVE_COMPLETION && is(k, "logprobs")) {
             if (get_int(f, k, 0, SERVE_MAX_LOGPROBS, &iv, e)) goto done;
             r->logprobs = (int)iv;
-        } else if (kind == SERVE_COMPLETION && strcmp(k, "echo") == 0) {
-            int echo;
-            if (get_bool(f, k, &echo, e)) goto done;
-            if (echo) {
-                BAD(k, "'echo' is not supported by zaya serve");
-                goto done;
-            }
-        } else if (kind == SERVE_COMPLETION && strcmp(k, "suffix") == 0) {
+        } else if (kind == SERVE_COMPLETION && is(k, "echo")) {
+            if (get_bool(f, k, &r->echo, e)) goto done;
+        } else if (kind == SERVE_COMPLETION && is(k, "suffix")) {
             BAD(k, "'suffix' is not supported by zaya serve");
             goto done;
-        } else if (kind == SERVE_CHAT && strcmp(k, "messages") == 0) {
-            messages = f;
-        } else if (kind == SERVE_CHAT && strcmp(k, "logprobs") == 0) {
+        } else if (kind == SERVE_CHAT && is(k, "logprobs")) {
             if (get_bool(f, k, &logprobs_bool, e)) goto done;
-        } else if (kind == SERVE_CHAT && strcmp(k, "top_logprobs") == 0) {
+        } else if (kind == SERVE_CHAT && is(k, "top_logprobs")) {
             if (get_int(f, k, 0, SERVE_MAX_TOP_LOGPROBS, &iv, e)) goto done;
             top_logprobs = (int)iv;
-        } else if (kind == SERVE_CHAT && strcmp(k, "tools") == 0) {
+        } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "tools")) {
             if (!cJSON_IsArray(f)) {
                 BAD(k, "'tools' must be a list of tool schemas");
                 goto done;
             }
             cJSON_AddItemToObject(chat, "tools", cJSON_Duplicate(f, 1));
-        } else if (kind == SERVE_CHAT && strcmp(k, "tool_choice") == 0) {
-            if (!cJSON_IsString(f) || (strcmp(f->valuestring, "auto") != 0 && strcmp(f->valuestring, "none") != 0)) {
+        } else if (kind == SERVE_CHAT && is(k, "tool_choice")) {
+            if (!cJSON_IsString(f) || (!is(f->valuestring, "auto") && !is(f->valuestring, "none"))) {
                 BAD(k, "'tool_choice' must be \"auto\" or \"none\" (zaya serve does not force tool calls)");
                 goto done;
             }
-        } else if (kind == SERVE_CHAT && strcmp(k, "response_format") == 0) {
+        } else if (kind == SERVE_CHAT && is(k, "response_format")) {
             const cJSON *ty = cJSON_GetObjectItemCaseSensitive(f, "type");
-            if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") != 0) {
+            if (!cJSON_IsString(ty) || !is(ty->valuestring, "text")) {
                 BAD(k, "'response_format' must be {\"type\": \"text\"} (structured output is not supported)");
                 goto done;
             }
-        } else if (kind == SERVE_CHAT && strcmp(k, "add_generation_prompt") == 0) {
+        } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "add_generation_prompt")) {
             if (get_bool(f, k, &r->add_generation_prompt, e)) goto done;
-        } else if (kind == SERVE_CHAT && strcmp(k, "chat_template_kwargs") == 0) {
-            if (!cJSON_IsObject(f)) {
-                BAD(k, "'chat_template_kwargs' must be an object of template variables");
-                goto done;
-            }
-            for (const cJSON *kv = f->child; kv; kv = kv->next) {
-                if (strcmp(kv->string, "messages") == 0 || strcmp(kv->string, "tools") == 0 ||
-                    strcmp(kv->string, "add_generation_prompt") == 0) {
-                    BAD(k, "'chat_template_kwargs' must not set '%s'", kv->string);
-                    goto done;
-                }
-                cJSON_AddItemToObject(chat, kv->string, cJSON_Duplicate(kv, 1));
-            }
+        } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "chat_template_kwargs")) {
+            if (parse_template_kwargs(f, chat, e)) goto done;
+        } else if (kind == SERVE_TOKENIZE && is(k, "add_special_tokens")) {
+            if (get_bool(f, k, &r->add_special_tokens, e)) goto done;
+        } else if (kind == SERVE_TOKENIZE && is(k, "return_token_strs")) {
+            if (get_bool(f, k, &r->return_token_strs, e)) goto done;
         } else {
-            BAD(k, "unknown field '%.40s' for %s", k, kind == SERVE_CHAT ? "/v1/chat/completions" : "/v1/completions");
+            BAD(k, "unknown field '%.40s' for %s", k, ROUTE[kind]);
             goto done;
         }
     }
-    if (!r->model) {
+    if (!r->model && generates) {
         BAD("model", "'model' is required");
         goto done;
     }
@@ -342,12 +429,40 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
         BAD("stream_options", "'stream_options' is only allowed with stream: true");
         goto done;
     }
-    if (kind == SERVE_COMPLETION) {
+    if (kind == SERVE_TOKENIZE && !!prompt == !!messages) {
+        BAD(prompt ? "messages" : "prompt", "/tokenize takes either 'prompt' or 'messages'");
+        goto done;
+    }
+    if (kind == SERVE_COMPLETION || (kind == SERVE_TOKENIZE && prompt)) {
         if (!prompt || cJSON_IsNull(prompt)) {
             BAD("prompt", "'prompt' is required");
             goto done;
         }
+        if (kind == SERVE_TOKENIZE && !cJSON_IsString(prompt)) {
+            BAD("prompt", "/tokenize's 'prompt' must be a string");
+            goto done;
+        }
         if (parse_prompt(prompt, r, e)) goto done;
+        if (r->max_tokens == 0 && !r->echo) {
+            BAD("max_tokens", "'max_tokens' must be at least 1 (0 only with echo: true)");
+            goto done;
+        }
+        if ((long)r->n_prompts * r->n > SERVE_MAX_CHOICES) {
+            BAD("n", "%d prompts x n = %d choices; at most %d are allowed", r->n_prompts, r->n_prompts * r->n,
+                SERVE_MAX_CHOICES);
+            goto done;
+        }
+    } else if (kind == SERVE_DETOKENIZE) {
+        if (!cJSON_IsArray(tokens)) {
+            BAD("tokens", "'tokens' must be a list of token ids");
+            goto done;
+        }
+        if (!(r->prompts = calloc(1, sizeof *r->prompts))) {
+            oom(e, "tokens");
+            goto done;
+        }
+        r->n_prompts = 1;
+        if (parse_ids(tokens, "tokens", 1, &r->prompts[0], e)) goto done;
     } else {
         if (!messages) {
             BAD("messages", "'messages' is required");
@@ -360,7 +475,7 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
         if (logprobs_bool) r->logprobs = top_logprobs > 0 ? top_logprobs : 0;
         if (parse_messages(messages, chat, e)) goto done;
         if (!(r->chat_json = cJSON_PrintUnformatted(chat))) {
-            serve_error(e, 500, "server_error", "", "out of memory");
+            oom(e, "");
             goto done;
         }
     }
@@ -374,8 +489,14 @@ done:
 
 void serve_request_free(ServeRequest *r) {
     free(r->model);
-    free(r->prompt);
-    free(r->prompt_ids);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->stop_ids);
     free(r->chat_json);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);

@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { SERVE_COMPLETION, SERVE_CHAT } ServeKind;
+/* The routes whose bodies are parsed here: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize. */
+typedef enum { SERVE_COMPLETION, SERVE_CHAT, SERVE_TOKENIZE, SERVE_DETOKENIZE } ServeKind;
 
 typedef struct {
     int status;        /* 400, 401, 404, 413, 503 ... */
@@ -26,29 +27,55 @@ int serve_error(ServeError *e, int status, const char *type, const char *param, 
 #define SERVE_MAX_STOP_BYTES 256  /* per stop string */
 #define SERVE_MAX_LOGPROBS 5      /* completions' logprobs */
 #define SERVE_MAX_TOP_LOGPROBS 20 /* chat's top_logprobs */
+#define SERVE_MAX_PROMPTS 1024    /* prompts in one completions request */
+#define SERVE_MAX_N 128           /* choices per prompt (the server also caps n at its --max-batch) */
+#define SERVE_MAX_CHOICES 1024    /* prompts x n */
+#define SERVE_MAX_LOGIT_BIAS 1024 /* logit_bias entries */
+#define SERVE_MAX_STOP_IDS 64     /* stop_token_ids */
+
+/* One prompt: text (encoded by the server) or token ids. */
+typedef struct {
+    char *text;            /* NULL: given as ids */
+    size_t len;
+    int32_t *ids;
+    int n_ids;
+} ServePrompt;
 
 typedef struct {
     ServeKind kind;
-    char *model;           /* the model asked for */
-    /* completions: the prompt as text, or as token ids */
-    char *prompt;
-    size_t prompt_len;
-    int32_t *prompt_ids;
-    int n_prompt_ids;
-    /* chat: {"messages": [...], "tools": [...] if given, chat_template_kwargs members...} for the chat renderer */
+    char *model;           /* the model asked for (NULL: not given, allowed for /tokenize and /detokenize) */
+    /* completions: one or more prompts; /tokenize: one (or messages); /detokenize: its "tokens" as one prompt */
+    ServePrompt *prompts;
+    int n_prompts;
+    /* chat and /tokenize with messages: {"messages": [...], "tools": [...] if given, chat_template_kwargs
+     * members...} for the chat renderer */
     char *chat_json;
     int add_generation_prompt;
-    int max_tokens;        /* -1: not given */
+    int max_tokens;        /* -1: not given; 0 only with echo */
     double temperature;    /* NAN: not given */
     double top_p;          /* NAN: not given */
     int top_k;             /* -1: not given (0 = off) */
+    double min_p;          /* 0 = off */
+    double presence_penalty, frequency_penalty; /* 0 = off */
+    double repetition_penalty;                  /* 1 = off */
+    int32_t *bias_ids;     /* logit_bias: ids (checked against the vocabulary by the server) and their biases */
+    float *bias;
+    int n_bias;
+    int32_t *stop_ids;     /* stop_token_ids (vLLM's extension) */
+    int n_stop_ids;
     char *stop[SERVE_MAX_STOP];
     int n_stop;
+    int include_stop_str;  /* include_stop_str_in_output (vLLM's extension) */
+    int skip_special_tokens; /* vLLM's extension; -1: not given */
     int has_seed;
     uint64_t seed;
+    int n;                 /* choices per prompt */
     int stream, include_usage;
     int ignore_eos;        /* vLLM's extension: generate max_tokens whatever the model says (benchmarks) */
     int logprobs;          /* -1: none; completions: the number of alternatives (0..5); chat: top_logprobs (0..20) */
+    int echo;              /* completions: the prompt comes back before the completion (with its logprobs) */
+    int add_special_tokens; /* /tokenize: -1 not given (then: prompt true, messages false) */
+    int return_token_strs; /* /tokenize */
 } ServeRequest;
 
 /* Parses body as a request of the given kind. On error r is left empty (nothing to free). */

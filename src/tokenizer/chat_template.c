@@ -90,7 +90,8 @@ static int read_named_templates(const List *l, const char *config, ChatConfig *c
     return 0;
 }
 
-int chat_config_load(const char *path, ChatConfig *cfg, ZyErr *err) {
+/* chat_config_load, with the template from template_file instead of the folder's when it is not NULL. */
+static int config_load(const char *path, const char *template_file, ChatConfig *cfg, ZyErr *err) {
     memset(cfg, 0, sizeof *cfg);
     char dir[4096], file[4200], jinja[4200] = "", config[4200];
     struct stat st;
@@ -111,6 +112,7 @@ int chat_config_load(const char *path, ChatConfig *cfg, ZyErr *err) {
         }
     }
     snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+    if (template_file) snprintf(jinja, sizeof jinja, "%s", template_file);
     if (!jinja[0]) {
         snprintf(file, sizeof file, "%s/chat_template.jinja", dir);
         if (file_exists(file)) snprintf(jinja, sizeof jinja, "%s", file);
@@ -124,7 +126,8 @@ int chat_config_load(const char *path, ChatConfig *cfg, ZyErr *err) {
         if (zy_read_file(jinja, &cfg->source, &cfg->source_len, err)) goto done;
         snprintf(cfg->origin, sizeof cfg->origin, "%.500s", jinja);
         snprintf(file, sizeof file, "%s/additional_chat_templates/tool_use.jinja", dir);
-        if (file_exists(file) && zy_read_file(file, &cfg->tool_source, &cfg->tool_source_len, err)) goto done;
+        if (!template_file && file_exists(file) && zy_read_file(file, &cfg->tool_source, &cfg->tool_source_len, err))
+            goto done;
     }
     const char *maps[2] = {config, NULL};
     char map2[4200];
@@ -163,6 +166,12 @@ done:
     r_free(&r);
     if (rc) chat_config_free(cfg);
     return rc;
+}
+
+int chat_config_load(const char *path, ChatConfig *cfg, ZyErr *err) { return config_load(path, NULL, cfg, err); }
+
+int chat_config_load_template(const char *path, const char *template_file, ChatConfig *cfg, ZyErr *err) {
+    return config_load(path, template_file, cfg, err);
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */

@@ -43,6 +43,9 @@ extern const char *const chat_special_names[CHAT_N_SPECIAL];
  * Special tokens come from tokenizer_config.json (strings or {"content": ...} objects), then
  * special_tokens_map.json. */
 int chat_config_load(const char *path, ChatConfig *cfg, ZyErr *err);
+/* The same with the template read from template_file (a Jinja file, e.g. a server's --chat-template) instead of the
+ * folder's, which need not have one; the special tokens are still the folder's. */
+int chat_config_load_template(const char *path, const char *template_file, ChatConfig *cfg, ZyErr *err);
 void chat_config_free(ChatConfig *cfg);
 
 typedef struct {

@@ -1,5 +1,6 @@
 /* libFuzzer target for zaya serve's request parser (serve_request_parse): the first byte picks the endpoint
- * (even: /v1/completions, odd: /v1/chat/completions), the rest is the body. Invariants: a rejected body gets a 4xx
+ * (even: /v1/completions, odd: /v1/chat/completions), the rest is the body (valid UTF-8 and one JSON value, else
+ * refused). Invariants: a rejected body gets a 4xx
  * (or a 500 for out of memory) with a message and leaves nothing to free; an accepted one has a model, a prompt
  * (text or ids) or messages that the chat renderer can read back as JSON, at most SERVE_MAX_STOP non-empty stop
  * strings and every number in its documented range. Build and run: `make fuzz` or
@@ -29,11 +30,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&e, 0, sizeof e);
     if (serve_request_parse((const char *)data + 1, size - 1, kind, &r, &e)) {
         if (e.status < 400 || e.status > 599 || !e.message[0] || !e.type[0]) fail("an error without a status or message");
-        if (r.model || r.prompt || r.prompt_ids || r.chat_json || r.n_stop) fail("a rejected request holds memory");
+        if (r.model || r.prompts || r.chat_json || r.n_stop || r.bias_ids || r.stop_ids)
+            fail("a rejected request holds memory");
         return 0;
     }
     if (!r.model) fail("accepted without a model");
-    if (r.max_tokens == 0 || r.max_tokens < -1) fail("max_tokens out of range");
+    if ((r.max_tokens == 0 && !r.echo) || r.max_tokens < -1) fail("max_tokens out of range");
+    if (r.n < 1 || r.n > SERVE_MAX_N || (long)r.n * (r.n_prompts > 0 ? r.n_prompts : 1) > SERVE_MAX_CHOICES)
+        fail("n out of range");
+    if (!(r.min_p >= 0 && r.min_p <= 1) || !(r.repetition_penalty > 0) || fabs(r.presence_penalty) > 2 ||
+        fabs(r.frequency_penalty) > 2)
+        fail("a penalty out of range");
+    for (int i = 0; i < r.n_bias; i++)
+        if (r.bias_ids[i] < 0 || !(fabsf(r.bias[i]) <= 100)) fail("a bad logit_bias entry");
+    for (int i = 0; i < r.n_stop_ids; i++)
+        if (r.stop_ids[i] < 0) fail("a negative stop_token_id");
     if (!isnan(r.temperature) && !(r.temperature >= 0 && r.temperature <= 2)) fail("temperature out of range");
     if (!isnan(r.top_p) && !(r.top_p > 0 && r.top_p <= 1)) fail("top_p out of range");
     if (r.top_k < -1) fail("top_k out of range");
@@ -41,10 +52,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < r.n_stop; i++)
         if (!r.stop[i] || !r.stop[i][0] || strlen(r.stop[i]) > SERVE_MAX_STOP_BYTES) fail("a bad stop string");
     if (kind == SERVE_COMPLETION) {
-        if (!r.prompt == !r.prompt_ids) fail("a completion needs exactly one of text and ids");
-        if (r.prompt_ids && r.n_prompt_ids <= 0) fail("empty ids accepted");
-        for (int i = 0; i < r.n_prompt_ids; i++)
-            if (r.prompt_ids[i] < 0) fail("a negative id accepted");
+        if (r.n_prompts < 1 || r.n_prompts > SERVE_MAX_PROMPTS) fail("a completion without prompts");
+        for (int p = 0; p < r.n_prompts; p++) {
+            const ServePrompt *q = &r.prompts[p];
+            if (!q->text == !q->ids) fail("a prompt needs exactly one of text and ids");
+            if (q->ids && q->n_ids <= 0) fail("empty ids accepted");
+            for (int i = 0; i < q->n_ids; i++)
+                if (q->ids[i] < 0) fail("a negative id accepted");
+        }
         if (r.logprobs < -1 || r.logprobs > SERVE_MAX_LOGPROBS) fail("logprobs out of range");
     } else {
         cJSON *c = r.chat_json ? cJSON_Parse(r.chat_json) : NULL;

@@ -9,7 +9,7 @@ random model with a byte-level BPE tokenizer and a ChatML-style chat template bu
   a prompt longer than the context, negative max_tokens, n > 1, a wrong model, a missing or wrong API key;
 - a full queue answers 503 with Retry-After;
 - a disconnect storm (clients closing mid-stream) leaves no KV blocks held (/metrics back to zero);
-- SIGTERM lets a running stream finish and exits 0.
+- SIGTERM lets a running stream finish, answers a new connection 503, and exits 0.
 
     python tests/oracle/test_serve.py [--keep DIR]
 
@@ -288,7 +288,7 @@ def main():
             ("negative id", "/v1/completions", dict(base, prompt=[1, -5]), 400, "prompt"),
             ("prompt longer than the context", "/v1/completions", dict(base, prompt=[5] * 200), 400, "prompt"),
             ("prompt + max_tokens past the context", "/v1/completions", dict(base, max_tokens=1000), 400, "max_tokens"),
-            ("n = 2", "/v1/completions", dict(base, n=2), 400, "n"),
+            ("n above --max-batch", "/v1/completions", dict(base, n=9), 400, "n"),
             ("missing prompt", "/v1/completions", {"model": name}, 400, "prompt"),
             ("top_p 0", "/v1/completions", dict(base, top_p=0), 400, "top_p"),
             ("too many stops", "/v1/completions", dict(base, stop=["a", "b", "c", "d", "e"]), 400, "stop"),
@@ -433,6 +433,20 @@ def main():
     res.check(st == 503 and hdr.get("Retry-After") and error_of(st, payload)[1], "full queue: 503 + Retry-After",
               f"{st} {hdr} {payload[:200]!r}")
     srv.proc.send_signal(signal.SIGTERM)
+    # a client that connects during the grace period gets the 503 the docs describe, not a reset
+    deadline = time.time() + 10
+    st, hdr, payload = None, {}, b""
+    while time.time() < deadline:
+        try:
+            st, hdr, payload = srv.raw("POST", "/v1/completions", {"model": name, "prompt": "x", "max_tokens": 2})
+        except OSError as e:  # noqa: PERF203
+            st, payload = None, repr(e).encode()
+            break
+        if st == 503 and b"shutting down" in payload:
+            break
+        time.sleep(0.1)  # the signal not handled yet: the full queue's 503 says something else
+    res.check(st == 503 and b"shutting down" in payload and hdr.get("Connection", "").lower() == "close",
+              "SIGTERM: a new connection gets 503 (not a reset)", f"{st} {hdr} {payload[:200]!r}")
     t.join(150)
     try:
         rc = srv.proc.wait(60)

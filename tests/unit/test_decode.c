@@ -254,7 +254,7 @@ TEST(decode_generate_greedy_matches_full_forward_argmax) {
     Sampler s;
     REQUIRE(kvcache_create(&c, &m.cfg, 1, n_prompt + max_new, &err) == 0);
     REQUIRE(sampler_create(&s, V, &err) == 0);
-    SamplingParams greedy = {0, 0, 1};
+    SamplingParams greedy = {0, 0, 1, 0};
     ZyRng rng;
     zy_rng_seed(&rng, 1);
     int32_t seq[32] = {1, 7, 3, 9, 4};
@@ -584,4 +584,101 @@ TEST(decode_pool_ragged_batch_matches_full_forward) {
     CHECK_MSG(worst[0] < 1e-5, "max rel err %.3g", worst[0]);
     /* bf16 k̂ and v: each rounded at 2^-9 relative; the logits move by about that, not more */
     CHECK_MSG(worst[1] > 0 && worst[1] < 2e-2, "max rel err %.3g", worst[1]);
+}
+
+/* A choice forks its parent's cache (kvpool_fork) and both go on with different tokens: each gets the logits of a
+ * full forward over its own sequence (the parent's writes to the partly filled block do not reach the child, which
+ * has its own copy); the full blocks are shared until both are released. The prefill asks for every row's logits
+ * (DECODE_LOGITS_ALL) beside another sequence that wants only its last row's, in both orders: each lands at its place
+ * (o_i = rows before it, n_j for DECODE_LOGITS_ALL, 1 for others). */
+TEST(decode_pool_fork_shares_blocks_and_every_row_logits) {
+    ZyErr err = {{0}};
+    for (int kvb = 0; kvb < 2; kvb++) {
+        Model m;
+        REQUIRE(make_model(&m, &shapes[0], 900 + kvb, &err) == 0);
+        enum { NP = 13, NC = 9, OTHER = 5, BT = 4, CHUNK = 6 };
+        const int V = m.cfg.vocab_size;
+        int32_t seq[3][NP + NC];
+        ZyRng rng;
+        zy_rng_seed(&rng, 31 + kvb);
+        for (int t = 0; t < NP + NC; t++) seq[0][t] = (int32_t)(zy_rng_next(&rng) % V);
+        memcpy(seq[1], seq[0], sizeof(int32_t) * NP); /* the same prompt, another continuation */
+        for (int t = NP; t < NP + NC; t++) seq[1][t] = (int32_t)((seq[0][t] + 1 + t) % V);
+        for (int t = 0; t < OTHER; t++) seq[2][t] = (int32_t)(zy_rng_next(&rng) % V);
+        float *ref[3];
+        for (int q = 0; q < 3; q++) {
+            const int T = q == 2 ? OTHER : NP + NC;
+            Activations a;
+            REQUIRE(acts_create(&a, &m.cfg, 1, T, &err) == 0);
+            model_forward(&m, &a, seq[q]);
+            ref[q] = malloc(sizeof(float) * T * V);
+            memcpy(ref[q], a.logits, sizeof(float) * T * V);
+            acts_free(&a);
+        }
+        KVPool p;
+        REQUIRE(kvpool_create(&p, &m.cfg, 3, NP + NC, 16, BT, 2 * CHUNK, CHUNK, kvb, &err) == 0);
+        const int own = kvpool_blocks_for(&p, NP + NC) - NP / BT;
+        REQUIRE(kvpool_reserve(&p, 0, NP + NC) == 0 && kvpool_reserve(&p, 1, own * BT) == 0 &&
+                kvpool_reserve(&p, 2, OTHER) == 0);
+        float *lg = malloc(sizeof(float) * 2 * CHUNK * V);
+        double worst = 0;
+        /* the prompt in chunks 6, 6, 1 with every row's logits; slot 2's 5 tokens beside it (2, 2, 1), first after
+         * and then before the prompt's rows */
+        const int pn[3] = {6, 6, 1}, on[3] = {2, 2, 1};
+        int pf = 0, of = 0;
+        for (int st = 0; st < 3; st++) {
+            DecodeSeq ds[2];
+            int32_t rows[2 * CHUNK];
+            const int all_first = st != 0;
+            const DecodeSeq pseq = {.slot = 0, .n = pn[st], .logits = DECODE_LOGITS_ALL};
+            const DecodeSeq oseq = {.slot = 2, .n = on[st], .logits = 1};
+            ds[0] = all_first ? pseq : oseq;
+            ds[1] = all_first ? oseq : pseq;
+            memcpy(rows, all_first ? seq[0] + pf : seq[2] + of, sizeof(int32_t) * ds[0].n);
+            memcpy(rows + ds[0].n, all_first ? seq[2] + of : seq[0] + pf, sizeof(int32_t) * ds[1].n);
+            REQUIRE(model_decode_step(&m, &p, ds, 2, rows, lg, &err) == 0);
+            const float *prompt_rows = lg + (size_t)(all_first ? 0 : 1) * V;
+            const float *other_row = lg + (size_t)(all_first ? pn[st] : 0) * V;
+            for (int r = 0; r < pn[st]; r++) {
+                double e = rel_err(prompt_rows + (size_t)r * V, ref[0] + (size_t)(pf + r) * V, V);
+                worst = e > worst ? e : worst;
+            }
+            of += on[st];
+            pf += pn[st];
+            double e = rel_err(other_row, ref[2] + (size_t)(of - 1) * V, V);
+            worst = e > worst ? e : worst;
+        }
+        CHECK(p.len[0] == NP && p.len[2] == OTHER);
+        kvpool_seq_release(&p, 2);
+        /* the fork: the child takes the 3 full blocks (shared) and copies the partial fourth into its own */
+        const int free_before = p.n_free;
+        CHECK(kvpool_fork(&p, 0, 0) == -1);
+        CHECK(kvpool_fork(&p, 0, 2) == -1 && p.len[2] == 0); /* no block of its own for the partial one's copy */
+        REQUIRE(kvpool_fork(&p, 0, 1) == 0);
+        CHECK(p.len[1] == NP && p.n_free == free_before && p.n_held[1] == NP / BT + own);
+        for (int b = 0; b < NP / BT; b++) CHECK(p.table[p.max_blocks + b] == p.table[b] && p.refs[p.table[b]] == 2);
+        CHECK(p.table[p.max_blocks + NP / BT] != p.table[NP / BT]);
+        CHECK(kvpool_fork(&p, 0, 1) == -1); /* the child is not empty any more */
+        /* both continue, one token each per step */
+        for (int t = NP; t < NP + NC; t++) {
+            DecodeSeq ds[2] = {{.slot = 0, .n = 1, .logits = 1}, {.slot = 1, .n = 1, .logits = 1}};
+            int32_t rows[2] = {seq[0][t], seq[1][t]};
+            REQUIRE(model_decode_step(&m, &p, ds, 2, rows, lg, &err) == 0);
+            for (int q = 0; q < 2; q++) {
+                double e = rel_err(lg + (size_t)q * V, ref[q] + (size_t)t * V, V);
+                worst = e > worst ? e : worst;
+            }
+        }
+        kvpool_seq_release(&p, 0); /* the shared blocks stay with the child */
+        CHECK(p.n_blocks - p.n_free == p.n_held[1]);
+        kvpool_seq_release(&p, 1);
+        CHECK(p.n_free == p.n_blocks);
+        printf("    fork and every-row logits vs full forward (%s k and v): max rel err %.3g\n", kvb ? "bf16" : "fp32",
+               worst);
+        CHECK_MSG(worst < (kvb ? 2e-2 : 1e-5), "max rel err %.3g", worst);
+        free(lg);
+        for (int q = 0; q < 3; q++) free(ref[q]);
+        kvpool_free(&p);
+        model_free(&m);
+    }
 }

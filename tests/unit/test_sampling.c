@@ -38,7 +38,7 @@ TEST(sampling_greedy_is_argmax) {
         for (int i = 1; i < 100; i++)
             if (lg[i] > lg[best]) best = i;
         before = rng;
-        SamplingParams greedy = {0.0, 0, 1.0}, k1 = {1.0, 1, 1.0}, k1_hot = {5.0, 1, 0.3};
+        SamplingParams greedy = {0.0, 0, 1.0, 0}, k1 = {1.0, 1, 1.0, 0}, k1_hot = {5.0, 1, 0.3, 0};
         CHECK(sample_next(&s, &greedy, lg, &rng) == best);
         CHECK(memcmp(&before, &rng, sizeof rng) == 0); /* greedy draws nothing */
         CHECK(sample_next(&s, &k1, lg, &rng) == best);
@@ -59,7 +59,7 @@ TEST(sampling_top_p_keeps_the_smallest_set_reaching_p) {
     const double prob[4] = {0.15, 0.5, 0.05, 0.3}; /* sorted: 1 (0.5), 3 (0.3), 0 (0.15), 2 (0.05) */
     float lg[4];
     for (int i = 0; i < 4; i++) lg[i] = (float)log(prob[i]);
-    SamplingParams p = {1.0, 0, 0.45};
+    SamplingParams p = {1.0, 0, 0.45, 0};
     const double only_top[4] = {0, 1, 0, 0}, two[4] = {0, 0.5 / 0.8, 0, 0.3 / 0.8},
                  three[4] = {0.15 / 0.95, 0.5 / 0.95, 0, 0.3 / 0.95};
     CHECK(freq_ok(&s, &p, lg, only_top, 4, 2000, 1));
@@ -70,7 +70,7 @@ TEST(sampling_top_p_keeps_the_smallest_set_reaching_p) {
     p.top_p = 1.0;
     CHECK(freq_ok(&s, &p, lg, prob, 4, 20000, 4));
     /* top-k then top-p on what top-k kept: k=2 leaves {1: 0.625, 3: 0.375}; p=0.6 keeps token 1 only */
-    SamplingParams kp = {1.0, 2, 0.6};
+    SamplingParams kp = {1.0, 2, 0.6, 0};
     CHECK(freq_ok(&s, &kp, lg, only_top, 4, 2000, 5));
     kp.top_p = 0.7;
     CHECK(freq_ok(&s, &kp, lg, two, 4, 20000, 6));
@@ -105,7 +105,7 @@ TEST(sampling_top_p_large_vocabulary) {
         cut = sorted[n++];
     }
     CHECK(n > 1000); /* a wide nucleus: many histogram buckets, a crowded crossing bucket */
-    SamplingParams sp = {1.0, 0, 0.9};
+    SamplingParams sp = {1.0, 0, 0.9, 0};
     int below = 0;
     for (int i = 0; i < 500; i++) {
         int32_t t = sample_next(&s, &sp, lg, &rng);
@@ -123,7 +123,7 @@ TEST(sampling_is_deterministic_and_matches_the_distribution) {
     Sampler s;
     REQUIRE(sampler_create(&s, 6, &err) == 0);
     const float lg[6] = {1.0f, 2.0f, 0.5f, -1.0f, 2.0f, 0.0f};
-    SamplingParams p = {1.0, 0, 1.0};
+    SamplingParams p = {1.0, 0, 1.0, 0};
     int32_t a[64], b[64], c[64];
     ZyRng r1, r2, r3;
     zy_rng_seed(&r1, 42);
@@ -145,7 +145,7 @@ TEST(sampling_is_deterministic_and_matches_the_distribution) {
         CHECK(freq_ok(&s, &p, lg, want, 6, 40000, 100 + ti));
     }
     /* top-k = 3 keeps tokens 1, 4 (tied, 2.0) and 0 (1.0) */
-    SamplingParams k3 = {1.0, 3, 1.0};
+    SamplingParams k3 = {1.0, 3, 1.0, 0};
     double want[6] = {0}, sum = exp(1.0) + 2 * exp(2.0);
     want[0] = exp(1.0) / sum;
     want[1] = want[4] = exp(2.0) / sum;
@@ -155,14 +155,15 @@ TEST(sampling_is_deterministic_and_matches_the_distribution) {
 
 TEST(sampling_rejects_bad_parameters) {
     ZyErr err = {{0}};
-    SamplingParams ok = {0.7, 40, 0.95}, neg_t = {-1, 0, 1}, nan_t = {NAN, 0, 1}, neg_k = {1, -1, 1},
-                   zero_p = {1, 0, 0}, big_p = {1, 0, 1.5};
+    SamplingParams ok = {0.7, 40, 0.95, 0}, neg_t = {-1, 0, 1, 0}, nan_t = {NAN, 0, 1, 0}, neg_k = {1, -1, 1, 0},
+                   zero_p = {1, 0, 0, 0}, big_p = {1, 0, 1.5, 0}, big_min_p = {1, 0, 1, 1.5};
     CHECK(sampling_validate(&ok, &err) == 0);
     CHECK(sampling_validate(&neg_t, &err) == -1 && strstr(err.msg, "--temperature"));
     CHECK(sampling_validate(&nan_t, &err) == -1);
     CHECK(sampling_validate(&neg_k, &err) == -1 && strstr(err.msg, "--top-k"));
     CHECK(sampling_validate(&zero_p, &err) == -1 && strstr(err.msg, "--top-p"));
     CHECK(sampling_validate(&big_p, &err) == -1);
+    CHECK(sampling_validate(&big_min_p, &err) == -1 && strstr(err.msg, "--min-p"));
     Sampler s;
     CHECK(sampler_create(&s, 0, &err) == -1);
 }
@@ -177,11 +178,59 @@ TEST(sampling_respects_n_allowed) {
     s.n_allowed = 5000;
     ZyRng rng;
     zy_rng_seed(&rng, 3);
-    const SamplingParams ps[4] = {{0, 0, 1}, {1, 0, 1}, {1, 10, 1}, {1, 0, 0.5}};
+    const SamplingParams ps[4] = {{0, 0, 1, 0}, {1, 0, 1, 0}, {1, 10, 1, 0}, {1, 0, 0.5, 0}};
     int bad = 0;
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < 50; i++) bad += sample_next(&s, &ps[k], lg, &rng) >= 5000;
     CHECK(bad == 0);
     free(lg);
     sampler_free(&s);
+}
+
+/* min_p drops what is less likely than min_p x the most likely (after temperature): the rest keeps its relative
+ * frequencies. logits ln(8), ln(4), ln(2), 0 at T = 1: p = 8/15, 4/15, 2/15, 1/15; min_p 0.2 keeps 8, 4, 2. */
+TEST(sampling_min_p) {
+    ZyErr err = {{0}};
+    Sampler s;
+    REQUIRE(sampler_create(&s, 4, &err) == 0);
+    const float lg[4] = {logf(8), logf(4), logf(2), 0};
+    const SamplingParams p = {1.0, 0, 1.0, 0.2}, with_k = {1.0, 2, 1.0, 0.2}, all = {1.0, 0, 1.0, 0.1};
+    const double want[4] = {8 / 14.0, 4 / 14.0, 2 / 14.0, 0}, want_k[4] = {8 / 12.0, 4 / 12.0, 0, 0};
+    const double want_all[4] = {8 / 15.0, 4 / 15.0, 2 / 15.0, 1 / 15.0};
+    CHECK(freq_ok(&s, &p, lg, want, 4, 40000, 3));
+    CHECK(freq_ok(&s, &with_k, lg, want_k, 4, 40000, 4));
+    CHECK(freq_ok(&s, &all, lg, want_all, 4, 40000, 5)); /* below every ratio: all kept */
+    const SamplingParams only_top = {2.0, 0, 1.0, 1.0}; /* min_p 1: only the most likely, whatever the temperature */
+    ZyRng rng;
+    zy_rng_seed(&rng, 9);
+    for (int i = 0; i < 200; i++) CHECK(sample_next(&s, &only_top, lg, &rng) == 0);
+    sampler_free(&s);
+}
+
+/* The penalties, value by value, as vLLM computes them: logit_bias added first; then over the prompt's and the
+ * output's tokens a positive logit divided by repetition_penalty, a negative one multiplied; then frequency x count
+ * and presence once subtracted for the output's tokens. The scratch counts come back zeroed. */
+TEST(sampling_penalties_as_vllm) {
+    enum { V = 6 };
+    const int32_t prompt[3] = {0, 1, 0}, output[4] = {2, 1, 2, 2}, bias_ids[2] = {3, 5};
+    const float bias[2] = {1.5f, -100};
+    int32_t counts[V] = {0};
+    float lg[V] = {2, -1, 3, 0.5f, -2, 4};
+    LogitsPenalties none = {0};
+    CHECK(!logits_penalties_active(&none));
+    none.repetition = 1;
+    CHECK(!logits_penalties_active(&none));
+    LogitsPenalties p = {.presence = 0.5, .frequency = 0.25, .repetition = 2, .bias_ids = bias_ids, .bias = bias,
+                         .n_bias = 2};
+    CHECK(logits_penalties_active(&p));
+    logits_apply_penalties(lg, V, &p, prompt, 3, output, 4, counts);
+    /* 0: prompt only, 2 > 0 → 1. 1: prompt and output once, -1 → -2, - 0.25 - 0.5 = -2.75. 2: output 3 times, 3 → 1.5,
+     * - 0.75 - 0.5 = 0.25. 3: bias 0.5 + 1.5 = 2. 4: untouched. 5: 4 - 100 = -96 */
+    const float want[V] = {1, -2.75f, 0.25f, 2, -2, -96};
+    for (int i = 0; i < V; i++) CHECK_MSG(fabsf(lg[i] - want[i]) < 1e-6f, "logit %d: %g, want %g", i, lg[i], want[i]);
+    for (int i = 0; i < V; i++) CHECK(counts[i] == 0);
+    float lg2[V] = {2, -1, 3, 0.5f, -2, 4};
+    const LogitsPenalties only_bias = {.bias_ids = bias_ids, .bias = bias, .n_bias = 2};
+    logits_apply_penalties(lg2, V, &only_bias, prompt, 3, output, 4, counts);
+    CHECK(lg2[0] == 2 && lg2[1] == -1 && lg2[2] == 3 && lg2[3] == 2 && lg2[5] == -96);
 }

@@ -25,12 +25,38 @@ TEST(serve_request_parser) {
     REQUIRE(parse("{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":-1,"
                   "\"stop\":\"\\n\",\"seed\":-3,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
                   "\"logprobs\":2,\"user\":\"u\",\"n\":null,\"ignore_eos\":true}", SERVE_COMPLETION, &r, &e) == 0);
-    CHECK(strcmp(r.model, "m") == 0 && strcmp(r.prompt, "hi") == 0 && r.max_tokens == 7 && r.temperature == 0);
+    CHECK(strcmp(r.model, "m") == 0 && r.n_prompts == 1 && strcmp(r.prompts[0].text, "hi") == 0 && r.max_tokens == 7 &&
+          r.temperature == 0);
     CHECK(r.top_p == 0.5 && r.top_k == 0 && r.n_stop == 1 && strcmp(r.stop[0], "\n") == 0 && r.has_seed);
     CHECK(r.stream && r.include_usage && r.logprobs == 2 && r.ignore_eos);
     serve_request_free(&r);
     REQUIRE(parse("{\"model\":\"m\",\"prompt\":[[4,5,6]]}", SERVE_COMPLETION, &r, &e) == 0);
-    CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 6 && r.max_tokens == -1 && isnan(r.temperature));
+    CHECK(r.n_prompts == 1 && r.prompts[0].n_ids == 3 && r.prompts[0].ids[2] == 6 && r.max_tokens == -1 &&
+          isnan(r.temperature) && r.n == 1 && !r.echo);
+    serve_request_free(&r);
+    /* batches: strings, token lists; n choices each; echo with max_tokens 0; vLLM's sampling fields */
+    REQUIRE(parse("{\"model\":\"m\",\"prompt\":[\"a\",\"b c\"],\"n\":3,\"echo\":true,\"max_tokens\":0,\"logprobs\":1,"
+                  "\"min_p\":0.1,\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.3,"
+                  "\"logit_bias\":{\"17\":-100,\"5\":2.5},\"stop_token_ids\":[9,10],\"skip_special_tokens\":false,"
+                  "\"include_stop_str_in_output\":true}", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(r.n_prompts == 2 && strcmp(r.prompts[1].text, "b c") == 0 && r.n == 3 && r.echo && r.max_tokens == 0);
+    CHECK(r.min_p == 0.1 && r.presence_penalty == 0.5 && r.frequency_penalty == -1 && r.repetition_penalty == 1.3);
+    CHECK(r.n_bias == 2 && r.bias_ids[0] == 17 && r.bias[0] == -100 && r.bias_ids[1] == 5 && r.bias[1] == 2.5f);
+    CHECK(r.n_stop_ids == 2 && r.stop_ids[1] == 10 && r.skip_special_tokens == 0 && r.include_stop_str);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"model\":\"m\",\"prompt\":[[1,2],[3]]} \r\n", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(r.n_prompts == 2 && r.prompts[0].n_ids == 2 && r.prompts[1].ids[0] == 3 && !r.prompts[1].text);
+    serve_request_free(&r);
+    /* /tokenize and /detokenize (model optional) */
+    REQUIRE(parse("{\"prompt\":\"hi\",\"add_special_tokens\":false,\"return_token_strs\":true}", SERVE_TOKENIZE, &r,
+                  &e) == 0);
+    CHECK(!r.model && r.n_prompts == 1 && r.add_special_tokens == 0 && r.return_token_strs && !r.chat_json);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", SERVE_TOKENIZE, &r, &e) == 0);
+    CHECK(r.chat_json && r.add_special_tokens == -1 && r.add_generation_prompt == 1);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"tokens\":[5,6,7]}", SERVE_DETOKENIZE, &r, &e) == 0);
+    CHECK(r.n_prompts == 1 && r.prompts[0].n_ids == 3 && r.prompts[0].ids[0] == 5);
     serve_request_free(&r);
     REQUIRE(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
                   "{\"type\":\"text\",\"text\":\"b\"}]}],\"chat_template_kwargs\":{\"enable_thinking\":false},"
@@ -51,19 +77,41 @@ TEST(serve_request_parser) {
         {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":\"hot\"}", SERVE_COMPLETION, "temperature", "hot"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":3}", SERVE_COMPLETION, "temperature", "<= 2"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":0}", SERVE_COMPLETION, "top_p", "> 0"},
-        {"{\"model\":\"m\",\"prompt\":\"x\",\"n\":3}", SERVE_COMPLETION, "n", "must be 1"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"n\":0}", SERVE_COMPLETION, "n", "integer from 1"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":3}", SERVE_COMPLETION, "best_of", "must be 1"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"bogus\":1}", SERVE_COMPLETION, "bogus", "unknown field"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"model\":\"n\"}", SERVE_COMPLETION, "model", "twice"},
         {"{\"model\":\"m\",\"prompt\":[1,-2]}", SERVE_COMPLETION, "prompt", "token ids"},
         {"{\"model\":\"m\",\"prompt\":[]}", SERVE_COMPLETION, "prompt", "empty"},
-        {"{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", SERVE_COMPLETION, "prompt", "token ids"},
+        {"{\"model\":\"m\",\"prompt\":[\"a\",[1]]}", SERVE_COMPLETION, "prompt", "not a mix"},
+        {"{\"model\":\"m\",\"prompt\":[[1],[]]}", SERVE_COMPLETION, "prompt", "empty"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}", SERVE_COMPLETION, "stop", "non-empty"},
-        {"{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", SERVE_COMPLETION, "echo", "not supported"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", SERVE_COMPLETION, "max_tokens", "only with echo"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"echo\":1}", SERVE_COMPLETION, "echo", "true or false"},
+        /* the defects of issue 33: junk after the object, raw bytes that are not UTF-8, a number past a double */
+        {"{\"model\":\"m\",\"prompt\":\"x\"}xyz", SERVE_COMPLETION, "", "more follows"},
+        {"{\"model\":\"m\",\"prompt\":\"x\"} {}", SERVE_COMPLETION, "", "more follows"},
+        {"{\"model\":\"m\",\"prompt\":\"a\xff\"}", SERVE_COMPLETION, "", "not valid UTF-8 (byte 24)"},
+        {"{\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}", SERVE_COMPLETION, "", "not valid UTF-8"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":1e309}", SERVE_COMPLETION, "temperature",
+         "too large to represent"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", SERVE_COMPLETION, "logit_bias", "token ids"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"3\":101}}", SERVE_COMPLETION, "logit_bias", "<= 100"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"stop_token_ids\":[1,-1]}", SERVE_COMPLETION, "stop_token_ids",
+         "token ids"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"min_p\":2}", SERVE_COMPLETION, "min_p", "<= 1"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"repetition_penalty\":0}", SERVE_COMPLETION, "repetition_penalty",
+         "> 0"},
+        {"{\"model\":\"m\",\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":128}", SERVE_COMPLETION, "n", "choices"},
+        {"{\"prompt\":\"x\",\"messages\":[]}", SERVE_TOKENIZE, "messages", "either"},
+        {"{\"prompt\":[1]}", SERVE_TOKENIZE, "prompt", "string"},
+        {"{\"prompt\":\"x\",\"n\":1}", SERVE_TOKENIZE, "n", "unknown field"},
+        {"{\"tokens\":\"x\"}", SERVE_DETOKENIZE, "tokens", "list of token ids"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":9}", SERVE_COMPLETION, "logprobs", "integer"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", SERVE_COMPLETION,
          "stream_options", "stream: true"},
-        {"{\"model\":\"m\",\"prompt\":\"x\",\"frequency_penalty\":0.5}", SERVE_COMPLETION, "frequency_penalty",
-         "not supported"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"frequency_penalty\":3}", SERVE_COMPLETION, "frequency_penalty",
+         "<= 2"},
         {"{\"model\":\"m\"}", SERVE_CHAT, "messages", "required"},
         {"{\"model\":\"m\",\"messages\":[]}", SERVE_CHAT, "messages", "non-empty"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":1}]}", SERVE_CHAT, "messages[0]", "role"},
@@ -77,7 +125,7 @@ TEST(serve_request_parser) {
         memset(&e, 0, sizeof e);
         int rc = parse(bad[i].body, bad[i].kind, &r, &e);
         CHECK_MSG(rc == -1 && e.status == 400 && strcmp(e.param, bad[i].param) == 0 && strstr(e.message, bad[i].says) &&
-                      !r.model && !r.prompt_ids,
+                      !r.model && !r.prompts,
                   "%s -> %d %s: %s", bad[i].body, e.status, e.param, e.message);
     }
 }
@@ -169,7 +217,7 @@ static char *reference(Fixture *f, const int32_t *prompt, int n, int max_new, co
         return NULL;
     }
     s.n_allowed = tokenizer_vocab_size(f->tok);
-    SamplingParams greedy = {0, 0, 1};
+    SamplingParams greedy = {0, 0, 1, 0};
     ZyRng rng;
     zy_rng_seed(&rng, 1);
     Ids out = {.n = 0, .stop = stop[0]};
@@ -201,7 +249,7 @@ TEST(serve_engine_matches_generate) {
     for (int q = 0; q < NJ; q++) {
         for (int t = 0; t < lens[q]; t++) prompts[q][t] = (int32_t)(3 + (q * 37 + t * 11) % 290);
         ServeJobSpec sp = {.prompt = prompts[q], .n_prompt = lens[q], .max_tokens = max_new[q],
-                           .sampling = {0, 0, 1}, .seed = 1, .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1};
+                           .sampling = {0, 0, 1, 0}, .seed = 1, .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1};
         ServeError se;
         REQUIRE(serve_engine_submit(e, &sp, &jobs[q], &se) == 0);
     }
@@ -222,7 +270,7 @@ TEST(serve_engine_matches_generate) {
             char stop_str[3] = {want[at], want[at + 1], 0};
             char *stops[1] = {stop_str};
             ServeJobSpec sp = {.prompt = prompts[q], .n_prompt = lens[q], .max_tokens = max_new[q],
-                               .sampling = {0, 0, 1}, .stop_ids = &stop, .n_stop_ids = 1, .stop = stops, .n_stop = 1,
+                               .sampling = {0, 0, 1, 0}, .stop_ids = &stop, .n_stop_ids = 1, .stop = stops, .n_stop = 1,
                                .logprobs = -1};
             ServeJob *j;
             ServeError se;
@@ -259,7 +307,7 @@ TEST(serve_engine_cancel_queue_and_shutdown) {
     REQUIRE(serve_engine_create(&e, &f.m, f.tok, &o, &err) == 0);
     int32_t prompt[70];
     for (int i = 0; i < 70; i++) prompt[i] = 5 + i;
-    ServeJobSpec sp = {.prompt = prompt, .n_prompt = 4, .max_tokens = 50, .sampling = {1.0, 0, 1}, .seed = 2,
+    ServeJobSpec sp = {.prompt = prompt, .n_prompt = 4, .max_tokens = 50, .sampling = {1.0, 0, 1, 0}, .seed = 2,
                        .logprobs = 1};
     ServeJob *a, *b;
     ServeError se;
@@ -373,4 +421,281 @@ TEST(serve_sse_events_fill_the_buffer_exactly) {
         free(b);
     }
     CHECK(exact > 100);
+}
+
+/* ---- echo, choices, penalties, stops ---------------------------------------------------------------------------- */
+
+/* Everything a job says: its text, finish reason and log-probabilities. */
+typedef struct {
+    char *text;
+    const char *finish;
+    int completion;
+    ServeLogprob *lp;
+    int n_lp;
+} Said;
+
+static Said drain_all(ServeJob *j) {
+    Said s = {.text = calloc(1, 1)};
+    size_t n = 0;
+    for (;;) {
+        if (!serve_job_wait(j, 1000)) continue;
+        ServeDelta d;
+        if (serve_job_take(j, &d)) {
+            s.finish = "take failed";
+            break;
+        }
+        s.text = realloc(s.text, n + d.len + 1);
+        memcpy(s.text + n, d.text ? d.text : "", d.len);
+        n += d.len;
+        s.text[n] = 0;
+        if (d.n_logprobs) {
+            s.lp = realloc(s.lp, sizeof *s.lp * (s.n_lp + d.n_logprobs));
+            memcpy(s.lp + s.n_lp, d.logprobs, sizeof *s.lp * d.n_logprobs);
+            s.n_lp += d.n_logprobs;
+        }
+        const int done = d.finished;
+        if (done) {
+            s.finish = d.finish;
+            s.completion = d.completion_tokens;
+        }
+        serve_delta_free(&d);
+        if (done) break;
+    }
+    return s;
+}
+
+static void said_free(Said *s) {
+    free(s->text);
+    free(s->lp);
+}
+
+/* A backend like a GPU's: no fork (each choice prefills its own prompt) and the logits of one row per sequence (an
+ * echoed prompt goes one token a step). */
+typedef struct {
+    const Model *m;
+    KVPool pool;
+} PlainPool;
+static int plain_step(void *x, const DecodeSeq *seqs, int n, const int32_t *tokens, float *logits, ZyErr *err) {
+    PlainPool *c = x;
+    for (int i = 0; i < n; i++) /* what a pool without every row's logits refuses */
+        if (seqs[i].logits == DECODE_LOGITS_ALL && seqs[i].n > 1) return zy_fail(err, "every row asked of a plain pool");
+    return model_decode_step(c->m, &c->pool, seqs, n, tokens, logits, err);
+}
+static int plain_reserve(void *x, int slot, int tokens) { return kvpool_reserve(&((PlainPool *)x)->pool, slot, tokens); }
+static void plain_reset(void *x, int slot) { kvpool_seq_reset(&((PlainPool *)x)->pool, slot); }
+static void plain_release(void *x, int slot) { kvpool_seq_release(&((PlainPool *)x)->pool, slot); }
+static int plain_len(void *x, int slot) { return ((PlainPool *)x)->pool.len[slot]; }
+static int plain_free_blocks(void *x) { return ((PlainPool *)x)->pool.n_free; }
+static void plain_destroy(void *x) {
+    kvpool_free(&((PlainPool *)x)->pool);
+    free(x);
+}
+static int plain_open(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
+                      int block_tokens, int max_rows, int chunk, int kv_bf16, ZyErr *err) {
+    PlainPool *c = calloc(1, sizeof *c);
+    c->m = m;
+    if (kvpool_create(&c->pool, &m->cfg, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, kv_bf16, err)) {
+        free(c);
+        return -1;
+    }
+    *be = (ServeBackend){.ctx = c, .step = plain_step, .reserve = plain_reserve, .seq_reset = plain_reset,
+                         .seq_release = plain_release, .seq_len = plain_len, .n_free = plain_free_blocks,
+                         .destroy = plain_destroy};
+    return 0;
+}
+
+/* The id of the token that decodes to exactly these bytes, or -1. */
+static int32_t token_of(const Tokenizer *t, const char *bytes, size_t n) {
+    for (int32_t id = 0; id < tokenizer_vocab_size(t); id++) {
+        char *b = NULL;
+        size_t len = 0;
+        ZyErr err;
+        int hit = tokenizer_decode(t, &id, 1, &b, &len, &err) == 0 && len == n && memcmp(b, bytes, n) == 0;
+        free(b);
+        if (hit) return id;
+    }
+    return -1;
+}
+
+/* Greedy decoding with penalties, step by step on a KVCache: what the engine must give. */
+static char *reference_penalized(Fixture *f, const int32_t *prompt, int n, int max_new, const LogitsPenalties *pen,
+                                 int32_t stop, ZyErr *err) {
+    const int V = f->m.cfg.vocab_size;
+    KVCache c;
+    if (kvcache_create(&c, &f->m.cfg, 1, n + max_new, err)) return NULL;
+    float *lg = malloc(sizeof(float) * V);
+    int32_t *counts = calloc(V, sizeof *counts), out[256];
+    int n_out = 0, rc = model_decode(&f->m, &c, prompt, n, lg, 1, err);
+    const int allowed = tokenizer_vocab_size(f->tok);
+    while (rc == 0 && n_out < max_new) {
+        logits_apply_penalties(lg, V, pen, prompt, n, out, n_out, counts);
+        const int32_t tok = sample_argmax(lg, allowed);
+        if (tok == stop) break;
+        out[n_out++] = tok;
+        if (n_out < max_new) rc = model_decode(&f->m, &c, &tok, 1, lg, 1, err);
+    }
+    char *bytes = NULL, *text = NULL;
+    size_t len = 0, tl;
+    if (rc == 0 && tokenizer_decode(f->tok, out, (size_t)n_out, &bytes, &len, err) == 0)
+        text = serve_utf8_sanitize(bytes ? bytes : "", len, &tl);
+    free(bytes);
+    free(lg);
+    free(counts);
+    kvcache_free(&c);
+    return text;
+}
+
+/* echo: the prompt's log-probabilities equal log_softmax of the full forward's logits (the first token's NAN), on
+ * the CPU backend (every prompt row's logits in one step) and on one without (a row a step); n choices of a prompt
+ * (one prefill, the cache forked) each give what one request with seed + j gives; the penalties give what a
+ * step-by-step reference gives; a stop string holding U+FFFD matches the repaired text; stop ids; special tokens
+ * skipped or not. */
+TEST(serve_engine_echo_choices_penalties_and_stops) {
+    ZyErr err = {{0}};
+    Fixture f;
+    REQUIRE(fixture(&f, &err) == 0);
+    const int V = f.m.cfg.vocab_size;
+    enum { NP = 23 };
+    int32_t prompt[NP];
+    for (int t = 0; t < NP; t++) prompt[t] = (int32_t)(3 + (t * 53 + 7) % 290);
+    Activations a;
+    REQUIRE(acts_create(&a, &f.m.cfg, 1, NP, &err) == 0);
+    model_forward(&f.m, &a, prompt);
+    const int32_t stop = f.m.cfg.eos_token_id;
+    for (int plain = 0; plain < 2; plain++) {
+        ServeEngineOpts o = {.max_batch = 4, .max_context = 96, .block_tokens = 4, .prefill_chunk = 5,
+                             .step_tokens = 12, .max_queue = 16};
+        ServeEngine *e;
+        REQUIRE((plain ? serve_engine_create_with(&e, &f.m, f.tok, &o, plain_open, NULL, &err)
+                       : serve_engine_create(&e, &f.m, f.tok, &o, &err)) == 0);
+        ServeError se;
+        /* the prompt alone (max_tokens 0), then with 6 tokens after it, 2 choices */
+        for (int with_output = 0; with_output < 2; with_output++) {
+            ServeJobSpec sp = {.prompt = prompt, .n_prompt = NP, .max_tokens = with_output ? 6 : 0,
+                               .sampling = {0, 0, 1, 0}, .seed = 1, .stop_ids = &stop, .n_stop_ids = 1, .logprobs = 2,
+                               .prompt_logprobs = 1, .n = with_output ? 2 : 1};
+            ServeJob *jobs[2];
+            REQUIRE(serve_engine_submit(e, &sp, jobs, &se) == 0);
+            for (int c = 0; c < sp.n; c++) {
+                Said s = drain_all(jobs[c]);
+                CHECK_MSG(s.n_lp == NP + s.completion && strcmp(s.finish, with_output ? "length" : "length") == 0 &&
+                              (with_output ? s.completion >= 1 : s.completion == 0 && !s.text[0]),
+                          "%d entries, %d tokens, %s", s.n_lp, s.completion, s.finish);
+                CHECK(s.n_lp > 0 && isnan(s.lp[0].logprob) && s.lp[0].token == prompt[0] && s.lp[0].n_top == 0);
+                double worst = 0;
+                for (int t = 1; t < NP && t < s.n_lp; t++) {
+                    const float *lg = a.logits + (size_t)(t - 1) * V;
+                    double mx = -INFINITY, sum = 0;
+                    for (int v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+                    for (int v = 0; v < V; v++) sum += exp(lg[v] - mx);
+                    const double want = lg[prompt[t]] - mx - log(sum);
+                    int best = 0;
+                    for (int v = 1; v < V; v++) best = lg[v] > lg[best] ? v : best;
+                    worst = fmax(worst, fabs(s.lp[t].logprob - want));
+                    CHECK(s.lp[t].token == prompt[t] && s.lp[t].n_top == 2 && s.lp[t].top[0] == best);
+                }
+                CHECK_MSG(worst < 1e-4, "%s backend: prompt logprob error %.3g", plain ? "plain" : "cpu", worst);
+                said_free(&s);
+                serve_job_release(jobs[c]);
+            }
+        }
+        /* n = 3 at temperature 1: choice j is what one request with seed 40 + j says */
+        ServeJobSpec sp = {.prompt = prompt, .n_prompt = 9, .max_tokens = 14, .sampling = {1.0, 0, 1, 0}, .seed = 40,
+                           .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1, .n = 3};
+        ServeJob *jobs[3], *one, *five[5];
+        REQUIRE(serve_engine_submit(e, &sp, jobs, &se) == 0);
+        sp.n = 5; /* more choices than slots: refused */
+        CHECK(serve_engine_submit(e, &sp, five, &se) == -1 && se.status == 400 && strcmp(se.param, "n") == 0);
+        sp.n = 1;
+        char *texts[3];
+        for (int c = 0; c < 3; c++) {
+            Said s = drain_all(jobs[c]);
+            texts[c] = s.text;
+            free(s.lp);
+            serve_job_release(jobs[c]);
+        }
+        for (int c = 0; c < 3; c++) {
+            sp.seed = 40 + (uint64_t)c;
+            REQUIRE(serve_engine_submit(e, &sp, &one, &se) == 0);
+            Said s = drain_all(one);
+            CHECK_MSG(strcmp(s.text, texts[c]) == 0, "choice %d: \"%s\" vs alone \"%s\"", c, texts[c], s.text);
+            said_free(&s);
+            serve_job_release(one);
+        }
+        CHECK(strcmp(texts[0], texts[1]) != 0 || strcmp(texts[1], texts[2]) != 0); /* the seeds differ */
+        for (int c = 0; c < 3; c++) free(texts[c]);
+        int running, queued, used;
+        serve_engine_load(e, &running, &queued, &used);
+        CHECK(running == 0 && queued == 0 && used == 0);
+        serve_engine_free(e);
+    }
+    acts_free(&a);
+
+    ServeEngineOpts o = {.max_batch = 3, .max_context = 96, .block_tokens = 4, .prefill_chunk = 5, .max_queue = 16};
+    ServeEngine *e;
+    REQUIRE(serve_engine_create(&e, &f.m, f.tok, &o, &err) == 0);
+    ServeError se;
+    ServeJob *j;
+    /* penalties: exactly the reference's greedy text */
+    const int32_t bias_ids[2] = {17, 40};
+    const float bias[2] = {3.0f, -100};
+    const LogitsPenalties pens[3] = {{.presence = 1.5, .frequency = 0.7, .repetition = 1.8},
+                                     {.repetition = 0.6, .bias_ids = bias_ids, .bias = bias, .n_bias = 2},
+                                     {.frequency = -0.3, .presence = 0.2}};
+    for (int k = 0; k < 3; k++) {
+        ServeJobSpec sp = {.prompt = prompt, .n_prompt = 11, .max_tokens = 20, .sampling = {0, 0, 1, 0},
+                           .penalties = pens[k], .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1};
+        REQUIRE(serve_engine_submit(e, &sp, &j, &se) == 0);
+        Said s = drain_all(j);
+        char *want = reference_penalized(&f, prompt, 11, 20, &pens[k], stop, &err);
+        CHECK_MSG(want && strcmp(s.text, want) == 0, "penalties %d: \"%s\" vs \"%s\"", k, s.text, want ? want : "?");
+        free(want);
+        said_free(&s);
+        serve_job_release(j);
+    }
+    /* a token forced by logit_bias: the byte 0xFF, never UTF-8, so each comes out as U+FFFD */
+    const int32_t ff = token_of(f.tok, "\xFF", 1);
+    REQUIRE(ff >= 0);
+    const float force = 100;
+    char fffd2[] = "\xEF\xBF\xBD\xEF\xBF\xBD", *stops[1] = {fffd2};
+    for (int include = 0; include < 2; include++) {
+        ServeJobSpec sp = {.prompt = prompt, .n_prompt = 5, .max_tokens = 10, .sampling = {0, 0, 1, 0},
+                           .penalties = {.bias_ids = &ff, .bias = &force, .n_bias = 1}, .stop_ids = &stop,
+                           .n_stop_ids = 1, .stop = stops, .n_stop = 1, .include_stop_str = include, .logprobs = -1};
+        REQUIRE(serve_engine_submit(e, &sp, &j, &se) == 0);
+        Said s = drain_all(j);
+        CHECK_MSG(strcmp(s.finish, "stop") == 0 && strcmp(s.text, include ? fffd2 : "") == 0 && s.completion == 2,
+                  "U+FFFD stop (include %d): \"%s\" %s after %d", include, s.text, s.finish, s.completion);
+        said_free(&s);
+        serve_job_release(j);
+    }
+    /* stop_token_ids: the forced token ends it at once, not in the text */
+    const int32_t two_stops[2] = {stop, ff};
+    ServeJobSpec sp = {.prompt = prompt, .n_prompt = 5, .max_tokens = 10, .sampling = {0, 0, 1, 0},
+                       .penalties = {.bias_ids = &ff, .bias = &force, .n_bias = 1}, .stop_ids = two_stops,
+                       .n_stop_ids = 2, .logprobs = -1};
+    REQUIRE(serve_engine_submit(e, &sp, &j, &se) == 0);
+    Said s = drain_all(j);
+    CHECK(strcmp(s.finish, "stop") == 0 && !s.text[0] && s.completion == 1);
+    said_free(&s);
+    serve_job_release(j);
+    /* a special token forced: in the text, or skipped */
+    const int32_t special = f.m.cfg.bos_token_id;
+    const char *special_text = tokenizer_token_text(f.tok, special);
+    REQUIRE(special_text && special_text[0] == '<');
+    for (int skip = 0; skip < 2; skip++) {
+        ServeJobSpec q = {.prompt = prompt, .n_prompt = 5, .max_tokens = 3, .sampling = {0, 0, 1, 0},
+                          .penalties = {.bias_ids = &special, .bias = &force, .n_bias = 1}, .stop_ids = &stop,
+                          .n_stop_ids = 1, .skip_special = skip, .logprobs = -1};
+        REQUIRE(serve_engine_submit(e, &q, &j, &se) == 0);
+        s = drain_all(j);
+        char three[64];
+        snprintf(three, sizeof three, "%s%s%s", special_text, special_text, special_text);
+        CHECK_MSG(strcmp(s.text, skip ? "" : three) == 0, "skip %d: \"%s\"", skip, s.text);
+        said_free(&s);
+        serve_job_release(j);
+    }
+    serve_engine_free(e);
+    model_free(&f.m);
+    tokenizer_free(f.tok);
 }
