@@ -83,27 +83,33 @@ int dist_barrier(const Dist *d, ZyErr *err) {
     return check(MPI_Barrier(MPI_COMM_WORLD), "barrier", err);
 }
 
-/* Block sizes as MPI int counts (one block per rank must stay below 2^31 elements). */
-static int block_counts(const Dist *d, const size_t *offset, int *counts, int *displs, ZyErr *err) {
+/* Block sizes as MPI int counts, counts[r] and displs[r] = counts[size + r] in one allocation the caller frees
+ * (one block per rank must stay below 2^31 elements). NULL with err set on failure. */
+static int *block_counts(const Dist *d, const size_t *offset, ZyErr *err) {
+    int *counts = malloc(2 * (size_t)d->size * sizeof(int));
+    if (!counts) {
+        zy_fail(err, "out of memory");
+        return NULL;
+    }
     for (int r = 0; r < d->size; r++) {
         size_t n = offset[r + 1] - offset[r];
-        if (n > (size_t)INT_MAX || offset[r] > (size_t)INT_MAX)
-            return zy_fail(err, "ZeRO-1 block of rank %d (%zu floats at %zu) exceeds MPI's int counts", r, n, offset[r]);
+        if (n > (size_t)INT_MAX || offset[r] > (size_t)INT_MAX) {
+            zy_fail(err, "ZeRO-1 block of rank %d (%zu floats at %zu) exceeds MPI's int counts", r, n, offset[r]);
+            free(counts);
+            return NULL;
+        }
         counts[r] = (int)n;
-        displs[r] = (int)offset[r];
+        counts[d->size + r] = (int)offset[r];
     }
-    return 0;
+    return counts;
 }
 
 int dist_reduce_scatter_f32(const Dist *d, float *arena, const size_t *offset, float *scratch, ZyErr *err) {
     if (d->size == 1) return 0;
-    int *counts = malloc(2 * (size_t)d->size * sizeof(int));
-    if (!counts) return zy_fail(err, "out of memory");
-    int *displs = counts + d->size;
-    int rc = block_counts(d, offset, counts, displs, err);
+    int *counts = block_counts(d, offset, err);
+    if (!counts) return -1;
     /* blocks are contiguous and in rank order from offset[0]: the send buffer is the arena from there */
-    if (!rc)
-        rc = check(MPI_Reduce_scatter(arena + offset[0], scratch, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    int rc = check(MPI_Reduce_scatter(arena + offset[0], scratch, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                    "reduce_scatter", err);
     if (!rc) memcpy(arena + offset[d->rank], scratch, (size_t)counts[d->rank] * sizeof(float));
     free(counts);
@@ -112,12 +118,10 @@ int dist_reduce_scatter_f32(const Dist *d, float *arena, const size_t *offset, f
 
 int dist_allgather_f32(const Dist *d, float *arena, const size_t *offset, ZyErr *err) {
     if (d->size == 1) return 0;
-    int *counts = malloc(2 * (size_t)d->size * sizeof(int));
-    if (!counts) return zy_fail(err, "out of memory");
-    int *displs = counts + d->size;
-    int rc = block_counts(d, offset, counts, displs, err);
-    if (!rc)
-        rc = check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, arena, counts, displs, MPI_FLOAT, MPI_COMM_WORLD),
+    int *counts = block_counts(d, offset, err);
+    if (!counts) return -1;
+    int rc = check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, arena, counts, counts + d->size, MPI_FLOAT,
+                                  MPI_COMM_WORLD),
                    "allgather", err);
     free(counts);
     return rc;
