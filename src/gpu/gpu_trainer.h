@@ -1,6 +1,7 @@
-/* gpu_trainer: a training step's work on a GPU for train.c — the model (gpu_model.h) and the optimizer
- * (gpu_optim.h) on the device, the host Model and Optimizer kept as the checkpointable copy (synchronised at
- * checkpoints, evaluations and the end), so checkpoints have the CPU format and a run moves between CPU and GPU.
+/* gpu_trainer: a training step's work on a GPU for train/step_gpu.c (the GPU's step backend) — the model
+ * (gpu_model.h) and the optimizer (gpu_optim.h) on the device, the host Model and Optimizer kept as the
+ * checkpointable copy (synchronised at checkpoints, evaluations and the end), so checkpoints have the CPU format and
+ * a run moves between CPU and GPU.
  *
  * One step: micro-batches (forward + backward, gradients accumulating on the device), then gpu_trainer_reduce (the
  * mean over micro-batches and, with several ranks, the ZeRO-1 reduce-scatter), gpu_trainer_apply (clipping and

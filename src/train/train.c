@@ -17,12 +17,12 @@
 #include "kernels/matmul.h"
 #include "model/model.h"
 #include "io/model_io.h"
-#include "gpu/gpu_trainer.h"
 #include "optim/optim.h"
 #include "model/routing.h"
 #include "train/balancer.h"
 #include "train/report.h"
 #include "train/runconfig.h"
+#include "train/step.h"
 #include "io/shards.h"
 
 typedef struct {
@@ -41,8 +41,9 @@ typedef struct {
     Loader loader;
     int have_loader;
     ShardSet *val[RUN_MAX_DATASETS];
-    Activations acts;
-    int acts_T; /* sequence length the activations are sized for (0 = none) */
+    StepBackend be;  /* what the step runs on: the CPU, or "device": "cuda" a GPU (the host model and optimizer are
+                      * then the checkpoint's copy) */
+    int acts_T; /* sequence length the activations and token buffers are sized for (0 = none) */
     BatchRow *rows;
     int32_t *window, *inputs, *targets;
     RoutingCounts routes;        /* this step's (all ranks after the all-reduce) */
@@ -61,10 +62,8 @@ typedef struct {
     char ckpt_root[RUN_PATH + 32];
     Report report;
     int have_report;
-    GpuTrainer *gpu;      /* "device": "cuda": the step runs there; the host model and optimizer are the checkpoint copy */
     ZyBf16Products products;  /* what the CPU products compute (fp32 unless "precision": "bf16"; pick_bf16_products) */
     char products_note[512];  /* why, for the event log */
-    int host_stale;       /* the GPU has updated the weights since the host copy was last brought up to date */
 } Trainer;
 
 static void trainer_free(Trainer *t) {
@@ -73,8 +72,7 @@ static void trainer_free(Trainer *t) {
         ckpt_wait(t->pending, NULL, NULL, 0, NULL, &ignore);
         t->pending = NULL;
     }
-    if (t->acts_T) acts_free(&t->acts);
-    gpu_trainer_free(t->gpu);
+    if (t->be.free) t->be.free(t->be.ctx);
     if (t->have_loader) loader_close(&t->loader);
     for (int i = 0; i < RUN_MAX_DATASETS; i++)
         if (t->val[i]) shardset_close(t->val[i]);
@@ -93,14 +91,8 @@ static void trainer_free(Trainer *t) {
 /* Activations are sized per phase (its sequence length), so allocation happens at phase boundaries only. */
 static int ensure_acts(Trainer *t, int T, ZyErr *err) {
     if (t->acts_T == T) return 0;
-    if (t->acts_T) acts_free(&t->acts);
     t->acts_T = 0;
-    if (t->gpu) { /* the GPU holds the activations; the host needs only the token buffers */
-        if (gpu_trainer_set_shape(t->gpu, t->rc.micro_batch, T, err)) return -1;
-    } else {
-        if (acts_create(&t->acts, &t->model.cfg, t->rc.micro_batch, T, err)) return -1;
-        acts_set_bf16(&t->acts, t->products);
-    }
+    if (t->be.set_shape(t->be.ctx, t->rc.micro_batch, T, err)) return -1; /* the backend holds the activations */
     t->acts_T = T;
     free(t->window), free(t->inputs), free(t->targets);
     size_t rows = (size_t)t->rc.micro_batch;
@@ -279,14 +271,9 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
             if (model_check_tokens(&t->model, t->inputs, rows, T, err) ||
                 model_check_tokens(&t->model, t->targets, rows, T, err))
                 return zy_wrap(err, "validation data of \"%s\"", t->rc.dataset_names[d]);
-            if (t->gpu) {
-                double l;
-                if (gpu_trainer_eval_loss(t->gpu, t->inputs, t->targets, &l, err)) return -1;
-                sum += l;
-            } else {
-                model_forward(&t->model, &t->acts, t->inputs);
-                sum += model_loss(&t->model, &t->acts, t->targets);
-            }
+            double l;
+            if (t->be.eval_loss(t->be.ctx, t->inputs, t->targets, &l, err)) return -1;
+            sum += l;
             n++;
         }
     }
@@ -307,25 +294,29 @@ static int read_micro_batch(Trainer *t, int k, int T, ZyErr *err) {
     return 0;
 }
 
-/* train_step's GPU twin: the same data, order and arithmetic, the work on the device (gpu_trainer.h). */
-static int train_step_gpu(Trainer *t, int n_micro, double *loss_out, double *gnorm_out, double *lr_out,
-                          double *comm_out, ZyErr *err) {
+/* Brings the host model and optimizer up to date with the backend's (before a checkpoint, an evaluation, the end). */
+static int sync_host(Trainer *t, ZyErr *err) { return t->be.to_host ? t->be.to_host(t->be.ctx, err) : 0; }
+
+/* One optimizer step on t->be, the same data, order and arithmetic on every backend. Returns 0, -1 (error) or
+ * TRAIN_NONFINITE (nothing applied; err says which step and data batch). */
+static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, double *comm_out, ZyErr *err) {
     const RunConfig *rc = &t->rc;
     const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
     const Dist *d = t->dist;
-    const int T = ph->seq_len;
+    const StepBackend *be = &t->be;
+    const int T = ph->seq_len, mb = rc->micro_batch, rows_here = rc->batch_size / d->size, n_micro = rows_here / mb;
     const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
-    gpu_trainer_begin(t->gpu);
+    if (ensure_acts(t, T, err)) return -1;
+    if (loader_plan(&t->loader, (uint64_t)t->data_index, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
+    be->begin(be->ctx);
     routing_counts_reset(&t->routes);
     for (int k = 0; k < n_micro; k++)
-        if (read_micro_batch(t, k, T, err) || gpu_trainer_micro(t->gpu, t->inputs, t->targets, &t->routes, err))
-            return -1;
+        if (read_micro_batch(t, k, T, err) || be->micro(be->ctx, t->inputs, t->targets, &t->routes, err)) return -1;
+    /* ZAYA_FAULT=nan@S: this rank's loss and gradients */
     const int nan_fault = fault_claim(&t->faults, FAULT_NAN, t->step + 1);
-    double loss = 0, sumsq = 0;
+    double loss = 0, sumsq = 0, reduce_s = 0, apply_s = 0;
+    if (be->reduce(be->ctx, n_micro, nan_fault, &loss, &sumsq, &reduce_s, err)) return -1;
     const double t_comm = zy_now_seconds();
-    if (gpu_trainer_reduce(t->gpu, &t->model, d, t->zero_bounds, t->grad_scratch, n_micro, nan_fault, &loss, &sumsq,
-                           err))
-        return -1;
     if (d->size > 1) {
         if (dist_allreduce_f64(d, &loss, 1, err) ||
             dist_allreduce_i64(d, t->routes.counts, (size_t)L * (E + 1), err) ||
@@ -334,97 +325,21 @@ static int train_step_gpu(Trainer *t, int n_micro, double *loss_out, double *gno
         loss /= d->size;
     }
     if (dist_allreduce_f64(d, &sumsq, 1, err)) return -1;
+    const double allreduce_s = zy_now_seconds() - t_comm;
     const double gnorm = sqrt(sumsq);
-    if (!isfinite(loss) || !isfinite(gnorm)) {
-        zy_fail(err, "non-finite loss (%g) or gradient norm (%g) at step %lld (data index %lld): the update was not applied",
-                loss, gnorm, (long long)t->step + 1, (long long)t->data_index);
-        *loss_out = loss;
-        return TRAIN_NONFINITE;
-    }
-    const double clip = clip_coefficient(rc->grad_clip, gnorm), lr = schedule_lr(&rc->schedule, t->step);
-    const double t_opt = zy_now_seconds();
-    if (gpu_trainer_apply(t->gpu, &t->model, d, t->zero_bounds, clip, lr, err)) return -1;
-    *comm_out = d->size > 1 ? (t_opt - t_comm) : 0;
-    if (rc->balancing) {
-        balancer_update(&t->bal, t->routes.counts, t->biases);
-        if (gpu_trainer_upload_biases(t->gpu, &t->model, err)) return -1;
-    }
-    t->host_stale = 1;
-    t->step++;
-    t->data_index++;
-    t->tokens_seen += (double)rc->batch_size * T;
-    *loss_out = loss;
-    *gnorm_out = gnorm;
-    *lr_out = lr;
-    return 0;
-}
-
-/* Brings the host model and optimizer up to date with the GPU's (before a checkpoint, an evaluation, the end). */
-static int sync_host(Trainer *t, ZyErr *err) {
-    if (!t->gpu || !t->host_stale) return 0;
-    if (gpu_trainer_to_host(t->gpu, &t->model, &t->opt, err)) return -1;
-    t->host_stale = 0;
-    return 0;
-}
-
-/* Returns 0, -1 (error) or TRAIN_NONFINITE (nothing applied; err says which step and data batch). */
-static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out, double *comm_out, ZyErr *err) {
-    const RunConfig *rc = &t->rc;
-    const PhaseConfig *ph = &rc->phases[runconfig_phase_of(rc, t->step)];
-    const Dist *d = t->dist;
-    const int T = ph->seq_len, mb = rc->micro_batch, rows_here = rc->batch_size / d->size, n_micro = rows_here / mb;
-    const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
-    if (ensure_acts(t, T, err)) return -1;
-    if (loader_plan(&t->loader, (uint64_t)t->data_index, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
-    if (t->gpu) return train_step_gpu(t, n_micro, loss_out, gnorm_out, lr_out, comm_out, err);
-    params_zero_grad(&t->model.params);
-    routing_counts_reset(&t->routes);
-    double loss = 0;
-    for (int k = 0; k < n_micro; k++) {
-        if (read_micro_batch(t, k, T, err)) return -1;
-        model_forward(&t->model, &t->acts, t->inputs);
-        loss += model_backward(&t->model, &t->acts, t->targets);
-        const int classes = cfg_router_classes(&t->model.cfg);
-        for (int l = 0; classes && l < L; l++)
-            routing_counts_add_layer(&t->routes, l, t->acts.layers[l].choice, t->acts.layers[l].gate,
-                                     t->acts.layers[l].router_probs, classes, (size_t)mb * T);
-    }
-    loss /= n_micro;
-    if (fault_claim(&t->faults, FAULT_NAN, t->step + 1)) { /* ZAYA_FAULT=nan@S: this rank's loss and gradients */
-        loss = NAN;
-        t->model.params.grad[0] = NAN;
-    }
-    if (n_micro > 1) grad_scale(&t->model.params, 1.0 / n_micro); /* mean over micro-batches */
-    /* ZeRO-1: sum the gradients into each rank's block, then the mean over ranks */
-    const double t_comm = zy_now_seconds();
-    if (d->size > 1) {
-        if (dist_reduce_scatter_f32(d, t->model.params.grad, t->zero_bounds, t->grad_scratch, err) ||
-            dist_allreduce_f64(d, &loss, 1, err) ||
-            dist_allreduce_i64(d, t->routes.counts, (size_t)L * (E + 1), err) ||
-            dist_allreduce_f64(d, t->routes.sums, (size_t)L * 2, err))
-            return -1;
-        grad_scale_owned(&t->opt, &t->model.params, 1.0 / d->size);
-        loss /= d->size;
-    }
-    double sumsq = grad_sumsq_owned(&t->opt, &t->model.params);
-    if (dist_allreduce_f64(d, &sumsq, 1, err)) return -1;
-    double gnorm = sqrt(sumsq);
     if (!isfinite(loss) || !isfinite(gnorm)) { /* every rank sees the same all-reduced values: all stop here */
         zy_fail(err, "non-finite loss (%g) or gradient norm (%g) at step %lld (data index %lld): the update was not applied",
                 loss, gnorm, (long long)t->step + 1, (long long)t->data_index);
         *loss_out = loss;
         return TRAIN_NONFINITE;
     }
-    double clip = clip_coefficient(rc->grad_clip, gnorm);
-    if (clip < 1.0) grad_scale_owned(&t->opt, &t->model.params, clip);
-    double lr = schedule_lr(&rc->schedule, t->step);
-    const double t_opt = zy_now_seconds();
-    optim_step(&t->opt, &t->model.params, lr);
-    /* every rank gets the updated blocks of the others */
-    const double t_gather = zy_now_seconds();
-    if (dist_allgather_f32(d, t->model.params.data, t->zero_bounds, err)) return -1;
-    *comm_out = (t_opt - t_comm) + (zy_now_seconds() - t_gather); /* collectives only, not the update itself */
-    if (rc->balancing) balancer_update(&t->bal, t->routes.counts, t->biases);
+    const double clip = clip_coefficient(rc->grad_clip, gnorm), lr = schedule_lr(&rc->schedule, t->step);
+    if (be->apply(be->ctx, clip, lr, &apply_s, err)) return -1;
+    *comm_out = d->size > 1 ? reduce_s + allreduce_s + apply_s : 0; /* the collectives only; one rank has none */
+    if (rc->balancing) {
+        balancer_update(&t->bal, t->routes.counts, t->biases);
+        if (be->biases_changed && be->biases_changed(be->ctx, err)) return -1;
+    }
     t->step++;
     t->data_index++;
     t->tokens_seen += (double)rc->batch_size * T;
@@ -726,10 +641,14 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
         return zy_wrap(err, "%s", o->run_path);
     }
     optim_set_bf16(&t->opt, t->products);
+    const StepHost host = {.model = &t->model, .opt = &t->opt, .dist = d, .zero_bounds = t->zero_bounds,
+                           .grad_scratch = t->grad_scratch};
     if (rc->gpu) { /* the model and optimizer state (fresh or resumed) go to the GPU; the step runs there */
         const int T = rc->phases[runconfig_phase_of(rc, t->step)].seq_len;
-        if (gpu_trainer_create(&t->gpu, &t->model, &t->opt, d, rc->gpu_index, rc->bf16, rc->micro_batch, T, err))
+        if (step_backend_gpu(&t->be, &host, rc->gpu_index, rc->bf16, rc->micro_batch, T, err))
             return zy_wrap(err, "%s: \"device\": \"cuda\"", o->run_path);
+    } else if (step_backend_cpu(&t->be, &host, t->products, err)) {
+        return -1;
     }
     return 0;
 }
@@ -757,9 +676,7 @@ int train_run(const TrainOptions *o, ZyErr *err) {
                  100.0 * (double)(t.zero_bounds[1] - t.zero_bounds[0]) / (double)t.model.params.total);
     if (t.resume_note[0]) report_event(&t.report, "%s", t.resume_note);
     if (t.products_note[0]) report_event(&t.report, "%s", t.products_note);
-    if (t.gpu) report_event(&t.report, "device: GPU %s; %s products, fp32 master weights and optimizer state; "
-                            "collectives: %s", gpu_trainer_device(t.gpu), r->bf16 ? "bf16" : "fp32",
-                            gpu_trainer_collectives(t.gpu));
+    if (t.be.note[0]) report_event(&t.report, "%s", t.be.note);
     if (t.skips.count) {
         char list[600] = "";
         for (int i = 0; i < t.skips.count && strlen(list) < sizeof list - 48; i++)
