@@ -10,6 +10,7 @@ Environment:
   ZAYA_BIN   command used instead of <repo>/build/zaya (split with shlex), e.g.
              ZAYA_BIN="python tests/oracle/fake_zaya.py" runs the model suites against an HF-backed stand-in.
 """
+import argparse
 import contextlib
 import fnmatch
 import os
@@ -79,19 +80,6 @@ def run_zaya(args, timeout=300, text=True, input=None, threads=2):
     return p.returncode, p.stdout, p.stderr
 
 
-@contextlib.contextmanager
-def work_dir(keep, prefix):
-    """The suite's work folder, absolute (zaya runs in the repository root): `keep` (a --keep DIR, made if need be
-    and left in place) or a new temporary folder, removed at the end."""
-    path = Path(keep).resolve() if keep else Path(tempfile.mkdtemp(prefix=prefix))
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        yield path
-    finally:
-        if not keep:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def write_file(path, data):
     """Writes text (as UTF-8) or bytes to path; returns path, to hand on to zaya."""
     path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
@@ -115,22 +103,40 @@ class Suite:
         self.passed = 0
         self.failed = 0
         self.only = None
+        self.keep = None
         self.started = time.time()
 
     @property
     def count(self):
         return self.passed + self.failed
 
-    def parse_args(self, parser, parts=None):
-        """parser's arguments, plus --only where the suite runs parts that can be picked (`parts` says what they
-        are, for --help): comma-separated part names or shell patterns (`--only cfg3,cfg7`, `--only '*gemma*'`)."""
+    def parse_args(self, parser=None, parts=None, keep=False):
+        """The command line: parser's options (the suite's own), plus --only where the suite's parts can be picked
+        (`parts` says what they are, for --help): comma-separated part names or shell patterns (`--only cfg3,cfg7`,
+        `--only '*gemma*'`); and, with keep, --keep DIR: work_dir() writes there and leaves the files."""
+        parser = parser or argparse.ArgumentParser()
         if parts:
             parser.add_argument("--only", metavar="NAMES",
                                 help=f"run only these parts: comma-separated {parts} or shell patterns")
+        if keep:
+            parser.add_argument("--keep", metavar="DIR", help="write the work files here and keep them")
         args = parser.parse_args()
         if getattr(args, "only", None):
             self.only = args.only.split(",")
+        self.keep = getattr(args, "keep", None)
         return args
+
+    @contextlib.contextmanager
+    def work_dir(self, prefix):
+        """The suite's work folder, absolute (zaya runs in the repository root): --keep DIR (made if need be and
+        left in place) or a new temporary folder, removed at the end."""
+        path = Path(self.keep).resolve() if self.keep else Path(tempfile.mkdtemp(prefix=prefix))
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            yield path
+        finally:
+            if not self.keep:
+                shutil.rmtree(path, ignore_errors=True)
 
     def check(self, ok, name, detail=""):
         ok = bool(ok)

@@ -24,7 +24,7 @@ import datetime
 import json
 from pathlib import Path
 
-from harness import Suite, run_zaya, work_dir
+from harness import Suite, run_zaya
 import transformers
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
@@ -311,7 +311,7 @@ def main():
     args = suite.parse_args(ap, parts="template names (file names less .jinja), loader")
     suite.require_zaya()
     paths = [p for p in sorted(TEMPLATES.glob("*.jinja")) if suite.selected(p.stem)]
-    with work_dir(None, "zaya-chat-") as tmp:
+    with suite.work_dir("zaya-chat-") as tmp:
         exact = total = 0
         for p in paths:
             counts = suite.run(p.stem, run_template, p, args, tmp)

@@ -7,13 +7,12 @@ token ids must be identical. Also checks the stats printed on stderr, seeded sam
 
 The last line is `generate: N passed, N failed`; the exit status is non-zero if any check failed.
 """
-import argparse
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Suite, run_zaya, work_dir  # noqa: E402
+from harness import Suite, run_zaya  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -148,12 +147,10 @@ def run_cli_checks(work, res):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="keep the work directory here")
     suite = Suite("generate")
-    args = suite.parse_args(ap, parts="config names (and cli)")
+    suite.parse_args(parts="config names (and cli)", keep=True)
     suite.require_zaya()
-    with work_dir(args.keep, "zaya-gen-") as work:
+    with suite.work_dir("zaya-gen-") as work:
         for i, c in enumerate(CONFIGS):
             suite.run(c["name"], run_config, c, work, suite, 1000 + i)
         suite.run("cli", run_cli_checks, work, suite)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Suite, run_zaya, work_dir  # noqa: E402
+from harness import Suite, run_zaya  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common import (build_model, fmt, hf_reference, load_model, make_config, make_tokens, parse_loss,  # noqa: E402
@@ -281,12 +281,11 @@ def run_config(c, work, res, seed):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="write the work files here and keep them")
     ap.add_argument("--seed", type=int, default=1234)
     suite = Suite("oracle")
-    a = suite.parse_args(ap, parts="config names")
+    a = suite.parse_args(ap, parts="config names", keep=True)
     suite.require_zaya()
-    with work_dir(a.keep, "zaya_oracle_") as work:
+    with suite.work_dir("zaya_oracle_") as work:
         for c in CONFIGS:
             suite.run(c["name"], run_config, c, work, suite, a.seed + 101 * int(c['name'][3:]))
     suite.finish()

@@ -11,7 +11,6 @@
 
 The last line is `roundtrip: N passed, N failed`; the exit status is non-zero if any check failed.
 """
-import argparse
 import json
 import math
 import shutil
@@ -19,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Suite, run_zaya, work_dir  # noqa: E402
+from harness import Suite, run_zaya  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -463,12 +462,10 @@ def part_c(res, work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="write the work files here and keep them")
     suite = Suite("roundtrip")
-    a = suite.parse_args(ap)
+    suite.parse_args(keep=True)
     suite.require_zaya()
-    with work_dir(a.keep, "zaya_roundtrip_") as work:
+    with suite.work_dir("zaya_roundtrip_") as work:
         for title, fn in [("(a) init -> hf -> convert, tied", lambda: part_a(suite, work, True)),
                           ("(a) init -> hf -> convert, untied", lambda: part_a(suite, work, False)),
                           ("(a) convert a sharded checkpoint", lambda: part_a_sharded(suite, work)),

@@ -15,7 +15,6 @@ random model with a byte-level BPE tokenizer and a ChatML-style chat template bu
 
 The last line is `serve: N passed, N failed`.
 """
-import argparse
 import http.client
 import json
 import os
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Suite, run_zaya, work_dir, zaya_cmd  # noqa: E402
+from harness import Suite, run_zaya, zaya_cmd  # noqa: E402
 
 import openai  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
@@ -431,12 +430,10 @@ def checks(res, work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="keep the work directory here")
     suite = Suite("serve")
-    args = suite.parse_args(ap)
+    suite.parse_args(keep=True)
     suite.require_zaya()
-    with work_dir(args.keep, "zaya-serve-") as work:
+    with suite.work_dir("zaya-serve-") as work:
         suite.run("serve", checks, suite, work)
     suite.finish()
 

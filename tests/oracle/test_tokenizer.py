@@ -23,7 +23,7 @@ import json
 import random
 import time
 
-from harness import Suite, run_zaya, work_dir, write_file
+from harness import Suite, run_zaya, write_file
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -445,14 +445,13 @@ def run(tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--keep", help="keep the work files in this directory")
     ap.add_argument("--gen-unicode-table", action="store_true", help="print the class table for src/tokenizer/tokenizer_pretok.c")
-    args = suite.parse_args(ap)
+    args = suite.parse_args(ap, keep=True)
     if args.gen_unicode_table:
         gen_unicode_table()
         return
     suite.require_zaya()
-    with work_dir(args.keep, "zaya_tok_") as tmp:
+    with suite.work_dir("zaya_tok_") as tmp:
         suite.run("oracle script", run, tmp)
     suite.finish()
 

@@ -30,7 +30,7 @@ import random
 import re
 import time
 
-from harness import Suite, run_zaya, work_dir, write_file
+from harness import Suite, run_zaya, write_file
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # before tokenizers loads: the speed checks set one thread against one
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402,E501
@@ -670,11 +670,10 @@ def run(tmp, bench_mb):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--keep", help="keep the work files in this directory")
     ap.add_argument("--bench-mb", type=float, default=8.0, help="size of the benchmark text in MB")
-    args = suite.parse_args(ap)
+    args = suite.parse_args(ap, keep=True)
     suite.require_zaya()
-    with work_dir(args.keep, "zaya_tokg_") as tmp:
+    with suite.work_dir("zaya_tokg_") as tmp:
         suite.run("oracle script", run, tmp, args.bench_mb)
     suite.finish()
 

@@ -32,7 +32,6 @@ import unicodedata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import work_dir  # noqa: E402
 import test_tokenizer_gemma as g  # noqa: E402  (its helpers: zaya calls, comparisons, the corpus)
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402,E501
 
@@ -373,15 +372,14 @@ def run(tmp, bench_mb):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--keep", help="keep the work files in this directory")
     ap.add_argument("--bench-mb", type=float, default=2.0, help="size of the benchmark text in MB")
     ap.add_argument("--gen-tables", action="store_true", help="print the Unicode tables for src/tokenizer/tokenizer_normalize.c")
-    args = suite.parse_args(ap)
+    args = suite.parse_args(ap, keep=True)
     if args.gen_tables:
         gen_tables()
         return
     suite.require_zaya()
-    with work_dir(args.keep, "zaya_tokn_") as tmp:
+    with suite.work_dir("zaya_tokn_") as tmp:
         suite.run("oracle script", run, tmp, args.bench_mb)
     suite.finish()
 
