@@ -1,73 +1,28 @@
-"""Shared helpers for the zaya oracle tests (the reference is Hugging Face transformers' ZayaForCausalLM).
-
-Environment:
-  ZAYA_BIN   command used instead of <repo>/build/zaya (split with shlex), e.g.
-             ZAYA_BIN="python tests/oracle/fake_zaya.py" runs the scripts against an HF-backed stand-in.
+"""The torch side of the zaya oracle suites (the reference is Hugging Face transformers' ZayaForCausalLM): tiny
+randomised models, their saved folders, HF's forward and backward, comparisons. The runner and the zaya calls are
+harness.py's (imported first: it sets the Hugging Face environment before transformers loads).
 """
 import json
 import math
-import os
-import shlex
-import subprocess
-import sys
-import warnings
 from pathlib import Path
 
+import harness  # noqa: F401  (first: the Hugging Face environment)
 import numpy as np
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-warnings.filterwarnings("ignore")
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import transformers  # noqa: E402
-from transformers import ZayaConfig, ZayaForCausalLM  # noqa: E402
+import transformers
+from transformers import ZayaConfig, ZayaForCausalLM
 
 # The reference models are tiny: one thread is much faster than two contending ones (and deterministic).
 torch.set_num_threads(1)
 transformers.utils.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ZAYA_DEFAULT = REPO_ROOT / "build" / "zaya"
-
 
 # ----------------------------------------------------------------------------------------------
-# the binary
-
-
-class ZayaMissing(RuntimeError):
-    pass
-
-
-def zaya_cmd():
-    """The command prefix that runs zaya (list of strings). Raises ZayaMissing with a clear message."""
-    env = os.environ.get("ZAYA_BIN")
-    if env:
-        return shlex.split(env)
-    if not ZAYA_DEFAULT.is_file() or not os.access(ZAYA_DEFAULT, os.X_OK):
-        raise ZayaMissing(f"{ZAYA_DEFAULT} not found or not executable: build it first (`make` in {REPO_ROOT}),"
-                          " or point ZAYA_BIN at a zaya command")
-    return [str(ZAYA_DEFAULT)]
-
-
-def run_zaya(args, timeout=300):
-    """Run zaya with the given argument list. Returns (returncode, stdout, stderr) as text.
-
-    A timeout gives returncode 124 and a note on stderr."""
-    cmd = zaya_cmd() + [str(a) for a in args]
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "2")
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(REPO_ROOT), env=env)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return 124, out, err + f"\n[oracle] timeout after {timeout}s: {' '.join(cmd)}"
-    return p.returncode, p.stdout, p.stderr
+# zaya's output
 
 
 def parse_loss(stdout):
@@ -416,26 +371,3 @@ def load_model_tensors(model_dir):
 
 def fmt(x):
     return f"{x:.1e}" if isinstance(x, float) and np.isfinite(x) else str(x)
-
-
-class Results:
-    """Counts checks; each check is one test."""
-
-    def __init__(self, name):
-        self.name = name
-        self.passed = 0
-        self.failed = 0
-        self.failures = []
-
-    def check(self, ok, label, detail=""):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-            self.failures.append(f"{label}: {detail}")
-            print(f"  FAIL {label}: {detail}", flush=True)
-        return ok
-
-    def finish(self):
-        print(f"{self.name}: {self.passed} passed, {self.failed} failed", flush=True)
-        sys.exit(1 if self.failed else 0)

@@ -11,7 +11,10 @@ that raises: zaya's message must then contain the template's own text). strftime
 both sides (zaya's --date). Also checks the tokenizer_config.json "chat_template" forms (a string, and a list of
 named templates), and that the model-folder loader reports a missing template.
 
-    python3 tests/oracle/test_chat_templates.py [-v] [--only SUBSTRING]
+    python3 tests/oracle/test_chat_templates.py [-v] [--only NAMES]
+
+--only takes template names (file names less .jinja) or shell patterns, comma-separated: `--only '*gemma*'`;
+`loader` names the loader checks.
 
 Ends with `chat_templates: N passed, N failed` (one check per template, plus the loader checks) after a line per
 template giving its byte-exact count; exits non-zero on failure. ZAYA_BIN overrides the zaya command.
@@ -19,28 +22,18 @@ template giving its byte-exact count; exits non-zero on failure. ZAYA_BIN overri
 import argparse
 import datetime
 import json
-import os
-import shlex
-import subprocess
-import sys
-import tempfile
-import warnings
 from pathlib import Path
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-warnings.filterwarnings("ignore")
-
-from tokenizers import Tokenizer, models  # noqa: E402
-import transformers  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
-import transformers.utils.chat_template_utils as ctu  # noqa: E402
+from harness import Suite, run_zaya
+import transformers
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+import transformers.utils.chat_template_utils as ctu
 
 transformers.utils.logging.set_verbosity_error()
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = Path(__file__).resolve().parent / "chat_templates"
 DATE = "2024-07-26"
+suite = Suite("chat_templates", print_passes=True)
 
 
 class FixedDatetime(datetime.datetime):
@@ -52,29 +45,6 @@ class FixedDatetime(datetime.datetime):
 
 
 ctu.datetime = FixedDatetime
-
-passed = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{(': ' + detail) if detail else ''}", flush=True)
-    return ok
-
-
-def zaya(args):
-    env_bin = os.environ.get("ZAYA_BIN")
-    cmd = shlex.split(env_bin) if env_bin else [str(REPO_ROOT / "build" / "zaya")]
-    try:
-        p = subprocess.run(cmd + [str(a) for a in args], capture_output=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return 124, b"", b"timeout"
-    return p.returncode, p.stdout, p.stderr
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,7 +185,7 @@ def render_zaya(folder, messages, gen, tools, kwargs, tmp):
         args += ["--tools", tfile]
     for k, v in kwargs.items():
         args += ["--set", f"{k}={json.dumps(v)}"]
-    rc, out, err = zaya(args)
+    rc, out, err = run_zaya(args, timeout=60, text=False)
     if rc == 0:
         return "ok", out.decode("utf-8")
     return "err", err.decode("utf-8", "replace").strip()
@@ -230,7 +200,8 @@ def render_zaya_jsonl(folder, cases, tmp):
             if tools is not None:
                 obj["tools"] = tools
             f.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    rc, out, err = zaya(["tokenizer", "chat", "--tokenizer", folder, "--jsonl", jfile, "--date", DATE])
+    rc, out, err = run_zaya(["tokenizer", "chat", "--tokenizer", folder, "--jsonl", jfile, "--date", DATE], timeout=60,
+                            text=False)
     lines = out.decode("utf-8").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -293,7 +264,7 @@ def run_template(path, args, tmp):
     detail = f"{n_exact} byte-exact renders, {n_ok - n_exact} errors on both sides, of {len(cases)} cases"
     if first_bad:
         detail += f"; first difference: {first_bad}"
-    return check(name, n_ok == len(cases) and direct_ok and n_exact > 0, detail), n_exact, len(cases)
+    return suite.check(n_ok == len(cases) and direct_ok and n_exact > 0, name, detail), n_exact, len(cases)
 
 
 def loader_checks(tmp):
@@ -308,7 +279,7 @@ def loader_checks(tmp):
         "bos_token": {"content": "<bos>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False},
         "eos_token": "<eos>", "chat_template": gemma}), encoding="utf-8")
     got = render_zaya(d / "tokenizer_config.json", conv, True, None, {}, tmp)
-    check("loader: tokenizer_config.json chat_template string", got == ("ok", want), repr(got[1][:200]))
+    suite.check(got == ("ok", want), "loader: tokenizer_config.json chat_template string", repr(got[1][:200]))
     # a list of named templates: "default", or "tool_use" when tools are given (as transformers picks)
     d = Path(tmp) / "config_list"
     d.mkdir()
@@ -316,42 +287,41 @@ def loader_checks(tmp):
         "bos_token": "<bos>", "chat_template": [{"name": "tool_use", "template": "TOOLS {{ tools|length }}"},
                                                 {"name": "default", "template": gemma}]}), encoding="utf-8")
     got = render_zaya(d, conv, True, None, {}, tmp)
-    check("loader: named templates pick 'default'", got == ("ok", want), repr(got[1][:200]))
+    suite.check(got == ("ok", want), "loader: named templates pick 'default'", repr(got[1][:200]))
     got = render_zaya(d, conv, True, TOOLS, {}, tmp)
-    check("loader: named templates pick 'tool_use' with tools", got == ("ok", "TOOLS 2"), repr(got[1][:200]))
+    suite.check(got == ("ok", "TOOLS 2"), "loader: named templates pick 'tool_use' with tools", repr(got[1][:200]))
     # no template at all: a clear error naming the folder
     d = Path(tmp) / "no_template"
     d.mkdir()
     (d / "tokenizer_config.json").write_text("{}", encoding="utf-8")
     got = render_zaya(d, conv, True, None, {}, tmp)
-    check("loader: missing template is an error", got[0] == "err" and "no chat template" in got[1], got[1][:200])
+    suite.check(got[0] == "err" and "no chat template" in got[1], "loader: missing template is an error", got[1][:200])
     # an unsupported construct names itself and its line:column
     d = Path(tmp) / "unsupported"
     d.mkdir()
     (d / "chat_template.jinja").write_text("{{ bos_token }}\n  {{ messages | wordwrap(5) }}", encoding="utf-8")
     got = render_zaya(d, conv, True, None, {}, tmp)
-    check("loader: unsupported filter reported with line:column",
-          got[0] == "err" and "line 2:17" in got[1] and "wordwrap" in got[1], got[1][:200])
+    suite.check(got[0] == "err" and "line 2:17" in got[1] and "wordwrap" in got[1],
+                "loader: unsupported filter reported with line:column", got[1][:200])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-v", "--verbose", action="store_true")
-    ap.add_argument("--only", default="")
-    args = ap.parse_args()
-    paths = sorted(p for p in TEMPLATES.glob("*.jinja") if args.only in p.name)
-    with tempfile.TemporaryDirectory(prefix="zaya-chat-") as tmp:
+    args = suite.parse_args(ap, parts="template names (file names less .jinja), loader")
+    suite.require_zaya()
+    paths = [p for p in sorted(TEMPLATES.glob("*.jinja")) if suite.selected(p.stem)]
+    with suite.work_dir("zaya-chat-") as tmp:
         exact = total = 0
         for p in paths:
-            _, e, n = run_template(p, args, tmp)
-            exact += e
-            total += n
+            counts = suite.run(p.stem, run_template, p, args, tmp)
+            if counts:  # None where the template's part raised
+                exact += counts[1]
+                total += counts[2]
         print(f"templates: {len(paths)}, cases: {total}, byte-exact renders: {exact} (the rest fail on both sides)")
-        if not args.only:
-            loader_checks(tmp)
-    print(f"chat_templates: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+        suite.run("loader", loader_checks, tmp)
+    suite.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -3,22 +3,20 @@
 (float32, eager, HF's own cached decoding with its conv/recurrent state) on tiny randomised models: the continuation
 token ids must be identical. Also checks the stats printed on stderr, seeded sampling determinism and error paths.
 
-    python tests/oracle/test_generate.py [--keep DIR]
+    python tests/oracle/test_generate.py [--keep DIR] [--only g1,g5,cli]
 
 The last line is `generate: N passed, N failed`; the exit status is non-zero if any check failed.
 """
-import argparse
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Suite, run_zaya  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from common import Results, ZayaMissing, build_model, load_model, make_config, run_zaya, save_model, zaya_cmd  # noqa: E402
+from common import build_model, load_model, make_config, save_model  # noqa: E402
 
 # name, model shape, prompts (lengths), new tokens
 CONFIGS = [
@@ -149,32 +147,14 @@ def run_cli_checks(work, res):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="keep the work directory here")
-    args = ap.parse_args()
-    res = Results("generate")
-    try:
-        zaya_cmd()
-    except ZayaMissing as e:
-        print(f"  FAIL setup: {e}", flush=True)
-        res.check(False, "setup", str(e))
-        res.finish()
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="zaya-gen-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
+    suite = Suite("generate")
+    suite.parse_args(parts="config names (and cli)", keep=True)
+    suite.require_zaya()
+    with suite.work_dir("zaya-gen-") as work:
         for i, c in enumerate(CONFIGS):
-            try:
-                run_config(c, work, res, 1000 + i)
-            except Exception as ex:  # noqa: BLE001
-                res.check(False, f"{c['name']}", f"exception: {ex!r}")
-        try:
-            run_cli_checks(work, res)
-        except Exception as ex:  # noqa: BLE001
-            res.check(False, "cli", f"exception: {ex!r}")
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    res.finish()
+            suite.run(c["name"], run_config, c, work, suite, 1000 + i)
+        suite.run("cli", run_cli_checks, work, suite)
+    suite.finish()
 
 
 if __name__ == "__main__":

@@ -2,17 +2,15 @@
 few lines of torch from SYSTEM.md. zaya runs through `zaya debug optim`. Tolerance: 1e-5 relative."""
 import math
 import os
-import subprocess
-import sys
 import tempfile
 
+from harness import Suite, run_zaya
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ZAYA = os.path.join(ROOT, "build", "zaya")
 TOL = 1e-5
+suite = Suite("optim", print_passes=True)
 
 
 def ns5(G, steps=5):
@@ -50,12 +48,12 @@ def run_case(name, shapes, steps, lr, wd, clip, seed):
     with tempfile.TemporaryDirectory() as d:
         inp, out = os.path.join(d, "in.safetensors"), os.path.join(d, "out.safetensors")
         save_file(tensors, inp)
-        cmd = [ZAYA, "debug", "optim", "--in", inp, "--out", out, "--steps", str(steps), "--lr", str(lr),
-               "--weight-decay", str(wd), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8", "--momentum", "0.95",
-               "--clip", str(clip)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            return [(f"{name}: zaya debug optim failed: {r.stderr.strip()}", False)]
+        rc, _, err = run_zaya(["debug", "optim", "--in", inp, "--out", out, "--steps", steps, "--lr", lr,
+                               "--weight-decay", wd, "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
+                               "--momentum", "0.95", "--clip", clip])
+        if rc != 0:
+            suite.check(False, f"{name}: zaya debug optim failed", err.strip())
+            return
         got = load_file(out)
     # torch reference
     tp = {k: torch.tensor(v, dtype=torch.float32) for k, v in params.items()}
@@ -86,22 +84,17 @@ def run_case(name, shapes, steps, lr, wd, clip, seed):
                         muon_step(t[e], t.grad[e], moms[k][e], lr, wd, 0.95)
                 else:
                     muon_step(t, t.grad, moms[k], lr, wd, 0.95)
-    results = []
     for k, t in tp.items():
         ref = t.detach().numpy()
         start = params[k]
         # compare the updates (final - start), the part the optimizer computed
         du_ref, du = ref - start, got[k] - start
         err = np.linalg.norm(du - du_ref) / max(np.linalg.norm(du_ref), 1e-30)
-        results.append((f"{name} {k} {list(t.shape)}: update rel err {err:.2e}", err <= TOL))
-    return results
+        suite.check(err <= TOL, f"{name} {k} {list(t.shape)}", f"update rel err {err:.2e}")
 
 
 def main():
-    if not os.path.exists(ZAYA):
-        print(f"build/zaya not found at {ZAYA}; run make first")
-        print("optim: 0 passed, 1 failed")
-        return 1
+    suite.require_zaya()
     shapes = {"muon/wide": (16, 24), "muon/tall": (40, 12), "muon/experts": (3, 8, 12), "adamw/embed": (10, 6),
               "adamw/norm": (7,), "adamw/conv": (5, 1, 2)}
     cases = [
@@ -109,15 +102,10 @@ def main():
         ("weight-decay", shapes, 3, 0.01, 0.1, 0.0, 2),
         ("clipped", shapes, 4, 0.02, 0.05, 1.0, 3),
     ]
-    passed = failed = 0
     for c in cases:
-        for line, ok in run_case(*c):
-            print(("ok   " if ok else "FAIL ") + line)
-            passed += ok
-            failed += not ok
-    print(f"optim: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+        suite.run(c[0], run_case, *c)
+    suite.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

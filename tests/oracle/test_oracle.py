@@ -6,22 +6,20 @@ of every token in every layer.
     python tests/oracle/test_oracle.py [--only cfg3,cfg7] [--keep DIR]
 
 The last line is `oracle: N passed, N failed`; the exit status is non-zero if any check failed.
-ZAYA_BIN overrides the binary (see common.py; fake_zaya.py is an HF stand-in used to validate this script).
+ZAYA_BIN overrides the binary (see harness.py; fake_zaya.py is an HF stand-in used to validate this script).
 """
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Suite, run_zaya  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common import (Results, ZayaMissing, build_model, fmt, hf_reference, load_model, make_config,  # noqa: E402
-                    make_tokens, parse_loss, rel_err, run_zaya, save_model, significant_digits, trainable_names,
-                    zaya_cmd)
+from common import (build_model, fmt, hf_reference, load_model, make_config, make_tokens, parse_loss,  # noqa: E402
+                    rel_err, save_model, significant_digits, trainable_names)
 
 TOL_LOGITS = 1e-5
 TOL_LOSS = 1e-6
@@ -148,6 +146,7 @@ def describe(c):
 
 def run_config(c, work, res, seed):
     name = c["name"]
+    (work / name).mkdir(parents=True, exist_ok=True)
     cfg = make_config(**c["shape"])
     B, T, V = c["B"], c["T"], cfg.vocab_size
     L = cfg.num_hidden_layers
@@ -282,41 +281,14 @@ def run_config(c, work, res, seed):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", help="comma-separated config names")
-    ap.add_argument("--keep", help="write the work files here and keep them")
     ap.add_argument("--seed", type=int, default=1234)
-    a = ap.parse_args()
-    res = Results("oracle")
-    t_start = time.time()
-    try:
-        print("zaya:", " ".join(zaya_cmd()), flush=True)
-    except ZayaMissing as ex:
-        print(f"oracle: cannot run: {ex}", file=sys.stderr, flush=True)
-        res.check(False, "zaya binary", str(ex))
-        res.finish()
-    if a.keep:
-        work = Path(a.keep)
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        work = Path(tempfile.mkdtemp(prefix="zaya_oracle_"))
-    configs = CONFIGS
-    if a.only:
-        want = set(a.only.split(","))
-        configs = [c for c in CONFIGS if c["name"] in want]
-    try:
-        for c in configs:
-            (work / c["name"]).mkdir(parents=True, exist_ok=True)
-            try:
-                run_config(c, work, res, a.seed + 101 * int(c['name'][3:]))
-            except Exception as ex:  # noqa: BLE001 - a crash in one config is one failed test
-                import traceback
-                traceback.print_exc()
-                res.check(False, f"{c['name']} harness", repr(ex))
-    finally:
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"time {time.time() - t_start:.1f}s", flush=True)
-    res.finish()
+    suite = Suite("oracle")
+    a = suite.parse_args(ap, parts="config names", keep=True)
+    suite.require_zaya()
+    with suite.work_dir("zaya_oracle_") as work:
+        for c in CONFIGS:
+            suite.run(c["name"], run_config, c, work, suite, a.seed + 101 * int(c['name'][3:]))
+    suite.finish()
 
 
 if __name__ == "__main__":

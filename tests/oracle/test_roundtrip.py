@@ -11,21 +11,18 @@
 
 The last line is `roundtrip: N passed, N failed`; the exit status is non-zero if any check failed.
 """
-import argparse
 import json
 import math
 import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Suite, run_zaya  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from common import (Results, ZayaForCausalLM, ZayaMissing, build_model, load_model_tensors,  # noqa: E402
-                    make_config, make_tokens, run_zaya, save_model, zaya_cmd)
+from common import ZayaForCausalLM, build_model, load_model_tensors, make_config, make_tokens, save_model  # noqa: E402
 
 INIT_STD = 0.02
 
@@ -465,40 +462,21 @@ def part_c(res, work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="write the work files here and keep them")
-    a = ap.parse_args()
-    res = Results("roundtrip")
-    t0 = time.time()
-    try:
-        print("zaya:", " ".join(zaya_cmd()), flush=True)
-    except ZayaMissing as ex:
-        print(f"roundtrip: cannot run: {ex}", file=sys.stderr, flush=True)
-        res.check(False, "zaya binary", str(ex))
-        res.finish()
-    work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="zaya_roundtrip_"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        for title, fn in [("(a) init -> hf -> convert, tied", lambda: part_a(res, work, True)),
-                          ("(a) init -> hf -> convert, untied", lambda: part_a(res, work, False)),
-                          ("(a) convert a sharded checkpoint", lambda: part_a_sharded(res, work)),
-                          ("(a) sliding-window layers: init -> hf -> convert", lambda: part_a_sliding(res, work)),
-                          ("(b) convert --dtype bf16", lambda: part_b(res, work)),
-                          ("(c) bad inputs", lambda: part_c(res, work))]:
+    suite = Suite("roundtrip")
+    suite.parse_args(keep=True)
+    suite.require_zaya()
+    with suite.work_dir("zaya_roundtrip_") as work:
+        for title, fn in [("(a) init -> hf -> convert, tied", lambda: part_a(suite, work, True)),
+                          ("(a) init -> hf -> convert, untied", lambda: part_a(suite, work, False)),
+                          ("(a) convert a sharded checkpoint", lambda: part_a_sharded(suite, work)),
+                          ("(a) sliding-window layers: init -> hf -> convert", lambda: part_a_sliding(suite, work)),
+                          ("(b) convert --dtype bf16", lambda: part_b(suite, work)),
+                          ("(c) bad inputs", lambda: part_c(suite, work))]:
             print(title, flush=True)
-            n0 = res.passed + res.failed
-            try:
-                fn()
-            except Exception as ex:  # noqa: BLE001
-                import traceback
-                traceback.print_exc()
-                res.check(False, f"{title} harness", repr(ex))
-            print(f"  {res.passed + res.failed - n0} checks", flush=True)
-    finally:
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"time {time.time() - t0:.1f}s", flush=True)
-    res.finish()
+            n0 = suite.count
+            suite.run(title, fn)
+            print(f"  {suite.count - n0} checks", flush=True)
+    suite.finish()
 
 
 if __name__ == "__main__":

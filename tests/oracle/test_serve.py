@@ -15,22 +15,19 @@ random model with a byte-level BPE tokenizer and a ChatML-style chat template bu
 
 The last line is `serve: N passed, N failed`.
 """
-import argparse
 import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Results, ZayaMissing, run_zaya, zaya_cmd  # noqa: E402
+from harness import Suite, run_zaya, zaya_cmd  # noqa: E402
 
 import openai  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
@@ -117,11 +114,9 @@ def generate_text(mdir, prompt=None, messages_file=None, max_tokens=16, extra=()
     args = ["generate", "--model", mdir, "--tokenizer", mdir / "tokenizer.json", "--max-tokens", max_tokens,
             "--temperature", "0", *extra]
     args += ["--prompt", prompt] if prompt is not None else ["--messages", messages_file]
-    cmd = zaya_cmd() + [str(a) for a in args]
-    p = subprocess.run(cmd, capture_output=True, timeout=120)
-    if p.returncode:
-        raise RuntimeError(f"zaya generate failed: {p.stderr.decode()}")
-    out = p.stdout
+    rc, out, err = run_zaya(args, timeout=120, text=False)
+    if rc:
+        raise RuntimeError(f"zaya generate failed: {err.decode()}")
     assert out.endswith(b"\n")
     return out[:-1].decode("utf-8", "replace")
 
@@ -151,18 +146,8 @@ def error_of(status, payload):
         return status, None, None, payload[:200]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="keep the work directory here")
-    args = ap.parse_args()
-    res = Results("serve")
-    try:
-        zaya_cmd()
-    except ZayaMissing as e:
-        res.check(False, "zaya binary", str(e))
-        res.finish()
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="zaya-serve-"))
-    work.mkdir(parents=True, exist_ok=True)
+def checks(res, work):
+    """Every check, in order, on one model: the servers run one after another."""
     mdir = make_model(work)
     name = mdir.name
     prompts = ["the quick", "12+34=", "hello", "Über naïve", "def f(x):", "one two", "zaya", "🎉 and"]
@@ -456,9 +441,15 @@ def main():
     res.check("error" not in got and got.get("finish") == "length" and len(got.get("text", "")) > 0,
               "SIGTERM: the running stream finishes", str(got)[:300])
     res.check(rc == 0, "SIGTERM: exit 0", f"exit {rc}")
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    res.finish()
+
+
+def main():
+    suite = Suite("serve")
+    suite.parse_args(keep=True)
+    suite.require_zaya()
+    with suite.work_dir("zaya-serve-") as work:
+        suite.run("serve", checks, suite, work)
+    suite.finish()
 
 
 if __name__ == "__main__":

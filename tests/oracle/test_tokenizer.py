@@ -20,55 +20,16 @@ ZAYA_BIN overrides the zaya command (split with shlex).
 """
 import argparse
 import json
-import os
 import random
-import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-import warnings
-from pathlib import Path
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-warnings.filterwarnings("ignore")
+from harness import Suite, run_zaya, write_file
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-import numpy as np  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SPECIALS = ["<|pad|>", "<|bos|>", "<|eos|>"]
 VOCAB_SIZE = 4000
-
-passed = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{(': ' + detail) if detail else ''}", flush=True)
-    return ok
-
-
-def zaya(*args, timeout=300, input_bytes=None):
-    env_bin = os.environ.get("ZAYA_BIN")
-    cmd = shlex.split(env_bin) if env_bin else [str(REPO_ROOT / "build" / "zaya")]
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "2")
-    try:
-        p = subprocess.run(cmd + [str(a) for a in args], capture_output=True, timeout=timeout, env=env, input=input_bytes)
-    except subprocess.TimeoutExpired:
-        return 124, b"", b"timeout"
-    except OSError as e:
-        return 127, b"", str(e).encode()
-    return p.returncode, p.stdout, p.stderr
+suite = Suite("tokenizer", print_passes=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,7 +246,7 @@ def gen_unicode_table():
 
 def zaya_encode_file(tok_path, path, tmp):
     out = tmp / "ids.npy"
-    rc, so, se = zaya("tokenizer", "encode", "--tokenizer", tok_path, "--input", path, "--out", out)
+    rc, so, se = run_zaya(["tokenizer", "encode", "--tokenizer", tok_path, "--input", path, "--out", out], text=False)
     if rc:
         return None, se.decode(errors="replace")
     return np.load(out).tolist(), so.decode(errors="replace").strip()
@@ -294,7 +255,7 @@ def zaya_encode_file(tok_path, path, tmp):
 def zaya_decode_ids(tok_path, ids, tmp):
     p = tmp / "dec_ids.npy"
     np.save(p, np.asarray(ids, dtype=np.int32))
-    rc, so, se = zaya("tokenizer", "decode", "--tokenizer", tok_path, "--input", p)
+    rc, so, se = run_zaya(["tokenizer", "decode", "--tokenizer", tok_path, "--input", p], text=False)
     return (so if rc == 0 else None), se.decode(errors="replace")
 
 
@@ -306,21 +267,16 @@ def compare_strings(name, tok_path, hf_tok, strings, tmp):
     path.write_bytes(joined.encode("utf-8"))
     z, info = zaya_encode_file(tok_path, path, tmp)
     if z is None:
-        return check(f"{name}: zaya encode", False, info)
+        return suite.check(False, f"{name}: zaya encode", info)
     h = hf_tok.encode(joined).ids
     if z == h:
-        return check(f"{name}: {len(strings)} strings, {len(h)} ids equal to HF", True)
+        return suite.check(True, f"{name}: {len(strings)} strings, {len(h)} ids equal to HF")
     for s in strings:  # find the culprit
-        zs, _ = zaya_encode_file(tok_path, _write(tmp / "one.txt", s), tmp)
+        zs, _ = zaya_encode_file(tok_path, write_file(tmp / "one.txt", s), tmp)
         hs = hf_tok.encode(s).ids
         if zs != hs:
-            return check(f"{name}: ids equal to HF", False, f"{s[:80]!r}: zaya {zs[:20]} HF {hs[:20]}")
-    return check(f"{name}: ids equal to HF", False, "joined text differs but no single string does")
-
-
-def _write(path, s):
-    path.write_bytes(s.encode("utf-8") if isinstance(s, str) else s)
-    return path
+            return suite.check(False, f"{name}: ids equal to HF", f"{s[:80]!r}: zaya {zs[:20]} HF {hs[:20]}")
+    return suite.check(False, f"{name}: ids equal to HF", "joined text differs but no single string does")
 
 
 def run(tmp):
@@ -337,28 +293,29 @@ def run(tmp):
 
     tok_path = tmp / "tokenizer.json"
     t0 = time.time()
-    rc, so, se = zaya("tokenizer", "train", "--input", tmp / "corpus.txt", tmp / "docs.jsonl", "--vocab-size", VOCAB_SIZE,
-                      "--out", tok_path)
+    rc, so, se = run_zaya(["tokenizer", "train", "--input", tmp / "corpus.txt", tmp / "docs.jsonl",
+                           "--vocab-size", VOCAB_SIZE, "--out", tok_path], text=False)
     zsec = time.time() - t0
-    if not check("zaya tokenizer train", rc == 0 and tok_path.exists(),
-                 (so + se).decode(errors="replace").strip().replace("\n", "; ")):
+    if not suite.check(rc == 0 and tok_path.exists(), "zaya tokenizer train",
+                       (so + se).decode(errors="replace").strip().replace("\n", "; ")):
         return
 
     # loading
     try:
         hf = Tokenizer.from_file(str(tok_path))
-        check("tokenizers.Tokenizer.from_file loads zaya's file", hf.get_vocab_size() == VOCAB_SIZE,
-              f"vocab {hf.get_vocab_size()}")
+        suite.check(hf.get_vocab_size() == VOCAB_SIZE, "tokenizers.Tokenizer.from_file loads zaya's file",
+                    f"vocab {hf.get_vocab_size()}")
     except Exception as e:  # noqa: BLE001
-        check("tokenizers.Tokenizer.from_file loads zaya's file", False, repr(e))
+        suite.check(False, "tokenizers.Tokenizer.from_file loads zaya's file", repr(e))
         return
-    check("special tokens have ids 0, 1, 2", [hf.token_to_id(s) for s in SPECIALS] == [0, 1, 2])
+    suite.check([hf.token_to_id(s) for s in SPECIALS] == [0, 1, 2], "special tokens have ids 0, 1, 2")
     data = json.loads(tok_path.read_text(encoding="utf-8"))
-    check("file format: BPE + ByteLevel, version 1.0",
-          data["version"] == "1.0" and data["model"]["type"] == "BPE" and data["pre_tokenizer"]["type"] == "ByteLevel"
-          and data["decoder"]["type"] == "ByteLevel" and data["normalizer"] is None
-          and data["pre_tokenizer"]["add_prefix_space"] is False and len(data["added_tokens"]) == 3
-          and all(a["special"] and not a["normalized"] for a in data["added_tokens"]))
+    suite.check(data["version"] == "1.0" and data["model"]["type"] == "BPE"
+                and data["pre_tokenizer"]["type"] == "ByteLevel" and data["decoder"]["type"] == "ByteLevel"
+                and data["normalizer"] is None
+                and data["pre_tokenizer"]["add_prefix_space"] is False and len(data["added_tokens"]) == 3
+                and all(a["special"] and not a["normalized"] for a in data["added_tokens"]),
+                "file format: BPE + ByteLevel, version 1.0")
 
     # HF's trainer on the same texts (one sequence per file / JSONL record, as zaya reads them)
     t0 = time.time()
@@ -374,7 +331,7 @@ def run(tmp):
         za, ha = data["model"]["merges"], hdata["model"]["merges"]
         i = next((i for i, (x, y) in enumerate(zip(za, ha)) if list(x) != list(y)), min(len(za), len(ha)))
         detail += f"; first difference at merge {i}: zaya {za[i:i + 1]} HF {ha[i:i + 1]}"
-    check("HF BpeTrainer learns the same vocab and merges", same_vocab and same_merges, detail)
+    suite.check(same_vocab and same_merges, "HF BpeTrainer learns the same vocab and merges", detail)
 
     # held-out strings
     rng2 = random.Random(777)
@@ -389,18 +346,18 @@ def run(tmp):
 
     # one large text, encode speed and decode
     big = corpus(random.Random(5), 4_000_000)
-    big_path = _write(tmp / "big.txt", big)
+    big_path = write_file(tmp / "big.txt", big)
     z, info = zaya_encode_file(tok_path, big_path, tmp)
     h = hf.encode(big).ids
-    check("4 MB held-out text: ids equal to HF", z == h, info if z is None else f"{len(h)} ids; zaya: {info}")
+    suite.check(z == h, "4 MB held-out text: ids equal to HF", info if z is None else f"{len(h)} ids; zaya: {info}")
     dec, err = zaya_decode_ids(tok_path, h, tmp)
-    check("zaya decode of HF's ids gives the text back", dec == big.encode("utf-8"), err.strip())
-    check("HF decode of zaya's ids gives the text back",
-          z is not None and hf.decode(z, skip_special_tokens=False) == big)
+    suite.check(dec == big.encode("utf-8"), "zaya decode of HF's ids gives the text back", err.strip())
+    suite.check(z is not None and hf.decode(z, skip_special_tokens=False) == big,
+                "HF decode of zaya's ids gives the text back")
     ids = hf.encode("a<|bos|>b<|eos|>").ids
     dec, err = zaya_decode_ids(tok_path, ids, tmp)
-    check("special tokens decode to their text", dec == b"a<|bos|>b<|eos|>" and
-          hf.decode(ids, skip_special_tokens=False) == "a<|bos|>b<|eos|>", f"{ids} -> {dec!r}")
+    suite.check(dec == b"a<|bos|>b<|eos|>" and hf.decode(ids, skip_special_tokens=False) == "a<|bos|>b<|eos|>",
+                "special tokens decode to their text", f"{ids} -> {dec!r}")
 
     # transformers
     try:
@@ -410,9 +367,9 @@ def run(tmp):
         sample = held[:200]
         ok = all(ft(s, add_special_tokens=False)["input_ids"] == hf.encode(s).ids for s in sample)
         ok = ok and [ft.pad_token_id, ft.bos_token_id, ft.eos_token_id] == [0, 1, 2]
-        check("transformers PreTrainedTokenizerFast loads it and agrees", ok)
+        suite.check(ok, "transformers PreTrainedTokenizerFast loads it and agrees")
     except Exception as e:  # noqa: BLE001
-        check("transformers PreTrainedTokenizerFast loads it and agrees", False, repr(e))
+        suite.check(False, "transformers PreTrainedTokenizerFast loads it and agrees", repr(e))
 
     # the pre-tokenizer on every code point
     t0 = time.time()
@@ -422,14 +379,15 @@ def run(tmp):
     for k in range(0, len(cps), 1 << 17):
         chunk = cps[k:k + (1 << 17)]
         text = probe_text(chunk)
-        rc, so, se = zaya("tokenizer", "encode", "--pieces", "--input", _write(tmp / "probe.txt", text))
+        rc, so, se = run_zaya(["tokenizer", "encode", "--pieces", "--input", write_file(tmp / "probe.txt", text)],
+                              text=False)
         zp = json.loads(so) if rc == 0 else None
         hp = [p for p, _ in pt.pre_tokenize_str(text)]
         if zp != hp:
             i = next((i for i, (x, y) in enumerate(zip(zp or [], hp)) if x != y), 0)
             bad.append(f"near piece {i}: zaya {(zp or [])[i:i + 3]} HF {hp[i:i + 3]}")
-    check(f"pre-tokenizer splits like HF for {len(cps)} code points", not bad,
-          "; ".join(bad[:3]) or f"{time.time() - t0:.1f} s")
+    suite.check(not bad, f"pre-tokenizer splits like HF for {len(cps)} code points",
+                "; ".join(bad[:3]) or f"{time.time() - t0:.1f} s")
 
     # any bytes round trip, invalid UTF-8 included
     rng4 = random.Random(4)
@@ -438,13 +396,13 @@ def run(tmp):
               b"  \xff  x", b"'\xffs", b"<|bos|>\xff<|eos|>", "é".encode()[:1] * 50]
     bad = 0
     for i, blob in enumerate(blobs):
-        p = _write(tmp / "blob.bin", blob)
+        p = write_file(tmp / "blob.bin", blob)
         z, info = zaya_encode_file(tok_path, p, tmp)
         dec, err = zaya_decode_ids(tok_path, z or [], tmp)
         if z is None or dec != blob:
             bad += 1
             print(f"    blob {i}: {blob[:40]!r} -> {dec[:40] if dec else err!r}")
-    check(f"{len(blobs)} byte strings (invalid UTF-8 too) survive encode -> decode", bad == 0)
+    suite.check(bad == 0, f"{len(blobs)} byte strings (invalid UTF-8 too) survive encode -> decode")
 
     # files written by HF
     compare_strings("HF-trained file in zaya", hf_path, hf_trained, held[:1000], tmp)
@@ -480,35 +438,23 @@ def run(tmp):
         mutate(d)
         p = tmp / "bad.json"
         p.write_text(json.dumps(d, ensure_ascii=False), encoding="utf-8")
-        rc, so, se = zaya("tokenizer", "encode", "--tokenizer", p, "--text", "hello")
+        rc, so, se = run_zaya(["tokenizer", "encode", "--tokenizer", p, "--text", "hello"], text=False)
         msg = se.decode(errors="replace").strip()
-        check(f"refuses a file with a bad {field}", rc == 1 and str(p) in msg and field in msg, msg)
+        suite.check(rc == 1 and str(p) in msg and field in msg, f"refuses a file with a bad {field}", msg)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--keep", help="keep the work files in this directory")
     ap.add_argument("--gen-unicode-table", action="store_true", help="print the class table for src/tokenizer/tokenizer_pretok.c")
-    args = ap.parse_args()
+    args = suite.parse_args(ap, keep=True)
     if args.gen_unicode_table:
         gen_unicode_table()
-        return 0
-    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="zaya_tok_"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    try:
-        run(tmp)
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        check("oracle script ran to the end", False, repr(e))
-    finally:
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(f"({time.time() - t0:.1f} s)")
-    print(f"tokenizer: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+        return
+    suite.require_zaya()
+    with suite.work_dir("zaya_tok_") as tmp:
+        suite.run("oracle script", run, tmp)
+    suite.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

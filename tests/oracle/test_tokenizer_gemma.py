@@ -28,52 +28,19 @@ import json
 import os
 import random
 import re
-import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-import warnings
-from pathlib import Path
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-warnings.filterwarnings("ignore")
+from harness import Suite, run_zaya, write_file
 
+os.environ.setdefault("RAYON_NUM_THREADS", "1")  # before tokenizers loads: the speed checks set one thread against one
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402,E501
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SUITE = "tokenizer_gemma"
-
-passed = 0
-failed = 0
+suite = Suite("tokenizer_gemma", print_passes=True)
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{(': ' + detail) if detail else ''}", flush=True)
-    return ok
-
-
-def zaya(*args, timeout=600, input_bytes=None):
-    env_bin = os.environ.get("ZAYA_BIN")
-    cmd = shlex.split(env_bin) if env_bin else [str(REPO_ROOT / "build" / "zaya")]
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    try:
-        p = subprocess.run(cmd + [str(a) for a in args], capture_output=True, timeout=timeout, env=env, input=input_bytes)
-    except subprocess.TimeoutExpired:
-        return 124, b"", b"timeout"
-    except OSError as e:
-        return 127, b"", str(e).encode()
-    return p.returncode, p.stdout, p.stderr
+def zaya(*args):
+    """zaya on one thread (the speed checks set one thread against one), bytes out (decoded ids need not be UTF-8)."""
+    return run_zaya(args, timeout=600, text=False, threads=1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -292,31 +259,31 @@ def first_diff(a, b):
 def compare_encode(name, tok_path, hf, texts, tmp, no_special=False):
     z, err = zaya_encode_many(tok_path, texts, tmp, no_special)
     if z is None:
-        return check(f"{name}: zaya encode", False, err)
+        return suite.check(False, f"{name}: zaya encode", err)
     h = [e.ids for e in hf.encode_batch(texts, add_special_tokens=not no_special)]
     bad = [i for i in range(len(texts)) if i >= len(z) or z[i] != h[i]]
     if not bad and len(z) == len(h):
-        return check(f"{name}: {len(texts)} strings, {sum(map(len, h))} ids equal to HF", True)
+        return suite.check(True, f"{name}: {len(texts)} strings, {sum(map(len, h))} ids equal to HF")
     i = bad[0] if bad else len(h)
     zi = z[i] if i < len(z) else None
     k = first_diff(zi or [], h[i])
-    return check(f"{name}: ids equal to HF", False,
-                 f"{len(bad)} of {len(texts)} differ; first {texts[i][:60]!r}: at {k}: zaya {(zi or [])[k:k + 8]} HF "
-                 f"{h[i][k:k + 8]} ({[hf.id_to_token(x) for x in h[i][k:k + 8]]})")
+    return suite.check(False, f"{name}: ids equal to HF",
+                       f"{len(bad)} of {len(texts)} differ; first {texts[i][:60]!r}: at {k}: "
+                       f"zaya {(zi or [])[k:k + 8]} HF {h[i][k:k + 8]} ({[hf.id_to_token(x) for x in h[i][k:k + 8]]})")
 
 
 def compare_decode(name, tok_path, hf, id_lists, tmp, skip_special=False, lossy=False, only_valid=False):
     z, err = zaya_decode_many(tok_path, id_lists, tmp, skip_special, lossy)
     if z is None:
-        return check(f"{name}: zaya decode", False, err)
+        return suite.check(False, f"{name}: zaya decode", err)
     h = [s.encode("utf-8") for s in hf.decode_batch(id_lists, skip_special_tokens=skip_special)]
     idx = [i for i in range(len(h)) if not only_valid or "\ufffd" not in h[i].decode()]
     bad = [i for i in idx if z[i] != h[i]]
     if not bad:
-        return check(f"{name}: {len(idx)} id lists decode as HF", True)
+        return suite.check(True, f"{name}: {len(idx)} id lists decode as HF")
     i = bad[0]
-    return check(f"{name}: decode equal to HF", False, f"{len(bad)} differ; first {id_lists[i][:12]}: zaya {z[i][:60]!r} "
-                                                        f"HF {h[i][:60]!r}")
+    return suite.check(False, f"{name}: decode equal to HF",
+                       f"{len(bad)} differ; first {id_lists[i][:12]}: zaya {z[i][:60]!r} HF {h[i][:60]!r}")
 
 
 def full_check(name, tok, folder, texts, tmp, specials=True):
@@ -410,8 +377,8 @@ def invalid_utf8(folder, hf, tmp):
     z, err = zaya_encode_many(folder, strings, tmp)
     h = [hf.encode(b.decode("utf-8", "replace")).ids for b in blobs]
     bad = [i for i in range(len(blobs)) if z is None or z[i] != h[i]]
-    check(f"invalid UTF-8: {len(blobs)} byte strings encode as their U+FFFD replacement", not bad,
-          err or (f"{blobs[bad[0]]!r}: zaya {z[bad[0]][:10]} HF {h[bad[0]][:10]}" if bad else ""))
+    suite.check(not bad, f"invalid UTF-8: {len(blobs)} byte strings encode as their U+FFFD replacement",
+                err or (f"{blobs[bad[0]]!r}: zaya {z[bad[0]][:10]} HF {h[bad[0]][:10]}" if bad else ""))
 
 
 def v4_template(tok, cfg):
@@ -445,28 +412,30 @@ def config_checks(tok, tmp, texts):
         z, err = zaya_encode_many(folder, texts, tmp)
         ok = z == want
         i = 0 if ok or z is None else next(i for i in range(len(texts)) if z[i] != want[i])
-        check(f"tokenizer_config.json {name}: ids as transformers 4 adds specials", ok,
-              err or ("" if ok else f"{texts[i][:40]!r}: zaya {z[i][:4]}..{z[i][-3:]} want {want[i][:4]}..{want[i][-3:]}"))
+        suite.check(ok, f"tokenizer_config.json {name}: ids as transformers 4 adds specials",
+                    err or ("" if ok else f"{texts[i][:40]!r}: zaya {z[i][:4]}..{z[i][-3:]} "
+                                          f"want {want[i][:4]}..{want[i][-3:]}"))
     # the released layout (config agreeing with tokenizer.json) against transformers as installed
     from transformers import PreTrainedTokenizerFast
     folder = save(tok, tmp / "cfg", dict(configs["add_bos_token"], tokenizer_class="PreTrainedTokenizerFast"))
     ft = PreTrainedTokenizerFast.from_pretrained(str(folder))
     want = [ft(t)["input_ids"] for t in texts]
     z, err = zaya_encode_many(folder, texts, tmp)
-    check("model folder with tokenizer_config.json: ids equal to transformers' PreTrainedTokenizerFast", z == want, err)
+    suite.check(z == want,
+                "model folder with tokenizer_config.json: ids equal to transformers' PreTrainedTokenizerFast", err)
     # a model folder and the file inside it give the same tokenizer, config included
     folder = save(tok, tmp / "cfg", {"add_bos_token": False, "add_eos_token": True, "eos_token": "<eos>"})
     a, _ = zaya_encode_many(folder, texts[:20], tmp)
     b, _ = zaya_encode_many(folder / "tokenizer.json", texts[:20], tmp)
-    check("--tokenizer takes the folder or the file", a is not None and a == b and
-          all(x[-1] == tok.token_to_id("<eos>") for x in a))
+    suite.check(a is not None and a == b and
+                all(x[-1] == tok.token_to_id("<eos>") for x in a), "--tokenizer takes the folder or the file")
     for bad, field in [('{"add_bos_token": "yes"}', "add_bos_token"), ('{"add_eos_token": true}', "add_eos_token"),
                        ('{"add_bos_token": true, "bos_token": "<nope>"}', "bos_token"), ("{", "invalid JSON")]:
         (folder / "tokenizer_config.json").write_text(bad)
         rc, so, se = zaya("tokenizer", "encode", "--tokenizer", folder, "--text", "x")
         msg = se.decode(errors="replace")
-        check(f"a bad tokenizer_config.json ({bad}) is refused naming the file and field",
-              rc == 1 and f"tokenizer_config.json: {field}" in msg, msg.strip())
+        suite.check(rc == 1 and f"tokenizer_config.json: {field}" in msg,
+                    f"a bad tokenizer_config.json ({bad}) is refused naming the file and field", msg.strip())
 
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -502,7 +471,7 @@ def llama3(train_texts, texts, tmp):
         ids = [int(x) for x in so.split()] if rc == 0 else None
         out, _ = zaya_decode_many(folder, [ids or []], tmp)
         bad += ids is None or out is None or out[0] != blob
-    check(f"llama3: {len(blobs)} byte strings (invalid UTF-8 too) survive encode -> decode", bad == 0)
+    suite.check(bad == 0, f"llama3: {len(blobs)} byte strings (invalid UTF-8 too) survive encode -> decode")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -602,14 +571,15 @@ def speed(name, folder, texts, tmp):
     for label, arg, path, hf_texts in [("one text", "--input", one, ["\n".join(texts)]), ("documents", "--jsonl", docs, texts)]:
         z, out = zaya_bench(folder, arg, path)
         if z is None:
-            check(f"speed {name}, {label}: zaya tokenizer bench", False, out)
+            suite.check(False, f"speed {name}, {label}: zaya tokenizer bench", out)
             continue
         h = hf_bench(hf, hf_texts)
         mb = sum(len(t.encode()) for t in hf_texts) / 1e6
-        check(f"speed {name}, {label} ({mb:.1f} MB): zaya encodes >= 5 MB/s on one thread and as many tokens as HF",
-              z["cold"] >= 5 and z["tokens"] == h["tokens"],
-              f"zaya {z['cold']:.1f} MB/s first pass, {z['warm']:.1f} warm; tokenizers {h['cold']:.2f} first, "
-              f"{h['warm']:.2f} warm ({z['tokens']} vs {h['tokens']} tokens)")
+        suite.check(z["cold"] >= 5 and z["tokens"] == h["tokens"],
+                    f"speed {name}, {label} ({mb:.1f} MB): zaya encodes >= 5 MB/s on one thread"
+                    " and as many tokens as HF",
+                    f"zaya {z['cold']:.1f} MB/s first pass, {z['warm']:.1f} warm; tokenizers {h['cold']:.2f} first, "
+                    f"{h['warm']:.2f} warm ({z['tokens']} vs {h['tokens']} tokens)")
 
 
 def big_vocab_checks(tmp, bench_mb):
@@ -635,21 +605,17 @@ def big_vocab_checks(tmp, bench_mb):
     compare_decode("262k vocabulary: decode", folder, hf, [e.ids for e in hf.encode_batch(texts)], tmp, lossy=True)
     loads = []
     for _ in range(3):
-        z, out = zaya_bench(folder, "--input", _write(tmp / "tiny.txt", "hello"))
+        z, out = zaya_bench(folder, "--input", write_file(tmp / "tiny.txt", "hello"))
         loads.append(z["load"] if z else 99)
-    check("262k vocabulary loads in well under a second", min(loads) < 1.0,
-          f"zaya {min(loads):.3f} s (best of 3; {', '.join(f'{x:.3f}' for x in loads)}), tokenizers {hf_load:.2f} s")
+    suite.check(min(loads) < 1.0, "262k vocabulary loads in well under a second",
+                f"zaya {min(loads):.3f} s (best of 3; {', '.join(f'{x:.3f}' for x in loads)}), "
+                f"tokenizers {hf_load:.2f} s")
     docs = []
     n = 0
     while n < bench_mb * 1e6:
         docs.append(zipf_text(rng, words, rng.randint(500, 20000)))
         n += len(docs[-1].encode())
     speed("262k vocabulary", folder, docs, tmp)
-
-
-def _write(path, s):
-    path.write_bytes(s.encode("utf-8") if isinstance(s, str) else s)
-    return path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -704,25 +670,13 @@ def run(tmp, bench_mb):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--keep", help="keep the work files in this directory")
     ap.add_argument("--bench-mb", type=float, default=8.0, help="size of the benchmark text in MB")
-    args = ap.parse_args()
-    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="zaya_tokg_"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    try:
-        run(tmp, args.bench_mb)
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        check("oracle script ran to the end", False, repr(e))
-    finally:
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(f"({time.time() - t0:.1f} s)")
-    print(f"{SUITE}: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    args = suite.parse_args(ap, keep=True)
+    suite.require_zaya()
+    with suite.work_dir("zaya_tokg_") as tmp:
+        suite.run("oracle script", run, tmp, args.bench_mb)
+    suite.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

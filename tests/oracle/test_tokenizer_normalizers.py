@@ -26,9 +26,7 @@ import ctypes
 import ctypes.util
 import json
 import random
-import shutil
 import sys
-import tempfile
 import time
 import unicodedata
 from pathlib import Path
@@ -37,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_tokenizer_gemma as g  # noqa: E402  (its helpers: zaya calls, comparisons, the corpus)
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402,E501
 
-SUITE = "tokenizer_normalizers"
-check = g.check
+# gemma's helpers (full_check, speed) count into g.suite: this suite is that one, under its own name
+suite = g.suite
+suite.name = "tokenizer_normalizers"
 N = normalizers
 
 
@@ -162,18 +161,20 @@ def every_code_point(tmp):
         rc, so, se = g.zaya("tokenizer", "encode", "--tokenizer", folder, "--input", path, "--out", out, "--no-special")
         dt = time.time() - t0
         if rc:
-            check(f"every code point through {name}", False, se.decode(errors="replace").strip())
+            suite.check(False, f"every code point through {name}", se.decode(errors="replace").strip())
             continue
         import numpy as np
         z = bytes((np.load(out) - 1).astype(np.uint8).tolist())
         want = norm.normalize_str(text).encode()
         if z == want:
-            check(f"every code point through {name}: {len(want)} bytes equal to HF's normalize_str ({dt:.1f} s)", True)
+            suite.check(True, f"every code point through {name}: {len(want)} bytes equal to HF's normalize_str "
+                              f"({dt:.1f} s)")
             continue
         k = g.first_diff(z, want)
         at = z[:k].count(b"\n")
-        check(f"every code point through {name}", False, f"differs at byte {k}, unit {units[at]!r} "
-              f"({' '.join(f'U+{ord(x):04X}' for x in units[at])}): zaya {z[k - 8:k + 16]!r} HF {want[k - 8:k + 16]!r}")
+        suite.check(False, f"every code point through {name}", f"differs at byte {k}, unit {units[at]!r} "
+                    f"({' '.join(f'U+{ord(x):04X}' for x in units[at])}): "
+                    f"zaya {z[k - 8:k + 16]!r} HF {want[k - 8:k + 16]!r}")
     # the pipeline's ids, not only the bytes: HF's encode on a part of it
     tok = byte_vocab_tokenizer(N.NFKC())
     tok.save(str(tmp / "bytes" / "tokenizer.json"))
@@ -317,8 +318,8 @@ def invalid_utf8(name, folder, hf, tmp):
     z, err = g.zaya_encode_many(folder, strings, tmp)
     h = [hf.encode(b.decode("utf-8", "replace")).ids for b in blobs]
     bad = [i for i in range(len(blobs)) if z is None or z[i] != h[i]]
-    check(f"{name}: {len(blobs)} invalid UTF-8 strings encode as their U+FFFD replacement", not bad,
-          err or (f"{blobs[bad[0]]!r}: zaya {z[bad[0]][:10]} HF {h[bad[0]][:10]}" if bad else ""))
+    suite.check(not bad, f"{name}: {len(blobs)} invalid UTF-8 strings encode as their U+FFFD replacement",
+                err or (f"{blobs[bad[0]]!r}: zaya {z[bad[0]][:10]} HF {h[bad[0]][:10]}" if bad else ""))
 
 
 def trained(tmp, bench_mb):
@@ -359,7 +360,8 @@ def refused(tmp):
         (folder / "tokenizer.json").write_text(json.dumps(base))
         rc, so, se = g.zaya("tokenizer", "encode", "--tokenizer", folder, "--text", "x")
         msg = se.decode(errors="replace")
-        check(f"normalizer {json.dumps(norm)[:60]} is refused with a clear error", rc == 1 and want in msg, msg.strip())
+        suite.check(rc == 1 and want in msg, f"normalizer {json.dumps(norm)[:60]} is refused with a clear error",
+                    msg.strip())
 
 
 def run(tmp, bench_mb):
@@ -370,29 +372,17 @@ def run(tmp, bench_mb):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--keep", help="keep the work files in this directory")
     ap.add_argument("--bench-mb", type=float, default=2.0, help="size of the benchmark text in MB")
     ap.add_argument("--gen-tables", action="store_true", help="print the Unicode tables for src/tokenizer/tokenizer_normalize.c")
-    args = ap.parse_args()
+    args = suite.parse_args(ap, keep=True)
     if args.gen_tables:
         gen_tables()
-        return 0
-    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="zaya_tokn_"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    try:
-        run(tmp, args.bench_mb)
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        check("oracle script ran to the end", False, repr(e))
-    finally:
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(f"({time.time() - t0:.1f} s)")
-    print(f"{SUITE}: {g.passed} passed, {g.failed} failed")
-    return 1 if g.failed else 0
+        return
+    suite.require_zaya()
+    with suite.work_dir("zaya_tokn_") as tmp:
+        suite.run("oracle script", run, tmp, args.bench_mb)
+    suite.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
