@@ -18,20 +18,17 @@ lm_head), so that its greedy answers are text: half the generation items are giv
 
 The last line is `lm_eval: N passed, N failed`.
 """
-import argparse
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Results, ZayaMissing, run_zaya, zaya_cmd  # noqa: E402
+from harness import Suite, run_zaya  # noqa: E402
 from test_serve import Server, make_model  # noqa: E402
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
@@ -116,12 +113,11 @@ def prepare_model(work):
 def greedy_answer(mdir, prompt):
     """zaya eval's answer: greedy from bos + prompt, at most 32 tokens, cut at the first newline, stripped; None
     when it is not clean UTF-8 text."""
-    cmd = zaya_cmd() + ["generate", "--model", str(mdir), "--tokenizer", str(mdir / "tokenizer.json"), "--prompt",
-                        prompt, "--max-tokens", "32", "--temperature", "0"]
-    p = subprocess.run(cmd, capture_output=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="2"))
-    if p.returncode:
-        raise RuntimeError(f"zaya generate failed: {p.stderr.decode()}")
-    out = p.stdout[:-1].split(b"\n")[0]
+    rc, out, err = run_zaya(["generate", "--model", mdir, "--tokenizer", mdir / "tokenizer.json", "--prompt", prompt,
+                             "--max-tokens", 32, "--temperature", 0], timeout=120, text=False)
+    if rc:
+        raise RuntimeError(f"zaya generate failed: {err.decode()}")
+    out = out[:-1].split(b"\n")[0]
     try:
         text = out.decode("utf-8").strip(" \t\n\r\f\v")
     except UnicodeDecodeError:
@@ -129,18 +125,8 @@ def greedy_answer(mdir, prompt):
     return text if text and "\ufffd" not in text and "<|" not in text else None
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="keep the work directory here")
-    args = ap.parse_args()
-    res = Results("lm_eval")
-    try:
-        zaya_cmd()
-    except ZayaMissing as e:
-        res.check(False, "zaya binary", str(e))
-        res.finish()
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="zaya-lm-eval-"))
-    work.mkdir(parents=True, exist_ok=True)
+def checks(res, work):
+    """zaya eval on the items, then lm-eval against zaya serve on the same items."""
     mdir = prepare_model(work)
     tasks = work / "tasks"
     tasks.mkdir(exist_ok=True)
@@ -163,9 +149,8 @@ def main():
     # zaya eval on the same items
     rc, out, err = run_zaya(["eval", "--model", mdir, "--tokenizer", mdir / "tokenizer.json", "--task",
                              tasks / "mc.jsonl", tasks / "gen.jsonl", "--json", work / "zaya_eval.json"], timeout=600)
-    res.check(rc == 0, "zaya eval", err[-400:])
-    if rc:
-        res.finish()
+    if not res.check(rc == 0, "zaya eval", err[-400:]):
+        return
     zaya = {t["task"]: t for t in json.loads((work / "zaya_eval.json").read_text())["tasks"]}
 
     srv = Server(mdir, "--max-batch", 8, "--max-context", 512)
@@ -203,9 +188,15 @@ def main():
                   f"{done} responses for {n_req} requests")
     finally:
         srv.stop()
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    res.finish()
+
+
+def main():
+    suite = Suite("lm_eval")
+    suite.parse_args(keep=True)
+    suite.require_zaya()
+    with suite.work_dir("zaya-lm-eval-") as work:
+        suite.run("lm_eval", checks, suite, work)
+    suite.finish()
 
 
 if __name__ == "__main__":

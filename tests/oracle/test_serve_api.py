@@ -18,18 +18,16 @@ model test_serve.py builds:
 
 The last line is `serve_api: N passed, N failed`.
 """
-import argparse
 import http.client
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Results, ZayaMissing, run_zaya, zaya_cmd  # noqa: E402
+from harness import Suite, run_zaya  # noqa: E402
 from test_serve import CHAT_TEMPLATE, Server, error_of, generate_text, make_model, stream_text  # noqa: E402
 
 from tokenizers import Tokenizer  # noqa: E402
@@ -102,18 +100,8 @@ def penalized_reference(work, mdir, prompt_ids, n_new, presence, frequency, repe
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", help="keep the work directory here")
-    args = ap.parse_args()
-    res = Results("serve_api")
-    try:
-        zaya_cmd()
-    except ZayaMissing as e:
-        res.check(False, "zaya binary", str(e))
-        res.finish()
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="zaya-serve-api-"))
-    work.mkdir(parents=True, exist_ok=True)
+def checks(res, work):
+    """Every check, in order, on one model: the servers run one after another."""
     mdir = make_model(work)
     name = mdir.name
     tok = Tokenizer.from_file(str(mdir / "tokenizer.json"))
@@ -300,9 +288,15 @@ def main():
                             timeout=60)
     res.check(rc != 0 and "--chat-template" in err and "listening" not in out, "--chat-template on a missing file",
               err.strip()[-200:])
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    res.finish()
+
+
+def main():
+    suite = Suite("serve_api")
+    suite.parse_args(keep=True)
+    suite.require_zaya()
+    with suite.work_dir("zaya-serve-api-") as work:
+        suite.run("serve_api", checks, suite, work)
+    suite.finish()
 
 
 if __name__ == "__main__":
