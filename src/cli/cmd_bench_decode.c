@@ -197,14 +197,11 @@ int bench_decode(int argc, char **argv) {
         {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
                                                  "f32 or bf16", 0},
     };
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench decode",
-                       "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16 --device cpu|cuda "
-                       "--batch B --kv-dtype auto|f32|bf16]", specs,
-                       ZY_ARRAY_LEN(specs));
-            return 0;
-        }
+    if (args_help(argc, argv, 3, "bench decode",
+                  "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16 --device cpu|cuda "
+                  "--batch B --kv-dtype auto|f32|bf16]", specs,
+                  ZY_ARRAY_LEN(specs)))
+        return 0;
     ZyErr err = {{0}};
     Model m, m32;
     KVCache c;

@@ -118,18 +118,16 @@ int cmd_tokenizer_chat(int argc, char **argv) {
         {"--date", ARG_STRING, 0, &date, "YYYY-MM-DD that strftime_now reports (midnight UTC; default: now, local time)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("tokenizer chat",
-                       "--tokenizer DIR_OR_FILE (--messages FILE.json | --jsonl FILE) [--add-generation-prompt] "
-                       "[--tools FILE.json] [--set NAME=VALUE ...] [--date YYYY-MM-DD]",
-                       specs, n);
-            printf("\nPrints the prompt exactly as transformers' apply_chat_template(..., tokenize=False) renders it,\n"
-                   "with no newline added. The template is DIR/chat_template.jinja, else tokenizer_config.json's\n"
-                   "chat_template; bos_token, eos_token, ... come from tokenizer_config.json. With --jsonl, a line\n"
-                   "that fails prints {\"error\": ...} and the exit status is 1.\n");
-            return 0;
-        }
+    if (args_help(argc, argv, 3, "tokenizer chat",
+                  "--tokenizer DIR_OR_FILE (--messages FILE.json | --jsonl FILE) [--add-generation-prompt] "
+                  "[--tools FILE.json] [--set NAME=VALUE ...] [--date YYYY-MM-DD]",
+                  specs, n)) {
+        printf("\nPrints the prompt exactly as transformers' apply_chat_template(..., tokenize=False) renders it,\n"
+               "with no newline added. The template is DIR/chat_template.jinja, else tokenizer_config.json's\n"
+               "chat_template; bos_token, eos_token, ... come from tokenizer_config.json. With --jsonl, a line\n"
+               "that fails prints {\"error\": ...} and the exit status is 1.\n");
+        return 0;
+    }
     ZyErr err = {{0}};
     int rc = 1;
     char *msg_text = NULL, *tools_text = NULL, *out = NULL;

@@ -49,15 +49,12 @@ int cmd_eval(int argc, char **argv) {
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("eval",
-                       "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
-                       "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT] "
-                       "[--dtype f32|bf16] [--device cpu|cuda|cuda:N]",
-                       specs, n);
-            return 0;
-        }
+    if (args_help(argc, argv, 2, "eval",
+                  "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
+                  "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT] "
+                  "[--dtype f32|bf16] [--device cpu|cuda|cuda:N]",
+                  specs, n))
+        return 0;
     ZyErr err = {{0}};
     const char *tasks[MAX_TASKS];
     int n_tasks = 0, rc = 1, have_model = 0;

@@ -136,14 +136,11 @@ int cmd_generate(int argc, char **argv) {
                                                  "f32 or bf16 (as zaya serve's)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("generate",
-                       "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
-                       "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--kv-dtype auto|f32|bf16] [--device cpu|cuda]",
-                       specs, n);
-            return 0;
-        }
+    if (args_help(argc, argv, 2, "generate",
+                  "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
+                  "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--kv-dtype auto|f32|bf16] [--device cpu|cuda]",
+                  specs, n))
+        return 0;
     ZyErr err = {{0}};
     Model m;
     KVCache c;

@@ -13,12 +13,6 @@
 #include "train/runconfig.h"
 #include "io/safetensors.h"
 
-static int wants_help(int argc, char **argv) {
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
-}
-
 int cmd_init(int argc, char **argv) {
     const char *config_path = NULL, *out = NULL, *dtype = "f32";
     uint64_t seed = 0;
@@ -32,10 +26,8 @@ int cmd_init(int argc, char **argv) {
          "MB per safetensors shard (default 5000; a larger model gets model-0000k-of-0000n files and an index)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("init", "--config CFG.json --out DIR [--seed N] [--dtype f32|bf16] [--shard-size MB]", specs, n);
+    if (args_help(argc, argv, 2, "init", "--config CFG.json --out DIR [--seed N] [--dtype f32|bf16] [--shard-size MB]", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     ZayaConfig cfg;
     ParamTable t;
@@ -153,11 +145,9 @@ int cmd_forward(int argc, char **argv) {
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (fp32 on the GPU, no TF32)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors] [--device cuda]",
-                   specs, n);
+    if (args_help(argc, argv, 2, "forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors] [--device cuda]",
+                  specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Model m;
     Activations a;
@@ -235,10 +225,8 @@ int cmd_convert(int argc, char **argv) {
         {"--to", ARG_STRING, 0, &to, "layout written: native (the only one; what transformers loads)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("convert", "--model DIR --out DIR2 [--dtype f32|bf16] [--to native]", specs, n);
+    if (args_help(argc, argv, 2, "convert", "--model DIR --out DIR2 [--dtype f32|bf16] [--to native]", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Model m;
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "convert", &err)) goto fail_noload;

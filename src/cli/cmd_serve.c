@@ -125,12 +125,9 @@ int cmd_serve(int argc, char **argv) {
         {"--grace-seconds", ARG_FLOAT, 0, &grace, "on SIGTERM, how long running requests may finish (default 10)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("serve", "--model DIR [--tokenizer F] [--host 127.0.0.1 --port 8080] [--max-batch N "
-                                "--max-context T --kv-memory BYTES] [--api-key K]", specs, n);
-            return 0;
-        }
+    if (args_help(argc, argv, 2, "serve", "--model DIR [--tokenizer F] [--host 127.0.0.1 --port 8080] [--max-batch N "
+                                          "--max-context T --kv-memory BYTES] [--api-key K]", specs, n))
+        return 0;
     ZyErr err = {{0}};
     Model m;
     Tokenizer *tok = NULL;

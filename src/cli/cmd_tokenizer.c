@@ -15,12 +15,6 @@
 #include "tokenizer/tokenizer.h"
 #include "util/lines.h"
 
-static int wants_help(int argc, char **argv) {
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
-}
-
 static void tokenizer_usage(FILE *f) {
     fprintf(f, "usage: zaya tokenizer <train|encode|decode|bench|chat> [options]   (zaya tokenizer <sub> --help)\n\n"
                "  train    learn a byte-level BPE tokenizer from text / .jsonl files\n"
@@ -40,10 +34,9 @@ static int cmd_train(int argc, char **argv) {
         {"--split-digits", ARG_SWITCH, 0, &split_digits, "one token per digit: no merge joins two digits (like Gemma 3)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer train", "--input FILE [FILE...] --vocab-size N --out tokenizer.json [--split-digits]", specs, n);
+    if (args_help(argc, argv, 3, "tokenizer train", "--input FILE [FILE...] --vocab-size N --out tokenizer.json [--split-digits]",
+                  specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     int n_pos = 0, rc = 1;
@@ -273,11 +266,9 @@ static int cmd_encode(int argc, char **argv) {
         {"--pieces", ARG_SWITCH, 0, &pieces, "print the GPT-2 pre-tokens (byte-level, as HF's pre_tokenize_str) instead", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer encode", "--tokenizer T (--text STR | --input FILE | --jsonl FILE) [--out ids.npy] [--no-special] | --pieces",
-                   specs, n);
+    if (args_help(argc, argv, 3, "tokenizer encode",
+                  "--tokenizer T (--text STR | --input FILE | --jsonl FILE) [--out ids.npy] [--no-special] | --pieces", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Tokenizer *t = NULL;
     TokenizerCache *cache = NULL;
@@ -447,11 +438,9 @@ static int cmd_decode(int argc, char **argv) {
         {"--lossy", ARG_SWITCH, 0, &lossy, "U+FFFD where bytes are not UTF-8, exactly as HF's decode (default: the bytes)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer decode", "--tokenizer T (--ids ID... | --input ids.npy | --jsonl FILE) [--out FILE] [--skip-special] [--lossy]",
-                   specs, n);
+    if (args_help(argc, argv, 3, "tokenizer decode",
+                  "--tokenizer T (--ids ID... | --input ids.npy | --jsonl FILE) [--out FILE] [--skip-special] [--lossy]", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Tokenizer *t = NULL;
     int32_t *ids = NULL;
@@ -547,10 +536,7 @@ static int cmd_tok_bench(int argc, char **argv) {
         {"--repeat", ARG_INT, 0, &repeat, "encode passes (default 3): the first with an empty cache, then the best warm one", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer bench", "--tokenizer T (--input FILE | --jsonl FILE) [--repeat N]", specs, n);
-        return 0;
-    }
+    if (args_help(argc, argv, 3, "tokenizer bench", "--tokenizer T (--input FILE | --jsonl FILE) [--repeat N]", specs, n)) return 0;
     ZyErr err = {{0}};
     Tokenizer *t = NULL;
     TokenizerCache *cache = NULL;
