@@ -5,12 +5,12 @@
 
 #include "args.h"
 #include "commands.h"
+#include "model_args.h"
 #include "model/config.h"
 #include "gpu/gpu_model.h"
 #include "model/model.h"
 #include "io/model_io.h"
 #include "io/npy.h"
-#include "train/runconfig.h"
 #include "io/safetensors.h"
 
 int cmd_init(int argc, char **argv) {
@@ -154,13 +154,10 @@ int cmd_forward(int argc, char **argv) {
     int32_t *tokens = NULL, *targets = NULL;
     int ndim, rc = 1, have_model = 0, have_acts = 0;
     int64_t shape[ZY_MAX_DIMS];
-    int gpu = 0, gpu_index = -1;
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "forward", &err)) goto fail;
-    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
-        zy_wrap(&err, "forward: --device");
-        goto fail;
-    }
-    if (model_load_dir(&m, model_dir, &err)) goto fail;
+    /* fp32 with its gradients: no --dtype, and model_load_dir rather than model_args_load */
+    ModelArgs ma = {.command = "forward", .dir = model_dir, .device = device};
+    if (model_args_device(&ma, &err) || model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
     if (npy_read_tokens(tokens_path, &tokens, &ndim, shape, &err)) goto fail;
     if (ndim == 1) { /* a single sequence */
@@ -180,8 +177,8 @@ int cmd_forward(int argc, char **argv) {
         zy_wrap(&err, "%s", tokens_path);
         goto fail;
     }
-    if (gpu) {
-        rc = forward_gpu(&m, gpu_index, tokens, B, T, logits_out, grads_out, &err);
+    if (ma.gpu) {
+        rc = forward_gpu(&m, ma.gpu_index, tokens, B, T, logits_out, grads_out, &err);
         goto fail;
     }
     if (acts_create(&a, &m.cfg, B, T, &err)) goto fail;
