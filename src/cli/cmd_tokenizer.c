@@ -63,17 +63,35 @@ done:
     return rc;
 }
 
-/* Writes s as a JSON string. */
-static void put_json_string(FILE *f, const char *s, size_t n) {
+/* Bytes as a JSON string; bytes that are not UTF-8 become \udcXX (Python's surrogateescape reads them back). */
+static void put_json_bytes(FILE *f, const char *s, size_t n) {
     fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
+        size_t l = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        int ok = l > 0 && i + l <= n;
+        for (size_t k = 1; ok && k < l; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok && l == 3) { /* no overlongs or surrogates */
+            unsigned char d = (unsigned char)s[i + 1];
+            ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d > 0x9F);
+        }
+        if (ok && l == 4) {
+            unsigned char d = (unsigned char)s[i + 1];
+            ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d > 0x8F);
+        }
+        if (!ok) {
+            fprintf(f, "\\udc%02x", c);
+            i++;
+        } else if (c == '"' || c == '\\') {
             fprintf(f, "\\%c", c);
-        else if (c < 0x20)
+            i++;
+        } else if (c < 0x20 || c == 0x7F) {
             fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+            i++;
+        } else {
+            fwrite(s + i, 1, l, f);
+            i += l;
+        }
     }
     fputc('"', f);
 }
@@ -111,7 +129,7 @@ static int print_pieces(const char *text, size_t len, ZyErr *err) {
             }
         }
         if (i) fputs(", ", stdout);
-        put_json_string(stdout, bl, m);
+        put_json_bytes(stdout, bl, m); /* the byte-level characters are printable UTF-8 */
     }
     fputs("]\n", stdout);
     free(bl);
@@ -356,39 +374,6 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n, size_t *cap, ZyErr
         s = end;
     }
     return 0;
-}
-
-/* Bytes as a JSON string; bytes that are not UTF-8 become \udcXX (Python's surrogateescape reads them back). */
-static void put_json_bytes(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t l = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        int ok = l > 0 && i + l <= n;
-        for (size_t k = 1; ok && k < l; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
-        if (ok && l == 3) { /* no overlongs or surrogates */
-            unsigned char d = (unsigned char)s[i + 1];
-            ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d > 0x9F);
-        }
-        if (ok && l == 4) {
-            unsigned char d = (unsigned char)s[i + 1];
-            ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d > 0x8F);
-        }
-        if (!ok) {
-            fprintf(f, "\\udc%02x", c);
-            i++;
-        } else if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
-            i++;
-        } else if (c < 0x20 || c == 0x7F) {
-            fprintf(f, "\\u%04x", c);
-            i++;
-        } else {
-            fwrite(s + i, 1, l, f);
-            i += l;
-        }
-    }
-    fputc('"', f);
 }
 
 typedef struct {
