@@ -82,3 +82,13 @@ void args_usage(const char *command, const char *synopsis, const ArgSpec *specs,
     for (int k = 0; k < n_specs; k++)
         printf("  %-22s %s%s\n", specs[k].flag, specs[k].help, specs[k].required ? " (required)" : "");
 }
+
+int args_help(int argc, char **argv, int first, const char *command, const char *synopsis, const ArgSpec *specs,
+              int n_specs) {
+    for (int i = first; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            args_usage(command, synopsis, specs, n_specs);
+            return 1;
+        }
+    return 0;
+}

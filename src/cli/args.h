@@ -21,5 +21,8 @@ typedef struct {
 int args_parse(int argc, char **argv, int first, ArgSpec *specs, int n_specs, const char **positional,
                int max_positional, int *n_positional, const char *command, ZyErr *err);
 void args_usage(const char *command, const char *synopsis, const ArgSpec *specs, int n_specs);
+/* Whether argv[first..argc) asks for help (--help or -h), the usage printed (args_usage) if so. */
+int args_help(int argc, char **argv, int first, const char *command, const char *synopsis, const ArgSpec *specs,
+              int n_specs);
 
 #endif

@@ -24,12 +24,9 @@ int bench_attention(int argc, char **argv) {
         {"--reps", ARG_INT, 0, &reps, "timed repetitions after one warm-up (default 10)", 0},
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
     };
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench attention", "[--batch B --seq T --heads H --kv-heads K --head-dim D --reps N --threads K]",
-                       specs, ZY_ARRAY_LEN(specs));
-            return 0;
-        }
+    if (args_help(argc, argv, 3, "bench attention", "[--batch B --seq T --heads H --kv-heads K --head-dim D --reps N --threads K]",
+                  specs, ZY_ARRAY_LEN(specs)))
+        return 0;
     ZyErr err = {{0}};
     if (args_parse(argc, argv, 3, specs, ZY_ARRAY_LEN(specs), NULL, 0, NULL, "bench attention", &err)) {
         fprintf(stderr, "zaya: %s\n", err.msg);

@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "model_args.h"
 #include "model/model_stats.h"
 #include "model/config.h"
 #include "infer/decode.h"
@@ -16,7 +17,6 @@
 #include "gpu/gpu_decode.h"
 #include "model/model.h"
 #include "io/model_io.h"
-#include "train/runconfig.h"
 
 /* Resident memory of this process now (/proc/self/statm), in MB; 0 where unreadable. */
 static double resident_mb(void) {
@@ -197,18 +197,15 @@ int bench_decode(int argc, char **argv) {
         {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
                                                  "f32 or bf16", 0},
     };
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench decode",
-                       "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16 --device cpu|cuda "
-                       "--batch B --kv-dtype auto|f32|bf16]", specs,
-                       ZY_ARRAY_LEN(specs));
-            return 0;
-        }
+    if (args_help(argc, argv, 3, "bench decode",
+                  "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16 --device cpu|cuda "
+                  "--batch B --kv-dtype auto|f32|bf16]", specs,
+                  ZY_ARRAY_LEN(specs)))
+        return 0;
     ZyErr err = {{0}};
     Model m, m32;
     KVCache c;
-    int have_model = 0, have_m32 = 0, have_cache = 0, rc = 1, bf16 = 0;
+    int have_model = 0, have_m32 = 0, have_cache = 0, rc = 1;
     int32_t *ids = NULL, *prompt = NULL, *step = NULL, *route = NULL;
     float *logits = NULL;
     double *lat = NULL;
@@ -221,38 +218,31 @@ int bench_decode(int argc, char **argv) {
         zy_fail(&err, "bench decode: --context and --tokens must be positive");
         goto done;
     }
-    if ((bf16 = model_dir ? model_resolve_dtype(dtype, "bench decode: --dtype", model_dir, &err)
-                          : model_parse_dtype(strcmp(dtype, "auto") ? dtype : "f32", "bench decode: --dtype", &err)) < 0)
-        goto done;
-    int gpu = 0, gpu_index = -1;
-    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
-        zy_wrap(&err, "bench decode: --device");
-        goto done;
-    }
-    const int kv_bf16 = kv_dtype_resolve(kv_dtype, bf16, gpu, "bench decode: --kv-dtype", &err);
-    if (kv_bf16 < 0) goto done;
+    /* --dtype auto with --config (random weights): f32 */
+    ModelArgs ma = {.command = "bench decode", .dir = model_dir, .dtype = dtype, .device = device, .kv_dtype = kv_dtype};
+    if (model_args_dtype(&ma, &err) || model_args_device(&ma, &err) || model_args_kv_dtype(&ma, &err)) goto done;
     if (batch <= 0 || batch > 4096) {
         zy_fail(&err, "bench decode: --batch %d: sequences decoded together, 1..4096", batch);
         goto done;
     }
     if (threads > 0) omp_set_num_threads(threads);
-    if (gpu) { /* the fp32 weights go up; the GPU makes its own bf16 copy */
+    if (ma.gpu) { /* the fp32 weights go up; the GPU makes its own bf16 copy */
         if (load_model(&m, model_dir, config_path, 0, &err)) goto done;
         have_model = 1;
-        if (bench_decode_gpu(model_dir ? model_dir : config_path, &m, gpu_index, batch, context, new_tokens, bf16,
+        if (bench_decode_gpu(model_dir ? model_dir : config_path, &m, ma.gpu_index, batch, context, new_tokens, ma.bf16,
                              &err))
             goto done;
         rc = 0;
         goto done;
     }
-    if (load_model(&m, model_dir, config_path, bf16, &err)) goto done;
+    if (load_model(&m, model_dir, config_path, ma.bf16, &err)) goto done;
     have_model = 1;
     const double model_mb = resident_mb();
     /* an fp32 twin to measure the bf16 logits against, where it fits (an 8B model's would need 35 GB) */
     const double twin_bytes = (double)params_count(&m.params, 0) * 4;
-    const int compare = bf16 && twin_bytes < 0.5 * zy_available_memory_bytes(); /* loaded last: not in the peak */
+    const int compare = ma.bf16 && twin_bytes < 0.5 * zy_available_memory_bytes(); /* loaded last: not in the peak */
     const int total = context + new_tokens, L = m.cfg.num_layers, E = m.cfg.num_experts;
-    if (kvcache_create_kv(&c, &m.cfg, batch, total, KV_DEFAULT_CHUNK, kv_bf16, &err)) goto done;
+    if (kvcache_create_kv(&c, &m.cfg, batch, total, KV_DEFAULT_CHUNK, ma.kv_bf16, &err)) goto done;
     have_cache = 1;
     /* ids [batch, total]; the prompts [batch, context] and each step's tokens [batch] are gathered from it */
     ids = malloc((size_t)batch * total * sizeof *ids);
@@ -302,9 +292,9 @@ int bench_decode(int argc, char **argv) {
     /* the peak is taken before the bandwidth probe's buffer exists; a step of several rows reads the weights once,
      * every expert some row was routed to (the standard MoE layout: gate_up [2I, D] and down [D, I] per expert) */
     const double peak = zy_peak_resident_bytes();
-    double per_step = weight_bytes_per_token(&m.cfg, bf16);
+    double per_step = weight_bytes_per_token(&m.cfg, ma.bf16);
     if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
-        const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * (bf16 ? 2 : 4);
+        const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * (ma.bf16 ? 2 : 4);
         per_step += ((double)experts_read / new_tokens - L) * expert;
         printf("experts      a step reads %.1f of the %d experts per layer (the distinct experts its %d rows chose)\n",
                (double)experts_read / new_tokens / L, E, batch);
@@ -313,9 +303,9 @@ int bench_decode(int argc, char **argv) {
     if (bandwidth < 0) goto done;
     size_t mapped, copied;
     model_weight_bytes(&m, &mapped, &copied);
-    const double kv_read = (double)kvcache_bytes_per_token(&m.cfg, kv_bf16) * batch * (context + new_tokens / 2.0);
+    const double kv_read = (double)kvcache_bytes_per_token(&m.cfg, ma.kv_bf16) * batch * (context + new_tokens / 2.0);
     printf("weights      %s: %.1f MB read per decoding step (%.1f GB/s at the median latency); %.0f MB resident once "
-           "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", bf16 ? "bf16" : "f32",
+           "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", ma.bf16 ? "bf16" : "f32",
            per_step / 1e6, per_step / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
     printf("bandwidth    %.1f GB/s memory read, measured (%d threads, median of 5 passes over 512 MB): decoding at most "
            "%.1f tokens/s from the weights alone, %.1f with the KV cache's %.1f MB a mid-run step reads; the median "
@@ -323,22 +313,23 @@ int bench_decode(int argc, char **argv) {
            batch * bandwidth / (per_step + kv_read), kv_read / 1e6,
            100.0 * (per_step + kv_read) / median / bandwidth);
     printf("KV cache     %zu bytes per token (k and v %s, %d layers); %.2f MB at %d x %d tokens\n",
-           kvcache_bytes_per_token(&m.cfg, kv_bf16), kv_bf16 ? "bf16" : "f32", m.cfg.num_layers,
-           kvcache_bytes_per_token(&m.cfg, kv_bf16) * (double)batch * total / 1e6, batch, total);
+           kvcache_bytes_per_token(&m.cfg, ma.kv_bf16), ma.kv_bf16 ? "bf16" : "f32", m.cfg.num_layers,
+           kvcache_bytes_per_token(&m.cfg, ma.kv_bf16) * (double)batch * total / 1e6, batch, total);
     if (compare) {
         if (load_model(&m32, model_dir, config_path, 0, &err)) goto done;
         have_m32 = 1;
         if (compare_with_f32(&m, &m32, ids, total, &err)) goto done;
     }
-    if (bf16 && !compare)
+    if (ma.bf16 && !compare)
         printf("bf16 vs f32  not compared: an f32 copy (%.1f GB) does not fit in the %.1f GB available\n", twin_bytes / 1e9,
                zy_available_memory_bytes() / 1e9);
     printf("peak memory  %.2f GB resident at most while decoding (VmHWM: weights' file pages touched, KV cache, "
            "scratch)\n", peak / 1e9);
     printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"kv_dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
            "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"bandwidth_bytes_per_s\": %.0f, "
-           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", bf16 ? "bf16" : "f32", kv_bf16 ? "bf16" : "f32", batch,
-           (double)batch * new_tokens / sum, 1e3 * median, per_step, bandwidth, batch * bandwidth / per_step, peak);
+           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", ma.bf16 ? "bf16" : "f32",
+           ma.kv_bf16 ? "bf16" : "f32", batch, (double)batch * new_tokens / sum, 1e3 * median, per_step, bandwidth,
+           batch * bandwidth / per_step, peak);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);

@@ -154,13 +154,10 @@ int bench_train(int argc, char **argv) {
          "with --precision bf16 on a CPU: auto (default: what a training run picks for this CPU), fp32, onednn or sgemm", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
     };
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0) {
-            args_usage("bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw "
-                       "--precision fp32|bf16 --bf16-products auto|fp32|onednn|sgemm --device cpu|cuda]", specs,
-                       ZY_ARRAY_LEN(specs));
-            return 0;
-        }
+    if (args_help(argc, argv, 3, "bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw "
+                  "--precision fp32|bf16 --bf16-products auto|fp32|onednn|sgemm --device cpu|cuda]", specs,
+                  ZY_ARRAY_LEN(specs)))
+        return 0;
     ZyErr err = {{0}};
     ZayaConfig cfg;
     Model m;

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 
 #include "args.h"
 #include "tokenizer/chat_template.h"
+#include "util/lines.h"
 
 int cmd_tokenizer_chat(int argc, char **argv);
 
@@ -61,23 +61,19 @@ static void put_json_string(FILE *f, const char *s, size_t n) {
 /* --jsonl: each non-blank line is {"messages": [...], "tools": ..., "add_generation_prompt": ..., NAME: value...};
  * each gives one line, the prompt as a JSON string, or {"error": "..."}. Returns the number of failed lines. */
 static long render_jsonl(const ChatRenderer *c, const char *path, int gen_prompt, const ChatRenderOpts *opts, ZyErr *err) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return zy_fail(err, "%s: cannot open", path), -1;
-    char *line = NULL, *out = NULL;
-    size_t cap = 0, out_len;
-    ssize_t got;
-    long failed = 0, lineno = 0;
-    while ((got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        size_t k = 0;
-        while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
-        if (k == (size_t)got) continue;
+    ZyLines r;
+    if (zy_lines_open(&r, path, ZY_LINES_SKIP_BLANK, err)) return -1;
+    char *out = NULL;
+    size_t out_len;
+    long failed = 0;
+    int got;
+    while ((got = zy_lines_next(&r, err)) > 0) {
         ZyErr e = {{0}};
-        if (chat_renderer_render_json(c, line, (size_t)got, gen_prompt, opts, &out, &out_len, &e) == 0) {
+        if (chat_renderer_render_json(c, r.line, r.len, gen_prompt, opts, &out, &out_len, &e) == 0) {
             put_json_string(stdout, out, out_len);
         } else {
             char msg[sizeof e.msg + 64];
-            snprintf(msg, sizeof msg, "line %ld: %s", lineno, e.msg);
+            snprintf(msg, sizeof msg, "line %ld: %s", r.lineno, e.msg);
             fputs("{\"error\": ", stdout);
             put_json_string(stdout, msg, strlen(msg));
             fputc('}', stdout);
@@ -87,9 +83,8 @@ static long render_jsonl(const ChatRenderer *c, const char *path, int gen_prompt
         free(out);
         out = NULL;
     }
-    free(line);
-    if (f != stdin) fclose(f);
-    return failed;
+    zy_lines_close(&r);
+    return got < 0 ? -1 : failed;
 }
 
 /* "YYYY-MM-DD" -> Unix seconds at midnight UTC */
@@ -123,18 +118,16 @@ int cmd_tokenizer_chat(int argc, char **argv) {
         {"--date", ARG_STRING, 0, &date, "YYYY-MM-DD that strftime_now reports (midnight UTC; default: now, local time)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("tokenizer chat",
-                       "--tokenizer DIR_OR_FILE (--messages FILE.json | --jsonl FILE) [--add-generation-prompt] "
-                       "[--tools FILE.json] [--set NAME=VALUE ...] [--date YYYY-MM-DD]",
-                       specs, n);
-            printf("\nPrints the prompt exactly as transformers' apply_chat_template(..., tokenize=False) renders it,\n"
-                   "with no newline added. The template is DIR/chat_template.jinja, else tokenizer_config.json's\n"
-                   "chat_template; bos_token, eos_token, ... come from tokenizer_config.json. With --jsonl, a line\n"
-                   "that fails prints {\"error\": ...} and the exit status is 1.\n");
-            return 0;
-        }
+    if (args_help(argc, argv, 3, "tokenizer chat",
+                  "--tokenizer DIR_OR_FILE (--messages FILE.json | --jsonl FILE) [--add-generation-prompt] "
+                  "[--tools FILE.json] [--set NAME=VALUE ...] [--date YYYY-MM-DD]",
+                  specs, n)) {
+        printf("\nPrints the prompt exactly as transformers' apply_chat_template(..., tokenize=False) renders it,\n"
+               "with no newline added. The template is DIR/chat_template.jinja, else tokenizer_config.json's\n"
+               "chat_template; bos_token, eos_token, ... come from tokenizer_config.json. With --jsonl, a line\n"
+               "that fails prints {\"error\": ...} and the exit status is 1.\n");
+        return 0;
+    }
     ZyErr err = {{0}};
     int rc = 1;
     char *msg_text = NULL, *tools_text = NULL, *out = NULL;

@@ -12,12 +12,6 @@
 #include "data/synth.h"
 #include "tokenizer/tokenizer.h"
 
-static int wants_help(int argc, char **argv) {
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
-}
-
 static void data_usage(FILE *f) {
     fprintf(f, "usage: zaya data <synth|prepare|info> [options]   (zaya data <sub> --help)\n\n"
                "  synth    write the synthetic three-phase curriculum corpus and held-out eval tasks (JSONL)\n"
@@ -35,10 +29,7 @@ static int cmd_synth(int argc, char **argv) {
         {"--scale", ARG_FLOAT, 0, &scale, "size factor in (0, 100]; 1.0: about 4 + 3 + 3 MB of training text", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("data synth", "--out DIR [--seed N] [--scale F]", specs, n);
-        return 0;
-    }
+    if (args_help(argc, argv, 3, "data synth", "--out DIR [--seed N] [--scale F]", specs, n)) return 0;
     ZyErr err = {{0}};
     SynthReport rep;
     if (args_parse(argc, argv, 3, specs, n, NULL, 0, NULL, "data synth", &err) ||
@@ -102,13 +93,11 @@ static int cmd_prepare(int argc, char **argv) {
         {"--bos", ARG_SWITCH, 0, &bos, "also put the BOS token before every document (zaya eval puts one before prompts)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("data prepare",
-                   "--tokenizer T --input FILES|DIRS... --out DIR [--val-fraction f] [--seed N] [--strict] [--force] "
-                   "[--bos]",
-                   specs, n);
+    if (args_help(argc, argv, 3, "data prepare",
+                  "--tokenizer T --input FILES|DIRS... --out DIR [--val-fraction f] [--seed N] [--strict] [--force] "
+                  "[--bos]",
+                  specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     Tokenizer *tok = NULL;
@@ -191,10 +180,7 @@ static int cmd_info(int argc, char **argv) {
         {"--verify", ARG_SWITCH, 0, &verify, "read every shard and check its payload CRC", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("data info", "--dir DIR [--verify]", specs, n);
-        return 0;
-    }
+    if (args_help(argc, argv, 3, "data info", "--dir DIR [--verify]", specs, n)) return 0;
     ZyErr err = {{0}};
     if (args_parse(argc, argv, 3, specs, n, NULL, 0, NULL, "data info", &err)) goto fail;
     double t0 = zy_now_seconds();

@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "model_args.h"
 #include "gpu/gpu_eval.h"
 #include "infer/eval.h"
 #include "model/model.h"
@@ -13,7 +14,6 @@
 #include "io/npy.h"
 #include "io/shards.h"
 #include "tokenizer/tokenizer.h"
-#include "train/runconfig.h"
 
 #define MAX_TASKS 64
 
@@ -32,7 +32,7 @@ static int array_read(void *ctx, uint64_t off, size_t n, int32_t *out, ZyErr *er
 int cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *task = NULL, *shards = NULL, *split = "val", *tokens_path = NULL;
     const char *json_out = NULL, *dtype = "f32", *device = "cpu";
-    int limit = 0, seq_len = 0, bf16 = 0, gpu = 0, gpu_index = -1;
+    int limit = 0, seq_len = 0;
     uint64_t max_tokens = 0;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
@@ -49,15 +49,12 @@ int cmd_eval(int argc, char **argv) {
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("eval",
-                       "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
-                       "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT] "
-                       "[--dtype f32|bf16] [--device cpu|cuda|cuda:N]",
-                       specs, n);
-            return 0;
-        }
+    if (args_help(argc, argv, 2, "eval",
+                  "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
+                  "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT] "
+                  "[--dtype f32|bf16] [--device cpu|cuda|cuda:N]",
+                  specs, n))
+        return 0;
     ZyErr err = {{0}};
     const char *tasks[MAX_TASKS];
     int n_tasks = 0, rc = 1, have_model = 0;
@@ -95,29 +92,21 @@ int cmd_eval(int argc, char **argv) {
         zy_fail(&err, "eval: --limit and --seq-len must be >= 0");
         goto fail;
     }
-    if ((bf16 = model_parse_dtype(dtype, "eval: --dtype", &err)) < 0) goto fail;
-    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
-        zy_wrap(&err, "eval: --device");
+    ModelArgs ma = {.command = "eval", .dir = model_dir, .dtype = dtype, .device = device};
+    /* --dtype f32 or bf16: no auto here */
+    if ((ma.bf16 = model_parse_dtype(dtype, "eval: --dtype", &err)) < 0 || model_args_device(&ma, &err) ||
+        model_args_load(&ma, &m, &err))
         goto fail;
-    }
-    /* a GPU takes the fp32 weights and makes its own bf16 copy for bf16 products */
-    if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
     have_model = 1;
-    model_drop_grads(&m); /* inference: no backward */
-    if (gpu) {
-        if (gpu_eval_runner_create(&gr, &gpu_run, &m, gpu_index, bf16, &err)) goto fail;
+    if (ma.gpu) {
+        if (gpu_eval_runner_create(&gr, &gpu_run, &m, ma.gpu_index, ma.bf16, &err)) goto fail;
         run = &gpu_run;
-        fprintf(stderr, "device            GPU %s%s\n", gpu_eval_runner_device(gr), bf16 ? ", bf16 products" : "");
-    } else if (bf16) {
+        fprintf(stderr, "device            GPU %s%s\n", gpu_eval_runner_device(gr), ma.bf16 ? ", bf16 products" : "");
+    } else if (ma.bf16) {
         fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32)\n");
     }
     if (tok_path) {
-        if (tokenizer_load(tok_path, &tok, &err)) goto fail;
-        if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
-            zy_fail(&err, "eval: %s has %d tokens, more than the model's vocabulary of %d", tok_path,
-                    tokenizer_vocab_size(tok), m.cfg.vocab_size);
-            goto fail;
-        }
+        if (model_args_tokenizer(&ma, tok_path, &m, &tok, &err)) goto fail;
     }
     results = calloc((size_t)(n_tasks > 0 ? n_tasks : 1), sizeof *results);
     if (!results) {
@@ -162,7 +151,7 @@ int cmd_eval(int argc, char **argv) {
     eval_print_table(stdout, results, n_tasks, held_name, loss, n_scored);
     eval_print_routing(stdout, routes_ptr);
     if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, routes_ptr,
-                                    bf16 ? "bf16" : "f32", &err))
+                                    ma.bf16 ? "bf16" : "f32", &err))
         goto fail;
     rc = 0;
 fail:

@@ -10,12 +10,12 @@
 #include "args.h"
 #include "tokenizer/chat_template.h"
 #include "commands.h"
+#include "model_args.h"
 #include "infer/decode.h"
 #include "infer/eval.h"
 #include "gpu/gpu_decode.h"
 #include "model/model.h"
 #include "io/model_io.h"
-#include "train/runconfig.h"
 #include "infer/sampling.h"
 #include "tokenizer/tokenizer.h"
 
@@ -114,7 +114,7 @@ int cmd_generate(int argc, char **argv) {
     const char *kv_dtype = "auto";
     /* sampling flags start unset (NAN, INT_MIN): a flag wins, then the model's generation_config.json, then zaya's
      * defaults; a bad value given as a flag still fails sampling_validate */
-    int max_tokens = 128, top_k = INT_MIN, ids_mode = 0, bf16 = 0, gpu = 0, gpu_index = -1, kv_bf16 = 0;
+    int max_tokens = 128, top_k = INT_MIN, ids_mode = 0;
     double temperature = NAN, top_p = NAN;
     uint64_t seed = 0;
     ArgSpec specs[] = {
@@ -136,14 +136,11 @@ int cmd_generate(int argc, char **argv) {
                                                  "f32 or bf16 (as zaya serve's)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("generate",
-                       "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
-                       "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--kv-dtype auto|f32|bf16] [--device cpu|cuda]",
-                       specs, n);
-            return 0;
-        }
+    if (args_help(argc, argv, 2, "generate",
+                  "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
+                  "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--kv-dtype auto|f32|bf16] [--device cpu|cuda]",
+                  specs, n))
+        return 0;
     ZyErr err = {{0}};
     Model m;
     KVCache c;
@@ -156,6 +153,7 @@ int cmd_generate(int argc, char **argv) {
     SamplingParams sp;
     GenerationConfig gen;
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "generate", &err)) goto fail;
+    ModelArgs ma = {.command = "generate", .dir = model_dir, .dtype = dtype, .device = device, .kv_dtype = kv_dtype};
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
     if (gen.present) { /* as transformers' GenerationConfig: greedy unless do_sample; its defaults 1.0, 50, 1.0 */
         const int sample = gen.has_do_sample && gen.do_sample;
@@ -183,18 +181,11 @@ int cmd_generate(int argc, char **argv) {
         zy_fail(&err, "generate: give exactly one of --prompt and --messages (--messages needs a tokenizer, not --ids)");
         goto fail;
     }
-    if ((bf16 = model_resolve_dtype(dtype, "generate: --dtype", model_dir, &err)) < 0) goto fail;
-    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
-        zy_wrap(&err, "generate: --device");
-        goto fail;
-    }
-    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16, gpu, "generate: --kv-dtype", &err)) < 0) goto fail;
+    if (model_args_dtype(&ma, &err) || model_args_device(&ma, &err) || model_args_kv_dtype(&ma, &err)) goto fail;
     if (ids_mode && parse_ids(prompt, &ids, &n_ids, &err)) goto fail;
-    /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device) */
-    if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
+    if (model_args_load(&ma, &m, &err)) goto fail;
     have_model = 1;
-    model_drop_grads(&m); /* inference: no backward */
-    if (bf16) {
+    if (ma.bf16) {
         size_t mapped, copied;
         model_weight_bytes(&m, &mapped, &copied);
         fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32): %.1f MB used in "
@@ -202,12 +193,7 @@ int cmd_generate(int argc, char **argv) {
     }
     EvalTokenizer et = {0};
     if (!ids_mode) {
-        if (tokenizer_load(tok_path, &tok, &err)) goto fail;
-        if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
-            zy_fail(&err, "generate: %s has %d tokens, more than the model's vocabulary of %d", tok_path,
-                    tokenizer_vocab_size(tok), m.cfg.vocab_size);
-            goto fail;
-        }
+        if (model_args_tokenizer(&ma, tok_path, &m, &tok, &err)) goto fail;
         eval_tokenizer_from(&et, tok, &m.cfg);
         int32_t *body = NULL;
         size_t n_body = 0, text_len = prompt ? strlen(prompt) : 0;
@@ -237,12 +223,13 @@ int cmd_generate(int argc, char **argv) {
     /* the last generated token is never fed back, so the context needs n_prompt + max_tokens - 1 slots */
     long need = (long)n_ids + (max_tokens > 0 ? max_tokens - 1 : 0);
     int max_len = need < m.cfg.max_position_embeddings ? (int)need : m.cfg.max_position_embeddings;
-    if (gpu) {
-        if (gpu_model_create(&gm, &m, gpu_index, 1, 1, bf16, 0, &err) || gpu_kvcache_create(&gc, gm, 1, max_len, 0, &err))
+    if (ma.gpu) {
+        if (gpu_model_create(&gm, &m, ma.gpu_index, 1, 1, ma.bf16, 0, &err) ||
+            gpu_kvcache_create(&gc, gm, 1, max_len, 0, &err))
             goto fail;
         fprintf(stderr, "device            GPU %s\n", gpu_model_device(gm));
     } else {
-        if (kvcache_create_kv(&c, &m.cfg, 1, max_len, KV_DEFAULT_CHUNK, kv_bf16, &err)) goto fail;
+        if (kvcache_create_kv(&c, &m.cfg, 1, max_len, KV_DEFAULT_CHUNK, ma.kv_bf16, &err)) goto fail;
         have_cache = 1;
     }
     if (sampler_create(&smp, m.cfg.vocab_size, &err)) goto fail;
@@ -261,12 +248,12 @@ int cmd_generate(int argc, char **argv) {
                 sp.temperature, sp.top_k, sp.top_p, model_dir);
     GenerateTokenFn out_fn = ids_mode ? print_id : print_text;
     void *out_ctx = ids_mode ? (void *)&ids_out : (void *)&text_out;
-    if (gpu ? gpu_generate(gm, gc, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, out_fn, out_ctx, &st, &err)
-            : generate(&m, &c, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, out_fn, out_ctx, &st, &err))
+    if (ma.gpu ? gpu_generate(gm, gc, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, out_fn, out_ctx, &st, &err)
+               : generate(&m, &c, &smp, &sp, &rng, ids, n_ids, max_tokens, stops, n_stops, out_fn, out_ctx, &st, &err))
         goto fail;
     printf("\n");
     fflush(stdout);
-    print_stats(&st, gpu ? gpu_kvcache_bytes(gc) : c.cache_bytes, max_len, &m.cfg, kv_bf16);
+    print_stats(&st, ma.gpu ? gpu_kvcache_bytes(gc) : c.cache_bytes, max_len, &m.cfg, ma.kv_bf16);
     const double peak = zy_peak_resident_bytes();
     if (peak > 0)
         fprintf(stderr, "peak memory       %.2f GB resident at most (VmHWM: weights' file pages touched, KV cache, "

@@ -5,19 +5,13 @@
 
 #include "args.h"
 #include "commands.h"
+#include "model_args.h"
 #include "model/config.h"
 #include "gpu/gpu_model.h"
 #include "model/model.h"
 #include "io/model_io.h"
 #include "io/npy.h"
-#include "train/runconfig.h"
 #include "io/safetensors.h"
-
-static int wants_help(int argc, char **argv) {
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
-}
 
 int cmd_init(int argc, char **argv) {
     const char *config_path = NULL, *out = NULL, *dtype = "f32";
@@ -32,10 +26,8 @@ int cmd_init(int argc, char **argv) {
          "MB per safetensors shard (default 5000; a larger model gets model-0000k-of-0000n files and an index)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("init", "--config CFG.json --out DIR [--seed N] [--dtype f32|bf16] [--shard-size MB]", specs, n);
+    if (args_help(argc, argv, 2, "init", "--config CFG.json --out DIR [--seed N] [--dtype f32|bf16] [--shard-size MB]", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     ZayaConfig cfg;
     ParamTable t;
@@ -153,24 +145,19 @@ int cmd_forward(int argc, char **argv) {
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (fp32 on the GPU, no TF32)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors] [--device cuda]",
-                   specs, n);
+    if (args_help(argc, argv, 2, "forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors] [--device cuda]",
+                  specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Model m;
     Activations a;
     int32_t *tokens = NULL, *targets = NULL;
     int ndim, rc = 1, have_model = 0, have_acts = 0;
     int64_t shape[ZY_MAX_DIMS];
-    int gpu = 0, gpu_index = -1;
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "forward", &err)) goto fail;
-    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
-        zy_wrap(&err, "forward: --device");
-        goto fail;
-    }
-    if (model_load_dir(&m, model_dir, &err)) goto fail;
+    /* fp32 with its gradients: no --dtype, and model_load_dir rather than model_args_load */
+    ModelArgs ma = {.command = "forward", .dir = model_dir, .device = device};
+    if (model_args_device(&ma, &err) || model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
     if (npy_read_tokens(tokens_path, &tokens, &ndim, shape, &err)) goto fail;
     if (ndim == 1) { /* a single sequence */
@@ -190,8 +177,8 @@ int cmd_forward(int argc, char **argv) {
         zy_wrap(&err, "%s", tokens_path);
         goto fail;
     }
-    if (gpu) {
-        rc = forward_gpu(&m, gpu_index, tokens, B, T, logits_out, grads_out, &err);
+    if (ma.gpu) {
+        rc = forward_gpu(&m, ma.gpu_index, tokens, B, T, logits_out, grads_out, &err);
         goto fail;
     }
     if (acts_create(&a, &m.cfg, B, T, &err)) goto fail;
@@ -235,10 +222,8 @@ int cmd_convert(int argc, char **argv) {
         {"--to", ARG_STRING, 0, &to, "layout written: native (the only one; what transformers loads)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("convert", "--model DIR --out DIR2 [--dtype f32|bf16] [--to native]", specs, n);
+    if (args_help(argc, argv, 2, "convert", "--model DIR --out DIR2 [--dtype f32|bf16] [--to native]", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Model m;
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "convert", &err)) goto fail_noload;

@@ -16,13 +16,13 @@
 #include "args.h"
 #include "tokenizer/chat_template.h"
 #include "commands.h"
+#include "model_args.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_decode.h"
 #include "gpu/gpu_model.h"
 #include "infer/eval.h"
 #include "model/model.h"
 #include "io/model_io.h"
-#include "train/runconfig.h"
 #include "serve/serve_engine.h"
 #include "serve/serve_http.h"
 #include "tokenizer/tokenizer.h"
@@ -128,12 +128,10 @@ int cmd_serve(int argc, char **argv) {
         {"--grace-seconds", ARG_FLOAT, 0, &grace, "on SIGTERM, how long running requests may finish (default 10)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            args_usage("serve", "--model DIR [--tokenizer F] [--chat-template F.jinja] [--host 127.0.0.1 --port 8080] "
-                                "[--max-batch N --max-context T --kv-memory BYTES] [--api-key K]", specs, n);
-            return 0;
-        }
+    if (args_help(argc, argv, 2, "serve", "--model DIR [--tokenizer F] [--chat-template F.jinja] [--host 127.0.0.1 "
+                                          "--port 8080] [--max-batch N --max-context T --kv-memory BYTES] [--api-key K]",
+                  specs, n))
+        return 0;
     ZyErr err = {{0}};
     Model m;
     Tokenizer *tok = NULL;
@@ -142,15 +140,13 @@ int cmd_serve(int argc, char **argv) {
     ServeEngine *eng = NULL;
     ServeHttp *http = NULL;
     GpuModel *gm = NULL;
-    int rc = 1, have_model = 0, bf16, gpu = 0, gpu_index = -1, kv_bf16;
+    int rc = 1, have_model = 0;
     size_t kv_bytes = 0;
     char tok_file[PATH_MAX];
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "serve", &err)) goto fail;
-    if (runconfig_parse_device(device, &gpu, &gpu_index, &err)) {
-        zy_wrap(&err, "serve: --device");
-        goto fail;
-    }
-    if (gpu && !gpu_compiled()) { /* said before a long model load */
+    ModelArgs ma = {.command = "serve", .dir = model_dir, .dtype = dtype, .device = device, .kv_dtype = kv_dtype};
+    if (model_args_device(&ma, &err)) goto fail;
+    if (ma.gpu && !gpu_compiled()) { /* said before a long model load */
         zy_fail(&err, "serve: --device %s: this zaya was built without GPU support (build on a machine with CUDA's "
                 "nvcc and without CUDA=0), so it serves on the CPU only (--device cpu)", device);
         goto fail;
@@ -169,23 +165,14 @@ int cmd_serve(int argc, char **argv) {
     }
     GenerationConfig gen;
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
-    if ((bf16 = model_resolve_dtype(dtype, "serve: --dtype", model_dir, &err)) < 0) goto fail;
-    /* the GPU's pool is fp32: auto means f32 there, and bf16 is refused before the model loads */
-    if ((kv_bf16 = kv_dtype_resolve(kv_dtype, bf16, gpu, "serve: --kv-dtype", &err)) < 0) goto fail;
-    /* a GPU model is uploaded from the fp32 arena (its bf16 copy is made on the device), as zaya generate's */
-    if (model_load_dir_as(&m, model_dir, gpu ? 0 : bf16, &err)) goto fail;
+    /* the GPU's pool is fp32: --kv-dtype auto means f32 there, and bf16 is refused before the model loads */
+    if (model_args_dtype(&ma, &err) || model_args_kv_dtype(&ma, &err) || model_args_load(&ma, &m, &err)) goto fail;
     have_model = 1;
-    model_drop_grads(&m);
-    if (gpu && gpu_model_create(&gm, &m, gpu_index, 1, 1, bf16, 0, &err)) {
+    if (ma.gpu && gpu_model_create(&gm, &m, ma.gpu_index, 1, 1, ma.bf16, 0, &err)) {
         zy_wrap(&err, "serve"); /* the GPU's message names --device */
         goto fail;
     }
-    if (tokenizer_load(tok_path, &tok, &err)) goto fail;
-    if (tokenizer_vocab_size(tok) > m.cfg.vocab_size) {
-        zy_fail(&err, "serve: %s has %d tokens, more than the model's vocabulary of %d", tok_path,
-                tokenizer_vocab_size(tok), m.cfg.vocab_size);
-        goto fail;
-    }
+    if (model_args_tokenizer(&ma, tok_path, &m, &tok, &err)) goto fail;
     if ((chat_template ? chat_config_load_template(tok_path, chat_template, &chat_cfg, &err)
                        : chat_config_load(tok_path, &chat_cfg, &err)) == 0) {
         int bad = chat_renderer_new(&chat_cfg, &chat, &err);
@@ -206,7 +193,7 @@ int cmd_serve(int argc, char **argv) {
     if (!max_context) max_context = m.cfg.max_position_embeddings < 4096 ? m.cfg.max_position_embeddings : 4096;
     ServeEngineOpts eo = {.max_batch = max_batch, .max_context = max_context, .kv_memory = kv_bytes,
                           .block_tokens = block_tokens, .prefill_chunk = prefill_chunk, .step_tokens = step_tokens,
-                          .max_queue = max_queue, .threads = threads, .kv_bf16 = kv_bf16};
+                          .max_queue = max_queue, .threads = threads, .kv_bf16 = ma.kv_bf16};
     /* every thread started from here on inherits the blocked signals; this one waits for them */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -214,8 +201,8 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
-    if (gpu ? serve_engine_create_with(&eng, &m, tok, &eo, gpu_open_backend, gm, &err)
-            : serve_engine_create(&eng, &m, tok, &eo, &err))
+    if (ma.gpu ? serve_engine_create_with(&eng, &m, tok, &eo, gpu_open_backend, gm, &err)
+               : serve_engine_create(&eng, &m, tok, &eo, &err))
         goto fail;
     EvalTokenizer et = {0};
     eval_tokenizer_from(&et, tok, &m.cfg);
@@ -247,11 +234,12 @@ int cmd_serve(int argc, char **argv) {
             "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s\n"
             "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%s, %zu bytes per token: %d "
             "full-context requests at once), prefill chunk %d, step %d rows, queue %d, %d threads\n",
-            model_name, model_dir, bf16 ? "bf16" : "f32", tok_path, chat ? "yes" : "none", got.max_batch,
+            model_name, model_dir, ma.bf16 ? "bf16" : "f32", tok_path, chat ? "yes" : "none", got.max_batch,
             got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
-            kv_bf16 ? "bf16" : "f32", kvcache_bytes_per_token(&m.cfg, kv_bf16), n_blocks / per_seq, got.prefill_chunk, got.step_tokens, got.max_queue,
+            ma.kv_bf16 ? "bf16" : "f32", kvcache_bytes_per_token(&m.cfg, ma.kv_bf16), n_blocks / per_seq, got.prefill_chunk,
+            got.step_tokens, got.max_queue,
             got.threads > 0 ? got.threads : omp_get_max_threads());
-    if (gpu) fprintf(stderr, "zaya serve: device GPU %s (the KV pool in GPU memory)\n", gpu_model_device(gm));
+    if (ma.gpu) fprintf(stderr, "zaya serve: device GPU %s (the KV pool in GPU memory)\n", gpu_model_device(gm));
     /* the one line scripts wait for */
     printf("zaya serve: listening on http://%s:%d\n", host, serve_http_port(http));
     fflush(stdout);

@@ -13,12 +13,7 @@
 #include "commands.h"
 #include "io/npy.h"
 #include "tokenizer/tokenizer.h"
-
-static int wants_help(int argc, char **argv) {
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
-}
+#include "util/lines.h"
 
 static void tokenizer_usage(FILE *f) {
     fprintf(f, "usage: zaya tokenizer <train|encode|decode|bench|chat> [options]   (zaya tokenizer <sub> --help)\n\n"
@@ -39,10 +34,9 @@ static int cmd_train(int argc, char **argv) {
         {"--split-digits", ARG_SWITCH, 0, &split_digits, "one token per digit: no merge joins two digits (like Gemma 3)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer train", "--input FILE [FILE...] --vocab-size N --out tokenizer.json [--split-digits]", specs, n);
+    if (args_help(argc, argv, 3, "tokenizer train", "--input FILE [FILE...] --vocab-size N --out tokenizer.json [--split-digits]",
+                  specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     int n_pos = 0, rc = 1;
@@ -69,17 +63,35 @@ done:
     return rc;
 }
 
-/* Writes s as a JSON string. */
-static void put_json_string(FILE *f, const char *s, size_t n) {
+/* Bytes as a JSON string; bytes that are not UTF-8 become \udcXX (Python's surrogateescape reads them back). */
+static void put_json_bytes(FILE *f, const char *s, size_t n) {
     fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
+        size_t l = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        int ok = l > 0 && i + l <= n;
+        for (size_t k = 1; ok && k < l; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok && l == 3) { /* no overlongs or surrogates */
+            unsigned char d = (unsigned char)s[i + 1];
+            ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d > 0x9F);
+        }
+        if (ok && l == 4) {
+            unsigned char d = (unsigned char)s[i + 1];
+            ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d > 0x8F);
+        }
+        if (!ok) {
+            fprintf(f, "\\udc%02x", c);
+            i++;
+        } else if (c == '"' || c == '\\') {
             fprintf(f, "\\%c", c);
-        else if (c < 0x20)
+            i++;
+        } else if (c < 0x20 || c == 0x7F) {
             fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+            i++;
+        } else {
+            fwrite(s + i, 1, l, f);
+            i += l;
+        }
     }
     fputc('"', f);
 }
@@ -117,7 +129,7 @@ static int print_pieces(const char *text, size_t len, ZyErr *err) {
             }
         }
         if (i) fputs(", ", stdout);
-        put_json_string(stdout, bl, m);
+        put_json_bytes(stdout, bl, m); /* the byte-level characters are printable UTF-8 */
     }
     fputs("]\n", stdout);
     free(bl);
@@ -201,20 +213,21 @@ static int json_string_bytes(const char *s, size_t n, char **out, size_t *len) {
 
 /* The text of one --jsonl line: a JSON string (any bytes, see json_string_bytes), or an object's "text" string
  * (malloc'ed copy). */
-static int jsonl_text(const char *line, size_t n, long lineno, const char *path, char **text, size_t *len, ZyErr *err) {
+static int jsonl_text(const ZyLines *r, char **text, size_t *len, ZyErr *err) {
     size_t k = 0;
-    while (k < n && isspace((unsigned char)line[k])) k++;
-    if (k < n && line[k] == '"') {
-        int rc = json_string_bytes(line + k, n - k, text, len);
+    while (k < r->len && isspace((unsigned char)r->line[k])) k++;
+    if (k < r->len && r->line[k] == '"') {
+        int rc = json_string_bytes(r->line + k, r->len - k, text, len);
         if (rc < 0) return zy_fail(err, "out of memory");
-        if (rc) return zy_fail(err, "%s: line %ld: invalid JSON string", path, lineno);
+        if (rc) return zy_lines_fail(r, err, "invalid JSON string");
         return 0;
     }
-    cJSON *o = cJSON_ParseWithLength(line, n);
+    cJSON *o = zy_lines_json(r, "a JSON string or an object with a \"text\" string", err);
+    if (!o) return -1;
     const cJSON *tx = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "text") : NULL;
     int rc = 0;
     if (!cJSON_IsString(tx)) {
-        rc = zy_fail(err, "%s: line %ld: expected a JSON string or an object with a \"text\" string", path, lineno);
+        rc = zy_lines_fail(r, err, "expected a JSON string or an object with a \"text\" string");
     } else {
         *len = strlen(tx->valuestring);
         *text = malloc(*len + 1);
@@ -228,43 +241,30 @@ static int jsonl_text(const char *line, size_t n, long lineno, const char *path,
 }
 
 /* Calls fn on every non-blank line of a file. */
-static int each_line(const char *path, int (*fn)(void *ctx, const char *line, size_t n, long lineno, ZyErr *err), void *ctx,
-                     ZyErr *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return zy_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t got;
-    long lineno = 0;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        size_t k = 0;
-        while (k < (size_t)got && isspace((unsigned char)line[k])) k++;
-        if (k < (size_t)got) rc = fn(ctx, line, (size_t)got, lineno, err);
-    }
-    if (!rc && ferror(f)) rc = zy_fail(err, "%s: read error: %s", path, strerror(errno));
-    free(line);
-    fclose(f);
-    return rc;
+static int each_line(const char *path, int (*fn)(void *ctx, const ZyLines *r, ZyErr *err), void *ctx, ZyErr *err) {
+    ZyLines r;
+    if (zy_lines_open(&r, path, ZY_LINES_SKIP_BLANK, err)) return -1;
+    int rc = 0, got = 0;
+    while (!rc && (got = zy_lines_next(&r, err)) > 0) rc = fn(ctx, &r, err);
+    zy_lines_close(&r);
+    return rc || got < 0 ? -1 : 0;
 }
 
 typedef struct {
     const Tokenizer *t;
     TokenizerCache *cache;
     unsigned flags;
-    const char *path;
 } EncodeLines;
 
-static int encode_line(void *ctx, const char *line, size_t n, long lineno, ZyErr *err) {
+static int encode_line(void *ctx, const ZyLines *r, ZyErr *err) {
     EncodeLines *c = ctx;
     char *text = NULL;
     size_t len = 0, n_ids = 0;
     int32_t *ids = NULL;
-    if (jsonl_text(line, n, lineno, c->path, &text, &len, err)) return -1;
+    if (jsonl_text(r, &text, &len, err)) return -1;
     int rc = tokenizer_encode_ex(c->t, c->cache, text, len, c->flags, &ids, &n_ids, err);
     free(text);
-    if (rc) return zy_wrap(err, "%s: line %ld", c->path, lineno);
+    if (rc) return zy_wrap(err, "%s:%ld", r->path, r->lineno);
     for (size_t i = 0; i < n_ids; i++) printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
     free(ids);
@@ -284,11 +284,9 @@ static int cmd_encode(int argc, char **argv) {
         {"--pieces", ARG_SWITCH, 0, &pieces, "print the GPT-2 pre-tokens (byte-level, as HF's pre_tokenize_str) instead", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer encode", "--tokenizer T (--text STR | --input FILE | --jsonl FILE) [--out ids.npy] [--no-special] | --pieces",
-                   specs, n);
+    if (args_help(argc, argv, 3, "tokenizer encode",
+                  "--tokenizer T (--text STR | --input FILE | --jsonl FILE) [--out ids.npy] [--no-special] | --pieces", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Tokenizer *t = NULL;
     TokenizerCache *cache = NULL;
@@ -326,7 +324,7 @@ static int cmd_encode(int argc, char **argv) {
         goto done;
     }
     if (jsonl) {
-        EncodeLines c = {t, cache, flags, jsonl};
+        EncodeLines c = {t, cache, flags};
         if (each_line(jsonl, encode_line, &c, &err)) goto done;
         rc = 0;
         goto done;
@@ -378,64 +376,31 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n, size_t *cap, ZyErr
     return 0;
 }
 
-/* Bytes as a JSON string; bytes that are not UTF-8 become \udcXX (Python's surrogateescape reads them back). */
-static void put_json_bytes(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t l = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        int ok = l > 0 && i + l <= n;
-        for (size_t k = 1; ok && k < l; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
-        if (ok && l == 3) { /* no overlongs or surrogates */
-            unsigned char d = (unsigned char)s[i + 1];
-            ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d > 0x9F);
-        }
-        if (ok && l == 4) {
-            unsigned char d = (unsigned char)s[i + 1];
-            ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d > 0x8F);
-        }
-        if (!ok) {
-            fprintf(f, "\\udc%02x", c);
-            i++;
-        } else if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
-            i++;
-        } else if (c < 0x20 || c == 0x7F) {
-            fprintf(f, "\\u%04x", c);
-            i++;
-        } else {
-            fwrite(s + i, 1, l, f);
-            i += l;
-        }
-    }
-    fputc('"', f);
-}
-
 typedef struct {
     const Tokenizer *t;
     unsigned flags;
-    const char *path;
 } DecodeLines;
 
-static int decode_line(void *ctx, const char *line, size_t n, long lineno, ZyErr *err) {
+static int decode_line(void *ctx, const ZyLines *r, ZyErr *err) {
     DecodeLines *c = ctx;
-    cJSON *arr = cJSON_ParseWithLength(line, n);
+    cJSON *arr = zy_lines_json(r, "a JSON array of ids", err);
+    if (!arr) return -1;
     int rc = 0;
     size_t cnt = cJSON_IsArray(arr) ? (size_t)cJSON_GetArraySize(arr) : 0;
     int32_t *ids = malloc((cnt + 1) * sizeof *ids);
-    if (!cJSON_IsArray(arr)) rc = zy_fail(err, "%s: line %ld: expected a JSON array of ids", c->path, lineno);
+    if (!cJSON_IsArray(arr)) rc = zy_lines_fail(r, err, "expected a JSON array of ids");
     if (!rc && !ids) rc = zy_fail(err, "out of memory");
     size_t k = 0;
-    for (const cJSON *x = arr ? arr->child : NULL; x && !rc; x = x->next) {
+    for (const cJSON *x = arr->child; x && !rc; x = x->next) {
         if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || fabs(x->valuedouble) > 2147483647.0)
-            rc = zy_fail(err, "%s: line %ld: element %zu is not a token id", c->path, lineno, k);
+            rc = zy_lines_fail(r, err, "element %zu is not a token id", k);
         else
             ids[k++] = (int32_t)x->valuedouble;
     }
     cJSON_Delete(arr);
     char *bytes = NULL;
     size_t len;
-    if (!rc && tokenizer_decode_ex(c->t, ids, k, c->flags, &bytes, &len, err)) rc = zy_wrap(err, "%s: line %ld", c->path, lineno);
+    if (!rc && tokenizer_decode_ex(c->t, ids, k, c->flags, &bytes, &len, err)) rc = zy_wrap(err, "%s:%ld", r->path, r->lineno);
     if (!rc) {
         put_json_bytes(stdout, bytes, len);
         fputc('\n', stdout);
@@ -458,11 +423,9 @@ static int cmd_decode(int argc, char **argv) {
         {"--lossy", ARG_SWITCH, 0, &lossy, "U+FFFD where bytes are not UTF-8, exactly as HF's decode (default: the bytes)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer decode", "--tokenizer T (--ids ID... | --input ids.npy | --jsonl FILE) [--out FILE] [--skip-special] [--lossy]",
-                   specs, n);
+    if (args_help(argc, argv, 3, "tokenizer decode",
+                  "--tokenizer T (--ids ID... | --input ids.npy | --jsonl FILE) [--out FILE] [--skip-special] [--lossy]", specs, n))
         return 0;
-    }
     ZyErr err = {{0}};
     Tokenizer *t = NULL;
     int32_t *ids = NULL;
@@ -482,7 +445,7 @@ static int cmd_decode(int argc, char **argv) {
     }
     if (tokenizer_load(tok_path, &t, &err)) goto done;
     if (jsonl) {
-        DecodeLines c = {t, flags, jsonl};
+        DecodeLines c = {t, flags};
         if (each_line(jsonl, decode_line, &c, &err)) goto done;
         rc = 0;
         goto done;
@@ -518,23 +481,32 @@ done:
 typedef struct {
     char **text;
     size_t *len, n, cap, bytes;
-    const char *path;
 } Texts;
 
-static int collect_line(void *ctx, const char *line, size_t n, long lineno, ZyErr *err) {
-    Texts *c = ctx;
+/* Appends text (taking it over). */
+static int add_text(Texts *c, char *text, size_t len, ZyErr *err) {
     if (c->n == c->cap) {
         size_t nc = c->cap ? c->cap * 2 : 1024;
         char **q = realloc(c->text, nc * sizeof *q);
         size_t *l = q ? realloc(c->len, nc * sizeof *l) : NULL;
         if (q) c->text = q;
-        if (!l) return zy_fail(err, "out of memory");
+        if (!l) {
+            free(text);
+            return zy_fail(err, "out of memory");
+        }
         c->len = l;
         c->cap = nc;
     }
-    if (jsonl_text(line, n, lineno, c->path, &c->text[c->n], &c->len[c->n], err)) return -1;
-    c->bytes += c->len[c->n++];
+    c->text[c->n] = text;
+    c->len[c->n++] = len;
+    c->bytes += len;
     return 0;
+}
+
+static int collect_line(void *ctx, const ZyLines *r, ZyErr *err) {
+    char *text;
+    size_t len;
+    return jsonl_text(r, &text, &len, err) || add_text(ctx, text, len, err) ? -1 : 0;
 }
 
 /* Load time and one-thread speed: encode passes over the text(s) (the first with an empty cache), then decode
@@ -549,10 +521,7 @@ static int cmd_tok_bench(int argc, char **argv) {
         {"--repeat", ARG_INT, 0, &repeat, "encode passes (default 3): the first with an empty cache, then the best warm one", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (wants_help(argc, argv)) {
-        args_usage("tokenizer bench", "--tokenizer T (--input FILE | --jsonl FILE) [--repeat N]", specs, n);
-        return 0;
-    }
+    if (args_help(argc, argv, 3, "tokenizer bench", "--tokenizer T (--input FILE | --jsonl FILE) [--repeat N]", specs, n)) return 0;
     ZyErr err = {{0}};
     Tokenizer *t = NULL;
     TokenizerCache *cache = NULL;
@@ -568,14 +537,12 @@ static int cmd_tok_bench(int argc, char **argv) {
     }
     if (input) {
         size_t len;
-        if (zy_read_file(input, &data, &len, &err) || collect_line(&tx, "\"\"", 2, 1, &err)) goto done;
-        free(tx.text[0]);
-        tx.text[0] = data; /* the file itself as the one text */
-        tx.len[0] = tx.bytes = len;
+        if (zy_read_file(input, &data, &len, &err)) goto done;
+        char *whole = data; /* the file itself as the one text */
         data = NULL;
-    } else {
-        tx.path = jsonl;
-        if (each_line(jsonl, collect_line, &tx, &err)) goto done;
+        if (add_text(&tx, whole, len, &err)) goto done;
+    } else if (each_line(jsonl, collect_line, &tx, &err)) {
+        goto done;
     }
     double t0 = zy_now_seconds();
     if (tokenizer_load(tok_path, &t, &err)) goto done;

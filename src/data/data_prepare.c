@@ -1,6 +1,7 @@
 /* data_prepare: walks the inputs, splits them into documents, tokenizes batches of documents in parallel and
  * appends them in input order to a shard writer (so the output does not depend on the thread count). */
 #include "data/data_prepare.h"
+#include "util/lines.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -206,14 +207,16 @@ static int add_doc(Prep *p, char *text, size_t len, const char *file, uint64_t l
     return 0;
 }
 
-static int malformed(Prep *p, const char *file, uint64_t line, const char *reason, ZyErr *err) {
-    if (p->opt->strict) return zy_fail(err, "%s:%llu: %s (--strict)", file, (unsigned long long)line, reason);
+/* A line that is no document: what (naming file:line and why) fails the run under --strict, else is warned about
+ * and the line skipped. */
+static int malformed(Prep *p, const ZyLines *r, const char *what, ZyErr *err) {
+    if (p->opt->strict) return zy_fail(err, "%s (--strict)", what);
     p->rep->malformed_lines++;
     p->file_malformed++;
     if (p->opt->warn && p->file_malformed <= MAX_WARNINGS_PER_FILE)
-        fprintf(p->opt->warn, "zaya: warning: %s:%llu: %s; line skipped\n", file, (unsigned long long)line, reason);
+        fprintf(p->opt->warn, "zaya: warning: %s; line skipped\n", what);
     if (p->opt->warn && p->file_malformed == MAX_WARNINGS_PER_FILE + 1)
-        fprintf(p->opt->warn, "zaya: warning: %s: more malformed lines, not shown (counted in the summary)\n", file);
+        fprintf(p->opt->warn, "zaya: warning: %s: more malformed lines, not shown (counted in the summary)\n", r->path);
     return 0;
 }
 
@@ -222,77 +225,50 @@ static void strip_eol(char *s, size_t *n) {
     if (*n && s[*n - 1] == '\r') s[--*n] = '\0';
 }
 
-static int read_jsonl(Prep *p, const char *path, FILE *f, ZyErr *err) {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t got;
-    uint64_t lineno = 0;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        size_t n = (size_t)got;
-        char *s = line;
-        if (lineno == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) { /* UTF-8 byte order mark */
-            s += 3;
-            n -= 3;
-        }
-        size_t k = 0;
-        while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n')) k++;
-        if (k == n) continue; /* blank line */
-        cJSON *j = cJSON_ParseWithLength(s, n);
-        const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "text") : NULL;
-        if (!j)
-            rc = malformed(p, path, lineno, "invalid JSON", err);
-        else if (!cJSON_IsObject(j))
-            rc = malformed(p, path, lineno, "not a JSON object", err);
-        else if (!t)
-            rc = malformed(p, path, lineno, "missing \"text\"", err);
-        else if (!cJSON_IsString(t) || !t->valuestring)
-            rc = malformed(p, path, lineno, "\"text\" is not a string", err);
-        else {
+static int read_jsonl(Prep *p, ZyLines *r, ZyErr *err) {
+    int rc = 0, got = 0;
+    while (!rc && (got = zy_lines_next(r, err)) > 0) {
+        ZyErr why;
+        cJSON *j = zy_lines_json(r, "a JSON object with a \"text\" string", &why);
+        const cJSON *t = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "text") : NULL;
+        if (!cJSON_IsString(t) || !t->valuestring) {
+            if (j)
+                zy_lines_fail(r, &why, "%s", !cJSON_IsObject(j) ? "not a JSON object" : !t ? "missing \"text\""
+                                                                                     : "\"text\" is not a string");
+            rc = malformed(p, r, why.msg, err);
+        } else {
             size_t len = strlen(t->valuestring);
             char *text = malloc(len + 1);
             if (!text)
                 rc = zy_fail(err, "out of memory");
             else {
                 memcpy(text, t->valuestring, len + 1);
-                rc = add_doc(p, text, len, path, lineno, err);
+                rc = add_doc(p, text, len, r->path, (uint64_t)r->lineno, err);
             }
         }
         cJSON_Delete(j);
     }
-    if (!rc && ferror(f)) rc = zy_fail(err, "%s: read error: %s", path, strerror(errno));
-    free(line);
+    if (!rc && got < 0) rc = -1;
     return rc;
 }
 
 /* A whole file is a document; a line holding only <|endoftext|> ends one. The newline before it is not part of
  * the document. */
-static int read_txt(Prep *p, const char *path, FILE *f, ZyErr *err) {
-    char *line = NULL, *doc = NULL;
-    size_t cap = 0, dlen = 0, dcap = 0;
-    ssize_t got;
-    uint64_t lineno = 0, start = 1;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        char *s = line;
-        size_t n = (size_t)got;
-        if (lineno == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
-            s += 3;
-            n -= 3;
-        }
-        size_t m = n;
-        if (m && s[m - 1] == '\n') m--;
-        if (m && s[m - 1] == '\r') m--;
-        if (m == sizeof EOT_LINE - 1 && memcmp(s, EOT_LINE, m) == 0) {
+static int read_txt(Prep *p, ZyLines *r, ZyErr *err) {
+    char *doc = NULL;
+    size_t dlen = 0, dcap = 0;
+    uint64_t start = 1;
+    int rc = 0, got = 0;
+    while (!rc && (got = zy_lines_next(r, err)) > 0) {
+        if (r->len == sizeof EOT_LINE - 1 && memcmp(r->line, EOT_LINE, r->len) == 0) {
             if (doc) strip_eol(doc, &dlen);
-            rc = add_doc(p, doc, dlen, path, start, err);
+            rc = add_doc(p, doc, dlen, r->path, start, err);
             doc = NULL;
             dlen = dcap = 0;
-            start = lineno + 1;
+            start = (uint64_t)r->lineno + 1;
             continue;
         }
+        const size_t eol = strlen(r->eol), n = r->len + eol; /* the line as it stands in the file */
         if (dlen + n + 1 > dcap) {
             size_t nc = dcap ? dcap : 4096;
             while (nc < dlen + n + 1) nc *= 2;
@@ -304,18 +280,18 @@ static int read_txt(Prep *p, const char *path, FILE *f, ZyErr *err) {
             doc = nd;
             dcap = nc;
         }
-        memcpy(doc + dlen, s, n);
+        memcpy(doc + dlen, r->line, r->len);
+        memcpy(doc + dlen + r->len, r->eol, eol);
         dlen += n;
         doc[dlen] = '\0';
     }
-    if (!rc && ferror(f)) rc = zy_fail(err, "%s: read error: %s", path, strerror(errno));
+    if (!rc && got < 0) rc = -1;
     if (!rc && (dlen > 0 || start == 1)) { /* nothing after a final separator is not an empty document */
         if (doc) strip_eol(doc, &dlen);
-        rc = add_doc(p, doc, dlen, path, start, err);
+        rc = add_doc(p, doc, dlen, r->path, start, err);
         doc = NULL;
     }
     free(doc);
-    free(line);
     return rc;
 }
 
@@ -441,16 +417,13 @@ int data_prepare(const PrepareOptions *opt, const PrepareEncoder *enc, PrepareRe
     ShardWriterOptions wo = {enc->vocab_size, 0, opt->max_shard_tokens, opt->tokenizer_file, opt->tokenizer_crc};
     int rc = shardwriter_open(&p->w, tmp, &wo, err);
     for (int i = 0; i < files.n && !rc; i++) {
-        FILE *f = fopen(files.paths[i], "rb");
-        if (!f) {
-            rc = zy_fail(err, "%s: cannot open: %s", files.paths[i], strerror(errno));
-            break;
-        }
+        const int jsonl = has_ext(files.paths[i], ".jsonl");
+        ZyLines r;
+        if ((rc = zy_lines_open(&r, files.paths[i], ZY_LINES_SKIP_BOM | (jsonl ? ZY_LINES_SKIP_BLANK : 0), err))) break;
         rep->files++;
         p->file_malformed = 0;
-        rc = has_ext(files.paths[i], ".jsonl") ? read_jsonl(p, files.paths[i], f, err)
-                                                : read_txt(p, files.paths[i], f, err);
-        fclose(f);
+        rc = jsonl ? read_jsonl(p, &r, err) : read_txt(p, &r, err);
+        zy_lines_close(&r);
         /* the batch holds pointers to this file's name, which stays valid until paths_free */
     }
     if (!rc) rc = flush_batch(p, err);

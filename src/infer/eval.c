@@ -8,6 +8,7 @@
 
 #include "infer/decode.h"
 #include "infer/sampling.h"
+#include "util/lines.h"
 
 /* ---- task files ----------------------------------------------------------------------------------------------- */
 
@@ -99,24 +100,20 @@ static int parse_example(const cJSON *o, EvalTaskType type, const char *path, in
 /* Reads and validates every line; the first non-blank line's keys decide the task type. */
 static int load_task(const char *path, TaskFile *t, ZyErr *err) {
     memset(t, 0, sizeof *t);
-    t->path = path;
-    char *data;
-    size_t len;
-    if (zy_read_file(path, &data, &len, err)) return -1;
-    int cap = 0, rc = 0, line = 0, typed = 0;
-    for (size_t pos = 0; pos < len && rc == 0;) {
-        size_t end = pos;
-        while (end < len && data[end] != '\n') end++;
-        line++;
-        size_t a = pos, b = end;
-        pos = end + 1;
-        while (a < b && (data[a] == ' ' || data[a] == '\t' || data[a] == '\r')) a++;
-        while (b > a && (data[b - 1] == ' ' || data[b - 1] == '\t' || data[b - 1] == '\r')) b--;
-        if (a == b) continue; /* blank line */
-        cJSON *o = cJSON_ParseWithLength(data + a, b - a);
+    ZyLines r;
+    if (zy_lines_open(&r, path, ZY_LINES_SKIP_BLANK, err)) return -1;
+    t->path = r.path;
+    int cap = 0, rc = 0, got = 0, typed = 0;
+    while (rc == 0 && (got = zy_lines_next(&r, err)) > 0) {
+        const int line = (int)r.lineno;
+        cJSON *o = zy_lines_json(&r, "a JSON object", err);
+        if (!o) {
+            rc = -1;
+            break;
+        }
         if (!cJSON_IsObject(o)) {
             cJSON_Delete(o);
-            rc = zy_fail(err, "%s:%d: not a JSON object", path, line);
+            rc = zy_lines_fail(&r, err, "not a JSON object");
             break;
         }
         if (!typed) {
@@ -126,8 +123,8 @@ static int load_task(const char *path, TaskFile *t, ZyErr *err) {
                 t->type = EVAL_TASK_EXACT;
             } else {
                 cJSON_Delete(o);
-                rc = zy_fail(err, "%s:%d: unknown task line: want {\"context\", \"choices\", \"answer\"} (multiple "
-                                  "choice) or {\"prompt\", \"answer\"} (exact match)", path, line);
+                rc = zy_lines_fail(&r, err, "unknown task line: want {\"context\", \"choices\", \"answer\"} (multiple "
+                                            "choice) or {\"prompt\", \"answer\"} (exact match)");
                 break;
             }
             typed = 1;
@@ -144,11 +141,12 @@ static int load_task(const char *path, TaskFile *t, ZyErr *err) {
         }
         Example *e = &t->ex[t->n++];
         memset(e, 0, sizeof *e);
-        rc = parse_example(o, t->type, path, line, e, err);
+        rc = parse_example(o, t->type, t->path, line, e, err);
         cJSON_Delete(o);
     }
-    free(data);
-    if (rc == 0 && t->n == 0) rc = zy_fail(err, "%s: no examples", path);
+    zy_lines_close(&r);
+    if (rc == 0 && got < 0) rc = -1;
+    if (rc == 0 && t->n == 0) rc = zy_fail(err, "%s: no examples", t->path);
     if (rc) free_task(t);
     return rc;
 }

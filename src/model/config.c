@@ -398,12 +398,7 @@ done:
 
 int config_load(ZayaConfig *cfg, const char *path, ZyErr *err) {
     char *text;
-    size_t len;
-    if (zy_read_file(path, &text, &len, err)) return -1;
-    if (strlen(text) != len) {
-        free(text);
-        return zy_fail(err, "%s: file contains a NUL byte", path);
-    }
+    if (zy_read_text_file(path, &text, err)) return -1;
     int rc = config_parse(cfg, text, path, err);
     free(text);
     return rc;

@@ -2,6 +2,7 @@
  * vocabulary is full (tokenizer_train, tokenizer_train_texts). See tokenizer.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "tokenizer/tokenizer_internal.h"
+#include "util/lines.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -163,25 +164,17 @@ static int count_batch(Counter *cn, Batch *bt) {
 }
 
 static int count_jsonl_file(Counter *cn, const char *path, ZyErr *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return zy_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    ZyLines r;
+    if (zy_lines_open(&r, path, ZY_LINES_SKIP_BLANK, err)) return -1;
     Batch bt = {0};
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t got;
-    long lineno = 0;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        size_t k = 0;
-        while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
-        if (k == (size_t)got) continue;
-        cJSON *o = cJSON_ParseWithLength(line, (size_t)got);
+    int rc = 0, got = 0;
+    while (!rc && (got = zy_lines_next(&r, err)) > 0) {
+        cJSON *o = zy_lines_json(&r, "a JSON object with a \"text\" string", err);
         const cJSON *tx = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "text") : NULL;
         if (!o)
-            rc = zy_fail(err, "%s: line %ld: invalid JSON", path, lineno);
+            rc = -1;
         else if (!cJSON_IsString(tx))
-            rc = zy_fail(err, "%s: line %ld: no \"text\" string", path, lineno);
+            rc = zy_lines_fail(&r, err, "no \"text\" string");
         else {
             if (bt.n == bt.cap) {
                 size_t nc = bt.cap ? bt.cap * 2 : 1024;
@@ -198,12 +191,11 @@ static int count_jsonl_file(Counter *cn, const char *path, ZyErr *err) {
         cJSON_Delete(o);
         if (!rc && bt.text.n >= TRAIN_BLOCK && count_batch(cn, &bt)) rc = zy_fail(err, "%s: out of memory counting words", path);
     }
-    if (!rc && ferror(f)) rc = zy_fail(err, "%s: read error: %s", path, strerror(errno));
+    if (!rc && got < 0) rc = -1;
     if (!rc && count_batch(cn, &bt)) rc = zy_fail(err, "%s: out of memory counting words", path);
-    free(line);
     free(bt.text.p);
     free(bt.end);
-    fclose(f);
+    zy_lines_close(&r);
     return rc;
 }
 

@@ -103,6 +103,17 @@ static void format_duration(double s, char *out, size_t cap) {
         snprintf(out, cap, "%lds", t);
 }
 
+/* One metrics.jsonl record: o compact on one line (then freed), flushed so a crash loses none. */
+static void write_record(Report *r, cJSON *o) {
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (r->metrics && line) {
+        fprintf(r->metrics, "%s\n", line);
+        fflush(r->metrics);
+    }
+    free(line);
+}
+
 void report_step(Report *r, const StepMetrics *m) {
     if (!r->enabled) return;
     double tps = m->step_tokens / (m->step_seconds > 0 ? m->step_seconds : 1e-9);
@@ -127,13 +138,7 @@ void report_step(Report *r, const StepMetrics *m) {
     cJSON_AddNumberToObject(o, "comm_seconds", m->comm_seconds);
     cJSON_AddNumberToObject(o, "data_index", (double)m->data_index);
     cJSON_AddItemToObject(o, "routing_entropy", cJSON_CreateDoubleArray(m->entropy, m->n_layers));
-    char *line = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (r->metrics && line) {
-        fprintf(r->metrics, "%s\n", line);
-        fflush(r->metrics);
-    }
-    free(line);
+    write_record(r, o);
     if (r->quiet) return;
     double now = zy_now_seconds();
     int last = m->step == m->end_step;
@@ -189,13 +194,7 @@ void report_routing(Report *r, int64_t step, int phase, const RoutingWindow *win
         if (s.entropy < r->route_min_entropy) r->route_min_entropy = s.entropy, r->route_min_layer = l;
         if (s.skip_rate > r->route_max_skip) r->route_max_skip = s.skip_rate, r->route_max_skip_layer = l;
     }
-    char *line = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (r->metrics && line) {
-        fprintf(r->metrics, "%s\n", line);
-        fflush(r->metrics);
-    }
-    free(line);
+    write_record(r, o);
 }
 
 void report_skip(Report *r, int64_t step, int64_t first, int64_t last) {
@@ -217,13 +216,7 @@ void report_eval(Report *r, int64_t step, int phase, const char *name, double va
     cJSON_AddNumberToObject(o, "phase", phase);
     cJSON_AddStringToObject(o, "name", name);
     cJSON_AddNumberToObject(o, "value", value);
-    char *line = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (r->metrics && line) {
-        fprintf(r->metrics, "%s\n", line);
-        fflush(r->metrics);
-    }
-    free(line);
+    write_record(r, o);
     report_event(r, "eval step %lld: %s = %.4f", (long long)step, name, value);
 }
 

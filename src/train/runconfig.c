@@ -371,12 +371,7 @@ int runconfig_parse(RunConfig *rc, const char *text, const char *label, const ch
 int runconfig_load(RunConfig *rc, const char *path, const char *const *overrides, int n_overrides, char **json_out,
                    ZyErr *err) {
     char *text;
-    size_t len;
-    if (zy_read_file(path, &text, &len, err)) return -1;
-    if (strlen(text) != len) {
-        free(text);
-        return zy_fail(err, "%s: file contains a NUL byte", path);
-    }
+    if (zy_read_text_file(path, &text, err)) return -1;
     int r = runconfig_parse(rc, text, path, overrides, n_overrides, json_out, err);
     free(text);
     return r;

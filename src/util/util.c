@@ -122,6 +122,17 @@ int zy_read_file(const char *path, char **data, size_t *len, ZyErr *err) {
     return 0;
 }
 
+int zy_read_text_file(const char *path, char **text, ZyErr *err) {
+    size_t len;
+    if (zy_read_file(path, text, &len, err)) return -1;
+    if (strlen(*text) != len) {
+        free(*text);
+        *text = NULL;
+        return zy_fail(err, "%s: file contains a NUL byte", path);
+    }
+    return 0;
+}
+
 int zy_write_all(int fd, const void *data, size_t len) {
     const char *p = data;
     while (len > 0) {

@@ -29,6 +29,8 @@ int zy_mul_size(size_t a, size_t b, size_t *out);
 
 /* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
 int zy_read_file(const char *path, char **data, size_t *len, ZyErr *err);
+/* The same for a text file parsed as a C string: one holding a NUL byte is refused, not cut short. */
+int zy_read_text_file(const char *path, char **text, ZyErr *err);
 /* Writes all len bytes to fd, retrying short writes and EINTR; -1 with errno set on failure. */
 int zy_write_all(int fd, const void *data, size_t len);
 /* Writes data to path via a temporary file + fsync + rename, so a reader never sees a half-written file. */

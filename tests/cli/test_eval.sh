@@ -186,7 +186,7 @@ expect_error() { # NAME PATTERN ARGS...
 }
 M=(--model "$work/model" --tokenizer "$work/tok.json")
 printf '{"context": "a", "choices": ["b"], "answer": 0}\n{"context": "a", "choices": ["b"], "answer": 0\n' >"$work/bad1.jsonl"
-expect_error "malformed JSON line" "^zaya: $work/bad1.jsonl:2: not a JSON object" "${M[@]}" --task "$work/bad1.jsonl"
+expect_error "malformed JSON line" "^zaya: $work/bad1.jsonl:2: invalid JSON at column" "${M[@]}" --task "$work/bad1.jsonl"
 printf '{"context": "a", "choices": ["b", "c"], "answer": 0}\n\n{"context": "a", "choices": ["b", "c"], "answer": 2}\n' >"$work/bad2.jsonl"
 expect_error "answer out of range" "^zaya: $work/bad2.jsonl:3: \"answer\" must be an integer index" "${M[@]}" --task "$work/bad2.jsonl"
 printf '{"question": "a", "label": 1}\n' >"$work/bad3.jsonl"

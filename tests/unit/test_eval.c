@@ -233,7 +233,7 @@ TEST(eval_task_file_errors_name_file_and_line) {
     static const struct {
         const char *text, *want;
     } cases[] = {
-        {"{\"context\": \"ab\", \"choices\": [\"c\"], \"answer\": 0}\n{\"context\": \"ab\", \"choices\": [\"c\"", ":2: not a JSON object"},
+        {"{\"context\": \"ab\", \"choices\": [\"c\"], \"answer\": 0}\n{\"context\": \"ab\", \"choices\": [\"c\"", ":2: invalid JSON at column"},
         {"\n\n{\"context\": \"ab\", \"choices\": [\"c\", \"d\"], \"answer\": 2}\n", ":3: \"answer\" must be an integer"},
         {"{\"context\": \"ab\", \"choices\": [\"c\", \"d\"], \"answer\": 0.5}\n", ":1: \"answer\" must be an integer"},
         {"{\"context\": \"ab\", \"choices\": [], \"answer\": 0}\n", ":1: \"choices\" must be a non-empty array"},

@@ -424,10 +424,10 @@ TEST(tok_train_deterministic_files_memory_jsonl) {
     CHECK(tokenizer_train(files, 2, TOK_MAX_VOCAB + 1, 0, &e, NULL, &err) != 0 && strstr(err.msg, "too large"));
     char *bad1 = write_tmp(dir, "d.jsonl", "{\"text\": \"ok\"}\n{\"txt\": \"no\"}\n", 30);
     const char *bf1[1] = {bad1};
-    CHECK(tokenizer_train(bf1, 1, 700, 0, &e, NULL, &err) != 0 && strstr(err.msg, "d.jsonl: line 2: no \"text\" string"));
+    CHECK(tokenizer_train(bf1, 1, 700, 0, &e, NULL, &err) != 0 && strstr(err.msg, "d.jsonl:2: no \"text\" string"));
     char *bad2 = write_tmp(dir, "e.jsonl", "{\"text\": \"ok\"\n", 14);
     const char *bf2[1] = {bad2};
-    CHECK(tokenizer_train(bf2, 1, 700, 0, &e, NULL, &err) != 0 && strstr(err.msg, "e.jsonl: line 1: invalid JSON"));
+    CHECK(tokenizer_train(bf2, 1, 700, 0, &e, NULL, &err) != 0 && strstr(err.msg, "e.jsonl:1: invalid JSON at column"));
     const char *all[5] = {p1, p2, p3, bad1, bad2};
     for (int i = 0; i < 5; i++) unlink(all[i]);
     rmdir(dir);

@@ -1,0 +1,30 @@
+/* model_args: the options of the commands that run a model (--model, --dtype, --device, --kv-dtype), resolved and
+ * loaded one way, their errors naming the command's flag ("generate: --dtype: ..."). */
+#ifndef ZAYA_CLI_MODEL_ARGS_H
+#define ZAYA_CLI_MODEL_ARGS_H
+
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/util.h"
+
+/* Made once the flags are parsed: {.command = "generate", .dir = model_dir, .dtype = dtype, ...}. */
+typedef struct {
+    const char *command;                         /* "generate": what errors start with */
+    const char *dir, *dtype, *device, *kv_dtype; /* the flags' values (kv_dtype NULL: the command has none) */
+    int bf16, gpu, gpu_index, kv_bf16;           /* what they resolve to */
+} ModelArgs;
+
+/* Each flag on its own, so a command keeps the order its checks are made in. --dtype: f32, bf16 or auto (bf16 when
+ * every matrix the model directory stores is bf16; f32 without a directory). */
+int model_args_dtype(ModelArgs *a, ZyErr *err);
+/* --device: cpu, cuda or cuda:N. */
+int model_args_device(ModelArgs *a, ZyErr *err);
+/* --kv-dtype for the resolved weights on the resolved device. */
+int model_args_kv_dtype(ModelArgs *a, ZyErr *err);
+/* The model for inference, without gradients; a GPU gets the fp32 weights (it makes its own bf16 copy). */
+int model_args_load(const ModelArgs *a, Model *m, ZyErr *err);
+/* The tokenizer at path for m: one with more tokens than the model's vocabulary is refused (*tok is set either way:
+ * the caller frees it). */
+int model_args_tokenizer(const ModelArgs *a, const char *path, const Model *m, Tokenizer **tok, ZyErr *err);
+
+#endif
