@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "io/model_io.h"
 #include "io/npy.h"
+#include "io/quant_io.h"
 #include "train/runconfig.h"
 #include "io/safetensors.h"
 
@@ -256,7 +257,7 @@ int cmd_convert(int argc, char **argv) {
                       "native layout", to);
         goto fail_noload;
     }
-    if (model_load_dir(&m, model_dir, &err)) goto fail_noload;
+    if (quant_dir_refuse(model_dir, "convert", &err) || model_load_dir(&m, model_dir, &err)) goto fail_noload;
     const int was_legacy = m.cfg.legacy_layout;
     int rc = model_save_dir(&m, out, dt, &err);
     model_free(&m);

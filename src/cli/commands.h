@@ -5,6 +5,7 @@
 int cmd_init(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -9,6 +9,7 @@
 #include "kernels/blas_core.h"
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 typedef struct {
     const char *name;
@@ -24,6 +25,7 @@ static const Command commands[] = {
     {"init", cmd_init, "create a model directory initialised from scratch"},
     {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},
+    {"quantize", cmd_quantize, "quantize a model's matrices to 8 or 4 bits (MLX's affine layout, as mlx-lm writes it)"},
     {"generate", cmd_generate, "generate text from a prompt (cached decoding, sampling)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching (zaya serve --model DIR)"},
     {"eval", cmd_eval, "evaluate: multiple-choice / exact-match tasks, held-out loss"},
@@ -95,7 +97,8 @@ static void configure_runtime(int argc, char **argv) {
 int main(int argc, char **argv) {
     configure_runtime(argc, argv);
     ZyErr err; /* the kernel level: the best this CPU runs, or the one ZAYA_CPU names (an error if the CPU lacks it) */
-    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0) {
+    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0 ||
+        zy_quant_way_set(getenv("ZAYA_QUANT_WAY"), &err) != 0) {
         fprintf(stderr, "zaya: %s\n", err.msg);
         return 1;
     }
