@@ -60,18 +60,23 @@ void zy_quant_dequant_row(const ZyQuantMatrix *m, long o, float *out);
 
 /* ---- products: Y[rows, out] (ldy) = X[rows, in] (ldx) Wᵀ with W a ZyQuantMatrix [out, in] ----
  * Written for decoding (a few rows): each kernel reads the packed rows once, as stored, and turns codes into values
- * in registers; the per-group sums of X are made once per call, so a group costs Σ x·q, then one multiply by s and
- * one by b: Σ_k x_k (s q_k + b) = s Σ x_k q_k + b Σ x_k. Two ways to multiply:
+ * in registers. Σ_k x_k (s q_k + b) = s Σ x_k q_k + b Σ x_k: the group sums of X are made once per call, so a group
+ * costs its dot product of codes and activations and one multiply-add by s; the b Σ x terms of an output are one
+ * short dot product over its groups. Two ways to multiply:
  *  - widen: codes widened to fp32 and multiplied with the fp32 activations (fp32 sums);
- *  - int8: the activations rounded to int8 per block of 32 (d = max|x|/127, x ≈ d·round(x/d), as llama.cpp's Q8
- *    blocks), exact integer dot products of codes and int8 values (pmaddubsw, or vpdpbusd where the CPU has VNNI),
- *    each block's sum scaled by d and the group's s in fp32. The codes' offset 2^(B-1) is taken against the exact
- *    fp32 group sums, so the rounding error of x weighs by |q - 2^(B-1)| <= 2^(B-1), not by q. */
+ *  - int8: each row's activations rounded to int8 per block of 32 (d = max|x|/127, x ≈ d·round(x/d): llama.cpp's Q8_0
+ *    blocks), exact integer dot products of a block's codes and int8 values (pmaddubsw, or vpdpbusd where the CPU
+ *    has VNNI), then one fp32 multiply-add by d·s per block. The codes' offset 2^(B-1) is taken against the exact
+ *    fp32 group sums, so the rounding error of x weighs by |q - 2^(B-1)| <= 2^(B-1), not by q. (Blocks as large as
+ *    the group, summed in int32, save one multiply-add per 32 codes but measured 1.1-1.5% output error against
+ *    0.6-0.7% on activations with outliers: tests/unit/test_quant.c.)
+ * For 4-bit codes the activations are laid out per block of 32 as the even columns, then the odd ones (the low and
+ * high nibbles of the block's 16 bytes), so a kernel never reorders codes. */
 typedef enum {
     ZY_QUANT_WIDEN, /* fp32 activations */
     ZY_QUANT_INT8,  /* int8-rounded activations, integer dot products */
 } ZyQuantWay;
-/* The kernels, each a ZyCpuLevel's compilation (names as zaya info prints them): */
+/* The kernels, each a compilation of quant_isa.c (names as zaya info prints them): */
 typedef enum {
     ZY_QK_PLAIN,      /* scalar C, any CPU: the tests' reference (both ways) */
     ZY_QK_GENERIC,    /* x86-64-v2: 128-bit SSSE3/SSE4.1 */
@@ -96,14 +101,16 @@ const char *zy_quant_way_describe(ZyQuantWay w);
 /* Y = X Wᵀ by kernel k (-1: the process's kernel) and way w (-1: the process's way), for any number of rows (in
  * blocks of 4, outputs split over the threads in fixed chunks: each output's sum is independent of the thread
  * count). W->cols is `in`; W->rows is `out`. Returns -1 (nothing done) when k cannot run here or scratch memory
- * for the activations' sums cannot be had. */
+ * for the activations cannot be had. */
 int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy);
 
 /* ---- what the kernels see (quant_isa.c): the activations prepared once per call ----
- * For a block of nr <= 4 rows: xsum[r·ng + g] = Σ of row r's fp32 values in group g; for int8: xq (row r at
- * r·in) the int8 values, d[r·nb + b] block b's scale (nb = in/32), and corr[r·ng + g] the term the group's scale
- * multiplies besides the dot products (widen: 0; int8: 2^(B-1)·(xsum - Σ d·xq), or 2^(B-1)·xsum for a kernel whose
- * dot products already subtract the offset from the codes, ZyQuantTable.centered). */
+ * For a block of nr <= 4 rows, with ng = in/group_size groups and nb = in/32 blocks: X the fp32 activations (row r
+ * at r·ldx; for 4-bit codes a copy in the even/odd order), xsum[r·ng + g] the sum of row r's values in group g; for
+ * int8, xq (row r at r·in, in the same order) the int8 values, d[r·nb + b] block b's scale, and corr[r·ng + g]
+ * what the group's s multiplies besides the dot products: 2^(B-1)·(xsum - Σ_b d·Σ xq), or 2^(B-1)·xsum for a
+ * kernel whose 8-bit dot products already subtract the offset from the codes (ZyQuantTable.centered8). Widen:
+ * corr = 0. */
 typedef struct {
     int nr, in, ng, nb;
     const float *X;
@@ -112,11 +119,14 @@ typedef struct {
     const int8_t *xq;
 } ZyQuantActs;
 #define ZY_QUANT_ROW_BLOCK 4
+/* A kernel's scratch, per thread: floats for one output's scales and biases in fp32. */
+static inline size_t zy_quant_work_floats(int ng) { return 2 * (size_t)ng + 64; }
+typedef void (*ZyQuantKernelFn)(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy,
+                                float *work);
 typedef struct {
     const char *name;
-    /* Y[r, o] (ldy) for r < a->nr, o in [o0, o1) */
-    void (*widen)(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy);
-    void (*int8)(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy);
+    /* Y[r, o] (ldy) for r < a->nr, o in [o0, o1); work: zy_quant_work_floats(a->ng) */
+    ZyQuantKernelFn widen, int8;
     int centered8; /* its 8-bit int8 dot products are Σ (q - 128)·x (pmaddubsw cannot take 255·127 pairs) */
 } ZyQuantTable;
 

@@ -137,13 +137,13 @@ TEST(quant_f16_store_rounds_to_nearest_even) {
     CHECK(zy_f32_to_f16(-0x1p-14f) == 0x8400u && zy_f32_to_f16(0x1.ff8p-15f) == 0x3ffu && zy_f32_to_f16(0x1.ffcp-15f) == 0x400u);
 }
 
-/* The int8 way's activations, as quant_matmul.c rounds them: per block of 32, d = max|x| / 127. */
-static void round_int8(const float *x, int n, double *xr) {
-    for (int b = 0; b < n / 32; b++) {
+/* The int8 way's activations, as quant_matmul.c rounds them: per block of G = 32, d = max|x| / 127. */
+static void round_int8(const float *x, int n, int G, double *xr) {
+    for (int g = 0; g < n / G; g++) {
         float amax = 0;
-        for (int k = 32 * b; k < 32 * b + 32; k++) amax = fmaxf(amax, fabsf(x[k]));
+        for (int k = G * g; k < G * g + G; k++) amax = fmaxf(amax, fabsf(x[k]));
         const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        for (int k = 32 * b; k < 32 * b + 32; k++) {
+        for (int k = G * g; k < G * g + G; k++) {
             const float v = rintf(x[k] * id);
             xr[k] = (double)d * (v > 127 ? 127 : v < -127 ? -127 : v);
         }
@@ -157,7 +157,7 @@ static void reference(const ZyQuantMatrix *m, int rows, const float *X, int ldx,
     double *xr = malloc(sizeof(double) * C);
     for (int r = 0; r < rows; r++) {
         const float *x = X + (long)r * ldx;
-        if (int8) round_int8(x, C, xr);
+        if (int8) round_int8(x, C, 32, xr);
         else
             for (int k = 0; k < C; k++) xr[k] = x[k];
         for (long o = 0; o < m->rows; o++) {
@@ -223,6 +223,8 @@ TEST(quant_kernels_match_double_reference_at_every_level) {
                         for (long i = 0; i < (long)ROWS * OUT; i++)
                             num += (ref[i] - wide[i]) * (ref[i] - wide[i]), den += wide[i] * wide[i];
                         CHECK_MSG(sqrt(num / den) < 0.01, "int8 rounding %d-bit G%d: %.3g", bits, G, sqrt(num / den));
+                        if (di == 0) printf("    %d-bit group %d: int8 activations move the product by %.2g (normwise)\n",
+                                            bits, G, sqrt(num / den));
                     }
                 }
                 quantized_free(&qm);
