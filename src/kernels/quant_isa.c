@@ -120,29 +120,12 @@ INLINE void int8_group(const int nr, const int bits, const ZyQuantActs *a, const
     }
 }
 
-INLINE void int8_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
-                      float *Y, int ldy, float *work) {
-    const int ng = a->ng, bpg = a->nb / ng, rowbytes = W->cols / 8 * bits;
-    for (long o = o0; o < o1; o++) {
-        float tail[ZY_QUANT_ROW_BLOCK];
-        output_groups(nr, a, W, o, work, tail);
-        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
-        __m256 acc0[ZY_QUANT_ROW_BLOCK], acc1[ZY_QUANT_ROW_BLOCK], g0[ZY_QUANT_ROW_BLOCK], g1[ZY_QUANT_ROW_BLOCK];
-        for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-        int g = 0;
-        for (; g + 2 <= ng; g += 2) { /* two groups, two chains */
-            int8_group(nr, bits, a, q, g, bpg, g0);
-            int8_group(nr, bits, a, q, g + 1, bpg, g1);
-            const __m256 s0 = _mm256_broadcast_ss(work + g), s1 = _mm256_broadcast_ss(work + g + 1);
-            for (int r = 0; r < nr; r++) acc0[r] = _mm256_fmadd_ps(g0[r], s0, acc0[r]), acc1[r] = _mm256_fmadd_ps(g1[r], s1, acc1[r]);
-        }
-        if (g < ng) {
-            int8_group(nr, bits, a, q, g, bpg, g0);
-            for (int r = 0; r < nr; r++) acc0[r] = _mm256_fmadd_ps(g0[r], _mm256_broadcast_ss(work + g), acc0[r]);
-        }
-        for (int r = 0; r < nr; r++) Y[(long)r * ldy + o] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + tail[r];
-    }
-}
+/* the fp32 vectors the int8 way sums in */
+typedef __m256 Vf;
+INLINE Vf vf_zero(void) { return _mm256_setzero_ps(); }
+INLINE Vf vf_fma(Vf a, Vf b, Vf c) { return _mm256_fmadd_ps(a, b, c); }
+INLINE Vf vf_bcast(const float *p) { return _mm256_broadcast_ss(p); }
+INLINE float vf_sum2(Vf a, Vf b) { return hsum8(_mm256_add_ps(a, b)); }
 
 #if defined(__AVX512F__)
 /* the fp32 way on 512 bits: 16 codes widened at a time, scaled by s, one multiply-add per row */
@@ -263,30 +246,11 @@ INLINE void int8_group(const int nr, const int bits, const ZyQuantActs *a, const
     }
 }
 
-INLINE void int8_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
-                      float *Y, int ldy, float *work) {
-    const int ng = a->ng, bpg = a->nb / ng, rowbytes = W->cols / 8 * bits;
-    for (long o = o0; o < o1; o++) {
-        float tail[ZY_QUANT_ROW_BLOCK];
-        output_groups(nr, a, W, o, work, tail);
-        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
-        __m128 acc0[ZY_QUANT_ROW_BLOCK], acc1[ZY_QUANT_ROW_BLOCK], g0[ZY_QUANT_ROW_BLOCK], g1[ZY_QUANT_ROW_BLOCK];
-        for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm_setzero_ps();
-        int g = 0;
-        for (; g + 2 <= ng; g += 2) {
-            int8_group(nr, bits, a, q, g, bpg, g0);
-            int8_group(nr, bits, a, q, g + 1, bpg, g1);
-            const __m128 s0 = _mm_set1_ps(work[g]), s1 = _mm_set1_ps(work[g + 1]);
-            for (int r = 0; r < nr; r++)
-                acc0[r] = _mm_add_ps(acc0[r], _mm_mul_ps(g0[r], s0)), acc1[r] = _mm_add_ps(acc1[r], _mm_mul_ps(g1[r], s1));
-        }
-        if (g < ng) {
-            int8_group(nr, bits, a, q, g, bpg, g0);
-            for (int r = 0; r < nr; r++) acc0[r] = _mm_add_ps(acc0[r], _mm_mul_ps(g0[r], _mm_set1_ps(work[g])));
-        }
-        for (int r = 0; r < nr; r++) Y[(long)r * ldy + o] = hsum4(_mm_add_ps(acc0[r], acc1[r])) + tail[r];
-    }
-}
+typedef __m128 Vf;
+INLINE Vf vf_zero(void) { return _mm_setzero_ps(); }
+INLINE Vf vf_fma(Vf a, Vf b, Vf c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+INLINE Vf vf_bcast(const float *p) { return _mm_set1_ps(*p); }
+INLINE float vf_sum2(Vf a, Vf b) { return hsum4(_mm_add_ps(a, b)); }
 
 INLINE void widen_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
                        float *Y, int ldy, float *work) {
@@ -322,6 +286,32 @@ INLINE void widen_rows(const int nr, const int bits, const ZyQuantActs *a, const
     }
 }
 #endif
+
+/* The int8 way at any width (int8_group, Vf: the width's own): per output, its groups two at a time in two chains,
+ * each group's sum of d-scaled block products multiplied by the group's s once. */
+INLINE void int8_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+                      float *Y, int ldy, float *work) {
+    const int ng = a->ng, bpg = a->nb / ng, rowbytes = W->cols / 8 * bits;
+    for (long o = o0; o < o1; o++) {
+        float tail[ZY_QUANT_ROW_BLOCK];
+        output_groups(nr, a, W, o, work, tail);
+        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        Vf acc0[ZY_QUANT_ROW_BLOCK], acc1[ZY_QUANT_ROW_BLOCK], g0[ZY_QUANT_ROW_BLOCK], g1[ZY_QUANT_ROW_BLOCK];
+        for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = vf_zero();
+        int g = 0;
+        for (; g + 2 <= ng; g += 2) {
+            int8_group(nr, bits, a, q, g, bpg, g0);
+            int8_group(nr, bits, a, q, g + 1, bpg, g1);
+            const Vf s0 = vf_bcast(work + g), s1 = vf_bcast(work + g + 1);
+            for (int r = 0; r < nr; r++) acc0[r] = vf_fma(g0[r], s0, acc0[r]), acc1[r] = vf_fma(g1[r], s1, acc1[r]);
+        }
+        if (g < ng) {
+            int8_group(nr, bits, a, q, g, bpg, g0);
+            for (int r = 0; r < nr; r++) acc0[r] = vf_fma(g0[r], vf_bcast(work + g), acc0[r]);
+        }
+        for (int r = 0; r < nr; r++) Y[(long)r * ldy + o] = vf_sum2(acc0[r], acc1[r]) + tail[r];
+    }
+}
 
 #define ZY_QUANT_DISPATCH(name)                                                                                        \
     static void name(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, float *work) { \
