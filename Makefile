@@ -61,7 +61,9 @@ GPU_CU    :=
 endif
 
 # Compiled once per CPU level (names suffixed _generic, _avx2, _avx512); the AVX512-BF16 kernels in their own file.
-ISA_SRC  := src/kernels/kernels_isa.c src/kernels/attention.c
+# The quantized-weight kernels are compiled at two more levels, each with the VNNI integer dot products (QUANT_LEVELS).
+QUANT_SRC := src/kernels/quant_isa.c
+ISA_SRC  := src/kernels/kernels_isa.c src/kernels/attention.c $(QUANT_SRC)
 BF16_SRC := src/kernels/matmul_avx512bf16.c
 # The library, one folder per concept (README "Layout of the code"); src/cli is the command line, src/gpu the GPU backend.
 LIB_DIRS := util model kernels optim io train data dist aegis jinja tokenizer infer serve
@@ -77,10 +79,15 @@ ISA_ARCH_avx2   := -march=x86-64-v3
 ISA_ARCH_avx512 := -march=x86-64-v4
 BF16_ARCH       := -march=x86-64-v4 -mavx512bf16
 CFLAGS          += -DZY_HAVE_ISA_LEVELS=1
+QUANT_LEVELS    := avxvnni avx512vnni
+ISA_ARCH_avxvnni    := -march=x86-64-v3 -mavxvnni
+ISA_ARCH_avx512vnni := -march=x86-64-v4 -mavx512vnni
 else
 ISA_LEVELS      := generic
+QUANT_LEVELS    :=
 endif
-ISA_OBJ  := $(foreach l,$(ISA_LEVELS),$(ISA_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o)) $(BUILD)/$(BF16_SRC:.c=.o)
+ISA_OBJ  := $(foreach l,$(ISA_LEVELS),$(ISA_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o)) $(BUILD)/$(BF16_SRC:.c=.o) \
+            $(foreach l,$(QUANT_LEVELS),$(QUANT_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_OBJ) $(GPU_SRC:%.c=$(BUILD)/%.o) $(GPU_CU:%.cu=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -104,7 +111,7 @@ $(BUILD)/src/isa/%.$(1).o: src/%.c $(HDRS)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CFLAGS) $$(ISA_ARCH_$(1)) -DZY_ISA=$(1) -c $$< -o $$@
 endef
-$(foreach l,$(ISA_LEVELS),$(eval $(call isa_rule,$(l))))
+$(foreach l,$(ISA_LEVELS) $(QUANT_LEVELS),$(eval $(call isa_rule,$(l))))
 
 $(BUILD)/$(BF16_SRC:.c=.o): $(BF16_SRC) $(HDRS)
 	@mkdir -p $(dir $@)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what zaya needs on a fresh Debian machine, skipping whatever is already there:
-# C libraries from apt, the Python test oracle (torch, transformers, openai, lm-eval) from PyPI.
+# C libraries from apt, the Python test oracle (torch, transformers, openai, lm-eval; mlx for the quantized format) from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +24,7 @@ fi
 
 if ! python3 - <<'PY' 2>/dev/null
 import importlib, sys
-for m in ("numpy", "torch", "transformers", "safetensors", "tokenizers", "openai", "lm_eval", "tenacity", "aiohttp"):
+for m in ("numpy", "torch", "transformers", "safetensors", "tokenizers", "openai", "lm_eval", "tenacity", "aiohttp", "mlx.core"):
     importlib.import_module(m)
 import transformers
 from transformers import ZayaForCausalLM  # noqa: F401

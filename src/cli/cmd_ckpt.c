@@ -6,6 +6,7 @@
 #include "io/checkpoint.h"
 #include "commands.h"
 #include "io/model_io.h"
+#include "io/quant_io.h"
 
 static int ckpt_usage(FILE *f) {
     fprintf(f, "usage: zaya ckpt inspect DIR                        contents, world size, step, checksum status\n"
@@ -41,6 +42,10 @@ int cmd_ckpt(int argc, char **argv) {
         }
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", positional[0]);
+        if (quant_dir_refuse(dir, "ckpt export", &err)) {
+            fprintf(stderr, "zaya: %s\n", err.msg);
+            return 1;
+        }
         char probe[4200];
         snprintf(probe, sizeof probe, "%s/manifest.json", dir);
         FILE *pf = fopen(probe, "r");

@@ -11,6 +11,7 @@
 #include "kernels/blas_core.h"
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 #ifndef ZAYA_VERSION
 #define ZAYA_VERSION "0.5.0"
@@ -68,6 +69,9 @@ int cmd_system_info(int argc, char **argv) {
     const char *bf16w = getenv("ZAYA_BF16_WEIGHTS");
     printf("bf16 weights %s%s\n", zy_bf16_weights_describe(zy_bf16_weights()),
            bf16w && *bf16w ? " (ZAYA_BF16_WEIGHTS)" : "");
+    const char *qway = getenv("ZAYA_QUANT_WAY");
+    printf("quant        %s kernels; %s%s\n", zy_quant_kernel_name(zy_quant_kernel_for_level()),
+           zy_quant_way_describe(zy_quant_way()), qway && *qway ? " (ZAYA_QUANT_WAY)" : "");
     /* what a training run with "precision": "bf16" and "bf16_products": "auto" would compute (timed where it must) */
     char backend[256], why[256];
     const ZyBf16Products p = zy_bf16_products_resolve(ZY_BF16_PRODUCTS_AUTO, 1024, 1024, 1024, why, sizeof why);

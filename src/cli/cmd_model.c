@@ -11,6 +11,8 @@
 #include "model/model.h"
 #include "io/model_io.h"
 #include "io/npy.h"
+#include "io/quant_io.h"
+#include "train/runconfig.h"
 #include "io/safetensors.h"
 
 int cmd_init(int argc, char **argv) {
@@ -241,7 +243,7 @@ int cmd_convert(int argc, char **argv) {
                       "native layout", to);
         goto fail_noload;
     }
-    if (model_load_dir(&m, model_dir, &err)) goto fail_noload;
+    if (quant_dir_refuse(model_dir, "convert", &err) || model_load_dir(&m, model_dir, &err)) goto fail_noload;
     const int was_legacy = m.cfg.legacy_layout;
     int rc = model_save_dir(&m, out, dt, &err);
     model_free(&m);

@@ -5,6 +5,7 @@
 int cmd_init(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
@@ -17,6 +18,7 @@ int cmd_supervise(int argc, char **argv);
 int bench_train(int argc, char **argv);
 int bench_decode(int argc, char **argv);
 int bench_attention(int argc, char **argv);
+int bench_quant(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -9,6 +9,7 @@
 #include "kernels/blas_core.h"
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 typedef struct {
     const char *name;
@@ -24,6 +25,7 @@ static const Command commands[] = {
     {"init", cmd_init, "create a model directory initialised from scratch"},
     {"forward", cmd_forward, "run the model on token ids: loss, logits, gradients"},
     {"convert", cmd_convert, "re-write a model directory (f32 or bf16)"},
+    {"quantize", cmd_quantize, "quantize a model's matrices to 8 or 4 bits (MLX's affine layout, as mlx-lm writes it)"},
     {"generate", cmd_generate, "generate text from a prompt (cached decoding, sampling)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching (zaya serve --model DIR)"},
     {"eval", cmd_eval, "evaluate: multiple-choice / exact-match tasks, held-out loss"},
@@ -48,8 +50,8 @@ static void usage(FILE *f) {
  *   (src/kernels/blas_core.h: a CPU newer than the library gets its SSE or AVX2 kernels, at a quarter to a half of
  *   the speed; a ZAYA_CPU level below the best holds OpenBLAS to the same instructions). ZAYA_BLAS_CORE_WHY carries
  *   the reason to zaya info.
- * - Except when decoding interactively (generate, serve, bench decode, and bench gemm --weights, which times
- *   decoding's products): a token runs ~100 small parallel regions, and
+ * - Except when decoding interactively (generate, serve, bench decode, and bench gemm --weights and bench quant,
+ *   which time decoding's products): a token runs ~100 small parallel regions, and
  *   waking a sleeping thread costs more than each one's work (bench-medium bf16 decode, 2 threads: 125 tok/s
  *   passive, 205-229 with a bounded spin), so idle threads spin for GOMP_SPINCOUNT=10000 (~0.1 ms) before
  *   sleeping. Training keeps passive: two 2-thread processes on 2 cores ran the demo step at ~8k tok/s each
@@ -58,7 +60,7 @@ static void usage(FILE *f) {
 static int decodes_interactively(int argc, char **argv) {
     if (argc >= 2 && (strcmp(argv[1], "generate") == 0 || strcmp(argv[1], "serve") == 0)) return 1;
     if (argc < 3 || strcmp(argv[1], "bench") != 0) return 0;
-    if (strcmp(argv[2], "decode") == 0) return 1;
+    if (strcmp(argv[2], "decode") == 0 || strcmp(argv[2], "quant") == 0) return 1;
     for (int i = 3; strcmp(argv[2], "gemm") == 0 && i < argc; i++)
         if (strcmp(argv[i], "--weights") == 0) return 1;
     return 0;
@@ -95,7 +97,8 @@ static void configure_runtime(int argc, char **argv) {
 int main(int argc, char **argv) {
     configure_runtime(argc, argv);
     ZyErr err; /* the kernel level: the best this CPU runs, or the one ZAYA_CPU names (an error if the CPU lacks it) */
-    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0) {
+    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0 ||
+        zy_quant_way_set(getenv("ZAYA_QUANT_WAY"), &err) != 0) {
         fprintf(stderr, "zaya: %s\n", err.msg);
         return 1;
     }

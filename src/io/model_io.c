@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/quant_io.h"
 #include "io/safetensors.h"
 
 static int file_exists(const char *path) {
@@ -289,6 +290,48 @@ static int load_weights(Model *m, const char *dir, MappedWeights *mw, ZyErr *err
 
 int model_load_weights(Model *m, const char *dir, ZyErr *err) { return load_weights(m, dir, NULL, err); }
 
+int model_weight_files(const char *dir, char ***files, int *n_files, ZyErr *err) {
+    char index_path[4096];
+    cJSON *index;
+    if (list_weight_files(dir, files, n_files, &index, index_path, sizeof index_path, err)) return -1;
+    cJSON_Delete(index);
+    return 0;
+}
+
+void model_weight_files_free(char **files, int n_files) {
+    for (int f = 0; f < n_files; f++) free(files[f]);
+    free(files);
+}
+
+void model_shard_name(char *out, size_t cap, int shard, int n_shards) {
+    if (n_shards == 1)
+        snprintf(out, cap, "model.safetensors");
+    else
+        snprintf(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, n_shards);
+}
+
+int model_write_index(const char *dir, const char *const *names, const int *shard_of, int n, int n_shards,
+                      double total_bytes, ZyErr *err) {
+    if (n_shards <= 1) return 0;
+    char path[4096], name[64];
+    cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", total_bytes);
+    cJSON *map = cJSON_AddObjectToObject(root, "weight_map");
+    for (int i = 0; i < n; i++) {
+        model_shard_name(name, sizeof name, shard_of[i], n_shards);
+        cJSON_AddStringToObject(map, names[i], name);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    int rc = text ? zy_path_join(path, sizeof path, dir, "model.safetensors.index.json", err)
+                  : zy_fail(err, "out of memory");
+    if (!rc) rc = zy_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    /* a model.safetensors left from before would be read in the shards' place */
+    if (!rc && zy_path_join(path, sizeof path, dir, "model.safetensors", err) == 0) unlink(path);
+    return rc;
+}
+
 /* The convolution kernels bf16 inference reads as fp32 rounded to bf16 values (model_use_bf16 does the same). */
 static void round_conv_kernels(const Model *m, MappedWeights *mw) {
     for (int i = 0; i < m->params.count; i++) {
@@ -302,6 +345,12 @@ int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err) {
     char path[4096];
     ZayaConfig cfg;
     if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&cfg, path, err)) return -1;
+    if (cfg.quant_bits) { /* a quantized folder (io/quant_io.c) */
+        if (bf16)
+            return zy_fail(err, "%s: %d-bit quantized weights: they do not load as bf16 (--dtype f32 reads them "
+                           "dequantized)", dir, cfg.quant_bits);
+        return quant_load_dequantized(m, dir, err);
+    }
     if (!bf16) {
         if (model_create(m, &cfg, err)) return -1;
         if (load_weights(m, dir, NULL, err)) {
@@ -451,30 +500,16 @@ int model_init_streamed(const ZayaConfig *cfg, uint64_t seed, const char *dir, Z
     for (int sh = 0, first = 0; sh < n_shards && !rc; sh++) {
         int last = first;
         while (last < n && shard_of[last] == sh) last++;
-        if (n_shards == 1)
-            snprintf(name, sizeof name, "model.safetensors");
-        else
-            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, n_shards);
+        model_shard_name(name, sizeof name, sh, n_shards);
         rc = zy_path_join(path, sizeof path, dir, name, err);
         if (!rc) rc = st_write(path, ts + first, last - first, metadata, err);
         first = last;
     }
     if (!rc && n_shards > 1) { /* the index transformers reads: total_size and where each tensor is */
-        cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "metadata");
-        cJSON_AddNumberToObject(meta, "total_size", (double)total);
-        cJSON *map = cJSON_AddObjectToObject(root, "weight_map");
-        for (int i = 0; i < n; i++) {
-            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, n_shards);
-            cJSON_AddStringToObject(map, t.info[i].name, name);
-        }
-        char *text = cJSON_Print(root);
-        cJSON_Delete(root);
-        rc = text ? zy_path_join(path, sizeof path, dir, "model.safetensors.index.json", err)
-                  : zy_fail(err, "out of memory");
-        if (!rc) rc = zy_write_file_atomic(path, text, strlen(text), err);
-        free(text);
-        /* a model.safetensors left from before would be read in the shards' place */
-        if (!rc && zy_path_join(path, sizeof path, dir, "model.safetensors", err) == 0) unlink(path);
+        const char **names = calloc((size_t)n, sizeof *names);
+        for (int i = 0; names && i < n; i++) names[i] = t.info[i].name;
+        rc = names ? model_write_index(dir, names, shard_of, n, n_shards, (double)total, err) : zy_fail(err, "out of memory");
+        free(names);
     }
     if (!rc) rc = zy_path_join(path, sizeof path, dir, "config.json", err);
     if (!rc) rc = config_save(cfg, path, dtype == ZY_DT_BF16 ? "bfloat16" : "float32", err);

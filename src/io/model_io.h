@@ -31,6 +31,17 @@ void model_weight_bytes(const Model *m, size_t *mapped, size_t *copied);
  * *n_shards (may be NULL) gets the number of files. */
 int model_init_streamed(const ZayaConfig *cfg, uint64_t seed, const char *dir, ZyDtype dtype, size_t shard_bytes,
                         int *n_shards, ZyErr *err);
+/* The weight files of DIR: model.safetensors, or the shards its model.safetensors.index.json names (each must exist;
+ * errors name the index). Free with model_weight_files_free. */
+int model_weight_files(const char *dir, char ***files, int *n_files, ZyErr *err);
+void model_weight_files_free(char **files, int n_files);
+/* Shard file names as transformers writes them: model.safetensors alone, else model-0000k-of-0000n.safetensors
+ * (shard 0-based). */
+void model_shard_name(char *out, size_t cap, int shard, int n_shards);
+/* DIR/model.safetensors.index.json (n_shards > 1; nothing otherwise): total_size and each tensor's shard; a stale
+ * DIR/model.safetensors is removed (it would be read in the shards' place). */
+int model_write_index(const char *dir, const char *const *names, const int *shard_of, int n, int n_shards,
+                      double total_bytes, ZyErr *err);
 /* Loads weights for an already-created model from a safetensors file or an index. */
 int model_load_weights(Model *m, const char *dir, ZyErr *err);
 /* Writes DIR/config.json and DIR/model.safetensors (parameters in `dtype`: ZY_DT_F32 or ZY_DT_BF16;

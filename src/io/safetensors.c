@@ -182,6 +182,7 @@ static const char *first_duplicate(const char **v, size_t n) {
 
 static int st_parse_metadata(StFile *f, const cJSON *meta, ZyErr *err) {
     if (f->metadata_json) return zy_fail(err, "%s: duplicate \"__metadata__\" entry", f->label);
+    if (cJSON_IsNull(meta)) return 0; /* none: mlx.core.save_safetensors writes null (the reference reads an Option) */
     if (!cJSON_IsObject(meta)) return zy_fail(err, "%s: \"__metadata__\" is not a JSON object", f->label);
     size_t n = 0;
     for (const cJSON *c = meta->child; c; c = c->next, n++)
@@ -572,8 +573,7 @@ static int st_validate_write(const char *path, const StWriteTensor *t, int n, co
             return zy_fail(err, "%s: tensor %d name is not valid UTF-8", path, i);
         if (strcmp(name, "__metadata__") == 0)
             return zy_fail(err, "%s: tensor name '__metadata__' is reserved", path);
-        int ok = (t[i].src_dtype == ZY_DT_F32 && (t[i].out_dtype == ZY_DT_F32 || t[i].out_dtype == ZY_DT_BF16)) ||
-                 (t[i].src_dtype == ZY_DT_I32 && t[i].out_dtype == ZY_DT_I32);
+        int ok = t[i].src_dtype == t[i].out_dtype || (t[i].src_dtype == ZY_DT_F32 && t[i].out_dtype == ZY_DT_BF16);
         if (!ok)
             return zy_fail(err, "%s: tensor '%.200s': cannot write %s data as %s", path, name,
                            zy_dtype_name(t[i].src_dtype), zy_dtype_name(t[i].out_dtype));
@@ -591,9 +591,12 @@ static int st_validate_write(const char *path, const StWriteTensor *t, int n, co
             (double)(total + nbytes[i]) >= ST_MAX_JSON_INT || total + nbytes[i] < total)
             return zy_fail(err, "%s: tensor '%.200s': byte size overflows", path, name);
         total += nbytes[i];
-        if (!t[i].data && !t[i].fill && numel > 0) return zy_fail(err, "%s: tensor '%.200s': NULL data", path, name);
+        if (!t[i].data && !t[i].fill && !t[i].fill_bytes && numel > 0)
+            return zy_fail(err, "%s: tensor '%.200s': NULL data", path, name);
         if (t[i].fill && t[i].src_dtype != ZY_DT_F32)
             return zy_fail(err, "%s: tensor '%.200s': a fill callback makes F32 values", path, name);
+        if (t[i].fill_bytes && t[i].src_dtype != t[i].out_dtype)
+            return zy_fail(err, "%s: tensor '%.200s': a byte fill callback writes the tensor as it is", path, name);
     }
     size_t n_meta = 0;
     if (meta) {
@@ -628,7 +631,18 @@ static int st_validate_write(const char *path, const StWriteTensor *t, int n, co
 static int st_write_tensor(int fd, const StWriteTensor *t, size_t nbytes, uint16_t *chunk, float *fbuf,
                            size_t chunk_len, int *fill_failed) {
     if (nbytes == 0) return 0;
-    if (t->out_dtype != ZY_DT_BF16 && !t->fill) return zy_write_all(fd, t->data, nbytes);
+    if (t->fill_bytes) { /* fbuf's chunk_len floats as bytes */
+        for (size_t i = 0; i < nbytes; i += chunk_len * sizeof(float)) {
+            const size_t k = nbytes - i < chunk_len * sizeof(float) ? nbytes - i : chunk_len * sizeof(float);
+            if (t->fill_bytes(t->fill_ctx, i, k, fbuf) != 0) {
+                *fill_failed = 1;
+                return -1;
+            }
+            if (zy_write_all(fd, fbuf, k) != 0) return -1;
+        }
+        return 0;
+    }
+    if (t->src_dtype == t->out_dtype && !t->fill) return zy_write_all(fd, t->data, nbytes);
     const size_t esize = zy_dtype_size(t->out_dtype), numel = nbytes / esize;
     for (size_t i = 0; i < numel; i += chunk_len) {
         size_t k = numel - i < chunk_len ? numel - i : chunk_len;

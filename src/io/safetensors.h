@@ -50,12 +50,14 @@ typedef struct {
     const char *name;
     int ndim;
     int64_t shape[ZY_MAX_DIMS];
-    ZyDtype src_dtype; /* ZY_DT_F32 or ZY_DT_I32: the layout of `data` in memory */
-    ZyDtype out_dtype; /* for F32 sources: ZY_DT_F32 or ZY_DT_BF16; for I32 sources: ZY_DT_I32 */
+    ZyDtype src_dtype; /* the layout of `data` in memory: F32, or any dtype written as it is (out_dtype the same) */
+    ZyDtype out_dtype; /* for F32 sources: ZY_DT_F32 or ZY_DT_BF16; for any other source: the same dtype */
     const void *data;
     /* instead of data (NULL): makes values [first, first + count) of an F32 source into out, called in order with
      * count <= 65536, so a tensor never needs to be in memory whole (zaya init of a large model); non-zero = fail */
     int (*fill)(void *ctx, size_t first, size_t count, float *out);
+    /* or, for a tensor written as it is (src_dtype = out_dtype): bytes [first, first + n) of it, in order, n <= 256 KiB */
+    int (*fill_bytes)(void *ctx, size_t first, size_t n, void *out);
     void *fill_ctx;
 } StWriteTensor;
 

@@ -67,10 +67,10 @@ void zy_cpu_detect_from(ZyCpuInfo *ci, const ZyCpuid *src) {
         const unsigned b = r[1], max_sub = r[0];
         ci->bmi1 = (b >> 3) & 1, ci->avx2 = (b >> 5) & 1, ci->bmi2 = (b >> 8) & 1, ci->avx512f = (b >> 16) & 1;
         ci->avx512dq = (b >> 17) & 1, ci->avx512cd = (b >> 28) & 1, ci->avx512bw = (b >> 30) & 1;
-        ci->avx512vl = (b >> 31) & 1, ci->amx_bf16 = (r[3] >> 22) & 1;
+        ci->avx512vl = (b >> 31) & 1, ci->amx_bf16 = (r[3] >> 22) & 1, ci->avx512vnni = (r[2] >> 11) & 1;
         if (max_sub >= 1) {
             cpuid(7, 1, r);
-            ci->avx512bf16 = (r[0] >> 5) & 1;
+            ci->avx512bf16 = (r[0] >> 5) & 1, ci->avxvnni = (r[0] >> 4) & 1;
         }
     }
     cpuid(0x80000000u, 0, r);
@@ -120,7 +120,8 @@ void zy_cpu_features_string(const ZyCpuInfo *ci, char *out, size_t cap) {
              {"bmi1", ci->bmi1},          {"bmi2", ci->bmi2},           {"lzcnt", ci->lzcnt},
              {"movbe", ci->movbe},        {"avx512f", ci->avx512f},     {"avx512bw", ci->avx512bw},
              {"avx512cd", ci->avx512cd},  {"avx512dq", ci->avx512dq},   {"avx512vl", ci->avx512vl},
-             {"avx512bf16", ci->avx512bf16}, {"amx-bf16", ci->amx_bf16}};
+             {"avx512bf16", ci->avx512bf16}, {"amx-bf16", ci->amx_bf16}, {"avx512vnni", ci->avx512vnni},
+             {"avxvnni", ci->avxvnni}};
     size_t n = 0;
     if (cap) out[0] = '\0';
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {

@@ -24,6 +24,8 @@ typedef struct {
     unsigned sse42 : 1, popcnt : 1, avx : 1, avx2 : 1, fma : 1, f16c : 1, bmi1 : 1, bmi2 : 1, lzcnt : 1, movbe : 1;
     unsigned avx512f : 1, avx512bw : 1, avx512cd : 1, avx512dq : 1, avx512vl : 1, avx512bf16 : 1;
     unsigned amx_bf16 : 1, os_avx : 1, os_avx512 : 1;
+    /* the integer dot products (vpdpbusd) the quantized-weight kernels use: AVX512-VNNI (EVEX) and AVX-VNNI (VEX) */
+    unsigned avx512vnni : 1, avxvnni : 1;
 } ZyCpuInfo;
 
 /* Reads CPUID (and XGETBV). On other architectures everything is 0 and the level is generic. */

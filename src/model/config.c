@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "kernels/quant.h"
+
 #include "model/legacy.h"
 
 #include <cjson/cJSON.h>
@@ -205,6 +207,44 @@ static int parse_layer_types(const cJSON *root, ZayaConfig *cfg, const char *lab
     return 0;
 }
 
+/* One {"group_size", "bits"[, "mode": "affine"]} of "quantization" (where: the key it is under, for errors). */
+static int parse_quant_entry(const cJSON *e, const char *where, int *bits, int *group, const char *label, ZyErr *err) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bits"), *g = cJSON_GetObjectItemCaseSensitive(e, "group_size");
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(e, "mode");
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(g) || b->valuedouble != (int)b->valuedouble ||
+        g->valuedouble != (int)g->valuedouble)
+        return zy_fail(err, "%s: %s needs integer \"bits\" and \"group_size\"", label, where);
+    if (mode && !(cJSON_IsString(mode) && strcmp(mode->valuestring, "affine") == 0))
+        return zy_fail(err, "%s: %s: mode %s%s%s is not supported (zaya reads mlx's \"affine\" quantization)", label,
+                       where, cJSON_IsString(mode) ? "\"" : "", cJSON_IsString(mode) ? mode->valuestring : "(not a string)",
+                       cJSON_IsString(mode) ? "\"" : "");
+    *bits = (int)b->valuedouble, *group = (int)g->valuedouble;
+    if (zy_quant_format_check(*bits, *group, err)) return zy_wrap(err, "%s: %s", label, where);
+    return 0;
+}
+
+/* "quantization" as mlx-lm writes it (or its copy in "quantization_config" alone): the defaults, and per module path
+ * false or an entry of its own (checked here, applied by the reader). */
+static int parse_quantization(const cJSON *root, ZayaConfig *cfg, const char *label, ZyErr *err) {
+    const char *key = "quantization";
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!q || cJSON_IsNull(q)) q = cJSON_GetObjectItemCaseSensitive(root, key = "quantization_config");
+    if (!q || cJSON_IsNull(q)) return 0;
+    if (!cJSON_IsObject(q)) return zy_fail(err, "%s: key \"%s\" must be an object", label, key);
+    char where[320];
+    snprintf(where, sizeof where, "key \"%s\"", key);
+    if (parse_quant_entry(q, where, &cfg->quant_bits, &cfg->quant_group_size, label, err)) return -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, q) {
+        if (!strcmp(it->string, "bits") || !strcmp(it->string, "group_size") || !strcmp(it->string, "mode")) continue;
+        snprintf(where, sizeof where, "key \"%s\"[\"%.200s\"]", key, it->string);
+        int b, g;
+        if (!cJSON_IsFalse(it) && !(cJSON_IsObject(it) && parse_quant_entry(it, where, &b, &g, label, err) == 0))
+            return cJSON_IsObject(it) ? -1 : zy_fail(err, "%s: %s must be false or {\"group_size\", \"bits\"}", label, where);
+    }
+    return 0;
+}
+
 int config_validate(const ZayaConfig *c, const char *label, ZyErr *err) {
     struct {
         const char *key;
@@ -314,7 +354,8 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         goto done;
     }
     const cJSON *quant = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    if (quant && !cJSON_IsNull(quant)) {
+    /* mlx-lm copies its "quantization" there for transformers' sake: no quant_method (read below) */
+    if (quant && !cJSON_IsNull(quant) && !(cJSON_IsObject(quant) && !cJSON_GetObjectItemCaseSensitive(quant, "quant_method"))) {
         const cJSON *method = cJSON_IsObject(quant) ? cJSON_GetObjectItemCaseSensitive(quant, "quant_method") : NULL;
         zy_fail(err, "%s: quantization_config (quant_method \"%s\"): quantised weights such as ZAYA1-8B-FP8-Experts / "
                 "MXFP4-Experts are not supported; use the bf16 release (ZAYA1-8B)", label,
@@ -389,6 +430,7 @@ int config_parse(ZayaConfig *cfg, const char *json_text, const char *label, ZyEr
         zy_fail(err, "%s: key \"hidden_act\" must be \"silu\"", label);
         goto done;
     }
+    if (parse_quantization(root, cfg, label, err)) goto done;
     cfg->legacy_layout = legacy;
     rc = config_validate(cfg, label, err);
 done:
@@ -470,6 +512,13 @@ char *config_to_json(const ZayaConfig *c, const char *torch_dtype) {
         cJSON_AddStringToObject(root, "zaya_router", cfg_router_name(c->router));
         cJSON_AddStringToObject(root, "zaya_moe", cfg_moe_name(c->moe));
         cJSON_AddBoolToObject(root, "zaya_residual_scaling", !c->no_residual_scaling);
+    }
+    if (c->quant_bits) { /* as mlx-lm writes it (per-module entries are the reader's: a parsed config has none) */
+        cJSON *q = cJSON_AddObjectToObject(root, "quantization");
+        cJSON_AddNumberToObject(q, "group_size", c->quant_group_size);
+        cJSON_AddNumberToObject(q, "bits", c->quant_bits);
+        cJSON_AddStringToObject(q, "mode", "affine");
+        cJSON_AddItemToObject(root, "quantization_config", cJSON_Duplicate(q, 1));
     }
     cJSON_AddStringToObject(root, "torch_dtype", torch_dtype);
     char *s = cJSON_Print(root);

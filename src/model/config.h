@@ -50,6 +50,9 @@ typedef struct {
     /* read from a legacy (Megatron-style) config.json: the weights beside it carry legacy tensor names (legacy.h);
      * zaya writes the native schema and names */
     int legacy_layout;
+    /* "quantization": the folder's matrices are MLX affine group-quantized (kernels/quant.h) with these defaults; 0 =
+     * not quantized. Per-module entries of that object (mlx-lm's fine-grained form) are read by io/quant_io.c. */
+    int quant_bits, quant_group_size;
     /* Sliding-window layers (layer_types "hybrid_sliding"; semantics in the comment above cfg_layer_window).
      * sliding_window: W, the whole span a windowed query sees, itself included (config key "sliding_window";
      * 0 when absent or null). rope_theta_sliding, partial_rotary_factor_sliding: the sliding layers' RoPE,

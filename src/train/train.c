@@ -17,6 +17,7 @@
 #include "kernels/matmul.h"
 #include "model/model.h"
 #include "io/model_io.h"
+#include "io/quant_io.h"
 #include "optim/optim.h"
 #include "model/routing.h"
 #include "train/balancer.h"
@@ -556,10 +557,14 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     if (zy_mkdirs(rc->out_dir, err)) return -1;
     /* model */
     if (rc->init_from[0]) {
-        if (model_load_dir(&t->model, rc->init_from, err)) return -1;
+        if (quant_dir_refuse(rc->init_from, "train", err) || model_load_dir(&t->model, rc->init_from, err)) return -1;
     } else {
         ZayaConfig cfg;
-        if (config_load(&cfg, rc->model_config, err) || model_create(&t->model, &cfg, err)) return -1;
+        if (config_load(&cfg, rc->model_config, err)) return -1;
+        if (cfg.quant_bits)
+            return zy_fail(err, "train: %s asks for %d-bit quantized weights (\"quantization\"): training needs bf16 or "
+                           "fp32 weights", rc->model_config, cfg.quant_bits);
+        if (model_create(&t->model, &cfg, err)) return -1;
         model_init_weights(&t->model, rc->seed);
     }
     t->have_model = 1;

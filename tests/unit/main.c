@@ -5,6 +5,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 #include "test.h"
 
 #define MAX_TESTS 1024
@@ -29,7 +30,8 @@ int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0;
     ZyErr err; /* the process's kernel level, as in zaya: ZAYA_CPU or the best this CPU runs */
-    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0) {
+    if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0 ||
+        zy_quant_way_set(getenv("ZAYA_QUANT_WAY"), &err) != 0) {
         fprintf(stderr, "zaya_tests: %s\n", err.msg);
         return 1;
     }

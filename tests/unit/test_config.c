@@ -113,6 +113,16 @@ TEST(config_rejects_each_bad_input_naming_the_key) {
         {"\"head_dim\": 8", "\"head_dim\": 1073741824", "exceeds 2^24"},
         {"\"cca_time1\": 2", "\"cca_time1\": 2147483647", "exceeds 2^24"},
         {"\"rope_theta\": 10000.0", "\"rope_theta\": \"big\"", "\"rope_parameters.hybrid.rope_theta\""},
+        /* quantized folders (mlx's affine layout): what zaya reads, else named */
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"quantization\": {\"group_size\": 64, \"bits\": 3}",
+         "key \"quantization\": 3-bit quantization is not supported"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"quantization\": {\"group_size\": 16, \"bits\": 4}",
+         "group size 16"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"quantization\": {\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\"}",
+         "mode \"mxfp4\" is not supported"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"quantization\": {\"bits\": 4}", "needs integer \"bits\" and"},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 0, \"quantization\": {\"group_size\": 64, \"bits\": 4, \"lm_head\": 1}",
+         "key \"quantization\"[\"lm_head\"] must be false or"},
     };
     for (size_t i = 0; i < ZY_ARRAY_LEN(cases); i++) {
         ZyErr err = {{0}};
@@ -260,4 +270,29 @@ TEST(generation_config_reads_release_keys_and_names_bad_ones) {
     }
     remove(path);
     rmdir(dir);
+}
+
+/* "quantization" as mlx-lm writes it (and its copy in "quantization_config", alone too), per-module entries
+ * included; written back by config_to_json. */
+TEST(config_reads_mlx_quantization) {
+    ZyErr err = {{0}};
+    const char *forms[] = {
+        ", \"quantization\": {\"group_size\": 64, \"bits\": 4, \"mode\": \"affine\"},"
+        " \"quantization_config\": {\"group_size\": 64, \"bits\": 4, \"mode\": \"affine\"}",
+        ", \"quantization_config\": {\"group_size\": 64, \"bits\": 4}",
+        ", \"quantization\": {\"group_size\": 64, \"bits\": 4, \"model.layers.0.mlp.gate.down_proj\": false,"
+        " \"model.layers.1.self_attn.o_proj\": {\"group_size\": 32, \"bits\": 8}}",
+    };
+    for (size_t i = 0; i < ZY_ARRAY_LEN(forms); i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%.*s%s}", (int)strlen(GOOD) - 1, GOOD, forms[i]);
+        ZayaConfig c;
+        CHECK_MSG(config_parse(&c, text, "cfg.json", &err) == 0, "form %zu: %s", i, err.msg);
+        CHECK(c.quant_bits == 4 && c.quant_group_size == 64);
+        char *json = config_to_json(&c, "bfloat16");
+        ZayaConfig c2;
+        CHECK(json && config_parse(&c2, json, "roundtrip", &err) == 0 && memcmp(&c, &c2, sizeof c) == 0);
+        CHECK(json && strstr(json, "\"quantization\"") && strstr(json, "\"affine\""));
+        free(json);
+    }
 }

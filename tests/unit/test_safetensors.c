@@ -311,6 +311,7 @@ TEST(st_zero_size_tensors) {
     /* an empty header object and no data is a valid (empty) file */
     CHECK(open_json("{}", 0, &err) == 0);
     CHECK(open_json("{\"__metadata__\":{}}    ", 0, &err) == 0);
+    CHECK(open_json("{\"__metadata__\":null}  ", 0, &err) == 0); /* as mlx.core.save_safetensors writes it */
 }
 
 /* ---- malformed inputs: every rejection class, with the expected words in the message ---- */
@@ -466,9 +467,9 @@ TEST(st_write_rejects_bad_input) {
     t.src_dtype = ZY_DT_F32, t.out_dtype = ZY_DT_I32;
     CHECK(st_write(path, &t, 1, NULL, &err) == -1);
     CHECK(strstr(err.msg, "cannot write F32 data as I32") != NULL);
-    t.src_dtype = ZY_DT_F16, t.out_dtype = ZY_DT_F16;
+    t.src_dtype = ZY_DT_BF16, t.out_dtype = ZY_DT_F32; /* only F32 converts; anything else is written as it is */
     CHECK(st_write(path, &t, 1, NULL, &err) == -1);
-    CHECK(strstr(err.msg, "cannot write F16 data as F16") != NULL);
+    CHECK(strstr(err.msg, "cannot write BF16 data as F32") != NULL);
 
     t.src_dtype = ZY_DT_F32, t.out_dtype = ZY_DT_F32, t.data = NULL;
     CHECK(st_write(path, &t, 1, NULL, &err) == -1);
@@ -614,4 +615,40 @@ TEST(st_mutation_fuzz) {
     }
     CHECK(accepted > 0 && rejected > 0);
     free(base);
+}
+
+/* Tensors written as they are (zaya quantize: U32 codes, BF16/F16 scales), from memory and from a byte callback. */
+static int count_bytes(void *ctx, size_t first, size_t n, void *out) {
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) ((uint8_t *)out)[i] = (uint8_t)((first + i) * 7);
+    return 0;
+}
+
+TEST(safetensors_writes_any_dtype_as_it_is) {
+    char dir[256], path[300];
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "st_raw") == 0);
+    snprintf(path, sizeof path, "%s/raw.safetensors", dir);
+    const uint16_t h[3] = {0x3c00, 0xc000, 0x7bff};
+    const int64_t big = 300000; /* more than one 256 KiB chunk of the byte callback */
+    StWriteTensor t[2] = {
+        {.name = "half", .ndim = 1, .shape = {3}, .src_dtype = ZY_DT_F16, .out_dtype = ZY_DT_F16, .data = h},
+        {.name = "codes", .ndim = 2, .shape = {2, big / 2}, .src_dtype = ZY_DT_U32, .out_dtype = ZY_DT_U32,
+         .fill_bytes = count_bytes},
+    };
+    ZyErr err;
+    REQUIRE(st_write(path, t, 2, NULL, &err) == 0);
+    StFile f;
+    REQUIRE(st_open(&f, path, &err) == 0);
+    const StEntry *a = st_find(&f, "half"), *b = st_find(&f, "codes");
+    REQUIRE(a && b);
+    CHECK(a->dtype == ZY_DT_F16 && memcmp(f.data + a->offset, h, sizeof h) == 0);
+    CHECK(b->dtype == ZY_DT_U32 && b->nbytes == (size_t)big * 4);
+    int bad = 0;
+    for (size_t i = 0; i < b->nbytes; i++) bad += f.data[b->offset + i] != (uint8_t)(i * 7);
+    CHECK(bad == 0);
+    st_close(&f);
+    t[1].src_dtype = ZY_DT_F32; /* a byte callback writes the tensor as it is: no conversion */
+    t[1].out_dtype = ZY_DT_BF16;
+    CHECK(st_write(path, t, 2, NULL, &err) == -1 && strstr(err.msg, "byte fill callback"));
+    zy_test_rmtree(dir);
 }

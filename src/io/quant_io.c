@@ -1,0 +1,520 @@
+#include "io/quant_io.h"
+
+#include "io/model_io.h"
+#include "io/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kernels/quant.h"
+
+int quant_holds(const ParamInfo *p) { return model_holds_bf16(p); }
+
+void quant_base_name(char *out, size_t cap, const char *name) {
+    const size_t n = strlen(name), w = strlen(".weight");
+    snprintf(out, cap, "%.*s", (int)(n > w && strcmp(name + n - w, ".weight") == 0 ? n - w : n), name);
+}
+
+static int load_config(const char *dir, ZayaConfig *cfg, ZyErr *err) {
+    char path[4096];
+    return zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(cfg, path, err) ? -1 : 0;
+}
+
+int quant_dir_refuse(const char *dir, const char *what, ZyErr *err) {
+    ZayaConfig cfg;
+    char path[4096];
+    struct stat st;
+    /* not a model folder: the command's own reading says what is wrong */
+    if (zy_path_join(path, sizeof path, dir, "config.json", err) || stat(path, &st) != 0) return 0;
+    if (load_config(dir, &cfg, err)) return -1;
+    if (!cfg.quant_bits) return 0;
+    return zy_fail(err, "%s: %s holds %d-bit quantized weights (config.json \"quantization\": bits %d, group_size %d): "
+                   "%s needs the bf16 or fp32 weights it was quantized from", what, dir, cfg.quant_bits,
+                   cfg.quant_bits, cfg.quant_group_size, what);
+}
+
+/* ---- the source's tensors, from the mapped files ---- */
+
+typedef struct {
+    StFile *st;
+    int n_st;
+    const StFile **file; /* [param] the file holding it */
+    const StEntry **entry; /* [param] its entry there */
+} Source;
+
+static void source_close(Source *s) {
+    for (int f = 0; f < s->n_st; f++) st_close(&s->st[f]);
+    free(s->st), free(s->file), free(s->entry);
+    memset(s, 0, sizeof *s);
+}
+
+static void shape_text(char *out, size_t cap, const int64_t *shape, int ndim) {
+    out[0] = '\0';
+    for (int k = 0; k < ndim; k++) snprintf(out + strlen(out), cap - strlen(out), "%s%lld", k ? ", " : "", (long long)shape[k]);
+}
+
+/* Opens DIR's weight files and finds each tensor of t (a float dtype, the config's shape, once); a tied model's copy
+ * of the head is ignored, any other stranger is an error. */
+static int source_open(Source *s, const char *dir, const ParamTable *t, int tied, ZyErr *err) {
+    memset(s, 0, sizeof *s);
+    char **files;
+    int n_files, rc = 0;
+    if (model_weight_files(dir, &files, &n_files, err)) return -1;
+    s->st = calloc((size_t)n_files, sizeof *s->st);
+    s->file = calloc((size_t)t->count, sizeof *s->file);
+    s->entry = calloc((size_t)t->count, sizeof *s->entry);
+    if (!s->st || !s->file || !s->entry) rc = zy_fail(err, "out of memory");
+    for (int f = 0; f < n_files && !rc; f++, s->n_st++) rc = st_open(&s->st[f], files[f], err);
+    for (int f = 0; f < s->n_st && !rc; f++)
+        for (int e = 0; e < s->st[f].n_entries && !rc; e++) {
+            const StEntry *en = &s->st[f].entries[e];
+            const int i = params_find(t, en->name);
+            if (i < 0) {
+                if (tied && strcmp(en->name, "lm_head.weight") == 0) continue;
+                rc = zy_fail(err, "%s: unexpected tensor \"%s\" (not part of this ZAYA config)", files[f], en->name);
+                break;
+            }
+            const ParamInfo *p = &t->info[i];
+            int same = en->ndim == p->ndim;
+            for (int k = 0; same && k < p->ndim; k++) same = en->shape[k] == p->shape[k];
+            if (s->entry[i]) rc = zy_fail(err, "%s: tensor \"%s\" appears more than once", files[f], en->name);
+            else if (en->dtype != ZY_DT_F32 && en->dtype != ZY_DT_BF16 && en->dtype != ZY_DT_F16)
+                rc = zy_fail(err, "%s: tensor \"%s\" has dtype %s; expected F32, BF16 or F16", files[f], en->name,
+                             zy_dtype_name(en->dtype));
+            else if (!same) {
+                char want[96], got[96];
+                shape_text(want, sizeof want, p->shape, p->ndim);
+                shape_text(got, sizeof got, en->shape, en->ndim);
+                rc = zy_fail(err, "%s: tensor \"%s\" has shape [%s], the config needs [%s]", files[f], en->name, got, want);
+            }
+            s->file[i] = &s->st[f], s->entry[i] = en;
+        }
+    for (int i = 0; i < t->count && !rc; i++)
+        if (!s->entry[i]) rc = zy_fail(err, "%s: missing tensor \"%s\"", dir, t->info[i].name);
+    model_weight_files_free(files, n_files);
+    if (rc) source_close(s);
+    return rc;
+}
+
+/* Row r (cols values) of a float tensor, as fp32. */
+static void source_row(const StFile *f, const StEntry *e, long r, int cols, float *out) {
+    const uint8_t *p = f->data + e->offset + (size_t)r * cols * zy_dtype_size(e->dtype);
+    for (int k = 0; k < cols; k++) {
+        uint16_t h;
+        if (e->dtype == ZY_DT_F32) {
+            memcpy(out + k, p + 4 * (size_t)k, 4);
+            continue;
+        }
+        memcpy(&h, p + 2 * (size_t)k, 2);
+        out[k] = e->dtype == ZY_DT_BF16 ? zy_bf16_to_f32(h) : zy_f16_to_f32(h);
+    }
+}
+
+/* ---- zaya quantize ---- */
+
+/* One quantized tensor on its way out: made whole when its codes are first asked for, handed out as codes, scales,
+ * biases (written in that order, one after the other), freed after the last byte of the biases. */
+typedef struct {
+    const StFile *f;
+    const StEntry *e;
+    const char *name;
+    long rows;
+    int cols, bits, group_size;
+    uint8_t *part[3];   /* codes, scales, biases */
+    size_t bytes[3];
+    char error[256];    /* why making it failed */
+} QuantJob;
+typedef struct {
+    QuantJob *job;
+    int which;
+} QuantPart;
+
+static int quant_job_make(QuantJob *j) {
+    const ZyDtype sdt = j->e->dtype;
+    const int words = zy_quant_row_words(j->cols, j->bits), groups = j->cols / j->group_size;
+    j->bytes[0] = (size_t)j->rows * words * 4;
+    j->bytes[1] = j->bytes[2] = (size_t)j->rows * groups * zy_dtype_size(sdt);
+    for (int i = 0; i < 3; i++)
+        if (!(j->part[i] = malloc(j->bytes[i] ? j->bytes[i] : 1))) {
+            snprintf(j->error, sizeof j->error, "out of memory for its %zu MB of codes", j->bytes[0] >> 20);
+            return -1;
+        }
+    long bad_row = -1;
+#pragma omp parallel
+    {
+        float *w = malloc(sizeof(float) * ((size_t)j->cols + 2 * (size_t)groups));
+        float *fs = w ? w + j->cols : NULL, *fb = fs ? fs + groups : NULL;
+#pragma omp for schedule(static)
+        for (long r = 0; r < j->rows; r++) {
+            if (!w) {
+#pragma omp critical
+                if (bad_row < 0 || r < bad_row) bad_row = r;
+                continue;
+            }
+            source_row(j->f, j->e, r, j->cols, w);
+            for (int k = 0; k < j->cols; k++)
+                if (!isfinite(w[k])) {
+#pragma omp critical
+                    if (bad_row < 0 || r < bad_row) bad_row = r;
+                    break;
+                }
+            zy_quant_row(w, j->cols, j->bits, j->group_size, (uint32_t *)(void *)j->part[0] + (size_t)r * words, fs, fb);
+            for (int g = 0; g < groups; g++) {
+                zy_quant_store(sdt, fs[g], j->part[1], (size_t)r * groups + g);
+                zy_quant_store(sdt, fb[g], j->part[2], (size_t)r * groups + g);
+            }
+        }
+        free(w);
+    }
+    if (bad_row >= 0) {
+        snprintf(j->error, sizeof j->error, "row %ld holds a value that is not finite (or memory ran out)", bad_row);
+        return -1;
+    }
+    return 0;
+}
+
+static void quant_job_free(QuantJob *j) {
+    for (int i = 0; i < 3; i++) free(j->part[i]), j->part[i] = NULL;
+}
+
+static int quant_part_fill(void *ctx, size_t first, size_t n, void *out) {
+    const QuantPart *qp = ctx;
+    QuantJob *j = qp->job;
+    if (qp->which == 0 && first == 0 && quant_job_make(j)) return -1;
+    if (!j->part[qp->which]) return -1;
+    memcpy(out, j->part[qp->which] + first, n);
+    if (qp->which == 2 && first + n == j->bytes[2]) quant_job_free(j);
+    return 0;
+}
+
+/* OUT/config.json: SRC's, keys and order kept, with "quantization" (and mlx-lm's copy "quantization_config"). */
+static int write_config(const char *src, const char *out, int bits, int group_size, ZyErr *err) {
+    char path[4096];
+    char *text;
+    size_t len;
+    if (zy_path_join(path, sizeof path, src, "config.json", err) || zy_read_file(path, &text, &len, err)) return -1;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root) return zy_fail(err, "%s: invalid JSON", path);
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddNumberToObject(q, "group_size", group_size);
+    cJSON_AddNumberToObject(q, "bits", bits);
+    cJSON_AddStringToObject(q, "mode", "affine");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
+    cJSON_AddItemToObject(root, "quantization_config", cJSON_Duplicate(q, 1));
+    cJSON_AddItemToObject(root, "quantization", q);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    char *with_nl = s ? malloc(strlen(s) + 2) : NULL;
+    int rc = with_nl ? zy_path_join(path, sizeof path, out, "config.json", err) : zy_fail(err, "out of memory");
+    if (!rc) {
+        snprintf(with_nl, strlen(s) + 2, "%s\n", s);
+        rc = zy_write_file_atomic(path, with_nl, strlen(with_nl), err);
+    }
+    free(s), free(with_nl);
+    return rc;
+}
+
+/* The files beside the weights that a model folder's users read: tokenizer, chat template, generation defaults. */
+static int copy_side_files(const char *src, const char *out, ZyErr *err) {
+    static const char *const names[] = {"tokenizer.json",         "tokenizer_config.json", "special_tokens_map.json",
+                                        "generation_config.json", "chat_template.jinja",   "chat_template.json",
+                                        "tokenizer.model"};
+    for (size_t i = 0; i < ZY_ARRAY_LEN(names); i++) {
+        char from[4096], to[4096];
+        struct stat st;
+        if (zy_path_join(from, sizeof from, src, names[i], err) || zy_path_join(to, sizeof to, out, names[i], err))
+            return -1;
+        if (stat(from, &st) != 0) continue;
+        char *text;
+        size_t len;
+        if (zy_read_file(from, &text, &len, err)) return -1;
+        const int rc = zy_write_file_atomic(to, text, len, err);
+        free(text);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int quant_model_dir(const char *src, const char *out, int bits, int group_size, size_t shard_bytes,
+                    QuantizeReport *rep, ZyErr *err) {
+    memset(rep, 0, sizeof *rep);
+    ZayaConfig cfg;
+    if (zy_quant_format_check(bits, group_size, err)) return zy_wrap(err, "quantize");
+    if (load_config(src, &cfg, err)) return -1;
+    if (cfg.quant_bits)
+        return zy_fail(err, "quantize: %s is quantized already (%d-bit, groups of %d)", src, cfg.quant_bits,
+                       cfg.quant_group_size);
+    if (cfg.legacy_layout)
+        return zy_fail(err, "quantize: %s is a legacy checkpoint; convert it to the native layout first (zaya convert "
+                       "--model %s --out DIR --dtype bf16)", src, src);
+    ParamTable t;
+    Source s;
+    if (model_param_table(&t, &cfg, err)) return -1;
+    if (source_open(&s, src, &t, cfg.tie_word_embeddings, err)) {
+        params_free(&t);
+        return -1;
+    }
+    const int n = t.count;
+    /* up to three outputs per tensor */
+    StWriteTensor *ts = calloc((size_t)3 * n, sizeof *ts);
+    QuantJob *jobs = calloc((size_t)n, sizeof *jobs);
+    QuantPart *parts = calloc((size_t)3 * n, sizeof *parts);
+    int *shard_of = calloc((size_t)3 * n, sizeof *shard_of), *first_of_shard = calloc((size_t)3 * n + 1, sizeof(int));
+    char(*names)[192] = calloc((size_t)3 * n, sizeof *names);
+    int rc = ts && jobs && parts && shard_of && first_of_shard && names ? 0 : zy_fail(err, "out of memory");
+    int nt = 0, n_shards = 1;
+    size_t in_shard = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const ParamInfo *p = &t.info[i];
+        const StEntry *e = s.entry[i];
+        const int quantized = quant_holds(p), cols = (int)p->shape[p->ndim - 1];
+        if (quantized && cols % group_size != 0) {
+            rc = zy_fail(err, "quantize: tensor \"%s\" [%lld x %d]: its width %d is not a multiple of the group size %d "
+                         "(choose --group-size dividing every matrix's width)", p->name,
+                         (long long)(p->numel / (size_t)cols), cols, cols, group_size);
+            break;
+        }
+        const int first = nt;
+        size_t bytes = 0;
+        if (!quantized) { /* as it is */
+            ts[nt] = (StWriteTensor){.name = p->name, .ndim = p->ndim, .src_dtype = e->dtype, .out_dtype = e->dtype,
+                                     .data = s.file[i]->data + e->offset};
+            for (int k = 0; k < p->ndim; k++) ts[nt].shape[k] = p->shape[k];
+            bytes = e->nbytes;
+            nt++;
+        } else {
+            QuantJob *j = &jobs[i];
+            *j = (QuantJob){.f = s.file[i], .e = e, .name = p->name, .rows = (long)(p->numel / (size_t)cols),
+                            .cols = cols, .bits = bits, .group_size = group_size};
+            char base[160];
+            quant_base_name(base, sizeof base, p->name);
+            snprintf(names[nt], sizeof names[nt], "%s", p->name);
+            snprintf(names[nt + 1], sizeof names[nt + 1], "%s.scales", base);
+            snprintf(names[nt + 2], sizeof names[nt + 2], "%s.biases", base);
+            for (int part = 0; part < 3; part++, nt++) {
+                StWriteTensor *w = &ts[nt];
+                const ZyDtype dt = part == 0 ? ZY_DT_U32 : e->dtype;
+                *w = (StWriteTensor){.name = names[nt], .ndim = p->ndim, .src_dtype = dt, .out_dtype = dt,
+                                     .fill_bytes = quant_part_fill, .fill_ctx = &parts[nt]};
+                parts[nt] = (QuantPart){.job = j, .which = part};
+                for (int k = 0; k < p->ndim; k++) w->shape[k] = p->shape[k];
+                w->shape[p->ndim - 1] = part == 0 ? zy_quant_row_words(cols, bits) : cols / group_size;
+                size_t numel = 1;
+                for (int k = 0; k < p->ndim; k++) numel *= (size_t)w->shape[k];
+                bytes += numel * zy_dtype_size(dt);
+            }
+            rep->matrices++;
+            rep->values += (double)p->numel;
+            rep->quant_bytes += (double)bytes;
+        }
+        if (shard_bytes && in_shard > 0 && in_shard + bytes > shard_bytes) first_of_shard[n_shards++] = first, in_shard = 0;
+        for (int k = first; k < nt; k++) shard_of[k] = n_shards - 1;
+        in_shard += bytes;
+        rep->bytes_in += (double)e->nbytes;
+        rep->bytes_out += (double)bytes;
+    }
+    first_of_shard[n_shards] = nt;
+    if (!rc) rc = zy_mkdirs(out, err);
+    static const char *const metadata[] = {"format", "mlx", NULL};
+    for (int sh = 0; sh < n_shards && !rc; sh++) {
+        char path[4096], name[64];
+        model_shard_name(name, sizeof name, sh, n_shards);
+        rc = zy_path_join(path, sizeof path, out, name, err);
+        if (!rc && (rc = st_write(path, ts + first_of_shard[sh], first_of_shard[sh + 1] - first_of_shard[sh], metadata, err)))
+            for (int i = 0; i < n; i++)
+                if (jobs[i].error[0]) zy_fail(err, "quantize: tensor \"%s\": %s", jobs[i].name, jobs[i].error);
+    }
+    if (!rc) {
+        const char **list = calloc((size_t)nt + 1, sizeof *list);
+        for (int k = 0; list && k < nt; k++) list[k] = ts[k].name;
+        rc = list ? model_write_index(out, list, shard_of, nt, n_shards, rep->bytes_out, err) : zy_fail(err, "out of memory");
+        free(list);
+    }
+    if (!rc) rc = write_config(src, out, bits, group_size, err);
+    if (!rc) rc = copy_side_files(src, out, err);
+    rep->shards = n_shards;
+    for (int i = 0; jobs && i < n; i++) quant_job_free(&jobs[i]);
+    free(ts), free(jobs), free(parts), free(shard_of), free(first_of_shard), free(names);
+    source_close(&s);
+    params_free(&t);
+    return rc;
+}
+
+/* ---- reading a quantized folder ---- */
+
+/* The format of one module under config.json's "quantization": its own entry (false: unquantized, *bits = 0), else
+ * the defaults. */
+static void module_format(const cJSON *q, const char *base, const ZayaConfig *cfg, int *bits, int *group_size) {
+    const cJSON *own = q ? cJSON_GetObjectItemCaseSensitive(q, base) : NULL;
+    *bits = cfg->quant_bits, *group_size = cfg->quant_group_size;
+    if (cJSON_IsFalse(own)) *bits = 0;
+    if (cJSON_IsObject(own)) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(own, "bits"), *g = cJSON_GetObjectItemCaseSensitive(own, "group_size");
+        *bits = (int)b->valuedouble, *group_size = (int)g->valuedouble; /* config_parse checked them */
+    }
+}
+
+static const StEntry *find_in(const StFile *st, int n_st, const char *name, const StFile **file) {
+    for (int f = 0; f < n_st; f++) {
+        const StEntry *e = st_find(&st[f], name);
+        if (e) {
+            *file = &st[f];
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* Checks one quantized tensor's three parts against the parameter p (errors name the tensor) and fills m's view. */
+static int check_quantized(const ParamInfo *p, const char *base, int bits, int group_size, const StFile *st, int n_st,
+                           ZyQuantMatrix *m, ZyErr *err) {
+    const StFile *fq = NULL, *fs = NULL, *fb = NULL;
+    char name[200];
+    const StEntry *q = find_in(st, n_st, p->name, &fq);
+    snprintf(name, sizeof name, "%s.scales", base);
+    const StEntry *s = find_in(st, n_st, name, &fs);
+    snprintf(name, sizeof name, "%s.biases", base);
+    const StEntry *b = find_in(st, n_st, name, &fb);
+    const int cols = (int)p->shape[p->ndim - 1];
+    char want[96], got[96];
+    int64_t shape[4];
+    memcpy(shape, p->shape, sizeof shape);
+    if (!q) return zy_fail(err, "missing tensor \"%s\" (the codes of %s.scales)", p->name, base);
+    if (!b) return zy_fail(err, "tensor \"%s.scales\" has no \"%s\"", base, name);
+    if (q->dtype != ZY_DT_U32)
+        return zy_fail(err, "tensor \"%s\" is quantized (it has \"%s.scales\") but has dtype %s; the codes are U32",
+                       p->name, base, zy_dtype_name(q->dtype));
+    if (cols % group_size != 0)
+        return zy_fail(err, "tensor \"%s\": its width %d is not a multiple of the group size %d", p->name, cols, group_size);
+    shape[p->ndim - 1] = zy_quant_row_words(cols, bits);
+    int same = q->ndim == p->ndim;
+    for (int k = 0; same && k < p->ndim; k++) same = q->shape[k] == shape[k];
+    if (!same) {
+        shape_text(want, sizeof want, shape, p->ndim);
+        shape_text(got, sizeof got, q->shape, q->ndim);
+        return zy_fail(err, "tensor \"%s\" has shape [%s]: %d-bit codes of %d columns need [%s] (a truncated or "
+                       "differently packed weight)", p->name, got, bits, cols, want);
+    }
+    shape[p->ndim - 1] = cols / group_size;
+    for (int part = 0; part < 2; part++) {
+        const StEntry *e = part ? b : s;
+        if (e->dtype != ZY_DT_F32 && e->dtype != ZY_DT_BF16 && e->dtype != ZY_DT_F16)
+            return zy_fail(err, "tensor \"%s\" has dtype %s; expected F32, BF16 or F16", e->name, zy_dtype_name(e->dtype));
+        same = e->ndim == p->ndim && e->dtype == s->dtype;
+        for (int k = 0; same && k < p->ndim; k++) same = e->shape[k] == shape[k];
+        if (!same) {
+            shape_text(want, sizeof want, shape, p->ndim);
+            shape_text(got, sizeof got, e->shape, e->ndim);
+            return zy_fail(err, "tensor \"%s\" has shape [%s] (%s): %d columns in groups of %d need [%s]%s", e->name,
+                           got, zy_dtype_name(e->dtype), cols, group_size, want,
+                           e->dtype != s->dtype ? ", in the scales' dtype" : "");
+        }
+    }
+    *m = (ZyQuantMatrix){.bits = bits, .group_size = group_size, .rows = (long)(p->numel / (size_t)cols), .cols = cols,
+                         .q = (const uint32_t *)(const void *)(fq->data + q->offset), .scales = fs->data + s->offset,
+                         .biases = fb->data + b->offset, .scale_dtype = s->dtype};
+    return 0;
+}
+
+int quant_load_dequantized(Model *m, const char *dir, ZyErr *err) {
+    ZayaConfig cfg;
+    char path[4096];
+    if (load_config(dir, &cfg, err)) return -1;
+    if (!cfg.quant_bits) return zy_fail(err, "%s: not quantized (config.json has no \"quantization\")", dir);
+    cJSON *root = NULL;
+    {
+        char *text;
+        size_t len;
+        if (zy_path_join(path, sizeof path, dir, "config.json", err) || zy_read_file(path, &text, &len, err)) return -1;
+        root = cJSON_ParseWithLength(text, len);
+        free(text);
+    }
+    const cJSON *qcfg = cJSON_GetObjectItemCaseSensitive(root, "quantization");
+    if (!qcfg) qcfg = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    char **files;
+    int n_files, rc;
+    if (model_create(m, &cfg, err)) {
+        cJSON_Delete(root);
+        return -1;
+    }
+    if ((rc = model_weight_files(dir, &files, &n_files, err)) == 0) {
+        StFile *st = calloc((size_t)n_files, sizeof *st);
+        int opened = 0;
+        if (!st) rc = zy_fail(err, "out of memory");
+        for (; opened < n_files && !rc; opened++) rc = st_open(&st[opened], files[opened], err);
+        if (rc) opened--;
+        /* every tensor in the files must be claimed by a parameter */
+        int claimed = 0, total = 0;
+        for (int f = 0; f < opened; f++) total += st[f].n_entries;
+        for (int i = 0; i < m->params.count && !rc; i++) {
+            const ParamInfo *p = &m->params.info[i];
+            char base[160], sname[200];
+            quant_base_name(base, sizeof base, p->name);
+            snprintf(sname, sizeof sname, "%s.scales", base);
+            const StFile *f;
+            int bits, group_size;
+            module_format(qcfg, base, &cfg, &bits, &group_size);
+            float *dst = m->params.data + p->offset;
+            if (quant_holds(p) && find_in(st, opened, sname, &f)) {
+                ZyQuantMatrix qm;
+                if (bits == 0) bits = cfg.quant_bits, group_size = cfg.quant_group_size; /* scales say it is */
+                if ((rc = check_quantized(p, base, bits, group_size, st, opened, &qm, err))) {
+                    zy_wrap(err, "%s", dir);
+                    break;
+                }
+#pragma omp parallel for schedule(static)
+                for (long r = 0; r < qm.rows; r++) zy_quant_dequant_row(&qm, r, dst + (size_t)r * qm.cols);
+                claimed += 3;
+                continue;
+            }
+            const StEntry *e = find_in(st, opened, p->name, &f);
+            if (!e) {
+                rc = zy_fail(err, "%s: missing tensor \"%s\"", dir, p->name);
+                break;
+            }
+            int same = e->ndim == p->ndim;
+            for (int k = 0; same && k < p->ndim; k++) same = e->shape[k] == p->shape[k];
+            if (!same || (e->dtype != ZY_DT_F32 && e->dtype != ZY_DT_BF16 && e->dtype != ZY_DT_F16)) {
+                char want[96], got[96];
+                shape_text(want, sizeof want, p->shape, p->ndim);
+                shape_text(got, sizeof got, e->shape, e->ndim);
+                rc = zy_fail(err, "%s: tensor \"%s\" is [%s] %s: unquantized it must be [%s] F32, BF16 or F16%s", f->label,
+                             p->name, got, zy_dtype_name(e->dtype), want,
+                             e->dtype == ZY_DT_U32 ? " (U32 codes need their .scales and .biases)" : "");
+                break;
+            }
+            rc = st_read_f32(f, e, dst, err);
+            claimed++;
+        }
+        if (!rc && claimed != total) { /* name the first stranger */
+            for (int f = 0; f < opened && !rc; f++)
+                for (int e = 0; e < st[f].n_entries && !rc; e++) {
+                    char base[200];
+                    snprintf(base, sizeof base, "%s", st[f].entries[e].name);
+                    char *dot = strrchr(base, '.');
+                    if (dot && (!strcmp(dot, ".scales") || !strcmp(dot, ".biases"))) *dot = '\0';
+                    int known = params_find(&m->params, base) >= 0;
+                    if (!known) {
+                        char w[210];
+                        snprintf(w, sizeof w, "%s.weight", base);
+                        known = params_find(&m->params, w) >= 0;
+                    }
+                    if (!known && !(cfg.tie_word_embeddings && strncmp(base, "lm_head", 7) == 0))
+                        rc = zy_fail(err, "%s: unexpected tensor \"%s\" (not part of this ZAYA config)", st[f].label,
+                                     st[f].entries[e].name);
+                }
+        }
+        for (int f = 0; f < opened; f++) st_close(&st[f]);
+        free(st);
+        model_weight_files_free(files, n_files);
+    }
+    cJSON_Delete(root);
+    if (rc) model_free(m);
+    return rc;
+}

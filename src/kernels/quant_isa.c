@@ -1,0 +1,338 @@
+/* The quantized-weight kernels (quant.h), compiled once per CPU level with its -march (Makefile: -DZY_ISA=generic,
+ * avx2, avx512, and avxvnni / avx512vnni: those levels plus the VNNI instructions), names suffixed _ZY_ISA, each
+ * compilation filling one ZyQuantTable.
+ *
+ * A kernel walks an output's packed row once, a block of 32 codes (16 or 32 bytes) at a time, and each block meets
+ * every row of the call's activations (up to 4), so a weight byte is loaded once per call. 8-bit codes are used as
+ * stored; 4-bit ones as the block's low nibbles then its high nibbles, which the activations' order matches
+ * (quant.h). Per output, its scales and biases are widened once into the thread's scratch, and the terms outside
+ * the dot products (b·Σx, s·corr) are one short dot product over the groups. The row count and the code width are
+ * constants in each kernel body (always_inline + a switch), so its sums stay in registers. */
+#include <string.h>
+
+#include "kernels/quant.h"
+
+#ifndef ZY_ISA
+#error "quant_isa.c is compiled once per CPU level, with -DZY_ISA=<level> (see the Makefile)"
+#endif
+#define ZY_PASTE_(a, b) a##_##b
+#define ZY_PASTE(a, b) ZY_PASTE_(a, b)
+#define ZY_ISA_NAME(name) ZY_PASTE(name, ZY_ISA)
+#define ZY_STR_(x) #x
+#define ZY_STR(x) ZY_STR_(x)
+#define INLINE static inline __attribute__((always_inline))
+
+#if defined(__SSSE3__) && defined(__SSE4_1__)
+#include <immintrin.h>
+
+/* ---- per output: its scales, d·s per row (int8), and the terms outside the dot products ---- */
+typedef float v8f __attribute__((vector_size(32)));
+
+INLINE void widen_stored(ZyDtype dt, const void *src, size_t at, int n, float *out) {
+    if (dt == ZY_DT_F32) {
+        memcpy(out, (const float *)src + at, sizeof(float) * (size_t)n);
+    } else if (dt == ZY_DT_BF16) {
+        const uint16_t *h = (const uint16_t *)src + at;
+        for (int i = 0; i < n; i++) {
+            const uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(out + i, &u, sizeof u);
+        }
+    } else {
+        for (int i = 0; i < n; i++) out[i] = zy_f16_to_f32(((const uint16_t *)src)[at + i]);
+    }
+}
+
+/* Σ a·b + c·e over n */
+INLINE float dot2(const float *a, const float *b, const float *c, const float *e, int n) {
+    v8f acc = {0};
+    int g = 0;
+    for (; g + 8 <= n; g += 8) {
+        v8f va, vb, vc, ve;
+        memcpy(&va, a + g, 32), memcpy(&vb, b + g, 32), memcpy(&vc, c + g, 32), memcpy(&ve, e + g, 32);
+        acc += va * vb + vc * ve;
+    }
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; g < n; g++) s += a[g] * b[g] + c[g] * e[g];
+    return s;
+}
+
+/* work: sf [ng] (the scales), bf [ng] (the biases) */
+INLINE void output_groups(const int nr, const ZyQuantActs *a, const ZyQuantMatrix *W, long o, float *work, float *tail) {
+    const int ng = a->ng;
+    float *sf = work, *bf = work + ng;
+    widen_stored(W->scale_dtype, W->scales, (size_t)o * ng, ng, sf);
+    widen_stored(W->scale_dtype, W->biases, (size_t)o * ng, ng, bf);
+    for (int r = 0; r < nr; r++) tail[r] = dot2(sf, a->corr + r * ng, bf, a->xsum + r * ng, ng);
+}
+
+#if defined(__AVX2__)
+/* ---- 256 bits (avx2, avxvnni; avx512 and avx512vnni for the int8 way, with 32 registers) ---- */
+
+/* 32 codes: 8-bit as stored, 4-bit as [low nibbles | high nibbles] */
+INLINE __m256i load_codes(const uint8_t *p, const int bits) {
+    if (bits == 8) return _mm256_loadu_si256((const __m256i *)(const void *)p);
+    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* acc + Σ over 4 adjacent pairs of (code, int8 value), 8 int32 lanes; without VNNI, 8-bit codes as (code - 128) */
+INLINE __m256i dot_acc(__m256i acc, __m256i c, __m256i x, const int bits) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    (void)bits;
+    return _mm256_dpbusd_epi32(acc, c, x);
+#elif defined(__AVXVNNI__)
+    (void)bits;
+    return _mm256_dpbusd_avx_epi32(acc, c, x);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (bits == 4) return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), ones)); /* 2·15·127 */
+    /* 2·255·127 does not fit int16: (code - 128) in [-128, 127], its magnitude (<= 128, as unsigned) against x with
+     * the code's sign: pairs of at most 2·128·127 */
+    const __m256i cs = _mm256_xor_si256(c, _mm256_set1_epi8((char)0x80));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(cs), _mm256_sign_epi8(x, cs)), ones));
+#endif
+}
+#if defined(__AVX512VNNI__) || defined(__AVXVNNI__)
+#define CENTERED8 0
+#else
+#define CENTERED8 1
+#endif
+
+/* each row's sum over group g's blocks of the block's integer dot product times its d */
+INLINE void int8_group(const int nr, const int bits, const ZyQuantActs *a, const uint8_t *q, int g, int bpg, __m256 *gs) {
+    for (int r = 0; r < nr; r++) gs[r] = _mm256_setzero_ps();
+    for (int j = 0; j < bpg; j++) {
+        const int b = g * bpg + j;
+        const __m256i c = load_codes(q + (long)b * 4 * bits, bits);
+        for (int r = 0; r < nr; r++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a->xq + (long)r * a->in + 32 * b));
+            const __m256 p = _mm256_cvtepi32_ps(dot_acc(_mm256_setzero_si256(), c, x, bits));
+            gs[r] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(a->d + r * a->nb + b), gs[r]);
+        }
+    }
+}
+
+/* the fp32 vectors the int8 way sums in */
+typedef __m256 Vf;
+INLINE Vf vf_zero(void) { return _mm256_setzero_ps(); }
+INLINE Vf vf_fma(Vf a, Vf b, Vf c) { return _mm256_fmadd_ps(a, b, c); }
+INLINE Vf vf_bcast(const float *p) { return _mm256_broadcast_ss(p); }
+INLINE float vf_sum2(Vf a, Vf b) { return hsum8(_mm256_add_ps(a, b)); }
+
+#if defined(__AVX512F__)
+/* the fp32 way on 512 bits: 16 codes widened at a time, scaled by s, one multiply-add per row */
+INLINE void widen_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+                       float *Y, int ldy, float *work) {
+    const int ng = a->ng, bpg = W->group_size / 32, rowbytes = W->cols / 8 * bits;
+    const int NA = nr == 1 ? 2 : 1; /* independent sums per row */
+    for (long o = o0; o < o1; o++) {
+        float tail[ZY_QUANT_ROW_BLOCK];
+        output_groups(nr, a, W, o, work, tail);
+        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        __m512 acc[2][ZY_QUANT_ROW_BLOCK];
+        for (int r = 0; r < nr; r++) acc[0][r] = acc[1][r] = _mm512_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            const __m512 s = _mm512_set1_ps(work[g]);
+            for (int j = 0; j < bpg; j++) {
+                const int b = g * bpg + j;
+                __m128i lo, hi;
+                if (bits == 8) {
+                    lo = _mm_loadu_si128((const __m128i *)(const void *)(q + 32L * b));
+                    hi = _mm_loadu_si128((const __m128i *)(const void *)(q + 32L * b + 16));
+                } else {
+                    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(q + 16L * b)), m = _mm_set1_epi8(0x0f);
+                    lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+                }
+                const __m512 w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s);
+                const __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s);
+                for (int r = 0; r < nr; r++) {
+                    const float *x = a->X + (long)r * a->ldx + 32 * b;
+                    acc[0][r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[0][r]);
+                    acc[NA - 1][r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[NA - 1][r]);
+                }
+            }
+        }
+        for (int r = 0; r < nr; r++)
+            Y[(long)r * ldy + o] = _mm512_reduce_add_ps(NA == 2 ? _mm512_add_ps(acc[0][r], acc[1][r]) : acc[0][r]) + tail[r];
+    }
+}
+#else
+/* the fp32 way on 256 bits: 8 codes widened at a time, scaled by s, one multiply-add per row */
+INLINE void widen_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+                       float *Y, int ldy, float *work) {
+    const int ng = a->ng, bpg = W->group_size / 32, rowbytes = W->cols / 8 * bits;
+    const int NA = nr == 1 ? 4 : nr == 2 ? 2 : 1; /* independent sums per row */
+    for (long o = o0; o < o1; o++) {
+        float tail[ZY_QUANT_ROW_BLOCK];
+        output_groups(nr, a, W, o, work, tail);
+        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        __m256 acc[4][ZY_QUANT_ROW_BLOCK];
+        for (int i = 0; i < NA; i++)
+            for (int r = 0; r < nr; r++) acc[i][r] = _mm256_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            const __m256 s = _mm256_broadcast_ss(work + g);
+            for (int j = 0; j < bpg; j++) {
+                const int b = g * bpg + j;
+                const __m256i c = load_codes(q + (long)b * 4 * bits, bits);
+                const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+                const __m256 w[4] = {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), s),
+                                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), s),
+                                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), s),
+                                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), s)};
+                for (int r = 0; r < nr; r++) {
+                    const float *x = a->X + (long)r * a->ldx + 32 * b;
+                    for (int i = 0; i < 4; i++)
+                        acc[i % NA][r] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + 8 * i), acc[i % NA][r]);
+                }
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            __m256 t = acc[0][r];
+            for (int i = 1; i < NA; i++) t = _mm256_add_ps(t, acc[i][r]);
+            Y[(long)r * ldy + o] = hsum8(t) + tail[r];
+        }
+    }
+}
+#endif
+
+#else
+/* ---- 128 bits (generic: x86-64-v2 has SSSE3 and SSE4.1, no FMA) ---- */
+
+INLINE float hsum4(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* codes 0-15 and 16-31 of a block (4-bit: the low nibbles, then the high ones) */
+INLINE void load_codes2(const uint8_t *p, const int bits, __m128i *c0, __m128i *c1) {
+    if (bits == 8) {
+        *c0 = _mm_loadu_si128((const __m128i *)(const void *)p);
+        *c1 = _mm_loadu_si128((const __m128i *)(const void *)(p + 16));
+        return;
+    }
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p), m = _mm_set1_epi8(0x0f);
+    *c0 = _mm_and_si128(v, m), *c1 = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+}
+
+INLINE __m128i dot16_acc(__m128i acc, __m128i c, __m128i x, const int bits) {
+    const __m128i ones = _mm_set1_epi16(1);
+    if (bits == 4) return _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(c, x), ones));
+    const __m128i cs = _mm_xor_si128(c, _mm_set1_epi8((char)0x80));
+    return _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(_mm_abs_epi8(cs), _mm_sign_epi8(x, cs)), ones));
+}
+#define CENTERED8 1
+
+INLINE void int8_group(const int nr, const int bits, const ZyQuantActs *a, const uint8_t *q, int g, int bpg, __m128 *gs) {
+    for (int r = 0; r < nr; r++) gs[r] = _mm_setzero_ps();
+    for (int j = 0; j < bpg; j++) {
+        const int b = g * bpg + j;
+        __m128i c0, c1;
+        load_codes2(q + (long)b * 4 * bits, bits, &c0, &c1);
+        for (int r = 0; r < nr; r++) {
+            const int8_t *x = a->xq + (long)r * a->in + 32 * b;
+            __m128i p = dot16_acc(_mm_setzero_si128(), c0, _mm_loadu_si128((const __m128i *)(const void *)x), bits);
+            p = dot16_acc(p, c1, _mm_loadu_si128((const __m128i *)(const void *)(x + 16)), bits);
+            gs[r] = _mm_add_ps(gs[r], _mm_mul_ps(_mm_cvtepi32_ps(p), _mm_set1_ps(a->d[r * a->nb + b])));
+        }
+    }
+}
+
+typedef __m128 Vf;
+INLINE Vf vf_zero(void) { return _mm_setzero_ps(); }
+INLINE Vf vf_fma(Vf a, Vf b, Vf c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+INLINE Vf vf_bcast(const float *p) { return _mm_set1_ps(*p); }
+INLINE float vf_sum2(Vf a, Vf b) { return hsum4(_mm_add_ps(a, b)); }
+
+INLINE void widen_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+                       float *Y, int ldy, float *work) {
+    const int ng = a->ng, bpg = W->group_size / 32, rowbytes = W->cols / 8 * bits;
+    for (long o = o0; o < o1; o++) {
+        float tail[ZY_QUANT_ROW_BLOCK];
+        output_groups(nr, a, W, o, work, tail);
+        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        __m128 acc[2][ZY_QUANT_ROW_BLOCK];
+        for (int r = 0; r < nr; r++) acc[0][r] = acc[1][r] = _mm_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            const __m128 s = _mm_set1_ps(work[g]);
+            for (int j = 0; j < bpg; j++) {
+                const int b = g * bpg + j;
+                __m128i c[2];
+                load_codes2(q + (long)b * 4 * bits, bits, &c[0], &c[1]);
+                for (int i = 0; i < 8; i++) {
+                    const __m128i part = c[i / 4];
+                    __m128i sh = part;
+                    switch (i % 4) { /* byte shifts take constants */
+                    case 1: sh = _mm_srli_si128(part, 4); break;
+                    case 2: sh = _mm_srli_si128(part, 8); break;
+                    case 3: sh = _mm_srli_si128(part, 12); break;
+                    default: break;
+                    }
+                    const __m128 w = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepu8_epi32(sh)), s);
+                    for (int r = 0; r < nr; r++)
+                        acc[i & 1][r] = _mm_add_ps(acc[i & 1][r], _mm_mul_ps(w, _mm_loadu_ps(a->X + (long)r * a->ldx + 32 * b + 4 * i)));
+                }
+            }
+        }
+        for (int r = 0; r < nr; r++) Y[(long)r * ldy + o] = hsum4(_mm_add_ps(acc[0][r], acc[1][r])) + tail[r];
+    }
+}
+#endif
+
+/* The int8 way at any width (int8_group, Vf: the width's own): per output, its groups two at a time in two chains,
+ * each group's sum of d-scaled block products multiplied by the group's s once. */
+INLINE void int8_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+                      float *Y, int ldy, float *work) {
+    const int ng = a->ng, bpg = a->nb / ng, rowbytes = W->cols / 8 * bits;
+    for (long o = o0; o < o1; o++) {
+        float tail[ZY_QUANT_ROW_BLOCK];
+        output_groups(nr, a, W, o, work, tail);
+        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        Vf acc0[ZY_QUANT_ROW_BLOCK], acc1[ZY_QUANT_ROW_BLOCK], g0[ZY_QUANT_ROW_BLOCK], g1[ZY_QUANT_ROW_BLOCK];
+        for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = vf_zero();
+        int g = 0;
+        for (; g + 2 <= ng; g += 2) {
+            int8_group(nr, bits, a, q, g, bpg, g0);
+            int8_group(nr, bits, a, q, g + 1, bpg, g1);
+            const Vf s0 = vf_bcast(work + g), s1 = vf_bcast(work + g + 1);
+            for (int r = 0; r < nr; r++) acc0[r] = vf_fma(g0[r], s0, acc0[r]), acc1[r] = vf_fma(g1[r], s1, acc1[r]);
+        }
+        if (g < ng) {
+            int8_group(nr, bits, a, q, g, bpg, g0);
+            for (int r = 0; r < nr; r++) acc0[r] = vf_fma(g0[r], vf_bcast(work + g), acc0[r]);
+        }
+        for (int r = 0; r < nr; r++) Y[(long)r * ldy + o] = vf_sum2(acc0[r], acc1[r]) + tail[r];
+    }
+}
+
+#define ZY_QUANT_DISPATCH(name)                                                                                        \
+    static void name(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, float *work) { \
+        switch (a->nr * 16 + W->bits) {                                                                                \
+        case 1 * 16 + 8: name##_rows(1, 8, a, W, o0, o1, Y, ldy, work); break;                                        \
+        case 2 * 16 + 8: name##_rows(2, 8, a, W, o0, o1, Y, ldy, work); break;                                        \
+        case 3 * 16 + 8: name##_rows(3, 8, a, W, o0, o1, Y, ldy, work); break;                                        \
+        case 4 * 16 + 8: name##_rows(4, 8, a, W, o0, o1, Y, ldy, work); break;                                        \
+        case 1 * 16 + 4: name##_rows(1, 4, a, W, o0, o1, Y, ldy, work); break;                                        \
+        case 2 * 16 + 4: name##_rows(2, 4, a, W, o0, o1, Y, ldy, work); break;                                        \
+        case 3 * 16 + 4: name##_rows(3, 4, a, W, o0, o1, Y, ldy, work); break;                                        \
+        default: name##_rows(4, 4, a, W, o0, o1, Y, ldy, work); break;                                                 \
+        }                                                                                                              \
+    }
+ZY_QUANT_DISPATCH(int8)
+ZY_QUANT_DISPATCH(widen)
+
+const ZyQuantTable ZY_ISA_NAME(zy_quant_table) = {
+    .name = ZY_STR(ZY_ISA), .widen = widen, .int8 = int8, .centered8 = CENTERED8};
+
+#else
+/* Not x86 (or a baseline without SSSE3): no table; quant_matmul.c runs the plain kernels for this level. */
+const ZyQuantTable ZY_ISA_NAME(zy_quant_table) = {.name = NULL};
+#endif

@@ -1,0 +1,212 @@
+/* Products with quantized weights (quant.h): which kernel runs, the activations prepared once per call (group sums;
+ * for the int8 way the rounding to int8 blocks), the outputs split over the threads, and the plain C kernels the
+ * others are tested against. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kernels/cpu.h"
+#include "kernels/quant.h"
+
+#if ZY_HAVE_ISA_LEVELS
+extern const ZyQuantTable zy_quant_table_generic, zy_quant_table_avx2, zy_quant_table_avx512,
+    zy_quant_table_avxvnni, zy_quant_table_avx512vnni;
+#endif
+
+static const char *const kernel_names[ZY_QK_COUNT] = {"plain", "generic", "avx2", "avxvnni", "avx512", "avx512vnni"};
+
+const char *zy_quant_kernel_name(ZyQuantKernel k) { return k >= 0 && k < ZY_QK_COUNT ? kernel_names[k] : "?"; }
+
+/* Where column k's activation lies in the kernels' order: as is for 8-bit codes; for 4-bit ones, per block of 32,
+ * the even columns then the odd ones (the low and high nibbles of the block's bytes). */
+static inline int act_pos(int k, int bits) { return bits == 8 ? k : (k & ~31) + (k & 1) * 16 + (k & 31) / 2; }
+
+/* ---- the plain kernels: scalar C, the vector ones' arithmetic (per group, then the tail) ---- */
+static void plain_kernel(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, int int8) {
+    const int G = W->group_size;
+    for (long o = o0; o < o1; o++)
+        for (int r = 0; r < a->nr; r++) {
+            float acc = 0, tail = 0;
+            for (int g = 0; g < a->ng; g++) {
+                const size_t at = (size_t)o * a->ng + g;
+                const float s = zy_quant_load(W->scale_dtype, W->scales, at), b = zy_quant_load(W->scale_dtype, W->biases, at);
+                float t;
+                if (int8) {
+                    float gsum = 0;
+                    for (int b = g * G / 32; b < (g + 1) * G / 32; b++) {
+                        int32_t p = 0;
+                        for (int k = 32 * b; k < 32 * b + 32; k++)
+                            p += (int32_t)zy_quant_code(W, o, k) * a->xq[(long)r * a->in + act_pos(k, W->bits)];
+                        const float pd = (float)p * a->d[r * a->nb + b];
+                        gsum += pd;
+                    }
+                    t = gsum * s;
+                } else {
+                    float dot = 0;
+                    for (int k = g * G; k < (g + 1) * G; k++) {
+                        const float w = (float)zy_quant_code(W, o, k) * s;
+                        dot += w * a->X[(long)r * a->ldx + act_pos(k, W->bits)];
+                    }
+                    t = dot;
+                }
+                const float sc = s * a->corr[r * a->ng + g], bx = b * a->xsum[r * a->ng + g];
+                acc += t;
+                tail += sc + bx;
+            }
+            Y[(long)r * ldy + o] = acc + tail;
+        }
+}
+static void plain_widen(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, float *work) {
+    (void)work;
+    plain_kernel(a, W, o0, o1, Y, ldy, 0);
+}
+static void plain_int8(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, float *work) {
+    (void)work;
+    plain_kernel(a, W, o0, o1, Y, ldy, 1);
+}
+static const ZyQuantTable plain_table = {.name = "plain", .widen = plain_widen, .int8 = plain_int8, .centered8 = 0};
+
+static const ZyQuantTable *table_of(ZyQuantKernel k) {
+#if ZY_HAVE_ISA_LEVELS
+    const ZyQuantTable *t[ZY_QK_COUNT] = {&plain_table,           &zy_quant_table_generic, &zy_quant_table_avx2,
+                                          &zy_quant_table_avxvnni, &zy_quant_table_avx512,  &zy_quant_table_avx512vnni};
+    if (k >= 0 && k < ZY_QK_COUNT && t[k]->name) return t[k];
+#endif
+    return k == ZY_QK_PLAIN || k == ZY_QK_GENERIC ? &plain_table : NULL;
+}
+
+static int runs_here(ZyQuantKernel k) {
+    if (k == ZY_QK_PLAIN || k == ZY_QK_GENERIC) return 1;
+    if (!table_of(k)) return 0;
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    switch (k) {
+    case ZY_QK_AVX2: return zy_cpu_supports(&ci, ZY_CPU_AVX2);
+    case ZY_QK_AVXVNNI: return zy_cpu_supports(&ci, ZY_CPU_AVX2) && ci.avxvnni;
+    case ZY_QK_AVX512: return zy_cpu_supports(&ci, ZY_CPU_AVX512);
+    case ZY_QK_AVX512VNNI: return zy_cpu_supports(&ci, ZY_CPU_AVX512) && ci.avx512vnni;
+    default: return 0;
+    }
+}
+
+int zy_quant_kernel_available(ZyQuantKernel k) {
+    /* CPUID once: in a VM each one traps to the hypervisor (a third of a small product's time, measured) */
+    static atomic_int known = -1; /* bit k: kernel k runs here */
+    int bits = atomic_load_explicit(&known, memory_order_relaxed);
+    if (bits < 0) {
+        bits = 0;
+        for (int i = 0; i < ZY_QK_COUNT; i++) bits |= runs_here((ZyQuantKernel)i) << i;
+        atomic_store(&known, bits);
+    }
+    return k >= 0 && k < ZY_QK_COUNT && (bits >> k & 1);
+}
+
+ZyQuantKernel zy_quant_kernel_for_level(void) {
+    const ZyCpuLevel level = zy_cpu_level();
+    if (level == ZY_CPU_GENERIC || !table_of(ZY_QK_AVX2)) return ZY_QK_GENERIC;
+    if (level == ZY_CPU_AVX2) return zy_quant_kernel_available(ZY_QK_AVXVNNI) ? ZY_QK_AVXVNNI : ZY_QK_AVX2;
+    return zy_quant_kernel_available(ZY_QK_AVX512VNNI) ? ZY_QK_AVX512VNNI : ZY_QK_AVX512;
+}
+
+/* ---- the process's way ---- */
+static atomic_int process_way = ZY_QUANT_INT8;
+
+int zy_quant_way_set(const char *name, ZyErr *err) {
+    if (!name || !*name || strcasecmp(name, "auto") == 0 || strcasecmp(name, "int8") == 0)
+        atomic_store(&process_way, ZY_QUANT_INT8);
+    else if (strcasecmp(name, "widen") == 0)
+        atomic_store(&process_way, ZY_QUANT_WIDEN);
+    else
+        return zy_fail(err, "ZAYA_QUANT_WAY=%s: not a way (auto, widen or int8)", name);
+    return 0;
+}
+
+ZyQuantWay zy_quant_way(void) { return (ZyQuantWay)atomic_load(&process_way); }
+
+const char *zy_quant_way_describe(ZyQuantWay w) {
+    return w == ZY_QUANT_WIDEN ? "widen: codes widened to fp32, fp32 activations"
+                               : "int8: activations rounded to int8 per block of 32, integer dot products";
+}
+
+/* ---- the product ---- */
+
+/* Rows [0, nr) of X prepared for the kernels (a->X, a->xq, ... point into the caller's scratch; xsrc, ldx: X). */
+static void prepare_rows(ZyQuantActs *a, const float *xsrc, int ldx, const ZyQuantTable *t, int bits, int int8) {
+    const int G = a->in / a->ng, c = 1 << (bits - 1), centered = bits == 8 && t->centered8;
+    for (int r = 0; r < a->nr; r++) {
+        const float *x = xsrc + (long)r * ldx;
+        float *xsum = (float *)a->xsum + r * a->ng, *corr = (float *)a->corr + r * a->ng;
+        if (bits == 4) /* the kernels' order (a->X is then the caller's copy, ldx = in) */
+            for (int k = 0; k < a->in; k++) ((float *)a->X)[(long)r * a->in + act_pos(k, 4)] = x[k];
+        for (int g = 0; g < a->ng; g++) {
+            float s = 0;
+            for (int k = g * G; k < (g + 1) * G; k++) s += x[k];
+            xsum[g] = s;
+            corr[g] = 0;
+            if (!int8) continue;
+            float rounded = 0; /* Σ d·xq over the group: what the dot products of the uncentered codes carry */
+            for (int b = g * G / 32; b < (g + 1) * G / 32; b++) {
+                float amax = 0;
+                for (int k = 32 * b; k < 32 * b + 32; k++) amax = fmaxf(amax, fabsf(x[k]));
+                const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+                int32_t isum = 0;
+                int8_t *xq = (int8_t *)a->xq + (long)r * a->in;
+                for (int k = 32 * b; k < 32 * b + 32; k++) {
+                    const float v = rintf(x[k] * id);
+                    const int8_t i8 = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v); /* |x·id| <= 127 up to rounding */
+                    xq[act_pos(k, bits)] = i8;
+                    isum += i8;
+                }
+                ((float *)a->d)[r * a->nb + b] = d;
+                rounded += d * (float)isum;
+            }
+            corr[g] = (float)c * (centered ? s : s - rounded); /* the offset's share, against the exact sum */
+        }
+    }
+}
+
+#define ZY_QUANT_CHUNK 32
+
+int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy) {
+    const ZyQuantTable *t = table_of(k < 0 ? zy_quant_kernel_for_level() : (ZyQuantKernel)k);
+    if (!t || (k >= 0 && !zy_quant_kernel_available((ZyQuantKernel)k))) return -1;
+    if (rows <= 0 || W->rows <= 0) return 0;
+    const int int8 = (w < 0 ? zy_quant_way() : (ZyQuantWay)w) == ZY_QUANT_INT8;
+    const int in = W->cols, ng = in / W->group_size, nb = in / 32, bits = W->bits;
+    /* scratch for every row: sums, corrections, block scales; the reordered fp32 rows (4-bit); the int8 values */
+    const size_t floats = (size_t)rows * (2 * ng + nb) + (bits == 4 ? (size_t)rows * in : 0);
+    float *scratch = malloc(floats * sizeof(float) + (int8 ? (size_t)rows * in : 0) + 64);
+    if (!scratch) return -1;
+    int8_t *xq = (int8_t *)(scratch + floats);
+    float *xcopy = scratch + (size_t)rows * (2 * ng + nb);
+    ZyQuantActs all = {.nr = rows, .in = in, .ng = ng, .nb = nb, .X = bits == 4 ? xcopy : X, .ldx = bits == 4 ? in : ldx,
+                       .xsum = scratch, .corr = scratch + (size_t)rows * ng, .d = scratch + (size_t)rows * 2 * ng,
+                       .xq = xq};
+    prepare_rows(&all, X, ldx, t, bits, int8);
+    const ZyQuantKernelFn kernel = int8 ? t->int8 : t->widen;
+    const long chunks = (W->rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK;
+    int failed = 0;
+    /* fixed chunks of outputs over the threads; a chunk's packed rows stay in cache while every row block passes */
+#pragma omp parallel if (W->rows * (long)in >= 65536L)
+    {
+        float *work = malloc(sizeof(float) * zy_quant_work_floats(ng));
+        if (!work) failed = 1;
+#pragma omp for schedule(static)
+        for (long c = 0; c < chunks; c++) {
+            if (!work) continue;
+            const long o0 = c * ZY_QUANT_CHUNK, o1 = o0 + ZY_QUANT_CHUNK < W->rows ? o0 + ZY_QUANT_CHUNK : W->rows;
+            for (int r0 = 0; r0 < rows; r0 += ZY_QUANT_ROW_BLOCK) {
+                const int nr = rows - r0 < ZY_QUANT_ROW_BLOCK ? rows - r0 : ZY_QUANT_ROW_BLOCK;
+                const ZyQuantActs a = {.nr = nr, .in = in, .ng = ng, .nb = nb, .X = all.X + (long)r0 * all.ldx, .ldx = all.ldx,
+                                       .xsum = all.xsum + (size_t)r0 * ng, .corr = all.corr + (size_t)r0 * ng,
+                                       .d = all.d + (size_t)r0 * nb, .xq = int8 ? xq + (size_t)r0 * in : NULL};
+                kernel(&a, W, o0, o1, Y + (long)r0 * ldy, ldy, work);
+            }
+        }
+        free(work);
+    }
+    free(scratch);
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,255 @@
+/* Quantized weights (src/kernels/quant*.c): the format (mlx's rounding on hand-checked groups, the error bound of a
+ * quantize -> dequantize round trip, half-precision stores), and every kernel this CPU runs, both ways, against a
+ * double-precision reference. The bit-for-bit agreement with mlx.core.quantize is tests/oracle/test_quant_mlx.py. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "test.h"
+
+TEST(quant_format_check_names_what_is_supported) {
+    ZyErr err;
+    CHECK(zy_quant_format_check(8, 64, &err) == 0);
+    CHECK(zy_quant_format_check(4, 32, &err) == 0);
+    CHECK(zy_quant_format_check(4, 128, &err) == 0);
+    CHECK(zy_quant_format_check(3, 64, &err) != 0 && strstr(err.msg, "3-bit") && strstr(err.msg, "8 or 4"));
+    CHECK(zy_quant_format_check(8, 16, &err) != 0 && strstr(err.msg, "group size 16"));
+}
+
+/* Groups worked by hand from mlx's algorithm. */
+TEST(quant_row_follows_mlx_on_hand_checked_groups) {
+    float w[32], s, b;
+    uint32_t q[8];
+    /* 0..31 / 31 * 3 - 1: |min| = 1 < |max| = 2, so the max is the edge: s = -(3/15), q0 = rint(2 / -0.2) = -10,
+     * s = 2 / -10 = -0.2, b = 2; w = 2 - 0.2 q, q = rint((2 - w) / 0.2) */
+    for (int i = 0; i < 32; i++) w[i] = (float)i / 31.0f * 3.0f - 1.0f;
+    zy_quant_row(w, 32, 4, 32, q, &s, &b);
+    CHECK(s == 2.0f / -10.0f && b == 2.0f);
+    for (int i = 0; i < 32; i++) {
+        const unsigned code = (q[i / 8] >> (i % 8 * 4)) & 15;
+        CHECK(code == (unsigned)rintf((w[i] - 2.0f) / (2.0f / -10.0f)));
+    }
+    CHECK((q[0] & 15) == 15 && (q[3] >> 28) == 0); /* the first column in the lowest bits */
+    /* all zero: s = -1e-7 (the floor, negative as the max is the edge), q0 = 0, so b = 0 and every code 0 */
+    memset(w, 0, sizeof w);
+    zy_quant_row(w, 32, 8, 32, q, &s, &b);
+    CHECK(s == -1e-7f && b == 0.0f);
+    for (int i = 0; i < 8; i++) CHECK(q[i] == 0);
+    /* 8 bits: the min is the edge (|-3| > |1|), s = 4/255 > 0, q0 = rint(-3/s) = -191, s = -3 / -191, b = -3 */
+    for (int i = 0; i < 32; i++) w[i] = -3.0f + 4.0f * (float)i / 31.0f;
+    zy_quant_row(w, 32, 8, 32, q, &s, &b);
+    CHECK(s == -3.0f / -191.0f && b == -3.0f);
+    CHECK((q[0] & 255) == 0 && (q[7] >> 24) == (unsigned)rintf((1.0f + 3.0f) / s));
+}
+
+static void random_matrix(float *w, long n, unsigned seed, float scale) {
+    ZyRng rng;
+    zy_rng_seed(&rng, seed);
+    for (long i = 0; i < n; i++) w[i] = (float)(scale * zy_rng_normal(&rng)) + (i % 97 == 0 ? 0.3f * scale : 0.0f);
+}
+
+/* A matrix quantized into the stored layout (scales and biases in dtype). */
+typedef struct {
+    ZyQuantMatrix m;
+    uint32_t *q;
+    void *s, *b;
+} Quantized;
+
+static int quantize_matrix(Quantized *out, const float *w, long rows, int cols, int bits, int G, ZyDtype dt) {
+    const int words = zy_quant_row_words(cols, bits), groups = cols / G;
+    const size_t es = zy_dtype_size(dt);
+    out->q = malloc((size_t)rows * words * 4);
+    out->s = malloc((size_t)rows * groups * es);
+    out->b = malloc((size_t)rows * groups * es);
+    float *fs = malloc((size_t)groups * 4), *fb = malloc((size_t)groups * 4);
+    if (!out->q || !out->s || !out->b || !fs || !fb) return -1;
+    for (long o = 0; o < rows; o++) {
+        zy_quant_row(w + o * cols, cols, bits, G, out->q + o * words, fs, fb);
+        for (int g = 0; g < groups; g++) {
+            zy_quant_store(dt, fs[g], out->s, (size_t)o * groups + g);
+            zy_quant_store(dt, fb[g], out->b, (size_t)o * groups + g);
+        }
+    }
+    free(fs), free(fb);
+    out->m = (ZyQuantMatrix){.bits = bits, .group_size = G, .rows = rows, .cols = cols, .q = out->q, .scales = out->s,
+                             .biases = out->b, .scale_dtype = dt};
+    return 0;
+}
+static void quantized_free(Quantized *q) { free(q->q), free(q->s), free(q->b); }
+
+/* quantize -> dequantize, against the format's bound: a value inside the group's grid [b, b + n·s] is within half a
+ * step |s|/2; mlx moves s so that 0 lies on the grid (s = edge/q0), which can leave the far extreme outside it, clamped
+ * to the last code: within one step of the unmoved grid, (max - min)/n. Plus what rounding the stored scale and bias
+ * to bf16 / f16 moves a code's value (q·|Δs| + |Δb|). */
+TEST(quant_round_trip_error_within_the_format_bound) {
+    enum { R = 24, C = 256 };
+    float *w = malloc(sizeof(float) * R * C), *back = malloc(sizeof(float) * C);
+    REQUIRE(w && back);
+    random_matrix(w, (long)R * C, 7, 0.05f);
+    const ZyDtype dts[] = {ZY_DT_F32, ZY_DT_BF16, ZY_DT_F16};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int G = 32; G <= 128; G *= 2)
+            for (size_t di = 0; di < ZY_ARRAY_LEN(dts); di++) {
+                Quantized qm;
+                REQUIRE(quantize_matrix(&qm, w, R, C, bits, G, dts[di]) == 0);
+                const double unit = dts[di] == ZY_DT_F32 ? 0x1p-24 : dts[di] == ZY_DT_BF16 ? 0x1p-8 : 0x1p-11;
+                double worst = 0;
+                for (long o = 0; o < R; o++) {
+                    zy_quant_dequant_row(&qm.m, o, back);
+                    float fs[C / 32], fb[C / 32];
+                    uint32_t qq[C / 4];
+                    zy_quant_row(w + o * C, C, bits, G, qq, fs, fb);
+                    for (int k = 0; k < C; k++) {
+                        const int g = k / G;
+                        const double s = fabs(fs[g]), code = zy_quant_code(&qm.m, o, k), n = (1 << bits) - 1;
+                        const double lo = fmin(fb[g], fb[g] + n * fs[g]), hi = fmax(fb[g], fb[g] + n * fs[g]);
+                        double wmin = INFINITY, wmax = -INFINITY;
+                        for (int j = g * G; j < (g + 1) * G; j++)
+                            wmin = fmin(wmin, w[o * C + j]), wmax = fmax(wmax, w[o * C + j]);
+                        const double x = w[o * C + k], inside = x >= lo - 1e-7 && x <= hi + 1e-7;
+                        const double step = inside ? 0.5 * s : (wmax - wmin) / n;
+                        const double bound = step * (1 + 1e-5) + unit * (code * s + fabs(fb[g])) + 1e-9;
+                        const double e = fabs((double)back[k] - w[o * C + k]);
+                        if (e / bound > worst) worst = e / bound;
+                    }
+                }
+                CHECK_MSG(worst <= 1.0, "%d-bit group %d %s: error %.3g of the bound", bits, G,
+                          zy_dtype_name(dts[di]), worst);
+                quantized_free(&qm);
+            }
+    free(w), free(back);
+}
+
+TEST(quant_f16_store_rounds_to_nearest_even) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000u; h++) { /* every half survives f32 and back */
+        if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) continue; /* NaN */
+        if (zy_f32_to_f16(zy_f16_to_f32((uint16_t)h)) != h) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d halves change", bad);
+    /* halfway between 1 and its neighbour 1 + 2^-10: to even (1); a little more: up */
+    CHECK(zy_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00u);
+    CHECK(zy_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f) == 0x3c01u);
+    CHECK(zy_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02u); /* 1 + 1.5 ulp: tie, to the even 2 ulp */
+    CHECK(zy_f32_to_f16(65504.0f) == 0x7bffu && zy_f32_to_f16(65519.0f) == 0x7bffu && zy_f32_to_f16(65520.0f) == 0x7c00u);
+    CHECK(zy_f32_to_f16(0x1p-25f) == 0 && zy_f32_to_f16(0x1.001p-25f) == 1 && zy_f32_to_f16(0x1.8p-24f) == 2);
+    CHECK(zy_f32_to_f16(-0x1p-14f) == 0x8400u && zy_f32_to_f16(0x1.ff8p-15f) == 0x3ffu && zy_f32_to_f16(0x1.ffcp-15f) == 0x400u);
+}
+
+/* The int8 way's activations, as quant_matmul.c rounds them: per block of G = 32, d = max|x| / 127. */
+static void round_int8(const float *x, int n, int G, double *xr) {
+    for (int g = 0; g < n / G; g++) {
+        float amax = 0;
+        for (int k = G * g; k < G * g + G; k++) amax = fmaxf(amax, fabsf(x[k]));
+        const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        for (int k = G * g; k < G * g + G; k++) {
+            const float v = rintf(x[k] * id);
+            xr[k] = (double)d * (v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    }
+}
+
+/* y[r, o] in double: Σ_g s Σ x̃ (q - c) + (c s + b) Σ x, with x̃ the activations the way multiplies (x itself for
+ * widen: then it is Σ x (s q + b) exactly). */
+static void reference(const ZyQuantMatrix *m, int rows, const float *X, int ldx, int int8, double *Y, double *mag) {
+    const int C = m->cols, G = m->group_size, c = 1 << (m->bits - 1);
+    double *xr = malloc(sizeof(double) * C);
+    for (int r = 0; r < rows; r++) {
+        const float *x = X + (long)r * ldx;
+        if (int8) round_int8(x, C, 32, xr);
+        else
+            for (int k = 0; k < C; k++) xr[k] = x[k];
+        for (long o = 0; o < m->rows; o++) {
+            double y = 0, a = 0;
+            for (int g = 0; g < C / G; g++) {
+                const double s = zy_quant_load(m->scale_dtype, m->scales, (size_t)o * (C / G) + g);
+                const double b = zy_quant_load(m->scale_dtype, m->biases, (size_t)o * (C / G) + g);
+                double dot = 0, sum = 0;
+                for (int k = g * G; k < (g + 1) * G; k++) {
+                    const double q = zy_quant_code(m, o, k);
+                    dot += xr[k] * (q - c);
+                    sum += x[k];
+                    a += fabs(x[k]) * fabs(s * q + b);
+                }
+                y += s * dot + (c * s + b) * sum;
+            }
+            Y[(long)r * m->rows + o] = y;
+            mag[(long)r * m->rows + o] = a;
+        }
+    }
+    free(xr);
+}
+
+TEST(quant_kernels_match_double_reference_at_every_level) {
+    enum { OUT = 72, IN = 512, ROWS = 6 };
+    float *w = malloc(sizeof(float) * OUT * IN), *X = malloc(sizeof(float) * ROWS * (IN + 8));
+    float *Y = malloc(sizeof(float) * ROWS * OUT);
+    double *ref = malloc(sizeof(double) * ROWS * OUT), *mag = malloc(sizeof(double) * ROWS * OUT);
+    double *wide = malloc(sizeof(double) * ROWS * OUT);
+    REQUIRE(w && X && Y && ref && mag && wide);
+    random_matrix(w, (long)OUT * IN, 11, 0.04f);
+    random_matrix(X, (long)ROWS * (IN + 8), 12, 1.0f);
+    for (int i = 0; i < 40; i++) X[(i * 131) % (ROWS * (IN + 8))] *= 9.0f; /* outliers: blocks with large d */
+    memset(X + IN + 8 + 64, 0, 32 * sizeof(float));                        /* an all-zero block: d = 0 */
+    int ran = 0;
+    const ZyDtype dts[] = {ZY_DT_BF16, ZY_DT_F32, ZY_DT_F16};
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (int G = 32; G <= 128; G *= 2)
+            for (size_t di = 0; di < ZY_ARRAY_LEN(dts); di++) {
+                if (di > 0 && G != 64) continue; /* the other dtypes at one group size */
+                Quantized qm;
+                REQUIRE(quantize_matrix(&qm, w, OUT, IN, bits, G, dts[di]) == 0);
+                for (int way = 0; way < 2; way++) {
+                    reference(&qm.m, ROWS, X, IN + 8, way, ref, mag);
+                    if (way == 0) memcpy(wide, ref, sizeof(double) * ROWS * OUT);
+                    for (int k = 0; k < ZY_QK_COUNT; k++) {
+                        if (!zy_quant_kernel_available((ZyQuantKernel)k)) continue;
+                        for (int rows = 1; rows <= ROWS; rows++) {
+                            memset(Y, 0xff, sizeof(float) * ROWS * OUT);
+                            REQUIRE(zy_matmul_quant(k, way, rows, X, IN + 8, &qm.m, Y, OUT) == 0);
+                            double worst = 0;
+                            for (long i = 0; i < (long)rows * OUT; i++) {
+                                const double e = fabs(Y[i] - ref[i]) / (mag[i] + 1e-30);
+                                worst = e > worst ? e : worst;
+                            }
+                            CHECK_MSG(worst < 2e-6, "%s %s %d-bit G%d %s rows %d: %.3g", zy_quant_kernel_name(k),
+                                      way ? "int8" : "widen", bits, G, zy_dtype_name(dts[di]), rows, worst);
+                            ran++;
+                        }
+                    }
+                    if (way == 1) { /* the int8 rounding itself: close to the fp32 activations' product */
+                        double num = 0, den = 0;
+                        for (long i = 0; i < (long)ROWS * OUT; i++)
+                            num += (ref[i] - wide[i]) * (ref[i] - wide[i]), den += wide[i] * wide[i];
+                        CHECK_MSG(sqrt(num / den) < 0.01, "int8 rounding %d-bit G%d: %.3g", bits, G, sqrt(num / den));
+                        if (di == 0) printf("    %d-bit group %d: int8 activations move the product by %.2g (normwise)\n",
+                                            bits, G, sqrt(num / den));
+                    }
+                }
+                quantized_free(&qm);
+            }
+    int levels = 0;
+    for (int k = 0; k < ZY_QK_COUNT; k++) levels += zy_quant_kernel_available((ZyQuantKernel)k);
+    printf("    %d kernels of %d run here (%d products checked); the process's: %s\n", levels, (int)ZY_QK_COUNT, ran,
+           zy_quant_kernel_name(zy_quant_kernel_for_level()));
+    free(w), free(X), free(Y), free(ref), free(mag), free(wide);
+}
+
+/* One expert of a stack: zy_quant_rows is the same as quantizing that expert alone. */
+TEST(quant_rows_view_is_one_expert_of_a_stack) {
+    enum { E = 3, OUT = 8, IN = 64 };
+    float w[E * OUT * IN], x[IN], y_all[E * OUT], y_one[OUT];
+    random_matrix(w, E * OUT * IN, 5, 0.1f);
+    random_matrix(x, IN, 6, 1.0f);
+    Quantized stack, one;
+    REQUIRE(quantize_matrix(&stack, w, E * OUT, IN, 4, 32, ZY_DT_BF16) == 0);
+    REQUIRE(quantize_matrix(&one, w + 2 * OUT * IN, OUT, IN, 4, 32, ZY_DT_BF16) == 0);
+    const ZyQuantMatrix e2 = zy_quant_rows(&stack.m, 2 * OUT, OUT);
+    REQUIRE(zy_matmul_quant(-1, -1, 1, x, IN, &e2, y_one, OUT) == 0);
+    REQUIRE(zy_matmul_quant(-1, -1, 1, x, IN, &stack.m, y_all, E * OUT) == 0);
+    CHECK(memcmp(y_one, y_all + 2 * OUT, sizeof y_one) == 0);
+    REQUIRE(zy_matmul_quant(-1, -1, 1, x, IN, &one.m, y_all, OUT) == 0);
+    CHECK(memcmp(y_one, y_all, sizeof y_one) == 0);
+    quantized_free(&stack), quantized_free(&one);
+}
