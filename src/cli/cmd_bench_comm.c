@@ -183,21 +183,17 @@ static void fill(BcOp op, int inplace, BcType t, int rank, int n, int root, size
     size_t nc = (size_t)n * c;
     switch (op) {
     case BC_ALL_REDUCE:
-        if (inplace) {
-            fill_input(recv, t, op, rank, n, 0, 0, c);
-        } else {
-            fill_input(send, t, op, rank, n, 0, 0, c);
-            fill_sentinel(recv, t, 0, c);
-        }
-        break;
     case BC_REDUCE_SCATTER:
+    case BC_ALLTOALL: { /* the input fills the buffer it is read from; the sentinel what is received */
+        const size_t in = op == BC_ALL_REDUCE ? c : nc, out = op == BC_ALLTOALL ? nc : c;
         if (inplace) {
-            fill_input(recv, t, op, rank, n, 0, 0, nc);
+            fill_input(recv, t, op, rank, n, 0, 0, in);
         } else {
-            fill_input(send, t, op, rank, n, 0, 0, nc);
-            fill_sentinel(recv, t, 0, c);
+            fill_input(send, t, op, rank, n, 0, 0, in);
+            fill_sentinel(recv, t, 0, out);
         }
         break;
+    }
     case BC_ALL_GATHER:
         fill_sentinel(recv, t, 0, nc);
         if (inplace)
@@ -210,14 +206,6 @@ static void fill(BcOp op, int inplace, BcType t, int rank, int n, int root, size
             fill_input(inplace ? recv : send, t, op, rank, n, 0, 0, c);
         else
             fill_sentinel(recv, t, 0, c);
-        break;
-    case BC_ALLTOALL:
-        if (inplace) {
-            fill_input(recv, t, op, rank, n, 0, 0, nc);
-        } else {
-            fill_input(send, t, op, rank, n, 0, 0, nc);
-            fill_sentinel(recv, t, 0, nc);
-        }
         break;
     default: break;
     }

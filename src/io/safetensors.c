@@ -428,17 +428,11 @@ static int read_f32_values(const StFile *f, const StEntry *e, float *out, ZyErr 
         if (n) memcpy(out, src, n * 4);
         return 0;
     case ZY_DT_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            out[i] = zy_bf16_to_f32(h);
-        }
-        return 0;
     case ZY_DT_F16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            out[i] = zy_f16_to_f32(h);
+            out[i] = e->dtype == ZY_DT_BF16 ? zy_bf16_to_f32(h) : zy_f16_to_f32(h);
         }
         return 0;
     case ZY_DT_F64:

@@ -2,7 +2,7 @@
 # One lent-GPU session's checks in one call (README "GPUs"): the GPU machine has no package registry and device time
 # is short, so this runs the whole of `make test-gpu` and the GPU benchmarks back to back, each under a time limit,
 # and leaves every log under $OUT. Prepared here, on the CPU machine:
-#   ../shared/device/pack-debs.sh .devdeps mpi libmicrohttpd12 libmicrohttpd-dev libutf8proc2 libutf8proc-dev
+#   pack-debs.sh .devdeps   (the workplace's script that packs these Debian packages and their dependencies) mpi libmicrohttpd12 libmicrohttpd-dev libutf8proc2 libutf8proc-dev
 #   make BUILD=build-dev DNNL=0 CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build-dev/zaya build-dev/zaya_gpu_tests
 #   mkdir -p .devbin && strip --strip-debug -o .devbin/zaya build-dev/zaya && strip --strip-debug -o .devbin/zaya_gpu_tests build-dev/zaya_gpu_tests
 # and a transformers wheel that knows ZAYA in .whl/. Then carry .devdeps .devbin .whl runs/demo/data/general
