@@ -201,7 +201,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,addres
                 $(WARN) -fopenmp -D_GNU_SOURCE -Isrc
 FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lutf8proc -lz -lm
 FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer chat_template serve_request
-FUZZ_SRC_config       := src/model/config.c src/model/legacy.c src/util/util.c
+FUZZ_SRC_config       := src/model/config.c src/model/legacy.c src/kernels/quant.c src/util/util.c
 FUZZ_SRC_manifest     := src/io/manifest.c src/util/util.c
 FUZZ_SRC_npy          := src/io/npy.c src/util/util.c
 FUZZ_SRC_runconfig    := src/train/runconfig.c src/model/params.c src/util/util.c
