@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,13 +52,6 @@ static int fsync_path(const char *path, ZyErr *err) {
     if (rc != 0 && errno != EINVAL) return zy_fail(err, "%s: fsync failed: %s", path, strerror(errno));
     return 0;
 }
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int remove_tree(const char *path) { return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static int step_of(const char *name, long long *step) {
     char tail;
@@ -180,7 +172,7 @@ static void remove_stale_temporaries(const char *root, const char *keep_name) {
     char path[4096];
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, ".tmp-step-", 10) != 0 || strcmp(e->d_name, keep_name) == 0) continue;
-        if (snprintf(path, sizeof path, "%s/%s", root, e->d_name) < (int)sizeof path) remove_tree(path);
+        if (snprintf(path, sizeof path, "%s/%s", root, e->d_name) < (int)sizeof path) zy_remove_tree(path);
     }
     closedir(d);
 }
@@ -266,7 +258,7 @@ static int publish(CkptWriter *w) {
         ZyErr ignore;
         int count = ckpt_list(w->root, dirs, 256, &ignore);
         for (int i = w->keep; i < count; i++)
-            if (strcmp(dirs[i], w->final) != 0) remove_tree(dirs[i]);
+            if (strcmp(dirs[i], w->final) != 0) zy_remove_tree(dirs[i]);
     }
     return 0;
 }
@@ -285,7 +277,7 @@ static void *writer_main(void *arg) {
     if (!rc && w->rank == 0) rc = write_rank0_files(w);
     if (!rc && w->rank == 0) rc = wait_for_shards(w);
     if (!rc && w->rank == 0) rc = publish(w);
-    if (rc && w->rank == 0) remove_tree(w->tmp);
+    if (rc && w->rank == 0) zy_remove_tree(w->tmp);
     w->rc = rc;
     w->seconds = zy_now_seconds() - w->t_start;
     return NULL;

@@ -544,7 +544,7 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     const Dist *d = t->dist;
     if (runconfig_load(rc, o->run_path, o->overrides, o->n_overrides, &t->run_json, err)) return -1;
     /* every rank must run the same config: compare a checksum of the effective run config with rank 0's */
-    int64_t crc = (int64_t)shard_crc32(0, t->run_json, strlen(t->run_json)), crc0 = crc;
+    int64_t crc = (int64_t)zy_crc32(0, t->run_json, strlen(t->run_json)), crc0 = crc;
     if (dist_bcast(d, &crc0, sizeof crc0, 0, err)) return -1;
     int64_t mismatch = crc != crc0;
     if (dist_allreduce_max_i64(d, &mismatch, 1, err)) return -1;
