@@ -75,40 +75,24 @@ static void mount_of(const char *path, char *out, size_t cap) {
 
 /* ---- the machine's own bandwidths ------------------------------------------------------------------------- */
 
-/* Writes `bytes` of buf (an image: aligned, padded) to path as the method does, fdatasync'd; seconds, or -1. */
-static double disk_write(const char *path, const uint8_t *buf, size_t bytes, int method, int threads, size_t chunk) {
+/* Writes `bytes` of buf (an image: aligned, padded) to path as the method does, fdatasync'd, or reads them back
+ * cold (the file's pages dropped first); seconds, or -1. */
+static double disk_pass(const char *path, uint8_t *buf, size_t bytes, int method, int threads, size_t chunk, int write) {
     const int direct = method != DISK_BUFFERED;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
+    int fd = open(path, (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | (direct ? O_DIRECT : 0), 0644);
     if (fd < 0) return -1;
+    if (!write) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     const long n = (long)((bytes + chunk - 1) / chunk);
     int bad = 0;
     const double t0 = zy_now_seconds();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(method == DISK_DIRECT_N ? threads : 1) reduction(|| : bad)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(method == DISK_DIRECT_N ? threads : 1) reduction(| : bad)
     for (long k = 0; k < n; k++) {
         const size_t off = (size_t)k * chunk, len = bytes - off < chunk ? bytes - off : chunk;
-        const size_t out = direct ? (len + 4095) / 4096 * 4096 : len; /* O_DIRECT: whole blocks, like dd */
-        bad = bad || pwrite(fd, buf + off, out, (off_t)off) != (ssize_t)out;
+        const size_t io = direct ? (len + 4095) / 4096 * 4096 : len; /* O_DIRECT: whole blocks, like dd */
+        const ssize_t got = write ? pwrite(fd, buf + off, io, (off_t)off) : pread(fd, buf + off, io, (off_t)off);
+        bad |= got < (ssize_t)len;
     }
-    bad = bad || fdatasync(fd) != 0;
-    const double t = zy_now_seconds() - t0;
-    close(fd);
-    return bad ? -1 : t;
-}
-
-/* Reads path's `bytes` cold (its pages dropped first) as the method does; seconds, or -1. */
-static double disk_read(const char *path, uint8_t *buf, size_t bytes, int method, int threads, size_t chunk) {
-    const int direct = method != DISK_BUFFERED;
-    int fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0));
-    if (fd < 0) return -1;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    const long n = (long)((bytes + chunk - 1) / chunk);
-    int bad = 0;
-    const double t0 = zy_now_seconds();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(method == DISK_DIRECT_N ? threads : 1) reduction(|| : bad)
-    for (long k = 0; k < n; k++) {
-        const size_t off = (size_t)k * chunk, len = bytes - off < chunk ? bytes - off : chunk;
-        bad = bad || pread(fd, buf + off, direct ? (len + 4095) / 4096 * 4096 : len, (off_t)off) < (ssize_t)len;
-    }
+    if (write) bad |= fdatasync(fd) != 0;
     const double t = zy_now_seconds() - t0;
     close(fd);
     return bad ? -1 : t;
@@ -165,7 +149,7 @@ int bench_ckpt(int argc, char **argv) {
                                           "subdirectory removed at the end", 0},
         {"--rounds", ARG_INT, 0, &a.rounds, "rounds of save, restore and probes; medians reported (default 3)", 0},
         {"--json", ARG_STRING, 0, &a.json, "also write the results as JSON to FILE", 0},
-        {"--keep", ARG_SWITCH, 0, &a.keep, "keep the last checkpoint (for bench/vs_torch_ckpt.py --ckpt)", 0},
+        {"--keep", ARG_SWITCH, 0, &a.keep, "keep the last checkpoint (bench/vs_torch_ckpt.py takes its tensors' shapes)", 0},
         {"--io", ARG_STRING, 0, &a.io, "direct (O_DIRECT where the file system takes it; default) or buffered", 0},
         {"--io-threads", ARG_INT, 0, &a.io_threads, "I/O threads of one write or read (default 8)", 0},
         {"--chunk-mib", ARG_INT, 0, &a.chunk_mib, "MiB per I/O request (default 8)", 0},
@@ -234,6 +218,19 @@ static void parallel_memcpy(uint8_t *dst, const uint8_t *src, size_t n) {
     }
 }
 
+/* The CRC-32 of everything a checkpoint holds of m and o: every parameter, the owned tensors' moments. */
+static uint32_t saved_state_crc(const Model *m, const Optimizer *o) {
+    uint32_t crc = 0;
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        crc = zy_crc32(crc, m->params.data + p->offset, p->numel * sizeof(float));
+        if (!param_trainable(p) || !o->owned[i]) continue;
+        crc = zy_crc32(crc, optim_state(o, p, 0), p->numel * sizeof(float));
+        if (p->kind != PARAM_MUON) crc = zy_crc32(crc, optim_state(o, p, 1), p->numel * sizeof(float));
+    }
+    return crc;
+}
+
 static double median_of(const double *x, int n) {
     double tmp[256];
     for (int i = 0; i < n; i++) tmp[i] = x[i];
@@ -269,8 +266,7 @@ static int bench_ckpt_run(const CkptBenchArgs *a, const Dist *d, ZyErr *err) {
         o.exp_avg[j] = 0.01f * w + 1e-7f * (float)(j % 977);
         o.exp_avg_sq[j] = w * w + 1e-9f * (float)(j % 983);
     }
-    const uint32_t params_crc = zy_crc32(0, m.params.data, m.params.total * sizeof(float));
-    const uint32_t state_crc = zy_crc32(zy_crc32(0, o.exp_avg, (size_t)block * 4), o.exp_avg_sq, (size_t)block * 4);
+    const uint32_t saved_crc = saved_state_crc(&m, &o);
     /* a fresh directory, named by rank 0 */
     char run_dir[4096] = "", root[4200], probe[4200];
     if (lead) {
@@ -316,8 +312,8 @@ static int bench_ckpt_run(const CkptBenchArgs *a, const Dist *d, ZyErr *err) {
         for (int k = 0; k < DISK_METHODS; k++) {
             dw[k][r] = dr[k][r] = 0;
             if (!lead) continue;
-            const double tw = disk_write(probe, disk.data, total, k, io.threads, io.chunk_bytes);
-            const double tr = tw > 0 ? disk_read(probe, disk.data, total, k, io.threads, io.chunk_bytes) : -1;
+            const double tw = disk_pass(probe, disk.data, total, k, io.threads, io.chunk_bytes, 1);
+            const double tr = tw > 0 ? disk_pass(probe, disk.data, total, k, io.threads, io.chunk_bytes, 0) : -1;
             if (k != DISK_BUFFERED && (tw < 0 || tr < 0)) direct_ok = 0;
             dw[k][r] = tw > 0 ? total / tw / 1e6 : 0;
             dr[k][r] = tr > 0 ? total / tr / 1e6 : 0;
@@ -346,14 +342,16 @@ static int bench_ckpt_run(const CkptBenchArgs *a, const Dist *d, ZyErr *err) {
                     ckpt_bytes += (double)st.st_size;
             if (dh) closedir(dh);
         }
+        /* the arenas overwritten, so the restore must put back every saved byte (NaN patterns: 0xff) */
+        memset(m.params.data, 0xff, m.params.total * sizeof(float));
+        memset(o.exp_avg, 0xff, (size_t)block * sizeof(float));
+        memset(o.exp_avg_sq, 0xff, (size_t)block * sizeof(float));
         if (dist_barrier(d, err)) return -1;
         char *state_back = NULL;
         t0 = zy_now_seconds();
         if (ckpt_load(published, &m, &o, &state_back, d, err)) return -1;
         restore[r] = slowest(d, zy_now_seconds() - t0);
-        int64_t differs = strcmp(state_back, state) != 0 ||
-                          zy_crc32(0, m.params.data, m.params.total * sizeof(float)) != params_crc ||
-                          zy_crc32(zy_crc32(0, o.exp_avg, (size_t)block * 4), o.exp_avg_sq, (size_t)block * 4) != state_crc;
+        int64_t differs = strcmp(state_back, state) != 0 || saved_state_crc(&m, &o) != saved_crc;
         free(state_back);
         if (dist_allreduce_max_i64(d, &differs, 1, err)) return -1;
         if (differs) identical = 0;
