@@ -206,7 +206,7 @@ FUZZ_SRC_manifest     := src/io/manifest.c src/util/util.c
 FUZZ_SRC_npy          := src/io/npy.c src/util/util.c
 FUZZ_SRC_runconfig    := src/train/runconfig.c src/model/params.c src/util/util.c
 FUZZ_SRC_safetensors  := src/io/safetensors.c src/util/util.c
-FUZZ_SRC_shard_header := src/io/shards.c src/util/util.c
+FUZZ_SRC_shard_header := src/io/shards.c src/util/util.c src/util/crc32.c
 FUZZ_SRC_tokenizer    := src/tokenizer/tokenizer.c src/tokenizer/tokenizer_normalize.c src/tokenizer/tokenizer_json.c \
                          src/tokenizer/tokenizer_train.c src/tokenizer/tokenizer_pretok.c src/util/util.c src/util/lines.c
 FUZZ_SRC_chat_template := src/tokenizer/chat_template.c src/jinja/jinja_value.c src/jinja/jinja_parse.c \

@@ -379,13 +379,14 @@ static int bench_gemm(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
         FILE *f = argc < 3 ? stderr : stdout;
-        fprintf(f, "usage: zaya bench comm|train|decode|attention|gemm|quant [options]   (zaya bench <name> --help)\n\n"
+        fprintf(f, "usage: zaya bench comm|train|decode|attention|gemm|quant|ckpt [options]   (zaya bench <name> --help)\n\n"
                    "  comm     MPI or NCCL collective benchmarks (all_reduce, reduce_scatter, all_gather, broadcast, alltoall)\n"
                    "  train    full training steps: tokens/s, GFLOP/s, MFU, peak memory, time per phase\n"
                    "  decode   prefill and per-token cached decoding: latency, tokens/s, KV cache size\n"
                    "  attention  reference vs fused flash attention kernels, forward and backward, side by side\n"
                    "  gemm     the dense matrix-product peak (fp32, bf16) on the CPU or a GPU (--device cuda)\n"
-                   "  quant    the quantized-weight kernels (8 and 4 bits) against the bf16 one, at decoding's row counts\n");
+                   "  quant    the quantized-weight kernels (8 and 4 bits) against the bf16 one, at decoding's row counts\n"
+                   "  ckpt     checkpoints: the snapshot stall, the background write, the restore, against memcpy and the disk\n");
         return argc < 3 ? 1 : 0;
     }
     if (strcmp(argv[2], "comm") == 0) return bench_comm(argc, argv);
@@ -394,6 +395,7 @@ int cmd_bench(int argc, char **argv) {
     if (strcmp(argv[2], "attention") == 0) return bench_attention(argc, argv);
     if (strcmp(argv[2], "gemm") == 0) return bench_gemm(argc, argv);
     if (strcmp(argv[2], "quant") == 0) return bench_quant(argc, argv);
-    fprintf(stderr, "zaya: bench: unknown benchmark \"%s\" (comm, train, decode, attention, gemm, quant)\n", argv[2]);
+    if (strcmp(argv[2], "ckpt") == 0) return bench_ckpt(argc, argv);
+    fprintf(stderr, "zaya: bench: unknown benchmark \"%s\" (comm, train, decode, attention, gemm, quant, ckpt)\n", argv[2]);
     return 1;
 }

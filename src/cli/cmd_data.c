@@ -63,7 +63,7 @@ static int file_crc(const char *path, uint32_t *crc, ZyErr *err) {
     char *d;
     size_t n;
     if (zy_read_file(path, &d, &n, err)) return -1;
-    *crc = shard_crc32(0, d, n);
+    *crc = zy_crc32(0, d, n);
     free(d);
     return 0;
 }

@@ -19,6 +19,7 @@ int bench_train(int argc, char **argv);
 int bench_decode(int argc, char **argv);
 int bench_attention(int argc, char **argv);
 int bench_quant(int argc, char **argv);
+int bench_ckpt(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -659,6 +659,13 @@ static int st_write_tensor(int fd, const StWriteTensor *t, size_t nbytes, uint16
     return 0;
 }
 
+/* A tensor's bytes in the file (its sizes were validated by st_header). */
+static size_t st_tensor_nbytes(const StWriteTensor *t) {
+    size_t n = zy_dtype_size(t->out_dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
 /* Makes the rename durable; failure here is not fatal because the data itself is already synced. */
 static void fsync_parent_dir(const char *path) {
     const char *slash = strrchr(path, '/');
@@ -672,17 +679,18 @@ static void fsync_parent_dir(const char *path) {
     free(dir);
 }
 
-int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, const char *const *metadata,
-             ZyErr *err) {
-    if (!path) return zy_fail(err, "st_write: NULL path");
+int st_header(const char *label, const StWriteTensor *tensors, int n_tensors, const char *const *metadata,
+              uint8_t **out, size_t *out_len, uint64_t *offsets, ZyErr *err) {
+    *out = NULL;
+    *out_len = 0;
     size_t *nbytes = calloc(n_tensors > 0 ? (size_t)n_tensors : 1, sizeof *nbytes);
-    if (!nbytes) return zy_fail(err, "%s: out of memory", path);
-    if (st_validate_write(path, tensors, n_tensors, metadata, nbytes, err) != 0) {
+    if (!nbytes) return zy_fail(err, "%s: out of memory", label);
+    if (st_validate_write(label, tensors, n_tensors, metadata, nbytes, err) != 0) {
         free(nbytes);
         return -1;
     }
-
     StBuf h = {0};
+    sb_put(&h, "\0\0\0\0\0\0\0\0", 8); /* the length, filled in below */
     sb_puts(&h, "{");
     uint64_t off = 0;
     for (int i = 0; i < n_tensors; i++) {
@@ -699,6 +707,7 @@ int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, cons
         sb_puts(&h, "],\"data_offsets\":[");
         sb_printf_u64(&h, off);
         sb_puts(&h, ",");
+        if (offsets) offsets[i] = off;
         off += nbytes[i];
         sb_printf_u64(&h, off);
         sb_puts(&h, "]}");
@@ -717,12 +726,26 @@ int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, cons
     sb_puts(&h, "}");
     /* pad with spaces so the data area starts 8-byte aligned, as the reference writer does */
     while (h.len % 8) sb_puts(&h, " ");
+    free(nbytes);
     if (h.oom) {
         free(h.p);
-        free(nbytes);
-        return zy_fail(err, "%s: out of memory building header", path);
+        return zy_fail(err, "%s: out of memory building header", label);
     }
+    const uint64_t json_len = h.len - 8;
+    for (int i = 0; i < 8; i++) h.p[i] = (char)(json_len >> (8 * i)); /* little-endian */
+    if (offsets)
+        for (int i = 0; i < n_tensors; i++) offsets[i] += h.len;
+    *out = (uint8_t *)h.p;
+    *out_len = h.len;
+    return 0;
+}
 
+int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, const char *const *metadata,
+             ZyErr *err) {
+    if (!path) return zy_fail(err, "st_write: NULL path");
+    uint8_t *header;
+    size_t header_len;
+    if (st_header(path, tensors, n_tensors, metadata, &header, &header_len, NULL, err) != 0) return -1;
     size_t tmp_len = strlen(path) + 32;
     char *tmp = malloc(tmp_len);
     enum { CHUNK = 1 << 16 };
@@ -740,14 +763,13 @@ int st_write(const char *path, const StWriteTensor *tensors, int n_tensors, cons
         goto done;
     }
     created = 1;
-    uint64_t hlen = h.len;
-    if (zy_write_all(fd, &hlen, 8) != 0 || zy_write_all(fd, h.p, h.len) != 0) {
+    if (zy_write_all(fd, header, header_len) != 0) {
         zy_fail(err, "%s: write failed: %s", tmp, strerror(errno));
         goto done;
     }
     for (int i = 0; i < n_tensors; i++) {
         int fill_failed = 0;
-        if (st_write_tensor(fd, &tensors[i], nbytes[i], chunk, fbuf, CHUNK, &fill_failed) != 0) {
+        if (st_write_tensor(fd, &tensors[i], st_tensor_nbytes(&tensors[i]), chunk, fbuf, CHUNK, &fill_failed) != 0) {
             if (fill_failed)
                 zy_fail(err, "%s: tensor '%.200s': its values could not be made", tmp, tensors[i].name);
             else
@@ -777,7 +799,6 @@ done:
     free(tmp);
     free(chunk);
     free(fbuf);
-    free(h.p);
-    free(nbytes);
+    free(header);
     return rc;
 }

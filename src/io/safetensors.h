@@ -61,6 +61,11 @@ typedef struct {
     void *fill_ctx;
 } StWriteTensor;
 
+/* The bytes st_write puts before the tensors' data (the 8-byte length, the JSON padded so the data starts 8-byte
+ * aligned), malloc'ed into *out (*out_len bytes); offsets (NULL, or n_tensors values): where each tensor's bytes
+ * start in the file. The tensors' data follow back to back, in the given order. label names the file in errors. */
+int st_header(const char *label, const StWriteTensor *tensors, int n_tensors, const char *const *metadata,
+              uint8_t **out, size_t *out_len, uint64_t *offsets, ZyErr *err);
 /* Writes the tensors (in the given order; names must be unique) to path atomically (temp file, fsync,
  * rename), streaming the data so memory stays small. metadata: NULL or pairs {key, value, key, value, ...,
  * NULL} of strings for "__metadata__". */

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #define PATH_CAP 4096
 
@@ -20,18 +19,6 @@ static int split_from_name(const char *name) {
     if (strcmp(name, "train") == 0) return SHARD_TRAIN;
     if (strcmp(name, "val") == 0) return SHARD_VAL;
     return -1;
-}
-
-uint32_t shard_crc32(uint32_t crc, const void *data, size_t len) {
-    const Bytef *p = data;
-    uLong c = crc;
-    while (len > 0) {
-        uInt chunk = len > (1u << 30) ? (1u << 30) : (uInt)len;
-        c = crc32(c, p, chunk);
-        p += chunk;
-        len -= chunk;
-    }
-    return (uint32_t)c;
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -54,7 +41,7 @@ void shard_header_encode(const ShardHeader *h, uint8_t out[SHARD_HEADER_SIZE]) {
     put_u32(out + 24, h->payload_crc);
     put_u32(out + 28, h->vocab_size);
     put_u64(out + 32, h->documents);
-    put_u32(out + 60, shard_crc32(0, out, 60));
+    put_u32(out + 60, zy_crc32(0, out, 60));
 }
 
 int shard_header_parse(const void *buf, size_t len, const char *label, ShardHeader *out, ZyErr *err) {
@@ -63,7 +50,7 @@ int shard_header_parse(const void *buf, size_t len, const char *label, ShardHead
         return zy_fail(err, "%s: truncated: %zu bytes, shorter than the %d-byte shard header", label, len,
                        SHARD_HEADER_SIZE);
     if (memcmp(p, SHARD_MAGIC, 8) != 0) return zy_fail(err, "%s: bad magic (not a zaya token shard)", label);
-    uint32_t stored = get_u32(p + 60), computed = shard_crc32(0, p, 60);
+    uint32_t stored = get_u32(p + 60), computed = zy_crc32(0, p, 60);
     if (stored != computed)
         return zy_fail(err, "%s: header CRC mismatch (stored 0x%08x, computed 0x%08x): corrupt header", label, stored,
                        computed);
@@ -298,7 +285,7 @@ static int write_all(int fd, const void *data, size_t len, const char *path, ZyE
 
 static int flush_buf(SplitWriter *sw, ZyErr *err) {
     if (sw->buf_len == 0) return 0;
-    sw->crc = shard_crc32(sw->crc, sw->buf, sw->buf_len);
+    sw->crc = zy_crc32(sw->crc, sw->buf, sw->buf_len);
     if (write_all(sw->fd, sw->buf, sw->buf_len, sw->tmp, err)) return -1;
     sw->buf_len = 0;
     return 0;
@@ -586,7 +573,7 @@ static int open_shard_file(ShardSet *set, ReaderShard *rs, const ShardMeta *meta
                 free(buf);
                 return -1;
             }
-            crc = shard_crc32(crc, buf, n);
+            crc = zy_crc32(crc, buf, n);
             left -= n;
             off += n;
         }

@@ -51,9 +51,6 @@ void shard_header_encode(const ShardHeader *h, uint8_t out[SHARD_HEADER_SIZE]);
  * (width 2 allows at most 65536). label names the file in error messages. */
 int shard_header_parse(const void *buf, size_t len, const char *label, ShardHeader *out, ZyErr *err);
 
-/* zlib CRC-32 over any length (zlib's crc32 takes 32-bit lengths). */
-uint32_t shard_crc32(uint32_t crc, const void *data, size_t len);
-
 typedef struct {
     char file[64];               /* bare name, "train-00000.bin" */
     uint64_t tokens, documents;

@@ -59,7 +59,8 @@ typedef struct {
     char resume_note[2048]; /* how the resume checkpoint was chosen, for the event log */
     double tokens_seen;
     Tokenizer *tokenizer; /* for eval tasks */
-    CkptWriter *pending;  /* a checkpoint being written in the background */
+    CkptWriter *writer;   /* the checkpoint writer and its snapshot images, reused by every save */
+    int pending;          /* a checkpoint is being written in the background */
     char ckpt_root[RUN_PATH + 32];
     Report report;
     int have_report;
@@ -68,11 +69,7 @@ typedef struct {
 } Trainer;
 
 static void trainer_free(Trainer *t) {
-    if (t->pending) { /* an error path: finish the write locally, without collectives */
-        ZyErr ignore;
-        ckpt_wait(t->pending, NULL, NULL, 0, NULL, &ignore);
-        t->pending = NULL;
-    }
+    ckpt_writer_free(t->writer); /* an error path may leave a write going: finished locally, without collectives */
     if (t->be.free) t->be.free(t->be.ctx);
     if (t->have_loader) loader_close(&t->loader);
     for (int i = 0; i < RUN_MAX_DATASETS; i++)
@@ -355,9 +352,8 @@ static int finish_pending_save(Trainer *t, ZyErr *err) {
     if (!t->pending) return 0;
     char dir[600];
     double seconds;
-    CkptWriter *w = t->pending;
-    t->pending = NULL;
-    if (ckpt_wait(w, t->dist, dir, sizeof dir, &seconds, err)) return -1;
+    t->pending = 0;
+    if (ckpt_wait(t->writer, t->dist, dir, sizeof dir, &seconds, err)) return -1;
     report_event(&t->report, "checkpoint %s published (written in the background in %.2f s, %d rank%s)", dir, seconds,
                  t->dist->size, t->dist->size > 1 ? "s" : "");
     long long step;
@@ -373,9 +369,10 @@ static int save_checkpoint(Trainer *t, int wait, ZyErr *err) {
     if (!state) return zy_fail(err, "out of memory");
     CheckpointContent c = {.model = &t->model, .optim = &t->opt, .trainer_state_json = state, .run_json = t->run_json};
     double t0 = zy_now_seconds();
-    int rc = ckpt_save_async(&t->pending, t->ckpt_root, t->step, &c, t->dist, t->rc.ckpt_keep, err);
+    int rc = ckpt_save_async(&t->writer, t->ckpt_root, t->step, &c, t->dist, t->rc.ckpt_keep, err);
     free(state);
     if (rc) return -1;
+    t->pending = 1;
     report_event(&t->report, "checkpoint of step %lld: training stalled %.3f s for the snapshot", (long long)t->step,
                  zy_now_seconds() - t0);
     return wait || !t->rc.ckpt_async ? finish_pending_save(t, err) : 0;
@@ -451,6 +448,31 @@ static int choose_resume_dir(Trainer *t, const TrainOptions *o, char *dir, size_
              first.msg, dir);
     fprintf(stderr, "zaya: %s\n", t->resume_note);
     return 0;
+}
+
+/* Rank 0's pick, sent to every rank. first: `latest` or --resume-from as they are (the load verifies them); else, or
+ * when there is no `latest`, choose_resume_dir's verified pick. */
+typedef struct {
+    int64_t failed, verified;
+    char dir[600];
+    char msg[sizeof ((ZyErr *)0)->msg];
+} ResumeChoice;
+
+static int share_resume_choice(Trainer *t, const TrainOptions *o, int first, ResumeChoice *c, ZyErr *err) {
+    memset(c, 0, sizeof *c);
+    if (t->dist->rank == 0) {
+        ZyErr why = {{0}};
+        if (first && o->resume_from) {
+            if (snprintf(c->dir, sizeof c->dir, "%s", o->resume_from) >= (int)sizeof c->dir)
+                c->failed = 1, zy_fail(&why, "--resume-from: path too long");
+        } else if (!first || ckpt_latest(t->ckpt_root, c->dir, sizeof c->dir, &why) != 0) {
+            c->failed = choose_resume_dir(t, o, c->dir, sizeof c->dir, &why) != 0;
+            c->verified = 1;
+        }
+        if (c->failed) snprintf(c->msg, sizeof c->msg, "%s", why.msg);
+    }
+    if (dist_bcast(t->dist, c, sizeof *c, 0, err)) return -1;
+    return c->failed ? zy_fail(err, "%s", c->msg) : 0;
 }
 
 /* ---- set-up ----------------------------------------------------------------------------------------------- */
@@ -544,7 +566,7 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     const Dist *d = t->dist;
     if (runconfig_load(rc, o->run_path, o->overrides, o->n_overrides, &t->run_json, err)) return -1;
     /* every rank must run the same config: compare a checksum of the effective run config with rank 0's */
-    int64_t crc = (int64_t)shard_crc32(0, t->run_json, strlen(t->run_json)), crc0 = crc;
+    int64_t crc = (int64_t)zy_crc32(0, t->run_json, strlen(t->run_json)), crc0 = crc;
     if (dist_bcast(d, &crc0, sizeof crc0, 0, err)) return -1;
     int64_t mismatch = crc != crc0;
     if (dist_allreduce_max_i64(d, &mismatch, 1, err)) return -1;
@@ -622,21 +644,22 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     if (fault_plan_from_env(&t->faults, rc->out_dir, d->rank, err)) return -1;
     for (int i = 0; i < o->n_skip_windows; i++)
         if (skip_windows_add(&t->skips, o->skip_windows[i], err)) return zy_wrap(err, "--skip-data");
-    /* resume: rank 0 chooses (and verifies) the checkpoint, every rank loads it */
+    /* resume: rank 0 chooses the checkpoint, every rank loads it */
     if (o->resume || o->resume_from) {
-        struct {
-            int64_t failed;
-            char dir[600];
-            char msg[sizeof err->msg];
-        } choice;
-        memset(&choice, 0, sizeof choice);
-        ZyErr why = {{0}};
-        if (d->rank == 0) choice.failed = choose_resume_dir(t, o, choice.dir, sizeof choice.dir, &why) != 0;
-        if (choice.failed) snprintf(choice.msg, sizeof choice.msg, "%s", why.msg);
-        if (dist_bcast(d, &choice, sizeof choice, 0, err)) return -1;
-        if (choice.failed) return zy_fail(err, "%s", choice.msg);
+        ResumeChoice choice;
         char *state = NULL;
-        if (ckpt_load(choice.dir, &t->model, &t->opt, &state, err)) return -1;
+        /* at once `latest` (or --resume-from): the load checks every byte against the manifest as it reads it */
+        if (share_resume_choice(t, o, 1, &choice, err)) return -1;
+        int loaded = ckpt_load(choice.dir, &t->model, &t->opt, &state, d, err) == 0;
+        if (!loaded && o->resume_from) return zy_wrap(err, "--resume-from %s", o->resume_from);
+        if (!loaded && !choice.verified) { /* `latest` failed: the newest checkpoint that verifies (and a note why) */
+            if (share_resume_choice(t, o, 0, &choice, err)) return -1;
+            loaded = ckpt_load(choice.dir, &t->model, &t->opt, &state, d, err) == 0;
+        }
+        if (!loaded) return -1;
+        if (!t->resume_note[0])
+            snprintf(t->resume_note, sizeof t->resume_note, "resuming from %s (%s, verified)", choice.dir,
+                     o->resume_from ? "--resume-from" : "latest");
         int r = state_from_json(t, state, choice.dir, err);
         free(state);
         if (r) return -1;
@@ -655,7 +678,8 @@ static int trainer_open(Trainer *t, const TrainOptions *o, ZyErr *err) {
     } else if (step_backend_cpu(&t->be, &host, t->products, err)) {
         return -1;
     }
-    return 0;
+    /* the checkpoint images, allocated and faulted in now rather than in the first checkpoint's stall */
+    return ckpt_writer_prepare(&t->writer, &t->model, &t->opt, d, err);
 }
 
 int train_run(const TrainOptions *o, ZyErr *err) {

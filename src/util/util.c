@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -171,6 +172,13 @@ int zy_write_file_atomic(const char *path, const void *data, size_t len, ZyErr *
     }
     return 0;
 }
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int zy_remove_tree(const char *path) { return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 int zy_mkdirs(const char *path, ZyErr *err) {
     char buf[4096];

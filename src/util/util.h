@@ -35,6 +35,8 @@ int zy_read_text_file(const char *path, char **text, ZyErr *err);
 int zy_write_all(int fd, const void *data, size_t len);
 /* Writes data to path via a temporary file + fsync + rename, so a reader never sees a half-written file. */
 int zy_write_file_atomic(const char *path, const void *data, size_t len, ZyErr *err);
+/* rm -rf (symbolic links removed, not followed); -1 if something could not be removed */
+int zy_remove_tree(const char *path);
 /* mkdir -p */
 int zy_mkdirs(const char *path, ZyErr *err);
 /* Joins dir and name into out (size cap); returns -1 if it does not fit. */
@@ -81,6 +83,13 @@ static inline uint16_t zy_f32_to_bf16(float f) {
 }
 static inline float zy_round_bf16(float f) { return zy_bf16_to_f32(zy_f32_to_bf16(f)); }
 float zy_f16_to_f32(uint16_t h);
+
+/* CRC-32 as zlib's crc32() computes it (zy_crc32(0, data, len) of a whole file is its manifest checksum), at memory
+ * speed where the CPU has carry-less multiplies (crc32.c); combine: the CRC of A followed by B (len2 bytes). */
+uint32_t zy_crc32(uint32_t crc, const void *data, size_t len);
+/* The same while copying the bytes to dst (one pass over them). */
+uint32_t zy_crc32_copy(uint32_t crc, void *dst, const void *src, size_t len);
+uint32_t zy_crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 double zy_now_seconds(void);
 /* qsort's comparison of two doubles (ascending), and the median of x[0..n-1] (n >= 1; sorts x in place, so its

@@ -242,7 +242,7 @@ static void patch_header(const char *path, int off, uint32_t v, int fix_crc) {
     uint8_t *p = (uint8_t *)d;
     for (int i = 0; i < 4; i++) p[off + i] = (uint8_t)(v >> (8 * i));
     if (fix_crc) {
-        uint32_t c = shard_crc32(0, p, 60);
+        uint32_t c = zy_crc32(0, p, 60);
         for (int i = 0; i < 4; i++) p[60 + i] = (uint8_t)(c >> (8 * i));
     }
     write_bytes(path, d, n);
