@@ -163,6 +163,7 @@ session() {
         # every step the process ran (bench train's "steps run": warm-up, timed and the phase breakdown's drained
         # steps), and --no-gemm-probe keeps the cuBLASLt peak probe's GEMMs out of the kernel rows.
         stamp "per-kernel times (ncu), $(left) s at most"
+        [ -n "$NCU" ] || echo "profile: no ncu on PATH, in /opt/nvidia/nsight-compute or /usr/local/cuda/bin"
         python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 2; json.dump(c, open(sys.argv[2], "w"))' \
             $CFG "$LOG/profile-2l.json"
         timeout "$(left)" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$LOG/ncu.csv" \
