@@ -37,11 +37,14 @@ LDFLAGS += -fopenmp
 
 # GPU support (src/gpu/, README "GPUs"): built into the same zaya binary when nvcc is found (PATH, else
 # /usr/local/cuda); `make CUDA=0` leaves it out, and without nvcc the build is CPU-only (--device cuda is then a clear
-# error). Targets sm_80 (A100) and sm_90 (H100/H200), plus PTX for newer GPUs.
+# error). Targets sm_80 (A100), sm_90 (H100/H200), sm_90a (the same GPUs; arch-specific code, where Hopper's
+# wgmma/TMA instructions are allowed: __CUDA_ARCH_FEAT_SM90_ALL is defined there), plus PTX for newer GPUs.
+# CUDA_ARCH="-gencode arch=compute_90a,code=sm_90a" builds for an H100/H200 alone (faster, as on a lent GPU).
 NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA      ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Isrc -Isrc/gpu \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
              $(if $(filter 1,$(WERROR)),-Werror all-warnings)

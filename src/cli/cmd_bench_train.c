@@ -42,7 +42,8 @@ static int gpu_step(GpuTrainer *gt, Model *m, const int32_t *tokens, const int32
 /* The GPU run: the same steps as `zaya train --device cuda` takes (gpu_trainer.h: forward, backward, the routing
  * statistics, clipping, Muon + AdamW), timed with the GPU's queue drained at each step's end. */
 static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int B, int T, int steps, int warmup,
-                           int bf16, const OptimConfig *oc, const int32_t *tokens, const int32_t *targets, ZyErr *err) {
+                           int bf16, int gemm_probe, const OptimConfig *oc, const int32_t *tokens,
+                           const int32_t *targets, ZyErr *err) {
     const ZayaConfig *cfg = &m->cfg;
     Optimizer o;
     GpuTrainer *gt = NULL;
@@ -73,10 +74,11 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
     const double builds = (double)(g->plan_builds - builds0) / steps;
     const double heuristics = (double)(g->plan_heuristics - heuristics0) / steps;
     const double plan_ms = 1e3 * (g->plan_seconds - plan_s0) / steps;
-    /* where the time goes: two more steps with the queue drained at every phase boundary (slower, so apart) */
+    /* where the time goes: more steps with the queue drained at every phase boundary (slower, so apart) */
+    enum { BREAKDOWN_STEPS = 2 };
     double phase[MODEL_PHASES] = {0}, t_opt = 0, t_all = 0;
     gpu_model_set_timing(gpu_trainer_model(gt), phase);
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < BREAKDOWN_STEPS; s++) {
         double whole, fwd_bwd;
         if (gpu_step(gt, m, tokens, targets, &routes, &whole, &fwd_bwd, err)) goto done;
         t_opt += whole - fwd_bwd;
@@ -86,14 +88,21 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
     const double median = zy_median(times, steps), fb_median = zy_median(fb, steps);
     const double tps = (double)B * T / median, flops = model_train_flops_per_token(cfg, T);
     const double dense = gpu_dense_bf16_peak_tflops(g);
-    g->bf16 = 1;
-    const double probe16 = gpu_gemm_probe_tflops(g, 8192, 20);
-    g->bf16 = bf16;
+    /* under a profiler the probe's 23 GEMMs would mix with the step's own: --no-gemm-probe leaves them out */
+    double probe16 = -1;
+    if (gemm_probe) {
+        g->bf16 = 1;
+        probe16 = gpu_gemm_probe_tflops(g, 8192, 20);
+        g->bf16 = bf16;
+    }
     printf("model        %s: %zu parameters (%.1f M active matrix FLOPs/token/6 incl. head)\n", config_path,
            params_count(&m->params, 0), (flops - 6.0 * cfg->num_layers * cfg->num_heads * cfg->head_dim * T) / 6e6);
     printf("device       GPU %s\n", gpu_trainer_device(gt));
     printf("batch        %d x %d tokens, %d timed steps after %d warm-up, optimizer %s\n", B, T, steps, warmup,
            oc->adamw_only ? "AdamW" : "Muon + AdamW");
+    /* what a profiler of this process sees: kernel totals divide by this, not by the timed steps */
+    printf("steps run    %d (%d warm-up, %d timed, %d for the phase breakdown)\n", warmup + steps + BREAKDOWN_STEPS,
+           warmup, steps, BREAKDOWN_STEPS);
     printf("precision    %s; the experts' products %s\n",
            bf16 ? "bf16 products (cuBLASLt, fp32 accumulation) and tensor-core attention (head dim 64/128); fp32 "
                   "master weights, optimizer state, norms, softmax statistics and loss"
@@ -104,8 +113,11 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
     printf("throughput   %.0f tokens/s, %.1f TFLOP/s (%.3g GFLOP/token, 6N + attention convention)\n", tps,
            tps * flops / 1e12, flops / 1e9);
     if (dense > 0) printf("MFU          %.1f%% of the dense bf16 peak %.0f TFLOP/s (datasheet)\n", 100 * tps * flops / (dense * 1e12), dense);
-    printf("MFU cuBLAS   %.1f%% of the measured cuBLASLt bf16 peak %.0f TFLOP/s (8192^3)\n",
-           100 * tps * flops / (probe16 * 1e12), probe16);
+    if (probe16 > 0)
+        printf("MFU cuBLAS   %.1f%% of the measured cuBLASLt bf16 peak %.0f TFLOP/s (8192^3)\n",
+               100 * tps * flops / (probe16 * 1e12), probe16);
+    else
+        printf("MFU cuBLAS   not measured (%s)\n", gemm_probe ? "the GEMM probe failed" : "--no-gemm-probe");
     printf("fwd+bwd      median %.4f s (%.0f tokens/s); optimizer and clipping %.4f s\n", fb_median,
            (double)B * T / fb_median, median - fb_median);
     printf("peak memory  %.1f GiB on the GPU (device total in use: weights, gradients, optimizer state, activations)\n",
@@ -114,19 +126,20 @@ static int bench_train_gpu(const char *config_path, Model *m, int gpu_index, int
            "checked algorithm), %.2f ms of host time building them\n", builds, heuristics, plan_ms);
     static const char *names[MODEL_PHASES] = {"attention", "router", "experts", "norms", "head+loss"};
     double accounted = t_opt;
-    printf("breakdown    (2 steps with the GPU queue drained at each phase boundary: %.4f s/step)\n", t_all / 2);
+    printf("breakdown    (%d steps with the GPU queue drained at each phase boundary: %.4f s/step)\n", BREAKDOWN_STEPS,
+           t_all / BREAKDOWN_STEPS);
     for (int k = 0; k < MODEL_PHASES; k++) {
-        printf("  %-11s %6.1f%%  %8.4f s/step\n", names[k], 100 * phase[k] / t_all, phase[k] / 2);
+        printf("  %-11s %6.1f%%  %8.4f s/step\n", names[k], 100 * phase[k] / t_all, phase[k] / BREAKDOWN_STEPS);
         accounted += phase[k];
     }
-    printf("  %-11s %6.1f%%  %8.4f s/step\n", "optimizer", 100 * t_opt / t_all, t_opt / 2);
+    printf("  %-11s %6.1f%%  %8.4f s/step\n", "optimizer", 100 * t_opt / t_all, t_opt / BREAKDOWN_STEPS);
     printf("  %-11s %6.1f%%  %8.4f s/step   (routing statistics to the host, token upload)\n", "other",
-           100 * (t_all - accounted) / t_all, (t_all - accounted) / 2);
+           100 * (t_all - accounted) / t_all, (t_all - accounted) / BREAKDOWN_STEPS);
     printf("json         {\"device\": \"cuda\", \"tokens_per_s\": %.1f, \"step_s\": %.5f, \"mfu_dense\": %.4f, "
-           "\"mfu_cublas\": %.4f, \"gpu_mem_gib\": %.2f, \"plan_builds_per_step\": %.1f, "
+           "\"mfu_cublas\": %.4f, \"steps_run\": %d, \"gpu_mem_gib\": %.2f, \"plan_builds_per_step\": %.1f, "
            "\"plan_heuristics_per_step\": %.1f, \"plan_ms_per_step\": %.3f}\n",
-           tps, median, dense > 0 ? tps * flops / (dense * 1e12) : 0, tps * flops / (probe16 * 1e12),
-           gpu_trainer_memory_used(gt) / 1073741824.0, builds, heuristics, plan_ms);
+           tps, median, dense > 0 ? tps * flops / (dense * 1e12) : 0, probe16 > 0 ? tps * flops / (probe16 * 1e12) : 0,
+           warmup + steps + BREAKDOWN_STEPS, gpu_trainer_memory_used(gt) / 1073741824.0, builds, heuristics, plan_ms);
     rc = 0;
 done:
     gpu_trainer_free(gt);
@@ -138,7 +151,7 @@ done:
 
 int bench_train(int argc, char **argv) {
     const char *config_path = NULL, *optimizer = "muon", *precision = "fp32", *device = "cpu", *products = "auto";
-    int B = 8, T = 128, steps = 10, warmup = 2, threads = 0;
+    int B = 8, T = 128, steps = 10, warmup = 2, threads = 0, no_gemm_probe = 0;
     ArgSpec specs[] = {
         {"--config", ARG_STRING, 1, &config_path, "model config.json", 0},
         {"--batch", ARG_INT, 0, &B, "sequences per step (default 8)", 0},
@@ -153,9 +166,11 @@ int bench_train(int argc, char **argv) {
         {"--bf16-products", ARG_STRING, 0, &products,
          "with --precision bf16 on a CPU: auto (default: what a training run picks for this CPU), fp32, onednn or sgemm", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
+        {"--no-gemm-probe", ARG_SWITCH, 0, &no_gemm_probe,
+         "with --device cuda: skip the cuBLASLt peak probe (its GEMMs would count in a profile of the steps)", 0},
     };
     if (args_help(argc, argv, 3, "bench train", "--config CFG.json [--batch B --seq T --steps N --warmup W --threads K --optimizer muon|adamw "
-                  "--precision fp32|bf16 --bf16-products auto|fp32|onednn|sgemm --device cpu|cuda]", specs,
+                  "--precision fp32|bf16 --bf16-products auto|fp32|onednn|sgemm --device cpu|cuda --no-gemm-probe]", specs,
                   ZY_ARRAY_LEN(specs)))
         return 0;
     ZyErr err = {{0}};
@@ -214,7 +229,8 @@ int bench_train(int argc, char **argv) {
         zy_rng_seed(&grng, 7);
         for (long i = 0; i < (long)B * T; i++) tokens[i] = (int32_t)(zy_rng_next(&grng) % (uint64_t)cfg.vocab_size);
         make_next_token_targets(targets, tokens, B, T);
-        if (bench_train_gpu(config_path, &m, gpu_index, B, T, steps, warmup, bf16, &goc, tokens, targets, &err))
+        if (bench_train_gpu(config_path, &m, gpu_index, B, T, steps, warmup, bf16, !no_gemm_probe, &goc, tokens,
+                            targets, &err))
             goto done;
         rc = 0;
         goto done;
@@ -273,6 +289,7 @@ int bench_train(int argc, char **argv) {
            params_count(&m.params, 0), (flops - 6.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * T) / 6e6);
     printf("batch        %d x %d tokens, %d threads, %d timed steps after %d warm-up, optimizer %s\n", B, T,
            omp_get_max_threads(), steps, warmup, oc.adamw_only ? "AdamW" : "Muon + AdamW");
+    printf("steps run    %d (%d warm-up, %d timed)\n", warmup + steps, warmup, steps);
     char backend[256];
     zy_gemm_bf16_backend(prod, backend, sizeof backend);
     if (!bf16)

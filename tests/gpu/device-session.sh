@@ -1,113 +1,194 @@
 #!/usr/bin/env bash
-# One lent-GPU session's checks in one call (README "GPUs"): the GPU machine has no package registry and device time
-# is short, so this runs the whole of `make test-gpu` and the GPU benchmarks back to back, each under a time limit,
-# and leaves every log under $OUT. Prepared here, on the CPU machine:
-#   pack-debs.sh .devdeps   (the workplace's script that packs these Debian packages and their dependencies) mpi libmicrohttpd12 libmicrohttpd-dev libutf8proc2 libutf8proc-dev
-#   make BUILD=build-dev DNNL=0 CUDA_ARCH="-gencode arch=compute_90,code=sm_90" build-dev/zaya build-dev/zaya_gpu_tests
-#   mkdir -p .devbin && strip --strip-debug -o .devbin/zaya build-dev/zaya && strip --strip-debug -o .devbin/zaya_gpu_tests build-dev/zaya_gpu_tests
-# and a transformers wheel that knows ZAYA in .whl/. Then carry .devdeps .devbin .whl runs/demo/data/general
-# runs/demo/data/mathcode runs/demo/tokenizer.json runs/demo/corpus/eval (else run.sh makes the demo data there) and run
-#   tests/gpu/device-session.sh [seconds] [parts]   (default 480 s; parts, comma-separated, default tests,bench:
-#     tests    make test-gpu (tests/gpu/run.sh)
+# One lent-GPU session's checks in one call (docs/gpus.md "Next GPU session"): the GPU machine has no package registry,
+# device time is short (15 minutes in all, the machine's start included) and at most 8 files come back, so this runs
+# `make test-gpu` and the GPU benchmarks back to back, each under a time limit, and returns every log packed in ONE
+# archive, $OUT/gpu-session.tar.gz, beside $OUT/summary.txt (its own output). Prepared on the CPU machine, in the
+# checkout the device receives (the lead's /work/main, after the merge), with the carried folders git-ignored:
+#   printf '/.devdeps/\n/.devbin/\n/.whl/\n' >>.git/info/exclude
+#   pack-debs.sh .devdeps mpi libmicrohttpd12 libmicrohttpd-dev libutf8proc2 libutf8proc-dev
+#       (the workplace's script that packs these Debian packages and their dependencies)
+#   make -j2 BUILD=build-dev DNNL=0 CUDA_ARCH="-gencode arch=compute_90a,code=sm_90a" build-dev/zaya build-dev/zaya_gpu_tests
+#   mkdir -p .devbin && strip --strip-debug -o .devbin/zaya build-dev/zaya &&
+#       strip --strip-debug -o .devbin/zaya_gpu_tests build-dev/zaya_gpu_tests
+#   a transformers wheel that knows ZAYA in .whl/ (pip download, README of the device tool)
+#   make -j2 CUDA=0 build/zaya build/zaya_tests && ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 120 tests,bench,experts,compile,profile
+#       (the dry run: CPU binaries and a tiny model through every part; tests/cli/test_device_session.sh runs it too)
+#   du -csh .devdeps .devbin .whl runs/demo/data/general runs/demo/data/mathcode runs/demo/tokenizer.json runs/demo/corpus/eval
+#       (what travels: 64 MiB at most, the working tree included)
+# Then carry those seven paths (without the runs/demo ones run.sh makes the demo data there, slower) and run
+#   tests/gpu/device-session.sh [seconds] [parts]   (default 360 s, so a rerun fits; parts, comma-separated, default tests,bench:
+#     tests    make test-gpu (tests/gpu/run.sh), 60% of the seconds at most
 #     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)
 #     experts  bench train (bf16 AdamW, bench-gpu) with the experts' products grouped vs one per expert
 #              (ZAYA_GPU_EXPERTS=grouped / loop), alternating, two rounds
 #     compile  PyTorch torch.compile training steps alone, in whatever time is left
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
-#              every kernel's shape is bench-gpu's, a layer's kernels counted 9 times give the 18-layer step)
-# Without .devbin (or if the carried binaries do not load there) it builds on the machine.
+#              every kernel's shape is bench-gpu's, a layer's kernels counted 9 times give the 18-layer step; totals
+#              per step over every step the process ran, the cuBLASLt peak probe left out)
+# Without .devbin (or if the carried binaries do not load there) it builds on the machine, for sm_90a alone.
+# ZAYA_DEVICE_DRY=1: no GPU, nvidia-smi or ncu: build/'s CPU binaries on configs/tiny.json through the same commands,
+# the GPU suites replaced by a unit-test subset, ncu by tests/gpu/fake_ncu.py, the PyTorch runs by a check of their
+# options; it shows the archive it would return.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BUDGET=${1:-480}
+BUDGET=${1:-360}
 PARTS=",${2:-tests,bench},"
 OUT=${OUT:-/tmp/zaya-gpu-out}
+DRY=${ZAYA_DEVICE_DRY:-0}
 mkdir -p "$OUT"
+# The device returns at most 8 files: every log goes to $LOG and comes back packed as $OUT/gpu-session.tar.gz
+# (re-packed after each part, so a run cut short still returns the parts it finished), next to $OUT/summary.txt
+# (this script's output).
+LOG=$(mktemp -d /tmp/zaya-gpu-session.XXXXXX)
+ARCHIVE=$OUT/gpu-session.tar.gz
+pack() { tar -czf "$ARCHIVE.part" -C "$LOG" . && mv -f "$ARCHIVE.part" "$ARCHIVE"; }
 T0=$(date +%s)
 elapsed() { echo $(($(date +%s) - T0)); }
 stamp() { echo "[$(elapsed) s] $*"; }
 left() { local l=$((BUDGET - $(elapsed))); [ "$l" -lt 10 ] && l=10; echo "$l"; }
 
-[ -f .devdeps/use.sh ] && source .devdeps/use.sh
-if [ -d /opt/devdeps/usr/bin ]; then
-    # Open MPI unpacked away from /usr: the alternatives links (mpirun, ...) are made by postinst scripts that do not
-    # run there, and OPAL_PREFIX points it at its helpers and components
-    for n in mpirun mpiexec mpicc; do [ -e /opt/devdeps/usr/bin/$n.openmpi ] && ln -sf $n.openmpi /opt/devdeps/usr/bin/$n; done
-    export OPAL_PREFIX=/opt/devdeps/usr
-fi
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
-        export PYTHONPATH=/tmp/site
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
-python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
-
-mkdir -p build
-[ -x .devbin/zaya ] && cp .devbin/zaya .devbin/zaya_gpu_tests build/
-if [ -x build/zaya ] && ldd build/zaya | grep -q 'not found'; then
-    # the CUDA libraries may live in the Python wheels rather than /usr/local/cuda
-    for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, x, "lib") for x in os.listdir(p)))' 2>/dev/null); do
-        [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
-    done
-    export LD_LIBRARY_PATH
-    ldd build/zaya | grep 'not found'
-fi
-if ! build/zaya info >/dev/null 2>&1; then
-    stamp "the carried binaries do not run here: building"
-    make -j16 DNNL=0 CUDA_ARCH="-gencode arch=compute_90,code=sm_90" all >"$OUT/build.log" 2>&1 || {
-        tail -n 40 "$OUT/build.log"
-        exit 1
-    }
-fi
-build/zaya info
-if [[ $PARTS == *,tests,* ]]; then
-    stamp "make test-gpu (tests/gpu/run.sh)"
-    ZAYA_GPU_TEST_DIR=/tmp/gpu-test timeout $((BUDGET * 6 / 10)) tests/gpu/run.sh >"$OUT/test-gpu.log" 2>&1
-    echo "run.sh exit $?"
-    grep -E '^(=== suite|zaya gpu tests|gpu tests:|[a-z-]+: [0-9]+ passed|  FAIL |FAIL |[0-9]+ passed, [0-9]+ failed)' "$OUT/test-gpu.log" |
-        head -n 70
-    # the worst gradients of the whole-model comparisons, and the oracle's per-config lines
-    grep -E '^ +ok +model .*every gradient|^       .*rel err|^(ok  |FAIL) cfg' "$OUT/test-gpu.log" | cut -c1-180 | head -n 60
-fi
-if [[ $PARTS == *,bench,* ]]; then
-    stamp "benchmarks"
-    build/zaya bench gemm --device cuda >"$OUT/bench-gemm.txt" 2>&1
-    tail -n 6 "$OUT/bench-gemm.txt"
-    PYTHONUNBUFFERED=1 timeout "$(left)" python3 bench/vs_pytorch_gpu.py --config configs/bench-gpu.json --batch 4 --seq 2048 \
-        --steps 5 --no-compile >"$OUT/vs-pytorch.txt" 2>&1
-    echo "vs_pytorch_gpu exit $?"
-    grep -v '^json' "$OUT/vs-pytorch.txt" | tail -n 45
-fi
-if [[ $PARTS == *,experts,* ]]; then
-    # the experts' products grouped on the device (default) against one cuBLASLt product per expert, side by side,
-    # alternating, on bench-gpu (bf16 AdamW): step medians and the phase breakdown's experts line
-    stamp "experts: grouped vs per-expert products"
-    for round in 1 2; do
-        for mode in grouped loop; do
-            ZAYA_GPU_EXPERTS=$mode timeout "$(left)" build/zaya bench train --config configs/bench-gpu.json --device cuda \
-                --precision bf16 --optimizer adamw --batch 4 --seq 2048 --steps 3 --warmup 1 \
-                >"$OUT/experts-$mode-$round.txt" 2>&1
-            echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|products) ' "$OUT/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
-            grep -E '^ +experts ' "$OUT/experts-$mode-$round.txt"
-        done
-    done
-fi
-if [[ $PARTS == *,compile,* ]]; then
-    stamp "torch.compile training steps (bench/vs_pytorch_gpu.py's compile worker, $(left) s at most)"
-    PYTHONUNBUFFERED=1 timeout "$(left)" python3 bench/vs_pytorch_gpu.py --worker compile --config configs/bench-gpu.json \
-        --batch 4 --seq 2048 --steps 5 --compile-warmup 4 >"$OUT/compile.txt" 2>&1
-    echo "torch.compile exit $? (124: still compiling when the time ran out)"
-    tail -n 3 "$OUT/compile.txt"
-fi
-if [[ $PARTS == *,profile,* ]]; then
-    # ncu replays each kernel to time it alone (--clock-control none: the clocks a run gets): seconds per hundred
-    # launches, so a 2-layer model (bench-gpu's shapes, 1/9 of its layers) and one warm-up plus one timed step
-    stamp "per-kernel times (ncu), $(left) s at most"
-    python3 -c 'import json; c = json.load(open("configs/bench-gpu.json")); c["num_hidden_layers"] = 2; json.dump(c, open("/tmp/bench-gpu-2l.json", "w"))'
+# The shapes: bench-gpu's on the device; a tiny model on the CPU in a dry run, through the same commands
+if [ "$DRY" = 1 ]; then
+    # PROFILE_STEPS 2: the CPU's bench train runs 1 + 2 steps (no drained ones), a total no fixed divisor matches
+    DEV=cpu CFG=configs/tiny.json BATCH=2 SEQ=32 GEMM_N=128 PROFILE_STEPS=2
+    NCU=tests/gpu/fake_ncu.py # runs the command and writes an ncu-shaped CSV (one 1 ms kernel per step it ran)
+else
+    DEV=cuda CFG=configs/bench-gpu.json BATCH=4 SEQ=2048 GEMM_N=8192 PROFILE_STEPS=1
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
-    timeout "$(left)" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu.csv" \
-        build/zaya bench train --config /tmp/bench-gpu-2l.json --device cuda --precision bf16 --optimizer adamw \
-        --batch 4 --seq 2048 --steps 1 --warmup 1 >"$OUT/ncu-run.txt" 2>&1
-    echo "ncu exit $?"
-    python3 tests/gpu/kernel_times.py "$OUT/ncu.csv" --steps 2 | tee "$OUT/kernel-times.txt" | head -n 40
 fi
-stamp "done"
+# A Python benchmark: on the device it runs; in a dry run (no GPU for PyTorch) every --flag it is given must still be
+# one the script defines, so a renamed option shows here rather than on the GPU.
+py_bench() { # SCRIPT ARGS... (stdout and stderr as the caller redirects them)
+    if [ "$DRY" = 1 ]; then
+        local a missing=0
+        for a in "${@:2}"; do
+            [[ $a == --* ]] && ! grep -q -- "\"$a\"" "$1" && { echo "dry: $1 has no option $a"; missing=1; }
+        done
+        echo "dry: would run python3 $*"
+        return $missing
+    fi
+    PYTHONUNBUFFERED=1 timeout "$(left)" python3 "$@"
+}
+
+session() {
+    if [ "$DRY" = 1 ]; then
+        echo "dry run (ZAYA_DEVICE_DRY=1): CPU binaries in build/, $CFG, no nvidia-smi, ncu or GPU tests"
+    else
+        [ -f .devdeps/use.sh ] && source .devdeps/use.sh
+        if [ -d /opt/devdeps/usr/bin ]; then
+            # Open MPI unpacked away from /usr: the alternatives links (mpirun, ...) are made by postinst scripts that
+            # do not run there, and OPAL_PREFIX points it at its helpers and components
+            for n in mpirun mpiexec mpicc; do [ -e /opt/devdeps/usr/bin/$n.openmpi ] && ln -sf $n.openmpi /opt/devdeps/usr/bin/$n; done
+            export OPAL_PREFIX=/opt/devdeps/usr
+        fi
+        if ls .whl/*.whl >/dev/null 2>&1; then
+            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+                export PYTHONPATH=/tmp/site
+        fi
+        nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+        python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
+
+        mkdir -p build
+        [ -x .devbin/zaya ] && cp .devbin/zaya .devbin/zaya_gpu_tests build/
+        if [ -x build/zaya ] && ldd build/zaya | grep -q 'not found'; then
+            # the CUDA libraries may live in the Python wheels rather than /usr/local/cuda
+            for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, x, "lib") for x in os.listdir(p)))' 2>/dev/null); do
+                [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+            done
+            export LD_LIBRARY_PATH
+            ldd build/zaya | grep 'not found'
+        fi
+        if ! build/zaya info >/dev/null 2>&1; then
+            stamp "the carried binaries do not run here: building"
+            make -j16 DNNL=0 CUDA_ARCH="-gencode arch=compute_90a,code=sm_90a" all >"$LOG/build.log" 2>&1 || {
+                tail -n 40 "$LOG/build.log"
+                return 1
+            }
+        fi
+    fi
+    build/zaya info
+    if [[ $PARTS == *,tests,* ]]; then
+        if [ "$DRY" = 1 ]; then
+            # no GPU suites here: the unit test that loads the repository's configs stands in (the summary lines below
+            # then have a suite line to show)
+            stamp "dry: would run tests/gpu/run.sh; build/zaya_tests config_files_in_repo_load instead"
+            OMP_NUM_THREADS=2 build/zaya_tests config_files_in_repo_load >"$LOG/test-gpu.log" 2>&1
+        else
+            stamp "make test-gpu (tests/gpu/run.sh)"
+            ZAYA_GPU_TEST_DIR=/tmp/gpu-test timeout $((BUDGET * 6 / 10)) tests/gpu/run.sh >"$LOG/test-gpu.log" 2>&1
+        fi
+        echo "run.sh exit $?"
+        grep -E '^(=== suite|zaya gpu tests|gpu tests:|[a-z-]+: [0-9]+ passed|  FAIL |FAIL |[0-9]+ passed, [0-9]+ failed)' "$LOG/test-gpu.log" |
+            head -n 70
+        # the worst gradients of the whole-model comparisons, and the oracle's per-config lines
+        grep -E '^ +ok +model .*every gradient|^       .*rel err|^(ok  |FAIL) cfg' "$LOG/test-gpu.log" | cut -c1-180 | head -n 60
+        pack
+    fi
+    if [[ $PARTS == *,bench,* ]]; then
+        stamp "benchmarks"
+        build/zaya bench gemm --device $DEV --n $GEMM_N >"$LOG/bench-gemm.txt" 2>&1
+        tail -n 6 "$LOG/bench-gemm.txt"
+        py_bench bench/vs_pytorch_gpu.py --config $CFG --batch $BATCH --seq $SEQ --steps 5 --no-compile \
+            >"$LOG/vs-pytorch.txt" 2>&1
+        echo "vs_pytorch_gpu exit $?"
+        grep -v '^json' "$LOG/vs-pytorch.txt" | tail -n 45
+        pack
+    fi
+    if [[ $PARTS == *,experts,* ]]; then
+        # the experts' products grouped on the device (default) against one cuBLASLt product per expert, side by side,
+        # alternating, on bench-gpu (bf16 AdamW): step medians and the phase breakdown's experts line
+        stamp "experts: grouped vs per-expert products"
+        for round in 1 2; do
+            for mode in grouped loop; do
+                ZAYA_GPU_EXPERTS=$mode timeout "$(left)" build/zaya bench train --config $CFG --device $DEV \
+                    --precision bf16 --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 \
+                    >"$LOG/experts-$mode-$round.txt" 2>&1
+                echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|products) ' "$LOG/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
+                grep -E '^ +experts ' "$LOG/experts-$mode-$round.txt"
+            done
+        done
+        pack
+    fi
+    if [[ $PARTS == *,compile,* ]]; then
+        stamp "torch.compile training steps (bench/vs_pytorch_gpu.py's compile worker, $(left) s at most)"
+        py_bench bench/vs_pytorch_gpu.py --worker compile --config $CFG --batch $BATCH --seq $SEQ --steps 5 \
+            --compile-warmup 4 >"$LOG/compile.txt" 2>&1
+        echo "torch.compile exit $? (124: still compiling when the time ran out)"
+        tail -n 3 "$LOG/compile.txt"
+        pack
+    fi
+    if [[ $PARTS == *,profile,* ]]; then
+        # ncu replays each kernel to time it alone (--clock-control none: the clocks a run gets): seconds per hundred
+        # launches, so a 2-layer model (bench-gpu's shapes, 1/9 of its layers) and few steps. Kernel totals divide by
+        # every step the process ran (bench train's "steps run": warm-up, timed and the phase breakdown's drained
+        # steps), and --no-gemm-probe keeps the cuBLASLt peak probe's GEMMs out of the kernel rows.
+        stamp "per-kernel times (ncu), $(left) s at most"
+        [ -n "$NCU" ] || echo "profile: no ncu on PATH, in /opt/nvidia/nsight-compute or /usr/local/cuda/bin"
+        python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 2; json.dump(c, open(sys.argv[2], "w"))' \
+            $CFG "$LOG/profile-2l.json"
+        timeout "$(left)" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$LOG/ncu.csv" \
+            build/zaya bench train --config "$LOG/profile-2l.json" --device $DEV --precision bf16 --optimizer adamw \
+            --batch $BATCH --seq $SEQ --steps $PROFILE_STEPS --warmup 1 --no-gemm-probe >"$LOG/ncu-run.txt" 2>&1
+        echo "ncu exit $?"
+        local ran
+        ran=$(sed -n 's/^steps run *\([0-9][0-9]*\).*/\1/p' "$LOG/ncu-run.txt")
+        if [ -z "$ran" ]; then
+            echo "profile: no \"steps run\" line in ncu-run.txt: per-kernel times left undivided"
+            tail -n 5 "$LOG/ncu-run.txt"
+        else
+            python3 tests/gpu/kernel_times.py "$LOG/ncu.csv" --steps "$ran" >"$LOG/kernel-times.txt" 2>&1
+            head -n 40 "$LOG/kernel-times.txt"
+        fi
+        pack
+    fi
+    stamp "done"
+}
+
+session 2>&1 | tee "$LOG/summary.txt"
+rc=${PIPESTATUS[0]}
+cp "$LOG/summary.txt" "$OUT/summary.txt"
+pack
+echo "returned: $OUT/summary.txt and $ARCHIVE ($(du -k "$ARCHIVE" | cut -f1) KiB):"
+tar -tzf "$ARCHIVE" | sed 's|^\./||; /^$/d; s/^/  /'
+rm -rf "$LOG"
+exit $rc

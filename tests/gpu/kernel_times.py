@@ -3,8 +3,10 @@
 launches, total and mean time per kernel name, largest first, with each kernel's share of the GPU time.
 
 Usage: kernel_times.py NCU.csv [--steps S] [--top K]
-  --steps   training steps the profiled run made (warm-up included): totals are shown per step
-Used by tests/gpu/device-session.sh's `profile` part; its input there is bench-gpu's shapes cut to 2 layers."""
+  --steps   training steps the profiled run made (all of them: zaya bench train's `steps run` line, warm-up and the
+            phase breakdown's drained steps included): totals are shown per step
+Used by tests/gpu/device-session.sh's `profile` part; its input there is bench-gpu's shapes cut to 2 layers, run with
+bench train --no-gemm-probe (the cuBLASLt peak probe's GEMMs would share names with the step's own products)."""
 import argparse
 import csv
 import re

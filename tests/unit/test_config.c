@@ -214,7 +214,7 @@ TEST(config_sliding_window_layers_parse_and_round_trip) {
 }
 
 TEST(config_files_in_repo_load) {
-    static const char *files[] = {"configs/zaya1-base.json", "configs/tiny.json"};
+    static const char *files[] = {"configs/zaya1-base.json", "configs/tiny.json", "configs/bench-gpu-8b-slice.json"};
     for (size_t i = 0; i < ZY_ARRAY_LEN(files); i++) {
         ZayaConfig c;
         ZyErr err = {{0}};
@@ -225,6 +225,12 @@ TEST(config_files_in_repo_load) {
     REQUIRE(config_load(&base, "configs/zaya1-base.json", &err) == 0);
     CHECK(base.vocab_size == 262272 && base.hidden_size == 2048 && base.num_layers == 40 && base.num_experts == 16);
     CHECK(cfg_rotary_dim(&base) == 64 && cfg_conv_pad(&base) == 2);
+    /* the GPU benchmark at ZAYA1-8B's real shapes: its widths, 8 layers */
+    ZayaConfig slice;
+    REQUIRE(config_load(&slice, "configs/bench-gpu-8b-slice.json", &err) == 0);
+    CHECK(slice.vocab_size == 262272 && slice.hidden_size == 2048 && slice.num_layers == 8 && slice.num_experts == 16);
+    CHECK(slice.num_heads == 8 && slice.num_kv_heads == 2 && slice.head_dim == 128 &&
+          slice.moe_intermediate_size == 2048 && slice.router_hidden_size == 256);
 }
 
 /* generation_config.json: absent is fine; eos ids (integer or list) and the sampling keys are read; a key zaya uses

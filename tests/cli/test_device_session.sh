@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tests/gpu/device-session.sh in its dry run (ZAYA_DEVICE_DRY=1: CPU binaries, a tiny model, no GPU), so the lent-GPU
+# script cannot rot unseen: every part runs its plumbing, everything comes back as one archive plus summary.txt (the
+# device returns at most 8 files), the profile divides by the steps the binary says it ran and holds no probe GEMM.
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/fixture.sh"
+cd "$(dirname "$0")/../.."
+W=$(mktemp -d /tmp/zaya_device_session_test.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+suite_begin device-session
+
+OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,experts,compile,profile >"$W/run.txt" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && ok "dry run of every part exits 0" || bad "dry run exit $rc: $(tail -n 20 "$W/run.txt")"
+
+returned=$(cd "$W/out" 2>/dev/null && ls | tr '\n' ' ')
+[ "$returned" = "gpu-session.tar.gz summary.txt " ] && ok "\$OUT holds one archive and summary.txt" ||
+    bad "\$OUT holds: $returned"
+mkdir -p "$W/x" && tar -xzf "$W/out/gpu-session.tar.gz" -C "$W/x" 2>/dev/null
+missing=""
+for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-grouped-1.txt experts-loop-1.txt \
+    experts-grouped-2.txt experts-loop-2.txt compile.txt profile-2l.json ncu.csv ncu-run.txt kernel-times.txt; do
+    [ -s "$W/x/$f" ] || missing="$missing $f"
+done
+[ -z "$missing" ] && ok "the archive holds every part's log" || bad "the archive lacks:$missing"
+grep -q 'gpu-session.tar.gz' "$W/run.txt" && grep -q '  kernel-times.txt' "$W/run.txt" &&
+    ok "the run lists the archive it returns" || bad "no archive listing: $(tail -n 5 "$W/run.txt")"
+
+# the CPU bench train ran 1 warm-up + 2 timed steps; the stand-in ncu logs 1 ms a step and the probe's GEMMs when
+# the command does not say --no-gemm-probe
+grep -q '^steps run *3 ' "$W/x/ncu-run.txt" && ok "bench train says how many steps it ran" ||
+    bad "ncu-run.txt: $(head -n 5 "$W/x/ncu-run.txt")"
+grep -q '1.00 ms of GPU time per step over 3 step(s)' "$W/x/kernel-times.txt" &&
+    grep -qE '^ +1\.000 .*train_step_kernel$' "$W/x/kernel-times.txt" &&
+    ok "profile: kernel totals divided by the steps run" || bad "kernel-times.txt: $(cat "$W/x/kernel-times.txt")"
+grep -q 'gemm' "$W/x/kernel-times.txt" && bad "profile: probe GEMMs in the kernel rows" ||
+    ok "profile: no probe GEMM in the kernel rows"
+grep -q 'vs_pytorch_gpu exit 0' "$W/run.txt" && grep -q 'torch.compile exit 0' "$W/run.txt" &&
+    ok "the PyTorch benchmark knows every option the session passes" || bad "$(grep -E 'has no option|gpu exit|compile exit' "$W/run.txt")"
+n=$(grep -c '^grouped (round\|^loop (round' "$W/run.txt")
+[ "$n" -eq 4 ] && ! grep -q '^grouped (round [12], exit [1-9]\|^loop (round [12], exit [1-9]' "$W/run.txt" &&
+    ok "experts: four bench train runs" || bad "experts: $(grep 'round' "$W/run.txt")"
+grep -q '^unit: [1-9][0-9]* passed, 0 failed' "$W/x/test-gpu.log" && grep -q '^unit: [1-9][0-9]* passed' "$W/run.txt" &&
+    ok "tests part ran its stand-in and showed its suite line" ||
+    bad "test-gpu.log: $(tail -n 3 "$W/x/test-gpu.log")"
+# the benchmark at ZAYA1-8B's real shapes: its widths and vocabulary exactly, 8 layers
+python3 - <<'PY' && ok "configs/bench-gpu-8b-slice.json: configs/zaya1-8b.json with 8 layers" || bad "bench-gpu-8b-slice drifted"
+import json, sys
+full, cut = json.load(open("configs/zaya1-8b.json")), json.load(open("configs/bench-gpu-8b-slice.json"))
+diff = sorted(k for k in set(full) | set(cut) if full.get(k) != cut.get(k))
+sys.exit(diff != ["layer_types", "num_hidden_layers"] or cut["num_hidden_layers"] != 8
+         or cut["layer_types"] != full["layer_types"][:8])
+PY
+finish
