@@ -149,7 +149,7 @@ int cmd_eval(int argc, char **argv) {
     eval_print_table(stdout, results, n_tasks, held_name, loss, n_scored);
     eval_print_routing(stdout, routes_ptr);
     if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, routes_ptr,
-                                    ma.bf16 ? "bf16" : "f32", &err))
+                                    model_args_dtype_name(&ma), &err))
         goto fail;
     rc = 0;
 fail:

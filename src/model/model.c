@@ -210,13 +210,13 @@ typedef struct {
     const uint16_t *arena;
     const uint16_t *const *table;
     const ZyQuantMatrix *quant;
-} Bf16Map;
+} TwinMap;
 
-static const uint16_t *bf16_of(const Bf16Map *b, const float *p) {
+static const uint16_t *bf16_of(const TwinMap *b, const float *p) {
     return b->table ? b->table[p - b->base] : b->arena + (p - b->base);
 }
 
-static ZyQuantMatrix quant_of(const Bf16Map *b, const float *p) {
+static ZyQuantMatrix quant_of(const TwinMap *b, const float *p) {
     return b->quant ? b->quant[p - b->base] : (ZyQuantMatrix){0};
 }
 
@@ -246,37 +246,37 @@ int model_bf16_convert(Model *m, int i) {
 
 /* Switches a weight view to its bf16 or quantized twin (tensors a variant lacks stay NULL; a view that is no tag of
  * b keeps its fp32 values). The list is every tensor model_holds_bf16 accepts. */
-#define TO_BF16(b, p)                                                                                           \
+#define TO_TWIN(b, p)                                                                                           \
     do {                                                                                                        \
         if (p && p >= (b)->base && p < (b)->base + (b)->n)                                                      \
             p##_quant = quant_of(b, p), p##16 = p##_quant.q ? NULL : bf16_of(b, p), p = NULL;                   \
     } while (0)
 
-static void switch_to_bf16(Model *m, const Bf16Map *b) {
+static void switch_to_twins(Model *m, const TwinMap *b) {
     for (int l = 0; l < m->cfg.num_layers; l++) {
         LayerWeights *L = &m->w.layers[l];
-        TO_BF16(b, L->w_q);
-        TO_BF16(b, L->w_k);
-        TO_BF16(b, L->w_v);
-        TO_BF16(b, L->w_o);
-        TO_BF16(b, L->w_v_current);
-        TO_BF16(b, L->w_v_delayed);
-        TO_BF16(b, L->router_down_w);
-        TO_BF16(b, L->router_fc1_w);
-        TO_BF16(b, L->router_fc2_w);
-        TO_BF16(b, L->router_out_w);
-        TO_BF16(b, L->router_w);
-        TO_BF16(b, L->expert_gate_up);
-        TO_BF16(b, L->expert_down);
+        TO_TWIN(b, L->w_q);
+        TO_TWIN(b, L->w_k);
+        TO_TWIN(b, L->w_v);
+        TO_TWIN(b, L->w_o);
+        TO_TWIN(b, L->w_v_current);
+        TO_TWIN(b, L->w_v_delayed);
+        TO_TWIN(b, L->router_down_w);
+        TO_TWIN(b, L->router_fc1_w);
+        TO_TWIN(b, L->router_fc2_w);
+        TO_TWIN(b, L->router_out_w);
+        TO_TWIN(b, L->router_w);
+        TO_TWIN(b, L->expert_gate_up);
+        TO_TWIN(b, L->expert_down);
     }
-    TO_BF16(b, m->w.embed);
-    TO_BF16(b, m->w.lm_head);
+    TO_TWIN(b, m->w.embed);
+    TO_TWIN(b, m->w.lm_head);
 }
-#undef TO_BF16
+#undef TO_TWIN
 
 void model_bf16_finish(Model *m) {
-    const Bf16Map b = {.base = m->params.data, .n = m->params.total, .arena = m->bf16};
-    switch_to_bf16(m, &b);
+    const TwinMap b = {.base = m->params.data, .n = m->params.total, .arena = m->bf16};
+    switch_to_twins(m, &b);
 }
 
 int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, const ZyQuantMatrix *tq, ZyErr *err) {
@@ -287,14 +287,14 @@ int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, co
         free(tags), free(ptrs);
         return zy_fail(err, "out of memory");
     }
-    /* a bf16 or quantized matrix is bound first to its tag, which switch_to_bf16 turns into t16[i] or tq[i]; its fp32
+    /* a bf16 or quantized matrix is bound first to its tag, which switch_to_twins turns into t16[i] or tq[i]; its fp32
      * view ends NULL */
     for (int i = 0; i < n; i++)
         ptrs[i] = model_holds_bf16(&m->params.info[i]) && ((t16 && t16[i]) || (tq && tq[i].q)) ? tags + i : t32[i];
     LayoutWalk bind = {.table = &m->params, .ptrs = ptrs};
     walk_layout(&bind, &m->cfg, &m->w);
-    const Bf16Map b = {.base = tags, .n = (size_t)n, .table = t16, .quant = tq};
-    switch_to_bf16(m, &b);
+    const TwinMap b = {.base = tags, .n = (size_t)n, .table = t16, .quant = tq};
+    switch_to_twins(m, &b);
     if (m->cfg.no_residual_scaling) bind_plain_residuals(m);
     free(tags), free(ptrs);
     return 0;
