@@ -52,9 +52,11 @@ static double read_bandwidth(ZyErr *err) {
     return (double)n * sizeof *buf / zy_median(t + 1, 5); /* the first pass warms up */
 }
 
-static int load_model(Model *m, const char *model_dir, const char *config_path, int bf16, ZyErr *err) {
+/* dtype: a ModelDtype (quantized ones need a quantized --model folder) */
+static int load_model(Model *m, const char *model_dir, const char *config_path, int dtype, ZyErr *err) {
+    const int bf16 = dtype == MODEL_DTYPE_BF16;
     if (model_dir) {
-        if (model_load_dir_as(m, model_dir, bf16, err)) return -1;
+        if (model_load_dir_as(m, model_dir, dtype, err)) return -1;
     } else {
         ZayaConfig cfg;
         if (config_load(&cfg, config_path, err) || model_create(m, &cfg, err)) return -1;
@@ -65,19 +67,27 @@ static int load_model(Model *m, const char *model_dir, const char *config_path, 
     return 0;
 }
 
+/* Bytes per weight value as m holds its matrices: 4 (f32), 2 (bf16), or for quantized ones B/8 for the code plus a
+ * scale and a bias per group (the head's format: a folder quantized as zaya quantize writes it has one format). */
+static double bytes_per_weight(const Model *m, int bf16) {
+    const ZyQuantMatrix *q = &m->w.lm_head_quant;
+    if (!q->q) return bf16 ? 2 : 4;
+    return q->bits / 8.0 + 2.0 * (double)zy_dtype_size(q->scale_dtype) / q->group_size;
+}
+
 /* Weight bytes one decoded token reads: the parameters it passes through (model_stats: every layer's projections,
- * convolutions, router and one expert, the head; for the research variants what they have instead), in the weights'
- * dtype. Decoding one token is bound by these reads. */
-static double weight_bytes_per_token(const ZayaConfig *f, int bf16) {
+ * convolutions, router and one expert, the head; for the research variants what they have instead), at `per_value`
+ * bytes each. Decoding one token is bound by these reads. */
+static double weight_bytes_per_token(const ZayaConfig *f, double per_value) {
     ModelStats st;
     ZyErr err;
     if (model_stats_of(&st, f, 1, &err)) return NAN;
-    return (double)st.active * (bf16 ? 2 : 4);
+    return (double)st.active * per_value;
 }
 
-/* Teacher-forced logits of the bf16 model against its fp32 twin over one sequence: per-position relative error
- * (median, max) and how often the most likely next token is the same. */
-static int compare_with_f32(const Model *m, const Model *m32, const int32_t *ids, int T, ZyErr *err) {
+/* Teacher-forced logits of the bf16 (or quantized: `name`) model against its fp32 twin over one sequence:
+ * per-position relative error (median, max) and how often the most likely next token is the same. */
+static int compare_with_f32(const Model *m, const Model *m32, const char *name, const int32_t *ids, int T, ZyErr *err) {
     Activations a, a32;
     if (acts_create(&a, &m->cfg, 1, T, err)) return -1;
     if (acts_create(&a32, &m->cfg, 1, T, err)) {
@@ -104,8 +114,8 @@ static int compare_with_f32(const Model *m, const Model *m32, const int32_t *ids
     }
     if (rel) {
         qsort(rel, (size_t)T, sizeof *rel, zy_cmp_double);
-        printf("bf16 vs f32  logits over %d positions: relative error median %.2e, max %.2e; same top-1 token at "
-               "%.1f%%\n", T, rel[T / 2], rel[T - 1], 100.0 * same_top1 / T);
+        printf("%-4s vs f32  logits over %d positions: relative error median %.2e, max %.2e; same top-1 token at "
+               "%.1f%%\n", name, T, rel[T / 2], rel[T - 1], 100.0 * same_top1 / T);
     }
     free(rel);
     acts_free(&a);
@@ -165,8 +175,8 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
            "tokens/s\n", new_tokens, batch, batch > 1 ? "s" : "", context, 1e3 * median,
            1e3 * lat[(int)(0.9 * (new_tokens - 1))], (double)batch * new_tokens / sum);
     printf("weights      %.1f MB of %s matrices read per step (%.1f GB/s at the median step)\n",
-           weight_bytes_per_token(&m->cfg, bf16) / 1e6, bf16 ? "bf16" : "f32",
-           weight_bytes_per_token(&m->cfg, bf16) / median / 1e9);
+           weight_bytes_per_token(&m->cfg, bf16 ? 2 : 4) / 1e6, bf16 ? "bf16" : "f32",
+           weight_bytes_per_token(&m->cfg, bf16 ? 2 : 4) / median / 1e9);
     printf("KV cache     %zu bytes per token (fp32 k and v, %d layers); %.2f MB for %d x %d tokens; GPU memory in use "
            "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, 0), m->cfg.num_layers,
            kvcache_bytes_per_token(&m->cfg, 0) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
@@ -190,15 +200,16 @@ int bench_decode(int argc, char **argv) {
         {"--context", ARG_INT, 0, &context, "prompt length prefilled first (default 128)", 0},
         {"--tokens", ARG_INT, 0, &new_tokens, "tokens decoded one at a time after it (default 128)", 0},
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads (default: all)", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 for a model stored bf16, else f32), f32 or bf16; "
-         "bf16 also reports its logits against f32 where an f32 copy fits in memory", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: a quantized folder's q8/q4, bf16 for a model stored "
+         "bf16, else f32), f32, bf16, q8 or q4 (a quantized folder read in place); bf16, q8 and q4 also report their "
+         "logits against f32 where an f32 copy fits in memory", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (bf16: bf16 products on the GPU)", 0},
         {"--batch", ARG_INT, 0, &batch, "sequences decoded together, one token each per step (default 1)", 0},
         {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
                                                  "f32 or bf16", 0},
     };
     if (args_help(argc, argv, 3, "bench decode",
-                  "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16 --device cpu|cuda "
+                  "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16|q8|q4 --device cpu|cuda "
                   "--batch B --kv-dtype auto|f32|bf16]", specs,
                   ZY_ARRAY_LEN(specs)))
         return 0;
@@ -220,7 +231,9 @@ int bench_decode(int argc, char **argv) {
     }
     /* --dtype auto with --config (random weights): f32 */
     ModelArgs ma = {.command = "bench decode", .dir = model_dir, .dtype = dtype, .device = device, .kv_dtype = kv_dtype};
-    if (model_args_dtype(&ma, &err) || model_args_device(&ma, &err) || model_args_kv_dtype(&ma, &err)) goto done;
+    if (model_args_dtype(&ma, &err) || model_args_device(&ma, &err) || model_args_kv_dtype(&ma, &err) ||
+        model_args_quant_device(&ma, &err))
+        goto done;
     if (batch <= 0 || batch > 4096) {
         zy_fail(&err, "bench decode: --batch %d: sequences decoded together, 1..4096", batch);
         goto done;
@@ -235,12 +248,16 @@ int bench_decode(int argc, char **argv) {
         rc = 0;
         goto done;
     }
-    if (load_model(&m, model_dir, config_path, ma.bf16, &err)) goto done;
+    if (load_model(&m, model_dir, config_path, ma.quant_bits ? ma.quant_bits : ma.bf16, &err)) goto done;
     have_model = 1;
+    model_args_print_quant(&ma, &m);
     const double model_mb = resident_mb();
-    /* an fp32 twin to measure the bf16 logits against, where it fits (an 8B model's would need 35 GB) */
+    const char *dtype_name = model_args_dtype_name(&ma);
+    /* an fp32 twin to measure the bf16 logits against (for quantized weights: the same values dequantized, so what
+     * differs is the kernels' arithmetic), where it fits (an 8B model's would need 35 GB) */
     const double twin_bytes = (double)params_count(&m.params, 0) * 4;
-    const int compare = ma.bf16 && twin_bytes < 0.5 * zy_available_memory_bytes(); /* loaded last: not in the peak */
+    const int reduced = ma.bf16 || ma.quant_bits;
+    const int compare = reduced && twin_bytes < 0.5 * zy_available_memory_bytes(); /* loaded last: not in the peak */
     const int total = context + new_tokens, L = m.cfg.num_layers, E = m.cfg.num_experts;
     if (kvcache_create_kv(&c, &m.cfg, batch, total, KV_DEFAULT_CHUNK, ma.kv_bf16, &err)) goto done;
     have_cache = 1;
@@ -292,9 +309,10 @@ int bench_decode(int argc, char **argv) {
     /* the peak is taken before the bandwidth probe's buffer exists; a step of several rows reads the weights once,
      * every expert some row was routed to (the standard MoE layout: gate_up [2I, D] and down [D, I] per expert) */
     const double peak = zy_peak_resident_bytes();
-    double per_step = weight_bytes_per_token(&m.cfg, ma.bf16);
+    const double per_value = bytes_per_weight(&m, ma.bf16);
+    double per_step = weight_bytes_per_token(&m.cfg, per_value);
     if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
-        const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * (ma.bf16 ? 2 : 4);
+        const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * per_value;
         per_step += ((double)experts_read / new_tokens - L) * expert;
         printf("experts      a step reads %.1f of the %d experts per layer (the distinct experts its %d rows chose)\n",
                (double)experts_read / new_tokens / L, E, batch);
@@ -305,7 +323,7 @@ int bench_decode(int argc, char **argv) {
     model_weight_bytes(&m, &mapped, &copied);
     const double kv_read = (double)kvcache_bytes_per_token(&m.cfg, ma.kv_bf16) * batch * (context + new_tokens / 2.0);
     printf("weights      %s: %.1f MB read per decoding step (%.1f GB/s at the median latency); %.0f MB resident once "
-           "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", ma.bf16 ? "bf16" : "f32",
+           "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", dtype_name,
            per_step / 1e6, per_step / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
     printf("bandwidth    %.1f GB/s memory read, measured (%d threads, median of 5 passes over 512 MB): decoding at most "
            "%.1f tokens/s from the weights alone, %.1f with the KV cache's %.1f MB a mid-run step reads; the median "
@@ -318,16 +336,16 @@ int bench_decode(int argc, char **argv) {
     if (compare) {
         if (load_model(&m32, model_dir, config_path, 0, &err)) goto done;
         have_m32 = 1;
-        if (compare_with_f32(&m, &m32, ids, total, &err)) goto done;
+        if (compare_with_f32(&m, &m32, dtype_name, ids, total, &err)) goto done;
     }
-    if (ma.bf16 && !compare)
-        printf("bf16 vs f32  not compared: an f32 copy (%.1f GB) does not fit in the %.1f GB available\n", twin_bytes / 1e9,
+    if (reduced && !compare)
+        printf("%-4s vs f32  not compared: an f32 copy (%.1f GB) does not fit in the %.1f GB available\n", dtype_name, twin_bytes / 1e9,
                zy_available_memory_bytes() / 1e9);
     printf("peak memory  %.2f GB resident at most while decoding (VmHWM: weights' file pages touched, KV cache, "
            "scratch)\n", peak / 1e9);
     printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"kv_dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
            "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"bandwidth_bytes_per_s\": %.0f, "
-           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", ma.bf16 ? "bf16" : "f32",
+           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", dtype_name,
            ma.kv_bf16 ? "bf16" : "f32", batch, (double)batch * new_tokens / sum, 1e3 * median, per_step, bandwidth,
            batch * bandwidth / per_step, peak);
     rc = 0;

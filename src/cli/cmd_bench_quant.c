@@ -32,8 +32,42 @@ static double call_seconds(const Bench *b, int kernel, int way, int bits, int ro
     return zy_now_seconds() - t0;
 }
 
+/* Many rows (prefill, eval, forward): the few-row kernel of this CPU (the process's way) against panels dequantized
+ * to fp32 for sgemm (zy_matmul_quant_panels), and bf16's own many-row path (zy_matmul_wt): where the kernels stop
+ * being the faster is ZY_QUANT_MAX_ROWS. Fastest of the calls, µs. */
+static void many_rows(const Bench *b, int max_rows) {
+    enum { MANY_REPS = 7, LINES = 5 };
+    static const char *const names[LINES] = {"bf16 (zy_matmul_wt)", "q8 kernel", "q8 panels", "q4 kernel", "q4 panels"};
+    printf("\nmany rows: fastest of %d calls, us (kernel: %s, %s)\n%-20s", MANY_REPS,
+           zy_quant_kernel_name(zy_quant_kernel_for_level()), zy_quant_way() == ZY_QUANT_INT8 ? "int8" : "widen", "rows");
+    for (int l = 0; l < LINES; l++) printf(" | %20s", names[l]);
+    printf("\n");
+    for (int rows = 4; rows <= max_rows; rows *= 2) {
+        double best[LINES];
+        for (int l = 0; l < LINES; l++) best[l] = 1e30;
+        for (int i = 0; i < MANY_REPS; i++)
+            for (int l = 0; l < LINES; l++) {
+                const int c = i % b->copies;
+                const ZyQuantMatrix *q = &b->Q[(l >= 3 ? b->copies : 0) + c];
+                const double t0 = zy_now_seconds();
+                if (l == 0)
+                    zy_matmul_wt(rows, b->out, b->in, b->X, b->in, (ZyWeights){.bf16 = b->W16 + (size_t)c * b->out * b->in},
+                                 b->Y, b->out);
+                else if (l % 2)
+                    zy_matmul_quant(-1, -1, rows, b->X, b->in, q, b->Y, b->out);
+                else
+                    zy_matmul_quant_panels(rows, b->out, b->in, b->X, b->in, q, b->Y, b->out);
+                const double t = zy_now_seconds() - t0;
+                if (t < best[l]) best[l] = t;
+            }
+        printf("%-20d", rows);
+        for (int l = 0; l < LINES; l++) printf(" | %20.0f", best[l] * 1e6);
+        printf("\n");
+    }
+}
+
 int bench_quant(int argc, char **argv) {
-    int out = 4096, in = 2048, G = 64;
+    int out = 4096, in = 2048, G = 64, many = 0;
     for (int i = 3; i < argc; i++) {
         char tail;
         if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc) {
@@ -43,10 +77,17 @@ int bench_quant(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--group-size") == 0 && i + 1 < argc) {
             G = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--many") == 0 && i + 1 < argc) {
+            many = atoi(argv[++i]);
+            if (many < 4 || many > 4096) {
+                fprintf(stderr, "zaya: bench quant: --many %s: the most rows timed, 4..4096\n", argv[i]);
+                return 1;
+            }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: zaya bench quant [--weights OUTxIN] [--group-size 32|64|128]\n"
+            printf("usage: zaya bench quant [--weights OUTxIN] [--group-size 32|64|128] [--many ROWS]\n"
                    "  a layer's weight [OUT, IN] (default 4096x2048: a ZAYA1-8B expert's gate_up) applied to 1..8 rows:\n"
-                   "  the bf16 kernel and every quantized kernel this CPU runs (both ways, 8 and 4 bits), side by side\n");
+                   "  the bf16 kernel and every quantized kernel this CPU runs (both ways, 8 and 4 bits), side by side;\n"
+                   "  --many: then 4, 8, ... ROWS rows, the few-row kernel against dequantized panels + sgemm\n");
             return 0;
         } else {
             fprintf(stderr, "zaya: bench quant: unknown or incomplete option \"%s\"\n", argv[i]);
@@ -61,7 +102,8 @@ int bench_quant(int argc, char **argv) {
     /* enough copies that the smallest (4-bit) set is well past the last-level cache */
     const size_t n = (size_t)out * in, q4_bytes = n / 2 + (size_t)out * (in / G) * 4;
     const int copies = (int)(1 + (96u << 20) / q4_bytes);
-    float *w = malloc(sizeof(float) * in), *X = malloc(sizeof(float) * MAX_ROWS * in), *Y = malloc(sizeof(float) * MAX_ROWS * out);
+    const int x_rows = many > MAX_ROWS ? many : MAX_ROWS;
+    float *w = malloc(sizeof(float) * in), *X = malloc(sizeof(float) * x_rows * in), *Y = malloc(sizeof(float) * x_rows * out);
     uint16_t *W16 = malloc(sizeof(uint16_t) * n * copies);
     ZyQuantMatrix *Q = calloc((size_t)2 * copies, sizeof *Q);
     uint32_t *codes = malloc(n * copies * 3 / 2); /* 8-bit then 4-bit codes */
@@ -74,7 +116,7 @@ int bench_quant(int argc, char **argv) {
     }
     ZyRng rng;
     zy_rng_seed(&rng, 1);
-    for (size_t i = 0; i < (size_t)MAX_ROWS * in; i++) X[i] = (float)zy_rng_normal(&rng);
+    for (size_t i = 0; i < (size_t)x_rows * in; i++) X[i] = (float)zy_rng_normal(&rng);
     const int groups = in / G;
     for (int c = 0; c < copies; c++)
         for (int bi = 0; bi < 2; bi++) {
@@ -138,6 +180,7 @@ int bench_quant(int argc, char **argv) {
         printf("\n");
     }
     printf("(us, GB/s, x: the median call, x its speed against bf16's median; best: GB/s of the fastest call)\n");
+    if (many) many_rows(&b, many);
     free(w), free(X), free(Y), free(W16), free(Q), free(codes), free(sb), free(fs);
     return 0;
 }

@@ -45,14 +45,14 @@ int cmd_eval(int argc, char **argv) {
         {"--max-tokens", ARG_U64, 0, &max_tokens, "held-out predictions at most (default: all)", 0},
         {"--seq-len", ARG_INT, 0, &seq_len, "held-out window length (default: min(1024, max positions))", 0},
         {"--json", ARG_STRING, 0, &json_out, "also write the results as JSON", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default) or bf16 (matrices rounded to bf16, read as bf16 when decoding; on a GPU: bf16 products)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default), bf16 (matrices rounded to bf16, read as bf16 when decoding; on a GPU: bf16 products), q8 or q4 (a quantized folder read in place), or auto (the folder's)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (args_help(argc, argv, 2, "eval",
                   "--model DIR [--tokenizer T --task FILE.jsonl ...] [--limit N] "
                   "[--shards DIR [--split val] | --tokens TOK.npy] [--max-tokens N] [--seq-len T] [--json OUT] "
-                  "[--dtype f32|bf16] [--device cpu|cuda|cuda:N]",
+                  "[--dtype f32|bf16|q8|q4|auto] [--device cpu|cuda|cuda:N]",
                   specs, n))
         return 0;
     ZyErr err = {{0}};
@@ -93,10 +93,7 @@ int cmd_eval(int argc, char **argv) {
         goto fail;
     }
     ModelArgs ma = {.command = "eval", .dir = model_dir, .dtype = dtype, .device = device};
-    /* --dtype f32 or bf16: no auto here */
-    if ((ma.bf16 = model_parse_dtype(dtype, "eval: --dtype", &err)) < 0 || model_args_device(&ma, &err) ||
-        model_args_load(&ma, &m, &err))
-        goto fail;
+    if (model_args_dtype(&ma, &err) || model_args_device(&ma, &err) || model_args_load(&ma, &m, &err)) goto fail;
     have_model = 1;
     if (ma.gpu) {
         if (gpu_eval_runner_create(&gr, &gpu_run, &m, ma.gpu_index, ma.bf16, &err)) goto fail;
@@ -105,6 +102,7 @@ int cmd_eval(int argc, char **argv) {
     } else if (ma.bf16) {
         fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32)\n");
     }
+    model_args_print_quant(&ma, &m);
     if (tok_path) {
         if (model_args_tokenizer(&ma, tok_path, &m, &tok, &err)) goto fail;
     }
@@ -151,7 +149,7 @@ int cmd_eval(int argc, char **argv) {
     eval_print_table(stdout, results, n_tasks, held_name, loss, n_scored);
     eval_print_routing(stdout, routes_ptr);
     if (json_out && eval_write_json(json_out, results, n_tasks, held_name, loss, n_scored, routes_ptr,
-                                    ma.bf16 ? "bf16" : "f32", &err))
+                                    model_args_dtype_name(&ma), &err))
         goto fail;
     rc = 0;
 fail:

@@ -129,8 +129,9 @@ int cmd_generate(int argc, char **argv) {
         {"--top-p", ARG_FLOAT, 0, &top_p, "nucleus sampling mass, 1 = off (default: generation_config.json, else 0.95)", 0},
         {"--seed", ARG_U64, 0, &seed, "sampling seed (default 0)", 0},
         {"--ids", ARG_SWITCH, 0, &ids_mode, "token ids in and out, no tokenizer (no bos is added)", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 if the model stores bf16 matrices, else f32), f32, or bf16 "
-                                           "(matrices in bf16, read in place from the mapped files when stored bf16)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: a quantized folder's q8/q4, bf16 if the model stores bf16 matrices, else f32), f32, bf16 "
+                                           "(matrices in bf16, read in place from the mapped files when stored bf16), or q8/q4 "
+                                           "(a quantized folder's codes read in place)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (on a GPU, --dtype bf16 = bf16 products)", 0},
         {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
                                                  "f32 or bf16 (as zaya serve's)", 0},
@@ -138,7 +139,7 @@ int cmd_generate(int argc, char **argv) {
     const int n = ZY_ARRAY_LEN(specs);
     if (args_help(argc, argv, 2, "generate",
                   "--model DIR (--tokenizer T | --ids) (--prompt TEXT | --messages FILE.json) [--max-tokens N] [--temperature t] "
-                  "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16] [--kv-dtype auto|f32|bf16] [--device cpu|cuda]",
+                  "[--top-k k] [--top-p p] [--seed s] [--dtype auto|f32|bf16|q8|q4] [--kv-dtype auto|f32|bf16] [--device cpu|cuda]",
                   specs, n))
         return 0;
     ZyErr err = {{0}};
@@ -191,6 +192,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "weights           bf16 (matrices in bf16; vectors, activations and sums in fp32): %.1f MB used in "
                         "place from the mapped files, %.1f MB copied\n", mapped / 1e6, copied / 1e6);
     }
+    model_args_print_quant(&ma, &m);
     EvalTokenizer et = {0};
     if (!ids_mode) {
         if (model_args_tokenizer(&ma, tok_path, &m, &tok, &err)) goto fail;

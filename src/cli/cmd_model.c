@@ -139,16 +139,19 @@ done:
 
 int cmd_forward(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_path = NULL, *logits_out = NULL, *grads_out = NULL, *device = "cpu";
+    const char *dtype = "f32";
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + model.safetensors)", 0},
         {"--tokens", ARG_STRING, 1, &tokens_path, "token ids, .npy int32/int64 [B, T]", 0},
         {"--logits-out", ARG_STRING, 0, &logits_out, "write float32 logits [B, T, V] as .npy", 0},
-        {"--grads-out", ARG_STRING, 0, &grads_out, "write float32 gradients + routing as .safetensors", 0},
+        {"--grads-out", ARG_STRING, 0, &grads_out, "write float32 gradients + routing as .safetensors (--dtype f32)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (fp32 on the GPU, no TF32)", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: f32 (default), bf16, q8 or q4 (a quantized folder read in place), "
+                                           "or auto (the folder's); all but f32 without gradients", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (args_help(argc, argv, 2, "forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors] [--device cuda]",
-                  specs, n))
+    if (args_help(argc, argv, 2, "forward", "--model DIR --tokens TOK.npy [--logits-out L.npy] [--grads-out G.safetensors] "
+                  "[--device cuda] [--dtype f32|bf16|q8|q4|auto]", specs, n))
         return 0;
     ZyErr err = {{0}};
     Model m;
@@ -157,9 +160,14 @@ int cmd_forward(int argc, char **argv) {
     int ndim, rc = 1, have_model = 0, have_acts = 0;
     int64_t shape[ZY_MAX_DIMS];
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "forward", &err)) goto fail;
-    /* fp32 with its gradients: no --dtype, and model_load_dir rather than model_args_load */
-    ModelArgs ma = {.command = "forward", .dir = model_dir, .device = device};
-    if (model_args_device(&ma, &err) || model_load_dir(&m, model_dir, &err)) goto fail;
+    /* fp32 keeps its gradients (--grads-out): model_load_dir rather than model_args_load */
+    ModelArgs ma = {.command = "forward", .dir = model_dir, .dtype = dtype, .device = device};
+    if (model_args_dtype(&ma, &err) || model_args_device(&ma, &err)) goto fail;
+    if (grads_out && (ma.bf16 || ma.quant_bits)) {
+        zy_fail(&err, "forward: --grads-out needs --dtype f32 (%s weights are for inference: no gradients)", dtype);
+        goto fail;
+    }
+    if (ma.bf16 || ma.quant_bits ? model_args_load(&ma, &m, &err) : model_load_dir(&m, model_dir, &err)) goto fail;
     have_model = 1;
     if (npy_read_tokens(tokens_path, &tokens, &ndim, shape, &err)) goto fail;
     if (ndim == 1) { /* a single sequence */

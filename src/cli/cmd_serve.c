@@ -107,7 +107,7 @@ int cmd_serve(int argc, char **argv) {
         {"--port", ARG_INT, 0, &port, "port (default 8080; 0 = any free port, printed at start)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (the model, the KV pool and the steps on "
                                             "the GPU; --kv-memory is then GPU memory; --dtype bf16 = bf16 products)", 0},
-        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: bf16 if the model stores bf16 matrices, else f32), f32 or bf16", 0},
+        {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: a quantized folder's q8/q4, bf16 if the model stores bf16 matrices, else f32), f32, bf16, or q8/q4 (a quantized folder's codes read in place)", 0},
         {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else "
                                                  "f32), f32 or bf16 (half the memory per token)", 0},
         {"--max-batch", ARG_INT, 0, &max_batch, "sequences decoded together (default 32)", 0},
@@ -168,6 +168,7 @@ int cmd_serve(int argc, char **argv) {
     /* the GPU's pool is fp32: --kv-dtype auto means f32 there, and bf16 is refused before the model loads */
     if (model_args_dtype(&ma, &err) || model_args_kv_dtype(&ma, &err) || model_args_load(&ma, &m, &err)) goto fail;
     have_model = 1;
+    model_args_print_quant(&ma, &m);
     if (ma.gpu && gpu_model_create(&gm, &m, ma.gpu_index, 1, 1, ma.bf16, 0, &err)) {
         zy_wrap(&err, "serve"); /* the GPU's message names --device */
         goto fail;
@@ -234,7 +235,7 @@ int cmd_serve(int argc, char **argv) {
             "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s\n"
             "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%s, %zu bytes per token: %d "
             "full-context requests at once), prefill chunk %d, step %d rows, queue %d, %d threads\n",
-            model_name, model_dir, ma.bf16 ? "bf16" : "f32", tok_path, chat ? "yes" : "none", got.max_batch,
+            model_name, model_dir, model_args_dtype_name(&ma), tok_path, chat ? "yes" : "none", got.max_batch,
             got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
             ma.kv_bf16 ? "bf16" : "f32", kvcache_bytes_per_token(&m.cfg, ma.kv_bf16), n_blocks / per_seq, got.prefill_chunk,
             got.step_tokens, got.max_queue,

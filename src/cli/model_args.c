@@ -10,9 +10,11 @@
 int model_args_dtype(ModelArgs *a, ZyErr *err) {
     char flag[64];
     snprintf(flag, sizeof flag, "%s: --dtype", a->command);
-    a->bf16 = a->dir ? model_resolve_dtype(a->dtype, flag, a->dir, err)
-                     : model_parse_dtype(strcmp(a->dtype, "auto") ? a->dtype : "f32", flag, err);
-    return a->bf16 < 0 ? -1 : 0;
+    const int d = a->dir ? model_resolve_dtype(a->dtype, flag, a->dir, err)
+                         : model_parse_dtype(strcmp(a->dtype, "auto") ? a->dtype : "f32", flag, err);
+    a->bf16 = d == MODEL_DTYPE_BF16;
+    a->quant_bits = d == MODEL_DTYPE_Q8 || d == MODEL_DTYPE_Q4 ? d : 0;
+    return d < 0 ? -1 : 0;
 }
 
 int model_args_device(ModelArgs *a, ZyErr *err) {
@@ -27,10 +29,33 @@ int model_args_kv_dtype(ModelArgs *a, ZyErr *err) {
     return a->kv_bf16 < 0 ? -1 : 0;
 }
 
+int model_args_quant_device(const ModelArgs *a, ZyErr *err) {
+    if (a->gpu && a->quant_bits)
+        return zy_fail(err, "%s: --device %s: quantized weights (--dtype q%d, %s) run on the CPU only for now "
+                       "(--device cpu; or --dtype f32 to load them dequantized)", a->command, a->device, a->quant_bits,
+                       a->dir);
+    return 0;
+}
+
 int model_args_load(const ModelArgs *a, Model *m, ZyErr *err) {
-    if (model_load_dir_as(m, a->dir, a->gpu ? 0 : a->bf16, err)) return -1;
+    if (model_args_quant_device(a, err)) return -1;
+    if (model_load_dir_as(m, a->dir, a->gpu ? 0 : a->quant_bits ? a->quant_bits : a->bf16, err)) return -1;
     model_drop_grads(m); /* inference: no backward */
     return 0;
+}
+
+const char *model_args_dtype_name(const ModelArgs *a) {
+    return a->quant_bits == 8 ? "q8" : a->quant_bits == 4 ? "q4" : a->bf16 ? "bf16" : "f32";
+}
+
+void model_args_print_quant(const ModelArgs *a, const Model *m) {
+    if (!a->quant_bits) return;
+    size_t mapped, copied;
+    model_weight_bytes(m, &mapped, &copied);
+    fprintf(stderr, "weights           q%d (%d-bit codes read in place from the mapped files, groups of %d): %.1f MB "
+            "mapped, %.1f MB copied\n", a->quant_bits, a->quant_bits, m->cfg.quant_group_size, mapped / 1e6, copied / 1e6);
+    fprintf(stderr, "quant kernels     %s, %s; more than %d rows: panels dequantized to fp32 for sgemm\n",
+            zy_quant_kernel_name(zy_quant_kernel_for_level()), zy_quant_way_describe(zy_quant_way()), ZY_QUANT_MAX_ROWS);
 }
 
 int model_args_tokenizer(const ModelArgs *a, const char *path, const Model *m, Tokenizer **tok, ZyErr *err) {

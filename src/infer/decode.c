@@ -461,10 +461,7 @@ static void decode_rows(const Model *m, KVPool *p, const Step *st, int32_t *rout
     const Weights *w = &m->w;
     DecodeScratch *s = &p->s;
     const int N = st->N, D = f->hidden_size;
-    if (w->embed16)
-        embed_forward_bf16(s->x, w->embed16, s->tokens, w->in_bias, w->in_scale, N, D);
-    else
-        embed_forward(s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
+    model_embed(w, s->x, s->tokens, N, D);
     const float *r_prev = NULL;
     /* residual merges fused with the RMSNorm reading their output, as in model_forward */
     rmsnorm_forward(s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);

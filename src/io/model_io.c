@@ -341,15 +341,22 @@ static void round_conv_kernels(const Model *m, MappedWeights *mw) {
     }
 }
 
-int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err) {
+int model_load_dir_as(Model *m, const char *dir, int dtype, ZyErr *err) {
     char path[4096];
     ZayaConfig cfg;
     if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&cfg, path, err)) return -1;
+    const int bf16 = dtype == MODEL_DTYPE_BF16, bits = dtype == MODEL_DTYPE_Q8 || dtype == MODEL_DTYPE_Q4 ? dtype : 0;
+    if (bits && !cfg.quant_bits)
+        return zy_fail(err, "%s is not quantized (its config.json has no \"quantization\"): --dtype q%d reads a folder "
+                       "that zaya quantize wrote (zaya quantize --model %s --out QDIR --bits %d)", dir, bits, dir, bits);
     if (cfg.quant_bits) { /* a quantized folder (io/quant_io.c) */
         if (bf16)
-            return zy_fail(err, "%s: %d-bit quantized weights: they do not load as bf16 (--dtype f32 reads them "
-                           "dequantized)", dir, cfg.quant_bits);
-        return quant_load_dequantized(m, dir, err);
+            return zy_fail(err, "%s: %d-bit quantized weights: they do not load as bf16 (--dtype q%d or auto reads "
+                           "them in place, f32 dequantized)", dir, cfg.quant_bits, cfg.quant_bits);
+        if (bits && bits != cfg.quant_bits)
+            return zy_fail(err, "%s holds %d-bit quantized weights, not %d-bit ones (--dtype q%d or auto)", dir,
+                           cfg.quant_bits, bits, cfg.quant_bits);
+        return quant_load(m, dir, bits != 0, err);
     }
     if (!bf16) {
         if (model_create(m, &cfg, err)) return -1;
@@ -371,7 +378,7 @@ int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err) {
         return -1;
     }
     round_conv_kernels(m, mw);
-    if (model_bind_views(m, mw->t32, mw->t16, err)) {
+    if (model_bind_views(m, mw->t32, mw->t16, NULL, err)) {
         model_free(m);
         return -1;
     }
@@ -418,7 +425,17 @@ int model_dir_bf16_share(const char *dir, double *share, ZyErr *err) {
 }
 
 int model_resolve_dtype(const char *s, const char *flag, const char *dir, ZyErr *err) {
-    if (strcmp(s, "auto") != 0) return model_parse_dtype(s, flag, err);
+    if (strcmp(s, "q8") == 0) return MODEL_DTYPE_Q8;
+    if (strcmp(s, "q4") == 0) return MODEL_DTYPE_Q4;
+    if (strcmp(s, "auto") != 0) {
+        ZyErr ignored;
+        const int d = model_parse_dtype(s, flag, &ignored);
+        return d >= 0 ? d : zy_fail(err, "%s: unknown data type \"%s\" (f32, bf16, q8, q4 or auto)", flag, s);
+    }
+    char path[4096];
+    ZayaConfig cfg;
+    if (zy_path_join(path, sizeof path, dir, "config.json", err) || config_load(&cfg, path, err)) return -1;
+    if (cfg.quant_bits) return cfg.quant_bits; /* MODEL_DTYPE_Q8 or Q4: a quantized folder is read as it is */
     double share;
     if (model_dir_bf16_share(dir, &share, err)) return -1;
     return share == 1.0;
@@ -426,6 +443,7 @@ int model_resolve_dtype(const char *s, const char *flag, const char *dir, ZyErr 
 
 void model_weight_bytes(const Model *m, size_t *mapped, size_t *copied) {
     *mapped = *copied = 0;
+    if (quant_weight_bytes(m, mapped, copied)) return;
     const MappedWeights *mw = m->owner_free == mapped_free ? m->owner : NULL;
     for (int i = 0; mw && i < m->params.count; i++) {
         const ParamInfo *p = &m->params.info[i];

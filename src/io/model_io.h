@@ -14,12 +14,15 @@ int model_load_dir(Model *m, const char *dir, ZyErr *err);
  * copy: resident memory is the file pages a run touches, backed by the page cache); a matrix stored F32/F16 gets its
  * own bf16 copy; vectors and the convolution kernels are fp32 copies (small). Inference only: no gradients, no
  * optimizer (training from a bf16 release loads fp32 master weights with model_load_dir). */
-int model_load_dir_as(Model *m, const char *dir, int bf16, ZyErr *err);
+/* dtype is a ModelDtype (0 and 1: f32 and bf16, as above). A quantized folder (config.json "quantization") loads
+ * with MODEL_DTYPE_Q8 or Q4 matching its bits (its codes read in place: quant_load) or f32 (dequantized); bf16 on it,
+ * or q8/q4 on a folder that is not quantized (or holds the other bits), is an error naming the folder. */
+int model_load_dir_as(Model *m, const char *dir, int dtype, ZyErr *err);
 /* The share (0..1, by element count) of the matrices bf16 inference holds in bf16 that DIR stores as BF16: 1 for
  * a bf16 release (`--dtype auto` then runs it in bf16). Reads only the headers. */
 int model_dir_bf16_share(const char *dir, double *share, ZyErr *err);
-/* A --dtype value: f32/bf16 as model_parse_dtype, or "auto": bf16 when every matrix DIR stores is BF16 (a bf16
- * release stays bf16), else f32. 0 = f32, 1 = bf16, -1 with an error. */
+/* A --dtype value as a ModelDtype: f32/bf16 as model_parse_dtype, "q8"/"q4", or "auto": a quantized folder's bits,
+ * else bf16 when every matrix DIR stores is BF16 (a bf16 release stays bf16), else f32; -1 with an error. */
 int model_resolve_dtype(const char *s, const char *flag, const char *dir, ZyErr *err);
 /* Where m's weights are: bytes used in place in the mapped shards, and bytes of copies (fp32 vectors, bf16 copies
  * of matrices stored otherwise; for a model not loaded mapped, its arenas). */

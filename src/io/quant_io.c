@@ -422,7 +422,40 @@ static int check_quantized(const ParamInfo *p, const char *base, int bits, int g
     return 0;
 }
 
-int quant_load_dequantized(Model *m, const char *dir, ZyErr *err) {
+/* A quantized folder read in place (quant_load with in_place): the files stay mapped (the codes, scales and biases
+ * are read where they lie) and the tensors left unquantized get fp32 copies; freed by model_free. */
+typedef struct {
+    StFile *st;
+    int n_st;
+    float **t32;       /* [count] fp32 copies (NULL for a quantized matrix) */
+    ZyQuantMatrix *tq; /* [count] the quantized matrices' views (codes NULL for the others) */
+    int count;
+} QuantViews;
+
+static void quant_views_free(void *p) {
+    QuantViews *v = p;
+    if (!v) return;
+    for (int f = 0; f < v->n_st; f++) st_close(&v->st[f]);
+    for (int i = 0; v->t32 && i < v->count; i++) zy_free(v->t32[i]);
+    free(v->st), free(v->t32), free(v->tq), free(v);
+}
+
+int quant_weight_bytes(const Model *m, size_t *mapped, size_t *copied) {
+    const QuantViews *v = m->owner_free == quant_views_free ? m->owner : NULL;
+    if (!v) return 0;
+    *mapped = *copied = 0;
+    for (int i = 0; i < v->count; i++) {
+        const ZyQuantMatrix *q = &v->tq[i];
+        const size_t groups = (size_t)q->rows * (size_t)(q->q ? q->cols / q->group_size : 0);
+        if (q->q)
+            *mapped += (size_t)q->rows * zy_quant_row_words(q->cols, q->bits) * 4 + 2 * groups * zy_dtype_size(q->scale_dtype);
+        else
+            *copied += m->params.info[i].numel * sizeof(float);
+    }
+    return 1;
+}
+
+int quant_load(Model *m, const char *dir, int in_place, ZyErr *err) {
     ZayaConfig cfg;
     char path[4096];
     if (load_config(dir, &cfg, err)) return -1;
@@ -439,9 +472,23 @@ int quant_load_dequantized(Model *m, const char *dir, ZyErr *err) {
     if (!qcfg) qcfg = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     char **files;
     int n_files, rc;
-    if (model_create(m, &cfg, err)) {
+    QuantViews *views = NULL;
+    if ((in_place ? model_create_views : model_create)(m, &cfg, err)) {
         cJSON_Delete(root);
         return -1;
+    }
+    if (in_place) {
+        views = calloc(1, sizeof *views);
+        if (views) views->count = m->params.count;
+        if (views) views->t32 = calloc((size_t)m->params.count, sizeof *views->t32);
+        if (views) views->tq = calloc((size_t)m->params.count, sizeof *views->tq);
+        if (!views || !views->t32 || !views->tq) {
+            quant_views_free(views);
+            cJSON_Delete(root);
+            model_free(m);
+            return zy_fail(err, "out of memory");
+        }
+        m->owner = views, m->owner_free = quant_views_free; /* model_free closes the files */
     }
     if ((rc = model_weight_files(dir, &files, &n_files, err)) == 0) {
         StFile *st = calloc((size_t)n_files, sizeof *st);
@@ -460,7 +507,7 @@ int quant_load_dequantized(Model *m, const char *dir, ZyErr *err) {
             const StFile *f;
             int bits, group_size;
             module_format(qcfg, base, &cfg, &bits, &group_size);
-            float *dst = m->params.data + p->offset;
+            float *dst = in_place ? NULL : m->params.data + p->offset;
             if (quant_holds(p) && find_in(st, opened, sname, &f)) {
                 ZyQuantMatrix qm;
                 if (bits == 0) bits = cfg.quant_bits, group_size = cfg.quant_group_size; /* scales say it is */
@@ -468,8 +515,11 @@ int quant_load_dequantized(Model *m, const char *dir, ZyErr *err) {
                     zy_wrap(err, "%s", dir);
                     break;
                 }
+                if (in_place)
+                    views->tq[i] = qm;
+                else
 #pragma omp parallel for schedule(static)
-                for (long r = 0; r < qm.rows; r++) zy_quant_dequant_row(&qm, r, dst + (size_t)r * qm.cols);
+                    for (long r = 0; r < qm.rows; r++) zy_quant_dequant_row(&qm, r, dst + (size_t)r * qm.cols);
                 claimed += 3;
                 continue;
             }
@@ -487,6 +537,10 @@ int quant_load_dequantized(Model *m, const char *dir, ZyErr *err) {
                 rc = zy_fail(err, "%s: tensor \"%s\" is [%s] %s: unquantized it must be [%s] F32, BF16 or F16%s", f->label,
                              p->name, got, zy_dtype_name(e->dtype), want,
                              e->dtype == ZY_DT_U32 ? " (U32 codes need their .scales and .biases)" : "");
+                break;
+            }
+            if (in_place && !(dst = views->t32[i] = zy_calloc(p->numel * sizeof(float)))) {
+                rc = zy_fail(err, "out of memory for \"%s\"", p->name);
                 break;
             }
             rc = st_read_f32(f, e, dst, err);
@@ -510,11 +564,16 @@ int quant_load_dequantized(Model *m, const char *dir, ZyErr *err) {
                                      st[f].entries[e].name);
                 }
         }
+        if (views && st) { /* the views point into the mapped files: they stay open until model_free */
+            views->st = st, views->n_st = opened;
+            st = NULL, opened = 0;
+        }
         for (int f = 0; f < opened; f++) st_close(&st[f]);
         free(st);
         model_weight_files_free(files, n_files);
     }
     cJSON_Delete(root);
+    if (!rc && in_place) rc = model_bind_views(m, views->t32, NULL, views->tq, err);
     if (rc) model_free(m);
     return rc;
 }

@@ -36,10 +36,15 @@ typedef struct {
 int quant_model_dir(const char *src, const char *out, int bits, int group_size, size_t shard_bytes,
                     QuantizeReport *rep, ZyErr *err);
 
-/* Loads a quantized folder as fp32 weights (each matrix dequantized: s·q + b in fp32, the values every quantized
- * kernel multiplies by) for inference: every tensor checked against the config — the codes U32 and [..., cols·bits/32]
- * (a shorter row is a truncated weight), scales and biases of one float dtype and [..., cols/group_size] — with errors
- * naming the tensor. model_load_dir_as reads quantized folders through it. */
-int quant_load_dequantized(Model *m, const char *dir, ZyErr *err);
+/* Loads a quantized folder for inference, every tensor checked against the config — the codes U32 and [...,
+ * cols·bits/32] (a shorter row is a truncated weight), scales and biases of one float dtype and [..., cols/group_size]
+ * — with errors naming the tensor. in_place (`--dtype q8|q4`): the matrices are read where they lie in the mapped
+ * files (ZyWeights' quantized view: no dequantized copy), the tensors left unquantized are fp32 copies; else fp32
+ * weights (each matrix dequantized: s·q + b in fp32, the values every quantized kernel multiplies by: `--dtype f32`).
+ * model_load_dir_as reads quantized folders through it. */
+int quant_load(Model *m, const char *dir, int in_place, ZyErr *err);
+/* For a model quant_load read in place: 1, the bytes of its codes, scales and biases used where they lie in the
+ * mapped files, and of its fp32 copies; else 0 (not such a model). */
+int quant_weight_bytes(const Model *m, size_t *mapped, size_t *copied);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "kernels/quant.h"
 #include "util/util.h"
 
 void zy_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
@@ -38,20 +39,24 @@ void zy_matmul_f32(int rows, int out, int in, const float *X, int ldx, const flo
 #define ZY_BF16_ROW_BLOCK 4
 #define ZY_BF16_PANEL 256
 
-/* A layer's weight matrix [out, in] (row-major) as the model holds it: fp32 values, or bf16 ones (bf16 inference
- * weights: read instead of the fp32 view, which is then NULL). Either view may be NULL. Another form (group-quantized
- * weights) would be a view more here, and a case more in zy_matmul_wt and zy_weights_offset. */
+/* A layer's weight matrix [out, in] (row-major) as the model holds it: fp32 values, bf16 ones (bf16 inference
+ * weights: read instead of the fp32 view, which is then NULL), or group-quantized codes (quant.q non-NULL: a quantized
+ * folder read in place; the other views are then NULL). Any view may be absent. */
 typedef struct {
     const float *f32;
     const uint16_t *bf16;
+    ZyQuantMatrix quant;
 } ZyWeights;
 /* The matrix `elements` values into w's (the next expert's of a stack [E, out, in]): each view moved, NULL kept. */
 static inline ZyWeights zy_weights_offset(ZyWeights w, long elements) {
-    return (ZyWeights){.f32 = w.f32 ? w.f32 + elements : NULL, .bf16 = w.bf16 ? w.bf16 + elements : NULL};
+    ZyWeights o = {.f32 = w.f32 ? w.f32 + elements : NULL, .bf16 = w.bf16 ? w.bf16 + elements : NULL, .quant = w.quant};
+    if (w.quant.q) o.quant = zy_quant_rows(&w.quant, elements / w.quant.cols, w.quant.rows - elements / w.quant.cols);
+    return o;
 }
 
 /* A layer's weight applied to rows of activations: Y[rows, out] (row stride ldy) = X[rows, in] (ldx) Wᵀ, from W's
- * bf16 view where it has one (its fp32 view is then not read), else from its fp32 view (zy_matmul_f32). bf16 at
+ * quantized view where it has one (zy_matmul_quant_wt), else its bf16 view where it has one (its fp32 view is then
+ * not read), else its fp32 view (zy_matmul_f32). bf16 at
  * avx512bf16: zy_matmul_bf16_dpbf16 for any number of rows; below it, a few rows (decoding) read the bf16 values
  * directly, half the bytes of a memory-bound product, and more rows widen them in panels. */
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, ZyWeights W, float *Y, int ldy);

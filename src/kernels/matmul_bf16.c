@@ -122,6 +122,10 @@ static void matmul_dot_emulated(int rows, int out, int in, const float *X, int l
 }
 
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, ZyWeights W, float *Y, int ldy) {
+    if (W.quant.q) {
+        zy_matmul_quant_wt(rows, out, in, X, ldx, &W.quant, Y, ldy);
+        return;
+    }
     const uint16_t *W16 = W.bf16;
     if (W16 && rows > 0 && out > 0 && in > 0) {
         const ZyBf16Weights way = zy_bf16_weights();

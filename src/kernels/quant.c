@@ -104,10 +104,22 @@ ZyQuantMatrix zy_quant_rows(const ZyQuantMatrix *m, long first, long n) {
 }
 
 void zy_quant_dequant_row(const ZyQuantMatrix *m, long o, float *out) {
-    const size_t groups = (size_t)(m->cols / m->group_size);
-    for (int k = 0; k < m->cols; k++) {
-        const size_t g = (size_t)o * groups + (size_t)(k / m->group_size);
-        const float scaled = zy_quant_load(m->scale_dtype, m->scales, g) * (float)zy_quant_code(m, o, k);
-        out[k] = scaled + zy_quant_load(m->scale_dtype, m->biases, g);
+    const int G = m->group_size, groups = m->cols / G;
+    /* the codes as bytes: 8-bit ones in column order, a 4-bit pair per byte with the even column low (quant.h) */
+    const uint8_t *bytes = (const uint8_t *)(m->q + o * zy_quant_row_words(m->cols, m->bits));
+    for (int g = 0; g < groups; g++) {
+        const size_t at = (size_t)o * groups + (size_t)g;
+        const float s = zy_quant_load(m->scale_dtype, m->scales, at), b = zy_quant_load(m->scale_dtype, m->biases, at);
+        float *y = out + (size_t)g * G;
+        if (m->bits == 8) {
+            const uint8_t *c = bytes + (size_t)g * G;
+            for (int k = 0; k < G; k++) y[k] = s * (float)c[k] + b; /* a product rounded, then a sum: no FMA */
+        } else {
+            const uint8_t *c = bytes + (size_t)g * G / 2;
+            for (int k = 0; k < G / 2; k++) {
+                y[2 * k] = s * (float)(c[k] & 15) + b;
+                y[2 * k + 1] = s * (float)(c[k] >> 4) + b;
+            }
+        }
     }
 }

@@ -104,6 +104,21 @@ const char *zy_quant_way_describe(ZyQuantWay w);
  * for the activations cannot be had. */
 int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy);
 
+/* A layer's quantized weight applied to rows (zy_matmul_wt's quantized case; W->cols = in, W's first `out` rows):
+ * up to ZY_QUANT_MAX_ROWS rows (decoding: a sequence's row, an expert's handful) by the process's few-row kernel;
+ * more rows (prefill, eval, forward) by zy_matmul_quant_panels, the faster there (measured: docs/quantization.md). */
+#define ZY_QUANT_MAX_ROWS 32
+#define ZY_QUANT_PANEL 256
+void zy_matmul_quant_wt(int rows, int out, int in, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy);
+/* Y = X Wᵀ with panels of ZY_QUANT_PANEL weight rows dequantized to fp32 (zy_quant_dequant_row's values) for sgemm:
+ * the many-row product. */
+void zy_matmul_quant_panels(int rows, int out, int in, const float *X, int ldx, const ZyQuantMatrix *W, float *Y,
+                            int ldy);
+/* The embedding gathered from a quantized table: x[r] = (row tokens[r] of emb, dequantized, + bias) · scale, as
+ * embed_forward does; only the rows used are dequantized. */
+void zy_quant_embed(float *x, const ZyQuantMatrix *emb, const int32_t *tokens, const float *bias, const float *scale,
+                    int rows, int dim);
+
 /* ---- what the kernels see (quant_isa.c): the activations prepared once per call ----
  * For a block of nr <= 4 rows, with ng = in/group_size groups and nb = in/32 blocks: X the fp32 activations (row r
  * at r·ldx; for 4-bit codes a copy in the even/odd order), xsum[r·ng + g] the sum of row r's values in group g; for

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 
 #if ZY_HAVE_ISA_LEVELS
@@ -209,4 +210,43 @@ int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQua
     }
     free(scratch);
     return failed ? -1 : 0;
+}
+
+/* ---- a layer's product: few rows by the kernels, many by dequantized panels ---- */
+
+void zy_matmul_quant_panels(int rows, int out, int in, const float *X, int ldx, const ZyQuantMatrix *W, float *Y,
+                            int ldy) {
+    const int panel = out < ZY_QUANT_PANEL ? out : ZY_QUANT_PANEL;
+    float *wp = malloc((size_t)panel * in * sizeof *wp);
+    if (!wp) { /* no room for a panel: the few-row kernels take any number of rows, only slower */
+        ZyQuantMatrix m = zy_quant_rows(W, 0, out);
+        if (zy_matmul_quant(-1, -1, rows, X, ldx, &m, Y, ldy) == 0) return;
+        for (int r = 0; r < rows; r++) /* nothing could run: NaN, which the callers' non-finite checks report */
+            for (int o = 0; o < out; o++) Y[(long)r * ldy + o] = NAN;
+        return;
+    }
+    for (int o0 = 0; o0 < out; o0 += panel) {
+        const int np = out - o0 < panel ? out - o0 : panel;
+#pragma omp parallel for schedule(static) if ((long)np * in >= 65536L)
+        for (int o = 0; o < np; o++) zy_quant_dequant_row(W, o0 + o, wp + (long)o * in);
+        zy_gemm(0, 1, rows, np, in, 1, X, ldx, wp, in, 0, Y + o0, ldy);
+    }
+    free(wp);
+}
+
+void zy_matmul_quant_wt(int rows, int out, int in, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy) {
+    if (rows <= 0 || out <= 0 || in <= 0) return;
+    const ZyQuantMatrix m = zy_quant_rows(W, 0, out);
+    if (rows <= ZY_QUANT_MAX_ROWS && zy_matmul_quant(-1, -1, rows, X, ldx, &m, Y, ldy) == 0) return;
+    zy_matmul_quant_panels(rows, out, in, X, ldx, &m, Y, ldy);
+}
+
+void zy_quant_embed(float *x, const ZyQuantMatrix *emb, const int32_t *tokens, const float *bias, const float *scale,
+                    int rows, int dim) {
+#pragma omp parallel for schedule(static) if ((long)rows * dim >= 65536L)
+    for (int r = 0; r < rows; r++) {
+        float *row = x + (long)r * dim;
+        zy_quant_dequant_row(emb, tokens[r], row);
+        for (int i = 0; i < dim; i++) row[i] = (row[i] + bias[i]) * scale[i];
+    }
 }

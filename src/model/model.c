@@ -201,16 +201,23 @@ void model_free(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* Where a matrix view's bf16 twin is: a view p of [base, base + n) has it at arena + (p - base) (the bf16 arena,
- * laid out like the fp32 one) or at table[p - base] (model_bind_views: base holds one tag float per tensor). */
+/* Where a matrix view's bf16 and quantized twins are: a view p of [base, base + n) has its bf16 twin at arena + (p -
+ * base) (the bf16 arena, laid out like the fp32 one) or at table[p - base], and its quantized one at quant[p - base]
+ * (model_bind_views: base holds one tag float per tensor; a view outside [base, base + n) has neither). */
 typedef struct {
     const float *base;
+    size_t n;
     const uint16_t *arena;
     const uint16_t *const *table;
-} Bf16Map;
+    const ZyQuantMatrix *quant;
+} TwinMap;
 
-static const uint16_t *bf16_of(const Bf16Map *b, const float *p) {
+static const uint16_t *bf16_of(const TwinMap *b, const float *p) {
     return b->table ? b->table[p - b->base] : b->arena + (p - b->base);
+}
+
+static ZyQuantMatrix quant_of(const TwinMap *b, const float *p) {
+    return b->quant ? b->quant[p - b->base] : (ZyQuantMatrix){0};
 }
 
 int model_holds_bf16(const ParamInfo *p) { return p->ndim >= 2 && !strstr(p->name, "conv_qk"); }
@@ -237,41 +244,42 @@ int model_bf16_convert(Model *m, int i) {
     return 1;
 }
 
-/* Switches a weight view to its bf16 twin (tensors a variant lacks stay NULL). The list is every tensor
- * model_holds_bf16 accepts. */
-#define TO_BF16(b, p)                                                                                           \
+/* Switches a weight view to its bf16 or quantized twin (tensors a variant lacks stay NULL; a view that is no tag of
+ * b keeps its fp32 values). The list is every tensor model_holds_bf16 accepts. */
+#define TO_TWIN(b, p)                                                                                           \
     do {                                                                                                        \
-        if (p) p##16 = bf16_of(b, p), p = NULL;                                                                 \
+        if (p && p >= (b)->base && p < (b)->base + (b)->n)                                                      \
+            p##_quant = quant_of(b, p), p##16 = p##_quant.q ? NULL : bf16_of(b, p), p = NULL;                   \
     } while (0)
 
-static void switch_to_bf16(Model *m, const Bf16Map *b) {
+static void switch_to_twins(Model *m, const TwinMap *b) {
     for (int l = 0; l < m->cfg.num_layers; l++) {
         LayerWeights *L = &m->w.layers[l];
-        TO_BF16(b, L->w_q);
-        TO_BF16(b, L->w_k);
-        TO_BF16(b, L->w_v);
-        TO_BF16(b, L->w_o);
-        TO_BF16(b, L->w_v_current);
-        TO_BF16(b, L->w_v_delayed);
-        TO_BF16(b, L->router_down_w);
-        TO_BF16(b, L->router_fc1_w);
-        TO_BF16(b, L->router_fc2_w);
-        TO_BF16(b, L->router_out_w);
-        TO_BF16(b, L->router_w);
-        TO_BF16(b, L->expert_gate_up);
-        TO_BF16(b, L->expert_down);
+        TO_TWIN(b, L->w_q);
+        TO_TWIN(b, L->w_k);
+        TO_TWIN(b, L->w_v);
+        TO_TWIN(b, L->w_o);
+        TO_TWIN(b, L->w_v_current);
+        TO_TWIN(b, L->w_v_delayed);
+        TO_TWIN(b, L->router_down_w);
+        TO_TWIN(b, L->router_fc1_w);
+        TO_TWIN(b, L->router_fc2_w);
+        TO_TWIN(b, L->router_out_w);
+        TO_TWIN(b, L->router_w);
+        TO_TWIN(b, L->expert_gate_up);
+        TO_TWIN(b, L->expert_down);
     }
-    m->w.embed16 = bf16_of(b, m->w.embed), m->w.embed = NULL;
-    m->w.lm_head16 = bf16_of(b, m->w.lm_head), m->w.lm_head = NULL;
+    TO_TWIN(b, m->w.embed);
+    TO_TWIN(b, m->w.lm_head);
 }
-#undef TO_BF16
+#undef TO_TWIN
 
 void model_bf16_finish(Model *m) {
-    const Bf16Map b = {.base = m->params.data, .arena = m->bf16};
-    switch_to_bf16(m, &b);
+    const TwinMap b = {.base = m->params.data, .n = m->params.total, .arena = m->bf16};
+    switch_to_twins(m, &b);
 }
 
-int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, ZyErr *err) {
+int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, const ZyQuantMatrix *tq, ZyErr *err) {
     const int n = m->params.count;
     float *tags = calloc((size_t)n, sizeof *tags);
     float **ptrs = malloc((size_t)n * sizeof *ptrs);
@@ -279,15 +287,26 @@ int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, Zy
         free(tags), free(ptrs);
         return zy_fail(err, "out of memory");
     }
-    /* a bf16 matrix is bound first to its tag, which switch_to_bf16 turns into t16[i]; its fp32 view ends NULL */
-    for (int i = 0; i < n; i++) ptrs[i] = model_holds_bf16(&m->params.info[i]) ? tags + i : t32[i];
+    /* a bf16 or quantized matrix is bound first to its tag, which switch_to_twins turns into t16[i] or tq[i]; its fp32
+     * view ends NULL */
+    for (int i = 0; i < n; i++)
+        ptrs[i] = model_holds_bf16(&m->params.info[i]) && ((t16 && t16[i]) || (tq && tq[i].q)) ? tags + i : t32[i];
     LayoutWalk bind = {.table = &m->params, .ptrs = ptrs};
     walk_layout(&bind, &m->cfg, &m->w);
-    const Bf16Map b = {.base = tags, .table = t16};
-    switch_to_bf16(m, &b);
+    const TwinMap b = {.base = tags, .n = (size_t)n, .table = t16, .quant = tq};
+    switch_to_twins(m, &b);
     if (m->cfg.no_residual_scaling) bind_plain_residuals(m);
     free(tags), free(ptrs);
     return 0;
+}
+
+void model_embed(const Weights *w, float *x, const int32_t *tokens, int N, int D) {
+    if (w->embed_quant.q)
+        zy_quant_embed(x, &w->embed_quant, tokens, w->in_bias, w->in_scale, N, D);
+    else if (w->embed16)
+        embed_forward_bf16(x, w->embed16, tokens, w->in_bias, w->in_scale, N, D);
+    else
+        embed_forward(x, w->embed, tokens, w->in_bias, w->in_scale, N, D);
 }
 
 int model_use_bf16(Model *m, ZyErr *err) {
@@ -655,10 +674,7 @@ void model_forward(Model *m, Activations *a, const int32_t *tokens) {
     zy_gemm_ctx_weights_changed(a->gemm);
     /* x = (Emb[tokens] + b_in) ⊙ s_in */
     double *tm = a->phase_seconds;
-    if (w->embed16)
-        TIMED(tm, PHASE_NORMS, embed_forward_bf16(a->layers[0].x_in, w->embed16, a->tokens, w->in_bias, w->in_scale, N, D));
-    else
-        TIMED(tm, PHASE_NORMS, embed_forward(a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D));
+    TIMED(tm, PHASE_NORMS, model_embed(w, a->layers[0].x_in, a->tokens, N, D));
     const float *r_prev = NULL;
     /* Each residual merge runs fused with the RMSNorm that reads its output (merge_rmsnorm_forward). */
     TIMED(tm, PHASE_NORMS,

@@ -34,11 +34,16 @@ typedef struct {
     const uint16_t *w_q16, *w_k16, *w_v_current16, *w_v_delayed16, *w_o16, *w_v16;
     const uint16_t *router_down_w16, *router_fc1_w16, *router_fc2_w16, *router_out_w16, *router_w16;
     const uint16_t *expert_gate_up16, *expert_down16;
+    /* quantized weights (a quantized folder read in place: model_bind_views; the codes NULL otherwise) */
+    ZyQuantMatrix w_q_quant, w_k_quant, w_v_current_quant, w_v_delayed_quant, w_o_quant, w_v_quant;
+    ZyQuantMatrix router_down_w_quant, router_fc1_w_quant, router_fc2_w_quant, router_out_w_quant, router_w_quant;
+    ZyQuantMatrix expert_gate_up_quant, expert_down_quant;
 } LayerWeights;
 
-/* A weight matrix of LayerWeights or Weights as the products take it: its fp32 view p and its bf16 twin, the field
- * of the same name suffixed 16 (WEIGHT_VIEWS(W->w_q) = {W->w_q, W->w_q16}). */
-#define WEIGHT_VIEWS(p) ((ZyWeights){.f32 = (p), .bf16 = p##16})
+/* A weight matrix of LayerWeights or Weights as the products take it: its fp32 view p, its bf16 twin (the field of
+ * the same name suffixed 16) and its quantized one (suffixed _quant): WEIGHT_VIEWS(W->w_q) = {W->w_q, W->w_q16,
+ * W->w_q_quant}. */
+#define WEIGHT_VIEWS(p) ((ZyWeights){.f32 = (p), .bf16 = p##16, .quant = p##_quant})
 
 /* The CCA convolutions' shape (kernels.h) for B sequences of T rows of cfg's model. */
 static inline ZyConvShape model_conv_shape(const ZayaConfig *cfg, int B, int T) {
@@ -53,6 +58,7 @@ typedef struct {
     float *final_norm;             /* model.norm.weight [D] */
     float *lm_head;                /* lm_head.weight [V,D], or == embed when tied */
     const uint16_t *embed16, *lm_head16; /* bf16 weights (model_use_bf16; NULL otherwise) */
+    ZyQuantMatrix embed_quant, lm_head_quant; /* quantized weights (model_bind_views; the codes NULL otherwise) */
 } Weights;
 
 typedef struct {
@@ -76,11 +82,15 @@ int model_create(Model *m, const ZayaConfig *cfg, ZyErr *err);
 void model_free(Model *m);
 /* Inference from weights that live elsewhere (model_io's mapped load): the tensor table of cfg without any arena
  * (params.data and params.grad stay NULL, so an 8B model does not need its 35 GB fp32 arena), then
- * model_bind_views binds m->w: tensor i's fp32 values at t32[i] (vectors, convolution kernels) or, for the matrices
- * model_holds_bf16 accepts, bf16 values at t16[i] (the fp32 views stay NULL, as after model_use_bf16). Inference
- * only; m->g stays unbound. m->owner/owner_free (set by the caller) keep the memory alive until model_free. */
+ * model_bind_views binds m->w: for the matrices model_holds_bf16 accepts, quantized codes tq[i] where tq (may be
+ * NULL) has them (tq[i].q non-NULL), else bf16 values t16[i] where t16 (may be NULL) has them — the fp32 views then
+ * stay NULL, as after model_use_bf16 — and every other tensor's fp32 values at t32[i]. Inference only; m->g stays
+ * unbound. m->owner/owner_free (set by the caller) keep the memory alive until model_free. */
 int model_create_views(Model *m, const ZayaConfig *cfg, ZyErr *err);
-int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, ZyErr *err);
+int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, const ZyQuantMatrix *tq, ZyErr *err);
+/* The embedding of `tokens` from whichever view w holds (fp32, bf16, or quantized: only the rows used
+ * dequantized): x [N, D] = (E[token] + in_bias) · in_scale. */
+void model_embed(const Weights *w, float *x, const int32_t *tokens, int N, int D);
 /* The tensors bf16 inference keeps in bf16: every matrix a product reads (2+ dims, but not the convolution kernels,
  * which the convolution reads as fp32 rounded to bf16 values). */
 int model_holds_bf16(const ParamInfo *p);
@@ -98,6 +108,9 @@ int model_bf16_convert(Model *m, int i);
 void model_bf16_finish(Model *m);
 /* Inference only: frees the gradient arena (as large as the weights) and clears m->g. */
 void model_drop_grads(Model *m);
+/* The weights inference runs on (model_load_dir_as): fp32, bf16, or a quantized folder's 8- or 4-bit codes read in
+ * place (the value is the bits). */
+typedef enum { MODEL_DTYPE_F32 = 0, MODEL_DTYPE_BF16 = 1, MODEL_DTYPE_Q4 = 4, MODEL_DTYPE_Q8 = 8 } ModelDtype;
 /* Parses a --dtype value ("f32"/"fp32"/"float32" -> 0, "bf16"/"bfloat16" -> 1); -1 with an error otherwise. */
 int model_parse_dtype(const char *s, const char *flag, ZyErr *err);
 

@@ -173,7 +173,7 @@ echo '{"eos_token_id": "x"}' >"$work/model_gc/generation_config.json"
 [ $? -eq 1 ] && grep -q 'generation_config.json: eos_token_id must be an integer or a list of integers' "$work/err"
 check "generation_config.json: a bad eos_token_id is named" $? "$(cat "$work/err")"
 "$ZAYA" generate --model "$work/model" --ids --prompt "2 3" --dtype fp16 >/dev/null 2>"$work/err"
-[ $? -eq 1 ] && grep -q 'generate: --dtype: unknown data type "fp16" (f32 or bf16)' "$work/err"
+[ $? -eq 1 ] && grep -q 'generate: --dtype: unknown data type "fp16" (f32, bf16, q8, q4 or auto)' "$work/err"
 check "generate: bad --dtype named" $? "$(cat "$work/err")"
 
 # --- errors: exit 1, "zaya: <file>:<line>: <reason>" -------------------------------------------------------------

@@ -10,25 +10,28 @@
 #include "kernels/matmul.h"
 #include "model/model.h"
 #include "io/model_io.h"
+#include "io/quant_io.h"
+#include "kernels/quant.h"
 #include "test.h"
 
 typedef struct {
     int k0, k1, Hq, Hkv, dh, L, tied;
     float rot;
+    int D, I, R; /* hidden, expert and router widths (0: 24, 12, 8) */
 } Shape;
 
 static const Shape shapes[] = {
-    {2, 2, 4, 2, 8, 2, 1, 0.5f},  /* ZAYA1-like */
-    {3, 2, 4, 1, 8, 2, 0, 1.0f},  /* MQA, longer depthwise kernel */
-    {2, 3, 4, 4, 8, 3, 1, 0.5f},  /* MHA (Hkv = Hq), longer grouped kernel */
-    {3, 3, 2, 2, 8, 2, 0, 1.0f},  /* P = 4 */
-    {2, 2, 6, 3, 8, 2, 0, 0.25f}, /* odd Hkv: a value head straddles the current/delayed halves */
+    {2, 2, 4, 2, 8, 2, 1, 0.5f, 0, 0, 0},  /* ZAYA1-like */
+    {3, 2, 4, 1, 8, 2, 0, 1.0f, 0, 0, 0},  /* MQA, longer depthwise kernel */
+    {2, 3, 4, 4, 8, 3, 1, 0.5f, 0, 0, 0},  /* MHA (Hkv = Hq), longer grouped kernel */
+    {3, 3, 2, 2, 8, 2, 0, 1.0f, 0, 0, 0},  /* P = 4 */
+    {2, 2, 6, 3, 8, 2, 0, 0.25f, 0, 0, 0}, /* odd Hkv: a value head straddles the current/delayed halves */
 };
 
 static int make_model(Model *m, const Shape *s, uint64_t seed, ZyErr *err) {
-    ZayaConfig c = {.vocab_size = 61, .hidden_size = 24, .num_layers = s->L, .num_heads = s->Hq,
-                    .num_kv_heads = s->Hkv, .head_dim = s->dh, .num_experts = 3, .moe_intermediate_size = 12,
-                    .router_hidden_size = 8, .cca_time0 = s->k0, .cca_time1 = s->k1, .rms_norm_eps = 1e-5f,
+    ZayaConfig c = {.vocab_size = 61, .hidden_size = s->D ? s->D : 24, .num_layers = s->L, .num_heads = s->Hq,
+                    .num_kv_heads = s->Hkv, .head_dim = s->dh, .num_experts = 3, .moe_intermediate_size = s->I ? s->I : 12,
+                    .router_hidden_size = s->R ? s->R : 8, .cca_time0 = s->k0, .cca_time1 = s->k1, .rms_norm_eps = 1e-5f,
                     .tie_word_embeddings = s->tied, .max_position_embeddings = 64, .rope_theta = 10000.0f,
                     .partial_rotary_factor = s->rot, .initializer_range = 0.02f, .bos_token_id = 1,
                     .eos_token_id = 2, .pad_token_id = 0};
@@ -681,4 +684,182 @@ TEST(decode_pool_fork_shares_blocks_and_every_row_logits) {
         kvpool_free(&p);
         model_free(&m);
     }
+}
+
+/* ---- quantized weights read in place (--dtype q8|q4) ----
+ * Widths that groups of 32 divide (the quantized products need it); tied and untied heads. The quantized model is
+ * model_save_dir + quant_model_dir's output, loaded with MODEL_DTYPE_Q8/Q4; its reference is the same folder loaded
+ * dequantized (fp32 values s·q + b: the very values the kernels multiply by). */
+static const Shape quant_shapes[] = {
+    {2, 2, 4, 2, 8, 2, 1, 0.5f, 64, 32, 32},
+    {3, 2, 4, 1, 8, 2, 0, 1.0f, 64, 32, 32},
+};
+
+/* Logits of T tokens through the full forward of m. */
+static float *forward_logits(Model *m, const int32_t *tok, int T, int32_t *route, ZyErr *err) {
+    Activations a;
+    if (acts_create(&a, &m->cfg, 1, T, err)) return NULL;
+    model_forward(m, &a, tok);
+    float *out = malloc(sizeof(float) * T * m->cfg.vocab_size);
+    if (out) memcpy(out, a.logits, sizeof(float) * T * m->cfg.vocab_size);
+    for (int l = 0; route && l < m->cfg.num_layers; l++)
+        for (int i = 0; i < T; i++) route[(long)l * T + i] = a.layers[l].choice[i];
+    acts_free(&a);
+    return out;
+}
+
+/* For bits 8 and 4, each quant shape: decoding (one token at a time, and in pieces of 5/1/2/9/1 rows: the few-row
+ * kernels) and the full forward (T = 40 rows: more than ZY_QUANT_MAX_ROWS, so the dequantized panels) of the in-place
+ * model against the dequantized fp32 model's forward. Returns the worst relative error of decode and of the forward. */
+static void check_quant_decode(int *zy_test_failed_, double *worst_decode, double *worst_forward, int *route_mismatch) {
+    ZyErr err = {{0}};
+    char dir[64], qdir[80];
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "qdecode") == 0);
+    snprintf(qdir, sizeof qdir, "%s/q", dir);
+    *worst_decode = *worst_forward = 0, *route_mismatch = 0;
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (size_t si = 0; si < ZY_ARRAY_LEN(quant_shapes); si++) {
+            Model src, q, deq;
+            REQUIRE(make_model(&src, &quant_shapes[si], 700 + si, &err) == 0);
+            REQUIRE(model_save_dir(&src, dir, ZY_DT_F32, &err) == 0);
+            QuantizeReport rep;
+            CHECK_MSG(quant_model_dir(dir, qdir, bits, 32, 0, &rep, &err) == 0, "%s", err.msg);
+            CHECK_MSG(model_load_dir_as(&q, qdir, bits, &err) == 0, "%s", err.msg);
+            if (*zy_test_failed_) break;
+            REQUIRE(model_load_dir_as(&deq, qdir, MODEL_DTYPE_F32, &err) == 0);
+            /* in place: no arena, every matrix a quantized view, the fp32 views of matrices NULL */
+            CHECK(!q.params.data && !q.w.embed && !q.w.lm_head && q.w.embed_quant.q && q.w.lm_head_quant.q);
+            CHECK(!q.w.layers[0].expert_gate_up && q.w.layers[0].expert_gate_up_quant.bits == bits);
+            CHECK(q.w.layers[1].router_out_w_quant.q && q.w.layers[0].conv_gr_w && q.w.layers[0].input_norm);
+            CHECK((q.w.embed_quant.q == q.w.lm_head_quant.q) == !!q.cfg.tie_word_embeddings);
+            const int T = 40, V = q.cfg.vocab_size, L = q.cfg.num_layers;
+            int32_t *tok = malloc(sizeof(int32_t) * T), *ref_route = malloc(sizeof(int32_t) * L * T);
+            ZyRng rng;
+            zy_rng_seed(&rng, 51 + si);
+            for (int i = 0; i < T; i++) tok[i] = (int32_t)(zy_rng_next(&rng) % V);
+            {
+                Activations a;
+                REQUIRE(acts_create(&a, &q.cfg, 1, T, &err) == 0);
+                calibrate_skip(&deq, &a, tok); /* on the reference: its routing far from ties */
+                acts_free(&a);
+                for (int l = 0; l < L; l++)
+                    q.w.layers[l].balancing_bias[q.cfg.num_experts] = deq.w.layers[l].balancing_bias[q.cfg.num_experts];
+            }
+            float *ref = forward_logits(&deq, tok, T, ref_route, &err), *full = forward_logits(&q, tok, T, NULL, &err);
+            REQUIRE(ref && full);
+            const double ef = rel_err(full, ref, T * V);
+            if (!(ef <= *worst_forward)) *worst_forward = ef;
+            Agreement ag = {0};
+            KVCache c;
+            REQUIRE(kvcache_create(&c, &q.cfg, 1, T, &err) == 0);
+            static const int one[] = {1}, mixed[] = {5, 1, 2, 9, 1};
+            CHECK(run_pieces(&q, &c, tok, 1, T, one, 1, ref, ref_route, &ag, &err) == 0);
+            CHECK(run_pieces(&q, &c, tok, 1, T, mixed, 5, ref, ref_route, &ag, &err) == 0);
+            if (!(ag.max_err <= *worst_decode)) *worst_decode = ag.max_err;
+            *route_mismatch += ag.route_mismatch;
+            printf("    q%d shape %zu: decode vs dequantized forward rel err %.3g (%d routing mismatches), full "
+                   "forward %.3g\n", bits, si, ag.max_err, ag.route_mismatch, ef);
+            kvcache_free(&c);
+            free(ref), free(full), free(tok), free(ref_route);
+            model_free(&src), model_free(&q), model_free(&deq);
+        }
+    zy_test_rmtree(dir);
+}
+
+/* The widen way (codes widened to fp32, fp32 activations) computes the dequantized model's products in another
+ * summation order only: decoding and the full forward match it as tightly as fp32 decoding matches fp32. */
+TEST(decode_quantized_widen_matches_dequantized_forward) {
+    ZyErr err = {{0}};
+    const ZyQuantWay was = zy_quant_way();
+    REQUIRE(zy_quant_way_set("widen", &err) == 0);
+    double dec = 1, fwd = 1;
+    int mismatch = -1;
+    check_quant_decode(zy_test_failed_, &dec, &fwd, &mismatch);
+    CHECK_MSG(dec <= 1e-5 && fwd <= 1e-5, "decode %.3g, forward %.3g", dec, fwd);
+    CHECK(mismatch == 0);
+    CHECK(zy_quant_way_set(was == ZY_QUANT_WIDEN ? "widen" : "int8", &err) == 0);
+}
+
+/* The int8 way (the default) rounds each row's activations to int8 per block of 32 before the few-row products, row
+ * by row, so the full forward of 24 rows (every product few-row: at most ZY_QUANT_MAX_ROWS rows) rounds the same
+ * values as decoding; what differs is fp32 summation order upstream (attention, convolutions), which can move an
+ * activation across an int8 rounding boundary: one quantum d = max|x|/127 of one value, weighed by a code's
+ * |q - 2^(B-1)|·s. In these 64-wide rows one quantum is up to ~1% of a row's norm, so one such flip moves a position's
+ * logits by about that much (measured worst 0.94% over 192 positions). Bound: 3e-2 relative, a few flips, against
+ * errors of 0.1-0.5 had the rounding differed between the paths (decoding int8 against the unrounded dequantized
+ * forward measured that), and the same routing. (The widen way above matches at 1e-5.) */
+TEST(decode_quantized_int8_matches_full_forward) {
+    ZyErr err = {{0}};
+    const ZyQuantWay was = zy_quant_way();
+    REQUIRE(zy_quant_way_set("int8", &err) == 0);
+    char dir[64], qdir[80];
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "qint8") == 0);
+    snprintf(qdir, sizeof qdir, "%s/q", dir);
+    Agreement ag = {0};
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (size_t si = 0; si < ZY_ARRAY_LEN(quant_shapes); si++) {
+            Model src, q;
+            QuantizeReport rep;
+            REQUIRE(make_model(&src, &quant_shapes[si], 800 + si, &err) == 0);
+            REQUIRE(model_save_dir(&src, dir, ZY_DT_F32, &err) == 0);
+            REQUIRE(quant_model_dir(dir, qdir, bits, 32, 0, &rep, &err) == 0);
+            REQUIRE(model_load_dir_as(&q, qdir, bits, &err) == 0);
+            const int T = 24, V = q.cfg.vocab_size, L = q.cfg.num_layers;
+            int32_t tok[24], ref_route[3 * 24];
+            ZyRng rng;
+            zy_rng_seed(&rng, 61 + si);
+            for (int i = 0; i < T; i++) tok[i] = (int32_t)(zy_rng_next(&rng) % V);
+            Activations a;
+            REQUIRE(acts_create(&a, &q.cfg, 1, T, &err) == 0);
+            calibrate_skip(&q, &a, tok);
+            acts_free(&a);
+            float *ref = forward_logits(&q, tok, T, ref_route, &err);
+            REQUIRE(ref && L <= 3);
+            KVCache c;
+            REQUIRE(kvcache_create(&c, &q.cfg, 1, T, &err) == 0);
+            static const int one[] = {1}, mixed[] = {5, 1, 2, 9, 1};
+            CHECK(run_pieces(&q, &c, tok, 1, T, one, 1, ref, ref_route, &ag, &err) == 0);
+            CHECK(run_pieces(&q, &c, tok, 1, T, mixed, 5, ref, ref_route, &ag, &err) == 0);
+            kvcache_free(&c);
+            free(ref);
+            model_free(&src), model_free(&q);
+        }
+    printf("    int8 way: decode vs full forward of the quantized model: %d positions, max rel err %.3g, %d routing "
+           "mismatches\n", ag.positions, ag.max_err, ag.route_mismatch);
+    CHECK_MSG(ag.max_err <= 3e-2, "max rel err %.3g", ag.max_err);
+    CHECK(ag.route_mismatch == 0);
+    CHECK(zy_quant_way_set(was == ZY_QUANT_WIDEN ? "widen" : "int8", &err) == 0);
+    zy_test_rmtree(dir);
+}
+
+/* --dtype's quantized values and their refusals: q8/q4 parse, auto picks a quantized folder's bits, q8 on an
+ * unquantized folder (or on a 4-bit one) and bf16 on a quantized one are errors naming the folder. */
+TEST(quantized_dtype_resolves_and_refuses) {
+    ZyErr err = {{0}};
+    char dir[64], qdir[80];
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "qdtype") == 0);
+    snprintf(qdir, sizeof qdir, "%s/q4", dir);
+    Model src, m;
+    REQUIRE(make_model(&src, &quant_shapes[0], 9, &err) == 0);
+    REQUIRE(model_save_dir(&src, dir, ZY_DT_F32, &err) == 0);
+    QuantizeReport rep;
+    REQUIRE(quant_model_dir(dir, qdir, 4, 32, 0, &rep, &err) == 0);
+    CHECK(model_resolve_dtype("q8", "--dtype", dir, &err) == MODEL_DTYPE_Q8);
+    CHECK(model_resolve_dtype("q4", "--dtype", dir, &err) == MODEL_DTYPE_Q4);
+    CHECK(model_resolve_dtype("auto", "--dtype", qdir, &err) == MODEL_DTYPE_Q4);
+    CHECK(model_resolve_dtype("auto", "--dtype", dir, &err) == MODEL_DTYPE_F32);
+    CHECK(model_resolve_dtype("q5", "--dtype", dir, &err) == -1 && strstr(err.msg, "\"q5\"") && strstr(err.msg, "q4"));
+    CHECK_MSG(model_load_dir_as(&m, dir, MODEL_DTYPE_Q8, &err) == -1 && strstr(err.msg, dir) &&
+                  strstr(err.msg, "is not quantized") && strstr(err.msg, "zaya quantize"), "%s", err.msg);
+    CHECK_MSG(model_load_dir_as(&m, qdir, MODEL_DTYPE_Q8, &err) == -1 && strstr(err.msg, "holds 4-bit"), "%s", err.msg);
+    CHECK_MSG(model_load_dir_as(&m, qdir, MODEL_DTYPE_BF16, &err) == -1 && strstr(err.msg, "do not load as bf16"),
+              "%s", err.msg);
+    REQUIRE(model_load_dir_as(&m, qdir, MODEL_DTYPE_Q4, &err) == 0);
+    size_t mapped, copied;
+    model_weight_bytes(&m, &mapped, &copied);
+    /* the codes (4 bits), scales and biases (F32 here: the source was fp32) of every matrix, mapped */
+    CHECK_MSG(mapped > 0 && (double)mapped == rep.quant_bytes, "mapped %zu, quantized tensors %.0f", mapped, rep.quant_bytes);
+    model_free(&m);
+    model_free(&src);
+    zy_test_rmtree(dir);
 }
