@@ -433,6 +433,7 @@ static int push(const JsonGrammar *g, JgState *s, int node) {
 
 void jg_start(const JsonGrammar *g, JgState *s) {
     s->depth = 0;
+    s->space = 0;
     push(g, s, g->root);
 }
 
@@ -590,14 +591,14 @@ static int frame_step(const JsonGrammar *g, JgState *s, uint8_t c) {
             return CONSUMED;
         case O_OPEN:
         case O_COMMA:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c == ']' && f->phase == O_OPEN && n->min_items == 0) return pop_consumed(s);
             if (f->count >= (uint32_t)n->max_items) return REJECT;
             f->phase = O_AFTER;
             f->count++;
             return push(g, s, n->items);
         case O_AFTER:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c == ',' && f->count < (uint32_t)n->max_items) {
                 f->phase = O_COMMA;
                 return CONSUMED;
@@ -614,22 +615,22 @@ static int frame_step(const JsonGrammar *g, JgState *s, uint8_t c) {
             return CONSUMED;
         case O_OPEN:
         case O_COMMA:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c == '}' && f->phase == O_OPEN) return pop_consumed(s);
             if (c != '"') return REJECT;
             f->phase = O_COLON;
             return push(g, s, N_STRING);
         case O_COLON:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c != ':') return REJECT;
             f->phase = O_VALUE;
             return CONSUMED;
         case O_VALUE:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             f->phase = O_AFTER;
             return push(g, s, N_ANY);
         case O_AFTER:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c == ',') {
                 f->phase = O_COMMA;
                 return CONSUMED;
@@ -645,7 +646,7 @@ static int frame_step(const JsonGrammar *g, JgState *s, uint8_t c) {
             return CONSUMED;
         case O_OPEN:
         case O_COMMA:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c == '}' && f->phase == O_OPEN && n->nreq_from[f->aux] == 0) return pop_consumed(s);
             if (c != '"' || f->aux >= n->n) return REJECT;
             f->phase = O_KEY;
@@ -669,16 +670,16 @@ static int frame_step(const JsonGrammar *g, JgState *s, uint8_t c) {
             return CONSUMED;
         }
         case O_COLON:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c != ':') return REJECT;
             f->phase = O_VALUE;
             return CONSUMED;
         case O_VALUE:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             f->phase = O_AFTER;
             return push(g, s, n->child[f->aux - 1]);
         case O_AFTER:
-            if (is_ws(c)) return CONSUMED;
+            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
             if (c == ',' && f->aux < n->n) {
                 f->phase = O_COMMA;
                 return CONSUMED;
@@ -691,6 +692,7 @@ static int frame_step(const JsonGrammar *g, JgState *s, uint8_t c) {
 }
 
 int jg_step(const JsonGrammar *g, JgState *s, uint8_t c) {
+    if (!is_ws(c)) s->space = 0; /* only the gaps between tokens count whitespace */
     for (;;) {
         if (s->depth == 0) return -1; /* the document is complete: nothing may follow */
         const int r = frame_step(g, s, c);

@@ -6,7 +6,8 @@
  * automaton over it: a stack of frames, one per value being written. The documents it accepts are a subset of what
  * the schema validates, written compactly enough to be generated under a token budget:
  *   - an object's properties come in the schema's order, each at most once; optional ones may be left out; no others;
- *   - no whitespace before the document or after it; inside, JSON's whitespace between tokens;
+ *   - no whitespace before the document or after it; inside, JSON's whitespace between tokens, at most
+ *     JG_MAX_SPACE bytes in a row;
  *   - strings: any UTF-8 (checked: no overlong forms, surrogates or bytes past U+10FFFF), JSON's escapes, \u escapes
  *     other than surrogates;
  *   - numbers at most JG_MAX_NUMBER bytes.
@@ -28,6 +29,7 @@
 #define JG_MAX_NODES 4096   /* nodes of one schema */
 #define JG_MAX_LITERAL 4096 /* bytes of one enum/const value or property name, as JSON */
 #define JG_MAX_NUMBER 24    /* bytes of one number */
+#define JG_MAX_SPACE 24     /* whitespace bytes in a row between tokens (pretty-printing fits; endless blanks do not) */
 
 typedef struct JsonGrammar JsonGrammar;
 
@@ -41,6 +43,7 @@ typedef struct {
 
 typedef struct {
     int depth; /* frames in use; 0: the document is complete */
+    int space; /* whitespace bytes just before (between tokens) */
     JgFrame f[JG_MAX_DEPTH];
 } JgState;
 
@@ -66,6 +69,7 @@ long jg_min_close(const JsonGrammar *g, const JgState *s);
 /* Copies the frames in use only. */
 static inline void jg_copy(JgState *dst, const JgState *src) {
     dst->depth = src->depth;
+    dst->space = src->space;
     memcpy(dst->f, src->f, sizeof(JgFrame) * (size_t)src->depth);
 }
 
