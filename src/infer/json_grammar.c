@@ -532,7 +532,9 @@ static int number_step(JgFrame *f, int integer, uint8_t c) {
         next = is_digit(c) ? U_EXPDIG : -1;
         break;
     }
-    if (next >= 0 && f->count < JG_MAX_NUMBER) {
+    /* within JG_MAX_NUMBER bytes, with room left for a digit after a '-', '.', 'e' or exponent sign */
+    const int incomplete = next == U_MINUS || next == U_DOT || next == U_EXP || next == U_EXPSIGN;
+    if (next >= 0 && f->count + 1 + (uint32_t)incomplete <= JG_MAX_NUMBER) {
         f->phase = (uint8_t)next;
         f->count++;
         return CONSUMED;
