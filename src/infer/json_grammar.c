@@ -560,6 +560,74 @@ static int literal_step(const Node *n, JgFrame *f, uint8_t c) {
     return longer ? CONSUMED : RETRY + 2; /* every candidate ends here: the literal is complete */
 }
 
+/* An object's property name against its candidates (aux: the next property that may come). */
+static int key_step(const Node *n, JgFrame *f, uint8_t c) {
+    uint64_t next = 0;
+    for (uint64_t m = f->cand; m; m &= m - 1) {
+        const int k = __builtin_ctzll(m);
+        if ((uint32_t)n->text_len[k] > f->count && (uint8_t)n->text[k][f->count] == c) next |= 1ull << k;
+    }
+    if (!next) return REJECT;
+    f->cand = next;
+    f->count++;
+    const int k = __builtin_ctzll(next); /* a name ends at its unescaped quote: no other matches then */
+    if ((uint32_t)n->text_len[k] == f->count) {
+        f->aux = (uint8_t)(k + 1);
+        f->phase = O_COLON;
+    }
+    return CONSUMED;
+}
+
+/* Arrays (count: items so far), objects of a schema (aux: the next property that may come) and free-form objects:
+ * the brackets, the gaps' whitespace, members and separators. */
+static int container_step(const JsonGrammar *g, JgState *s, JgFrame *f, const Node *n, uint8_t c) {
+    const int array = n->kind == K_ARRAY, generic = n->kind == K_GOBJECT;
+    if (f->phase == P_START) {
+        if (c != (array ? '[' : '{')) return REJECT;
+        f->phase = O_OPEN;
+        return CONSUMED;
+    }
+    if (f->phase == O_KEY) return key_step(n, f, c);
+    if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
+    const uint8_t close = array ? ']' : '}';
+    const int can_close = array ? f->count >= (uint32_t)n->min_items : generic || n->nreq_from[f->aux] == 0;
+    const int can_more = array ? f->count < (uint32_t)n->max_items : generic || f->aux < n->n;
+    switch (f->phase) {
+    case O_OPEN:
+    case O_COMMA:
+        if (c == close && f->phase == O_OPEN && can_close) return pop_consumed(s);
+        if (!can_more) return REJECT;
+        if (array) {
+            f->phase = O_AFTER;
+            f->count++;
+            return push(g, s, n->items);
+        }
+        if (c != '"') return REJECT;
+        if (generic) {
+            f->phase = O_COLON;
+            return push(g, s, N_STRING);
+        }
+        f->phase = O_KEY;
+        f->cand = key_candidates(n, f->aux);
+        f->count = 1;
+        return CONSUMED;
+    case O_COLON:
+        if (c != ':') return REJECT;
+        f->phase = O_VALUE;
+        return CONSUMED;
+    case O_VALUE:
+        f->phase = O_AFTER;
+        return push(g, s, generic ? N_ANY : n->child[f->aux - 1]);
+    case O_AFTER:
+        if (c == ',' && can_more) {
+            f->phase = O_COMMA;
+            return CONSUMED;
+        }
+        return c == close && can_close ? pop_consumed(s) : REJECT;
+    }
+    return REJECT;
+}
+
 /* One byte into the top frame. CONSUMED, REJECT, or RETRY when the stack changed and the byte is still to place. */
 static int frame_step(const JsonGrammar *g, JgState *s, uint8_t c) {
     JgFrame *f = &s->f[s->depth - 1];
@@ -586,109 +654,9 @@ static int frame_step(const JsonGrammar *g, JgState *s, uint8_t c) {
         if (r == RETRY + 1) s->depth--;
         return r == RETRY + 2 ? pop_consumed(s) : r == RETRY + 1 ? RETRY : r;
     case K_ARRAY:
-        switch (f->phase) {
-        case P_START:
-            if (c != '[') return REJECT;
-            f->phase = O_OPEN;
-            return CONSUMED;
-        case O_OPEN:
-        case O_COMMA:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c == ']' && f->phase == O_OPEN && n->min_items == 0) return pop_consumed(s);
-            if (f->count >= (uint32_t)n->max_items) return REJECT;
-            f->phase = O_AFTER;
-            f->count++;
-            return push(g, s, n->items);
-        case O_AFTER:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c == ',' && f->count < (uint32_t)n->max_items) {
-                f->phase = O_COMMA;
-                return CONSUMED;
-            }
-            if (c == ']' && f->count >= (uint32_t)n->min_items) return pop_consumed(s);
-            return REJECT;
-        }
-        return REJECT;
     case K_GOBJECT:
-        switch (f->phase) {
-        case P_START:
-            if (c != '{') return REJECT;
-            f->phase = O_OPEN;
-            return CONSUMED;
-        case O_OPEN:
-        case O_COMMA:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c == '}' && f->phase == O_OPEN) return pop_consumed(s);
-            if (c != '"') return REJECT;
-            f->phase = O_COLON;
-            return push(g, s, N_STRING);
-        case O_COLON:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c != ':') return REJECT;
-            f->phase = O_VALUE;
-            return CONSUMED;
-        case O_VALUE:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            f->phase = O_AFTER;
-            return push(g, s, N_ANY);
-        case O_AFTER:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c == ',') {
-                f->phase = O_COMMA;
-                return CONSUMED;
-            }
-            return c == '}' ? pop_consumed(s) : REJECT;
-        }
-        return REJECT;
-    case K_OBJECT: /* aux: the next property that may come */
-        switch (f->phase) {
-        case P_START:
-            if (c != '{') return REJECT;
-            f->phase = O_OPEN;
-            return CONSUMED;
-        case O_OPEN:
-        case O_COMMA:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c == '}' && f->phase == O_OPEN && n->nreq_from[f->aux] == 0) return pop_consumed(s);
-            if (c != '"' || f->aux >= n->n) return REJECT;
-            f->phase = O_KEY;
-            f->cand = key_candidates(n, f->aux);
-            f->count = 1;
-            return CONSUMED;
-        case O_KEY: {
-            uint64_t next = 0;
-            for (uint64_t m = f->cand; m; m &= m - 1) {
-                const int k = __builtin_ctzll(m);
-                if ((uint32_t)n->text_len[k] > f->count && (uint8_t)n->text[k][f->count] == c) next |= 1ull << k;
-            }
-            if (!next) return REJECT;
-            f->cand = next;
-            f->count++;
-            const int k = __builtin_ctzll(next); /* a name ends at its unescaped quote: no other matches then */
-            if ((uint32_t)n->text_len[k] == f->count) {
-                f->aux = (uint8_t)(k + 1);
-                f->phase = O_COLON;
-            }
-            return CONSUMED;
-        }
-        case O_COLON:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c != ':') return REJECT;
-            f->phase = O_VALUE;
-            return CONSUMED;
-        case O_VALUE:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            f->phase = O_AFTER;
-            return push(g, s, n->child[f->aux - 1]);
-        case O_AFTER:
-            if (is_ws(c)) return ++s->space > JG_MAX_SPACE ? REJECT : CONSUMED;
-            if (c == ',' && f->aux < n->n) {
-                f->phase = O_COMMA;
-                return CONSUMED;
-            }
-            return c == '}' && n->nreq_from[f->aux] == 0 ? pop_consumed(s) : REJECT;
-        }
-        return REJECT;
+    case K_OBJECT:
+        return container_step(g, s, f, n, c);
     }
     return REJECT;
 }
@@ -780,4 +748,11 @@ int jg_complete(const JsonGrammar *g, const JgState *s) {
 
 int jg_in_string_chars(const JsonGrammar *g, const JgState *s) {
     return s->depth > 0 && g->nodes[s->f[s->depth - 1].node].kind == K_STRING && s->f[s->depth - 1].phase == S_CHARS;
+}
+
+int jg_plain_string(const char *p, size_t n) {
+    JgFrame f = {.phase = S_CHARS};
+    for (size_t i = 0; i < n; i++)
+        if (string_step(&f, (uint8_t)p[i]) != CONSUMED || f.phase == S_ESC) return 0;
+    return f.phase == S_CHARS;
 }

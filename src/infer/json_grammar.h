@@ -64,6 +64,8 @@ int jg_feed(const JsonGrammar *g, JgState *s, const char *p, size_t n);
 int jg_complete(const JsonGrammar *g, const JgState *s);
 /* Inside a string's characters, where a plain character (not a quote, backslash or control byte) leaves s as it is. */
 int jg_in_string_chars(const JsonGrammar *g, const JgState *s);
+/* p[0..n) are characters a string holds as they are (no quote, backslash or control byte; whole UTF-8 characters). */
+int jg_plain_string(const char *p, size_t n);
 /* The fewest bytes that complete the document from s (0 when complete). */
 long jg_min_close(const JsonGrammar *g, const JgState *s);
 /* Copies the frames in use only. */

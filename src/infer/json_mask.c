@@ -40,35 +40,6 @@ void json_vocab_free(JsonVocab *v) {
     free(v);
 }
 
-/* Bytes a string may hold as they are, ending where a UTF-8 character ends. */
-static int plain_string_bytes(const uint8_t *p, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        const uint8_t c = p[i];
-        if (c < 0x80) {
-            if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') return 0;
-            i++;
-            continue;
-        }
-        int more;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) more = 1;
-        else if (c == 0xE0) more = 2, lo = 0xA0;
-        else if (c == 0xED) more = 2, hi = 0x9F;
-        else if (c >= 0xE1 && c <= 0xEF) more = 2;
-        else if (c == 0xF0) more = 3, lo = 0x90;
-        else if (c >= 0xF1 && c <= 0xF3) more = 3;
-        else if (c == 0xF4) more = 3, hi = 0x8F;
-        else return 0;
-        if (i + (size_t)more >= n) return 0; /* cut short */
-        if (p[i + 1] < lo || p[i + 1] > hi) return 0;
-        for (int k = 2; k <= more; k++)
-            if (p[i + k] < 0x80 || p[i + k] > 0xBF) return 0;
-        i += (size_t)more + 1;
-    }
-    return 1;
-}
-
 typedef struct {
     const char *const *bytes;
     const size_t *lens;
@@ -119,7 +90,7 @@ int json_vocab_create(const char *const *bytes, const size_t *lens, int V, JsonV
         memcpy(v->blob + at, bytes[i], lens[i]);
         at += lens[i];
         v->len[k] = (uint8_t)lens[i];
-        v->plain[k] = (uint8_t)plain_string_bytes((const uint8_t *)bytes[i], lens[i]);
+        v->plain[k] = (uint8_t)jg_plain_string(bytes[i], lens[i]);
         int l = 0;
         if (k > 0)
             while (l < v->len[k - 1] && l < v->len[k] && v->blob[v->off[k - 1] + l] == v->blob[v->off[k] + l]) l++;
