@@ -331,7 +331,7 @@ static int compile(Compiler *cx, const cJSON *s, const char *path, int depth, Zy
         char *lits[JG_MAX_ENUM];
         int ok = 1, got = 0;
         const cJSON *v = en ? en->child : cn;
-        for (; ok && got < count; v = v->next) {
+        for (; ok == 1 && got < count; v = v->next) {
             ok = (lits[got] = json_text(v)) != NULL;
             got += ok;
             if (ok && strlen(lits[got - 1]) > JG_MAX_LITERAL) ok = -1;

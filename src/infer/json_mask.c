@@ -44,12 +44,12 @@ typedef struct {
     const char *const *bytes;
     const size_t *lens;
 } SortSrc;
-static SortSrc sort_src; /* qsort has no context argument; vocabularies are built one at a time */
 
-static int by_bytes(const void *a, const void *b) {
+static int by_bytes(const void *a, const void *b, void *arg) {
+    const SortSrc *src = arg;
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const size_t lx = sort_src.lens[x], ly = sort_src.lens[y], l = lx < ly ? lx : ly;
-    const int c = memcmp(sort_src.bytes[x], sort_src.bytes[y], l);
+    const size_t lx = src->lens[x], ly = src->lens[y], l = lx < ly ? lx : ly;
+    const int c = memcmp(src->bytes[x], src->bytes[y], l);
     if (c) return c;
     return lx < ly ? -1 : lx > ly ? 1 : (x > y) - (x < y);
 }
@@ -78,8 +78,8 @@ int json_vocab_create(const char *const *bytes, const size_t *lens, int V, JsonV
         json_vocab_free(v);
         return zy_fail(err, "out of memory (the structured-output vocabulary)");
     }
-    sort_src = (SortSrc){bytes, lens};
-    qsort(ids, (size_t)n, sizeof *ids, by_bytes);
+    SortSrc src = {bytes, lens};
+    qsort_r(ids, (size_t)n, sizeof *ids, by_bytes, &src);
     v->id = ids;
     for (int i = 0; i < V; i++) v->allowed_at[i] = -1;
     size_t at = 0, nodes = 0;
