@@ -203,7 +203,7 @@ FUZZ_CC      ?= clang
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                 $(WARN) -fopenmp -D_GNU_SOURCE -Isrc
 FUZZ_LIBS    := -lopenblas -lcjson -lpcre2-8 -lutf8proc -lz -lm
-FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer chat_template serve_request
+FUZZ_TARGETS := config manifest npy runconfig safetensors shard_header tokenizer chat_template serve_request json_schema
 FUZZ_SRC_config       := src/model/config.c src/model/legacy.c src/kernels/quant.c src/util/util.c
 FUZZ_SRC_manifest     := src/io/manifest.c src/util/util.c
 FUZZ_SRC_npy          := src/io/npy.c src/util/util.c
@@ -215,6 +215,7 @@ FUZZ_SRC_tokenizer    := src/tokenizer/tokenizer.c src/tokenizer/tokenizer_norma
 FUZZ_SRC_chat_template := src/tokenizer/chat_template.c src/jinja/jinja_value.c src/jinja/jinja_parse.c \
                           src/jinja/jinja_eval.c src/jinja/jinja_filters.c src/util/util.c
 FUZZ_SRC_serve_request := src/serve/serve_request.c src/serve/serve_utf8.c src/util/util.c
+FUZZ_SRC_json_schema   := src/infer/json_grammar.c src/util/util.c
 
 fuzz-build: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 

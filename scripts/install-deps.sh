@@ -24,7 +24,7 @@ fi
 
 if ! python3 - <<'PY' 2>/dev/null
 import importlib, sys
-for m in ("numpy", "torch", "transformers", "safetensors", "tokenizers", "openai", "lm_eval", "tenacity", "aiohttp", "mlx.core"):
+for m in ("numpy", "torch", "transformers", "safetensors", "tokenizers", "openai", "jsonschema", "lm_eval", "tenacity", "aiohttp", "mlx.core"):
     importlib.import_module(m)
 import transformers
 from transformers import ZayaForCausalLM  # noqa: F401

@@ -31,6 +31,8 @@ struct ServeJob {
     size_t max_stop;
     int include_stop_str, skip_special;
     int logprobs, prompt_lp; /* prompt_lp: the prompt's log-probabilities are recorded too */
+    const ServeMaskOps *mask; /* constrained decoding, with this choice's state */
+    void *mask_state;
     /* engine side */
     int state, slot, n_fed, n_gen;
     int32_t next_token;
@@ -129,6 +131,7 @@ static void job_unref(ServeJob *j);
 
 static void job_free(ServeJob *j) {
     if (j->wake) job_unref(j->wake);
+    if (j->mask_state) j->mask->close(j->mask_state);
     free(j->bias_ids);
     free(j->bias);
     free(j->kids);
@@ -257,19 +260,28 @@ static void record_logprobs(ServeJob *j, const float *logits, int V, int32_t tok
     for (int i = 0; i < r->n_top; i++) r->top_logprob[i] = (float)(logits[r->top[i]] - lse);
 }
 
-/* The job's next token from these logits: its penalties on a copy, then its sampling. */
+/* The job's next token from these logits: its penalties and its mask on a copy, then its sampling. -1: the mask
+ * left nothing. */
 static int32_t pick(ServeEngine *e, ServeJob *j, const float *logits) {
-    if (logits_penalties_active(&j->pen)) {
-        const int V = e->m->cfg.vocab_size;
+    const int V = e->m->cfg.vocab_size;
+    if (logits_penalties_active(&j->pen) || j->mask) {
         memcpy(e->adjusted, logits, sizeof(float) * V);
-        logits_apply_penalties(e->adjusted, V, &j->pen, j->prompt, j->n_prompt, j->gen, j->n_text_ids, e->counts);
+        if (logits_penalties_active(&j->pen))
+            logits_apply_penalties(e->adjusted, V, &j->pen, j->prompt, j->n_prompt, j->gen, j->n_text_ids, e->counts);
         logits = e->adjusted;
     }
+    if (j->mask && j->mask->mask(j->mask_state, e->adjusted, V, j->max_tokens - j->n_gen, j->stop_ids,
+                                 j->n_stop_ids) == 0)
+        return -1;
     return sample_next(&e->smp, &j->sp, logits, &j->rng);
 }
 
 /* A sampled token: record it, decide whether the job ends (mutex held). */
 static void on_token(ServeEngine *e, ServeJob *j, int32_t tok, const float *logits) {
+    if (tok < 0) { /* the mask allows nothing: the constrained document cannot go on */
+        job_finish(e, j, update_text(e, j, 1) < 0 ? "abort" : "length");
+        return;
+    }
     const double t = now_s();
     hist_observe(j->n_gen == 0 ? &e->ttft : &e->itl, t - (j->n_gen == 0 ? j->t_submit : j->t_last));
     j->t_last = t;
@@ -280,13 +292,14 @@ static void on_token(ServeEngine *e, ServeJob *j, int32_t tok, const float *logi
     for (int i = 0; i < j->n_stop_ids; i++) stop |= tok == j->stop_ids[i];
     if (!stop) {
         j->gen[j->n_text_ids++] = tok;
-        const int final = j->n_gen >= j->max_tokens || e->be.seq_len(e->be.ctx, j->slot) + 1 > e->o.max_context;
+        const int done = j->mask && j->mask->accept(j->mask_state, tok); /* a complete constrained document */
+        const int final = done || j->n_gen >= j->max_tokens || e->be.seq_len(e->be.ctx, j->slot) + 1 > e->o.max_context;
         int hit = update_text(e, j, final);
         if (hit < 0) {
             job_finish(e, j, "abort");
             return;
         }
-        stop = hit;
+        stop = hit || done;
     } else if (update_text(e, j, 1) < 0) {
         job_finish(e, j, "abort");
         return;
@@ -654,6 +667,7 @@ static ServeJob *job_new(ServeEngine *e, const ServeJobSpec *sp, int choice) {
     j->prompt_lp = sp->prompt_logprobs && sp->logprobs >= 0;
     j->include_stop_str = sp->include_stop_str;
     j->skip_special = sp->skip_special;
+    j->mask = sp->mask;
     j->prompt = malloc(sizeof(int32_t) * sp->n_prompt);
     j->gen_cap = sp->max_tokens < e->o.max_context ? sp->max_tokens : e->o.max_context;
     j->gen = malloc(sizeof(int32_t) * (j->gen_cap + 1));
@@ -665,7 +679,9 @@ static ServeJob *job_new(ServeEngine *e, const ServeJobSpec *sp, int choice) {
         j->lp_cap = sp->n_prompt + 16;
         j->lp = malloc(sizeof *j->lp * j->lp_cap);
     }
-    int ok = j->prompt && j->gen && j->stop_ids && j->stop && j->bias_ids && j->bias && (!j->prompt_lp || j->lp);
+    if (sp->mask) j->mask_state = sp->mask->open(sp->mask_arg);
+    int ok = j->prompt && j->gen && j->stop_ids && j->stop && j->bias_ids && j->bias && (!j->prompt_lp || j->lp) &&
+             (!sp->mask || j->mask_state);
     for (int i = 0; ok && i < sp->n_stop; i++) {
         ok = (j->stop[i] = strdup(sp->stop[i])) != NULL;
         j->n_stop += ok;

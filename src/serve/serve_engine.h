@@ -43,6 +43,17 @@ typedef struct {
 typedef struct ServeEngine ServeEngine;
 typedef struct ServeJob ServeJob;
 
+/* Constrained decoding (structured output, serve_structured.h): each choice's own state masks its logits before
+ * sampling (after the penalties) and follows the tokens it samples. Called on the engine thread. */
+typedef struct {
+    void *(*open)(void *arg);  /* a choice's state at submit; NULL: out of memory */
+    /* Sets the logits of the tokens that may not come next to -INFINITY (tokens_left: this token and the ones after
+     * it that max_tokens allows; end_ids: the job's stop ids). Returns how many remain; 0 ends the choice. */
+    int (*mask)(void *state, float *logits, int V, long tokens_left, const int32_t *end_ids, int n_end);
+    int (*accept)(void *state, int32_t token); /* the token taken; 1: nothing may follow it (the choice ends: stop) */
+    void (*close)(void *state);
+} ServeMaskOps;
+
 /* A request as the engine runs it (copied at submit). */
 typedef struct {
     const int32_t *prompt;
@@ -61,6 +72,8 @@ typedef struct {
     int prompt_logprobs;     /* with logprobs >= 0: the prompt's tokens get theirs first (the first token's NAN) */
     int n;                   /* choices of this prompt (0 counts as 1), at most max_batch */
     ServeJob *wake;          /* NULL, or a job whose waiters this request's news wakes too (serve_jobs_wait) */
+    const ServeMaskOps *mask; /* NULL, or constrained decoding: mask->open(mask_arg) per choice */
+    void *mask_arg;
 } ServeJobSpec;
 
 /* What runs the steps: a KV block pool and the decoding step over it (decode.h's KVPool and model_decode_step on the

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "serve/serve_request.h"
+#include "serve/serve_structured.h"
 
 #define MAX_BODY ((size_t)32 << 20)
 #define WAIT_MS 50 /* how often a waiting thread looks at its socket */
@@ -33,6 +35,7 @@ enum { S_2XX, S_4XX, S_5XX, N_CLASSES };
 struct ServeHttp {
     ServeEngine *eng;
     ServeHttpOpts o;
+    ServeStructured *structured; /* response_format's vocabulary */
     char *model_name, *api_key;
     struct MHD_Daemon *d;
     int port;
@@ -563,6 +566,7 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
     size_t *n_ids = calloc((size_t)n_prompts, sizeof *n_ids);
     int *max_tokens = calloc((size_t)n_prompts, sizeof *max_tokens);
     int32_t *stops = malloc(sizeof(int32_t) * (h->o.n_stop_ids + r.n_stop_ids + 1));
+    ServeConstraint *constraint = NULL;
     c->n_prompts = n_prompts;
     c->ch = calloc((size_t)n_prompts * n, sizeof *c->ch);
     c->jobs = calloc((size_t)n_prompts * n, sizeof *c->jobs);
@@ -615,6 +619,9 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
             }
         }
     }
+    int least_tokens = INT_MAX; /* response_format must fit every prompt's max_tokens */
+    for (int p = 0; p < n_prompts; p++) least_tokens = max_tokens[p] < least_tokens ? max_tokens[p] : least_tokens;
+    if (serve_constraint_new(h->structured, &r, least_tokens, &constraint, &e)) goto fail;
     /* the model's eos ids (unless ignore_eos) and the request's stop_token_ids */
     int n_stops = 0;
     for (int i = 0; !r.ignore_eos && i < h->o.n_stop_ids; i++) stops[n_stops++] = h->o.stop_ids[i];
@@ -645,6 +652,8 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
             .prompt_logprobs = r.echo,
             .n = n,
             .wake = p > 0 ? c->jobs[0] : NULL,
+            .mask = constraint ? &serve_constraint_ops : NULL,
+            .mask_arg = constraint,
         };
         if (serve_engine_submit(h->eng, &spec, c->jobs + (size_t)p * n, &e)) goto fail;
         for (int j = 0; j < n; j++) {
@@ -689,6 +698,7 @@ done:
     free(n_ids);
     free(max_tokens);
     free(stops);
+    serve_constraint_release(constraint);
     serve_request_free(&r);
     return res;
 }
@@ -952,6 +962,10 @@ int serve_http_start(ServeHttp **out, ServeEngine *e, const ServeHttpOpts *o, Zy
     h->started = time(NULL);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->idle, NULL);
+    if (!(h->structured = serve_structured_new(o->tok, o->vocab_size))) {
+        serve_http_stop(h);
+        return zy_fail(err, "out of memory");
+    }
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
                                 MHD_USE_AUTO | MHD_USE_ERROR_LOG,
                             0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
@@ -998,5 +1012,6 @@ void serve_http_stop(ServeHttp *h) {
     pthread_mutex_destroy(&h->mu);
     free(h->model_name);
     free(h->api_key);
+    serve_structured_free(h->structured);
     free(h);
 }

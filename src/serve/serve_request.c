@@ -1,7 +1,7 @@
 /* OpenAI (and vLLM) request bodies → ServeRequest. Strict like OpenAI's own API: a body that is not one JSON value in
  * UTF-8 is a 400, so is a field of the wrong type or out of range, naming it, and an unknown field too (a misspelt
- * "max_token" silently ignored would be worse); the options zaya does not implement (suffix, best_of > 1, structured
- * output ...) are refused by name rather than ignored. */
+ * "max_token" silently ignored would be worse); the options zaya does not implement (suffix, best_of > 1, images ...)
+ * are refused by name rather than ignored. */
 #include "serve/serve_request.h"
 
 #include <cjson/cJSON.h>
@@ -311,6 +311,47 @@ static int parse_generation_field(const cJSON *f, ServeRequest *r, int *has_stre
     return 0;
 }
 
+/* response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": {"name",
+ * "description", "schema", "strict"}}; the schema itself is checked when the server compiles it. */
+static int parse_response_format(const cJSON *f, ServeRequest *r, ServeError *e) {
+    const char *k = "response_format";
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(f, "type");
+    if (!cJSON_IsObject(f) || !cJSON_IsString(ty))
+        return BAD(k, "'response_format' must be an object with a \"type\": \"text\", \"json_object\" or "
+                   "\"json_schema\"");
+    const cJSON *m;
+    cJSON_ArrayForEach(m, f)
+        if (!is(m->string, "type") && !(is(m->string, "json_schema") && is(ty->valuestring, "json_schema")))
+            return BAD(k, "'response_format' has an unknown field '%s'", m->string);
+    if (is(ty->valuestring, "text")) return 0;
+    if (is(ty->valuestring, "json_object")) {
+        r->response_format = SERVE_FORMAT_JSON_OBJECT;
+        return 0;
+    }
+    if (!is(ty->valuestring, "json_schema"))
+        return BAD(k, "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got \"%.64s\")",
+                   ty->valuestring);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
+    if (!cJSON_IsObject(js)) return BAD(k, "'response_format.json_schema' must be an object with a \"schema\"");
+    cJSON_ArrayForEach(m, js) {
+        if (is(m->string, "name") || is(m->string, "description")) {
+            if (!cJSON_IsString(m)) return BAD(k, "'response_format.json_schema.%s' must be a string", m->string);
+        } else if (is(m->string, "strict")) { /* the output always follows the schema: strict or not */
+            if (!cJSON_IsBool(m) && !cJSON_IsNull(m))
+                return BAD(k, "'response_format.json_schema.strict' must be true or false");
+        } else if (!is(m->string, "schema")) {
+            return BAD(k, "'response_format.json_schema' has an unknown field '%s'", m->string);
+        }
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    if (!name || !name->valuestring[0]) return BAD(k, "'response_format.json_schema.name' is required");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (!cJSON_IsObject(schema)) return BAD(k, "'response_format.json_schema.schema' must be an object (a JSON Schema)");
+    if (!(r->json_schema = cJSON_PrintUnformatted(schema))) return serve_error(e, 500, "server_error", "", "out of memory");
+    r->response_format = SERVE_FORMAT_JSON_SCHEMA;
+    return 0;
+}
+
 int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeRequest *r, ServeError *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -402,12 +443,8 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
                 BAD(k, "'tool_choice' must be \"auto\" or \"none\" (zaya serve does not force tool calls)");
                 goto done;
             }
-        } else if (kind == SERVE_CHAT && is(k, "response_format")) {
-            const cJSON *ty = cJSON_GetObjectItemCaseSensitive(f, "type");
-            if (!cJSON_IsString(ty) || !is(ty->valuestring, "text")) {
-                BAD(k, "'response_format' must be {\"type\": \"text\"} (structured output is not supported)");
-                goto done;
-            }
+        } else if ((kind == SERVE_CHAT || kind == SERVE_COMPLETION) && is(k, "response_format")) {
+            if (parse_response_format(f, r, e)) goto done;
         } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "add_generation_prompt")) {
             if (get_bool(f, k, &r->add_generation_prompt, e)) goto done;
         } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "chat_template_kwargs")) {
@@ -498,6 +535,7 @@ void serve_request_free(ServeRequest *r) {
     free(r->bias);
     free(r->stop_ids);
     free(r->chat_json);
+    free(r->json_schema);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
     r->max_tokens = -1;

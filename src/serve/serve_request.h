@@ -33,6 +33,8 @@ int serve_error(ServeError *e, int status, const char *type, const char *param, 
 #define SERVE_MAX_LOGIT_BIAS 1024 /* logit_bias entries */
 #define SERVE_MAX_STOP_IDS 64     /* stop_token_ids */
 
+enum { SERVE_FORMAT_TEXT, SERVE_FORMAT_JSON_OBJECT, SERVE_FORMAT_JSON_SCHEMA }; /* response_format's type */
+
 /* One prompt: text (encoded by the server) or token ids. */
 typedef struct {
     char *text;            /* NULL: given as ids */
@@ -76,6 +78,8 @@ typedef struct {
     int echo;              /* completions: the prompt comes back before the completion (with its logprobs) */
     int add_special_tokens; /* /tokenize: -1 not given (then: prompt true, messages false) */
     int return_token_strs; /* /tokenize */
+    int response_format;   /* SERVE_FORMAT_*: structured output */
+    char *json_schema;     /* SERVE_FORMAT_JSON_SCHEMA: response_format.json_schema.schema as JSON text */
 } ServeRequest;
 
 /* Parses body as a request of the given kind. On error r is left empty (nothing to free). */

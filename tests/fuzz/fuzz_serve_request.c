@@ -30,11 +30,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&e, 0, sizeof e);
     if (serve_request_parse((const char *)data + 1, size - 1, kind, &r, &e)) {
         if (e.status < 400 || e.status > 599 || !e.message[0] || !e.type[0]) fail("an error without a status or message");
-        if (r.model || r.prompts || r.chat_json || r.n_stop || r.bias_ids || r.stop_ids)
+        if (r.model || r.prompts || r.chat_json || r.n_stop || r.bias_ids || r.stop_ids || r.json_schema)
             fail("a rejected request holds memory");
         return 0;
     }
     if (!r.model) fail("accepted without a model");
+    if ((r.response_format == SERVE_FORMAT_JSON_SCHEMA) != (r.json_schema != NULL)) fail("a json_schema without its schema");
+    if (r.json_schema) {
+        cJSON *schema = cJSON_Parse(r.json_schema);
+        if (!cJSON_IsObject(schema)) fail("response_format's schema does not parse back as an object");
+        cJSON_Delete(schema);
+    }
     if ((r.max_tokens == 0 && !r.echo) || r.max_tokens < -1) fail("max_tokens out of range");
     if (r.n < 1 || r.n > SERVE_MAX_N || (long)r.n * (r.n_prompts > 0 ? r.n_prompts : 1) > SERVE_MAX_CHOICES)
         fail("n out of range");

@@ -1,6 +1,7 @@
 /* zaya serve without HTTP: the request parser's checks, UTF-8 repair, and the continuous-batching engine against
  * generate() — many requests of different lengths sharing a few slots give each its own greedy text; stop strings
  * cut the text; cancelling and shutting down free every KV block; a full queue and oversized requests are refused. */
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "serve/serve_engine.h"
 #include "serve/serve_http.h"
 #include "serve/serve_request.h"
+#include "serve/serve_structured.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 
@@ -696,6 +698,75 @@ TEST(serve_engine_echo_choices_penalties_and_stops) {
         serve_job_release(j);
     }
     serve_engine_free(e);
+    model_free(&f.m);
+    tokenizer_free(f.tok);
+}
+
+/* ---- structured output ------------------------------------------------------------------------------------------ */
+
+/* A mask that allows nothing, counting its states: the engine ends the choice ("length", no text) and closes each. */
+static int masks_open;
+static void *none_open(void *arg) { return __atomic_add_fetch(&masks_open, 1, __ATOMIC_SEQ_CST), arg; }
+static int none_mask(void *st, float *logits, int V, long left, const int32_t *end, int n_end) { return 0; }
+static int none_accept(void *st, int32_t tok) { return 0; }
+static void none_close(void *st) { __atomic_sub_fetch(&masks_open, 1, __ATOMIC_SEQ_CST); }
+
+TEST(serve_engine_structured_output) {
+    ZyErr err = {{0}};
+    Fixture f;
+    REQUIRE(fixture(&f, &err) == 0);
+    ServeEngineOpts o = {.max_batch = 4, .max_context = 96, .block_tokens = 4, .prefill_chunk = 5, .step_tokens = 12,
+                         .max_queue = 16};
+    ServeEngine *e;
+    REQUIRE(serve_engine_create(&e, &f.m, f.tok, &o, &err) == 0);
+    ServeStructured *ss = serve_structured_new(f.tok, f.m.cfg.vocab_size);
+    REQUIRE(ss);
+    ServeRequest r;
+    ServeError se;
+    REQUIRE(parse("{\"model\": \"m\", \"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\":"
+                  " {\"name\": \"p\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"},"
+                  " \"b\": {\"enum\": [\"one\", \"two\"]}, \"c\": {\"type\": \"array\", \"items\": {\"type\": "
+                  "\"boolean\"}}}, \"required\": [\"a\", \"b\"]}}}}", SERVE_COMPLETION, &r, &se) == 0);
+    ServeConstraint *c = NULL;
+    CHECK(serve_constraint_new(ss, &r, 15, &c, &se) == -1 && strcmp(se.param, "max_tokens") == 0); /* 17 bytes least */
+    REQUIRE(serve_constraint_new(ss, &r, 40, &c, &se) == 0 && c);
+    const int32_t prompt[] = {1, 40, 41, 42}, stop = f.m.cfg.eos_token_id;
+    for (int max_tokens = 17; max_tokens <= 40; max_tokens += 23) {
+        ServeJobSpec sp = {.prompt = prompt, .n_prompt = 4, .max_tokens = max_tokens, .sampling = {1.0, 0, 1, 0},
+                           .seed = 3, .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1, .n = 3,
+                           .mask = &serve_constraint_ops, .mask_arg = c};
+        ServeJob *jobs[3];
+        REQUIRE(serve_engine_submit(e, &sp, jobs, &se) == 0);
+        for (int k = 0; k < 3; k++) {
+            Said s = drain_all(jobs[k]);
+            cJSON *doc = cJSON_Parse(s.text);
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, "a"), *b = cJSON_GetObjectItemCaseSensitive(doc, "b");
+            CHECK_MSG(cJSON_IsNumber(a) && a->valuedouble == floor(a->valuedouble) && cJSON_IsString(b) &&
+                          (!strcmp(b->valuestring, "one") || !strcmp(b->valuestring, "two")) &&
+                          strcmp(s.finish, "stop") == 0 && s.completion <= max_tokens,
+                      "max_tokens %d choice %d: %s (%s, %d tokens)", max_tokens, k, s.text, s.finish, s.completion);
+            cJSON_Delete(doc);
+            said_free(&s);
+            serve_job_release(jobs[k]);
+        }
+    }
+    serve_constraint_release(c);
+    serve_request_free(&r);
+    /* nothing allowed: ends at once, every choice's state closed */
+    static const ServeMaskOps none = {none_open, none_mask, none_accept, none_close};
+    ServeJobSpec sp = {.prompt = prompt, .n_prompt = 4, .max_tokens = 8, .sampling = {1.0, 0, 1, 0}, .seed = 3,
+                       .stop_ids = &stop, .n_stop_ids = 1, .logprobs = -1, .n = 2, .mask = &none, .mask_arg = &f};
+    ServeJob *jobs[2];
+    REQUIRE(serve_engine_submit(e, &sp, jobs, &se) == 0);
+    for (int k = 0; k < 2; k++) {
+        Said s = drain_all(jobs[k]);
+        CHECK_MSG(strcmp(s.finish, "length") == 0 && s.completion == 0 && !s.text[0], "%s %d", s.finish, s.completion);
+        said_free(&s);
+        serve_job_release(jobs[k]);
+    }
+    serve_engine_free(e);
+    CHECK(masks_open == 0);
+    serve_structured_free(ss);
     model_free(&f.m);
     tokenizer_free(f.tok);
 }
