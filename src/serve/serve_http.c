@@ -463,14 +463,14 @@ static int stream_tools(Conn *c, int i, const ServeDelta *d) {
     for (int k = 0; !rc && k < ev.n; k++) {
         const ToolEvent *x = &ev.ev[k];
         ServeDelta t = {.text = x->text, .len = x->len};
-        for (int part = TOOL_JSON_STREAM_FIRST; !rc && part <= (x->is_call ? TOOL_JSON_STREAM_ARGUMENTS : part);
-             part++) {
+        for (int part = 0; !rc && part < (x->is_call ? 2 : 1); part++) {
             cJSON *r = chunk(c, i, &t, NULL);
             if (x->is_call) {
                 cJSON *delta = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "choices"), 0), "delta");
                 cJSON_DeleteItemFromObject(delta, "content");
                 cJSON_AddItemToArray(cJSON_AddArrayToObject(delta, "tool_calls"),
-                                     tool_call_json(&x->call, x->index, (ToolJsonPart)part));
+                                     tool_call_json(&x->call, x->index,
+                                                    part ? TOOL_JSON_STREAM_ARGUMENTS : TOOL_JSON_STREAM_FIRST));
             }
             rc = queue_event(c, r);
         }
