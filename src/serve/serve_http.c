@@ -279,18 +279,7 @@ static void conn_abandon(Conn *c) {
 
 /* Appends bytes to a choice's text; -1 when memory runs out. */
 static int choice_append(Choice *ch, const char *s, size_t n) {
-    if (ch->len + n + 1 > ch->cap) {
-        size_t cap = ch->cap ? ch->cap : 256;
-        while (ch->len + n + 1 > cap) cap *= 2;
-        char *g = realloc(ch->text, cap);
-        if (!g) return -1;
-        ch->text = g;
-        ch->cap = cap;
-    }
-    memcpy(ch->text + ch->len, s, n);
-    ch->len += n;
-    ch->text[ch->len] = 0;
-    return 0;
+    return zy_str_append(&ch->text, &ch->len, &ch->cap, s, n);
 }
 
 /* A choice's finish reason: "tool_calls" once it has called a tool (unless cancelled), as OpenAI and vLLM say. */

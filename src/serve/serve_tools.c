@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/util.h"
+
 static const ToolFormat FORMATS[] = {
     {"zaya_xml", "<zyphra_tool_call>", "</zyphra_tool_call>", 1},
     {"qwen3_coder", "<tool_call>", "</tool_call>", 1},
@@ -69,20 +71,7 @@ typedef struct {
     size_t len, cap;
 } Buf;
 
-static int buf_add(Buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (b->len + n + 1 > cap) cap *= 2;
-        char *g = realloc(b->s, cap);
-        if (!g) return -1;
-        b->s = g;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-    return 0;
-}
+static int buf_add(Buf *b, const char *s, size_t n) { return zy_str_append(&b->s, &b->len, &b->cap, s, n); }
 
 static void buf_drop(Buf *b, size_t n) { /* the first n bytes */
     memmove(b->s, b->s + n, b->len - n);
