@@ -705,7 +705,7 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
             .stop = r.stop,
             .n_stop = r.n_stop,
             .include_stop_str = r.include_stop_str,
-            .skip_special = r.skip_special_tokens > 0,
+            .skip_special = r.skip_special_tokens > 0 && !tools, /* a call's tags may be special tokens (vLLM too) */
             .logprobs = r.logprobs,
             .prompt_logprobs = r.echo,
             .n = n,

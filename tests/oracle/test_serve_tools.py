@@ -112,6 +112,10 @@ def whole(r):
     return m.content, calls, r.choices[0].finish_reason
 
 
+def whole_choice(ch):
+    return ch.message.content, len(ch.message.tool_calls or []), ch.finish_reason
+
+
 def streamed(client, res, label, **kw):
     """The same from a stream, checking each delta has OpenAI's shape."""
     content, calls, finish, shape_ok, why = "", {}, None, True, ""
@@ -199,6 +203,17 @@ def checks(res, work):
                 s = streamed(cl, res, f"auto ({choice or 'default'}): {label}", **kw)
                 res.check(s == (content, calls, finish), f"auto ({choice or 'default'}): {label}: streamed = whole",
                           f"{s} vs {(content, calls, finish)}")
+        # ---- skip_special_tokens: the calls' tags are special tokens here, so the parser needs them (as in vLLM)
+        # (the special opening alone: an unfinished call, so its text comes back, tag included)
+        r = cl.chat.completions.create(**dict(base, logit_bias={str(vocab["<zyphra_tool_call>"]): 100},
+                                              extra_body={"skip_special_tokens": True}))
+        res.check(whole(r) == ("<zyphra_tool_call>", [], "length"),
+                  "skip_special_tokens: the special tags still reach the parser", str(whole(r)))
+        # ---- n choices: each parsed on its own, ids unique across them
+        r = cl.chat.completions.create(**dict(base, logit_bias=bias[TWO_CALLS], n=2))
+        ids = [c.id for ch in r.choices for c in ch.message.tool_calls or []]
+        res.check(len(r.choices) == 2 and all(whole_choice(ch) == ("Both asked.", 2, "tool_calls") for ch in r.choices)
+                  and len(set(ids)) == 4, "n = 2: both choices' calls, four ids", str(r))
         # ---- none: the same prompt, the text untouched
         r_none = cl.chat.completions.create(**dict(base, logit_bias=bias[ONE_CALL], tool_choice="none"))
         content, calls, finish = whole(r_none)

@@ -7,6 +7,7 @@
 #include "serve/serve_request.h"
 #include "serve/serve_tools.h"
 #include "test.h"
+#include "util/util.h"
 
 static const char *TOOLS = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
                            "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
@@ -175,6 +176,25 @@ TEST(serve_tools_format_of_template) {
     CHECK(tool_format_of_template("<tool_call>{{ tc.name }}<arg_key>") == NULL); /* GLM's: not a format here */
     CHECK(tool_format_of_template("{{ messages }}") == NULL);
     CHECK(tool_format_of_template(NULL) == NULL);
+    /* released templates (tests/oracle/chat_templates/): the format each one's instructions and tool_calls write */
+    static const struct {
+        const char *file, *format;
+    } real[] = {
+        {"Qwen3-Coder", "qwen3_coder"}, {"Qwen3.5-4B", "qwen3_coder"}, {"Qwen-Qwen2.5-7B-Instruct", "hermes"},
+        {"Qwen-Qwen3-0.6B", "hermes"}, {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "hermes"},
+        {"GLM-4.6", NULL}, {"meta-llama-Llama-3.1-8B-Instruct", NULL}, {"mistralai-Mistral-Nemo-Instruct-2407", NULL},
+        {"google-gemma-3-it", NULL},
+    };
+    for (size_t i = 0; i < sizeof real / sizeof *real; i++) {
+        char path[256], *text = NULL;
+        ZyErr err;
+        snprintf(path, sizeof path, "tests/oracle/chat_templates/%s.jinja", real[i].file);
+        REQUIRE(zy_read_text_file(path, &text, &err) == 0);
+        const ToolFormat *f = tool_format_of_template(text);
+        CHECK_MSG(real[i].format ? f && strcmp(f->name, real[i].format) == 0 : f == NULL, "%s: %s", real[i].file,
+                  f ? f->name : "none");
+        free(text);
+    }
 }
 
 static int parse(const char *body, ServeRequest *r, ServeError *e) {
