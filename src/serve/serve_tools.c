@@ -104,7 +104,7 @@ ToolParser *tool_parser_new(const ToolFormat *f, const char *tools_json, const c
         const char *body = forced_opening + ol;
         p->inside = 1;
         p->forced = strlen(body);
-        p->forced_named = body[strlen(body) - 1] != (f->xml ? '=' : '"');
+        p->forced_named = p->forced && body[p->forced - 1] != (f->xml ? '=' : '"'); /* "=" / "\"": the name is next */
         if (buf_add(&p->buf, body, p->forced)) {
             tool_parser_free(p);
             return NULL;
@@ -245,7 +245,7 @@ static int parse_json(const char *s, size_t n, size_t forced, const char *forced
                                                                    : cJSON_PrintUnformatted(args);
         rc = c->name && c->arguments ? 0 : -1;
     } else if (forced_name) {
-        const char *a = s + forced, *e = s + n; /* what the model wrote after "arguments": */
+        const char *a = s + (forced < n ? forced : n), *e = s + n; /* what the model wrote after "arguments": */
         while (a < e && is_space(*a)) a++;
         while (e > a && is_space(e[-1])) e--;
         int depth = 0;
@@ -294,7 +294,7 @@ static int finish_call(ToolParser *p, size_t n, int closed, ToolEvents *out) {
             p->after_call = 1;
         }
     } else { /* the text as it came: the whitespace before, the tags (not a forced opening: the prompt's), the body */
-        const size_t skip = p->forced;
+        const size_t skip = p->forced < n ? p->forced : n;
         rc = emit_content(out, p->pre.s ? p->pre.s : "", p->pre.len);
         if (!rc && !p->forced) rc = emit_content(out, p->f->open, strlen(p->f->open));
         if (!rc) rc = emit_content(out, p->buf.s + skip, n - skip);
@@ -406,10 +406,10 @@ static int check_tool(const cJSON *t, int i, const cJSON *tools, ServeError *e) 
                 if (strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "function"),
                                                             "name")->valuestring, k->valuestring) == 0)
                     return BAD(q, "'%s': a second function named '%s'", q, k->valuestring);
-        } else if (strcmp(k->string, "description") == 0) {
-            if (!cJSON_IsString(k)) return BAD(q, "'%s' must be a string", q);
+        } else if (strcmp(k->string, "description") == 0) { /* null: not given, as in OpenAI's API */
+            if (!cJSON_IsString(k) && !cJSON_IsNull(k)) return BAD(q, "'%s' must be a string", q);
         } else if (strcmp(k->string, "parameters") == 0) {
-            if (!cJSON_IsObject(k)) return BAD(q, "'%s' must be a JSON schema object", q);
+            if (!cJSON_IsObject(k) && !cJSON_IsNull(k)) return BAD(q, "'%s' must be a JSON schema object", q);
         } else if (strcmp(k->string, "strict") == 0) {
             if (!cJSON_IsBool(k) && !cJSON_IsNull(k)) return BAD(q, "'%s' must be true or false", q);
         } else {
