@@ -97,8 +97,8 @@ TEST(serve_tools_zaya_xml) {
     CHECK(parses_as(f, NULL, "<zyphra_tool_call>\n<function=now>\n</function>", "T0(call_x0 now {})"));
     /* malformed: a parameter never closed, a missing function, junk after the function: the text, byte for byte */
     const char *bad[] = {
-        "Hi \n<zyphra_tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</zyphra_tool_call>"
-        " after",
+        ("Hi \n<zyphra_tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</zyphra_tool_call>"
+         " after"),
         "<zyphra_tool_call>\nget_weather(city=Paris)\n</zyphra_tool_call>",
         "<zyphra_tool_call>\n<function=now>\n</function>\njunk\n</zyphra_tool_call>",
         "<zyphra_tool_call>\n<function=two words>\n</function>\n</zyphra_tool_call>",
