@@ -214,7 +214,7 @@ FUZZ_SRC_tokenizer    := src/tokenizer/tokenizer.c src/tokenizer/tokenizer_norma
                          src/tokenizer/tokenizer_train.c src/tokenizer/tokenizer_pretok.c src/util/util.c src/util/lines.c
 FUZZ_SRC_chat_template := src/tokenizer/chat_template.c src/jinja/jinja_value.c src/jinja/jinja_parse.c \
                           src/jinja/jinja_eval.c src/jinja/jinja_filters.c src/util/util.c
-FUZZ_SRC_serve_request := src/serve/serve_request.c src/serve/serve_utf8.c src/util/util.c
+FUZZ_SRC_serve_request := src/serve/serve_request.c src/serve/serve_tools.c src/serve/serve_utf8.c src/util/util.c
 FUZZ_SRC_json_schema   := src/infer/json_grammar.c src/util/util.c
 
 fuzz-build: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)

@@ -25,6 +25,7 @@
 #include "io/model_io.h"
 #include "serve/serve_engine.h"
 #include "serve/serve_http.h"
+#include "serve/serve_tools.h"
 #include "tokenizer/tokenizer.h"
 
 /* "512M", "4G", "1.5GiB", "1000000" → bytes. */
@@ -93,6 +94,7 @@ static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max
 int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *tok_path = NULL, *host = "127.0.0.1", *device = "cpu", *dtype = "auto";
     const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL, *kv_dtype = "auto", *chat_template = NULL;
+    const char *tool_parser = "auto";
     int port = 8080, max_batch = 32, max_context = 0, block_tokens = 16, prefill_chunk = 64, step_tokens = 0;
     int max_queue = 256, max_connections = 1024, threads = 0;
     double grace = 10;
@@ -103,6 +105,9 @@ int cmd_serve(int argc, char **argv) {
         {"--chat-template", ARG_STRING, 0, &chat_template, "a Jinja chat template file for /v1/chat/completions "
                                                            "instead of the tokenizer folder's (which may have none; "
                                                            "the special tokens stay the folder's)", 0},
+        {"--tool-call-parser", ARG_STRING, 0, &tool_parser, "how the model writes tool calls, parsed into tool_calls: "
+                                                           "auto (default: the format the chat template writes), "
+                                                           "zaya_xml, qwen3_coder, hermes, or none", 0},
         {"--host", ARG_STRING, 0, &host, "IPv4 address to listen on (default 127.0.0.1; 0.0.0.0 for all)", 0},
         {"--port", ARG_INT, 0, &port, "port (default 8080; 0 = any free port, printed at start)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (the model, the KV pool and the steps on "
@@ -128,7 +133,8 @@ int cmd_serve(int argc, char **argv) {
         {"--grace-seconds", ARG_FLOAT, 0, &grace, "on SIGTERM, how long running requests may finish (default 10)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
-    if (args_help(argc, argv, 2, "serve", "--model DIR [--tokenizer F] [--chat-template F.jinja] [--host 127.0.0.1 "
+    if (args_help(argc, argv, 2, "serve", "--model DIR [--tokenizer F] [--chat-template F.jinja] [--tool-call-parser "
+                                          "NAME] [--host 127.0.0.1 "
                                           "--port 8080] [--max-batch N --max-context T --kv-memory BYTES] [--api-key K]",
                   specs, n))
         return 0;
@@ -152,6 +158,12 @@ int cmd_serve(int argc, char **argv) {
         goto fail;
     }
     if (kv_memory && parse_bytes(kv_memory, &kv_bytes, &err)) goto fail;
+    const ToolFormat *tool_format = tool_format_find(tool_parser);
+    const int tools_auto = strcmp(tool_parser, "auto") == 0;
+    if (!tool_format && !tools_auto && strcmp(tool_parser, "none") != 0) {
+        zy_fail(&err, "serve: --tool-call-parser %s: unknown (auto, %s or none)", tool_parser, tool_format_names());
+        goto fail;
+    }
     if (!api_key) api_key = getenv("ZAYA_API_KEY");
     if (api_key && !*api_key) api_key = NULL;
     /* the tokenizer: the flag, else the model folder's */
@@ -176,6 +188,8 @@ int cmd_serve(int argc, char **argv) {
     if (model_args_tokenizer(&ma, tok_path, &m, &tok, &err)) goto fail;
     if ((chat_template ? chat_config_load_template(tok_path, chat_template, &chat_cfg, &err)
                        : chat_config_load(tok_path, &chat_cfg, &err)) == 0) {
+        if (tools_auto) /* the format the template writes calls in (its tool_use template's, if it has one) */
+            tool_format = tool_format_of_template(chat_cfg.tool_source ? chat_cfg.tool_source : chat_cfg.source);
         int bad = chat_renderer_new(&chat_cfg, &chat, &err);
         chat_config_free(&chat_cfg);
         if (bad) {
@@ -228,14 +242,16 @@ int cmd_serve(int argc, char **argv) {
     ServeHttpOpts ho = {.host = host, .port = port, .api_key = api_key, .model_name = model_name,
                         .max_connections = max_connections, .tok = tok, .chat = chat, .bos_id = et.bos_id,
                         .stop_ids = stops, .n_stop_ids = n_stops, .temperature = temperature, .top_p = top_p,
-                        .top_k = top_k, .max_context = got.max_context, .vocab_size = m.cfg.vocab_size};
+                        .top_k = top_k, .max_context = got.max_context, .vocab_size = m.cfg.vocab_size,
+                        .tool_format = tool_format};
     if (serve_http_start(&http, eng, &ho, &err)) goto fail;
     const int per_seq = (got.max_context + got.block_tokens - 1) / got.block_tokens;
     fprintf(stderr,
-            "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s\n"
+            "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s, tool calls %s\n"
             "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%s, %zu bytes per token: %d "
             "full-context requests at once), prefill chunk %d, step %d rows, queue %d, %d threads\n",
-            model_name, model_dir, model_args_dtype_name(&ma), tok_path, chat ? "yes" : "none", got.max_batch,
+            model_name, model_dir, model_args_dtype_name(&ma), tok_path, chat ? "yes" : "none",
+            tool_format ? tool_format->name : "not parsed", got.max_batch,
             got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
             ma.kv_bf16 ? "bf16" : "f32", kvcache_bytes_per_token(&m.cfg, ma.kv_bf16), n_blocks / per_seq, got.prefill_chunk,
             got.step_tokens, got.max_queue,

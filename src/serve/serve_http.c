@@ -60,6 +60,7 @@ typedef struct {
     int sent_first, done;
     const char *finish;
     int completion_tokens;
+    ToolParser *tools;   /* chat with tools: the calls parsed out of its text (NULL: none) */
 } Choice;
 
 typedef struct {
@@ -92,6 +93,7 @@ static void conn_unref(Conn *c) {
         serve_job_release(c->ch[i].job);
         free(c->ch[i].text);
         cJSON_Delete(c->ch[i].lp);
+        tool_parser_free(c->ch[i].tools);
     }
     for (int p = 0; c->echo && p < c->n_prompts; p++) free(c->echo[p]);
     free(c->echo);
@@ -280,18 +282,31 @@ static void conn_abandon(Conn *c) {
 
 /* Appends bytes to a choice's text; -1 when memory runs out. */
 static int choice_append(Choice *ch, const char *s, size_t n) {
-    if (ch->len + n + 1 > ch->cap) {
-        size_t cap = ch->cap ? ch->cap : 256;
-        while (ch->len + n + 1 > cap) cap *= 2;
-        char *g = realloc(ch->text, cap);
-        if (!g) return -1;
-        ch->text = g;
-        ch->cap = cap;
-    }
-    memcpy(ch->text + ch->len, s, n);
-    ch->len += n;
-    ch->text[ch->len] = 0;
-    return 0;
+    return zy_str_append(&ch->text, &ch->len, &ch->cap, s, n);
+}
+
+/* A choice's finish reason: "tool_calls" once it has called a tool (unless cancelled), as OpenAI and vLLM say. */
+static const char *finish_reason(const Choice *ch, const char *finish) {
+    if (!finish) return "abort";
+    return ch->tools && tool_parser_calls(ch->tools) > 0 && strcmp(finish, "abort") != 0 ? "tool_calls" : finish;
+}
+
+/* A whole chat answer with tools: its text parsed into content (null when none) and tool_calls. */
+static int tool_message(Choice *ch, cJSON *msg) {
+    ToolEvents ev = {0};
+    Choice text = {0};
+    cJSON *calls = cJSON_CreateArray();
+    int rc = tool_parser_feed(ch->tools, ch->text ? ch->text : "", ch->len, 1, &ev) || !calls;
+    for (int k = 0; !rc && k < ev.n; k++)
+        if (ev.ev[k].is_call) cJSON_AddItemToArray(calls, tool_call_json(&ev.ev[k].call, ev.ev[k].index, TOOL_JSON_WHOLE));
+        else rc = choice_append(&text, ev.ev[k].text, ev.ev[k].len);
+    if (text.len) cJSON_AddStringToObject(msg, "content", text.text);
+    else cJSON_AddNullToObject(msg, "content");
+    if (cJSON_GetArraySize(calls) > 0) cJSON_AddItemToObject(msg, "tool_calls", calls);
+    else cJSON_Delete(calls);
+    free(text.text);
+    tool_events_free(&ev);
+    return rc;
 }
 
 /* Waits for every choice to end, then sends them as one JSON object. */
@@ -344,14 +359,21 @@ static enum MHD_Result answer_whole(struct MHD_Connection *conn, Conn *c) {
         if (c->kind == SERVE_CHAT) {
             cJSON *msg = cJSON_AddObjectToObject(o, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
+            if (!ch->tools) cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
+            else if (tool_message(ch, msg)) failed = 1;
         } else {
             cJSON_AddStringToObject(o, "text", ch->text ? ch->text : "");
         }
         if (ch->lp) cJSON_AddItemToObject(o, "logprobs", ch->lp);
         else cJSON_AddNullToObject(o, "logprobs");
         ch->lp = NULL;
-        cJSON_AddStringToObject(o, "finish_reason", ch->finish ? ch->finish : "abort");
+        cJSON_AddStringToObject(o, "finish_reason", finish_reason(ch, ch->finish));
+    }
+    if (failed) {
+        cJSON_Delete(r);
+        ServeError e;
+        serve_error(&e, 500, "server_error", "", "out of memory");
+        return send_error(conn, c, &e);
     }
     cJSON_AddItemToObject(r, "usage", conn_usage(c));
     return send_json(conn, c, 200, r, 0);
@@ -423,6 +445,34 @@ static cJSON *chunk(Conn *c, int i, const ServeDelta *d, const char *finish) {
     return r;
 }
 
+/* Chat with tools, streamed: the parser's content as content deltas, and each call as two tool_calls deltas (index,
+ * id, type and name with arguments "", then the arguments), as OpenAI streams them; logprobs in a delta of their own
+ * (the parser may hold text back, so they need not line up with the text beside them). */
+static int stream_tools(Conn *c, int i, const ServeDelta *d) {
+    Choice *ch = &c->ch[i];
+    ToolEvents ev = {0};
+    int rc = tool_parser_feed(ch->tools, d->text ? d->text : "", d->len, d->finished, &ev);
+    for (int k = 0; !rc && k < ev.n; k++) {
+        const ToolEvent *x = &ev.ev[k];
+        ServeDelta t = {.text = x->text, .len = x->len};
+        for (int part = 0; !rc && part < (x->is_call ? 2 : 1); part++) {
+            cJSON *r = chunk(c, i, &t, NULL);
+            if (x->is_call) {
+                cJSON *delta = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "choices"), 0), "delta");
+                cJSON_DeleteItemFromObject(delta, "content");
+                cJSON_AddItemToArray(cJSON_AddArrayToObject(delta, "tool_calls"),
+                                     tool_call_json(&x->call, x->index,
+                                                    part ? TOOL_JSON_STREAM_ARGUMENTS : TOOL_JSON_STREAM_FIRST));
+            }
+            rc = queue_event(c, r);
+        }
+    }
+    tool_events_free(&ev);
+    if (!rc && (d->n_logprobs || !ch->sent_first)) /* chat's first chunk says the role, whether or not more came */
+        rc = queue_event(c, chunk(c, i, &(ServeDelta){.logprobs = d->logprobs, .n_logprobs = d->n_logprobs}, NULL));
+    return rc;
+}
+
 /* Queues what choice i has new: a chunk, and its finish chunk once it ends. 1: it has ended. */
 static int stream_choice(Conn *c, int i, int *failed) {
     Choice *ch = &c->ch[i];
@@ -432,12 +482,13 @@ static int stream_choice(Conn *c, int i, int *failed) {
         return 0;
     }
     int rc = 0; /* chat's first chunk says the role, an echo's first the prompt, whether or not there is more */
-    if (d.len || d.n_logprobs || (!ch->sent_first && (c->kind == SERVE_CHAT || c->echo)))
+    if (ch->tools) rc = stream_tools(c, i, &d);
+    else if (d.len || d.n_logprobs || (!ch->sent_first && (c->kind == SERVE_CHAT || c->echo)))
         rc = queue_event(c, chunk(c, i, &d, NULL));
     ch->completion_tokens = d.completion_tokens;
     if (!rc && d.finished) {
         ServeDelta none = {0};
-        rc = queue_event(c, chunk(c, i, &none, d.finish));
+        rc = queue_event(c, chunk(c, i, &none, finish_reason(ch, d.finish)));
         ch->done = 1;
     }
     serve_delta_free(&d);
@@ -509,7 +560,7 @@ static int prompt_ids(ServeHttp *h, ServePrompt *p, int add_bos, int32_t **ids, 
 
 /* The messages through the model's chat template, encoded without special tokens (the template writes its own bos),
  * as apply_chat_template(tokenize=True). */
-static int chat_ids(ServeHttp *h, const ServeRequest *r, int32_t **ids, size_t *n, ServeError *e) {
+static int chat_ids(ServeHttp *h, const ServeRequest *r, const char *suffix, int32_t **ids, size_t *n, ServeError *e) {
     if (!h->o.chat)
         return serve_error(e, 400, "invalid_request_error", "messages", "the model has no chat template "
                            "(chat_template.jinja or tokenizer_config.json's chat_template, or zaya serve "
@@ -520,6 +571,17 @@ static int chat_ids(ServeHttp *h, const ServeRequest *r, int32_t **ids, size_t *
     if (chat_renderer_render_json(h->o.chat, r->chat_json, strlen(r->chat_json), r->add_generation_prompt, NULL,
                                   &prompt, &plen, &err))
         return serve_error(e, 400, "invalid_request_error", "messages", "the chat template failed: %s", err.msg);
+    if (suffix) { /* a forced tool call's opening (serve_tools.h) */
+        const size_t sl = strlen(suffix);
+        char *g = realloc(prompt, plen + sl + 1);
+        if (!g) {
+            free(prompt);
+            return serve_error(e, 500, "server_error", "", "out of memory");
+        }
+        memcpy(g + plen, suffix, sl + 1);
+        prompt = g;
+        plen += sl;
+    }
     int rc = tokenizer_encode_with(h->o.tok, NULL, prompt, plen, ids, n, &err);
     free(prompt);
     return rc ? serve_error(e, 400, "invalid_request_error", "messages", "%s", err.msg) : 0;
@@ -567,6 +629,7 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
     int *max_tokens = calloc((size_t)n_prompts, sizeof *max_tokens);
     int32_t *stops = malloc(sizeof(int32_t) * (h->o.n_stop_ids + r.n_stop_ids + 1));
     ServeConstraint *constraint = NULL;
+    char *forced = NULL; /* a forced tool call's opening, put after the prompt */
     c->n_prompts = n_prompts;
     c->ch = calloc((size_t)n_prompts * n, sizeof *c->ch);
     c->jobs = calloc((size_t)n_prompts * n, sizeof *c->jobs);
@@ -576,12 +639,14 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
         goto fail;
     }
     if (check_model(h, r.model, &e)) goto fail;
+    const ToolFormat *tools = NULL; /* chat: the format its answers' tool calls are parsed in */
+    if (kind == SERVE_CHAT && serve_tools_plan(h->o.tool_format, &r, &tools, &forced, &e)) goto fail;
     if (check_ids(h, r.bias_ids, (size_t)r.n_bias, "logit_bias", &e) ||
         check_ids(h, r.stop_ids, (size_t)r.n_stop_ids, "stop_token_ids", &e))
         goto fail;
     const char *what = kind == SERVE_CHAT ? "messages" : "prompt";
     for (int p = 0; p < n_prompts; p++) {
-        if (kind == SERVE_CHAT ? chat_ids(h, &r, &ids[p], &n_ids[p], &e)
+        if (kind == SERVE_CHAT ? chat_ids(h, &r, forced, &ids[p], &n_ids[p], &e)
                                : prompt_ids(h, &r.prompts[p], 1, &ids[p], &n_ids[p], &e))
             goto fail;
         if (n_ids[p] == 0) {
@@ -647,7 +712,7 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
             .stop = r.stop,
             .n_stop = r.n_stop,
             .include_stop_str = r.include_stop_str,
-            .skip_special = r.skip_special_tokens > 0,
+            .skip_special = r.skip_special_tokens > 0 && !tools, /* a call's tags may be special tokens (vLLM too) */
             .logprobs = r.logprobs,
             .prompt_logprobs = r.echo,
             .n = n,
@@ -657,9 +722,17 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
         };
         if (serve_engine_submit(h->eng, &spec, c->jobs + (size_t)p * n, &e)) goto fail;
         for (int j = 0; j < n; j++) {
-            c->ch[p * n + j].job = c->jobs[p * n + j];
-            c->ch[p * n + j].prompt = p;
+            Choice *ch = &c->ch[p * n + j];
+            ch->job = c->jobs[p * n + j];
+            ch->prompt = p;
             c->n_ch++;
+            char call_ids[64]; /* unique on this server: call_<start><serial>_<choice>_<call> */
+            snprintf(call_ids, sizeof call_ids, "call_%lx%06llx_%d_", (unsigned long)h->started,
+                     (unsigned long long)serial, p * n + j);
+            if (tools && !(ch->tools = tool_parser_new(tools, r.tools_json, forced, call_ids))) {
+                serve_error(&e, 500, "server_error", "", "out of memory");
+                goto fail;
+            }
         }
     }
     c->kind = kind;
@@ -699,6 +772,7 @@ done:
     free(max_tokens);
     free(stops);
     serve_constraint_release(constraint);
+    free(forced);
     serve_request_free(&r);
     return res;
 }
@@ -737,7 +811,7 @@ static enum MHD_Result tokenize(struct MHD_Connection *conn, Conn *c, ServeKind 
     if (r.chat_json) {
         int32_t *body = NULL;
         size_t nb = 0;
-        if (chat_ids(h, &r, &body, &nb, &e)) goto fail;
+        if (chat_ids(h, &r, NULL, &body, &nb, &e)) goto fail;
         const int bos = r.add_special_tokens > 0 && h->o.bos_id >= 0;
         if (!(ids = malloc(sizeof(int32_t) * (nb + 1)))) {
             free(body);

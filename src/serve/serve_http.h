@@ -13,6 +13,7 @@
 
 #include "tokenizer/chat_template.h"
 #include "serve/serve_engine.h"
+#include "serve/serve_tools.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -29,6 +30,7 @@ typedef struct {
     double temperature, top_p; /* defaults for requests that do not set them (generation_config.json or OpenAI's) */
     int top_k;
     int max_context, vocab_size;
+    const ToolFormat *tool_format; /* how the model writes tool calls (NULL: no format known; calls stay text) */
 } ServeHttpOpts;
 
 typedef struct ServeHttp ServeHttp;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve/serve_tools.h"
 #include "serve/serve_utf8.h"
 
 int serve_error(ServeError *e, int status, const char *type, const char *param, const char *fmt, ...) {
@@ -192,6 +193,7 @@ static int parse_messages(const cJSON *v, cJSON *out, ServeError *e) {
         cJSON *copy = cJSON_Duplicate(m, 1);
         if (!copy) return serve_error(e, 500, "server_error", p, "out of memory");
         cJSON_AddItemToArray(list, copy);
+        if (serve_tools_message(copy, p, e)) return -1;
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (!content || cJSON_IsNull(content) || cJSON_IsString(content)) continue;
         if (!cJSON_IsArray(content)) {
@@ -394,7 +396,7 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
     }
     static const char *const ROUTE[] = {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"};
     const int generates = kind == SERVE_COMPLETION || kind == SERVE_CHAT;
-    const cJSON *prompt = NULL, *messages = NULL, *tokens = NULL;
+    const cJSON *prompt = NULL, *messages = NULL, *tokens = NULL, *tools = NULL, *tool_choice = NULL;
     for (const cJSON *f = root->child; f; f = f->next) {
         const char *k = f->string;
         long iv;
@@ -433,16 +435,10 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
             if (get_int(f, k, 0, SERVE_MAX_TOP_LOGPROBS, &iv, e)) goto done;
             top_logprobs = (int)iv;
         } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "tools")) {
-            if (!cJSON_IsArray(f)) {
-                BAD(k, "'tools' must be a list of tool schemas");
-                goto done;
-            }
+            tools = f; /* checked with tool_choice below, whatever their order */
             cJSON_AddItemToObject(chat, "tools", cJSON_Duplicate(f, 1));
         } else if (kind == SERVE_CHAT && is(k, "tool_choice")) {
-            if (!cJSON_IsString(f) || (!is(f->valuestring, "auto") && !is(f->valuestring, "none"))) {
-                BAD(k, "'tool_choice' must be \"auto\" or \"none\" (zaya serve does not force tool calls)");
-                goto done;
-            }
+            tool_choice = f;
         } else if ((kind == SERVE_CHAT || kind == SERVE_COMPLETION) && is(k, "response_format")) {
             if (parse_response_format(f, r, e)) goto done;
         } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "add_generation_prompt")) {
@@ -510,7 +506,7 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
             goto done;
         }
         if (logprobs_bool) r->logprobs = top_logprobs > 0 ? top_logprobs : 0;
-        if (parse_messages(messages, chat, e)) goto done;
+        if (parse_messages(messages, chat, e) || serve_tools_parse_request(tools, tool_choice, r, e)) goto done;
         if (!(r->chat_json = cJSON_PrintUnformatted(chat))) {
             oom(e, "");
             goto done;
@@ -536,6 +532,8 @@ void serve_request_free(ServeRequest *r) {
     free(r->stop_ids);
     free(r->chat_json);
     free(r->json_schema);
+    free(r->tools_json);
+    free(r->tool_name);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
     r->max_tokens = -1;

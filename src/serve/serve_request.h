@@ -32,6 +32,10 @@ int serve_error(ServeError *e, int status, const char *type, const char *param, 
 #define SERVE_MAX_CHOICES 1024    /* prompts x n */
 #define SERVE_MAX_LOGIT_BIAS 1024 /* logit_bias entries */
 #define SERVE_MAX_STOP_IDS 64     /* stop_token_ids */
+#define SERVE_MAX_TOOLS 128       /* tools, as OpenAI */
+
+/* What tool_choice asks (serve_tools.h). */
+typedef enum { TOOL_CHOICE_UNSET, TOOL_CHOICE_AUTO, TOOL_CHOICE_NONE, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED } ToolChoice;
 
 enum { SERVE_FORMAT_TEXT, SERVE_FORMAT_JSON_OBJECT, SERVE_FORMAT_JSON_SCHEMA }; /* response_format's type */
 
@@ -53,6 +57,10 @@ typedef struct {
      * members...} for the chat renderer */
     char *chat_json;
     int add_generation_prompt;
+    char *tools_json;      /* chat: the checked "tools" list (NULL: none); it is in chat_json for the template too */
+    int n_tools;
+    ToolChoice tool_choice;
+    char *tool_name;       /* TOOL_CHOICE_NAMED: the function, one of the tools */
     int max_tokens;        /* -1: not given; 0 only with echo */
     double temperature;    /* NAN: not given */
     double top_p;          /* NAN: not given */

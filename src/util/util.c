@@ -93,6 +93,21 @@ int zy_mul_size(size_t a, size_t b, size_t *out) {
     return 0;
 }
 
+int zy_str_append(char **s, size_t *len, size_t *cap, const char *add, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (*len + n + 1 > c) c *= 2;
+        char *g = realloc(*s, c);
+        if (!g) return -1;
+        *s = g;
+        *cap = c;
+    }
+    if (n) memcpy(*s + *len, add, n);
+    *len += n;
+    (*s)[*len] = 0;
+    return 0;
+}
+
 int zy_read_file(const char *path, char **data, size_t *len, ZyErr *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return zy_fail(err, "%s: cannot open: %s", path, strerror(errno));

@@ -26,6 +26,9 @@ void zy_free(void *p);
 
 /* Overflow-checked size arithmetic: returns 0 and sets *out, or -1 on overflow. */
 int zy_mul_size(size_t a, size_t b, size_t *out);
+/* Appends n bytes to the NUL-terminated string *s (*len bytes, *cap allocated; NULL/0/0 to start), growing it by
+ * doubling. 0, or -1 (*s unchanged) when memory runs out. */
+int zy_str_append(char **s, size_t *len, size_t *cap, const char *add, size_t n);
 
 /* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
 int zy_read_file(const char *path, char **data, size_t *len, ZyErr *err);
