@@ -33,6 +33,15 @@ int serve_error(ServeError *e, int status, const char *type, const char *param, 
 #define SERVE_MAX_LOGIT_BIAS 1024 /* logit_bias entries */
 #define SERVE_MAX_STOP_IDS 64     /* stop_token_ids */
 
+/* Markovian RSA, /v1/chat/completions' extension "rsa": {"population", "subset", "rounds", "tail"} (serve/reason.h):
+ * N traces, K of them aggregated per new trace, T rounds, the last τ tokens of each carried. population 0: not asked. */
+#define SERVE_RSA_MAX_POPULATION 64
+#define SERVE_RSA_MAX_ROUNDS 16
+#define SERVE_RSA_MAX_TAIL 65536
+typedef struct {
+    int population, subset, rounds, tail;
+} ServeRsa;
+
 /* One prompt: text (encoded by the server) or token ids. */
 typedef struct {
     char *text;            /* NULL: given as ids */
@@ -76,6 +85,7 @@ typedef struct {
     int echo;              /* completions: the prompt comes back before the completion (with its logprobs) */
     int add_special_tokens; /* /tokenize: -1 not given (then: prompt true, messages false) */
     int return_token_strs; /* /tokenize */
+    ServeRsa rsa;          /* chat: Markovian RSA asked for (population > 0) */
 } ServeRequest;
 
 /* Parses body as a request of the given kind. On error r is left empty (nothing to free). */
