@@ -154,9 +154,9 @@ int cmd_reason(int argc, char **argv) {
     RsaOpts ro = {.shape = shape, .aggregate = tmpl, .tok = tok, .max_tokens = max_tokens, .max_context = max_context,
                   .base = {.sampling = {.temperature = temperature, .top_p = top_p}, .stop_ids = stops,
                            .n_stop_ids = n_stops},
-                  .seed = seed, .keep_prompts = json};
+                  .seed = seed, .keep_prompts = json, .field_prefix = "--"};
     if (rsa_run(eng, &ro, &pr, problem ? problem : prompt, &res, &se)) {
-        zy_fail(&err, "reason: %s%s%s", se.param[0] ? se.param : "", se.param[0] ? ": " : "", se.message);
+        zy_fail(&err, "reason: %s", se.message);
         goto fail;
     }
     have_res = 1;

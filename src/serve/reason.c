@@ -247,7 +247,9 @@ static int run_round(ServeEngine *e, const RsaOpts *o, const RsaPrompter *p, int
     for (int i = 0; i < (same ? 1 : N); i++) {
         const int room = o->max_context - n_prompt[i];
         if (room < 1) {
-            serve_error(err, 400, "invalid_request_error", same ? "messages" : "rsa.tail",
+            char tail[32];
+            snprintf(tail, sizeof tail, "%stail", o->field_prefix ? o->field_prefix : "");
+            serve_error(err, 400, "invalid_request_error", same ? "messages" : tail,
                         "the %s prompt has %d tokens and the context holds %d: %s", same ? "problem's" : "aggregation",
                         n_prompt[i], o->max_context,
                         same ? "shorten the problem" : "lower the tail or the subset (K tails of tail tokens each)");
@@ -362,6 +364,10 @@ static int aggregate(const RsaOpts *o, const char *problem, const RsaRound *last
         if (tokenizer_decode_ex(o->tok, t->ids + from, (size_t)(t->n_ids - from), TOK_DECODE_LOSSY, &b, &bl, &ze) == 0)
             s = serve_utf8_sanitize(b ? b : "", bl, &sl);
         free(b);
+        size_t w = 0; /* NUL bytes (a token can decode to one) dropped: the template's strings end at a NUL */
+        for (size_t i = 0; s && i < sl; i++)
+            if (s[i]) s[w++] = s[i];
+        if (s) s[w] = 0;
         cJSON_AddItemToArray(cands, cJSON_CreateString(s ? s : ""));
         free(s);
     }

@@ -79,6 +79,7 @@ typedef struct {
     ServeJobSpec base;
     uint64_t seed;                  /* trace i of round r samples with seed + r * N + i; subsets from seed too */
     int keep_prompts;               /* keep each trace's aggregation text (reports with traces) */
+    const char *field_prefix;       /* how errors name the shape's fields: "rsa." (a request), "--" (flags) */
 } RsaOpts;
 
 typedef struct {

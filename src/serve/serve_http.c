@@ -599,7 +599,8 @@ static enum MHD_Result answer_rsa(struct MHD_Connection *conn, Conn *c, const Se
     RsaEncoder enc = {.tok = h->o.tok, .chat = h->o.chat, .chat_json = r->chat_json, .bos_id = h->o.bos_id};
     const RsaPrompter prompter = {.ctx = &enc, .encode = rsa_encode, .cancelled = rsa_client_gone, .cancel_ctx = c};
     RsaOpts ro = {.shape = r->rsa, .aggregate = tmpl, .tok = h->o.tok, .base = base, .seed = base.seed,
-                  .max_tokens = r->max_tokens > 0 ? r->max_tokens : h->o.max_context, .max_context = h->o.max_context};
+                  .max_tokens = r->max_tokens > 0 ? r->max_tokens : h->o.max_context, .max_context = h->o.max_context,
+                  .field_prefix = "rsa."};
     RsaResult res;
     const int bad = rsa_run(h->eng, &ro, &prompter, problem, &res, &e);
     jinja_free(tmpl);
