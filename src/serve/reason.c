@@ -273,13 +273,12 @@ static int run_round(ServeEngine *e, const RsaOpts *o, const RsaPrompter *p, int
             rd->traces[i].prompt_tokens = n_prompt[i];
     }
     for (int left = N; left > 0;) {
-        if (!serve_jobs_wait(jobs, N, 100)) {
-            if (p->cancelled && p->cancelled(p->cancel_ctx)) {
-                serve_error(err, 499, "server_error", "", "the client went away");
-                goto out;
-            }
-            continue;
+        const int news = serve_jobs_wait(jobs, N, 100);
+        if (p->cancelled && p->cancelled(p->cancel_ctx)) { /* each wake: a busy round never times out */
+            serve_error(err, 499, "server_error", "", "the client went away");
+            goto out;
         }
+        if (!news) continue;
         for (int i = 0; i < N; i++) {
             if (done[i]) continue;
             ServeDelta d = {0};

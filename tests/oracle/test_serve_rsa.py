@@ -7,7 +7,8 @@
   generated, prompt tokens, prefix-cache hits or null, seconds) agrees with `usage`;
 - each round ran as one batch: the engine's step-size histogram has steps of more than half the population, and
   the mean batch of the RSA run is above half of it;
-- two RSA requests at once both answer; afterwards no KV block is held;
+- two RSA requests at once both answer; afterwards no KV block is held; a client that disconnects mid-round stops
+  its traces (their blocks come back);
 - every bad field is a 400 naming it (rsa.population above --max-batch, rsa.subset above the population, zero
   rounds, a negative tail, an unknown member, stream, n > 1, logprobs, rsa on /v1/completions).
 
@@ -109,6 +110,27 @@ def checks(res, work):
         m = srv.metrics()
         res.check(m["zaya_kv_blocks_used"] == 0 and m["zaya_requests_running"] == 0, "no KV block held afterwards",
                   f"{m['zaya_kv_blocks_used']} blocks, {m['zaya_requests_running']} running")
+
+        # a client that goes away mid-round: its traces stop, their blocks come back
+        import socket
+        body = json.dumps({"model": name, "messages": msgs, "max_tokens": 1900, "ignore_eos": True,
+                           **rsa_body(rounds=16)}).encode()  # 16 rounds of 1,900 steps: far longer than 3 s
+        sk = socket.create_connection(("127.0.0.1", srv.port))
+        sk.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.time() + 30
+        while time.time() < deadline and srv.metrics()["zaya_requests_running"] < N:
+            time.sleep(0.05)
+        running = srv.metrics()["zaya_requests_running"]
+        sk.close()
+        closed = time.time()
+        deadline = closed + 30
+        while time.time() < deadline and (srv.metrics()["zaya_requests_running"] or srv.metrics()["zaya_kv_blocks_used"]):
+            time.sleep(0.1)
+        m, took = srv.metrics(), time.time() - closed
+        res.check(running == N and m["zaya_requests_running"] == 0 and m["zaya_kv_blocks_used"] == 0 and took < 3,
+                  "a client that disconnects stops its round", f"{running} running before, {m['zaya_requests_running']} "
+                  f"after, {m['zaya_kv_blocks_used']} blocks, {took:.1f} s")
 
         # bad fields: 400 naming the field
         bad = [
