@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CLI test of `zaya reason` (Markovian RSA, src/serve/reason.c) on a tiny model with a tokenizer trained here: the
 # per-round report on stderr; --json's rounds, where every trace of round t > 1 has K distinct sources in the last
-# round and its aggregation prompt holds, in order, exactly the decoded last tau tokens of each (NUL bytes dropped; zaya tokenizer
-# decode of tail_ids, which are the trace's last tau ids); the default template and a --template of one's own;
+# round and its aggregation prompt holds, in order, exactly the decoded last tau tokens of each (NUL bytes dropped;
+# zaya tokenizer decode of tail_ids, which are the trace's last tau ids); the default template and a --template;
 # --messages; the vote's report against the traces' answers; the same seed giving the same traces; bad flags.
 # Ends with "reason: N passed, N failed".
 set -uo pipefail
@@ -30,7 +30,7 @@ mkdir -p "$work/tok"
 check "setup tokenizer" test -s "$work/tok/tokenizer.json"
 cat >"$work/tok/tokenizer_config.json" <<'EOF'
 {"bos_token": "<|bos|>", "eos_token": "<|eos|>",
- "chat_template": "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"}
+ "chat_template": "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}{{ '<|assistant|>' }}"}
 EOF
 sed -e 's/"vocab_size": *[0-9]*/"vocab_size": 320/' -e 's/"bos_token_id": *[0-9]*/"bos_token_id": 1/' \
     -e 's/"eos_token_id": *[0-9]*/"eos_token_id": 2/' \
@@ -44,7 +44,9 @@ T="--tokenizer $work/tok/tokenizer.json"
     --max-tokens 12 --seed 1 >"$work/text.out" 2>"$work/text.err"
 check "reason runs" test $? -eq 0
 sed 's/^/    /' "$work/text.err"
-check "a report line per round" test "$(grep -Ec '^round [1-3]: 4 traces, [0-9]+ tokens generated, [0-9]+ prompt tokens, prefix-cache hits (n/a|[0-9]+), [0-9.]+ s \([0-9.]+ tokens/s\)$' "$work/text.err")" -eq 3
+line='^round [1-3]: 4 traces, [0-9]+ tokens generated, [0-9]+ prompt tokens, prefix-cache hits (n/a|[0-9]+), '
+line+='[0-9.]+ s \([0-9.]+ tokens/s\)$'
+check "a report line per round" test "$(grep -Ec "$line" "$work/text.err")" -eq 3
 check "an answer line" grep -Eq '^answer: .* \([0-4] of 4 votes; trace [1-4] of the last round\)$' "$work/text.err"
 check "the chosen trace on stdout" test -s "$work/text.out"
 
@@ -112,7 +114,11 @@ EOF
 check_rounds "$work/a.json" default
 check "round t>1 prompts: K sampled tails of <= tau tokens in the default template" test $? -eq 0
 run_json "$work/b.json" --prompt "What is 12 + 34?"
-python3 -c "import json,sys; s=lambda p:[[t['ids'] for t in r['traces']] for r in json.load(open(p))['round_reports']]; sys.exit(s('$work/a.json') != s('$work/b.json'))"
+python3 - "$work/a.json" "$work/b.json" <<'EOF'
+import json, sys
+ids = lambda p: [[t["ids"] for t in r["traces"]] for r in json.load(open(p))["round_reports"]]  # noqa: E731
+sys.exit(ids(sys.argv[1]) != ids(sys.argv[2]))
+EOF
 check "the same seed gives the same traces" test $? -eq 0
 
 printf '%s' 'P={{ problem }}|R{{ round }}|{% for c in candidates %}<{{ c }}>{% endfor %}' >"$work/own.jinja"
@@ -144,9 +150,14 @@ expect_error() { # NAME PATTERN ARGS...
     shift 2
     "$ZAYA" reason --model "$work/model" $T "$@" >/dev/null 2>"$work/bad.err"
     local rc=$?
-    if [ $rc -ne 0 ] && grep -q -- "$pat" "$work/bad.err"; then ok "$name"; else bad "$name: rc $rc, $(cat "$work/bad.err")"; fi
+    if [ $rc -ne 0 ] && grep -q -- "$pat" "$work/bad.err"; then
+        ok "$name"
+    else
+        bad "$name: rc $rc, $(cat "$work/bad.err")"
+    fi
 }
-expect_error "--subset above --population" "'--subset' must be an integer from 1 to 4" --prompt x --population 4 --subset 5
+expect_error "--subset above --population" "'--subset' must be an integer from 1 to 4" --prompt x --population 4 \
+    --subset 5
 expect_error "--rounds 0" "'--rounds'" --prompt x --rounds 0
 expect_error "--tail 0" "'--tail'" --prompt x --tail 0
 expect_error "--population 0" "'--population'" --prompt x --population 0

@@ -125,12 +125,14 @@ def checks(res, work):
         sk.close()
         closed = time.time()
         deadline = closed + 30
-        while time.time() < deadline and (srv.metrics()["zaya_requests_running"] or srv.metrics()["zaya_kv_blocks_used"]):
+        busy = lambda m: m["zaya_requests_running"] or m["zaya_kv_blocks_used"]  # noqa: E731
+        while time.time() < deadline and busy(srv.metrics()):
             time.sleep(0.1)
         m, took = srv.metrics(), time.time() - closed
         res.check(running == N and m["zaya_requests_running"] == 0 and m["zaya_kv_blocks_used"] == 0 and took < 3,
-                  "a client that disconnects stops its round", f"{running} running before, {m['zaya_requests_running']} "
-                  f"after, {m['zaya_kv_blocks_used']} blocks, {took:.1f} s")
+                  "a client that disconnects stops its round",
+                  f"{running} running before, {m['zaya_requests_running']} after, {m['zaya_kv_blocks_used']} blocks, "
+                  f"{took:.1f} s")
 
         # bad fields: 400 naming the field
         bad = [

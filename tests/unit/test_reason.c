@@ -88,7 +88,8 @@ TEST(rsa_default_template_renders_problem_then_candidates) {
     char *out = NULL;
     size_t len = 0;
     REQUIRE(jinja_render_json(t, vars, strlen(vars), NULL, &out, &len, &err) == 0);
-    const char *c1 = strstr(out, "--- Candidate 1 ---\n... so 4\n"), *c2 = strstr(out, "--- Candidate 2 ---\n... so 5\n");
+    const char *c1 = strstr(out, "--- Candidate 1 ---\n... so 4\n");
+    const char *c2 = strstr(out, "--- Candidate 2 ---\n... so 5\n");
     CHECK_MSG(strncmp(out, "What is 2+2?\n\n", 14) == 0 && c1 && c2 && c1 < c2 && !strstr(out, "Candidate 3") &&
                   strstr(out, "\\boxed{ANSWER}") > c2,
               "%s", out);
