@@ -15,9 +15,15 @@ ignore_eos / min_new_tokens), C of them in flight at a time. For each model conf
     cache: --kv-dtype auto), flooded with 192-token requests; the peak number running at once (/metrics) is the
     concurrency that fits M.
 
+  - --rsa: Markovian RSA (the "rsa" extension of /v1/chat/completions: N traces, K tails of tau tokens, T rounds,
+    each round one batch in the engine) against the same generations sent as sequential single chat requests to the
+    same server (the client doing RSA itself: the same template, configs/rsa_aggregate.jinja, tails cut through
+    /tokenize and /detokenize); max_tokens per trace forced with ignore_eos; generated tokens/s of each, alternating.
+
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
            [--concurrency 32] [--requests 96] [--prompts 16 64 256] [--outputs 16 64 256] [--threads 2]
            [--kv-memory 16M] [--dtypes f32 bf16] [--rounds N] [--json out.json]
+       python3 bench/serve_bench.py --rsa [--population 8 --subset 4 --rsa-rounds 3 --tail 64 --trace-tokens 256]
 Prints markdown tables (and JSON with --json). One run; say which CPU."""
 import argparse
 import http.client
@@ -40,7 +46,7 @@ def sh(*args, **kw):
     return subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True, **kw)
 
 
-def make_model(cfg_path, work, name, overrides=None):
+def make_model(cfg_path, work, name, overrides=None, texts=()):
     cfg = json.load(open(cfg_path))
     cfg.update(overrides or {})
     p = os.path.join(work, name + ".json")
@@ -53,7 +59,7 @@ def make_model(cfg_path, work, name, overrides=None):
     tok.decoder = decoders.ByteLevel()
     tr = trainers.BpeTrainer(vocab_size=min(cfg["vocab_size"], 1000), special_tokens=["<|pad|>", "<|bos|>", "<|eos|>"],
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog 0123456789"] * 50, tr)
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog 0123456789"] * 50 + list(texts) * 50, tr)
     tok.save(os.path.join(mdir, "tokenizer.json"))
     return mdir, cfg
 
@@ -250,6 +256,117 @@ def capacity(mdir, a, context, dtype):
     return {"peak_running": peak[0], "kv_bytes_per_token": per_tok}
 
 
+RSA_PROBLEM = ("A train leaves at 9:40 and arrives at 13:05; a second train covers the same 290 km in 40 minutes "
+               "less. What is the second train's average speed in km/h? Reason step by step.")
+CHATML = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    if r.status != 200:
+        raise RuntimeError(f"{path}: {r.status}: {data[:300]}")
+    return json.loads(data)
+
+
+def rsa_sequential(port, model, a, template, seed):
+    """The same RSA as the extension, as one client sending one chat request at a time: generated tokens, wall s."""
+    import random
+    rnd = random.Random(seed)
+    chat = lambda text, s: post(port, "/v1/chat/completions", {  # noqa: E731
+        "model": model, "messages": [{"role": "user", "content": text}], "max_tokens": a.trace_tokens,
+        "ignore_eos": True, "temperature": 1.0, "seed": s})
+    t0, tokens, last = time.perf_counter(), 0, []
+    for r in range(a.rsa_rounds):
+        texts = []
+        for i in range(a.population):
+            if r == 0:
+                prompt = RSA_PROBLEM
+            else:
+                tails = []
+                for j in rnd.sample(range(a.population), a.subset):
+                    ids = post(port, "/tokenize", {"prompt": last[j], "add_special_tokens": False})["tokens"]
+                    tails.append(post(port, "/detokenize", {"tokens": ids[-a.tail:]})["prompt"])
+                prompt = template.render(problem=RSA_PROBLEM, candidates=tails, round=r + 1, population=a.population)
+            out = chat(prompt, seed + r * a.population + i)
+            texts.append(out["choices"][0]["message"]["content"])
+            tokens += out["usage"]["completion_tokens"]
+        last = texts
+    return tokens, time.perf_counter() - t0
+
+
+def run_rsa(a):
+    """--rsa: the extension against sequential single requests, alternating, on one server per model."""
+    import jinja2
+    src = open(os.path.join(ROOT, "configs", "rsa_aggregate.jinja")).read()
+    template = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False).from_string(src)
+    work = tempfile.mkdtemp(prefix="zaya-rsa-bench-")
+    out = {"population": a.population, "subset": a.subset, "rounds": a.rsa_rounds, "tail": a.tail,
+           "trace_tokens": a.trace_tokens, "threads": a.threads, "models": {}}
+    try:
+        for cfg_path in a.configs:
+            name = os.path.splitext(os.path.basename(cfg_path))[0]
+            mdir, cfg = make_model(os.path.join(ROOT, cfg_path), work, name, texts=[src, RSA_PROBLEM])
+            tpl = os.path.join(work, "chatml.jinja")
+            open(tpl, "w").write(CHATML)
+            ctx = min(cfg["max_position_embeddings"], 4096)
+            for dt in a.dtypes:
+                srv = Server(mdir, a.threads, "--max-batch", a.population, "--max-context", ctx, "--dtype", dt,
+                             "--threads", a.threads, "--chat-template", tpl)
+                model = os.path.basename(mdir)
+                runs = {"rsa": [], "sequential": []}
+                try:
+                    post(srv.port, "/v1/chat/completions", {"model": model, "max_tokens": 4, "messages": [
+                        {"role": "user", "content": "hi"}]})  # warm-up
+                    for k in range(a.rounds):
+                        t0 = time.perf_counter()
+                        r = post(srv.port, "/v1/chat/completions", {
+                            "model": model, "messages": [{"role": "user", "content": RSA_PROBLEM}],
+                            "max_tokens": a.trace_tokens, "ignore_eos": True, "temperature": 1.0, "seed": 100 + k,
+                            "rsa": {"population": a.population, "subset": a.subset, "rounds": a.rsa_rounds,
+                                    "tail": a.tail}})
+                        wall = time.perf_counter() - t0
+                        toks = r["usage"]["completion_tokens"]
+                        runs["rsa"].append({"tokens": toks, "wall_s": wall, "tokens_per_s": toks / wall,
+                                            "round_reports": r["rsa"]["round_reports"]})
+                        toks, wall = rsa_sequential(srv.port, model, a, template, 100 + k)
+                        runs["sequential"].append({"tokens": toks, "wall_s": wall, "tokens_per_s": toks / wall})
+                        print(f"[{name} {dt}] round {k + 1}: rsa {runs['rsa'][-1]['tokens_per_s']:.0f} tok/s, "
+                              f"sequential {runs['sequential'][-1]['tokens_per_s']:.0f} tok/s", file=sys.stderr,
+                              flush=True)
+                finally:
+                    srv.stop()
+                med = lambda rs: sorted(rs, key=lambda x: x["tokens_per_s"])[(len(rs) - 1) // 2]  # noqa: E731
+                out["models"][f"{name} {dt}"] = {
+                    "rsa": med(runs["rsa"]), "sequential": med(runs["sequential"]),
+                    "ratio_rounds": [x["tokens_per_s"] / y["tokens_per_s"]
+                                     for x, y in zip(runs["rsa"], runs["sequential"])]}
+                if a.json:
+                    json.dump(out, open(a.json, "w"), indent=1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    gens = a.population * a.rsa_rounds
+    print(f"\nMarkovian RSA N={a.population} K={a.subset} T={a.rsa_rounds} tail={a.tail} ({gens} generations of "
+          f"{a.trace_tokens} tokens, ignore_eos, temperature 1) vs the same {gens} as sequential single chat requests, "
+          f"one server, {a.threads} threads" + (f"; medians of {a.rounds} alternating runs" if a.rounds > 1 else "")
+          + "\n")
+    print("| model | weights | RSA tokens/s | sequential tokens/s | ratio | RSA per round (s) |")
+    print("|---|---|---|---|---|---|")
+    for key, m in out["models"].items():
+        name, dt = key.rsplit(" ", 1)
+        rs, sq = m["rsa"], m["sequential"]
+        ratios = ", ".join(f"{x:.1f}" for x in m["ratio_rounds"])
+        per_round = " / ".join(f"{x['seconds']:.1f}" for x in rs["round_reports"])
+        print(f"| {name} | {dt} | {rs['tokens_per_s']:.0f} | {sq['tokens_per_s']:.0f} | "
+              f"{rs['tokens_per_s'] / sq['tokens_per_s']:.1f}x (runs {ratios}) | {per_round} |")
+    if a.json:
+        json.dump(out, open(a.json, "w"), indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="*", default=["configs/demo-model.json", "configs/bench-medium.json"])
@@ -266,7 +383,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="runs of each server, alternating zaya and transformers; the tables show medians")
     ap.add_argument("--json")
+    ap.add_argument("--rsa", action="store_true", help="Markovian RSA against sequential single requests")
+    ap.add_argument("--population", type=int, default=8, help="--rsa: N")
+    ap.add_argument("--subset", type=int, default=4, help="--rsa: K")
+    ap.add_argument("--rsa-rounds", type=int, default=3, help="--rsa: T")
+    ap.add_argument("--tail", type=int, default=64, help="--rsa: tokens of each trace carried")
+    ap.add_argument("--trace-tokens", type=int, default=256, help="--rsa: tokens per trace (ignore_eos)")
     a = ap.parse_args()
+    if a.rsa:
+        return run_rsa(a)
     work = tempfile.mkdtemp(prefix="zaya-serve-bench-")
     out = {"concurrency": a.concurrency, "requests": a.requests, "prompts": a.prompts, "outputs": a.outputs,
            "threads": a.threads, "models": {}}

@@ -8,6 +8,7 @@ int cmd_convert(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_reason(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_debug(int argc, char **argv);
 int cmd_train_model(int argc, char **argv);

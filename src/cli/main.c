@@ -28,6 +28,7 @@ static const Command commands[] = {
     {"quantize", cmd_quantize, "quantize a model's matrices to 8 or 4 bits (MLX's affine layout, as mlx-lm writes it)"},
     {"generate", cmd_generate, "generate text from a prompt (cached decoding, sampling)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching (zaya serve --model DIR)"},
+    {"reason", cmd_reason, "Markovian RSA: rounds of N traces, each from K tails of the last (zaya reason --model DIR)"},
     {"eval", cmd_eval, "evaluate: multiple-choice / exact-match tasks, held-out loss"},
     {"debug", cmd_debug, "developer checks used by the test suite (debug optim ...)"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer (HF tokenizer.json); encode, decode"},
@@ -50,7 +51,7 @@ static void usage(FILE *f) {
  *   (src/kernels/blas_core.h: a CPU newer than the library gets its SSE or AVX2 kernels, at a quarter to a half of
  *   the speed; a ZAYA_CPU level below the best holds OpenBLAS to the same instructions). ZAYA_BLAS_CORE_WHY carries
  *   the reason to zaya info.
- * - Except when decoding interactively (generate, serve, bench decode, and bench gemm --weights and bench quant,
+ * - Except when decoding interactively (generate, serve, reason, bench decode, and bench gemm --weights and bench quant,
  *   which time decoding's products): a token runs ~100 small parallel regions, and
  *   waking a sleeping thread costs more than each one's work (bench-medium bf16 decode, 2 threads: 125 tok/s
  *   passive, 205-229 with a bounded spin), so idle threads spin for GOMP_SPINCOUNT=10000 (~0.1 ms) before
@@ -58,7 +59,9 @@ static void usage(FILE *f) {
  *   passive, ~3-4k with this spin and ~500 with OMP_WAIT_POLICY=active.
  * A value the user set always wins. */
 static int decodes_interactively(int argc, char **argv) {
-    if (argc >= 2 && (strcmp(argv[1], "generate") == 0 || strcmp(argv[1], "serve") == 0)) return 1;
+    if (argc >= 2 && (strcmp(argv[1], "generate") == 0 || strcmp(argv[1], "serve") == 0 ||
+                      strcmp(argv[1], "reason") == 0))
+        return 1;
     if (argc < 3 || strcmp(argv[1], "bench") != 0) return 0;
     if (strcmp(argv[2], "decode") == 0 || strcmp(argv[2], "quant") == 0) return 1;
     for (int i = 3; strcmp(argv[2], "gemm") == 0 && i < argc; i++)

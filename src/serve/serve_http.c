@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jinja/jinja.h"
+#include "serve/reason.h"
 #include "serve/serve_request.h"
 #include "serve/serve_structured.h"
 
@@ -612,6 +614,84 @@ static int draining(ServeHttp *h) {
     return d;
 }
 
+/* What a request asks of each of its jobs (the prompt, max_tokens, n and wake are the caller's). */
+static ServeJobSpec request_spec(const ServeHttp *h, const ServeRequest *r, const int32_t *stops, int n_stops,
+                                 uint64_t serial, int p) {
+    return (ServeJobSpec){
+        .sampling = {.temperature = isnan(r->temperature) ? h->o.temperature : r->temperature,
+                     .top_k = r->top_k >= 0 ? r->top_k : h->o.top_k,
+                     .top_p = isnan(r->top_p) ? h->o.top_p : r->top_p,
+                     .min_p = r->min_p},
+        .penalties = {.presence = r->presence_penalty, .frequency = r->frequency_penalty,
+                      .repetition = r->repetition_penalty, .bias_ids = r->bias_ids, .bias = r->bias,
+                      .n_bias = r->n_bias},
+        .seed = r->has_seed ? r->seed : (uint64_t)time(NULL) * 6364136223846793005ULL + serial * 1000003ULL + p,
+        .stop_ids = stops,
+        .n_stop_ids = n_stops,
+        .stop = r->stop,
+        .n_stop = r->n_stop,
+        .include_stop_str = r->include_stop_str,
+        .skip_special = r->skip_special_tokens > 0,
+        .logprobs = r->logprobs,
+        .prompt_logprobs = r->echo,
+    };
+}
+
+static int rsa_client_gone(void *c) { return client_gone(((Conn *)c)->fd); }
+
+/* A chat request with "rsa" (serve/reason.h): the rounds run on this connection's thread, each as one batch in the
+ * engine; the answer is the chosen trace as the one message, and "rsa" the rounds' report. */
+static enum MHD_Result answer_rsa(struct MHD_Connection *conn, Conn *c, const ServeRequest *r, ServeJobSpec base) {
+    ServeHttp *h = c->h;
+    ServeEngineOpts eo;
+    serve_engine_info(h->eng, &eo, &(int){0}, &(size_t){0});
+    ServeError e;
+    if (!h->o.chat) {
+        serve_error(&e, 400, "invalid_request_error", "messages", "'rsa' runs on the model's chat template, and this "
+                    "server has none (zaya serve --chat-template FILE)");
+        return send_error(conn, c, &e);
+    }
+    char *problem = NULL;
+    if (rsa_shape_check(&r->rsa, eo.max_batch, "rsa.", &e) || rsa_chat_problem(r->chat_json, &problem, &e))
+        return send_error(conn, c, &e);
+    JinjaTemplate *tmpl = NULL;
+    ZyErr ze = {{0}};
+    if (jinja_parse(RSA_DEFAULT_TEMPLATE, strlen(RSA_DEFAULT_TEMPLATE), &tmpl, &ze)) {
+        free(problem);
+        serve_error(&e, 500, "server_error", "", "the aggregation template: %s", ze.msg);
+        return send_error(conn, c, &e);
+    }
+    RsaEncoder enc = {.tok = h->o.tok, .chat = h->o.chat, .chat_json = r->chat_json, .bos_id = h->o.bos_id};
+    const RsaPrompter prompter = {.ctx = &enc, .encode = rsa_encode, .cancelled = rsa_client_gone, .cancel_ctx = c};
+    RsaOpts ro = {.shape = r->rsa, .aggregate = tmpl, .tok = h->o.tok, .base = base, .seed = base.seed,
+                  .max_tokens = r->max_tokens > 0 ? r->max_tokens : h->o.max_context, .max_context = h->o.max_context,
+                  .field_prefix = "rsa."};
+    RsaResult res;
+    const int bad = rsa_run(h->eng, &ro, &prompter, problem, &res, &e);
+    jinja_free(tmpl);
+    free(problem);
+    if (bad) return send_error(conn, c, &e);
+    const RsaTrace *t = rsa_chosen(&res);
+    long prompt_tokens = 0, completion_tokens = 0;
+    for (int k = 0; k < res.shape.rounds; k++) {
+        prompt_tokens += res.rounds[k].prompt_tokens;
+        completion_tokens += res.rounds[k].tokens_generated;
+    }
+    cJSON *body = response_head(c, "chat.completion");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(body, "choices"), ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+    cJSON_AddStringToObject(msg, "role", "assistant");
+    cJSON_AddStringToObject(msg, "content", t->text);
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddStringToObject(ch, "finish_reason", t->finish ? t->finish : "abort");
+    cJSON_AddItemToObject(body, "usage", usage((int)prompt_tokens, (int)completion_tokens));
+    cJSON_AddItemToObject(body, "rsa", rsa_report_json(&res, 0));
+    rsa_result_free(&res);
+    return send_json(conn, c, 200, body, 0);
+}
+
 /* POST /v1/completions and /v1/chat/completions: every prompt (one for chat) with its n choices. */
 static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind kind) {
     ServeHttp *h = c->h;
@@ -644,6 +724,22 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
     if (check_ids(h, r.bias_ids, (size_t)r.n_bias, "logit_bias", &e) ||
         check_ids(h, r.stop_ids, (size_t)r.n_stop_ids, "stop_token_ids", &e))
         goto fail;
+    /* the model's eos ids (unless ignore_eos) and the request's stop_token_ids */
+    int n_stops = 0;
+    for (int i = 0; !r.ignore_eos && i < h->o.n_stop_ids; i++) stops[n_stops++] = h->o.stop_ids[i];
+    for (int i = 0; i < r.n_stop_ids; i++) stops[n_stops++] = r.stop_ids[i];
+    pthread_mutex_lock(&h->mu);
+    const uint64_t serial = ++h->next_id;
+    pthread_mutex_unlock(&h->mu);
+    snprintf(c->id, sizeof c->id, "%s-%lx%06llx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started,
+             (unsigned long long)serial);
+    c->created = (long)time(NULL);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c->fd = ci ? ci->connect_fd : -1;
+    if (r.rsa.population > 0) {
+        res = answer_rsa(conn, c, &r, request_spec(h, &r, stops, n_stops, serial, 0));
+        goto done;
+    }
     const char *what = kind == SERVE_CHAT ? "messages" : "prompt";
     for (int p = 0; p < n_prompts; p++) {
         if (kind == SERVE_CHAT ? chat_ids(h, &r, forced, &ids[p], &n_ids[p], &e)
@@ -687,39 +783,16 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
     int least_tokens = INT_MAX; /* response_format must fit every prompt's max_tokens */
     for (int p = 0; p < n_prompts; p++) least_tokens = max_tokens[p] < least_tokens ? max_tokens[p] : least_tokens;
     if (serve_constraint_new(h->structured, &r, least_tokens, &constraint, &e)) goto fail;
-    /* the model's eos ids (unless ignore_eos) and the request's stop_token_ids */
-    int n_stops = 0;
-    for (int i = 0; !r.ignore_eos && i < h->o.n_stop_ids; i++) stops[n_stops++] = h->o.stop_ids[i];
-    for (int i = 0; i < r.n_stop_ids; i++) stops[n_stops++] = r.stop_ids[i];
-    pthread_mutex_lock(&h->mu);
-    const uint64_t serial = ++h->next_id;
-    pthread_mutex_unlock(&h->mu);
     for (int p = 0; p < n_prompts; p++) {
-        ServeJobSpec spec = {
-            .prompt = ids[p],
-            .n_prompt = (int)n_ids[p],
-            .max_tokens = max_tokens[p],
-            .sampling = {.temperature = isnan(r.temperature) ? h->o.temperature : r.temperature,
-                         .top_k = r.top_k >= 0 ? r.top_k : h->o.top_k,
-                         .top_p = isnan(r.top_p) ? h->o.top_p : r.top_p,
-                         .min_p = r.min_p},
-            .penalties = {.presence = r.presence_penalty, .frequency = r.frequency_penalty,
-                          .repetition = r.repetition_penalty, .bias_ids = r.bias_ids, .bias = r.bias,
-                          .n_bias = r.n_bias},
-            .seed = r.has_seed ? r.seed : (uint64_t)time(NULL) * 6364136223846793005ULL + serial * 1000003ULL + p,
-            .stop_ids = stops,
-            .n_stop_ids = n_stops,
-            .stop = r.stop,
-            .n_stop = r.n_stop,
-            .include_stop_str = r.include_stop_str,
-            .skip_special = r.skip_special_tokens > 0 && !tools, /* a call's tags may be special tokens (vLLM too) */
-            .logprobs = r.logprobs,
-            .prompt_logprobs = r.echo,
-            .n = n,
-            .wake = p > 0 ? c->jobs[0] : NULL,
-            .mask = constraint ? &serve_constraint_ops : NULL,
-            .mask_arg = constraint,
-        };
+        ServeJobSpec spec = request_spec(h, &r, stops, n_stops, serial, p);
+        spec.prompt = ids[p];
+        spec.n_prompt = (int)n_ids[p];
+        spec.max_tokens = max_tokens[p];
+        spec.n = n;
+        spec.wake = p > 0 ? c->jobs[0] : NULL;
+        spec.skip_special = r.skip_special_tokens > 0 && !tools; /* a call's tags may be special tokens (vLLM too) */
+        spec.mask = constraint ? &serve_constraint_ops : NULL;
+        spec.mask_arg = constraint;
         if (serve_engine_submit(h->eng, &spec, c->jobs + (size_t)p * n, &e)) goto fail;
         for (int j = 0; j < n; j++) {
             Choice *ch = &c->ch[p * n + j];
@@ -739,11 +812,6 @@ static enum MHD_Result complete(struct MHD_Connection *conn, Conn *c, ServeKind 
     c->stream = r.stream;
     c->include_usage = r.include_usage;
     c->logprobs = r.logprobs;
-    snprintf(c->id, sizeof c->id, "%s-%lx%06llx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started,
-             (unsigned long long)serial);
-    c->created = (long)time(NULL);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    c->fd = ci ? ci->connect_fd : -1;
     if (!c->stream) {
         res = answer_whole(conn, c);
         goto done;

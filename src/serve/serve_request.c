@@ -242,6 +242,41 @@ static int parse_template_kwargs(const cJSON *f, cJSON *chat, ServeError *e) {
     return 0;
 }
 
+/* "rsa": {"population", "subset", "rounds", "tail"}, each optional (8, 4, 3, 1024), K <= N; the server checks N
+ * against its --max-batch (serve/reason.h's rsa_shape_check). */
+static int parse_rsa(const cJSON *f, ServeRsa *rsa, ServeError *e) {
+    if (!cJSON_IsObject(f))
+        return BAD("rsa", "'rsa' must be an object: {\"population\": N, \"subset\": K, \"rounds\": T, \"tail\": "
+                   "tokens}");
+    *rsa = (ServeRsa){.population = 8, .subset = 4, .rounds = 3, .tail = 1024};
+    const cJSON *subset = NULL;
+    for (const cJSON *v = f->child; v; v = v->next) {
+        char name[64];
+        snprintf(name, sizeof name, "rsa.%.40s", v->string);
+        for (const cJSON *w = f->child; w != v; w = w->next)
+            if (is(w->string, v->string)) return BAD(name, "field '%s' appears twice", name);
+        long iv;
+        if (is(v->string, "population")) {
+            if (get_int(v, name, 1, SERVE_RSA_MAX_POPULATION, &iv, e)) return -1;
+            rsa->population = (int)iv;
+        } else if (is(v->string, "subset")) {
+            subset = v; /* checked against the population, which may come after it */
+        } else if (is(v->string, "rounds")) {
+            if (get_int(v, name, 1, SERVE_RSA_MAX_ROUNDS, &iv, e)) return -1;
+            rsa->rounds = (int)iv;
+        } else if (is(v->string, "tail")) {
+            if (get_int(v, name, 1, SERVE_RSA_MAX_TAIL, &iv, e)) return -1;
+            rsa->tail = (int)iv;
+        } else {
+            return BAD(name, "unknown field '%s' (rsa takes population, subset, rounds, tail)", name);
+        }
+    }
+    long k = rsa->subset < rsa->population ? rsa->subset : rsa->population; /* the default K, if N is smaller */
+    if (subset && get_int(subset, "rsa.subset", 1, rsa->population, &k, e)) return -1;
+    rsa->subset = (int)k;
+    return 0;
+}
+
 /* One field of a completions or chat request (the sampling and output options both take). 1: not such a field. */
 static int parse_generation_field(const cJSON *f, ServeRequest *r, int *has_stream_options, ServeError *e) {
     const char *k = f->string;
@@ -441,6 +476,8 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
             tool_choice = f;
         } else if ((kind == SERVE_CHAT || kind == SERVE_COMPLETION) && is(k, "response_format")) {
             if (parse_response_format(f, r, e)) goto done;
+        } else if (kind == SERVE_CHAT && is(k, "rsa")) {
+            if (parse_rsa(f, &r->rsa, e)) goto done;
         } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "add_generation_prompt")) {
             if (get_bool(f, k, &r->add_generation_prompt, e)) goto done;
         } else if ((kind == SERVE_CHAT || kind == SERVE_TOKENIZE) && is(k, "chat_template_kwargs")) {
@@ -506,6 +543,13 @@ int serve_request_parse(const char *body, size_t len, ServeKind kind, ServeReque
             goto done;
         }
         if (logprobs_bool) r->logprobs = top_logprobs > 0 ? top_logprobs : 0;
+        if (r->rsa.population > 0 && (r->stream || r->n > 1 || logprobs_bool || tools ||
+                                      r->response_format != SERVE_FORMAT_TEXT)) { /* RSA answers one whole trace */
+            const char *f = r->stream ? "stream" : r->n > 1 ? "n" : logprobs_bool ? "logprobs" : tools ? "tools"
+                                                                                         : "response_format";
+            BAD(f, "'%s' is not supported with 'rsa' (the answer is one trace chosen after the last round)", f);
+            goto done;
+        }
         if (parse_messages(messages, chat, e) || serve_tools_parse_request(tools, tool_choice, r, e)) goto done;
         if (!(r->chat_json = cJSON_PrintUnformatted(chat))) {
             oom(e, "");

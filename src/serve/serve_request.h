@@ -39,6 +39,15 @@ typedef enum { TOOL_CHOICE_UNSET, TOOL_CHOICE_AUTO, TOOL_CHOICE_NONE, TOOL_CHOIC
 
 enum { SERVE_FORMAT_TEXT, SERVE_FORMAT_JSON_OBJECT, SERVE_FORMAT_JSON_SCHEMA }; /* response_format's type */
 
+/* Markovian RSA, /v1/chat/completions' extension "rsa": {"population", "subset", "rounds", "tail"} (serve/reason.h):
+ * N traces, K of them aggregated per new trace, T rounds, the last τ tokens of each carried. population 0: not asked. */
+#define SERVE_RSA_MAX_POPULATION 64
+#define SERVE_RSA_MAX_ROUNDS 16
+#define SERVE_RSA_MAX_TAIL 65536
+typedef struct {
+    int population, subset, rounds, tail;
+} ServeRsa;
+
 /* One prompt: text (encoded by the server) or token ids. */
 typedef struct {
     char *text;            /* NULL: given as ids */
@@ -88,6 +97,7 @@ typedef struct {
     int return_token_strs; /* /tokenize */
     int response_format;   /* SERVE_FORMAT_*: structured output */
     char *json_schema;     /* SERVE_FORMAT_JSON_SCHEMA: response_format.json_schema.schema as JSON text */
+    ServeRsa rsa;          /* chat: Markovian RSA asked for (population > 0) */
 } ServeRequest;
 
 /* Parses body as a request of the given kind. On error r is left empty (nothing to free). */
