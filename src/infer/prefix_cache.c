@@ -42,15 +42,11 @@ void prefix_cache_free(PrefixCache *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* The hash of a prefix extended by one block's tokens (splitmix64's finalizer per token). */
+/* The hash of a prefix extended by one block's tokens (a splitmix64 step per token). */
 static uint64_t chain_hash(uint64_t h, const int32_t *tokens, int n) {
     for (int i = 0; i < n; i++) {
-        h ^= (uint32_t)tokens[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-        h ^= h >> 30;
-        h *= 0xbf58476d1ce4e5b9ULL;
-        h ^= h >> 27;
-        h *= 0x94d049bb133111ebULL;
-        h ^= h >> 31;
+        uint64_t x = h ^ (uint32_t)tokens[i];
+        h = zy_splitmix64(&x);
     }
     return h;
 }
