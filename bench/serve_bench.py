@@ -15,9 +15,19 @@ ignore_eos / min_new_tokens), C of them in flight at a time. For each model conf
     cache: --kv-dtype auto), flooded with 192-token requests; the peak number running at once (/metrics) is the
     concurrency that fits M.
 
+With --shared-prefix N (default configs: bench-medium only) it measures prefix caching instead: R requests whose
+prompts are one N-token system prompt followed by a --suffix-token part of their own (random ids), C in flight, each
+generating --outputs[0] tokens, sent to `zaya serve` with its prefix cache and with --no-prefix-cache, the two
+servers alternating for --rounds; before the R requests one request with the system prompt primes the cache (and is
+sent to both servers alike). Per server: the prompt tokens computed (/metrics' zaya_prefill_tokens_total over the R
+requests), the tokens taken from the cache, and the median and p99 time to first token; the tables give each
+server's median round and the ratios.
+
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
            [--concurrency 32] [--requests 96] [--prompts 16 64 256] [--outputs 16 64 256] [--threads 2]
            [--kv-memory 16M] [--dtypes f32 bf16] [--rounds N] [--json out.json]
+       python3 bench/serve_bench.py --shared-prefix 1000 --requests 32 [--suffix 24] [--outputs 16]
+           [--dtypes bf16] [--rounds 3]
 Prints markdown tables (and JSON with --json). One run; say which CPU."""
 import argparse
 import http.client
@@ -179,6 +189,98 @@ def run_zaya(mdir, cfg, a, dtype):
             "in_steps": mt["zaya_step_seconds_sum"] / wall}
 
 
+def run_shared_prefix(mdir, cfg, a, dtype, cache, seed=0):
+    """R requests sharing an N-token system prompt (after one that primes the cache), C in flight: prompt tokens
+    computed, tokens from the cache, time to first token."""
+    import random
+    rnd = random.Random(seed)
+    V = min(cfg["vocab_size"], 1000)
+    system = [rnd.randrange(3, V) for _ in range(a.shared_prefix)]
+    prompts = [system + [rnd.randrange(3, V) for _ in range(a.suffix)] for _ in range(a.requests + 1)]
+    out_tokens = a.outputs[0]
+    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", a.shared_prefix + a.suffix +
+                 out_tokens + 8, "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads,
+                 *([] if cache else ["--no-prefix-cache"]))
+    name = os.path.basename(mdir)
+    results, errors, lock = [], [], threading.Lock()
+    queue = list(reversed(prompts[1:]))
+
+    def body(prompt):
+        return {"model": name, "prompt": prompt, "max_tokens": out_tokens, "temperature": 0, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+
+    def client():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                prompt = queue.pop()
+            try:
+                r = stream_request(srv.port, body(prompt))
+                with lock:
+                    results.append(r)
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    errors.append(repr(e))
+    try:
+        stream_request(srv.port, body(prompts[0]))  # primes the cache (and warms up either server)
+        m0 = srv.metrics()
+        threads = [threading.Thread(target=client) for _ in range(a.concurrency)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        m1 = srv.metrics()
+    finally:
+        srv.stop()
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
+    ttft = sorted(r[0] for r in results)
+    pct = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+    d = lambda k: m1.get(k, 0) - m0.get(k, 0)  # noqa: E731
+    return {"cache": cache, "requests": len(results), "prompt_tokens": d("zaya_prompt_tokens_total"),
+            "prefill_tokens": d("zaya_prefill_tokens_total"), "hit_tokens": d("zaya_prefix_cache_hit_tokens_total"),
+            "ttft_p50_s": statistics.median(ttft), "ttft_p99_s": pct(ttft, 0.99), "wall_s": wall}
+
+
+def shared_prefix_main(a, work):
+    """The prefix-caching benchmark (--shared-prefix): both servers side by side, alternating, medians."""
+    out = {"shared_prefix": a.shared_prefix, "suffix": a.suffix, "requests": a.requests,
+           "concurrency": a.concurrency, "output": a.outputs[0], "threads": a.threads, "models": {}}
+    for cfg_path in a.configs:
+        name = os.path.splitext(os.path.basename(cfg_path))[0]
+        mdir, cfg = make_model(os.path.join(ROOT, cfg_path), work, name)
+        for dt in a.dtypes:
+            runs = {True: [], False: []}
+            for k in range(a.rounds):
+                for cache in (True, False):
+                    r = run_shared_prefix(mdir, cfg, a, dt, cache, seed=k)
+                    runs[cache].append(r)
+                    print(f"[{name} {dt}] {'cache' if cache else 'no cache'} round {k + 1} {r}", file=sys.stderr,
+                          flush=True)
+            med = {c: sorted(rs, key=lambda x: x["ttft_p50_s"])[(len(rs) - 1) // 2] for c, rs in runs.items()}
+            out["models"][f"{name} {dt}"] = {"cache": med[True], "no_cache": med[False],
+                                             "rounds": {str(c): rs for c, rs in runs.items()}}
+    print(f"\n{a.requests} requests sharing a {a.shared_prefix}-token system prompt, each with {a.suffix} tokens of "
+          f"its own, {a.concurrency} in flight, {a.outputs[0]} tokens out, {a.threads} threads; one request primes the "
+          f"cache first; the median of {a.rounds} alternating rounds (by median TTFT)\n")
+    print("| model | server | prompt tokens computed | from the cache | TTFT median / p99 | computed, ratio | "
+          "TTFT median, ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for key, r in out["models"].items():
+        c, n = r["cache"], r["no_cache"]
+        for label, x in (("prefix cache", c), ("--no-prefix-cache", n)):
+            ratio = x is c
+            print(f"| {key} | {label} | {x['prefill_tokens']:.0f} | {x['hit_tokens']:.0f} | "
+                  f"{x['ttft_p50_s'] * 1e3:.0f} / {x['ttft_p99_s'] * 1e3:.0f} ms | "
+                  + (f"{n['prefill_tokens'] / max(c['prefill_tokens'], 1):.1f}x fewer | "
+                     f"{n['ttft_p50_s'] / c['ttft_p50_s']:.1f}x lower |" if ratio else "1.0x | 1.0x |"))
+    if a.json:
+        json.dump(out, open(a.json, "w"), indent=1)
+
+
 def run_transformers(mdir, a, dtype):
     """A static-batching server: the same requests in arrival order, C at a time; each batch left-pads its prompts
     and decodes until its longest request is done (the others wait, padded); useful tokens are the ones asked for."""
@@ -266,8 +368,21 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="runs of each server, alternating zaya and transformers; the tables show medians")
     ap.add_argument("--json")
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="measure prefix caching: requests sharing a system prompt of this many tokens")
+    ap.add_argument("--suffix", type=int, default=24, help="with --shared-prefix: each request's own tokens")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="zaya-serve-bench-")
+    if a.shared_prefix:
+        if "--configs" not in sys.argv:
+            a.configs = ["configs/bench-medium.json"]
+        if "--outputs" not in sys.argv:
+            a.outputs = [16]
+        try:
+            shared_prefix_main(a, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     out = {"concurrency": a.concurrency, "requests": a.requests, "prompts": a.prompts, "outputs": a.outputs,
            "threads": a.threads, "models": {}}
     try:
