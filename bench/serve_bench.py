@@ -312,8 +312,9 @@ def run_transformers(mdir, a, dtype):
 def capacity(mdir, a, context, dtype):
     """Peak requests running at once under --kv-memory, each needing `context` tokens of cache (k and v in the
     weights' dtype: zaya serve's --kv-dtype auto)."""
+    # (without the prefix cache, whose kept CCA states would share --kv-memory: this measures the KV layouts)
     srv = Server(mdir, a.threads, "--threads", a.threads, "--max-batch", 512, "--max-context", context, "--kv-memory", a.kv_memory,
-                 "--max-queue", 4096, "--block-tokens", 16, "--dtype", dtype)
+                 "--max-queue", 4096, "--block-tokens", 16, "--dtype", dtype, "--no-prefix-cache")
     info = srv.log_text()
     for _ in range(100):  # the start-up lines in the server's log; one says the bytes per token
         if "bytes per token" in info:

@@ -197,7 +197,7 @@ int cmd_serve(int argc, char **argv) {
     ServeEngineOpts eo = {.max_batch = max_batch, .max_context = max_context, .kv_memory = kv_bytes,
                           .block_tokens = block_tokens, .prefill_chunk = prefill_chunk, .step_tokens = step_tokens,
                           .max_queue = max_queue, .threads = threads, .kv_bf16 = ma.kv_bf16,
-                          .no_prefix_cache = no_prefix_cache};
+                          .no_prefix_cache = no_prefix_cache || ma.gpu}; /* the GPU's pool has none */
     /* every thread started from here on inherits the blocked signals; this one waits for them */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -243,7 +243,9 @@ int cmd_serve(int argc, char **argv) {
             ma.kv_bf16 ? "bf16" : "f32", kvcache_bytes_per_token(&m.cfg, ma.kv_bf16), n_blocks / per_seq, got.prefill_chunk,
             got.step_tokens, got.max_queue,
             got.threads > 0 ? got.threads : omp_get_max_threads(),
-            !got.no_prefix_cache ? "on" : no_prefix_cache ? "off (--no-prefix-cache)" : "off (not on this device)");
+            !got.no_prefix_cache ? "on (each block also keeps the CCA state at its end)"
+            : no_prefix_cache    ? "off (--no-prefix-cache)"
+                                 : "off (not on this device)");
     if (ma.gpu) fprintf(stderr, "zaya serve: device GPU %s (the KV pool in GPU memory)\n", gpu_model_device(gm));
     /* the one line scripts wait for */
     printf("zaya serve: listening on http://%s:%d\n", host, serve_http_port(http));

@@ -570,7 +570,9 @@ int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer 
     if (o.max_queue < 0) return zy_fail(err, "serve: --max-queue must be >= 0 (got %d)", o.max_queue);
     if (o.threads < 0) return zy_fail(err, "serve: --threads must be >= 0 (got %d)", o.threads);
     if (o.prefill_chunk > o.max_context) o.prefill_chunk = o.max_context;
-    const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens, o.kv_bf16);
+    /* with the prefix cache each block also keeps the CCA state at its end, and --kv-memory counts it */
+    const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens, o.kv_bf16) +
+                               (o.no_prefix_cache ? 0 : kvpool_state_bytes(cfg));
     const int per_seq = (o.max_context + o.block_tokens - 1) / o.block_tokens;
     size_t n_blocks = o.kv_memory ? o.kv_memory / block_bytes : (size_t)per_seq * o.max_batch;
     if (n_blocks < (size_t)per_seq)
@@ -668,7 +670,9 @@ void serve_engine_free(ServeEngine *e) {
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes) {
     if (opts) *opts = e->o;
     if (n_blocks) *n_blocks = e->n_blocks;
-    if (block_bytes) *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens, e->o.kv_bf16);
+    if (block_bytes)
+        *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens, e->o.kv_bf16) +
+                       (e->pc ? kvpool_state_bytes(&e->m->cfg) : 0);
 }
 
 /* One choice of a request, with its own copies of what it reads; NULL when memory runs out. */

@@ -97,14 +97,16 @@ typedef int (*ServeBackendOpen)(ServeBackend *be, void *arg, const Model *m, int
 int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                         ZyErr *err);
 /* The same with the steps on the backend `open` builds (kv_memory then counts the backend's memory: k̂ and v as
- * kvpool_block_bytes with opts->kv_bf16). */
+ * kvpool_block_bytes with opts->kv_bf16, and with the prefix cache kvpool_state_bytes per block; a backend without
+ * a prefix cache wants opts->no_prefix_cache). */
 int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                              ServeBackendOpen open, void *arg, ZyErr *err);
 /* Stops taking requests; cancels those still queued; lets running ones finish for up to grace_s seconds, then
  * cancels them; joins the thread. Safe to call once; serve_engine_free calls it with grace 0 if needed. */
 void serve_engine_shutdown(ServeEngine *e, double grace_s);
 void serve_engine_free(ServeEngine *e);
-/* What the engine was built with: the effective options, KV blocks in the pool, bytes per block. */
+/* What the engine was built with: the effective options, KV blocks in the pool, bytes per block (its kept CCA
+ * state included when the prefix cache is on). */
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes);
 
 /* Queues a request: out[0 .. n) get its n choices. Errors: 400 (the prompt fills the context, an id outside the

@@ -24,9 +24,10 @@ from test_serve import Server, make_model  # noqa: E402
 
 BT = 4  # --block-tokens of every server here
 COMMON = ["--max-batch", 6, "--max-context", 64, "--block-tokens", BT, "--prefill-chunk", 5]
-# The small pool: 24 blocks of 4 tokens (fp32 k and v, 2 layers x 2 x 32 channels x 4 bytes = 512 bytes a token);
+# The small pool: 24 blocks of 4 tokens (fp32 k and v, 2 layers x 2 x 32 channels x 4 bytes = 512 bytes a token,
+# and the CCA state each block keeps: 2 layers x (2 x 96 conv columns + 16 delayed values) x 4 bytes = 1664);
 # a request holds up to 9, and each leaves about 8 cached, so from the third request on blocks come from evictions.
-SMALL_POOL = ["--kv-memory", 24 * BT * 512, "--kv-dtype", "f32"]
+SMALL_POOL = ["--kv-memory", 24 * (BT * 512 + 1664), "--kv-dtype", "f32"]
 MAX_TOKENS = 6
 
 
