@@ -7,9 +7,10 @@
  *
  * Why a kept state rather than recomputing it: the state at a block's end (the last P pre-conv columns of every
  * layer and the last delayed value) depends on those positions' residual stream, which depends on their own past
- * convolution state, layer by layer, so recomputing it means running L * P tail tokens again and writing rows of
- * shared blocks; a snapshot is a small fixed fraction of a block (kvpool_state_bytes against kvpool_block_bytes),
- * is written by the step that fills the block, and makes a reused prefix bit for bit the uncached one.
+ * convolution state, layer by layer, so recomputing it means running L * P tail tokens again (80 for ZAYA1-8B) on
+ * every hit and writing rows of shared blocks. A kept state costs memory instead (kvpool_state_bytes per block, fp32:
+ * 2/3 of a 16-token bf16 block at ZAYA1's shapes), is written by the step that fills the block at no extra compute,
+ * and makes a reused prefix bit for bit the uncached one.
  *
  * The cache holds one reference to each cached block. A cached block that no sequence holds can be given back:
  * prefix_cache_evict frees the least recently used one without cached children (a sequence holding a cached block
