@@ -140,43 +140,53 @@ def workload(a, V, seed=0):
     return reqs
 
 
-def run_zaya(mdir, cfg, a, dtype):
-    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", max(a.prompts) + max(a.outputs) + 8,
-                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
-    reqs = workload(a, min(cfg["vocab_size"], 1000))
-    results, errors, lock = [], [], threading.Lock()
-    queue = list(reversed(reqs))
+def greedy_body(mdir, prompt, max_tokens):
+    """A streamed greedy completion of exactly max_tokens tokens, with the usage chunk."""
+    return {"model": os.path.basename(mdir), "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
 
-    def client():  # closed loop: each client sends the next request when its last one is done
+
+def closed_loop(port, bodies, concurrency):
+    """Sends the bodies in order from `concurrency` client threads, each sending its next request when its last one
+    is done: (stream_request's results in the order they ended, wall seconds). Raises if any failed."""
+    results, errors, lock = [], [], threading.Lock()
+    queue = list(reversed(bodies))
+
+    def client():
         while True:
             with lock:
                 if not queue:
                     return
-                prompt, out = queue.pop()
-            body = {"model": os.path.basename(mdir), "prompt": prompt, "max_tokens": out, "temperature": 0,
-                    "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+                body = queue.pop()
             try:
-                r = stream_request(srv.port, body)
+                r = stream_request(port, body)
                 with lock:
                     results.append(r)
             except Exception as e:  # noqa: BLE001
                 with lock:
                     errors.append(repr(e))
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
+    return results, time.perf_counter() - t0
+
+
+def run_zaya(mdir, cfg, a, dtype):
+    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", max(a.prompts) + max(a.outputs) + 8,
+                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
+    reqs = workload(a, min(cfg["vocab_size"], 1000))
     try:
         stream_request(srv.port, {"model": os.path.basename(mdir), "prompt": [5] * 8, "max_tokens": 4,
                                   "ignore_eos": True, "stream": True})  # warm-up
-        threads = [threading.Thread(target=client) for _ in range(a.concurrency)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        results, wall = closed_loop(srv.port, [greedy_body(mdir, p, o) for p, o in reqs], a.concurrency)
         mt = srv.metrics()
     finally:
         srv.stop()
-    if errors:
-        raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
     toks = sum(r[2] for r in results)
     assert toks == sum(o for _, o in reqs), (toks, sum(o for _, o in reqs))
     ttft = sorted(r[0] for r in results)
@@ -201,42 +211,13 @@ def run_shared_prefix(mdir, cfg, a, dtype, cache, seed=0):
     srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", a.shared_prefix + a.suffix +
                  out_tokens + 8, "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads,
                  *([] if cache else ["--no-prefix-cache"]))
-    name = os.path.basename(mdir)
-    results, errors, lock = [], [], threading.Lock()
-    queue = list(reversed(prompts[1:]))
-
-    def body(prompt):
-        return {"model": name, "prompt": prompt, "max_tokens": out_tokens, "temperature": 0, "ignore_eos": True,
-                "stream": True, "stream_options": {"include_usage": True}}
-
-    def client():
-        while True:
-            with lock:
-                if not queue:
-                    return
-                prompt = queue.pop()
-            try:
-                r = stream_request(srv.port, body(prompt))
-                with lock:
-                    results.append(r)
-            except Exception as e:  # noqa: BLE001
-                with lock:
-                    errors.append(repr(e))
     try:
-        stream_request(srv.port, body(prompts[0]))  # primes the cache (and warms up either server)
+        stream_request(srv.port, greedy_body(mdir, prompts[0], out_tokens))  # primes the cache (and warms up either)
         m0 = srv.metrics()
-        threads = [threading.Thread(target=client) for _ in range(a.concurrency)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        results, wall = closed_loop(srv.port, [greedy_body(mdir, p, out_tokens) for p in prompts[1:]], a.concurrency)
         m1 = srv.metrics()
     finally:
         srv.stop()
-    if errors:
-        raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
     ttft = sorted(r[0] for r in results)
     pct = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
     d = lambda k: m1.get(k, 0) - m0.get(k, 0)  # noqa: E731
