@@ -20,10 +20,20 @@ ignore_eos / min_new_tokens), C of them in flight at a time. For each model conf
     same server (the client doing RSA itself: the same template, configs/rsa_aggregate.jinja, tails cut through
     /tokenize and /detokenize); max_tokens per trace forced with ignore_eos; generated tokens/s of each, alternating.
 
+With --shared-prefix N (default configs: bench-medium only) it measures prefix caching instead: R requests whose
+prompts are one N-token system prompt followed by a --suffix-token part of their own (random ids), C in flight, each
+generating --outputs[0] tokens, sent to `zaya serve` with its prefix cache and with --no-prefix-cache, the two
+servers alternating for --rounds; before the R requests one request with the system prompt primes the cache (and is
+sent to both servers alike). Per server: the prompt tokens computed (/metrics' zaya_prefill_tokens_total over the R
+requests), the tokens taken from the cache, and the median and p99 time to first token; the tables give each
+server's median round and the ratios.
+
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
            [--concurrency 32] [--requests 96] [--prompts 16 64 256] [--outputs 16 64 256] [--threads 2]
            [--kv-memory 16M] [--dtypes f32 bf16] [--rounds N] [--json out.json]
        python3 bench/serve_bench.py --rsa [--population 8 --subset 4 --rsa-rounds 3 --tail 64 --trace-tokens 256]
+       python3 bench/serve_bench.py --shared-prefix 1000 --requests 32 [--suffix 24] [--outputs 16]
+           [--dtypes bf16] [--rounds 3]
 Prints markdown tables (and JSON with --json). One run; say which CPU."""
 import argparse
 import http.client
@@ -136,43 +146,53 @@ def workload(a, V, seed=0):
     return reqs
 
 
-def run_zaya(mdir, cfg, a, dtype):
-    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", max(a.prompts) + max(a.outputs) + 8,
-                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
-    reqs = workload(a, min(cfg["vocab_size"], 1000))
-    results, errors, lock = [], [], threading.Lock()
-    queue = list(reversed(reqs))
+def greedy_body(mdir, prompt, max_tokens):
+    """A streamed greedy completion of exactly max_tokens tokens, with the usage chunk."""
+    return {"model": os.path.basename(mdir), "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
 
-    def client():  # closed loop: each client sends the next request when its last one is done
+
+def closed_loop(port, bodies, concurrency):
+    """Sends the bodies in order from `concurrency` client threads, each sending its next request when its last one
+    is done: (stream_request's results in the order they ended, wall seconds). Raises if any failed."""
+    results, errors, lock = [], [], threading.Lock()
+    queue = list(reversed(bodies))
+
+    def client():
         while True:
             with lock:
                 if not queue:
                     return
-                prompt, out = queue.pop()
-            body = {"model": os.path.basename(mdir), "prompt": prompt, "max_tokens": out, "temperature": 0,
-                    "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+                body = queue.pop()
             try:
-                r = stream_request(srv.port, body)
+                r = stream_request(port, body)
                 with lock:
                     results.append(r)
             except Exception as e:  # noqa: BLE001
                 with lock:
                     errors.append(repr(e))
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
+    return results, time.perf_counter() - t0
+
+
+def run_zaya(mdir, cfg, a, dtype):
+    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", max(a.prompts) + max(a.outputs) + 8,
+                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
+    reqs = workload(a, min(cfg["vocab_size"], 1000))
     try:
         stream_request(srv.port, {"model": os.path.basename(mdir), "prompt": [5] * 8, "max_tokens": 4,
                                   "ignore_eos": True, "stream": True})  # warm-up
-        threads = [threading.Thread(target=client) for _ in range(a.concurrency)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        results, wall = closed_loop(srv.port, [greedy_body(mdir, p, o) for p, o in reqs], a.concurrency)
         mt = srv.metrics()
     finally:
         srv.stop()
-    if errors:
-        raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
     toks = sum(r[2] for r in results)
     assert toks == sum(o for _, o in reqs), (toks, sum(o for _, o in reqs))
     ttft = sorted(r[0] for r in results)
@@ -183,6 +203,69 @@ def run_zaya(mdir, cfg, a, dtype):
             "itl_p99_s": pct(itl, 0.99), "mean_batch": mt["zaya_step_batch_size_sum"] / mt["zaya_step_batch_size_count"],
             "steps": mt["zaya_steps_total"], "step_s_mean": mt["zaya_step_seconds_sum"] / mt["zaya_steps_total"],
             "in_steps": mt["zaya_step_seconds_sum"] / wall}
+
+
+def run_shared_prefix(mdir, cfg, a, dtype, cache, seed=0):
+    """R requests sharing an N-token system prompt (after one that primes the cache), C in flight: prompt tokens
+    computed, tokens from the cache, time to first token."""
+    import random
+    rnd = random.Random(seed)
+    V = min(cfg["vocab_size"], 1000)
+    system = [rnd.randrange(3, V) for _ in range(a.shared_prefix)]
+    prompts = [system + [rnd.randrange(3, V) for _ in range(a.suffix)] for _ in range(a.requests + 1)]
+    out_tokens = a.outputs[0]
+    srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", a.shared_prefix + a.suffix +
+                 out_tokens + 8, "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads,
+                 *([] if cache else ["--no-prefix-cache"]))
+    try:
+        stream_request(srv.port, greedy_body(mdir, prompts[0], out_tokens))  # primes the cache (and warms up either)
+        m0 = srv.metrics()
+        results, wall = closed_loop(srv.port, [greedy_body(mdir, p, out_tokens) for p in prompts[1:]], a.concurrency)
+        m1 = srv.metrics()
+    finally:
+        srv.stop()
+    ttft = sorted(r[0] for r in results)
+    pct = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+    d = lambda k: m1.get(k, 0) - m0.get(k, 0)  # noqa: E731
+    return {"cache": cache, "requests": len(results), "prompt_tokens": d("zaya_prompt_tokens_total"),
+            "prefill_tokens": d("zaya_prefill_tokens_total"), "hit_tokens": d("zaya_prefix_cache_hit_tokens_total"),
+            "ttft_p50_s": statistics.median(ttft), "ttft_p99_s": pct(ttft, 0.99), "wall_s": wall}
+
+
+def shared_prefix_main(a, work):
+    """The prefix-caching benchmark (--shared-prefix): both servers side by side, alternating, medians."""
+    out = {"shared_prefix": a.shared_prefix, "suffix": a.suffix, "requests": a.requests,
+           "concurrency": a.concurrency, "output": a.outputs[0], "threads": a.threads, "models": {}}
+    for cfg_path in a.configs:
+        name = os.path.splitext(os.path.basename(cfg_path))[0]
+        mdir, cfg = make_model(os.path.join(ROOT, cfg_path), work, name)
+        for dt in a.dtypes:
+            runs = {True: [], False: []}
+            for k in range(a.rounds):
+                for cache in (True, False):
+                    r = run_shared_prefix(mdir, cfg, a, dt, cache, seed=k)
+                    runs[cache].append(r)
+                    print(f"[{name} {dt}] {'cache' if cache else 'no cache'} round {k + 1} {r}", file=sys.stderr,
+                          flush=True)
+            med = {c: sorted(rs, key=lambda x: x["ttft_p50_s"])[(len(rs) - 1) // 2] for c, rs in runs.items()}
+            out["models"][f"{name} {dt}"] = {"cache": med[True], "no_cache": med[False],
+                                             "rounds": {str(c): rs for c, rs in runs.items()}}
+    print(f"\n{a.requests} requests sharing a {a.shared_prefix}-token system prompt, each with {a.suffix} tokens of "
+          f"its own, {a.concurrency} in flight, {a.outputs[0]} tokens out, {a.threads} threads; one request primes the "
+          f"cache first; the median of {a.rounds} alternating rounds (by median TTFT)\n")
+    print("| model | server | prompt tokens computed | from the cache | TTFT median / p99 | computed, ratio | "
+          "TTFT median, ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for key, r in out["models"].items():
+        c, n = r["cache"], r["no_cache"]
+        for label, x in (("prefix cache", c), ("--no-prefix-cache", n)):
+            ratio = x is c
+            print(f"| {key} | {label} | {x['prefill_tokens']:.0f} | {x['hit_tokens']:.0f} | "
+                  f"{x['ttft_p50_s'] * 1e3:.0f} / {x['ttft_p99_s'] * 1e3:.0f} ms | "
+                  + (f"{n['prefill_tokens'] / max(c['prefill_tokens'], 1):.1f}x fewer | "
+                     f"{n['ttft_p50_s'] / c['ttft_p50_s']:.1f}x lower |" if ratio else "1.0x | 1.0x |"))
+    if a.json:
+        json.dump(out, open(a.json, "w"), indent=1)
 
 
 def run_transformers(mdir, a, dtype):
@@ -216,8 +299,9 @@ def run_transformers(mdir, a, dtype):
 def capacity(mdir, a, context, dtype):
     """Peak requests running at once under --kv-memory, each needing `context` tokens of cache (k and v in the
     weights' dtype: zaya serve's --kv-dtype auto)."""
+    # (without the prefix cache, whose kept CCA states would share --kv-memory: this measures the KV layouts)
     srv = Server(mdir, a.threads, "--threads", a.threads, "--max-batch", 512, "--max-context", context, "--kv-memory", a.kv_memory,
-                 "--max-queue", 4096, "--block-tokens", 16, "--dtype", dtype)
+                 "--max-queue", 4096, "--block-tokens", 16, "--dtype", dtype, "--no-prefix-cache")
     info = srv.log_text()
     for _ in range(100):  # the start-up lines in the server's log; one says the bytes per token
         if "bytes per token" in info:
@@ -389,10 +473,23 @@ def main():
     ap.add_argument("--rsa-rounds", type=int, default=3, help="--rsa: T")
     ap.add_argument("--tail", type=int, default=64, help="--rsa: tokens of each trace carried")
     ap.add_argument("--trace-tokens", type=int, default=256, help="--rsa: tokens per trace (ignore_eos)")
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="measure prefix caching: requests sharing a system prompt of this many tokens")
+    ap.add_argument("--suffix", type=int, default=24, help="with --shared-prefix: each request's own tokens")
     a = ap.parse_args()
     if a.rsa:
         return run_rsa(a)
     work = tempfile.mkdtemp(prefix="zaya-serve-bench-")
+    if a.shared_prefix:
+        if "--configs" not in sys.argv:
+            a.configs = ["configs/bench-medium.json"]
+        if "--outputs" not in sys.argv:
+            a.outputs = [16]
+        try:
+            shared_prefix_main(a, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     out = {"concurrency": a.concurrency, "requests": a.requests, "prompts": a.prompts, "outputs": a.outputs,
            "threads": a.threads, "models": {}}
     try:

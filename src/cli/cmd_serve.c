@@ -96,7 +96,7 @@ int cmd_serve(int argc, char **argv) {
     const char *kv_memory = NULL, *api_key = NULL, *model_name = NULL, *kv_dtype = "auto", *chat_template = NULL;
     const char *tool_parser = "auto";
     int port = 8080, max_batch = 32, max_context = 0, block_tokens = 16, prefill_chunk = 64, step_tokens = 0;
-    int max_queue = 256, max_connections = 1024, threads = 0;
+    int max_queue = 256, max_connections = 1024, threads = 0, no_prefix_cache = 0;
     double grace = 10;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 1, &model_dir, "model directory (config.json + safetensors)", 0},
@@ -123,6 +123,9 @@ int cmd_serve(int argc, char **argv) {
         {"--block-tokens", ARG_INT, 0, &block_tokens, "tokens per KV-cache block (default 16)", 0},
         {"--prefill-chunk", ARG_INT, 0, &prefill_chunk, "prompt tokens per request per step (default 64)", 0},
         {"--step-tokens", ARG_INT, 0, &step_tokens, "token rows per step in all (default max-batch + 4 x prefill-chunk)", 0},
+        {"--no-prefix-cache", ARG_SWITCH, 0, &no_prefix_cache, "compute every prompt in full (default: full KV blocks "
+                                                               "are kept after a request and reused by prompts that "
+                                                               "start with the same tokens)", 0},
         {"--max-queue", ARG_INT, 0, &max_queue, "requests that may wait for a slot; more get 503 (default 256)", 0},
         {"--threads", ARG_INT, 0, &threads, "OpenMP/BLAS threads for decoding (default: all cores; on a machine "
                                             "shared with other work, fewer can be faster)", 0},
@@ -208,7 +211,8 @@ int cmd_serve(int argc, char **argv) {
     if (!max_context) max_context = m.cfg.max_position_embeddings < 4096 ? m.cfg.max_position_embeddings : 4096;
     ServeEngineOpts eo = {.max_batch = max_batch, .max_context = max_context, .kv_memory = kv_bytes,
                           .block_tokens = block_tokens, .prefill_chunk = prefill_chunk, .step_tokens = step_tokens,
-                          .max_queue = max_queue, .threads = threads, .kv_bf16 = ma.kv_bf16};
+                          .max_queue = max_queue, .threads = threads, .kv_bf16 = ma.kv_bf16,
+                          .no_prefix_cache = no_prefix_cache || ma.gpu}; /* the GPU's pool has none */
     /* every thread started from here on inherits the blocked signals; this one waits for them */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -249,13 +253,16 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr,
             "zaya serve: model %s (%s, %s), tokenizer %s, chat template %s, tool calls %s\n"
             "zaya serve: batch %d, context %d, KV pool %d blocks x %d tokens = %.1f MiB (%s, %zu bytes per token: %d "
-            "full-context requests at once), prefill chunk %d, step %d rows, queue %d, %d threads\n",
+            "full-context requests at once), prefill chunk %d, step %d rows, queue %d, %d threads, prefix cache %s\n",
             model_name, model_dir, model_args_dtype_name(&ma), tok_path, chat ? "yes" : "none",
             tool_format ? tool_format->name : "not parsed", got.max_batch,
             got.max_context, n_blocks, got.block_tokens, n_blocks * (double)block_bytes / 1048576.0,
             ma.kv_bf16 ? "bf16" : "f32", kvcache_bytes_per_token(&m.cfg, ma.kv_bf16), n_blocks / per_seq, got.prefill_chunk,
             got.step_tokens, got.max_queue,
-            got.threads > 0 ? got.threads : omp_get_max_threads());
+            got.threads > 0 ? got.threads : omp_get_max_threads(),
+            !got.no_prefix_cache ? "on (each block also keeps the CCA state at its end)"
+            : no_prefix_cache    ? "off (--no-prefix-cache)"
+                                 : "off (not on this device)");
     if (ma.gpu) fprintf(stderr, "zaya serve: device GPU %s (the KV pool in GPU memory)\n", gpu_model_device(gm));
     /* the one line scripts wait for */
     printf("zaya serve: listening on http://%s:%d\n", host, serve_http_port(http));

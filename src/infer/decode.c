@@ -142,6 +142,7 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
 }
 
 void kvpool_free(KVPool *p) {
+    free(p->block_state);
     zy_free(p->block);
     free(p->ptrs);
     memset(p, 0, sizeof *p);
@@ -205,6 +206,46 @@ int kvpool_fork(KVPool *p, int parent, int child) {
     p->n_held[child] = shared + own;
     p->len[child] = len;
     return 0;
+}
+
+int kvpool_keep_block_states(KVPool *p, ZyErr *err) {
+    if (p->block_state) return 0;
+    const size_t bytes = kvpool_state_bytes(&p->cfg);
+    if (!(p->block_state = calloc((size_t)p->n_blocks, bytes + (bytes == 0))))
+        return zy_fail(err, "out of memory keeping the CCA state of %d KV blocks (%zu bytes each)", p->n_blocks, bytes);
+    return 0;
+}
+
+/* Layer l's part of a block's kept state: P*C conv columns, then Ck/2 delayed values (kvpool_state_bytes' order). */
+static float *block_state_at(const KVPool *p, int32_t block, int l) {
+    const size_t P = p->conv_pad, C = cfg_conv_channels(&p->cfg), half = cfg_k_channels(&p->cfg) / 2;
+    return p->block_state + (size_t)block * p->cfg.num_layers * (P * C + half) + (size_t)l * (P * C + half);
+}
+
+int kvpool_seq_share(KVPool *p, int slot, const int32_t *blocks, int n) {
+    if (!p->block_state || p->len[slot] != 0 || p->n_held[slot] != 0 || n <= 0 || n > p->max_blocks) return -1;
+    int32_t *row = p->table + (size_t)slot * p->max_blocks;
+    for (int i = 0; i < n; i++) {
+        row[i] = blocks[i];
+        p->refs[blocks[i]]++;
+    }
+    const size_t P = p->conv_pad, C = cfg_conv_channels(&p->cfg), half = cfg_k_channels(&p->cfg) / 2;
+    for (int l = 0; l < p->cfg.num_layers; l++) {
+        const float *st = block_state_at(p, blocks[n - 1], l);
+        memcpy(p->conv_state[l] + (size_t)slot * P * C, st, P * C * sizeof(float));
+        memcpy(p->vd_prev[l] + (size_t)slot * half, st + P * C, half * sizeof(float));
+    }
+    p->n_held[slot] = n;
+    p->len[slot] = n * p->block_tokens;
+    return 0;
+}
+
+/* The first block end past position pos (a step adding rows at pos.. fills the blocks ending there and later). */
+static int block_end_after(const KVPool *p, int pos) { return (pos / p->block_tokens + 1) * p->block_tokens; }
+
+/* The block whose end is position `end` (a multiple of block_tokens) in slot's table, when kept states are wanted. */
+static int32_t block_ending_at(const KVPool *p, int slot, int end) {
+    return p->table[(size_t)slot * p->max_blocks + (end - 1) / p->block_tokens];
 }
 
 void kvblocks_init(int32_t *free_blocks, int *n_free, int n_blocks) {
@@ -390,6 +431,10 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
         const StepSeq *q = &st->seq[i];
         memcpy(p->conv_state[l] + (size_t)q->slot * P * C, s->Xe + (size_t)(q->xe_row + q->n) * C,
                (size_t)P * C * sizeof(float));
+        /* a block filled to its end keeps the state there: X of its last P positions, Xe rows from end - pos0 */
+        for (int end = block_end_after(p, q->pos0); p->block_state && end <= q->pos0 + q->n; end += p->block_tokens)
+            memcpy(block_state_at(p, block_ending_at(p, q->slot, end), l),
+                   s->Xe + (size_t)(q->xe_row + end - q->pos0) * C, (size_t)P * C * sizeof(float));
     }
     /* 3. q-k mean skip, every row at once (Y and X both [N, C]) */
     qk_mean_forward(s->query_pre, s->key_pre, s->Y, s->X, N, Hq, Hkv, dh);
@@ -412,6 +457,9 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
         float *prev = p->vd_prev[l] + (size_t)q->slot * half;
         memcpy(s->value + (size_t)q->row0 * Ck + half, prev, (size_t)half * sizeof(float));
         memcpy(prev, s->vd + (size_t)(q->row0 + q->n - 1) * half, (size_t)half * sizeof(float));
+        for (int end = block_end_after(p, q->pos0); p->block_state && end <= q->pos0 + q->n; end += p->block_tokens)
+            memcpy(block_state_at(p, block_ending_at(p, q->slot, end), l) + (size_t)P * C,
+                   s->vd + (size_t)(q->row0 + end - 1 - q->pos0) * half, (size_t)half * sizeof(float));
         const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
         l2norm_rope_forward(s->query + r * Cq, s->norm_q + r * Hq, s->query_pre + r * Cq, NULL, rcos + toff,
                             rsin + toff, q->n, q->n, Hq, dh, rd, scale, eps);

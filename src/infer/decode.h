@@ -55,7 +55,9 @@ typedef struct {
     int *len, *n_held;                      /* per slot: tokens cached, blocks held */
     int32_t *free_blocks;                   /* a stack of n_free block ids */
     int n_free;
-    int32_t *refs;                          /* per block: the slots whose tables hold it (kvpool_fork shares) */
+    int32_t *refs;                          /* per block: the slots whose tables hold it (kvpool_fork shares), and a
+                                             * prefix cache's hold (prefix_cache.h) */
+    float *block_state;                     /* NULL, or per block the CCA state at its end (kvpool_keep_block_states) */
     float *rope_cos, *rope_sin;             /* [max_len, rd/2], fp32 like the full forward */
     float *rope_cos_sw, *rope_sin_sw;       /* the sliding-window layers' own tables (NULL without such layers) */
     DecodeScratch s;
@@ -82,6 +84,14 @@ int kvpool_reserve(KVPool *p, int slot, int tokens);
  * child keeps its own blocks after those. -1 (nothing changes) when the child holds blocks of others, or too few of
  * its own for the copy, or its table has no room. */
 int kvpool_fork(KVPool *p, int parent, int child);
+/* From now on every step that fills a block to its end keeps the slot's CCA state at that point with the block
+ * (kvpool_state_bytes per block, allocated here), so that a sequence can later continue from the block's end
+ * without the tokens before it (kvpool_seq_share). */
+int kvpool_keep_block_states(KVPool *p, ZyErr *err);
+/* Makes slot, empty and holding no blocks, continue after the n full blocks `blocks` (shared, reference-counted, as
+ * kvpool_fork shares) with the state kept at the last one's end: its length becomes n * block_tokens. -1 (nothing
+ * changes) without kept states, when the slot is not empty, or n is out of range. */
+int kvpool_seq_share(KVPool *p, int slot, const int32_t *blocks, int n);
 /* Blocks needed for `tokens` positions. */
 static inline int kvpool_blocks_for(const KVPool *p, int tokens) {
     return (tokens + p->block_tokens - 1) / p->block_tokens;

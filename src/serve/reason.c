@@ -208,7 +208,7 @@ int rsa_encode(void *rsa_encoder, const char *text, size_t len, int32_t **ids, i
 }
 
 long rsa_prefix_cache_hits(ServeEngine *e) {
-    static const char NAME[] = "zaya_prefix_cache_hits_total";
+    static const char NAME[] = "zaya_prefix_cache_hit_tokens_total"; /* tokens, not requests */
     char *m = serve_engine_metrics(e);
     long hits = -1;
     for (const char *p = m; p && (p = strstr(p, NAME)); p += sizeof NAME - 1)

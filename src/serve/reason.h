@@ -107,8 +107,8 @@ typedef struct {
     int votes;         /* traces that gave its answer (0: none had an answer, the first trace is chosen) */
 } RsaResult;
 
-/* The prefix cache's hits so far (the engine's zaya_prefix_cache_hits_total, in tokens), -1 while the engine has no
- * such counter. */
+/* Prompt tokens the prefix cache has served so far (the engine's zaya_prefix_cache_hit_tokens_total; 0 with the
+ * cache off), -1 if the engine exports no such counter. */
 long rsa_prefix_cache_hits(ServeEngine *e);
 
 /* Runs the rounds on the engine (blocking; any thread). Errors are ServeErrors (400 for a prompt the context cannot

@@ -85,6 +85,7 @@ struct ServeEngine {
     const Tokenizer *tok;
     ServeEngineOpts o;
     ServeBackend be; /* the KV pool and the step */
+    PrefixCache *pc; /* the backend's prefix cache, NULL when off */
     int n_blocks;
     Sampler smp;
     pthread_t thread;
@@ -105,7 +106,7 @@ struct ServeEngine {
     float *adjusted;    /* [V]: logits after a job's penalties */
     int32_t *counts;    /* [V]: zeros, the penalties' scratch */
     /* metrics */
-    uint64_t prompt_tokens, generation_tokens, steps, finished_stop, finished_length, finished_abort;
+    uint64_t prompt_tokens, prefill_tokens, generation_tokens, steps, finished_stop, finished_length, finished_abort;
     uint64_t rejected_full, rejected_too_long, rejected_shutdown, step_errors;
     int last_batch;
     Hist ttft, itl, batch, step_s;
@@ -356,17 +357,25 @@ static void admit(ServeEngine *e) {
         int slots[group], taken = 0;
         for (int s = 0; s < e->o.max_batch && taken < group; s++)
             if (!e->running[s]) slots[taken++] = s;
+        /* the head starts from the cached blocks its prompt begins with (not an echo: it needs every row's logits) */
+        const int reused = e->pc && !j->prompt_lp ? prefix_cache_attach(e->pc, slots[0], j->prompt, j->n_prompt - 1) : 0;
         int got = 0;
-        while (got < group && !e->be.reserve(e->be.ctx, slots[got], got == 0 ? j->need : own * bt)) got++;
+        while (got < group) {
+            if (!e->be.reserve(e->be.ctx, slots[got], got == 0 ? j->need : own * bt)) got++;
+            else if (!e->pc || !prefix_cache_evict(e->pc)) break; /* blocks no request holds go back first */
+        }
         if (got < group) { /* FIFO: the head waits for blocks */
+            if (reused && !got) e->be.seq_release(e->be.ctx, slots[0]);
             while (got > 0) e->be.seq_release(e->be.ctx, slots[--got]);
             return;
         }
+        if (e->pc && !j->prompt_lp) prefix_cache_count(e->pc, reused);
+        j->n_fed = reused;
         e->head = j->next;
         if (!e->head) e->tail = NULL;
         for (int i = 0; i < group; i++) {
             ServeJob *q = i == 0 ? j : j->kids[i - 1];
-            e->be.seq_reset(e->be.ctx, slots[i]);
+            if (i > 0 || !reused) e->be.seq_reset(e->be.ctx, slots[i]);
             q->state = JOB_RUNNING;
             q->slot = slots[i];
             e->running[slots[i]] = q;
@@ -432,6 +441,18 @@ static int plan_step(ServeEngine *e) {
     return n;
 }
 
+/* A step added n tokens to j's sequence: the blocks it filled join the prefix cache (mutex held). */
+static void cache_new_blocks(ServeEngine *e, ServeJob *j, int n) {
+    if (!e->pc) return;
+    const int len = e->be.seq_len(e->be.ctx, j->slot), bt = e->o.block_tokens;
+    if (len / bt > (len - n) / bt) prefix_cache_insert(e->pc, j->slot, j->prompt, j->n_prompt, j->gen, len);
+}
+
+/* Blocks a request could have now: the free ones and the cached ones no request holds (mutex held). */
+static int blocks_available(ServeEngine *e) {
+    return e->be.n_free(e->be.ctx) + (e->pc ? prefix_cache_stats(e->pc).idle : 0);
+}
+
 static void *engine_main(void *arg) {
     ServeEngine *e = arg;
     const int V = e->m->cfg.vocab_size;
@@ -466,12 +487,15 @@ static void *engine_main(void *arg) {
             for (int i = 0; i < n; i++) job_finish(e, e->jobs[i], "abort");
             continue;
         }
+        for (int i = 0; i < n; i++) /* before any job ends and gives its blocks back */
+            cache_new_blocks(e, e->jobs[i], e->seqs[i].n);
         for (int i = 0; i < n; i++) {
             ServeJob *j = e->jobs[i];
             const float *lg = e->logits + (size_t)e->logit_row[i] * V;
             if (j->n_fed < j->n_prompt) { /* a prompt chunk */
                 const int from = j->n_fed, k = e->seqs[i].n;
                 j->n_fed += k;
+                e->prefill_tokens += (uint64_t)k;
                 if (j->cancelled) continue;
                 if (j->prompt_lp) { /* row r predicts prompt token from + r + 1 */
                     if (from == 0) record_logprobs(j, NULL, V, j->prompt[0]);
@@ -496,6 +520,7 @@ static void *engine_main(void *arg) {
 typedef struct {
     const Model *m;
     KVPool pool;
+    PrefixCache pc; /* pc.pool is NULL until asked for */
 } CpuServe;
 static int cpu_step(void *x, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, float *logits, ZyErr *err) {
     CpuServe *c = x;
@@ -507,8 +532,14 @@ static void cpu_seq_release(void *x, int slot) { kvpool_seq_release(&((CpuServe 
 static int cpu_seq_len(void *x, int slot) { return ((CpuServe *)x)->pool.len[slot]; }
 static int cpu_n_free(void *x) { return ((CpuServe *)x)->pool.n_free; }
 static int cpu_fork(void *x, int parent, int child) { return kvpool_fork(&((CpuServe *)x)->pool, parent, child); }
+static PrefixCache *cpu_prefix_cache(void *x, ZyErr *err) {
+    CpuServe *c = x;
+    if (!c->pc.pool && prefix_cache_init(&c->pc, &c->pool, err)) return NULL;
+    return &c->pc;
+}
 static void cpu_destroy(void *x) {
     CpuServe *c = x;
+    prefix_cache_free(&c->pc);
     kvpool_free(&c->pool);
     free(c);
 }
@@ -524,7 +555,7 @@ static int cpu_open(ServeBackend *be, void *arg, const Model *m, int max_seqs, i
     }
     *be = (ServeBackend){.ctx = c, .step = cpu_step, .reserve = cpu_reserve, .seq_reset = cpu_seq_reset,
                          .seq_release = cpu_seq_release, .seq_len = cpu_seq_len, .n_free = cpu_n_free,
-                         .destroy = cpu_destroy, .fork = cpu_fork, .all_logits = 1};
+                         .destroy = cpu_destroy, .fork = cpu_fork, .all_logits = 1, .prefix_cache = cpu_prefix_cache};
     return 0;
 }
 
@@ -552,7 +583,9 @@ int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer 
     if (o.max_queue < 0) return zy_fail(err, "serve: --max-queue must be >= 0 (got %d)", o.max_queue);
     if (o.threads < 0) return zy_fail(err, "serve: --threads must be >= 0 (got %d)", o.threads);
     if (o.prefill_chunk > o.max_context) o.prefill_chunk = o.max_context;
-    const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens, o.kv_bf16);
+    /* with the prefix cache each block also keeps the CCA state at its end, and --kv-memory counts it */
+    const size_t block_bytes = kvpool_block_bytes(cfg, o.block_tokens, o.kv_bf16) +
+                               (o.no_prefix_cache ? 0 : kvpool_state_bytes(cfg));
     const int per_seq = (o.max_context + o.block_tokens - 1) / o.block_tokens;
     size_t n_blocks = o.kv_memory ? o.kv_memory / block_bytes : (size_t)per_seq * o.max_batch;
     if (n_blocks < (size_t)per_seq)
@@ -569,6 +602,12 @@ int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer 
         return -1;
     }
     e->n_blocks = (int)n_blocks;
+    if (!o.no_prefix_cache && e->be.prefix_cache && !(e->pc = e->be.prefix_cache(e->be.ctx, err))) {
+        e->be.destroy(e->be.ctx);
+        free(e);
+        return -1;
+    }
+    o.no_prefix_cache = !e->pc;
     e->o = o;
     e->o.kv_memory = n_blocks * block_bytes;
     if (sampler_create(&e->smp, cfg->vocab_size, err)) {
@@ -644,7 +683,9 @@ void serve_engine_free(ServeEngine *e) {
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes) {
     if (opts) *opts = e->o;
     if (n_blocks) *n_blocks = e->n_blocks;
-    if (block_bytes) *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens, e->o.kv_bf16);
+    if (block_bytes)
+        *block_bytes = kvpool_block_bytes(&e->m->cfg, e->o.block_tokens, e->o.kv_bf16) +
+                       (e->pc ? kvpool_state_bytes(&e->m->cfg) : 0);
 }
 
 /* One choice of a request, with its own copies of what it reads; NULL when memory runs out. */
@@ -753,7 +794,7 @@ int serve_engine_submit(ServeEngine *e, const ServeJobSpec *sp, ServeJob **out, 
         e->rejected_shutdown++;
         rc = serve_error(err, 503, "server_error", "", "the server is shutting down");
     } else if (e->n_queued + n > e->o.max_queue && (e->head || e->n_running + n > e->o.max_batch ||
-                                                    need_blocks > e->be.n_free(e->be.ctx))) {
+                                                    need_blocks > blocks_available(e))) {
         e->rejected_full++;
         rc = serve_error(err, 503, "server_error", "", "the server is at capacity (%d running, %d waiting); retry "
                          "later", e->n_running, e->n_queued);
@@ -880,7 +921,7 @@ void serve_engine_load(ServeEngine *e, int *running, int *queued, int *blocks_us
     pthread_mutex_lock(&e->mu);
     if (running) *running = e->n_running;
     if (queued) *queued = e->n_queued;
-    if (blocks_used) *blocks_used = e->n_blocks - e->be.n_free(e->be.ctx);
+    if (blocks_used) *blocks_used = e->n_blocks - blocks_available(e);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -939,16 +980,28 @@ char *serve_engine_metrics(ServeEngine *e) {
     if (!o.s) return NULL;
     o.s[0] = 0;
     pthread_mutex_lock(&e->mu);
-    const int used = e->n_blocks - e->be.n_free(e->be.ctx);
+    const int used = e->n_blocks - blocks_available(e);
+    const PrefixCacheStats pcs = e->pc ? prefix_cache_stats(e->pc) : (PrefixCacheStats){0};
     metric(&o, "zaya_requests_running", "gauge", "Requests in the running batch.", e->n_running);
     metric(&o, "zaya_requests_waiting", "gauge", "Requests queued for a slot or KV blocks.", e->n_queued);
     metric(&o, "zaya_batch_size", "gauge", "Sequences in the last decoding step.", e->last_batch);
     metric(&o, "zaya_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", e->n_blocks);
     metric(&o, "zaya_kv_blocks_used", "gauge", "KV-cache blocks held by running requests.", used);
+    metric(&o, "zaya_prefix_cache_blocks", "gauge", "KV-cache blocks kept by the prefix cache (some also held by "
+           "running requests).", pcs.cached);
     metric(&o, "zaya_kv_cache_usage_ratio", "gauge", "Fraction of the KV-cache pool in use.",
            (double)used / e->n_blocks);
     metric(&o, "zaya_kv_block_tokens", "gauge", "Tokens per KV-cache block.", e->o.block_tokens);
     metric(&o, "zaya_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", (double)e->prompt_tokens);
+    metric(&o, "zaya_prefill_tokens_total", "counter", "Prompt tokens computed (not taken from the prefix cache).",
+           (double)e->prefill_tokens);
+    metric(&o, "zaya_prefix_cache_queries_total", "counter", "Prompts looked up in the prefix cache.",
+           (double)pcs.queries);
+    metric(&o, "zaya_prefix_cache_hits_total", "counter", "Prompts that reused cached KV blocks.", (double)pcs.hits);
+    metric(&o, "zaya_prefix_cache_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
+           (double)pcs.hit_tokens);
+    metric(&o, "zaya_prefix_cache_evictions_total", "counter", "Cached KV blocks given back to the pool.",
+           (double)pcs.evictions);
     metric(&o, "zaya_generation_tokens_total", "counter", "Tokens generated.", (double)e->generation_tokens);
     metric(&o, "zaya_steps_total", "counter", "Decoding steps run.", (double)e->steps);
     metric(&o, "zaya_step_errors_total", "counter", "Decoding steps that failed.", (double)e->step_errors);

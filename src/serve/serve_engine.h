@@ -11,6 +11,12 @@
  * samples its own tokens from there. A prompt's log-probabilities (echo) come from the logits of every prompt row,
  * which the prefill asks the step for.
  *
+ * Prefix caching (prefix_cache.h; off with no_prefix_cache): a prompt joining the batch first takes the cached full
+ * blocks its tokens start with (at most up to its last token, whose logits it needs), and the full blocks every
+ * step completes are cached. A prompt whose log-probabilities are wanted (echo) needs every prompt row's logits, which
+ * no cached block holds: it is computed in full (its blocks are still cached). When a request's blocks are short,
+ * the cache gives back its least recently used blocks that no request holds, so caching never makes a request wait.
+ *
  * Text: the engine detokenizes as it goes (the whole generation decoded each token, so byte-fallback and
  * multi-byte characters come out whole), repairs bytes that are not UTF-8 (U+FFFD, as transformers), holds back an
  * incomplete UTF-8 tail and whatever could still become a stop string (matched on the repaired text, as a client sees
@@ -22,6 +28,7 @@
 #include <stdint.h>
 
 #include "infer/decode.h"
+#include "infer/prefix_cache.h"
 #include "model/model.h"
 #include "infer/sampling.h"
 #include "serve/serve_request.h"
@@ -38,6 +45,8 @@ typedef struct {
     int max_queue;      /* requests waiting for a slot; more get 503 */
     int threads;        /* OpenMP/BLAS threads of the decoding steps; 0 = the OpenMP default (all cores) */
     int kv_bf16;        /* k̂ and v held as bf16 (half the bytes per token), else fp32 */
+    int no_prefix_cache; /* 1: every prompt computed in full (else full blocks are kept and reused, prefix_cache.h;
+                          * serve_engine_info sets it where the backend has no prefix cache) */
 } ServeEngineOpts;
 
 typedef struct ServeEngine ServeEngine;
@@ -90,6 +99,7 @@ typedef struct {
     void (*destroy)(void *ctx);                       /* the pool and ctx */
     int (*fork)(void *ctx, int parent, int child);    /* kvpool_fork; NULL: each choice prefills its own prompt */
     int all_logits;                                   /* the step takes DECODE_LOGITS_ALL (else one row at a time) */
+    PrefixCache *(*prefix_cache)(void *ctx, ZyErr *err); /* a prefix cache over the pool; NULL: none */
 } ServeBackend;
 
 /* Builds a backend over model m with kvpool_create's sizes; arg is the caller's. */
@@ -100,14 +110,16 @@ typedef int (*ServeBackendOpen)(ServeBackend *be, void *arg, const Model *m, int
 int serve_engine_create(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                         ZyErr *err);
 /* The same with the steps on the backend `open` builds (kv_memory then counts the backend's memory: k̂ and v as
- * kvpool_block_bytes with opts->kv_bf16). */
+ * kvpool_block_bytes with opts->kv_bf16, and with the prefix cache kvpool_state_bytes per block; a backend without
+ * a prefix cache wants opts->no_prefix_cache). */
 int serve_engine_create_with(ServeEngine **out, const Model *m, const Tokenizer *tok, const ServeEngineOpts *opts,
                              ServeBackendOpen open, void *arg, ZyErr *err);
 /* Stops taking requests; cancels those still queued; lets running ones finish for up to grace_s seconds, then
  * cancels them; joins the thread. Safe to call once; serve_engine_free calls it with grace 0 if needed. */
 void serve_engine_shutdown(ServeEngine *e, double grace_s);
 void serve_engine_free(ServeEngine *e);
-/* What the engine was built with: the effective options, KV blocks in the pool, bytes per block. */
+/* What the engine was built with: the effective options, KV blocks in the pool, bytes per block (its kept CCA
+ * state included when the prefix cache is on). */
 void serve_engine_info(const ServeEngine *e, ServeEngineOpts *opts, int *n_blocks, size_t *block_bytes);
 
 /* Queues a request: out[0 .. n) get its n choices. Errors: 400 (the prompt fills the context, an id outside the

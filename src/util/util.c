@@ -220,7 +220,7 @@ int zy_path_join(char *out, size_t cap, const char *dir, const char *name, ZyErr
     return 0;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
+uint64_t zy_splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -229,7 +229,7 @@ static uint64_t splitmix64(uint64_t *x) {
 
 void zy_rng_seed(ZyRng *rng, uint64_t seed) {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) rng->s[i] = zy_splitmix64(&x);
 }
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

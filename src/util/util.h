@@ -53,6 +53,8 @@ void zy_rng_seed(ZyRng *rng, uint64_t seed);
 uint64_t zy_rng_next(ZyRng *rng);
 double zy_rng_uniform(ZyRng *rng);              /* [0, 1) */
 double zy_rng_normal(ZyRng *rng);               /* standard normal (Box-Muller, no cached spare) */
+/* splitmix64: advances *x and returns its next well-mixed 64-bit value (the RNG's seeding; a hash step). */
+uint64_t zy_splitmix64(uint64_t *x);
 
 /* Element types of tensors in files (safetensors, npy) and in memory. */
 typedef enum {

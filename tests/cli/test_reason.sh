@@ -44,7 +44,7 @@ T="--tokenizer $work/tok/tokenizer.json"
     --max-tokens 12 --seed 1 >"$work/text.out" 2>"$work/text.err"
 check "reason runs" test $? -eq 0
 sed 's/^/    /' "$work/text.err"
-line='^round [1-3]: 4 traces, [0-9]+ tokens generated, [0-9]+ prompt tokens, prefix-cache hits (n/a|[0-9]+), '
+line='^round [1-3]: 4 traces, [0-9]+ tokens generated, [0-9]+ prompt tokens, prefix-cache hits [0-9]+, '
 line+='[0-9.]+ s \([0-9.]+ tokens/s\)$'
 check "a report line per round" test "$(grep -Ec "$line" "$work/text.err")" -eq 3
 check "an answer line" grep -Eq '^answer: .* \([0-4] of 4 votes; trace [1-4] of the last round\)$' "$work/text.err"
@@ -84,7 +84,7 @@ for t, rd in enumerate(rounds):
     gen = sum(len(x["ids"]) for x in rd["traces"])
     assert gen <= rd["tokens_generated"] <= gen + N, (gen, rd["tokens_generated"])  # + an eos per trace at most
     assert rd["prompt_tokens"] == sum(x["prompt_tokens"] for x in rd["traces"])
-    assert rd["prefix_cache_hits"] is None or rd["prefix_cache_hits"] >= 0
+    assert rd["prefix_cache_hits"] is not None and rd["prefix_cache_hits"] >= 0
     for x in rd["traces"]:
         assert x["tail_ids"] == x["ids"][-tau:] and len(x["tail_ids"]) <= tau, x
         x["tail"] = tails[k].replace("\x00", "")  # NUL bytes are dropped from the tails

@@ -4,7 +4,7 @@
 
 - the answer: one message, the chosen trace, equal to `zaya reason --messages` with the same seed and settings
   (the same rounds on an engine of its own); `usage` sums the rounds; the `rsa` field's per-round report (tokens
-  generated, prompt tokens, prefix-cache hits or null, seconds) agrees with `usage`;
+  generated, prompt tokens, prefix-cache hits, seconds) agrees with `usage`;
 - each round ran as one batch: the engine's step-size histogram has steps of more than half the population, and
   the mean batch of the RSA run is above half of it;
 - two RSA requests at once both answer; afterwards no KV block is held; a client that disconnects mid-round stops
@@ -68,7 +68,7 @@ def checks(res, work):
                   rep["population"] == N and rep["subset"] == K and rep["tail"] == TAIL,
                   "rsa: the shape and one report per round", json.dumps(rep)[:300])
         res.check(all(0 < x["tokens_generated"] <= N * MAX_TOKENS and x["prompt_tokens"] > 0 and x["seconds"] > 0 and
-                      (x["prefix_cache_hits"] is None or x["prefix_cache_hits"] >= 0) for x in rounds) and
+                      (x["prefix_cache_hits"] is not None and x["prefix_cache_hits"] >= 0) for x in rounds) and
                   sum(x["seconds"] for x in rounds) <= wall + 0.5,
                   "rsa: per round tokens generated, prompt tokens, prefix-cache hits, seconds", json.dumps(rounds))
         res.check(r.usage.completion_tokens == sum(x["tokens_generated"] for x in rounds) == rep["tokens_generated"]

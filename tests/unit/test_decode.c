@@ -7,6 +7,7 @@
 
 #include "model/config.h"
 #include "infer/decode.h"
+#include "infer/prefix_cache.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
 #include "io/model_io.h"
@@ -862,4 +863,69 @@ TEST(quantized_dtype_resolves_and_refuses) {
     model_free(&m);
     model_free(&src);
     zy_test_rmtree(dir);
+}
+
+/* A prompt that starts with another's tokens takes its cached full blocks and the state kept at their end
+ * (prefix_cache.h) and computes only the rest: its logits are those of the same prompt computed in full in a pool
+ * without a cache, bit for bit, and within 1e-5 of the full forward (P = 2 and P = 4, fp32 and bf16 k and v). The
+ * first prompt ran in chunks that do not end at block boundaries, so the kept states come from inside a step. */
+TEST(decode_pool_prefix_cache_matches_uncached) {
+    ZyErr err = {{0}};
+    const int shape_ids[2] = {0, 3};
+    for (int si = 0; si < 2; si++)
+        for (int kvb = 0; kvb < 2; kvb++) {
+            Model m;
+            REQUIRE(make_model(&m, &shapes[shape_ids[si]], 950 + si * 2 + kvb, &err) == 0);
+            enum { NA = 22, NB = 20, SHARED = 14, BT = 4, CHUNK = 12 };
+            const int V = m.cfg.vocab_size;
+            int32_t a[NA], b[NB];
+            ZyRng rng;
+            zy_rng_seed(&rng, 77 + si);
+            for (int t = 0; t < NA; t++) a[t] = (int32_t)(zy_rng_next(&rng) % V);
+            for (int t = 0; t < NB; t++) b[t] = t < SHARED ? a[t] : (int32_t)((a[t] + 3) % V);
+            Activations act;
+            REQUIRE(acts_create(&act, &m.cfg, 1, NB, &err) == 0);
+            model_forward(&m, &act, b);
+            KVPool p, q;
+            PrefixCache c;
+            REQUIRE(kvpool_create(&p, &m.cfg, 2, 32, 16, BT, CHUNK, CHUNK, kvb, &err) == 0);
+            REQUIRE(kvpool_create(&q, &m.cfg, 1, 32, 16, BT, CHUNK, CHUNK, kvb, &err) == 0);
+            REQUIRE(prefix_cache_init(&c, &p, &err) == 0);
+            float *lg = malloc(sizeof(float) * CHUNK * V), *ref = malloc(sizeof(float) * CHUNK * V);
+            /* prompt a in chunks 6, 6, 6, 4 (block ends at 4, 8, 12, 16, 20 fall inside steps) */
+            REQUIRE(kvpool_reserve(&p, 0, NA) == 0);
+            for (int at = 0; at < NA; at += 6) {
+                const DecodeSeq ds = {.slot = 0, .n = NA - at < 6 ? NA - at : 6, .logits = 1};
+                REQUIRE(model_decode_step(&m, &p, &ds, 1, a + at, lg, &err) == 0);
+                prefix_cache_insert(&c, 0, a, NA, NULL, p.len[0]);
+            }
+            kvpool_seq_release(&p, 0);
+            CHECK(prefix_cache_stats(&c).cached == NA / BT);
+            /* prompt b: the three blocks before the first difference (at 14) come from the cache */
+            const int reused = prefix_cache_attach(&c, 1, b, NB - 1);
+            CHECK(reused == 12);
+            REQUIRE(kvpool_reserve(&p, 1, NB) == 0);
+            const DecodeSeq rest = {.slot = 1, .n = NB - reused, .logits = DECODE_LOGITS_ALL};
+            REQUIRE(model_decode_step(&m, &p, &rest, 1, b + reused, lg, &err) == 0);
+            /* the same prompt in full without a cache: the first 12, then the same 8 rows */
+            REQUIRE(kvpool_reserve(&q, 0, NB) == 0);
+            const DecodeSeq first = {.slot = 0, .n = reused, .logits = 0}, last = {.slot = 0, .n = NB - reused,
+                                                                                  .logits = DECODE_LOGITS_ALL};
+            REQUIRE(model_decode_step(&m, &q, &first, 1, b, NULL, &err) == 0);
+            REQUIRE(model_decode_step(&m, &q, &last, 1, b + reused, ref, &err) == 0);
+            CHECK(memcmp(lg, ref, sizeof(float) * (NB - reused) * V) == 0);
+            double worst = 0;
+            for (int r = 0; r < NB - reused; r++) {
+                double e = rel_err(lg + (size_t)r * V, act.logits + (size_t)(reused + r) * V, V);
+                worst = e > worst ? e : worst;
+            }
+            CHECK_MSG(worst < (kvb ? 2e-2 : 1e-5), "max rel err %.3g", worst);
+            free(lg);
+            free(ref);
+            acts_free(&act);
+            prefix_cache_free(&c);
+            kvpool_free(&q);
+            kvpool_free(&p);
+            model_free(&m);
+        }
 }

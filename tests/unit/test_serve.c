@@ -304,7 +304,7 @@ TEST(serve_engine_cancel_queue_and_shutdown) {
     Fixture f;
     REQUIRE(fixture(&f, &err) == 0);
     ServeEngineOpts o = {.max_batch = 1, .max_context = 64, .block_tokens = 8, .prefill_chunk = 8, .max_queue = 0,
-                         .kv_memory = kvpool_block_bytes(&f.m.cfg, 8, 0) * 10};
+                         .kv_memory = (kvpool_block_bytes(&f.m.cfg, 8, 0) + kvpool_state_bytes(&f.m.cfg)) * 10};
     ServeEngine *e;
     REQUIRE(serve_engine_create(&e, &f.m, f.tok, &o, &err) == 0);
     int32_t prompt[70];
