@@ -378,6 +378,7 @@ int model_load_dir_as(Model *m, const char *dir, int dtype, ZyErr *err) {
         return -1;
     }
     round_conv_kernels(m, mw);
+    st_populate(mw->st, mw->n_st); /* decoding reads every page: no faults in its steps */
     if (model_bind_views(m, mw->t32, mw->t16, NULL, err)) {
         model_free(m);
         return -1;

@@ -566,6 +566,7 @@ int quant_load(Model *m, const char *dir, int in_place, ZyErr *err) {
         }
         if (views && st) { /* the views point into the mapped files: they stay open until model_free */
             views->st = st, views->n_st = opened;
+            if (!rc) st_populate(st, opened); /* decoding reads every page: no faults in its steps */
             st = NULL, opened = 0;
         }
         for (int f = 0; f < opened; f++) st_close(&st[f]);

@@ -404,6 +404,19 @@ void st_close(StFile *f) {
     f->data_len = 0;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older headers lack the name */
+#endif
+
+int st_populate(const StFile *files, int n_files) {
+    double total = 0;
+    for (int i = 0; i < n_files; i++) total += (double)files[i].map_len;
+    if (total <= 0 || total > 0.9 * zy_available_memory_bytes()) return 0; /* paging them in and out would thrash */
+    for (int i = 0; i < n_files; i++)
+        if (files[i].map && madvise(files[i].map, files[i].map_len, MADV_POPULATE_READ) != 0) return 0;
+    return 1;
+}
+
 const StEntry *st_find(const StFile *f, const char *name) {
     if (!f || !name) return NULL;
     for (int i = 0; i < f->n_entries; i++)

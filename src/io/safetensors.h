@@ -37,6 +37,11 @@ int st_open(StFile *f, const char *path, ZyErr *err);
 /* Same validation over a caller-owned buffer (kept borrowed until st_close); for tests and fuzzing. */
 int st_open_buffer(StFile *f, const void *buf, size_t len, const char *label, ZyErr *err);
 void st_close(StFile *f);
+/* Maps every page of the opened files into the process now, when they fit in the memory available (together): weights
+ * read in place are then touched without page faults from the first decoding step on (llama.cpp populates its
+ * mappings too). Returns 1 when populated, 0 when they would not fit or the kernel lacks MADV_POPULATE_READ
+ * (Linux < 5.14: a hint only, nothing fails). */
+int st_populate(const StFile *files, int n_files);
 const StEntry *st_find(const StFile *f, const char *name);
 /* Converts an F32/BF16/F16 (also F64) tensor into float32 `out` (numel floats). */
 int st_read_f32(const StFile *f, const StEntry *e, float *out, ZyErr *err);

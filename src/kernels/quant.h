@@ -121,7 +121,7 @@ void zy_quant_embed(float *x, const ZyQuantMatrix *emb, const int32_t *tokens, c
 
 /* ---- what the kernels see (quant_isa.c): the activations prepared once per call ----
  * For a block of nr <= 4 rows, with ng = in/group_size groups and nb = in/32 blocks: X the fp32 activations (row r
- * at r·ldx; for 4-bit codes a copy in the even/odd order), xsum[r·ng + g] the sum of row r's values in group g; for
+ * at r·ldx; for 4-bit codes and the widen way a copy in the even/odd order), xsum[r·ng + g] the sum of row r's values in group g; for
  * int8, xq (row r at r·in, in the same order) the int8 values, d[r·nb + b] block b's scale, and corr[r·ng + g]
  * what the group's s multiplies besides the dot products: 2^(B-1)·(xsum - Σ_b d·Σ xq), or 2^(B-1)·xsum for a
  * kernel whose 8-bit dot products already subtract the offset from the codes (ZyQuantTable.centered8). Widen:
@@ -134,8 +134,8 @@ typedef struct {
     const int8_t *xq;
 } ZyQuantActs;
 #define ZY_QUANT_ROW_BLOCK 4
-/* A kernel's scratch, per thread: floats for one output's scales and biases in fp32. */
-static inline size_t zy_quant_work_floats(int ng) { return 2 * (size_t)ng + 64; }
+/* A kernel's scratch, per thread: floats for two outputs' scales and biases in fp32. */
+static inline size_t zy_quant_work_floats(int ng) { return 4 * (size_t)ng + 64; }
 typedef void (*ZyQuantKernelFn)(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy,
                                 float *work);
 typedef struct {

@@ -289,7 +289,7 @@ INLINE void widen_rows(const int nr, const int bits, const ZyQuantActs *a, const
 
 /* The int8 way at any width (int8_group, Vf: the width's own): per output, its groups two at a time in two chains,
  * each group's sum of d-scaled block products multiplied by the group's s once. */
-INLINE void int8_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+INLINE void int8_any_rows(const int nr, const int bits, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
                       float *Y, int ldy, float *work) {
     const int ng = a->ng, bpg = a->nb / ng, rowbytes = W->cols / 8 * bits;
     for (long o = o0; o < o1; o++) {
@@ -313,6 +313,67 @@ INLINE void int8_rows(const int nr, const int bits, const ZyQuantActs *a, const 
     }
 }
 
+#if defined(__AVX2__)
+/* scales or biases widened to fp32, 8 at a time where they are bf16 (the common case: a bf16 release's) */
+INLINE void widen_stored_fast(ZyDtype dt, const void *src, size_t at, int n, float *out) {
+    if (dt != ZY_DT_BF16) {
+        widen_stored(dt, src, at, n, out);
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)src + at;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(h + i));
+        _mm256_storeu_si256((__m256i *)(void *)(out + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    }
+    for (; i < n; i++) {
+        const uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(out + i, &u, sizeof u);
+    }
+}
+
+/* One row of activations (decoding), the group's block count a constant. Each output's arithmetic is
+ * int8_any_rows's, operation for operation (same sums in the same order): only the loop around it differs. */
+INLINE void int8_one_row(const int bits, const int bpg, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+                         float *Y, float *work) {
+    const int ng = a->ng, rowbytes = W->cols / 8 * bits;
+    for (long o = o0; o < o1; o++) {
+        widen_stored_fast(W->scale_dtype, W->scales, (size_t)o * ng, ng, work);
+        widen_stored_fast(W->scale_dtype, W->biases, (size_t)o * ng, ng, work + ng);
+        const float tail = dot2(work, a->corr, work + ng, a->xsum, ng);
+        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        int g = 0;
+        for (; g + 2 <= ng; g += 2) {
+            __m256 t[2];
+            for (int h = 0; h < 2; h++) {
+                t[h] = _mm256_setzero_ps();
+                for (int j = 0; j < bpg; j++) {
+                    const int b = (g + h) * bpg + j;
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a->xq + 32L * b));
+                    const __m256i p = dot_acc(_mm256_setzero_si256(), load_codes(q + (long)b * 4 * bits, bits), x, bits);
+                    t[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(a->d + b), t[h]);
+                }
+            }
+            acc0 = _mm256_fmadd_ps(t[0], _mm256_broadcast_ss(work + g), acc0);
+            acc1 = _mm256_fmadd_ps(t[1], _mm256_broadcast_ss(work + g + 1), acc1);
+        }
+        if (g < ng) {
+            __m256 t0 = _mm256_setzero_ps();
+            for (int j = 0; j < bpg; j++) {
+                const int b = g * bpg + j;
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a->xq + 32L * b));
+                const __m256i p = dot_acc(_mm256_setzero_si256(), load_codes(q + (long)b * 4 * bits, bits), x, bits);
+                t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(a->d + b), t0);
+            }
+            acc0 = _mm256_fmadd_ps(t0, _mm256_broadcast_ss(work + g), acc0);
+        }
+        Y[o] = hsum8(_mm256_add_ps(acc0, acc1)) + tail;
+    }
+}
+#define ZY_ONE_ROW_FAST 1
+#endif
+
 #define ZY_QUANT_DISPATCH(name)                                                                                        \
     static void name(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, float *work) { \
         switch (a->nr * 16 + W->bits) {                                                                                \
@@ -326,8 +387,27 @@ INLINE void int8_rows(const int nr, const int bits, const ZyQuantActs *a, const 
         default: name##_rows(4, 4, a, W, o0, o1, Y, ldy, work); break;                                                 \
         }                                                                                                              \
     }
-ZY_QUANT_DISPATCH(int8)
+ZY_QUANT_DISPATCH(int8_any)
 ZY_QUANT_DISPATCH(widen)
+
+/* int8: one row (decoding) by int8_one_row where the group's block count is one it is compiled for */
+static void int8(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, float *work) {
+#ifdef ZY_ONE_ROW_FAST
+    if (a->nr == 1) {
+        const int bpg = W->group_size / 32;
+        switch (W->bits * 8 + bpg) {
+        case 4 * 8 + 1: int8_one_row(4, 1, a, W, o0, o1, Y, work); return;
+        case 4 * 8 + 2: int8_one_row(4, 2, a, W, o0, o1, Y, work); return;
+        case 4 * 8 + 4: int8_one_row(4, 4, a, W, o0, o1, Y, work); return;
+        case 8 * 8 + 1: int8_one_row(8, 1, a, W, o0, o1, Y, work); return;
+        case 8 * 8 + 2: int8_one_row(8, 2, a, W, o0, o1, Y, work); return;
+        case 8 * 8 + 4: int8_one_row(8, 4, a, W, o0, o1, Y, work); return;
+        default: break;
+        }
+    }
+#endif
+    int8_any(a, W, o0, o1, Y, ldy, work);
+}
 
 const ZyQuantTable ZY_ISA_NAME(zy_quant_table) = {
     .name = ZY_STR(ZY_ISA), .widen = widen, .int8 = int8, .centered8 = CENTERED8};
