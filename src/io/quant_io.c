@@ -207,7 +207,7 @@ static int write_config(const char *src, const char *out, const QuantPlan *plan,
     cJSON_AddNumberToObject(q, "bits", plan->defaults.bits);
     cJSON_AddStringToObject(q, "mode", "affine");
     for (int i = 0; i < t->count; i++) {
-        const QuantFormat f = quant_plan_format(plan, t->info[i].name);
+        const QuantFormat f = quant_plan_format(plan, t->info[i].name, (int)t->info[i].shape[t->info[i].ndim - 1]);
         char base[160];
         if (!quant_holds(&t->info[i]) || (f.bits == plan->defaults.bits && f.group_size == plan->defaults.group_size))
             continue;
@@ -283,8 +283,9 @@ int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, siz
     for (int i = 0; i < n && !rc; i++) {
         const ParamInfo *p = &t.info[i];
         const StEntry *e = s.entry[i];
-        const QuantFormat f = quant_plan_format(plan, p->name);
-        const int quantized = quant_holds(p) && f.bits, cols = (int)p->shape[p->ndim - 1];
+        const int cols = (int)p->shape[p->ndim - 1];
+        const QuantFormat f = quant_plan_format(plan, p->name, cols);
+        const int quantized = quant_holds(p) && f.bits;
         const int bits = f.bits, group_size = f.group_size;
         if (quantized && cols % group_size != 0) {
             rc = zy_fail(err, "quantize: tensor \"%s\" [%lld x %d]: its width %d is not a multiple of the group size %d "

@@ -37,7 +37,13 @@ int quant_plan_make(QuantPlan *plan, int bits, int group_size, int router_bits, 
     return 0;
 }
 
-QuantFormat quant_plan_format(const QuantPlan *plan, const char *name) { return plan->of_class[quant_class_of(name)]; }
+QuantFormat quant_plan_format(const QuantPlan *plan, const char *name, int cols) {
+    QuantFormat f = plan->of_class[quant_class_of(name)];
+    /* a class's own groups that do not divide this width fall back to the folder's (a 32-wide router at --group-size
+     * 32): the folder's group size is what the user chose to fit the widths */
+    if (f.bits && cols % f.group_size != 0) f.group_size = plan->defaults.group_size;
+    return f;
+}
 
 void quant_plan_describe(const QuantPlan *plan, char *out, size_t cap) {
     out[0] = '\0';

@@ -41,8 +41,9 @@ const char *quant_class_name(QuantClass c);
  * option and the bad value. */
 int quant_plan_make(QuantPlan *plan, int bits, int group_size, int router_bits, const char *keep_float, ZyErr *err);
 
-/* The format of one matrix (by name) under the plan. */
-QuantFormat quant_plan_format(const QuantPlan *plan, const char *name);
+/* The format of one matrix (by name, cols wide) under the plan: its class's, in the folder's groups where the class's
+ * own do not divide cols. */
+QuantFormat quant_plan_format(const QuantPlan *plan, const char *name, int cols);
 
 /* What differs from the defaults, for a report line: "router 8-bit in groups of 64, embedding unquantized" ("" when
  * nothing does). */

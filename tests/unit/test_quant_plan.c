@@ -34,7 +34,13 @@ TEST(quant_plan_default_keeps_the_router_at_8_bits_at_4) {
     CHECK(p.of_class[QUANT_CLASS_ROUTER].bits == 8 && p.of_class[QUANT_CLASS_ROUTER].group_size == 64);
     CHECK(p.of_class[QUANT_CLASS_EXPERTS].bits == 4 && p.of_class[QUANT_CLASS_EXPERTS].group_size == 32);
     CHECK(p.of_class[QUANT_CLASS_EMBEDDING].bits == 4 && p.of_class[QUANT_CLASS_ATTENTION].bits == 4);
-    CHECK(quant_plan_format(&p, "model.layers.1.mlp.gate.router_mlp.fc2.weight").bits == 8);
+    QuantFormat f = quant_plan_format(&p, "model.layers.1.mlp.gate.router_mlp.fc2.weight", 256);
+    CHECK(f.bits == 8 && f.group_size == 64);
+    /* a router 32 wide: 8 bits in the folder's groups of 32 (64 does not divide it) */
+    f = quant_plan_format(&p, "model.layers.1.mlp.gate.router_mlp.fc2.weight", 32);
+    CHECK(f.bits == 8 && f.group_size == 32);
+    f = quant_plan_format(&p, "model.layers.1.self_attn.o_proj.weight", 96);
+    CHECK(f.bits == 4 && f.group_size == 32);
     quant_plan_describe(&p, text, sizeof text);
     CHECK_MSG(strcmp(text, "router 8-bit in groups of 64") == 0, "%s", text);
     /* 8 bits: the router is like the rest, in the folder's groups */
