@@ -67,12 +67,30 @@ static int load_model(Model *m, const char *model_dir, const char *config_path, 
     return 0;
 }
 
-/* Bytes per weight value as m holds its matrices: 4 (f32), 2 (bf16), or for quantized ones B/8 for the code plus a
- * scale and a bias per group (the head's format: a folder quantized as zaya quantize writes it has one format). */
+/* Bytes per value of a quantized matrix: B/8 for the code plus a scale and a bias per group. */
+static double quant_bytes_per_value(const ZyQuantMatrix *q) {
+    return q->bits / 8.0 + 2.0 * (double)zy_dtype_size(q->scale_dtype) / q->group_size;
+}
+
+/* Bytes per weight value as m holds its matrices: 4 (f32), 2 (bf16), or the head's quantized format (a folder that
+ * zaya quantize wrote has one format but for the router's matrices: router_extra_bytes). */
 static double bytes_per_weight(const Model *m, int bf16) {
     const ZyQuantMatrix *q = &m->w.lm_head_quant;
-    if (!q->q) return bf16 ? 2 : 4;
-    return q->bits / 8.0 + 2.0 * (double)zy_dtype_size(q->scale_dtype) / q->group_size;
+    return q->q ? quant_bytes_per_value(q) : bf16 ? 2 : 4;
+}
+
+/* The bytes a token reads beyond per_value for the router's matrices held in a format of their own (zaya quantize
+ * --bits 4 keeps them at 8 bits): every token runs every layer's router. */
+static double router_extra_bytes(const Model *m, double per_value) {
+    double extra = 0;
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        const LayerWeights *L = &m->w.layers[l];
+        const ZyQuantMatrix *r[] = {&L->router_down_w_quant, &L->router_fc1_w_quant, &L->router_fc2_w_quant,
+                                    &L->router_out_w_quant, &L->router_w_quant};
+        for (size_t i = 0; i < ZY_ARRAY_LEN(r); i++)
+            if (r[i]->q) extra += (double)r[i]->rows * r[i]->cols * (quant_bytes_per_value(r[i]) - per_value);
+    }
+    return extra;
 }
 
 /* Weight bytes one decoded token reads: the parameters it passes through (model_stats: every layer's projections,
@@ -310,7 +328,7 @@ int bench_decode(int argc, char **argv) {
      * every expert some row was routed to (the standard MoE layout: gate_up [2I, D] and down [D, I] per expert) */
     const double peak = zy_peak_resident_bytes();
     const double per_value = bytes_per_weight(&m, ma.bf16);
-    double per_step = weight_bytes_per_token(&m.cfg, per_value);
+    double per_step = weight_bytes_per_token(&m.cfg, per_value) + router_extra_bytes(&m, per_value);
     if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
         const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * per_value;
         per_step += ((double)experts_read / new_tokens - L) * expert;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/quant_plan.h"
 #include "kernels/quant.h"
 
 int quant_holds(const ParamInfo *p) { return model_holds_bf16(p); }
@@ -191,8 +192,9 @@ static int quant_part_fill(void *ctx, size_t first, size_t n, void *out) {
     return 0;
 }
 
-/* OUT/config.json: SRC's, keys and order kept, with "quantization" (and mlx-lm's copy "quantization_config"). */
-static int write_config(const char *src, const char *out, int bits, int group_size, ZyErr *err) {
+/* OUT/config.json: SRC's, keys and order kept, with "quantization" (and mlx-lm's copy "quantization_config"): the
+ * plan's defaults, and mlx-lm's per-module entry for each matrix of t whose format differs (false: unquantized). */
+static int write_config(const char *src, const char *out, const QuantPlan *plan, const ParamTable *t, ZyErr *err) {
     char path[4096];
     char *text;
     size_t len;
@@ -201,9 +203,18 @@ static int write_config(const char *src, const char *out, int bits, int group_si
     free(text);
     if (!root) return zy_fail(err, "%s: invalid JSON", path);
     cJSON *q = cJSON_CreateObject();
-    cJSON_AddNumberToObject(q, "group_size", group_size);
-    cJSON_AddNumberToObject(q, "bits", bits);
+    cJSON_AddNumberToObject(q, "group_size", plan->defaults.group_size);
+    cJSON_AddNumberToObject(q, "bits", plan->defaults.bits);
     cJSON_AddStringToObject(q, "mode", "affine");
+    for (int i = 0; i < t->count; i++) {
+        const QuantFormat f = quant_plan_format(plan, t->info[i].name, (int)t->info[i].shape[t->info[i].ndim - 1]);
+        char base[160];
+        if (!quant_holds(&t->info[i]) || (f.bits == plan->defaults.bits && f.group_size == plan->defaults.group_size))
+            continue;
+        quant_base_name(base, sizeof base, t->info[i].name);
+        cJSON *own = f.bits ? cJSON_AddObjectToObject(q, base) : cJSON_AddFalseToObject(q, base);
+        if (f.bits) cJSON_AddNumberToObject(own, "group_size", f.group_size), cJSON_AddNumberToObject(own, "bits", f.bits);
+    }
     cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
     cJSON_AddItemToObject(root, "quantization_config", cJSON_Duplicate(q, 1));
@@ -241,11 +252,10 @@ static int copy_side_files(const char *src, const char *out, ZyErr *err) {
     return 0;
 }
 
-int quant_model_dir(const char *src, const char *out, int bits, int group_size, size_t shard_bytes,
-                    QuantizeReport *rep, ZyErr *err) {
+int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, size_t shard_bytes, QuantizeReport *rep,
+                    ZyErr *err) {
     memset(rep, 0, sizeof *rep);
     ZayaConfig cfg;
-    if (zy_quant_format_check(bits, group_size, err)) return zy_wrap(err, "quantize");
     if (load_config(src, &cfg, err)) return -1;
     if (cfg.quant_bits)
         return zy_fail(err, "quantize: %s is quantized already (%d-bit, groups of %d)", src, cfg.quant_bits,
@@ -273,7 +283,10 @@ int quant_model_dir(const char *src, const char *out, int bits, int group_size, 
     for (int i = 0; i < n && !rc; i++) {
         const ParamInfo *p = &t.info[i];
         const StEntry *e = s.entry[i];
-        const int quantized = quant_holds(p), cols = (int)p->shape[p->ndim - 1];
+        const int cols = (int)p->shape[p->ndim - 1];
+        const QuantFormat f = quant_plan_format(plan, p->name, cols);
+        const int quantized = quant_holds(p) && f.bits;
+        const int bits = f.bits, group_size = f.group_size;
         if (quantized && cols % group_size != 0) {
             rc = zy_fail(err, "quantize: tensor \"%s\" [%lld x %d]: its width %d is not a multiple of the group size %d "
                          "(choose --group-size dividing every matrix's width)", p->name,
@@ -336,7 +349,7 @@ int quant_model_dir(const char *src, const char *out, int bits, int group_size, 
         rc = list ? model_write_index(out, list, shard_of, nt, n_shards, rep->bytes_out, err) : zy_fail(err, "out of memory");
         free(list);
     }
-    if (!rc) rc = write_config(src, out, bits, group_size, err);
+    if (!rc) rc = write_config(src, out, plan, &t, err);
     if (!rc) rc = copy_side_files(src, out, err);
     rep->shards = n_shards;
     for (int i = 0; jobs && i < n; i++) quant_job_free(&jobs[i]);

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "io/quant_plan.h"
 #include "model/model.h"
 #include "util/util.h"
 
@@ -29,12 +30,13 @@ typedef struct {
     double quant_bytes;            /* the output's bytes of quantized tensors (codes, scales, biases) */
     int shards;
 } QuantizeReport;
-/* zaya quantize: SRC (a bf16, f16 or fp32 model folder, native layout) into OUT, tensor by tensor from the mapped
+/* zaya quantize: SRC (a bf16, f16 or fp32 model folder, native layout) into OUT, each matrix in the plan's format
+ * (io/quant_plan.h; a class's own format is a per-module entry in config.json), tensor by tensor from the mapped
  * source (one tensor's output in memory at a time), in shards of at most shard_bytes with an index; config.json is
  * SRC's with "quantization" added, and the tokenizer files are copied. Bad input is an error naming the tensor (a
  * width the group size does not divide, a value that is not finite). */
-int quant_model_dir(const char *src, const char *out, int bits, int group_size, size_t shard_bytes,
-                    QuantizeReport *rep, ZyErr *err);
+int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, size_t shard_bytes, QuantizeReport *rep,
+                    ZyErr *err);
 
 /* Loads a quantized folder for inference, every tensor checked against the config — the codes U32 and [...,
  * cols·bits/32] (a shorter row is a truncated weight), scales and biases of one float dtype and [..., cols/group_size]

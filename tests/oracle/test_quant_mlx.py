@@ -23,7 +23,10 @@ import numpy as np
 suite = Suite("quant_mlx")
 try:
     import mlx.core as mx
+    import mlx.nn as mlx_nn
+    from mlx.utils import tree_flatten
 except ImportError:
+    mx = None
     suite.check(False, "mlx", 'not installed (pip install "mlx[cpu]"; scripts/install-deps.sh does)')
     suite.finish()
 
@@ -93,25 +96,60 @@ def sources(work):
                         metadata={"format": "pt"})
 
 
+def class_of(name):
+    """io/quant_plan.c's classes of matrices"""
+    if ".self_attn." in name:
+        return "attention"
+    if ".mlp.gate." in name:
+        return "router"
+    return "experts" if ".mlp." in name else "embedding"
+
+
+def planned_format(name, bits, g, extra):
+    """(bits, group size) zaya quantize gives a matrix, None if it stays unquantized: mlx-lm's quant_predicate for MoE
+    models (qwen3_moe.py: "mlp.gate" -> {"group_size": 64, "bits": 8}) keeps the router at 8 bits by default."""
+    opts = dict(zip(extra[::2], extra[1::2]))
+    if class_of(name) in opts.get("--keep-float", "").split(","):
+        return None
+    if class_of(name) == "router" and int(opts.get("--router-bits", 8)) != bits:
+        return int(opts.get("--router-bits", 8)), 64
+    return bits, g
+
+
+def folder_name(src, bits, g, extra):
+    return f"q-{src}-{bits}-{g}" + "".join("-" + str(x).replace(",", "+").lstrip("-") for x in extra)
+
+
+QUANT_CASES = [("bf16", 4, 32, []), ("bf16", 4, 64, []), ("bf16", 8, 64, []), ("bf16", 8, 128, []),
+               ("f32", 8, 32, []), ("f32", 4, 128, []), ("f16", 4, 64, []), ("f16", 8, 32, []),
+               ("bf16", 4, 32, ["--router-bits", "4"]), ("f32", 4, 64, ["--keep-float", "embedding,attention"])]
+
+
 def against_mx_quantize(work):
-    """(a) every code, scale and bias equal mx.quantize's"""
-    cases = [("bf16", 4, 32), ("bf16", 4, 64), ("bf16", 8, 64), ("bf16", 8, 128), ("f32", 8, 32), ("f32", 4, 128),
-             ("f16", 4, 64), ("f16", 8, 32)]
-    for src, bits, g in cases:
-        out = work / f"q-{src}-{bits}-{g}"
+    """(a) every code, scale and bias equal mx.quantize's, each matrix in its planned format"""
+    for src, bits, g, extra in QUANT_CASES:
+        out = work / folder_name(src, bits, g, extra)
         shard = ["--shard-size", "0.1"] if (bits, g) == (8, 128) else []
-        if not zaya_ok(["quantize", "--model", work / src, "--out", out, "--bits", bits, "--group-size", g] + shard,
-                       f"quantize {src} {bits}-bit g{g}")[0]:
+        label = f"{src} {bits}-bit g{g}{' ' + ' '.join(extra) if extra else ''}"
+        if not zaya_ok(["quantize", "--model", work / src, "--out", out, "--bits", bits, "--group-size", g] + shard
+                       + extra, f"quantize {label}")[0]:
             continue
         source, got = load_dir(work / src), load_dir(out)
-        bad, n_q = [], 0
+        bad, n_q, own = [], 0, {}
         for name, w in source.items():
-            if not quantized(name, w):
+            fmt = planned_format(name, bits, g, extra) if quantized(name, w) else None
+            if fmt is None:
                 if name not in got or not np.array_equal(bits_of(got[name]), bits_of(w)) or got[name].dtype != w.dtype:
                     bad.append(f"{name} changed")
+                if base_name(name) + ".scales" in got:
+                    bad.append(f"{name} quantized, planned unquantized")
+                if quantized(name, w):
+                    own[base_name(name)] = False
                 continue
             n_q += 1
-            q, s, b = mx.quantize(w, group_size=g, bits=bits)
+            if fmt != (bits, g):
+                own[base_name(name)] = {"group_size": fmt[1], "bits": fmt[0]}
+            q, s, b = mx.quantize(w, group_size=fmt[1], bits=fmt[0])
             base = base_name(name)
             for key, want in ((name, q), (base + ".scales", s), (base + ".biases", b)):
                 have = got.get(key)
@@ -120,11 +158,12 @@ def against_mx_quantize(work):
                 elif not np.array_equal(bits_of(have), bits_of(want)):
                     diff = int((bits_of(have) != bits_of(want)).sum())
                     bad.append(f"{key}: {diff} of {want.size} values differ")
-        suite.check(not bad and n_q > 0, f"{src} {bits}-bit g{g}: {n_q} matrices equal mx.quantize's", "; ".join(bad[:4]))
+        suite.check(not bad and n_q > 0, f"{label}: {n_q} matrices equal mx.quantize's", "; ".join(bad[:4]))
         cfg = json.loads((out / "config.json").read_text())
-        want_q = {"group_size": g, "bits": bits, "mode": "affine"}
+        want_q = {"group_size": g, "bits": bits, "mode": "affine", **own}
         suite.check(cfg.get("quantization") == want_q and cfg.get("quantization_config") == want_q,
-                    f"{src} {bits}-bit g{g}: config.json quantization", str(cfg.get("quantization")))
+                    f"{label}: config.json quantization, mlx-lm's per-module entries ({len(own)})",
+                    str(cfg.get("quantization"))[:400])
         if shard:
             index = json.loads((out / "model.safetensors.index.json").read_text())
             suite.check(len(set(index["weight_map"].values())) > 1 and set(index["weight_map"]) == set(got),
@@ -135,9 +174,9 @@ def mlx_folder_loads(work, tokens):
     """(b) a folder mlx wrote loads, and runs on the same values as zaya's own"""
     src32 = load_dir(work / "f32")
     for bits, g in ((4, 64), (8, 32)):
-        mine = work / f"q-f32-{bits}-{g}"
-        zaya_ok(["quantize", "--model", work / "f32", "--out", mine, "--bits", bits, "--group-size", g],
-                f"quantize f32 {bits}-bit g{g}")
+        mine = work / f"q-f32-{bits}-{g}-uniform"
+        zaya_ok(["quantize", "--model", work / "f32", "--out", mine, "--bits", bits, "--group-size", g, "--router-bits",
+                 bits], f"quantize f32 {bits}-bit g{g}, the router too")
         theirs, deq = work / f"mlx-{bits}-{g}", work / f"mlx-deq-{bits}-{g}"
         theirs.mkdir(exist_ok=True), deq.mkdir(exist_ok=True)
         tensors, dense = {}, {}
@@ -166,6 +205,97 @@ def mlx_folder_loads(work, tokens):
             if full is not None:  # a random model: for the record
                 rel = np.linalg.norm(a - full) / np.linalg.norm(full)
                 print(f"  {bits}-bit group {g}: logits differ from the fp32 model's by {rel:.3g} (normwise)")
+
+
+class Stack(mlx_nn.Module):
+    """An experts' stack [E, out, in] as mlx-lm's SwitchLinear holds it (weight; quantized: weight, scales, biases)."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.weight = w
+
+    def to_quantized(self, group_size=64, bits=4, mode="affine", **_):
+        q = Stack(None)
+        q.weight, q.scales, q.biases = mx.quantize(self.weight, group_size=group_size, bits=bits)
+        q.bits, q.group_size = bits, group_size
+        return q
+
+
+def mlx_skeleton(source):
+    """An mlx.nn module tree with the source folder's tensors: nn.Embedding for the embedding, nn.Linear for the other
+    matrices, Stack for the experts' stacks (named X.weight, as a port's sanitize() renames zaya's X), arrays for the
+    rest (norms, convolution kernels, residual scales, balancing biases)."""
+    root = {}
+    for name, w in source.items():
+        parts = name.split(".")
+        node = root
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = w
+
+    def build(path, d):
+        w = d.get("weight")
+        if w is not None and w.ndim == 2 and set(d) <= {"weight", "bias"} and ".conv_qk_" not in path:
+            if path.endswith("embed_tokens"):
+                m = mlx_nn.Embedding(*w.shape)
+            else:
+                m = mlx_nn.Linear(w.shape[1], w.shape[0], bias="bias" in d)
+            m.update({k: v for k, v in d.items()})
+            return m
+        m = mlx_nn.Module()
+        for k, v in d.items():
+            if isinstance(v, dict):
+                children = [build(f"{path}.{k}.{i}", v[str(i)]) for i in range(len(v))] if "0" in v else None
+                setattr(m, k, children if children is not None else build(f"{path}.{k}", v))
+            elif v.ndim == 3 and ".mlp.experts" in f"{path}.{k}":
+                setattr(m, k, Stack(v))
+            else:
+                setattr(m, k, v)
+        return m
+    return build("", root)
+
+
+def mlx_lm_loads(work):
+    """(d) mlx loads zaya's folders as mlx-lm's load_model does: nn.quantize with its class_predicate (a path's own
+    entry in config.json's "quantization" first, else quantized when it has .scales), then load_weights(strict=True),
+    which fails on any tensor whose packed shape does not match the format the config gives its module"""
+    for src, bits, g, extra in QUANT_CASES:
+        if (bits, g) not in ((4, 32), (4, 64)):
+            continue
+        folder = work / folder_name(src, bits, g, extra)
+        if not (folder / "config.json").exists():
+            continue
+        label = f"{src} {bits}-bit g{g}{' ' + ' '.join(extra) if extra else ''}"
+        cfg = json.loads((folder / "config.json").read_text())
+        weights = {(k + ".weight" if ".mlp.experts." in k and k.count(".") == 5 else k): v
+                   for k, v in load_dir(folder).items()}
+        model = mlx_skeleton(load_dir(work / src))
+
+        def class_predicate(p, m):
+            if p in cfg["quantization"]:
+                return cfg["quantization"][p]
+            if not hasattr(m, "to_quantized"):
+                return False
+            return f"{p}.scales" in weights
+        try:
+            mlx_nn.quantize(model, group_size=cfg["quantization"]["group_size"], bits=cfg["quantization"]["bits"],
+                            class_predicate=class_predicate)
+            model.load_weights(list(weights.items()), strict=True)
+            ok, why = True, ""
+        except (ValueError, KeyError) as e:
+            ok, why = False, str(e)[:400]
+        suite.check(ok, f"{label}: mlx loads it as mlx-lm does (nn.quantize per config.json, strict load)", why)
+        if not ok:
+            continue
+        flat = dict(tree_flatten(model.leaf_modules(), is_leaf=mlx_nn.Module.is_module))
+        got = {p: (m.bits, m.group_size) if hasattr(m, "scales") else None for p, m in flat.items()
+               if isinstance(m, (mlx_nn.Linear, mlx_nn.QuantizedLinear, mlx_nn.Embedding, mlx_nn.QuantizedEmbedding,
+                                 Stack))}
+        want = {p: planned_format(p, bits, g, extra) for p in got}
+        suite.check(got == want,
+                    f"{label}: each module in its planned format ({sum(v is not None for v in got.values())} "
+                    f"quantized, {sum(v == (8, 64) for v in got.values())} at 8 bits in groups of 64)",
+                    str({p: (got[p], want[p]) for p in got if got[p] != want[p]})[:400])
 
 
 def bad_input(work, tokens):
@@ -208,7 +338,7 @@ def bad_input(work, tokens):
 
 
 def main():
-    suite.parse_args(parts="sources, mx_quantize, mlx_folder, bad_input", keep=True)
+    suite.parse_args(parts="sources, mx_quantize, mlx_folder, mlx_lm_load, bad_input", keep=True)
     suite.require_zaya()
     with suite.work_dir("zaya-quant-mlx.") as work:
         tokens = work / "tok.npy"
@@ -216,6 +346,7 @@ def main():
         suite.run("sources", sources, work)
         suite.run("mx_quantize", against_mx_quantize, work)
         suite.run("mlx_folder", mlx_folder_loads, work, tokens)
+        suite.run("mlx_lm_load", mlx_lm_loads, work)
         suite.run("bad_input", bad_input, work, tokens)
     suite.finish()
 

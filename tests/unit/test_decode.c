@@ -692,9 +692,17 @@ TEST(decode_pool_fork_shares_blocks_and_every_row_logits) {
  * model_save_dir + quant_model_dir's output, loaded with MODEL_DTYPE_Q8/Q4; its reference is the same folder loaded
  * dequantized (fp32 values s·q + b: the very values the kernels multiply by). */
 static const Shape quant_shapes[] = {
-    {2, 2, 4, 2, 8, 2, 1, 0.5f, 64, 32, 32},
-    {3, 2, 4, 1, 8, 2, 0, 1.0f, 64, 32, 32},
+    {2, 2, 4, 2, 8, 2, 1, 0.5f, 64, 32, 64},
+    {3, 2, 4, 1, 8, 2, 0, 1.0f, 64, 32, 64},
 };
+
+/* zaya quantize's default plan in groups of 32: at 4 bits the router stays at 8 bits in groups of 64 (router width 64
+ * above), so the q4 models below mix 4- and 8-bit matrices. */
+static int quantize_default(const char *dir, const char *qdir, int bits, QuantizeReport *rep, ZyErr *err) {
+    QuantPlan plan;
+    return quant_plan_make(&plan, bits, 32, QUANT_ROUTER_BITS, NULL, err) ||
+           quant_model_dir(dir, qdir, &plan, 0, rep, err);
+}
 
 /* Logits of T tokens through the full forward of m. */
 static float *forward_logits(Model *m, const int32_t *tok, int T, int32_t *route, ZyErr *err) {
@@ -724,7 +732,7 @@ static void check_quant_decode(int *zy_test_failed_, double *worst_decode, doubl
             REQUIRE(make_model(&src, &quant_shapes[si], 700 + si, &err) == 0);
             REQUIRE(model_save_dir(&src, dir, ZY_DT_F32, &err) == 0);
             QuantizeReport rep;
-            CHECK_MSG(quant_model_dir(dir, qdir, bits, 32, 0, &rep, &err) == 0, "%s", err.msg);
+            CHECK_MSG(quantize_default(dir, qdir, bits, &rep, &err) == 0, "%s", err.msg);
             CHECK_MSG(model_load_dir_as(&q, qdir, bits, &err) == 0, "%s", err.msg);
             if (*zy_test_failed_) break;
             REQUIRE(model_load_dir_as(&deq, qdir, MODEL_DTYPE_F32, &err) == 0);
@@ -803,7 +811,7 @@ TEST(decode_quantized_int8_matches_full_forward) {
             QuantizeReport rep;
             REQUIRE(make_model(&src, &quant_shapes[si], 800 + si, &err) == 0);
             REQUIRE(model_save_dir(&src, dir, ZY_DT_F32, &err) == 0);
-            REQUIRE(quant_model_dir(dir, qdir, bits, 32, 0, &rep, &err) == 0);
+            REQUIRE(quantize_default(dir, qdir, bits, &rep, &err) == 0);
             REQUIRE(model_load_dir_as(&q, qdir, bits, &err) == 0);
             const int T = 24, V = q.cfg.vocab_size, L = q.cfg.num_layers;
             int32_t tok[24], ref_route[3 * 24];
@@ -844,7 +852,7 @@ TEST(quantized_dtype_resolves_and_refuses) {
     REQUIRE(make_model(&src, &quant_shapes[0], 9, &err) == 0);
     REQUIRE(model_save_dir(&src, dir, ZY_DT_F32, &err) == 0);
     QuantizeReport rep;
-    REQUIRE(quant_model_dir(dir, qdir, 4, 32, 0, &rep, &err) == 0);
+    REQUIRE(quantize_default(dir, qdir, 4, &rep, &err) == 0);
     CHECK(model_resolve_dtype("q8", "--dtype", dir, &err) == MODEL_DTYPE_Q8);
     CHECK(model_resolve_dtype("q4", "--dtype", dir, &err) == MODEL_DTYPE_Q4);
     CHECK(model_resolve_dtype("auto", "--dtype", qdir, &err) == MODEL_DTYPE_Q4);
