@@ -57,7 +57,7 @@ static int dnnl_int8_exact(void) {
     return (isa & v512) == v512 || (isa & v256) == v256;
 }
 
-/* One batched product: codes [ng, np, G] (u8) x activations [ng, G, rows] (s8) -> [ng, np, rows] (s32). */
+/* One batched product: codes [ng, np, G] (u8) x activations [ng, G, rows] (s8) -> [ng, rows, np] (s32). */
 typedef struct {
     int ng, np, G, rows;
     dnnl_primitive_t prim;
@@ -91,8 +91,9 @@ static Int8Prim *int8_prim(int ng, int np, int G, int rows) {
     int8_prim_free(p);
     dnnl_memory_desc_t a_md, b_md, c_md;
     const dnnl_dims_t a_dims = {ng, np, G}, b_dims = {ng, G, rows}, c_dims = {ng, np, rows};
+    /* the sums stored [ng, rows, np]: the scaling below then runs along the outputs, as Y is laid out */
     const dnnl_dims_t a_str = {(dnnl_dim_t)np * G, G, 1}, b_str = {(dnnl_dim_t)rows * G, 1, G},
-                      c_str = {(dnnl_dim_t)np * rows, rows, 1};
+                      c_str = {(dnnl_dim_t)np * rows, 1, np};
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
     int ok = dnnl_memory_desc_init_by_strides(&a_md, 3, a_dims, dnnl_u8, a_str) == dnnl_success &&
@@ -121,7 +122,8 @@ static int many_int8(int rows, int out, int in, const float *X, int ldx, const Z
     float *ds = malloc(sizeof(float) * (size_t)rows * ng * 3); /* per [g, r]: d, c·d·Σxq, Σx */
     uint8_t *codes = malloc((size_t)panel * in);          /* [ng, np, G] */
     int32_t *sums = malloc(sizeof(int32_t) * (size_t)ng * panel * rows);
-    int failed = !xq || !ds || !codes || !sums;
+    float *scale = malloc(sizeof(float) * (size_t)ng * panel * 2), *offset = scale ? scale + (size_t)ng * panel : NULL;
+    int failed = !xq || !ds || !codes || !sums || !scale;
     if (!failed) {
         float *d = ds, *cd = ds + (size_t)rows * ng, *xsum = ds + (size_t)2 * rows * ng;
 #pragma omp parallel for schedule(static) if ((long)rows * in >= 65536L)
@@ -149,10 +151,25 @@ static int many_int8(int rows, int out, int in, const float *X, int ldx, const Z
             failed = 1;
             break;
         }
+        /* the panel's codes as bytes, group by group; its scales s and c·s + b in fp32, [ng, np] */
 #pragma omp parallel for schedule(static) if ((long)np * in >= 65536L)
-        for (int o = 0; o < np; o++)
-            for (int k = 0; k < in; k++)
-                codes[((size_t)(k / G) * np + o) * G + k % G] = (uint8_t)zy_quant_code(W, o0 + o, k);
+        for (int o = 0; o < np; o++) {
+            const uint8_t *row = (const uint8_t *)(W->q + (size_t)(o0 + o) * zy_quant_row_words(in, bits));
+            for (int g = 0; g < ng; g++) {
+                uint8_t *dst = codes + ((size_t)g * np + o) * G;
+                if (bits == 8)
+                    memcpy(dst, row + (size_t)g * G, (size_t)G);
+                else /* the even column in the low nibble */
+                    for (int j = 0; j < G / 2; j++) {
+                        const uint8_t byte = row[(size_t)g * G / 2 + j];
+                        dst[2 * j] = byte & 15, dst[2 * j + 1] = byte >> 4;
+                    }
+                const size_t at = (size_t)(o0 + o) * ng + g;
+                const float sc = zy_quant_load(W->scale_dtype, W->scales, at);
+                scale[(size_t)g * np + o] = sc;
+                offset[(size_t)g * np + o] = (float)c * sc + zy_quant_load(W->scale_dtype, W->biases, at);
+            }
+        }
         dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
         if (dnnl_memory_set_data_handle(p->a, codes) != dnnl_success ||
             dnnl_memory_set_data_handle(p->b, xq) != dnnl_success ||
@@ -165,20 +182,18 @@ static int many_int8(int rows, int out, int in, const float *X, int ldx, const Z
          * int8 way does, so the activations' rounding weighs by |q − c| */
         const float *d = ds, *cd = ds + (size_t)rows * ng, *xsum = ds + (size_t)2 * rows * ng;
 #pragma omp parallel for schedule(static) if ((long)np * rows * ng >= 65536L)
-        for (int o = 0; o < np; o++) {
-            float *y = Y + o0 + o;
-            for (int r = 0; r < rows; r++) y[(long)r * ldy] = 0;
+        for (int r = 0; r < rows; r++) {
+            float *y = Y + (long)r * ldy + o0;
+            for (int o = 0; o < np; o++) y[o] = 0;
             for (int g = 0; g < ng; g++) {
-                const size_t at = (size_t)(o0 + o) * ng + g;
-                const float s = zy_quant_load(W->scale_dtype, W->scales, at), b = zy_quant_load(W->scale_dtype, W->biases, at);
-                const int32_t *sg = sums + ((size_t)g * np + o) * rows;
-                const float *dg = d + (size_t)g * rows, *cdg = cd + (size_t)g * rows, *xg = xsum + (size_t)g * rows;
-                for (int r = 0; r < rows; r++)
-                    y[(long)r * ldy] += s * (dg[r] * (float)sg[r] - cdg[r]) + ((float)c * s + b) * xg[r];
+                const int32_t *sg = sums + ((size_t)g * rows + r) * np;
+                const float *sc = scale + (size_t)g * np, *of = offset + (size_t)g * np;
+                const float dg = d[(size_t)g * rows + r], cdg = cd[(size_t)g * rows + r], xg = xsum[(size_t)g * rows + r];
+                for (int o = 0; o < np; o++) y[o] += sc[o] * (dg * (float)sg[o] - cdg) + of[o] * xg;
             }
         }
     }
-    free(xq), free(ds), free(codes), free(sums);
+    free(xq), free(ds), free(codes), free(sums), free(scale);
     return failed ? -1 : 0;
 }
 #endif
@@ -233,11 +248,23 @@ int zy_quant_many_set(const char *name, ZyErr *err) {
     return zy_fail(err, "ZAYA_QUANT_MANY=%s: not a many-row path for quantized weights (auto, panels, bf16, int8)", name);
 }
 
+/* 1 where oneDNN runs bf16 matmuls on AMX tiles here (at the avx512bf16 level). */
+static int bf16_amx(void) {
+#ifdef ZY_HAVE_DNNL
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return zy_quant_many_bf16_native() && (isa & amx) == amx;
+#else
+    return 0;
+#endif
+}
+
 ZyQuantMany zy_quant_many(void) {
     const int m = atomic_load_explicit(&process_path, memory_order_relaxed);
     if (m >= 0) return (ZyQuantMany)m;
-    /* bf16 only where oneDNN runs it on bf16 instructions: emulated it is sgemm plus two roundings */
-    return zy_quant_many_bf16_native() ? ZY_QMANY_BF16 : ZY_QMANY_PANELS;
+    /* bf16 where it wins by construction: AMX tiles multiply bf16 at several times fp32 FMA's rate. Not on
+     * AVX512-BF16 alone (oneDNN's bf16 matmul measured 0.71x sgemm there, docs/cpus.md), nor emulated (sgemm plus two
+     * roundings); int8 measured slower than the panels here (docs/quantization.md) */
+    return bf16_amx() ? ZY_QMANY_BF16 : ZY_QMANY_PANELS;
 }
 
 void zy_quant_many_describe(ZyQuantMany m, char *out, size_t cap) {
@@ -256,7 +283,7 @@ void zy_quant_many_describe(ZyQuantMany m, char *out, size_t cap) {
         break;
     default:
         snprintf(out, cap, "panels: dequantized to fp32 for sgemm%s",
-                 forced ? " (ZAYA_QUANT_MANY)" : " (no native bf16 matmul here: the faster, measured)");
+                 forced ? " (ZAYA_QUANT_MANY)" : " (no AMX for oneDNN's bf16 matmul here: the faster, measured)");
     }
 }
 

@@ -8,8 +8,8 @@
  *    scales an int8 product per output column at most, never per group along its depth), codes x activations
  *    rounded to int8 per row and group -> int32, then the groups' sums scaled in fp32. Without VNNI oneDNN sums
  *    byte pairs in int16 (vpmaddubsw) and saturates, so against 8-bit codes the activations get 7 bits (|x| <= 64).
- * auto: bf16 where oneDNN has native bf16 kernels here (the avx512bf16 level), panels everywhere else (measured:
- * docs/quantization.md). */
+ * auto: bf16 where oneDNN runs it on AMX tiles (the avx512bf16 level of an AMX CPU), panels everywhere else
+ * (measured: docs/quantization.md). */
 #ifndef ZAYA_QUANT_MANY_H
 #define ZAYA_QUANT_MANY_H
 
