@@ -282,7 +282,8 @@ void zy_quant_many_describe(ZyQuantMany m, char *out, size_t cap) {
                  forced ? " (ZAYA_QUANT_MANY)" : "");
         break;
     case ZY_QMANY_INT8:
-        snprintf(out, cap, "int8: oneDNN's int8 matmul per group of columns, activations rounded per row and group%s",
+        snprintf(out, cap, "int8: oneDNN's int8 matmul per group of columns, activations rounded per row and group%s%s",
+                 zy_quant_many_int8_levels(8) < 127 ? " (7 bits against 8-bit codes: no VNNI)" : "",
                  forced ? " (ZAYA_QUANT_MANY)" : "");
         break;
     default:
