@@ -52,7 +52,7 @@ static double many_call(const Bench *b, int l, int per_bits, int rows, int c) {
 /* Many rows (prefill, eval, forward): the few-row kernel of this CPU (the process's way), and each many-row path
  * (quant_many.h: fp32 panels for sgemm, bf16 panels for oneDNN's bf16 matmul, oneDNN's int8 matmul per group),
  * against bf16's own many-row path (zy_matmul_wt): where the kernels stop being the faster is ZY_QUANT_MAX_ROWS, and
- * the fastest many-row path is the one auto picks. Interleaved rounds as above; median and fastest call, ms; and
+ * which many-row path auto should pick on this CPU. Interleaved rounds as above; median and fastest call, ms; and
  * each path's normwise distance from the fp32 panels' product (what its roundings add). */
 static void many_rows(const Bench *b, int max_rows) {
     enum { MANY_REPS = 7, PER_BITS = 1 + ZY_QMANY_COUNT, LINES = 1 + 2 * PER_BITS };
