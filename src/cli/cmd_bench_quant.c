@@ -2,6 +2,7 @@
  * matrix, at decoding's row counts: every kernel this CPU runs, both ways, 8 and 4 bits. The weights rotate over
  * copies larger than the caches, as in a decoding step where each matrix is read once; medians of the calls, and the
  * bytes each reads per second (codes, scales and biases; bf16 values). */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/quant_many.h"
 
 enum { REPS = 41, MAX_ROWS = 8, MAX_LINES = 1 + 2 * 2 * ZY_QK_COUNT };
 
@@ -32,38 +34,83 @@ static double call_seconds(const Bench *b, int kernel, int way, int bits, int ro
     return zy_now_seconds() - t0;
 }
 
-/* Many rows (prefill, eval, forward): the few-row kernel of this CPU (the process's way) against panels dequantized
- * to fp32 for sgemm (zy_matmul_quant_panels), and bf16's own many-row path (zy_matmul_wt): where the kernels stop
- * being the faster is ZY_QUANT_MAX_ROWS. Fastest of the calls, µs. */
+/* Line l of the many-row table on copy c: 0 bf16 weights; then per bits (8, 4) the few-row kernel and each path. */
+static double many_call(const Bench *b, int l, int per_bits, int rows, int c) {
+    const int k = (l - 1) % per_bits;
+    const ZyQuantMatrix *q = &b->Q[(l > per_bits ? b->copies : 0) + c];
+    const double t0 = zy_now_seconds();
+    if (l == 0)
+        zy_matmul_wt(rows, b->out, b->in, b->X, b->in, (ZyWeights){.bf16 = b->W16 + (size_t)c * b->out * b->in}, b->Y,
+                     b->out);
+    else if (k == 0)
+        zy_matmul_quant(-1, -1, rows, b->X, b->in, q, b->Y, b->out);
+    else
+        zy_matmul_quant_many((ZyQuantMany)(k - 1), rows, b->out, b->in, b->X, b->in, q, b->Y, b->out);
+    return zy_now_seconds() - t0;
+}
+
+/* Many rows (prefill, eval, forward): the few-row kernel of this CPU (the process's way), and each many-row path
+ * (quant_many.h: fp32 panels for sgemm, bf16 panels for oneDNN's bf16 matmul, oneDNN's int8 matmul per group),
+ * against bf16's own many-row path (zy_matmul_wt): where the kernels stop being the faster is ZY_QUANT_MAX_ROWS, and
+ * which many-row path auto should pick on this CPU. Interleaved rounds as above; median and fastest call, ms; and
+ * each path's normwise distance from the fp32 panels' product (what its roundings add). */
 static void many_rows(const Bench *b, int max_rows) {
-    enum { MANY_REPS = 7, LINES = 5 };
-    static const char *const names[LINES] = {"bf16 (zy_matmul_wt)", "q8 kernel", "q8 panels", "q4 kernel", "q4 panels"};
-    printf("\nmany rows: fastest of %d calls, us (kernel: %s, %s)\n%-20s", MANY_REPS,
-           zy_quant_kernel_name(zy_quant_kernel_for_level()), zy_quant_way() == ZY_QUANT_INT8 ? "int8" : "widen", "rows");
-    for (int l = 0; l < LINES; l++) printf(" | %20s", names[l]);
-    printf("\n");
-    for (int rows = 4; rows <= max_rows; rows *= 2) {
-        double best[LINES];
-        for (int l = 0; l < LINES; l++) best[l] = 1e30;
-        for (int i = 0; i < MANY_REPS; i++)
-            for (int l = 0; l < LINES; l++) {
-                const int c = i % b->copies;
-                const ZyQuantMatrix *q = &b->Q[(l >= 3 ? b->copies : 0) + c];
-                const double t0 = zy_now_seconds();
-                if (l == 0)
-                    zy_matmul_wt(rows, b->out, b->in, b->X, b->in, (ZyWeights){.bf16 = b->W16 + (size_t)c * b->out * b->in},
-                                 b->Y, b->out);
-                else if (l % 2)
-                    zy_matmul_quant(-1, -1, rows, b->X, b->in, q, b->Y, b->out);
-                else
-                    zy_matmul_quant_panels(rows, b->out, b->in, b->X, b->in, q, b->Y, b->out);
-                const double t = zy_now_seconds() - t0;
-                if (t < best[l]) best[l] = t;
-            }
-        printf("%-20d", rows);
-        for (int l = 0; l < LINES; l++) printf(" | %20.0f", best[l] * 1e6);
-        printf("\n");
+    enum { MANY_REPS = 7, PER_BITS = 1 + ZY_QMANY_COUNT, LINES = 1 + 2 * PER_BITS };
+    char names[LINES][40], why[160];
+    int runs[LINES];
+    for (int l = 0; l < LINES; l++) {
+        const int bits = l <= PER_BITS ? 8 : 4, k = (l - 1) % PER_BITS; /* k 0: the kernel; 1..: path k - 1 */
+        runs[l] = l == 0 || k == 0 || zy_quant_many_available((ZyQuantMany)(k - 1), why, sizeof why);
+        if (l == 0) snprintf(names[l], sizeof names[l], "bf16 (zy_matmul_wt)");
+        else if (k == 0) snprintf(names[l], sizeof names[l], "q%d kernel", bits);
+        else if (k - 1 == ZY_QMANY_BF16)
+            snprintf(names[l], sizeof names[l], "q%d bf16 %s", bits, zy_quant_many_bf16_native() ? "oneDNN" : "emulated");
+        else snprintf(names[l], sizeof names[l], "q%d %s", bits, zy_quant_many_name((ZyQuantMany)(k - 1)));
     }
+    char picked[256];
+    zy_quant_many_describe(zy_quant_many(), picked, sizeof picked);
+    printf("\nmany rows: median and fastest of %d calls, ms (kernel: %s, %s); this process's many-row path: %s\n",
+           MANY_REPS, zy_quant_kernel_name(zy_quant_kernel_for_level()),
+           zy_quant_way() == ZY_QUANT_INT8 ? "int8" : "widen", picked);
+    if (!zy_quant_many_available(ZY_QMANY_INT8, why, sizeof why)) printf("(no int8 lines: %s)\n", why);
+    printf("%-6s", "rows");
+    for (int l = 0; l < LINES; l++)
+        if (runs[l]) printf(" | %19s", names[l]);
+    printf("\n");
+    float *ref = malloc(sizeof(float) * (size_t)max_rows * b->out);
+    int last = 4;
+    for (int rows = 4; rows <= max_rows; rows *= 2) {
+        double t[LINES][MANY_REPS];
+        for (int i = 0; i < MANY_REPS; i++)
+            for (int l = 0; l < LINES; l++)
+                if (runs[l]) t[l][i] = many_call(b, l, PER_BITS, rows, i % b->copies);
+        printf("%-6d", rows);
+        for (int l = 0; l < LINES; l++) {
+            if (!runs[l]) continue;
+            const double med = zy_median(t[l], MANY_REPS); /* sorts: t[l][0] is then the fastest */
+            printf(" | %9.1f %9.1f", med * 1e3, t[l][0] * 1e3);
+        }
+        printf("\n");
+        last = rows;
+    }
+    /* at the most rows, each product against the fp32 panels' on the same copy */
+    printf("%-6s", "error");
+    for (int l = 0; l < LINES && ref; l++) {
+        if (!runs[l]) continue;
+        if (l == 0 || (l - 1) % PER_BITS == 1) { /* bf16 weights are not the quantized ones; the panels themselves */
+            printf(" | %19s", "-");
+            continue;
+        }
+        many_call(b, l - (l - 1) % PER_BITS + 1, PER_BITS, last, 0);
+        memcpy(ref, b->Y, sizeof(float) * (size_t)last * b->out);
+        many_call(b, l, PER_BITS, last, 0);
+        double num = 0, den = 0;
+        for (long j = 0; j < (long)last * b->out; j++)
+            num += ((double)b->Y[j] - ref[j]) * ((double)b->Y[j] - ref[j]), den += (double)ref[j] * ref[j];
+        printf(" | %19.2g", sqrt(num / (den + 1e-300)));
+    }
+    printf("\n(error: normwise distance from the fp32 panels' product at %d rows)\n", last);
+    free(ref);
 }
 
 int bench_quant(int argc, char **argv) {
@@ -87,7 +134,8 @@ int bench_quant(int argc, char **argv) {
             printf("usage: zaya bench quant [--weights OUTxIN] [--group-size 32|64|128] [--many ROWS]\n"
                    "  a layer's weight [OUT, IN] (default 4096x2048: a ZAYA1-8B expert's gate_up) applied to 1..8 rows:\n"
                    "  the bf16 kernel and every quantized kernel this CPU runs (both ways, 8 and 4 bits), side by side;\n"
-                   "  --many: then 4, 8, ... ROWS rows, the few-row kernel against dequantized panels + sgemm\n");
+                   "  --many: then 4, 8, ... ROWS rows, the few-row kernel against each many-row path (fp32 panels + sgemm,\n"
+                   "  bf16 panels + oneDNN's bf16 matmul, oneDNN's int8 matmul per group)\n");
             return 0;
         } else {
             fprintf(stderr, "zaya: bench quant: unknown or incomplete option \"%s\"\n", argv[i]);

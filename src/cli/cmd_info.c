@@ -12,6 +12,7 @@
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/quant_many.h"
 
 #ifndef ZAYA_VERSION
 #define ZAYA_VERSION "0.5.0"
@@ -70,9 +71,10 @@ int cmd_system_info(int argc, char **argv) {
     printf("bf16 weights %s%s\n", zy_bf16_weights_describe(zy_bf16_weights()),
            bf16w && *bf16w ? " (ZAYA_BF16_WEIGHTS)" : "");
     const char *qway = getenv("ZAYA_QUANT_WAY");
-    printf("quant        %s kernels; %s%s; more than %d rows: panels dequantized to fp32 for sgemm\n",
-           zy_quant_kernel_name(zy_quant_kernel_for_level()), zy_quant_way_describe(zy_quant_way()),
-           qway && *qway ? " (ZAYA_QUANT_WAY)" : "", ZY_QUANT_MAX_ROWS);
+    char many[256];
+    zy_quant_many_describe(zy_quant_many(), many, sizeof many);
+    printf("quant        %s kernels; %s%s; more than %d rows: %s\n", zy_quant_kernel_name(zy_quant_kernel_for_level()),
+           zy_quant_way_describe(zy_quant_way()), qway && *qway ? " (ZAYA_QUANT_WAY)" : "", ZY_QUANT_MAX_ROWS, many);
     /* what a training run with "precision": "bf16" and "bf16_products": "auto" would compute (timed where it must) */
     char backend[256], why[256];
     const ZyBf16Products p = zy_bf16_products_resolve(ZY_BF16_PRODUCTS_AUTO, 1024, 1024, 1024, why, sizeof why);

@@ -10,6 +10,7 @@
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/quant_many.h"
 
 typedef struct {
     const char *name;
@@ -101,7 +102,8 @@ int main(int argc, char **argv) {
     configure_runtime(argc, argv);
     ZyErr err; /* the kernel level: the best this CPU runs, or the one ZAYA_CPU names (an error if the CPU lacks it) */
     if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0 ||
-        zy_quant_way_set(getenv("ZAYA_QUANT_WAY"), &err) != 0) {
+        zy_quant_way_set(getenv("ZAYA_QUANT_WAY"), &err) != 0 ||
+        zy_quant_many_set(getenv("ZAYA_QUANT_MANY"), &err) != 0) {
         fprintf(stderr, "zaya: %s\n", err.msg);
         return 1;
     }

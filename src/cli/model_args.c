@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "infer/decode.h"
+#include "kernels/quant_many.h"
 #include "io/model_io.h"
 #include "train/runconfig.h"
 
@@ -54,8 +55,10 @@ void model_args_print_quant(const ModelArgs *a, const Model *m) {
     model_weight_bytes(m, &mapped, &copied);
     fprintf(stderr, "weights           q%d (%d-bit codes read in place from the mapped files, groups of %d): %.1f MB "
             "mapped, %.1f MB copied\n", a->quant_bits, a->quant_bits, m->cfg.quant_group_size, mapped / 1e6, copied / 1e6);
-    fprintf(stderr, "quant kernels     %s, %s; more than %d rows: panels dequantized to fp32 for sgemm\n",
-            zy_quant_kernel_name(zy_quant_kernel_for_level()), zy_quant_way_describe(zy_quant_way()), ZY_QUANT_MAX_ROWS);
+    char many[256];
+    zy_quant_many_describe(zy_quant_many(), many, sizeof many);
+    fprintf(stderr, "quant kernels     %s, %s; more than %d rows: %s\n", zy_quant_kernel_name(zy_quant_kernel_for_level()),
+            zy_quant_way_describe(zy_quant_way()), ZY_QUANT_MAX_ROWS, many);
 }
 
 int model_args_tokenizer(const ModelArgs *a, const char *path, const Model *m, Tokenizer **tok, ZyErr *err) {

@@ -106,7 +106,8 @@ int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQua
 
 /* A layer's quantized weight applied to rows (zy_matmul_wt's quantized case; W->cols = in, W's first `out` rows):
  * up to ZY_QUANT_MAX_ROWS rows (decoding: a sequence's row, an expert's handful) by the process's few-row kernel;
- * more rows (prefill, eval, forward) by zy_matmul_quant_panels, the faster there (measured: docs/quantization.md). */
+ * more rows (prefill, eval, forward) by the process's many-row path (quant_many.h: fp32 panels unless oneDNN runs bf16
+ * natively here; measured: docs/quantization.md). */
 #define ZY_QUANT_MAX_ROWS 32
 #define ZY_QUANT_PANEL 256
 void zy_matmul_quant_wt(int rows, int out, int in, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy);

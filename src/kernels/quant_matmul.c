@@ -10,6 +10,7 @@
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/quant_many.h"
 #if defined(__SSE4_1__)
 #include <immintrin.h>
 #endif
@@ -280,6 +281,7 @@ void zy_matmul_quant_wt(int rows, int out, int in, const float *X, int ldx, cons
     if (rows <= 0 || out <= 0 || in <= 0) return;
     const ZyQuantMatrix m = zy_quant_rows(W, 0, out);
     if (rows <= ZY_QUANT_MAX_ROWS && zy_matmul_quant(-1, -1, rows, X, ldx, &m, Y, ldy) == 0) return;
+    if (zy_matmul_quant_many(zy_quant_many(), rows, out, in, X, ldx, &m, Y, ldy) == 0) return;
     zy_matmul_quant_panels(rows, out, in, X, ldx, &m, Y, ldy);
 }
 

@@ -3,7 +3,8 @@
 # and a Nehalem (x86-64-v2: no AVX at all). Each runs zaya info (the kernel level it picks), a forward + backward
 # (loss and every gradient against the build machine's own run) and a greedy decode, fp32 and bf16 weights (the same
 # tokens as natively). An AVX-512 (or AVX) instruction outside the runtime dispatch dies here with SIGILL on any build
-# machine. The quantized-weight kernels each CPU runs are checked against their double reference there too. Also:
+# machine. The quantized-weight kernels each CPU runs, and the many-row quantized paths, are checked against their
+# double reference there too. Also:
 # ZAYA_CPU asking for a level the CPU lacks is a clear error, and the OpenBLAS core zaya runs (on this
 # machine, on a CPU model the library does not know, and as the user or ZAYA_CPU sets it). Ends with "portable: N
 # passed, N failed".
@@ -95,6 +96,10 @@ for cpu in Haswell:avx2 Nehalem:generic; do
     "$QEMU" -cpu "$model" "${ZAYA_TESTS_BIN:-build/zaya_tests}" quant_kernels >"$work/$model-quant.txt" 2>&1
     check "$model: $(sed -n 's/^ *\([0-9]* kernels of [0-9]* run here\).*/\1/p' "$work/$model-quant.txt"), each = its double reference" \
         grep -q "unit: 1 passed, 0 failed" "$work/$model-quant.txt"
+    # the many-row paths (src/kernels/quant_many.c: fp32 panels, bf16 emulated, oneDNN's int8), the same way
+    "$QEMU" -cpu "$model" "${ZAYA_TESTS_BIN:-build/zaya_tests}" quant_many_paths >"$work/$model-many.txt" 2>&1
+    check "$model: the quantized many-row paths, each = its double reference" \
+        grep -q "unit: 1 passed, 0 failed" "$work/$model-many.txt"
 done
 
 # The demo model's shape (configs/demo-model.json, 2.0 M parameters) decoding under the Haswell: the same greedy

@@ -6,6 +6,7 @@
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/quant_many.h"
 #include "test.h"
 
 #define MAX_TESTS 1024
@@ -31,7 +32,8 @@ int main(int argc, char **argv) {
     int passed = 0, failed = 0;
     ZyErr err; /* the process's kernel level, as in zaya: ZAYA_CPU or the best this CPU runs */
     if (zy_cpu_init(getenv("ZAYA_CPU"), &err) != 0 || zy_bf16_weights_set(getenv("ZAYA_BF16_WEIGHTS"), &err) != 0 ||
-        zy_quant_way_set(getenv("ZAYA_QUANT_WAY"), &err) != 0) {
+        zy_quant_way_set(getenv("ZAYA_QUANT_WAY"), &err) != 0 ||
+        zy_quant_many_set(getenv("ZAYA_QUANT_MANY"), &err) != 0) {
         fprintf(stderr, "zaya_tests: %s\n", err.msg);
         return 1;
     }

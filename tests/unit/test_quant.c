@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "kernels/quant.h"
+#include "kernels/quant_many.h"
 #include "test.h"
 
 TEST(quant_format_check_names_what_is_supported) {
@@ -252,4 +254,142 @@ TEST(quant_rows_view_is_one_expert_of_a_stack) {
     REQUIRE(zy_matmul_quant(-1, -1, 1, x, IN, &one.m, y_all, OUT) == 0);
     CHECK(memcmp(y_one, y_all, sizeof y_one) == 0);
     quantized_free(&stack), quantized_free(&one);
+}
+
+/* ---- the many-row paths (quant_many.h) ---- */
+
+/* y[r, o] in double for path m: panels Σ x·w with w = s·q + b as fp32 dequantizes it; bf16 the same with x and w
+ * rounded to bf16; int8 Σ_g s·d·Σ xq·(q − c) + (c·s + b)·Σx with x rounded per row and group to the path's levels.
+ * mag: Σ |x·w|, the scale of an fp32 sum's error. */
+static void many_reference(ZyQuantMany m, const ZyQuantMatrix *W, int rows, const float *X, int ldx, double *Y,
+                           double *mag) {
+    const int C = W->cols, G = W->group_size, c = 1 << (W->bits - 1), L = zy_quant_many_int8_levels(W->bits);
+    float *w = malloc(sizeof(float) * C);
+    double *xr = malloc(sizeof(double) * C);
+    for (int r = 0; r < rows; r++) {
+        const float *x = X + (long)r * ldx;
+        for (int g = 0; g < C / G; g++) {
+            float amax = 0;
+            for (int k = g * G; k < (g + 1) * G; k++) amax = fmaxf(amax, fabsf(x[k]));
+            const float d = amax / (float)L, id = d > 0 ? 1.0f / d : 0.0f;
+            for (int k = g * G; k < (g + 1) * G; k++) {
+                const float v = rintf(x[k] * id);
+                xr[k] = m == ZY_QMANY_INT8 ? (double)d * (v > L ? L : v < -L ? -L : v)
+                        : m == ZY_QMANY_BF16 ? zy_round_bf16(x[k]) : x[k];
+            }
+        }
+        for (long o = 0; o < W->rows; o++) {
+            zy_quant_dequant_row(W, o, w);
+            double y = 0, a = 0;
+            for (int g = 0; g < C / G; g++) {
+                const double s = zy_quant_load(W->scale_dtype, W->scales, (size_t)o * (C / G) + g);
+                const double b = zy_quant_load(W->scale_dtype, W->biases, (size_t)o * (C / G) + g);
+                double dot = 0, sum = 0;
+                for (int k = g * G; k < (g + 1) * G; k++) {
+                    a += fabs((double)x[k] * w[k]);
+                    if (m == ZY_QMANY_INT8)
+                        dot += xr[k] * ((double)zy_quant_code(W, o, k) - c), sum += x[k];
+                    else
+                        y += xr[k] * (m == ZY_QMANY_BF16 ? (double)zy_round_bf16(w[k]) : (double)w[k]);
+                }
+                if (m == ZY_QMANY_INT8) y += s * dot + (c * s + b) * sum;
+            }
+            Y[(long)r * W->rows + o] = y;
+            mag[(long)r * W->rows + o] = a;
+        }
+    }
+    free(w), free(xr);
+}
+
+/* Every many-row path this CPU runs (bf16 on oneDNN where it is native, else emulated through sgemm; int8 where this
+ * oneDNN has an int8 matmul), at every kernel level this CPU runs, against its double reference: more than a panel of
+ * outputs (the last one partial), strided X and Y, 8 and 4 bits, groups of 32 and 128, BF16 and F32 scales. Row 0 of
+ * X and W are made to saturate int16 pair sums (x all equal: every int8 value at the levels; codes mostly 2^B − 1). */
+TEST(quant_many_paths_match_their_references_at_every_level) {
+    enum { OUT = 300, IN = 256, ROWS = 45, LDX = IN + 8, LDY = OUT + 5 };
+    float *w = malloc(sizeof(float) * OUT * IN), *X = malloc(sizeof(float) * ROWS * LDX);
+    float *Y = malloc(sizeof(float) * ROWS * LDY);
+    double *ref = malloc(sizeof(double) * ROWS * OUT), *mag = malloc(sizeof(double) * ROWS * OUT);
+    REQUIRE(w && X && Y && ref && mag);
+    random_matrix(w, (long)OUT * IN, 21, 0.04f);
+    random_matrix(X, (long)ROWS * LDX, 22, 1.0f);
+    for (int i = 0; i < 40; i++) X[(i * 131) % (ROWS * LDX)] *= 9.0f; /* outliers */
+    /* the max is the edge (|min| = |max|): 0.05 at code 0, -0.05 at the last code */
+    for (int k = 0; k < IN; k++) X[k] = 0.75f, w[k] = k % 16 == 0 ? 0.05f : -0.05f;
+    ZyCpuInfo ci;
+    zy_cpu_detect(&ci);
+    const ZyCpuLevel was = zy_cpu_level();
+    int ran[ZY_QMANY_COUNT] = {0};
+    const ZyDtype dts[] = {ZY_DT_BF16, ZY_DT_F32};
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (int G = 32; G <= 128; G *= 4) {
+            Quantized qm;
+            REQUIRE(quantize_matrix(&qm, w, OUT, IN, bits, G, dts[G == 128]) == 0);
+            for (int m = 0; m < ZY_QMANY_COUNT; m++) {
+                char why[160];
+                if (!zy_quant_many_available((ZyQuantMany)m, why, sizeof why)) continue;
+                many_reference((ZyQuantMany)m, &qm.m, ROWS, X, LDX, ref, mag);
+                for (int l = 0; l < ZY_CPU_LEVELS; l++) {
+                    if (!zy_cpu_supports(&ci, (ZyCpuLevel)l)) continue;
+                    zy_cpu_set_level((ZyCpuLevel)l);
+                    for (long i = 0; i < (long)ROWS * LDY; i++) Y[i] = NAN;
+                    REQUIRE(zy_matmul_quant_many((ZyQuantMany)m, ROWS, OUT, IN, X, LDX, &qm.m, Y, LDY) == 0);
+                    double worst = 0;
+                    for (int r = 0; r < ROWS; r++)
+                        for (int o = 0; o < OUT; o++) {
+                            const double e = fabs(Y[(long)r * LDY + o] - ref[(long)r * OUT + o]) / (mag[(long)r * OUT + o] + 1e-30);
+                            worst = e > worst || isnan(e) ? e : worst;
+                        }
+                    CHECK_MSG(worst < 1e-5, "%s at %s: %d-bit G%d: %.3g of sum |x w|", zy_quant_many_name((ZyQuantMany)m),
+                              zy_cpu_level_name((ZyCpuLevel)l), bits, G, worst);
+                    ran[m]++;
+                }
+                zy_cpu_set_level(was);
+            }
+            quantized_free(&qm);
+        }
+    CHECK(ran[ZY_QMANY_PANELS] > 0 && ran[ZY_QMANY_BF16] > 0);
+    printf("    products checked: panels %d, bf16 %d (%s), int8 %d (activation levels against 8-bit codes: %d)\n",
+           ran[ZY_QMANY_PANELS], ran[ZY_QMANY_BF16], zy_quant_many_bf16_native() ? "oneDNN" : "emulated through sgemm",
+           ran[ZY_QMANY_INT8], zy_quant_many_int8_levels(8));
+    free(w), free(X), free(Y), free(ref), free(mag);
+}
+
+/* ZAYA_QUANT_MANY picks the path a layer's many-row product takes (zy_matmul_quant_wt above ZY_QUANT_MAX_ROWS), auto
+ * picks bf16 only where oneDNN runs it natively (on AMX), and a bad name is an error naming the variable. */
+TEST(quant_many_path_is_picked_by_zaya_quant_many) {
+    enum { OUT = 64, IN = 128, ROWS = ZY_QUANT_MAX_ROWS + 3 };
+    float *w = malloc(sizeof(float) * OUT * IN), *X = malloc(sizeof(float) * ROWS * IN);
+    float *Y = malloc(sizeof(float) * ROWS * OUT), *Yp = malloc(sizeof(float) * ROWS * OUT);
+    REQUIRE(w && X && Y && Yp);
+    random_matrix(w, (long)OUT * IN, 31, 0.04f);
+    random_matrix(X, (long)ROWS * IN, 32, 1.0f);
+    Quantized qm;
+    REQUIRE(quantize_matrix(&qm, w, OUT, IN, 4, 64, ZY_DT_BF16) == 0);
+    ZyErr err;
+    const ZyQuantMany was = zy_quant_many();
+    const char *forced = getenv("ZAYA_QUANT_MANY");
+    REQUIRE(zy_quant_many_set("auto", &err) == 0);
+    CHECK(zy_quant_many() == ZY_QMANY_PANELS || (zy_quant_many() == ZY_QMANY_BF16 && zy_quant_many_bf16_native()));
+    if (!zy_quant_many_bf16_native()) CHECK(zy_quant_many() == ZY_QMANY_PANELS);
+    for (int m = 0; m < ZY_QMANY_COUNT; m++) {
+        char why[160];
+        if (!zy_quant_many_available((ZyQuantMany)m, why, sizeof why)) {
+            CHECK(zy_quant_many_set(zy_quant_many_name((ZyQuantMany)m), &err) != 0 && strstr(err.msg, "ZAYA_QUANT_MANY"));
+            continue;
+        }
+        REQUIRE(zy_quant_many_set(zy_quant_many_name((ZyQuantMany)m), &err) == 0);
+        CHECK(zy_quant_many() == (ZyQuantMany)m);
+        zy_matmul_quant_wt(ROWS, OUT, IN, X, IN, &qm.m, Y, OUT);
+        REQUIRE(zy_matmul_quant_many((ZyQuantMany)m, ROWS, OUT, IN, X, IN, &qm.m, Yp, OUT) == 0);
+        CHECK_MSG(memcmp(Y, Yp, sizeof(float) * ROWS * OUT) == 0, "ZAYA_QUANT_MANY=%s: the layer's product took another path",
+                  zy_quant_many_name((ZyQuantMany)m));
+        char line[256];
+        zy_quant_many_describe((ZyQuantMany)m, line, sizeof line);
+        CHECK(strncmp(line, zy_quant_many_name((ZyQuantMany)m), strlen(zy_quant_many_name((ZyQuantMany)m))) == 0);
+    }
+    CHECK(zy_quant_many_set("fp16", &err) != 0 && strstr(err.msg, "ZAYA_QUANT_MANY=fp16") && strstr(err.msg, "panels"));
+    CHECK(zy_quant_many_set(forced && *forced ? zy_quant_many_name(was) : "auto", &err) == 0);
+    quantized_free(&qm);
+    free(w), free(X), free(Y), free(Yp);
 }
