@@ -1,6 +1,7 @@
 /* The least-squared-error quantizer (src/kernels/quant_mse.c): group by group no worse than mlx's rule on the values
  * as stored, clearly better on average at 4 bits, its stored scales and biases the ones the error was minimised for,
- * and its codes the nearest ones for them. That mlx loads and dequantizes its folders alike: tests/oracle/test_quant_mlx.py. */
+ * and its codes the nearest ones for them. That mlx loads and dequantizes its folders alike:
+ * tests/oracle/test_quant_mlx.py. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ typedef struct {
  * scale or bias differs from the one stored (mse returns the stored values: the error was minimised for these). */
 static int quantize(Stored *st, const float *w, int bits, int G, ZyDtype dt, ZyQuantMethod method) {
     const int words = zy_quant_row_words(COLS, bits), groups = COLS / G;
-    void *s = dt == ZY_DT_F32 ? (void *)st->s32 : (void *)st->s16, *b = dt == ZY_DT_F32 ? (void *)st->b32 : (void *)st->b16;
+    void *s = dt == ZY_DT_F32 ? (void *)st->s32 : (void *)st->s16;
+    void *b = dt == ZY_DT_F32 ? (void *)st->b32 : (void *)st->b16;
     int unstored = 0;
     for (int o = 0; o < ROWS; o++) {
         float fs[8], fb[8];
@@ -63,7 +65,10 @@ static void group_errors(const Stored *st, const float *w, double *err) {
         zy_quant_dequant_row(&st->m, o, y);
         for (int g = 0; g < COLS / G; g++) {
             double e = 0;
-            for (int k = g * G; k < (g + 1) * G; k++) e += ((double)w[o * COLS + k] - y[k]) * ((double)w[o * COLS + k] - y[k]);
+            for (int k = g * G; k < (g + 1) * G; k++) {
+                const double d = (double)w[o * COLS + k] - y[k];
+                e += d * d;
+            }
             err[o * (COLS / G) + g] = e;
         }
     }
@@ -90,7 +95,8 @@ TEST(quant_mse_no_group_worse_than_mlx_and_better_at_4_bits) {
                         ta += ea[i], tb += eb[i];
                     }
                     CHECK(worse == 0);
-                    /* at 4 bits the search must buy something: measured 25-40% less squared error */
+                    /* at 4 bits the search must buy something (test_quant_mlx.py measures 0.73-0.80 of mlx's
+                     * error on zaya init weights) */
                     if (bits == 4) CHECK(tb < 0.9 * ta);
                     if (worse || (bits == 4 && !(tb < 0.9 * ta)))
                         printf("    bits %d G %d dtype %d outliers %d: %d groups worse, error %.4g vs mlx %.4g\n",
@@ -111,11 +117,13 @@ TEST(quant_mse_codes_are_nearest_for_the_stored_scale_and_bias) {
         for (int o = 0; o < ROWS; o++)
             for (int k = 0; k < COLS; k++) {
                 const size_t at = (size_t)o * (COLS / G) + (size_t)(k / G);
-                const float s = zy_quant_load(ZY_DT_BF16, st.m.scales, at), b = zy_quant_load(ZY_DT_BF16, st.m.biases, at);
+                const float s = zy_quant_load(ZY_DT_BF16, st.m.scales, at);
+                const float b = zy_quant_load(ZY_DT_BF16, st.m.biases, at);
                 const int q = (int)zy_quant_code(&st.m, o, k);
                 const double x = w[o * COLS + k], d = fabs(x - ((double)(s * (float)q) + b));
                 for (int nb = q - 1; nb <= q + 1; nb += 2)
-                    if (nb >= 0 && nb <= n && fabs(x - ((double)(s * (float)nb) + b)) < d - 1e-3 * fabs((double)s)) far++;
+                    if (nb >= 0 && nb <= n && fabs(x - ((double)(s * (float)nb) + b)) < d - 1e-3 * fabs((double)s))
+                        far++;
             }
         CHECK(far == 0);
     }
