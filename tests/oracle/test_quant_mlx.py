@@ -6,7 +6,8 @@
      "quantization" as mlx-lm writes it; sharded output with an index.
  (b) a folder mlx wrote (mx.quantize + mx.save_safetensors, mlx-lm's names) loads: `zaya forward` gives the same
      logits as on zaya's own quantized folder, and as on mlx's dequantized weights (fp32 scales: s*q + b exactly).
- (e) `--method mse` folders: mlx's mx.dequantize gives zaya's values, each matrix's error at most mx.quantize's.
+ (e) `--method mse` folders (the default at 4 bits; (a) runs 4 bits with --method mlx, 8 bits by default): mlx's
+     mx.dequantize gives zaya's values, each matrix's error at most mx.quantize's.
  (c) bad input is an error naming the tensor: a truncated weight, a mismatched scales shape, missing biases, a
      group size that does not divide a width, bits 3; and a quantized folder refuses convert, ckpt export, train.
 
@@ -132,8 +133,9 @@ def against_mx_quantize(work):
         out = work / folder_name(src, bits, g, extra)
         shard = ["--shard-size", "0.1"] if (bits, g) == (8, 128) else []
         label = f"{src} {bits}-bit g{g}{' ' + ' '.join(extra) if extra else ''}"
-        if not zaya_ok(["quantize", "--model", work / src, "--out", out, "--bits", bits, "--group-size", g,
-                        "--method", "mlx"] + shard + extra, f"quantize {label}")[0]:
+        method = ["--method", "mlx"] if bits == 4 else []  # 8 bits: mlx's rule is the default
+        if not zaya_ok(["quantize", "--model", work / src, "--out", out, "--bits", bits, "--group-size", g] + method
+                       + shard + extra, f"quantize {label}")[0]:
             continue
         source, got = load_dir(work / src), load_dir(out)
         bad, n_q, own = [], 0, {}
@@ -245,6 +247,13 @@ def mse_folder(work, tokens):
             suite.check(err_mse < 0.9 * err_mlx, f"{label}: at 4 bits less than 0.9 of mx.quantize's error",
                         f"{err_mse:.4g} vs {err_mlx:.4g}")
         suite.check(differ > 0, f"{label}: the codes differ from mx.quantize's ({differ} of {n_q} matrices)", "")
+        if bits == 4:  # mse is the default at 4 bits
+            default = work / f"mse-default-{src}-{bits}-{g}"
+            zaya_ok(["quantize", "--model", work / src, "--out", default, "--bits", bits, "--group-size", g,
+                     "--router-bits", bits], f"quantize {src} {bits}-bit g{g} without --method")
+            same = (default / "model.safetensors").exists() and \
+                (default / "model.safetensors").read_bytes() == (mine / "model.safetensors").read_bytes()
+            suite.check(same, f"{src} {bits}-bit g{g}: without --method, the same file as --method mse", "")
         mx.save_safetensors(str(deq / "model.safetensors"), dense, metadata={"format": "pt"})
         shutil.copy(work / src / "config.json", deq / "config.json")
         a = logits_of(str(mine), tokens, work / "a.npy", f"forward on zaya's {label} folder")
@@ -371,6 +380,8 @@ def bad_input(work, tokens):
     (bad / "config.json").write_text(json.dumps(cfg))
     zaya_fails(["forward", "--model", bad, "--tokens", tokens], "bits 3 in config.json", "3-bit", "quantization")
     zaya_fails(["quantize", "--model", work / "bf16", "--out", work / "x", "--bits", "3"], "quantize --bits 3", "3-bit")
+    zaya_fails(["quantize", "--model", work / "bf16", "--out", work / "x", "--bits", "4", "--method", "fast"],
+               "quantize --method fast", "--method", "mlx or mse", "fast")
     (work / "narrow.json").write_text(json.dumps(config(router_hidden_size=96)))
     zaya_ok(["init", "--config", work / "narrow.json", "--out", work / "narrow", "--dtype", "bf16"], "init narrow")
     zaya_fails(["quantize", "--model", work / "narrow", "--out", work / "x", "--bits", "4", "--group-size", "64"],
