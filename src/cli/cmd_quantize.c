@@ -58,7 +58,7 @@ int cmd_quantize(int argc, char **argv) {
     printf("quantized %s -> %s: %d matrices (%.4g M values) to %d-bit codes in groups of %d%s%s%s, %.2f bits per value "
            "with scales and biases (%s); %.1f MB of tensors from %.1f MB, %d shard%s, %.1f s\n",
            model_dir, out, rep.matrices, rep.values / 1e6, bits, group_size, except[0] ? " (" : "", except,
-           except[0] ? ")" : "", rep.values > 0 ? 8 * rep.quant_bytes / rep.values : 0.0, zy_quant_method_name(plan.method), rep.bytes_out / 1e6,
-           rep.bytes_in / 1e6, rep.shards, rep.shards > 1 ? "s" : "", zy_now_seconds() - t0);
+           except[0] ? ")" : "", rep.values > 0 ? 8 * rep.quant_bytes / rep.values : 0.0,
+           zy_quant_method_name(plan.method), rep.bytes_out / 1e6, rep.bytes_in / 1e6, rep.shards, rep.shards > 1 ? "s" : "", zy_now_seconds() - t0);
     return 0;
 }
