@@ -25,9 +25,9 @@ run() { # name, run config, extra args
         --label "$name model ($cfg), $machine" "$@"
 }
 case $WHICH in
-demo) run demo bench/quant_demo_run.json --classes ;;
+demo) run demo bench/quant_demo_run.json --router-4bit --classes ;;
 medium) run medium bench/quant_medium_run.json ;;
-both) run demo bench/quant_demo_run.json --classes; run medium bench/quant_medium_run.json ;;
+both) run demo bench/quant_demo_run.json --router-4bit --classes; run medium bench/quant_medium_run.json ;;
 *) echo "usage: bash bench/quant_accuracy.sh [demo|medium|both]" >&2; exit 2 ;;
 esac
 echo "tables appended to $OUT"

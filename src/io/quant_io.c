@@ -125,6 +125,7 @@ typedef struct {
     const char *name;
     long rows;
     int cols, bits, group_size;
+    ZyQuantMethod method;
     uint8_t *part[3];   /* codes, scales, biases */
     size_t bytes[3];
     char error[256];    /* why making it failed */
@@ -163,7 +164,11 @@ static int quant_job_make(QuantJob *j) {
                     if (bad_row < 0 || r < bad_row) bad_row = r;
                     break;
                 }
-            zy_quant_row(w, j->cols, j->bits, j->group_size, (uint32_t *)(void *)j->part[0] + (size_t)r * words, fs, fb);
+            uint32_t *codes = (uint32_t *)(void *)j->part[0] + (size_t)r * words;
+            if (j->method == ZY_QUANT_MSE)
+                zy_quant_row_mse(w, j->cols, j->bits, j->group_size, sdt, codes, fs, fb);
+            else
+                zy_quant_row(w, j->cols, j->bits, j->group_size, codes, fs, fb);
             for (int g = 0; g < groups; g++) {
                 zy_quant_store(sdt, fs[g], j->part[1], (size_t)r * groups + g);
                 zy_quant_store(sdt, fb[g], j->part[2], (size_t)r * groups + g);
@@ -304,7 +309,7 @@ int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, siz
         } else {
             QuantJob *j = &jobs[i];
             *j = (QuantJob){.f = s.file[i], .e = e, .name = p->name, .rows = (long)(p->numel / (size_t)cols),
-                            .cols = cols, .bits = bits, .group_size = group_size};
+                            .cols = cols, .bits = bits, .group_size = group_size, .method = plan->method};
             char base[160];
             quant_base_name(base, sizeof base, p->name);
             snprintf(names[nt], sizeof names[nt], "%s", p->name);

@@ -21,6 +21,7 @@ int quant_plan_make(QuantPlan *plan, int bits, int group_size, int router_bits, 
     if (router_bits != 8 && router_bits != 4)
         return zy_fail(err, "quantize: --router-bits %d: the router is quantized to 8 or 4 bits", router_bits);
     plan->defaults = (QuantFormat){bits, group_size};
+    plan->method = quant_method_default(bits);
     for (int c = 0; c < QUANT_CLASS_COUNT; c++) plan->of_class[c] = plan->defaults;
     if (router_bits != bits) plan->of_class[QUANT_CLASS_ROUTER] = (QuantFormat){router_bits, QUANT_ROUTER_GROUP_SIZE};
     for (const char *p = keep_float ? keep_float : ""; *p;) {
@@ -36,6 +37,8 @@ int quant_plan_make(QuantPlan *plan, int bits, int group_size, int router_bits, 
     }
     return 0;
 }
+
+ZyQuantMethod quant_method_default(int bits) { return bits == 4 ? ZY_QUANT_MSE : ZY_QUANT_MLX; }
 
 QuantFormat quant_plan_format(const QuantPlan *plan, const char *name, int cols) {
     QuantFormat f = plan->of_class[quant_class_of(name)];

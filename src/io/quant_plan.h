@@ -7,6 +7,7 @@
 #ifndef ZAYA_QUANT_PLAN_H
 #define ZAYA_QUANT_PLAN_H
 
+#include "kernels/quant_mse.h"
 #include "util/util.h"
 
 typedef enum {
@@ -25,7 +26,11 @@ typedef struct {
 typedef struct {
     QuantFormat defaults;                   /* config.json's "quantization" {"bits", "group_size"} */
     QuantFormat of_class[QUANT_CLASS_COUNT]; /* what each class gets */
+    ZyQuantMethod method;                   /* how groups' scales and biases are chosen (--method) */
 } QuantPlan;
+
+/* The default --method at BITS bits: the one measured closer to the unquantized model (docs/quantization.md). */
+ZyQuantMethod quant_method_default(int bits);
 
 /* The router's format when it differs from a 4-bit default: mlx-lm's MoE gate entry. */
 enum { QUANT_ROUTER_BITS = 8, QUANT_ROUTER_GROUP_SIZE = 64 };

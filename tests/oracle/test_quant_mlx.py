@@ -6,6 +6,8 @@
      "quantization" as mlx-lm writes it; sharded output with an index.
  (b) a folder mlx wrote (mx.quantize + mx.save_safetensors, mlx-lm's names) loads: `zaya forward` gives the same
      logits as on zaya's own quantized folder, and as on mlx's dequantized weights (fp32 scales: s*q + b exactly).
+ (e) `--method mse` folders (the default at 4 bits; (a) runs 4 bits with --method mlx, 8 bits by default): mlx's
+     mx.dequantize gives zaya's values, each matrix's error at most mx.quantize's.
  (c) bad input is an error naming the tensor: a truncated weight, a mismatched scales shape, missing biases, a
      group size that does not divide a width, bits 3; and a quantized folder refuses convert, ckpt export, train.
 
@@ -131,8 +133,9 @@ def against_mx_quantize(work):
         out = work / folder_name(src, bits, g, extra)
         shard = ["--shard-size", "0.1"] if (bits, g) == (8, 128) else []
         label = f"{src} {bits}-bit g{g}{' ' + ' '.join(extra) if extra else ''}"
-        if not zaya_ok(["quantize", "--model", work / src, "--out", out, "--bits", bits, "--group-size", g] + shard
-                       + extra, f"quantize {label}")[0]:
+        method = ["--method", "mlx"] if bits == 4 else []  # 8 bits: mlx's rule is the default
+        if not zaya_ok(["quantize", "--model", work / src, "--out", out, "--bits", bits, "--group-size", g] + method
+                       + shard + extra, f"quantize {label}")[0]:
             continue
         source, got = load_dir(work / src), load_dir(out)
         bad, n_q, own = [], 0, {}
@@ -176,7 +179,7 @@ def mlx_folder_loads(work, tokens):
     for bits, g in ((4, 64), (8, 32)):
         mine = work / f"q-f32-{bits}-{g}-uniform"
         zaya_ok(["quantize", "--model", work / "f32", "--out", mine, "--bits", bits, "--group-size", g, "--router-bits",
-                 bits], f"quantize f32 {bits}-bit g{g}, the router too")
+                 bits, "--method", "mlx"], f"quantize f32 {bits}-bit g{g}, the router too")
         theirs, deq = work / f"mlx-{bits}-{g}", work / f"mlx-deq-{bits}-{g}"
         theirs.mkdir(exist_ok=True), deq.mkdir(exist_ok=True)
         tensors, dense = {}, {}
@@ -205,6 +208,59 @@ def mlx_folder_loads(work, tokens):
             if full is not None:  # a random model: for the record
                 rel = np.linalg.norm(a - full) / np.linalg.norm(full)
                 print(f"  {bits}-bit group {g}: logits differ from the fp32 model's by {rel:.3g} (normwise)")
+
+
+def mse_folder(work, tokens):
+    """(e) `--method mse` (least-squared-error scales and biases, src/kernels/quant_mse.c): mlx loads the folder, and
+    mx.dequantize of its codes, scales and biases (widened to fp32, as zaya multiplies) gives zaya's values — `zaya
+    forward` on the quantized folder and on a folder of those dequantized weights give the same logits; each matrix's
+    squared error is at most mx.quantize's, and at 4 bits clearly less; the codes are not mx.quantize's."""
+    for src, bits, g in (("f32", 4, 64), ("bf16", 4, 32), ("f32", 8, 32)):
+        label = f"mse {src} {bits}-bit g{g}"
+        mine, deq = work / f"mse-{src}-{bits}-{g}", work / f"mse-deq-{src}-{bits}-{g}"
+        if not zaya_ok(["quantize", "--model", work / src, "--out", mine, "--bits", bits, "--group-size", g,
+                        "--router-bits", bits, "--method", "mse"], f"quantize {label}")[0]:
+            continue
+        source, got = load_dir(work / src), load_dir(mine)
+        deq.mkdir(exist_ok=True)
+        dense, worse, err_mse, err_mlx, n_q, differ = {}, [], 0.0, 0.0, 0, 0
+        for name, w in source.items():
+            if not quantized(name, w):
+                dense[name] = w.astype(mx.float32)
+                continue
+            n_q += 1
+            base = base_name(name)
+            q, s, b = got[name], got[base + ".scales"], got[base + ".biases"]
+            y = mx.dequantize(q, s.astype(mx.float32), b.astype(mx.float32), group_size=g, bits=bits)
+            dense[name] = y
+            mq, ms, mb = mx.quantize(w, group_size=g, bits=bits)
+            ym = mx.dequantize(mq, ms.astype(mx.float32), mb.astype(mx.float32), group_size=g, bits=bits)
+            x = np.array(w.astype(mx.float32), dtype=np.float64)
+            e, em = float(((x - np.array(y)) ** 2).sum()), float(((x - np.array(ym)) ** 2).sum())
+            if e > em * (1 + 1e-9):
+                worse.append(f"{name}: {e:.4g} > mx.quantize's {em:.4g}")
+            err_mse, err_mlx = err_mse + e, err_mlx + em
+            differ += int((np.array(q) != np.array(mq)).any())
+        suite.check(not worse and n_q > 0, f"{label}: no matrix's squared error above mx.quantize's ({n_q} matrices, "
+                    f"{err_mse / err_mlx:.3f} of it in all)", "; ".join(worse[:4]))
+        if bits == 4:
+            suite.check(err_mse < 0.9 * err_mlx, f"{label}: at 4 bits less than 0.9 of mx.quantize's error",
+                        f"{err_mse:.4g} vs {err_mlx:.4g}")
+        suite.check(differ > 0, f"{label}: the codes differ from mx.quantize's ({differ} of {n_q} matrices)", "")
+        if bits == 4:  # mse is the default at 4 bits
+            default = work / f"mse-default-{src}-{bits}-{g}"
+            zaya_ok(["quantize", "--model", work / src, "--out", default, "--bits", bits, "--group-size", g,
+                     "--router-bits", bits], f"quantize {src} {bits}-bit g{g} without --method")
+            same = (default / "model.safetensors").exists() and \
+                (default / "model.safetensors").read_bytes() == (mine / "model.safetensors").read_bytes()
+            suite.check(same, f"{src} {bits}-bit g{g}: without --method, the same file as --method mse", "")
+        mx.save_safetensors(str(deq / "model.safetensors"), dense, metadata={"format": "pt"})
+        shutil.copy(work / src / "config.json", deq / "config.json")
+        a = logits_of(str(mine), tokens, work / "a.npy", f"forward on zaya's {label} folder")
+        c = logits_of(str(deq), tokens, work / "c.npy", f"forward on mlx's dequantized {label} weights")
+        if a is not None and c is not None:
+            suite.check(np.array_equal(a, c), f"{label}: the same logits as mx.dequantize's weights",
+                        f"max diff {np.abs(a - c).max():.3g}")
 
 
 class Stack(mlx_nn.Module):
@@ -324,6 +380,8 @@ def bad_input(work, tokens):
     (bad / "config.json").write_text(json.dumps(cfg))
     zaya_fails(["forward", "--model", bad, "--tokens", tokens], "bits 3 in config.json", "3-bit", "quantization")
     zaya_fails(["quantize", "--model", work / "bf16", "--out", work / "x", "--bits", "3"], "quantize --bits 3", "3-bit")
+    zaya_fails(["quantize", "--model", work / "bf16", "--out", work / "x", "--bits", "4", "--method", "fast"],
+               "quantize --method fast", "--method", "mlx or mse", "fast")
     (work / "narrow.json").write_text(json.dumps(config(router_hidden_size=96)))
     zaya_ok(["init", "--config", work / "narrow.json", "--out", work / "narrow", "--dtype", "bf16"], "init narrow")
     zaya_fails(["quantize", "--model", work / "narrow", "--out", work / "x", "--bits", "4", "--group-size", "64"],
@@ -338,7 +396,7 @@ def bad_input(work, tokens):
 
 
 def main():
-    suite.parse_args(parts="sources, mx_quantize, mlx_folder, mlx_lm_load, bad_input", keep=True)
+    suite.parse_args(parts="sources, mx_quantize, mlx_folder, mlx_lm_load, bad_input, mse_folder", keep=True)
     suite.require_zaya()
     with suite.work_dir("zaya-quant-mlx.") as work:
         tokens = work / "tok.npy"
@@ -348,6 +406,7 @@ def main():
         suite.run("mlx_folder", mlx_folder_loads, work, tokens)
         suite.run("mlx_lm_load", mlx_lm_loads, work)
         suite.run("bad_input", bad_input, work, tokens)
+        suite.run("mse_folder", mse_folder, work, tokens)
     suite.finish()
 
 
