@@ -22,6 +22,15 @@
 /* Launch-error check after a kernel launch (the launchers return void; errors surface at gpu_check_last). */
 #define GK_LAUNCH_CHECK() ((void)0)
 
+/* zy_f32_to_bf16 (util.h), bit for bit: nearest even; a NaN keeps its top bits and is made quiet. Inf stays inf;
+ * a finite value that rounds past the largest bf16 becomes inf, as on the CPU. */
+__device__ __forceinline__ uint16_t gk_bf16_bits(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
 static inline int gk_blocks(long n, int threads) {
     long b = (n + threads - 1) / threads;
     return (int)(b > 65535L * 16 ? 65535L * 16 : b);

@@ -195,6 +195,29 @@ void gk_scale(GkStream s, float *x, float a, long n);                      /* x 
 /* *out (device double) += Σ x² over [0, n), fixed order. */
 void gk_sumsq(GkStream s, double *out, const float *x, long n);
 
+/* ---- the optimizer's multi-tensor AdamW pass (gpu_adamw.cu; the rest of the optimizer: gpu_optim.h) ---- */
+/* A contiguous piece of one owned tensor (at most a few ten thousand elements): the unit of the AdamW launch (one
+ * block each) and of the gradient norm's partial sums. flags: GPU_OPTIM_DECAY (AdamW: weight decay applies, the
+ * tensor has 2+ dims), GPU_OPTIM_ROUTER (learns at lr × router_lr_scale). */
+typedef struct {
+    uint64_t off;   /* arena offset, in floats */
+    uint32_t len;   /* elements */
+    uint32_t flags;
+} GpuOptimChunk;
+enum { GPU_OPTIM_DECAY = 1, GPU_OPTIM_ROUTER = 2 };
+/* A step's constants at one learning rate, as step_consts in optim.c. */
+typedef struct {
+    float mu, muon_decay;                              /* Muon: momentum, lr·wd */
+    float step_size, eps, b1, b2, inv_bc2, adam_decay; /* AdamW: lr / (1 − β1^t), ε, β1, β2, 1 / √(1 − β2^t), 1 − lr·wd */
+    double lr;
+} GkOptimStep;
+/* AdamW over every chunk in one launch (a block each), adamw_elem of optim.c element for element (the same bits):
+ * w, g the arenas, m, v the owned block's moments (index off − begin); a chunk flagged GPU_OPTIM_ROUTER takes k1,
+ * the others k0. w16 (NULL: none): also writes bf16(w) (nearest even, as zy_f32_to_bf16) of each updated weight
+ * at its offset, the bf16 products' copy, so no separate rounding pass reads the weights again. */
+void gk_adamw(GkStream s, float *w, uint16_t *w16, const float *g, float *m, float *v, uint64_t begin,
+              const GpuOptimChunk *chunks, int n_chunks, GkOptimStep k0, GkOptimStep k1);
+
 #ifdef __cplusplus
 }
 #endif

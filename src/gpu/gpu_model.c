@@ -266,6 +266,7 @@ void gpu_model_free(GpuModel *gm) {
 const char *gpu_model_device(const GpuModel *gm) { return gm->device_line; }
 float *gpu_model_params(GpuModel *gm) { return gm->params; }
 float *gpu_model_grads(GpuModel *gm) { return gm->grads; }
+uint16_t *gpu_model_params16(GpuModel *gm) { return gm->params16; }
 void *gpu_model_ctx(GpuModel *gm) { return &gm->g; }
 size_t gpu_model_bytes(const GpuModel *gm) {
     const size_t total = gm->host->params.total;

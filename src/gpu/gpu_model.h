@@ -56,6 +56,9 @@ int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, flo
 /* Device arenas (floats, the host table's layout) for the optimizer and collectives. */
 float *gpu_model_params(GpuModel *gm);
 float *gpu_model_grads(GpuModel *gm);
+/* The bf16 copy of the parameters that bf16 products read (NULL in an fp32 run), rebuilt whole by the next pass after
+ * gpu_model_weights_changed; a writer that keeps it current itself (the optimizer's params16) need not call that. */
+uint16_t *gpu_model_params16(GpuModel *gm);
 void *gpu_model_ctx(GpuModel *gm); /* the GpuCtx (gpu.h) */
 /* Device memory this model holds (bytes). */
 size_t gpu_model_bytes(const GpuModel *gm);

@@ -48,6 +48,7 @@ int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, flo
     return zy_fail(err, NO_GPU);
 }
 float *gpu_model_params(GpuModel *gm) { return NULL; }
+uint16_t *gpu_model_params16(GpuModel *gm) { return NULL; }
 float *gpu_model_grads(GpuModel *gm) { return NULL; }
 void *gpu_model_ctx(GpuModel *gm) { return NULL; }
 size_t gpu_model_bytes(const GpuModel *gm) { return 0; }

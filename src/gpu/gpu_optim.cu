@@ -1,7 +1,8 @@
 /* gpu_optim: the element-wise ops of gpu_kernels.h (bf16 rounding, scaling, sum of squares) and the GPU optimizer
  * (gpu_optim.h): Muon with Newton–Schulz 5 through gpu_gemm_batched, one launch per step of a whole group of
- * same-shape matrices, AdamW in one launch over every owned AdamW tensor, global-norm clipping computed on the
- * device.
+ * same-shape matrices, AdamW in one launch over every owned AdamW tensor (gk_adamw, gpu_adamw.cu), global-norm
+ * clipping computed on the device; with params16 set, the AdamW pass and the Muon update also write the bf16 copy of
+ * the weights they change.
  *
  * Launches per Muon group: momentum + per-chunk norms, per-matrix norm sums, 5 × (prep, X Xᵀ, B init, A², [bf16:
  * B's copy], B X), update: 28 (fp32) or 33 (bf16), the same as one matrix took before grouping. The 1.0B bench-gpu
@@ -25,26 +26,18 @@
 #include "gpu/gpu.h"
 #include "gpu/gpu_kernels.h"
 
-/* Elements per AdamW block, per partial sum of the gradient norm, per partial sum of a Muon matrix's norm. */
+/* Elements per AdamW chunk (a block of gk_adamw), per partial sum of the gradient norm, per partial sum of a Muon
+ * matrix's norm. */
 #define GO_ADAMW_CHUNK 16384
 #define GO_SUM_CHUNK 65536
 #define GO_NS_CHUNK 16384
 #define GO_THREADS 256
 
-/* zy_f32_to_bf16 (util.h), bit for bit: nearest even; a NaN keeps its top bits and is made quiet. Inf stays inf;
- * a finite value that rounds past the largest bf16 becomes inf, as on the CPU. */
-__device__ __forceinline__ uint16_t go_bf16_bits(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /* ---- elementwise (gpu_kernels.h) ---- */
 
 __global__ void go_f32_to_bf16_kernel(uint16_t *dst, const float *src, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[i] = go_bf16_bits(src[i]);
+        dst[i] = gk_bf16_bits(src[i]);
 }
 
 /* The same four values at a time (src 16-byte, dst 8-byte aligned): one 128-bit load and one 64-bit store a thread
@@ -54,10 +47,10 @@ __global__ void go_f32_to_bf16_vec4_kernel(uint16_t *dst, const float *src, long
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
         const float4 v = reinterpret_cast<const float4 *>(src)[i];
         ushort4 o;
-        o.x = go_bf16_bits(v.x), o.y = go_bf16_bits(v.y), o.z = go_bf16_bits(v.z), o.w = go_bf16_bits(v.w);
+        o.x = gk_bf16_bits(v.x), o.y = gk_bf16_bits(v.y), o.z = gk_bf16_bits(v.z), o.w = gk_bf16_bits(v.w);
         reinterpret_cast<ushort4 *>(dst)[i] = o;
     }
-    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) dst[n4 * 4 + threadIdx.x] = go_bf16_bits(src[n4 * 4 + threadIdx.x]);
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) dst[n4 * 4 + threadIdx.x] = gk_bf16_bits(src[n4 * 4 + threadIdx.x]);
 }
 
 __global__ void go_scale_kernel(float *x, float a, long n) {
@@ -99,35 +92,6 @@ extern "C" void gk_sumsq(GkStream s, double *out, const float *x, long n) {
 }
 
 /* ---- optimizer kernels ---- */
-
-/* The step's constants, as step_consts in optim.c (k[0] at lr, k[1] at lr × router_lr_scale). */
-typedef struct {
-    float mu, muon_decay;
-    float step_size, eps, b1, b2, inv_bc2, adam_decay;
-    double lr;
-} GoStep;
-
-/* One block per chunk: adamw_elem of optim.c, operation for operation. */
-__global__ void go_adamw_kernel(float *w, const float *g, float *m, float *v, uint64_t begin,
-                                const GpuOptimChunk *chunks, GoStep k0, GoStep k1) {
-    const GpuOptimChunk c = chunks[blockIdx.x];
-    const GoStep k = (c.flags & GPU_OPTIM_ROUTER) ? k1 : k0;
-    const float decay = (c.flags & GPU_OPTIM_DECAY) ? k.adam_decay : 1.0f;
-    const float omb1 = __fsub_rn(1.0f, k.b1), omb2 = __fsub_rn(1.0f, k.b2);
-    for (uint32_t i = threadIdx.x; i < c.len; i += blockDim.x) {
-        const uint64_t o = c.off + i, s = o - begin;
-        const float gi = g[o];
-        float wi = w[o], mi = m[s], vi = v[s];
-        wi = __fmul_rn(wi, decay);                                                 /* w *= decay */
-        mi = __fadd_rn(mi, __fmul_rn(__fsub_rn(gi, mi), omb1));                    /* m += (g − m)(1 − β1) */
-        vi = __fadd_rn(__fmul_rn(k.b2, vi), __fmul_rn(__fmul_rn(omb2, gi), gi));  /* v = β2 v + (1 − β2) g g */
-        const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), k.inv_bc2), k.eps);
-        wi = __fsub_rn(wi, __fmul_rn(k.step_size, __fdiv_rn(mi, denom)));         /* w −= step · m / denom */
-        w[o] = wi;
-        m[s] = mi;
-        v[s] = vi;
-    }
-}
 
 /* One block per chunk of the owned trainable gradients: partial[b] = Σ g² over chunk b. */
 __global__ void go_chunk_sumsq_kernel(double *partial, const float *g, const GpuOptimChunk *chunks) {
@@ -196,7 +160,7 @@ __global__ void go_ns_prep_kernel(float *Xs, float *Xns, uint16_t *X16s, long ls
             X[i] = x;
         }
         Xn[i] = __fmul_rn(a, x);
-        if (X16) X16[i] = go_bf16_bits(x);
+        if (X16) X16[i] = gk_bf16_bits(x);
     }
 }
 
@@ -209,7 +173,7 @@ __global__ void go_ns_b_kernel(float *Bs, const float *As, uint16_t *A16s, long 
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         const float x = A[i];
         B[i] = __fmul_rn(b, x);
-        if (A16) A16[i] = go_bf16_bits(x);
+        if (A16) A16[i] = gk_bf16_bits(x);
     }
 }
 
@@ -217,17 +181,19 @@ __global__ void go_ns_b_kernel(float *Bs, const float *As, uint16_t *A16s, long 
 __global__ void go_ns_bf16_kernel(uint16_t *dst, const float *src, long stride, long n) {
     const long base = (long)blockIdx.y * stride;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[base + i] = go_bf16_bits(src[base + i]);
+        dst[base + i] = gk_bf16_bits(src[base + i]);
 }
 
 /* W ← W − (scale·O + decay·W) */
-__global__ void go_muon_apply_kernel(float *params, const uint64_t *offs, const float *Os, long ls, long len,
-                                     float scale, float decay) {
+__global__ void go_muon_apply_kernel(float *params, uint16_t *params16, const uint64_t *offs, const float *Os,
+                                     long ls, long len, float scale, float decay) {
     float *w = params + offs[blockIdx.y];
+    uint16_t *w16 = params16 ? params16 + offs[blockIdx.y] : NULL;
     const float *O = Os + (long)blockIdx.y * ls;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < len; i += (long)gridDim.x * blockDim.x) {
-        const float wi = w[i];
-        w[i] = __fsub_rn(wi, __fadd_rn(__fmul_rn(scale, O[i]), __fmul_rn(decay, wi)));
+        const float wi = w[i], wn = __fsub_rn(wi, __fadd_rn(__fmul_rn(scale, O[i]), __fmul_rn(decay, wi)));
+        w[i] = wn;
+        if (w16) w16[i] = gk_bf16_bits(wn); /* the bf16 products' copy (GpuOptimizer.params16) */
     }
 }
 
@@ -255,10 +221,10 @@ static void go_matrix_shape(const ParamInfo *p, int *count, int *m, int *n) {
     }
 }
 
-static GoStep go_step_consts(const GpuOptimizer *o, double lr) {
+static GkOptimStep go_step_consts(const GpuOptimizer *o, double lr) {
     const double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
     const double bc1 = 1.0 - pow(b1, (double)o->step), bc2_sqrt = sqrt(1.0 - pow(b2, (double)o->step));
-    GoStep k;
+    GkOptimStep k;
     k.mu = (float)o->cfg.muon_momentum;
     k.muon_decay = (float)(lr * o->cfg.weight_decay);
     k.step_size = (float)(lr / bc1);
@@ -478,7 +444,7 @@ extern "C" void gpu_optim_free(GpuOptimizer *o) {
  * one is the unbatched step: gpu_gemm_batched with batch 1 is gpu_gemm.
  * Launches: 3 + steps × 5 (fp32) or 3 + steps × 6 (bf16: B's bf16 copy), whatever the group's size. */
 static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const float *d_grads, const GpuMuonGroup *gr,
-                         const GoStep *k, ZyErr *err) {
+                         const GkOptimStep *k, ZyErr *err) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
     const int m = gr->m, n = gr->n, tall = m > n, r = tall ? n : m, kk = tall ? m : n, batch = gr->count;
     const long len = (long)m * n, rr = (long)r * r, ls = (long)go_pad((size_t)len), rs = (long)go_pad((size_t)rr);
@@ -519,18 +485,17 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
         Xn = tmp;
     }
     const float scale = (float)(0.2 * sqrt((double)(m > n ? m : n)) * k->lr);
-    go_muon_apply_kernel<<<g_len, GO_THREADS, 0, s>>>(d_params, offs, X, ls, len, scale, k->muon_decay);
+    go_muon_apply_kernel<<<g_len, GO_THREADS, 0, s>>>(d_params, o->params16, offs, X, ls, len, scale, k->muon_decay);
     return 0;
 }
 
 extern "C" int gpu_optim_step(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, float *d_params, const float *d_grads,
                               double lr, ZyErr *err) {
     o->step++;
-    const GoStep k[2] = {go_step_consts(o, lr), go_step_consts(o, lr * o->cfg.router_lr_scale)};
+    const GkOptimStep k[2] = {go_step_consts(o, lr), go_step_consts(o, lr * o->cfg.router_lr_scale)};
     gpuStream_t s = g->stream;
-    if (o->n_adamw_chunks > 0)
-        go_adamw_kernel<<<o->n_adamw_chunks, GO_THREADS, 0, s>>>(d_params, d_grads, o->exp_avg, o->exp_avg_sq,
-                                                                 (uint64_t)o->begin, o->adamw_chunks, k[0], k[1]);
+    gk_adamw(s, d_params, o->params16, d_grads, o->exp_avg, o->exp_avg_sq, (uint64_t)o->begin, o->adamw_chunks,
+             o->n_adamw_chunks, k[0], k[1]);
     for (int j = 0; j < o->n_groups; j++) {
         const GpuMuonGroup *gr = &o->groups[j];
         if (go_muon_group(o, g, d_params, d_grads, gr, &k[gr->router], err))

@@ -45,20 +45,12 @@ extern "C" {
 #endif
 
 #include "gpu/gpu.h"
+#include "gpu/gpu_kernels.h" /* GpuOptimChunk, the AdamW pass */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A contiguous piece of one owned tensor (at most a few ten thousand elements): the unit of the AdamW launch (one
- * block each) and of the gradient norm's partial sums. flags: GPU_OPTIM_DECAY (AdamW: weight decay applies, the
- * tensor has 2+ dims), GPU_OPTIM_ROUTER (learns at lr × router_lr_scale). */
-typedef struct {
-    uint64_t off;   /* arena offset, in floats */
-    uint32_t len;   /* elements */
-    uint32_t flags;
-} GpuOptimChunk;
-enum { GPU_OPTIM_DECAY = 1, GPU_OPTIM_ROUTER = 2 };
 
 /* One Muon matrix [m, n] at arena offset off (an expert stack [E, m, n] is E of them). */
 typedef struct {
@@ -80,6 +72,10 @@ typedef struct {
 typedef struct {
     OptimConfig cfg;
     int64_t step;                /* optimizer steps taken (AdamW bias correction): plain host data */
+    /* device, set by the caller (NULL: none): the bf16 copy of the parameter arena the bf16 products read; a step
+     * then writes bf16(w) of every weight it updates there too (AdamW and Muon), so the copy stays current without
+     * a rounding pass over the whole arena */
+    uint16_t *params16;
     size_t begin, end;           /* the owned arena block, in floats */
     float *exp_avg, *exp_avg_sq; /* device [end - begin] each */
     /* host: the Muon matrices, in group order (each group's matrices in table order), and the groups */

@@ -46,6 +46,9 @@ int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, c
     gt->have_opt = 1;
     gt->opt.step = opt->step;
     if (gpu_optim_upload(&gt->opt, gt->g, opt->exp_avg, opt->exp_avg_sq, err)) goto fail;
+    /* one rank updates every weight: the update writes the bf16 products' copy as it goes (no rounding pass over the
+     * arena each step); with ZeRO-1 the others' blocks arrive in fp32, so the copy is rebuilt whole then */
+    if (!(d && d->size > 1)) gt->opt.params16 = gpu_model_params16(gt->model);
     if (!(gt->d_sumsq = gpu_alloc(sizeof(double), "the gradient norm", err))) goto fail;
     if (stage_routing(gt, err)) goto fail;
     snprintf(gt->collectives, sizeof gt->collectives, "none (one rank)");
@@ -145,7 +148,7 @@ int gpu_trainer_apply(GpuTrainer *gt, Model *host, const Dist *d, const size_t *
     const size_t b0 = gt->opt.begin, b1 = gt->opt.end;
     if (clip < 1.0 && b1 > b0) gk_scale(g->stream, grads + b0, (float)clip, (long)(b1 - b0));
     if (gpu_optim_step(&gt->opt, g, &host->params, params, grads, lr, err)) return -1;
-    gpu_model_weights_changed(gt->model);
+    if (!gt->opt.params16) gpu_model_weights_changed(gt->model); /* else the step wrote the bf16 copy too */
     if (d->size > 1 && gt->comm) { /* every rank gets the others' updated blocks, device to device */
         if (gpu_comm_allgather_f32(gt->comm, params, bounds, err)) return -1;
         gpu_model_weights_changed(gt->model);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/matmul.h"
+#include "optim/adamw_elem.h"
 
 /* AdamW tensors are cut into chunks of this many elements so that they share out over the threads like the Muon
  * matrices do (64 KB per array: streams through L2). */
@@ -380,21 +381,14 @@ static void muon_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const
 
 /* One AdamW element exactly as torch.optim.AdamW orders it: decay, moments, bias-corrected step. Shared by the
  * fast and the reference step, so both give the same bits. */
-static inline void adamw_elem(float *w, const float *g, float *m, float *v, const StepConsts *k, float decay) {
-    *w *= decay;
-    *m += (*g - *m) * (1.0f - k->b1);
-    *v = k->b2 * *v + (1.0f - k->b2) * *g * *g;
-    const float denom = sqrtf(*v) * k->inv_bc2 + k->eps;
-    *w -= k->step_size * (*m / denom);
-}
-
 /* Weight decay applies to tensors with 2+ dims (embedding, head, conv kernels), not to vectors (norms, biases,
  * scales, temp, γ). */
 static void adamw_update_reference(const Optimizer *o, const ParamInfo *p, float *w, const float *g, float *m, float *v,
                                    const StepConsts *k) {
     const float decay = p->ndim >= 2 ? k->adam_decay : 1.0f;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < p->numel; i++) adamw_elem(&w[i], &g[i], &m[i], &v[i], k, decay);
+    for (size_t i = 0; i < p->numel; i++)
+        adamw_elem(&w[i], &g[i], &m[i], &v[i], k->step_size, k->eps, k->b1, k->b2, k->inv_bc2, decay);
 }
 
 static void adamw_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const StepConsts *k) {
@@ -402,7 +396,8 @@ static void adamw_job(const Optimizer *o, ParamTable *t, const OptimJob *j, cons
     float *w = t->data + j->off, *m = o->exp_avg + s, *v = o->exp_avg_sq + s;
     const float *g = t->grad + j->off;
     const float decay = j->decay ? k->adam_decay : 1.0f;
-    for (size_t i = 0; i < j->len; i++) adamw_elem(&w[i], &g[i], &m[i], &v[i], k, decay);
+    for (size_t i = 0; i < j->len; i++)
+        adamw_elem(&w[i], &g[i], &m[i], &v[i], k->step_size, k->eps, k->b1, k->b2, k->inv_bc2, decay);
 }
 
 /* k[0]: the step's constants at lr, k[1]: at lr × router_lr_scale. */

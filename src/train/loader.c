@@ -63,6 +63,13 @@ int loader_plan(Loader *l, uint64_t step, int batch, int seq_len, const double *
     return 0;
 }
 
+void loader_split_windows(const int32_t *w, int rows, int T, int32_t *inputs, int32_t *targets) {
+    for (int r = 0; r < rows; r++) {
+        memcpy(inputs + (size_t)r * T, w + (size_t)r * (T + 1), (size_t)T * sizeof(int32_t));
+        memcpy(targets + (size_t)r * T, w + (size_t)r * (T + 1) + 1, (size_t)T * sizeof(int32_t));
+    }
+}
+
 int loader_read(Loader *l, const BatchRow *rows, int first, int count, int seq_len, int32_t *tokens, ZyErr *err) {
     for (int i = 0; i < count; i++) {
         const BatchRow *r = &rows[first + i];

@@ -35,6 +35,8 @@ void loader_close(Loader *l);
 int loader_plan(Loader *l, uint64_t step, int batch, int seq_len, const double *weights, BatchRow *rows, ZyErr *err);
 /* Reads the planned rows [first, first+count) into tokens [count, seq_len+1]. */
 int loader_read(Loader *l, const BatchRow *rows, int first, int count, int seq_len, int32_t *tokens, ZyErr *err);
+/* Windows [rows, T+1] → inputs [rows, T] and next-token targets [rows, T]. */
+void loader_split_windows(const int32_t *windows, int rows, int T, int32_t *inputs, int32_t *targets);
 /* Scatter factor over everything read so far: pages touched / pages the bytes occupy (1.0 is ideal). */
 double loader_scatter_factor(const Loader *l);
 

@@ -12,6 +12,7 @@ typedef struct {
     int have_acts;
     int B, T;    /* the activations' micro-batch shape */
     double loss; /* Σ of this step's micro-batch losses */
+    double *phase_seconds; /* set_timing's timers (NULL: off), kept across set_shape */
 } CpuStep;
 
 static int cpu_set_shape(void *x, int B, int T, ZyErr *err) {
@@ -22,6 +23,7 @@ static int cpu_set_shape(void *x, int B, int T, ZyErr *err) {
     acts_set_bf16(&s->acts, s->products);
     s->have_acts = 1;
     s->B = B, s->T = T;
+    s->acts.phase_seconds = s->phase_seconds;
     return 0;
 }
 
@@ -84,6 +86,12 @@ static int cpu_eval_loss(void *x, const int32_t *inputs, const int32_t *targets,
     return 0;
 }
 
+static void cpu_set_timing(void *x, double *phase_seconds) {
+    CpuStep *s = x;
+    s->phase_seconds = phase_seconds;
+    if (s->have_acts) s->acts.phase_seconds = phase_seconds;
+}
+
 static void cpu_free(void *x) {
     CpuStep *s = x;
     if (s->have_acts) acts_free(&s->acts);
@@ -97,6 +105,6 @@ int step_backend_cpu(StepBackend *be, const StepHost *h, ZyBf16Products products
     s->h = *h;
     s->products = products;
     *be = (StepBackend){.ctx = s, .set_shape = cpu_set_shape, .begin = cpu_begin, .micro = cpu_micro,
-                        .reduce = cpu_reduce, .apply = cpu_apply, .eval_loss = cpu_eval_loss, .free = cpu_free};
+                        .reduce = cpu_reduce, .apply = cpu_apply, .eval_loss = cpu_eval_loss, .set_timing = cpu_set_timing, .free = cpu_free};
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
 
 typedef struct {
@@ -60,6 +61,12 @@ static int gpu_to_host(void *x, ZyErr *err) {
     return 0;
 }
 
+static int gpu_step_sync(void *x, ZyErr *err) { return gpu_trainer_sync(((GpuStep *)x)->gt, err); }
+
+static void gpu_step_set_timing(void *x, double *phase_seconds) {
+    gpu_model_set_timing(gpu_trainer_model(((GpuStep *)x)->gt), phase_seconds);
+}
+
 static void gpu_step_free(void *x) {
     GpuStep *s = x;
     gpu_trainer_free(s->gt);
@@ -77,8 +84,11 @@ int step_backend_gpu(StepBackend *be, const StepHost *h, int device, int bf16, i
     }
     *be = (StepBackend){.ctx = s, .set_shape = gpu_set_shape, .begin = gpu_begin, .micro = gpu_micro,
                         .reduce = gpu_reduce, .apply = gpu_apply, .biases_changed = gpu_biases_changed,
-                        .eval_loss = gpu_eval_loss, .to_host = gpu_to_host, .free = gpu_step_free};
+                        .eval_loss = gpu_eval_loss, .to_host = gpu_to_host, .sync = gpu_step_sync,
+                        .set_timing = gpu_step_set_timing, .free = gpu_step_free};
     snprintf(be->note, sizeof be->note, "device: GPU %s; %s products, fp32 master weights and optimizer state; "
              "collectives: %s", gpu_trainer_device(s->gt), bf16 ? "bf16" : "fp32", gpu_trainer_collectives(s->gt));
     return 0;
 }
+
+GpuTrainer *step_backend_gpu_trainer(const StepBackend *be) { return ((GpuStep *)be->ctx)->gt; }

@@ -101,14 +101,6 @@ static int ensure_acts(Trainer *t, int T, ZyErr *err) {
     return 0;
 }
 
-/* Windows [rows, T+1] → inputs [rows, T] and next-token targets [rows, T]. */
-static void split_windows(const int32_t *w, int rows, int T, int32_t *inputs, int32_t *targets) {
-    for (int r = 0; r < rows; r++) {
-        memcpy(inputs + (size_t)r * T, w + (size_t)r * (T + 1), (size_t)T * sizeof(int32_t));
-        memcpy(targets + (size_t)r * T, w + (size_t)r * (T + 1) + 1, (size_t)T * sizeof(int32_t));
-    }
-}
-
 /* ---- trainer state (JSON) --------------------------------------------------------------------------------- */
 
 static char *state_to_json(const Trainer *t) {
@@ -265,7 +257,7 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
             for (int r = 0; r < rows; r++)
                 if (shardset_read(v, ((uint64_t)b * rows + r) * window, window, t->window + (size_t)r * window, err))
                     return zy_wrap(err, "validation data of \"%s\"", t->rc.dataset_names[d]);
-            split_windows(t->window, rows, T, t->inputs, t->targets);
+            loader_split_windows(t->window, rows, T, t->inputs, t->targets);
             if (model_check_tokens(&t->model, t->inputs, rows, T, err) ||
                 model_check_tokens(&t->model, t->targets, rows, T, err))
                 return zy_wrap(err, "validation data of \"%s\"", t->rc.dataset_names[d]);
@@ -281,17 +273,6 @@ static int validation_loss(Trainer *t, int T, double *out, ZyErr *err) {
 
 /* ---- one optimizer step ----------------------------------------------------------------------------------- */
 
-/* Micro-batch k of this rank's share of the step's global batch (rows [rank·rows_here, (rank+1)·rows_here)) into
- * t->inputs / t->targets, checked. */
-static int read_micro_batch(Trainer *t, int k, int T, ZyErr *err) {
-    const int mb = t->rc.micro_batch, rows_here = t->rc.batch_size / t->dist->size;
-    if (loader_read(&t->loader, t->rows, t->dist->rank * rows_here + k * mb, mb, T, t->window, err)) return -1;
-    split_windows(t->window, mb, T, t->inputs, t->targets);
-    if (model_check_tokens(&t->model, t->inputs, mb, T, err) || model_check_tokens(&t->model, t->targets, mb, T, err))
-        return zy_wrap(err, "training data at step %lld", (long long)t->step);
-    return 0;
-}
-
 /* Brings the host model and optimizer up to date with the backend's (before a checkpoint, an evaluation, the end). */
 static int sync_host(Trainer *t, ZyErr *err) { return t->be.to_host ? t->be.to_host(t->be.ctx, err) : 0; }
 
@@ -306,14 +287,16 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     const int L = t->model.cfg.num_layers, E = t->model.cfg.num_experts;
     if (ensure_acts(t, T, err)) return -1;
     if (loader_plan(&t->loader, (uint64_t)t->data_index, rc->batch_size, T, ph->mixture, t->rows, err)) return -1;
-    be->begin(be->ctx);
-    routing_counts_reset(&t->routes);
-    for (int k = 0; k < n_micro; k++)
-        if (read_micro_batch(t, k, T, err) || be->micro(be->ctx, t->inputs, t->targets, &t->routes, err)) return -1;
+    /* this rank's share of the global batch: rows [rank·rows_here, (rank+1)·rows_here) */
+    StepLoaderData src = {.loader = &t->loader, .rows = t->rows, .first_row = d->rank * rows_here, .micro_batch = mb,
+                          .T = T, .window = t->window, .model = &t->model, .step = t->step};
+    const StepData data = step_data_loader(&src);
     /* ZAYA_FAULT=nan@S: this rank's loss and gradients */
     const int nan_fault = fault_claim(&t->faults, FAULT_NAN, t->step + 1);
     double loss = 0, sumsq = 0, reduce_s = 0, apply_s = 0;
-    if (be->reduce(be->ctx, n_micro, nan_fault, &loss, &sumsq, &reduce_s, err)) return -1;
+    if (step_accumulate(be, &data, n_micro, t->inputs, t->targets, &t->routes, nan_fault, &loss, &sumsq, &reduce_s,
+                        NULL, err))
+        return -1;
     const double t_comm = zy_now_seconds();
     if (d->size > 1) {
         if (dist_allreduce_f64(d, &loss, 1, err) ||

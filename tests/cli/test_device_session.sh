@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/device-session.sh in its dry run (ZAYA_DEVICE_DRY=1: CPU binaries, a tiny model, no GPU), so the lent-GPU
 # script cannot rot unseen: every part runs its plumbing, everything comes back as one archive plus summary.txt (the
-# device returns at most 8 files), the profile divides by the steps the binary says it ran and holds no probe GEMM.
+# device returns at most 8 files), the profile divides by the steps the binary says it ran and holds no probe GEMM, the
+# train part runs bench train with --micro-batches and hands the PyTorch comparison the same accumulation.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/fixture.sh"
 cd "$(dirname "$0")/../.."
@@ -9,7 +10,7 @@ W=$(mktemp -d /tmp/zaya_device_session_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 suite_begin device-session
 
-OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,experts,compile,profile >"$W/run.txt" 2>&1
+OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,experts,train,compile,profile >"$W/run.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && ok "dry run of every part exits 0" || bad "dry run exit $rc: $(tail -n 20 "$W/run.txt")"
 
@@ -19,7 +20,7 @@ returned=$(cd "$W/out" 2>/dev/null && ls | tr '\n' ' ')
 mkdir -p "$W/x" && tar -xzf "$W/out/gpu-session.tar.gz" -C "$W/x" 2>/dev/null
 missing=""
 for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-grouped-1.txt experts-loop-1.txt \
-    experts-grouped-2.txt experts-loop-2.txt compile.txt profile-2l.json ncu.csv ncu-run.txt kernel-times.txt; do
+    experts-grouped-2.txt experts-loop-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-2l.json ncu.csv ncu-run.txt kernel-times.txt; do
     [ -s "$W/x/$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ] && ok "the archive holds every part's log" || bad "the archive lacks:$missing"
@@ -43,6 +44,16 @@ n=$(grep -c '^grouped (round\|^loop (round' "$W/run.txt")
 grep -q '^unit: [1-9][0-9]* passed, 0 failed' "$W/x/test-gpu.log" && grep -q '^unit: [1-9][0-9]* passed' "$W/run.txt" &&
     ok "tests part ran its stand-in and showed its suite line" ||
     bad "test-gpu.log: $(tail -n 3 "$W/x/test-gpu.log")"
+# the train part: bench train with gradient accumulation (the dry run's 2 micro-batches of 2 x 32), and the PyTorch
+# comparison given the same --micro-batches (on the device: 8 of 4 x 2048, an optimizer step of 64K tokens)
+grep -q '^batch  *2 micro-batches of 2 x 32 = 128 tokens per optimizer step' "$W/x/train-8b-slice.txt" &&
+    grep -q '^bench train exit 0' "$W/run.txt" && ok "train: bench train --micro-batches ran" ||
+    bad "train-8b-slice.txt: $(head -n 5 "$W/x/train-8b-slice.txt")"
+grep -q 'vs_pytorch_gpu 8b-slice exit 0' "$W/run.txt" && grep -q -- '--micro-batches 2 ' "$W/x/vs-pytorch-8b-slice.txt" &&
+    ok "train: vs_pytorch_gpu.py knows --micro-batches and is given it" || bad "$(grep '8b-slice' "$W/run.txt")"
+grep -q '^MICRO=8$\|SLICE=configs/bench-gpu-8b-slice.json MICRO=8' tests/gpu/device-session.sh &&
+    grep -q '^    DEV=cuda CFG=configs/bench-gpu.json BATCH=4 SEQ=2048 ' tests/gpu/device-session.sh &&
+    ok "train: on the device 8 x 4 x 2048 = 65,536 tokens an optimizer step" || bad "train: the device's shapes changed"
 # the benchmark at ZAYA1-8B's real shapes: its widths and vocabulary exactly, 8 layers
 python3 - <<'PY' && ok "configs/bench-gpu-8b-slice.json: configs/zaya1-8b.json with 8 layers" || bad "bench-gpu-8b-slice drifted"
 import json, sys

@@ -11,7 +11,7 @@
 #   mkdir -p .devbin && strip --strip-debug -o .devbin/zaya build-dev/zaya &&
 #       strip --strip-debug -o .devbin/zaya_gpu_tests build-dev/zaya_gpu_tests
 #   a transformers wheel that knows ZAYA in .whl/ (pip download, README of the device tool)
-#   make -j2 CUDA=0 build/zaya build/zaya_tests && ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 120 tests,bench,experts,compile,profile
+#   make -j2 CUDA=0 build/zaya build/zaya_tests && ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 120 tests,bench,experts,train,compile,profile
 #       (the dry run: CPU binaries and a tiny model through every part; tests/cli/test_device_session.sh runs it too)
 #   du -csh .devdeps .devbin .whl runs/demo/data/general runs/demo/data/mathcode runs/demo/tokenizer.json runs/demo/corpus/eval
 #       (what travels: 64 MiB at most, the working tree included)
@@ -21,6 +21,9 @@
 #     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)
 #     experts  bench train (bf16 AdamW, bench-gpu) with the experts' products grouped vs one per expert
 #              (ZAYA_GPU_EXPERTS=grouped / loop), alternating, two rounds
+#     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
+#              tokens (--micro-batches 8 of 4 x 2048): bench/vs_pytorch_gpu.py, zaya AdamW and Muon + AdamW against
+#              PyTorch eager on the same config, batch and accumulation
 #     compile  PyTorch torch.compile training steps alone, in whatever time is left
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
 #              every kernel's shape is bench-gpu's, a layer's kernels counted 9 times give the 18-layer step; totals
@@ -50,10 +53,12 @@ left() { local l=$((BUDGET - $(elapsed))); [ "$l" -lt 10 ] && l=10; echo "$l"; }
 # The shapes: bench-gpu's on the device; a tiny model on the CPU in a dry run, through the same commands
 if [ "$DRY" = 1 ]; then
     # PROFILE_STEPS 2: the CPU's bench train runs 1 + 2 steps (no drained ones), a total no fixed divisor matches
-    DEV=cpu CFG=configs/tiny.json BATCH=2 SEQ=32 GEMM_N=128 PROFILE_STEPS=2
+    DEV=cpu CFG=configs/tiny.json BATCH=2 SEQ=32 GEMM_N=128 PROFILE_STEPS=2 SLICE=configs/tiny.json MICRO=2
     NCU=tests/gpu/fake_ncu.py # runs the command and writes an ncu-shaped CSV (one 1 ms kernel per step it ran)
 else
     DEV=cuda CFG=configs/bench-gpu.json BATCH=4 SEQ=2048 GEMM_N=8192 PROFILE_STEPS=1
+    # the real shapes: an optimizer step of MICRO x BATCH x SEQ = 65,536 tokens
+    SLICE=configs/bench-gpu-8b-slice.json MICRO=8
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
 fi
 # A Python benchmark: on the device it runs; in a dry run (no GPU for PyTorch) every --flag it is given must still be
@@ -147,6 +152,20 @@ session() {
                 grep -E '^ +experts ' "$LOG/experts-$mode-$round.txt"
             done
         done
+        pack
+    fi
+    if [[ $PARTS == *,train,* ]]; then
+        stamp "train: $SLICE, $MICRO micro-batches of $BATCH x $SEQ = $((MICRO * BATCH * SEQ)) tokens an optimizer step"
+        if [ "$DRY" = 1 ]; then
+            # vs_pytorch_gpu.py runs zaya bench train itself on the device; here the binary's side runs alone
+            timeout "$(left)" build/zaya bench train --config $SLICE --device $DEV --precision bf16 --optimizer adamw \
+                --batch $BATCH --seq $SEQ --micro-batches $MICRO --steps 2 --warmup 1 >"$LOG/train-8b-slice.txt" 2>&1
+            echo "bench train exit $?: $(grep -E '^(batch|step|throughput) ' "$LOG/train-8b-slice.txt" | tr -s ' ' | tr '\n' ';')"
+        fi
+        py_bench bench/vs_pytorch_gpu.py --config $SLICE --batch $BATCH --seq $SEQ --micro-batches $MICRO --steps 3 \
+            --no-compile --decode-batches "" >"$LOG/vs-pytorch-8b-slice.txt" 2>&1
+        echo "vs_pytorch_gpu 8b-slice exit $?"
+        grep -v '^json' "$LOG/vs-pytorch-8b-slice.txt" | grep -E '^(\||model|batch|step|throughput|MFU|peak|dry)' | tail -n 30
         pack
     fi
     if [[ $PARTS == *,compile,* ]]; then

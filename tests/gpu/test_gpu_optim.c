@@ -572,6 +572,45 @@ void test_gpu_optim(GpuTest *t) {
         gpu_optim_free(&go2);
     }
 
+    /* The bf16 copy written by the step itself (params16, issue 30 item 5): the same weights as without it, bit for
+     * bit, and every AdamW and Muon weight's copy zy_f32_to_bf16 of the weight; a buffer's copy untouched. */
+    {
+        GpuOptimizer gc;
+        const uint16_t SENT = 0xbeef;
+        uint16_t *w16 = malloc(total * sizeof *w16);
+        float *d_w3 = gt_dev(t, bytes), *gw3 = gt_host(t, total);
+        uint16_t *d_w16 = gt_dev(t, total * sizeof *d_w16);
+        int ran = w16 != NULL;
+        for (size_t i = 0; ran && i < total; i++) w16[i] = SENT;
+        ran = ran && gpu_upload(t->g, d_w16, w16, total * sizeof *w16, &err) == 0 &&
+              gpu_upload(t->g, d_w3, c.w0, bytes, &err) == 0 &&
+              gpu_optim_create_grouped(&gc, t->g, &c.tab, &c.cfg, 0, total, 0, &err) == 0;
+        if (ran) {
+            gc.params16 = d_w16;
+            for (int s = 0; ran && s < STEPS; s++)
+                ran = gpu_upload(t->g, d_g, c.grads[s], bytes, &err) == 0 &&
+                      gpu_optim_step(&gc, t->g, &c.tab, d_w3, d_g, c.lr, &err) == 0;
+            ran = ran && gpu_sync(t->g, "optimizer steps with the bf16 copy", &err) == 0 &&
+                  gpu_download(t->g, gw3, d_w3, bytes, &err) == 0 &&
+                  gpu_download(t->g, w16, d_w16, total * sizeof *w16, &err) == 0;
+            gpu_optim_free(&gc);
+        }
+        size_t wrong = 0, copied = 0;
+        for (int i = 0; ran && i < c.tab.count; i++) {
+            const ParamInfo *p = &c.tab.info[i];
+            for (size_t j = p->offset; j < p->offset + p->numel; j++) {
+                const uint16_t want = p->kind == PARAM_BUFFER ? SENT : zy_f32_to_bf16(gw3[j]);
+                wrong += w16[j] != want;
+                copied += p->kind != PARAM_BUFFER;
+            }
+        }
+        gt_assert(t, ran && memcmp(gw3, gw, bytes) == 0 && wrong == 0,
+                  "GPU steps writing the bf16 copy (params16): same weights, copy = bf16(weights)",
+                  "%s; %zu of %zu weights bit-identical; %zu of %zu copies wrong", ran ? "ran" : err.msg,
+                  bits_equal(gw3, gw, total), total, wrong, copied);
+        free(w16);
+    }
+
     /* Checkpoint round trip: a fresh optimizer given the downloaded state (and the step count) takes the next step
      * exactly as the one that never stopped. */
     {

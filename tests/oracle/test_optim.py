@@ -1,7 +1,12 @@
 """AdamW and Muon steps (with global-norm clipping) against PyTorch: torch.optim.AdamW, and Muon written in a
-few lines of torch from SYSTEM.md. zaya runs through `zaya debug optim`. Tolerance: 1e-5 relative."""
+few lines of torch from SYSTEM.md. zaya runs through `zaya debug optim`. Tolerance: 1e-5 relative.
+Also bench/vs_pytorch_gpu.py's PyTorch side on the CPU (its GPU comparison cannot run here): its options, the model
+it builds from a zaya config, and its gradient accumulation (2 micro-batches of 2 = one batch of 4, same tokens)."""
+import json
 import math
 import os
+import subprocess
+import sys
 import tempfile
 
 from harness import Suite, run_zaya
@@ -93,6 +98,35 @@ def run_case(name, shapes, steps, lr, wd, clip, seed):
         suite.check(err <= TOL, f"{name} {k} {list(t.shape)}", f"update rel err {err:.2e}")
 
 
+def vs_pytorch_accumulation():
+    """One optimizer step of bench/vs_pytorch_gpu.py's eager worker on configs/tiny.json (fp32 on the CPU): 2
+    micro-batches of 2 x 16 and 1 of 4 x 16 draw the same tokens, so the step's loss and gradient norm agree to
+    float rounding (the mean of two equal halves' means is the whole's mean); a bad --micro-batches is refused."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(root, "bench", "vs_pytorch_gpu.py")
+    base = [sys.executable, script, "--worker", "eager", "--device", "cpu", "--config",
+            os.path.join(root, "configs", "tiny.json"), "--seq", "16", "--steps", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    runs = {}
+    for k, b in ((2, 2), (1, 4)):
+        out = subprocess.run(base + ["--batch", str(b), "--micro-batches", str(k)], capture_output=True, text=True,
+                             env=env, timeout=600)
+        if not suite.check(out.returncode == 0, f"vs_pytorch_gpu.py --device cpu --micro-batches {k} runs",
+                           out.stderr.strip()[-300:]):
+            return
+        runs[k] = json.loads(out.stdout.strip().splitlines()[-1])
+    a, b = runs[2], runs[1]
+    suite.check(a["tokens_per_step"] == b["tokens_per_step"] == 64 and a["micro_batches"] == 2,
+                "vs_pytorch_gpu.py: tokens per optimizer step", f"{a['tokens_per_step']}, {b['tokens_per_step']}")
+    for key, what in (("losses", "loss"), ("grad_norms", "gradient norm")):
+        err = abs(a[key][0] - b[key][0]) / abs(b[key][0])
+        suite.check(err <= TOL, f"vs_pytorch_gpu.py: 2 x 2 accumulated == 1 x 4, {what}",
+                    f"{a[key][0]:.7g} vs {b[key][0]:.7g}, rel err {err:.1e}")
+    bad = subprocess.run(base + ["--batch", "2", "--micro-batches", "0"], capture_output=True, text=True, timeout=120)
+    suite.check(bad.returncode != 0 and "--micro-batches" in bad.stderr and "positive integer" in bad.stderr,
+                "vs_pytorch_gpu.py: --micro-batches 0 refused", bad.stderr.strip().splitlines()[-1][-200:])
+
+
 def main():
     suite.require_zaya()
     shapes = {"muon/wide": (16, 24), "muon/tall": (40, 12), "muon/experts": (3, 8, 12), "adamw/embed": (10, 6),
@@ -104,6 +138,7 @@ def main():
     ]
     for c in cases:
         suite.run(c[0], run_case, *c)
+    suite.run("vs_pytorch", vs_pytorch_accumulation)
     suite.finish()
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU kernel sources run on the CPU (cuda_emu.h): the grouped expert GEMM (test_expert_gemm.cpp), the tensor-core flash
 # attention (test_attention_tc.cpp) and the fp32 one with its sliding windows (test_attention_fp32.cpp), forward and
-# backward, each against a double-precision reference, with 32-lane warps (CUDA) and 64-lane wavefronts (HIP on
+# backward, each against a double-precision reference, and the optimizer's AdamW pass with its bf16 weight copy
+# (test_adamw.cpp) against the CPU's own adamw_elem bit for bit, with 32-lane warps (CUDA) and 64-lane wavefronts (HIP on
 # AMD). Under ThreadSanitizer a missing barrier between threads or lanes is a reported race; a wrong tile, bound,
 # mask or layout assumption a wrong number. The attention tests run their first cases (--quick) under the sanitizer
 # with 32 lanes and all of them without it with 64 (the sanitizer makes them minutes). Part of `make test` (no GPU needed); the same kernels run on a GPU in
@@ -19,7 +20,7 @@ run() { # test warp sanitize [args]
     echo "--- $t, warp of $warp lanes${san:+, $san}"
     # shellcheck disable=SC2086
     if ! "$CXX" -std=c++20 -g $flags -Wall -Wextra -Wno-unknown-pragmas -Werror -DGPU_WARP="$warp" -I. \
-        -I../../../src/gpu "$t.cpp" -o "$out/$t.$warp" -lpthread 2>"$out/log"; then
+        -I../../../src/gpu -I../../../src "$t.cpp" -o "$out/$t.$warp" -lpthread 2>"$out/log"; then
         cat "$out/log"
         fail=$((fail + 1))
         return
@@ -42,5 +43,6 @@ run test_attention_tc 32 tsan --quick
 run test_attention_tc 64 ""
 run test_attention_fp32 32 tsan --quick
 run test_attention_fp32 64 ""
+run test_adamw 32 tsan
 echo "gpu-emu: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
