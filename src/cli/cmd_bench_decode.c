@@ -239,8 +239,9 @@ int bench_decode(int argc, char **argv) {
         goto done;
     }
     if (threads > 0) omp_set_num_threads(threads);
-    if (ma.gpu) { /* the fp32 weights go up; the GPU makes its own bf16 copy */
-        if (load_model(&m, model_dir, config_path, 0, &err)) goto done;
+    if (ma.gpu) { /* a bf16 folder goes up from its mapped files; an fp32 one (or a --config init) as fp32, the GPU
+                   * making its own bf16 copy */
+        if (load_model(&m, model_dir, config_path, model_dir && ma.bf16 ? MODEL_DTYPE_BF16 : 0, &err)) goto done;
         have_model = 1;
         if (bench_decode_gpu(model_dir ? model_dir : config_path, &m, ma.gpu_index, batch, context, new_tokens, ma.bf16,
                              &err))

@@ -191,6 +191,7 @@ void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float
 
 /* ---- elementwise (gpu_optim.cu) ---- */
 void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */
+void gk_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n); /* exact, as zy_bf16_to_f32 */
 void gk_scale(GkStream s, float *x, float a, long n);                      /* x *= a */
 /* *out (device double) += Σ x² over [0, n), fixed order. */
 void gk_sumsq(GkStream s, double *out, const float *x, long n);

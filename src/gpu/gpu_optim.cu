@@ -31,20 +31,11 @@
 #define GO_NS_CHUNK 16384
 #define GO_THREADS 256
 
-/* zy_f32_to_bf16 (util.h), bit for bit: nearest even; a NaN keeps its top bits and is made quiet. Inf stays inf;
- * a finite value that rounds past the largest bf16 becomes inf, as on the CPU. */
-__device__ __forceinline__ uint16_t go_bf16_bits(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /* ---- elementwise (gpu_kernels.h) ---- */
 
 __global__ void go_f32_to_bf16_kernel(uint16_t *dst, const float *src, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[i] = go_bf16_bits(src[i]);
+        dst[i] = gk_bf16_bits(src[i]);
 }
 
 /* The same four values at a time (src 16-byte, dst 8-byte aligned): one 128-bit load and one 64-bit store a thread
@@ -54,10 +45,10 @@ __global__ void go_f32_to_bf16_vec4_kernel(uint16_t *dst, const float *src, long
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
         const float4 v = reinterpret_cast<const float4 *>(src)[i];
         ushort4 o;
-        o.x = go_bf16_bits(v.x), o.y = go_bf16_bits(v.y), o.z = go_bf16_bits(v.z), o.w = go_bf16_bits(v.w);
+        o.x = gk_bf16_bits(v.x), o.y = gk_bf16_bits(v.y), o.z = gk_bf16_bits(v.z), o.w = gk_bf16_bits(v.w);
         reinterpret_cast<ushort4 *>(dst)[i] = o;
     }
-    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) dst[n4 * 4 + threadIdx.x] = go_bf16_bits(src[n4 * 4 + threadIdx.x]);
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) dst[n4 * 4 + threadIdx.x] = gk_bf16_bits(src[n4 * 4 + threadIdx.x]);
 }
 
 __global__ void go_scale_kernel(float *x, float a, long n) {
@@ -83,6 +74,18 @@ extern "C" void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long
         go_f32_to_bf16_vec4_kernel<<<gk_blocks(n / 4, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
     else
         go_f32_to_bf16_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+    GK_LAUNCH_CHECK();
+}
+
+/* bf16 → fp32 is exact: the bits move up 16 places (NaN payloads included). */
+__global__ void go_bf16_to_f32_kernel(float *dst, const uint16_t *src, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        dst[i] = gk_bf16_float(src[i]);
+}
+
+extern "C" void gk_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n) {
+    if (n <= 0) return;
+    go_bf16_to_f32_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
     GK_LAUNCH_CHECK();
 }
 
@@ -196,7 +199,7 @@ __global__ void go_ns_prep_kernel(float *Xs, float *Xns, uint16_t *X16s, long ls
             X[i] = x;
         }
         Xn[i] = __fmul_rn(a, x);
-        if (X16) X16[i] = go_bf16_bits(x);
+        if (X16) X16[i] = gk_bf16_bits(x);
     }
 }
 
@@ -209,7 +212,7 @@ __global__ void go_ns_b_kernel(float *Bs, const float *As, uint16_t *A16s, long 
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         const float x = A[i];
         B[i] = __fmul_rn(b, x);
-        if (A16) A16[i] = go_bf16_bits(x);
+        if (A16) A16[i] = gk_bf16_bits(x);
     }
 }
 
@@ -217,7 +220,7 @@ __global__ void go_ns_b_kernel(float *Bs, const float *As, uint16_t *A16s, long 
 __global__ void go_ns_bf16_kernel(uint16_t *dst, const float *src, long stride, long n) {
     const long base = (long)blockIdx.y * stride;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[base + i] = go_bf16_bits(src[base + i]);
+        dst[base + i] = gk_bf16_bits(src[base + i]);
 }
 
 /* W ← W − (scale·O + decay·W) */
