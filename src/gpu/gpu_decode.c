@@ -24,6 +24,7 @@ typedef struct {
 struct GpuKVCache {
     GpuModel *gm;
     int batch, max_len, chunk, len, conv_pad;
+    int kv_bf16;                             /* k and v hold bf16 values (kv_carve) */
     float **k, **v, **conv_state, **vd_prev; /* per layer, device */
     float *rope_cos, *rope_sin;
     float *rope_cos_sw, *rope_sin_sw; /* the sliding-window layers' own tables (NULL without such layers) */
@@ -60,6 +61,11 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     layer_acts_carve_moe(cv, &s->moe, f, N, 1);
 }
 
+/* n cached k̂ or v values: floats, or bf16 values in half as many floats' room (kv_bf16: the pointer is then read
+ * as uint16_t *, by kv16) */
+static float *kv_carve(ZyCarver *cv, size_t n, int kv_bf16) { return ZY_CARVE_F(cv, kv_bf16 ? (n + 1) / 2 : n); }
+static uint16_t *kv16(float *p) { return (uint16_t *)(void *)p; }
+
 static void carve(ZyCarver *cv, void *cache) {
     GpuKVCache *c = cache;
     const ZayaConfig *f = &c->gm->cfg;
@@ -67,8 +73,8 @@ static void carve(ZyCarver *cv, void *cache) {
     const size_t Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
     const size_t P = c->conv_pad, TE = P + n, rd = cfg_rotary_dim(f), L = f->num_layers;
     for (size_t l = 0; l < L; l++) {
-        c->k[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
-        c->v[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
+        c->k[l] = kv_carve(cv, B * c->max_len * Ck, c->kv_bf16);
+        c->v[l] = kv_carve(cv, B * c->max_len * Ck, c->kv_bf16);
         c->conv_state[l] = ZY_CARVE_F(cv, B * P * C);
         c->vd_prev[l] = ZY_CARVE_F(cv, B * half);
     }
@@ -131,6 +137,11 @@ static void *carve_on_device(void (*carve)(ZyCarver *, void *), void *owner, siz
 }
 
 int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err) {
+    return gpu_kvcache_create_kv(out, gm, batch, max_len, chunk, 0, err);
+}
+
+int gpu_kvcache_create_kv(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, int kv_bf16,
+                          ZyErr *err) {
     *out = NULL;
     const ZayaConfig *f = &gm->cfg;
     if (chunk <= 0) chunk = KV_DEFAULT_CHUNK;
@@ -144,7 +155,7 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
         return zy_fail(err, "out of memory");
     }
     c->v = c->k + L, c->conv_state = c->k + 2 * L, c->vd_prev = c->k + 3 * L;
-    c->gm = gm, c->batch = batch, c->max_len = max_len, c->chunk = chunk;
+    c->gm = gm, c->batch = batch, c->max_len = max_len, c->chunk = chunk, c->kv_bf16 = kv_bf16 != 0;
     c->conv_pad = f->attention == ZY_ATTN_CCA ? (f->cca_time0 - 1) + (f->cca_time1 - 1) : 0;
     c->h_tokens = malloc((size_t)batch * chunk * sizeof(int32_t));
     if (!c->h_tokens) {
@@ -211,11 +222,18 @@ static void append_kv_attend(GpuKVCache *c, int l, int n) {
     const ZayaConfig *f = &c->gm->cfg;
     GkStream st = c->gm->g.stream;
     const int B = c->batch, Ck = cfg_k_channels(f), p0 = c->len;
-    const long seq = (long)c->max_len * Ck;
-    gk_copy_rows(st, c->k[l] + (long)p0 * Ck, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
-    gk_copy_rows(st, c->v[l] + (long)p0 * Ck, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
-    gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, f->num_heads,
-                        f->num_kv_heads, f->head_dim, layer_geom(c, l).window);
+    const long seq = (long)c->max_len * Ck, at = (long)p0 * Ck;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, dh = f->head_dim, window = layer_geom(c, l).window;
+    if (c->kv_bf16) {
+        gk_copy_rows_bf16(st, kv16(c->k[l]) + at, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
+        gk_copy_rows_bf16(st, kv16(c->v[l]) + at, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
+        gk_decode_attention_bf16(st, c->s.attn_out, c->s.query, kv16(c->k[l]), kv16(c->v[l]), B, n, p0, c->max_len,
+                                 Hq, Hkv, dh, window);
+        return;
+    }
+    gk_copy_rows(st, c->k[l] + at, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
+    gk_copy_rows(st, c->v[l] + at, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
+    gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, Hq, Hkv, dh, window);
 }
 
 /* CCA on u for the new rows: appends k̂ and v, updates the convolution and delayed-value state, writes proj. */
@@ -411,6 +429,7 @@ enum { D_TOKEN, D_POS, D_SEQ, D_XROW, D_PHYS, D_SLOT, D_XIN, D_XOUT, D_FIRST, D_
 struct GpuKVPool {
     GpuModel *gm;
     int max_seqs, max_len, block_tokens, n_blocks, max_blocks, max_rows, chunk, conv_pad;
+    int kv_bf16;               /* k and v hold bf16 values (kv_carve) */
     /* host bookkeeping, as KVPool's and through the same code (decode.h's kvblocks_*) */
     int32_t *table;            /* [max_seqs, max_blocks] */
     int *len, *n_held;         /* per slot */
@@ -436,8 +455,8 @@ static void carve_pool(ZyCarver *cv, void *pool) {
     const size_t Ck = cfg_k_channels(f), C = cfg_conv_channels(f), k1 = f->cca_time1;
     const size_t rows_kv = (size_t)p->n_blocks * p->block_tokens, SN = S < R ? S : R;
     for (size_t l = 0; l < L; l++) {
-        p->k[l] = ZY_CARVE_F(cv, rows_kv * Ck);
-        p->v[l] = ZY_CARVE_F(cv, rows_kv * Ck);
+        p->k[l] = kv_carve(cv, rows_kv * Ck, p->kv_bf16);
+        p->v[l] = kv_carve(cv, rows_kv * Ck, p->kv_bf16);
     }
     p->state = ZY_CARVE_F(cv, S * p->slot_state);
     p->cache_bytes = cv->used;
@@ -475,6 +494,11 @@ void gpu_kvpool_free(GpuKVPool *p) {
 
 int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
                       int max_rows, int chunk, ZyErr *err) {
+    return gpu_kvpool_create_kv(out, gm, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, 0, err);
+}
+
+int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                         int max_rows, int chunk, int kv_bf16, ZyErr *err) {
     *out = NULL;
     const ZayaConfig *f = &gm->cfg;
     /* kvpool_create's checks and words */
@@ -492,7 +516,7 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
         return zy_fail(err, "out of memory");
     }
     p->v = p->k + L;
-    p->gm = gm;
+    p->gm = gm, p->kv_bf16 = kv_bf16 != 0;
     p->max_seqs = max_seqs, p->max_len = max_len, p->block_tokens = block_tokens, p->n_blocks = n_blocks;
     p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
     p->chunk = chunk < max_len ? chunk : max_len;
@@ -617,12 +641,20 @@ static LayerGeom pool_geom(const GpuKVPool *p, int l) {
 static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l) {
     const ZayaConfig *f = &p->gm->cfg;
     GkStream st = p->gm->g.stream;
-    const int Ck = cfg_k_channels(f);
+    const int Ck = cfg_k_channels(f), Hq = f->num_heads, Hkv = f->num_kv_heads, dh = f->head_dim;
+    const int window = pool_geom(p, l).window;
+    if (p->kv_bf16) {
+        gk_copy_rows_idx_bf16(st, kv16(p->k[l]), Ck, desc(p, D_PHYS), p->s.key, Ck, NULL, Ck, ps->N);
+        gk_copy_rows_idx_bf16(st, kv16(p->v[l]), Ck, desc(p, D_PHYS), p->s.value, Ck, NULL, Ck, ps->N);
+        gk_paged_decode_attention_bf16(st, p->s.attn_out, p->s.query, kv16(p->k[l]), kv16(p->v[l]), desc(p, D_SEQ),
+                                       desc(p, D_POS), desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq,
+                                       Hkv, dh, window);
+        return;
+    }
     gk_copy_rows_idx(st, p->k[l], Ck, desc(p, D_PHYS), p->s.key, Ck, NULL, Ck, ps->N);
     gk_copy_rows_idx(st, p->v[l], Ck, desc(p, D_PHYS), p->s.value, Ck, NULL, Ck, ps->N);
     gk_paged_decode_attention(st, p->s.attn_out, p->s.query, p->k[l], p->v[l], desc(p, D_SEQ), desc(p, D_POS),
-                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, f->num_heads, f->num_kv_heads,
-                              f->head_dim, pool_geom(p, l).window);
+                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window);
 }
 
 /* cca_decode for a ragged batch: the same steps, each sequence's state gathered from and scattered to its slot. */
