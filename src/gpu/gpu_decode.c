@@ -446,6 +446,11 @@ struct GpuKVPool {
     size_t off[D_COUNT + 1];   /* their offsets (ints) */
     void *block;
     size_t bytes, cache_bytes;
+    /* ZAYA_GPU_GRAPHS=1: each step shape's device work captured once as a CUDA graph, then replayed (pool_step_run) */
+    int graphs_on;
+    struct StepGraph *graphs;  /* POOL_GRAPHS of them, filled round robin */
+    int n_graphs, next_graph;
+    const void *graph_bufs[4]; /* the scratch the graphs were captured over (a regrown buffer retires them) */
 };
 
 static void carve_pool(ZyCarver *cv, void *pool) {
@@ -479,8 +484,12 @@ static void carve_pool(ZyCarver *cv, void *pool) {
     s->logits = ZY_CARVE_F(cv, SN * V);
 }
 
+static void pool_graphs_clear(GpuKVPool *p);
+
 void gpu_kvpool_free(GpuKVPool *p) {
     if (!p) return;
+    pool_graphs_clear(p);
+    free(p->graphs);
     if (p->block) {
         ZyErr ignore;
         gpu_use(&p->gm->g, &ignore);
@@ -548,6 +557,13 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
         gpu_kvpool_free(p);
         return -1;
     }
+    const char *graphs = getenv("ZAYA_GPU_GRAPHS");
+    if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
+        gpu_kvpool_free(p);
+        return zy_fail(err, "ZAYA_GPU_GRAPHS=%s: expected 1 (decoding steps replayed as CUDA graphs) or 0 (off, the "
+                       "default)", graphs);
+    }
+    p->graphs_on = graphs && !strcmp(graphs, "1");
     /* bf16 products round their activation operand into scratch: at most max_rows rows of the widest of them */
     size_t wide = (size_t)f->hidden_size;
     const size_t others[3] = {(size_t)cfg_q_channels(f), (size_t)f->router_hidden_size, (size_t)f->moe_intermediate_size};
@@ -583,6 +599,7 @@ int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) {
 int gpu_kvpool_len(const GpuKVPool *p, int slot) { return p->len[slot]; }
 int gpu_kvpool_free_blocks(const GpuKVPool *p) { return p->n_free; }
 size_t gpu_kvpool_bytes(const GpuKVPool *p) { return p->cache_bytes; }
+int gpu_kvpool_graphs(const GpuKVPool *p) { return p->n_graphs; }
 
 /* How one step is laid out: its rows, sequences and the two convolution groups (single-token sequences, padded to
  * P + 1 rows, then the others, each padded to P + the longest of them: the convolution is causal, so the padding rows
@@ -628,6 +645,24 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
     ps->N = row;
     /* the descriptors up to the last sequence's table row (the rest of each table row is never read) */
     gpu_upload_async(&p->gm->g, p->d_desc, h, (o[D_TABLE] + (size_t)n_seqs * MB) * sizeof(int32_t));
+}
+
+/* ---- CUDA graphs of a step (ZAYA_GPU_GRAPHS=1; off by default until measured on a GPU) -------------------------
+ * A step's device work depends on the step only through its shape (rows, sequences, wanted logits, the two
+ * convolution groups): positions, slots and blocks are read from the descriptors on the device. So each shape is
+ * captured once and replayed; the descriptors go up before the replay, outside the graph. Only bf16 runs with the
+ * experts grouped can be captured (fp32's per-expert products wait for each layer's sizes); a refused capture turns
+ * graphs off for the pool and the step runs as launches. */
+#define POOL_GRAPHS 16
+struct StepGraph {
+    PoolStep shape;
+    int want_logits;
+    void *exec;
+};
+
+static void pool_graphs_clear(GpuKVPool *p) {
+    for (int i = 0; i < p->n_graphs; i++) gpu_graph_free(p->graphs[i].exec);
+    p->n_graphs = p->next_graph = 0;
 }
 
 static LayerGeom pool_geom(const GpuKVPool *p, int l) {
@@ -726,6 +761,64 @@ static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const Laye
         (f->attention == ZY_ATTN_CCA ? cca_decode : mha_decode)(a->c, W, l, a->n);
 }
 
+/* The step's device work after its descriptors went up: the layers, then the rows that want logits through lm_head
+ * (packed). */
+static void pool_step_work(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int want_logits) {
+    const ZayaConfig *f = &gm->cfg;
+    GpuDecodeScratch *s = &p->s;
+    DecodeAttend da = {.p = p, .ps = ps};
+    decode_layers(gm, s, ps->N, &da);
+    if (!want_logits || gm->failed) return;
+    gk_gather_rows(gm->g.stream, s->last_rows, s->u, desc(p, D_LOGIT), ps->n_logits, NULL, f->hidden_size);
+    gpu_mm_wt(gm, ps->n_logits, f->vocab_size, f->hidden_size, s->last_rows, f->hidden_size, gm->w.lm_head,
+              gpu_bf16_of(gm, gm->w.lm_head), s->logits, f->vocab_size);
+}
+
+static int same_shape(const PoolStep *a, const PoolStep *b) {
+    return a->N == b->N && a->n_seqs == b->n_seqs && a->n_logits == b->n_logits && a->B0 == b->B0 &&
+           a->TE0 == b->TE0 && a->B1 == b->B1 && a->TE1 == b->TE1;
+}
+
+/* The graph of this shape, captured now if there is none; NULL when graphs are off (or were just turned off). */
+static struct StepGraph *pool_graph(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int want_logits) {
+    if (!p->graphs_on || gm->tm || !gm->bf16 || !gpu_model_experts_grouped(gm)) return NULL;
+    const void *bufs[4] = {gm->g.scratch[0], gm->g.scratch[1], gm->op16[0], gm->op16[1]};
+    if (memcmp(bufs, p->graph_bufs, sizeof bufs)) { /* a buffer the graphs point into moved */
+        pool_graphs_clear(p);
+        memcpy(p->graph_bufs, bufs, sizeof bufs);
+    }
+    for (int i = 0; i < p->n_graphs; i++)
+        if (p->graphs[i].want_logits == want_logits && same_shape(&p->graphs[i].shape, ps)) return &p->graphs[i];
+    if (!p->graphs && !(p->graphs = calloc(POOL_GRAPHS, sizeof *p->graphs))) return NULL;
+    ZyErr ignore;
+    void *exec = NULL;
+    gm->failed = 0;
+    if (gpu_graph_begin(&gm->g, &ignore)) return p->graphs_on = 0, NULL;
+    pool_step_work(gm, p, ps, want_logits);
+    if (gpu_graph_end(&gm->g, &exec, &ignore) || gm->failed) { /* nothing ran: the step runs as launches instead */
+        gpu_graph_free(exec);
+        gm->failed = 0;
+        return p->graphs_on = 0, NULL;
+    }
+    struct StepGraph *g = &p->graphs[p->next_graph];
+    if (p->next_graph < p->n_graphs) gpu_graph_free(g->exec); /* the oldest one makes room */
+    *g = (struct StepGraph){.shape = *ps, .want_logits = want_logits, .exec = exec};
+    p->next_graph = (p->next_graph + 1) % POOL_GRAPHS;
+    if (p->n_graphs < POOL_GRAPHS) p->n_graphs++;
+    return g;
+}
+
+/* pool_step_work as one graph launch where graphs are on, else as launches. */
+static void pool_step_run(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int want_logits) {
+    struct StepGraph *g = pool_graph(gm, p, ps, want_logits);
+    if (!g) {
+        pool_step_work(gm, p, ps, want_logits);
+        return;
+    }
+    ZyErr e;
+    if (gpu_graph_launch(&gm->g, g->exec, &e) && !gm->failed) gm->failed = 1, gm->err = e;
+}
+
 /* A fault after the step's first write: its sequences start over (their states no longer match their lengths). */
 static int pool_step_failed(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs) {
     for (int i = 0; i < n_seqs; i++) gpu_kvpool_seq_reset(p, seqs[i].slot);
@@ -743,32 +836,24 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     int N; /* the wanted logits are counted by pool_plan */
     if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, NULL, err)) return -1;
     if (gpu_use(&gm->g, err)) return -1;
-    const Weights *w = &gm->w;
-    GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &p->s;
-    const int D = f->hidden_size, V = f->vocab_size;
+    const int V = f->vocab_size;
     if (gm->bf16 && gm->bf16_stale) { /* bf16 products read bf16 copies of the weights */
-        gk_f32_to_bf16(st, gm->params16, gm->params, (long)gm->host->params.total);
+        gk_f32_to_bf16(gm->g.stream, gm->params16, gm->params, (long)gm->host->params.total);
         gm->bf16_stale = 0;
     }
     gm->failed = 0;
     PoolStep ps;
     pool_plan(p, seqs, n_seqs, tokens, &ps);
-    DecodeAttend da = {.p = p, .ps = &ps};
-    decode_layers(gm, s, N, &da);
-    if (gm->failed) {
-        *err = gm->err;
-        return pool_step_failed(p, seqs, n_seqs);
-    }
-    if (!logits || !ps.n_logits) { /* the step's faults surface here, before the lengths move */
+    /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places
+     * (back to front: no overlap), as model_decode_step */
+    const int want_logits = logits && ps.n_logits;
+    pool_step_run(gm, p, &ps, want_logits);
+    if (!want_logits && !gm->failed) { /* the step's faults surface here, before the lengths move */
         if (gpu_sync(&gm->g, "a decoding step", err)) return pool_step_failed(p, seqs, n_seqs);
         for (int i = 0; i < n_seqs; i++) p->len[seqs[i].slot] += seqs[i].n;
         return 0;
     }
-    /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places
-     * (back to front: no overlap), as model_decode_step */
-    gk_gather_rows(st, s->last_rows, s->u, desc(p, D_LOGIT), ps.n_logits, NULL, D);
-    gpu_mm_wt(gm, ps.n_logits, V, D, s->last_rows, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);
     if (gm->failed) {
         *err = gm->err;
         return pool_step_failed(p, seqs, n_seqs);

@@ -65,6 +65,10 @@ int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens);
 int gpu_kvpool_len(const GpuKVPool *p, int slot); /* tokens cached for slot */
 int gpu_kvpool_free_blocks(const GpuKVPool *p);
 size_t gpu_kvpool_bytes(const GpuKVPool *p);      /* k̂, v and the per-slot state on the device */
+/* ZAYA_GPU_GRAPHS=1 (read by gpu_kvpool_create; 0, the default, is off): each step shape's device work is captured
+ * once as a CUDA graph and replayed (bf16 runs with grouped experts; a refused capture turns graphs off for the pool).
+ * The graphs held now (0 when off). */
+int gpu_kvpool_graphs(const GpuKVPool *p);
 
 /* model_decode_step on the GPU: the same ragged batch (seqs[i] adds tokens[row_i .. row_i + n_i) to its slot), the
  * same logits (seqs[i]'s last row at logits[i*V] where wanted; only those rows go through lm_head), the same checks

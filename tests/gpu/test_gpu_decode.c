@@ -346,6 +346,11 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             gt_assert(t, e <= tol && rows_over * 10 <= n_rows, name, "rel err %.2e (tol %.0e), %d of %ld rows over",
                       e, tol, rows_over, n_rows);
         }
+        const char *graphs = getenv("ZAYA_GPU_GRAPHS");
+        if (graphs && !strcmp(graphs, "1")) { /* the steps did run as graphs (none refused) */
+            snprintf(name, sizeof name, "%s: steps replayed as CUDA graphs", label);
+            gt_assert(t, gpu_kvpool_graphs(pp.gpu) > 0, name, "no graph captured (capture refused?)");
+        }
     }
     free(tokens), free(seqs), free(who), free(running), free(rq);
     pair_free(&pp);
@@ -644,6 +649,11 @@ static void test_gpu_pool(GpuTest *t) {
     dense.moe = ZY_MOE_DENSE;
     compare_pool(t, "pool bf16: dense MLP", &dense, &small, 1, 6e-2);
     compare_pool(t, "pool bf16: zaya1", &c, &small, 1, 1e-1);
+    /* the same steps replayed as CUDA graphs (ZAYA_GPU_GRAPHS=1: one capture per step shape), the same bars */
+    setenv("ZAYA_GPU_GRAPHS", "1", 1);
+    compare_pool(t, "pool bf16, CUDA graphs: dense MLP", &dense, &small, 1, 6e-2);
+    compare_pool(t, "pool bf16, CUDA graphs: zaya1", &c, &small, 1, 1e-1);
+    unsetenv("ZAYA_GPU_GRAPHS");
     /* the bf16 KV cache (--kv-dtype bf16) on both sides, fp32 products: both round the same k̂ / v, which differ by
      * fp32 noise (~1e-6), so only the few that sit on a rounding edge (about 1e-6 / 2^-8, 3e-4 of them) land one bf16
      * step (2^-8) apart: 1e-3 holds that with room */
