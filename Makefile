@@ -59,7 +59,8 @@ NCCL      ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(filter 1,$(NCCL)),-lnccl) -lcublasLt -lcudart -lstdc++
 $(BUILD)/src/gpu/gpu_comm.o: CFLAGS += -isystem $(CUDA_HOME)/include $(if $(filter 1,$(NCCL)),,-DZAYA_NO_NCCL)
 else
-GPU_SRC   := src/gpu/gpu_none.c
+# gpu_weight_upload.c is host code (what goes up, from where): built here too, so the unit tests walk it
+GPU_SRC   := src/gpu/gpu_none.c src/gpu/gpu_weight_upload.c
 GPU_CU    :=
 endif
 

@@ -144,7 +144,7 @@ static int compare_with_f32(const Model *m, const Model *m32, const char *name, 
 /* The GPU run: batch sequences prefilled with `context` tokens each, then `new_tokens` steps of one token per
  * sequence, each step's last logits copied to the host as sampling needs them. */
 static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batch, int context, int new_tokens, int bf16,
-                            ZyErr *err) {
+                            int kv_bf16, ZyErr *err) {
     GpuModel *gm = NULL;
     GpuKVCache *c = NULL;
     const int total = context + new_tokens, V = m->cfg.vocab_size;
@@ -156,7 +156,7 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         zy_fail(err, "out of memory");
         goto done;
     }
-    if (gpu_model_create(&gm, m, gpu_index, 1, 1, bf16, 0, err) || gpu_kvcache_create(&c, gm, batch, total, 0, err))
+    if (gpu_model_create(&gm, m, gpu_index, 1, 1, bf16, 0, err) || gpu_kvcache_create_kv(&c, gm, batch, total, 0, kv_bf16, err))
         goto done;
     ZyRng rng;
     zy_rng_seed(&rng, 3);
@@ -195,9 +195,9 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
     printf("weights      %.1f MB of %s matrices read per step (%.1f GB/s at the median step)\n",
            weight_bytes_per_token(&m->cfg, bf16 ? 2 : 4) / 1e6, bf16 ? "bf16" : "f32",
            weight_bytes_per_token(&m->cfg, bf16 ? 2 : 4) / median / 1e9);
-    printf("KV cache     %zu bytes per token (fp32 k and v, %d layers); %.2f MB for %d x %d tokens; GPU memory in use "
-           "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, 0), m->cfg.num_layers,
-           kvcache_bytes_per_token(&m->cfg, 0) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
+    printf("KV cache     %zu bytes per token (%s k and v, %d layers); %.2f MB for %d x %d tokens; GPU memory in use "
+           "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, kv_bf16), kv_bf16 ? "bf16" : "fp32", m->cfg.num_layers,
+           kvcache_bytes_per_token(&m->cfg, kv_bf16) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
     printf("json         {\"device\": \"cuda\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, "
            "\"prefill_tokens_per_s\": %.1f}\n", batch, (double)batch * new_tokens / sum, 1e3 * median,
            (double)batch * context / prefill);
@@ -257,11 +257,12 @@ int bench_decode(int argc, char **argv) {
         goto done;
     }
     if (threads > 0) omp_set_num_threads(threads);
-    if (ma.gpu) { /* the fp32 weights go up; the GPU makes its own bf16 copy */
-        if (load_model(&m, model_dir, config_path, 0, &err)) goto done;
+    if (ma.gpu) { /* a bf16 folder goes up from its mapped files; an fp32 one (or a --config init) as fp32, the GPU
+                   * making its own bf16 copy */
+        if (load_model(&m, model_dir, config_path, model_dir && ma.bf16 ? MODEL_DTYPE_BF16 : 0, &err)) goto done;
         have_model = 1;
         if (bench_decode_gpu(model_dir ? model_dir : config_path, &m, ma.gpu_index, batch, context, new_tokens, ma.bf16,
-                             &err))
+                             ma.kv_bf16, &err))
             goto done;
         rc = 0;
         goto done;

@@ -227,7 +227,7 @@ int cmd_generate(int argc, char **argv) {
     int max_len = need < m.cfg.max_position_embeddings ? (int)need : m.cfg.max_position_embeddings;
     if (ma.gpu) {
         if (gpu_model_create(&gm, &m, ma.gpu_index, 1, 1, ma.bf16, 0, &err) ||
-            gpu_kvcache_create(&gc, gm, 1, max_len, 0, &err))
+            gpu_kvcache_create_kv(&gc, gm, 1, max_len, 0, ma.kv_bf16, &err))
             goto fail;
         fprintf(stderr, "device            GPU %s\n", gpu_model_device(gm));
     } else {

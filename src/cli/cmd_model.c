@@ -167,7 +167,9 @@ int cmd_forward(int argc, char **argv) {
         zy_fail(&err, "forward: --grads-out needs --dtype f32 (%s weights are for inference: no gradients)", dtype);
         goto fail;
     }
-    if (ma.bf16 || ma.quant_bits ? model_args_load(&ma, &m, &err) : model_load_dir(&m, model_dir, &err)) goto fail;
+    /* on a GPU forward runs fp32 products over the fp32 weights (what the oracle checks), --dtype bf16 or not */
+    if ((ma.bf16 && !ma.gpu) || ma.quant_bits ? model_args_load(&ma, &m, &err) : model_load_dir(&m, model_dir, &err))
+        goto fail;
     have_model = 1;
     if (npy_read_tokens(tokens_path, &tokens, &ndim, shape, &err)) goto fail;
     if (ndim == 1) { /* a single sequence */

@@ -77,11 +77,11 @@ static void gpu_destroy(void *x) {
 /* arg: the GpuModel (it outlives the engine). */
 static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max_seqs, int max_len, int n_blocks,
                             int block_tokens, int max_rows, int chunk, int kv_bf16, ZyErr *err) {
-    (void)kv_bf16; /* always 0 here: kv_dtype_resolve refuses bf16 on a GPU */
     GpuServe *g = calloc(1, sizeof *g);
     if (!g) return zy_fail(err, "out of memory");
     g->gm = arg;
-    if (gpu_kvpool_create(&g->pool, g->gm, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, err)) {
+    if (gpu_kvpool_create_kv(&g->pool, g->gm, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, kv_bf16,
+                             err)) {
         free(g);
         return -1;
     }
@@ -180,7 +180,7 @@ int cmd_serve(int argc, char **argv) {
     }
     GenerationConfig gen;
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
-    /* the GPU's pool is fp32: --kv-dtype auto means f32 there, and bf16 is refused before the model loads */
+    /* --kv-dtype auto means f32 on a GPU (its bf16 pool is not measured yet) */
     if (model_args_dtype(&ma, &err) || model_args_kv_dtype(&ma, &err) || model_args_load(&ma, &m, &err)) goto fail;
     have_model = 1;
     model_args_print_quant(&ma, &m);

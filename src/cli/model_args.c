@@ -40,7 +40,8 @@ int model_args_quant_device(const ModelArgs *a, ZyErr *err) {
 
 int model_args_load(const ModelArgs *a, Model *m, ZyErr *err) {
     if (model_args_quant_device(a, err)) return -1;
-    if (model_load_dir_as(m, a->dir, a->gpu ? 0 : a->quant_bits ? a->quant_bits : a->bf16, err)) return -1;
+    /* on a GPU, bf16 loads mapped too: its matrices go up from the files (gpu_weight_upload.h), no fp32 host copy */
+    if (model_load_dir_as(m, a->dir, a->quant_bits ? a->quant_bits : a->bf16, err)) return -1;
     model_drop_grads(m); /* inference: no backward */
     return 0;
 }

@@ -24,8 +24,9 @@ int model_args_device(ModelArgs *a, ZyErr *err);
 int model_args_kv_dtype(ModelArgs *a, ZyErr *err);
 /* Quantized weights on a GPU: an error naming the command, --device and the folder (no GPU kernels read them). */
 int model_args_quant_device(const ModelArgs *a, ZyErr *err);
-/* The model for inference, without gradients; a GPU gets the fp32 weights (it makes its own bf16 copy), and
- * quantized ones are refused there (the quantized kernels are the CPU's). */
+/* The model for inference, without gradients, as --dtype says on either device: bf16 is the mapped load (no fp32
+ * host arena; a GPU uploads the bf16 matrices from the files and widens them itself), and quantized weights are
+ * refused on a GPU (the quantized kernels are the CPU's). */
 int model_args_load(const ModelArgs *a, Model *m, ZyErr *err);
 /* The tokenizer at path for m: one with more tokens than the model's vocabulary is refused (*tok is set either way:
  * the caller frees it). */

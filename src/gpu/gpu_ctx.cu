@@ -174,6 +174,37 @@ extern "C" int gpu_sync(GpuCtx *g, const char *what, ZyErr *err) {
     return 0;
 }
 
+/* ---- CUDA graphs (gpu.h) ---- */
+
+extern "C" int gpu_graph_begin(GpuCtx *g, ZyErr *err) {
+    const gpuError_t e = gpuStreamBeginCapture(g->stream, gpuStreamCaptureModeThreadLocal);
+    return e == gpuSuccess ? 0 : zy_fail(err, "starting a graph capture: %s", gpuGetErrorString(e));
+}
+
+extern "C" int gpu_graph_end(GpuCtx *g, void **exec, ZyErr *err) {
+    *exec = NULL;
+    gpuGraph_t graph = NULL;
+    gpuError_t e = gpuStreamEndCapture(g->stream, &graph);
+    gpuGraphExec_t x = NULL;
+    if (e == gpuSuccess) e = gpuGraphInstantiateWithFlags(&x, graph, 0);
+    if (graph) gpuGraphDestroy(graph);
+    if (e != gpuSuccess) {
+        gpuGetLastError(); /* a refused capture is not a fault of the stream */
+        return zy_fail(err, "capturing a graph: %s", gpuGetErrorString(e));
+    }
+    *exec = (void *)x;
+    return 0;
+}
+
+extern "C" int gpu_graph_launch(GpuCtx *g, void *exec, ZyErr *err) {
+    const gpuError_t e = gpuGraphLaunch((gpuGraphExec_t)exec, g->stream);
+    return e == gpuSuccess ? 0 : zy_fail(err, "launching a graph: %s", gpuGetErrorString(e));
+}
+
+extern "C" void gpu_graph_free(void *exec) {
+    if (exec) gpuGraphExecDestroy((gpuGraphExec_t)exec);
+}
+
 extern "C" void *gpu_alloc(size_t bytes, const char *what, ZyErr *err) {
     void *p = NULL;
     gpuError_t e = gpuMalloc(&p, bytes ? bytes : 16);

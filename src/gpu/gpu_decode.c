@@ -24,6 +24,7 @@ typedef struct {
 struct GpuKVCache {
     GpuModel *gm;
     int batch, max_len, chunk, len, conv_pad;
+    int kv_bf16;                             /* k and v hold bf16 values (kv_carve) */
     float **k, **v, **conv_state, **vd_prev; /* per layer, device */
     float *rope_cos, *rope_sin;
     float *rope_cos_sw, *rope_sin_sw; /* the sliding-window layers' own tables (NULL without such layers) */
@@ -60,6 +61,11 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     layer_acts_carve_moe(cv, &s->moe, f, N, 1);
 }
 
+/* n cached k̂ or v values: floats, or bf16 values in half as many floats' room (kv_bf16: the pointer is then read
+ * as uint16_t *, by kv16) */
+static float *kv_carve(ZyCarver *cv, size_t n, int kv_bf16) { return ZY_CARVE_F(cv, kv_bf16 ? (n + 1) / 2 : n); }
+static uint16_t *kv16(float *p) { return (uint16_t *)(void *)p; }
+
 static void carve(ZyCarver *cv, void *cache) {
     GpuKVCache *c = cache;
     const ZayaConfig *f = &c->gm->cfg;
@@ -67,8 +73,8 @@ static void carve(ZyCarver *cv, void *cache) {
     const size_t Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
     const size_t P = c->conv_pad, TE = P + n, rd = cfg_rotary_dim(f), L = f->num_layers;
     for (size_t l = 0; l < L; l++) {
-        c->k[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
-        c->v[l] = ZY_CARVE_F(cv, B * c->max_len * Ck);
+        c->k[l] = kv_carve(cv, B * c->max_len * Ck, c->kv_bf16);
+        c->v[l] = kv_carve(cv, B * c->max_len * Ck, c->kv_bf16);
         c->conv_state[l] = ZY_CARVE_F(cv, B * P * C);
         c->vd_prev[l] = ZY_CARVE_F(cv, B * half);
     }
@@ -131,6 +137,11 @@ static void *carve_on_device(void (*carve)(ZyCarver *, void *), void *owner, siz
 }
 
 int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err) {
+    return gpu_kvcache_create_kv(out, gm, batch, max_len, chunk, 0, err);
+}
+
+int gpu_kvcache_create_kv(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, int kv_bf16,
+                          ZyErr *err) {
     *out = NULL;
     const ZayaConfig *f = &gm->cfg;
     if (chunk <= 0) chunk = KV_DEFAULT_CHUNK;
@@ -144,7 +155,7 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
         return zy_fail(err, "out of memory");
     }
     c->v = c->k + L, c->conv_state = c->k + 2 * L, c->vd_prev = c->k + 3 * L;
-    c->gm = gm, c->batch = batch, c->max_len = max_len, c->chunk = chunk;
+    c->gm = gm, c->batch = batch, c->max_len = max_len, c->chunk = chunk, c->kv_bf16 = kv_bf16 != 0;
     c->conv_pad = f->attention == ZY_ATTN_CCA ? (f->cca_time0 - 1) + (f->cca_time1 - 1) : 0;
     c->h_tokens = malloc((size_t)batch * chunk * sizeof(int32_t));
     if (!c->h_tokens) {
@@ -211,11 +222,18 @@ static void append_kv_attend(GpuKVCache *c, int l, int n) {
     const ZayaConfig *f = &c->gm->cfg;
     GkStream st = c->gm->g.stream;
     const int B = c->batch, Ck = cfg_k_channels(f), p0 = c->len;
-    const long seq = (long)c->max_len * Ck;
-    gk_copy_rows(st, c->k[l] + (long)p0 * Ck, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
-    gk_copy_rows(st, c->v[l] + (long)p0 * Ck, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
-    gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, f->num_heads,
-                        f->num_kv_heads, f->head_dim, layer_geom(c, l).window);
+    const long seq = (long)c->max_len * Ck, at = (long)p0 * Ck;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, dh = f->head_dim, window = layer_geom(c, l).window;
+    if (c->kv_bf16) {
+        gk_copy_rows_bf16(st, kv16(c->k[l]) + at, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
+        gk_copy_rows_bf16(st, kv16(c->v[l]) + at, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
+        gk_decode_attention_bf16(st, c->s.attn_out, c->s.query, kv16(c->k[l]), kv16(c->v[l]), B, n, p0, c->max_len,
+                                 Hq, Hkv, dh, window);
+        return;
+    }
+    gk_copy_rows(st, c->k[l] + at, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
+    gk_copy_rows(st, c->v[l] + at, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
+    gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, Hq, Hkv, dh, window);
 }
 
 /* CCA on u for the new rows: appends k̂ and v, updates the convolution and delayed-value state, writes proj. */
@@ -411,6 +429,7 @@ enum { D_TOKEN, D_POS, D_SEQ, D_XROW, D_PHYS, D_SLOT, D_XIN, D_XOUT, D_FIRST, D_
 struct GpuKVPool {
     GpuModel *gm;
     int max_seqs, max_len, block_tokens, n_blocks, max_blocks, max_rows, chunk, conv_pad;
+    int kv_bf16;               /* k and v hold bf16 values (kv_carve) */
     /* host bookkeeping, as KVPool's and through the same code (decode.h's kvblocks_*) */
     int32_t *table;            /* [max_seqs, max_blocks] */
     int *len, *n_held;         /* per slot */
@@ -427,6 +446,11 @@ struct GpuKVPool {
     size_t off[D_COUNT + 1];   /* their offsets (ints) */
     void *block;
     size_t bytes, cache_bytes;
+    /* ZAYA_GPU_GRAPHS=1: each step shape's device work captured once as a CUDA graph, then replayed (pool_step_run) */
+    int graphs_on;
+    struct StepGraph *graphs;  /* POOL_GRAPHS of them, filled round robin */
+    int n_graphs, next_graph;
+    const void *graph_bufs[4]; /* the scratch the graphs were captured over (a regrown buffer retires them) */
 };
 
 static void carve_pool(ZyCarver *cv, void *pool) {
@@ -436,8 +460,8 @@ static void carve_pool(ZyCarver *cv, void *pool) {
     const size_t Ck = cfg_k_channels(f), C = cfg_conv_channels(f), k1 = f->cca_time1;
     const size_t rows_kv = (size_t)p->n_blocks * p->block_tokens, SN = S < R ? S : R;
     for (size_t l = 0; l < L; l++) {
-        p->k[l] = ZY_CARVE_F(cv, rows_kv * Ck);
-        p->v[l] = ZY_CARVE_F(cv, rows_kv * Ck);
+        p->k[l] = kv_carve(cv, rows_kv * Ck, p->kv_bf16);
+        p->v[l] = kv_carve(cv, rows_kv * Ck, p->kv_bf16);
     }
     p->state = ZY_CARVE_F(cv, S * p->slot_state);
     p->cache_bytes = cv->used;
@@ -460,8 +484,12 @@ static void carve_pool(ZyCarver *cv, void *pool) {
     s->logits = ZY_CARVE_F(cv, SN * V);
 }
 
+static void pool_graphs_clear(GpuKVPool *p);
+
 void gpu_kvpool_free(GpuKVPool *p) {
     if (!p) return;
+    pool_graphs_clear(p);
+    free(p->graphs);
     if (p->block) {
         ZyErr ignore;
         gpu_use(&p->gm->g, &ignore);
@@ -475,6 +503,11 @@ void gpu_kvpool_free(GpuKVPool *p) {
 
 int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
                       int max_rows, int chunk, ZyErr *err) {
+    return gpu_kvpool_create_kv(out, gm, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, 0, err);
+}
+
+int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                         int max_rows, int chunk, int kv_bf16, ZyErr *err) {
     *out = NULL;
     const ZayaConfig *f = &gm->cfg;
     /* kvpool_create's checks and words */
@@ -492,7 +525,7 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
         return zy_fail(err, "out of memory");
     }
     p->v = p->k + L;
-    p->gm = gm;
+    p->gm = gm, p->kv_bf16 = kv_bf16 != 0;
     p->max_seqs = max_seqs, p->max_len = max_len, p->block_tokens = block_tokens, p->n_blocks = n_blocks;
     p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
     p->chunk = chunk < max_len ? chunk : max_len;
@@ -524,6 +557,13 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
         gpu_kvpool_free(p);
         return -1;
     }
+    const char *graphs = getenv("ZAYA_GPU_GRAPHS");
+    if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
+        gpu_kvpool_free(p);
+        return zy_fail(err, "ZAYA_GPU_GRAPHS=%s: expected 1 (decoding steps replayed as CUDA graphs) or 0 (off, the "
+                       "default)", graphs);
+    }
+    p->graphs_on = graphs && !strcmp(graphs, "1");
     /* bf16 products round their activation operand into scratch: at most max_rows rows of the widest of them */
     size_t wide = (size_t)f->hidden_size;
     const size_t others[3] = {(size_t)cfg_q_channels(f), (size_t)f->router_hidden_size, (size_t)f->moe_intermediate_size};
@@ -559,6 +599,7 @@ int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) {
 int gpu_kvpool_len(const GpuKVPool *p, int slot) { return p->len[slot]; }
 int gpu_kvpool_free_blocks(const GpuKVPool *p) { return p->n_free; }
 size_t gpu_kvpool_bytes(const GpuKVPool *p) { return p->cache_bytes; }
+int gpu_kvpool_graphs(const GpuKVPool *p) { return p->n_graphs; }
 
 /* How one step is laid out: its rows, sequences and the two convolution groups (single-token sequences, padded to
  * P + 1 rows, then the others, each padded to P + the longest of them: the convolution is causal, so the padding rows
@@ -606,6 +647,24 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
     gpu_upload_async(&p->gm->g, p->d_desc, h, (o[D_TABLE] + (size_t)n_seqs * MB) * sizeof(int32_t));
 }
 
+/* ---- CUDA graphs of a step (ZAYA_GPU_GRAPHS=1; off by default until measured on a GPU) -------------------------
+ * A step's device work depends on the step only through its shape (rows, sequences, wanted logits, the two
+ * convolution groups): positions, slots and blocks are read from the descriptors on the device. So each shape is
+ * captured once and replayed; the descriptors go up before the replay, outside the graph. Only bf16 runs with the
+ * experts grouped can be captured (fp32's per-expert products wait for each layer's sizes); a refused capture turns
+ * graphs off for the pool and the step runs as launches. */
+#define POOL_GRAPHS 16
+struct StepGraph {
+    PoolStep shape;
+    int want_logits;
+    void *exec;
+};
+
+static void pool_graphs_clear(GpuKVPool *p) {
+    for (int i = 0; i < p->n_graphs; i++) gpu_graph_free(p->graphs[i].exec);
+    p->n_graphs = p->next_graph = 0;
+}
+
 static LayerGeom pool_geom(const GpuKVPool *p, int l) {
     const ZayaConfig *f = &p->gm->cfg;
     const int sw = cfg_layer_is_sliding(f, l);
@@ -617,12 +676,20 @@ static LayerGeom pool_geom(const GpuKVPool *p, int l) {
 static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l) {
     const ZayaConfig *f = &p->gm->cfg;
     GkStream st = p->gm->g.stream;
-    const int Ck = cfg_k_channels(f);
+    const int Ck = cfg_k_channels(f), Hq = f->num_heads, Hkv = f->num_kv_heads, dh = f->head_dim;
+    const int window = pool_geom(p, l).window;
+    if (p->kv_bf16) {
+        gk_copy_rows_idx_bf16(st, kv16(p->k[l]), Ck, desc(p, D_PHYS), p->s.key, Ck, NULL, Ck, ps->N);
+        gk_copy_rows_idx_bf16(st, kv16(p->v[l]), Ck, desc(p, D_PHYS), p->s.value, Ck, NULL, Ck, ps->N);
+        gk_paged_decode_attention_bf16(st, p->s.attn_out, p->s.query, kv16(p->k[l]), kv16(p->v[l]), desc(p, D_SEQ),
+                                       desc(p, D_POS), desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq,
+                                       Hkv, dh, window);
+        return;
+    }
     gk_copy_rows_idx(st, p->k[l], Ck, desc(p, D_PHYS), p->s.key, Ck, NULL, Ck, ps->N);
     gk_copy_rows_idx(st, p->v[l], Ck, desc(p, D_PHYS), p->s.value, Ck, NULL, Ck, ps->N);
     gk_paged_decode_attention(st, p->s.attn_out, p->s.query, p->k[l], p->v[l], desc(p, D_SEQ), desc(p, D_POS),
-                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, f->num_heads, f->num_kv_heads,
-                              f->head_dim, pool_geom(p, l).window);
+                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window);
 }
 
 /* cca_decode for a ragged batch: the same steps, each sequence's state gathered from and scattered to its slot. */
@@ -694,6 +761,64 @@ static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const Laye
         (f->attention == ZY_ATTN_CCA ? cca_decode : mha_decode)(a->c, W, l, a->n);
 }
 
+/* The step's device work after its descriptors went up: the layers, then the rows that want logits through lm_head
+ * (packed). */
+static void pool_step_work(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int want_logits) {
+    const ZayaConfig *f = &gm->cfg;
+    GpuDecodeScratch *s = &p->s;
+    DecodeAttend da = {.p = p, .ps = ps};
+    decode_layers(gm, s, ps->N, &da);
+    if (!want_logits || gm->failed) return;
+    gk_gather_rows(gm->g.stream, s->last_rows, s->u, desc(p, D_LOGIT), ps->n_logits, NULL, f->hidden_size);
+    gpu_mm_wt(gm, ps->n_logits, f->vocab_size, f->hidden_size, s->last_rows, f->hidden_size, gm->w.lm_head,
+              gpu_bf16_of(gm, gm->w.lm_head), s->logits, f->vocab_size);
+}
+
+static int same_shape(const PoolStep *a, const PoolStep *b) {
+    return a->N == b->N && a->n_seqs == b->n_seqs && a->n_logits == b->n_logits && a->B0 == b->B0 &&
+           a->TE0 == b->TE0 && a->B1 == b->B1 && a->TE1 == b->TE1;
+}
+
+/* The graph of this shape, captured now if there is none; NULL when graphs are off (or were just turned off). */
+static struct StepGraph *pool_graph(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int want_logits) {
+    if (!p->graphs_on || gm->tm || !gm->bf16 || !gpu_model_experts_grouped(gm)) return NULL;
+    const void *bufs[4] = {gm->g.scratch[0], gm->g.scratch[1], gm->op16[0], gm->op16[1]};
+    if (memcmp(bufs, p->graph_bufs, sizeof bufs)) { /* a buffer the graphs point into moved */
+        pool_graphs_clear(p);
+        memcpy(p->graph_bufs, bufs, sizeof bufs);
+    }
+    for (int i = 0; i < p->n_graphs; i++)
+        if (p->graphs[i].want_logits == want_logits && same_shape(&p->graphs[i].shape, ps)) return &p->graphs[i];
+    if (!p->graphs && !(p->graphs = calloc(POOL_GRAPHS, sizeof *p->graphs))) return NULL;
+    ZyErr ignore;
+    void *exec = NULL;
+    gm->failed = 0;
+    if (gpu_graph_begin(&gm->g, &ignore)) return p->graphs_on = 0, NULL;
+    pool_step_work(gm, p, ps, want_logits);
+    if (gpu_graph_end(&gm->g, &exec, &ignore) || gm->failed) { /* nothing ran: the step runs as launches instead */
+        gpu_graph_free(exec);
+        gm->failed = 0;
+        return p->graphs_on = 0, NULL;
+    }
+    struct StepGraph *g = &p->graphs[p->next_graph];
+    if (p->next_graph < p->n_graphs) gpu_graph_free(g->exec); /* the oldest one makes room */
+    *g = (struct StepGraph){.shape = *ps, .want_logits = want_logits, .exec = exec};
+    p->next_graph = (p->next_graph + 1) % POOL_GRAPHS;
+    if (p->n_graphs < POOL_GRAPHS) p->n_graphs++;
+    return g;
+}
+
+/* pool_step_work as one graph launch where graphs are on, else as launches. */
+static void pool_step_run(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int want_logits) {
+    struct StepGraph *g = pool_graph(gm, p, ps, want_logits);
+    if (!g) {
+        pool_step_work(gm, p, ps, want_logits);
+        return;
+    }
+    ZyErr e;
+    if (gpu_graph_launch(&gm->g, g->exec, &e) && !gm->failed) gm->failed = 1, gm->err = e;
+}
+
 /* A fault after the step's first write: its sequences start over (their states no longer match their lengths). */
 static int pool_step_failed(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs) {
     for (int i = 0; i < n_seqs; i++) gpu_kvpool_seq_reset(p, seqs[i].slot);
@@ -711,32 +836,24 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     int N; /* the wanted logits are counted by pool_plan */
     if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, NULL, err)) return -1;
     if (gpu_use(&gm->g, err)) return -1;
-    const Weights *w = &gm->w;
-    GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &p->s;
-    const int D = f->hidden_size, V = f->vocab_size;
+    const int V = f->vocab_size;
     if (gm->bf16 && gm->bf16_stale) { /* bf16 products read bf16 copies of the weights */
-        gk_f32_to_bf16(st, gm->params16, gm->params, (long)gm->host->params.total);
+        gk_f32_to_bf16(gm->g.stream, gm->params16, gm->params, (long)gm->host->params.total);
         gm->bf16_stale = 0;
     }
     gm->failed = 0;
     PoolStep ps;
     pool_plan(p, seqs, n_seqs, tokens, &ps);
-    DecodeAttend da = {.p = p, .ps = &ps};
-    decode_layers(gm, s, N, &da);
-    if (gm->failed) {
-        *err = gm->err;
-        return pool_step_failed(p, seqs, n_seqs);
-    }
-    if (!logits || !ps.n_logits) { /* the step's faults surface here, before the lengths move */
+    /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places
+     * (back to front: no overlap), as model_decode_step */
+    const int want_logits = logits && ps.n_logits;
+    pool_step_run(gm, p, &ps, want_logits);
+    if (!want_logits && !gm->failed) { /* the step's faults surface here, before the lengths move */
         if (gpu_sync(&gm->g, "a decoding step", err)) return pool_step_failed(p, seqs, n_seqs);
         for (int i = 0; i < n_seqs; i++) p->len[seqs[i].slot] += seqs[i].n;
         return 0;
     }
-    /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places
-     * (back to front: no overlap), as model_decode_step */
-    gk_gather_rows(st, s->last_rows, s->u, desc(p, D_LOGIT), ps.n_logits, NULL, D);
-    gpu_mm_wt(gm, ps.n_logits, V, D, s->last_rows, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);
     if (gm->failed) {
         *err = gm->err;
         return pool_step_failed(p, seqs, n_seqs);

@@ -17,6 +17,10 @@ typedef struct GpuKVCache GpuKVCache;
 /* A cache on gm's GPU for `batch` sequences of up to max_len tokens; inputs longer than `chunk` tokens per
  * sequence run in pieces (KV_DEFAULT_CHUNK when 0). */
 int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, ZyErr *err);
+/* The same with k̂ / v held in bf16 when kv_bf16 (--kv-dtype bf16, as the CPU's kvcache_create_kv: rounded
+ * nearest-even when appended, widened exactly when attended, fp32 arithmetic; half the bytes). */
+int gpu_kvcache_create_kv(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, int kv_bf16,
+                          ZyErr *err);
 void gpu_kvcache_free(GpuKVCache *c);
 void gpu_kvcache_reset(GpuKVCache *c);
 int gpu_kvcache_len(const GpuKVCache *c);
@@ -50,6 +54,9 @@ typedef struct GpuKVPool GpuKVPool;
  * memory. */
 int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
                       int max_rows, int chunk, ZyErr *err);
+/* The same with k̂ / v in bf16 when kv_bf16 (as gpu_kvcache_create_kv). */
+int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                         int max_rows, int chunk, int kv_bf16, ZyErr *err);
 void gpu_kvpool_free(GpuKVPool *p);
 /* As kvpool_seq_reset / kvpool_seq_release / kvpool_reserve. */
 void gpu_kvpool_seq_reset(GpuKVPool *p, int slot);
@@ -58,6 +65,10 @@ int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens);
 int gpu_kvpool_len(const GpuKVPool *p, int slot); /* tokens cached for slot */
 int gpu_kvpool_free_blocks(const GpuKVPool *p);
 size_t gpu_kvpool_bytes(const GpuKVPool *p);      /* k̂, v and the per-slot state on the device */
+/* ZAYA_GPU_GRAPHS=1 (read by gpu_kvpool_create; 0, the default, is off): each step shape's device work is captured
+ * once as a CUDA graph and replayed (bf16 runs with grouped experts; a refused capture turns graphs off for the pool).
+ * The graphs held now (0 when off). */
+int gpu_kvpool_graphs(const GpuKVPool *p);
 
 /* model_decode_step on the GPU: the same ragged batch (seqs[i] adds tokens[row_i .. row_i + n_i) to its slot), the
  * same logits (seqs[i]'s last row at logits[i*V] where wanted; only those rows go through lm_head), the same checks

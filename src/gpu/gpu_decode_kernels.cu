@@ -1,5 +1,7 @@
 /* Kernels of cached decoding on the GPU (gpu_decode.c): attention of a few new queries over the KV cache, and the
- * strided row copies that move rows in and out of the cache and the convolution state. */
+ * strided row copies that move rows in and out of the cache and the convolution state. The cache holds k̂ / v as
+ * fp32 or as bf16 (--kv-dtype bf16: rounded nearest-even when appended, widened exactly when read; scores, softmax
+ * and sums stay fp32), one template each. Launched through GK_LAUNCH, so tests/gpu/emu runs this file on the CPU. */
 #include "gpu_common.cuh"
 #include "gpu_kernels.h"
 
@@ -24,8 +26,12 @@ struct PagedKeys {
  * key with an online softmax (its own max, sum and output accumulator); the warps' partial results are then combined
  * in a fixed order, so the result does not depend on scheduling. Lane l holds output dims l, l+GPU_WARP, ... (32 on
  * NVIDIA, 64 on AMD). */
-template <class Keys>
-__device__ __forceinline__ void attend_query(float *orow, const float *qrow, const float *K, const float *V, Keys key,
+/* A cached k̂ / v element as fp32: as stored, or a bf16 one widened. */
+__device__ __forceinline__ float kv_value(const float *p) { return *p; }
+__device__ __forceinline__ float kv_value(const uint16_t *p) { return gk_bf16_float(*p); }
+
+template <class Keys, class KV>
+__device__ __forceinline__ void attend_query(float *orow, const float *qrow, const KV *K, const KV *V, Keys key,
                                              int first, int last, int dh, float scale) {
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     __shared__ float q[256];
@@ -37,16 +43,16 @@ __device__ __forceinline__ void attend_query(float *orow, const float *qrow, con
     for (int k = 0; k < DA_MAX_PER_LANE; k++) acc[k] = 0.0f;
     for (int s = first + warp; s <= last; s += DA_WARPS) {
         const long at = key(s);
-        const float *kr = K + at;
+        const KV *kr = K + at;
         float dot = 0.0f;
-        for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kr[i];
+        for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kv_value(kr + i);
         dot = warp_sum(dot) * scale;
         const float m_new = fmaxf(m, dot);
         const float corr = expf(m - m_new), p = expf(dot - m_new);
         l = l * corr + p;
-        const float *vr = V + at;
+        const KV *vr = V + at;
         int k = 0;
-        for (int i = lane; i < dh; i += GPU_WARP, k++) acc[k] = acc[k] * corr + p * vr[i];
+        for (int i = lane; i < dh; i += GPU_WARP, k++) acc[k] = acc[k] * corr + p * kv_value(vr + i);
         m = m_new;
     }
     if (lane == 0) wm[warp] = m, wl[warp] = l;
@@ -68,7 +74,8 @@ __device__ __forceinline__ void attend_query(float *orow, const float *qrow, con
 }
 
 /* One block per (new query t, head h, sequence b) of the same-length cache [B, max_len, Hkv·dh]. */
-__global__ void decode_attention_kernel(float *O, const float *Q, const float *Kc, const float *Vc, int n, int p0,
+template <class KV>
+__global__ void decode_attention_kernel(float *O, const float *Q, const KV *Kc, const KV *Vc, int n, int p0,
                                         int max_len, int Hq, int Hkv, int dh, float scale, int window) {
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
@@ -79,26 +86,51 @@ __global__ void decode_attention_kernel(float *O, const float *Q, const float *K
                  ContiguousKeys{(long)b * max_len * Ck + (long)j * dh, Ck}, first, last, dh, scale);
 }
 
-extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B,
-                                    int n, int p0, int max_len, int Hq, int Hkv, int dh, int window) {
+template <class KV>
+static void decode_attention(GkStream s, float *O, const float *Q, const KV *Kc, const KV *Vc, int B, int n, int p0,
+                             int max_len, int Hq, int Hkv, int dh, int window) {
     if (B <= 0 || n <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv) return;
     const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
     dim3 grid(n, Hq, B);
-    decode_attention_kernel<<<grid, DA_WARPS * GPU_WARP, 0, s>>>(O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale, window);
+    void (*k)(float *, const float *, const KV *, const KV *, int, int, int, int, int, int, float, int) =
+        decode_attention_kernel<KV>;
+    GK_LAUNCH(k, grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale, window);
+}
+extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B,
+                                    int n, int p0, int max_len, int Hq, int Hkv, int dh, int window) {
+    decode_attention(s, O, Q, Kc, Vc, B, n, p0, max_len, Hq, Hkv, dh, window);
+}
+extern "C" void gk_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kc, const uint16_t *Vc,
+                                         int B, int n, int p0, int max_len, int Hq, int Hkv, int dh, int window) {
+    decode_attention(s, O, Q, Kc, Vc, B, n, p0, max_len, Hq, Hkv, dh, window);
 }
 
-__global__ void copy_rows_kernel(float *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {
+/* A row element stored as the destination holds it: fp32 as is, bf16 rounded nearest-even (zy_f32_to_bf16). */
+__device__ __forceinline__ void kv_store(float *d, float x) { *d = x; }
+__device__ __forceinline__ void kv_store(uint16_t *d, float x) { *d = gk_bf16_bits(x); }
+
+template <class T>
+__global__ void copy_rows_kernel(T *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {
     const long total = len * rows;
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
         const long r = k / len, i = k % len;
-        dst[r * dst_stride + i] = src[r * src_stride + i];
+        kv_store(dst + r * dst_stride + i, src[r * src_stride + i]);
     }
 }
 
+template <class T>
+static void copy_rows(GkStream s, T *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {
+    if (len <= 0 || rows <= 0) return;
+    void (*k)(T *, long, const float *, long, long, int) = copy_rows_kernel<T>;
+    GK_LAUNCH(k, gk_blocks(len * rows, 256), 256, 0, s, dst, dst_stride, src, src_stride, len, rows);
+}
 extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len,
                              int rows) {
-    if (len <= 0 || rows <= 0) return;
-    copy_rows_kernel<<<gk_blocks(len * rows, 256), 256, 0, s>>>(dst, dst_stride, src, src_stride, len, rows);
+    copy_rows(s, dst, dst_stride, src, src_stride, len, rows);
+}
+extern "C" void gk_copy_rows_bf16(GkStream s, uint16_t *dst, long dst_stride, const float *src, long src_stride,
+                                  long len, int rows) {
+    copy_rows(s, dst, dst_stride, src, src_stride, len, rows);
 }
 
 /* ---- a ragged batch over a block pool (gpu_model_decode_step) ------------------------------------------------ */
@@ -106,7 +138,8 @@ extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const floa
 /* decode_attention_kernel for one row of a ragged batch: one block per (row r, head h). Row r belongs to the step's
  * sequence row_seq[r] and sits at position row_pos[r]; key s of that sequence is row table[seq, s / bt]·bt + s % bt
  * of the pool's Kp / Vp [n_blocks·bt, Hkv·dh]. Same arithmetic and fixed combining order (attend_query). */
-__global__ void paged_attention_kernel(float *O, const float *Q, const float *Kp, const float *Vp,
+template <class KV>
+__global__ void paged_attention_kernel(float *O, const float *Q, const KV *Kp, const KV *Vp,
                                        const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
                                        int max_blocks, int bt, int Hq, int Hkv, int dh, float scale, int window) {
     const int r = blockIdx.x, h = blockIdx.y;
@@ -117,30 +150,54 @@ __global__ void paged_attention_kernel(float *O, const float *Q, const float *Kp
                  PagedKeys{table + (long)row_seq[r] * max_blocks, bt, Ck, (long)j * dh}, first, last, dh, scale);
 }
 
+template <class KV>
+static void paged_attention(GkStream s, float *O, const float *Q, const KV *Kp, const KV *Vp, const int32_t *row_seq,
+                            const int32_t *row_pos, const int32_t *table, int max_blocks, int block_tokens, int N,
+                            int Hq, int Hkv, int dh, int window) {
+    if (N <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv || block_tokens <= 0) return;
+    const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
+    dim3 grid(N, Hq);
+    void (*k)(float *, const float *, const KV *, const KV *, const int32_t *, const int32_t *, const int32_t *, int,
+              int, int, int, int, float, int) = paged_attention_kernel<KV>;
+    GK_LAUNCH(k, grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, Hq,
+              Hkv, dh, scale, window);
+}
 extern "C" void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,
                                           const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
                                           int max_blocks, int block_tokens, int N, int Hq, int Hkv, int dh,
                                           int window) {
-    if (N <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv || block_tokens <= 0) return;
-    const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
-    dim3 grid(N, Hq);
-    paged_attention_kernel<<<grid, DA_WARPS * GPU_WARP, 0, s>>>(O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks,
-                                                                block_tokens, Hq, Hkv, dh, scale, window);
+    paged_attention(s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, N, Hq, Hkv, dh, window);
+}
+extern "C" void gk_paged_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kp,
+                                               const uint16_t *Vp, const int32_t *row_seq, const int32_t *row_pos,
+                                               const int32_t *table, int max_blocks, int block_tokens, int N, int Hq,
+                                               int Hkv, int dh, int window) {
+    paged_attention(s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, N, Hq, Hkv, dh, window);
 }
 
-__global__ void copy_rows_idx_kernel(float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
+template <class T>
+__global__ void copy_rows_idx_kernel(T *dst, long dst_stride, const int32_t *dst_idx, const float *src,
                                      long src_stride, const int32_t *src_idx, long len, int n) {
     const long total = len * n;
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
         const long r = k / len, i = k % len;
         const long d = dst_idx ? dst_idx[r] : r, o = src_idx ? src_idx[r] : r;
-        dst[d * dst_stride + i] = src[o * src_stride + i];
+        kv_store(dst + d * dst_stride + i, src[o * src_stride + i]);
     }
 }
 
+template <class T>
+static void copy_rows_idx(GkStream s, T *dst, long dst_stride, const int32_t *dst_idx, const float *src,
+                          long src_stride, const int32_t *src_idx, long len, int n) {
+    if (len <= 0 || n <= 0) return;
+    void (*k)(T *, long, const int32_t *, const float *, long, const int32_t *, long, int) = copy_rows_idx_kernel<T>;
+    GK_LAUNCH(k, gk_blocks(len * n, 256), 256, 0, s, dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n);
+}
 extern "C" void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
                                  long src_stride, const int32_t *src_idx, long len, int n) {
-    if (len <= 0 || n <= 0) return;
-    copy_rows_idx_kernel<<<gk_blocks(len * n, 256), 256, 0, s>>>(dst, dst_stride, dst_idx, src, src_stride, src_idx,
-                                                                 len, n);
+    copy_rows_idx(s, dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n);
+}
+extern "C" void gk_copy_rows_idx_bf16(GkStream s, uint16_t *dst, long dst_stride, const int32_t *dst_idx,
+                                      const float *src, long src_stride, const int32_t *src_idx, long len, int n) {
+    copy_rows_idx(s, dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n);
 }

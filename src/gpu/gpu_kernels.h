@@ -188,9 +188,22 @@ void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *ds
 void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,
                                const int32_t *row_seq, const int32_t *row_pos, const int32_t *table, int max_blocks,
                                int block_tokens, int N, int Hq, int Hkv, int dh, int window);
+/* The bf16 KV cache (--kv-dtype bf16): the same attention over bf16 k̂ / v (widened exactly, fp32 arithmetic in the
+ * same order: the fp32 kernels' bits on the rounded values), and the row copies into it (rounded nearest-even, as
+ * zy_f32_to_bf16). */
+void gk_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kc, const uint16_t *Vc, int B,
+                              int n, int p0, int max_len, int Hq, int Hkv, int dh, int window);
+void gk_paged_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kp, const uint16_t *Vp,
+                                    const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
+                                    int max_blocks, int block_tokens, int N, int Hq, int Hkv, int dh, int window);
+void gk_copy_rows_bf16(GkStream s, uint16_t *dst, long dst_stride, const float *src, long src_stride, long len,
+                       int rows);
+void gk_copy_rows_idx_bf16(GkStream s, uint16_t *dst, long dst_stride, const int32_t *dst_idx, const float *src,
+                           long src_stride, const int32_t *src_idx, long len, int n);
 
 /* ---- elementwise (gpu_optim.cu) ---- */
 void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */
+void gk_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n); /* exact, as zy_bf16_to_f32 */
 void gk_scale(GkStream s, float *x, float a, long n);                      /* x *= a */
 /* *out (device double) += Σ x² over [0, n), fixed order. */
 void gk_sumsq(GkStream s, double *out, const float *x, long n);

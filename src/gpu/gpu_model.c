@@ -13,6 +13,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/gpu_model_internal.h"
+#include "gpu/gpu_weight_upload.h"
 #include "kernels/kernels.h"
 
 /* Phase timing (zaya bench train's breakdown): the queue is drained at each phase boundary, so it costs speed and is
@@ -211,7 +212,9 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     }
     if (!(gm->params = gpu_alloc(total * sizeof(float), "parameters", err)) ||
         (train && !(gm->grads = gpu_alloc(total * sizeof(float), "gradients", err))) ||
-        (bf16 && !(gm->params16 = gpu_alloc(total * sizeof(uint16_t), "bf16 weights", err))) ||
+        /* a model without the fp32 arena uploads its bf16 matrices here first (gpu_model_upload) */
+        ((bf16 || !gpu_weights_in_one_arena(m)) &&
+         !(gm->params16 = gpu_alloc(total * sizeof(uint16_t), "bf16 weights", err))) ||
         !(gm->loss_parts = gpu_alloc(MAX_LOSS_PARTS * sizeof(double), "loss accumulators", err)) ||
         !(gm->route_counts = gpu_alloc((size_t)c->num_layers * E1 * sizeof(int32_t), "routing counts", err)) ||
         !(gm->route_sums = gpu_alloc((size_t)c->num_layers * 2 * sizeof(double), "routing sums", err))) {
@@ -241,6 +244,10 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (gpu_model_upload(gm, m, err) || gpu_model_set_shape(gm, B, T, err)) {
         gpu_model_free(gm);
         return -1;
+    }
+    if (!bf16 && gm->params16) { /* fp32 products: the bf16 arena was only the upload's way in */
+        gpu_free(gm->params16);
+        gm->params16 = NULL;
     }
     *out = gm;
     return 0;
@@ -273,11 +280,38 @@ size_t gpu_model_bytes(const GpuModel *gm) {
     return total * sizeof(float) * (gm->grads ? 2 : 1) + (gm->params16 ? total * 2 : 0) + gm->acts_bytes;
 }
 
-int gpu_model_upload(GpuModel *gm, const Model *m, ZyErr *err) {
-    gm->bf16_stale = 1;
-    return gpu_upload(&gm->g, gm->params, m->params.data, m->params.total * sizeof(float), err);
+/* The uploads of a model without the fp32 arena (gpu_weight_upload.h): fp32 tensors as they are, bf16 matrices into
+ * the bf16 arena and widened on the device into the fp32 one. Each copy waits, so the host views may be pageable
+ * mapped file pages. */
+static int sink_f32(void *ctx, size_t offset, const float *src, size_t n, ZyErr *err) {
+    GpuModel *gm = ctx;
+    return gpu_upload(&gm->g, gm->params + offset, src, n * sizeof(float), err);
 }
+static int sink_bf16(void *ctx, size_t offset, const uint16_t *src, size_t n, ZyErr *err) {
+    GpuModel *gm = ctx;
+    if (gpu_upload(&gm->g, gm->params16 + offset, src, n * sizeof(uint16_t), err)) return -1;
+    gk_bf16_to_f32(gm->g.stream, gm->params + offset, gm->params16 + offset, (long)n);
+    return 0;
+}
+
+int gpu_model_upload(GpuModel *gm, const Model *m, ZyErr *err) {
+    gm->bf16_stale = 1; /* the bf16 copy is rebuilt from the fp32 arena (exact for values that came up as bf16) */
+    if (gpu_weights_in_one_arena(m))
+        return gpu_upload(&gm->g, gm->params, m->params.data, m->params.total * sizeof(float), err);
+    if (!gm->params16) return zy_fail(err, "uploading a model without an fp32 arena needs the GPU's bf16 arena");
+    const WeightSink sink = {.ctx = gm, .f32 = sink_f32, .bf16 = sink_bf16};
+    if (gpu_upload_weights(m, &sink, err)) return -1;
+    return gpu_sync(&gm->g, "widening the bf16 weights", err);
+}
+
+/* The host copies below need the host's fp32 arena (training, tests): a mapped bf16 model has none. */
+static int host_arena(const Model *m, ZyErr *err) {
+    if (gpu_weights_in_one_arena(m)) return 0;
+    return zy_fail(err, "this model's host copy is not an fp32 arena (bf16 weights loaded mapped for inference)");
+}
+
 int gpu_model_download(GpuModel *gm, Model *m, ZyErr *err) {
+    if (host_arena(m, err)) return -1;
     return gpu_download(&gm->g, m->params.data, gm->params, m->params.total * sizeof(float), err);
 }
 int gpu_model_download_grads(GpuModel *gm, Model *m, ZyErr *err) {
@@ -289,6 +323,7 @@ int gpu_model_upload_grads(GpuModel *gm, const Model *m, ZyErr *err) {
     return gpu_upload(&gm->g, gm->grads, m->params.grad, m->params.total * sizeof(float), err);
 }
 int gpu_model_upload_range(GpuModel *gm, const Model *m, size_t offset, size_t count, ZyErr *err) {
+    if (host_arena(m, err)) return -1;
     gm->bf16_stale = 1;
     return gpu_upload(&gm->g, gm->params + offset, m->params.data + offset, count * sizeof(float), err);
 }

@@ -12,7 +12,9 @@
 
 typedef struct GpuModel GpuModel;
 
-/* Opens the GPU (device -1: the rank-local choice, gpu.h), allocates parameters (uploaded from m), gradients when
+/* Opens the GPU (device -1: the rank-local choice, gpu.h), allocates parameters (uploaded from m: its fp32 arena in
+ * one copy, or tensor by tensor from where m holds them, bf16 matrices widened on the device: gpu_weight_upload.h;
+ * training needs the fp32 arena), gradients when
  * `train`, and activations for batches [B, T]. bf16: the products take bf16 operands with fp32 accumulation (the
  * weights' bf16 copies are refreshed by gpu_model_weights_changed); 0: fp32 throughout (no TF32). Errors: no GPU
  * support built in (gpu_none.c), no device, out of GPU memory (naming the size). */

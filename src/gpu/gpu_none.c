@@ -90,6 +90,10 @@ int gpu_kvcache_create(GpuKVCache **out, GpuModel *gm, int batch, int max_len, i
     *out = NULL;
     return zy_fail(err, NO_GPU);
 }
+int gpu_kvcache_create_kv(GpuKVCache **out, GpuModel *gm, int batch, int max_len, int chunk, int kv_bf16,
+                          ZyErr *err) {
+    return gpu_kvcache_create(out, gm, batch, max_len, chunk, err);
+}
 void gpu_kvcache_free(GpuKVCache *c) {}
 void gpu_kvcache_reset(GpuKVCache *c) {}
 int gpu_kvcache_len(const GpuKVCache *c) { return 0; }
@@ -103,6 +107,10 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
                       int max_rows, int chunk, ZyErr *err) {
     *out = NULL;
     return zy_fail(err, NO_GPU);
+}
+int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
+                         int max_rows, int chunk, int kv_bf16, ZyErr *err) {
+    return gpu_kvpool_create(out, gm, max_seqs, max_len, n_blocks, block_tokens, max_rows, chunk, err);
 }
 void gpu_kvpool_free(GpuKVPool *p) {}
 void gpu_kvpool_seq_reset(GpuKVPool *p, int slot) {}

@@ -48,6 +48,15 @@
 #define gpuFreeHost hipHostFree
 #define gpuFuncSetAttribute hipFuncSetAttribute
 #define gpuFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+#define gpuGraph_t hipGraph_t
+#define gpuGraphExec_t hipGraphExec_t
+#define gpuStreamBeginCapture hipStreamBeginCapture
+#define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define gpuStreamEndCapture hipStreamEndCapture
+#define gpuGraphInstantiateWithFlags hipGraphInstantiateWithFlags
+#define gpuGraphDestroy hipGraphDestroy
+#define gpuGraphLaunch hipGraphLaunch
+#define gpuGraphExecDestroy hipGraphExecDestroy
 typedef ZAYA_HIP_BF16 gpu_bf16;
 #define GPU_WARP 64 /* AMD wavefront */
 #else
@@ -88,6 +97,15 @@ typedef ZAYA_HIP_BF16 gpu_bf16;
 #define gpuFreeHost cudaFreeHost
 #define gpuFuncSetAttribute cudaFuncSetAttribute
 #define gpuFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
+#define gpuGraph_t cudaGraph_t
+#define gpuGraphExec_t cudaGraphExec_t
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuGraphInstantiateWithFlags cudaGraphInstantiateWithFlags
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphExecDestroy cudaGraphExecDestroy
 typedef __nv_bfloat16 gpu_bf16;
 #define GPU_WARP 32
 #endif

@@ -454,6 +454,22 @@ void model_weight_bytes(const Model *m, size_t *mapped, size_t *copied) {
     if (!mw) *copied = m->params.total * 4 + (m->bf16 ? m->params.total * 2 : 0);
 }
 
+int model_tensor_source(const Model *m, int i, const float **f32, const uint16_t **bf16, ZyErr *err) {
+    const ParamInfo *p = &m->params.info[i];
+    const MappedWeights *mw = m->owner_free == mapped_free ? m->owner : NULL;
+    *f32 = NULL, *bf16 = NULL;
+    if (mw) /* the mapped load: its own per-tensor views */
+        *f32 = mw->t32[i], *bf16 = *f32 ? NULL : mw->t16[i];
+    else if (m->bf16 && model_holds_bf16(p)) /* model_use_bf16: these fp32 pages were given back */
+        *bf16 = m->bf16 + p->offset;
+    else if (m->params.data)
+        *f32 = m->params.data + p->offset;
+    if (!*f32 && !*bf16)
+        return zy_fail(err, "tensor \"%s\": this model holds it neither as fp32 nor as bf16 values (quantized weights "
+                       "read in place have no copy to upload)", p->name);
+    return 0;
+}
+
 /* ---- zaya init, streamed ------------------------------------------------------------------------------------ */
 
 /* model_init_weights' draws, made tensor by tensor in table order from one generator (the writer asks for each

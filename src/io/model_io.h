@@ -27,6 +27,11 @@ int model_resolve_dtype(const char *s, const char *flag, const char *dir, ZyErr 
 /* Where m's weights are: bytes used in place in the mapped shards, and bytes of copies (fp32 vectors, bf16 copies
  * of matrices stored otherwise; for a model not loaded mapped, its arenas). */
 void model_weight_bytes(const Model *m, size_t *mapped, size_t *copied);
+/* Where m holds tensor i of its table for a copy elsewhere (a GPU's upload): its fp32 values (*f32) or, for a
+ * matrix bf16 inference keeps in bf16, its bf16 values (*bf16; the mapped file itself where it was stored bf16): the
+ * other is NULL. An fp32 arena without bf16 twins gives fp32 for every tensor. -1 with an error naming the tensor
+ * when m holds it neither way (a quantized folder read in place). */
+int model_tensor_source(const Model *m, int i, const float **f32, const uint16_t **bf16, ZyErr *err);
 /* zaya init without the model in memory: cfg's tensors initialised as model_init_weights(seed) would (the same
  * values, bit for bit, before rounding to dtype F32 or BF16; balancing biases F32) are made and written one chunk at
  * a time, in shards of at most shard_bytes (0: one file) named as transformers names them

@@ -95,6 +95,14 @@ check "serve --device cuda: completions equal generate --device cuda's (f32)" py
     $Z "$W/cpu/final" runs/demo/tokenizer.json --dtype f32
 check "serve --device cuda --dtype bf16: completions equal generate --device cuda's" python3 tests/gpu/serve_check.py \
     $Z "$W/cpu/final" runs/demo/tokenizer.json --dtype bf16
+# a bf16 folder: both commands upload its matrices from the mapped files (no fp32 host copy, gpu_weight_upload.c)
+check "zaya convert the trained model to bf16" $Z convert --model "$W/cpu/final" --out "$W/final-bf16" --dtype bf16
+check "serve/generate --device cuda on a bf16 folder (mapped upload): equal completions" python3 tests/gpu/serve_check.py \
+    $Z "$W/final-bf16" runs/demo/tokenizer.json --dtype auto
+check "serve/generate --device cuda --kv-dtype bf16 (bf16 KV cache and pool): equal completions" \
+    python3 tests/gpu/serve_check.py $Z "$W/final-bf16" runs/demo/tokenizer.json --dtype auto --kv-dtype bf16
+check "serve --device cuda with ZAYA_GPU_GRAPHS=1 (steps replayed as CUDA graphs): generate's completions" \
+    env ZAYA_GPU_GRAPHS=1 python3 tests/gpu/serve_check.py $Z "$W/final-bf16" runs/demo/tokenizer.json --dtype auto
 # eval on the GPU: multiple choice, exact match and the held-out loss with routing, against the CPU's
 ev() { # json extra...
     $Z eval --model "$W/cpu/final" --tokenizer runs/demo/tokenizer.json --task runs/demo/corpus/eval/arith_mc.jsonl \

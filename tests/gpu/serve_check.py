@@ -4,7 +4,8 @@ and then all at once (so the engine runs ragged batches on the GPU's KV block po
 rows, requests joining and leaving), each equal to `zaya generate --device cuda`'s text for the same prompt; the KV
 blocks all returned afterwards (/metrics); SIGTERM exits 0.
 
-    python3 tests/gpu/serve_check.py ZAYA MODEL_DIR TOKENIZER [--dtype f32|bf16|auto] [--device cuda]
+    python3 tests/gpu/serve_check.py ZAYA MODEL_DIR TOKENIZER [--dtype f32|bf16|auto] [--kv-dtype auto|f32|bf16]
+                                     [--device cuda]
 
 (--device cpu runs the same checks on the CPU: a check of this script, not of the GPU.)
 
@@ -28,7 +29,8 @@ GENERATE_TIMEOUT, HTTP_TIMEOUT, START_TIMEOUT = 120, 60, 120
 
 def generate(args, prompt):
     cmd = [args.zaya, "generate", "--device", args.device, "--model", args.model, "--tokenizer", args.tokenizer,
-           "--prompt", prompt, "--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--dtype", args.dtype]
+           "--prompt", prompt, "--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--dtype", args.dtype,
+           "--kv-dtype", args.kv_dtype]
     p = subprocess.run(cmd, capture_output=True, timeout=GENERATE_TIMEOUT)
     if p.returncode or not p.stdout.endswith(b"\n"):
         raise RuntimeError(f"zaya generate failed: {p.stderr.decode(errors='replace')[-500:]}")
@@ -59,6 +61,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("tokenizer")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--kv-dtype", default="auto")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     passed = failed = 0
@@ -75,7 +78,7 @@ def main():
     # small blocks and prefill chunks, fewer slots than prompts: sequences span blocks, prompts run in pieces next to
     # decode rows, and the last requests wait for a slot
     srv = subprocess.Popen([args.zaya, "serve", "--device", args.device, "--model", args.model, "--tokenizer",
-                            args.tokenizer, "--dtype", args.dtype, "--port", "0", "--model-name", "m",
+                            args.tokenizer, "--dtype", args.dtype, "--kv-dtype", args.kv_dtype, "--port", "0", "--model-name", "m",
                             "--max-batch", "4", "--max-context", "256", "--block-tokens", "4", "--prefill-chunk", "3"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

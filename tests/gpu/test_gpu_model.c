@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_model_internal.h" /* op16: the bf16 operand sharing, switched off for a reference run */
 #include "gpu_test.h"
+#include "io/model_io.h"
 #include "model/model.h"
 
 static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T) {
@@ -172,8 +174,55 @@ static void compare_bf16_runs(GpuTest *t, const char *label, const ZayaConfig *c
     gt_reset(t);
 }
 
+/* A bf16 folder loaded mapped (no fp32 host arena) goes up tensor by tensor (gpu_weight_upload.h): the device's fp32
+ * arena equals the fp32 load of the same folder bit for bit (the bf16 matrices widened on the device), and a bf16
+ * forward of each gives the same logits bit for bit; fp32 products (--dtype f32 on such a model) too. */
+static void compare_mapped_upload(GpuTest *t, const ZayaConfig *cfg, int bf16) {
+    ZyErr err = {{0}};
+    char dir[64] = "/tmp/zy_gpu_upload_XXXXXX", name[160], path[128];
+    Model src = {0}, ref = {0}, mapped = {0};
+    snprintf(name, sizeof name, "bf16 folder uploaded from its mapped files (%s products)", bf16 ? "bf16" : "fp32");
+    if (!mkdtemp(dir) || model_create(&src, cfg, &err)) {
+        gt_assert(t, 0, name, "set-up: %s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &src);
+    const int B = 2, T = 19, V = cfg->vocab_size;
+    int ok = model_save_dir(&src, dir, ZY_DT_BF16, &err) == 0 && model_load_dir(&ref, dir, &err) == 0;
+    ok = ok && model_load_dir_as(&mapped, dir, MODEL_DTYPE_BF16, &err) == 0;
+    GpuModel *ga = NULL, *gb = NULL;
+    const size_t total = src.params.total;
+    float *pa = gt_host(t, total), *pb = gt_host(t, total), *la = gt_host(t, (size_t)B * T * V),
+          *lb = gt_host(t, (size_t)B * T * V);
+    int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, V);
+    ok = ok && !mapped.params.data && gpu_model_create(&ga, &mapped, -1, B, T, bf16, 0, &err) == 0 &&
+         gpu_model_create(&gb, &ref, -1, B, T, bf16, 0, &err) == 0;
+    ok = ok && gpu_download(gpu_model_ctx(ga), pa, gpu_model_params(ga), total * sizeof(float), &err) == 0 &&
+         gpu_download(gpu_model_ctx(gb), pb, gpu_model_params(gb), total * sizeof(float), &err) == 0;
+    ok = ok && gpu_model_forward(ga, tokens, &err) == 0 && gpu_model_logits(ga, la, &err) == 0 &&
+         gpu_model_forward(gb, tokens, &err) == 0 && gpu_model_logits(gb, lb, &err) == 0;
+    if (gt_assert(t, ok, name, "%s", err.msg)) {
+        size_t differ = 0;
+        for (int i = 0; i < ref.params.count; i++) {
+            const ParamInfo *p = &ref.params.info[i];
+            differ += memcmp(pa + p->offset, pb + p->offset, p->numel * sizeof(float)) != 0;
+        }
+        gt_assert(t, differ == 0, name, "%zu tensors differ from the fp32 load", differ);
+        snprintf(name, sizeof name, "bf16 folder from its mapped files: forward logits (%s products) bit for bit",
+                 bf16 ? "bf16" : "fp32");
+        gt_assert(t, memcmp(la, lb, (size_t)B * T * V * sizeof(float)) == 0, name, "logits differ");
+    }
+    gpu_model_free(ga), gpu_model_free(gb);
+    model_free(&mapped), model_free(&ref), model_free(&src);
+    const char *files[] = {"config.json", "model.safetensors"}; /* what model_save_dir wrote */
+    for (int i = 0; i < 2; i++) snprintf(path, sizeof path, "%s/%s", dir, files[i]), unlink(path);
+    rmdir(dir);
+}
+
 void test_gpu_model(GpuTest *t) {
     ZayaConfig c = gt_small_config();
+    compare_mapped_upload(t, &c, 1);
+    compare_mapped_upload(t, &c, 0);
     compare_model(t, "zaya1 B2 T37", &c, 2, 37);
     compare_model(t, "zaya1 B1 T130", &c, 1, 130);
     ZayaConfig u = c;

@@ -96,6 +96,26 @@ static void test_bf16_round_case(GpuTest *t, size_t n, size_t src_off, size_t ds
               bad ? zy_f32_to_bf16(u2f(fu)) : 0);
 }
 
+/* ---- gk_bf16_to_f32: every one of the 65536 bf16 patterns widened bit for bit as zy_bf16_to_f32, at an odd
+ * offset (the mapped upload widens tensors wherever the table puts them) ---- */
+static void test_bf16_widen(GpuTest *t) {
+    const size_t n = 65536 + 3;
+    uint16_t *src = (uint16_t *)gt_host(t, n / 2 + 1);
+    for (size_t i = 0; i < n; i++) src[i] = (uint16_t)(i * 40503u); /* an odd multiplier: every pattern once */
+    uint16_t *d_src = (uint16_t *)gt_dev(t, (n + 1) * sizeof(uint16_t)) + 1;
+    float *d_dst = (float *)gt_dev(t, (n + 1) * sizeof(float)) + 1;
+    ZyErr err = {{0}};
+    size_t bad = n;
+    gpu_memset_async(t->g, d_dst, 0x5a, n * sizeof(float)); /* poison */
+    if (gpu_upload(t->g, d_src, src, n * sizeof(uint16_t), &err) == 0) {
+        gk_bf16_to_f32(t->g->stream, d_dst, d_src, (long)n);
+        float *h = gt_down(t, d_dst, n);
+        bad = 0;
+        for (size_t i = 0; i < n; i++) bad += f2u(h[i]) != f2u(zy_bf16_to_f32(src[i]));
+    }
+    gt_assert(t, bad == 0, "gk_bf16_to_f32 bit-exact, all 65536 patterns", "%zu of %zu differ %s", bad, n, err.msg);
+}
+
 /* ---- gk_scale, gk_sumsq ---- */
 static void test_scale_sumsq(GpuTest *t) {
     const size_t n = 100003;
@@ -506,6 +526,7 @@ static void test_bench_timing(GpuTest *t) {
 
 void test_gpu_optim(GpuTest *t) {
     test_bf16_round(t);
+    test_bf16_widen(t);
     test_scale_sumsq(t);
 
     OptimCase c;

@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "io/model_io.h"
 #include "io/safetensors.h"
+#include "gpu/gpu_weight_upload.h"
 #include "test.h"
 
 static ZayaConfig small_config(int tied) {
@@ -334,5 +335,132 @@ TEST(st_read_bf16_rounds_like_f32_then_bf16) {
     for (int i = 0; i < 6; i++) CHECK(h[i] == zy_f32_to_bf16(v[i]));
     CHECK(h[1] == 0x3f80 && h[2] == 0x3f82);
     st_close(&f);
+    zy_test_rmtree(dir);
+}
+
+/* ---- what goes up to a GPU (gpu_weight_upload.h), checked with a sink that records instead of copying ---------- */
+
+/* A stand-in device: the fp32 and bf16 arenas in the table's layout, what each tensor received, and the bytes. */
+typedef struct {
+    const Model *m;
+    float *f32;
+    uint16_t *bf16;
+    int *times, *as_bf16;          /* per tensor: uploads, and 1 if they came as bf16 */
+    const void **src;              /* per tensor: the host address it came from */
+    size_t f32_bytes, bf16_bytes;
+    const char *fail_on;           /* a tensor name whose upload fails (NULL: none) */
+} FakeDevice;
+
+static int fake_tensor(FakeDevice *d, size_t offset, size_t n) {
+    for (int i = 0; i < d->m->params.count; i++)
+        if (d->m->params.info[i].offset == offset && d->m->params.info[i].numel == n) return i;
+    return -1;
+}
+static int fake_put(FakeDevice *d, int i, const void *src, int bf16, ZyErr *err) {
+    if (i < 0) return zy_fail(err, "an upload that matches no tensor of the table");
+    d->times[i]++, d->as_bf16[i] = bf16, d->src[i] = src;
+    if (d->fail_on && !strcmp(d->m->params.info[i].name, d->fail_on)) return zy_fail(err, "device full");
+    return 0;
+}
+static int fake_f32(void *ctx, size_t offset, const float *src, size_t n, ZyErr *err) {
+    FakeDevice *d = ctx;
+    memcpy(d->f32 + offset, src, n * sizeof(float));
+    d->f32_bytes += n * sizeof(float);
+    return fake_put(d, fake_tensor(d, offset, n), src, 0, err);
+}
+static int fake_bf16(void *ctx, size_t offset, const uint16_t *src, size_t n, ZyErr *err) {
+    FakeDevice *d = ctx;
+    memcpy(d->bf16 + offset, src, n * sizeof(uint16_t));
+    for (size_t j = 0; j < n; j++) d->f32[offset + j] = zy_bf16_to_f32(src[j]); /* the device's widening */
+    d->bf16_bytes += n * sizeof(uint16_t);
+    return fake_put(d, fake_tensor(d, offset, n), src, 1, err);
+}
+
+static int fake_open(FakeDevice *d, const Model *m) {
+    const size_t n = (size_t)m->params.count, total = m->params.total;
+    *d = (FakeDevice){.m = m, .f32 = calloc(total, sizeof(float)), .bf16 = calloc(total, sizeof(uint16_t)),
+                      .times = calloc(n, sizeof(int)), .as_bf16 = calloc(n, sizeof(int)),
+                      .src = calloc(n, sizeof(void *))};
+    return d->f32 && d->bf16 && d->times && d->as_bf16 && d->src ? 0 : -1;
+}
+static void fake_close(FakeDevice *d) { free(d->f32), free(d->bf16), free(d->times), free(d->as_bf16), free(d->src); }
+
+/* The fake device's fp32 arena equals want's (an fp32 model) bit for bit, every tensor came once, and the bf16 ones
+ * are exactly the matrices model_holds_bf16 accepts (or none). */
+static void check_fake(int *zy_test_failed_, const FakeDevice *d, const Model *want, int bf16_matrices,
+                       const char *what) {
+    size_t differ = 0, wrong = 0;
+    for (int i = 0; i < want->params.count; i++) {
+        const ParamInfo *p = &want->params.info[i];
+        differ += memcmp(d->f32 + p->offset, want->params.data + p->offset, p->numel * sizeof(float)) != 0;
+        wrong += d->times[i] != 1 || d->as_bf16[i] != (bf16_matrices && model_holds_bf16(p));
+    }
+    CHECK_MSG(differ == 0 && wrong == 0, "%s: %zu tensors differ, %zu uploaded wrongly", what, differ, wrong);
+}
+
+/* A bf16 release loaded for a GPU has no fp32 host copy: every matrix goes up once as bf16 straight from the mapped
+ * file (its view, no copy), every other tensor once as fp32 from the small arena, and the device's fp32 arena after
+ * widening is the fp32 load of the same folder bit for bit. An fp32 model goes up as fp32 (in one arena); one rounded
+ * by model_use_bf16 sends its bf16 arena; a failing upload names its tensor. */
+TEST(gpu_upload_from_mapped_bf16_without_fp32_copy) {
+    ZyErr err = {{0}};
+    char dir[64], sub[128];
+    REQUIRE(zy_test_tmpdir(dir, sizeof dir, "gpuup") == 0);
+    for (int sharded = 0; sharded < 2; sharded++) {
+        Model src, ref, mapped;
+        REQUIRE(make_model(&src, sharded, 70 + sharded, &err) == 0); /* tied and untied */
+        snprintf(sub, sizeof sub, "%s/s%d", dir, sharded);
+        REQUIRE(zy_mkdirs(sub, &err) == 0);
+        REQUIRE((sharded ? write_shards(&src, sub, 3, ZY_DT_BF16, FAULT_NONE, &err)
+                         : model_save_dir(&src, sub, ZY_DT_BF16, &err)) == 0);
+        REQUIRE(model_load_dir(&ref, sub, &err) == 0);
+        REQUIRE(model_load_dir_as(&mapped, sub, MODEL_DTYPE_BF16, &err) == 0);
+        CHECK(!mapped.params.data && !mapped.bf16 && !gpu_weights_in_one_arena(&mapped));
+        CHECK(gpu_weights_in_one_arena(&ref));
+        FakeDevice d;
+        REQUIRE(fake_open(&d, &mapped) == 0);
+        const WeightSink sink = {.ctx = &d, .f32 = fake_f32, .bf16 = fake_bf16};
+        CHECK_MSG(gpu_upload_weights(&mapped, &sink, &err) == 0, "%s", err.msg);
+        check_fake(zy_test_failed_, &d, &ref, 1, "mapped bf16");
+        size_t in_place, copied;
+        model_weight_bytes(&mapped, &in_place, &copied);
+        CHECK_MSG(d.bf16_bytes == in_place && d.f32_bytes == copied && in_place > 0,
+                  "bf16 %zu of %zu mapped, fp32 %zu of %zu copied", d.bf16_bytes, in_place, d.f32_bytes, copied);
+        /* the bf16 sources are the model's own views (the mapped file), not copies */
+        const int emb = params_find(&mapped.params, "model.embed_tokens.weight");
+        const int dn = params_find(&mapped.params, "model.layers.1.mlp.experts.down_proj");
+        CHECK(emb >= 0 && d.src[emb] == (const void *)mapped.w.embed16);
+        CHECK(dn >= 0 && d.src[dn] == (const void *)mapped.w.layers[1].expert_down16);
+        fake_close(&d);
+
+        /* the fp32 model: every tensor as fp32, the same arena */
+        REQUIRE(fake_open(&d, &ref) == 0);
+        CHECK(gpu_upload_weights(&ref, &(WeightSink){.ctx = &d, .f32 = fake_f32, .bf16 = fake_bf16}, &err) == 0);
+        check_fake(zy_test_failed_, &d, &ref, 0, "fp32");
+        CHECK(d.bf16_bytes == 0);
+        fake_close(&d);
+
+        /* model_use_bf16 gave its matrices' fp32 pages back: they go up from its bf16 arena (exact here: the files
+         * held bf16 values already) */
+        Model rounded;
+        REQUIRE(model_load_dir(&rounded, sub, &err) == 0);
+        REQUIRE(model_use_bf16(&rounded, &err) > 0);
+        CHECK(!gpu_weights_in_one_arena(&rounded));
+        REQUIRE(fake_open(&d, &rounded) == 0);
+        CHECK(gpu_upload_weights(&rounded, &(WeightSink){.ctx = &d, .f32 = fake_f32, .bf16 = fake_bf16}, &err) == 0);
+        check_fake(zy_test_failed_, &d, &ref, 1, "model_use_bf16");
+        fake_close(&d);
+
+        /* a failing upload stops the walk and names the tensor */
+        REQUIRE(fake_open(&d, &mapped) == 0);
+        d.fail_on = "model.layers.0.self_attn.o_proj.weight";
+        CHECK(gpu_upload_weights(&mapped, &(WeightSink){.ctx = &d, .f32 = fake_f32, .bf16 = fake_bf16}, &err) == -1);
+        CHECK_MSG(strstr(err.msg, "uploading \"model.layers.0.self_attn.o_proj.weight\"") &&
+                  strstr(err.msg, "device full"), "%s", err.msg);
+        const int after = params_find(&mapped.params, "model.layers.1.self_attn.o_proj.weight");
+        CHECK(after >= 0 && d.times[after] == 0);
+        fake_close(&d);
+        model_free(&src), model_free(&ref), model_free(&mapped), model_free(&rounded);
+    }
     zy_test_rmtree(dir);
 }
