@@ -113,14 +113,6 @@ static inline void col_reduce(gpuStream_t s, float *dst, long rows, int dim, F f
     GK_LAUNCH(k, grid, block, 0, s, dst, rows, dim, f);
 }
 
-/* zy_f32_to_bf16 (util.h), bit for bit: nearest even; a NaN keeps its top bits and is made quiet. Inf stays inf;
- * a finite value that rounds past the largest bf16 becomes inf, as on the CPU. */
-__device__ __forceinline__ uint16_t gk_bf16_bits(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 /* bf16 → fp32: exact (the bits move up 16 places). */
 __device__ __forceinline__ float gk_bf16_float(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
