@@ -18,16 +18,9 @@ static float urand() { /* [-1, 1) */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
 }
-static uint32_t bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-}
-static float from_bits(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
+/* the emulator's __float_as_uint / __uint_as_float (cuda_emu.h) */
+static uint32_t bits(float f) { return __float_as_uint(f); }
+static float from_bits(uint32_t u) { return __uint_as_float(u); }
 
 static int passed, failed;
 static void report(bool ok, const char *what) {
