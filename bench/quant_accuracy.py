@@ -4,7 +4,8 @@
 For each variant — bf16; then for each --methods value (zaya quantize --method: mlx's min/max rule, mse's least
 squared error) q8 and q4 (zaya quantize's default plan: the router at 8 bits in groups of 64) at groups of
 32/64/128; with --router-4bit q4 with the router at 4 bits too; and, with --classes, q4 of one class of matrices at a time (the others
-left unquantized: --keep-float) — it measures
+left unquantized: --keep-float); with --calibration, q8 and q4 fitted to the train split's activations (--method mse
+--calibration) — it measures
   - held-out loss: `zaya eval --shards DATA --max-tokens N --seq-len 128` (the full forward),
   - greedy top-1 agreement with bf16: the argmax of `zaya forward --logits-out` at every position of WINDOWS
     held-out windows of 128 tokens, against bf16's,
@@ -13,7 +14,7 @@ left unquantized: --keep-float) — it measures
 and prints one table row per variant (also appended to --out).
 
     python3 bench/quant_accuracy.py --model DIR --data SHARDS [--tokenizer T --tasks A.jsonl,B.jsonl --limit N]
-        [--groups 32,64,128] [--methods mlx,mse] [--router-4bit] [--classes] [--speed] [--work DIR] [--out FILE] [--label TEXT]
+        [--groups 32,64,128] [--methods mlx,mse] [--calibration SHARDS] [--router-4bit] [--classes] [--speed] [--work DIR] [--out FILE] [--label TEXT]
 
 The model folder must hold unquantized (fp32 or bf16) weights; quantized copies go under --work.
 """
@@ -66,6 +67,9 @@ def main():
     ap.add_argument("--groups", default="32,64,128")
     ap.add_argument("--methods", default="mlx,mse",
                     help="zaya quantize --method values to measure, each for every q8/q4 variant (rows named by it)")
+    ap.add_argument("--calibration", help="token shards whose train split calibrates: also q8/q4 rows quantized with "
+                    "--method mse --calibration (activation-aware)")
+    ap.add_argument("--calibration-tokens", type=int, default=16384)
     ap.add_argument("--router-4bit", action="store_true", help="also q4 with the router at 4 bits")
     ap.add_argument("--classes", action="store_true", help="also q4 (groups of 32) of one class at a time")
     ap.add_argument("--speed", action="store_true", help="also bench decode (bytes per token, tokens/s)")
@@ -80,7 +84,7 @@ def main():
     np.save(tokens, held_out_windows(a.data, a.windows, 128))
     groups = [int(g) for g in a.groups.split(",")]
     variants = [("bf16", a.model, "bf16", [])]
-    for m in a.methods.split(","):
+    for m in filter(None, a.methods.split(",")):
         meth = ["--method", m]
         for bits in (8, 4):
             for g in groups:
@@ -94,6 +98,13 @@ def main():
                 others = ",".join(x for x in CLASSES if x != c)
                 variants.append((f"q4 g32 {m} {c} only", None, "q4",
                                  ["--bits", 4, "--group-size", 32, "--router-bits", 4, "--keep-float", others, *meth]))
+
+    if a.calibration:
+        cal = ["--method", "mse", "--calibration", a.calibration, "--calibration-tokens", a.calibration_tokens]
+        for bits in (8, 4):
+            for g in groups:
+                variants.append((f"q{bits} g{g} mse calibrated", None, f"q{bits}",
+                                 ["--bits", bits, "--group-size", g, *cal]))
 
     lines = [f"# {a.label}".rstrip(), f"# model {a.model}, held-out loss on {a.max_tokens} tokens of {a.data} (seq 128), "
              f"top-1 on {a.windows} x 128 positions", ""]

@@ -126,6 +126,8 @@ typedef struct {
     long rows;
     int cols, bits, group_size;
     ZyQuantMethod method;
+    const float *importance; /* [blocks][cols] or NULL (QuantImportance) */
+    long rows_per_block;
     uint8_t *part[3];   /* codes, scales, biases */
     size_t bytes[3];
     char error[256];    /* why making it failed */
@@ -165,8 +167,9 @@ static int quant_job_make(QuantJob *j) {
                     break;
                 }
             uint32_t *codes = (uint32_t *)(void *)j->part[0] + (size_t)r * words;
+            const float *imp = j->importance ? j->importance + r / j->rows_per_block * j->cols : NULL;
             if (j->method == ZY_QUANT_MSE)
-                zy_quant_row_mse(w, j->cols, j->bits, j->group_size, sdt, codes, fs, fb);
+                zy_quant_row_mse(w, imp, j->cols, j->bits, j->group_size, sdt, codes, fs, fb);
             else
                 zy_quant_row(w, j->cols, j->bits, j->group_size, codes, fs, fb);
             for (int g = 0; g < groups; g++) {
@@ -257,9 +260,18 @@ static int copy_side_files(const char *src, const char *out, ZyErr *err) {
     return 0;
 }
 
-int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, size_t shard_bytes, QuantizeReport *rep,
-                    ZyErr *err) {
+void quant_importance_free(QuantImportance *imp) {
+    for (int i = 0; imp->of_tensor && i < imp->count; i++) free(imp->of_tensor[i]);
+    free(imp->of_tensor);
+    imp->of_tensor = NULL, imp->count = 0;
+}
+
+int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, const QuantImportance *importance,
+                    size_t shard_bytes, QuantizeReport *rep, ZyErr *err) {
     memset(rep, 0, sizeof *rep);
+    if (importance && plan->method != ZY_QUANT_MSE)
+        return zy_fail(err, "quantize: calibration weights the mse method's error; --method %s does not use it",
+                       zy_quant_method_name(plan->method));
     ZayaConfig cfg;
     if (load_config(src, &cfg, err)) return -1;
     if (cfg.quant_bits)
@@ -276,6 +288,11 @@ int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, siz
         return -1;
     }
     const int n = t.count;
+    if (importance && importance->count != n) {
+        source_close(&s);
+        params_free(&t);
+        return zy_fail(err, "quantize: the calibration has %d tensors, the model %d", importance->count, n);
+    }
     /* up to three outputs per tensor */
     StWriteTensor *ts = calloc((size_t)3 * n, sizeof *ts);
     QuantJob *jobs = calloc((size_t)n, sizeof *jobs);
@@ -309,7 +326,9 @@ int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, siz
         } else {
             QuantJob *j = &jobs[i];
             *j = (QuantJob){.f = s.file[i], .e = e, .name = p->name, .rows = (long)(p->numel / (size_t)cols),
-                            .cols = cols, .bits = bits, .group_size = group_size, .method = plan->method};
+                            .cols = cols, .bits = bits, .group_size = group_size, .method = plan->method,
+                            .importance = importance ? importance->of_tensor[i] : NULL};
+            j->rows_per_block = j->rows / (p->ndim == 3 ? p->shape[0] : 1);
             char base[160];
             quant_base_name(base, sizeof base, p->name);
             snprintf(names[nt], sizeof names[nt], "%s", p->name);

@@ -23,6 +23,17 @@ int quant_holds(const ParamInfo *p);
 /* B of a tensor name: the name less a trailing ".weight" (the module's path, as mlx names scales and biases). */
 void quant_base_name(char *out, size_t cap, const char *name);
 
+/* Activation-aware quantization (infer/calibrate.h): for each tensor i of the model's table, NULL (every column's
+ * error weighs the same) or the weight of each column's squared error, one row of cols values per block of rows —
+ * k blocks for a tensor [k, rows/k, cols] of 3 dimensions (an expert stack: a row per expert), 1 for a matrix. */
+typedef struct {
+    float **of_tensor;
+    int count;
+} QuantImportance;
+/* Importance is floored at this share of its row's mean, so that columns no calibration input reached still count. */
+#define QUANT_IMPORTANCE_FLOOR 0.05f
+void quant_importance_free(QuantImportance *imp);
+
 typedef struct {
     int matrices;                  /* tensors quantized */
     double values;                 /* their elements */
@@ -33,10 +44,11 @@ typedef struct {
 /* zaya quantize: SRC (a bf16, f16 or fp32 model folder, native layout) into OUT, each matrix in the plan's format
  * (io/quant_plan.h; a class's own format is a per-module entry in config.json), tensor by tensor from the mapped
  * source (one tensor's output in memory at a time), in shards of at most shard_bytes with an index; config.json is
- * SRC's with "quantization" added, and the tokenizer files are copied. Bad input is an error naming the tensor (a
- * width the group size does not divide, a value that is not finite). */
-int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, size_t shard_bytes, QuantizeReport *rep,
-                    ZyErr *err);
+ * SRC's with "quantization" added, and the tokenizer files are copied. importance (NULL: none) weights the mse
+ * method's error per column (it needs plan->method == ZY_QUANT_MSE; its count must be the table's). Bad input is an
+ * error naming the tensor (a width the group size does not divide, a value that is not finite). */
+int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, const QuantImportance *importance,
+                    size_t shard_bytes, QuantizeReport *rep, ZyErr *err);
 
 /* Loads a quantized folder for inference, every tensor checked against the config — the codes U32 and [...,
  * cols·bits/32] (a shorter row is a truncated weight), scales and biases of one float dtype and [..., cols/group_size]

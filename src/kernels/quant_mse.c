@@ -27,38 +27,39 @@ static float rounded(ZyDtype dt, float v) {
     return zy_quant_load(dt, &tmp, 0);
 }
 
-/* Squared error of x ≈ s·code + b over the group. */
-static double group_error(const float *x, int G, const uint8_t *code, float s, float b) {
+/* Squared error of x ≈ s·code + b over the group, each value's weighted by wt[k] (NULL: 1). */
+static double group_error(const float *x, const float *wt, int G, const uint8_t *code, float s, float b) {
     double e = 0;
     for (int k = 0; k < G; k++) {
         const float p = s * (float)code[k];
         const float y = p + b;
         const double d = (double)x[k] - (double)y;
-        e += d * d;
+        e += (wt ? wt[k] : 1.0) * d * d;
     }
     return e;
 }
 
-/* The nearest code to each value for (s, b), and the squared error. */
-static double nearest_codes(const float *x, int G, float n_bins, float s, float b, uint8_t *code) {
+/* The nearest code to each value for (s, b) (nearest whatever the weights: each value's error is its own), and the
+ * weighted squared error. */
+static double nearest_codes(const float *x, const float *wt, int G, float n_bins, float s, float b, uint8_t *code) {
     for (int k = 0; k < G; k++) {
         float v = rintf((x[k] - b) / s);
         v = v < 0 ? 0 : v > n_bins ? n_bins : v;
         code[k] = (uint8_t)v;
     }
-    return group_error(x, G, code, s, b);
+    return group_error(x, wt, G, code, s, b);
 }
 
-/* The least-squares (s, b) for fixed codes: 0 when the codes are all equal (no scale fits). */
-static int least_squares(const float *x, int G, const uint8_t *code, float *s, float *b) {
-    double sl = 0, sl2 = 0, sx = 0, slx = 0;
+/* The weighted least-squares (s, b) for fixed codes: 0 when no scale fits (the codes all equal where wt > 0). */
+static int least_squares(const float *x, const float *wt, int G, const uint8_t *code, float *s, float *b) {
+    double sw = 0, sl = 0, sl2 = 0, sx = 0, slx = 0;
     for (int k = 0; k < G; k++) {
-        const double l = code[k];
-        sl += l, sl2 += l * l, sx += x[k], slx += l * x[k];
+        const double l = code[k], v = wt ? wt[k] : 1.0;
+        sw += v, sl += v * l, sl2 += v * l * l, sx += v * x[k], slx += v * l * x[k];
     }
-    const double d = G * sl2 - sl * sl;
+    const double d = sw * sl2 - sl * sl;
     if (!(d > 0)) return 0;
-    *s = (float)((G * slx - sl * sx) / d);
+    *s = (float)((sw * slx - sl * sx) / d);
     *b = (float)((sl2 * sx - sl * slx) / d);
     return *s != 0 && isfinite(*s) && isfinite(*b);
 }
@@ -72,22 +73,22 @@ static void pack_codes(const uint8_t *code, int G, int bits, uint32_t *out) {
     }
 }
 
-void zy_quant_row_mse(const float *w, int cols, int bits, int group_size, ZyDtype scale_dtype, uint32_t *q,
-                      float *scales, float *biases) {
+void zy_quant_row_mse(const float *w, const float *importance, int cols, int bits, int group_size,
+                      ZyDtype scale_dtype, uint32_t *q, float *scales, float *biases) {
     const int G = group_size, per_word = 32 / bits, mask = (1 << bits) - 1;
     const float n_bins = (float)mask;
     uint8_t best[128], trial[128];
     for (int g = 0; g < cols / G; g++) {
-        const float *x = w + (long)g * G;
+        const float *x = w + (long)g * G, *wt = importance ? importance + (long)g * G : NULL;
         uint32_t *out = q + (long)g * G / per_word;
         /* mlx's choice as stored: its codes, its (s, b) rounded to the storage dtype */
         float s_mlx, b_mlx;
         zy_quant_row(x, G, bits, G, out, &s_mlx, &b_mlx);
         for (int k = 0; k < G; k++) best[k] = (uint8_t)((out[k / per_word] >> (k % per_word * bits)) & (uint32_t)mask);
         float best_s = rounded(scale_dtype, s_mlx), best_b = rounded(scale_dtype, b_mlx);
-        double best_e = group_error(x, G, best, best_s, best_b);
+        double best_e = group_error(x, wt, G, best, best_s, best_b);
         /* rounding s and b moves the grid: the nearest codes for the stored values (mlx keeps those for fp32's) */
-        const double e_near = nearest_codes(x, G, n_bins, best_s, best_b, trial);
+        const double e_near = nearest_codes(x, wt, G, n_bins, best_s, best_b, trial);
         if (e_near < best_e) best_e = e_near, memcpy(best, trial, (size_t)G);
         float lo = x[0], hi = x[0];
         for (int k = 1; k < G; k++) lo = x[k] < lo ? x[k] : lo, hi = x[k] > hi ? x[k] : hi;
@@ -101,13 +102,13 @@ void zy_quant_row_mse(const float *w, int cols, int bits, int group_size, ZyDtyp
                     trial[k] = (uint8_t)(v < 0 ? 0 : v > n_bins ? n_bins : v);
                 }
                 float s, b;
-                if (!least_squares(x, G, trial, &s, &b)) continue;
+                if (!least_squares(x, wt, G, trial, &s, &b)) continue;
                 for (int refit = 0; refit < 2; refit++) {
                     s = rounded(scale_dtype, s), b = rounded(scale_dtype, b);
                     if (s == 0 || !isfinite(s) || !isfinite(b)) break;
-                    const double e = nearest_codes(x, G, n_bins, s, b, trial);
+                    const double e = nearest_codes(x, wt, G, n_bins, s, b, trial);
                     if (e < best_e) best_e = e, best_s = s, best_b = b, memcpy(best, trial, (size_t)G);
-                    if (!least_squares(x, G, trial, &s, &b)) break;
+                    if (!least_squares(x, wt, G, trial, &s, &b)) break;
                 }
             }
         }

@@ -23,8 +23,10 @@ const char *zy_quant_method_name(ZyQuantMethod m);
 /* One row as zy_quant_row lays it out, each group's (s, b) the least-squared-error one found, measured on the values
  * as stored: s and b rounded to scale_dtype (the returned scales and biases are those rounded values, so storing
  * them again changes nothing) and the codes the nearest ones for them. mlx's own choice is one of the candidates,
- * so no group's error exceeds mx.quantize's. */
-void zy_quant_row_mse(const float *w, int cols, int bits, int group_size, ZyDtype scale_dtype, uint32_t *q,
-                      float *scales, float *biases);
+ * so no group's error exceeds mx.quantize's. importance (cols values, or NULL for all 1) weights each column's squared
+ * error: activation-aware quantization passes the mean square of the column's input (llama.cpp's importance matrix),
+ * so the error lands where the inputs are small. */
+void zy_quant_row_mse(const float *w, const float *importance, int cols, int bits, int group_size,
+                      ZyDtype scale_dtype, uint32_t *q, float *scales, float *biases);
 
 #endif

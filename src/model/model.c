@@ -469,6 +469,11 @@ void model_bind_weights(const Model *m, float *base, Weights *out) {
     walk_layout(&bind, &m->cfg, out);
 }
 
+void model_bind_tensors(const Model *m, float *const *ptrs, Weights *out) {
+    LayoutWalk bind = {.table = (ParamTable *)&m->params, .ptrs = ptrs};
+    walk_layout(&bind, &m->cfg, out);
+}
+
 int acts_create(Activations *a, const ZayaConfig *cfg, int B, int T, ZyErr *err) {
     memset(a, 0, sizeof *a);
     if (B <= 0 || T <= 0) return zy_fail(err, "batch shape [%d, %d] must be positive", B, T);

@@ -226,6 +226,9 @@ size_t acts_carve(Activations *a, const ZayaConfig *cfg, void *base);
 /* Views of a parameter arena laid out like m->params (the same walk as m->w and m->g), e.g. one on a GPU. Residual
  * scales of a no_residual_scaling model stay NULL (the caller binds its own constants). */
 void model_bind_weights(const Model *m, float *base, Weights *out);
+/* The same from a pointer per tensor of m->params (ptrs[i] for tensor i, NULL allowed): per-tensor companions of the
+ * weights, e.g. calibration statistics, reached through the fields the forward reads (out->layers is the caller's). */
+void model_bind_tensors(const Model *m, float *const *ptrs, Weights *out);
 
 /* Checks token ids (0 <= id < V) and T against max_position_embeddings; errors name the offending index. */
 int model_check_tokens(const Model *m, const int32_t *tokens, int B, int T, ZyErr *err);

@@ -701,7 +701,7 @@ static const Shape quant_shapes[] = {
 static int quantize_default(const char *dir, const char *qdir, int bits, QuantizeReport *rep, ZyErr *err) {
     QuantPlan plan;
     return quant_plan_make(&plan, bits, 32, QUANT_ROUTER_BITS, NULL, err) ||
-           quant_model_dir(dir, qdir, &plan, 0, rep, err);
+           quant_model_dir(dir, qdir, &plan, NULL, 0, rep, err);
 }
 
 /* Logits of T tokens through the full forward of m. */

@@ -42,7 +42,7 @@ static int quantize(Stored *st, const float *w, int bits, int G, ZyDtype dt, ZyQ
     for (int o = 0; o < ROWS; o++) {
         float fs[8], fb[8];
         if (method == ZY_QUANT_MSE)
-            zy_quant_row_mse(w + o * COLS, COLS, bits, G, dt, st->q + o * words, fs, fb);
+            zy_quant_row_mse(w + o * COLS, NULL, COLS, bits, G, dt, st->q + o * words, fs, fb);
         else
             zy_quant_row(w + o * COLS, COLS, bits, G, st->q + o * words, fs, fb);
         for (int g = 0; g < groups; g++) {
@@ -133,4 +133,51 @@ TEST(quant_mse_method_names) {
     CHECK(zy_quant_method_parse("mlx") == ZY_QUANT_MLX && zy_quant_method_parse("mse") == ZY_QUANT_MSE);
     CHECK(zy_quant_method_parse("MSE") == -1 && zy_quant_method_parse("") == -1 && zy_quant_method_parse(NULL) == -1);
     CHECK(!strcmp(zy_quant_method_name(ZY_QUANT_MSE), "mse") && !strcmp(zy_quant_method_name(ZY_QUANT_MLX), "mlx"));
+}
+
+/* Importance-weighted (activation-aware) fitting: all-ones weights change nothing, bit for bit; heavy-tailed weights
+ * (a column in 8 weighing 100x, as inputs with outlier channels make them) buy a clearly smaller weighted error than
+ * the unweighted fit, with the big columns' own error smaller; columns of weight 0 are fitted around. */
+TEST(quant_mse_importance_weights_the_fit) {
+    static float w[ROWS * COLS], ones[COLS], wt[COLS];
+    static Stored plain, weighted;
+    for (int k = 0; k < COLS; k++) ones[k] = 1.0f, wt[k] = k % 8 == 3 ? 100.0f : k % 8 == 6 ? 0.0f : 1.0f;
+    const int bits = 4, G = 32, words = zy_quant_row_words(COLS, bits);
+    test_rows(w, 77u, 1);
+    quantize(&plain, w, bits, G, ZY_DT_BF16, ZY_QUANT_MSE);
+    static uint32_t q1[ROWS * COLS / 8];
+    float s1[COLS / 32], b1[COLS / 32], s2[COLS / 32], b2[COLS / 32];
+    int same = 1;
+    for (int o = 0; o < ROWS; o++) {
+        zy_quant_row_mse(w + o * COLS, NULL, COLS, bits, G, ZY_DT_BF16, q1 + o * words, s1, b1);
+        zy_quant_row_mse(w + o * COLS, ones, COLS, bits, G, ZY_DT_BF16, weighted.q + o * words, s2, b2);
+        same &= !memcmp(q1 + o * words, weighted.q + o * words, (size_t)words * 4) && !memcmp(s1, s2, sizeof s1) &&
+                !memcmp(b1, b2, sizeof b1);
+    }
+    CHECK(same);
+    /* the weighted fit, stored as zaya quantize stores it */
+    for (int o = 0; o < ROWS; o++) {
+        zy_quant_row_mse(w + o * COLS, wt, COLS, bits, G, ZY_DT_BF16, weighted.q + o * words, s2, b2);
+        for (int g = 0; g < COLS / G; g++) {
+            zy_quant_store(ZY_DT_BF16, s2[g], weighted.s16, (size_t)o * (COLS / G) + g);
+            zy_quant_store(ZY_DT_BF16, b2[g], weighted.b16, (size_t)o * (COLS / G) + g);
+        }
+    }
+    weighted.m = plain.m;
+    weighted.m.q = weighted.q, weighted.m.scales = weighted.s16, weighted.m.biases = weighted.b16;
+    double e_plain = 0, e_weighted = 0, big_plain = 0, big_weighted = 0;
+    float y1[COLS], y2[COLS];
+    for (int o = 0; o < ROWS; o++) {
+        zy_quant_dequant_row(&plain.m, o, y1);
+        zy_quant_dequant_row(&weighted.m, o, y2);
+        for (int k = 0; k < COLS; k++) {
+            const double d1 = (double)w[o * COLS + k] - y1[k], d2 = (double)w[o * COLS + k] - y2[k];
+            e_plain += wt[k] * d1 * d1, e_weighted += wt[k] * d2 * d2;
+            if (wt[k] > 1) big_plain += d1 * d1, big_weighted += d2 * d2;
+        }
+    }
+    printf("    weighted error %.4g vs unweighted fit %.4g; the heavy columns' own %.4g vs %.4g\n", e_weighted, e_plain,
+           big_weighted, big_plain);
+    CHECK(e_weighted < 0.8 * e_plain);
+    CHECK(big_weighted < 0.8 * big_plain);
 }

@@ -92,7 +92,7 @@ TEST(quant_plan_folder_has_per_module_entries_read_in_place) {
         QuantPlan plan;
         QuantizeReport rep;
         REQUIRE(quant_plan_make(&plan, 4, 32, QUANT_ROUTER_BITS, keep ? "embedding" : NULL, &err) == 0);
-        CHECK_MSG(quant_model_dir(dir, qdir, &plan, 0, &rep, &err) == 0, "%s", err.msg);
+        CHECK_MSG(quant_model_dir(dir, qdir, &plan, NULL, 0, &rep, &err) == 0, "%s", err.msg);
         if (*zy_test_failed_) break;
         char *text;
         size_t len;
