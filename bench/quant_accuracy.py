@@ -70,6 +70,8 @@ def main():
     ap.add_argument("--calibration", help="token shards whose train split calibrates: also q8/q4 rows quantized with "
                     "--method mse --calibration (activation-aware)")
     ap.add_argument("--calibration-tokens", type=int, default=16384)
+    ap.add_argument("--calibration-methods", default="mse", help="the methods calibrated rows use (mse, gptq)")
+    ap.add_argument("--bits", default="8,4", help="the q8/q4 rows to measure")
     ap.add_argument("--router-4bit", action="store_true", help="also q4 with the router at 4 bits")
     ap.add_argument("--classes", action="store_true", help="also q4 (groups of 32) of one class at a time")
     ap.add_argument("--speed", action="store_true", help="also bench decode (bytes per token, tokens/s)")
@@ -83,10 +85,11 @@ def main():
     tokens = work / "windows.npy"
     np.save(tokens, held_out_windows(a.data, a.windows, 128))
     groups = [int(g) for g in a.groups.split(",")]
+    bit_list = [int(b) for b in a.bits.split(",")]
     variants = [("bf16", a.model, "bf16", [])]
     for m in filter(None, a.methods.split(",")):
         meth = ["--method", m]
-        for bits in (8, 4):
+        for bits in bit_list:
             for g in groups:
                 variants.append((f"q{bits} g{g} {m}", None, f"q{bits}", ["--bits", bits, "--group-size", g, *meth]))
         if a.router_4bit:
@@ -100,11 +103,12 @@ def main():
                                  ["--bits", 4, "--group-size", 32, "--router-bits", 4, "--keep-float", others, *meth]))
 
     if a.calibration:
-        cal = ["--method", "mse", "--calibration", a.calibration, "--calibration-tokens", a.calibration_tokens]
-        for bits in (8, 4):
-            for g in groups:
-                variants.append((f"q{bits} g{g} mse calibrated", None, f"q{bits}",
-                                 ["--bits", bits, "--group-size", g, *cal]))
+        for m in a.calibration_methods.split(","):
+            cal = ["--method", m, "--calibration", a.calibration, "--calibration-tokens", a.calibration_tokens]
+            for bits in bit_list:
+                for g in groups:
+                    variants.append((f"q{bits} g{g} {m} calibrated", None, f"q{bits}",
+                                     ["--bits", bits, "--group-size", g, *cal]))
 
     lines = [f"# {a.label}".rstrip(), f"# model {a.model}, held-out loss on {a.max_tokens} tokens of {a.data} (seq 128), "
              f"top-1 on {a.windows} x 128 positions", ""]

@@ -14,14 +14,14 @@
 static int plan_set_method(QuantPlan *plan, const char *name, ZyErr *err) {
     if (!name) return 0;
     const int m = zy_quant_method_parse(name);
-    if (m < 0) return zy_fail(err, "quantize: --method must be mlx or mse (got \"%s\")", name);
+    if (m < 0) return zy_fail(err, "quantize: --method must be mlx, mse or gptq (got \"%s\")", name);
     plan->method = (ZyQuantMethod)m;
     return 0;
 }
 
 /* --calibration DATA: the model run over DATA's train split, each matrix's column importance (infer/calibrate.h). */
-static int calibrate(const char *model_dir, const char *data_dir, long tokens, int seq_len, QuantImportance *imp,
-                     ZyErr *err) {
+static int calibrate(const char *model_dir, const char *data_dir, long tokens, int seq_len, int with_gram,
+                     QuantImportance *imp, ZyErr *err) {
     Model m;
     ShardSet *data = NULL;
     CalibrationReport rep;
@@ -29,7 +29,7 @@ static int calibrate(const char *model_dir, const char *data_dir, long tokens, i
     if (dtype < 0 || model_load_dir_as(&m, model_dir, dtype, err)) return -1;
     if (seq_len <= 0) seq_len = m.cfg.max_position_embeddings < 512 ? m.cfg.max_position_embeddings : 512;
     int rc = shardset_open(&data, data_dir, "train", 0, err);
-    if (!rc) rc = calibrate_importance(&m, data, seq_len, tokens, imp, &rep, err);
+    if (!rc) rc = calibrate_importance(&m, data, seq_len, tokens, with_gram, imp, &rep, err);
     if (!rc)
         printf("calibrated on %ld tokens of %s (%d windows of %d), %.1f s%s\n", rep.tokens, data_dir, rep.windows,
                seq_len, rep.seconds, rep.experts_unseen ? "" : "; every expert saw tokens");
@@ -57,11 +57,12 @@ int cmd_quantize(int argc, char **argv) {
         {"--keep-float", ARG_STRING, 0, &keep_float,
          "classes of matrices left unquantized, comma-separated: attention, router, experts, embedding", 0},
         {"--method", ARG_STRING, 0, &method,
-         "how each group's scale and bias are chosen: mlx (mx.quantize's min/max rule, bit for bit) or mse (least "
-         "squared error of the dequantized values, same layout); default mse at 4 bits, mlx at 8", 0},
+         "how each group's scale and bias are chosen: mlx (mx.quantize's min/max rule, bit for bit), mse (least "
+         "squared error of the dequantized values, same layout) or gptq (GPTQ's error compensation over the "
+         "calibration inputs; needs --calibration); default mse at 4 bits, mlx at 8", 0},
         {"--calibration", ARG_STRING, 0, &calibration,
          "token shards (zaya data prepare's folder) whose train split the model runs over first: each matrix's error "
-         "is then weighted by the mean square of its inputs (activation-aware; needs --method mse)", 0},
+         "is then weighted by the mean square of its inputs (activation-aware; --method mse or gptq)", 0},
         {"--calibration-tokens", ARG_U64, 0, &calib_tokens, "tokens of calibration data to run (default 16384)", 0},
         {"--calibration-seq-len", ARG_INT, 0, &calib_seq_len,
          "tokens per calibration window (default 512, or the model's max_position_embeddings if fewer)", 0},
@@ -70,7 +71,7 @@ int cmd_quantize(int argc, char **argv) {
     const int n = ZY_ARRAY_LEN(specs);
     if (args_help(argc, argv, 2, "quantize",
                   "--model DIR --out DIR --bits 8|4 [--group-size 32|64|128] [--router-bits 8|4] [--keep-float CLASSES] "
-                  "[--method mlx|mse] [--calibration DATA [--calibration-tokens N] [--calibration-seq-len T]] [--shard-size MB]",
+                  "[--method mlx|mse|gptq] [--calibration DATA [--calibration-tokens N] [--calibration-seq-len T]] [--shard-size MB]",
                   specs, n))
         return 0;
     ZyErr err = {{0}};
@@ -82,12 +83,14 @@ int cmd_quantize(int argc, char **argv) {
         (!(shard_mb * 1e6 >= 1) && zy_fail(&err, "quantize: --shard-size must be a positive number of MB (got %g)", shard_mb)) ||
         quant_plan_make(&plan, bits, group_size, router_bits, keep_float, &err) ||
         plan_set_method(&plan, method, &err) ||
-        (calibration && plan.method != ZY_QUANT_MSE &&
-         zy_fail(&err, "quantize: --calibration weights the mse method's error; --method %s does not use it",
-                 zy_quant_method_name(plan.method))) ||
+        (calibration && plan.method == ZY_QUANT_MLX &&
+         zy_fail(&err, "quantize: --calibration weights the mse and gptq methods' error; --method mlx does not use it")) ||
+        (!calibration && plan.method == ZY_QUANT_GPTQ &&
+         zy_fail(&err, "quantize: --method gptq needs calibration data (--calibration DATA)")) ||
         (calibration && (calib_tokens < 1 || calib_tokens > (1ull << 40)) &&
          zy_fail(&err, "quantize: --calibration-tokens must be positive")) ||
-        (calibration && calibrate(model_dir, calibration, (long)calib_tokens, calib_seq_len, &importance, &err)) ||
+        (calibration && calibrate(model_dir, calibration, (long)calib_tokens, calib_seq_len, plan.method == ZY_QUANT_GPTQ,
+                                  &importance, &err)) ||
         quant_model_dir(model_dir, out, &plan, calibration ? &importance : NULL, (size_t)(shard_mb * 1e6), &rep, &err)) {
         fprintf(stderr, "zaya: %s\n", err.msg);
         quant_importance_free(&importance);

@@ -18,10 +18,14 @@ typedef struct {
     double seconds;
 } CalibrationReport;
 
+/* GPTQ's Gram matrices are refused above this many bytes in all (the 8B's would be tens of GB). */
+#define CALIBRATION_GRAM_MAX_BYTES 4e9
+
 /* Runs m over `tokens` tokens of data (seq_len a window, windows spread evenly over the split) and fills imp (one
  * entry per tensor of m's table: NULL for what quant_holds does not take) with each column's mean square input,
- * plus a floor of QUANT_IMPORTANCE_FLOOR times the row's mean so that no column's error is free. */
-int calibrate_importance(Model *m, ShardSet *data, int seq_len, long tokens, QuantImportance *imp,
+ * plus a floor of QUANT_IMPORTANCE_FLOOR times the row's mean so that no column's error is free; with_gram also
+ * the inputs' Gram matrices Σ x xᵀ (imp->gram, for --method gptq). */
+int calibrate_importance(Model *m, ShardSet *data, int seq_len, long tokens, int with_gram, QuantImportance *imp,
                          CalibrationReport *rep, ZyErr *err);
 
 #endif

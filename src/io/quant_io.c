@@ -12,6 +12,7 @@
 
 #include "io/quant_plan.h"
 #include "kernels/quant.h"
+#include "kernels/quant_gptq.h"
 
 int quant_holds(const ParamInfo *p) { return model_holds_bf16(p); }
 
@@ -127,6 +128,7 @@ typedef struct {
     int cols, bits, group_size;
     ZyQuantMethod method;
     const float *importance; /* [blocks][cols] or NULL (QuantImportance) */
+    const double *gram;      /* [blocks][cols][cols] for GPTQ (QuantImportance) */
     long rows_per_block;
     uint8_t *part[3];   /* codes, scales, biases */
     size_t bytes[3];
@@ -147,14 +149,32 @@ static int quant_job_make(QuantJob *j) {
             snprintf(j->error, sizeof j->error, "out of memory for its %zu MB of codes", j->bytes[0] >> 20);
             return -1;
         }
+    /* GPTQ: each block's U (kernels/quant_gptq.h), from its inputs' Gram matrix */
+    const size_t cc = (size_t)j->cols * j->cols;
+    const long blocks = j->rows / j->rows_per_block;
+    double *u = NULL;
+    if (j->method == ZY_QUANT_GPTQ) {
+        if (!j->gram || !(u = malloc((size_t)blocks * cc * sizeof *u))) {
+            snprintf(j->error, sizeof j->error, j->gram ? "out of memory for GPTQ's factors" : "no calibration inputs for GPTQ");
+            return -1;
+        }
+        memcpy(u, j->gram, (size_t)blocks * cc * sizeof *u);
+        for (long b = 0; b < blocks; b++)
+            if (zy_gptq_factor(u + b * cc, j->cols)) {
+                snprintf(j->error, sizeof j->error, "block %ld's calibration inputs give no positive definite Σ x xᵀ", b);
+                free(u);
+                return -1;
+            }
+    }
     long bad_row = -1;
 #pragma omp parallel
     {
         float *w = malloc(sizeof(float) * ((size_t)j->cols + 2 * (size_t)groups));
+        double *work = u ? malloc(sizeof(double) * (size_t)j->cols) : NULL;
         float *fs = w ? w + j->cols : NULL, *fb = fs ? fs + groups : NULL;
 #pragma omp for schedule(static)
         for (long r = 0; r < j->rows; r++) {
-            if (!w) {
+            if (!w || (u && !work)) {
 #pragma omp critical
                 if (bad_row < 0 || r < bad_row) bad_row = r;
                 continue;
@@ -168,7 +188,10 @@ static int quant_job_make(QuantJob *j) {
                 }
             uint32_t *codes = (uint32_t *)(void *)j->part[0] + (size_t)r * words;
             const float *imp = j->importance ? j->importance + r / j->rows_per_block * j->cols : NULL;
-            if (j->method == ZY_QUANT_MSE)
+            if (u)
+                zy_quant_row_gptq(w, u + r / j->rows_per_block * cc, imp, j->cols, j->bits, j->group_size, sdt, work,
+                                  codes, fs, fb);
+            else if (j->method == ZY_QUANT_MSE)
                 zy_quant_row_mse(w, imp, j->cols, j->bits, j->group_size, sdt, codes, fs, fb);
             else
                 zy_quant_row(w, j->cols, j->bits, j->group_size, codes, fs, fb);
@@ -177,8 +200,9 @@ static int quant_job_make(QuantJob *j) {
                 zy_quant_store(sdt, fb[g], j->part[2], (size_t)r * groups + g);
             }
         }
-        free(w);
+        free(w), free(work);
     }
+    free(u);
     if (bad_row >= 0) {
         snprintf(j->error, sizeof j->error, "row %ld holds a value that is not finite (or memory ran out)", bad_row);
         return -1;
@@ -261,17 +285,21 @@ static int copy_side_files(const char *src, const char *out, ZyErr *err) {
 }
 
 void quant_importance_free(QuantImportance *imp) {
-    for (int i = 0; imp->of_tensor && i < imp->count; i++) free(imp->of_tensor[i]);
-    free(imp->of_tensor);
-    imp->of_tensor = NULL, imp->count = 0;
+    for (int i = 0; i < imp->count; i++) {
+        if (imp->of_tensor) free(imp->of_tensor[i]);
+        if (imp->gram) free(imp->gram[i]);
+    }
+    free(imp->of_tensor), free(imp->gram);
+    imp->of_tensor = NULL, imp->gram = NULL, imp->count = 0;
 }
 
 int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, const QuantImportance *importance,
                     size_t shard_bytes, QuantizeReport *rep, ZyErr *err) {
     memset(rep, 0, sizeof *rep);
-    if (importance && plan->method != ZY_QUANT_MSE)
-        return zy_fail(err, "quantize: calibration weights the mse method's error; --method %s does not use it",
-                       zy_quant_method_name(plan->method));
+    if (importance && plan->method == ZY_QUANT_MLX)
+        return zy_fail(err, "quantize: calibration weights the mse and gptq methods' error; --method mlx does not use it");
+    if (plan->method == ZY_QUANT_GPTQ && !(importance && importance->gram))
+        return zy_fail(err, "quantize: --method gptq needs calibration inputs (--calibration DATA)");
     ZayaConfig cfg;
     if (load_config(src, &cfg, err)) return -1;
     if (cfg.quant_bits)
@@ -327,7 +355,8 @@ int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, con
             QuantJob *j = &jobs[i];
             *j = (QuantJob){.f = s.file[i], .e = e, .name = p->name, .rows = (long)(p->numel / (size_t)cols),
                             .cols = cols, .bits = bits, .group_size = group_size, .method = plan->method,
-                            .importance = importance ? importance->of_tensor[i] : NULL};
+                            .importance = importance ? importance->of_tensor[i] : NULL,
+                            .gram = importance && importance->gram ? importance->gram[i] : NULL};
             j->rows_per_block = j->rows / (p->ndim == 3 ? p->shape[0] : 1);
             char base[160];
             quant_base_name(base, sizeof base, p->name);

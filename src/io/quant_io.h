@@ -28,6 +28,7 @@ void quant_base_name(char *out, size_t cap, const char *name);
  * k blocks for a tensor [k, rows/k, cols] of 3 dimensions (an expert stack: a row per expert), 1 for a matrix. */
 typedef struct {
     float **of_tensor;
+    double **gram; /* NULL, or per tensor NULL or [blocks][cols][cols]: the inputs' Σ x xᵀ, for --method gptq */
     int count;
 } QuantImportance;
 /* Importance is floored at this share of its row's mean, so that columns no calibration input reached still count. */

@@ -11,10 +11,13 @@
 int zy_quant_method_parse(const char *name) {
     if (name && !strcmp(name, "mlx")) return ZY_QUANT_MLX;
     if (name && !strcmp(name, "mse")) return ZY_QUANT_MSE;
+    if (name && !strcmp(name, "gptq")) return ZY_QUANT_GPTQ;
     return -1;
 }
 
-const char *zy_quant_method_name(ZyQuantMethod m) { return m == ZY_QUANT_MSE ? "mse" : "mlx"; }
+const char *zy_quant_method_name(ZyQuantMethod m) {
+    return m == ZY_QUANT_MSE ? "mse" : m == ZY_QUANT_GPTQ ? "gptq" : "mlx";
+}
 
 /* Trial scales: n/(max-min) · (1 + k·TRIAL_STEP/n) for k in -TRIALS..TRIALS (llama.cpp's rdelta 0.1, rmin -1 span
  * the same ±1 code width). */

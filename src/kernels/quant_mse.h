@@ -14,9 +14,10 @@
 typedef enum {
     ZY_QUANT_MLX, /* mx.quantize's, bit for bit (zy_quant_row) */
     ZY_QUANT_MSE, /* least squared error (zy_quant_row_mse) */
+    ZY_QUANT_GPTQ, /* GPTQ's error compensation over calibration inputs (kernels/quant_gptq.h) */
 } ZyQuantMethod;
 
-/* "mlx" / "mse" -> the method; -1 for anything else. */
+/* "mlx" / "mse" / "gptq" -> the method; -1 for anything else. */
 int zy_quant_method_parse(const char *name);
 const char *zy_quant_method_name(ZyQuantMethod m);
 

@@ -1,7 +1,8 @@
 /* Activation-aware quantization (src/infer/calibrate.c, zaya quantize --calibration): the importance it gathers is
- * each matrix input's squared columns (checked against a forward run here for the head, o_proj and one expert), and
- * q4 weights fitted with it reproduce the unquantized model's logits more closely than weights fitted without it, on
- * a model whose normalised activations have outlier channels (as trained models' do). */
+ * each matrix input's squared columns (checked against a forward run here for the head, o_proj and one expert; the
+ * Gram matrices' diagonals for GPTQ), and q4 weights fitted with it reproduce the unquantized model's logits more
+ * closely than weights fitted without it — and GPTQ's more closely still — on a model whose normalised activations
+ * have outlier channels (as trained models' do). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,12 +123,13 @@ static double logit_error(Model *m, Model *q) {
 
 TEST(calibrate_importance_and_calibrated_q4_is_closer) {
     ZyErr err = {{0}};
-    char dir[64], mdir[80], ddir[80], q_plain[80], q_cal[80];
+    char dir[64], mdir[80], ddir[80], q_plain[80], q_cal[80], q_gptq[80];
     REQUIRE(zy_test_tmpdir(dir, sizeof dir, "calib") == 0);
     snprintf(mdir, sizeof mdir, "%s/model", dir), snprintf(ddir, sizeof ddir, "%s/data", dir);
     snprintf(q_plain, sizeof q_plain, "%s/q4", dir), snprintf(q_cal, sizeof q_cal, "%s/q4cal", dir);
+    snprintf(q_gptq, sizeof q_gptq, "%s/q4gptq", dir);
     REQUIRE(zy_mkdirs(ddir, &err) == 0);
-    Model m, q1, q2;
+    Model m, q1, q2, q3;
     REQUIRE(make_model(&m, &err) == 0);
     REQUIRE(model_save_dir(&m, mdir, ZY_DT_F32, &err) == 0);
     REQUIRE(write_tokens(ddir, CALIB_TOKENS, 99, &err) == 0);
@@ -136,13 +138,28 @@ TEST(calibrate_importance_and_calibrated_q4_is_closer) {
     REQUIRE(shardset_open(&data, ddir, "train", 1, &err) == 0);
     QuantImportance imp;
     CalibrationReport rep;
-    CHECK_MSG(calibrate_importance(&m, data, SEQ, CALIB_TOKENS, &imp, &rep, &err) == 0, "%s", err.msg);
+    CHECK_MSG(calibrate_importance(&m, data, SEQ, CALIB_TOKENS, 0, &imp, &rep, &err) == 0, "%s", err.msg);
     CHECK(rep.windows == CALIB_TOKENS / SEQ && rep.tokens == CALIB_TOKENS && imp.count == m.params.count);
     check_importance(zy_test_failed_, &m, &imp);
     /* bad input: a window longer than the model's positions */
     QuantImportance none;
-    CHECK(calibrate_importance(&m, data, 65, CALIB_TOKENS, &none, &rep, &err) != 0 && strstr(err.msg, "65"));
+    CHECK(calibrate_importance(&m, data, 65, CALIB_TOKENS, 0, &none, &rep, &err) != 0 && strstr(err.msg, "65"));
+    /* with Gram matrices (--method gptq): the same importance, and diag Σ x xᵀ = the sums it was floored from */
+    QuantImportance full;
+    CHECK_MSG(calibrate_importance(&m, data, SEQ, CALIB_TOKENS, 1, &full, &rep, &err) == 0, "%s", err.msg);
     shardset_close(data);
+    {
+        const int i = index_of(&m, "model.layers.1.self_attn.o_proj.weight");
+        REQUIRE(full.gram && full.gram[i]);
+        double mean = 0, worst = 0;
+        for (int j = 0; j < D; j++) mean += full.gram[i][j * D + j] / D;
+        for (int j = 0; j < D; j++) {
+            const double e = full.gram[i][j * D + j] + QUANT_IMPORTANCE_FLOOR * mean;
+            worst = fmax(worst, fabs(full.of_tensor[i][j] - e) / e + fabs(full.of_tensor[i][j] - imp.of_tensor[i][j]));
+            for (int k = 0; k < D; k++) worst = fmax(worst, fabs(full.gram[i][j * D + k] - full.gram[i][k * D + j]));
+        }
+        CHECK_MSG(worst < 1e-4, "Gram diagonal / symmetry off by %.3g", worst);
+    }
 
     QuantPlan plan;
     QuantizeReport qr;
@@ -150,13 +167,20 @@ TEST(calibrate_importance_and_calibrated_q4_is_closer) {
     plan.method = ZY_QUANT_MSE;
     CHECK_MSG(quant_model_dir(mdir, q_plain, &plan, NULL, 0, &qr, &err) == 0, "%s", err.msg);
     CHECK_MSG(quant_model_dir(mdir, q_cal, &plan, &imp, 0, &qr, &err) == 0, "%s", err.msg);
-    plan.method = ZY_QUANT_MLX; /* the importance weights only mse's fit */
-    CHECK(quant_model_dir(mdir, q_cal, &plan, &imp, 0, &qr, &err) != 0 && strstr(err.msg, "mse"));
+    plan.method = ZY_QUANT_MLX; /* the importance weights only mse's and gptq's fits */
+    CHECK(quant_model_dir(mdir, q_cal, &plan, &imp, 0, &qr, &err) != 0 && strstr(err.msg, "mlx"));
+    plan.method = ZY_QUANT_GPTQ; /* GPTQ needs the Gram matrices */
+    CHECK(quant_model_dir(mdir, q_gptq, &plan, &imp, 0, &qr, &err) != 0 && strstr(err.msg, "gptq"));
+    CHECK_MSG(quant_model_dir(mdir, q_gptq, &plan, &full, 0, &qr, &err) == 0, "%s", err.msg);
     quant_importance_free(&imp);
+    quant_importance_free(&full);
     REQUIRE(model_load_dir_as(&q1, q_plain, MODEL_DTYPE_Q4, &err) == 0);
     REQUIRE(model_load_dir_as(&q2, q_cal, MODEL_DTYPE_Q4, &err) == 0);
-    const double e_plain = logit_error(&m, &q1), e_cal = logit_error(&m, &q2);
-    printf("    q4 g32 logits, relative RMS error vs fp32: calibrated %.4g, uncalibrated %.4g\n", e_cal, e_plain);
+    REQUIRE(model_load_dir_as(&q3, q_gptq, MODEL_DTYPE_Q4, &err) == 0);
+    const double e_plain = logit_error(&m, &q1), e_cal = logit_error(&m, &q2), e_gptq = logit_error(&m, &q3);
+    printf("    q4 g32 logits, relative RMS error vs fp32: uncalibrated mse %.4g, calibrated mse %.4g, gptq %.4g\n",
+           e_plain, e_cal, e_gptq);
     CHECK(e_cal < 0.85 * e_plain);
-    model_free(&q1), model_free(&q2), model_free(&m);
+    CHECK(e_gptq < e_cal);
+    model_free(&q1), model_free(&q2), model_free(&q3), model_free(&m);
 }
