@@ -9,7 +9,6 @@
 typedef struct {
     const float *tags;
     QuantImportance *imp;
-    const ParamTable *t;
     double *sums; /* [widest] scratch */
     double *gram; /* [widest²] scratch (with Gram matrices) */
 } Gather;
@@ -165,7 +164,7 @@ int calibrate_importance(Model *m, ShardSet *data, int seq_len, long tokens, int
             (with_gram && !(imp->gram[i] = calloc((size_t)blocks * cols * cols, sizeof(double)))))
             rc = zy_fail(err, "out of memory");
     }
-    Gather g = {.tags = tags, .imp = imp, .t = t};
+    Gather g = {.tags = tags, .imp = imp};
     if (!rc && (!(g.sums = malloc((size_t)widest * sizeof(double))) ||
                 (with_gram && !(g.gram = malloc((size_t)widest * widest * sizeof(double))))))
         rc = zy_fail(err, "out of memory");

@@ -8,8 +8,10 @@ model and tokenizer, quantized by `zaya quantize` (groups of 32: its widths are 
   and with the int8 way stays close; `eval` runs quantized;
 - `bench decode --dtype q4` reports the bytes per step at 4.5 bits a weight (the router's at its own 8), the bandwidth
   bound, and q4 vs f32;
-- `--dtype q8` on an unquantized folder, q8 on a 4-bit folder, `--device cuda` with quantized weights, and a bad folder
-  (a truncated weight, a mismatched scales shape) are clear errors naming the folder or the tensor.
+- `quantize --calibration DATA` (a `data prepare` folder) with `--method mse` and `gptq` writes folders that run;
+- `--dtype q8` on an unquantized folder, q8 on a 4-bit folder, `--device cuda` with quantized weights, a bad folder
+  (a truncated weight, a mismatched scales shape), gptq without calibration data, calibration with mlx's rule and a
+  missing calibration folder are clear errors naming the folder, the flag or the tensor.
 (convert, ckpt export and train refusing a quantized folder: test_quant_mlx.py.)
 
     python tests/oracle/test_quant_decode.py [--keep DIR]
@@ -129,8 +131,31 @@ def checks(res, work):
               re.search(r"^q4   vs f32 +logits over 24 positions", out, re.M) and '"dtype": "q4"' in out,
               "bench decode: the bound, q4 vs f32, the json line", out[-600:])
 
+    # calibrated quantization (--calibration, --method gptq): a token folder from text, quantized with it, run in place
+    (work / "calib.txt").write_text("\n".join(f"{p} {i} the quick brown fox, 12+34=46; def f(x): return x"
+                                              for i, p in enumerate(PROMPTS * 40)) + "\n")
+    data = work / "calib-data"
+    rc, _, err = run_zaya(["data", "prepare", "--tokenizer", mdir, "--input", work / "calib.txt", "--out", data,
+                           "--force"])
+    res.check(rc == 0, "data prepare: calibration shards", err[-300:])
+    for method in ("mse", "gptq"):
+        qc = work / f"q4-{method}-calibrated"
+        rc, out, err = run_zaya(["quantize", "--model", mdir, "--out", qc, "--bits", 4, "--group-size", 32,
+                                 "--method", method, "--calibration", data, "--calibration-tokens", 512,
+                                 "--calibration-seq-len", 32])
+        res.check(rc == 0 and re.search(r"^calibrated on 512 tokens of .* \(16 windows of 32\)", out, re.M) and
+                  f"({method}, calibrated)" in out, f"quantize --method {method} --calibration", (out + err)[-400:])
+        rc, out, err = run_zaya(["generate", "--model", qc, "--dtype", "q4", "--ids", "--prompt", "1 2 3 4"])
+        res.check(rc == 0 and out.strip(), f"generate --dtype q4 on the {method}-calibrated folder", err[-300:])
+
     # refusals: clear errors naming the folder, the flag or the tensor
     for args, needles, label in [
+        (["quantize", "--model", mdir, "--out", work / "x", "--bits", 4, "--group-size", 32, "--method", "gptq"],
+         ["--method gptq", "--calibration"], "gptq without calibration data"),
+        (["quantize", "--model", mdir, "--out", work / "x", "--bits", 4, "--group-size", 32, "--method", "mlx",
+          "--calibration", data], ["--method mlx", "calibration"], "calibration with mlx's rule"),
+        (["quantize", "--model", mdir, "--out", work / "x", "--bits", 4, "--group-size", 32, "--calibration",
+          work / "no-such-data"], [str(work / "no-such-data")], "a missing calibration folder"),
         (["generate", "--model", mdir, "--ids", "--prompt", "1 2", "--dtype", "q8"], [str(mdir), "is not quantized",
                                                                                        "zaya quantize"],
          "q8 on an unquantized folder"),
