@@ -123,15 +123,18 @@ void zy_quant_embed(float *x, const ZyQuantMatrix *emb, const int32_t *tokens, c
 /* ---- what the kernels see (quant_isa.c): the activations prepared once per call ----
  * For a block of nr <= 4 rows, with ng = in/group_size groups and nb = in/32 blocks: X the fp32 activations (row r
  * at r·ldx; for 4-bit codes and the widen way a copy in the even/odd order), xsum[r·ng + g] the sum of row r's values in group g; for
- * int8, xq (row r at r·in, in the same order) the int8 values, d[r·nb + b] block b's scale, and corr[r·ng + g]
+ * int8, xq (row r at r·in) the int8 values, d[r·nb + b] block b's scale, and corr[r·ng + g]
  * what the group's s multiplies besides the dot products: 2^(B-1)·(xsum - Σ_b d·Σ xq), or 2^(B-1)·xsum for a
  * kernel whose 8-bit dot products already subtract the offset from the codes (ZyQuantTable.centered8). Widen:
- * corr = 0. */
+ * corr = 0. With 4-bit codes xq is laid out by pairs of blocks (2p, 2p+1), 64 bytes: the even columns of 2p, of
+ * 2p+1, then the odd columns of 2p, of 2p+1 — the order of 32 bytes of codes split into low and high nibbles, so one
+ * 256-bit load of codes meets two blocks (a last unpaired block: its even columns, then its odd ones); d8[r·4nb +
+ * 8p ...] holds d of 2p four times, then d of 2p+1 four times (the int32 lanes of a pair's dot products). */
 typedef struct {
     int nr, in, ng, nb;
     const float *X;
     int ldx;
-    const float *xsum, *corr, *d;
+    const float *xsum, *corr, *d, *d8;
     const int8_t *xq;
 } ZyQuantActs;
 #define ZY_QUANT_ROW_BLOCK 4

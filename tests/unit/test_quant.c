@@ -238,6 +238,44 @@ TEST(quant_kernels_match_double_reference_at_every_level) {
     free(w), free(X), free(Y), free(ref), free(mag), free(wide);
 }
 
+/* An odd number of blocks of 32 (groups of 32: the 4-bit kernels take blocks in pairs, the last one alone), and a
+ * row's product the same bits alone as beside other rows (decoding one sequence or several in a step). */
+TEST(quant_kernels_odd_block_count_and_rows_alone) {
+    enum { OUT = 40, IN = 544, ROWS = 6 }; /* 17 blocks */
+    float *w = malloc(sizeof(float) * OUT * IN), *X = malloc(sizeof(float) * ROWS * IN);
+    float *Y = malloc(sizeof(float) * ROWS * OUT), *Y1 = malloc(sizeof(float) * OUT);
+    double *ref = malloc(sizeof(double) * ROWS * OUT), *mag = malloc(sizeof(double) * ROWS * OUT);
+    REQUIRE(w && X && Y && Y1 && ref && mag);
+    random_matrix(w, (long)OUT * IN, 21, 0.04f);
+    random_matrix(X, (long)ROWS * IN, 22, 1.0f);
+    for (int i = 0; i < 30; i++) X[(i * 97) % (ROWS * IN)] *= 9.0f;
+    int ran = 0;
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        Quantized qm;
+        REQUIRE(quantize_matrix(&qm, w, OUT, IN, bits, 32, ZY_DT_BF16) == 0);
+        reference(&qm.m, ROWS, X, IN, 1, ref, mag);
+        for (int k = 0; k < ZY_QK_COUNT; k++) {
+            if (!zy_quant_kernel_available((ZyQuantKernel)k)) continue;
+            REQUIRE(zy_matmul_quant(k, ZY_QUANT_INT8, ROWS, X, IN, &qm.m, Y, OUT) == 0);
+            double worst = 0;
+            for (long i = 0; i < (long)ROWS * OUT; i++) {
+                const double e = fabs(Y[i] - ref[i]) / (mag[i] + 1e-30);
+                worst = e > worst ? e : worst;
+            }
+            CHECK_MSG(worst < 2e-6, "%s %d-bit, 17 blocks: %.3g", zy_quant_kernel_name(k), bits, worst);
+            for (int r = 0; r < ROWS; r++) {
+                REQUIRE(zy_matmul_quant(k, ZY_QUANT_INT8, 1, X + (long)r * IN, IN, &qm.m, Y1, OUT) == 0);
+                CHECK_MSG(memcmp(Y1, Y + (long)r * OUT, sizeof(float) * OUT) == 0, "%s %d-bit: row %d alone differs",
+                          zy_quant_kernel_name(k), bits, r);
+            }
+            ran++;
+        }
+        quantized_free(&qm);
+    }
+    CHECK(ran >= 4);
+    free(w), free(X), free(Y), free(Y1), free(ref), free(mag);
+}
+
 /* One expert of a stack: zy_quant_rows is the same as quantizing that expert alone. */
 TEST(quant_rows_view_is_one_expert_of_a_stack) {
     enum { E = 3, OUT = 8, IN = 64 };
