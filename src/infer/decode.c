@@ -424,8 +424,9 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
         const StepSeq *q = &st->seq[i];
         for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
         /* sequences i..g-1, each its P cached columns and n new rows */
+        const ZyWeights w1 = {.f32 = W->conv_gr_w, .bf16 = W->conv_gr_w16}; /* bf16 where the model has it */
         cca_conv_forward_last(s->Y + (size_t)q->row0 * C, s->conv_work, s->Xe + (size_t)q->xe_row * C, W->conv_dw_w,
-                              W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, model_conv_shape(f, g - i, P + q->n), q->n);
+                              W->conv_dw_b, w1, W->conv_gr_b, model_conv_shape(f, g - i, P + q->n), q->n);
     }
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
