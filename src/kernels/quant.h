@@ -103,6 +103,12 @@ const char *zy_quant_way_describe(ZyQuantWay w);
  * count). W->cols is `in`; W->rows is `out`. Returns -1 (nothing done) when k cannot run here or scratch memory
  * for the activations cannot be had. */
 int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy);
+/* zy_matmul_quant of one X with n matrices W[i] (each W[i].cols = in; one bits and group size for all) into Y[i]
+ * (row stride ldy[i]): X prepared once, every product's output chunks split over the threads in one parallel region
+ * (a layer's projections of one input: one fork/join and one rounding of X instead of n). Each output's sum is
+ * zy_matmul_quant's. Returns -1 (nothing done) where zy_matmul_quant would, or when the formats differ. */
+int zy_matmul_quant_shared(int k, int w, int rows, const float *X, int ldx, int n, const ZyQuantMatrix *W,
+                           float *const *Y, const int *ldy);
 
 /* A layer's quantized weight applied to rows (zy_matmul_wt's quantized case; W->cols = in, W's first `out` rows):
  * up to ZY_QUANT_MAX_ROWS rows (decoding: a sequence's row, an expert's handful) by the process's few-row kernel;

@@ -227,9 +227,16 @@ static void prepare_rows(ZyQuantActs *a, const float *xsrc, int ldx, const ZyQua
 #define ZY_QUANT_CHUNK 32
 
 int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy) {
+    return zy_matmul_quant_shared(k, w, rows, X, ldx, 1, W, &Y, &ldy);
+}
+
+int zy_matmul_quant_shared(int k, int w, int rows, const float *X, int ldx, int n, const ZyQuantMatrix *W,
+                           float *const *Y, const int *ldy) {
     const ZyQuantTable *t = table_of(k < 0 ? zy_quant_kernel_for_level() : (ZyQuantKernel)k);
     if (!t || (k >= 0 && !zy_quant_kernel_available((ZyQuantKernel)k))) return -1;
-    if (rows <= 0 || W->rows <= 0) return 0;
+    for (int i = 1; i < n; i++)
+        if (W[i].bits != W[0].bits || W[i].group_size != W[0].group_size || W[i].cols != W[0].cols) return -1;
+    if (rows <= 0 || n <= 0) return 0;
     const int int8 = (w < 0 ? zy_quant_way() : (ZyQuantWay)w) == ZY_QUANT_INT8;
     const int in = W->cols, ng = in / W->group_size, nb = in / 32, bits = W->bits;
     /* scratch for every row: sums, corrections, block scales (4-bit int8: also as pairs' lanes); the reordered fp32
@@ -246,24 +253,29 @@ int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQua
                        .d8 = d8, .xq = xq};
     prepare_rows(&all, X, ldx, t, bits, int8);
     const ZyQuantKernelFn kernel = int8 ? t->int8 : t->widen;
-    const long chunks = (W->rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK;
+    long chunks = 0, outputs = 0; /* over the n products, in order */
+    for (int i = 0; i < n; i++) chunks += (W[i].rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK, outputs += W[i].rows;
     int failed = 0;
     /* fixed chunks of outputs over the threads; a chunk's packed rows stay in cache while every row block passes */
-#pragma omp parallel if (W->rows * (long)in >= 65536L)
+#pragma omp parallel if (outputs * in >= 65536L)
     {
         float *work = malloc(sizeof(float) * zy_quant_work_floats(ng));
         if (!work) failed = 1;
 #pragma omp for schedule(static)
         for (long c = 0; c < chunks; c++) {
             if (!work) continue;
-            const long o0 = c * ZY_QUANT_CHUNK, o1 = o0 + ZY_QUANT_CHUNK < W->rows ? o0 + ZY_QUANT_CHUNK : W->rows;
+            int i = 0; /* the product chunk c falls in, and its first chunk */
+            long first = 0;
+            for (long nc; c >= first + (nc = (W[i].rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK); i++) first += nc;
+            const ZyQuantMatrix *Wi = &W[i];
+            const long o0 = (c - first) * ZY_QUANT_CHUNK, o1 = o0 + ZY_QUANT_CHUNK < Wi->rows ? o0 + ZY_QUANT_CHUNK : Wi->rows;
             for (int r0 = 0; r0 < rows; r0 += ZY_QUANT_ROW_BLOCK) {
                 const int nr = rows - r0 < ZY_QUANT_ROW_BLOCK ? rows - r0 : ZY_QUANT_ROW_BLOCK;
                 const ZyQuantActs a = {.nr = nr, .in = in, .ng = ng, .nb = nb, .X = all.X + (long)r0 * all.ldx, .ldx = all.ldx,
                                        .xsum = all.xsum + (size_t)r0 * ng, .corr = all.corr + (size_t)r0 * ng,
                                        .d = all.d + (size_t)r0 * nb, .d8 = d8 + (lanes ? (size_t)r0 * 4 * nb : 0),
                                        .xq = int8 ? xq + (size_t)r0 * in : NULL};
-                kernel(&a, W, o0, o1, Y + (long)r0 * ldy, ldy, work);
+                kernel(&a, Wi, o0, o1, Y[i] + (long)r0 * ldy[i], ldy[i], work);
             }
         }
         free(work);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/quant_many.h"
 #include "test.h"
@@ -274,6 +275,42 @@ TEST(quant_kernels_odd_block_count_and_rows_alone) {
     }
     CHECK(ran >= 4);
     free(w), free(X), free(Y), free(Y1), free(ref), free(mag);
+}
+
+/* A layer's projections of one input in one pass (zy_matmul_wt_shared: X rounded once, one parallel region) give
+ * each product's zy_matmul_wt bits: one format (the shared pass), mixed formats and fp32 weights (one call each). */
+TEST(quant_shared_products_equal_separate_ones) {
+    enum { IN = 256, ROWS = 3 };
+    const int outs[] = {96, 40, 64};
+    float *w = malloc(sizeof(float) * 96 * IN), *X = malloc(sizeof(float) * ROWS * IN);
+    float *got[3], *want[3];
+    REQUIRE(w && X);
+    random_matrix(w, 96L * IN, 31, 0.05f);
+    random_matrix(X, (long)ROWS * IN, 32, 1.0f);
+    for (int i = 0; i < 3; i++) REQUIRE((got[i] = malloc(sizeof(float) * ROWS * 96)) && (want[i] = malloc(sizeof(float) * ROWS * 96)));
+    for (int mixed = 0; mixed < 3; mixed++) { /* 0: all 4-bit; 1: one 8-bit; 2: fp32 weights */
+        Quantized qm[3];
+        ZyWeights W[3];
+        for (int i = 0; i < 3; i++) {
+            REQUIRE(quantize_matrix(&qm[i], w + i * 7, outs[i], IN, mixed == 1 && i == 1 ? 8 : 4, 64, ZY_DT_BF16) == 0);
+            W[i] = mixed == 2 ? (ZyWeights){.f32 = w + i * 7} : (ZyWeights){.quant = qm[i].m};
+        }
+        for (int rows = 1; rows <= ROWS; rows++) {
+            const int ld[] = {96, 41, 64};
+            for (int i = 0; i < 3; i++) {
+                memset(got[i], 0, sizeof(float) * ROWS * 96);
+                zy_matmul_wt(rows, outs[i], IN, X, IN, W[i], want[i], ld[i]);
+            }
+            zy_matmul_wt_shared(rows, IN, X, IN, 3, W, outs, got, ld);
+            for (int i = 0; i < 3; i++)
+                for (int r = 0; r < rows; r++)
+                    CHECK_MSG(memcmp(got[i] + (long)r * ld[i], want[i] + (long)r * ld[i], sizeof(float) * outs[i]) == 0,
+                              "case %d rows %d product %d row %d differs", mixed, rows, i, r);
+        }
+        for (int i = 0; i < 3; i++) quantized_free(&qm[i]);
+    }
+    for (int i = 0; i < 3; i++) free(got[i]), free(want[i]);
+    free(w), free(X);
 }
 
 /* One expert of a stack: zy_quant_rows is the same as quantizing that expert alone. */
