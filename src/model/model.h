@@ -112,7 +112,7 @@ void model_bf16_finish(Model *m);
  * fp32 values are all bf16 values (a bf16 or quantized folder's, or rounded by model_use_bf16) gets a bf16 copy,
  * conv_gr_w16, that cached decoding's convolution reads instead: half the bytes, the same values and sums. The fp32
  * view stays for the full forward (and the GPU upload). Without memory for the copies there are none. Returns the
- * bytes they take. */
+ * bytes allocated for them (0: none made, or made before). */
 size_t model_conv_twins(Model *m);
 /* Inference only: frees the gradient arena (as large as the weights) and clears m->g. */
 void model_drop_grads(Model *m);
