@@ -103,6 +103,26 @@ static double weight_bytes_per_token(const ZayaConfig *f, double per_value) {
     return (double)st.active * per_value;
 }
 
+/* Weight bytes one decoded row really reads, tensor by tensor as m holds it: the matrices at per_value (the head's
+ * format: router_extra_bytes adds what the router's own format costs beyond it), of the experts one per layer, of an
+ * untied embedding the one row gathered; the grouped convolution kernels at the view decoding's convolution reads
+ * (bf16 copies where the model made them, else fp32); every other tensor (norms, biases, residual scales, the
+ * depthwise kernels) in fp32. */
+static double decode_read_bytes(const Model *m, double per_value) {
+    const ZayaConfig *f = &m->cfg;
+    const int moe = f->moe != ZY_MOE_DENSE;
+    const double conv = f->num_layers > 0 && m->w.layers[0].conv_gr_w16 ? 2 : 4;
+    double bytes = 0;
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        double n = (double)p->numel;
+        if (moe && strstr(p->name, ".mlp.experts.")) n /= f->num_experts;
+        if (!f->tie_word_embeddings && !strcmp(p->name, "model.embed_tokens.weight")) n = f->hidden_size;
+        bytes += n * (model_holds_bf16(p) ? per_value : strstr(p->name, "conv_qk_grouped.weight") ? conv : 4);
+    }
+    return bytes;
+}
+
 /* Teacher-forced logits of the bf16 (or quantized: `name`) model against its fp32 twin over one sequence:
  * per-position relative error (median, max) and how often the most likely next token is the same. */
 static int compare_with_f32(const Model *m, const Model *m32, const char *name, const int32_t *ids, int T, ZyErr *err) {
@@ -329,7 +349,7 @@ int bench_decode(int argc, char **argv) {
      * every expert some row was routed to (the standard MoE layout: gate_up [2I, D] and down [D, I] per expert) */
     const double peak = zy_peak_resident_bytes();
     const double per_value = bytes_per_weight(&m, ma.bf16);
-    double per_step = weight_bytes_per_token(&m.cfg, per_value) + router_extra_bytes(&m, per_value);
+    double per_step = decode_read_bytes(&m, per_value) + router_extra_bytes(&m, per_value);
     if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
         const double expert = 3.0 * m.cfg.hidden_size * m.cfg.moe_intermediate_size * per_value;
         per_step += ((double)experts_read / new_tokens - L) * expert;

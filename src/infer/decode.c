@@ -408,9 +408,14 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     DecodeScratch *s = &p->s;
     const int N = st->N, D = f->hidden_size, dh = f->head_dim, P = p->conv_pad;
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
-    /* 1. down projections */
-    zy_matmul_wt(N, Cq, D, s->u, D, WEIGHT_VIEWS(W->w_q), s->X, C);
-    zy_matmul_wt(N, Ck, D, s->u, D, WEIGHT_VIEWS(W->w_k), s->X + Cq, C);
+    /* 1. down projections and (4.) the values: the four products of u in one pass */
+    {
+        const ZyWeights w[] = {WEIGHT_VIEWS(W->w_q), WEIGHT_VIEWS(W->w_k), WEIGHT_VIEWS(W->w_v_current),
+                               WEIGHT_VIEWS(W->w_v_delayed)};
+        const int out[] = {Cq, Ck, half, half}, ld[] = {C, C, half, half};
+        float *const y[] = {s->X, s->X + Cq, s->vc, s->vd};
+        zy_matmul_wt_shared(N, D, s->u, D, 4, w, out, y, ld);
+    }
     /* 2. convolutions over [P cached columns | n new] per sequence, outputs for the new rows only, into Y [N, C]:
      * the cached zero columns before position 0 reproduce the full forward's padding (depthwise outputs there are
      * exactly b0). Consecutive sequences with the same n run as one batch. */
@@ -424,8 +429,9 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
         const StepSeq *q = &st->seq[i];
         for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
         /* sequences i..g-1, each its P cached columns and n new rows */
+        const ZyWeights w1 = {.f32 = W->conv_gr_w, .bf16 = W->conv_gr_w16}; /* bf16 where the model has it */
         cca_conv_forward_last(s->Y + (size_t)q->row0 * C, s->conv_work, s->Xe + (size_t)q->xe_row * C, W->conv_dw_w,
-                              W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, model_conv_shape(f, g - i, P + q->n), q->n);
+                              W->conv_dw_b, w1, W->conv_gr_b, model_conv_shape(f, g - i, P + q->n), q->n);
     }
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
@@ -438,9 +444,7 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     }
     /* 3. q-k mean skip, every row at once (Y and X both [N, C]) */
     qk_mean_forward(s->query_pre, s->key_pre, s->Y, s->X, N, Hq, Hkv, dh);
-    /* 4. values; each sequence's first new row's delayed half is its previous token's vd */
-    zy_matmul_wt(N, half, D, s->u, D, WEIGHT_VIEWS(W->w_v_current), s->vc, half);
-    zy_matmul_wt(N, half, D, s->u, D, WEIGHT_VIEWS(W->w_v_delayed), s->vd, half);
+    /* 4. values (products made in 1.); each sequence's first new row's delayed half is its previous token's vd */
     for (int i = 0, g; i < st->n_seqs; i = g) {
         const StepSeq *q = &st->seq[i];
         for (g = i + 1; g < st->n_seqs && st->seq[g].n == q->n; g++) {}
@@ -480,9 +484,12 @@ static void mha_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, rd = cfg_layer_rotary_dim(f, l);
     const float *rcos = cfg_layer_is_sliding(f, l) ? p->rope_cos_sw : p->rope_cos;
     const float *rsin = cfg_layer_is_sliding(f, l) ? p->rope_sin_sw : p->rope_sin;
-    zy_matmul_wt(N, Cq, D, s->u, D, WEIGHT_VIEWS(W->w_q), s->query, Cq);
-    zy_matmul_wt(N, Ck, D, s->u, D, WEIGHT_VIEWS(W->w_k), s->key, Ck);
-    zy_matmul_wt(N, Ck, D, s->u, D, WEIGHT_VIEWS(W->w_v), s->value, Ck);
+    {
+        const ZyWeights w[] = {WEIGHT_VIEWS(W->w_q), WEIGHT_VIEWS(W->w_k), WEIGHT_VIEWS(W->w_v)};
+        const int out[] = {Cq, Ck, Ck}, ld[] = {Cq, Ck, Ck};
+        float *const y[] = {s->query, s->key, s->value};
+        zy_matmul_wt_shared(N, D, s->u, D, 3, w, out, y, ld);
+    }
     for (int i = 0; i < st->n_seqs; i++) {
         const StepSeq *q = &st->seq[i];
         const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;

@@ -49,7 +49,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
 
 #define real double
 #define K(name) name##_f64
-#define ROW_PRODUCTS(rows, out, in, X, ldx, W, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, W, in, 0, Y, ldy)
+#define ROW_PRODUCTS(rows, out, in, X, ldx, W, at, Y, ldy) zy_gemm_f64(0, 1, rows, out, in, 1, X, ldx, (W) + (at), in, 0, Y, ldy)
 #define GEMM zy_gemm_f64
 #define GEMM_CTX(ctx, ...) zy_gemm_f64(__VA_ARGS__)
 #define GEMM_CTX_W(ctx, ...) zy_gemm_f64(__VA_ARGS__)
@@ -57,6 +57,7 @@ ZY_KERNEL_OPS(ZY_KERNEL_DISPATCH)
     zy_gemm_f64(ta, tb, M, N, K, al, A, lda, B, ldb, be, C, ldc)
 /* bf16 copies exist for float weights only: a weight matrix is its double values */
 #define WEIGHTS const double *
+#define WEIGHTS_OF(p) (p)
 #define MATMUL_WT_GROUPS(ctx, G, off, out, in, X, ldx, W, Y, ldy)                                                      \
     for (int g_ = 0; g_ < (G); g_++)                                                                                   \
     zy_gemm_f64(0, 1, (off)[g_ + 1] - (off)[g_], out, in, 1, (X) + (long)(off)[g_] * (ldx), ldx,                       \

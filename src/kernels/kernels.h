@@ -73,7 +73,7 @@ static inline long cca_conv_last_work_floats(int rows, int C, int k0, int k1) {
         const R *scale, int rows, int dim, int pad_id),                                                                \
        (demb, dbias, dscale, dx, emb, tokens, bias, scale, rows, dim, pad_id))                                         \
     /* CCA convolutions (depthwise, then grouped); _last: the outputs at the last n of each sequence's T rows only,    \
-     * into Y [B*n, C] (cached decoding) */                                                                            \
+     * into Y [B*n, C] (cached decoding), the grouped kernel w1 from its bf16 view where it has one (the same sums) */ \
     OP(void, cca_conv_forward,                                                                                         \
        (R *Y, R *M, R *wp, const R *X, const R *w0, const R *b0, const R *w1, const R *b1, ZyConvShape shape),         \
        (Y, M, wp, X, w0, b0, w1, b1, shape))                                                                           \
@@ -82,7 +82,7 @@ static inline long cca_conv_last_work_floats(int rows, int C, int k0, int k1) {
         const R *w0, const R *w1, ZyConvShape shape),                                                                  \
        (dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, shape))                                                 \
     OP(void, cca_conv_forward_last,                                                                                    \
-       (R *Y, R *work, const R *X, const R *w0, const R *b0, const R *w1, const R *b1, ZyConvShape shape, int n),      \
+       (R *Y, R *work, const R *X, const R *w0, const R *b0, WEIGHTS w1, const R *b1, ZyConvShape shape, int n),       \
        (Y, work, X, w0, b0, w1, b1, shape, n))                                                                         \
     /* q-k mean skip */                                                                                                \
     OP(void, qk_mean_forward, (R *query, R *key, const R *Y, const R *X, int rows, int Hq, int Hkv, int dh),           \

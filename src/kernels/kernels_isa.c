@@ -64,18 +64,20 @@ static inline float zy_verfcf(float z) {
 }
 
 
-/* The grouped conv's products (kernels.inc): the level's tiles of dot products over every row, never the BLAS. */
-static void f32_rows(int rows, int out, int in, const float *X, int ldx, const float *W, float *Y, int ldy);
+/* The grouped conv's products (kernels.inc): the level's tiles of dot products over every row, never the BLAS, on
+ * W's bf16 view where it has one, else its fp32 view (from element `at`). */
+static void tile_rows(int rows, int out, int in, const float *X, int ldx, ZyWeights W, long at, float *Y, int ldy);
 
 #define real float
 #define K(name) ZY_ISA_NAME(name)
-#define ROW_PRODUCTS f32_rows
+#define ROW_PRODUCTS tile_rows
 #define GEMM zy_gemm
 #define GEMM_CTX zy_gemm_ctx
 #define GEMM_CTX_W zy_gemm_ctx_w /* B is a weight: its bf16 copy is reused */
 #define GEMM_CTX_EX zy_gemm_ctx_ex
 #define MATMUL_WT_GROUPS zy_matmul_wt_groups_ctx
 #define WEIGHTS ZyWeights /* fp32 or bf16 views */
+#define WEIGHTS_OF(p) ((ZyWeights){.f32 = (p)})
 #define EXP expf
 #define VEXP zy_vexpf
 #define VERFC zy_verfcf
@@ -168,18 +170,30 @@ static inline bvec bvec_fma(bvec a, bvec b, bvec c) { return (bvec)_mm256_fmadd_
 static inline bvec bvec_fma(bvec a, bvec b, bvec c) { return a * b + c; }
 #endif
 
-static inline __attribute__((always_inline)) void f32_tile(const int NR, int no, int in, const float *X, int ldx,
-                                                          const float *W, int o, float *Y, int ldy) {
-    const float *w[4];
-    for (int j = 0; j < 4; j++) w[j] = W + (long)(o + (j < no ? j : no - 1)) * in; /* a partial tile repeats */
+/* Weight k of a row held as fp32 (W16 = 0) or bf16 (W16 = 1, widened: the same value its fp32 copy holds). */
+static inline __attribute__((always_inline)) bvec tile_load(const void *w, const int W16, int k) {
+    return W16 ? bf16_widen((const uint16_t *)w + k) : bvec_load((const float *)w + k);
+}
+static inline __attribute__((always_inline)) float tile_at(const void *w, const int W16, int k) {
+    return W16 ? zy_bf16_to_f32(((const uint16_t *)w)[k]) : ((const float *)w)[k];
+}
+
+/* W [out, in] as fp32 values, or (W16) as bf16 ones: the same sums either way. */
+static inline __attribute__((always_inline)) void f32_tile(const int NR, const int W16, int no, int in, const float *X,
+                                                          int ldx, const void *W, int o, float *Y, int ldy) {
+    const size_t size = W16 ? sizeof(uint16_t) : sizeof(float);
+    const char *w[4];
+    for (int j = 0; j < 4; j++) /* a partial tile repeats */
+        w[j] = (const char *)W + (size_t)(o + (j < no ? j : no - 1)) * in * size;
     bvec acc[4][4];
     for (int r = 0; r < NR; r++)
         for (int j = 0; j < 4; j++) acc[r][j] = (bvec){0};
     int k = 0;
     for (; k + BW <= in; k += BW) {
-        const bvec w0 = bvec_load(w[0] + k), w1 = bvec_load(w[1] + k), w2 = bvec_load(w[2] + k), w3 = bvec_load(w[3] + k);
+        const bvec w0 = tile_load(w[0], W16, k), w1 = tile_load(w[1], W16, k), w2 = tile_load(w[2], W16, k),
+                   w3 = tile_load(w[3], W16, k);
         for (int j = 0; j < 4; j++) /* two tiles ahead: four short streams the hardware finds late */
-            __builtin_prefetch(w[j] + 8 * (long)in + k);
+            __builtin_prefetch(w[j] + (8 * (size_t)in + k) * size);
         for (int r = 0; r < NR; r++) {
             const bvec x = bvec_load(X + (long)r * ldx + k);
             acc[r][0] = bvec_fma(x, w0, acc[r][0]), acc[r][1] = bvec_fma(x, w1, acc[r][1]);
@@ -199,32 +213,45 @@ static inline __attribute__((always_inline)) void f32_tile(const int NR, int no,
 #else
             float a = bvec_sum(acc[r][j]);
 #endif
-            for (int t = k; t < in; t++) a += x[t] * w[j][t];
+            for (int t = k; t < in; t++) a += x[t] * tile_at(w[j], W16, t);
             Y[(long)r * ldy + o + j] = a;
         }
 }
 
-void ZY_ISA_NAME(matmul_f32_block)(int nr, int o0, int o1, int in, const float *X, int ldx, const float *W, float *Y,
-                                   int ldy) {
+/* Outputs o0..o1-1 of nr <= 4 rows, 4 outputs a tile; the row count and the weights' type as constants (each case
+ * keeps its 4 x nr sums in registers). */
+static void tile_block(int nr, int o0, int o1, int in, const float *X, int ldx, const void *W, int w16, float *Y,
+                       int ldy) {
     for (int o = o0; o < o1; o += 4) {
         const int no = o1 - o < 4 ? o1 - o : 4;
-        switch (nr) { /* the row count as a constant: each case keeps its 4 x nr sums in registers */
-        case 1: f32_tile(1, no, in, X, ldx, W, o, Y, ldy); break;
-        case 2: f32_tile(2, no, in, X, ldx, W, o, Y, ldy); break;
-        case 3: f32_tile(3, no, in, X, ldx, W, o, Y, ldy); break;
-        default: f32_tile(4, no, in, X, ldx, W, o, Y, ldy); break;
+        switch (nr * 2 + (w16 != 0)) {
+        case 2: f32_tile(1, 0, no, in, X, ldx, W, o, Y, ldy); break;
+        case 4: f32_tile(2, 0, no, in, X, ldx, W, o, Y, ldy); break;
+        case 6: f32_tile(3, 0, no, in, X, ldx, W, o, Y, ldy); break;
+        case 8: f32_tile(4, 0, no, in, X, ldx, W, o, Y, ldy); break;
+        case 3: f32_tile(1, 1, no, in, X, ldx, W, o, Y, ldy); break;
+        case 5: f32_tile(2, 1, no, in, X, ldx, W, o, Y, ldy); break;
+        case 7: f32_tile(3, 1, no, in, X, ldx, W, o, Y, ldy); break;
+        default: f32_tile(4, 1, no, in, X, ldx, W, o, Y, ldy); break;
         }
     }
 }
 
+void ZY_ISA_NAME(matmul_f32_block)(int nr, int o0, int o1, int in, const float *X, int ldx, const float *W, float *Y,
+                                   int ldy) {
+    tile_block(nr, o0, o1, in, X, ldx, W, 0, Y, ldy);
+}
+
 /* Y = X Wᵀ for any number of rows as tiles: chunks of 32 outputs (their weights stay in L1) against every block of 4
- * rows. Each output's sum is the tile's, whatever the row count. */
-static void f32_rows(int rows, int out, int in, const float *X, int ldx, const float *W, float *Y, int ldy) {
+ * rows. Each output's sum is the tile's, whatever the row count and whichever view the weights come from. */
+static void tile_rows(int rows, int out, int in, const float *X, int ldx, ZyWeights W, long at, float *Y, int ldy) {
+    const int w16 = W.bf16 != NULL;
+    const void *w = w16 ? (const void *)(W.bf16 + at) : (const void *)(W.f32 + at);
     for (int o0 = 0; o0 < out; o0 += ZY_F32_TILE_CHUNK) {
         const int o1 = o0 + ZY_F32_TILE_CHUNK < out ? o0 + ZY_F32_TILE_CHUNK : out;
         for (int r0 = 0; r0 < rows; r0 += 4)
-            ZY_ISA_NAME(matmul_f32_block)(rows - r0 < 4 ? rows - r0 : 4, o0, o1, in, X + (long)r0 * ldx, ldx, W,
-                                          Y + (long)r0 * ldy, ldy);
+            tile_block(rows - r0 < 4 ? rows - r0 : 4, o0, o1, in, X + (long)r0 * ldx, ldx, w, w16, Y + (long)r0 * ldy,
+                       ldy);
     }
 }
 

@@ -60,6 +60,11 @@ static inline ZyWeights zy_weights_offset(ZyWeights w, long elements) {
  * avx512bf16: zy_matmul_bf16_dpbf16 for any number of rows; below it, a few rows (decoding) read the bf16 values
  * directly, half the bytes of a memory-bound product, and more rows widen them in panels. */
 void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, ZyWeights W, float *Y, int ldy);
+/* zy_matmul_wt of one X with n weights W[i] [out[i], in] into Y[i] (ldy[i]): a layer's projections of one input. Where
+ * all n are quantized in one format and the rows few, one pass of the quantized kernels (zy_matmul_quant_shared: one
+ * parallel region, X rounded once); else one zy_matmul_wt each. Each output is zy_matmul_wt's, bit for bit. */
+void zy_matmul_wt_shared(int rows, int in, const float *X, int ldx, int n, const ZyWeights *W, const int *out,
+                         float *const *Y, const int *ldy);
 /* The few-row bf16 kernels themselves, Y = X W16ᵀ for any number of rows: impl = a ZyCpuLevel (the CPU must have
  * it; ZY_CPU_AVX512BF16 rounds X to bf16 and runs vdpbf16ps dot products, the others widen the weights to fp32),
  * -1 = the process's level, ZY_BF16_PLAIN = plain scalar C (the reference in tests). */

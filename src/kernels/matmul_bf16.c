@@ -146,6 +146,17 @@ void zy_matmul_wt(int rows, int out, int in, const float *X, int ldx, ZyWeights 
     zy_matmul_f32(rows, out, in, X, ldx, W.f32, Y, ldy);
 }
 
+void zy_matmul_wt_shared(int rows, int in, const float *X, int ldx, int n, const ZyWeights *W, const int *out,
+                         float *const *Y, const int *ldy) {
+    enum { MAX = 8 };
+    ZyQuantMatrix q[MAX];
+    int quant = n <= MAX && rows <= ZY_QUANT_MAX_ROWS;
+    for (int i = 0; quant && i < n; i++)
+        if ((quant = W[i].quant.q != NULL)) q[i] = zy_quant_rows(&W[i].quant, 0, out[i]);
+    if (quant && zy_matmul_quant_shared(-1, -1, rows, X, ldx, n, q, Y, ldy) == 0) return;
+    for (int i = 0; i < n; i++) zy_matmul_wt(rows, out[i], in, X, ldx, W[i], Y[i], ldy[i]);
+}
+
 /* ---- bf16 GEMM: both inputs rounded to bf16, fp32 accumulation ---------------------------------------------- */
 
 /* ctx->scratch[i] with at least `bytes` bytes (grown, never shrunk: a run's products repeat their shapes). */

@@ -103,6 +103,12 @@ const char *zy_quant_way_describe(ZyQuantWay w);
  * count). W->cols is `in`; W->rows is `out`. Returns -1 (nothing done) when k cannot run here or scratch memory
  * for the activations cannot be had. */
 int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy);
+/* zy_matmul_quant of one X with n matrices W[i] (each W[i].cols = in; one bits and group size for all) into Y[i]
+ * (row stride ldy[i]): X prepared once, every product's output chunks split over the threads in one parallel region
+ * (a layer's projections of one input: one fork/join and one rounding of X instead of n). Each output's sum is
+ * zy_matmul_quant's. Returns -1 (nothing done) where zy_matmul_quant would, or when the formats differ. */
+int zy_matmul_quant_shared(int k, int w, int rows, const float *X, int ldx, int n, const ZyQuantMatrix *W,
+                           float *const *Y, const int *ldy);
 
 /* A layer's quantized weight applied to rows (zy_matmul_wt's quantized case; W->cols = in, W's first `out` rows):
  * up to ZY_QUANT_MAX_ROWS rows (decoding: a sequence's row, an expert's handful) by the process's few-row kernel;
@@ -123,15 +129,18 @@ void zy_quant_embed(float *x, const ZyQuantMatrix *emb, const int32_t *tokens, c
 /* ---- what the kernels see (quant_isa.c): the activations prepared once per call ----
  * For a block of nr <= 4 rows, with ng = in/group_size groups and nb = in/32 blocks: X the fp32 activations (row r
  * at r·ldx; for 4-bit codes and the widen way a copy in the even/odd order), xsum[r·ng + g] the sum of row r's values in group g; for
- * int8, xq (row r at r·in, in the same order) the int8 values, d[r·nb + b] block b's scale, and corr[r·ng + g]
+ * int8, xq (row r at r·in) the int8 values, d[r·nb + b] block b's scale, and corr[r·ng + g]
  * what the group's s multiplies besides the dot products: 2^(B-1)·(xsum - Σ_b d·Σ xq), or 2^(B-1)·xsum for a
  * kernel whose 8-bit dot products already subtract the offset from the codes (ZyQuantTable.centered8). Widen:
- * corr = 0. */
+ * corr = 0. With 4-bit codes xq is laid out by pairs of blocks (2p, 2p+1), 64 bytes: the even columns of 2p, of
+ * 2p+1, then the odd columns of 2p, of 2p+1 — the order of 32 bytes of codes split into low and high nibbles, so one
+ * 256-bit load of codes meets two blocks (a last unpaired block: its even columns, then its odd ones); d8[r·4nb +
+ * 8p ...] holds d of 2p four times, then d of 2p+1 four times (the int32 lanes of a pair's dot products). */
 typedef struct {
     int nr, in, ng, nb;
     const float *X;
     int ldx;
-    const float *xsum, *corr, *d;
+    const float *xsum, *corr, *d, *d8;
     const int8_t *xq;
 } ZyQuantActs;
 #define ZY_QUANT_ROW_BLOCK 4

@@ -112,8 +112,12 @@ INLINE void int8_group(const int nr, const int bits, const ZyQuantActs *a, const
     for (int j = 0; j < bpg; j++) {
         const int b = g * bpg + j;
         const __m256i c = load_codes(q + (long)b * 4 * bits, bits);
+        /* 4-bit: block b's even columns, then 16 (32 in a pair of blocks) bytes on, its odd ones (quant.h) */
+        const int paired = bits == 4 && (b | 1) < a->nb;
+        const long lo = paired ? 32L * (b & ~1) + 16 * (b & 1) : 32L * b, hi = paired ? 32 : 16;
         for (int r = 0; r < nr; r++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a->xq + (long)r * a->in + 32 * b));
+            const int8_t *xr = a->xq + (long)r * a->in + lo;
+            const __m256i x = _mm256_loadu2_m128i((const __m128i *)(const void *)(xr + hi), (const __m128i *)(const void *)xr);
             const __m256 p = _mm256_cvtepi32_ps(dot_acc(_mm256_setzero_si256(), c, x, bits));
             gs[r] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(a->d + r * a->nb + b), gs[r]);
         }
@@ -237,10 +241,13 @@ INLINE void int8_group(const int nr, const int bits, const ZyQuantActs *a, const
         const int b = g * bpg + j;
         __m128i c0, c1;
         load_codes2(q + (long)b * 4 * bits, bits, &c0, &c1);
+        /* 4-bit: block b's even columns, then 16 (32 in a pair of blocks) bytes on, its odd ones (quant.h) */
+        const int paired = bits == 4 && (b | 1) < a->nb;
+        const long lo = paired ? 32L * (b & ~1) + 16 * (b & 1) : 32L * b, hi = paired ? 32 : 16;
         for (int r = 0; r < nr; r++) {
-            const int8_t *x = a->xq + (long)r * a->in + 32 * b;
+            const int8_t *x = a->xq + (long)r * a->in + lo;
             __m128i p = dot16_acc(_mm_setzero_si128(), c0, _mm_loadu_si128((const __m128i *)(const void *)x), bits);
-            p = dot16_acc(p, c1, _mm_loadu_si128((const __m128i *)(const void *)(x + 16)), bits);
+            p = dot16_acc(p, c1, _mm_loadu_si128((const __m128i *)(const void *)(x + hi)), bits);
             gs[r] = _mm_add_ps(gs[r], _mm_mul_ps(_mm_cvtepi32_ps(p), _mm_set1_ps(a->d[r * a->nb + b])));
         }
     }
@@ -372,6 +379,94 @@ INLINE void int8_one_row(const int bits, const int bpg, const ZyQuantActs *a, co
     }
 }
 #define ZY_ONE_ROW_FAST 1
+
+/* A pair of 4-bit blocks (2p, 2p+1): their 32 bytes of codes, split into low and high nibbles, against the pair's
+ * int8 activations (quant.h's order: x the even columns of both blocks, x + 32 the odd ones); int32 lanes 0-3 hold
+ * block 2p's sums, lanes 4-7 block 2p+1's. One load and one pair of products for two blocks: the one-block way
+ * (load_codes + dot_acc) spends nearly as many instructions on each block, and at 4 bits those instructions, not
+ * the memory, bound a product on two cores. */
+INLINE __m256i dot_pair4(const uint8_t *q, const int8_t *x) {
+    const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)q), m = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(c, m), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m);
+    const __m256i xlo = _mm256_loadu_si256((const __m256i *)(const void *)x);
+    const __m256i xhi = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, xlo), hi, xhi);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, xlo), hi, xhi);
+#else /* pairs of at most 2·15·127, two of them summed: within int16 */
+    const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+#endif
+}
+
+/* The int8 way for 4-bit codes, nr rows, bpg blocks a group (both constants): blocks taken in pairs (dot_pair4), each
+ * pair's lanes times their blocks' d (a->d8); a group's sum times its s. Groups of 64 or 128 are whole pairs; groups
+ * of 32 pair up, so a pair's lanes take two groups' s, and an odd last group is one block on its own. Every row count
+ * runs this same arithmetic: a row's result does not depend on the rows beside it. */
+INLINE void int8_q4_rows(const int nr, const int bpg, const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1,
+                         float *Y, int ldy, float *work) {
+    const int ng = a->ng, nb = a->nb, rowbytes = W->cols / 2;
+    for (long o = o0; o < o1; o++) {
+        widen_stored_fast(W->scale_dtype, W->scales, (size_t)o * ng, ng, work);
+        widen_stored_fast(W->scale_dtype, W->biases, (size_t)o * ng, ng, work + ng);
+        float tail[ZY_QUANT_ROW_BLOCK];
+        for (int r = 0; r < nr; r++) tail[r] = dot2(work, a->corr + r * ng, work + ng, a->xsum + r * ng, ng);
+        const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        __m256 acc0[ZY_QUANT_ROW_BLOCK], acc1[ZY_QUANT_ROW_BLOCK];
+        for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+        int g = 0;
+        if (bpg >= 2) { /* two groups at a time, in two chains */
+            for (; g + 2 <= ng; g += 2) {
+                __m256 t[2][ZY_QUANT_ROW_BLOCK];
+                for (int h = 0; h < 2; h++) {
+                    for (int r = 0; r < nr; r++) t[h][r] = _mm256_setzero_ps();
+                    for (int j = 0; j < bpg / 2; j++) {
+                        const long p = (long)(g + h) * (bpg / 2) + j;
+                        for (int r = 0; r < nr; r++) {
+                            const __m256i d = dot_pair4(q + 32 * p, a->xq + (long)r * a->in + 64 * p);
+                            t[h][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(a->d8 + (long)r * 4 * nb + 8 * p),
+                                                      t[h][r]);
+                        }
+                    }
+                }
+                const __m256 s0 = _mm256_broadcast_ss(work + g), s1 = _mm256_broadcast_ss(work + g + 1);
+                for (int r = 0; r < nr; r++)
+                    acc0[r] = _mm256_fmadd_ps(t[0][r], s0, acc0[r]), acc1[r] = _mm256_fmadd_ps(t[1][r], s1, acc1[r]);
+            }
+            if (g < ng) {
+                for (int r = 0; r < nr; r++) {
+                    __m256 t = _mm256_setzero_ps();
+                    for (int j = 0; j < bpg / 2; j++) {
+                        const long p = (long)g * (bpg / 2) + j;
+                        const __m256i d = dot_pair4(q + 32 * p, a->xq + (long)r * a->in + 64 * p);
+                        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(a->d8 + (long)r * 4 * nb + 8 * p), t);
+                    }
+                    acc0[r] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(work + g), acc0[r]);
+                }
+            }
+        } else { /* groups of 32: pair p is groups 2p and 2p+1 */
+            for (; g + 2 <= ng; g += 2) {
+                const long p = g / 2;
+                const __m256 s = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(work + g)),
+                                                      _mm_broadcast_ss(work + g + 1), 1);
+                for (int r = 0; r < nr; r++) {
+                    const __m256i d = dot_pair4(q + 32 * p, a->xq + (long)r * a->in + 64 * p);
+                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(a->d8 + (long)r * 4 * nb + 8 * p));
+                    acc0[r] = _mm256_fmadd_ps(t, s, acc0[r]);
+                }
+            }
+            if (g < ng) /* the unpaired last block: even columns then odd ones, as load_codes gives the codes */
+                for (int r = 0; r < nr; r++) {
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a->xq + (long)r * a->in + 32L * g));
+                    const __m256i d = dot_acc(_mm256_setzero_si256(), load_codes(q + 16L * g, 4), x, 4);
+                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_broadcast_ss(a->d + r * nb + g));
+                    acc1[r] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(work + g), acc1[r]);
+                }
+        }
+        for (int r = 0; r < nr; r++) Y[(long)r * ldy + o] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + tail[r];
+    }
+}
 #endif
 
 #define ZY_QUANT_DISPATCH(name)                                                                                        \
@@ -390,18 +485,30 @@ INLINE void int8_one_row(const int bits, const int bpg, const ZyQuantActs *a, co
 ZY_QUANT_DISPATCH(int8_any)
 ZY_QUANT_DISPATCH(widen)
 
-/* int8: one row (decoding) by int8_one_row where the group's block count is one it is compiled for */
+/* int8: 4-bit codes by pairs of blocks (int8_q4_rows) at the 256-bit levels; 8-bit one row (decoding) by
+ * int8_one_row where the group's block count is one it is compiled for */
 static void int8(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, float *work) {
 #ifdef ZY_ONE_ROW_FAST
+    const int bpg = W->group_size / 32;
+    if (W->bits == 4) {
+#define ZY_Q4_CASE(nr)                                                                                                 \
+    case nr * 8 + 1: int8_q4_rows(nr, 1, a, W, o0, o1, Y, ldy, work); return;                                         \
+    case nr * 8 + 2: int8_q4_rows(nr, 2, a, W, o0, o1, Y, ldy, work); return;                                         \
+    case nr * 8 + 4: int8_q4_rows(nr, 4, a, W, o0, o1, Y, ldy, work); return;
+        switch (a->nr * 8 + bpg) {
+            ZY_Q4_CASE(1)
+            ZY_Q4_CASE(2)
+            ZY_Q4_CASE(3)
+            ZY_Q4_CASE(4)
+        default: break;
+        }
+#undef ZY_Q4_CASE
+    }
     if (a->nr == 1) {
-        const int bpg = W->group_size / 32;
-        switch (W->bits * 8 + bpg) {
-        case 4 * 8 + 1: int8_one_row(4, 1, a, W, o0, o1, Y, work); return;
-        case 4 * 8 + 2: int8_one_row(4, 2, a, W, o0, o1, Y, work); return;
-        case 4 * 8 + 4: int8_one_row(4, 4, a, W, o0, o1, Y, work); return;
-        case 8 * 8 + 1: int8_one_row(8, 1, a, W, o0, o1, Y, work); return;
-        case 8 * 8 + 2: int8_one_row(8, 2, a, W, o0, o1, Y, work); return;
-        case 8 * 8 + 4: int8_one_row(8, 4, a, W, o0, o1, Y, work); return;
+        switch (bpg) {
+        case 1: int8_one_row(8, 1, a, W, o0, o1, Y, work); return;
+        case 2: int8_one_row(8, 2, a, W, o0, o1, Y, work); return;
+        case 4: int8_one_row(8, 4, a, W, o0, o1, Y, work); return;
         default: break;
         }
     }

@@ -27,6 +27,13 @@ const char *zy_quant_kernel_name(ZyQuantKernel k) { return k >= 0 && k < ZY_QK_C
 /* Where column k's activation lies in the kernels' order: as is for 8-bit codes; for 4-bit ones, per block of 32,
  * the even columns then the odd ones (the low and high nibbles of the block's bytes). */
 static inline int act_pos(int k, int bits) { return bits == 8 ? k : (k & ~31) + (k & 1) * 16 + (k & 31) / 2; }
+/* Where column k's int8 activation lies (nb blocks of 32 in a row): for 4-bit codes by pairs of blocks, the even
+ * columns of both blocks, then the odd ones of both (quant.h); a last unpaired block as act_pos. */
+static inline int xq_pos(int k, int bits, int nb) {
+    const int b = k / 32, w = act_pos(k, bits) - 32 * b; /* w: 0-15 the even columns, 16-31 the odd ones */
+    if (bits == 8 || (b | 1) >= nb) return 32 * b + w;
+    return 32 * (b & ~1) + (w / 16) * 32 + (b & 1) * 16 + w % 16;
+}
 
 /* ---- the plain kernels: scalar C, the vector ones' arithmetic (per group, then the tail) ---- */
 static void plain_kernel(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, long o1, float *Y, int ldy, int int8) {
@@ -43,7 +50,7 @@ static void plain_kernel(const ZyQuantActs *a, const ZyQuantMatrix *W, long o0, 
                     for (int b = g * G / 32; b < (g + 1) * G / 32; b++) {
                         int32_t p = 0;
                         for (int k = 32 * b; k < 32 * b + 32; k++)
-                            p += (int32_t)zy_quant_code(W, o, k) * a->xq[(long)r * a->in + act_pos(k, W->bits)];
+                            p += (int32_t)zy_quant_code(W, o, k) * a->xq[(long)r * a->in + xq_pos(k, W->bits, a->nb)];
                         const float pd = (float)p * a->d[r * a->nb + b];
                         gsum += pd;
                     }
@@ -138,9 +145,10 @@ const char *zy_quant_way_describe(ZyQuantWay w) {
 /* ---- the product ---- */
 
 /* A block of 32 activations rounded to int8 (d = max|x|/127, xq = rint(x/d) clamped to ±127), stored in the
- * kernels' order for `bits`; returns d and adds d·Σxq to *rounded. Run for every block of every call (decoding
- * makes hundreds of calls a token), so vectorised where SSE4.1 is: the same values as the scalar loop. */
-static float round_block(const float *x, int8_t *xq, int bits, float *rounded) {
+ * kernels' order for `bits`: positions 0-15 of that order at xq, 16-31 at xq_hi (xq + 16 but in a pair of 4-bit
+ * blocks); returns d and adds d·Σxq to *rounded. Run for every block of every call (decoding makes hundreds of calls
+ * a token), so vectorised where SSE4.1 is: the same values as the scalar loop. */
+static float round_block(const float *x, int8_t *xq, int8_t *xq_hi, int bits, float *rounded) {
 #if defined(__SSE4_1__)
     const __m128 sign = _mm_set1_ps(-0.0f);
     __m128 m = _mm_setzero_ps();
@@ -165,7 +173,7 @@ static float round_block(const float *x, int8_t *xq, int bits, float *rounded) {
         half[0] = _mm_unpacklo_epi64(s0, s1), half[1] = _mm_unpackhi_epi64(s0, s1);
     }
     _mm_storeu_si128((__m128i *)(void *)xq, half[0]);
-    _mm_storeu_si128((__m128i *)(void *)(xq + 16), half[1]);
+    _mm_storeu_si128((__m128i *)(void *)xq_hi, half[1]);
     isum = _mm_add_epi32(isum, _mm_shuffle_epi32(isum, _MM_SHUFFLE(1, 0, 3, 2)));
     isum = _mm_add_epi32(isum, _mm_shuffle_epi32(isum, _MM_SHUFFLE(2, 3, 0, 1)));
     *rounded += d * (float)_mm_cvtsi128_si32(isum);
@@ -178,7 +186,8 @@ static float round_block(const float *x, int8_t *xq, int bits, float *rounded) {
     for (int k = 0; k < 32; k++) {
         const float v = rintf(x[k] * id);
         const int8_t i8 = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v); /* |x·id| <= 127 up to rounding */
-        xq[act_pos(k, bits)] = i8;
+        const int at = act_pos(k, bits);
+        (at < 16 ? xq : xq_hi - 16)[at] = i8;
         isum += i8;
     }
     *rounded += d * (float)isum;
@@ -202,8 +211,13 @@ static void prepare_rows(ZyQuantActs *a, const float *xsrc, int ldx, const ZyQua
             if (!int8) continue;
             float rounded = 0; /* Σ d·xq over the group: what the dot products of the uncentered codes carry */
             for (int b = g * G / 32; b < (g + 1) * G / 32; b++) {
-                const float d = round_block(x + 32 * b, (int8_t *)a->xq + (long)r * a->in + 32 * b, bits, &rounded);
+                int8_t *xq = (int8_t *)a->xq + (long)r * a->in + 32 * b, *xq_hi = xq + 16;
+                if (bits == 4 && (b | 1) < a->nb) /* a pair of blocks (xq_pos) */
+                    xq = (int8_t *)a->xq + (long)r * a->in + 32 * (b & ~1) + 16 * (b & 1), xq_hi = xq + 32;
+                const float d = round_block(x + 32 * b, xq, xq_hi, bits, &rounded);
                 ((float *)a->d)[r * a->nb + b] = d;
+                if (bits == 4)
+                    for (int i = 0; i < 4; i++) ((float *)a->d8)[(long)r * 4 * a->nb + 4 * b + i] = d;
             }
             corr[g] = (float)c * (centered ? s : s - rounded); /* the offset's share, against the exact sum */
         }
@@ -213,40 +227,55 @@ static void prepare_rows(ZyQuantActs *a, const float *xsrc, int ldx, const ZyQua
 #define ZY_QUANT_CHUNK 32
 
 int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy) {
+    return zy_matmul_quant_shared(k, w, rows, X, ldx, 1, W, &Y, &ldy);
+}
+
+int zy_matmul_quant_shared(int k, int w, int rows, const float *X, int ldx, int n, const ZyQuantMatrix *W,
+                           float *const *Y, const int *ldy) {
     const ZyQuantTable *t = table_of(k < 0 ? zy_quant_kernel_for_level() : (ZyQuantKernel)k);
     if (!t || (k >= 0 && !zy_quant_kernel_available((ZyQuantKernel)k))) return -1;
-    if (rows <= 0 || W->rows <= 0) return 0;
+    for (int i = 1; i < n; i++)
+        if (W[i].bits != W[0].bits || W[i].group_size != W[0].group_size || W[i].cols != W[0].cols) return -1;
+    if (rows <= 0 || n <= 0) return 0;
     const int int8 = (w < 0 ? zy_quant_way() : (ZyQuantWay)w) == ZY_QUANT_INT8;
     const int in = W->cols, ng = in / W->group_size, nb = in / 32, bits = W->bits;
-    /* scratch for every row: sums, corrections, block scales; the reordered fp32 rows (4-bit); the int8 values */
+    /* scratch for every row: sums, corrections, block scales (4-bit int8: also as pairs' lanes); the reordered fp32
+     * rows (4-bit widen); the int8 values */
     const int reorder = bits == 4 && !int8; /* the widen kernels read a reordered fp32 copy of X */
-    const size_t floats = (size_t)rows * (2 * ng + nb) + (reorder ? (size_t)rows * in : 0);
+    const size_t lanes = bits == 4 && int8 ? (size_t)rows * 4 * nb : 0;
+    const size_t floats = (size_t)rows * (2 * ng + nb) + lanes + (reorder ? (size_t)rows * in : 0);
     float *scratch = malloc(floats * sizeof(float) + (int8 ? (size_t)rows * in : 0) + 64);
     if (!scratch) return -1;
     int8_t *xq = (int8_t *)(scratch + floats);
-    float *xcopy = scratch + (size_t)rows * (2 * ng + nb);
+    float *d8 = scratch + (size_t)rows * (2 * ng + nb), *xcopy = d8 + lanes;
     ZyQuantActs all = {.nr = rows, .in = in, .ng = ng, .nb = nb, .X = reorder ? xcopy : X, .ldx = reorder ? in : ldx,
                        .xsum = scratch, .corr = scratch + (size_t)rows * ng, .d = scratch + (size_t)rows * 2 * ng,
-                       .xq = xq};
+                       .d8 = d8, .xq = xq};
     prepare_rows(&all, X, ldx, t, bits, int8);
     const ZyQuantKernelFn kernel = int8 ? t->int8 : t->widen;
-    const long chunks = (W->rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK;
+    long chunks = 0, outputs = 0; /* over the n products, in order */
+    for (int i = 0; i < n; i++) chunks += (W[i].rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK, outputs += W[i].rows;
     int failed = 0;
     /* fixed chunks of outputs over the threads; a chunk's packed rows stay in cache while every row block passes */
-#pragma omp parallel if (W->rows * (long)in >= 65536L)
+#pragma omp parallel if (outputs * in >= 65536L)
     {
         float *work = malloc(sizeof(float) * zy_quant_work_floats(ng));
         if (!work) failed = 1;
 #pragma omp for schedule(static)
         for (long c = 0; c < chunks; c++) {
             if (!work) continue;
-            const long o0 = c * ZY_QUANT_CHUNK, o1 = o0 + ZY_QUANT_CHUNK < W->rows ? o0 + ZY_QUANT_CHUNK : W->rows;
+            int i = 0; /* the product chunk c falls in, and its first chunk */
+            long first = 0;
+            for (long nc; c >= first + (nc = (W[i].rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK); i++) first += nc;
+            const ZyQuantMatrix *Wi = &W[i];
+            const long o0 = (c - first) * ZY_QUANT_CHUNK, o1 = o0 + ZY_QUANT_CHUNK < Wi->rows ? o0 + ZY_QUANT_CHUNK : Wi->rows;
             for (int r0 = 0; r0 < rows; r0 += ZY_QUANT_ROW_BLOCK) {
                 const int nr = rows - r0 < ZY_QUANT_ROW_BLOCK ? rows - r0 : ZY_QUANT_ROW_BLOCK;
                 const ZyQuantActs a = {.nr = nr, .in = in, .ng = ng, .nb = nb, .X = all.X + (long)r0 * all.ldx, .ldx = all.ldx,
                                        .xsum = all.xsum + (size_t)r0 * ng, .corr = all.corr + (size_t)r0 * ng,
-                                       .d = all.d + (size_t)r0 * nb, .xq = int8 ? xq + (size_t)r0 * in : NULL};
-                kernel(&a, W, o0, o1, Y + (long)r0 * ldy, ldy, work);
+                                       .d = all.d + (size_t)r0 * nb, .d8 = d8 + (lanes ? (size_t)r0 * 4 * nb : 0),
+                                       .xq = int8 ? xq + (size_t)r0 * in : NULL};
+                kernel(&a, Wi, o0, o1, Y[i] + (long)r0 * ldy[i], ldy[i], work);
             }
         }
         free(work);

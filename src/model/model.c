@@ -195,6 +195,7 @@ void model_free(Model *m) {
     if (m->owner_free) m->owner_free(m->owner);
     params_free(&m->params);
     zy_free(m->bf16);
+    zy_free(m->conv16);
     free(m->w.layers);
     free(m->g.layers);
     free(m->unit_scale), free(m->zero_bias), free(m->merge_grad_sink);
@@ -277,6 +278,25 @@ static void switch_to_twins(Model *m, const TwinMap *b) {
 void model_bf16_finish(Model *m) {
     const TwinMap b = {.base = m->params.data, .n = m->params.total, .arena = m->bf16};
     switch_to_twins(m, &b);
+    model_conv_twins(m);
+}
+
+size_t model_conv_twins(Model *m) {
+    const ZayaConfig *c = &m->cfg;
+    if (c->attention != ZY_ATTN_CCA || m->conv16) return 0;
+    const size_t per = (size_t)cfg_conv_channels(c) * c->head_dim * c->cca_time1;
+    if (!(m->conv16 = zy_calloc((size_t)c->num_layers * per * sizeof(uint16_t)))) return 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        LayerWeights *L = &m->w.layers[l];
+        uint16_t *h = m->conv16 + (size_t)l * per;
+        int exact = L->conv_gr_w != NULL;
+        for (size_t j = 0; exact && j < per; j++) {
+            h[j] = zy_f32_to_bf16(L->conv_gr_w[j]);
+            exact = zy_bf16_to_f32(h[j]) == L->conv_gr_w[j]; /* else its sums would differ: fp32 stays the view read */
+        }
+        L->conv_gr_w16 = exact ? h : NULL;
+    }
+    return (size_t)c->num_layers * per * sizeof(uint16_t);
 }
 
 int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, const ZyQuantMatrix *tq, ZyErr *err) {
@@ -295,6 +315,7 @@ int model_bind_views(Model *m, float *const *t32, const uint16_t *const *t16, co
     walk_layout(&bind, &m->cfg, &m->w);
     const TwinMap b = {.base = tags, .n = (size_t)n, .table = t16, .quant = tq};
     switch_to_twins(m, &b);
+    model_conv_twins(m);
     if (m->cfg.no_residual_scaling) bind_plain_residuals(m);
     free(tags), free(ptrs);
     return 0;

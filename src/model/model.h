@@ -16,6 +16,7 @@ typedef struct {
     float *w_q, *w_k, *w_v_current, *w_v_delayed;         /* qkv_proj.* [Cq,D] [Ck,D] [Ck/2,D] [Ck/2,D] */
     float *conv_dw_w, *conv_dw_b;                        /* conv_qk_depthwise [C,1,k0], [C] */
     float *conv_gr_w, *conv_gr_b;                        /* conv_qk_grouped [C,dh,k1], [C] */
+    const uint16_t *conv_gr_w16; /* conv_gr_w's values in bf16, which decoding reads (model_conv_twins); else NULL */
     float *temp;                                         /* qk_norm.temp [Hkv] */
     float *w_o;                                          /* o_proj [D,Cq] */
     float *w_v;                                          /* MHA variant: self_attn.v_proj [Ck,D] (q/k in w_q/w_k) */
@@ -67,6 +68,7 @@ typedef struct {
     Weights w; /* views of params.data */
     Weights g; /* views of params.grad (same layout) */
     uint16_t *bf16; /* model_use_bf16: a bf16 arena with params.data's layout (NULL: fp32 weights) */
+    uint16_t *conv16; /* model_conv_twins: the grouped convolution kernels' bf16 copies (NULL: none) */
     /* model_bind_views: what the views point into (mapped files, converted copies), released by model_free */
     void *owner;
     void (*owner_free)(void *owner);
@@ -106,6 +108,12 @@ int model_use_bf16(Model *m, ZyErr *err);
 int model_bf16_begin(Model *m, ZyErr *err);
 int model_bf16_convert(Model *m, int i);
 void model_bf16_finish(Model *m);
+/* Inference weights (model_bf16_finish and model_bind_views call it): every layer's grouped convolution kernel whose
+ * fp32 values are all bf16 values (a bf16 or quantized folder's, or rounded by model_use_bf16) gets a bf16 copy,
+ * conv_gr_w16, that cached decoding's convolution reads instead: half the bytes, the same values and sums. The fp32
+ * view stays for the full forward (and the GPU upload). Without memory for the copies there are none. Returns the
+ * bytes allocated for them (0: none made, or made before). */
+size_t model_conv_twins(Model *m);
 /* Inference only: frees the gradient arena (as large as the weights) and clears m->g. */
 void model_drop_grads(Model *m);
 /* The weights inference runs on (model_load_dir_as): fp32, bf16, or a quantized folder's 8- or 4-bit codes read in

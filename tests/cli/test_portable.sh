@@ -95,7 +95,7 @@ for cpu in Haswell:avx2 Nehalem:generic; do
     check "$model: picks the $level quantized-weight kernels" grep -Eq "^quant +$level kernels" "$work/info-$model.txt"
     "$QEMU" -cpu "$model" "${ZAYA_TESTS_BIN:-build/zaya_tests}" quant_kernels >"$work/$model-quant.txt" 2>&1
     check "$model: $(sed -n 's/^ *\([0-9]* kernels of [0-9]* run here\).*/\1/p' "$work/$model-quant.txt"), each = its double reference" \
-        grep -q "unit: 1 passed, 0 failed" "$work/$model-quant.txt"
+        grep -Eq "unit: [1-9][0-9]* passed, 0 failed" "$work/$model-quant.txt"
     # the many-row paths (src/kernels/quant_many.c: fp32 panels, bf16 emulated, oneDNN's int8), the same way
     "$QEMU" -cpu "$model" "${ZAYA_TESTS_BIN:-build/zaya_tests}" quant_many_paths >"$work/$model-many.txt" 2>&1
     check "$model: the quantized many-row paths, each = its double reference" \

@@ -368,6 +368,8 @@ static void check_bf16_decode(int *zy_test_failed_, double bound) {
                 CHECK(zy_bf16_to_f32(W->expert_down16[i]) == zy_round_bf16(W32->expert_down[i]));
             }
             CHECK(W->conv_gr_w[0] == zy_round_bf16(W32->conv_gr_w[0]));
+            /* ... and copied to bf16 for decoding's convolution (the full forward reads the fp32 view) */
+            CHECK(W->conv_gr_w16 && zy_bf16_to_f32(W->conv_gr_w16[0]) == W->conv_gr_w[0]);
         }
         CHECK(!m.w.embed && !m.w.lm_head && m.w.embed16 && m.w.lm_head16);
         KVCache c;
@@ -454,6 +456,8 @@ TEST(load_dir_as_bf16_matches_use_bf16) {
             differ += memcmp(x->expert_gate_up16, y->expert_gate_up16, E * 2 * I * D * 2) != 0;
             differ += memcmp(x->expert_down16, y->expert_down16, E * I * D * 2) != 0;
             differ += memcmp(x->conv_gr_w, y->conv_gr_w, C * a.cfg.head_dim * a.cfg.cca_time1 * 4) != 0;
+            differ += !x->conv_gr_w16 || !y->conv_gr_w16 ||
+                      memcmp(x->conv_gr_w16, y->conv_gr_w16, C * a.cfg.head_dim * a.cfg.cca_time1 * 2) != 0;
             differ += memcmp(x->input_norm, y->input_norm, (size_t)D * 4) != 0;
             differ += memcmp(x->router_down_b, y->router_down_b, a.cfg.router_hidden_size * 4) != 0;
         }
@@ -740,6 +744,7 @@ static void check_quant_decode(int *zy_test_failed_, double *worst_decode, doubl
             CHECK(!q.params.data && !q.w.embed && !q.w.lm_head && q.w.embed_quant.q && q.w.lm_head_quant.q);
             CHECK(!q.w.layers[0].expert_gate_up && q.w.layers[0].expert_gate_up_quant.bits == bits);
             CHECK(q.w.layers[1].router_out_w_quant.q && q.w.layers[0].conv_gr_w && q.w.layers[0].input_norm);
+            CHECK(!q.w.layers[0].conv_gr_w16); /* an F32 folder's conv kernels are not bf16 values: no bf16 copy */
             CHECK((q.w.embed_quant.q == q.w.lm_head_quant.q) == !!q.cfg.tie_word_embeddings);
             const int T = 40, V = q.cfg.vocab_size, L = q.cfg.num_layers;
             int32_t *tok = malloc(sizeof(int32_t) * T), *ref_route = malloc(sizeof(int32_t) * L * T);

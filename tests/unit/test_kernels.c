@@ -608,16 +608,18 @@ TEST(cca_conv_float_matches_the_direct_definition) {
 
 /* The decoding conv (outputs of each sequence's last n rows only) against the full conv's rows: in double to
  * rounding, in float bit for bit (the same grouped products, whatever the row count or BLAS core: bf16 products
- * downstream would turn a last-bit difference into a bf16 one). Sequences of [P cached | n new] rows as decoding
- * lays them out, n = 1 and prefill pieces, k0/k1 1..3, one and many groups. */
+ * downstream would turn a last-bit difference into a bf16 one), from the grouped kernel's fp32 view and from its
+ * bf16 view alike (the kernels are bf16 values here, as a bf16 or quantized folder's are). Sequences of [P cached |
+ * n new] rows as decoding lays them out, n = 1 and prefill pieces, k0/k1 1..3, one and many groups, and ZAYA1-8B's
+ * group width (dh 128, k1 2: 256 taps a product). */
 TEST(cca_conv_forward_last_matches_the_full_conv) {
     const int shapes[][7] = {/* B, T, n, C, dh, k0, k1 */ {5, 3, 1, 12, 4, 2, 2}, {3, 9, 7, 8, 4, 3, 3},
                              {2, 6, 6, 6, 2, 2, 1}, {4, 4, 2, 16, 8, 1, 3}, {1, 66, 64, 24, 8, 2, 2},
-                             {7, 2, 1, 8, 8, 2, 1}};
+                             {7, 2, 1, 8, 8, 2, 1}, {2, 3, 1, 256, 128, 2, 2}};
     ZyRng rng;
     zy_rng_seed(&rng, 78);
     double worst_d = 0, worst_f = 0;
-    long differ = 0;
+    long differ = 0, differ16 = 0;
     for (size_t s = 0; s < ZY_ARRAY_LEN(shapes); s++) {
         const int B = shapes[s][0], T = shapes[s][1], n = shapes[s][2], C = shapes[s][3], dh = shapes[s][4],
                   k0 = shapes[s][5], k1 = shapes[s][6], N = B * T * C;
@@ -635,10 +637,13 @@ TEST(cca_conv_forward_last_matches_the_full_conv) {
         for (int i = 0; i < N; i++) X[i] = Xf[i] = (float)X[i];
         for (int i = 0; i < C * k0; i++) w0[i] = w0f[i] = (float)w0[i];
         for (int i = 0; i < C; i++) b0[i] = b0f[i] = (float)b0[i], b1[i] = b1f[i] = (float)b1[i];
-        for (int i = 0; i < C * dh * k1; i++) w1[i] = w1f[i] = (float)w1[i];
+        uint16_t *w16 = malloc(2 * (size_t)C * dh * k1);
+        float *Yl16 = malloc(4 * (size_t)B * n * C);
+        for (int i = 0; i < C * dh * k1; i++) w16[i] = zy_f32_to_bf16((float)w1[i]), w1[i] = w1f[i] = zy_bf16_to_f32(w16[i]);
         cca_conv_forward_f64(Y, M, wp, X, w0, b0, w1, b1, shape);
         cca_conv_forward_last_f64(Yl, Mi, X, w0, b0, w1, b1, shape, n);
-        cca_conv_forward_last(Ylf, Mif, Xf, w0f, b0f, w1f, b1f, shape, n);
+        cca_conv_forward_last(Ylf, Mif, Xf, w0f, b0f, (ZyWeights){.f32 = w1f}, b1f, shape, n);
+        cca_conv_forward_last(Yl16, Mif, Xf, w0f, b0f, (ZyWeights){.bf16 = w16}, b1f, shape, n);
         cca_conv_forward(Yf, Mf, wpf, Xf, w0f, b0f, w1f, b1f, shape);
         for (int b = 0; b < B; b++)
             for (int t = 0; t < n; t++)
@@ -648,14 +653,16 @@ TEST(cca_conv_forward_last_matches_the_full_conv) {
                     worst_d = fmax(worst_d, fabs(Yl[at] - want) / scale);
                     worst_f = fmax(worst_f, fabs(Ylf[at] - want) / scale);
                     differ += memcmp(&Ylf[at], &Yf[full], sizeof(float)) != 0;
+                    differ16 += memcmp(&Yl16[at], &Yf[full], sizeof(float)) != 0;
                 }
-        free(Yf), free(Mf), free(wpf);
+        free(Yf), free(Mf), free(wpf), free(w16), free(Yl16);
         free(X), free(w0), free(b0), free(w1), free(b1), free(Y), free(M), free(wp), free(Yl), free(Mi);
         free(Xf), free(w0f), free(b0f), free(w1f), free(b1f), free(Ylf), free(Mif);
     }
     printf("    conv of the last rows vs the full conv: double %.2e, float %.2e from double, %ld float outputs not "
-           "bit-identical to the full float conv's\n", worst_d, worst_f, differ);
+           "bit-identical to the full float conv's (%ld from the bf16 view)\n", worst_d, worst_f, differ, differ16);
     CHECK_MSG(worst_d < 1e-12, "double %.3g", worst_d);
     CHECK_MSG(worst_f < 1e-5, "float %.3g", worst_f);
     CHECK_MSG(differ == 0, "%ld float outputs differ", differ);
+    CHECK_MSG(differ16 == 0, "%ld float outputs from the bf16 view differ", differ16);
 }

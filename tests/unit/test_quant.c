@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/quant_many.h"
 #include "test.h"
@@ -236,6 +237,80 @@ TEST(quant_kernels_match_double_reference_at_every_level) {
     printf("    %d kernels of %d run here (%d products checked); the process's: %s\n", levels, (int)ZY_QK_COUNT, ran,
            zy_quant_kernel_name(zy_quant_kernel_for_level()));
     free(w), free(X), free(Y), free(ref), free(mag), free(wide);
+}
+
+/* An odd number of blocks of 32 (groups of 32: the 4-bit kernels take blocks in pairs, the last one alone), and a
+ * row's product the same bits alone as beside other rows (decoding one sequence or several in a step). */
+TEST(quant_kernels_odd_block_count_and_rows_alone) {
+    enum { OUT = 40, IN = 544, ROWS = 6 }; /* 17 blocks */
+    float *w = malloc(sizeof(float) * OUT * IN), *X = malloc(sizeof(float) * ROWS * IN);
+    float *Y = malloc(sizeof(float) * ROWS * OUT), *Y1 = malloc(sizeof(float) * OUT);
+    double *ref = malloc(sizeof(double) * ROWS * OUT), *mag = malloc(sizeof(double) * ROWS * OUT);
+    REQUIRE(w && X && Y && Y1 && ref && mag);
+    random_matrix(w, (long)OUT * IN, 21, 0.04f);
+    random_matrix(X, (long)ROWS * IN, 22, 1.0f);
+    for (int i = 0; i < 30; i++) X[(i * 97) % (ROWS * IN)] *= 9.0f;
+    int ran = 0;
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        Quantized qm;
+        REQUIRE(quantize_matrix(&qm, w, OUT, IN, bits, 32, ZY_DT_BF16) == 0);
+        reference(&qm.m, ROWS, X, IN, 1, ref, mag);
+        for (int k = 0; k < ZY_QK_COUNT; k++) {
+            if (!zy_quant_kernel_available((ZyQuantKernel)k)) continue;
+            REQUIRE(zy_matmul_quant(k, ZY_QUANT_INT8, ROWS, X, IN, &qm.m, Y, OUT) == 0);
+            double worst = 0;
+            for (long i = 0; i < (long)ROWS * OUT; i++) {
+                const double e = fabs(Y[i] - ref[i]) / (mag[i] + 1e-30);
+                worst = e > worst ? e : worst;
+            }
+            CHECK_MSG(worst < 2e-6, "%s %d-bit, 17 blocks: %.3g", zy_quant_kernel_name(k), bits, worst);
+            for (int r = 0; r < ROWS; r++) {
+                REQUIRE(zy_matmul_quant(k, ZY_QUANT_INT8, 1, X + (long)r * IN, IN, &qm.m, Y1, OUT) == 0);
+                CHECK_MSG(memcmp(Y1, Y + (long)r * OUT, sizeof(float) * OUT) == 0, "%s %d-bit: row %d alone differs",
+                          zy_quant_kernel_name(k), bits, r);
+            }
+            ran++;
+        }
+        quantized_free(&qm);
+    }
+    CHECK(ran >= 4);
+    free(w), free(X), free(Y), free(Y1), free(ref), free(mag);
+}
+
+/* A layer's projections of one input in one pass (zy_matmul_wt_shared: X rounded once, one parallel region) give
+ * each product's zy_matmul_wt bits: one format (the shared pass), mixed formats and fp32 weights (one call each). */
+TEST(quant_shared_products_equal_separate_ones) {
+    enum { IN = 256, ROWS = 3 };
+    const int outs[] = {96, 40, 64};
+    float *w = malloc(sizeof(float) * 96 * IN), *X = malloc(sizeof(float) * ROWS * IN);
+    float *got[3], *want[3];
+    REQUIRE(w && X);
+    random_matrix(w, 96L * IN, 31, 0.05f);
+    random_matrix(X, (long)ROWS * IN, 32, 1.0f);
+    for (int i = 0; i < 3; i++) REQUIRE((got[i] = malloc(sizeof(float) * ROWS * 96)) && (want[i] = malloc(sizeof(float) * ROWS * 96)));
+    for (int mixed = 0; mixed < 3; mixed++) { /* 0: all 4-bit; 1: one 8-bit; 2: fp32 weights */
+        Quantized qm[3];
+        ZyWeights W[3];
+        for (int i = 0; i < 3; i++) {
+            REQUIRE(quantize_matrix(&qm[i], w + i * 7, outs[i], IN, mixed == 1 && i == 1 ? 8 : 4, 64, ZY_DT_BF16) == 0);
+            W[i] = mixed == 2 ? (ZyWeights){.f32 = w + i * 7} : (ZyWeights){.quant = qm[i].m};
+        }
+        for (int rows = 1; rows <= ROWS; rows++) {
+            const int ld[] = {96, 41, 64};
+            for (int i = 0; i < 3; i++) {
+                memset(got[i], 0, sizeof(float) * ROWS * 96);
+                zy_matmul_wt(rows, outs[i], IN, X, IN, W[i], want[i], ld[i]);
+            }
+            zy_matmul_wt_shared(rows, IN, X, IN, 3, W, outs, got, ld);
+            for (int i = 0; i < 3; i++)
+                for (int r = 0; r < rows; r++)
+                    CHECK_MSG(memcmp(got[i] + (long)r * ld[i], want[i] + (long)r * ld[i], sizeof(float) * outs[i]) == 0,
+                              "case %d rows %d product %d row %d differs", mixed, rows, i, r);
+        }
+        for (int i = 0; i < 3; i++) quantized_free(&qm[i]);
+    }
+    for (int i = 0; i < 3; i++) free(got[i]), free(want[i]);
+    free(w), free(X);
 }
 
 /* One expert of a stack: zy_quant_rows is the same as quantizing that expert alone. */
