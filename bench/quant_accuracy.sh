@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # docs/quantization.md's accuracy tables, from scratch: the demo data, the two trained models (the demo model cut to
 # 0.9 M tokens: bench/quant_demo_run.json; bench-medium's widths with the demo vocabulary: bench/quant_medium_run.json),
-# then bench/quant_accuracy.py on each (bf16, q8 and q4 at groups of 32/64/128, q4 with the router at 4 bits too; on
-# the demo model also one class of matrices at a time). Results are appended to bench/results/$OUT.
+# then bench/quant_accuracy.py on each (bf16, q8 and q4 at groups of 32/64/128 by mlx's rule and mse, and calibrated on
+# the general data's train split by mse and GPTQ; on the demo model also q4 with the router at 4 bits and one class of
+# matrices at a time). Results are appended to bench/results/$OUT.
 #   bash bench/quant_accuracy.sh [demo|medium|both]      (set SKIP_TRAIN=1 to reuse runs/quant-*/train/final)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ run() { # name, run config, extra args
     fi
     python3 bench/quant_accuracy.py --model "$model" --data "$D/data/general" --tokenizer "$D/tokenizer.json" \
         --tasks "$tasks" --limit 200 --speed --work "runs/quant-$name/q" --out "$OUT" \
-        --label "$name model ($cfg), $machine" "$@"
+        --calibration "$D/data/general" --calibration-methods mse,gptq --label "$name model ($cfg), $machine" "$@"
 }
 case $WHICH in
 demo) run demo bench/quant_demo_run.json --router-4bit --classes ;;
