@@ -83,12 +83,10 @@ int cmd_quantize(int argc, char **argv) {
         (!(shard_mb * 1e6 >= 1) && zy_fail(&err, "quantize: --shard-size must be a positive number of MB (got %g)", shard_mb)) ||
         quant_plan_make(&plan, bits, group_size, router_bits, keep_float, &err) ||
         plan_set_method(&plan, method, &err) ||
-        (calibration && plan.method == ZY_QUANT_MLX &&
-         zy_fail(&err, "quantize: --calibration weights the mse and gptq methods' error; --method mlx does not use it")) ||
-        (!calibration && plan.method == ZY_QUANT_GPTQ &&
-         zy_fail(&err, "quantize: --method gptq needs calibration data (--calibration DATA)")) ||
+        quant_calibration_check(plan.method, calibration != NULL, calibration != NULL, &err) ||
         (calibration && (calib_tokens < 1 || calib_tokens > (1ull << 40)) &&
-         zy_fail(&err, "quantize: --calibration-tokens must be positive")) ||
+         zy_fail(&err, "quantize: --calibration-tokens must be 1..2^40 (got %llu)", (unsigned long long)calib_tokens)) ||
+        (calibration && quant_dir_refuse(model_dir, "quantize", &err)) ||
         (calibration && calibrate(model_dir, calibration, (long)calib_tokens, calib_seq_len, plan.method == ZY_QUANT_GPTQ,
                                   &importance, &err)) ||
         quant_model_dir(model_dir, out, &plan, calibration ? &importance : NULL, (size_t)(shard_mb * 1e6), &rep, &err)) {

@@ -293,13 +293,18 @@ void quant_importance_free(QuantImportance *imp) {
     imp->of_tensor = NULL, imp->gram = NULL, imp->count = 0;
 }
 
+int quant_calibration_check(ZyQuantMethod method, int have_importance, int have_gram, ZyErr *err) {
+    if (have_importance && method == ZY_QUANT_MLX)
+        return zy_fail(err, "quantize: --calibration weights the mse and gptq methods' error; --method mlx does not use it");
+    if (method == ZY_QUANT_GPTQ && !have_gram)
+        return zy_fail(err, "quantize: --method gptq needs calibration data (--calibration DATA)");
+    return 0;
+}
+
 int quant_model_dir(const char *src, const char *out, const QuantPlan *plan, const QuantImportance *importance,
                     size_t shard_bytes, QuantizeReport *rep, ZyErr *err) {
     memset(rep, 0, sizeof *rep);
-    if (importance && plan->method == ZY_QUANT_MLX)
-        return zy_fail(err, "quantize: calibration weights the mse and gptq methods' error; --method mlx does not use it");
-    if (plan->method == ZY_QUANT_GPTQ && !(importance && importance->gram))
-        return zy_fail(err, "quantize: --method gptq needs calibration inputs (--calibration DATA)");
+    if (quant_calibration_check(plan->method, importance != NULL, importance && importance->gram, err)) return -1;
     ZayaConfig cfg;
     if (load_config(src, &cfg, err)) return -1;
     if (cfg.quant_bits)

@@ -34,6 +34,9 @@ typedef struct {
 /* Importance is floored at this share of its row's mean, so that columns no calibration input reached still count. */
 #define QUANT_IMPORTANCE_FLOOR 0.05f
 void quant_importance_free(QuantImportance *imp);
+/* Whether a method and what calibration gives go together: mlx's rule takes no importance, gptq needs the Gram
+ * matrices (have_gram). An error naming the method otherwise. */
+int quant_calibration_check(ZyQuantMethod method, int have_importance, int have_gram, ZyErr *err);
 
 typedef struct {
     int matrices;                  /* tensors quantized */

@@ -10,8 +10,8 @@ model and tokenizer, quantized by `zaya quantize` (groups of 32: its widths are 
   bound, and q4 vs f32;
 - `quantize --calibration DATA` (a `data prepare` folder) with `--method mse` and `gptq` writes folders that run;
 - `--dtype q8` on an unquantized folder, q8 on a 4-bit folder, `--device cuda` with quantized weights, a bad folder
-  (a truncated weight, a mismatched scales shape), gptq without calibration data, calibration with mlx's rule and a
-  missing calibration folder are clear errors naming the folder, the flag or the tensor.
+  (a truncated weight, a mismatched scales shape), gptq without calibration data, calibration with mlx's rule, a
+  missing calibration folder and calibrating a quantized folder are clear errors naming the folder, the flag or the tensor.
 (convert, ckpt export and train refusing a quantized folder: test_quant_mlx.py.)
 
     python tests/oracle/test_quant_decode.py [--keep DIR]
@@ -171,6 +171,8 @@ def checks(res, work):
           "--calibration", data], ["--method mlx", "calibration"], "calibration with mlx's rule"),
         (["quantize", "--model", mdir, "--out", work / "x", "--bits", 4, "--group-size", 32, "--calibration",
           work / "no-such-data"], [str(work / "no-such-data")], "a missing calibration folder"),
+        (["quantize", "--model", q4, "--out", work / "x", "--bits", 4, "--group-size", 32, "--calibration", data],
+         [str(q4), "4-bit quantized"], "calibrating a quantized folder"),
         (["generate", "--model", mdir, "--ids", "--prompt", "1 2", "--dtype", "q8"], [str(mdir), "is not quantized",
                                                                                        "zaya quantize"],
          "q8 on an unquantized folder"),
