@@ -381,7 +381,7 @@ def bad_input(work, tokens):
     zaya_fails(["forward", "--model", bad, "--tokens", tokens], "bits 3 in config.json", "3-bit", "quantization")
     zaya_fails(["quantize", "--model", work / "bf16", "--out", work / "x", "--bits", "3"], "quantize --bits 3", "3-bit")
     zaya_fails(["quantize", "--model", work / "bf16", "--out", work / "x", "--bits", "4", "--method", "fast"],
-               "quantize --method fast", "--method", "mlx or mse", "fast")
+               "quantize --method fast", "--method", "mlx, mse or gptq", "fast")
     (work / "narrow.json").write_text(json.dumps(config(router_hidden_size=96)))
     zaya_ok(["init", "--config", work / "narrow.json", "--out", work / "narrow", "--dtype", "bf16"], "init narrow")
     zaya_fails(["quantize", "--model", work / "narrow", "--out", work / "x", "--bits", "4", "--group-size", "64"],
