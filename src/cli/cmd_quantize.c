@@ -62,7 +62,7 @@ int cmd_quantize(int argc, char **argv) {
          "calibration inputs; needs --calibration); default mse at 4 bits, mlx at 8", 0},
         {"--calibration", ARG_STRING, 0, &calibration,
          "token shards (zaya data prepare's folder) whose train split the model runs over first: each matrix's error "
-         "is then weighted by the mean square of its inputs (activation-aware; --method mse or gptq)", 0},
+         "is then weighted by the mean square of its inputs (activation-aware; --method mse, the default with it, or gptq)", 0},
         {"--calibration-tokens", ARG_U64, 0, &calib_tokens, "tokens of calibration data to run (default 16384)", 0},
         {"--calibration-seq-len", ARG_INT, 0, &calib_seq_len,
          "tokens per calibration window (default 512, or the model's max_position_embeddings if fewer)", 0},
@@ -82,7 +82,7 @@ int cmd_quantize(int argc, char **argv) {
     if (args_parse(argc, argv, 2, specs, n, NULL, 0, NULL, "quantize", &err) ||
         (!(shard_mb * 1e6 >= 1) && zy_fail(&err, "quantize: --shard-size must be a positive number of MB (got %g)", shard_mb)) ||
         quant_plan_make(&plan, bits, group_size, router_bits, keep_float, &err) ||
-        plan_set_method(&plan, method, &err) ||
+        plan_set_method(&plan, calibration && !method ? "mse" : method, &err) ||
         quant_calibration_check(plan.method, calibration != NULL, calibration != NULL, &err) ||
         (calibration && (calib_tokens < 1 || calib_tokens > (1ull << 40)) &&
          zy_fail(&err, "quantize: --calibration-tokens must be 1..2^40 (got %llu)", (unsigned long long)calib_tokens)) ||

@@ -21,12 +21,13 @@ static void add_input(const Gather *g, float *const *mats, int n_mats, int block
     for (int k = 0; k < n_mats; k++) any |= mats[k] != NULL;
     if (!any) return;
     double *sums = g->sums, *gram = g->gram;
-    memset(sums, 0, (size_t)cols * sizeof *sums);
-    for (long r = r0; r < r1; r++) {
-        const float *row = x + r * cols;
-        for (int j = 0; j < cols; j++) sums[j] += (double)row[j] * row[j];
-    }
-    if (g->imp->gram) { /* Σ x xᵀ, the upper triangle (mirrored when done) */
+    if (!g->imp->gram) {
+        memset(sums, 0, (size_t)cols * sizeof *sums);
+        for (long r = r0; r < r1; r++) {
+            const float *row = x + r * cols;
+            for (int j = 0; j < cols; j++) sums[j] += (double)row[j] * row[j];
+        }
+    } else { /* Σ x xᵀ, the upper triangle (mirrored when done); its diagonal is the sums */
 #pragma omp parallel for schedule(dynamic, 16) if ((r1 - r0) * (long)cols * cols > (1L << 20))
         for (int i = 0; i < cols; i++) {
             double *gi = gram + (size_t)i * cols;
@@ -37,6 +38,7 @@ static void add_input(const Gather *g, float *const *mats, int n_mats, int block
                 for (int j = i; j < cols; j++) gi[j] += xi * row[j];
             }
         }
+        for (int j = 0; j < cols; j++) sums[j] = gram[(size_t)j * cols + j];
     }
     for (int k = 0; k < n_mats; k++) {
         if (!mats[k]) continue;

@@ -162,6 +162,10 @@ def checks(res, work):
                   f"({method}, calibrated)" in out, f"quantize --method {method} --calibration", (out + err)[-400:])
         rc, out, err = run_zaya(["generate", "--model", qc, "--dtype", "q4", "--ids", "--prompt", "1 2 3 4"])
         res.check(rc == 0 and out.strip(), f"generate --dtype q4 on the {method}-calibrated folder", err[-300:])
+    # --calibration without --method: mse, also at 8 bits (where the uncalibrated default is mlx's rule)
+    rc, out, err = run_zaya(["quantize", "--model", mdir, "--out", work / "q8-calibrated", "--bits", 8, "--group-size",
+                             32, "--calibration", data, "--calibration-tokens", 256, "--calibration-seq-len", 32])
+    res.check(rc == 0 and "(mse, calibrated)" in out, "quantize --bits 8 --calibration: mse", (out + err)[-400:])
 
     # refusals: clear errors naming the folder, the flag or the tensor
     for args, needles, label in [
