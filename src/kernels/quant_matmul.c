@@ -195,6 +195,23 @@ static float round_block(const float *x, int8_t *xq, int8_t *xq_hi, int bits, fl
 #endif
 }
 
+/* Σ x[0..n) for n a multiple of 8, in eight running sums where SSE is (a call prepares hundreds of groups: one
+ * running sum's chain of dependent adds took a microsecond or more per call, serially, while the other threads wait). */
+static float group_sum(const float *x, int n) {
+#if defined(__SSE4_1__)
+    __m128 a = _mm_setzero_ps(), b = _mm_setzero_ps();
+    for (int k = 0; k < n; k += 8) a = _mm_add_ps(a, _mm_loadu_ps(x + k)), b = _mm_add_ps(b, _mm_loadu_ps(x + k + 4));
+    a = _mm_add_ps(a, b);
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(a, _mm_shuffle_ps(a, a, 1)));
+#else
+    float s[8] = {0};
+    for (int k = 0; k < n; k += 8)
+        for (int i = 0; i < 8; i++) s[i] += x[k + i];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+#endif
+}
+
 /* Rows [0, nr) of X prepared for the kernels (a->X, a->xq, ... point into the caller's scratch; xsrc, ldx: X). */
 static void prepare_rows(ZyQuantActs *a, const float *xsrc, int ldx, const ZyQuantTable *t, int bits, int int8) {
     const int G = a->in / a->ng, c = 1 << (bits - 1), centered = bits == 8 && t->centered8;
@@ -204,8 +221,7 @@ static void prepare_rows(ZyQuantActs *a, const float *xsrc, int ldx, const ZyQua
         if (bits == 4 && !int8) /* the widen kernels' order (a->X is then the caller's copy, ldx = in) */
             for (int k = 0; k < a->in; k++) ((float *)a->X)[(long)r * a->in + act_pos(k, 4)] = x[k];
         for (int g = 0; g < a->ng; g++) {
-            float s = 0;
-            for (int k = g * G; k < (g + 1) * G; k++) s += x[k];
+            const float s = group_sum(x + g * G, G);
             xsum[g] = s;
             corr[g] = 0;
             if (!int8) continue;
@@ -256,12 +272,15 @@ int zy_matmul_quant_shared(int k, int w, int rows, const float *X, int ldx, int 
     long chunks = 0, outputs = 0; /* over the n products, in order */
     for (int i = 0; i < n; i++) chunks += (W[i].rows + ZY_QUANT_CHUNK - 1) / ZY_QUANT_CHUNK, outputs += W[i].rows;
     int failed = 0;
-    /* fixed chunks of outputs over the threads; a chunk's packed rows stay in cache while every row block passes */
+    /* chunks of outputs handed out as the threads free up (four at a time: each thread still reads long runs), so a
+     * thread held up by its neighbours on the memory bus or by the host does not leave the other waiting at the join
+     * (static halves: each thread spent ~7% of a q4 decoding step there, measured); a chunk's packed rows stay in
+     * cache while every row block passes */
 #pragma omp parallel if (outputs * in >= 65536L)
     {
         float *work = malloc(sizeof(float) * zy_quant_work_floats(ng));
         if (!work) failed = 1;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4)
         for (long c = 0; c < chunks; c++) {
             if (!work) continue;
             int i = 0; /* the product chunk c falls in, and its first chunk */
