@@ -205,8 +205,10 @@ int bench_quant(int argc, char **argv) {
         /* interleaved: each round times every line once, so a neighbour's load on a shared machine falls on all */
         static double t[MAX_LINES][REPS];
         for (int i = -4; i < REPS; i++)
-            for (int l = 0; l < n_lines; l++) {
-                const double s = call_seconds(&b, kern[l], ways[l], bitss[l], row_counts[r], (i + REPS) % copies);
+            for (int l = 0; l < n_lines; l++) { /* each line its own copy: one read just before by another line of the
+                                                   same bits would still be in the last-level cache */
+                const double s = call_seconds(&b, kern[l], ways[l], bitss[l], row_counts[r],
+                                              (int)(((long)(i + REPS) * n_lines + l) % copies));
                 if (i >= 0) t[l][i] = s;
             }
         for (int l = 0; l < n_lines; l++) med[r][l] = zy_median(t[l], REPS), best[r][l] = t[l][0]; /* sorted */
