@@ -383,10 +383,10 @@ int bench_decode(int argc, char **argv) {
     printf("peak memory  %.2f GB resident at most while decoding (VmHWM: weights' file pages touched, KV cache, "
            "scratch)\n", peak / 1e9);
     printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"kv_dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
-           "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"bandwidth_bytes_per_s\": %.0f, "
-           "\"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", dtype_name,
-           ma.kv_bf16 ? "bf16" : "f32", batch, (double)batch * new_tokens / sum, 1e3 * median, per_step, bandwidth,
-           batch * bandwidth / per_step, peak);
+           "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"kv_bytes_per_step\": %.0f, "
+           "\"bandwidth_bytes_per_s\": %.0f, \"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", dtype_name,
+           ma.kv_bf16 ? "bf16" : "f32", batch, (double)batch * new_tokens / sum, 1e3 * median, per_step, kv_read,
+           bandwidth, batch * bandwidth / per_step, peak);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);
