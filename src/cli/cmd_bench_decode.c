@@ -29,27 +29,56 @@ static double resident_mb(void) {
 }
 
 /* The machine's memory read bandwidth, the limit of decoding (each token streams its weights once): every thread
- * sums its part of a 512 MB buffer (far larger than any cache), median of 5 passes after a warm-up, in bytes/s. */
-static double read_bandwidth(ZyErr *err) {
-    const size_t n = (size_t)512 << 20 >> 3;
-    uint64_t *buf = malloc(n * sizeof *buf);
-    if (!buf) return zy_fail(err, "out of memory for the bandwidth probe"), -1;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) buf[i] = i; /* first touch by the thread that reads it */
-    double t[6];
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < 6; r++) {
-        uint64_t total = 0;
-        const double t0 = zy_now_seconds();
+ * sums its part of a 512 MB buffer (far larger than any cache). On a shared machine that bandwidth moves from minute
+ * to minute (one probe of five passes read 19-33 GB/s between runs of one invocation), so the passes run between the
+ * decoding steps they are compared with, one every PROBE_EVERY steps, and the median of all of them is the figure. */
+enum { PROBE_EVERY = 4, PROBE_MIN_PASSES = 5 };
+typedef struct {
+    uint64_t *buf;
+    size_t n;
+    double *t;
+    int passes, cap;
+} BandwidthProbe;
+
+static volatile uint64_t probe_sink; /* the sums are used, so the loads are not elided */
+
+static void probe_pass(BandwidthProbe *p) {
+    uint64_t total = 0;
+    const size_t n = p->n;
+    const uint64_t *buf = p->buf;
+    const double t0 = zy_now_seconds();
 #pragma omp parallel for schedule(static) reduction(+ : total)
-        for (size_t i = 0; i < n; i += 8) /* 8 independent chains per 64-byte line keep the loads in flight */
-            total += buf[i] + buf[i + 1] + buf[i + 2] + buf[i + 3] + buf[i + 4] + buf[i + 5] + buf[i + 6] + buf[i + 7];
-        t[r] = zy_now_seconds() - t0;
-        sink += total;
-    }
-    (void)sink;
-    free(buf);
-    return (double)n * sizeof *buf / zy_median(t + 1, 5); /* the first pass warms up */
+    for (size_t i = 0; i < n; i += 8) /* 8 independent chains per 64-byte line keep the loads in flight */
+        total += buf[i] + buf[i + 1] + buf[i + 2] + buf[i + 3] + buf[i + 4] + buf[i + 5] + buf[i + 6] + buf[i + 7];
+    const double t = zy_now_seconds() - t0;
+    if (p->passes < p->cap) p->t[p->passes++] = t;
+    probe_sink += total;
+}
+
+/* The buffer touched (first touch by the thread that reads it) and one warm-up pass, not counted. */
+static int probe_open(BandwidthProbe *p, int steps, ZyErr *err) {
+    p->n = (size_t)512 << 20 >> 3;
+    p->cap = steps / PROBE_EVERY + PROBE_MIN_PASSES + 1;
+    p->passes = 0;
+    p->buf = malloc(p->n * sizeof *p->buf);
+    p->t = malloc((size_t)p->cap * sizeof *p->t);
+    if (!p->buf || !p->t) return zy_fail(err, "out of memory for the bandwidth probe (512 MB)");
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < p->n; i++) p->buf[i] = i;
+    probe_pass(p);
+    p->passes = 0;
+    return 0;
+}
+
+/* Bytes/s: the median pass, after enough more passes to make PROBE_MIN_PASSES. */
+static double probe_bandwidth(BandwidthProbe *p) {
+    while (p->passes < PROBE_MIN_PASSES) probe_pass(p);
+    return (double)p->n * sizeof *p->buf / zy_median(p->t, p->passes);
+}
+
+static void probe_close(BandwidthProbe *p) {
+    free(p->buf), free(p->t);
+    memset(p, 0, sizeof *p);
 }
 
 /* dtype: a ModelDtype (quantized ones need a quantized --model folder) */
@@ -243,7 +272,7 @@ int bench_decode(int argc, char **argv) {
          "logits against f32 where an f32 copy fits in memory", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (bf16: bf16 products on the GPU)", 0},
         {"--batch", ARG_INT, 0, &batch, "sequences decoded together, one token each per step (default 1)", 0},
-        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
+        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 or quantized weights on the CPU, else f32), "
                                                  "f32 or bf16", 0},
     };
     if (args_help(argc, argv, 3, "bench decode",
@@ -255,6 +284,7 @@ int bench_decode(int argc, char **argv) {
     Model m, m32;
     KVCache c;
     int have_model = 0, have_m32 = 0, have_cache = 0, rc = 1;
+    BandwidthProbe probe = {0};
     int32_t *ids = NULL, *prompt = NULL, *step = NULL, *route = NULL;
     float *logits = NULL;
     double *lat = NULL;
@@ -321,12 +351,16 @@ int bench_decode(int argc, char **argv) {
     double t0 = zy_now_seconds();
     if (model_decode(&m, &c, prompt, context, logits, 1, &err)) goto done;
     double prefill = zy_now_seconds() - t0;
+    /* the prefill's peak, before the probe's buffer exists; the probe's passes then run between the steps */
+    const double peak_prefill = zy_peak_resident_bytes();
+    if (probe_open(&probe, new_tokens, &err)) goto done;
     long experts_read = 0; /* (layer, expert) pairs some row of a step was routed to, summed over the steps */
     for (int i = 0; i < new_tokens; i++) {
         for (int b = 0; b < batch; b++) step[b] = ids[(long)b * total + context + i];
         double t = zy_now_seconds();
         if (model_decode_ex(&m, &c, step, 1, logits, 1, route, &err)) goto done;
         lat[i] = zy_now_seconds() - t;
+        if ((i + 1) % PROBE_EVERY == 0) probe_pass(&probe);
         for (int l = 0; l < L; l++) {
             unsigned char seen[4096] = {0};
             for (int b = 0; b < batch; b++) {
@@ -345,9 +379,12 @@ int bench_decode(int argc, char **argv) {
     printf("decode       %d step%s of %d token%s after a %d-token context: median %.3f ms/step (p90 %.3f), %.0f "
            "tokens/s\n", new_tokens, new_tokens > 1 ? "s" : "", batch, batch > 1 ? "s" : "", context, 1e3 * median,
            1e3 * lat[(int)(0.9 * (new_tokens - 1))], (double)batch * new_tokens / sum);
-    /* the peak is taken before the bandwidth probe's buffer exists; a step of several rows reads the weights once,
-     * every expert some row was routed to (the standard MoE layout: gate_up [2I, D] and down [D, I] per expert) */
-    const double peak = zy_peak_resident_bytes();
+    /* the decoding steps' peak less the probe's 512 MB, resident throughout them (or the prefill's, if higher); a step
+     * of several rows reads the weights once, every expert some row was routed to (the standard MoE layout: gate_up
+     * [2I, D] and down [D, I] per expert) */
+    const double probe_bytes = (double)probe.n * sizeof *probe.buf, peak_steps = zy_peak_resident_bytes();
+    const double peak = peak_steps > peak_prefill && peak_steps - probe_bytes > peak_prefill ? peak_steps - probe_bytes
+                                                                                               : peak_prefill;
     const double per_value = bytes_per_weight(&m, ma.bf16);
     double per_step = decode_read_bytes(&m, per_value) + router_extra_bytes(&m, per_value);
     if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
@@ -356,17 +393,19 @@ int bench_decode(int argc, char **argv) {
         printf("experts      a step reads %.1f of the %d experts per layer (the distinct experts its %d rows chose)\n",
                (double)experts_read / new_tokens / L, E, batch);
     }
-    const double bandwidth = read_bandwidth(&err);
-    if (bandwidth < 0) goto done;
+    const double bandwidth = probe_bandwidth(&probe);
+    const int passes = probe.passes;
+    probe_close(&probe);
     size_t mapped, copied;
     model_weight_bytes(&m, &mapped, &copied);
     const double kv_read = (double)kvcache_bytes_per_token(&m.cfg, ma.kv_bf16) * batch * (context + new_tokens / 2.0);
     printf("weights      %s: %.1f MB read per decoding step (%.1f GB/s at the median latency); %.0f MB resident once "
            "loaded (%.1f MB used in place from the mapped files, %.1f MB copies)\n", dtype_name,
            per_step / 1e6, per_step / median / 1e9, model_mb, mapped / 1e6, copied / 1e6);
-    printf("bandwidth    %.1f GB/s memory read, measured (%d threads, median of 5 passes over 512 MB): decoding at most "
-           "%.1f tokens/s from the weights alone, %.1f with the KV cache's %.1f MB a mid-run step reads; the median "
-           "step ran at %.0f%% of the latter\n", bandwidth / 1e9, omp_get_max_threads(), batch * bandwidth / per_step,
+    printf("bandwidth    %.1f GB/s memory read, measured (%d threads, median of %d passes over 512 MB between the steps): "
+           "decoding at most %.1f tokens/s from the weights alone, %.1f with the KV cache's %.1f MB a mid-run step reads; "
+           "the median step ran at %.0f%% of the latter\n", bandwidth / 1e9, omp_get_max_threads(), passes,
+           batch * bandwidth / per_step,
            batch * bandwidth / (per_step + kv_read), kv_read / 1e6,
            100.0 * (per_step + kv_read) / median / bandwidth);
     printf("KV cache     %zu bytes per token (k and v %s, %d layers); %.2f MB at %d x %d tokens\n",
@@ -394,5 +433,6 @@ done:
     if (have_cache) kvcache_free(&c);
     if (have_model) model_free(&m);
     if (have_m32) model_free(&m32);
+    probe_close(&probe);
     return rc;
 }
