@@ -1,5 +1,6 @@
 """Summary of `zaya bench decode` runs (their `json` lines on stdin), per dtype in the order met: the median step,
-× bf16 (the ratio of the medians, and the median of the rounds' own ratios, rounds paired in order), and the share of
+× bf16 (the ratio of the medians, the median of the rounds' own ratios, rounds paired in order, and the median of the
+rounds' ratios of tokens/s per GB/s of each run's own bandwidth probe: the ratio at equal bandwidth), and the share of
 the bound that the bytes a step reads (weights and KV cache) set, two ways: the median of the runs' own shares (each
 against its own 5-pass bandwidth probe), and against the median bandwidth of every probe given (the machine's
 bandwidth, with less of one probe's noise). Used by bench/quant_8b_decode.sh."""
@@ -26,7 +27,11 @@ def main():
         line = f"{dtype:5s} median {st.median(ms):.1f} ms (rounds {', '.join(f'{m:.1f}' for m in ms)})"
         if base and dtype != "bf16":
             own_ratios = [b / m for b, m in zip(base, ms)]
-            line += f"; x bf16 {st.median(base) / st.median(ms):.2f} (rounds' own: median {st.median(own_ratios):.2f})"
+            # tokens/s per byte/s of the bandwidth measured beside the steps: the ratio at equal bandwidth
+            at_equal = [b["median_ms"] * b["bandwidth_bytes_per_s"] / (r["median_ms"] * r["bandwidth_bytes_per_s"])
+                        for b, r in zip(by["bf16"], rs)]
+            line += (f"; x bf16 {st.median(base) / st.median(ms):.2f} (rounds' own: median {st.median(own_ratios):.2f}; "
+                     f"at equal bandwidth: median {st.median(at_equal):.2f})")
         line += f"; of the bound {pooled:.0f}% at the median bandwidth, {st.median(own):.0f}% by the runs' own probes"
         print("summary      " + line)
 
