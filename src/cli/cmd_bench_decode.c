@@ -382,9 +382,7 @@ int bench_decode(int argc, char **argv) {
     /* the decoding steps' peak less the probe's 512 MB, resident throughout them (or the prefill's, if higher); a step
      * of several rows reads the weights once, every expert some row was routed to (the standard MoE layout: gate_up
      * [2I, D] and down [D, I] per expert) */
-    const double probe_bytes = (double)probe.n * sizeof *probe.buf, peak_steps = zy_peak_resident_bytes();
-    const double peak = peak_steps > peak_prefill && peak_steps - probe_bytes > peak_prefill ? peak_steps - probe_bytes
-                                                                                               : peak_prefill;
+    const double peak = fmax(peak_prefill, zy_peak_resident_bytes() - (double)probe.n * sizeof *probe.buf);
     const double per_value = bytes_per_weight(&m, ma.bf16);
     double per_step = decode_read_bytes(&m, per_value) + router_extra_bytes(&m, per_value);
     if (batch > 1 && m.cfg.moe != ZY_MOE_DENSE) {
