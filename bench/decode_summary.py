@@ -3,7 +3,8 @@
 rounds' ratios of tokens/s per GB/s of each run's own bandwidth probe: the ratio at equal bandwidth), and the share of
 the bound that the bytes a step reads (weights and KV cache) set, two ways: the median of the runs' own shares (each
 against its own 5-pass bandwidth probe), and against the median bandwidth of every probe given (the machine's
-bandwidth, with less of one probe's noise). Used by bench/quant_8b_decode.sh."""
+bandwidth, with less of one probe's noise); then, where the runs report them, each run's share of its bound beside
+its bandwidth, the threads' clock and the CPU time the hypervisor stole (what a shared host gave it). Used by bench/quant_8b_decode.sh."""
 import json
 import statistics as st
 import sys
@@ -34,6 +35,10 @@ def main():
                      f"at equal bandwidth: median {st.median(at_equal):.2f})")
         line += f"; of the bound {pooled:.0f}% at the median bandwidth, {st.median(own):.0f}% by the runs' own probes"
         print("summary      " + line)
+        if all("clock_ghz" in r for r in rs):  # what the host gave each run: its own share, clock and stolen time
+            print("summary      " + f"{dtype:5s} per run: " + ", ".join(
+                f"{s:.0f}% at {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, {r['clock_ghz']:.2f} GHz, "
+                f"{100 * r['steal_share']:.1f}% stolen" for s, r in zip(own, rs)))
 
 
 if __name__ == "__main__":

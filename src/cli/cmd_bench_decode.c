@@ -81,6 +81,67 @@ static void probe_close(BandwidthProbe *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* What the host gave the threads beside the steps. A step with 4-bit weights is close to the cores' arithmetic limit
+ * as well as the memory's, so on a shared host it also moves with the clock (a busy host's cores boost less) and with
+ * the time the hypervisor takes from the vCPUs. Clock: every thread times a chain of dependent adds (one cycle each
+ * on every x86-64 core), one probe after every PROBE_EVERY steps, the median of all; steal: the share of the CPUs'
+ * time /proc/stat counts as stolen, over all the steps. */
+enum { CLOCK_CHAIN = 1 << 18 }; /* ~0.1 ms at 2-4 GHz */
+typedef struct {
+    double ghz[512];
+    int n;
+    unsigned long long steal0, total0;
+    int have_stat;
+} HostProbe;
+
+/* The machine's "cpu" line of /proc/stat: steal and the sum of every field, in clock ticks; 0 where unreadable. */
+static int read_cpu_times(unsigned long long *steal, unsigned long long *total) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[10] = {0};
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                       &v[5], &v[6], &v[7], &v[8], &v[9])
+              : 0;
+    if (f) fclose(f);
+    if (n < 8) return 0;
+    *steal = v[7];
+    *total = 0;
+    for (int i = 0; i < 8; i++) *total += v[i]; /* guest time (8, 9) is already in user and nice */
+    return 1;
+}
+
+static void host_probe_start(HostProbe *h) {
+    h->n = 0;
+    h->have_stat = read_cpu_times(&h->steal0, &h->total0);
+}
+
+static void host_probe_clock(HostProbe *h) {
+#pragma omp parallel
+    {
+        uint64_t x = 1;
+        const double t0 = zy_now_seconds();
+        for (int i = 0; i < CLOCK_CHAIN / 8; i++) /* eight dependent adds an iteration: the loop's own work overlaps */
+#if defined(__x86_64__)
+            __asm__ volatile("add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+                             "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0"
+                             : "+r"(x) : "r"((uint64_t)i));
+#else
+            __asm__ volatile("" : "+r"(x)); /* elsewhere a rough figure: the loop's add and the barrier */
+#endif
+        const double t = zy_now_seconds() - t0;
+#pragma omp critical
+        if (h->n < (int)ZY_ARRAY_LEN(h->ghz) && t > 0) h->ghz[h->n++] = CLOCK_CHAIN / t / 1e9;
+        probe_sink += x;
+    }
+}
+
+/* The median clock (GHz) and the stolen share of the CPU time since host_probe_start (negative where unknown). */
+static void host_probe_finish(HostProbe *h, double *ghz, double *steal) {
+    unsigned long long s, t;
+    *ghz = h->n ? zy_median(h->ghz, h->n) : 0;
+    *steal = h->have_stat && read_cpu_times(&s, &t) && t > h->total0 ? (double)(s - h->steal0) / (double)(t - h->total0)
+                                                                     : -1;
+}
+
 /* dtype: a ModelDtype (quantized ones need a quantized --model folder) */
 static int load_model(Model *m, const char *model_dir, const char *config_path, int dtype, ZyErr *err) {
     const int bf16 = dtype == MODEL_DTYPE_BF16;
@@ -355,12 +416,15 @@ int bench_decode(int argc, char **argv) {
     const double peak_prefill = zy_peak_resident_bytes();
     if (probe_open(&probe, new_tokens, &err)) goto done;
     long experts_read = 0; /* (layer, expert) pairs some row of a step was routed to, summed over the steps */
+    HostProbe host;
+    host_probe_start(&host);
+    host_probe_clock(&host);
     for (int i = 0; i < new_tokens; i++) {
         for (int b = 0; b < batch; b++) step[b] = ids[(long)b * total + context + i];
         double t = zy_now_seconds();
         if (model_decode_ex(&m, &c, step, 1, logits, 1, route, &err)) goto done;
         lat[i] = zy_now_seconds() - t;
-        if ((i + 1) % PROBE_EVERY == 0) probe_pass(&probe);
+        if ((i + 1) % PROBE_EVERY == 0) probe_pass(&probe), host_probe_clock(&host);
         for (int l = 0; l < L; l++) {
             unsigned char seen[4096] = {0};
             for (int b = 0; b < batch; b++) {
@@ -369,6 +433,8 @@ int bench_decode(int argc, char **argv) {
             }
         }
     }
+    double ghz, steal;
+    host_probe_finish(&host, &ghz, &steal);
     double sum = 0;
     for (int i = 0; i < new_tokens; i++) sum += lat[i];
     const double median = zy_median(lat, new_tokens); /* lat sorted: p90 below */
@@ -406,6 +472,12 @@ int bench_decode(int argc, char **argv) {
            batch * bandwidth / per_step,
            batch * bandwidth / (per_step + kv_read), kv_read / 1e6,
            100.0 * (per_step + kv_read) / median / bandwidth);
+    printf("host         the threads' clock %.2f GHz (median of %d chains of dependent adds between the steps); ",
+           ghz, host.n);
+    if (steal >= 0)
+        printf("%.1f%% of the CPU time stolen by the hypervisor over the steps\n", 100 * steal);
+    else
+        printf("stolen time unknown (no /proc/stat)\n");
     printf("KV cache     %zu bytes per token (k and v %s, %d layers); %.2f MB at %d x %d tokens\n",
            kvcache_bytes_per_token(&m.cfg, ma.kv_bf16), ma.kv_bf16 ? "bf16" : "f32", m.cfg.num_layers,
            kvcache_bytes_per_token(&m.cfg, ma.kv_bf16) * (double)batch * total / 1e6, batch, total);
@@ -421,9 +493,9 @@ int bench_decode(int argc, char **argv) {
            "scratch)\n", peak / 1e9);
     printf("json         {\"device\": \"cpu\", \"dtype\": \"%s\", \"kv_dtype\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.3f, "
            "\"median_ms\": %.3f, \"bytes_per_step\": %.0f, \"kv_bytes_per_step\": %.0f, "
-           "\"bandwidth_bytes_per_s\": %.0f, \"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f}\n", dtype_name,
-           ma.kv_bf16 ? "bf16" : "f32", batch, (double)batch * new_tokens / sum, 1e3 * median, per_step, kv_read,
-           bandwidth, batch * bandwidth / per_step, peak);
+           "\"bandwidth_bytes_per_s\": %.0f, \"bound_tokens_per_s\": %.3f, \"peak_rss_bytes\": %.0f, \"clock_ghz\": %.3f, "
+           "\"steal_share\": %.4f}\n", dtype_name, ma.kv_bf16 ? "bf16" : "f32", batch, (double)batch * new_tokens / sum,
+           1e3 * median, per_step, kv_read, bandwidth, batch * bandwidth / per_step, peak, ghz, steal);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "zaya: %s\n", err.msg);

@@ -56,9 +56,10 @@ check "bench decode: bytes per step, measured bandwidth and the bound" \
     bash -c 'echo "$1" | grep -Eq "^weights +bf16: [0-9.]+ MB read per decoding step" &&
              echo "$1" | grep -Eq "^bandwidth +[0-9.]+ GB/s memory read, measured .* decoding at most [0-9.]+ tokens/s" &&
              echo "$1" | grep -Eq "^peak memory +[0-9.]+ GB resident" &&
+             echo "$1" | grep -Eq "^host +the threads. clock [0-9.]+ GHz \(median of [0-9]+ chains" &&
              echo "$1" | grep -Eq "^bf16 vs f32 +logits over 24 positions"' _ "$out"
 check "bench decode json line" \
-    bash -c 'echo "$1" | sed -n "s/^json *//p" | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(not (d[\"dtype\"]==\"bf16\" and d[\"bytes_per_step\"]>0 and d[\"bandwidth_bytes_per_s\"]>1e8 and d[\"peak_rss_bytes\"]>0))"' _ "$out"
+    bash -c 'echo "$1" | sed -n "s/^json *//p" | python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(not (d[\"dtype\"]==\"bf16\" and d[\"bytes_per_step\"]>0 and d[\"bandwidth_bytes_per_s\"]>1e8 and d[\"peak_rss_bytes\"]>0 and 0.3<d[\"clock_ghz\"]<10 and (d[\"steal_share\"]==-1 or 0<=d[\"steal_share\"]<=1)))"' _ "$out"
 
 # --- the released 8B config: parses (stray rope_type, layer_types), its size is what the release says -------------
 out=$("$ZAYA" init --config configs/zaya1-8b.json --out "$work/none" --dtype bf16 --shard-size 0 2>&1)
