@@ -498,22 +498,30 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
-/* NR query rows against ZW keys starting at column s; the first `keep` scores stored. */
-static inline __attribute__((always_inline)) void scores_bf16_block(const int NR, float *S, long lds, const float *Q,
-                                                                    long ldq, const uint16_t *KT, long ldkt, int s,
-                                                                    int keep, int dh, float scale) {
-    zvec acc[4] = {{0}};
+/* NR query rows against NV·ZW keys starting at column s; of the last vector, the first `keep` scores stored. Two
+ * vectors of keys a pass where there are (NV = 2): each query value is loaded once for both, and the 2·NR sums are
+ * independent chains (NR alone, 4 at most, would wait on the multiply-add's latency). Every score's sum runs over d
+ * in order either way: the same bits. */
+static inline __attribute__((always_inline)) void scores_bf16_block(const int NR, const int NV, float *S, long lds,
+                                                                    const float *Q, long ldq, const uint16_t *KT,
+                                                                    long ldkt, int s, int keep, int dh, float scale) {
+    zvec acc[4][2] = {{{0}}};
     for (int d = 0; d < dh; d++) {
-        const zvec k = vload_bf16(KT + d * ldkt + s);
-        for (int r = 0; r < NR; r++) acc[r] += Q[r * ldq + d] * k;
+        zvec k[2];
+        for (int v = 0; v < NV; v++) k[v] = vload_bf16(KT + d * ldkt + s + v * ZW);
+        for (int r = 0; r < NR; r++) {
+            const float q = Q[r * ldq + d];
+            for (int v = 0; v < NV; v++) acc[r][v] += q * k[v];
+        }
     }
-    for (int r = 0; r < NR; r++) {
-        const zvec x = acc[r] * scale;
-        if (keep == ZW)
-            vstore(S + r * lds + s, x);
-        else
-            memcpy(S + r * lds + s, &x, sizeof(float) * keep);
-    }
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) {
+            const zvec x = acc[r][v] * scale;
+            if (v < NV - 1 || keep == ZW)
+                vstore(S + r * lds + s + v * ZW, x);
+            else
+                memcpy(S + r * lds + s + v * ZW, &x, sizeof(float) * keep);
+        }
 }
 
 void ZY_ISA_NAME(decode_attn_scores_bf16)(float *S, long lds, const float *Q, long ldq, const uint16_t *KT, long ldkt,
@@ -523,13 +531,20 @@ void ZY_ISA_NAME(decode_attn_scores_bf16)(float *S, long lds, const float *Q, lo
         float *St = S + t0 * lds;
         const float *Qt = Q + t0 * ldq;
         int s = 0;
+        for (; s + 2 * ZW <= cnt; s += 2 * ZW)
+            switch (nr) { /* the row count as a constant: the sums stay in registers */
+            case 1: scores_bf16_block(1, 2, St, lds, Qt, ldq, KT, ldkt, s, ZW, dh, scale); break;
+            case 2: scores_bf16_block(2, 2, St, lds, Qt, ldq, KT, ldkt, s, ZW, dh, scale); break;
+            case 3: scores_bf16_block(3, 2, St, lds, Qt, ldq, KT, ldkt, s, ZW, dh, scale); break;
+            default: scores_bf16_block(4, 2, St, lds, Qt, ldq, KT, ldkt, s, ZW, dh, scale); break;
+            }
         for (; s < cnt && (s + ZW <= cnt || s + ZW <= avail); s += ZW) {
             const int keep = cnt - s < ZW ? cnt - s : ZW;
-            switch (nr) { /* the row count as a constant: the sums stay in registers */
-            case 1: scores_bf16_block(1, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
-            case 2: scores_bf16_block(2, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
-            case 3: scores_bf16_block(3, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
-            default: scores_bf16_block(4, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            switch (nr) {
+            case 1: scores_bf16_block(1, 1, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            case 2: scores_bf16_block(2, 1, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            case 3: scores_bf16_block(3, 1, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
+            default: scores_bf16_block(4, 1, St, lds, Qt, ldq, KT, ldkt, s, keep, dh, scale); break;
             }
         }
         for (; s < cnt; s++) /* keys at the end of the readable columns: one at a time */
