@@ -56,6 +56,14 @@ INLINE float dot2(const float *a, const float *b, const float *c, const float *e
     return s;
 }
 
+/* The codes 2 KB past the start of this output's row, a row's worth: requested ahead of the hardware's own stream
+ * (which stops at each 4 KB page). Measured on Zen 3 (q8 and q4 ZAYA1-8B decoding steps with and without it,
+ * alternating step by step in one run, medians of the pairs' ratios): steps 3-4% faster; 4 KB ahead and more gave
+ * nothing measurable. A prefetch never faults, so the lines past the matrix's end need no guard. */
+INLINE void prefetch_codes_ahead(const uint8_t *q, int rowbytes) {
+    for (int i = 0; i < rowbytes; i += 64) __builtin_prefetch(q + 2048 + i);
+}
+
 /* work: sf [ng] (the scales), bf [ng] (the biases) */
 INLINE void output_groups(const int nr, const ZyQuantActs *a, const ZyQuantMatrix *W, long o, float *work, float *tail) {
     const int ng = a->ng;
@@ -303,6 +311,7 @@ INLINE void int8_any_rows(const int nr, const int bits, const ZyQuantActs *a, co
         float tail[ZY_QUANT_ROW_BLOCK];
         output_groups(nr, a, W, o, work, tail);
         const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        prefetch_codes_ahead(q, rowbytes);
         Vf acc0[ZY_QUANT_ROW_BLOCK], acc1[ZY_QUANT_ROW_BLOCK], g0[ZY_QUANT_ROW_BLOCK], g1[ZY_QUANT_ROW_BLOCK];
         for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = vf_zero();
         int g = 0;
@@ -349,6 +358,7 @@ INLINE void int8_one_row(const int bits, const int bpg, const ZyQuantActs *a, co
         widen_stored_fast(W->scale_dtype, W->biases, (size_t)o * ng, ng, work + ng);
         const float tail = dot2(work, a->corr, work + ng, a->xsum, ng);
         const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        prefetch_codes_ahead(q, rowbytes);
         __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
         int g = 0;
         for (; g + 2 <= ng; g += 2) {
@@ -413,6 +423,7 @@ INLINE void int8_q4_rows(const int nr, const int bpg, const ZyQuantActs *a, cons
         float tail[ZY_QUANT_ROW_BLOCK];
         for (int r = 0; r < nr; r++) tail[r] = dot2(work, a->corr + r * ng, work + ng, a->xsum + r * ng, ng);
         const uint8_t *q = (const uint8_t *)W->q + o * rowbytes;
+        prefetch_codes_ahead(q, rowbytes);
         __m256 acc0[ZY_QUANT_ROW_BLOCK], acc1[ZY_QUANT_ROW_BLOCK];
         for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
         int g = 0;
