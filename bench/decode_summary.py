@@ -1,10 +1,11 @@
-"""Summary of `zaya bench decode` runs (their `json` lines on stdin), per dtype in the order met: the median step,
-× bf16 (the ratio of the medians, the median of the rounds' own ratios, rounds paired in order, and the median of the
-rounds' ratios of tokens/s per GB/s of each run's own bandwidth probe: the ratio at equal bandwidth), and the share of
-the bound that the bytes a step reads (weights and KV cache) set, two ways: the median of the runs' own shares (each
-against its own 5-pass bandwidth probe), and against the median bandwidth of every probe given (the machine's
-bandwidth, with less of one probe's noise); then, where the runs report them, each run's share of its bound beside
-its bandwidth, the threads' clock and the CPU time the hypervisor stole (what a shared host gave it). Used by bench/quant_8b_decode.sh."""
+"""Summary of `zaya bench decode` runs (their `json` lines on stdin), per dtype in the order met: the median step, × bf16
+(the ratio of the medians, the median of the rounds' own ratios, rounds paired in order, and the median of the rounds'
+ratios of tokens/s per GB/s of each run's own bandwidth probe: the ratio at equal bandwidth), and the share of the
+bound that the bytes a step reads (weights and KV cache) set, two ways: the median of the runs' own shares (each
+against its own bandwidth probed between its steps), and against the median bandwidth of every probe given (the
+machine's bandwidth, with less of one probe's noise); then, where the runs report them, each run's share of its bound
+beside its bandwidth, the threads' clock and the CPU time the hypervisor stole (what a shared host gave it). Used by
+bench/quant_8b_decode.sh."""
 import json
 import statistics as st
 import sys

@@ -2,11 +2,11 @@
 # ZAYA1-8B's decoding in bf16, q8 and q4, side by side: the README's quantization table.
 #   bash bench/quant_8b_decode.sh DIR [ROUNDS]
 # DIR gets 8B (zaya init of configs/zaya1-8b.json, bf16: 17.7 GB), 8B-q8 and 8B-q4 (zaya quantize, groups of 64) when
-# missing; then ROUNDS (default 3) rounds of `bench decode` alternating bf16, q8, q4, each folder's pages read first
-# (so every run starts from the page cache), at real-time priority where allowed (chrt -f: on a shared machine the
-# other jobs then wait rather than the benchmark). Needs ~24 GB of memory for bf16. Output: DIR/decode.log, and a
-# summary of this invocation's runs: per dtype the median step, × bf16 (ratio of medians; median of the rounds' own
-# ratios), and the share of the bound two ways: the median of the runs' own (each run's 5-pass bandwidth probe) and
+# missing; then ROUNDS (default 3) rounds of `bench decode` alternating bf16, q8, q4, each folder's pages read first (so
+# every run starts from the page cache), at real-time priority where allowed (chrt -f: on a shared machine the other
+# jobs then wait rather than the benchmark). Needs ~24 GB of memory for bf16. Output: DIR/decode.log, and a summary of
+# this invocation's runs: per dtype the median step, × bf16 (ratio of medians; median of the rounds' own ratios), and
+# the share of the bound two ways: the median of the runs' own (each run's bandwidth probed between its steps) and
 # against the median bandwidth of every probe of the invocation (the machine's bandwidth, less one probe's noise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
