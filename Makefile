@@ -86,15 +86,20 @@ CFLAGS          += -DZY_HAVE_ISA_LEVELS=1
 QUANT_LEVELS    := avxvnni avx512vnni
 ISA_ARCH_avxvnni    := -march=x86-64-v3 -mavxvnni
 ISA_ARCH_avx512vnni := -march=x86-64-v4 -mavx512vnni
+# For the unit tests only: the AVX-VNNI kernels with the instruction emulated in AVX2 (quant_isa.c), so that their
+# arithmetic is checked on CPUs without VNNI (and qemu's TCG has none)
+QUANT_TEST_LEVELS := avxvnni_emulated
+ISA_ARCH_avxvnni_emulated := -march=x86-64-v3 -DZY_EMULATE_AVXVNNI
 else
 ISA_LEVELS      := generic
 QUANT_LEVELS    :=
+QUANT_TEST_LEVELS :=
 endif
 ISA_OBJ  := $(foreach l,$(ISA_LEVELS),$(ISA_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o)) $(BUILD)/$(BF16_SRC:.c=.o) \
             $(foreach l,$(QUANT_LEVELS),$(QUANT_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_OBJ) $(GPU_SRC:%.c=$(BUILD)/%.o) $(GPU_CU:%.cu=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(foreach l,$(QUANT_TEST_LEVELS),$(QUANT_SRC:src/%.c=$(BUILD)/src/isa/%.$(l).o))
 GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all asan deps test test-gpu unit-test asan-test oracle-test demo ablate-attention ablate-moe clean format fuzz fuzz-build chaos strict hip-check
@@ -115,7 +120,7 @@ $(BUILD)/src/isa/%.$(1).o: src/%.c $(HDRS)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CFLAGS) $$(ISA_ARCH_$(1)) -DZY_ISA=$(1) -c $$< -o $$@
 endef
-$(foreach l,$(ISA_LEVELS) $(QUANT_LEVELS),$(eval $(call isa_rule,$(l))))
+$(foreach l,$(ISA_LEVELS) $(QUANT_LEVELS) $(QUANT_TEST_LEVELS),$(eval $(call isa_rule,$(l))))
 
 $(BUILD)/$(BF16_SRC:.c=.o): $(BF16_SRC) $(HDRS)
 	@mkdir -p $(dir $@)

@@ -154,5 +154,9 @@ typedef struct {
     ZyQuantKernelFn widen, int8;
     int centered8; /* its 8-bit int8 dot products are Σ (q - 128)·x (pmaddubsw cannot take 255·127 pairs) */
 } ZyQuantTable;
+/* zy_matmul_quant by the kernels of table t, which the caller knows this CPU runs: the tests' way to a compilation
+ * of quant_isa.c outside the kernel table (the VNNI kernels with the instruction emulated in AVX2). */
+int zy_matmul_quant_by(const ZyQuantTable *t, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W,
+                       float *Y, int ldy);
 
 #endif

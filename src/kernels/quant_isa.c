@@ -76,6 +76,24 @@ INLINE void output_groups(const int nr, const ZyQuantActs *a, const ZyQuantMatri
 #if defined(__AVX2__)
 /* ---- 256 bits (avx2, avxvnni; avx512 and avx512vnni for the int8 way, with 32 registers) ---- */
 
+/* AVX-VNNI's vpdpbusd: acc + per int32 lane the sum of its 4 unsigned bytes of a times the signed bytes of b. The unit
+ * tests also compile this file with -DZY_EMULATE_AVXVNNI on plain AVX2 (the Makefile's avxvnni_emulated level, not
+ * in the kernel table), the instruction done exactly in AVX2 (bytes widened to 16 bits, pairs multiplied and summed
+ * into 32, pairs of those summed), so that the VNNI kernels' arithmetic is checked on a CPU without VNNI. */
+#if defined(ZY_EMULATE_AVXVNNI)
+#define ZY_AVXVNNI 1
+INLINE __m256i dpbusd256(__m256i acc, __m256i a, __m256i b) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i a_lo = _mm256_unpacklo_epi8(a, zero), a_hi = _mm256_unpackhi_epi8(a, zero);
+    const __m256i b_lo = _mm256_srai_epi16(_mm256_unpacklo_epi8(b, b), 8), b_hi = _mm256_srai_epi16(_mm256_unpackhi_epi8(b, b), 8);
+    /* per 128-bit lane: bytes 0-7 and 8-15 as pairs' sums; hadd pairs them again, in dword order */
+    return _mm256_add_epi32(acc, _mm256_hadd_epi32(_mm256_madd_epi16(a_lo, b_lo), _mm256_madd_epi16(a_hi, b_hi)));
+}
+#elif defined(__AVXVNNI__)
+#define ZY_AVXVNNI 1
+INLINE __m256i dpbusd256(__m256i acc, __m256i a, __m256i b) { return _mm256_dpbusd_avx_epi32(acc, a, b); }
+#endif
+
 /* 32 codes: 8-bit as stored, 4-bit as [low nibbles | high nibbles] */
 INLINE __m256i load_codes(const uint8_t *p, const int bits) {
     if (bits == 8) return _mm256_loadu_si256((const __m256i *)(const void *)p);
@@ -96,9 +114,9 @@ INLINE __m256i dot_acc(__m256i acc, __m256i c, __m256i x, const int bits) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     (void)bits;
     return _mm256_dpbusd_epi32(acc, c, x);
-#elif defined(__AVXVNNI__)
+#elif defined(ZY_AVXVNNI)
     (void)bits;
-    return _mm256_dpbusd_avx_epi32(acc, c, x);
+    return dpbusd256(acc, c, x);
 #else
     const __m256i ones = _mm256_set1_epi16(1);
     if (bits == 4) return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), ones)); /* 2·15·127 */
@@ -108,7 +126,7 @@ INLINE __m256i dot_acc(__m256i acc, __m256i c, __m256i x, const int bits) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(cs), _mm256_sign_epi8(x, cs)), ones));
 #endif
 }
-#if defined(__AVX512VNNI__) || defined(__AVXVNNI__)
+#if defined(__AVX512VNNI__) || defined(ZY_AVXVNNI)
 #define CENTERED8 0
 #else
 #define CENTERED8 1
@@ -402,8 +420,8 @@ INLINE __m256i dot_pair4(const uint8_t *q, const int8_t *x) {
     const __m256i xhi = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32));
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, xlo), hi, xhi);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, xlo), hi, xhi);
+#elif defined(ZY_AVXVNNI)
+    return dpbusd256(dpbusd256(_mm256_setzero_si256(), lo, xlo), hi, xhi);
 #else /* pairs of at most 2·15·127, two of them summed: within int16 */
     const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
     return _mm256_madd_epi16(s, _mm256_set1_epi16(1));

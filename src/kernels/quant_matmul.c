@@ -246,10 +246,23 @@ int zy_matmul_quant(int k, int w, int rows, const float *X, int ldx, const ZyQua
     return zy_matmul_quant_shared(k, w, rows, X, ldx, 1, W, &Y, &ldy);
 }
 
+static int shared_by(const ZyQuantTable *t, int w, int rows, const float *X, int ldx, int n, const ZyQuantMatrix *W,
+                     float *const *Y, const int *ldy);
+
 int zy_matmul_quant_shared(int k, int w, int rows, const float *X, int ldx, int n, const ZyQuantMatrix *W,
                            float *const *Y, const int *ldy) {
     const ZyQuantTable *t = table_of(k < 0 ? zy_quant_kernel_for_level() : (ZyQuantKernel)k);
     if (!t || (k >= 0 && !zy_quant_kernel_available((ZyQuantKernel)k))) return -1;
+    return shared_by(t, w, rows, X, ldx, n, W, Y, ldy);
+}
+
+int zy_matmul_quant_by(const ZyQuantTable *t, int w, int rows, const float *X, int ldx, const ZyQuantMatrix *W,
+                       float *Y, int ldy) {
+    return t && t->int8 && t->widen ? shared_by(t, w, rows, X, ldx, 1, W, &Y, &ldy) : -1;
+}
+
+static int shared_by(const ZyQuantTable *t, int w, int rows, const float *X, int ldx, int n, const ZyQuantMatrix *W,
+                     float *const *Y, const int *ldy) {
     for (int i = 1; i < n; i++)
         if (W[i].bits != W[0].bits || W[i].group_size != W[0].group_size || W[i].cols != W[0].cols) return -1;
     if (rows <= 0 || n <= 0) return 0;

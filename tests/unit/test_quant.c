@@ -184,6 +184,26 @@ static void reference(const ZyQuantMatrix *m, int rows, const float *X, int ldx,
     free(xr);
 }
 
+#if ZY_HAVE_ISA_LEVELS
+extern const ZyQuantTable zy_quant_table_avxvnni_emulated;
+#endif
+/* The kernels checked: the kernel table's (k < ZY_QK_COUNT) where this CPU runs them, then (k = ZY_QK_COUNT) the
+ * AVX-VNNI kernels with the instruction emulated in AVX2 (the Makefile's test-only level): no CPU here need have VNNI
+ * for their arithmetic (uncentered 8-bit codes, the 4-bit pairs by vpdpbusd) to be checked. */
+#define CHECKED_KERNELS (ZY_QK_COUNT + 1)
+static const ZyQuantTable *emulated_vnni(void) {
+#if ZY_HAVE_ISA_LEVELS
+    if (zy_quant_kernel_available(ZY_QK_AVX2)) return &zy_quant_table_avxvnni_emulated;
+#endif
+    return NULL;
+}
+static int kernel_runs(int k) { return k < ZY_QK_COUNT ? zy_quant_kernel_available((ZyQuantKernel)k) : emulated_vnni() != NULL; }
+static const char *kernel_label(int k) { return k < ZY_QK_COUNT ? zy_quant_kernel_name((ZyQuantKernel)k) : "avxvnni (emulated)"; }
+static int run_kernel(int k, int way, int rows, const float *X, int ldx, const ZyQuantMatrix *W, float *Y, int ldy) {
+    return k < ZY_QK_COUNT ? zy_matmul_quant(k, way, rows, X, ldx, W, Y, ldy)
+                           : zy_matmul_quant_by(emulated_vnni(), way, rows, X, ldx, W, Y, ldy);
+}
+
 TEST(quant_kernels_match_double_reference_at_every_level) {
     enum { OUT = 72, IN = 512, ROWS = 6 };
     float *w = malloc(sizeof(float) * OUT * IN), *X = malloc(sizeof(float) * ROWS * (IN + 8));
@@ -206,17 +226,17 @@ TEST(quant_kernels_match_double_reference_at_every_level) {
                 for (int way = 0; way < 2; way++) {
                     reference(&qm.m, ROWS, X, IN + 8, way, ref, mag);
                     if (way == 0) memcpy(wide, ref, sizeof(double) * ROWS * OUT);
-                    for (int k = 0; k < ZY_QK_COUNT; k++) {
-                        if (!zy_quant_kernel_available((ZyQuantKernel)k)) continue;
+                    for (int k = 0; k < CHECKED_KERNELS; k++) {
+                        if (!kernel_runs(k)) continue;
                         for (int rows = 1; rows <= ROWS; rows++) {
                             memset(Y, 0xff, sizeof(float) * ROWS * OUT);
-                            REQUIRE(zy_matmul_quant(k, way, rows, X, IN + 8, &qm.m, Y, OUT) == 0);
+                            REQUIRE(run_kernel(k, way, rows, X, IN + 8, &qm.m, Y, OUT) == 0);
                             double worst = 0;
                             for (long i = 0; i < (long)rows * OUT; i++) {
                                 const double e = fabs(Y[i] - ref[i]) / (mag[i] + 1e-30);
                                 worst = e > worst ? e : worst;
                             }
-                            CHECK_MSG(worst < 2e-6, "%s %s %d-bit G%d %s rows %d: %.3g", zy_quant_kernel_name(k),
+                            CHECK_MSG(worst < 2e-6, "%s %s %d-bit G%d %s rows %d: %.3g", kernel_label(k),
                                       way ? "int8" : "widen", bits, G, zy_dtype_name(dts[di]), rows, worst);
                             ran++;
                         }
@@ -234,7 +254,8 @@ TEST(quant_kernels_match_double_reference_at_every_level) {
             }
     int levels = 0;
     for (int k = 0; k < ZY_QK_COUNT; k++) levels += zy_quant_kernel_available((ZyQuantKernel)k);
-    printf("    %d kernels of %d run here (%d products checked); the process's: %s\n", levels, (int)ZY_QK_COUNT, ran,
+    printf("    %d kernels of %d run here, %s (%d products checked); the process's: %s\n", levels, (int)ZY_QK_COUNT,
+           emulated_vnni() ? "and the AVX-VNNI ones emulated" : "no emulated AVX-VNNI (no AVX2)", ran,
            zy_quant_kernel_name(zy_quant_kernel_for_level()));
     free(w), free(X), free(Y), free(ref), free(mag), free(wide);
 }
@@ -255,19 +276,19 @@ TEST(quant_kernels_odd_block_count_and_rows_alone) {
         Quantized qm;
         REQUIRE(quantize_matrix(&qm, w, OUT, IN, bits, 32, ZY_DT_BF16) == 0);
         reference(&qm.m, ROWS, X, IN, 1, ref, mag);
-        for (int k = 0; k < ZY_QK_COUNT; k++) {
-            if (!zy_quant_kernel_available((ZyQuantKernel)k)) continue;
-            REQUIRE(zy_matmul_quant(k, ZY_QUANT_INT8, ROWS, X, IN, &qm.m, Y, OUT) == 0);
+        for (int k = 0; k < CHECKED_KERNELS; k++) {
+            if (!kernel_runs(k)) continue;
+            REQUIRE(run_kernel(k, ZY_QUANT_INT8, ROWS, X, IN, &qm.m, Y, OUT) == 0);
             double worst = 0;
             for (long i = 0; i < (long)ROWS * OUT; i++) {
                 const double e = fabs(Y[i] - ref[i]) / (mag[i] + 1e-30);
                 worst = e > worst ? e : worst;
             }
-            CHECK_MSG(worst < 2e-6, "%s %d-bit, 17 blocks: %.3g", zy_quant_kernel_name(k), bits, worst);
+            CHECK_MSG(worst < 2e-6, "%s %d-bit, 17 blocks: %.3g", kernel_label(k), bits, worst);
             for (int r = 0; r < ROWS; r++) {
-                REQUIRE(zy_matmul_quant(k, ZY_QUANT_INT8, 1, X + (long)r * IN, IN, &qm.m, Y1, OUT) == 0);
+                REQUIRE(run_kernel(k, ZY_QUANT_INT8, 1, X + (long)r * IN, IN, &qm.m, Y1, OUT) == 0);
                 CHECK_MSG(memcmp(Y1, Y + (long)r * OUT, sizeof(float) * OUT) == 0, "%s %d-bit: row %d alone differs",
-                          zy_quant_kernel_name(k), bits, r);
+                          kernel_label(k), bits, r);
             }
             ran++;
         }
