@@ -57,7 +57,7 @@ INLINE float dot2(const float *a, const float *b, const float *c, const float *e
 }
 
 /* The codes 2 KB past the start of this output's row, a row's worth: requested ahead of the hardware's own stream
- * (which stops at each 4 KB page). Measured on Zen 3 (q8 and q4 ZAYA1-8B decoding steps with and without it,
+ * (which likely stops at each 4 KB page). Measured on Zen 3 (q8 and q4 ZAYA1-8B decoding steps with and without it,
  * alternating step by step in one run, medians of the pairs' ratios): steps 3-4% faster; 4 KB ahead and more gave
  * nothing measurable. A prefetch never faults, so the lines past the matrix's end need no guard. */
 INLINE void prefetch_codes_ahead(const uint8_t *q, int rowbytes) {
