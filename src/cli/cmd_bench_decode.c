@@ -84,7 +84,7 @@ static void probe_close(BandwidthProbe *p) {
 /* What the host gave the threads beside the steps. A step with 4-bit weights is close to the cores' arithmetic limit
  * as well as the memory's, so on a shared host it also moves with the clock (a busy host's cores boost less) and with
  * the time the hypervisor takes from the vCPUs. Clock: every thread times a chain of dependent adds (one cycle each
- * on every x86-64 core), one probe after every PROBE_EVERY steps, the median of all; steal: the share of the CPUs'
+ * on x86-64 and arm64 cores; elsewhere not measured), one probe after every PROBE_EVERY steps, the median of all; steal: the share of the CPUs'
  * time /proc/stat counts as stolen, over all the steps. */
 enum { CLOCK_CHAIN = 1 << 18 }; /* ~0.1 ms at 2-4 GHz */
 typedef struct {
