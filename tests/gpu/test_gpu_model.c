@@ -66,18 +66,35 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
         free(choice);
         snprintf(name, sizeof name, "%s: expert choices", label);
         gt_assert(t, differ == 0, name, "%d of %d differ", differ, N * cfg->num_layers);
-        /* every tensor's gradient */
+        /* every tensor's gradient, relative to its own norm, or to a floor of 1e-4 of the whole gradient's norm for
+         * a tensor whose true gradient is zero: at window 1 a query sees only itself, its softmax is exactly 1 and the
+         * scores' gradient P (dP - rowsum(dO O)) is zero, so both devices' q/k projection gradients are rounding
+         * residue (~1e-7 of the rest) that no two summation orders share */
         gpu_model_download_grads(gm, &m, &err);
+        double all = 0;
+        for (int i = 0; i < m.params.count; i++) {
+            const ParamInfo *p = &m.params.info[i];
+            if (!param_trainable(p)) continue;
+            for (size_t j = 0; j < p->numel; j++) all += (double)cpu_grad[p->offset + j] * cpu_grad[p->offset + j];
+        }
+        const double floor_norm = 1e-4 * sqrt(all);
         int bad = 0, shown = 0;
         double worst = 0;
         const char *worst_name = "";
         for (int i = 0; i < m.params.count; i++) {
             const ParamInfo *p = &m.params.info[i];
             if (!param_trainable(p)) continue;
-            double ei = gt_rel_err(m.params.grad + p->offset, cpu_grad + p->offset, p->numel);
+            double diff = 0, ref = 0;
+            for (size_t j = 0; j < p->numel; j++) {
+                double g = m.params.grad[p->offset + j], c = cpu_grad[p->offset + j];
+                diff += (g - c) * (g - c), ref += c * c;
+            }
+            const int floored = sqrt(ref) < floor_norm;
+            double ei = sqrt(diff) / (floored ? floor_norm : sqrt(ref));
             if (!(ei <= 1e-3)) bad++;
-            if (!(ei <= 1e-4) && shown++ < 6) /* over the CPU oracle's bar: named, for the record */
-                printf("       %s: rel err %.2e%s\n", p->name, ei, ei <= 1e-3 ? "" : " (over 1e-3)");
+            if ((!(ei <= 1e-4) || floored) && shown++ < 6) /* over the CPU oracle's bar, or floored: named */
+                printf("       %s: rel err %.2e%s%s\n", p->name, ei, floored ? " of the floor (its gradient is zero)" : "",
+                       ei <= 1e-3 ? "" : " (over 1e-3)");
             if (!(ei <= worst)) worst = ei, worst_name = p->name;
         }
         snprintf(name, sizeof name, "%s: every gradient", label);
