@@ -1,5 +1,5 @@
 /* gpu_adamw: the optimizer's multi-tensor AdamW pass (gk_adamw, gpu_kernels.h): one launch over every owned AdamW
- * tensor, a block per chunk, each element's update adamw_elem of src/optim/adamw_elem.h operation for operation (the
+ * tensor, a block per chunk, each gradient clipped as read (k.grad_scale), each element's update adamw_elem of src/optim/adamw_elem.h operation for operation (the
  * _rn intrinsics: one IEEE operation per C operation, never contracted into an FMA, so the weights and both moments
  * come out with the CPU's bits), and, where asked, the bf16 copy of each updated weight written in the same pass
  * (ZAYA1 issue 30 item 5: no separate rounding kernel reading the whole arena again). Its own file so the CPU
@@ -19,7 +19,7 @@ __global__ void ga_adamw_kernel(float *w, uint16_t *w16, const float *g, float *
     const float omb1 = __fsub_rn(1.0f, k.b1), omb2 = __fsub_rn(1.0f, k.b2);
     for (uint32_t i = threadIdx.x; i < c.len; i += blockDim.x) {
         const uint64_t o = c.off + i, s = o - begin;
-        const float gi = g[o];
+        const float gi = __fmul_rn(g[o], k.grad_scale); /* the clipping multiply */
         float wi = w[o], mi = m[s], vi = v[s];
         wi = __fmul_rn(wi, decay);                                                 /* w *= decay */
         mi = __fadd_rn(mi, __fmul_rn(__fsub_rn(gi, mi), omb1));                    /* m += (g − m)(1 − β1) */

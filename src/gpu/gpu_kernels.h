@@ -100,6 +100,12 @@ void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, in
  * (ldb), G_e = G + e g_stride [M, N] (ldg): the experts' weight gradients. */
 void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
                         const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg);
+/* Which form the grouped products' 16-byte path runs: GK_EXPERT_STAGED (loads staged in registers, one shared tile,
+ * two barriers a k-step; the default) or GK_EXPERT_ASYNC (cp.async into a 3-deep ring of shared tiles, one barrier a
+ * k-step). The same bits either way. which: one of them to choose it, -1 to ask; returns the form in use (for the
+ * whole process: gpu_model_create sets it from ZAYA_GPU_EXPERT_KERNEL). */
+enum { GK_EXPERT_STAGED = 0, GK_EXPERT_ASYNC = 1 };
+int gk_expert_kernel(int which);
 
 /* ---- CCA pre-processing (gpu_cca.cu) ---- */
 /* M [B*(T+k1-1), C] is the depthwise output in the CPU layout (k1-1 zero rows ahead of each sequence). */
@@ -222,6 +228,9 @@ enum { GPU_OPTIM_DECAY = 1, GPU_OPTIM_ROUTER = 2 };
 typedef struct {
     float mu, muon_decay;                              /* Muon: momentum, lr·wd */
     float step_size, eps, b1, b2, inv_bc2, adam_decay; /* AdamW: lr / (1 − β1^t), ε, β1, β2, 1 / √(1 − β2^t), 1 − lr·wd */
+    /* each gradient is read as g·grad_scale (one rounding, the clipping multiply of grad_clip; 1: unclipped, exact),
+     * so clipping needs no pass of its own over the gradient arena */
+    float grad_scale;
     double lr;
 } GkOptimStep;
 /* AdamW over every chunk in one launch (a block each), adamw_elem of optim.c element for element (the same bits):

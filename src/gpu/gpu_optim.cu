@@ -136,7 +136,8 @@ __global__ void go_sum_partials_kernel(double *out, const double *partial, int n
 /* Muon's momentum and Nesterov vector (muon_job): M ← μM + G, X = G + μM; partial[y·gridDim.x + b] = Σ X² over
  * chunk b (GO_NS_CHUNK elements) of matrix y. */
 __global__ void go_muon_momentum_kernel(float *exp_avg, uint64_t begin, const float *grads, const uint64_t *offs,
-                                        float *Xs, long ls, long len, float mu, double *partial) {
+                                        float *Xs, long ls, long len, float mu, float grad_scale,
+                                        double *partial) {
     __shared__ double sh[32];
     const uint64_t off = offs[blockIdx.y];
     float *mom = exp_avg + (off - begin), *X = Xs + (long)blockIdx.y * ls;
@@ -144,7 +145,7 @@ __global__ void go_muon_momentum_kernel(float *exp_avg, uint64_t begin, const fl
     const long lo = blockIdx.x * (long)GO_NS_CHUNK, hi = lo + GO_NS_CHUNK < len ? lo + GO_NS_CHUNK : len;
     double acc = 0;
     for (long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        const float gi = g[i];
+        const float gi = __fmul_rn(g[i], grad_scale); /* the clipping multiply (GkOptimStep.grad_scale) */
         const float mi = __fadd_rn(__fmul_rn(mu, mom[i]), gi);
         const float x = __fadd_rn(gi, __fmul_rn(mu, mi));
         mom[i] = mi;
@@ -233,7 +234,7 @@ static void go_matrix_shape(const ParamInfo *p, int *count, int *m, int *n) {
     }
 }
 
-static GkOptimStep go_step_consts(const GpuOptimizer *o, double lr) {
+static GkOptimStep go_step_consts(const GpuOptimizer *o, double lr, float grad_scale) {
     const double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
     const double bc1 = 1.0 - pow(b1, (double)o->step), bc2_sqrt = sqrt(1.0 - pow(b2, (double)o->step));
     GkOptimStep k;
@@ -245,6 +246,7 @@ static GkOptimStep go_step_consts(const GpuOptimizer *o, double lr) {
     k.b2 = (float)b2;
     k.inv_bc2 = (float)(1.0 / bc2_sqrt);
     k.adam_decay = (float)(1.0 - lr * o->cfg.weight_decay);
+    k.grad_scale = grad_scale;
     k.lr = lr;
     return k;
 }
@@ -470,7 +472,7 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
     const dim3 g_parts((unsigned)parts, (unsigned)batch), g_len((unsigned)gk_blocks(len, GO_THREADS), (unsigned)batch),
         g_rr((unsigned)gk_blocks(rr, GO_THREADS), (unsigned)batch);
     go_muon_momentum_kernel<<<g_parts, GO_THREADS, 0, s>>>(o->exp_avg, (uint64_t)o->begin, d_grads, offs, X, ls, len,
-                                                           k->mu, o->partial);
+                                                           k->mu, k->grad_scale, o->partial);
     go_sum_partials_kernel<<<batch, 1024, 0, s>>>(o->ns_sumsq, o->partial, parts); /* one block per matrix */
     const int steps = o->cfg.muon_ns_steps;
     if (steps <= 0) /* no iteration: the output is the normalised input */
@@ -502,9 +504,10 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
 }
 
 extern "C" int gpu_optim_step(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, float *d_params, const float *d_grads,
-                              double lr, ZyErr *err) {
+                              double lr, float grad_scale, ZyErr *err) {
     o->step++;
-    const GkOptimStep k[2] = {go_step_consts(o, lr), go_step_consts(o, lr * o->cfg.router_lr_scale)};
+    const GkOptimStep k[2] = {go_step_consts(o, lr, grad_scale),
+                              go_step_consts(o, lr * o->cfg.router_lr_scale, grad_scale)};
     gpuStream_t s = g->stream;
     gk_adamw(s, d_params, o->params16, d_grads, o->exp_avg, o->exp_avg_sq, (uint64_t)o->begin, o->adamw_chunks,
              o->n_adamw_chunks, k[0], k[1]);

@@ -112,13 +112,15 @@ int gpu_optim_create_grouped(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, co
                              size_t end, int max_batch, ZyErr *err);
 void gpu_optim_free(GpuOptimizer *o);
 
-/* One update of every owned trainable tensor with learning rate lr (gradients already clipped/averaged), as
- * optim_step: d_params, d_grads are the device arenas (t's layout); t must be the table create was given. Only
+/* One update of every owned trainable tensor with learning rate lr (gradients already averaged), as optim_step
+ * after grad_clip's multiply: each gradient is read as g·grad_scale (the clip coefficient, 1 when unclipped; the
+ * arena itself is left as it was). d_params, d_grads are the device arenas (t's layout); t must be the table create
+ * was given. Only
  * launches (one AdamW launch for every AdamW tensor; per Muon group the momentum, the norms, Newton–Schulz's
  * products and the update). Returns -1 when a product fails to launch (err); kernel faults surface at the next
  * gpu_sync. */
 int gpu_optim_step(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, float *d_params, const float *d_grads, double lr,
-                   ZyErr *err);
+                   float grad_scale, ZyErr *err);
 
 /* *d_out (device double) = Σ g² over the OWNED trainable gradients, in a fixed order (grad_sumsq_owned; with the
  * whole table owned, grad_global_norm²). Launches only; uses o's scratch. Returns 0. */

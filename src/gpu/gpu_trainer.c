@@ -146,8 +146,8 @@ int gpu_trainer_apply(GpuTrainer *gt, Model *host, const Dist *d, const size_t *
     GpuCtx *g = gt->g;
     float *params = gpu_model_params(gt->model), *grads = gpu_model_grads(gt->model);
     const size_t b0 = gt->opt.begin, b1 = gt->opt.end;
-    if (clip < 1.0 && b1 > b0) gk_scale(g->stream, grads + b0, (float)clip, (long)(b1 - b0));
-    if (gpu_optim_step(&gt->opt, g, &host->params, params, grads, lr, err)) return -1;
+    /* clipping (clip < 1) happens as the step reads each gradient: no pass of its own over the arena */
+    if (gpu_optim_step(&gt->opt, g, &host->params, params, grads, lr, clip < 1.0 ? (float)clip : 1.0f, err)) return -1;
     if (!gt->opt.params16) gpu_model_weights_changed(gt->model); /* else the step wrote the bf16 copy too */
     if (d->size > 1 && gt->comm) { /* every rank gets the others' updated blocks, device to device */
         if (gpu_comm_allgather_f32(gt->comm, params, bounds, err)) return -1;

@@ -214,7 +214,7 @@ static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, 
     }
     for (int s = 0; s < STEPS; s++)
         if (gpu_upload(t->g, d_g, c->grads[s], bytes, &err) ||
-            gpu_optim_step(o, t->g, &c->tab, d_w, d_g, c->lr, &err)) {
+            gpu_optim_step(o, t->g, &c->tab, d_w, d_g, c->lr, 1.0f, &err)) {
             fprintf(stderr, "  %s\n", err.msg);
             return -1;
         }
@@ -501,9 +501,9 @@ static void test_bench_timing(GpuTest *t) {
             t->g->bf16 = bf16;
             ok = gpu_optim_create_grouped(&o, t->g, &tab, &cfg, 0, total, batched ? 0 : 1, &err) == 0;
             if (!ok) break;
-            ok = gpu_optim_step(&o, t->g, &tab, d_w, d_g, 1e-4, &err) == 0 && gpu_sync(t->g, "warm-up step", &err) == 0;
+            ok = gpu_optim_step(&o, t->g, &tab, d_w, d_g, 1e-4, 1.0f, &err) == 0 && gpu_sync(t->g, "warm-up step", &err) == 0;
             void *timer = gpu_timer_start(t->g);
-            for (int r = 0; ok && r < reps; r++) ok = gpu_optim_step(&o, t->g, &tab, d_w, d_g, 1e-4, &err) == 0;
+            for (int r = 0; ok && r < reps; r++) ok = gpu_optim_step(&o, t->g, &tab, d_w, d_g, 1e-4, 1.0f, &err) == 0;
             const double s = gpu_timer_stop(t->g, timer);
             ok = ok && gpu_sync(t->g, "timed steps", &err) == 0 && s > 0;
             sec[batched] = s / reps;
@@ -610,7 +610,7 @@ void test_gpu_optim(GpuTest *t) {
             gc.params16 = d_w16;
             for (int s = 0; ran && s < STEPS; s++)
                 ran = gpu_upload(t->g, d_g, c.grads[s], bytes, &err) == 0 &&
-                      gpu_optim_step(&gc, t->g, &c.tab, d_w3, d_g, c.lr, &err) == 0;
+                      gpu_optim_step(&gc, t->g, &c.tab, d_w3, d_g, c.lr, 1.0f, &err) == 0;
             ran = ran && gpu_sync(t->g, "optimizer steps with the bf16 copy", &err) == 0 &&
                   gpu_download(t->g, gw3, d_w3, bytes, &err) == 0 &&
                   gpu_download(t->g, w16, d_w16, total * sizeof *w16, &err) == 0;
@@ -632,6 +632,42 @@ void test_gpu_optim(GpuTest *t) {
         free(w16);
     }
 
+    /* Clipping folded into the step (grad_scale): the same weights and state, bit for bit, as steps on gradients
+     * clipped beforehand by grad_clip's multiply (g·scale in float, what a separate scaling pass wrote), for AdamW
+     * and Muon tensors alike; the gradient arena is left as it was. */
+    {
+        const float scale = 0.37f;
+        GpuOptimizer ga, gb;
+        float *d_wa = gt_dev(t, bytes), *d_wb = gt_dev(t, bytes), *scaled = gt_host(t, total);
+        float *after = gt_host(t, total);
+        int ran = gpu_upload(t->g, d_wa, c.w0, bytes, &err) == 0 && gpu_upload(t->g, d_wb, c.w0, bytes, &err) == 0 &&
+                  gpu_optim_create(&ga, t->g, &c.tab, &c.cfg, &err) == 0 &&
+                  gpu_optim_create(&gb, t->g, &c.tab, &c.cfg, &err) == 0;
+        size_t grads_changed = 0;
+        for (int s = 0; ran && s < STEPS; s++) {
+            for (size_t i = 0; i < total; i++) scaled[i] = c.grads[s][i] * scale;
+            ran = gpu_upload(t->g, d_g, c.grads[s], bytes, &err) == 0 &&
+                  gpu_optim_step(&ga, t->g, &c.tab, d_wa, d_g, c.lr, scale, &err) == 0 &&
+                  gpu_download(t->g, after, d_g, bytes, &err) == 0 &&
+                  gpu_upload(t->g, d_g, scaled, bytes, &err) == 0 &&
+                  gpu_optim_step(&gb, t->g, &c.tab, d_wb, d_g, c.lr, 1.0f, &err) == 0;
+            grads_changed += total - bits_equal(after, c.grads[s], total);
+        }
+        float *wa = gt_host(t, total), *wb = gt_host(t, total), *ma = gt_host(t, total), *va = gt_host(t, total);
+        float *mb = gt_host(t, total), *vb = gt_host(t, total);
+        ran = ran && gpu_sync(t->g, "clipped optimizer steps", &err) == 0 &&
+              gpu_download(t->g, wa, d_wa, bytes, &err) == 0 && gpu_download(t->g, wb, d_wb, bytes, &err) == 0 &&
+              gpu_optim_download(&ga, t->g, ma, va, &err) == 0 && gpu_optim_download(&gb, t->g, mb, vb, &err) == 0;
+        gt_assert(t,
+                  ran && grads_changed == 0 && memcmp(wa, wb, bytes) == 0 && memcmp(ma, mb, bytes) == 0 &&
+                      memcmp(va, vb, bytes) == 0 && memcmp(wa, c.w0, bytes) != 0,
+                  "GPU steps clipping as they read (grad_scale 0.37) = steps on pre-clipped gradients",
+                  "%s; %zu / %zu / %zu of %zu bit-identical; %zu gradients changed", ran ? "ran" : err.msg,
+                  bits_equal(wa, wb, total), bits_equal(ma, mb, total), bits_equal(va, vb, total), total,
+                  grads_changed);
+        gpu_optim_free(&ga), gpu_optim_free(&gb);
+    }
+
     /* Checkpoint round trip: a fresh optimizer given the downloaded state (and the step count) takes the next step
      * exactly as the one that never stopped. */
     {
@@ -641,8 +677,8 @@ void test_gpu_optim(GpuTest *t) {
         ok = ok && gpu_optim_upload(&resumed, t->g, gm, gv, &err) == 0;
         resumed.step = go.step;
         ok = ok && gpu_upload(t->g, d_g, c.grads[0], bytes, &err) == 0;
-        ok = ok && gpu_optim_step(&go, t->g, &c.tab, d_w, d_g, c.lr, &err) == 0;
-        ok = ok && gpu_optim_step(&resumed, t->g, &c.tab, d_w2, d_g, c.lr, &err) == 0;
+        ok = ok && gpu_optim_step(&go, t->g, &c.tab, d_w, d_g, c.lr, 1.0f, &err) == 0;
+        ok = ok && gpu_optim_step(&resumed, t->g, &c.tab, d_w2, d_g, c.lr, 1.0f, &err) == 0;
         float *a = gt_down(t, d_w, total), *b = gt_down(t, d_w2, total);
         float *am = gt_host(t, total), *av = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
         ok = ok && gpu_optim_download(&go, t->g, am, av, &err) == 0 &&

@@ -1,8 +1,9 @@
 /* src/gpu/gpu_adamw.cu run on the CPU (cuda_emu.h): the multi-tensor AdamW pass against the CPU optimizer's own
  * element update (adamw_elem, src/optim/adamw_elem.h) bit for bit — weights, both moments — over several steps, with
  * decayed and undecayed chunks, the router's learning rate, partial blocks, an owned block that starts inside the
- * arena, and the bf16 copy it writes checked against zy_f32_to_bf16 (nearest even; ties, NaN, values that round to
- * inf). Every element outside the chunks must stay untouched. Prints "gpu-emu: N passed, N failed". */
+ * arena, the bf16 copy it writes checked against zy_f32_to_bf16 (nearest even; ties, NaN, values that round to
+ * inf), and clipping folded into the pass (grad_scale: adamw_elem on grad_clip's g·scale; the gradients themselves
+ * left as they were). Every element outside the chunks must stay untouched. Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_adamw.cu"
 
@@ -29,8 +30,9 @@ static void report(bool ok, const char *what) {
 }
 
 /* optim.c's step_consts at step t and learning rate lr */
-static GkOptimStep consts(double lr, int t, double b1, double b2, double eps, double wd) {
+static GkOptimStep consts(double lr, int t, double b1, double b2, double eps, double wd, float grad_scale) {
     GkOptimStep k{};
+    k.grad_scale = grad_scale;
     k.step_size = (float)(lr / (1.0 - std::pow(b1, t)));
     k.eps = (float)eps;
     k.b1 = (float)b1;
@@ -42,7 +44,7 @@ static GkOptimStep consts(double lr, int t, double b1, double b2, double eps, do
 }
 
 /* The arena: total floats, the owned block [begin, total); tensors as chunks (one of them cut into two chunks). */
-static void run_case(const char *name, bool with_copy) {
+static void run_case(const char *name, bool with_copy, float grad_scale) {
     const uint64_t total = 3000, begin = 200;
     const GpuOptimChunk chunks[] = {
         {210, 1, GPU_OPTIM_DECAY},                        /* one element */
@@ -63,21 +65,25 @@ static void run_case(const char *name, bool with_copy) {
     w[hard[0]] = from_bits(0x3f808000u), w[hard[1]] = from_bits(0x3f818000u), w[hard[2]] = NAN;
     w[hard[3]] = from_bits(0x7f7fffffu), w[hard[4]] = -0.0f, w[hard[5]] = from_bits(0x00000123u);
     for (uint64_t i : hard) g[i] = 0, m[i - begin] = 0, v[i - begin] = 0;
-    std::vector<float> rw = w, rm = m, rv = v, w0 = w, m0 = m, v0 = v;
+    std::vector<float> rw = w, rm = m, rv = v, w0 = w, m0 = m, v0 = v, g0 = g;
     const uint16_t SENT = 0xbeef;
     std::vector<uint16_t> w16(total, SENT);
     bool same = true;
     for (int t = 1; t <= 3; t++) {
         const double lr = 1e-3 * t, router_scale = 0.1;
-        const GkOptimStep k0 = consts(lr, t, 0.9, 0.95, 1e-8, 0.1), k1 = consts(lr * router_scale, t, 0.9, 0.95, 1e-8, 0.1);
+        const GkOptimStep k0 = consts(lr, t, 0.9, 0.95, 1e-8, 0.1, grad_scale),
+                          k1 = consts(lr * router_scale, t, 0.9, 0.95, 1e-8, 0.1, grad_scale);
         gk_adamw(nullptr, w.data(), with_copy ? w16.data() : nullptr, g.data(), m.data(), v.data(), begin, chunks,
                  n_chunks, k0, k1);
         for (const GpuOptimChunk &c : chunks) {
             const GkOptimStep &k = (c.flags & GPU_OPTIM_ROUTER) ? k1 : k0;
             const float decay = (c.flags & GPU_OPTIM_DECAY) ? k.adam_decay : 1.0f;
-            for (uint64_t o = c.off; o < c.off + c.len; o++)
-                adamw_elem(&rw[o], &g[o], &rm[o - begin], &rv[o - begin], k.step_size, k.eps, k.b1, k.b2, k.inv_bc2,
-                           decay);
+            for (uint64_t o = c.off; o < c.off + c.len; o++) {
+                float clipped = g[o];
+                if (grad_scale != 1.0f) clipped *= grad_scale; /* grad_clip's multiply, only when it clips */
+                adamw_elem(&rw[o], &clipped, &rm[o - begin], &rv[o - begin], k.step_size, k.eps, k.b1, k.b2,
+                           k.inv_bc2, decay);
+            }
         }
         for (uint64_t i = 0; i < total; i++) same = same && bits(w[i]) == bits(rw[i]);
         for (uint64_t i = 0; i < total - begin; i++)
@@ -86,6 +92,10 @@ static void run_case(const char *name, bool with_copy) {
     char what[256];
     std::snprintf(what, sizeof what, "%s: weights, m and v equal adamw_elem's bit for bit over 3 steps", name);
     report(same, what);
+    bool grads_kept = true;
+    for (uint64_t i = 0; i < total; i++) grads_kept = grads_kept && bits(g[i]) == bits(g0[i]);
+    std::snprintf(what, sizeof what, "%s: the gradients left as they were", name);
+    report(grads_kept, what);
     /* outside the chunks: weights and moments as they were (rw never touched them either: check against the start) */
     bool untouched = true;
     std::vector<bool> in(total, false);
@@ -120,8 +130,9 @@ static void run_case(const char *name, bool with_copy) {
 }
 
 int main() {
-    run_case("AdamW pass with the bf16 copy", true);
-    run_case("AdamW pass without a copy", false);
+    run_case("AdamW pass with the bf16 copy", true, 1.0f);
+    run_case("AdamW pass without a copy", false, 1.0f);
+    run_case("AdamW pass clipping as it reads (grad_scale 0.37)", true, 0.37f);
     std::printf("gpu-emu: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
