@@ -249,10 +249,14 @@ uint64_t zy_rng_next(ZyRng *rng) {
 
 double zy_rng_uniform(ZyRng *rng) { return (double)(zy_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0); }
 
-double zy_rng_normal(ZyRng *rng) {
-    double u1 = zy_rng_uniform(rng), u2 = zy_rng_uniform(rng);
+double zy_normal_of(double u1, double u2) {
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+double zy_rng_normal(ZyRng *rng) {
+    const double u1 = zy_rng_uniform(rng), u2 = zy_rng_uniform(rng);
+    return zy_normal_of(u1, u2);
 }
 
 float zy_f16_to_f32(uint16_t h) {

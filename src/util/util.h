@@ -53,6 +53,7 @@ void zy_rng_seed(ZyRng *rng, uint64_t seed);
 uint64_t zy_rng_next(ZyRng *rng);
 double zy_rng_uniform(ZyRng *rng);              /* [0, 1) */
 double zy_rng_normal(ZyRng *rng);               /* standard normal (Box-Muller, no cached spare) */
+double zy_normal_of(double u1, double u2);       /* zy_rng_normal's transform of its two uniforms */
 /* splitmix64: advances *x and returns its next well-mixed 64-bit value (the RNG's seeding; a hash step). */
 uint64_t zy_splitmix64(uint64_t *x);
 

@@ -1,4 +1,5 @@
 /* Model-level checks that need no oracle: layout, initialisation, token validation, backward accumulation. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,48 @@ TEST(model_init_follows_the_spec) {
     CHECK(m.w.embed[5] == first);
     model_init_weights(&m, 8);
     CHECK(m.w.embed[5] != first);
+    model_free(&m);
+}
+
+/* The chunked, multi-threaded initialisation draws the numbers one zy_rng_normal after another would, in the table's
+ * order, whatever the thread count: a vocabulary of 70,000 makes the embedding 1.12 M values, past one 1 M chunk. */
+TEST(model_init_draws_one_stream_at_any_thread_count) {
+    Model m;
+    ZyErr err = {{0}};
+    ZayaConfig c = {.vocab_size = 70000, .hidden_size = 16, .num_layers = 1, .num_heads = 4, .num_kv_heads = 2,
+                    .head_dim = 4, .num_experts = 3, .moe_intermediate_size = 8, .router_hidden_size = 8,
+                    .cca_time0 = 2, .cca_time1 = 2, .rms_norm_eps = 1e-5f, .tie_word_embeddings = 0,
+                    .max_position_embeddings = 32, .rope_theta = 10000.0f, .partial_rotary_factor = 0.5f,
+                    .initializer_range = 0.02f, .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0};
+    REQUIRE(model_create(&m, &c, &err) == 0);
+    float *want = malloc(m.params.total * sizeof(float));
+    REQUIRE(want != NULL);
+    memset(want, 0, m.params.total * sizeof(float));
+    ZyRng rng;
+    zy_rng_seed(&rng, 11);
+    size_t normal = 0;
+    for (int i = 0; i < m.params.count; i++) {
+        const ParamInfo *p = &m.params.info[i];
+        if (p->init != INIT_NORMAL) continue;
+        for (size_t j = 0; j < p->numel; j++) want[p->offset + j] = (float)(0.02f * zy_rng_normal(&rng));
+        normal += p->numel;
+    }
+    CHECK(normal > ((size_t)1 << 20));
+    const int threads = omp_get_max_threads();
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        memset(m.params.data, 0xff, m.params.total * sizeof(float));
+        model_init_weights(&m, 11);
+        size_t differ = 0;
+        for (int i = 0; i < m.params.count; i++) {
+            const ParamInfo *p = &m.params.info[i];
+            if (p->init == INIT_NORMAL)
+                differ += memcmp(m.params.data + p->offset, want + p->offset, p->numel * sizeof(float)) != 0;
+        }
+        CHECK_MSG(differ == 0, "%zu tensors differ at %d threads", differ, t);
+    }
+    omp_set_num_threads(threads);
+    free(want);
     model_free(&m);
 }
 
