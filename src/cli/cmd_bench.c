@@ -364,12 +364,13 @@ static int bench_gemm(int argc, char **argv) {
     if (dense > 0) printf("  = %.1f%% of the %.0f TFLOP/s datasheet peak", 100 * b16 / dense, dense);
     printf("\n");
     /* the experts of a bench-gpu MoE layer: 16 of 1024 x 1024 over the 16/17 of 4 x 2048 rows a skip expert leaves */
-    double grouped = -1, loop = -1;
-    const int rc = gpu_expert_gemm_probe(&g, 16, 7710, 1024, 1024, 10, &grouped, &loop, &err);
+    double grouped = -1, async = -1, loop = -1;
+    const int rc = gpu_expert_gemm_probe(&g, 16, 7710, 1024, 1024, 10, &grouped, &async, &loop, &err);
     if (rc == 0)
         printf("gpu  experts  a MoE layer's 6 products, 16 experts of 1024 x 1024 over 7710 rows (bf16): grouped "
-               "%.1f TFLOP/s (6 launches), per-expert cuBLASLt %.1f TFLOP/s (96 products): %.2fx\n",
-               grouped, loop, loop > 0 ? grouped / loop : 0.0);
+               "%.1f TFLOP/s (6 launches; async form %.1f), per-expert cuBLASLt %.1f TFLOP/s (96 products): "
+               "%.2fx\n",
+               grouped, async, loop, loop > 0 ? grouped / loop : 0.0);
     else
         fprintf(stderr, "zaya: bench gemm: the experts' products: %s\n", err.msg);
     gpu_close(&g);

@@ -128,12 +128,14 @@ static int report_gpu(const char *config_path, const StepBackend *be, BenchData 
     /* what a profiler of this process sees: kernel totals divide by this, not by the timed steps */
     printf("steps run    %d (%d warm-up, %d timed, %d for the phase breakdown)\n", warmup + steps + BREAKDOWN_STEPS,
            warmup, steps, BREAKDOWN_STEPS);
+    const int grouped = gpu_model_experts_grouped(gpu_trainer_model(gt));
     printf("precision    %s; the experts' products %s\n",
            bf16 ? "bf16 products (cuBLASLt, fp32 accumulation) and tensor-core attention (head dim 64/128); fp32 "
                   "master weights, optimizer state, norms, softmax statistics and loss"
                 : "fp32 throughout (no TF32)",
-           gpu_model_experts_grouped(gpu_trainer_model(gt)) ? "grouped on the device (one launch each)"
-                                                            : "one cuBLASLt product per expert");
+           grouped == 2   ? "grouped on the device (one launch each; async form: cp.async into a ring of tiles)"
+           : grouped == 1 ? "grouped on the device (one launch each)"
+                          : "one cuBLASLt product per expert");
     printf("step         median %.4f s per optimizer step (min %.4f, max %.4f)\n", median, times[0],
            times[steps - 1]);
     printf("throughput   %.0f tokens/s over whole optimizer steps, %.1f TFLOP/s (%.3g GFLOP/token, 6N + attention "

@@ -113,6 +113,36 @@ static inline void col_reduce(gpuStream_t s, float *dst, long rows, int dim, F f
     GK_LAUNCH(k, grid, block, 0, s, dst, rows, dim, f);
 }
 
+/* Asynchronous 16-byte copies global → shared (cp.async, sm_80+): the copy engine fills shared memory while the
+ * threads compute, with no registers staging the data. gk_copy16_async issues one (valid false: 16 zero bytes, src
+ * not read), gk_async_commit closes this thread's group of copies, gk_async_wait<N> waits until at most N of its
+ * groups are still in flight; a barrier after the wait makes every thread's copies visible to the block. HIP, the CPU
+ * emulation and older targets copy synchronously (the same code is then correct with the waits doing nothing). */
+#if !defined(ZAYA_GPU_EMU) && !defined(ZAYA_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GK_CP_ASYNC 1
+#else
+#define GK_CP_ASYNC 0
+#endif
+__device__ __forceinline__ void gk_copy16_async(void *smem, const void *gmem, bool valid) {
+#if GK_CP_ASYNC
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+#else
+    *reinterpret_cast<uint4 *>(smem) = valid ? *reinterpret_cast<const uint4 *>(gmem) : make_uint4(0u, 0u, 0u, 0u);
+#endif
+}
+__device__ __forceinline__ void gk_async_commit() {
+#if GK_CP_ASYNC
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void gk_async_wait() {
+#if GK_CP_ASYNC
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 /* bf16 → fp32: exact (the bits move up 16 places). */
 __device__ __forceinline__ float gk_bf16_float(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 

@@ -521,8 +521,8 @@ extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {
  * (gk_expert_mm / gk_expert_mm_wgrad, sizes read on the device) and one cuBLASLt product per expert (gpu_gemm, sizes
  * from the host), each timed over `reps` layers after two warm-ups. 18·rows·D·I FLOP a layer. */
 extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, int reps, double *grouped_tflops,
-                                     double *loop_tflops, ZyErr *err) {
-    *grouped_tflops = *loop_tflops = -1;
+                                     double *async_tflops, double *loop_tflops, ZyErr *err) {
+    *grouped_tflops = *async_tflops = *loop_tflops = -1;
     if (E < 1 || E > 1024 || rows < E || D < 1 || I < 1 || reps < 1) return zy_fail(err, "expert probe: bad sizes");
     int32_t *off = (int32_t *)malloc((size_t)(E + 1) * sizeof(int32_t));
     if (!off) return zy_fail(err, "out of memory");
@@ -548,14 +548,15 @@ extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, i
         float *Gd = Ggu + (size_t)E * I2 * D;
         gpuMemsetAsync(b16, 0x3c, n16 * 2, g->stream); /* every bf16 0x3c3c ≈ 0.0115: finite, not zero */
         gpuMemsetAsync(b32, 0, n32 * 4, g->stream);
-        const int saved = g->bf16;
+        const int saved = g->bf16, form = gk_expert_kernel(-1);
         g->bf16 = 1;
-        for (int mode = 0; mode < 2; mode++) {
+        for (int mode = 0; mode < 3; mode++) { /* grouped staged, grouped async, per expert */
             int bad = 0;
             void *timer = NULL;
+            if (mode < 2) gk_expert_kernel(mode == 0 ? GK_EXPERT_STAGED : GK_EXPERT_ASYNC);
             for (int r = -2; r < reps; r++) {
                 if (r == 0) timer = gpu_timer_start(g);
-                if (mode == 0) {
+                if (mode < 2) {
                     gk_expert_mm(g->stream, d_off, E, rows, (int)I2, D, X, D, Wgu, (long)I2 * D, 1, 0.0f, gu, (int)I2);
                     gk_expert_mm(g->stream, d_off, E, rows, D, I, act, I, Wd, (long)D * I, 1, 0.0f, out, D);
                     gk_expert_mm(g->stream, d_off, E, rows, I, D, dy, D, Wd, (long)D * I, 0, 0.0f, dact, I);
@@ -587,9 +588,10 @@ extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, i
             const double sec = gpu_timer_stop(g, timer);
             if (bad || gpu_sync(g, "the expert probe", err)) break;
             const double tf = sec > 0 ? 18.0 * rows * (double)D * I * reps / sec / 1e12 : -1;
-            *(mode == 0 ? grouped_tflops : loop_tflops) = tf;
-            rc = mode == 1 ? 0 : -1;
+            *(mode == 0 ? grouped_tflops : mode == 1 ? async_tflops : loop_tflops) = tf;
+            rc = mode == 2 ? 0 : -1;
         }
+        gk_expert_kernel(form);
         g->bf16 = saved;
     }
     gpu_free(b16), gpu_free(b32), gpu_free(d_off);

@@ -16,6 +16,11 @@
  * products. The epilogue goes through a per-warp 16 x 16 fp32 scratch, so edges, beta and any accumulator layout are
  * handled by plain per-element stores.
  *
+ * A second form of the 16-byte path (gk_expert_kernel(GK_EXPERT_ASYNC)) copies the tiles with cp.async straight into
+ * a ring of XSTAGES shared tiles: no registers stage the data, the copies of the next two k-steps are in flight
+ * during the products, and one barrier a k-step instead of two. Same fragments, same k order: the same bits as the
+ * staged form.
+ *
  * The same source runs on the CPU in `make test` (tests/gpu/emu: a thread per CUDA thread, a reference WMMA), so the
  * tiling, bounds and expert lookup are checked without a GPU; tests/gpu/test_gpu_gemm.c checks it on the device. */
 #include "gpu_common.cuh"
@@ -85,10 +90,15 @@ template <int L> struct FragB;
 template <> struct FragB<IK> { using T = tc::Bt; }; /* B(k, n) at s[n * ld + k]: column-major */
 template <> struct FragB<KI> { using T = tc::B; };  /* at s[k * ld + n]: row-major */
 
+/* bf16 elements of one operand's shared tile, either orientation (XBM = XBN) */
+constexpr int XTILE = XBK * (XBM + XPAD) > XBM * (XBK + XPAD) ? XBK * (XBM + XPAD) : XBM * (XBK + XPAD);
+static_assert(XBM == XBN, "one tile size for both operands");
+typedef float Scratch[256]; /* a warp's epilogue scratch: one 16 x 16 fp32 fragment */
+
 struct Shared {
-    alignas(128) uint16_t a[XBK * (XBM + XPAD) > XBM * (XBK + XPAD) ? XBK * (XBM + XPAD) : XBM * (XBK + XPAD)];
-    alignas(128) uint16_t b[XBK * (XBN + XPAD) > XBN * (XBK + XPAD) ? XBK * (XBN + XPAD) : XBN * (XBK + XPAD)];
-    alignas(128) float c[XWARPS][256]; /* each warp's epilogue scratch */
+    alignas(128) uint16_t a[XTILE];
+    alignas(128) uint16_t b[XTILE];
+    alignas(128) Scratch c[XWARPS];
 };
 
 /* acc (this warp's 64 x 32 of the block's tile) = Σ_k A(m, k) B(k, n) over k in [k_beg, k_end), for m in [m0, m_end)
@@ -135,12 +145,85 @@ __device__ __forceinline__ void tile_product(tc::C (&acc)[XFM][XFN], Shared &sh,
     }
 }
 
+/* The async form: the ring of XSTAGES (A, B) shared tiles, then the warps' scratch; dynamic shared memory. */
+constexpr int XSTAGES = 3;
+constexpr size_t XASYNC_SMEM = (size_t)XSTAGES * 2 * XTILE * sizeof(uint16_t) + XWARPS * sizeof(Scratch);
+
+/* Issues this thread's 16-byte copies of one operand's tile (elements (i, k), i in [i0, i_end), k in [k0, k_end); the
+ * rest zero) into s, laid out as Stage::store lays it. */
+template <int L, int I>
+__device__ __forceinline__ void issue_tile(uint16_t *s, const uint16_t *p, long ld, int i0, int i_end, int k0,
+                                           int k_end) {
+    using S = Smem<L, I>;
+    constexpr int CV = S::cols / 8, NV = S::rows * S::cols / (XNT * 8);
+#pragma unroll
+    for (int q = 0; q < NV; q++) {
+        const int idx = q * XNT + (int)threadIdx.x, r = idx / CV, c = (idx % CV) * 8;
+        const int i = i0 + (L == IK ? r : c), k = k0 + (L == IK ? c : r);
+        const bool ok = i < i_end && k < k_end;
+        const long o = L == IK ? (long)i * ld + k : (long)k * ld + i;
+        gk_copy16_async(s + r * S::ld + c, ok ? p + o : p, ok);
+    }
+}
+
+/* tile_product's 16-byte path with cp.async into the ring (ring: XSTAGES x (A tile, B tile)). Tile t lands in slot
+ * t % XSTAGES; at step t the thread waits for its copies of tile t, the barrier makes everyone's visible and also
+ * says every warp is done with tile t - 1, whose slot the copies of tile t + XSTAGES - 1 then overwrite. Every
+ * step commits a group (empty near the end), so "at most XSTAGES - 2 groups in flight" always means tile t is in. */
+template <int LA, int LB>
+__device__ __forceinline__ void tile_product_async(tc::C (&acc)[XFM][XFN], uint16_t *ring, const uint16_t *A,
+                                                   long lda, int m0, int m_end, const uint16_t *B, long ldb, int n0,
+                                                   int n_end, int k_beg, int k_end) {
+    using SA = Smem<LA, XBM>;
+    using SB = Smem<LB, XBN>;
+    const int warp = (int)threadIdx.x / GPU_WARP, wm = warp / XWN, wn = warp % XWN;
+#pragma unroll
+    for (int i = 0; i < XFM; i++)
+#pragma unroll
+        for (int j = 0; j < XFN; j++) tc::zero(acc[i][j]);
+    const int nk = k_beg < k_end ? (k_end - k_beg + XBK - 1) / XBK : 0;
+#pragma unroll
+    for (int t = 0; t < XSTAGES - 1; t++) {
+        if (t < nk) {
+            uint16_t *slot = ring + (size_t)t * 2 * XTILE;
+            issue_tile<LA, XBM>(slot, A, lda, m0, m_end, k_beg + t * XBK, k_end);
+            issue_tile<LB, XBN>(slot + XTILE, B, ldb, n0, n_end, k_beg + t * XBK, k_end);
+        }
+        gk_async_commit();
+    }
+    for (int t = 0; t < nk; t++) {
+        gk_async_wait<XSTAGES - 2>();
+        __syncthreads();
+        const int tn = t + XSTAGES - 1;
+        if (tn < nk) {
+            uint16_t *slot = ring + (size_t)(tn % XSTAGES) * 2 * XTILE;
+            issue_tile<LA, XBM>(slot, A, lda, m0, m_end, k_beg + tn * XBK, k_end);
+            issue_tile<LB, XBN>(slot + XTILE, B, ldb, n0, n_end, k_beg + tn * XBK, k_end);
+        }
+        gk_async_commit();
+        const uint16_t *sa = ring + (size_t)(t % XSTAGES) * 2 * XTILE, *sb = sa + XTILE;
+#pragma unroll
+        for (int kk = 0; kk < XBK; kk += 16) {
+            typename FragA<LA>::T fa[XFM];
+            typename FragB<LB>::T fb[XFN];
+#pragma unroll
+            for (int i = 0; i < XFM; i++) tc::load(fa[i], sa + SA::at((wm * XFM + i) * 16, kk), SA::ld);
+#pragma unroll
+            for (int j = 0; j < XFN; j++) tc::load(fb[j], sb + SB::at((wn * XFN + j) * 16, kk), SB::ld);
+#pragma unroll
+            for (int i = 0; i < XFM; i++)
+#pragma unroll
+                for (int j = 0; j < XFN; j++) tc::mma(acc[i][j], fa[i], fb[j]);
+        }
+    }
+}
+
 /* C[m, n] = acc + beta C[m, n] for m < m_end, n < n_end (beta 0: C is not read). m0, n0: the block tile's corner. */
-__device__ __forceinline__ void tile_store(const tc::C (&acc)[XFM][XFN], Shared &sh, float *C, long ldc, int m0,
+__device__ __forceinline__ void tile_store(const tc::C (&acc)[XFM][XFN], Scratch *scratch, float *C, long ldc, int m0,
                                            int m_end, int n0, int n_end, float beta) {
     const int warp = (int)threadIdx.x / GPU_WARP, lane = (int)threadIdx.x % GPU_WARP;
     const int wm = warp / XWN, wn = warp % XWN;
-    float *scr = sh.c[warp];
+    float *scr = scratch[warp];
 #pragma unroll
     for (int i = 0; i < XFM; i++)
 #pragma unroll
@@ -163,26 +246,53 @@ __device__ __forceinline__ void tile_store(const tc::C (&acc)[XFM][XFN], Shared 
  * one expert's rows, counted over the experts in order (x beyond the last tile: nothing to do); block y: 128
  * columns. W_e = W + e w_stride, element (n, k) at W_e[n ldw + k] (LB = IK: C = A W_eᵀ) or W_e[k ldw + n] (KI: C =
  * A W_e). */
+/* The block's expert and row tile [m0, m_end) (the same walk in every thread); E when blockIdx.x is past the last
+ * expert's tiles. */
+__device__ __forceinline__ int block_expert(const int32_t *off, int E, int *m0, int *m_end) {
+    int t = (int)blockIdx.x, e = 0;
+    for (; e < E; e++) {
+        const int r0 = off[e], r1 = off[e + 1], tiles = (r1 - r0 + XBM - 1) / XBM;
+        if (t < tiles) {
+            *m0 = r0 + t * XBM, *m_end = r1;
+            break;
+        }
+        t -= tiles;
+    }
+    return e;
+}
+
 template <int LB, bool VEC>
 __global__ void __launch_bounds__(XNT, VEC ? 2 : 1) /* the 16-byte path: 2 blocks an SM (<= 128 registers) */
 expert_rows_kernel(const int32_t *off, int E, int N, int K, const uint16_t *A, int lda, const uint16_t *W,
                    long w_stride, int ldw, float beta, float *C, int ldc) {
 #if TC_ARCH_OK
     __shared__ Shared sh;
-    int t = (int)blockIdx.x, e = 0, m0 = 0, m_end = 0;
-    for (; e < E; e++) { /* the same walk in every thread: the block's expert and row tile */
-        const int r0 = off[e], r1 = off[e + 1], tiles = (r1 - r0 + XBM - 1) / XBM;
-        if (t < tiles) {
-            m0 = r0 + t * XBM, m_end = r1;
-            break;
-        }
-        t -= tiles;
-    }
+    int m0 = 0, m_end = 0;
+    const int e = block_expert(off, E, &m0, &m_end);
     if (e == E) return; /* uniform over the block */
     const int n0 = (int)blockIdx.y * XBN;
     tc::C acc[XFM][XFN];
     tile_product<IK, LB, VEC>(acc, sh, A, lda, m0, m_end, W + (long)e * w_stride, ldw, n0, N, 0, K);
-    tile_store(acc, sh, C, ldc, m0, m_end, n0, N, beta);
+    tile_store(acc, sh.c, C, ldc, m0, m_end, n0, N, beta);
+#endif
+}
+
+/* expert_rows_kernel's 16-byte path in the async form (XASYNC_SMEM bytes of dynamic shared memory). */
+template <int LB>
+__global__ void __launch_bounds__(XNT, 2)
+expert_rows_async_kernel(const int32_t *off, int E, int N, int K, const uint16_t *A, int lda, const uint16_t *W,
+                         long w_stride, int ldw, float beta, float *C, int ldc) {
+#if TC_ARCH_OK
+    GK_DYNAMIC_SMEM(smem);
+    uint16_t *ring = reinterpret_cast<uint16_t *>(smem);
+    Scratch *scratch = reinterpret_cast<Scratch *>(smem + (size_t)XSTAGES * 2 * XTILE * sizeof(uint16_t));
+    int m0 = 0, m_end = 0;
+    const int e = block_expert(off, E, &m0, &m_end);
+    if (e == E) return; /* uniform over the block */
+    const int n0 = (int)blockIdx.y * XBN;
+    tc::C acc[XFM][XFN];
+    tile_product_async<IK, LB>(acc, ring, A, lda, m0, m_end, W + (long)e * w_stride, ldw, n0, N, 0, K);
+    tile_store(acc, scratch, C, ldc, m0, m_end, n0, N, beta);
 #endif
 }
 
@@ -199,13 +309,51 @@ expert_wgrad_kernel(const int32_t *off, int M, int N, const uint16_t *A, int lda
     if (r1 <= r0 && beta == 1.0f) return; /* nothing to add (uniform over the block) */
     tc::C acc[XFM][XFN];
     tile_product<KI, KI, VEC>(acc, sh, A, lda, m0, M, B, ldb, n0, N, r0, r1);
-    tile_store(acc, sh, G + (long)e * g_stride, ldg, m0, M, n0, N, beta);
+    tile_store(acc, sh.c, G + (long)e * g_stride, ldg, m0, M, n0, N, beta);
+#endif
+}
+
+/* expert_wgrad_kernel's 16-byte path in the async form. */
+__global__ void __launch_bounds__(XNT, 2)
+expert_wgrad_async_kernel(const int32_t *off, int M, int N, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                          float beta, float *G, long g_stride, int ldg) {
+#if TC_ARCH_OK
+    GK_DYNAMIC_SMEM(smem);
+    uint16_t *ring = reinterpret_cast<uint16_t *>(smem);
+    Scratch *scratch = reinterpret_cast<Scratch *>(smem + (size_t)XSTAGES * 2 * XTILE * sizeof(uint16_t));
+    const int e = (int)blockIdx.z, m0 = (int)blockIdx.y * XBM, n0 = (int)blockIdx.x * XBN;
+    const int r0 = off[e], r1 = off[e + 1];
+    if (r1 <= r0 && beta == 1.0f) return; /* nothing to add (uniform over the block) */
+    tc::C acc[XFM][XFN];
+    tile_product_async<KI, KI>(acc, ring, A, lda, m0, M, B, ldb, n0, N, r0, r1);
+    tile_store(acc, scratch, G + (long)e * g_stride, ldg, m0, M, n0, N, beta);
 #endif
 }
 
 inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+int expert_kernel = GK_EXPERT_STAGED; /* gk_expert_kernel */
+
+/* The async form where it was chosen and the device gives its shared memory (above 48 KB needs the opt-in, asked at
+ * each launch as the attention kernels do); else the staged form. */
+template <class Kern>
+bool use_async(Kern *kernel) {
+    if (expert_kernel != GK_EXPERT_ASYNC) return false;
+    if (gpuFuncSetAttribute((const void *)kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)XASYNC_SMEM) ==
+        gpuSuccess)
+        return true;
+#ifndef ZAYA_GPU_EMU
+    (void)gpuGetLastError(); /* clear it: the staged form runs instead */
+#endif
+    return false;
+}
+
 } // namespace
+
+extern "C" int gk_expert_kernel(int which) {
+    if (which == GK_EXPERT_STAGED || which == GK_EXPERT_ASYNC) expert_kernel = which;
+    return expert_kernel;
+}
 
 extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, int K, const uint16_t *A,
                              int lda, const uint16_t *W, long w_stride, int trans_w, float beta, float *C, int ldc) {
@@ -215,6 +363,12 @@ extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows
                      al16(A) && al16(W);
     const dim3 grid((unsigned)((max_rows + XBM - 1) / XBM + E), (unsigned)((N + XBN - 1) / XBN)), block(XNT);
     void (*k)(const int32_t *, int, int, int, const uint16_t *, int, const uint16_t *, long, int, float, float *, int);
+    if (vec && use_async(trans_w ? expert_rows_async_kernel<IK> : expert_rows_async_kernel<KI>)) {
+        k = trans_w ? expert_rows_async_kernel<IK> : expert_rows_async_kernel<KI>;
+        GK_LAUNCH(k, grid, block, XASYNC_SMEM, s, off, E, N, K, A, lda, W, w_stride, ldw, beta, C, ldc);
+        GK_LAUNCH_CHECK();
+        return;
+    }
     if (trans_w)
         k = vec ? expert_rows_kernel<IK, true> : expert_rows_kernel<IK, false>;
     else
@@ -230,6 +384,11 @@ extern "C" void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M,
     const dim3 grid((unsigned)((N + XBN - 1) / XBN), (unsigned)((M + XBM - 1) / XBM), (unsigned)E), block(XNT);
     void (*k)(const int32_t *, int, int, const uint16_t *, int, const uint16_t *, int, float, float *, long, int) =
         vec ? expert_wgrad_kernel<true> : expert_wgrad_kernel<false>;
-    GK_LAUNCH(k, grid, block, 0, s, off, M, N, A, lda, B, ldb, beta, G, g_stride, ldg);
+    if (vec && use_async(expert_wgrad_async_kernel)) {
+        k = expert_wgrad_async_kernel;
+        GK_LAUNCH(k, grid, block, XASYNC_SMEM, s, off, M, N, A, lda, B, ldb, beta, G, g_stride, ldg);
+    } else {
+        GK_LAUNCH(k, grid, block, 0, s, off, M, N, A, lda, B, ldb, beta, G, g_stride, ldg);
+    }
     GK_LAUNCH_CHECK();
 }

@@ -184,6 +184,12 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (experts && strcmp(experts, "grouped") && strcmp(experts, "loop"))
         return zy_fail(err, "ZAYA_GPU_EXPERTS=%s: expected grouped (one product for all experts) or loop (one per expert)",
                        experts);
+    /* staged (default) | async: the grouped products' form (gk_expert_kernel), the same bits either way */
+    const char *form = getenv("ZAYA_GPU_EXPERT_KERNEL");
+    if (form && strcmp(form, "staged") && strcmp(form, "async"))
+        return zy_fail(err, "ZAYA_GPU_EXPERT_KERNEL=%s: expected staged (loads through registers) or async (cp.async "
+                       "into a ring of shared tiles)", form);
+    if (form) gk_expert_kernel(strcmp(form, "async") ? GK_EXPERT_STAGED : GK_EXPERT_ASYNC);
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
@@ -437,7 +443,10 @@ static int experts_grouped(const GpuModel *gm, size_t rows) {
            rows * (I2 > D ? I2 : D) <= gm->op16_elems;
 }
 
-int gpu_model_experts_grouped(const GpuModel *gm) { return experts_grouped(gm, (size_t)gm->a.B * gm->a.T); }
+int gpu_model_experts_grouped(const GpuModel *gm) {
+    if (!experts_grouped(gm, (size_t)gm->a.B * gm->a.T)) return 0;
+    return gk_expert_kernel(-1) == GK_EXPERT_ASYNC ? 2 : 1;
+}
 
 /* The experts' row offsets on the host (the per-expert products need their sizes): the one wait of a layer. */
 static const int32_t *expert_offsets_to_host(GpuModel *gm, int l, const LayerActs *L, int E) {

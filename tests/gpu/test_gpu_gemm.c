@@ -87,12 +87,23 @@ static void batched_case(GpuTest *t, int bf16, int ta, int tb, int M, int N, int
 
 /* Grouped expert products (gk_expert_mm / gk_expert_mm_wgrad, gpu_expert_gemm.cu) against zy_gemm per expert on the
  * same bf16 values: rows grouped by counts[e] (zero counts, rows past the last expert), max_rows >= their sum; the rows
- * and columns outside the experts' products keep their values. wgrad: G_e = A_eᵀ B_e (+ beta G_e) with M = N_out. */
+ * and columns outside the experts' products keep their values. wgrad: G_e = A_eᵀ B_e (+ beta G_e) with M = N_out.
+ * Both forms of the 16-byte path (gk_expert_kernel: staged, async) run on the same operands: each against the
+ * reference, and the two bit for bit. */
 static uint16_t *bf16_up(GpuTest *t, float *h, size_t n) { /* rounds h in place; its bf16 bits on the device */
     round_bf16(h, n);
     uint16_t *d16 = gt_dev(t, n * sizeof(uint16_t));
     gk_f32_to_bf16(t->g->stream, d16, gt_up(t, h, n), (long)n);
     return d16;
+}
+/* the async form's output (d_async) bit for bit the staged form's (d_staged) */
+static void same_forms(GpuTest *t, const char *name, const float *d_staged, const float *d_async, size_t n) {
+    float *a = gt_down(t, d_staged, n), *b = gt_down(t, d_async, n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += !bits_same(a[i], b[i]);
+    char what[200];
+    snprintf(what, sizeof what, "%s: async form", name);
+    gt_assert(t, differ == 0, what, "%zu of %zu values differ from the staged form's", differ, n);
 }
 static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, int N, int K, int pad, int wgrad,
                         int trans_w, float beta) {
@@ -106,9 +117,14 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         float *A = gt_rand(t, (size_t)rows * lda, 1), *W = gt_rand(t, (size_t)E * ws, 1);
         float *C = gt_rand(t, (size_t)rows * ldc, 1);
         const uint16_t *A16 = bf16_up(t, A, (size_t)rows * lda), *W16 = bf16_up(t, W, (size_t)E * ws);
-        float *dC = gt_up(t, C, (size_t)rows * ldc);
-        gk_expert_mm(t->g->stream, gt_up_i(t, off, (size_t)E + 1), E, rows, N, K, A16, lda, W16, ws, trans_w, beta, dC,
-                     ldc);
+        float *dC = gt_up(t, C, (size_t)rows * ldc), *dCa = gt_up(t, C, (size_t)rows * ldc);
+        const int32_t *doff = gt_up_i(t, off, (size_t)E + 1);
+        const int form = gk_expert_kernel(-1);
+        gk_expert_kernel(GK_EXPERT_STAGED);
+        gk_expert_mm(t->g->stream, doff, E, rows, N, K, A16, lda, W16, ws, trans_w, beta, dC, ldc);
+        gk_expert_kernel(GK_EXPERT_ASYNC);
+        gk_expert_mm(t->g->stream, doff, E, rows, N, K, A16, lda, W16, ws, trans_w, beta, dCa, ldc);
+        gk_expert_kernel(form);
         for (int e = 0; e < E; e++)
             if (counts[e])
                 zy_gemm(0, trans_w, counts[e], N, K, 1.0f, A + (size_t)off[e] * lda, lda, W + e * ws, ldw, beta,
@@ -116,16 +132,22 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         snprintf(name, sizeof name, "expert_mm %s E %d rows %d (+%d) N %d K %d pad %d beta %g",
                  trans_w ? "A W_e^T" : "A W_e", E, off[E], extra_rows, N, K, pad, beta);
         gt_check(t, name, dC, C, (size_t)rows * ldc, 2e-5);
+        same_forms(t, name, dC, dCa, (size_t)rows * ldc);
     } else { /* G_e[N_out = N, K] (ldg K + pad) = A_eᵀ B_e, A [rows, N] (lda N + pad), B [rows, K] (ldb K + pad) */
         const int lda = N + pad, ldb = K + pad, ldg = K + pad;
         const long gs = (long)N * ldg + pad;
         float *A = gt_rand(t, (size_t)rows * lda, 1), *B = gt_rand(t, (size_t)rows * ldb, 1);
         float *G = gt_rand(t, (size_t)E * gs, 1);
         const uint16_t *A16 = bf16_up(t, A, (size_t)rows * lda), *B16 = bf16_up(t, B, (size_t)rows * ldb);
-        float *dG = gt_up(t, G, (size_t)E * gs), *dG2 = gt_up(t, G, (size_t)E * gs);
+        float *dG = gt_up(t, G, (size_t)E * gs), *dG2 = gt_up(t, G, (size_t)E * gs), *dGa = gt_up(t, G, (size_t)E * gs);
         const int32_t *doff = gt_up_i(t, off, (size_t)E + 1);
+        const int form = gk_expert_kernel(-1);
+        gk_expert_kernel(GK_EXPERT_STAGED);
         gk_expert_mm_wgrad(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dG, gs, ldg);
         gk_expert_mm_wgrad(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dG2, gs, ldg);
+        gk_expert_kernel(GK_EXPERT_ASYNC);
+        gk_expert_mm_wgrad(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dGa, gs, ldg);
+        gk_expert_kernel(form);
         for (int e = 0; e < E; e++) {
             if (counts[e])
                 zy_gemm(1, 0, N, K, counts[e], 1.0f, A + (size_t)off[e] * lda, lda, B + (size_t)off[e] * ldb, ldb,
@@ -140,6 +162,7 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         int same = 1;
         for (size_t i = 0; i < (size_t)E * gs; i++) same &= bits_same(g1[i], g2[i]);
         gt_assert(t, same, name, "two runs %s", same ? "bit-identical" : "differ");
+        same_forms(t, name, dG, dGa, (size_t)E * gs);
     }
     gt_reset(t);
 }
@@ -154,11 +177,13 @@ static void test_expert_products(GpuTest *t) {
         expert_case(t, odd, 4, 13, 45, 37, 3, 0, tw, tw ? 0.0f : 1.0f); /* element loads */
         expert_case(t, one, 1, 0, 128, 32, 0, 0, tw, 0.0f);
         expert_case(t, many, 16, 100, 512, 256, 0, 0, tw, 0.0f);
+        expert_case(t, many, 16, 0, 1024, 1024, 0, 0, tw, 1.0f); /* bench-gpu's sizes: 32 k-steps through the ring */
     }
     expert_case(t, small, 4, 5, 136, 72, 0, 1, 0, 1.0f);
     expert_case(t, small, 4, 5, 24, 40, 0, 1, 0, 0.0f); /* an empty expert's gradient zeroed */
     expert_case(t, odd, 4, 5, 30, 50, 3, 1, 0, 1.0f);    /* element loads */
     expert_case(t, many, 16, 0, 512, 256, 0, 1, 0, 1.0f);
+    expert_case(t, many, 16, 0, 1024, 2048, 0, 1, 0, 0.0f);
 }
 
 void test_gpu_gemm(GpuTest *t) {
