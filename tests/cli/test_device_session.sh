@@ -10,7 +10,7 @@ W=$(mktemp -d /tmp/zaya_device_session_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 suite_begin device-session
 
-OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,experts,train,compile,profile >"$W/run.txt" 2>&1
+OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,train,compile,pair,slice,decode,profile >"$W/run.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && ok "dry run of every part exits 0" || bad "dry run exit $rc: $(tail -n 20 "$W/run.txt")"
 
@@ -19,8 +19,10 @@ returned=$(cd "$W/out" 2>/dev/null && ls | tr '\n' ' ')
     bad "\$OUT holds: $returned"
 mkdir -p "$W/x" && tar -xzf "$W/out/gpu-session.tar.gz" -C "$W/x" 2>/dev/null
 missing=""
-for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-grouped-1.txt experts-loop-1.txt \
-    experts-grouped-2.txt experts-loop-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-2l.json ncu.csv ncu-run.txt kernel-times.txt; do
+for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-staged-1.txt experts-async-1.txt \
+    experts-staged-2.txt experts-async-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-cut.json ncu.csv ncu-run.txt kernel-times.txt \
+    pair-zaya.txt pair-compile.txt slice-adamw.txt slice-muon.txt decode-b1-f32.txt decode-b1-bf16.txt decode-b32-f32.txt \
+    decode-b32-bf16.txt; do
     [ -s "$W/x/$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ] && ok "the archive holds every part's log" || bad "the archive lacks:$missing"
@@ -38,8 +40,8 @@ grep -q 'gemm' "$W/x/kernel-times.txt" && bad "profile: probe GEMMs in the kerne
     ok "profile: no probe GEMM in the kernel rows"
 grep -q 'vs_pytorch_gpu exit 0' "$W/run.txt" && grep -q 'torch.compile exit 0' "$W/run.txt" &&
     ok "the PyTorch benchmark knows every option the session passes" || bad "$(grep -E 'has no option|gpu exit|compile exit' "$W/run.txt")"
-n=$(grep -c '^grouped (round\|^loop (round' "$W/run.txt")
-[ "$n" -eq 4 ] && ! grep -q '^grouped (round [12], exit [1-9]\|^loop (round [12], exit [1-9]' "$W/run.txt" &&
+n=$(grep -c '^staged (round\|^async (round' "$W/run.txt")
+[ "$n" -eq 4 ] && ! grep -q '^staged (round [12], exit [1-9]\|^async (round [12], exit [1-9]' "$W/run.txt" &&
     ok "experts: four bench train runs" || bad "experts: $(grep 'round' "$W/run.txt")"
 grep -q '^unit: [1-9][0-9]* passed, 0 failed' "$W/x/test-gpu.log" && grep -q '^unit: [1-9][0-9]* passed' "$W/run.txt" &&
     ok "tests part ran its stand-in and showed its suite line" ||
@@ -54,6 +56,16 @@ grep -q 'vs_pytorch_gpu 8b-slice exit 0' "$W/run.txt" && grep -q -- '--micro-bat
 grep -q '^MICRO=8$\|SLICE=configs/bench-gpu-8b-slice.json MICRO=8' tests/gpu/device-session.sh &&
     grep -q '^    DEV=cuda CFG=configs/bench-gpu.json BATCH=4 SEQ=2048 ' tests/gpu/device-session.sh &&
     ok "train: on the device 8 x 4 x 2048 = 65,536 tokens an optimizer step" || bad "train: the device's shapes changed"
+# pair: zaya's bench train and the compile worker both ran; slice: both optimizers with the accumulation; decode: four
+# runs, each KV dtype at each batch
+grep -q '^zaya (exit 0): step median' "$W/run.txt" && grep -q -- '--worker compile' "$W/x/pair-compile.txt" &&
+    ok "pair: zaya's steps and the torch.compile worker's options" || bad "pair: $(grep -E '^zaya \(|compile' "$W/run.txt")"
+[ "$(grep -c '^\(adamw\|muon\) (exit 0): step median' "$W/run.txt")" -eq 2 ] &&
+    grep -q '^batch  *2 micro-batches of 2 x 32 = 128 tokens per optimizer step' "$W/x/slice-muon.txt" &&
+    ok "slice: AdamW and Muon + AdamW with --micro-batches" || bad "slice: $(grep -E '^(adamw|muon) ' "$W/run.txt")"
+[ "$(grep -c '^batch \(1\|32\), KV \(f32\|bf16\) (exit 0): decode ' "$W/run.txt")" -eq 4 ] &&
+    grep -q 'k and v bf16' "$W/x/decode-b32-bf16.txt" && grep -q 'k and v f32' "$W/x/decode-b1-f32.txt" &&
+    ok "decode: batch 1 and 32, fp32 and bf16 KV cache" || bad "decode: $(grep -E '^batch (1|32), KV' "$W/run.txt")"
 # the benchmark at ZAYA1-8B's real shapes: its widths and vocabulary exactly, 8 layers
 python3 - <<'PY' && ok "configs/bench-gpu-8b-slice.json: configs/zaya1-8b.json with 8 layers" || bad "bench-gpu-8b-slice drifted"
 import json, sys

@@ -19,15 +19,27 @@
 #   tests/gpu/device-session.sh [seconds] [parts]   (default 360 s, so a rerun fits; parts, comma-separated, default tests,bench:
 #     tests    make test-gpu (tests/gpu/run.sh), 60% of the seconds at most
 #     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)
-#     experts  bench train (bf16 AdamW, bench-gpu) with the experts' products grouped vs one per expert
-#              (ZAYA_GPU_EXPERTS=grouped / loop), alternating, two rounds
+#     gemm     zaya bench gemm alone: the cuBLASLt peaks and a MoE layer's expert products (grouped staged, grouped
+#              async, one cuBLASLt product per expert)
+#     experts  bench train (bf16 AdamW, bench-gpu) with the grouped products' two forms (ZAYA_GPU_EXPERT_KERNEL=staged /
+#              async), alternating, two rounds
 #     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
 #              tokens (--micro-batches 8 of 4 x 2048): bench/vs_pytorch_gpu.py, zaya AdamW and Muon + AdamW against
 #              PyTorch eager on the same config, batch and accumulation
 #     compile  PyTorch torch.compile training steps alone, in whatever time is left
+#     slice    zaya bench train alone at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), AdamW and
+#              Muon + AdamW (ZAYA_DEVICE_SLICE_OPTIMIZERS="adamw" for one), an optimizer step of 8 x 4 x 2048 =
+#              65,536 tokens (MFU at the real shapes)
+#     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
 #              every kernel's shape is bench-gpu's, a layer's kernels counted 9 times give the 18-layer step; totals
 #              per step over every step the process ran, the cuBLASLt peak probe left out)
+#              (ZAYA_DEVICE_PROFILE_CONFIG=configs/bench-gpu-8b-slice.json ZAYA_DEVICE_PROFILE_LAYERS=1: the real shapes)
+#     pair     zaya bench train (bf16 AdamW, bench-gpu, 5 steps) then torch.compile's training steps on the same config,
+#              batch and machine, side by side in one call (the compile worker gets what is left: the parts run in the
+#              order listed here, so pair comes last)
+# The environment passes through: ZAYA_GPU_SUITES picks tests/gpu/run.sh's suites, ZAYA_GPU_EXPERT_KERNEL the grouped
+# products' form for everything but the experts part.
 # Without .devbin (or if the carried binaries do not load there) it builds on the machine, for sm_90a alone.
 # ZAYA_DEVICE_DRY=1: no GPU, nvidia-smi or ncu: build/'s CPU binaries on configs/tiny.json through the same commands,
 # the GPU suites replaced by a unit-test subset, ncu by tests/gpu/fake_ncu.py, the PyTorch runs by a check of their
@@ -139,13 +151,20 @@ session() {
         grep -v '^json' "$LOG/vs-pytorch.txt" | tail -n 45
         pack
     fi
+    if [[ $PARTS == *,gemm,* ]]; then
+        stamp "zaya bench gemm"
+        timeout "$(left)" build/zaya bench gemm --device $DEV --n $GEMM_N >"$LOG/bench-gemm.txt" 2>&1
+        echo "bench gemm exit $?"
+        tail -n 6 "$LOG/bench-gemm.txt"
+        pack
+    fi
     if [[ $PARTS == *,experts,* ]]; then
-        # the experts' products grouped on the device (default) against one cuBLASLt product per expert, side by side,
-        # alternating, on bench-gpu (bf16 AdamW): step medians and the phase breakdown's experts line
-        stamp "experts: grouped vs per-expert products"
+        # the grouped products' two forms (gk_expert_kernel), side by side, alternating, on bench-gpu (bf16 AdamW):
+        # step medians and the phase breakdown's experts line
+        stamp "experts: the grouped products staged vs async"
         for round in 1 2; do
-            for mode in grouped loop; do
-                ZAYA_GPU_EXPERTS=$mode timeout "$(left)" build/zaya bench train --config $CFG --device $DEV \
+            for mode in staged async; do
+                ZAYA_GPU_EXPERT_KERNEL=$mode timeout "$(left)" build/zaya bench train --config $CFG --device $DEV \
                     --precision bf16 --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 \
                     >"$LOG/experts-$mode-$round.txt" 2>&1
                 echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|products) ' "$LOG/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
@@ -176,6 +195,27 @@ session() {
         tail -n 3 "$LOG/compile.txt"
         pack
     fi
+    if [[ $PARTS == *,slice,* ]]; then
+        stamp "slice: zaya alone on $SLICE, $MICRO micro-batches of $BATCH x $SEQ = $((MICRO * BATCH * SEQ)) tokens a step"
+        for opt in ${ZAYA_DEVICE_SLICE_OPTIMIZERS:-adamw muon}; do
+            timeout "$(left)" build/zaya bench train --config $SLICE --device $DEV --precision bf16 --optimizer $opt \
+                --batch $BATCH --seq $SEQ --micro-batches $MICRO --steps 2 --warmup 1 >"$LOG/slice-$opt.txt" 2>&1
+            echo "$opt (exit $?): $(grep -E '^(step|throughput|MFU|MFU cuBLAS|peak memory) ' "$LOG/slice-$opt.txt" | tr -s ' ' | tr '\n' ';')"
+            grep -E '^ +(attention|router|experts|norms|head|optimizer|other) ' "$LOG/slice-$opt.txt"
+            pack
+        done
+    fi
+    if [[ $PARTS == *,decode,* ]]; then
+        stamp "decode: $CFG, batch 1 and 32, KV cache fp32 and bf16"
+        for b in 1 32; do
+            for kv in f32 bf16; do
+                timeout "$(left)" build/zaya bench decode --config $CFG --device $DEV --dtype bf16 --batch $b \
+                    --kv-dtype $kv >"$LOG/decode-b$b-$kv.txt" 2>&1
+                echo "batch $b, KV $kv (exit $?): $(grep -E '^(decode|weights|KV cache) ' "$LOG/decode-b$b-$kv.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-330)"
+            done
+        done
+        pack
+    fi
     if [[ $PARTS == *,profile,* ]]; then
         # ncu replays each kernel to time it alone (--clock-control none: the clocks a run gets): seconds per hundred
         # launches, so a 2-layer model (bench-gpu's shapes, 1/9 of its layers) and few steps. Kernel totals divide by
@@ -183,10 +223,13 @@ session() {
         # steps), and --no-gemm-probe keeps the cuBLASLt peak probe's GEMMs out of the kernel rows.
         stamp "per-kernel times (ncu), $(left) s at most"
         [ -n "$NCU" ] || echo "profile: no ncu on PATH, in /opt/nvidia/nsight-compute or /usr/local/cuda/bin"
-        python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 2; json.dump(c, open(sys.argv[2], "w"))' \
-            $CFG "$LOG/profile-2l.json"
+        # ZAYA_DEVICE_PROFILE_CONFIG / _LAYERS: another model (its layer_types cut to match), another depth
+        python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); n = int(sys.argv[3]); c["num_hidden_layers"] = n
+if isinstance(c.get("layer_types"), list): c["layer_types"] = c["layer_types"][:n]
+json.dump(c, open(sys.argv[2], "w"))' \
+            "${ZAYA_DEVICE_PROFILE_CONFIG:-$CFG}" "$LOG/profile-cut.json" "${ZAYA_DEVICE_PROFILE_LAYERS:-2}"
         timeout "$(left)" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$LOG/ncu.csv" \
-            build/zaya bench train --config "$LOG/profile-2l.json" --device $DEV --precision bf16 --optimizer adamw \
+            build/zaya bench train --config "$LOG/profile-cut.json" --device $DEV --precision bf16 --optimizer adamw \
             --batch $BATCH --seq $SEQ --steps $PROFILE_STEPS --warmup 1 --no-gemm-probe >"$LOG/ncu-run.txt" 2>&1
         echo "ncu exit $?"
         local ran
@@ -198,6 +241,20 @@ session() {
             python3 tests/gpu/kernel_times.py "$LOG/ncu.csv" --steps "$ran" >"$LOG/kernel-times.txt" 2>&1
             head -n 40 "$LOG/kernel-times.txt"
         fi
+        pack
+    fi
+    if [[ $PARTS == *,pair,* ]]; then
+        # zaya and torch.compile on the same config and batch, back to back on one machine
+        stamp "pair: zaya bench train, then torch.compile, on $CFG"
+        timeout "$(left)" build/zaya bench train --config $CFG --device $DEV --precision bf16 --optimizer adamw \
+            --batch $BATCH --seq $SEQ --steps 5 --warmup 1 >"$LOG/pair-zaya.txt" 2>&1
+        echo "zaya (exit $?): $(grep -E '^(step|throughput|MFU) ' "$LOG/pair-zaya.txt" | tr -s ' ' | tr '\n' ';')"
+        grep -E '^ +(attention|router|experts|norms|head|optimizer|other) ' "$LOG/pair-zaya.txt"
+        pack
+        py_bench bench/vs_pytorch_gpu.py --worker compile --config $CFG --batch $BATCH --seq $SEQ --steps 5 \
+            --compile-warmup 3 >"$LOG/pair-compile.txt" 2>&1
+        echo "torch.compile exit $? (124: still compiling when the time ran out)"
+        tail -n 1 "$LOG/pair-compile.txt" | cut -c1-300
         pack
     fi
     stamp "done"
