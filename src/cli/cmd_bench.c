@@ -368,9 +368,9 @@ static int bench_gemm(int argc, char **argv) {
     const int rc = gpu_expert_gemm_probe(&g, 16, 7710, 1024, 1024, 10, &grouped, &async, &loop, &err);
     if (rc == 0)
         printf("gpu  experts  a MoE layer's 6 products, 16 experts of 1024 x 1024 over 7710 rows (bf16): grouped "
-               "%.1f TFLOP/s (6 launches; async form %.1f), per-expert cuBLASLt %.1f TFLOP/s (96 products): "
+               "%.1f TFLOP/s (6 launches; staged form %.1f), per-expert cuBLASLt %.1f TFLOP/s (96 products): "
                "%.2fx\n",
-               grouped, async, loop, loop > 0 ? grouped / loop : 0.0);
+               async, grouped, loop, loop > 0 ? async / loop : 0.0);
     else
         fprintf(stderr, "zaya: bench gemm: the experts' products: %s\n", err.msg);
     gpu_close(&g);

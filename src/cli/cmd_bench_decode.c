@@ -339,8 +339,8 @@ int bench_decode(int argc, char **argv) {
          "logits against f32 where an f32 copy fits in memory", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (bf16: bf16 products on the GPU)", 0},
         {"--batch", ARG_INT, 0, &batch, "sequences decoded together, one token each per step (default 1)", 0},
-        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 or quantized weights on the CPU, else f32), "
-                                                 "f32 or bf16", 0},
+        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 or quantized weights, else "
+                                                 "f32), f32 or bf16", 0},
     };
     if (args_help(argc, argv, 3, "bench decode",
                   "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16|q8|q4 --device cpu|cuda "

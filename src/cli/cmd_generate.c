@@ -133,8 +133,8 @@ int cmd_generate(int argc, char **argv) {
                                            "(matrices in bf16, read in place from the mapped files when stored bf16), or q8/q4 "
                                            "(a quantized folder's codes read in place)", 0},
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (on a GPU, --dtype bf16 = bf16 products)", 0},
-        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else f32), "
-                                                 "f32 or bf16 (as zaya serve's)", 0},
+        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 or quantized weights, else "
+                                                 "f32), f32 or bf16 (as zaya serve's)", 0},
     };
     const int n = ZY_ARRAY_LEN(specs);
     if (args_help(argc, argv, 2, "generate",

@@ -113,8 +113,8 @@ int cmd_serve(int argc, char **argv) {
         {"--device", ARG_STRING, 0, &device, "cpu (default), cuda or cuda:N (the model, the KV pool and the steps on "
                                             "the GPU; --kv-memory is then GPU memory; --dtype bf16 = bf16 products)", 0},
         {"--dtype", ARG_STRING, 0, &dtype, "weights: auto (default: a quantized folder's q8/q4, bf16 if the model stores bf16 matrices, else f32), f32, bf16, or q8/q4 (a quantized folder's codes read in place)", 0},
-        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 weights on the CPU, else "
-                                                 "f32), f32 or bf16 (half the memory per token)", 0},
+        {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 or quantized weights, "
+                                                 "else f32), f32 or bf16 (half the memory per token)", 0},
         {"--max-batch", ARG_INT, 0, &max_batch, "sequences decoded together (default 32)", 0},
         {"--max-context", ARG_INT, 0, &max_context, "tokens per request, prompt + completion (default: the model's "
                                                     "max_position_embeddings, at most 4096)", 0},
@@ -180,7 +180,6 @@ int cmd_serve(int argc, char **argv) {
     }
     GenerationConfig gen;
     if (generation_config_load(&gen, model_dir, &err)) goto fail;
-    /* --kv-dtype auto means f32 on a GPU (its bf16 pool is not measured yet) */
     if (model_args_dtype(&ma, &err) || model_args_kv_dtype(&ma, &err) || model_args_load(&ma, &m, &err)) goto fail;
     have_model = 1;
     model_args_print_quant(&ma, &m);

@@ -27,7 +27,7 @@ int model_args_kv_dtype(ModelArgs *a, ZyErr *err) {
     char flag[64];
     snprintf(flag, sizeof flag, "%s: --kv-dtype", a->command);
     /* weights already rounded to bf16 or to 8/4-bit codes: k and v in bf16 too (half the cache's bytes a step reads) */
-    a->kv_bf16 = kv_dtype_resolve(a->kv_dtype, a->bf16 || a->quant_bits, a->gpu, flag, err);
+    a->kv_bf16 = kv_dtype_resolve(a->kv_dtype, a->bf16 || a->quant_bits, flag, err);
     return a->kv_bf16 < 0 ? -1 : 0;
 }
 

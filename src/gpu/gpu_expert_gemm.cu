@@ -16,10 +16,12 @@
  * products. The epilogue goes through a per-warp 16 x 16 fp32 scratch, so edges, beta and any accumulator layout are
  * handled by plain per-element stores.
  *
- * A second form of the 16-byte path (gk_expert_kernel(GK_EXPERT_ASYNC)) copies the tiles with cp.async straight into
- * a ring of XSTAGES shared tiles: no registers stage the data, the copies of the next two k-steps are in flight
- * during the products, and one barrier a k-step instead of two. Same fragments, same k order: the same bits as the
- * staged form.
+ * The 16-byte path's default form (gk_expert_kernel: GK_EXPERT_ASYNC) copies the tiles with cp.async straight into
+ * a ring of XSTAGES shared tiles instead: no registers stage the data, the copies of the next two k-steps are in
+ * flight during the products, and one barrier a k-step instead of two. Same fragments, same k order: the same bits
+ * as the staged form. On an H200 (2026-11-29, bench gemm's expert probe at bench-gpu's shapes) 95.2 TFLOP/s against
+ * the staged form's 82.1 (per-expert cuBLASLt products: 165.7), and a bench-gpu MoE layer's experts 32.3 ms a step
+ * against 37.0.
  *
  * The same source runs on the CPU in `make test` (tests/gpu/emu: a thread per CUDA thread, a reference WMMA), so the
  * tiling, bounds and expert lookup are checked without a GPU; tests/gpu/test_gpu_gemm.c checks it on the device. */
@@ -332,7 +334,7 @@ expert_wgrad_async_kernel(const int32_t *off, int M, int N, const uint16_t *A, i
 
 inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-int expert_kernel = GK_EXPERT_STAGED; /* gk_expert_kernel */
+int expert_kernel = GK_EXPERT_ASYNC; /* gk_expert_kernel */
 
 /* The async form where it was chosen and the device gives its shared memory (above 48 KB needs the opt-in, asked at
  * each launch as the attention kernels do); else the staged form. */

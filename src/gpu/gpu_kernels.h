@@ -100,9 +100,9 @@ void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, in
  * (ldb), G_e = G + e g_stride [M, N] (ldg): the experts' weight gradients. */
 void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
                         const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg);
-/* Which form the grouped products' 16-byte path runs: GK_EXPERT_STAGED (loads staged in registers, one shared tile,
- * two barriers a k-step; the default) or GK_EXPERT_ASYNC (cp.async into a 3-deep ring of shared tiles, one barrier a
- * k-step). The same bits either way. which: one of them to choose it, -1 to ask; returns the form in use (for the
+/* Which form the grouped products' 16-byte path runs: GK_EXPERT_ASYNC (cp.async into a 3-deep ring of shared
+ * tiles, one barrier a k-step; the default: 95 against 82 TFLOP/s on an H200) or GK_EXPERT_STAGED (loads staged in
+ * registers, one shared tile, two barriers a k-step). The same bits either way. which: one of them to choose it, -1 to ask; returns the form in use (for the
  * whole process: gpu_model_create sets it from ZAYA_GPU_EXPERT_KERNEL). */
 enum { GK_EXPERT_STAGED = 0, GK_EXPERT_ASYNC = 1 };
 int gk_expert_kernel(int which);

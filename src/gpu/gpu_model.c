@@ -184,7 +184,7 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (experts && strcmp(experts, "grouped") && strcmp(experts, "loop"))
         return zy_fail(err, "ZAYA_GPU_EXPERTS=%s: expected grouped (one product for all experts) or loop (one per expert)",
                        experts);
-    /* staged (default) | async: the grouped products' form (gk_expert_kernel), the same bits either way */
+    /* async (default) | staged: the grouped products' form (gk_expert_kernel), the same bits either way */
     const char *form = getenv("ZAYA_GPU_EXPERT_KERNEL");
     if (form && strcmp(form, "staged") && strcmp(form, "async"))
         return zy_fail(err, "ZAYA_GPU_EXPERT_KERNEL=%s: expected staged (loads through registers) or async (cp.async "

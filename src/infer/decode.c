@@ -657,8 +657,8 @@ int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_se
 
 /* ---- the same-length cache: one block per sequence ------------------------------------------------------------- */
 
-int kv_dtype_resolve(const char *value, int weights_narrow, int gpu, const char *flag, ZyErr *err) {
-    if (!strcmp(value, "auto")) return weights_narrow && !gpu;
+int kv_dtype_resolve(const char *value, int weights_narrow, const char *flag, ZyErr *err) {
+    if (!strcmp(value, "auto")) return weights_narrow != 0;
     if (!strcmp(value, "f32") || !strcmp(value, "fp32")) return 0;
     if (!strcmp(value, "bf16")) return 1;
     return zy_fail(err, "%s: '%s' is not a KV-cache dtype (auto, f32 or bf16)", flag, value);

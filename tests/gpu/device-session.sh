@@ -201,7 +201,7 @@ session() {
             timeout "$(left)" build/zaya bench train --config $SLICE --device $DEV --precision bf16 --optimizer $opt \
                 --batch $BATCH --seq $SEQ --micro-batches $MICRO --steps 2 --warmup 1 >"$LOG/slice-$opt.txt" 2>&1
             echo "$opt (exit $?): $(grep -E '^(step|throughput|MFU|MFU cuBLAS|peak memory) ' "$LOG/slice-$opt.txt" | tr -s ' ' | tr '\n' ';')"
-            grep -E '^ +(attention|router|experts|norms|head|optimizer|other) ' "$LOG/slice-$opt.txt"
+            grep -E '^ +(attention|router|experts|norms|head\+loss|optimizer|other) ' "$LOG/slice-$opt.txt"
             pack
         done
     fi
@@ -249,7 +249,7 @@ json.dump(c, open(sys.argv[2], "w"))' \
         timeout "$(left)" build/zaya bench train --config $CFG --device $DEV --precision bf16 --optimizer adamw \
             --batch $BATCH --seq $SEQ --steps 5 --warmup 1 >"$LOG/pair-zaya.txt" 2>&1
         echo "zaya (exit $?): $(grep -E '^(step|throughput|MFU) ' "$LOG/pair-zaya.txt" | tr -s ' ' | tr '\n' ';')"
-        grep -E '^ +(attention|router|experts|norms|head|optimizer|other) ' "$LOG/pair-zaya.txt"
+        grep -E '^ +(attention|router|experts|norms|head\+loss|optimizer|other) ' "$LOG/pair-zaya.txt"
         pack
         py_bench bench/vs_pytorch_gpu.py --worker compile --config $CFG --batch $BATCH --seq $SEQ --steps 5 \
             --compile-warmup 3 >"$LOG/pair-compile.txt" 2>&1

@@ -66,10 +66,11 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
         free(choice);
         snprintf(name, sizeof name, "%s: expert choices", label);
         gt_assert(t, differ == 0, name, "%d of %d differ", differ, N * cfg->num_layers);
-        /* every tensor's gradient, relative to its own norm, or to a floor of 1e-4 of the whole gradient's norm for
-         * a tensor whose true gradient is zero: at window 1 a query sees only itself, its softmax is exactly 1 and the
+        /* every tensor's gradient, relative to its own norm, or, for a tensor whose gradient norm is under 1e-4 of the
+         * whole gradient's, to that floor: at window 1 a query sees only itself, its softmax is exactly 1 and the
          * scores' gradient P (dP - rowsum(dO O)) is zero, so both devices' q/k projection gradients are rounding
-         * residue (~1e-7 of the rest) that no two summation orders share */
+         * residue (2e-9 against a whole norm of 4.9 on the CPU; the GPU's differs by 2.3e-8 of the whole, H200) that
+         * no two summation orders share */
         gpu_model_download_grads(gm, &m, &err);
         double all = 0;
         for (int i = 0; i < m.params.count; i++) {
@@ -92,8 +93,9 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
             const int floored = sqrt(ref) < floor_norm;
             double ei = sqrt(diff) / (floored ? floor_norm : sqrt(ref));
             if (!(ei <= 1e-3)) bad++;
-            if ((!(ei <= 1e-4) || floored) && shown++ < 6) /* over the CPU oracle's bar, or floored: named */
-                printf("       %s: rel err %.2e%s%s\n", p->name, ei, floored ? " of the floor (its gradient is zero)" : "",
+            if (!(ei <= 1e-4) && shown++ < 6) /* over the CPU oracle's bar: named, for the record */
+                printf("       %s: rel err %.2e%s%s\n", p->name, ei,
+                       floored ? " of the floor (its own norm is under 1e-4 of the whole gradient's)" : "",
                        ei <= 1e-3 ? "" : " (over 1e-3)");
             if (!(ei <= worst)) worst = ei, worst_name = p->name;
         }

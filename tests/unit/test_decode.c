@@ -943,17 +943,17 @@ TEST(decode_pool_prefix_cache_matches_uncached) {
         }
 }
 
-/* --kv-dtype: auto is bf16 only for bf16 weights on the CPU (a GPU keeps f32 until its bf16 cache is measured), bf16
- * is taken on either device (the GPU's cache holds bf16 too: gpu_kvcache_create_kv), anything else is an error naming
- * the flag and the value. */
+/* --kv-dtype: auto is bf16 for bf16 or quantized weights on either device (the GPU's bf16 cache measured faster than
+ * fp32 on an H200), f32 for fp32 weights; bf16 and f32 are taken as asked; anything else is an error naming the flag
+ * and the value. */
 TEST(kv_dtype_resolve_devices) {
     ZyErr err = {{0}};
-    CHECK(kv_dtype_resolve("auto", 1, 0, "f", &err) == 1);
-    CHECK(kv_dtype_resolve("auto", 1, 1, "f", &err) == 0);
-    CHECK(kv_dtype_resolve("auto", 0, 0, "f", &err) == 0);
-    CHECK(kv_dtype_resolve("bf16", 0, 1, "f", &err) == 1);
-    CHECK(kv_dtype_resolve("bf16", 1, 0, "f", &err) == 1);
-    CHECK(kv_dtype_resolve("fp32", 1, 1, "f", &err) == 0);
-    CHECK(kv_dtype_resolve("f16", 1, 1, "serve: --kv-dtype", &err) == -1);
+    CHECK(kv_dtype_resolve("auto", 1, "f", &err) == 1);
+    CHECK(kv_dtype_resolve("auto", 0, "f", &err) == 0);
+    CHECK(kv_dtype_resolve("bf16", 0, "f", &err) == 1);
+    CHECK(kv_dtype_resolve("bf16", 1, "f", &err) == 1);
+    CHECK(kv_dtype_resolve("fp32", 1, "f", &err) == 0);
+    CHECK(kv_dtype_resolve("f32", 1, "f", &err) == 0);
+    CHECK(kv_dtype_resolve("f16", 1, "serve: --kv-dtype", &err) == -1);
     CHECK_MSG(strstr(err.msg, "serve: --kv-dtype") && strstr(err.msg, "'f16'"), "%s", err.msg);
 }
