@@ -483,15 +483,7 @@ typedef struct {
 
 static int init_fill(void *ctx, size_t first, size_t count, float *out) {
     const InitTensor *t = ctx;
-    const ParamInfo *p = t->p;
-    for (size_t j = 0; j < count; j++) {
-        switch (p->init) {
-        case INIT_ZERO: out[j] = 0.0f; break;
-        case INIT_ONE: out[j] = 1.0f; break;
-        case INIT_NORMAL: out[j] = (float)(t->std * zy_rng_normal(t->rng)); break;
-        case INIT_BALANCING_BIAS: out[j] = first + j + 1 == p->numel ? -1.0f : 0.0f; break; /* skip expert at -1 */
-        }
-    }
+    model_init_values(t->p, t->std, t->rng, first, count, out);
     return 0;
 }
 

@@ -353,41 +353,41 @@ int model_parse_dtype(const char *s, const char *flag, ZyErr *err) {
     return zy_fail(err, "%s: unknown data type \"%s\" (f32 or bf16)", flag, s);
 }
 
-/* The normal draws of a tensor in chunks: the chunk's uniforms drawn in stream order on one thread (cheap), then
- * their Box-Muller transforms (log, sqrt, cos: ~40 ns each, 40 s for a 1B model on one core) on every thread. The same
- * numbers as one zy_rng_normal after another, whatever the thread count. Returns 0, or -1 without scratch (nothing
- * drawn: the caller goes element by element). */
+/* Values [first, first + count) of tensor p's initialisation. Normal draws go in chunks: the chunk's uniforms drawn in
+ * stream order on one thread (cheap), then their Box-Muller transforms (log, sqrt, cos: ~40 ns each, 42 s for a 1B
+ * model on one core) on every thread, so the values are one zy_rng_normal after another whatever the thread count. */
 #define INIT_CHUNK ((size_t)1 << 20)
-static int init_normal_chunked(float *x, size_t n, double std, ZyRng *rng, double *u) {
-    if (!u) return -1;
-    for (size_t j0 = 0; j0 < n; j0 += INIT_CHUNK) {
-        const long len = (long)(n - j0 < INIT_CHUNK ? n - j0 : INIT_CHUNK);
-        for (long k = 0; k < 2 * len; k++) u[k] = zy_rng_uniform(rng);
-#pragma omp parallel for schedule(static) if (len > 65536)
-        for (long k = 0; k < len; k++) x[j0 + (size_t)k] = (float)(std * zy_normal_of(u[2 * k], u[2 * k + 1]));
+void model_init_values(const ParamInfo *p, double std, ZyRng *rng, size_t first, size_t count, float *out) {
+    double *u = p->init == INIT_NORMAL && count >= 65536
+                    ? malloc(2 * (count < INIT_CHUNK ? count : INIT_CHUNK) * sizeof(double))
+                    : NULL; /* NULL: element by element, as before */
+    if (u) {
+        for (size_t j0 = 0; j0 < count; j0 += INIT_CHUNK) {
+            const long len = (long)(count - j0 < INIT_CHUNK ? count - j0 : INIT_CHUNK);
+            for (long k = 0; k < 2 * len; k++) u[k] = zy_rng_uniform(rng);
+#pragma omp parallel for schedule(static) if (len >= 65536)
+            for (long k = 0; k < len; k++) out[j0 + (size_t)k] = (float)(std * zy_normal_of(u[2 * k], u[2 * k + 1]));
+        }
+        free(u);
+        return;
     }
-    return 0;
+    for (size_t j = 0; j < count; j++) {
+        switch (p->init) {
+        case INIT_ZERO: out[j] = 0.0f; break;
+        case INIT_ONE: out[j] = 1.0f; break;
+        case INIT_NORMAL: out[j] = (float)(std * zy_rng_normal(rng)); break;
+        case INIT_BALANCING_BIAS: out[j] = first + j + 1 == p->numel ? -1.0f : 0.0f; break; /* skip expert at -1 */
+        }
+    }
 }
 
 void model_init_weights(Model *m, uint64_t seed) {
     ZyRng rng;
     zy_rng_seed(&rng, seed);
-    const double std = m->cfg.initializer_range;
-    double *u = malloc(2 * INIT_CHUNK * sizeof(double)); /* NULL: every tensor element by element */
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.info[i];
-        float *x = m->params.data + p->offset;
-        if (p->init == INIT_NORMAL && p->numel >= 65536 && init_normal_chunked(x, p->numel, std, &rng, u) == 0) continue;
-        for (size_t j = 0; j < p->numel; j++) {
-            switch (p->init) {
-            case INIT_ZERO: x[j] = 0.0f; break;
-            case INIT_ONE: x[j] = 1.0f; break;
-            case INIT_NORMAL: x[j] = (float)(std * zy_rng_normal(&rng)); break;
-            case INIT_BALANCING_BIAS: x[j] = j + 1 == p->numel ? -1.0f : 0.0f; break; /* skip expert held at -1 */
-            }
-        }
+        model_init_values(p, m->cfg.initializer_range, &rng, 0, p->numel, m->params.data + p->offset);
     }
-    free(u);
 }
 
 /* ======================================================================================================

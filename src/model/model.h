@@ -124,6 +124,9 @@ int model_parse_dtype(const char *s, const char *flag, ZyErr *err);
 
 /* Initialises every parameter for training from scratch (docs/model.md), deterministically from seed. */
 void model_init_weights(Model *m, uint64_t seed);
+/* Values [first, first + count) of tensor p's initialisation (model_init_weights' for that range, drawn from *rng in
+ * order: the normals' transforms on every core, the same values at any thread count). */
+void model_init_values(const ParamInfo *p, double std, ZyRng *rng, size_t first, size_t count, float *out);
 
 /* Where a training step's time goes (zaya bench train): accumulated when Activations.phase_seconds is set. */
 typedef enum { PHASE_ATTENTION, PHASE_ROUTER, PHASE_EXPERTS, PHASE_NORMS, PHASE_HEAD, MODEL_PHASES } ModelPhase;
