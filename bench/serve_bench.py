@@ -30,7 +30,7 @@ server's median round and the ratios.
 
 Usage: python3 bench/serve_bench.py [--configs configs/demo-model.json configs/bench-medium.json]
            [--concurrency 32] [--requests 96] [--prompts 16 64 256] [--outputs 16 64 256] [--threads 2]
-           [--kv-memory 16M] [--dtypes f32 bf16] [--rounds N] [--json out.json]
+           [--kv-memory 16M] [--dtypes f32 bf16] [--rounds N] [--json out.json] [--device cuda [--gpu-graphs]]
        python3 bench/serve_bench.py --rsa [--population 8 --subset 4 --rsa-rounds 3 --tail 64 --trace-tokens 256]
        python3 bench/serve_bench.py --shared-prefix 1000 --requests 32 [--suffix 24] [--outputs 16]
            [--dtypes bf16] [--rounds 3]
@@ -75,8 +75,8 @@ def make_model(cfg_path, work, name, overrides=None, texts=()):
 
 
 class Server:
-    def __init__(self, mdir, threads, *extra):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    def __init__(self, mdir, threads, *extra, env_extra=None):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **(env_extra or {}))
         # the server's log goes to a file (a pipe nobody reads would stall it once full), shown if it fails
         self.log = tempfile.NamedTemporaryFile("w+", prefix="zaya_serve_", suffix=".log", delete=False)
         self.p = subprocess.Popen([ZAYA, "serve", "--model", mdir, "--port", "0", *map(str, extra)],
@@ -182,9 +182,11 @@ def closed_loop(port, bodies, concurrency):
     return results, time.perf_counter() - t0
 
 
-def run_zaya(mdir, cfg, a, dtype):
+def run_zaya(mdir, cfg, a, dtype, graphs=False):
+    """graphs: ZAYA_GPU_GRAPHS=1 (with --device cuda: the server's steps replayed as CUDA graphs)."""
     srv = Server(mdir, a.threads, "--max-batch", a.concurrency, "--max-context", max(a.prompts) + max(a.outputs) + 8,
-                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads)
+                 "--prefill-chunk", a.prefill_chunk, "--dtype", dtype, "--threads", a.threads, "--device", a.device,
+                 env_extra={"ZAYA_GPU_GRAPHS": "1"} if graphs else None)
     reqs = workload(a, min(cfg["vocab_size"], 1000))
     try:
         stream_request(srv.port, {"model": os.path.basename(mdir), "prompt": [5] * 8, "max_tokens": 4,
@@ -274,10 +276,12 @@ def run_transformers(mdir, a, dtype):
     import torch
     from transformers import ZayaForCausalLM
     torch.set_num_threads(a.threads)
-    model = ZayaForCausalLM.from_pretrained(mdir, dtype=torch.float32 if dtype == "f32" else torch.bfloat16).eval()
+    dev = a.device
+    model = ZayaForCausalLM.from_pretrained(mdir, dtype=torch.float32 if dtype == "f32" else torch.bfloat16)
+    model = model.to(dev).eval()
     reqs = workload(a, min(model.config.vocab_size, 1000))
     with torch.no_grad():
-        w = torch.full((2, 8), 5)
+        w = torch.full((2, 8), 5, device=dev)
         model.generate(w, attention_mask=torch.ones_like(w), max_new_tokens=2, min_new_tokens=2, do_sample=False,
                        pad_token_id=0)  # warm-up
         t0 = time.perf_counter()
@@ -289,9 +293,11 @@ def run_transformers(mdir, a, dtype):
             for k, (p, _) in enumerate(batch):
                 ids[k, P - len(p):] = torch.tensor(p)
                 mask[k, P - len(p):] = 1
-            out = model.generate(ids, attention_mask=mask, max_new_tokens=O, min_new_tokens=O, do_sample=False,
-                                 pad_token_id=0, use_cache=True)
+            out = model.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=O, min_new_tokens=O,
+                                 do_sample=False, pad_token_id=0, use_cache=True)
             assert out.shape[1] == P + O
+        if dev == "cuda":
+            torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     return {"tokens_per_s": sum(o for _, o in reqs) / wall, "wall_s": wall}
 
@@ -460,6 +466,10 @@ def main():
     ap.add_argument("--outputs", type=int, nargs="+", default=[16, 64, 256], help="output lengths, mixed")
     ap.add_argument("--prefill-chunk", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="zaya serve --device and transformers' device (cuda: one GPU for both, one at a time)")
+    ap.add_argument("--gpu-graphs", action="store_true",
+                    help="with --device cuda: also zaya serve with ZAYA_GPU_GRAPHS=1 (steps replayed as CUDA graphs)")
     ap.add_argument("--kv-memory", default="16M")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], help="weights: zaya --dtype, torch dtype")
@@ -477,6 +487,8 @@ def main():
                     help="measure prefix caching: requests sharing a system prompt of this many tokens")
     ap.add_argument("--suffix", type=int, default=24, help="with --shared-prefix: each request's own tokens")
     a = ap.parse_args()
+    if a.gpu_graphs and a.device != "cuda":
+        ap.error("--gpu-graphs needs --device cuda")
     if a.rsa:
         return run_rsa(a)
     work = tempfile.mkdtemp(prefix="zaya-serve-bench-")
@@ -502,6 +514,10 @@ def main():
                     z = run_zaya(mdir, cfg, a, dt)
                     runs.setdefault("zaya " + dt, []).append(z)
                     print(f"[{name}] zaya {dt} round {k + 1} {z}", file=sys.stderr, flush=True)
+                    if a.gpu_graphs:
+                        g = run_zaya(mdir, cfg, a, dt, graphs=True)
+                        runs.setdefault("zaya graphs " + dt, []).append(g)
+                        print(f"[{name}] zaya {dt} CUDA graphs round {k + 1} {g}", file=sys.stderr, flush=True)
                     if not a.no_hf:
                         h = run_transformers(mdir, a, dt)
                         runs.setdefault("transformers " + dt, []).append(h)
@@ -531,7 +547,7 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{a.requests} requests, {a.concurrency} at a time, prompts of {a.prompts} x outputs of {a.outputs} tokens "
-          f"(each combination equally often, shuffled), {a.threads} threads"
+          f"(each combination equally often, shuffled), {a.threads} threads" + (", on the GPU" if a.device == "cuda" else "")
           + (f"; medians of {a.rounds} alternating rounds (the run with the median tokens/s)" if a.rounds > 1 else "")
           + "\n")
     print("| model | weights | server | tokens/s | vs transformers | TTFT p50 / p99 | inter-token p50 / p99 | mean batch |")
@@ -548,6 +564,12 @@ def main():
             if h:
                 print(f"| {name} | {dt} | transformers generate, static batch {a.concurrency} | {h['tokens_per_s']:.0f} | "
                       f"1.0x | - | - | {a.concurrency} |")
+            g = r.get("zaya graphs " + dt)
+            if g:
+                gr = f"{g['tokens_per_s'] / h['tokens_per_s']:.1f}x" if h else "-"
+                print(f"| {name} | {dt} | zaya serve, CUDA graphs | {g['tokens_per_s']:.0f} | {gr} | "
+                      f"{g['ttft_p50_s'] * 1e3:.0f} / {g['ttft_p99_s'] * 1e3:.0f} ms | {g['itl_p50_s'] * 1e3:.1f} / "
+                      f"{g['itl_p99_s'] * 1e3:.1f} ms | {g['mean_batch']:.1f} |")
     if "capacity" in out:
         c = out["capacity"]
         print(f"\nKV memory {c['kv_memory']}, {c['context']}-token requests:\n")

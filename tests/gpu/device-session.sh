@@ -31,6 +31,8 @@
 #              Muon + AdamW (ZAYA_DEVICE_SLICE_OPTIMIZERS="adamw" for one), an optimizer step of 8 x 4 x 2048 =
 #              65,536 tokens (MFU at the real shapes)
 #     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16
+#     serve    bench/serve_bench.py --device cuda on bench-gpu, bf16: zaya serve (and with ZAYA_GPU_GRAPHS=1) against
+#              transformers' generate at 32 concurrent requests (tokens/s, TTFT and inter-token p50 / p99)
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
 #              every kernel's shape is bench-gpu's, a layer's kernels counted 9 times give the 18-layer step; totals
 #              per step over every step the process ran, the cuBLASLt peak probe left out)
@@ -214,6 +216,14 @@ session() {
                 echo "batch $b, KV $kv (exit $?): $(grep -E '^(decode|weights|KV cache) ' "$LOG/decode-b$b-$kv.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-330)"
             done
         done
+        pack
+    fi
+    if [[ $PARTS == *,serve,* ]]; then
+        stamp "serve: zaya serve --device $DEV against transformers, $CFG"
+        py_bench bench/serve_bench.py --device $DEV --gpu-graphs --configs $CFG --dtypes bf16 --no-capacity \
+            --threads 16 --concurrency 32 --requests 96 >"$LOG/serve.txt" 2>&1
+        echo "serve_bench exit $?"
+        grep -E '^(\||dry)' "$LOG/serve.txt" | tail -n 8
         pack
     fi
     if [[ $PARTS == *,profile,* ]]; then
