@@ -46,10 +46,11 @@ void gk_embed_backward(GkStream s, float *demb, float *dbias, float *dscale, con
 int gk_embed_plan(const int32_t *tokens, int rows, int V, int32_t *plan_rows, int32_t *plan_start, int32_t *plan_tok,
                   int32_t *work);
 /* Cross-entropy per row: row_loss[r] = lse − logit[target] (0 where target < 0); when dlogits, writes
- * (softmax − onehot) · dl_scale (dl_scale = dloss / n_valid, the host counts n_valid; ignored rows get 0).
+ * (softmax − onehot) · dl_scale (dl_scale = dloss / n_valid, the host counts n_valid; ignored rows get 0), and when
+ * dlogits16 the same values' bf16 bits (nearest even, as gk_f32_to_bf16 rounds them): either, both or neither.
  * One pass over the logits (online max and sum), no probabilities kept. */
-void gk_cross_entropy(GkStream s, float *dlogits, float *row_loss, const float *logits, const int32_t *targets,
-                      int rows, int V, float dl_scale);
+void gk_cross_entropy(GkStream s, float *dlogits, uint16_t *dlogits16, float *row_loss, const float *logits,
+                      const int32_t *targets, int rows, int V, float dl_scale);
 /* *out (device double) = Σ_r x[r] in a fixed order (one block). */
 void gk_sum(GkStream s, double *out, const float *x, long n);
 

@@ -4,6 +4,7 @@
  * fused multiply-add. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_test.h"
@@ -251,7 +252,7 @@ static void check_cross_entropy(GpuTest *t, int rows, int V, int ignore_every, i
     const float *d_logits = gt_up(t, logits, n);
     const int32_t *d_targets = gt_up_i(t, targets, rows);
     float *d_dl = with_grad ? gt_poison(t, n) : NULL, *d_loss = gt_poison(t, rows);
-    gk_cross_entropy(t->g->stream, d_dl, d_loss, d_logits, d_targets, rows, V, dl_scale);
+    gk_cross_entropy(t->g->stream, d_dl, NULL, d_loss, d_logits, d_targets, rows, V, dl_scale);
     snprintf(nm, sizeof nm, "xent row_loss %dx%d%s", rows, V, with_grad ? "" : " (no grad)");
     gt_check(t, nm, d_loss, row_loss, rows, TOL);
     if (!with_grad) {
@@ -270,10 +271,34 @@ static void check_cross_entropy(GpuTest *t, int rows, int V, int ignore_every, i
     gt_assert(t, e <= TOL, nm, "rel err %.2e (tol %.0e)", e, TOL);
     if (determinism) {
         float *d_dl2 = gt_poison(t, n), *d_loss2 = gt_poison(t, rows);
-        gk_cross_entropy(t->g->stream, d_dl2, d_loss2, d_logits, d_targets, rows, V, dl_scale);
+        gk_cross_entropy(t->g->stream, d_dl2, NULL, d_loss2, d_logits, d_targets, rows, V, dl_scale);
         const int same = same_bits(t, d_dl, d_dl2, n) && same_bits(t, d_loss, d_loss2, rows);
         snprintf(nm, sizeof nm, "xent deterministic %dx%d", rows, V);
         gt_assert(t, same, nm, "%s", same ? "two runs bit-identical" : "two runs differ");
+    }
+    /* the bf16 gradient (the head's products in bf16 runs read only it): zy_f32_to_bf16 of the fp32 one, bit for
+     * bit, written alone and beside the fp32 one; every element written (the buffer starts as 0xffff, a NaN) */
+    {
+        ZyErr e;
+        uint16_t *d16 = gt_dev(t, n * sizeof(uint16_t)), *d16b = gt_dev(t, n * sizeof(uint16_t));
+        uint16_t *h16 = malloc(n * sizeof *h16), *h16b = malloc(n * sizeof *h16b);
+        float *d_dl3 = gt_poison(t, n);
+        gpu_memset_async(t->g, d16, 0xff, n * sizeof(uint16_t));
+        gpu_memset_async(t->g, d16b, 0xff, n * sizeof(uint16_t));
+        gk_cross_entropy(t->g->stream, NULL, d16, NULL, d_logits, d_targets, rows, V, dl_scale);
+        gk_cross_entropy(t->g->stream, d_dl3, d16b, NULL, d_logits, d_targets, rows, V, dl_scale);
+        size_t wrong = 0, wrong_b = 0;
+        int ran = h16 && h16b && gpu_download(t->g, h16, d16, n * sizeof *h16, &e) == 0 &&
+                  gpu_download(t->g, h16b, d16b, n * sizeof *h16b, &e) == 0;
+        const float *f32 = gt_down(t, d_dl, n);
+        for (size_t i = 0; ran && i < n; i++) {
+            wrong += h16[i] != zy_f32_to_bf16(f32[i]);
+            wrong_b += h16b[i] != zy_f32_to_bf16(f32[i]);
+        }
+        snprintf(nm, sizeof nm, "xent bf16 dlogits %dx%d = bf16(fp32 dlogits)", rows, V);
+        gt_assert(t, ran && wrong == 0 && wrong_b == 0 && same_bits(t, d_dl, d_dl3, n), nm,
+                  "%s; %zu / %zu of %zu differ (alone / beside the fp32)", ran ? "ran" : e.msg, wrong, wrong_b, n);
+        free(h16), free(h16b);
     }
     gt_reset(t);
 }
