@@ -103,19 +103,41 @@ struct Shared {
     alignas(128) Scratch c[XWARPS];
 };
 
+__device__ __forceinline__ void zero_acc(tc::C (&acc)[XFM][XFN]) {
+#pragma unroll
+    for (int i = 0; i < XFM; i++)
+#pragma unroll
+        for (int j = 0; j < XFN; j++) tc::zero(acc[i][j]);
+}
+
+/* acc += this warp's share of one k-step: the shared tiles sa (A) and sb (B), in 16-deep fragments, k ascending. */
+template <int LA, int LB>
+__device__ __forceinline__ void warp_tile_mma(tc::C (&acc)[XFM][XFN], const uint16_t *sa, const uint16_t *sb) {
+    using SA = Smem<LA, XBM>;
+    using SB = Smem<LB, XBN>;
+    const int warp = (int)threadIdx.x / GPU_WARP, wm = warp / XWN, wn = warp % XWN;
+#pragma unroll
+    for (int kk = 0; kk < XBK; kk += 16) {
+        typename FragA<LA>::T fa[XFM];
+        typename FragB<LB>::T fb[XFN];
+#pragma unroll
+        for (int i = 0; i < XFM; i++) tc::load(fa[i], sa + SA::at((wm * XFM + i) * 16, kk), SA::ld);
+#pragma unroll
+        for (int j = 0; j < XFN; j++) tc::load(fb[j], sb + SB::at((wn * XFN + j) * 16, kk), SB::ld);
+#pragma unroll
+        for (int i = 0; i < XFM; i++)
+#pragma unroll
+            for (int j = 0; j < XFN; j++) tc::mma(acc[i][j], fa[i], fb[j]);
+    }
+}
+
 /* acc (this warp's 64 x 32 of the block's tile) = Σ_k A(m, k) B(k, n) over k in [k_beg, k_end), for m in [m0, m_end)
  * and n in [n0, n_end) (outside: zero). A's i is m, B's i is n. */
 template <int LA, int LB, bool VEC>
 __device__ __forceinline__ void tile_product(tc::C (&acc)[XFM][XFN], Shared &sh, const uint16_t *A, long lda, int m0,
                                              int m_end, const uint16_t *B, long ldb, int n0, int n_end, int k_beg,
                                              int k_end) {
-    using SA = Smem<LA, XBM>;
-    using SB = Smem<LB, XBN>;
-    const int warp = (int)threadIdx.x / GPU_WARP, wm = warp / XWN, wn = warp % XWN;
-#pragma unroll
-    for (int i = 0; i < XFM; i++)
-#pragma unroll
-        for (int j = 0; j < XFN; j++) tc::zero(acc[i][j]);
+    zero_acc(acc);
     Stage<LA, XBM, VEC> sa;
     Stage<LB, XBN, VEC> sb;
     if (k_beg < k_end) {
@@ -131,19 +153,7 @@ __device__ __forceinline__ void tile_product(tc::C (&acc)[XFM][XFN], Shared &sh,
             sa.load(A, lda, m0, m_end, k0 + XBK, k_end);
             sb.load(B, ldb, n0, n_end, k0 + XBK, k_end);
         }
-#pragma unroll
-        for (int kk = 0; kk < XBK; kk += 16) {
-            typename FragA<LA>::T fa[XFM];
-            typename FragB<LB>::T fb[XFN];
-#pragma unroll
-            for (int i = 0; i < XFM; i++) tc::load(fa[i], sh.a + SA::at((wm * XFM + i) * 16, kk), SA::ld);
-#pragma unroll
-            for (int j = 0; j < XFN; j++) tc::load(fb[j], sh.b + SB::at((wn * XFN + j) * 16, kk), SB::ld);
-#pragma unroll
-            for (int i = 0; i < XFM; i++)
-#pragma unroll
-                for (int j = 0; j < XFN; j++) tc::mma(acc[i][j], fa[i], fb[j]);
-        }
+        warp_tile_mma<LA, LB>(acc, sh.a, sh.b);
     }
 }
 
@@ -176,13 +186,7 @@ template <int LA, int LB>
 __device__ __forceinline__ void tile_product_async(tc::C (&acc)[XFM][XFN], uint16_t *ring, const uint16_t *A,
                                                    long lda, int m0, int m_end, const uint16_t *B, long ldb, int n0,
                                                    int n_end, int k_beg, int k_end) {
-    using SA = Smem<LA, XBM>;
-    using SB = Smem<LB, XBN>;
-    const int warp = (int)threadIdx.x / GPU_WARP, wm = warp / XWN, wn = warp % XWN;
-#pragma unroll
-    for (int i = 0; i < XFM; i++)
-#pragma unroll
-        for (int j = 0; j < XFN; j++) tc::zero(acc[i][j]);
+    zero_acc(acc);
     const int nk = k_beg < k_end ? (k_end - k_beg + XBK - 1) / XBK : 0;
 #pragma unroll
     for (int t = 0; t < XSTAGES - 1; t++) {
@@ -204,19 +208,7 @@ __device__ __forceinline__ void tile_product_async(tc::C (&acc)[XFM][XFN], uint1
         }
         gk_async_commit();
         const uint16_t *sa = ring + (size_t)(t % XSTAGES) * 2 * XTILE, *sb = sa + XTILE;
-#pragma unroll
-        for (int kk = 0; kk < XBK; kk += 16) {
-            typename FragA<LA>::T fa[XFM];
-            typename FragB<LB>::T fb[XFN];
-#pragma unroll
-            for (int i = 0; i < XFM; i++) tc::load(fa[i], sa + SA::at((wm * XFM + i) * 16, kk), SA::ld);
-#pragma unroll
-            for (int j = 0; j < XFN; j++) tc::load(fb[j], sb + SB::at((wn * XFN + j) * 16, kk), SB::ld);
-#pragma unroll
-            for (int i = 0; i < XFM; i++)
-#pragma unroll
-                for (int j = 0; j < XFN; j++) tc::mma(acc[i][j], fa[i], fb[j]);
-        }
+        warp_tile_mma<LA, LB>(acc, sa, sb);
     }
 }
 
