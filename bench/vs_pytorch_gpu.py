@@ -28,7 +28,8 @@ def torch_worker(args):
     torch.manual_seed(0)
     cfg = ZayaConfig.from_json_file(args.config)
     if args.worker == "generate":  # bf16 weights, greedy, the cache transformers builds
-        model = ZayaForCausalLM(cfg).to(torch.bfloat16).cuda().eval()
+        with torch.device("cuda"):  # initialised on the GPU: a 2 B model's CPU initialisation takes minutes
+            model = ZayaForCausalLM(cfg).to(torch.bfloat16).eval()
         prompt = torch.randint(3, cfg.vocab_size, (args.batch, args.decode_context), device="cuda")
         n = args.decode_tokens
         with torch.no_grad():
@@ -41,7 +42,8 @@ def torch_worker(args):
         print(json.dumps({"decode_tokens_per_s": args.batch * n / dt, "batch": args.batch}))
         return
     dev = args.device
-    model = ZayaForCausalLM(cfg).float().to(dev).train()
+    with torch.device(dev):  # initialised where it trains (on the GPU: seconds, not the CPU's minutes at 2 B)
+        model = ZayaForCausalLM(cfg).float().train()
     step_model = torch.compile(model) if args.worker == "compile" else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=dev == "cuda")
     vocab, K = cfg.vocab_size, args.micro_batches
