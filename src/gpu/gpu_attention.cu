@@ -486,8 +486,6 @@ __global__ void __launch_bounds__(NT, 2)
 
 /* ---- launchers ---------------------------------------------------------------------------------------------- */
 
-inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Above 48 KB of dynamic shared memory needs the opt-in (cheap; per device, so set at every launch). */
 template <class K>
 inline void allow_smem(K *kernel, size_t bytes) {

@@ -627,8 +627,6 @@ constexpr int FWD_BC = 64; /* forward key tile */
 constexpr int DKV_BQ = 32; /* dK/dV query tile (64 doubles the registers the transposed scores need) */
 constexpr int DQ_BC = 64;  /* dQ key tile */
 
-inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Above 48 KB of dynamic shared memory needs the opt-in (per device, so set at every launch); false when the
  * device refuses (too little shared memory): the caller falls back to the fp32 kernels. */
 template <class Kern>

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include <initializer_list>
+
 #ifdef ZAYA_GPU_EMU
 #include "cuda_emu.h" /* tests/gpu/emu: this source run on the CPU */
 #else
@@ -141,6 +143,41 @@ __device__ __forceinline__ void gk_async_wait() {
 #if GK_CP_ASYNC
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
+}
+
+/* Row kernels' vector moves (gpu_norms.cu, gpu_xent.cu). W consecutive floats: W = 4 moves them as one float4 (the caller checked the alignment), W = 1 one float. */
+template <int W>
+struct Pack {
+    float v[W];
+};
+template <int W>
+__device__ __forceinline__ Pack<W> load_pack(const float *p) {
+    Pack<W> r;
+    if constexpr (W == 4) {
+        const float4 t = *reinterpret_cast<const float4 *>(p);
+        r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
+    } else {
+        r.v[0] = *p;
+    }
+    return r;
+}
+template <int W>
+__device__ __forceinline__ void store_pack(float *p, const Pack<W> &a) {
+    if constexpr (W == 4)
+        *reinterpret_cast<float4 *>(p) = make_float4(a.v[0], a.v[1], a.v[2], a.v[3]);
+    else
+        *p = a.v[0];
+}
+
+static inline bool aligned16(const void *p) { return p == nullptr || ((uintptr_t)p & 15u) == 0; }
+
+/* float4 moves are possible when every row starts on a 16-byte boundary: dim a multiple of 4 and all bases
+ * aligned (cudaMalloc'd buffers are; sub-buffers at odd offsets fall back to scalar loads). */
+static inline bool can_vec4(int dim, std::initializer_list<const void *> ptrs) {
+    if (dim % 4) return false;
+    for (const void *p : ptrs)
+        if (!aligned16(p)) return false;
+    return true;
 }
 
 /* bf16 → fp32: exact (the bits move up 16 places). */

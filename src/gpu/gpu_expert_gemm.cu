@@ -324,8 +324,6 @@ expert_wgrad_async_kernel(const int32_t *off, int M, int N, const uint16_t *A, i
 #endif
 }
 
-inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 int expert_kernel = GK_EXPERT_ASYNC; /* gk_expert_kernel */
 
 /* The async form where it was chosen and the device gives its shared memory (above 48 KB needs the opt-in, asked at
@@ -354,7 +352,7 @@ extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows
     if (E <= 0 || max_rows <= 0 || N <= 0 || K <= 0) return;
     const int ldw = trans_w ? K : N;
     const bool vec = K % 8 == 0 && lda % 8 == 0 && ldw % 8 == 0 && w_stride % 8 == 0 && (trans_w || N % 8 == 0) &&
-                     al16(A) && al16(W);
+                     aligned16(A) && aligned16(W);
     const dim3 grid((unsigned)((max_rows + XBM - 1) / XBM + E), (unsigned)((N + XBN - 1) / XBN)), block(XNT);
     void (*k)(const int32_t *, int, int, int, const uint16_t *, int, const uint16_t *, long, int, float, float *, int);
     if (vec && use_async(trans_w ? expert_rows_async_kernel<IK> : expert_rows_async_kernel<KI>)) {
@@ -374,7 +372,7 @@ extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows
 extern "C" void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
                                    const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg) {
     if (E <= 0 || M <= 0 || N <= 0) return;
-    const bool vec = M % 8 == 0 && N % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 && al16(A) && al16(B);
+    const bool vec = M % 8 == 0 && N % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 && aligned16(A) && aligned16(B);
     const dim3 grid((unsigned)((N + XBN - 1) / XBN), (unsigned)((M + XBM - 1) / XBM), (unsigned)E), block(XNT);
     void (*k)(const int32_t *, int, int, const uint16_t *, int, const uint16_t *, int, float, float *, long, int) =
         vec ? expert_wgrad_kernel<true> : expert_wgrad_kernel<false>;

@@ -1,13 +1,10 @@
-/* gpu_norms: RMSNorm, the residual merge fused with it, the input embedding and the cross-entropy loss on the GPU
- * (gpu_kernels.h). Each op computes its CPU namesake's maths (src/kernels/kernels.inc) with the same layouts.
- * Layout of the work: the norms give a block to a row (the row is read twice, the second time from L1), the
+/* gpu_norms: RMSNorm, the residual merge fused with it and the input embedding on the GPU (gpu_kernels.h; the
+ * cross-entropy is gpu_xent.cu). Each op computes its CPU namesake's maths (src/kernels/kernels.inc) with the same
+ * layouts. Layout of the work: the norms give a block to a row (the row is read twice, the second time from L1), the
  * embedding ops a warp to a row; column sums (parameter gradients) use col_sums below, whose summation order
- * depends only on the shape; the cross-entropy gives one block to a row. No float atomics anywhere: every run gives
- * the same bits. */
+ * depends only on the shape. No float atomics anywhere: every run gives the same bits. */
 #include <math.h>
 #include <string.h>
-
-#include <initializer_list>
 
 #include "gpu_common.cuh"
 #include "gpu_kernels.h"
@@ -16,41 +13,6 @@
 
 #define ROW_THREADS 256 /* warp-per-row kernels (embedding): 8 rows a block, 4 on a 64-wide AMD warp */
 #define ROWS_PER_BLOCK (ROW_THREADS / GPU_WARP)
-
-/* W consecutive floats: W = 4 moves them as one float4 (the caller checked the alignment), W = 1 one float. */
-template <int W>
-struct Pack {
-    float v[W];
-};
-template <int W>
-__device__ __forceinline__ Pack<W> load_pack(const float *p) {
-    Pack<W> r;
-    if constexpr (W == 4) {
-        const float4 t = *reinterpret_cast<const float4 *>(p);
-        r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
-    } else {
-        r.v[0] = *p;
-    }
-    return r;
-}
-template <int W>
-__device__ __forceinline__ void store_pack(float *p, const Pack<W> &a) {
-    if constexpr (W == 4)
-        *reinterpret_cast<float4 *>(p) = make_float4(a.v[0], a.v[1], a.v[2], a.v[3]);
-    else
-        *p = a.v[0];
-}
-
-static inline bool aligned16(const void *p) { return p == nullptr || ((uintptr_t)p & 15u) == 0; }
-
-/* float4 moves are possible when every row starts on a 16-byte boundary: dim a multiple of 4 and all bases
- * aligned (cudaMalloc'd buffers are; sub-buffers at odd offsets fall back to scalar loads). */
-static inline bool can_vec4(int dim, std::initializer_list<const void *> ptrs) {
-    if (dim % 4) return false;
-    for (const void *p : ptrs)
-        if (!aligned16(p)) return false;
-    return true;
-}
 
 /* Warp-per-row loop: every lane of a warp walks the same rows (the warp reductions need all lanes). */
 #define FOR_EACH_ROW_OF_WARP(r, rows)                                                                            \
@@ -454,100 +416,6 @@ extern "C" int gk_embed_plan(const int32_t *tokens, int rows, int V, int32_t *pl
     for (int r = 0; r < rows; r++)
         if (tokens[r] >= 0 && tokens[r] < V) plan_rows[work[tokens[r]]++] = r;
     return n_uniq;
-}
-
-/* ---- cross-entropy ---------------------------------------------------------------------------------------- */
-
-/* One block a row. Pass 1 (the only full read for the loss): each thread keeps a running max m and
- * s = Σ exp(l − m) over its elements, rescaling s when m grows (once per W-chunk); the block then combines
- * (m, s) into the row max M and Σ exp(l − M) in double. Pass 2 (when dlogits) reads the logits again and writes
- * (softmax − onehot)·dl_scale, in fp32 (dlogits) or as its bf16 bits (dlogits16: the head's backward products read
- * nothing else in bf16 runs, so the same value rounded here spares the fp32 gradient's write and the rounding pass
- * each product made of it). A chunk that is all −inf adds nothing (exp(−inf − −inf) would be NaN); NaN logits
- * still make the loss NaN, as on the CPU. */
-template <int W>
-__device__ __forceinline__ void store_bf16_pack(uint16_t *p, const Pack<W> &a) {
-    if constexpr (W == 4)
-        *reinterpret_cast<ushort4 *>(p) =
-            make_ushort4(gk_bf16_bits(a.v[0]), gk_bf16_bits(a.v[1]), gk_bf16_bits(a.v[2]), gk_bf16_bits(a.v[3]));
-    else
-        *p = gk_bf16_bits(a.v[0]);
-}
-
-template <int W>
-__global__ void cross_entropy_kernel(float *dlogits, uint16_t *dlogits16, float *row_loss, const float *logits,
-                                     const int32_t *targets, int rows, int V, float dl_scale) {
-    __shared__ float red_max[32];
-    __shared__ double red_sum[32];
-    for (long r = blockIdx.x; r < rows; r += gridDim.x) { /* r is block-uniform: the barriers below are safe */
-        const float *l = logits + r * V;
-        float *dl = dlogits ? dlogits + r * V : nullptr;
-        uint16_t *dl16 = dlogits16 ? dlogits16 + r * V : nullptr;
-        const int t = targets[r];
-        if (t < 0) { /* ignored row: loss 0, gradient 0 */
-            if (threadIdx.x == 0 && row_loss) row_loss[r] = 0;
-            const Pack<W> zero = {};
-            for (int i = threadIdx.x * W; (dl || dl16) && i < V; i += blockDim.x * W) {
-                if (dl) store_pack<W>(dl + i, zero);
-                if (dl16) store_bf16_pack<W>(dl16 + i, zero);
-            }
-            continue;
-        }
-        /* the target's logit read before the barriers below: dlogits may alias logits (pass 2 then overwrites it) */
-        const float target_logit = threadIdx.x == 0 && t < V ? l[t] : 0.0f;
-        float m = -INFINITY, sum = 0;
-        for (int i = threadIdx.x * W; i < V; i += blockDim.x * W) {
-            const Pack<W> a = load_pack<W>(l + i);
-            float cm = a.v[0];
-#pragma unroll
-            for (int k = 1; k < W; k++) cm = fmaxf(cm, a.v[k]);
-            if (cm > m) {
-                sum *= expf(m - cm);
-                m = cm;
-            }
-            if (cm != -INFINITY) {
-#pragma unroll
-                for (int k = 0; k < W; k++) sum += expf(a.v[k] - m);
-            }
-        }
-        const float M = block_max(m, red_max);
-        const double part = m == -INFINITY ? 0.0 : (double)sum * (double)expf(m - M);
-        const double total = block_sum_d(part, red_sum);
-        if (threadIdx.x == 0 && row_loss) {
-            const double lse = (double)M + log(total);
-            row_loss[r] = t < V ? (float)(lse - target_logit) : NAN; /* a target past the vocabulary: a NaN */
-        }
-        if (dl || dl16) {
-            const float scale = (float)((double)dl_scale / total);
-            for (int i = threadIdx.x * W; i < V; i += blockDim.x * W) {
-                const Pack<W> a = load_pack<W>(l + i);
-                Pack<W> p;
-#pragma unroll
-                for (int k = 0; k < W; k++) {
-                    p.v[k] = expf(a.v[k] - M) * scale;
-                    if (i + k == t) p.v[k] -= dl_scale;
-                }
-                if (dl) store_pack<W>(dl + i, p);
-                if (dl16) store_bf16_pack<W>(dl16 + i, p);
-            }
-        }
-    }
-}
-
-extern "C" void gk_cross_entropy(GkStream s, float *dlogits, uint16_t *dlogits16, float *row_loss,
-                                 const float *logits, const int32_t *targets, int rows, int V, float dl_scale) {
-    if (rows <= 0 || V <= 0) return;
-    /* enough threads to keep a long row's loads in flight, few for a short row (multiples of 64: any warp size) */
-    const int threads = V >= 32768 ? 512 : V >= 4096 ? 256 : V >= 512 ? 128 : 64;
-    const int blocks = rows < 65535 * 16 ? rows : 65535 * 16;
-    /* 4-wide: every fp32 row 16-byte aligned, every bf16 row 8-byte aligned (V % 4 == 0 and aligned bases) */
-    if (can_vec4(V, {logits, dlogits, dlogits16}))
-        cross_entropy_kernel<4>
-            <<<blocks, threads, 0, s>>>(dlogits, dlogits16, row_loss, logits, targets, rows, V, dl_scale);
-    else
-        cross_entropy_kernel<1>
-            <<<blocks, threads, 0, s>>>(dlogits, dlogits16, row_loss, logits, targets, rows, V, dl_scale);
-    GK_LAUNCH_CHECK();
 }
 
 /* ---- sum -------------------------------------------------------------------------------------------------- */

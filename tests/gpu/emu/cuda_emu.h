@@ -36,10 +36,16 @@ struct float2 {
 struct float4 {
     float x, y, z, w;
 };
+struct ushort4 {
+    unsigned short x, y, z, w;
+};
 inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline ushort4 make_ushort4(unsigned short a, unsigned short b, unsigned short c, unsigned short d) {
+    return ushort4{a, b, c, d};
+}
 inline unsigned __float_as_uint(float f) {
     unsigned u;
     std::memcpy(&u, &f, 4);
