@@ -53,11 +53,6 @@ static void mm16(GpuModel *gm, int ta, int tb, int M, int N, int K, const float 
     ZyErr e;
     if (gpu_gemm(&gm->g, ta, tb, M, N, K, 1.0f, A, A16, lda, B, B16, ldb, beta, C, ldc, &e)) fail_once(gm, &e);
 }
-/* The same with weights as B (B16 their bf16 view, or NULL). */
-static void mm(GpuModel *gm, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
-               const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
-    mm16(gm, ta, tb, M, N, K, A, NULL, lda, B, B16, ldb, beta, C, ldc);
-}
 /* gpu_mm_wt with A's bf16 view (or NULL). */
 static void mm_wt16(GpuModel *gm, int M, int N, int K, const float *A, const uint16_t *A16, int lda, const float *W,
                     const uint16_t *W16, float *C, int ldc) {
@@ -854,16 +849,12 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
      * ZAYA1-8B's 262,272-token vocabulary ~8 ms of every 8,192-token micro-batch on an H200). Placed on a 256-byte
      * boundary inside the buffer (half its bytes suffice), as the products' own rounded copies are, so cuBLASLt picks
      * the same algorithm for it and the step keeps its bits. */
-    if (gm->bf16 && gm->op16[0] && gm->op16_elems > 0 && (size_t)N * V >= 256) {
-        uint16_t *dl16 = (uint16_t *)(((uintptr_t)d->d_logits + 255) & ~(uintptr_t)255);
-        if (loss_pass(gm, targets, NULL, dl16, err)) return -1;
-        mm16(gm, 0, 0, N, D, V, NULL, dl16, V, w->lm_head, gpu_bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
-        mm16(gm, 1, 0, V, D, N, NULL, dl16, V, a->final_normed, NULL, D, 1, g->lm_head, D);
-    } else {
-        if (loss_pass(gm, targets, d->d_logits, NULL, err)) return -1;
-        mm(gm, 0, 0, N, D, V, d->d_logits, V, w->lm_head, gpu_bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
-        mm(gm, 1, 0, V, D, N, d->d_logits, V, a->final_normed, NULL, D, 1, g->lm_head, D);
-    }
+    const int ce16 = gm->bf16 && gm->op16[0] && gm->op16_elems > 0 && (size_t)N * V >= 256;
+    uint16_t *dl16 = ce16 ? (uint16_t *)(((uintptr_t)d->d_logits + 255) & ~(uintptr_t)255) : NULL;
+    float *dl = ce16 ? NULL : d->d_logits;
+    if (loss_pass(gm, targets, dl, dl16, err)) return -1;
+    mm16(gm, 0, 0, N, D, V, dl, dl16, V, w->lm_head, gpu_bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
+    mm16(gm, 1, 0, V, D, N, dl, dl16, V, a->final_normed, NULL, D, 1, g->lm_head, D);
     gpu_tock(gm, PHASE_HEAD, &t0);
     const int Last = c->num_layers - 1;
     gpu_zero(gm, d->d_x, (size_t)N * D);
