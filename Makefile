@@ -58,6 +58,20 @@ CFLAGS    += -DZAYA_CUDA=1
 NCCL      ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(filter 1,$(NCCL)),-lnccl) -lcublasLt -lcudart -lstdc++
 $(BUILD)/src/gpu/gpu_comm.o: CFLAGS += -isystem $(CUDA_HOME)/include $(if $(filter 1,$(NCCL)),,-DZAYA_NO_NCCL)
+# CUTLASS's headers (PyPI's nvidia-cutlass: scripts/install-deps.sh installs it where nvcc is; CUTLASS_INCLUDE points
+# elsewhere) for the experts' grouped products on Hopper's wgmma + TMA (src/gpu/gpu_expert_gemm_sm90.cu, compiled for
+# sm_90a alone, with NDEBUG: a device assert would serialise the wgmma pipeline). Without them, or with CUTLASS=0, that
+# file is left out and the experts run on the WMMA kernels on every GPU.
+CUTLASS_INCLUDE ?= $(shell python3 -c 'import importlib.util as u, os; s = u.find_spec("cutlass_library"); \
+                   print(os.path.join(os.path.dirname(s.origin), "source", "include") if s else "")' 2>/dev/null)
+CUTLASS   ?= $(if $(wildcard $(CUTLASS_INCLUDE)/cutlass/gemm/group_array_problem_shape.hpp),1,0)
+ifeq ($(CUTLASS),1)
+$(BUILD)/src/gpu/gpu_expert_gemm.o: override NVCCFLAGS += -DZAYA_CUTLASS=1
+$(BUILD)/src/gpu/gpu_expert_gemm_sm90.o: override CUDA_ARCH = -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/src/gpu/gpu_expert_gemm_sm90.o: override NVCCFLAGS += -DNDEBUG --expt-relaxed-constexpr -isystem $(CUTLASS_INCLUDE)
+else
+GPU_CU    := $(filter-out src/gpu/gpu_expert_gemm_sm90.cu,$(GPU_CU))
+endif
 else
 # gpu_weight_upload.c is host code (what goes up, from where): built here too, so the unit tests walk it
 GPU_SRC   := src/gpu/gpu_none.c src/gpu/gpu_weight_upload.c

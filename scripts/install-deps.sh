@@ -33,4 +33,13 @@ then
     echo "[deps] python3 -m pip install -r tests/requirements.txt"
     python3 -m pip install -q -r tests/requirements.txt
 fi
+# CUTLASS's headers where the CUDA toolkit is (PyPI's nvidia-cutlass, headers only: --no-deps skips its Python
+# interface's packages): the experts' grouped products on Hopper's wgmma + TMA (src/gpu/gpu_expert_gemm_sm90.cu).
+# Pinned to the version the GPU build is checked with (nvcc 13.0).
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    if ! python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("cutlass_library") is None)' 2>/dev/null; then
+        echo "[deps] python3 -m pip install --no-deps nvidia-cutlass==4.2.0.0 (CUTLASS's headers, for the GPU build)"
+        python3 -m pip install -q --no-deps nvidia-cutlass==4.2.0.0
+    fi
+fi
 echo "[deps] ok"

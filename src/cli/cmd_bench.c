@@ -317,7 +317,8 @@ static int bench_gemm(int argc, char **argv) {
             printf("usage: zaya bench gemm [--device cpu|cuda|cuda:N] [--n SIZE] [--weights OUTxIN]\n"
                    "  n x n x n products, fp32 and bf16 operands (fp32 sums): the measured peak that MFU is quoted\n"
                    "  against (default n: 1024 on a CPU, 8192 on a GPU); on a GPU also a MoE layer's expert products,\n"
-                   "  grouped on the device against one cuBLASLt product per expert\n"
+                   "  grouped on the device (each form) against one cuBLASLt product per expert, at bench-gpu's and\n"
+                   "  ZAYA1-8B's widths\n"
                    "  --weights OUTxIN: instead, a layer weight [OUT, IN] applied to 1..256 rows (decoding, serving):\n"
                    "  zaya's kernels against sgemm (fp32 weights) and widened panels + sgemm (bf16), side by side (CPU)\n");
             return 0;
@@ -363,16 +364,30 @@ static int bench_gemm(int argc, char **argv) {
     printf("gpu  %s  %dx%dx%d  fp32 %.1f TFLOP/s (no TF32)  bf16 %.1f TFLOP/s (cuBLASLt)", g.name, n, n, n, f32, b16);
     if (dense > 0) printf("  = %.1f%% of the %.0f TFLOP/s datasheet peak", 100 * b16 / dense, dense);
     printf("\n");
-    /* the experts of a bench-gpu MoE layer: 16 of 1024 x 1024 over the 16/17 of 4 x 2048 rows a skip expert leaves */
-    double grouped = -1, async = -1, loop = -1;
-    const int rc = gpu_expert_gemm_probe(&g, 16, 7710, 1024, 1024, 10, &grouped, &async, &loop, &err);
-    if (rc == 0)
-        printf("gpu  experts  a MoE layer's 6 products, 16 experts of 1024 x 1024 over 7710 rows (bf16): grouped "
-               "%.1f TFLOP/s (6 launches; staged form %.1f), per-expert cuBLASLt %.1f TFLOP/s (96 products): "
-               "%.2fx\n",
-               async, grouped, loop, loop > 0 ? async / loop : 0.0);
-    else
-        fprintf(stderr, "zaya: bench gemm: the experts' products: %s\n", err.msg);
+    /* a MoE layer's experts at bench-gpu's shapes (16 of 1024 x 1024 over the 16/17 of 4 x 2048 rows a skip expert
+     * leaves) and at ZAYA1-8B's (16 of 2048 x 2048 over 16/17 of a 4 x 2048 micro-batch) */
+    static const struct { const char *name; int E, rows, D, I; } shapes[] = {
+        {"bench-gpu", 16, 7710, 1024, 1024},
+        {"ZAYA1-8B", 16, 7710, 2048, 2048},
+    };
+    int rc = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && rc == 0; k++) {
+        double tf[GPU_EXPERT_PROBE_FORMS];
+        rc = gpu_expert_gemm_probe(&g, shapes[k].E, shapes[k].rows, shapes[k].D, shapes[k].I, 10, tf, &err);
+        if (rc) {
+            fprintf(stderr, "zaya: bench gemm: the experts' products (%s): %s\n", shapes[k].name, err.msg);
+            break;
+        }
+        printf("gpu  experts  %s MoE layer's 6 products, %d experts of %d x %d over %d rows (bf16), TFLOP/s: ",
+               shapes[k].name, shapes[k].E, shapes[k].D, shapes[k].I, shapes[k].rows);
+        if (tf[GPU_EXPERT_PROBE_SM90] > 0)
+            printf("grouped wgmma+TMA (sm90) %.1f = %.1f%% of the dense bf16 product, ", tf[GPU_EXPERT_PROBE_SM90],
+                   b16 > 0 ? 100 * tf[GPU_EXPERT_PROBE_SM90] / b16 : 0.0);
+        else
+            printf("grouped wgmma+TMA (sm90) not here, ");
+        printf("grouped WMMA async %.1f, staged %.1f (6 launches each), per-expert cuBLASLt %.1f (%d products)\n",
+               tf[GPU_EXPERT_PROBE_ASYNC], tf[GPU_EXPERT_PROBE_STAGED], tf[GPU_EXPERT_PROBE_LOOP], 6 * shapes[k].E);
+    }
     gpu_close(&g);
     return f32 > 0 && b16 > 0 && rc == 0 ? 0 : 1;
 }

@@ -133,7 +133,8 @@ static int report_gpu(const char *config_path, const StepBackend *be, BenchData 
            bf16 ? "bf16 products (cuBLASLt, fp32 accumulation) and tensor-core attention (head dim 64/128); fp32 "
                   "master weights, optimizer state, norms, softmax statistics and loss"
                 : "fp32 throughout (no TF32)",
-           grouped == 2   ? "grouped on the device (one launch each; cp.async into a ring of tiles)"
+           grouped == 3   ? "grouped on the device (one launch each; wgmma + TMA, CUTLASS's sm90 grouped GEMM)"
+           : grouped == 2 ? "grouped on the device (one launch each; cp.async into a ring of tiles)"
            : grouped == 1 ? "grouped on the device (one launch each; staged form)"
                           : "one cuBLASLt product per expert");
     printf("step         median %.4f s per optimizer step (min %.4f, max %.4f)\n", median, times[0],

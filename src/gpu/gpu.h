@@ -83,10 +83,13 @@ double gpu_dense_bf16_peak_tflops(const GpuCtx *g);
 double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps);
 
 /* The experts' six products of a MoE layer (E experts over `rows` routed rows, hidden and intermediate sizes, bf16):
- * grouped on the device (gk_expert_mm) in both forms (staged, async: gk_expert_kernel) and one cuBLASLt product per
- * expert, TFLOP/s of each over `reps` layers. Returns 0 or -1 (err). */
-int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int hidden, int inter, int reps, double *grouped_tflops,
-                          double *async_tflops, double *loop_tflops, ZyErr *err);
+ * grouped on the device (gk_expert_mm) in each form (staged, async, sm90: gk_expert_kernel's; sm90 only where it can
+ * run, else -1) and one cuBLASLt product per expert (loop), TFLOP/s of each over `reps` layers into tflops[form].
+ * Returns 0 or -1 (err). */
+enum { GPU_EXPERT_PROBE_STAGED, GPU_EXPERT_PROBE_ASYNC, GPU_EXPERT_PROBE_SM90, GPU_EXPERT_PROBE_LOOP,
+       GPU_EXPERT_PROBE_FORMS };
+int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int hidden, int inter, int reps,
+                          double tflops[GPU_EXPERT_PROBE_FORMS], ZyErr *err);
 
 /* A strided batch of gpu_gemm products in one launch: for i in [0, batch), C_i = alpha op(A_i) op(B_i) + beta C_i with
  * A_i = A + i·stride_a (and A16 + i·stride_a), B_i = B + i·stride_b, C_i = C + i·stride_c (elements), each one

@@ -518,11 +518,13 @@ extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {
 
 /* A MoE layer's six expert products (gate_up and down forward, their input and weight gradients) at E experts sharing
  * `rows` routed rows unevenly (±50% around the mean, as routing does), hidden D, intermediate I, bf16 operands: grouped
- * (gk_expert_mm / gk_expert_mm_wgrad, sizes read on the device) and one cuBLASLt product per expert (gpu_gemm, sizes
- * from the host), each timed over `reps` layers after two warm-ups. 18·rows·D·I FLOP a layer. */
-extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, int reps, double *grouped_tflops,
-                                     double *async_tflops, double *loop_tflops, ZyErr *err) {
-    *grouped_tflops = *async_tflops = *loop_tflops = -1;
+ * (gk_expert_mm / gk_expert_mm_wgrad, sizes read on the device) in each form of gk_expert_kernel, and one cuBLASLt
+ * product per expert (gpu_gemm, sizes from the host), each timed over `reps` layers after two warm-ups. 18·rows·D·I
+ * FLOP a layer. The sm90 form is timed only where it runs (else its entry stays -1): its launchers are called
+ * directly, so a fallback to the WMMA kernels cannot pass for it. */
+extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, int reps,
+                                     double tflops[GPU_EXPERT_PROBE_FORMS], ZyErr *err) {
+    for (int f = 0; f < GPU_EXPERT_PROBE_FORMS; f++) tflops[f] = -1;
     if (E < 1 || E > 1024 || rows < E || D < 1 || I < 1 || reps < 1) return zy_fail(err, "expert probe: bad sizes");
     int32_t *off = (int32_t *)malloc((size_t)(E + 1) * sizeof(int32_t));
     if (!off) return zy_fail(err, "out of memory");
@@ -550,21 +552,40 @@ extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, i
         gpuMemsetAsync(b32, 0, n32 * 4, g->stream);
         const int saved = g->bf16, form = gk_expert_kernel(-1);
         g->bf16 = 1;
-        for (int mode = 0; mode < 3; mode++) { /* grouped staged, grouped async, per expert */
+        rc = 0;
+        for (int mode = 0; mode < GPU_EXPERT_PROBE_FORMS && rc == 0; mode++) {
+            if (mode == GPU_EXPERT_PROBE_SM90 && !gk_expert_sm90_ready()) continue;
             int bad = 0;
             void *timer = NULL;
-            if (mode < 2) gk_expert_kernel(mode == 0 ? GK_EXPERT_STAGED : GK_EXPERT_ASYNC);
-            for (int r = -2; r < reps; r++) {
+            if (mode != GPU_EXPERT_PROBE_LOOP) gk_expert_kernel(mode == GPU_EXPERT_PROBE_STAGED ? GK_EXPERT_STAGED
+                                                                : mode == GPU_EXPERT_PROBE_ASYNC ? GK_EXPERT_ASYNC
+                                                                                                 : GK_EXPERT_SM90);
+            for (int r = -2; r < reps && !bad; r++) {
                 if (r == 0) timer = gpu_timer_start(g);
-                if (mode < 2) {
-                    gk_expert_mm(g->stream, d_off, E, rows, (int)I2, D, X, D, Wgu, (long)I2 * D, 1, 0.0f, gu, (int)I2);
-                    gk_expert_mm(g->stream, d_off, E, rows, D, I, act, I, Wd, (long)D * I, 1, 0.0f, out, D);
-                    gk_expert_mm(g->stream, d_off, E, rows, I, D, dy, D, Wd, (long)D * I, 0, 0.0f, dact, I);
-                    gk_expert_mm_wgrad(g->stream, d_off, E, D, I, dy, D, act, I, 1.0f, Gd, (long)D * I, I);
-                    gk_expert_mm(g->stream, d_off, E, rows, D, (int)I2, dgu, (int)I2, Wgu, (long)I2 * D, 0, 0.0f, din,
-                                 D);
-                    gk_expert_mm_wgrad(g->stream, d_off, E, (int)I2, D, dgu, (int)I2, X, D, 1.0f, Ggu, (long)I2 * D,
-                                       D);
+                if (mode != GPU_EXPERT_PROBE_LOOP) {
+                    /* the sm90 form through its launchers themselves: -1 is a failure here, not a fallback */
+                    const bool sm90 = mode == GPU_EXPERT_PROBE_SM90;
+                    GkStream s = g->stream;
+                    auto mm = [&](int N, int K, const uint16_t *A, const uint16_t *W, int trans_w, float *C) {
+                        const long ws = (long)N * K;
+                        if (sm90)
+                            bad |= gk_expert_mm_sm90(s, d_off, E, N, K, A, K, W, ws, trans_w, 0.0f, C, N) != 0;
+                        else
+                            gk_expert_mm(s, d_off, E, rows, N, K, A, K, W, ws, trans_w, 0.0f, C, N);
+                    };
+                    auto wgrad = [&](int M, int N, const uint16_t *A, const uint16_t *B, float *G) {
+                        if (sm90)
+                            bad |= gk_expert_mm_wgrad_sm90(s, d_off, E, M, N, A, M, B, N, 1.0f, G, (long)M * N, N) != 0;
+                        else
+                            gk_expert_mm_wgrad(s, d_off, E, M, N, A, M, B, N, 1.0f, G, (long)M * N, N);
+                    };
+                    mm((int)I2, D, X, Wgu, 1, gu);  /* gate_up forward */
+                    mm(D, I, act, Wd, 1, out);      /* down forward */
+                    mm(I, D, dy, Wd, 0, dact);      /* down's input gradient */
+                    wgrad(D, I, dy, act, Gd);       /* down's weight gradient */
+                    mm(D, (int)I2, dgu, Wgu, 0, din); /* gate_up's input gradient */
+                    wgrad((int)I2, D, dgu, X, Ggu); /* gate_up's weight gradient */
+                    if (bad) zy_fail(err, "the sm90 expert products did not launch");
                 } else {
                     for (int e = 0; e < E && !bad; e++) {
                         const int r0 = off[e], ne = off[e + 1] - off[e];
@@ -586,10 +607,11 @@ extern "C" int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int D, int I, i
                 }
             }
             const double sec = gpu_timer_stop(g, timer);
-            if (bad || gpu_sync(g, "the expert probe", err)) break;
-            const double tf = sec > 0 ? 18.0 * rows * (double)D * I * reps / sec / 1e12 : -1;
-            *(mode == 0 ? grouped_tflops : mode == 1 ? async_tflops : loop_tflops) = tf;
-            rc = mode == 2 ? 0 : -1;
+            if (bad || gpu_sync(g, "the expert probe", err)) {
+                rc = -1;
+                break;
+            }
+            tflops[mode] = sec > 0 ? 18.0 * rows * (double)D * I * reps / sec / 1e12 : -1;
         }
         gk_expert_kernel(form);
         g->bf16 = saved;

@@ -23,6 +23,9 @@
  * the staged form's 82.1 (per-expert cuBLASLt products: 165.7), and a bench-gpu MoE layer's experts 32.3 ms a step
  * against 37.0.
  *
+ * On an sm_90 GPU the default form is neither: gk_expert_mm_sm90 (gpu_expert_gemm_sm90.cu, CUTLASS's wgmma + TMA
+ * grouped GEMM) runs the same products where it can, and these kernels where it cannot (other GPUs, other shapes).
+ *
  * The same source runs on the CPU in `make test` (tests/gpu/emu: a thread per CUDA thread, a reference WMMA), so the
  * tiling, bounds and expert lookup are checked without a GPU; tests/gpu/test_gpu_gemm.c checks it on the device. */
 #include "gpu_common.cuh"
@@ -324,13 +327,18 @@ expert_wgrad_async_kernel(const int32_t *off, int M, int N, const uint16_t *A, i
 #endif
 }
 
-int expert_kernel = GK_EXPERT_ASYNC; /* gk_expert_kernel */
+/* Below this many rows (decoding's steps) the row products keep the WMMA kernels: CUTLASS's per-call host work (its
+ * parameters and TMA descriptors, a few microseconds) would lengthen launch-bound steps for tiles that are mostly
+ * empty either way. */
+constexpr int SM90_MIN_ROWS = 256;
 
-/* The async form where it was chosen and the device gives its shared memory (above 48 KB needs the opt-in, asked at
- * each launch as the attention kernels do); else the staged form. */
+int expert_kernel = GK_EXPERT_SM90; /* gk_expert_kernel; GK_EXPERT_SM90 falls back to the async form where it cannot run */
+
+/* The async form where it (or the sm90 one, which falls back to it) was chosen and the device gives its shared memory
+ * (above 48 KB needs the opt-in, asked at each launch as the attention kernels do); else the staged form. */
 template <class Kern>
 bool use_async(Kern *kernel) {
-    if (expert_kernel != GK_EXPERT_ASYNC) return false;
+    if (expert_kernel == GK_EXPERT_STAGED) return false;
     if (gpuFuncSetAttribute((const void *)kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)XASYNC_SMEM) ==
         gpuSuccess)
         return true;
@@ -343,13 +351,28 @@ bool use_async(Kern *kernel) {
 } // namespace
 
 extern "C" int gk_expert_kernel(int which) {
-    if (which == GK_EXPERT_STAGED || which == GK_EXPERT_ASYNC) expert_kernel = which;
+    if (which == GK_EXPERT_STAGED || which == GK_EXPERT_ASYNC || which == GK_EXPERT_SM90) expert_kernel = which;
     return expert_kernel;
 }
+
+#ifndef ZAYA_CUTLASS /* built without CUTLASS's headers (and in the HIP build and the CPU emulator): no sm90 form */
+extern "C" int gk_expert_sm90_ready(void) { return 0; }
+extern "C" int gk_expert_mm_sm90(GkStream, const int32_t *, int, int, int, const uint16_t *, int, const uint16_t *,
+                                 long, int, float, float *, int) {
+    return -1;
+}
+extern "C" int gk_expert_mm_wgrad_sm90(GkStream, const int32_t *, int, int, int, const uint16_t *, int,
+                                       const uint16_t *, int, float, float *, long, int) {
+    return -1;
+}
+#endif
 
 extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, int K, const uint16_t *A,
                              int lda, const uint16_t *W, long w_stride, int trans_w, float beta, float *C, int ldc) {
     if (E <= 0 || max_rows <= 0 || N <= 0 || K <= 0) return;
+    if (expert_kernel == GK_EXPERT_SM90 && max_rows >= SM90_MIN_ROWS &&
+        gk_expert_mm_sm90(s, off, E, N, K, A, lda, W, w_stride, trans_w, beta, C, ldc) == 0)
+        return;
     const int ldw = trans_w ? K : N;
     const bool vec = K % 8 == 0 && lda % 8 == 0 && ldw % 8 == 0 && w_stride % 8 == 0 && (trans_w || N % 8 == 0) &&
                      aligned16(A) && aligned16(W);
@@ -372,6 +395,9 @@ extern "C" void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows
 extern "C" void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
                                    const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg) {
     if (E <= 0 || M <= 0 || N <= 0) return;
+    if (expert_kernel == GK_EXPERT_SM90 &&
+        gk_expert_mm_wgrad_sm90(s, off, E, M, N, A, lda, B, ldb, beta, G, g_stride, ldg) == 0)
+        return;
     const bool vec = M % 8 == 0 && N % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 && aligned16(A) && aligned16(B);
     const dim3 grid((unsigned)((N + XBN - 1) / XBN), (unsigned)((M + XBM - 1) / XBM), (unsigned)E), block(XNT);
     void (*k)(const int32_t *, int, int, const uint16_t *, int, const uint16_t *, int, float, float *, long, int) =

@@ -101,12 +101,23 @@ void gk_expert_mm(GkStream s, const int32_t *off, int E, int max_rows, int N, in
  * (ldb), G_e = G + e g_stride [M, N] (ldg): the experts' weight gradients. */
 void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
                         const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg);
-/* Which form the grouped products' 16-byte path runs: GK_EXPERT_ASYNC (cp.async into a 3-deep ring of shared
- * tiles, one barrier a k-step; the default: 95 against 82 TFLOP/s on an H200) or GK_EXPERT_STAGED (loads staged in
- * registers, one shared tile, two barriers a k-step). The same bits either way. which: one of them to choose it, -1 to ask; returns the form in use (for the
- * whole process: gpu_model_create sets it from ZAYA_GPU_EXPERT_KERNEL). */
-enum { GK_EXPERT_STAGED = 0, GK_EXPERT_ASYNC = 1 };
+/* Which form the grouped products run: GK_EXPERT_SM90 (the default: gk_expert_mm_sm90 below where this build has it and
+ * the GPU is an sm_90 one, else the async form), GK_EXPERT_ASYNC (cp.async into a 3-deep ring of shared tiles, one
+ * barrier a k-step: 95 TFLOP/s on an H200) or GK_EXPERT_STAGED (loads staged in registers, one shared tile, two
+ * barriers a k-step: 82). The async and staged forms give the same bits; the sm90 form sums in another order. which:
+ * one of them to choose it, -1 to ask; returns the form chosen (for the whole process: gpu_model_create sets it from
+ * ZAYA_GPU_EXPERT_KERNEL). */
+enum { GK_EXPERT_STAGED = 0, GK_EXPERT_ASYNC = 1, GK_EXPERT_SM90 = 2 };
 int gk_expert_kernel(int which);
+/* Whether gk_expert_mm_sm90 can run here: this build has it and the current device is sm_90. */
+int gk_expert_sm90_ready(void);
+/* The same two products on Hopper's wgmma + TMA (gpu_expert_gemm_sm90.cu, CUTLASS's sm90 grouped GEMM; built where the
+ * Makefile finds CUTLASS's headers, ZAYA_CUTLASS): 0 when launched, -1 when this device (not sm_90), this build or
+ * these shapes (16-byte aligned bases and leading dimensions) cannot, and nothing was queued. */
+int gk_expert_mm_sm90(GkStream s, const int32_t *off, int E, int N, int K, const uint16_t *A, int lda,
+                      const uint16_t *W, long w_stride, int trans_w, float beta, float *C, int ldc);
+int gk_expert_mm_wgrad_sm90(GkStream s, const int32_t *off, int E, int M, int N, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, float beta, float *G, long g_stride, int ldg);
 
 /* ---- CCA pre-processing (gpu_cca.cu) ---- */
 /* M [B*(T+k1-1), C] is the depthwise output in the CPU layout (k1-1 zero rows ahead of each sequence). */

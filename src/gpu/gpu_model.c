@@ -179,12 +179,15 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (experts && strcmp(experts, "grouped") && strcmp(experts, "loop"))
         return zy_fail(err, "ZAYA_GPU_EXPERTS=%s: expected grouped (one product for all experts) or loop (one per expert)",
                        experts);
-    /* async (default) | staged: the grouped products' form (gk_expert_kernel), the same bits either way */
+    /* auto (default) | sm90 | async | staged: the grouped products' form (gk_expert_kernel) */
     const char *form = getenv("ZAYA_GPU_EXPERT_KERNEL");
-    if (form && strcmp(form, "staged") && strcmp(form, "async"))
-        return zy_fail(err, "ZAYA_GPU_EXPERT_KERNEL=%s: expected staged (loads through registers) or async (cp.async "
-                       "into a ring of shared tiles)", form);
-    if (form) gk_expert_kernel(strcmp(form, "async") ? GK_EXPERT_STAGED : GK_EXPERT_ASYNC);
+    if (form && strcmp(form, "auto") && strcmp(form, "sm90") && strcmp(form, "async") && strcmp(form, "staged"))
+        return zy_fail(err, "ZAYA_GPU_EXPERT_KERNEL=%s: expected auto (sm90 where it can run, else async), sm90 "
+                       "(CUTLASS's wgmma + TMA grouped GEMM, H100/H200), async (cp.async into a ring of shared tiles) or "
+                       "staged (loads through registers)", form);
+    gk_expert_kernel(!form || !strcmp(form, "auto") || !strcmp(form, "sm90") ? GK_EXPERT_SM90
+                     : !strcmp(form, "async")                                 ? GK_EXPERT_ASYNC
+                                                                              : GK_EXPERT_STAGED);
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
@@ -197,6 +200,12 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
         return -1;
     }
     gm->g.bf16 = bf16;
+    if (form && !strcmp(form, "sm90") && !gk_expert_sm90_ready()) {
+        gpu_close(&gm->g);
+        free(gm);
+        return zy_fail(err, "ZAYA_GPU_EXPERT_KERNEL=sm90 needs an sm_90 GPU (H100, H200) and a build with CUTLASS's "
+                       "headers (scripts/install-deps.sh installs them where nvcc is; docs/gpus.md)");
+    }
     snprintf(gm->device_line, sizeof gm->device_line, "%s, sm_%d%d, %d SMs, %.1f GiB", gm->g.name, gm->g.cc_major,
              gm->g.cc_minor, gm->g.sm_count, gm->g.mem_total / 1073741824.0);
     const size_t total = m->params.total;
@@ -440,7 +449,8 @@ static int experts_grouped(const GpuModel *gm, size_t rows) {
 
 int gpu_model_experts_grouped(const GpuModel *gm) {
     if (!experts_grouped(gm, (size_t)gm->a.B * gm->a.T)) return 0;
-    return gk_expert_kernel(-1) == GK_EXPERT_ASYNC ? 2 : 1;
+    const int form = gk_expert_kernel(-1);
+    return form == GK_EXPERT_STAGED ? 1 : form == GK_EXPERT_SM90 && gk_expert_sm90_ready() ? 3 : 2;
 }
 
 /* The experts' row offsets on the host (the per-expert products need their sizes): the one wait of a layer. */

@@ -46,7 +46,8 @@ int gpu_model_take_loss(GpuModel *gm, double *sum, ZyErr *err);
 void gpu_model_zero_grads(GpuModel *gm);
 /* Whether this model's training passes run the experts' products grouped on the device (bf16, sm_80+, unless
  * ZAYA_GPU_EXPERTS=loop) rather than one cuBLASLt product per expert: 0 per expert, 1 grouped in the staged form
- * (ZAYA_GPU_EXPERT_KERNEL=staged), 2 grouped in the async form (the default; gk_expert_kernel). */
+ * (ZAYA_GPU_EXPERT_KERNEL=staged), 2 grouped in the async form, 3 grouped on wgmma + TMA (CUTLASS; the default where
+ * it can run: an sm_90 GPU and a build with CUTLASS's headers; gk_expert_kernel). */
 int gpu_model_experts_grouped(const GpuModel *gm);
 /* Every layer's routing statistics of the last forward, summed on the device (one wait): counts [L, E + 1] (rows per
  * choice, E the skip expert), sums [L, 2] (Σ gate over routed rows, Σ skip probability), as routing_counts_add_layer

@@ -16,9 +16,9 @@ void gpu_close(GpuCtx *g) {}
 int gpu_use(GpuCtx *g, ZyErr *err) { return zy_fail(err, NO_GPU); }
 int gpu_sync(GpuCtx *g, const char *what, ZyErr *err) { return zy_fail(err, NO_GPU); }
 double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) { return -1; }
-int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int hidden, int inter, int reps, double *grouped_tflops,
-                          double *async_tflops, double *loop_tflops, ZyErr *err) {
-    *grouped_tflops = *async_tflops = *loop_tflops = -1;
+int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int hidden, int inter, int reps,
+                          double tflops[GPU_EXPERT_PROBE_FORMS], ZyErr *err) {
+    for (int f = 0; f < GPU_EXPERT_PROBE_FORMS; f++) tflops[f] = -1;
     return zy_fail(err, NO_GPU);
 }
 int gpu_memory_used(GpuCtx *g, size_t *used, size_t *total) { return -1; }

@@ -19,8 +19,8 @@ returned=$(cd "$W/out" 2>/dev/null && ls | tr '\n' ' ')
     bad "\$OUT holds: $returned"
 mkdir -p "$W/x" && tar -xzf "$W/out/gpu-session.tar.gz" -C "$W/x" 2>/dev/null
 missing=""
-for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-staged-1.txt experts-async-1.txt \
-    experts-staged-2.txt experts-async-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-cut.json ncu.csv ncu-run.txt kernel-times.txt \
+for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-async-1.txt experts-sm90-1.txt \
+    experts-async-2.txt experts-sm90-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-cut.json ncu.csv ncu-run.txt kernel-times.txt \
     pair-zaya.txt pair-compile.txt slice-adamw.txt slice-muon.txt decode-b1-f32.txt decode-b1-bf16.txt decode-b32-f32.txt \
     decode-b32-bf16.txt serve.txt; do
     [ -s "$W/x/$f" ] || missing="$missing $f"
@@ -40,8 +40,8 @@ grep -q 'gemm' "$W/x/kernel-times.txt" && bad "profile: probe GEMMs in the kerne
     ok "profile: no probe GEMM in the kernel rows"
 grep -q 'vs_pytorch_gpu exit 0' "$W/run.txt" && grep -q 'torch.compile exit 0' "$W/run.txt" &&
     ok "the PyTorch benchmark knows every option the session passes" || bad "$(grep -E 'has no option|gpu exit|compile exit' "$W/run.txt")"
-n=$(grep -c '^staged (round\|^async (round' "$W/run.txt")
-[ "$n" -eq 4 ] && ! grep -q '^staged (round [12], exit [1-9]\|^async (round [12], exit [1-9]' "$W/run.txt" &&
+n=$(grep -c '^async (round\|^sm90 (round' "$W/run.txt")
+[ "$n" -eq 4 ] && ! grep -q '^async (round [12], exit [1-9]\|^sm90 (round [12], exit [1-9]' "$W/run.txt" &&
     ok "experts: four bench train runs" || bad "experts: $(grep 'round' "$W/run.txt")"
 grep -q '^unit: [1-9][0-9]* passed, 0 failed' "$W/x/test-gpu.log" && grep -q '^unit: [1-9][0-9]* passed' "$W/run.txt" &&
     ok "tests part ran its stand-in and showed its suite line" ||

@@ -19,10 +19,10 @@
 #   tests/gpu/device-session.sh [seconds] [parts]   (default 360 s, so a rerun fits; parts, comma-separated, default tests,bench:
 #     tests    make test-gpu (tests/gpu/run.sh), 60% of the seconds at most
 #     bench    zaya bench gemm, then bench/vs_pytorch_gpu.py without torch.compile (training and decoding)
-#     gemm     zaya bench gemm alone: the cuBLASLt peaks and a MoE layer's expert products (grouped staged, grouped
-#              async, one cuBLASLt product per expert)
-#     experts  bench train (bf16 AdamW, bench-gpu) with the grouped products' two forms (ZAYA_GPU_EXPERT_KERNEL=staged /
-#              async), alternating, two rounds
+#     gemm     zaya bench gemm alone: the cuBLASLt peaks and a MoE layer's expert products at bench-gpu's and
+#              ZAYA1-8B's widths (grouped wgmma + TMA, grouped WMMA async and staged, one cuBLASLt product per expert)
+#     experts  bench train (bf16 AdamW, bench-gpu) with the grouped products' WMMA and wgmma forms
+#              (ZAYA_GPU_EXPERT_KERNEL=async / sm90), alternating, two rounds
 #     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
 #              tokens (--micro-batches 8 of 4 x 2048): bench/vs_pytorch_gpu.py, zaya AdamW and Muon + AdamW against
 #              PyTorch eager on the same config, batch and accumulation
@@ -161,11 +161,11 @@ session() {
         pack
     fi
     if [[ $PARTS == *,experts,* ]]; then
-        # the grouped products' two forms (gk_expert_kernel), side by side, alternating, on bench-gpu (bf16 AdamW):
-        # step medians and the phase breakdown's experts line
-        stamp "experts: the grouped products staged vs async"
+        # the grouped products' WMMA (async) and wgmma + TMA (sm90) forms (gk_expert_kernel), side by side,
+        # alternating, on bench-gpu (bf16 AdamW): step medians and the phase breakdown's experts line
+        stamp "experts: the grouped products async (WMMA) vs sm90 (wgmma + TMA)"
         for round in 1 2; do
-            for mode in staged async; do
+            for mode in async sm90; do
                 ZAYA_GPU_EXPERT_KERNEL=$mode timeout "$(left)" build/zaya bench train --config $CFG --device $DEV \
                     --precision bf16 --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 \
                     >"$LOG/experts-$mode-$round.txt" 2>&1

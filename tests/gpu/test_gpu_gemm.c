@@ -4,6 +4,7 @@
  * (gpu_gemm_batched) against a loop of zy_gemm: batch 1, 3, 16, strides with gaps (odd and aligned), the gaps and
  * row padding of C never written. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 
@@ -89,7 +90,9 @@ static void batched_case(GpuTest *t, int bf16, int ta, int tb, int M, int N, int
  * same bf16 values: rows grouped by counts[e] (zero counts, rows past the last expert), max_rows >= their sum; the rows
  * and columns outside the experts' products keep their values. wgrad: G_e = A_eᵀ B_e (+ beta G_e) with M = N_out.
  * Both forms of the 16-byte path (gk_expert_kernel: staged, async) run on the same operands: each against the
- * reference, and the two bit for bit. */
+ * reference, and the two bit for bit. On an sm_90 GPU with the CUTLASS build, the wgmma + TMA form (gk_expert_mm_sm90,
+ * called directly) runs them too: against the reference, twice bit for bit, and it must refuse (-1, nothing written)
+ * exactly the cases whose bases or leading dimensions are not 16-byte multiples. */
 static uint16_t *bf16_up(GpuTest *t, float *h, size_t n) { /* rounds h in place; its bf16 bits on the device */
     round_bf16(h, n);
     uint16_t *d16 = gt_dev(t, n * sizeof(uint16_t));
@@ -105,6 +108,22 @@ static void same_forms(GpuTest *t, const char *name, const float *d_staged, cons
     snprintf(what, sizeof what, "%s: async form", name);
     gt_assert(t, differ == 0, what, "%zu of %zu values differ from the staged form's", differ, n);
 }
+/* The sm90 form's run of a case: d_out its output buffer (a copy of the starting values), ref the reference, n
+ * elements; rc the launcher's return, aligned whether the case meets its 16-byte rules. */
+static void sm90_case(GpuTest *t, const char *name, int rc, int aligned, float *d_out, const float *ref,
+                      const float *start, size_t n) {
+    char what[200];
+    snprintf(what, sizeof what, "%s: sm90 form", name);
+    if (!aligned) {
+        float *h = gt_down(t, d_out, n);
+        size_t changed = 0;
+        for (size_t i = 0; i < n; i++) changed += !bits_same(h[i], start[i]);
+        gt_assert(t, rc == -1 && changed == 0, what, "unaligned: returned %d, %zu values written", rc, changed);
+        return;
+    }
+    gt_assert(t, rc == 0, what, "launcher returned %d", rc);
+    if (rc == 0) gt_check(t, what, d_out, ref, n, 2e-5);
+}
 static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, int N, int K, int pad, int wgrad,
                         int trans_w, float beta) {
     int32_t off[65] = {0};
@@ -118,6 +137,8 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         float *C = gt_rand(t, (size_t)rows * ldc, 1);
         const uint16_t *A16 = bf16_up(t, A, (size_t)rows * lda), *W16 = bf16_up(t, W, (size_t)E * ws);
         float *dC = gt_up(t, C, (size_t)rows * ldc), *dCa = gt_up(t, C, (size_t)rows * ldc);
+        float *dCs = gt_up(t, C, (size_t)rows * ldc), *C0 = malloc((size_t)rows * ldc * sizeof(float));
+        if (C0) memcpy(C0, C, (size_t)rows * ldc * sizeof(float));
         const int32_t *doff = gt_up_i(t, off, (size_t)E + 1);
         const int form = gk_expert_kernel(-1);
         gk_expert_kernel(GK_EXPERT_STAGED);
@@ -125,6 +146,10 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         gk_expert_kernel(GK_EXPERT_ASYNC);
         gk_expert_mm(t->g->stream, doff, E, rows, N, K, A16, lda, W16, ws, trans_w, beta, dCa, ldc);
         gk_expert_kernel(form);
+        const int sm90 = gk_expert_sm90_ready();
+        const int rc90 = sm90 ? gk_expert_mm_sm90(t->g->stream, doff, E, N, K, A16, lda, W16, ws, trans_w, beta, dCs,
+                                                  ldc)
+                              : -1;
         for (int e = 0; e < E; e++)
             if (counts[e])
                 zy_gemm(0, trans_w, counts[e], N, K, 1.0f, A + (size_t)off[e] * lda, lda, W + e * ws, ldw, beta,
@@ -133,6 +158,10 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
                  trans_w ? "A W_e^T" : "A W_e", E, off[E], extra_rows, N, K, pad, beta);
         gt_check(t, name, dC, C, (size_t)rows * ldc, 2e-5);
         same_forms(t, name, dC, dCa, (size_t)rows * ldc);
+        if (sm90 && C0)
+            sm90_case(t, name, rc90, lda % 8 == 0 && ldw % 8 == 0 && ws % 8 == 0 && ldc % 4 == 0, dCs, C, C0,
+                      (size_t)rows * ldc);
+        free(C0);
     } else { /* G_e[N_out = N, K] (ldg K + pad) = A_eᵀ B_e, A [rows, N] (lda N + pad), B [rows, K] (ldb K + pad) */
         const int lda = N + pad, ldb = K + pad, ldg = K + pad;
         const long gs = (long)N * ldg + pad;
@@ -140,6 +169,9 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         float *G = gt_rand(t, (size_t)E * gs, 1);
         const uint16_t *A16 = bf16_up(t, A, (size_t)rows * lda), *B16 = bf16_up(t, B, (size_t)rows * ldb);
         float *dG = gt_up(t, G, (size_t)E * gs), *dG2 = gt_up(t, G, (size_t)E * gs), *dGa = gt_up(t, G, (size_t)E * gs);
+        float *dGs = gt_up(t, G, (size_t)E * gs), *dGs2 = gt_up(t, G, (size_t)E * gs);
+        float *G0 = malloc((size_t)E * gs * sizeof(float));
+        if (G0) memcpy(G0, G, (size_t)E * gs * sizeof(float));
         const int32_t *doff = gt_up_i(t, off, (size_t)E + 1);
         const int form = gk_expert_kernel(-1);
         gk_expert_kernel(GK_EXPERT_STAGED);
@@ -148,6 +180,13 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         gk_expert_kernel(GK_EXPERT_ASYNC);
         gk_expert_mm_wgrad(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dGa, gs, ldg);
         gk_expert_kernel(form);
+        const int sm90 = gk_expert_sm90_ready();
+        int rc90 = -1;
+        if (sm90) {
+            rc90 = gk_expert_mm_wgrad_sm90(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dGs, gs, ldg);
+            if (rc90 == 0) rc90 = gk_expert_mm_wgrad_sm90(t->g->stream, doff, E, N, K, A16, lda, B16, ldb, beta, dGs2,
+                                                          gs, ldg);
+        }
         for (int e = 0; e < E; e++) {
             if (counts[e])
                 zy_gemm(1, 0, N, K, counts[e], 1.0f, A + (size_t)off[e] * lda, lda, B + (size_t)off[e] * ldb, ldb,
@@ -163,6 +202,17 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
         for (size_t i = 0; i < (size_t)E * gs; i++) same &= bits_same(g1[i], g2[i]);
         gt_assert(t, same, name, "two runs %s", same ? "bit-identical" : "differ");
         same_forms(t, name, dG, dGa, (size_t)E * gs);
+        if (sm90 && G0) {
+            const int aligned = lda % 8 == 0 && ldb % 8 == 0 && ldg % 4 == 0 && gs % 4 == 0;
+            sm90_case(t, name, rc90, aligned, dGs, G, G0, (size_t)E * gs);
+            if (aligned && rc90 == 0) {
+                float *s1 = gt_down(t, dGs, (size_t)E * gs), *s2 = gt_down(t, dGs2, (size_t)E * gs);
+                int same90 = 1;
+                for (size_t i = 0; i < (size_t)E * gs; i++) same90 &= bits_same(s1[i], s2[i]);
+                gt_assert(t, same90, name, "sm90 form: two runs %s", same90 ? "bit-identical" : "differ");
+            }
+        }
+        free(G0);
     }
     gt_reset(t);
 }
