@@ -158,6 +158,7 @@ extern "C" void gpu_close(GpuCtx *g) {
     for (int i = 0; i < 2; i++) gpu_free(g->scratch[i]);
     gpu_free(g->lt_work);
     if (g->lt) cublasLtDestroy((cublasLtHandle_t)g->lt);
+    if (g->stream) gk_expert_sm90_release(g->stream);
     if (g->stream) gpuStreamDestroy(g->stream);
     memset(g, 0, sizeof *g);
 }

@@ -357,6 +357,8 @@ extern "C" int gk_expert_kernel(int which) {
 
 #ifndef ZAYA_CUTLASS /* built without CUTLASS's headers (and in the HIP build and the CPU emulator): no sm90 form */
 extern "C" int gk_expert_sm90_ready(void) { return 0; }
+extern "C" int gk_expert_sm90_reserve(GkStream, int) { return -1; }
+extern "C" void gk_expert_sm90_release(GkStream) {}
 extern "C" int gk_expert_mm_sm90(GkStream, const int32_t *, int, int, int, const uint16_t *, int, const uint16_t *,
                                  long, int, float, float *, int) {
     return -1;

@@ -145,7 +145,9 @@ __global__ void empty_experts_scale(const int32_t *off, int M, int N, float beta
 }
 
 /* Per stream (the products of one stream run in its order, so one set of per-group arguments and one CUTLASS
- * workspace a stream and product kind is enough): device memory grown on demand, never while a graph is captured. */
+ * workspace a stream and product kind is enough): device memory reserved ahead (gk_expert_sm90_reserve, at model
+ * creation) or grown on demand, never while a graph is captured, so that whether a product runs here never depends
+ * on what ran before a capture. */
 struct Scratch {
     GkStream stream;
     int kind, cap_groups;
@@ -255,15 +257,20 @@ typename G::Gemm::Arguments arguments(const typename G::Groups &g, int E, float 
     return args;
 }
 
+/* The scratch of one product kind for E groups on stream s. The workspace (per-CTA TMA descriptors) depends on the SM
+ * count and E only: sized with placeholder groups. */
+template <class G>
+Scratch *scratch_of(GkStream s, int kind, int E) {
+    if (E <= 0 || E > 1024 || !device_is_sm90()) return NULL;
+    typename G::Groups probe{};
+    typename G::Gemm::Arguments sizing = arguments<G>(probe, E, 0.0f);
+    return scratch_for(s, kind, E, G::group_bytes(), G::Gemm::get_workspace_size(sizing));
+}
+
 /* Builds the groups with `prep` (a one-block kernel launch given the Groups) and runs the grouped product. */
 template <class G, class Prep>
 int run_grouped(GkStream s, int kind, int E, float beta, Prep prep) {
-    if (E <= 0 || E > 1024 || !device_is_sm90()) return -1;
-    /* the workspace (per-CTA TMA descriptors) depends on the SM count and E only: size it with placeholder groups */
-    typename G::Groups probe{};
-    typename G::Gemm::Arguments sizing = arguments<G>(probe, E, beta);
-    const size_t ws = G::Gemm::get_workspace_size(sizing);
-    Scratch *x = scratch_for(s, kind, E, G::group_bytes(), ws);
+    Scratch *x = scratch_of<G>(s, kind, E);
     if (!x) return -1;
     const typename G::Groups g = carve<G>(x->groups, x->cap_groups);
     prep(g);
@@ -282,6 +289,21 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } // namespace experts_sm90
 using namespace experts_sm90;
+
+extern "C" int gk_expert_sm90_reserve(GkStream s, int E) {
+    const bool ok = scratch_of<RowsNT>(s, KIND_NT, E) && scratch_of<RowsNN>(s, KIND_NN, E) &&
+                    scratch_of<Wgrad>(s, KIND_WGRAD, E);
+    return ok ? 0 : -1;
+}
+
+extern "C" void gk_expert_sm90_release(GkStream s) {
+    for (int i = 0; i < MAX_SCRATCH; i++)
+        if (scratch[i].groups && scratch[i].stream == s) {
+            cudaFree(scratch[i].groups);
+            if (scratch[i].workspace) cudaFree(scratch[i].workspace);
+            scratch[i] = Scratch{};
+        }
+}
 
 extern "C" int gk_expert_mm_sm90(GkStream s, const int32_t *off, int E, int N, int K, const uint16_t *A, int lda,
                                  const uint16_t *W, long w_stride, int trans_w, float beta, float *C, int ldc) {

@@ -111,6 +111,11 @@ enum { GK_EXPERT_STAGED = 0, GK_EXPERT_ASYNC = 1, GK_EXPERT_SM90 = 2 };
 int gk_expert_kernel(int which);
 /* Whether gk_expert_mm_sm90 can run here: this build has it and the current device is sm_90. */
 int gk_expert_sm90_ready(void);
+/* Reserves its per-stream device memory for E experts now (0, or -1 where it cannot run), so that a CUDA graph
+ * captured later can hold its products (it never allocates during a capture: it falls back instead). */
+int gk_expert_sm90_reserve(GkStream s, int E);
+/* Frees what it holds for stream s (gpu_close, before the stream goes). */
+void gk_expert_sm90_release(GkStream s);
 /* The same two products on Hopper's wgmma + TMA (gpu_expert_gemm_sm90.cu, CUTLASS's sm90 grouped GEMM; built where the
  * Makefile finds CUTLASS's headers, ZAYA_CUTLASS): 0 when launched, -1 when this device (not sm_90), this build or
  * these shapes (16-byte aligned bases and leading dimensions) cannot, and nothing was queued. */

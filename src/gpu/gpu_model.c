@@ -255,6 +255,8 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
         gpu_model_free(gm);
         return -1;
     }
+    /* the sm90 expert products' device memory now, not at a first product inside a captured graph */
+    if (bf16 && c->num_experts > 0 && gk_expert_sm90_ready()) gk_expert_sm90_reserve(gm->g.stream, c->num_experts);
     if (!bf16 && gm->params16) { /* fp32 products: the bf16 arena was only the upload's way in */
         gpu_free(gm->params16);
         gm->params16 = NULL;
