@@ -72,6 +72,22 @@ $(BUILD)/src/gpu/gpu_expert_gemm_sm90.o: override NVCCFLAGS += -DNDEBUG --expt-r
 else
 GPU_CU    := $(filter-out src/gpu/gpu_expert_gemm_sm90.cu,$(GPU_CU))
 endif
+# cuDNN's fused attention (src/gpu/gpu_attention_cudnn.cu, ZAYA_GPU_ATTENTION=cudnn): built where the headers are —
+# the header-only cudnn-frontend (PyPI's nvidia-cudnn-frontend, its include/ in site-packages) and cudnn.h
+# (nvidia-cudnn-cu13, which PyTorch pulls in); no link-time dependency: libcudnn.so.9 is dlopened at run time
+# (ZAYA_CUDNN_LIB, the loader's path, else the library beside the headers the build found). CUDNN=0 leaves it out.
+CUDNN_PY         := import importlib.util as u, os; f = u.find_spec("cudnn"); c = u.find_spec("nvidia.cudnn")
+CUDNN_FE_INCLUDE ?= $(shell python3 -c '$(CUDNN_PY); print(os.path.join(os.path.dirname(os.path.dirname(f.origin)), "include") if f and f.origin else "")' 2>/dev/null)
+CUDNN_HOME       ?= $(shell python3 -c '$(CUDNN_PY); print(list(c.submodule_search_locations)[0] if c else "")' 2>/dev/null)
+CUDNN     ?= $(if $(and $(wildcard $(CUDNN_FE_INCLUDE)/cudnn_frontend.h),$(wildcard $(CUDNN_HOME)/include/cudnn.h)),1,0)
+ifeq ($(CUDNN),1)
+$(BUILD)/src/gpu/gpu_attention_tc.o: override NVCCFLAGS += -DZAYA_CUDNN=1
+$(BUILD)/src/gpu/gpu_attention_cudnn.o: override NVCCFLAGS += -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
+    -DCUDNN_FRONTEND_SKIP_JSON_LIB -DZAYA_CUDNN_LIBDIR='"$(CUDNN_HOME)/lib"' -isystem $(CUDNN_FE_INCLUDE) \
+    -isystem $(CUDNN_HOME)/include
+else
+GPU_CU    := $(filter-out src/gpu/gpu_attention_cudnn.cu,$(GPU_CU))
+endif
 else
 # gpu_weight_upload.c is host code (what goes up, from where): built here too, so the unit tests walk it
 GPU_SRC   := src/gpu/gpu_none.c src/gpu/gpu_weight_upload.c

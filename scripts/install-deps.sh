@@ -33,13 +33,20 @@ then
     echo "[deps] python3 -m pip install -r tests/requirements.txt"
     python3 -m pip install -q -r tests/requirements.txt
 fi
-# CUTLASS's headers where the CUDA toolkit is (PyPI's nvidia-cutlass, headers only: --no-deps skips its Python
-# interface's packages): the experts' grouped products on Hopper's wgmma + TMA (src/gpu/gpu_expert_gemm_sm90.cu).
-# Pinned to the version the GPU build is checked with (nvcc 13.0).
+# Where the CUDA toolkit is, the GPU build's header-only libraries from PyPI (--no-deps: their Python interfaces'
+# packages are not needed), pinned to the versions it is checked with (nvcc 13.0):
+#   nvidia-cutlass: CUTLASS, the experts' grouped products on Hopper's wgmma + TMA (src/gpu/gpu_expert_gemm_sm90.cu);
+#   nvidia-cudnn-frontend + nvidia-cudnn-cu13 (cudnn.h; PyTorch already brings it): cuDNN's fused attention
+#   (src/gpu/gpu_attention_cudnn.cu), whose library is loaded at run time.
+has_module() { python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('$1') is None)" 2>/dev/null; }
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-    if ! python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("cutlass_library") is None)' 2>/dev/null; then
-        echo "[deps] python3 -m pip install --no-deps nvidia-cutlass==4.2.0.0 (CUTLASS's headers, for the GPU build)"
-        python3 -m pip install -q --no-deps nvidia-cutlass==4.2.0.0
+    gpu_pkgs=()
+    has_module cutlass_library || gpu_pkgs+=(nvidia-cutlass==4.2.0.0)
+    has_module cudnn || gpu_pkgs+=(nvidia-cudnn-frontend==1.32.0)
+    has_module nvidia.cudnn || gpu_pkgs+=(nvidia-cudnn-cu13)
+    if [ ${#gpu_pkgs[@]} -gt 0 ]; then
+        echo "[deps] python3 -m pip install --no-deps ${gpu_pkgs[*]} (headers for the GPU build)"
+        python3 -m pip install -q --no-deps "${gpu_pkgs[@]}"
     fi
 fi
 echo "[deps] ok"

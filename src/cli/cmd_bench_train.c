@@ -129,10 +129,11 @@ static int report_gpu(const char *config_path, const StepBackend *be, BenchData 
     printf("steps run    %d (%d warm-up, %d timed, %d for the phase breakdown)\n", warmup + steps + BREAKDOWN_STEPS,
            warmup, steps, BREAKDOWN_STEPS);
     const int grouped = gpu_model_experts_grouped(gpu_trainer_model(gt));
-    printf("precision    %s; the experts' products %s\n",
-           bf16 ? "bf16 products (cuBLASLt, fp32 accumulation) and tensor-core attention (head dim 64/128); fp32 "
-                  "master weights, optimizer state, norms, softmax statistics and loss"
+    printf("precision    %s; attention: %s; the experts' products %s\n",
+           bf16 ? "bf16 products (cuBLASLt, fp32 accumulation); fp32 master weights, optimizer state, norms, softmax "
+                  "statistics and loss"
                 : "fp32 throughout (no TF32)",
+           gpu_model_attention_path(gpu_trainer_model(gt)),
            grouped == 3   ? "grouped on the device (one launch each; wgmma + TMA, CUTLASS's sm90 grouped GEMM)"
            : grouped == 2 ? "grouped on the device (one launch each; cp.async into a ring of tiles)"
            : grouped == 1 ? "grouped on the device (one launch each; staged form)"

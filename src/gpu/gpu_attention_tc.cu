@@ -753,3 +753,20 @@ extern "C" void gk_flash_attention_backward_bf16(GkStream s, float *dQ, float *d
     if (!done) gk_flash_attention_backward(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work);
     GK_LAUNCH_CHECK();
 }
+
+#ifndef ZAYA_CUDNN /* built without the cuDNN headers (and in the HIP build and the CPU emulator): the own kernels only */
+extern "C" int gk_cudnn_attention_available(void) { return 0; }
+extern "C" const char *gk_cudnn_attention_status(void) {
+    return "this build has no cuDNN attention (the Makefile found no cudnn-frontend / cuDNN headers)";
+}
+extern "C" int gk_cudnn_attention_plan(int, int, int, int, int, int) { return 0; }
+extern "C" int gk_cudnn_attention_forward(GkStream, float *, float *, const float *, const float *, const float *, int,
+                                          int, int, int, int, int) {
+    return -1;
+}
+extern "C" int gk_cudnn_attention_backward(GkStream, float *, float *, float *, const float *, const float *,
+                                           const float *, const float *, const float *, const float *, int, int, int,
+                                           int, int, int) {
+    return -1;
+}
+#endif

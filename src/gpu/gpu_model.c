@@ -200,6 +200,20 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
         return -1;
     }
     gm->g.bf16 = bf16;
+    const char *attn = getenv("ZAYA_GPU_ATTENTION"); /* own (default) | cudnn | auto */
+    if (attn && strcmp(attn, "own") && strcmp(attn, "cudnn") && strcmp(attn, "auto")) {
+        gpu_close(&gm->g);
+        free(gm);
+        return zy_fail(err, "ZAYA_GPU_ATTENTION=%s: expected own (zaya's flash attention kernels), cudnn (cuDNN's fused "
+                       "SDPA, bf16 runs; an error where it cannot load) or auto (cuDNN where it loads)", attn);
+    }
+    gm->attn_cudnn = attn && strcmp(attn, "own");
+    if (attn && !strcmp(attn, "cudnn") && !gk_cudnn_attention_available()) {
+        const char *why = gk_cudnn_attention_status();
+        gpu_close(&gm->g);
+        free(gm);
+        return zy_fail(err, "ZAYA_GPU_ATTENTION=cudnn: %s (docs/gpus.md: installing cuDNN)", why);
+    }
     if (form && !strcmp(form, "sm90") && !gk_expert_sm90_ready()) {
         gpu_close(&gm->g);
         free(gm);
@@ -216,7 +230,9 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     gm->h_off = calloc((size_t)c->num_layers * E1, sizeof(int32_t));
     gm->h_work = malloc((size_t)c->vocab_size * sizeof(int32_t));
     gm->h_valid = calloc(MAX_LOSS_PARTS, sizeof(int));
-    if (!gm->w.layers || !gm->gw.layers || !gm->a.layers || !gm->h_off || !gm->h_work || !gm->h_valid) {
+    gm->attn_ran_cudnn = calloc((size_t)c->num_layers, 1);
+    if (!gm->w.layers || !gm->gw.layers || !gm->a.layers || !gm->h_off || !gm->h_work || !gm->h_valid ||
+        !gm->attn_ran_cudnn) {
         gpu_model_free(gm);
         return zy_fail(err, "out of memory");
     }
@@ -277,6 +293,7 @@ void gpu_model_free(GpuModel *gm) {
     gpu_free(gm->unit_scale), gpu_free(gm->zero_bias), gpu_free(gm->merge_grad_sink);
     gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
     free(gm->h_plan), free(gm->h_work), free(gm->h_tokens), free(gm->h_off), free(gm->h_valid);
+    free(gm->attn_ran_cudnn);
     free(gm->w.layers), free(gm->gw.layers), free(gm->a.layers);
     if (gm->g.stream) gpu_close(&gm->g);
     free(gm);
@@ -362,12 +379,29 @@ static AttnGeom attn_geom(const GpuModel *gm, int l) {
                       .window = cfg_layer_window(c, l)};
 }
 
-/* Causal softmax attention of layer l: bf16 runs take the tensor-core kernels (gpu_attention_tc.cu), fp32 runs and
- * sliding-window layers the fp32 ones. */
+/* Causal softmax attention of layer l: bf16 runs take cuDNN's fused SDPA where it was asked for and takes the shape
+ * (gpu_attention_cudnn.cu), else the tensor-core kernels (gpu_attention_tc.cu); fp32 runs and other sliding-window
+ * layers the fp32 ones. A layer's backward takes the path its forward took (their LSE conventions differ). */
 static void gpu_attention_forward(GpuModel *gm, LayerActs *L, int window) {
     const ZayaConfig *c = &gm->cfg;
     const int B = gm->a.B, T = gm->a.T, Hq = c->num_heads, Hkv = c->num_kv_heads, dh = c->head_dim;
     GkStream s = gm->g.stream;
+    const size_t l = (size_t)(L - gm->a.layers);
+    gm->attn_ran_cudnn[l] = 0;
+    if (gm->bf16 && gm->attn_cudnn) {
+        const int rc = gk_cudnn_attention_forward(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv,
+                                                  dh, window);
+        if (rc == 0) {
+            gm->attn_ran_cudnn[l] = 1;
+            return;
+        }
+        if (rc == -2) {
+            ZyErr e;
+            zy_fail(&e, "cuDNN attention forward failed (ZAYA_GPU_ATTENTION=own runs the own kernels)");
+            if (!gm->failed) gm->err = e, gm->failed = 1;
+            return;
+        }
+    }
     if (window > 0)
         gk_flash_attention_forward_window(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, window);
     else
@@ -379,6 +413,16 @@ static void gpu_attention_backward(GpuModel *gm, LayerActs *L, int window) {
     const int B = gm->a.B, T = gm->a.T, Hq = c->num_heads, Hkv = c->num_kv_heads, dh = c->head_dim;
     BackwardScratch *d = &gm->a.d;
     GkStream s = gm->g.stream;
+    if (gm->attn_ran_cudnn[L - gm->a.layers]) {
+        if (gk_cudnn_attention_backward(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse,
+                                        L->query, L->key, L->value, B, T, Hq, Hkv, dh, window)) {
+            ZyErr e;
+            zy_fail(&e, "cuDNN attention backward failed after its forward ran (ZAYA_GPU_ATTENTION=own runs the own "
+                        "kernels)");
+            if (!gm->failed) gm->err = e, gm->failed = 1;
+        }
+        return;
+    }
     if (window > 0)
         gk_flash_attention_backward_window(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse,
                                            L->query, L->key, L->value, B, T, Hq, Hkv, dh, gm->a.attn_work, window);
@@ -447,6 +491,12 @@ static int experts_grouped(const GpuModel *gm, size_t rows) {
     const size_t D = (size_t)c->hidden_size, I2 = 2 * (size_t)c->moe_intermediate_size;
     return gm->experts_grouped && gm->bf16 && gm->g.cc_major >= 8 && gm->params16 && gm->op16[0] && gm->op16[1] &&
            rows * (I2 > D ? I2 : D) <= gm->op16_elems;
+}
+
+const char *gpu_model_attention_path(const GpuModel *gm) {
+    if (!gm->bf16) return "fp32 flash attention";
+    if (gm->attn_cudnn && gk_cudnn_attention_available()) return gk_cudnn_attention_status();
+    return "tensor-core flash attention (head dim 64/128)";
 }
 
 int gpu_model_experts_grouped(const GpuModel *gm) {

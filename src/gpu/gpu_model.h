@@ -49,6 +49,9 @@ void gpu_model_zero_grads(GpuModel *gm);
  * (ZAYA_GPU_EXPERT_KERNEL=staged), 2 grouped in the async form, 3 grouped on wgmma + TMA (CUTLASS; the default where
  * it can run: an sm_90 GPU and a build with CUTLASS's headers; gk_expert_kernel). */
 int gpu_model_experts_grouped(const GpuModel *gm);
+/* What runs the attention of this model's passes: "cuDNN N" (ZAYA_GPU_ATTENTION=cudnn|auto, where it loaded and takes
+ * the shape), the tensor-core kernels (bf16) or the fp32 ones. */
+const char *gpu_model_attention_path(const GpuModel *gm);
 /* Every layer's routing statistics of the last forward, summed on the device (one wait): counts [L, E + 1] (rows per
  * choice, E the skip expert), sums [L, 2] (Σ gate over routed rows, Σ skip probability), as routing_counts_add_layer
  * adds them. */

@@ -38,6 +38,8 @@ struct GpuModel {
     uint16_t *op16[2];     /* bf16 runs: an activation operand of several products, rounded once (gpu_model.c op16) */
     size_t op16_elems;     /* capacity of each, in bf16 values (N rows by the widest activation) */
     int experts_grouped;   /* bf16 experts as grouped products sized on the device (0: ZAYA_GPU_EXPERTS=loop) */
+    int attn_cudnn;        /* bf16 attention through cuDNN's fused SDPA where it takes the shape (ZAYA_GPU_ATTENTION) */
+    unsigned char *attn_ran_cudnn; /* [layers]: whether layer l's last forward ran on cuDNN (its backward must too) */
 };
 
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */

@@ -23,6 +23,8 @@
 #              ZAYA1-8B's widths (grouped wgmma + TMA, grouped WMMA async and staged, one cuBLASLt product per expert)
 #     experts  bench train (bf16 AdamW, bench-gpu) with the grouped products' WMMA and wgmma forms
 #              (ZAYA_GPU_EXPERT_KERNEL=async / sm90), alternating, two rounds
+#     attention bench train (bf16 AdamW, bench-gpu) with the attention's two paths (ZAYA_GPU_ATTENTION=own / cudnn:
+#              cuDNN's fused SDPA, from PyTorch's nvidia-cudnn-cu13 unless ZAYA_CUDNN_LIB says), alternating, two rounds
 #     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
 #              tokens (--micro-batches 8 of 4 x 2048): bench/vs_pytorch_gpu.py, zaya AdamW and Muon + AdamW against
 #              PyTorch eager on the same config, batch and accumulation
@@ -41,7 +43,8 @@
 #              batch and machine, side by side in one call (the compile worker gets what is left: the parts run in the
 #              order listed here, so pair comes last)
 # The environment passes through: ZAYA_GPU_SUITES picks tests/gpu/run.sh's suites, ZAYA_GPU_EXPERT_KERNEL the grouped
-# products' form for everything but the experts part.
+# products' form for everything but the experts part, ZAYA_GPU_ATTENTION the attention's path for everything but the
+# attention part.
 # Without .devbin (or if the carried binaries do not load there) it builds on the machine, for sm_90a alone.
 # ZAYA_DEVICE_DRY=1: no GPU, nvidia-smi or ncu: build/'s CPU binaries on configs/tiny.json through the same commands,
 # the GPU suites replaced by a unit-test subset, ncu by tests/gpu/fake_ncu.py, the PyTorch runs by a check of their
@@ -104,6 +107,12 @@ session() {
             python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
                 export PYTHONPATH=/tmp/site
         fi
+        # cuDNN for ZAYA_GPU_ATTENTION=cudnn: PyTorch's own copy (nvidia-cudnn-cu13), outside the loader's path
+        if [ -z "${ZAYA_CUDNN_LIB:-}" ]; then
+            lib=$(python3 -c 'import nvidia.cudnn as c, os; print(os.path.join(list(c.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null)
+            [ -n "$lib" ] && [ -e "$lib" ] && export ZAYA_CUDNN_LIB=$lib
+        fi
+        echo "cuDNN for attention: ${ZAYA_CUDNN_LIB:-none found}"
         nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
         python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
 
@@ -171,6 +180,21 @@ session() {
                     >"$LOG/experts-$mode-$round.txt" 2>&1
                 echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|products) ' "$LOG/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
                 grep -E '^ +experts ' "$LOG/experts-$mode-$round.txt"
+            done
+        done
+        pack
+    fi
+    if [[ $PARTS == *,attention,* ]]; then
+        # the attention's two paths (ZAYA_GPU_ATTENTION=own / cudnn), side by side, alternating, on bench-gpu (bf16
+        # AdamW): step medians and the phase breakdown's attention line
+        stamp "attention: zaya's kernels vs cuDNN's fused SDPA"
+        for round in 1 2; do
+            for mode in own cudnn; do
+                ZAYA_GPU_ATTENTION=$mode timeout "$(left)" build/zaya bench train --config $CFG --device $DEV \
+                    --precision bf16 --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 \
+                    >"$LOG/attention-$mode-$round.txt" 2>&1
+                echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|losses) ' "$LOG/attention-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
+                grep -E '^ +attention ' "$LOG/attention-$mode-$round.txt"
             done
         done
         pack

@@ -18,6 +18,7 @@
  * tc_case below for what it is compared with and why its tolerances are what they are. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/attention.h"
@@ -133,6 +134,7 @@ static void attention_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, si
 }
 
 static void test_gpu_attention_tc(GpuTest *t);
+static void test_gpu_attention_cudnn(GpuTest *t);
 
 void test_gpu_attention(GpuTest *t) {
     attention_case(t, 1, 1, 2, 1, 4, 0);       /* one token: O = V, dQ = dK = 0 */
@@ -157,6 +159,7 @@ void test_gpu_attention(GpuTest *t) {
     attention_case_w(t, 1, 100, 2, 1, 256, 0, 40);
     attention_case_w(t, 1, 129, 4, 2, 12, 1, 31);
     test_gpu_attention_tc(t);
+    test_gpu_attention_cudnn(t);
 }
 
 /* ---- the tensor-core path: gk_flash_attention_forward_bf16 / gk_flash_attention_backward_bf16 ------------------
@@ -284,6 +287,86 @@ static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t mi
     snprintf(nm, sizeof nm, "bwd deterministic %s", tag);
     gt_assert(t, same, nm, "%s", same ? "two runs bit-identical" : "two runs differ");
     gt_reset(t);
+}
+
+/* ---- cuDNN's fused SDPA: gk_cudnn_attention_forward / _backward (gpu_attention_cudnn.cu, ZAYA_GPU_ATTENTION) ------
+ * Reference: the CPU flash attention on bf16-rounded Q, K, V, dO, as for the tensor-core path, with a sliding window
+ * where the case has one. cuDNN rounds what the tensor-core path rounds (P, dS) and, in addition, its results: O and
+ * dQ, dK, dV come back as bf16 (relative error <= 2^-9 each, rms ~1.1e-3), which adds to the ~1.6e-3 of the internal
+ * roundings: ~2e-3 expected for O and the increments. Tolerance TOL_CUDNN = 8e-3 (4x), still below what a wrong
+ * mask, window edge, GQA mapping or layout gives (>= 3e-2). LSE is cuDNN's softmax statistics, fp32: it must match the
+ * CPU's natural-log LSE to TOL_TC (the backward reads it back; a base-2 or unscaled convention would be ~0.3 off).
+ * The backward runs from cuDNN's own O and LSE (its path is fwd and bwd together), twice: bit-identical (the
+ * deterministic algorithm). Runs where the library loads; with ZAYA_GPU_ATTENTION=cudnn set, not loading fails. */
+#define TOL_CUDNN 8e-3
+
+static void cudnn_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, int window) {
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
+    char tag[96], nm[180];
+    snprintf(tag, sizeof tag, "cuDNN B%d T%d Hq%d Hkv%d dh%d window %d", B, T, Hq, Hkv, dh, window);
+    snprintf(nm, sizeof nm, "plan %s", tag);
+    const int planned = gk_cudnn_attention_plan(B, T, Hq, Hkv, dh, window);
+    gt_assert(t, planned, nm, "%s", planned ? "both passes' graphs built" : gk_cudnn_attention_status());
+    if (!planned) return;
+    const float *Q = gt_rand(t, nq, 1.0f), *K = gt_rand(t, nk, 1.0f), *V = gt_rand(t, nk, 1.0f);
+    const float *dO = gt_rand(t, nq, 1.0f);
+    const float *dQ0 = gt_rand(t, nq, 0.5f), *dK0 = gt_rand(t, nk, 0.5f), *dV0 = gt_rand(t, nk, 0.5f);
+    const float *Qr = rounded_copy(t, Q, nq), *Kr = rounded_copy(t, K, nk), *Vr = rounded_copy(t, V, nk);
+    const float *dOr = rounded_copy(t, dO, nq);
+    float *O = gt_host(t, nq), *L = gt_host(t, nl), *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
+    float *dQ = gt_copy(t, dQ0, nq), *dK = gt_copy(t, dK0, nk), *dV = gt_copy(t, dV0, nk);
+    flash_attention_forward(O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, window, ws, 1);
+    flash_attention_backward(dQ, dK, dV, dOr, O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, window, ws, 1);
+
+    const float *d_Q = gt_up(t, Q, nq), *d_K = gt_up(t, K, nk), *d_V = gt_up(t, V, nk), *d_dO = gt_up(t, dO, nq);
+    float *d_O = gt_poison(t, nq), *d_L = gt_poison(t, nl);
+    int rc = gk_cudnn_attention_forward(t->g->stream, d_O, d_L, d_Q, d_K, d_V, B, T, Hq, Hkv, dh, window);
+    snprintf(nm, sizeof nm, "fwd ran %s", tag);
+    gt_assert(t, rc == 0, nm, "returned %d", rc);
+    snprintf(nm, sizeof nm, "fwd O %s", tag);
+    gt_check(t, nm, d_O, O, nq, TOL_CUDNN);
+    snprintf(nm, sizeof nm, "fwd LSE %s", tag);
+    gt_check(t, nm, d_L, L, nl, TOL_TC);
+    float *g[2][3];
+    for (int rep = 0; rep < 2; rep++) {
+        g[rep][0] = gt_up(t, dQ0, nq), g[rep][1] = gt_up(t, dK0, nk), g[rep][2] = gt_up(t, dV0, nk);
+        rc |= gk_cudnn_attention_backward(t->g->stream, g[rep][0], g[rep][1], g[rep][2], d_dO, d_O, d_L, d_Q, d_K, d_V,
+                                          B, T, Hq, Hkv, dh, window);
+    }
+    snprintf(nm, sizeof nm, "bwd ran %s", tag);
+    gt_assert(t, rc == 0, nm, "returned %d", rc);
+    const char *what[3] = {"dQ", "dK", "dV"};
+    const float *ref[3] = {dQ, dK, dV}, *pre[3] = {dQ0, dK0, dV0};
+    const size_t n[3] = {nq, nk, nk};
+    int same = 1;
+    for (int k = 0; k < 3; k++) {
+        snprintf(nm, sizeof nm, "bwd %s += %s", what[k], tag);
+        gt_check(t, nm, g[0][k], ref[k], n[k], TOL_CUDNN);
+        snprintf(nm, sizeof nm, "bwd %s increment %s", what[k], tag);
+        check_increment(t, nm, g[0][k], ref[k], pre[k], n[k], TOL_CUDNN, TOL_ZERO);
+        same &= same_bits(t, g[0][k], g[1][k], n[k]);
+    }
+    snprintf(nm, sizeof nm, "bwd deterministic %s", tag);
+    gt_assert(t, same, nm, "%s", same ? "two runs bit-identical" : "two runs differ");
+    gt_reset(t);
+}
+
+static void test_gpu_attention_cudnn(GpuTest *t) {
+    const char *want = getenv("ZAYA_GPU_ATTENTION");
+    if (!gk_cudnn_attention_available()) {
+        if (want && !strcmp(want, "cudnn"))
+            gt_assert(t, 0, "cuDNN attention loads (ZAYA_GPU_ATTENTION=cudnn)", "%s", gk_cudnn_attention_status());
+        else
+            printf("  note cuDNN attention not checked here: %s\n", gk_cudnn_attention_status());
+        return;
+    }
+    printf("  note cuDNN attention: %s\n", gk_cudnn_attention_status());
+    cudnn_case(t, 1, 37, 4, 2, 64, 0);    /* one partial tile, GQA */
+    cudnn_case(t, 2, 300, 8, 2, 128, 0);  /* the benchmark's heads, two sequences */
+    cudnn_case(t, 1, 2048, 8, 2, 128, 0); /* a full sequence */
+    cudnn_case(t, 2, 200, 4, 1, 64, 0);   /* a group of 4 query heads */
+    cudnn_case(t, 1, 300, 8, 2, 128, 64); /* a sliding-window layer: the window's edge */
+    cudnn_case(t, 2, 100, 4, 2, 64, 1);   /* window 1: each query sees itself only */
 }
 
 static void test_gpu_attention_tc(GpuTest *t) {
