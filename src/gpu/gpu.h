@@ -99,6 +99,12 @@ int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int hidden, int inter, int
 int gpu_gemm_batched(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                      const uint16_t *A16, int lda, long long stride_a, const float *B, const uint16_t *B16, int ldb,
                      long long stride_b, float beta, float *C, int ldc, long long stride_c, int batch, ZyErr *err);
+/* The same with bf16 in and out: D_i = alpha op(A_i) op(B_i) + beta C_i, A, B, C, D bf16 bits, fp32 accumulation and
+ * scaling, D rounded to bf16 (nearest even) once. C may be D (an update in place, where D is not also A or B) or NULL
+ * when beta is 0; C and D share ldc and stride_c. For Newton–Schulz (gpu_optim.cu), whose iterates stay bf16. Returns 0 or -1 (err). */
+int gpu_gemm_batched_bf16(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A16,
+                          int lda, long long stride_a, const uint16_t *B16, int ldb, long long stride_b, float beta,
+                          const uint16_t *C16, uint16_t *D16, int ldc, long long stride_c, int batch, ZyErr *err);
 
 #ifdef __cplusplus
 }

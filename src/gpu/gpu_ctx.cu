@@ -59,7 +59,9 @@ static int fail_rt(ZyErr *err, gpuError_t e, const char *what) {
  * small product, and a step repeats the same few dozen shapes). batch 1: a single product (strides unused, no batch
  * attributes on the layouts); batch > 1: strided-batched, the strides part of the key. */
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc, bf16, batch;
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    int bf16; /* 0 fp32 operands; PLAN_BF16 bf16 operands; | PLAN_OUT16: C and D bf16 too (else fp32) */
+    int batch;
     long long sa, sb, sc;
     int al_a, al_b, al_c; /* the operands' alignment in bytes (at most 256): an algorithm picked for 256-byte
                            * aligned matrices may not run on a row slice or an odd leading dimension */
@@ -67,6 +69,7 @@ typedef struct {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulHeuristicResult_t algo;
 } Plan;
+enum { PLAN_BF16 = 1, PLAN_OUT16 = 2 };
 
 #define MAX_PLANS 512
 typedef struct {
@@ -357,7 +360,8 @@ static Plan *plan_for(GpuCtx *g, int ta, int tb, int M, int N, int K, int lda, i
     /* stored shapes (column-major): B is N×K (tb = 0) or K×N; A is K×M (ta = 0) or M×K */
     ok = ok && cublasLtMatrixLayoutCreate(&p->la, in, tb ? K : N, tb ? N : K, ldb) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&p->lb, in, ta ? M : K, ta ? K : M, lda) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, N, M, ldc) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&p->lc, bf16 & PLAN_OUT16 ? CUDA_R_16BF : CUDA_R_32F, N, M, ldc) ==
+                   CUBLAS_STATUS_SUCCESS;
     if (batch > 1) {
         const int32_t count = batch;
         const int64_t stride[3] = {(int64_t)sb, (int64_t)sa, (int64_t)sc}; /* la, lb, lc */
@@ -483,6 +487,32 @@ extern "C" int gpu_gemm_batched(GpuCtx *g, int trans_a, int trans_b, int M, int 
                                 int batch, ZyErr *err) {
     return gemm_impl(g, trans_a, trans_b, M, N, K, alpha, A, A16, lda, stride_a, B, B16, ldb, stride_b, beta, C, ldc,
                      stride_c, batch, err);
+}
+
+extern "C" int gpu_gemm_batched_bf16(GpuCtx *g, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                                     const uint16_t *A16, int lda, long long stride_a, const uint16_t *B16, int ldb,
+                                     long long stride_b, float beta, const uint16_t *C16, uint16_t *D16, int ldc,
+                                     long long stride_c, int batch, ZyErr *err) {
+    if (M <= 0 || N <= 0 || batch <= 0) return 0;
+    if (K <= 0 || !A16 || !B16 || !D16 || (beta != 0.0f && !C16) ||
+        (batch > 1 && (stride_a < 0 || stride_b < 0 || stride_c < 0)))
+        return zy_fail(err, "GPU: bf16-output product %dx%dx%d (batch %d) with a missing operand, K <= 0 or a negative "
+                       "stride", M, N, K, batch);
+    const long long many = batch > 1;
+    const int al_c = alignment_of(D16, ldc * 2ll, many * stride_c * 2), al_c2 = C16 ? alignment_of(C16, ldc * 2ll,
+                                                                                                    many * stride_c * 2)
+                                                                                  : al_c;
+    Plan *p = plan_for(g, trans_a, trans_b, M, N, K, lda, ldb, ldc, PLAN_BF16 | PLAN_OUT16, batch, stride_a, stride_b,
+                       stride_c, alignment_of(A16, lda * 2ll, many * stride_a * 2),
+                       alignment_of(B16, ldb * 2ll, many * stride_b * 2), al_c < al_c2 ? al_c : al_c2, err);
+    if (!p) return -1;
+    cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)g->lt, p->desc, &alpha, B16, p->la, A16, p->lb, &beta,
+                                       C16 ? (const void *)C16 : (const void *)D16, p->lc, D16, p->lc, &p->algo.algo,
+                                       g->lt_work, g->lt_work_bytes, g->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return zy_fail(err, "GPU: cuBLASLt bf16-output batch of %d products %dx%dx%d failed (status %d)", batch, M, N,
+                       K, (int)st);
+    return 0;
 }
 
 extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {

@@ -4,11 +4,13 @@
  * clipping computed on the device; with params16 set, the AdamW pass and the Muon update also write the bf16 copy of
  * the weights they change.
  *
- * Launches per Muon group: momentum + per-chunk norms, per-matrix norm sums, 5 × (prep, X Xᵀ, B init, A², [bf16:
- * B's copy], B X), update: 28 (fp32) or 33 (bf16), the same as one matrix took before grouping. The 1.0B bench-gpu
+ * Launches per Muon group: momentum + per-chunk norms, per-matrix norm sums, then fp32: 5 × (prep, X Xᵀ, B init,
+ * A², B X) and the update, 28; bf16: the rounded start, 5 × (X Xᵀ, bA + cA², aX + B X: the iterates stay bf16, the
+ * coefficients in the products' alpha / beta, no elementwise pass), the widened result and the update, 20 (33 before
+ * 2026-11-30, when bf16 runs kept fp32 iterates and rounded them before each product). The 1.0B bench-gpu
  * model's 738 Muon matrices form 35 groups (13 of 24–25 [1024, 1024]: q, o, expert down; 17 of 16–17 [2048, 1024]
- * expert gate_up; k; v_current + v_delayed; the router's down_proj, fc1 + fc2, out_proj): 1,156 launches per step
- * with bf16 products instead of 24,355 (981 instead of 20,665 in fp32), ~510 MiB of scratch instead of ~30.
+ * expert gate_up; k; v_current + v_delayed; the router's down_proj, fc1 + fc2, out_proj): 701 launches per step
+ * with bf16 products (24,355 before grouping), 981 in fp32 (20,665), ~510 MiB of scratch instead of ~30.
  *
  * Exactness: the element-wise arithmetic is written with the _rn intrinsics, one IEEE operation per C operation of
  * src/optim/optim.c in the same order, so the compiler cannot contract a product and a sum into an FMA: the momentum, the
@@ -157,14 +159,15 @@ __global__ void go_muon_momentum_kernel(float *exp_avg, uint64_t begin, const fl
     if (threadIdx.x == 0) partial[(long)blockIdx.y * gridDim.x + blockIdx.x] = s;
 }
 
-/* The start of one Newton–Schulz iteration: X' = a·X (the sum the product B X adds onto) and, for bf16 products,
- * X16 = bf16(X). With sumsq (the first iteration), X is first normalised: X *= 1 / (‖X‖_F + 1e-7), the factor
- * computed from matrix y's device double sumsq[y] exactly as newton_schulz5 does on the host. */
+/* The start of one fp32 Newton–Schulz iteration: X' = a·X (the sum the product B X adds onto), or, for bf16
+ * products (X' NULL), the bf16 start X16 = bf16(X). With sumsq (the first iteration), X is first normalised:
+ * X *= 1 / (‖X‖_F + 1e-7), the factor computed from matrix y's device double sumsq[y] exactly as newton_schulz5 does
+ * on the host. */
 __global__ void go_ns_prep_kernel(float *Xs, float *Xns, uint16_t *X16s, long ls, long len, float a,
                                   const double *sumsq) {
     const float inv = sumsq ? (float)(1.0 / (sqrt(sumsq[blockIdx.y]) + 1e-7)) : 1.0f;
     const long base = (long)blockIdx.y * ls;
-    float *X = Xs + base, *Xn = Xns + base;
+    float *X = Xs + base, *Xn = Xns ? Xns + base : NULL;
     uint16_t *X16 = X16s ? X16s + base : NULL;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < len; i += (long)gridDim.x * blockDim.x) {
         float x = X[i];
@@ -172,29 +175,18 @@ __global__ void go_ns_prep_kernel(float *Xs, float *Xns, uint16_t *X16s, long ls
             x = __fmul_rn(x, inv);
             X[i] = x;
         }
-        Xn[i] = __fmul_rn(a, x);
+        if (Xn) Xn[i] = __fmul_rn(a, x);
         if (X16) X16[i] = gk_bf16_bits(x);
     }
 }
 
-/* B = b·A (the sum c·A² adds onto) and, for bf16 products, A16 = bf16(A). */
-__global__ void go_ns_b_kernel(float *Bs, const float *As, uint16_t *A16s, long rs, long n, float b) {
+/* B = b·A (the sum c·A² adds onto): the fp32 iteration's elementwise step. */
+__global__ void go_ns_b_kernel(float *Bs, const float *As, long rs, long n, float b) {
     const long base = (long)blockIdx.y * rs;
     float *B = Bs + base;
     const float *A = As + base;
-    uint16_t *A16 = A16s ? A16s + base : NULL;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        const float x = A[i];
-        B[i] = __fmul_rn(b, x);
-        if (A16) A16[i] = gk_bf16_bits(x);
-    }
-}
-
-/* dst = bf16(src), matrix y at y·stride in both. */
-__global__ void go_ns_bf16_kernel(uint16_t *dst, const float *src, long stride, long n) {
-    const long base = (long)blockIdx.y * stride;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[base + i] = gk_bf16_bits(src[base + i]);
+        B[i] = __fmul_rn(b, A[i]);
 }
 
 /* W ← W − (scale·O + decay·W) */
@@ -477,22 +469,51 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
     const int steps = o->cfg.muon_ns_steps;
     if (steps <= 0) /* no iteration: the output is the normalised input */
         go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, Xn, NULL, ls, len, a, o->ns_sumsq);
-    for (int it = 0; it < steps; it++) {
-        go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, Xn, X16, ls, len, a, it == 0 ? o->ns_sumsq : NULL);
+    if (bf && steps > 0) {
+        /* bf16 products: the iterates stay bf16 (as Muon's reference implementation runs them), so an iteration is
+         * three products with the coefficients in their alpha / beta and no elementwise pass: A = X Xᵀ,
+         * B = b·A + c·A² (C = A, D = B), X' = a·X + B X (C = X, D = X'); X and X' alternate between X16 and Xn's
+         * storage, B lives in B's. Only the normalised start is rounded (prep) and the result widened (once). */
+        uint16_t *Xa = X16, *Xb = (uint16_t *)Xn, *A16 = M16, *B16 = (uint16_t *)B;
+        go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, NULL, Xa, ls, len, a, o->ns_sumsq);
+        for (int it = 0; it < steps; it++) {
+            int rc;
+            if (tall) /* A = Xᵀ X, B = bA + cA², Xᵀ' = aXᵀ + Xᵀ B */
+                rc = gpu_gemm_batched_bf16(g, 1, 0, r, r, kk, 1.0f, Xa, n, ls, Xa, n, ls, 0.0f, NULL, A16, r, rs,
+                                           batch, err) ||
+                     gpu_gemm_batched_bf16(g, 0, 0, r, r, r, c, A16, r, rs, A16, r, rs, b, A16, B16, r, rs, batch,
+                                           err) ||
+                     gpu_gemm_batched_bf16(g, 0, 0, m, n, n, 1.0f, Xa, n, ls, B16, r, rs, a, Xa, Xb, n, ls, batch,
+                                           err);
+            else /* A = X Xᵀ, B = bA + cA², X' = aX + B X */
+                rc = gpu_gemm_batched_bf16(g, 0, 1, r, r, kk, 1.0f, Xa, n, ls, Xa, n, ls, 0.0f, NULL, A16, r, rs,
+                                           batch, err) ||
+                     gpu_gemm_batched_bf16(g, 0, 0, r, r, r, c, A16, r, rs, A16, r, rs, b, A16, B16, r, rs, batch,
+                                           err) ||
+                     gpu_gemm_batched_bf16(g, 0, 0, m, n, m, 1.0f, B16, r, rs, Xa, n, ls, a, Xa, Xb, n, ls, batch,
+                                           err);
+            if (rc) return -1;
+            uint16_t *tmp = Xa;
+            Xa = Xb;
+            Xb = tmp;
+        }
+        gk_bf16_to_f32(s, X, Xa, (long)((batch - 1) * ls + len)); /* the result, widened for the update */
+    }
+    for (int it = 0; it < (bf ? 0 : steps); it++) { /* fp32 products: the iterates fp32, as on the CPU */
+        go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, Xn, NULL, ls, len, a, it == 0 ? o->ns_sumsq : NULL);
         int rc;
         if (tall) /* A = Xᵀ X */
-            rc = gpu_gemm_batched(g, 1, 0, r, r, kk, 1.0f, X, X16, n, ls, X, X16, n, ls, 0.0f, A, r, rs, batch, err);
+            rc = gpu_gemm_batched(g, 1, 0, r, r, kk, 1.0f, X, NULL, n, ls, X, NULL, n, ls, 0.0f, A, r, rs, batch, err);
         else /* A = X Xᵀ */
-            rc = gpu_gemm_batched(g, 0, 1, r, r, kk, 1.0f, X, X16, n, ls, X, X16, n, ls, 0.0f, A, r, rs, batch, err);
+            rc = gpu_gemm_batched(g, 0, 1, r, r, kk, 1.0f, X, NULL, n, ls, X, NULL, n, ls, 0.0f, A, r, rs, batch, err);
         if (rc) return rc;
-        go_ns_b_kernel<<<g_rr, GO_THREADS, 0, s>>>(B, A, M16, rs, rr, b);
-        if (gpu_gemm_batched(g, 0, 0, r, r, r, c, A, M16, r, rs, A, M16, r, rs, 1.0f, B, r, rs, batch, err))
+        go_ns_b_kernel<<<g_rr, GO_THREADS, 0, s>>>(B, A, rs, rr, b);
+        if (gpu_gemm_batched(g, 0, 0, r, r, r, c, A, NULL, r, rs, A, NULL, r, rs, 1.0f, B, r, rs, batch, err))
             return -1; /* B = bA + cA² */
-        if (bf) go_ns_bf16_kernel<<<g_rr, GO_THREADS, 0, s>>>(M16, B, rs, rr);
         if (tall) /* Xᵀ = aXᵀ + Xᵀ B */
-            rc = gpu_gemm_batched(g, 0, 0, m, n, n, 1.0f, X, X16, n, ls, B, M16, r, rs, 1.0f, Xn, n, ls, batch, err);
+            rc = gpu_gemm_batched(g, 0, 0, m, n, n, 1.0f, X, NULL, n, ls, B, NULL, r, rs, 1.0f, Xn, n, ls, batch, err);
         else /* X = aX + B X */
-            rc = gpu_gemm_batched(g, 0, 0, m, n, m, 1.0f, B, M16, r, rs, X, X16, n, ls, 1.0f, Xn, n, ls, batch, err);
+            rc = gpu_gemm_batched(g, 0, 0, m, n, m, 1.0f, B, NULL, r, rs, X, NULL, n, ls, 1.0f, Xn, n, ls, batch, err);
         if (rc) return rc;
         float *tmp = X;
         X = Xn;
