@@ -257,12 +257,41 @@ static int compare_with_f32(const Model *m, const Model *m32, const char *name, 
     return rel ? 0 : zy_fail(err, "out of memory");
 }
 
+/* The GPU steps through a path: the same-length cache (generate's: gpu_model_decode) or the block pool (the server's:
+ * gpu_model_decode_step, whose step shapes ZAYA_GPU_GRAPHS=1 captures once as CUDA graphs and replays). */
+typedef struct {
+    GpuModel *gm;
+    GpuKVCache *c; /* the cache path */
+    GpuKVPool *p;  /* the pool path */
+    DecodeSeq *seqs;
+    int batch;
+} GpuDecodePath;
+
+/* Drops what the sequences hold (a fresh start for the timed prefill). */
+static void gpu_path_reset(GpuDecodePath *d) {
+    if (d->c) gpu_kvcache_reset(d->c);
+    for (int b = 0; d->p && b < d->batch; b++) gpu_kvpool_seq_reset(d->p, b);
+}
+
+/* n tokens per sequence (tokens [batch, n]), each sequence's last logits into logits [batch, V]. */
+static int gpu_path_step(GpuDecodePath *d, const int32_t *tokens, int n, float *logits, ZyErr *err) {
+    if (d->c) return gpu_model_decode(d->gm, d->c, tokens, n, logits, 1, err);
+    for (int b = 0; b < d->batch; b++) {
+        if (gpu_kvpool_reserve(d->p, b, gpu_kvpool_len(d->p, b) + n))
+            return zy_fail(err, "bench decode: the block pool ran out of blocks");
+        d->seqs[b] = (DecodeSeq){.slot = b, .n = n, .logits = 1};
+    }
+    return gpu_model_decode_step(d->gm, d->p, d->seqs, d->batch, tokens, logits, err);
+}
+
 /* The GPU run: batch sequences prefilled with `context` tokens each, then `new_tokens` steps of one token per
- * sequence, each step's last logits copied to the host as sampling needs them. */
+ * sequence, each step's last logits copied to the host as sampling needs them. pool: through the block pool. */
 static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batch, int context, int new_tokens, int bf16,
-                            int kv_bf16, ZyErr *err) {
+                            int kv_bf16, int pool, ZyErr *err) {
     GpuModel *gm = NULL;
     GpuKVCache *c = NULL;
+    GpuKVPool *kp = NULL;
+    GpuDecodePath path = {.batch = batch};
     const int total = context + new_tokens, V = m->cfg.vocab_size;
     int32_t *ids = malloc((size_t)batch * total * sizeof *ids), *step = malloc((size_t)batch * sizeof *step);
     float *logits = malloc((size_t)batch * V * sizeof *logits);
@@ -272,8 +301,17 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         zy_fail(err, "out of memory");
         goto done;
     }
-    if (gpu_model_create(&gm, m, gpu_index, 1, 1, bf16, 0, err) || gpu_kvcache_create_kv(&c, gm, batch, total, 0, kv_bf16, err))
+    if (gpu_model_create(&gm, m, gpu_index, 1, 1, bf16, 0, err)) goto done;
+    const int block_tokens = 16, per_seq = (total + block_tokens - 1) / block_tokens;
+    if (pool ? gpu_kvpool_create_kv(&kp, gm, batch, total, batch * per_seq, block_tokens, batch * context, context,
+                                    kv_bf16, err)
+             : gpu_kvcache_create_kv(&c, gm, batch, total, 0, kv_bf16, err))
         goto done;
+    path = (GpuDecodePath){.gm = gm, .c = c, .p = kp, .seqs = malloc((size_t)batch * sizeof(DecodeSeq)), .batch = batch};
+    if (!path.seqs) {
+        zy_fail(err, "out of memory");
+        goto done;
+    }
     ZyRng rng;
     zy_rng_seed(&rng, 3);
     for (long i = 0; i < (long)batch * total; i++) ids[i] = (int32_t)(zy_rng_next(&rng) % (uint64_t)V);
@@ -283,17 +321,17 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         goto done;
     }
     for (int b = 0; b < batch; b++) memcpy(prompt + (long)b * context, ids + (long)b * total, context * sizeof *ids);
-    int fail = gpu_model_decode(gm, c, prompt, context, logits, 1, err); /* warm-up */
-    gpu_kvcache_reset(c);
+    int fail = gpu_path_step(&path, prompt, context, logits, err); /* warm-up */
+    gpu_path_reset(&path);
     double t0 = zy_now_seconds();
-    fail = fail || gpu_model_decode(gm, c, prompt, context, logits, 1, err);
+    fail = fail || gpu_path_step(&path, prompt, context, logits, err);
     const double prefill = zy_now_seconds() - t0;
     free(prompt);
     if (fail) goto done;
     for (int i = 0; i < new_tokens; i++) {
         for (int b = 0; b < batch; b++) step[b] = ids[(long)b * total + context + i];
         double t = zy_now_seconds();
-        if (gpu_model_decode(gm, c, step, 1, logits, 1, err)) goto done;
+        if (gpu_path_step(&path, step, 1, logits, err)) goto done;
         lat[i] = zy_now_seconds() - t;
     }
     double sum = 0;
@@ -303,6 +341,12 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
     gpu_memory_used(gpu_model_ctx(gm), &used, &total_mem);
     printf("model        %s: %zu parameters\n", label, params_count(&m->params, 0));
     printf("device       GPU %s; %s products\n", gpu_model_device(gm), bf16 ? "bf16" : "fp32");
+    if (pool)
+        printf("path         the block pool (the server's step, %d-token blocks); CUDA graphs: %s (%d held)\n",
+               block_tokens, gpu_kvpool_graphs(kp) ? "on" : "off (ZAYA_GPU_GRAPHS=1 turns them on)",
+               gpu_kvpool_graphs(kp));
+    else
+        printf("path         the same-length cache (generate's)\n");
     printf("prefill      %d x %d tokens in %.4f s: %.0f tokens/s\n", batch, context, prefill,
            (double)batch * context / prefill);
     printf("decode       %d steps of %d token%s after a %d-token context: median %.3f ms/step (p90 %.3f), %.0f "
@@ -314,19 +358,23 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
     printf("KV cache     %zu bytes per token (%s k and v, %d layers); %.2f MB for %d x %d tokens; GPU memory in use "
            "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, kv_bf16), kv_bf16 ? "bf16" : "fp32", m->cfg.num_layers,
            kvcache_bytes_per_token(&m->cfg, kv_bf16) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
-    printf("json         {\"device\": \"cuda\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, "
-           "\"prefill_tokens_per_s\": %.1f}\n", batch, (double)batch * new_tokens / sum, 1e3 * median,
-           (double)batch * context / prefill);
+    printf("json         {\"device\": \"cuda\", \"path\": \"%s\", \"graphs\": %d, \"batch\": %d, "
+           "\"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, \"prefill_tokens_per_s\": %.1f}\n",
+           pool ? "pool" : "cache", kp ? gpu_kvpool_graphs(kp) : 0, batch, (double)batch * new_tokens / sum,
+           1e3 * median, (double)batch * context / prefill);
     rc = 0;
 done:
     gpu_kvcache_free(c);
+    gpu_kvpool_free(kp);
+    free(path.seqs);
     gpu_model_free(gm);
     free(ids), free(step), free(logits), free(lat);
     return rc;
 }
 
 int bench_decode(int argc, char **argv) {
-    const char *model_dir = NULL, *config_path = NULL, *dtype = "auto", *device = "cpu", *kv_dtype = "auto";
+    const char *model_dir = NULL, *config_path = NULL, *dtype = "auto", *device = "cpu", *kv_dtype = "auto",
+               *gpu_path = "cache";
     int context = 128, new_tokens = 128, threads = 0, batch = 1;
     ArgSpec specs[] = {
         {"--model", ARG_STRING, 0, &model_dir, "model directory (or --config for random weights)", 0},
@@ -341,10 +389,12 @@ int bench_decode(int argc, char **argv) {
         {"--batch", ARG_INT, 0, &batch, "sequences decoded together, one token each per step (default 1)", 0},
         {"--kv-dtype", ARG_STRING, 0, &kv_dtype, "KV cache: auto (default: bf16 with bf16 or quantized weights, else "
                                                  "f32), f32 or bf16", 0},
+        {"--path", ARG_STRING, 0, &gpu_path, "GPU only: cache (default: generate's same-length cache) or pool (the "
+         "server's block pool, whose steps ZAYA_GPU_GRAPHS=1 replays as CUDA graphs)", 0},
     };
     if (args_help(argc, argv, 3, "bench decode",
                   "(--model DIR | --config CFG.json) [--context N --tokens M --threads K --dtype auto|f32|bf16|q8|q4 --device cpu|cuda "
-                  "--batch B --kv-dtype auto|f32|bf16]", specs,
+                  "--batch B --kv-dtype auto|f32|bf16 --path cache|pool]", specs,
                   ZY_ARRAY_LEN(specs)))
         return 0;
     ZyErr err = {{0}};
@@ -373,13 +423,21 @@ int bench_decode(int argc, char **argv) {
         zy_fail(&err, "bench decode: --batch %d: sequences decoded together, 1..4096", batch);
         goto done;
     }
+    if (strcmp(gpu_path, "cache") && strcmp(gpu_path, "pool")) {
+        zy_fail(&err, "bench decode: --path %s: expected cache or pool", gpu_path);
+        goto done;
+    }
+    if (!ma.gpu && strcmp(gpu_path, "cache")) {
+        zy_fail(&err, "bench decode: --path pool is the GPU's block pool (add --device cuda)");
+        goto done;
+    }
     if (threads > 0) omp_set_num_threads(threads);
     if (ma.gpu) { /* a bf16 folder goes up from its mapped files; an fp32 one (or a --config init) as fp32, the GPU
                    * making its own bf16 copy */
         if (load_model(&m, model_dir, config_path, model_dir && ma.bf16 ? MODEL_DTYPE_BF16 : 0, &err)) goto done;
         have_model = 1;
         if (bench_decode_gpu(model_dir ? model_dir : config_path, &m, ma.gpu_index, batch, context, new_tokens, ma.bf16,
-                             ma.kv_bf16, &err))
+                             ma.kv_bf16, !strcmp(gpu_path, "pool"), &err))
             goto done;
         rc = 0;
         goto done;

@@ -32,7 +32,8 @@
 #     slice    zaya bench train alone at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), AdamW and
 #              Muon + AdamW (ZAYA_DEVICE_SLICE_OPTIMIZERS="adamw" for one), an optimizer step of 8 x 4 x 2048 =
 #              65,536 tokens (MFU at the real shapes)
-#     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16
+#     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16, then through the
+#              server's block pool with CUDA graphs (--path pool, ZAYA_GPU_GRAPHS=1)
 #     serve    bench/serve_bench.py --device cuda on bench-gpu, bf16: zaya serve (and with ZAYA_GPU_GRAPHS=1) against
 #              transformers' generate at 32 concurrent requests (tokens/s, TTFT and inter-token p50 / p99)
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
@@ -242,6 +243,12 @@ session() {
                     --kv-dtype $kv >"$LOG/decode-b$b-$kv.txt" 2>&1
                 echo "batch $b, KV $kv (exit $?): $(grep -E '^(decode|weights|KV cache) ' "$LOG/decode-b$b-$kv.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-330)"
             done
+            # the server's block pool with its steps replayed as CUDA graphs (issue 31: batch 1 is launch-bound)
+            if [ "$DEV" = cuda ]; then
+                ZAYA_GPU_GRAPHS=1 timeout "$(left)" build/zaya bench decode --config $CFG --device $DEV --dtype bf16 \
+                    --batch $b --kv-dtype bf16 --path pool >"$LOG/decode-b$b-pool-graphs.txt" 2>&1
+                echo "batch $b, pool + graphs (exit $?): $(grep -E '^(path|decode|weights) ' "$LOG/decode-b$b-pool-graphs.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-330)"
+            fi
         done
         pack
     fi
