@@ -94,6 +94,21 @@ __device__ __forceinline__ S stride_with_ld(int64_t ld) {
     return s;
 }
 
+/* Group e: D = A B + beta D (C is D) of shape (m, n, k), the operands' bases and leading dimensions. */
+template <class G>
+__device__ __forceinline__ void set_group(const typename G::Groups &g, int e, int m, int n, int k, const uint16_t *a,
+                                          int lda, const uint16_t *b, int ldb, float *d, int ldd) {
+    g.shape[e] = {m, n, k};
+    g.a[e] = reinterpret_cast<const bf16 *>(a);
+    g.b[e] = reinterpret_cast<const bf16 *>(b);
+    g.c[e] = d;
+    g.d[e] = d;
+    g.sa[e] = stride_with_ld<typename G::SA>(lda);
+    g.sb[e] = stride_with_ld<typename G::SB>(ldb);
+    g.sc[e] = stride_with_ld<typename G::SC>(ldd);
+    g.sd[e] = stride_with_ld<typename G::SD>(ldd);
+}
+
 /* The row products' groups: expert e's rows [off[e], off[e + 1]) of A and C times W_e (shape rows x N x K). */
 template <class G>
 __global__ void rows_groups(typename G::Groups g, const int32_t *off, int E, int N, int K, const uint16_t *A, int lda,
@@ -101,15 +116,8 @@ __global__ void rows_groups(typename G::Groups g, const int32_t *off, int E, int
     const int e = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (e >= E) return;
     const int r0 = off[e];
-    g.shape[e] = {off[e + 1] - r0, N, K};
-    g.a[e] = reinterpret_cast<const bf16 *>(A) + (long)r0 * lda;
-    g.b[e] = reinterpret_cast<const bf16 *>(W) + (long)e * w_stride;
-    g.c[e] = C + (long)r0 * ldc;
-    g.d[e] = C + (long)r0 * ldc;
-    g.sa[e] = stride_with_ld<typename G::SA>(lda);
-    g.sb[e] = stride_with_ld<typename G::SB>(ldw);
-    g.sc[e] = stride_with_ld<typename G::SC>(ldc);
-    g.sd[e] = stride_with_ld<typename G::SD>(ldc);
+    set_group<G>(g, e, off[e + 1] - r0, N, K, A + (long)r0 * lda, lda, W + (long)e * w_stride, ldw, C + (long)r0 * ldc,
+                 ldc);
 }
 
 /* The weight gradients' groups: G_e (M x N) = A[rows of e]ᵀ B[rows of e], the reduction over expert e's rows. An
@@ -121,15 +129,8 @@ __global__ void wgrad_groups(typename G::Groups g, const int32_t *off, int E, in
     const int e = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (e >= E) return;
     const int r0 = off[e], rows = off[e + 1] - r0;
-    g.shape[e] = {rows > 0 ? M : 0, N, rows};
-    g.a[e] = reinterpret_cast<const bf16 *>(A) + (long)r0 * lda;
-    g.b[e] = reinterpret_cast<const bf16 *>(B) + (long)r0 * ldb;
-    g.c[e] = Gw + (long)e * g_stride;
-    g.d[e] = Gw + (long)e * g_stride;
-    g.sa[e] = stride_with_ld<typename G::SA>(lda);
-    g.sb[e] = stride_with_ld<typename G::SB>(ldb);
-    g.sc[e] = stride_with_ld<typename G::SC>(ldg);
-    g.sd[e] = stride_with_ld<typename G::SD>(ldg);
+    set_group<G>(g, e, rows > 0 ? M : 0, N, rows, A + (long)r0 * lda, lda, B + (long)r0 * ldb, ldb,
+                 Gw + (long)e * g_stride, ldg);
 }
 
 /* G_e = beta G_e for the experts without rows (beta 0 writes zeros, so no NaN survives); blocks of experts with rows

@@ -477,21 +477,15 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
         uint16_t *Xa = X16, *Xb = (uint16_t *)Xn, *A16 = M16, *B16 = (uint16_t *)B;
         go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, NULL, Xa, ls, len, a, o->ns_sumsq);
         for (int it = 0; it < steps; it++) {
-            int rc;
-            if (tall) /* A = Xᵀ X, B = bA + cA², Xᵀ' = aXᵀ + Xᵀ B */
-                rc = gpu_gemm_batched_bf16(g, 1, 0, r, r, kk, 1.0f, Xa, n, ls, Xa, n, ls, 0.0f, NULL, A16, r, rs,
-                                           batch, err) ||
-                     gpu_gemm_batched_bf16(g, 0, 0, r, r, r, c, A16, r, rs, A16, r, rs, b, A16, B16, r, rs, batch,
-                                           err) ||
-                     gpu_gemm_batched_bf16(g, 0, 0, m, n, n, 1.0f, Xa, n, ls, B16, r, rs, a, Xa, Xb, n, ls, batch,
-                                           err);
-            else /* A = X Xᵀ, B = bA + cA², X' = aX + B X */
-                rc = gpu_gemm_batched_bf16(g, 0, 1, r, r, kk, 1.0f, Xa, n, ls, Xa, n, ls, 0.0f, NULL, A16, r, rs,
-                                           batch, err) ||
-                     gpu_gemm_batched_bf16(g, 0, 0, r, r, r, c, A16, r, rs, A16, r, rs, b, A16, B16, r, rs, batch,
-                                           err) ||
-                     gpu_gemm_batched_bf16(g, 0, 0, m, n, m, 1.0f, B16, r, rs, Xa, n, ls, a, Xa, Xb, n, ls, batch,
-                                           err);
+            /* A = X Xᵀ (tall: Xᵀ X), B = bA + cA², X' = aX + B X (tall: Xᵀ' = aXᵀ + Xᵀ B) */
+            const int rc =
+                gpu_gemm_batched_bf16(g, tall, !tall, r, r, kk, 1.0f, Xa, n, ls, Xa, n, ls, 0.0f, NULL, A16, r, rs,
+                                      batch, err) ||
+                gpu_gemm_batched_bf16(g, 0, 0, r, r, r, c, A16, r, rs, A16, r, rs, b, A16, B16, r, rs, batch, err) ||
+                (tall ? gpu_gemm_batched_bf16(g, 0, 0, m, n, n, 1.0f, Xa, n, ls, B16, r, rs, a, Xa, Xb, n, ls, batch,
+                                              err)
+                      : gpu_gemm_batched_bf16(g, 0, 0, m, n, m, 1.0f, B16, r, rs, Xa, n, ls, a, Xa, Xb, n, ls, batch,
+                                              err));
             if (rc) return -1;
             uint16_t *tmp = Xa;
             Xa = Xb;
