@@ -109,6 +109,9 @@ int cmd_system_info(int argc, char **argv) {
         if (gpu_open(&g, -1, &err) == 0) {
             printf("gpu          CUDA support compiled in; device %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", g.device, g.name,
                    g.cc_major, g.cc_minor, g.sm_count, g.mem_total / 1073741824.0);
+            char paths[512];
+            gpu_kernel_paths(paths, sizeof paths);
+            printf("gpu kernels  %s\n", paths);
             gpu_close(&g);
         } else {
             printf("gpu          CUDA support compiled in; no usable GPU here (%s)\n", err.msg);

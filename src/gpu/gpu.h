@@ -15,6 +15,8 @@ extern "C" {
 
 /* 1 when this binary has GPU support compiled in. */
 int gpu_compiled(void);
+/* One line naming the kernels this build and the current GPU run the experts and the attention with (zaya info). */
+void gpu_kernel_paths(char *line, size_t n);
 
 /* One device, one stream, one cuBLASLt handle and its workspace; bf16 scratch for products whose operands have no
  * bf16 copy. Not shared between threads. */

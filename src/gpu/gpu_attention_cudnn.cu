@@ -45,6 +45,7 @@ constexpr int MIN_VERSION = 90300; /* cuDNN 9.3: deterministic Hopper SDPA backw
 int state = -1; /* -1 not tried, 0 unavailable, 1 loaded */
 cudnnHandle_t handle = nullptr;
 char why[256] = "not loaded yet";
+char refusal[512]; /* the last shape cuDNN refused, and why ("" when none) */
 
 bool load() {
     if (state >= 0) return state == 1;
@@ -128,7 +129,11 @@ Plan build_graphs(int B, int T, int Hq, int Hkv, int dh, int window) {
         if (window > 0) opt.set_diagonal_band_left_bound(window);
         auto [o, stats] = g.sdpa(q, k, v, opt);
         as_output(o, O_UID, B, Hq, T, dh);
-        stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT);
+        stats->set_output(true)
+            .set_uid(STATS_UID)
+            .set_dim({B, Hq, T, 1})
+            .set_stride({(int64_t)Hq * T, T, 1, 1}) /* LSE [B, Hq, T], as the own kernels' */
+            .set_data_type(fe::DataType_t::FLOAT);
     }
     p.bwd = new_graph();
     {
@@ -150,9 +155,18 @@ Plan build_graphs(int B, int T, int Hq, int Hkv, int dh, int window) {
         as_output(dk, DK_UID, B, Hkv, T, dh);
         as_output(dv, DV_UID, B, Hkv, T, dh);
     }
-    if (!p.fwd->build(handle, {fe::HeurMode_t::A}).is_good() || !p.bwd->build(handle, {fe::HeurMode_t::A}).is_good() ||
-        !p.fwd->get_workspace_size(p.ws_fwd).is_good() || !p.bwd->get_workspace_size(p.ws_bwd).is_good())
-        return Plan{};
+    const char *what[2] = {"forward", "backward"};
+    for (int pass = 0; pass < 2; pass++) {
+        fe::graph::Graph &g = pass ? *p.bwd : *p.fwd;
+        int64_t &ws = pass ? p.ws_bwd : p.ws_fwd;
+        auto built = g.build(handle, {fe::HeurMode_t::A});
+        auto st = built.is_good() ? g.get_workspace_size(ws) : built;
+        if (!st.is_good()) {
+            snprintf(refusal, sizeof refusal, "B %d T %d Hq %d Hkv %d dh %d window %d, %s graph: %s", B, T, Hq, Hkv,
+                     dh, window, what[pass], st.get_message().c_str());
+            return Plan{};
+        }
+    }
     p.ok = true;
     return p;
 }
@@ -162,7 +176,8 @@ Plan build(int B, int T, int Hq, int Hkv, int dh, int window) {
     try {
         return build_graphs(B, T, Hq, Hkv, dh, window);
     } catch (const std::exception &e) {
-        snprintf(why, sizeof why, "building the attention graphs: %s", e.what());
+        snprintf(refusal, sizeof refusal, "B %d T %d Hq %d Hkv %d dh %d window %d: %s", B, T, Hq, Hkv, dh, window,
+                 e.what());
         return Plan{};
     }
 }
@@ -210,9 +225,12 @@ using namespace attention_cudnn;
 extern "C" int gk_cudnn_attention_available(void) { return load() ? 1 : 0; }
 
 extern "C" const char *gk_cudnn_attention_status(void) {
+    static char line[800];
     if (state < 0) load();
-    if (state == 1) snprintf(why, sizeof why, "cuDNN %zu", fe::detail::get_backend_version());
-    return why;
+    if (state != 1) return why;
+    snprintf(line, sizeof line, "cuDNN %zu%s%s%s", fe::detail::get_backend_version(), *refusal ? " (it refused " : "",
+             refusal, *refusal ? ")" : "");
+    return line;
 }
 
 extern "C" int gk_cudnn_attention_plan(int B, int T, int Hq, int Hkv, int dh, int window) {

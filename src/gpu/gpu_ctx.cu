@@ -80,6 +80,15 @@ typedef struct {
 
 extern "C" int gpu_compiled(void) { return 1; }
 
+extern "C" void gpu_kernel_paths(char *line, size_t n) {
+    const char *experts = gk_expert_sm90_ready()   ? "on wgmma + TMA (CUTLASS)"
+                          : gk_expert_sm90_built() ? "on WMMA (this build's wgmma + TMA form needs an sm_90 GPU)"
+                                                   : "on WMMA (built without CUTLASS's headers: no wgmma + TMA form)";
+    snprintf(line, n, "experts %s; attention: zaya's kernels, %s (%s)", experts,
+             gk_cudnn_attention_available() ? "or cuDNN's with ZAYA_GPU_ATTENTION=cudnn" : "not cuDNN's",
+             gk_cudnn_attention_status());
+}
+
 static int pick_device(int device, ZyErr *err) {
     int count = 0;
     gpuError_t e = gpuGetDeviceCount(&count);

@@ -355,6 +355,14 @@ extern "C" int gk_expert_kernel(int which) {
     return expert_kernel;
 }
 
+extern "C" int gk_expert_sm90_built(void) {
+#ifdef ZAYA_CUTLASS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 #ifndef ZAYA_CUTLASS /* built without CUTLASS's headers (and in the HIP build and the CPU emulator): no sm90 form */
 extern "C" int gk_expert_sm90_ready(void) { return 0; }
 extern "C" int gk_expert_sm90_reserve(GkStream, int) { return -1; }

@@ -109,8 +109,9 @@ void gk_expert_mm_wgrad(GkStream s, const int32_t *off, int E, int M, int N, con
  * ZAYA_GPU_EXPERT_KERNEL). */
 enum { GK_EXPERT_STAGED = 0, GK_EXPERT_ASYNC = 1, GK_EXPERT_SM90 = 2 };
 int gk_expert_kernel(int which);
-/* Whether gk_expert_mm_sm90 can run here: this build has it and the current device is sm_90. */
+/* Whether gk_expert_mm_sm90 can run here: this build has it (gk_expert_sm90_built) and the current device is sm_90. */
 int gk_expert_sm90_ready(void);
+int gk_expert_sm90_built(void);
 /* Reserves its per-stream device memory for E experts now (0, or -1 where it cannot run), so that a CUDA graph
  * captured later can hold its products (it never allocates during a capture: it falls back instead). */
 int gk_expert_sm90_reserve(GkStream s, int E);

@@ -1,6 +1,7 @@
 /* A build without GPU support (no nvcc, or make CUDA=0): the GPU entry points the rest of zaya calls exist and say
  * clearly why they cannot run. Nothing here is reachable once gpu_model_create / gpu_open has failed. */
 #include <stddef.h>
+#include <stdio.h>
 
 #include "gpu/gpu.h"
 #include "gpu/gpu_decode.h"
@@ -11,6 +12,7 @@
 #define NO_GPU "--device cuda: this zaya was built without GPU support (build on a machine with CUDA's nvcc, e.g. /usr/local/cuda/bin/nvcc, and without CUDA=0)"
 
 int gpu_compiled(void) { return 0; }
+void gpu_kernel_paths(char *line, size_t n) { snprintf(line, n, "%s", NO_GPU); }
 int gpu_open(GpuCtx *g, int device, ZyErr *err) { return zy_fail(err, NO_GPU); }
 void gpu_close(GpuCtx *g) {}
 int gpu_use(GpuCtx *g, ZyErr *err) { return zy_fail(err, NO_GPU); }
