@@ -93,6 +93,22 @@ py_bench() { # SCRIPT ARGS... (stdout and stderr as the caller redirects them)
     PYTHONUNBUFFERED=1 timeout "$(left)" python3 "$@"
 }
 
+# Two settings of one environment variable side by side, alternating, two rounds, on bench-gpu (bf16 AdamW): each
+# run's step median and named lines, and the phase breakdown's line of that name. PART VAR 'LINES' MODE_A MODE_B
+ab_rounds() {
+    local part=$1 var=$2 lines=$3 round mode f
+    for round in 1 2; do
+        for mode in "${@:4}"; do
+            f="$LOG/$part-$mode-$round.txt"
+            env "$var=$mode" timeout "$(left)" build/zaya bench train --config $CFG --device $DEV --precision bf16 \
+                --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 >"$f" 2>&1
+            echo "$mode (round $round, exit $?): $(grep -E "^($lines) " "$f" | tr -s ' ' | tr '\n' ';')"
+            grep -E "^ +$part " "$f"
+        done
+    done
+    pack
+}
+
 session() {
     if [ "$DRY" = 1 ]; then
         echo "dry run (ZAYA_DEVICE_DRY=1): CPU binaries in build/, $CFG, no nvidia-smi, ncu or GPU tests"
@@ -174,34 +190,14 @@ session() {
         pack
     fi
     if [[ $PARTS == *,experts,* ]]; then
-        # the grouped products' WMMA (async) and wgmma + TMA (sm90) forms (gk_expert_kernel), side by side,
-        # alternating, on bench-gpu (bf16 AdamW): step medians and the phase breakdown's experts line
+        # the grouped products' WMMA (async) and wgmma + TMA (sm90) forms (gk_expert_kernel)
         stamp "experts: the grouped products async (WMMA) vs sm90 (wgmma + TMA)"
-        for round in 1 2; do
-            for mode in async sm90; do
-                ZAYA_GPU_EXPERT_KERNEL=$mode timeout "$(left)" build/zaya bench train --config $CFG --device $DEV \
-                    --precision bf16 --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 \
-                    >"$LOG/experts-$mode-$round.txt" 2>&1
-                echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|products) ' "$LOG/experts-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
-                grep -E '^ +experts ' "$LOG/experts-$mode-$round.txt"
-            done
-        done
-        pack
+        ab_rounds experts ZAYA_GPU_EXPERT_KERNEL 'step|throughput|products' async sm90
     fi
     if [[ $PARTS == *,attention,* ]]; then
-        # the attention's two paths (ZAYA_GPU_ATTENTION=own / cudnn), side by side, alternating, on bench-gpu (bf16
-        # AdamW): step medians and the phase breakdown's attention line
+        # the attention's two paths (ZAYA_GPU_ATTENTION=own / cudnn)
         stamp "attention: zaya's kernels vs cuDNN's fused SDPA"
-        for round in 1 2; do
-            for mode in own cudnn; do
-                ZAYA_GPU_ATTENTION=$mode timeout "$(left)" build/zaya bench train --config $CFG --device $DEV \
-                    --precision bf16 --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 \
-                    >"$LOG/attention-$mode-$round.txt" 2>&1
-                echo "$mode (round $round, exit $?): $(grep -E '^(step|throughput|losses) ' "$LOG/attention-$mode-$round.txt" | tr -s ' ' | tr '\n' ';')"
-                grep -E '^ +attention ' "$LOG/attention-$mode-$round.txt"
-            done
-        done
-        pack
+        ab_rounds attention ZAYA_GPU_ATTENTION 'step|throughput|losses' own cudnn
     fi
     if [[ $PARTS == *,train,* ]]; then
         stamp "train: $SLICE, $MICRO micro-batches of $BATCH x $SEQ = $((MICRO * BATCH * SEQ)) tokens an optimizer step"

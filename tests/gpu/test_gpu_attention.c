@@ -207,6 +207,27 @@ static int same_bits(GpuTest *t, const float *a, const float *b, size_t n) {
     return memcmp(x, y, n * sizeof *x) == 0;
 }
 
+/* A bf16 case: raw random inputs and preloads, their bf16 roundings, and the CPU flash attention's O, LSE and
+ * accumulated gradients on the roundings (one thread; window as flash_attention_forward's). */
+typedef struct {
+    const float *Q, *K, *V, *dO, *dQ0, *dK0, *dV0, *Qr, *Kr, *Vr, *dOr;
+    float *O, *L, *dQ, *dK, *dV;
+} RoundedCase;
+static void rounded_case(GpuTest *t, RoundedCase *c, int B, int T, int Hq, int Hkv, int dh, int window) {
+    const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
+    c->Q = gt_rand(t, nq, 1.0f), c->K = gt_rand(t, nk, 1.0f), c->V = gt_rand(t, nk, 1.0f);
+    c->dO = gt_rand(t, nq, 1.0f);
+    c->dQ0 = gt_rand(t, nq, 0.5f), c->dK0 = gt_rand(t, nk, 0.5f), c->dV0 = gt_rand(t, nk, 0.5f);
+    c->Qr = rounded_copy(t, c->Q, nq), c->Kr = rounded_copy(t, c->K, nk), c->Vr = rounded_copy(t, c->V, nk);
+    c->dOr = rounded_copy(t, c->dO, nq);
+    c->O = gt_host(t, nq), c->L = gt_host(t, nl);
+    float *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
+    c->dQ = gt_copy(t, c->dQ0, nq), c->dK = gt_copy(t, c->dK0, nk), c->dV = gt_copy(t, c->dV0, nk);
+    flash_attention_forward(c->O, c->L, c->Qr, c->Kr, c->Vr, B, T, Hq, Hkv, dh, window, ws, 1);
+    flash_attention_backward(c->dQ, c->dK, c->dV, c->dOr, c->O, c->L, c->Qr, c->Kr, c->Vr, B, T, Hq, Hkv, dh, window,
+                             ws, 1);
+}
+
 static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t misalign) {
     const int tc = dh == 64 || dh == 128; /* else the fp32 fallback */
     const double tol = tc ? TOL_TC : TOL, tol_inc = tc ? TOL_TC : TOL_INC;
@@ -216,15 +237,11 @@ static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t mi
              tc ? "" : " (fp32 fallback)");
 
     /* raw inputs, their bf16 roundings, and the CPU reference on the roundings (one thread) */
-    const float *Q = gt_rand(t, nq, 1.0f), *K = gt_rand(t, nk, 1.0f), *V = gt_rand(t, nk, 1.0f);
-    const float *dO = gt_rand(t, nq, 1.0f);
-    const float *dQ0 = gt_rand(t, nq, 0.5f), *dK0 = gt_rand(t, nk, 0.5f), *dV0 = gt_rand(t, nk, 0.5f);
-    const float *Qr = rounded_copy(t, Q, nq), *Kr = rounded_copy(t, K, nk), *Vr = rounded_copy(t, V, nk);
-    const float *dOr = rounded_copy(t, dO, nq);
-    float *O = gt_host(t, nq), *L = gt_host(t, nl), *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
-    float *dQ = gt_copy(t, dQ0, nq), *dK = gt_copy(t, dK0, nk), *dV = gt_copy(t, dV0, nk);
-    flash_attention_forward(O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, 0, ws, 1);
-    flash_attention_backward(dQ, dK, dV, dOr, O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, 0, ws, 1);
+    RoundedCase ref;
+    rounded_case(t, &ref, B, T, Hq, Hkv, dh, 0);
+    const float *Q = ref.Q, *K = ref.K, *V = ref.V, *dO = ref.dO, *dQ0 = ref.dQ0, *dK0 = ref.dK0, *dV0 = ref.dV0;
+    const float *Qr = ref.Qr, *Kr = ref.Kr, *Vr = ref.Vr, *dOr = ref.dOr, *O = ref.O, *L = ref.L;
+    const float *dQ = ref.dQ, *dK = ref.dK, *dV = ref.dV;
 
     /* forward, twice */
     const float *d_Q = up_at(t, tc ? Q : Qr, nq, misalign), *d_K = gt_up(t, tc ? K : Kr, nk);
@@ -308,15 +325,10 @@ static void cudnn_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, int wi
     const int planned = gk_cudnn_attention_plan(B, T, Hq, Hkv, dh, window);
     gt_assert(t, planned, nm, "%s", planned ? "both passes' graphs built" : gk_cudnn_attention_status());
     if (!planned) return;
-    const float *Q = gt_rand(t, nq, 1.0f), *K = gt_rand(t, nk, 1.0f), *V = gt_rand(t, nk, 1.0f);
-    const float *dO = gt_rand(t, nq, 1.0f);
-    const float *dQ0 = gt_rand(t, nq, 0.5f), *dK0 = gt_rand(t, nk, 0.5f), *dV0 = gt_rand(t, nk, 0.5f);
-    const float *Qr = rounded_copy(t, Q, nq), *Kr = rounded_copy(t, K, nk), *Vr = rounded_copy(t, V, nk);
-    const float *dOr = rounded_copy(t, dO, nq);
-    float *O = gt_host(t, nq), *L = gt_host(t, nl), *ws = gt_host(t, flash_attention_workspace_floats(dh, 1));
-    float *dQ = gt_copy(t, dQ0, nq), *dK = gt_copy(t, dK0, nk), *dV = gt_copy(t, dV0, nk);
-    flash_attention_forward(O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, window, ws, 1);
-    flash_attention_backward(dQ, dK, dV, dOr, O, L, Qr, Kr, Vr, B, T, Hq, Hkv, dh, window, ws, 1);
+    RoundedCase cpu;
+    rounded_case(t, &cpu, B, T, Hq, Hkv, dh, window);
+    const float *Q = cpu.Q, *K = cpu.K, *V = cpu.V, *dO = cpu.dO, *dQ0 = cpu.dQ0, *dK0 = cpu.dK0, *dV0 = cpu.dV0;
+    const float *O = cpu.O, *L = cpu.L, *dQ = cpu.dQ, *dK = cpu.dK, *dV = cpu.dV;
 
     const float *d_Q = gt_up(t, Q, nq), *d_K = gt_up(t, K, nk), *d_V = gt_up(t, V, nk), *d_dO = gt_up(t, dO, nq);
     float *d_O = gt_poison(t, nq), *d_L = gt_poison(t, nl);
