@@ -340,7 +340,11 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
     size_t used = 0, total_mem = 0;
     gpu_memory_used(gpu_model_ctx(gm), &used, &total_mem);
     printf("model        %s: %zu parameters\n", label, params_count(&m->params, 0));
-    printf("device       GPU %s; %s products\n", gpu_model_device(gm), bf16 ? "bf16" : "fp32");
+    printf("device       GPU %s; %s products", gpu_model_device(gm), bf16 ? "bf16" : "fp32");
+    if (gpu_model_few_rows(gm))
+        printf(" (steps of up to %d rows: the few-row kernels)\n", gpu_model_few_rows(gm));
+    else
+        printf("%s\n", bf16 ? " (cuBLASLt and the grouped experts at every step: ZAYA_GPU_FEW_ROWS=off)" : "");
     if (pool)
         printf("path         the block pool (the server's step, %d-token blocks); CUDA graphs: %s (%d held)\n",
                block_tokens, gpu_kvpool_graphs(kp) ? "on" : "off (ZAYA_GPU_GRAPHS=1 turns them on)",

@@ -180,6 +180,17 @@ static inline bool can_vec4(int dim, std::initializer_list<const void *> ptrs) {
     return true;
 }
 
+/* GELU and its derivative exactly as kernels.inc (gelu_s / gelu_grad_s): 1 + erf(z) as 1 ± (1 − erfc(|z|)). */
+__device__ __forceinline__ float gk_gelu(float x) {
+    const float z = x * 0.70710678118654752440f;
+    return 0.5f * x * (1.0f + copysignf(1.0f - erfcf(fabsf(z)), z));
+}
+__device__ __forceinline__ float gk_gelu_grad(float x) {
+    const float z = x * 0.70710678118654752440f;
+    return 0.5f * (1.0f + copysignf(1.0f - erfcf(fabsf(z)), z)) +
+           x * 0.39894228040143267794f * expf(-0.5f * x * x);
+}
+
 /* bf16 → fp32: exact (the bits move up 16 places). */
 __device__ __forceinline__ float gk_bf16_float(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 

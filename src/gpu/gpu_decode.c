@@ -236,18 +236,43 @@ static void append_kv_attend(GpuKVCache *c, int l, int n) {
     gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, Hq, Hkv, dh, window);
 }
 
+/* The projections of the N rows of u: each a linear layer of gpu_mm_wt_rows, so that at decoding's few rows the
+ * projections that read u go in one launch. CCA: q and k into X's two column ranges, the current and delayed values. */
+static void cca_projections(GpuModel *gm, const LayerWeights *W, GpuDecodeScratch *s, int N) {
+    const ZayaConfig *f = &gm->cfg;
+    const int Cq = f->num_heads * f->head_dim, Ck = cfg_k_channels(f), C = Cq + Ck, half = Ck / 2;
+    const GpuLinear p[4] = {{.w = W->w_q, .y = s->X, .n = Cq, .ldy = C},
+                            {.w = W->w_k, .y = s->X + Cq, .n = Ck, .ldy = C},
+                            {.w = W->w_v_current, .y = s->vc, .n = half, .ldy = half},
+                            {.w = W->w_v_delayed, .y = s->vd, .n = half, .ldy = half}};
+    gpu_mm_wt_rows(gm, N, f->hidden_size, s->u, f->hidden_size, p, 4);
+}
+static void mha_projections(GpuModel *gm, const LayerWeights *W, GpuDecodeScratch *s, int N) {
+    const ZayaConfig *f = &gm->cfg;
+    const int Cq = f->num_heads * f->head_dim, Ck = cfg_k_channels(f);
+    const GpuLinear p[3] = {{.w = W->w_q, .y = s->query, .n = Cq, .ldy = Cq},
+                            {.w = W->w_k, .y = s->key, .n = Ck, .ldy = Ck},
+                            {.w = W->w_v, .y = s->value, .n = Ck, .ldy = Ck}};
+    gpu_mm_wt_rows(gm, N, f->hidden_size, s->u, f->hidden_size, p, 3);
+}
+/* proj = attn_out W_oᵀ */
+static void out_projection(GpuModel *gm, const LayerWeights *W, GpuDecodeScratch *s, int N) {
+    const ZayaConfig *f = &gm->cfg;
+    const int Cq = f->num_heads * f->head_dim, D = f->hidden_size;
+    gpu_mm_wt_rows(gm, N, Cq, s->attn_out, Cq, &(GpuLinear){.w = W->w_o, .y = s->proj, .n = D, .ldy = D}, 1);
+}
+
 /* CCA on u for the new rows: appends k̂ and v, updates the convolution and delayed-value state, writes proj. */
 static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     GpuModel *gm = c->gm;
     const ZayaConfig *f = &gm->cfg;
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &c->s;
-    const int B = c->batch, N = B * n, D = f->hidden_size, dh = f->head_dim, P = c->conv_pad, TE = P + n;
+    const int B = c->batch, N = B * n, dh = f->head_dim, P = c->conv_pad, TE = P + n;
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
     const int p0 = c->len;
-    /* 1. down projections */
-    gpu_mm_wt(gm, N, Cq, D, s->u, D, W->w_q, gpu_bf16_of(gm, W->w_q), s->X, C);
-    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_k, gpu_bf16_of(gm, W->w_k), s->X + Cq, C);
+    /* 1. down projections (and 4.'s two value projections: they read u too) */
+    cca_projections(gm, W, s, N);
     /* 2. convolutions over [P cached columns | n new] per sequence, then the last P columns become the state */
     gk_copy_rows(st, s->Xe, (long)TE * C, c->conv_state[l], (long)P * C, (long)P * C, B);
     gk_copy_rows(st, s->Xe + (long)P * C, (long)TE * C, s->X, (long)n * C, (long)n * C, B);
@@ -257,8 +282,6 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     /* 3. q-k mean skip on each sequence's new rows (rows P.. of its [state | new] block), one launch */
     gk_qk_mean_forward_seqs(st, s->query_pre, s->key_pre, s->Ye, s->Xe, B, n, TE, P, Hq, Hkv, dh);
     /* 4. values; each sequence's first new row takes the previous token's vd, and its last vd is kept */
-    gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_current, gpu_bf16_of(gm, W->w_v_current), s->vc, half);
-    gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_delayed, gpu_bf16_of(gm, W->w_v_delayed), s->vd, half);
     gk_delayed_value_forward(st, s->value, s->vc, s->vd, B, n, half);
     gk_copy_rows(st, s->value + half, (long)n * Ck, c->vd_prev[l], half, half, B);
     gk_copy_rows(st, c->vd_prev[l], half, s->vd + (long)(n - 1) * half, (long)n * half, half, B);
@@ -272,7 +295,7 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
                            g.rd, scale, eps);
     /* 7. attention over everything so far, and 8. the output projection */
     append_kv_attend(c, l, n);
-    gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
+    out_projection(gm, W, s, N);
 }
 
 /* The MHA variant: q, k, v, RoPE at the absolute positions, append, attend, o_proj. */
@@ -281,17 +304,15 @@ static void mha_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     const ZayaConfig *f = &gm->cfg;
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &c->s;
-    const int B = c->batch, N = B * n, D = f->hidden_size, dh = f->head_dim, p0 = c->len;
-    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
-    gpu_mm_wt(gm, N, Cq, D, s->u, D, W->w_q, gpu_bf16_of(gm, W->w_q), s->query, Cq);
-    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_k, gpu_bf16_of(gm, W->w_k), s->key, Ck);
-    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_v, gpu_bf16_of(gm, W->w_v), s->value, Ck);
+    const int B = c->batch, N = B * n, dh = f->head_dim, p0 = c->len;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads;
+    mha_projections(gm, W, s, N);
     const LayerGeom g = layer_geom(c, l);
     const long toff = (long)p0 * (g.rd / 2);
     gk_rope_forward(st, s->query, g.cos + toff, g.sin + toff, N, n, Hq, dh, g.rd);
     gk_rope_forward(st, s->key, g.cos + toff, g.sin + toff, N, n, Hkv, dh, g.rd);
     append_kv_attend(c, l, n);
-    gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
+    out_projection(gm, W, s, N);
 }
 
 /* A decoding pass's attention: the same-length cache's (c, n new rows per sequence) or a pool step's (p, ps). */
@@ -324,7 +345,7 @@ static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const Decode
         LayerActs *m = &s->moe;
         m->u_mlp = s->u;
         m->router_z = s->z[l & 1];
-        gpu_moe_forward(gm, l, W, m, r_prev, N);
+        gpu_moe_forward(gm, l, W, m, r_prev, N, 1);
         gk_merge_rmsnorm_forward(st, s->x, s->u, s->rstd, m->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
                                  W->mlp_rb, last ? w->final_norm : w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
         r_prev = m->router_z;
@@ -350,13 +371,14 @@ static int decode_piece(GpuKVCache *c, int n, float *logits, int last_only, int 
     }
     c->len += n;
     if (!logits) return 0;
+    const GpuLinear head = {.w = w->lm_head, .y = s->logits, .n = V, .ldy = V};
     if (last_only) {
         gk_copy_rows(st, s->last_rows, D, s->u + (long)(n - 1) * D, (long)n * D, D, B);
-        gpu_mm_wt(gm, B, V, D, s->last_rows, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);
+        gpu_mm_wt_rows(gm, B, D, s->last_rows, D, &head, 1);
         if (gm->failed) return *err = gm->err, -1;
         return gpu_download(&gm->g, logits, s->logits, (size_t)B * V * sizeof(float), err);
     }
-    gpu_mm_wt(gm, N, V, D, s->u, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), s->logits, V);
+    gpu_mm_wt_rows(gm, N, D, s->u, D, &head, 1);
     if (gpu_sync(&gm->g, "decoding", err)) return -1;
     for (int b = 0; b < B; b++)
         if (gpu_download(&gm->g, logits + ((long)b * n_total + t_off) * V, s->logits + (long)b * n * V,
@@ -698,12 +720,11 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     const ZayaConfig *f = &gm->cfg;
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &p->s;
-    const int N = ps->N, S = ps->n_seqs, D = f->hidden_size, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
+    const int N = ps->N, S = ps->n_seqs, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
     float *conv = p->state + (size_t)l * p->layer_state, *vd_prev = conv + (size_t)P * C; /* slot 0's; slot_state apart */
-    /* 1. down projections */
-    gpu_mm_wt(gm, N, Cq, D, s->u, D, W->w_q, gpu_bf16_of(gm, W->w_q), s->X, C);
-    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_k, gpu_bf16_of(gm, W->w_k), s->X + Cq, C);
+    /* 1. down projections (and 4.'s two value projections: they read u too) */
+    cca_projections(gm, W, s, N);
     /* 2. each sequence's [P cached columns | n new] block, the convolutions per group, the last P columns of each
      * block's real rows back to its slot */
     gk_copy_rows_idx(st, s->Xe, C, desc(p, D_XIN), conv, p->slot_state, desc(p, D_SLOT), (long)P * C, S);
@@ -720,8 +741,6 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     /* 3. q-k mean skip on each row's own column of its block */
     gk_qk_mean_forward_idx(st, s->query_pre, s->key_pre, s->Ye, s->Xe, desc(p, D_XROW), N, Hq, Hkv, dh);
     /* 4. values; each sequence's first row takes its slot's previous vd, and its last vd is kept */
-    gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_current, gpu_bf16_of(gm, W->w_v_current), s->vc, half);
-    gpu_mm_wt(gm, N, half, D, s->u, D, W->w_v_delayed, gpu_bf16_of(gm, W->w_v_delayed), s->vd, half);
     gk_delayed_value_forward(st, s->value, s->vc, s->vd, 1, N, half);
     gk_copy_rows_idx(st, s->value + half, Ck, desc(p, D_FIRST), vd_prev, p->slot_state, desc(p, D_SLOT), half, S);
     gk_copy_rows_idx(st, vd_prev, p->slot_state, desc(p, D_SLOT), s->vd, half, desc(p, D_LAST), half, S);
@@ -734,7 +753,7 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
                                g.rd, scale, eps);
     /* 7. attention and 8. the output projection */
     pool_append_attend(p, ps, l);
-    gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
+    out_projection(gm, W, s, N);
 }
 
 static void pool_mha(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, int l) {
@@ -742,16 +761,14 @@ static void pool_mha(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     const ZayaConfig *f = &gm->cfg;
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &p->s;
-    const int N = ps->N, D = f->hidden_size, dh = f->head_dim;
-    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh;
-    gpu_mm_wt(gm, N, Cq, D, s->u, D, W->w_q, gpu_bf16_of(gm, W->w_q), s->query, Cq);
-    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_k, gpu_bf16_of(gm, W->w_k), s->key, Ck);
-    gpu_mm_wt(gm, N, Ck, D, s->u, D, W->w_v, gpu_bf16_of(gm, W->w_v), s->value, Ck);
+    const int N = ps->N, dh = f->head_dim;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads;
+    mha_projections(gm, W, s, N);
     const LayerGeom g = pool_geom(p, l);
     gk_rope_forward_pos(st, s->query, g.cos, g.sin, desc(p, D_POS), N, Hq, dh, g.rd);
     gk_rope_forward_pos(st, s->key, g.cos, g.sin, desc(p, D_POS), N, Hkv, dh, g.rd);
     pool_append_attend(p, ps, l);
-    gpu_mm_wt(gm, N, D, Cq, s->attn_out, Cq, W->w_o, gpu_bf16_of(gm, W->w_o), s->proj, D);
+    out_projection(gm, W, s, N);
 }
 
 static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const LayerWeights *W, int l) {
@@ -770,8 +787,8 @@ static void pool_step_work(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int w
     decode_layers(gm, s, ps->N, &da);
     if (!want_logits || gm->failed) return;
     gk_gather_rows(gm->g.stream, s->last_rows, s->u, desc(p, D_LOGIT), ps->n_logits, NULL, f->hidden_size);
-    gpu_mm_wt(gm, ps->n_logits, f->vocab_size, f->hidden_size, s->last_rows, f->hidden_size, gm->w.lm_head,
-              gpu_bf16_of(gm, gm->w.lm_head), s->logits, f->vocab_size);
+    gpu_mm_wt_rows(gm, ps->n_logits, f->hidden_size, s->last_rows, f->hidden_size,
+                   &(GpuLinear){.w = gm->w.lm_head, .y = s->logits, .n = f->vocab_size, .ldy = f->vocab_size}, 1);
 }
 
 static int same_shape(const PoolStep *a, const PoolStep *b) {

@@ -90,6 +90,11 @@ void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout
 void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, const int32_t *rows_dev, int inter);
 void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, const int32_t *rows_dev,
                         int inter);
+/* The bf16 runs' grouped experts: act16 = bf16(act) and dgu16 = bf16 of what gk_swiglu_backward adds to a zeroed dgu
+ * (written, not accumulated): bf16 bits, nearest even, so the products read the values a rounding pass would give. */
+void gk_swiglu_forward_bf16(GkStream s, uint16_t *act16, const float *gu, int rows, const int32_t *rows_dev, int inter);
+void gk_swiglu_backward_bf16(GkStream s, uint16_t *dgu16, const float *dact, const float *gu, int rows,
+                             const int32_t *rows_dev, int inter);
 /* The experts' products over rows grouped by expert, one launch for all experts, sizes on the device
  * (gpu_expert_gemm.cu): bf16 operands (bits), fp32 accumulation and output; off [E + 1] as gk_group_by_expert's.
  * gk_expert_mm: C[r, :] = A[r, :] op(W_e) + beta C[r, :] for r in [off[e], off[e + 1]), A [rows, K] (lda), W_e = W +
@@ -239,6 +244,30 @@ void gk_copy_rows_bf16(GkStream s, uint16_t *dst, long dst_stride, const float *
                        int rows);
 void gk_copy_rows_idx_bf16(GkStream s, uint16_t *dst, long dst_stride, const int32_t *dst_idx, const float *src,
                            long src_stride, const int32_t *src_idx, long len, int n);
+
+/* ---- few-row products: decoding's steps (gpu_skinny.cu) ----
+ * The bf16 runs' product (x rounded to bf16 nearest-even, bf16 weights, fp32 sums; the sums' order is not
+ * cuBLASLt's) for rows <= GK_SKINNY_ROWS, one launch reading each weight once. Each returns 0, or -1 having launched
+ * nothing when the shapes do not fit (rows, K not a multiple of 8, x's rows or a weight not on 16 bytes): the caller
+ * then takes the general product. */
+#define GK_SKINNY_ROWS 8
+#define GK_SKINNY_OUTS 4
+typedef struct GkSkinnyOut {
+    const uint16_t *w; /* [n, K] bf16 */
+    float *y;          /* [rows, n], row stride ldy */
+    int n, ldy;
+    const float *bias; /* NULL, or [n]: y = gelu(bf16(x) Wᵀ + bias), gk_bias_gelu_forward's y */
+} GkSkinnyOut;
+/* y_j = bf16(x) W_jᵀ for j < n_outs: products of the same rows x [rows, K] (row stride ldx) in one launch. */
+int gk_skinny_mm(GkStream s, const float *x, int ldx, int rows, int K, const GkSkinnyOut *outs, int n_outs);
+/* The experts, each row through its own (choice[r] in [0, E); others are the skip expert's), x [rows, D]:
+ * act [rows, I] = silu(g) ⊙ u with [g | u] = bf16(x_r) W_gu[choice[r]]ᵀ (W_gu [E][2I, D]): gk_swiglu_forward's
+ * formula, skip-expert rows untouched; out [rows, D] = gate[r] · bf16(act_r) W_down[choice[r]]ᵀ (W_down [E][D, I]),
+ * 0 for the skip expert: gk_moe_combine's. */
+int gk_skinny_expert_swiglu(GkStream s, float *act, const float *x, const int32_t *choice, const uint16_t *w_gate_up,
+                            int rows, int D, int I, int E);
+int gk_skinny_expert_down(GkStream s, float *out, const float *act, const int32_t *choice, const float *gate,
+                          const uint16_t *w_down, int rows, int I, int D, int E);
 
 /* ---- elementwise (gpu_optim.cu) ---- */
 void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */

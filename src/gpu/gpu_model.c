@@ -46,6 +46,35 @@ void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const
     if (gpu_gemm(&gm->g, 0, 1, M, N, K, 1.0f, A, NULL, lda, W, W16, K, 0.0f, C, ldc, &e)) fail_once(gm, &e);
 }
 
+/* Decoding's steps in bf16 runs: up to GK_SKINNY_ROWS rows, weights in the bf16 arena (ZAYA_GPU_FEW_ROWS=off: never). */
+static int few_rows(const GpuModel *gm, int M) {
+    return gm->few_rows && gm->bf16 && gm->params16 && M >= 1 && M <= GK_SKINNY_ROWS;
+}
+
+void gpu_mm_wt_rows(GpuModel *gm, int M, int K, const float *A, int lda, const GpuLinear *p, int n) {
+    if (few_rows(gm, M) && n <= GK_SKINNY_OUTS) {
+        GkSkinnyOut outs[GK_SKINNY_OUTS];
+        int ok = 1;
+        for (int j = 0; j < n; j++) {
+            outs[j] = (GkSkinnyOut){.w = gpu_bf16_of(gm, p[j].w), .y = p[j].y, .n = p[j].n, .ldy = p[j].ldy,
+                                    .bias = p[j].bias};
+            ok = ok && outs[j].w;
+        }
+        if (ok && gk_skinny_mm(gm->g.stream, A, lda, M, K, outs, n) == 0) return;
+    }
+    for (int j = 0; j < n; j++) {
+        gpu_mm_wt(gm, M, p[j].n, K, A, lda, p[j].w, gpu_bf16_of(gm, p[j].w), p[j].y, p[j].ldy);
+        if (p[j].bias) {
+            if (p[j].ldy == p[j].n)
+                gk_bias_gelu_forward(gm->g.stream, p[j].y, p[j].y, p[j].bias, M, p[j].n);
+            else
+                for (int r = 0; r < M; r++)
+                    gk_bias_gelu_forward(gm->g.stream, p[j].y + (size_t)r * p[j].ldy, p[j].y + (size_t)r * p[j].ldy,
+                                         p[j].bias, 1, p[j].n);
+        }
+    }
+}
+
 /* The general product, A16 / B16 the operands' bf16 views or NULL (the product then rounds its own copy), as
  * zy_gemm_ctx_w / zy_gemm_ctx_ex. */
 static void mm16(GpuModel *gm, int ta, int tb, int M, int N, int K, const float *A, const uint16_t *A16, int lda,
@@ -188,9 +217,14 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     gk_expert_kernel(!form || !strcmp(form, "auto") || !strcmp(form, "sm90") ? GK_EXPERT_SM90
                      : !strcmp(form, "async")                                 ? GK_EXPERT_ASYNC
                                                                               : GK_EXPERT_STAGED);
+    const char *few = getenv("ZAYA_GPU_FEW_ROWS"); /* on (default) | off: decoding's few-row products (gpu_mm_wt_rows) */
+    if (few && strcmp(few, "on") && strcmp(few, "off"))
+        return zy_fail(err, "ZAYA_GPU_FEW_ROWS=%s: expected on (decoding's steps of up to %d rows through the few-row "
+                       "products) or off (cuBLASLt and the grouped experts, as longer passes)", few, GK_SKINNY_ROWS);
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
+    gm->few_rows = !few || !strcmp(few, "on");
     gm->host = m;
     gm->cfg = m->cfg;
     gm->bf16 = bf16;
@@ -499,6 +533,8 @@ const char *gpu_model_attention_path(const GpuModel *gm) {
     return "tensor-core flash attention (head dim 64/128)";
 }
 
+int gpu_model_few_rows(const GpuModel *gm) { return few_rows(gm, 1) ? GK_SKINNY_ROWS : 0; }
+
 int gpu_model_experts_grouped(const GpuModel *gm) {
     if (!experts_grouped(gm, (size_t)gm->a.B * gm->a.T)) return 0;
     const int form = gk_expert_kernel(-1);
@@ -516,35 +552,64 @@ static const int32_t *expert_offsets_to_host(GpuModel *gm, int l, const LayerAct
     return h;
 }
 
+/* y = A Wᵀ: through gpu_mm_wt_rows where few (decoding's few-row steps), else one product. */
+static void linear(GpuModel *gm, int few, int M, int n, int K, const float *A, int lda, const float *w, float *y,
+                   int ldy) {
+    if (few)
+        gpu_mm_wt_rows(gm, M, K, A, lda, &(GpuLinear){.w = w, .y = y, .n = n, .ldy = ldy}, 1);
+    else
+        gpu_mm_wt(gm, M, n, K, A, lda, w, gpu_bf16_of(gm, w), y, ldy);
+}
+
+/* The router's hidden layers, y = gelu(A Wᵀ + b) with A, y [M, R]: where few, in one few-row launch (pre unused);
+ * else the product into pre, then pre += b and y = gelu(pre) (the backward reads pre). */
+static void linear_gelu(GpuModel *gm, int few, int M, int R, const float *A, const float *w, const float *b, float *pre,
+                        float *y) {
+    if (few) {
+        gpu_mm_wt_rows(gm, M, R, A, R, &(GpuLinear){.w = w, .y = y, .n = R, .ldy = R, .bias = b}, 1);
+        return;
+    }
+    gpu_mm_wt(gm, M, R, R, A, R, w, gpu_bf16_of(gm, w), pre, R);
+    gk_bias_gelu_forward(gm->g.stream, pre, y, b, M, R);
+}
+
 /* z = u W_downᵀ + b (+ r_prev ⊙ γ), the router MLP, biased top-1 choice, dropless SwiGLU experts. */
-void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N) {
+void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N,
+                     int decoding) {
     const ZayaConfig *c = &gm->cfg;
     GkStream s = gm->g.stream;
     const int D = c->hidden_size, R = c->router_hidden_size, I = c->moe_intermediate_size;
     const int classes = cfg_router_classes(c);
     double t0 = gpu_tick(gm);
+    /* decoding's few rows: each product one few-row launch, the experts two (products with SwiGLU, gate and combine) */
+    const int few = decoding && few_rows(gm, N);
     if (c->moe == ZY_MOE_DENSE) { /* dense variant: every row to the one MLP with gate 1 */
         gk_route_all_to_one(s, L->choice, L->gate, N);
     } else if (c->router == ZY_ROUTER_MLP) {
-        gpu_mm_wt(gm, N, R, D, L->u_mlp, D, W->router_down_w, gpu_bf16_of(gm, W->router_down_w), L->router_z, R);
+        linear(gm, few, N, R, D, L->u_mlp, D, W->router_down_w, L->router_z, R);
         gk_state_rmsnorm_forward(s, L->router_z, L->router_zn, L->router_rstd, W->router_down_b, r_prev,
                                  W->router_state_scale, W->router_norm, N, R, c->rms_norm_eps);
-        gpu_mm_wt(gm, N, R, R, L->router_zn, R, W->router_fc1_w, gpu_bf16_of(gm, W->router_fc1_w), L->router_h1_pre, R);
-        gk_bias_gelu_forward(s, L->router_h1_pre, L->router_h1, W->router_fc1_b, N, R);
-        gpu_mm_wt(gm, N, R, R, L->router_h1, R, W->router_fc2_w, gpu_bf16_of(gm, W->router_fc2_w), L->router_h2_pre, R);
-        gk_bias_gelu_forward(s, L->router_h2_pre, L->router_h2, W->router_fc2_b, N, R);
-        gpu_mm_wt(gm, N, classes, R, L->router_h2, R, W->router_out_w, gpu_bf16_of(gm, W->router_out_w), L->router_logits,
-              classes);
+        linear_gelu(gm, few, N, R, L->router_zn, W->router_fc1_w, W->router_fc1_b, L->router_h1_pre, L->router_h1);
+        linear_gelu(gm, few, N, R, L->router_h1, W->router_fc2_w, W->router_fc2_b, L->router_h2_pre, L->router_h2);
+        linear(gm, few, N, classes, R, L->router_h2, R, W->router_out_w, L->router_logits, classes);
         gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
                                  classes);
     } else { /* linear-router variant: logits = u Wᵀ */
-        gpu_mm_wt(gm, N, classes, D, L->u_mlp, D, W->router_w, gpu_bf16_of(gm, W->router_w), L->router_logits, classes);
+        linear(gm, few, N, classes, D, L->u_mlp, D, W->router_w, L->router_logits, classes);
         gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
                                  classes);
     }
     gpu_tock(gm, PHASE_ROUTER, &t0);
-    /* dropless top-1 experts: rows sorted by expert on the device, one product per expert, gate-scaled scatter */
     const int E = c->moe == ZY_MOE_DENSE ? 1 : c->num_experts;
+    if (few) { /* each row through its expert's weights, in row order: no sorting, gathering or scattering */
+        const uint16_t *gu16 = gpu_bf16_of(gm, W->expert_gate_up), *down16 = gpu_bf16_of(gm, W->expert_down);
+        if (gk_skinny_expert_swiglu(s, L->expert_act, L->u_mlp, L->choice, gu16, N, D, I, E) == 0 &&
+            gk_skinny_expert_down(s, L->moe_out, L->expert_act, L->choice, L->gate, down16, N, I, D, E) == 0) {
+            gpu_tock(gm, PHASE_EXPERTS, &t0);
+            return;
+        }
+    }
+    /* dropless top-1 experts: rows sorted by expert on the device, one product per expert, gate-scaled scatter */
     gk_group_by_expert(s, L->expert_offset, L->sorted_rows, L->choice, N, E);
     if (experts_grouped(gm, (size_t)N)) {
         /* one launch a product for all experts; the routed row count off[E] is read on the device, so the row ops
@@ -554,8 +619,10 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
         const uint16_t *in16 = op16(gm, 0, L->expert_in, (size_t)N, D);
         gk_expert_mm(s, off, E, N, 2 * I, D, in16, D, gpu_bf16_of(gm, W->expert_gate_up), 2L * I * D, 1, 0.0f,
                      L->expert_gu, 2 * I);
-        gk_swiglu_forward(s, L->expert_act, L->expert_gu, N, n_dev, I);
-        const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)N, I);
+        /* SwiGLU writes the down product's bf16 operand straight into expert_act's room (bf16 bits, the backward's
+         * weight-gradient operand too): no fp32 act, no rounding pass */
+        uint16_t *act16 = (uint16_t *)(void *)L->expert_act;
+        gk_swiglu_forward_bf16(s, act16, L->expert_gu, N, n_dev, I);
         gk_expert_mm(s, off, E, N, D, I, act16, I, gpu_bf16_of(gm, W->expert_down), (long)D * I, 1, 0.0f,
                      L->expert_out, D);
         gk_moe_combine(s, L->moe_out, L->expert_out, L->gate, L->sorted_rows, L->choice, N, N, n_dev, D, E);
@@ -622,7 +689,7 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
                                  W->attn_rs, W->attn_rb, W->post_norm, N, D, c->rms_norm_eps);
         gpu_tock(gm, PHASE_NORMS, &t0);
         /* m, r = MoE(u, r); x = (m + bh') ⊙ sh' + (x + br') ⊙ sr', normed by the next layer (or the final norm) */
-        gpu_moe_forward(gm, l, W, L, r_prev, N);
+        gpu_moe_forward(gm, l, W, L, r_prev, N, 0);
         t0 = gpu_tick(gm); /* the MoE block timed itself (router, experts): not the norms' time */
         float *x_out = last ? a->x_final : a->layers[l + 1].x_in;
         float *u_next = last ? a->final_normed : a->layers[l + 1].u_attn;
@@ -762,13 +829,14 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     if (grouped) { /* input gradients C = dY W_e and weight gradients G_e += dY_eᵀ X_e, one launch each */
         const int32_t *goff = L->expert_offset;
         const uint16_t *dy16 = op16(gm, 0, d->d_expert_out, (size_t)N, D);
-        const uint16_t *act16 = op16(gm, 1, L->expert_act, (size_t)N, I);
+        const uint16_t *act16 = (const uint16_t *)(const void *)L->expert_act; /* the forward's bf16 act */
         gk_expert_mm(s, goff, E, N, I, D, dy16, D, gpu_bf16_of(gm, W->expert_down), (long)D * I, 0, 0.0f,
                      d->d_expert_act, I);
         gk_expert_mm_wgrad(s, goff, E, D, I, dy16, D, act16, I, 1.0f, G->expert_down, (long)D * I, I);
-        gpu_zero(gm, d->d_expert_gu, (size_t)N * 2 * I);
-        gk_swiglu_backward(s, d->d_expert_gu, d->d_expert_act, L->expert_gu, N, n_dev, I);
-        const uint16_t *dgu16 = op16(gm, 0, d->d_expert_gu, (size_t)N, 2 * (size_t)I);
+        /* dgu as the products' bf16 operand, written into op16[0] (dy16 is read by the two products queued above,
+         * before it in stream order): no zeroing, no fp32 dgu, no rounding pass */
+        uint16_t *dgu16 = gm->op16[0];
+        gk_swiglu_backward_bf16(s, dgu16, d->d_expert_act, L->expert_gu, N, n_dev, I);
         const uint16_t *in16 = op16(gm, 1, L->expert_in, (size_t)N, D);
         gk_expert_mm(s, goff, E, N, D, 2 * I, dgu16, 2 * I, gpu_bf16_of(gm, W->expert_gate_up), 2L * I * D, 0, 0.0f,
                      d->d_expert_in, D);

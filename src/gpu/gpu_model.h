@@ -52,6 +52,9 @@ int gpu_model_experts_grouped(const GpuModel *gm);
 /* What runs the attention of this model's passes: "cuDNN N" (ZAYA_GPU_ATTENTION=cudnn|auto, where it loaded and takes
  * the shape), the tensor-core kernels (bf16) or the fp32 ones. */
 const char *gpu_model_attention_path(const GpuModel *gm);
+/* The most rows a decoding step may have for the few-row products (gk_skinny_*: bf16 runs, ZAYA_GPU_FEW_ROWS on);
+ * 0 where they are off. */
+int gpu_model_few_rows(const GpuModel *gm);
 /* Every layer's routing statistics of the last forward, summed on the device (one wait): counts [L, E + 1] (rows per
  * choice, E the skip expert), sums [L, 2] (Σ gate over routed rows, Σ skip probability), as routing_counts_add_layer
  * adds them. */

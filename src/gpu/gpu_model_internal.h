@@ -40,11 +40,23 @@ struct GpuModel {
     int experts_grouped;   /* bf16 experts as grouped products sized on the device (0: ZAYA_GPU_EXPERTS=loop) */
     int attn_cudnn;        /* bf16 attention through cuDNN's fused SDPA where it takes the shape (ZAYA_GPU_ATTENTION) */
     unsigned char *attn_ran_cudnn; /* [layers]: whether layer l's last forward ran on cuDNN (its backward must too) */
+    int few_rows;          /* decoding's few-row steps through gk_skinny_* (0: ZAYA_GPU_FEW_ROWS=off) */
 };
 
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */
 void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
                float *C, int ldc);
+/* One linear layer of several that read the same rows: y = A Wᵀ, W [n, K], y with row stride ldy; with bias set,
+ * y = gelu(A Wᵀ + bias) (gk_bias_gelu_forward's y). */
+typedef struct GpuLinear {
+    const float *w;
+    float *y;
+    int n, ldy;
+    const float *bias;
+} GpuLinear;
+/* The n <= GK_SKINNY_OUTS linear layers p of the same rows A [M, K] (lda): at decoding's few rows in bf16 runs one
+ * few-row launch for all of them (gk_skinny_mm), else one product each (gpu_mm_wt). */
+void gpu_mm_wt_rows(GpuModel *gm, int M, int K, const float *A, int lda, const GpuLinear *p, int n);
 /* bf16 runs: op16's buffers hold at least `rows` rows of the widest activation operand (grown, never shrunk, here;
  * gpu_model_set_shape sizes them for its batch), so passes of up to that many rows share rounded operands and run the
  * experts grouped. */
@@ -53,8 +65,10 @@ int gpu_model_reserve_operands(GpuModel *gm, size_t rows, ZyErr *err);
 const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w);
 void gpu_zero(GpuModel *gm, void *p, size_t floats);
 /* The MoE block over N rows whose buffers L points at (router, top-1, per-expert products, combine), as
- * moe_block_forward; with per-expert products (fp32 runs), layer l's expert offsets land in gm->h_off. */
-void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N);
+ * moe_block_forward; with per-expert products (fp32 runs), layer l's expert offsets land in gm->h_off. decoding:
+ * nothing but moe_out is read afterwards, so steps of few rows may take the few-row products (no expert grouping). */
+void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N,
+                     int decoding);
 /* Phase timing (gpu_model_set_timing): a time stamp after draining the queue, and its accumulation. */
 double gpu_tick(GpuModel *gm);
 void gpu_tock(GpuModel *gm, ModelPhase phase, double *t0);

@@ -41,17 +41,6 @@ template <> __device__ __forceinline__ void stv<4>(float *p, const float (&d)[4]
     *reinterpret_cast<float4 *>(p) = make_float4(d[0], d[1], d[2], d[3]);
 }
 
-/* GELU and its derivative exactly as kernels.inc (gelu_s / gelu_grad_s): 1 + erf(z) as 1 ± (1 − erfc(|z|)). */
-__device__ __forceinline__ float moe_gelu(float x) {
-    const float z = x * 0.70710678118654752440f;
-    return 0.5f * x * (1.0f + copysignf(1.0f - erfcf(fabsf(z)), z));
-}
-__device__ __forceinline__ float moe_gelu_grad(float x) {
-    const float z = x * 0.70710678118654752440f;
-    return 0.5f * (1.0f + copysignf(1.0f - erfcf(fabsf(z)), z)) +
-           x * 0.39894228040143267794f * expf(-0.5f * x * x);
-}
-
 #define EW_THREADS 256
 #define ROW_THREADS 256 /* warp-per-row kernels: ROW_THREADS / GPU_WARP rows per block */
 
@@ -162,7 +151,7 @@ gelu_bias_bwd_kernel(float *dpre, float *dbias, const float *dy, const float *pr
 #pragma unroll 4
         for (long r = ty; r < rows; r += RT) {
             const long o = r * dim + c;
-            const float d = dy[o] * moe_gelu_grad(pre[o]);
+            const float d = dy[o] * gk_gelu_grad(pre[o]);
             dpre[o] = d;
             acc += d;
         }
@@ -242,7 +231,7 @@ __global__ void bias_gelu_fwd_kernel(float *pre, float *y, const float *bias, lo
         for (int k = 0; k < V; k++) p[k] += b[k];
         stv<V>(pre + i * V, p);
 #pragma unroll
-        for (int k = 0; k < V; k++) p[k] = moe_gelu(p[k]);
+        for (int k = 0; k < V; k++) p[k] = gk_gelu(p[k]);
         stv<V>(y + i * V, p);
     }
 }
@@ -724,10 +713,22 @@ extern "C" void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const 
     GK_LAUNCH_CHECK();
 }
 
-/* ---- SwiGLU on gu [rows, 2I] (gate | up): act = silu(g) ⊙ v; backward accumulates into dgu ---------------- */
+/* ---- SwiGLU on gu [rows, 2I] (gate | up): act = silu(g) ⊙ v; backward accumulates into dgu ----------------
+ * OUT16 (the bf16 runs' grouped experts, whose products read bf16 operands): act, and the gradient as it would be
+ * added to a zeroed dgu, are written as bf16 bits (nearest even, gk_bf16_bits) instead of fp32, so no rounding pass
+ * and no zeroing follow, and the products read the same values. */
 template <int V>
-__global__ void swiglu_fwd_kernel(float *act, const float *gu, long n_max, const int32_t *rows_dev, int I_units,
-                                  bool small) {
+__device__ __forceinline__ void stv16(uint16_t *p, const float (&d)[V]) {
+    if constexpr (V == 4)
+        *reinterpret_cast<ushort4 *>(p) = make_ushort4(gk_bf16_bits(d[0]), gk_bf16_bits(d[1]), gk_bf16_bits(d[2]),
+                                                       gk_bf16_bits(d[3]));
+    else
+        *p = gk_bf16_bits(d[0]);
+}
+
+template <int V, bool OUT16>
+__global__ void swiglu_fwd_kernel(float *act, uint16_t *act16, const float *gu, long n_max, const int32_t *rows_dev,
+                                  int I_units, bool small) {
     const long n_units = rows_dev ? dev_count(n_max / I_units, rows_dev) * I_units : n_max;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n_units; i += (long)gridDim.x * blockDim.x) {
         const long r = idx_div(i, I_units, small);
@@ -738,24 +739,38 @@ __global__ void swiglu_fwd_kernel(float *act, const float *gu, long n_max, const
         ldv<V>(v, g_row + (long)I_units * V + c * V);
 #pragma unroll
         for (int q = 0; q < V; q++) g[q] = g[q] / (1.0f + expf(-g[q])) * v[q];
-        stv<V>(act + i * V, g);
+        if constexpr (OUT16)
+            stv16<V>(act16 + i * V, g);
+        else
+            stv<V>(act + i * V, g);
     }
 }
 
-extern "C" void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, const int32_t *rows_dev, int I) {
+template <bool OUT16>
+static void launch_swiglu_fwd(GkStream s, float *act, uint16_t *act16, const float *gu, int rows, const int32_t *rows_dev,
+                           int I) {
     if (rows <= 0 || I <= 0) return;
     const long n = (long)rows * I;
-    if (I % 4 == 0 && al16(act) && al16(gu))
-        swiglu_fwd_kernel<4><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(act, gu, n / 4, rows_dev, I / 4,
-                                                                                 fits32(n));
+    const bool wide = OUT16 ? ((uintptr_t)act16 & 7u) == 0 : al16(act);
+    if (I % 4 == 0 && wide && al16(gu))
+        swiglu_fwd_kernel<4, OUT16><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(act, act16, gu, n / 4,
+                                                                                        rows_dev, I / 4, fits32(n));
     else
-        swiglu_fwd_kernel<1><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(act, gu, n, rows_dev, I, fits32(n));
+        swiglu_fwd_kernel<1, OUT16><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(act, act16, gu, n, rows_dev, I,
+                                                                                    fits32(n));
     GK_LAUNCH_CHECK();
 }
+extern "C" void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, const int32_t *rows_dev, int I) {
+    launch_swiglu_fwd<false>(s, act, nullptr, gu, rows, rows_dev, I);
+}
+extern "C" void gk_swiglu_forward_bf16(GkStream s, uint16_t *act16, const float *gu, int rows, const int32_t *rows_dev,
+                                       int I) {
+    launch_swiglu_fwd<true>(s, nullptr, act16, gu, rows, rows_dev, I);
+}
 
-template <int V>
-__global__ void swiglu_bwd_kernel(float *dgu, const float *dact, const float *gu, long n_max, const int32_t *rows_dev,
-                                  int I_units, bool small) {
+template <int V, bool OUT16>
+__global__ void swiglu_bwd_kernel(float *dgu, uint16_t *dgu16, const float *dact, const float *gu, long n_max,
+                                  const int32_t *rows_dev, int I_units, bool small) {
     const long n_units = rows_dev ? dev_count(n_max / I_units, rows_dev) * I_units : n_max;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n_units; i += (long)gridDim.x * blockDim.x) {
         const long r = idx_div(i, I_units, small);
@@ -765,28 +780,49 @@ __global__ void swiglu_bwd_kernel(float *dgu, const float *dact, const float *gu
         ldv<V>(g, gu + og);
         ldv<V>(v, gu + ov);
         ldv<V>(d, dact + i * V);
-        ldv<V>(dg, dgu + og);
-        ldv<V>(dv, dgu + ov);
+        if constexpr (OUT16) {
+#pragma unroll
+            for (int q = 0; q < V; q++) dg[q] = dv[q] = 0.0f;
+        } else {
+            ldv<V>(dg, dgu + og);
+            ldv<V>(dv, dgu + ov);
+        }
 #pragma unroll
         for (int q = 0; q < V; q++) {
             const float sg = 1.0f / (1.0f + expf(-g[q]));
             dg[q] += d[q] * v[q] * sg * (1.0f + g[q] * (1.0f - sg));
             dv[q] += d[q] * g[q] * sg;
         }
-        stv<V>(dgu + og, dg);
-        stv<V>(dgu + ov, dv);
+        if constexpr (OUT16) {
+            stv16<V>(dgu16 + og, dg);
+            stv16<V>(dgu16 + ov, dv);
+        } else {
+            stv<V>(dgu + og, dg);
+            stv<V>(dgu + ov, dv);
+        }
     }
 }
 
-extern "C" void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows,
-                                   const int32_t *rows_dev, int I) {
+template <bool OUT16>
+static void launch_swiglu_bwd(GkStream s, float *dgu, uint16_t *dgu16, const float *dact, const float *gu, int rows,
+                            const int32_t *rows_dev, int I) {
     if (rows <= 0 || I <= 0) return;
     const long n = (long)rows * I;
     const bool small = fits32(n);
-    if (I % 4 == 0 && al16(dgu) && al16(dact) && al16(gu))
-        swiglu_bwd_kernel<4><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dact, gu, n / 4, rows_dev, I / 4,
-                                                                                 small);
+    const bool wide = OUT16 ? ((uintptr_t)dgu16 & 7u) == 0 : al16(dgu);
+    if (I % 4 == 0 && wide && al16(dact) && al16(gu))
+        swiglu_bwd_kernel<4, OUT16><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dgu16, dact, gu, n / 4,
+                                                                                        rows_dev, I / 4, small);
     else
-        swiglu_bwd_kernel<1><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dact, gu, n, rows_dev, I, small);
+        swiglu_bwd_kernel<1, OUT16><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dgu16, dact, gu, n, rows_dev,
+                                                                                    I, small);
     GK_LAUNCH_CHECK();
+}
+extern "C" void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows,
+                                   const int32_t *rows_dev, int I) {
+    launch_swiglu_bwd<false>(s, dgu, nullptr, dact, gu, rows, rows_dev, I);
+}
+extern "C" void gk_swiglu_backward_bf16(GkStream s, uint16_t *dgu16, const float *dact, const float *gu, int rows,
+                                        const int32_t *rows_dev, int I) {
+    launch_swiglu_bwd<true>(s, nullptr, dgu16, dact, gu, rows, rows_dev, I);
 }

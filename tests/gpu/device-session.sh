@@ -33,7 +33,8 @@
 #              Muon + AdamW (ZAYA_DEVICE_SLICE_OPTIMIZERS="adamw" for one), an optimizer step of 8 x 4 x 2048 =
 #              65,536 tokens (MFU at the real shapes)
 #     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16, then through the
-#              server's block pool with CUDA graphs (--path pool, ZAYA_GPU_GRAPHS=1)
+#              server's block pool with CUDA graphs (--path pool, ZAYA_GPU_GRAPHS=1); at batch 1 the few-row products
+#              against cuBLASLt (ZAYA_GPU_FEW_ROWS=off / on, alternating, two rounds)
 #     serve    bench/serve_bench.py --device cuda on bench-gpu, bf16: zaya serve (and with ZAYA_GPU_GRAPHS=1) against
 #              transformers' generate at 32 concurrent requests (tokens/s, TTFT and inter-token p50 / p99)
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
@@ -246,6 +247,14 @@ session() {
                 echo "batch $b, pool + graphs (exit $?): $(grep -E '^(path|decode|weights) ' "$LOG/decode-b$b-pool-graphs.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-330)"
             fi
         done
+        # decoding's few-row products (gpu_skinny.cu, steps of <= 8 rows) against cuBLASLt and the grouped experts
+        if [ "$DEV" = cuda ]; then
+            for fr in off on off on; do
+                ZAYA_GPU_FEW_ROWS=$fr ZAYA_GPU_GRAPHS=1 timeout "$(left)" build/zaya bench decode --config $CFG \
+                    --device $DEV --dtype bf16 --batch 1 --kv-dtype bf16 --path pool >"$LOG/decode-b1-few-$fr.txt" 2>&1
+                echo "batch 1, pool + graphs, few-row products $fr (exit $?): $(grep -E '^decode ' "$LOG/decode-b1-few-$fr.txt" | tr -s ' ' | cut -c1-200)"
+            done
+        fi
         pack
     fi
     if [[ $PARTS == *,serve,* ]]; then

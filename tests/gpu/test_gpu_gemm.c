@@ -2,7 +2,8 @@
  * the matrix, beta = 1 accumulation; fp32 (no TF32) and bf16 operands with fp32 sums. The grouped expert products
  * (gk_expert_mm, gk_expert_mm_wgrad) against zy_gemm per expert. Strided batches
  * (gpu_gemm_batched) against a loop of zy_gemm: batch 1, 3, 16, strides with gaps (odd and aligned), the gaps and
- * row padding of C never written. */
+ * row padding of C never written. Decoding's few-row products (gk_skinny_*) against zy_gemm. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +237,91 @@ static void test_expert_products(GpuTest *t) {
     expert_case(t, many, 16, 0, 1024, 2048, 0, 1, 0, 0.0f);
 }
 
+/* Decoding's few-row products (gk_skinny_*) against the CPU on bf16-rounded operands: several products of the same
+ * rows in one launch at 1, 3 and 8 rows, and the experts' SwiGLU and gate-and-combine forms with rows on different
+ * experts and on the skip expert (whose act rows stay as they were and whose outputs are 0). */
+static void skinny_case(GpuTest *t, int rows, int K, const int *ns, int n_outs, int gelu_out) {
+    const int ldx = K + 8;
+    float *x = gt_rand(t, (size_t)rows * ldx, 1.0f);
+    float *dx = gt_up(t, x, (size_t)rows * ldx);
+    round_bf16(x, (size_t)rows * ldx);
+    GkSkinnyOut outs[GK_SKINNY_OUTS];
+    float *ref[GK_SKINNY_OUTS];
+    for (int j = 0; j < n_outs; j++) {
+        float *w = gt_rand(t, (size_t)ns[j] * K, 1.0f);
+        ref[j] = gt_host(t, (size_t)rows * ns[j]);
+        outs[j] = (GkSkinnyOut){.w = bf16_up(t, w, (size_t)ns[j] * K), .y = gt_poison(t, (size_t)rows * ns[j]),
+                                .n = ns[j], .ldy = ns[j]};
+        zy_gemm(0, 1, rows, ns[j], K, 1.0f, x, ldx, w, K, 0.0f, ref[j], ns[j]);
+        if (j == gelu_out) { /* the router's hidden layer: y = gelu(x Wᵀ + b) */
+            float *b = gt_rand(t, (size_t)ns[j], 1.0f);
+            outs[j].bias = gt_up(t, b, (size_t)ns[j]);
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < ns[j]; c++) {
+                    const double z = (double)ref[j][(size_t)r * ns[j] + c] + b[c];
+                    ref[j][(size_t)r * ns[j] + c] = (float)(0.5 * z * (1.0 + erf(z / sqrt(2.0))));
+                }
+        }
+    }
+    const int rc = gk_skinny_mm(t->g->stream, dx, ldx, rows, K, outs, n_outs);
+    char name[160];
+    snprintf(name, sizeof name, "few-row products: %d rows, K %d, %d products%s", rows, K, n_outs,
+             gelu_out >= 0 ? " (one with bias and GELU)" : "");
+    if (!gt_assert(t, rc == 0, name, "launcher returned %d", rc)) return;
+    for (int j = 0; j < n_outs; j++) {
+        char what[200];
+        snprintf(what, sizeof what, "%s: product %d (%d columns)", name, j, ns[j]);
+        gt_check(t, what, outs[j].y, ref[j], (size_t)rows * ns[j], 2e-5);
+    }
+    gt_reset(t);
+}
+static void skinny_experts_case(GpuTest *t, int D, int I, int E, const int32_t *choice, int rows) {
+    float *x = gt_rand(t, (size_t)rows * D, 1.0f), *gate = gt_rand(t, (size_t)rows, 0.5f);
+    float *wgu = gt_rand(t, (size_t)E * 2 * I * D, 0.1f), *wd = gt_rand(t, (size_t)E * D * I, 0.1f);
+    float *dx = gt_up(t, x, (size_t)rows * D), *dgate = gt_up(t, gate, (size_t)rows);
+    round_bf16(x, (size_t)rows * D);
+    uint16_t *dgu = bf16_up(t, wgu, (size_t)E * 2 * I * D), *ddown = bf16_up(t, wd, (size_t)E * D * I);
+    int32_t *dchoice = gt_up_i(t, choice, (size_t)rows);
+    float *act = gt_host(t, (size_t)rows * I), *out = gt_host(t, (size_t)rows * D), *gu = gt_host(t, 2 * (size_t)I);
+    float *act16 = gt_host(t, (size_t)I);
+    float *dact = gt_up(t, act, (size_t)rows * I), *dout = gt_poison(t, (size_t)rows * D); /* act: zeros */
+    for (int r = 0; r < rows; r++) {
+        const int e = choice[r];
+        if (e < 0 || e >= E) continue; /* act row stays 0, out row 0 */
+        zy_gemm(0, 1, 1, 2 * I, D, 1.0f, x + (size_t)r * D, D, wgu + (size_t)e * 2 * I * D, D, 0.0f, gu, 2 * I);
+        for (int i = 0; i < I; i++) {
+            const float g = gu[i];
+            act[(size_t)r * I + i] = g / (1.0f + expf(-g)) * gu[I + i];
+            act16[i] = zy_round_bf16(act[(size_t)r * I + i]);
+        }
+        zy_gemm(0, 1, 1, D, I, gate[r], act16, I, wd + (size_t)e * D * I, I, 0.0f, out + (size_t)r * D, D);
+    }
+    const int rc1 = gk_skinny_expert_swiglu(t->g->stream, dact, dx, dchoice, dgu, rows, D, I, E);
+    const int rc2 = gk_skinny_expert_down(t->g->stream, dout, dact, dchoice, dgate, ddown, rows, I, D, E);
+    char name[160];
+    snprintf(name, sizeof name, "few-row experts: %d rows, D %d, I %d, E %d", rows, D, I, E);
+    if (!gt_assert(t, rc1 == 0 && rc2 == 0, name, "launchers returned %d, %d", rc1, rc2)) return;
+    char what[200];
+    snprintf(what, sizeof what, "%s: SwiGLU (skip rows untouched)", name);
+    gt_check(t, what, dact, act, (size_t)rows * I, 2e-5);
+    snprintf(what, sizeof what, "%s: gate and combine (skip rows 0)", name);
+    gt_check(t, what, dout, out, (size_t)rows * D, 2e-5);
+    gt_reset(t);
+}
+static void test_skinny_products(GpuTest *t) {
+    const int qkvv[] = {1024, 256, 128, 128}, odd[] = {67, 5, 300}, router[] = {256};
+    skinny_case(t, 1, 1024, qkvv, 4, -1); /* bench-gpu's CCA projections at batch 1 */
+    skinny_case(t, 3, 264, odd, 3, 2);
+    skinny_case(t, 8, 2048, qkvv, 2, -1);
+    skinny_case(t, 2, 4104, odd, 1, -1); /* K past one pass of the block */
+    skinny_case(t, 1, 256, router, 1, 0); /* the router's hidden layer at batch 1 */
+    const int32_t one[] = {2}, mixed[] = {0, 3, 4, 1, 3, -1, 2, 0};
+    skinny_experts_case(t, 256, 128, 4, one, 1);
+    skinny_experts_case(t, 1024, 512, 4, mixed, 8);
+}
+
 void test_gpu_gemm(GpuTest *t) {
+    test_skinny_products(t);
     test_expert_products(t);
     const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 96, 64}, {257, 129, 300}, {1024, 1536, 512}};
     for (int bf16 = 0; bf16 < 2; bf16++)

@@ -267,6 +267,49 @@ static void test_combine_and_gate(GpuTest *t, int rows, int D, int E, int skip_a
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------------------------------- */
+/* The bf16 forms (the grouped experts' operands) against the fp32 kernels' results rounded nearest-even: act16 =
+ * bf16(act), dgu16 = bf16(the gradient added to a zeroed dgu), as values (a zero's sign may differ), the first `count`
+ * rows written and the rest of `rows` left alone. */
+static void swiglu_bf16_case(GpuTest *t, const char *label, const float *d_gu, const float *d_dact, int rows, int count,
+                             const int32_t *n_dev, int I) {
+    const size_t n = (size_t)rows * I, nc = (size_t)count * I;
+    float *d_act = gt_poison(t, n), *d_dgu = gt_poison(t, 2 * n);
+    gpu_memset_async(t->g, d_dgu, 0, 2 * n * sizeof(float));
+    gk_swiglu_forward(t->g->stream, d_act, d_gu, rows, n_dev, I);
+    gk_swiglu_backward(t->g->stream, d_dgu, d_dact, d_gu, rows, n_dev, I);
+    uint16_t *d16 = gt_dev(t, 2 * n * sizeof(uint16_t)), *g16 = gt_dev(t, 4 * n * sizeof(uint16_t));
+    gpu_memset_async(t->g, d16, 0xff, 2 * n * sizeof(uint16_t)); /* 0xffff: a NaN no kernel writes */
+    gpu_memset_async(t->g, g16, 0xff, 4 * n * sizeof(uint16_t));
+    gk_swiglu_forward_bf16(t->g->stream, d16 + 1, d_gu, rows, n_dev, I); /* + 1: the element-wide path too */
+    gk_swiglu_forward_bf16(t->g->stream, d16 + n, d_gu, rows, n_dev, I);
+    gk_swiglu_backward_bf16(t->g->stream, g16 + 2 * n, d_dact, d_gu, rows, n_dev, I);
+    float *act = gt_down(t, d_act, n), *dgu = gt_down(t, d_dgu, 2 * n);
+    uint16_t *h16 = malloc(6 * n * sizeof(uint16_t));
+    ZyErr err;
+    int ok = h16 && gpu_sync(t->g, "swiglu bf16", &err) == 0 &&
+             gpu_download(t->g, h16, d16, 2 * n * sizeof(uint16_t), &err) == 0 &&
+             gpu_download(t->g, h16 + 2 * n, g16, 4 * n * sizeof(uint16_t), &err) == 0;
+    size_t wrong = 0, stray = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        const float want = zy_bf16_to_f32(zy_f32_to_bf16(act[i]));
+        for (int form = 0; form < 2; form++) {
+            const uint16_t got = h16[form ? n + i : 1 + i];
+            if (i < nc) wrong += zy_bf16_to_f32(got) != want;
+            else stray += got != 0xffff;
+        }
+    }
+    for (size_t i = 0; ok && i < 2 * n; i++) {
+        const uint16_t got = h16[4 * n + i];
+        if (i < 2 * nc) wrong += zy_bf16_to_f32(got) != zy_bf16_to_f32(zy_f32_to_bf16(dgu[i]));
+        else stray += got != 0xffff;
+    }
+    free(h16);
+    char what[160];
+    snprintf(what, sizeof what, "swiglu bf16 forms (%s, %d of %d rows, I %d)", label, count, rows, I);
+    gt_assert(t, ok && wrong == 0 && stray == 0, what, "%zu values not the fp32 ones rounded, %zu written past the rows",
+              wrong, stray);
+}
+
 static void test_swiglu(GpuTest *t, int rows, int I) {
     const size_t n = (size_t)rows * I, n2 = 2 * n;
     float *gu = gt_rand(t, n2, 3);
@@ -284,6 +327,7 @@ static void test_swiglu(GpuTest *t, int rows, int I) {
     float *dgu = gt_copy(t, dgu0, n2);
     swiglu_backward(dgu, dact, gu, rows, I);
     gt_check(t, nm("swiglu_bwd", "dgu", rows, I), d_dgu, dgu, n2, TOL);
+    swiglu_bf16_case(t, "host count", d_gu, gt_up(t, dact, n), rows, rows, NULL, I);
     gt_reset(t);
 }
 
@@ -347,6 +391,7 @@ static void test_counted_rows(GpuTest *t, int rows, int D, int E) {
     gt_check(t, nm("swiglu_bwd(device count)", "dgu", n, I), d_dgu, dgu, 2 * nd, TOL);
     gt_assert(t, tail_poisoned(t, d_dgu, 2 * nd, 2 * rd), nm("swiglu_bwd(device count)", "rows past the count", n, I),
               "%s", "untouched");
+    swiglu_bf16_case(t, "device count", d_gu, gt_up(t, dact, rd), rows, n, n_dev, I);
 
     float *dst0 = gt_rand(t, rd, 1), *d_dst = gt_up(t, dst0, rd); /* scatter-add */
     gk_scatter_add_rows(t->g->stream, d_dst, d_y, d_sorted, rows, n_dev, D);
