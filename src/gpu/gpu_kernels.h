@@ -87,6 +87,12 @@ void gk_moe_combine(GkStream s, float *out, const float *y, const float *gate, c
                     const int32_t *choice, int rows, int n, const int32_t *n_dev, int D, int E);
 void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout, const float *y, const float *gate,
                           const int32_t *sorted, int n_routed, const int32_t *n_dev, int D);
+/* The bf16 runs' grouped experts: gk_gather_rows and gk_moe_gate_backward with the rows they write (the expert
+ * products' operands) as bf16 bits, nearest even: the values a rounding pass would give, without the pass. */
+void gk_gather_rows_bf16(GkStream s, uint16_t *dst16, const float *src, const int32_t *idx, int n,
+                         const int32_t *n_dev, int D);
+void gk_moe_gate_backward_bf16(GkStream s, float *dgate, uint16_t *dy16, const float *dout, const float *y,
+                               const float *gate, const int32_t *sorted, int n_routed, const int32_t *n_dev, int D);
 void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, const int32_t *rows_dev, int inter);
 void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows, const int32_t *rows_dev,
                         int inter);

@@ -615,8 +615,10 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
         /* one launch a product for all experts; the routed row count off[E] is read on the device, so the row ops
          * and bf16 roundings span N rows (their bound) and the products and row ops touch only the routed ones */
         const int32_t *off = L->expert_offset, *n_dev = off + E;
-        gk_gather_rows(s, L->expert_in, L->u_mlp, L->sorted_rows, N, n_dev, D);
-        const uint16_t *in16 = op16(gm, 0, L->expert_in, (size_t)N, D);
+        /* the rows gathered as bf16 bits into expert_in's room: the gate-and-up product's operand here and its weight
+         * gradient's in the backward, rounded once, as they are moved */
+        uint16_t *in16 = (uint16_t *)(void *)L->expert_in;
+        gk_gather_rows_bf16(s, in16, L->u_mlp, L->sorted_rows, N, n_dev, D);
         gk_expert_mm(s, off, E, N, 2 * I, D, in16, D, gpu_bf16_of(gm, W->expert_gate_up), 2L * I * D, 1, 0.0f,
                      L->expert_gu, 2 * I);
         /* SwiGLU writes the down product's bf16 operand straight into expert_act's room (bf16 bits, the backward's
@@ -788,8 +790,12 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     double t0 = gpu_tick(gm);
     /* out = gate ⊙ y: dgate and dy in one pass over the routed rows */
     gpu_zero(gm, d->d_gate, N);
-    gk_moe_gate_backward(s, d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed, n_dev,
-                         D);
+    if (grouped) /* dy as the down products' bf16 operand (bits in d_expert_out's room) */
+        gk_moe_gate_backward_bf16(s, d->d_gate, (uint16_t *)(void *)d->d_expert_out, d->d_h, L->expert_out, L->gate,
+                                  L->sorted_rows, n_routed, n_dev, D);
+    else
+        gk_moe_gate_backward(s, d->d_gate, d->d_expert_out, d->d_h, L->expert_out, L->gate, L->sorted_rows, n_routed,
+                             n_dev, D);
     if (c->moe == ZY_MOE_DENSE) {
         gpu_zero(gm, d->d_u, (size_t)N * D);
     } else {
@@ -828,16 +834,17 @@ static void moe_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     /* experts: the products, SwiGLU backward, scatter-add of dxin into d_u */
     if (grouped) { /* input gradients C = dY W_e and weight gradients G_e += dY_eᵀ X_e, one launch each */
         const int32_t *goff = L->expert_offset;
-        const uint16_t *dy16 = op16(gm, 0, d->d_expert_out, (size_t)N, D);
-        const uint16_t *act16 = (const uint16_t *)(const void *)L->expert_act; /* the forward's bf16 act */
+        /* bf16 bits written by the gate backward, the SwiGLU forward and the gather */
+        const uint16_t *dy16 = (const uint16_t *)(const void *)d->d_expert_out;
+        const uint16_t *act16 = (const uint16_t *)(const void *)L->expert_act;
         gk_expert_mm(s, goff, E, N, I, D, dy16, D, gpu_bf16_of(gm, W->expert_down), (long)D * I, 0, 0.0f,
                      d->d_expert_act, I);
         gk_expert_mm_wgrad(s, goff, E, D, I, dy16, D, act16, I, 1.0f, G->expert_down, (long)D * I, I);
-        /* dgu as the products' bf16 operand, written into op16[0] (dy16 is read by the two products queued above,
-         * before it in stream order): no zeroing, no fp32 dgu, no rounding pass */
+        /* dgu as the products' bf16 operand, written into op16[0] (its last readers, the router's products, are
+         * queued before it): no zeroing, no fp32 dgu, no rounding pass */
         uint16_t *dgu16 = gm->op16[0];
         gk_swiglu_backward_bf16(s, dgu16, d->d_expert_act, L->expert_gu, N, n_dev, I);
-        const uint16_t *in16 = op16(gm, 1, L->expert_in, (size_t)N, D);
+        const uint16_t *in16 = (const uint16_t *)(const void *)L->expert_in;
         gk_expert_mm(s, goff, E, N, D, 2 * I, dgu16, 2 * I, gpu_bf16_of(gm, W->expert_gate_up), 2L * I * D, 0, 0.0f,
                      d->d_expert_in, D);
         gk_expert_mm_wgrad(s, goff, E, 2 * I, D, dgu16, 2 * I, in16, D, 1.0f, G->expert_gate_up, 2L * I * D, D);

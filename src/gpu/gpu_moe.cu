@@ -40,6 +40,15 @@ template <> __device__ __forceinline__ void stv<1>(float *p, const float (&d)[1]
 template <> __device__ __forceinline__ void stv<4>(float *p, const float (&d)[4]) {
     *reinterpret_cast<float4 *>(p) = make_float4(d[0], d[1], d[2], d[3]);
 }
+/* The same store as bf16 bits (nearest even, gk_bf16_bits): the products' operand, no rounding pass after. */
+template <int V>
+__device__ __forceinline__ void stv16(uint16_t *p, const float (&d)[V]) {
+    if constexpr (V == 4)
+        *reinterpret_cast<ushort4 *>(p) = make_ushort4(gk_bf16_bits(d[0]), gk_bf16_bits(d[1]), gk_bf16_bits(d[2]),
+                                                       gk_bf16_bits(d[3]));
+    else
+        *p = gk_bf16_bits(d[0]);
+}
 
 #define EW_THREADS 256
 #define ROW_THREADS 256 /* warp-per-row kernels: ROW_THREADS / GPU_WARP rows per block */
@@ -561,32 +570,45 @@ extern "C" void gk_routing_stats(GkStream s, int32_t *counts, double *sums, cons
 }
 
 /* ---- row movement: one warp per row, 128-bit accesses when every row is 16-byte aligned ------------------- */
-template <int V>
+template <int V, bool OUT16>
 __global__ void __launch_bounds__(ROW_THREADS)
-gather_rows_kernel(float *dst, const float *src, const int32_t *idx, int n_max, const int32_t *n_dev, int D) {
+gather_rows_kernel(float *dst, uint16_t *dst16, const float *src, const int32_t *idx, int n_max, const int32_t *n_dev,
+                   int D) {
     const int lane = threadIdx.x % GPU_WARP, nv = D / V;
     const long n = dev_count(n_max, n_dev);
     for (long k = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; k < n;
          k += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
         const float *sr = src + (long)idx[k] * D;
-        float *dr = dst + k * D;
 #pragma unroll 4
         for (int j = lane; j < nv; j += GPU_WARP) {
             float v[V];
             ldv<V>(v, sr + j * V);
-            stv<V>(dr + j * V, v);
+            if constexpr (OUT16)
+                stv16<V>(dst16 + k * D + j * V, v);
+            else
+                stv<V>(dst + k * D + j * V, v);
         }
     }
 }
 
-extern "C" void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n,
+template <bool OUT16>
+static void launch_gather_rows(GkStream s, float *dst, uint16_t *dst16, const float *src, const int32_t *idx, int n,
                                const int32_t *n_dev, int D) {
     if (n <= 0 || D <= 0) return;
-    if (D % 4 == 0 && al16(dst) && al16(src))
-        gather_rows_kernel<4><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
+    const bool wide = OUT16 ? ((uintptr_t)dst16 & 7u) == 0 : al16(dst);
+    if (D % 4 == 0 && wide && al16(src))
+        gather_rows_kernel<4, OUT16><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, dst16, src, idx, n, n_dev, D);
     else
-        gather_rows_kernel<1><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
+        gather_rows_kernel<1, OUT16><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, dst16, src, idx, n, n_dev, D);
     GK_LAUNCH_CHECK();
+}
+extern "C" void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n,
+                               const int32_t *n_dev, int D) {
+    launch_gather_rows<false>(s, dst, nullptr, src, idx, n, n_dev, D);
+}
+extern "C" void gk_gather_rows_bf16(GkStream s, uint16_t *dst16, const float *src, const int32_t *idx, int n,
+                                    const int32_t *n_dev, int D) {
+    launch_gather_rows<true>(s, nullptr, dst16, src, idx, n, n_dev, D);
 }
 
 template <int V>
@@ -670,9 +692,9 @@ extern "C" void gk_moe_combine(GkStream s, float *out, const float *y, const flo
 
 /* out = gate ⊙ y backward over the routed rows: dgate[row] += Σ dout ⊙ y (double, fixed warp tree), dy[k] =
  * gate · dout[row] (overwritten, sorted order). */
-template <int V>
+template <int V, bool OUT16>
 __global__ void __launch_bounds__(ROW_THREADS)
-moe_gate_bwd_kernel(float *dgate, float *dy, const float *dout, const float *y, const float *gate,
+moe_gate_bwd_kernel(float *dgate, float *dy, uint16_t *dy16, const float *dout, const float *y, const float *gate,
                     const int32_t *sorted, int n_max, const int32_t *n_dev, int D) {
     const int lane = threadIdx.x % GPU_WARP, nv = D / V;
     const long n = dev_count(n_max, n_dev);
@@ -681,7 +703,6 @@ moe_gate_bwd_kernel(float *dgate, float *dy, const float *dout, const float *y, 
         const long row = sorted[k];
         const float g = gate[row];
         const float *dr = dout + row * D, *yk = y + k * D;
-        float *dyk = dy + k * D;
         double dg = 0;
 #pragma unroll 4
         for (int j = lane; j < nv; j += GPU_WARP) {
@@ -693,38 +714,44 @@ moe_gate_bwd_kernel(float *dgate, float *dy, const float *dout, const float *y, 
                 dg += (double)a[q] * b[q];
                 a[q] = g * a[q];
             }
-            stv<V>(dyk + j * V, a);
+            if constexpr (OUT16)
+                stv16<V>(dy16 + k * D + j * V, a);
+            else
+                stv<V>(dy + k * D + j * V, a);
         }
         dg = warp_sum_d(dg);
         if (lane == 0) dgate[row] += (float)dg;
     }
 }
 
+template <bool OUT16>
+static void launch_gate_bwd(GkStream s, float *dgate, float *dy, uint16_t *dy16, const float *dout, const float *y,
+                            const float *gate, const int32_t *sorted, int n_routed, const int32_t *n_dev, int D) {
+    if (n_routed <= 0 || D <= 0) return;
+    const bool wide = OUT16 ? ((uintptr_t)dy16 & 7u) == 0 : al16(dy);
+    if (D % 4 == 0 && wide && al16(dout) && al16(y))
+        moe_gate_bwd_kernel<4, OUT16><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dy16, dout, y, gate,
+                                                                                   sorted, n_routed, n_dev, D);
+    else
+        moe_gate_bwd_kernel<1, OUT16><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dy16, dout, y, gate,
+                                                                                   sorted, n_routed, n_dev, D);
+    GK_LAUNCH_CHECK();
+}
 extern "C" void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout, const float *y,
                                      const float *gate, const int32_t *sorted, int n_routed, const int32_t *n_dev,
                                      int D) {
-    if (n_routed <= 0 || D <= 0) return;
-    if (D % 4 == 0 && al16(dy) && al16(dout) && al16(y))
-        moe_gate_bwd_kernel<4><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dout, y, gate, sorted,
-                                                                            n_routed, n_dev, D);
-    else
-        moe_gate_bwd_kernel<1><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dout, y, gate, sorted,
-                                                                            n_routed, n_dev, D);
-    GK_LAUNCH_CHECK();
+    launch_gate_bwd<false>(s, dgate, dy, nullptr, dout, y, gate, sorted, n_routed, n_dev, D);
+}
+extern "C" void gk_moe_gate_backward_bf16(GkStream s, float *dgate, uint16_t *dy16, const float *dout, const float *y,
+                                          const float *gate, const int32_t *sorted, int n_routed,
+                                          const int32_t *n_dev, int D) {
+    launch_gate_bwd<true>(s, dgate, nullptr, dy16, dout, y, gate, sorted, n_routed, n_dev, D);
 }
 
 /* ---- SwiGLU on gu [rows, 2I] (gate | up): act = silu(g) ⊙ v; backward accumulates into dgu ----------------
  * OUT16 (the bf16 runs' grouped experts, whose products read bf16 operands): act, and the gradient as it would be
  * added to a zeroed dgu, are written as bf16 bits (nearest even, gk_bf16_bits) instead of fp32, so no rounding pass
  * and no zeroing follow, and the products read the same values. */
-template <int V>
-__device__ __forceinline__ void stv16(uint16_t *p, const float (&d)[V]) {
-    if constexpr (V == 4)
-        *reinterpret_cast<ushort4 *>(p) = make_ushort4(gk_bf16_bits(d[0]), gk_bf16_bits(d[1]), gk_bf16_bits(d[2]),
-                                                       gk_bf16_bits(d[3]));
-    else
-        *p = gk_bf16_bits(d[0]);
-}
 
 template <int V, bool OUT16>
 __global__ void swiglu_fwd_kernel(float *act, uint16_t *act16, const float *gu, long n_max, const int32_t *rows_dev,

@@ -340,6 +340,28 @@ static int tail_poisoned(GpuTest *t, const float *d, size_t from, size_t n) {
         if (!isnan(h[i])) return 0;
     return 1;
 }
+/* A bf16 form's output (d16, total values, 0xffff before the launch) against the fp32 form's (want, host): the first
+ * count values nearest-even roundings of it, bit for bit, the rest untouched. */
+static void bf16_rows_match(GpuTest *t, const char *what, const uint16_t *d16, const float *want, size_t count,
+                            size_t total) {
+    uint16_t *h = malloc(total * sizeof(uint16_t));
+    ZyErr err;
+    const int ok = h && gpu_download(t->g, h, d16, total * sizeof(uint16_t), &err) == 0;
+    size_t wrong = 0, stray = 0;
+    for (size_t i = 0; ok && i < total; i++) {
+        if (i < count) wrong += h[i] != zy_f32_to_bf16(want[i]);
+        else stray += h[i] != 0xffff;
+    }
+    free(h);
+    gt_assert(t, ok && wrong == 0 && stray == 0, what, "%zu values not the fp32 form's rounded, %zu written past them",
+              wrong, stray);
+}
+static uint16_t *poisoned16(GpuTest *t, size_t n) {
+    uint16_t *d = gt_dev(t, n * sizeof(uint16_t));
+    gpu_memset_async(t->g, d, 0xff, n * sizeof(uint16_t));
+    return d;
+}
+
 static void test_counted_rows(GpuTest *t, int rows, int D, int E) {
     int32_t *choice = gt_rand_int(t, rows, 0, E + 1); /* E: the skip expert */
     int32_t *off = gt_rand_int(t, E + 1, 0, 1), *sorted = gt_rand_int(t, rows, 0, 1);
@@ -357,6 +379,9 @@ static void test_counted_rows(GpuTest *t, int rows, int D, int E) {
     gt_check(t, nm("gather_rows(device count)", "dst", n, D), d_g, ref, nd, 0);
     gt_assert(t, tail_poisoned(t, d_g, nd, rd), nm("gather_rows(device count)", "rows past the count", n, D), "%s",
               "untouched");
+    uint16_t *d_g16 = poisoned16(t, rd);
+    gk_gather_rows_bf16(t->g->stream, d_g16, d_src, d_sorted, rows, n_dev, D);
+    bf16_rows_match(t, nm("gather_rows_bf16(device count)", "dst", n, D), d_g16, ref, nd, rd);
 
     float *d_out = gt_poison(t, rd); /* combine: every row written, y read for the routed ones */
     gk_moe_combine(t->g->stream, d_out, d_y, d_gate, d_sorted, d_choice, rows, rows, n_dev, D, E);
@@ -371,6 +396,16 @@ static void test_counted_rows(GpuTest *t, int rows, int D, int E) {
     float *dg = gt_copy(t, dg0, rows), *dy = gt_host(t, nd + 1);
     moe_gate_backward(dg, dy, dout, y, gate, sorted, n, D);
     gt_check(t, nm("moe_gate_bwd(device count)", "dgate", n, D), d_dg, dg, rows, TOL);
+    { /* the bf16 form: the same dgate bits, dy rounded */
+        float *d_dg2 = gt_up(t, dg0, rows);
+        uint16_t *d_dy16 = poisoned16(t, rd);
+        gk_moe_gate_backward_bf16(t->g->stream, d_dg2, d_dy16, gt_up(t, dout, rd), d_y, d_gate, d_sorted, rows, n_dev,
+                                  D);
+        float *dg_a = gt_down(t, d_dg, rows), *dg_b = gt_down(t, d_dg2, rows), *dy_gpu = gt_down(t, d_dy, rd);
+        gt_assert(t, memcmp(dg_a, dg_b, (size_t)rows * sizeof(float)) == 0,
+                  nm("moe_gate_bwd_bf16(device count)", "dgate", n, D), "%s", "the fp32 form's bits");
+        bf16_rows_match(t, nm("moe_gate_bwd_bf16(device count)", "dy", n, D), d_dy16, dy_gpu, nd, rd);
+    }
     gt_check(t, nm("moe_gate_bwd(device count)", "dy", n, D), d_dy, dy, nd, 0);
     gt_assert(t, tail_poisoned(t, d_dy, nd, rd), nm("moe_gate_bwd(device count)", "rows past the count", n, D), "%s",
               "untouched");
