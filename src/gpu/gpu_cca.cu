@@ -838,8 +838,9 @@ __global__ void rope_dtemp_reduce_kernel(float *__restrict__ dtemp, const float 
 
 /* ================================================================================================================ */
 
-extern "C" void gk_cca_conv_forward(GkStream s, float *Y, float *M, const float *X, const float *w0, const float *b0,
-                                    const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1) {
+/* tc: the grouped product on tensor cores (bf16 operands) where gk_cca_conv_gemm_tc takes the shape */
+static void conv_forward(GkStream s, bool tc, float *Y, float *M, const float *X, const float *w0, const float *b0,
+                         const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1) {
     if (B <= 0 || T <= 0 || C <= 0 || dh <= 0 || k0 <= 0 || k1 <= 0) return;
     const long R = (long)B * (T + k1 - 1);
     const int ncb = (C + 31) / 32;
@@ -851,6 +852,7 @@ extern "C" void gk_cca_conv_forward(GkStream s, float *Y, float *M, const float 
     case 4: depthwise_fwd_kernel<4><<<dblocks, 256, 0, s>>>(M, X, w0, b0, B, T, C, k0, k1, ncb); break;
     default: depthwise_fwd_kernel<0><<<dblocks, 256, 0, s>>>(M, X, w0, b0, B, T, C, k0, k1, ncb);
     }
+    if (tc && gk_cca_conv_gemm_tc(s, 0, Y, M, w1, b1, B, T, C, dh, k1) == 0) return;
     switch (k1) {
     case 1: launch_conv_gemm<1>(s, false, Y, M, w1, b1, B, T, C, dh); break;
     case 2: launch_conv_gemm<2>(s, false, Y, M, w1, b1, B, T, C, dh); break;
@@ -861,28 +863,45 @@ extern "C" void gk_cca_conv_forward(GkStream s, float *Y, float *M, const float 
     }
 }
 
-/* Order: the grouped weight / bias gradients first (they use dM as split-K scratch), then dM itself, then the
- * depthwise gradients from dM (which park their chunk partials in dM's own rows). */
-extern "C" void gk_cca_conv_backward(GkStream s, float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM,
-                                     const float *dY, const float *X, const float *M, const float *w0, const float *w1,
-                                     int B, int T, int C, int dh, int k0, int k1) {
+extern "C" void gk_cca_conv_forward(GkStream s, float *Y, float *M, const float *X, const float *w0, const float *b0,
+                                    const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1) {
+    conv_forward(s, false, Y, M, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
+}
+extern "C" void gk_cca_conv_forward_bf16(GkStream s, float *Y, float *M, const float *X, const float *w0,
+                                         const float *b0, const float *w1, const float *b1, int B, int T, int C, int dh,
+                                         int k0, int k1) {
+    conv_forward(s, true, Y, M, X, w0, b0, w1, b1, B, T, C, dh, k0, k1);
+}
+
+/* Order: the grouped weight / bias gradients first (they use dM as split-K scratch), then dM itself (on tensor cores
+ * where tc and the shape allow), then the depthwise gradients from dM (which park their chunk partials in dM's own
+ * rows). */
+static void conv_backward(GkStream s, bool tc, float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM,
+                          const float *dY, const float *X, const float *M, const float *w0, const float *w1, int B,
+                          int T, int C, int dh, int k0, int k1) {
     if (B <= 0 || T <= 0 || C <= 0 || dh <= 0 || k0 <= 0 || k1 <= 0) return;
+    /* tensor cores for dM: the weight gradient stays the fp32 split-K kernel (its split needs dM as scratch first) */
+    const bool dm_tc = tc && dh % 16 == 0 && C % dh == 0 && k1 <= 4;
     switch (k1) {
     case 1:
         launch_conv_dw1<1>(s, dw1, db1, dM, dY, M, B, T, C, dh);
-        launch_conv_gemm<1>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
+        if (!dm_tc || gk_cca_conv_gemm_tc(s, 1, dM, dY, w1, nullptr, B, T, C, dh, 1))
+            launch_conv_gemm<1>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
         break;
     case 2:
         launch_conv_dw1<2>(s, dw1, db1, dM, dY, M, B, T, C, dh);
-        launch_conv_gemm<2>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
+        if (!dm_tc || gk_cca_conv_gemm_tc(s, 1, dM, dY, w1, nullptr, B, T, C, dh, 2))
+            launch_conv_gemm<2>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
         break;
     case 3:
         launch_conv_dw1<3>(s, dw1, db1, dM, dY, M, B, T, C, dh);
-        launch_conv_gemm<3>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
+        if (!dm_tc || gk_cca_conv_gemm_tc(s, 1, dM, dY, w1, nullptr, B, T, C, dh, 3))
+            launch_conv_gemm<3>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
         break;
     case 4:
         launch_conv_dw1<4>(s, dw1, db1, dM, dY, M, B, T, C, dh);
-        launch_conv_gemm<4>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
+        if (!dm_tc || gk_cca_conv_gemm_tc(s, 1, dM, dY, w1, nullptr, B, T, C, dh, 4))
+            launch_conv_gemm<4>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
         break;
     default:
         naive_dw1_kernel<<<gk_blocks((long)C * dh * k1, EW_THREADS), EW_THREADS, 0, s>>>(dw1, dY, M, B, T, C, dh, k1);
@@ -900,6 +919,17 @@ extern "C" void gk_cca_conv_backward(GkStream s, float *dX, float *dw0, float *d
                                                                                           k1);
         naive_dx_kernel<<<gk_blocks((long)B * T * C, EW_THREADS), EW_THREADS, 0, s>>>(dX, dM, w0, B, T, C, k0, k1);
     }
+}
+
+extern "C" void gk_cca_conv_backward(GkStream s, float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM,
+                                     const float *dY, const float *X, const float *M, const float *w0, const float *w1,
+                                     int B, int T, int C, int dh, int k0, int k1) {
+    conv_backward(s, false, dX, dw0, db0, dw1, db1, dM, dY, X, M, w0, w1, B, T, C, dh, k0, k1);
+}
+extern "C" void gk_cca_conv_backward_bf16(GkStream s, float *dX, float *dw0, float *db0, float *dw1, float *db1,
+                                          float *dM, const float *dY, const float *X, const float *M, const float *w0,
+                                          const float *w1, int B, int T, int C, int dh, int k0, int k1) {
+    conv_backward(s, true, dX, dw0, db0, dw1, db1, dM, dY, X, M, w0, w1, B, T, C, dh, k0, k1);
 }
 
 extern "C" void gk_qk_mean_forward(GkStream s, float *query, float *key, const float *Y, const float *X, int rows,

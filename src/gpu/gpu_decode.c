@@ -276,8 +276,7 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     /* 2. convolutions over [P cached columns | n new] per sequence, then the last P columns become the state */
     gk_copy_rows(st, s->Xe, (long)TE * C, c->conv_state[l], (long)P * C, (long)P * C, B);
     gk_copy_rows(st, s->Xe + (long)P * C, (long)TE * C, s->X, (long)n * C, (long)n * C, B);
-    gk_cca_conv_forward(st, s->Ye, s->Me, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE, C, dh,
-                        f->cca_time0, f->cca_time1);
+    gpu_cca_conv_forward(gm, W, s->Ye, s->Me, s->Xe, B, TE);
     gk_copy_rows(st, c->conv_state[l], (long)P * C, s->Xe + (long)n * C, (long)TE * C, (long)P * C, B);
     /* 3. q-k mean skip on each sequence's new rows (rows P.. of its [state | new] block), one launch */
     gk_qk_mean_forward_seqs(st, s->query_pre, s->key_pre, s->Ye, s->Xe, B, n, TE, P, Hq, Hkv, dh);
@@ -730,12 +729,10 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     gk_copy_rows_idx(st, s->Xe, C, desc(p, D_XIN), conv, p->slot_state, desc(p, D_SLOT), (long)P * C, S);
     gk_copy_rows_idx(st, s->Xe, C, desc(p, D_XROW), s->X, C, NULL, C, N);
     if (ps->B0)
-        gk_cca_conv_forward(st, s->Ye, s->Me, s->Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, ps->B0,
-                            ps->TE0, C, dh, f->cca_time0, k1);
+        gpu_cca_conv_forward(gm, W, s->Ye, s->Me, s->Xe, ps->B0, ps->TE0);
     if (ps->B1) {
         const size_t x1 = (size_t)ps->B0 * ps->TE0 * C, m1 = (size_t)ps->B0 * (ps->TE0 + k1 - 1) * C;
-        gk_cca_conv_forward(st, s->Ye + x1, s->Me + m1, s->Xe + x1, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
-                            W->conv_gr_b, ps->B1, ps->TE1, C, dh, f->cca_time0, k1);
+        gpu_cca_conv_forward(gm, W, s->Ye + x1, s->Me + m1, s->Xe + x1, ps->B1, ps->TE1);
     }
     gk_copy_rows_idx(st, conv, p->slot_state, desc(p, D_SLOT), s->Xe, C, desc(p, D_XOUT), (long)P * C, S);
     /* 3. q-k mean skip on each row's own column of its block */

@@ -144,6 +144,19 @@ void gk_cca_conv_forward(GkStream s, float *Y, float *M, const float *X, const f
 void gk_cca_conv_backward(GkStream s, float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM,
                           const float *dY, const float *X, const float *M, const float *w0, const float *w1, int B,
                           int T, int C, int dh, int k0, int k1);
+/* bf16 runs: the same, the grouped convolution's products (Y; the backward's dM) on tensor cores with bf16 operands
+ * (gpu_cca_tc.cu) where the shape allows (dh a multiple of 16, k1 <= 4), else as above; the depthwise convolution and
+ * the weight gradients stay fp32. */
+void gk_cca_conv_forward_bf16(GkStream s, float *Y, float *M, const float *X, const float *w0, const float *b0,
+                              const float *w1, const float *b1, int B, int T, int C, int dh, int k0, int k1);
+void gk_cca_conv_backward_bf16(GkStream s, float *dX, float *dw0, float *db0, float *dw1, float *db1, float *dM,
+                               const float *dY, const float *X, const float *M, const float *w0, const float *w1, int B,
+                               int T, int C, int dh, int k0, int k1);
+/* The tensor-core product itself: bwd 0 writes Y (rows t < T of each sequence, bias b1 added) from M, bwd 1 writes dM
+ * (every row, overwritten; b1 unused) from dY, the layouts as gk_cca_conv_forward / _backward. bf16 operands rounded
+ * nearest-even as they are staged, fp32 sums. 0, or -1 having launched nothing (dh % 16, C % dh, k1 outside 1..4). */
+int gk_cca_conv_gemm_tc(GkStream s, int bwd, float *out, const float *src, const float *w1, const float *b1, int B,
+                        int T, int C, int dh, int k1);
 void gk_qk_mean_forward(GkStream s, float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv,
                         int dh);
 /* The same for B sequences of n new rows each, sequence b's rows starting at input row b·stride_rows + offset_rows of

@@ -46,6 +46,17 @@ void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const
     if (gpu_gemm(&gm->g, 0, 1, M, N, K, 1.0f, A, NULL, lda, W, W16, K, 0.0f, C, ldc, &e)) fail_once(gm, &e);
 }
 
+/* bf16 runs take the convolution's products on tensor cores unless ZAYA_GPU_CONV=fp32. */
+static int conv_tc(const GpuModel *gm) { return gm->bf16 && gm->conv_tc; }
+
+void gpu_cca_conv_forward(GpuModel *gm, const LayerWeights *W, float *Y, float *M, const float *X, int B, int T) {
+    const ZayaConfig *c = &gm->cfg;
+    const int C = cfg_conv_channels(c), dh = c->head_dim;
+    (conv_tc(gm) ? gk_cca_conv_forward_bf16 : gk_cca_conv_forward)(gm->g.stream, Y, M, X, W->conv_dw_w, W->conv_dw_b,
+                                                                   W->conv_gr_w, W->conv_gr_b, B, T, C, dh,
+                                                                   c->cca_time0, c->cca_time1);
+}
+
 /* Decoding's steps in bf16 runs: up to GK_SKINNY_ROWS rows, weights in the bf16 arena (ZAYA_GPU_FEW_ROWS=off: never). */
 static int few_rows(const GpuModel *gm, int M) {
     return gm->few_rows && gm->bf16 && gm->params16 && M >= 1 && M <= GK_SKINNY_ROWS;
@@ -217,6 +228,10 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     gk_expert_kernel(!form || !strcmp(form, "auto") || !strcmp(form, "sm90") ? GK_EXPERT_SM90
                      : !strcmp(form, "async")                                 ? GK_EXPERT_ASYNC
                                                                               : GK_EXPERT_STAGED);
+    const char *conv = getenv("ZAYA_GPU_CONV"); /* tc (default) | fp32: bf16 runs' grouped convolution (gpu_conv_tc) */
+    if (conv && strcmp(conv, "tc") && strcmp(conv, "fp32"))
+        return zy_fail(err, "ZAYA_GPU_CONV=%s: expected tc (bf16 runs: the CCA convolution's products on tensor "
+                       "cores) or fp32 (the fp32 kernels, as fp32 runs)", conv);
     const char *few = getenv("ZAYA_GPU_FEW_ROWS"); /* on (default) | off: decoding's few-row products (gpu_mm_wt_rows) */
     if (few && strcmp(few, "on") && strcmp(few, "off"))
         return zy_fail(err, "ZAYA_GPU_FEW_ROWS=%s: expected on (decoding's steps of up to %d rows through the few-row "
@@ -225,6 +240,7 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (!gm) return zy_fail(err, "out of memory");
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
     gm->few_rows = !few || !strcmp(few, "on");
+    gm->conv_tc = !conv || !strcmp(conv, "tc");
     gm->host = m;
     gm->cfg = m->cfg;
     gm->bf16 = bf16;
@@ -478,8 +494,7 @@ static void cca_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
     mm_wt16(gm, N, Cq, D, L->u_attn, u16, D, W->w_q, gpu_bf16_of(gm, W->w_q), L->qk_down, C);
     mm_wt16(gm, N, Ck, D, L->u_attn, u16, D, W->w_k, gpu_bf16_of(gm, W->w_k), L->qk_down + Cq, C);
     /* 2. the two causal convolutions over time */
-    gk_cca_conv_forward(s, L->conv_out, L->conv_mid, L->qk_down, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w,
-                        W->conv_gr_b, B, T, C, dh, c->cca_time0, c->cca_time1);
+    gpu_cca_conv_forward(gm, W, L->conv_out, L->conv_mid, L->qk_down, B, T);
     /* 3. q-k mean skip */
     gk_qk_mean_forward(s, L->query_pre, L->key_pre, L->conv_out, L->qk_down, N, Hq, Hkv, dh);
     /* 4. values with a one-token delay */
@@ -954,9 +969,9 @@ static void cca_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     gpu_zero(gm, d->d_qk_down, (size_t)N * C);
     gk_qk_mean_backward(s, d->d_conv_out, d->d_qk_down, d_query_pre, d_key_pre, N, Hq, Hkv, dh);
     /* 2. convolutions */
-    gk_cca_conv_backward(s, d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid,
-                         d->d_conv_out, L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0,
-                         c->cca_time1);
+    (conv_tc(gm) ? gk_cca_conv_backward_bf16 : gk_cca_conv_backward)(
+        s, d->d_qk_down, G->conv_dw_w, G->conv_dw_b, G->conv_gr_w, G->conv_gr_b, d->d_conv_mid, d->d_conv_out,
+        L->qk_down, L->conv_mid, W->conv_dw_w, W->conv_gr_w, B, T, C, dh, c->cca_time0, c->cca_time1);
     /* 1. down projections (dX has row stride C): dX rounded once for its four products (each rounded the whole
      * strided span before) */
     const uint16_t *dx16 = op16(gm, 0, d->d_qk_down, N, C);

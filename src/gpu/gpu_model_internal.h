@@ -41,11 +41,15 @@ struct GpuModel {
     int attn_cudnn;        /* bf16 attention through cuDNN's fused SDPA where it takes the shape (ZAYA_GPU_ATTENTION) */
     unsigned char *attn_ran_cudnn; /* [layers]: whether layer l's last forward ran on cuDNN (its backward must too) */
     int few_rows;          /* decoding's few-row steps through gk_skinny_* (0: ZAYA_GPU_FEW_ROWS=off) */
+    int conv_tc;           /* bf16 runs: the CCA convolution's products on tensor cores (0: ZAYA_GPU_CONV=fp32) */
 };
 
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */
 void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
                float *C, int ldc);
+/* The CCA convolutions of B sequences of T rows (X [B·T, C], M and Y as gk_cca_conv_forward's) with layer W's
+ * weights: the grouped product on tensor cores in bf16 runs (gk_cca_conv_forward_bf16) unless ZAYA_GPU_CONV=fp32. */
+void gpu_cca_conv_forward(GpuModel *gm, const LayerWeights *W, float *Y, float *M, const float *X, int B, int T);
 /* One linear layer of several that read the same rows: y = A Wᵀ, W [n, K], y with row stride ldy; with bias set,
  * y = gelu(A Wᵀ + bias) (gk_bias_gelu_forward's y). */
 typedef struct GpuLinear {

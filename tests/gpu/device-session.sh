@@ -25,6 +25,8 @@
 #              (ZAYA_GPU_EXPERT_KERNEL=async / sm90), alternating, two rounds
 #     attention bench train (bf16 AdamW, bench-gpu) with the attention's two paths (ZAYA_GPU_ATTENTION=own / cudnn:
 #              cuDNN's fused SDPA, from PyTorch's nvidia-cudnn-cu13 unless ZAYA_CUDNN_LIB says), alternating, two rounds
+#     conv     bench train (bf16 AdamW, bench-gpu) with the CCA convolution's products in fp32 and on tensor cores
+#              (ZAYA_GPU_CONV=fp32 / tc), alternating, two rounds; the attention phase's line (it holds the CCA)
 #     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
 #              tokens (--micro-batches 8 of 4 x 2048): bench/vs_pytorch_gpu.py, zaya AdamW and Muon + AdamW against
 #              PyTorch eager on the same config, batch and accumulation
@@ -199,6 +201,11 @@ session() {
         # the attention's two paths (ZAYA_GPU_ATTENTION=own / cudnn)
         stamp "attention: zaya's kernels vs cuDNN's fused SDPA"
         ab_rounds attention ZAYA_GPU_ATTENTION 'step|throughput|losses' own cudnn
+    fi
+    if [[ $PARTS == *,conv,* ]]; then
+        # the CCA convolution's products in bf16 runs: fp32 kernels vs tensor cores (ZAYA_GPU_CONV)
+        stamp "conv: the CCA convolution's products fp32 vs tensor cores"
+        ab_rounds attention ZAYA_GPU_CONV 'step|throughput|losses' fp32 tc
     fi
     if [[ $PARTS == *,train,* ]]; then
         stamp "train: $SLICE, $MICRO micro-batches of $BATCH x $SEQ = $((MICRO * BATCH * SEQ)) tokens an optimizer step"

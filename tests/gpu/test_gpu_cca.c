@@ -18,6 +18,7 @@
 
 #define TOL_EXACT 1e-6
 #define TOL_SUM 1e-5
+#define TOL_BF16 1e-2 /* bf16 operands (8 significant bits) against the CPU's fp32 ones */
 
 /* 1 when the device arrays a and b hold the same bits. */
 static int same_bits(GpuTest *t, const float *a, const float *b, size_t n) {
@@ -93,6 +94,27 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
         const int same_f = same_bits(t, e_Y, d_Y, nx) && same_bits(t, e_M, d_M, nm);
         snprintf(nm_, sizeof nm_, "conv fwd deterministic %s", tag);
         gt_assert(t, same_f, nm_, "%s", same_f ? "two runs bit-identical" : "two runs differ");
+    }
+    if (dh % 16 == 0 && k1 <= 4) { /* bf16 runs: the grouped products (Y, dM) on tensor cores, bf16 operands */
+        float *f_Y = gt_poison(t, nx), *f_M = gt_poison(t, nm);
+        gk_cca_conv_forward_bf16(t->g->stream, f_Y, f_M, d_X, d_w0, d_b0, d_w1, d_b1, B, T, C, dh, k0, k1);
+        snprintf(nm_, sizeof nm_, "conv fwd bf16 (tensor cores) Y %s", tag);
+        gt_check(t, nm_, f_Y, Y, nx, TOL_BF16);
+        snprintf(nm_, sizeof nm_, "conv fwd bf16 M (fp32 depthwise) %s", tag);
+        gt_check(t, nm_, f_M, M, nm, TOL_EXACT);
+        float *f_dX = gt_up(t, dX0, nx), *f_dw0 = gt_up(t, dw00, nw0), *f_db0 = gt_up(t, db00, C);
+        float *f_dw1 = gt_up(t, dw10, nw1), *f_db1 = gt_up(t, db10, C), *f_dM = gt_poison(t, nm);
+        gk_cca_conv_backward_bf16(t->g->stream, f_dX, f_dw0, f_db0, f_dw1, f_db1, f_dM, d_dY, d_X, d_Mc, d_w0, d_w1, B,
+                                  T, C, dh, k0, k1);
+        snprintf(nm_, sizeof nm_, "conv bwd bf16 (dM on tensor cores) dX += %s", tag);
+        gt_check(t, nm_, f_dX, dX, nx, TOL_BF16);
+        snprintf(nm_, sizeof nm_, "conv bwd bf16 dw0 += %s", tag);
+        gt_check(t, nm_, f_dw0, dw0, nw0, TOL_BF16);
+        snprintf(nm_, sizeof nm_, "conv bwd bf16 db0 += %s", tag);
+        gt_check(t, nm_, f_db0, db0, C, TOL_BF16);
+        const int same_w = same_bits(t, f_dw1, d_dw1, nw1) && same_bits(t, f_db1, d_db1, C);
+        snprintf(nm_, sizeof nm_, "conv bwd bf16 dw1, db1 (fp32 kernels) %s", tag);
+        gt_assert(t, same_w, nm_, "%s", same_w ? "the fp32 path's bits" : "differ from the fp32 path's");
     }
     gt_reset(t);
 }
@@ -298,6 +320,7 @@ void test_gpu_cca(GpuTest *t) {
         {2, 7, 3, 5, 3, 1},    /* odd everything */
         {3, 5, 2, 12, 1, 3},   /* sequences shorter than the row tile, several per tile */
         {2, 33, 3, 20, 2, 2},  /* sequence boundaries inside tiles */
+        {2, 33, 2, 16, 2, 2},  /* the tensor-core form's smallest head */
         {1, 200, 2, 130, 3, 3}, /* dh > 128: two output tiles per group, dh·k1 = 390 over four kk tiles */
         {2, 300, 2, 64, 4, 4}, /* k0 = k1 = 4, the largest fast path */
         {2, 150, 1, 256, 2, 1},
