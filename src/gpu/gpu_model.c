@@ -46,8 +46,8 @@ void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const
     if (gpu_gemm(&gm->g, 0, 1, M, N, K, 1.0f, A, NULL, lda, W, W16, K, 0.0f, C, ldc, &e)) fail_once(gm, &e);
 }
 
-/* bf16 runs take the convolution's products on tensor cores unless ZAYA_GPU_CONV=fp32. */
-static int conv_tc(const GpuModel *gm) { return gm->bf16 && gm->conv_tc; }
+/* bf16 runs on sm_80+ (bf16 tensor cores) take the convolution's products on them unless ZAYA_GPU_CONV=fp32. */
+static int conv_tc(const GpuModel *gm) { return gm->bf16 && gm->conv_tc && gm->g.cc_major >= 8; }
 
 void gpu_cca_conv_forward(GpuModel *gm, const LayerWeights *W, float *Y, float *M, const float *X, int B, int T) {
     const ZayaConfig *c = &gm->cfg;
