@@ -27,6 +27,11 @@ __device__ __forceinline__ void moe_syncwarp() { __syncwarp(); }
 #endif
 
 static inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+/* Whether an output takes 4-wide stores: 16-byte aligned fp32, or (OUT16) 8-byte aligned bf16 bits. */
+template <bool OUT16>
+static inline bool out_wide(const float *p, const uint16_t *p16) {
+    return OUT16 ? ((uintptr_t)p16 & 7u) == 0 : al16(p);
+}
 
 /* V-wide loads and stores (V = 4: one 128-bit access; the launcher checks the alignment first). */
 template <int V> __device__ __forceinline__ void ldv(float (&d)[V], const float *p);
@@ -595,7 +600,7 @@ template <bool OUT16>
 static void launch_gather_rows(GkStream s, float *dst, uint16_t *dst16, const float *src, const int32_t *idx, int n,
                                const int32_t *n_dev, int D) {
     if (n <= 0 || D <= 0) return;
-    const bool wide = OUT16 ? ((uintptr_t)dst16 & 7u) == 0 : al16(dst);
+    const bool wide = out_wide<OUT16>(dst, dst16);
     if (D % 4 == 0 && wide && al16(src))
         gather_rows_kernel<4, OUT16><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, dst16, src, idx, n, n_dev, D);
     else
@@ -728,7 +733,7 @@ template <bool OUT16>
 static void launch_gate_bwd(GkStream s, float *dgate, float *dy, uint16_t *dy16, const float *dout, const float *y,
                             const float *gate, const int32_t *sorted, int n_routed, const int32_t *n_dev, int D) {
     if (n_routed <= 0 || D <= 0) return;
-    const bool wide = OUT16 ? ((uintptr_t)dy16 & 7u) == 0 : al16(dy);
+    const bool wide = out_wide<OUT16>(dy, dy16);
     if (D % 4 == 0 && wide && al16(dout) && al16(y))
         moe_gate_bwd_kernel<4, OUT16><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dy16, dout, y, gate,
                                                                                    sorted, n_routed, n_dev, D);
@@ -778,7 +783,7 @@ static void launch_swiglu_fwd(GkStream s, float *act, uint16_t *act16, const flo
                            int I) {
     if (rows <= 0 || I <= 0) return;
     const long n = (long)rows * I;
-    const bool wide = OUT16 ? ((uintptr_t)act16 & 7u) == 0 : al16(act);
+    const bool wide = out_wide<OUT16>(act, act16);
     if (I % 4 == 0 && wide && al16(gu))
         swiglu_fwd_kernel<4, OUT16><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(act, act16, gu, n / 4,
                                                                                         rows_dev, I / 4, fits32(n));
@@ -836,7 +841,7 @@ static void launch_swiglu_bwd(GkStream s, float *dgu, uint16_t *dgu16, const flo
     if (rows <= 0 || I <= 0) return;
     const long n = (long)rows * I;
     const bool small = fits32(n);
-    const bool wide = OUT16 ? ((uintptr_t)dgu16 & 7u) == 0 : al16(dgu);
+    const bool wide = out_wide<OUT16>(dgu, dgu16);
     if (I % 4 == 0 && wide && al16(dact) && al16(gu))
         swiglu_bwd_kernel<4, OUT16><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dgu16, dact, gu, n / 4,
                                                                                         rows_dev, I / 4, small);
