@@ -57,35 +57,6 @@ void gpu_cca_conv_forward(GpuModel *gm, const LayerWeights *W, float *Y, float *
                                                                    c->cca_time0, c->cca_time1);
 }
 
-/* Decoding's steps in bf16 runs: up to GK_SKINNY_ROWS rows, weights in the bf16 arena (ZAYA_GPU_FEW_ROWS=off: never). */
-static int few_rows(const GpuModel *gm, int M) {
-    return gm->few_rows && gm->bf16 && gm->params16 && M >= 1 && M <= GK_SKINNY_ROWS;
-}
-
-void gpu_mm_wt_rows(GpuModel *gm, int M, int K, const float *A, int lda, const GpuLinear *p, int n) {
-    if (few_rows(gm, M) && n <= GK_SKINNY_OUTS) {
-        GkSkinnyOut outs[GK_SKINNY_OUTS];
-        int ok = 1;
-        for (int j = 0; j < n; j++) {
-            outs[j] = (GkSkinnyOut){.w = gpu_bf16_of(gm, p[j].w), .y = p[j].y, .n = p[j].n, .ldy = p[j].ldy,
-                                    .bias = p[j].bias};
-            ok = ok && outs[j].w;
-        }
-        if (ok && gk_skinny_mm(gm->g.stream, A, lda, M, K, outs, n) == 0) return;
-    }
-    for (int j = 0; j < n; j++) {
-        gpu_mm_wt(gm, M, p[j].n, K, A, lda, p[j].w, gpu_bf16_of(gm, p[j].w), p[j].y, p[j].ldy);
-        if (p[j].bias) {
-            if (p[j].ldy == p[j].n)
-                gk_bias_gelu_forward(gm->g.stream, p[j].y, p[j].y, p[j].bias, M, p[j].n);
-            else
-                for (int r = 0; r < M; r++)
-                    gk_bias_gelu_forward(gm->g.stream, p[j].y + (size_t)r * p[j].ldy, p[j].y + (size_t)r * p[j].ldy,
-                                         p[j].bias, 1, p[j].n);
-        }
-    }
-}
-
 /* The general product, A16 / B16 the operands' bf16 views or NULL (the product then rounds its own copy), as
  * zy_gemm_ctx_w / zy_gemm_ctx_ex. */
 static void mm16(GpuModel *gm, int ta, int tb, int M, int N, int K, const float *A, const uint16_t *A16, int lda,
@@ -111,6 +82,37 @@ static const uint16_t *op16(GpuModel *gm, int which, const float *x, size_t rows
     gk_f32_to_bf16(gm->g.stream, gm->op16[which], x, (long)n);
     return gm->op16[which];
 }
+/* Decoding's steps in bf16 runs: up to GK_SKINNY_ROWS rows, weights in the bf16 arena (ZAYA_GPU_FEW_ROWS=off: never). */
+static int few_rows(const GpuModel *gm, int M) {
+    return gm->few_rows && gm->bf16 && gm->params16 && M >= 1 && M <= GK_SKINNY_ROWS;
+}
+
+void gpu_mm_wt_rows(GpuModel *gm, int M, int K, const float *A, int lda, const GpuLinear *p, int n) {
+    if (few_rows(gm, M) && n <= GK_SKINNY_OUTS) {
+        GkSkinnyOut outs[GK_SKINNY_OUTS];
+        int ok = 1;
+        for (int j = 0; j < n; j++) {
+            outs[j] = (GkSkinnyOut){.w = gpu_bf16_of(gm, p[j].w), .y = p[j].y, .n = p[j].n, .ldy = p[j].ldy,
+                                    .bias = p[j].bias};
+            ok = ok && outs[j].w;
+        }
+        if (ok && gk_skinny_mm(gm->g.stream, A, lda, M, K, outs, n) == 0) return;
+    }
+    /* bf16 runs: A rounded once for all n products where op16's buffer holds it (else each product rounds it) */
+    const uint16_t *A16 = n > 1 ? op16(gm, 0, A, (size_t)M, (size_t)lda) : NULL;
+    for (int j = 0; j < n; j++) {
+        mm_wt16(gm, M, p[j].n, K, A, A16, lda, p[j].w, gpu_bf16_of(gm, p[j].w), p[j].y, p[j].ldy);
+        if (p[j].bias) {
+            if (p[j].ldy == p[j].n)
+                gk_bias_gelu_forward(gm->g.stream, p[j].y, p[j].y, p[j].bias, M, p[j].n);
+            else
+                for (int r = 0; r < M; r++)
+                    gk_bias_gelu_forward(gm->g.stream, p[j].y + (size_t)r * p[j].ldy, p[j].y + (size_t)r * p[j].ldy,
+                                         p[j].bias, 1, p[j].n);
+        }
+    }
+}
+
 /* p16 + off when p16 is set. */
 static const uint16_t *at16(const uint16_t *p16, size_t off) { return p16 ? p16 + off : NULL; }
 

@@ -59,7 +59,8 @@ typedef struct GpuLinear {
     const float *bias;
 } GpuLinear;
 /* The n <= GK_SKINNY_OUTS linear layers p of the same rows A [M, K] (lda): at decoding's few rows in bf16 runs one
- * few-row launch for all of them (gk_skinny_mm), else one product each (gpu_mm_wt). */
+ * few-row launch for all of them (gk_skinny_mm), else one product each, A rounded to bf16 once for them all in bf16
+ * runs (where the operand buffers hold it). */
 void gpu_mm_wt_rows(GpuModel *gm, int M, int K, const float *A, int lda, const GpuLinear *p, int n);
 /* bf16 runs: op16's buffers hold at least `rows` rows of the widest activation operand (grown, never shrunk, here;
  * gpu_model_set_shape sizes them for its batch), so passes of up to that many rows share rounded operands and run the
