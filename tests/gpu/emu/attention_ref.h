@@ -1,7 +1,7 @@
 /* The emulator tests' attention reference (test_attention_tc.cpp, test_attention_fp32.cpp): causal GQA softmax
  * attention and its gradients in double, from given Q, K, V, dO, with an optional sliding window (query t sees keys
  * t - window + 1 .. t; 0: all keys up to t). Layouts as gpu_kernels.h: Q, O, dQ, dO [B*T, Hq*dh]; K, V, dK, dV
- * [B*T, Hkv*dh]; LSE [B, Hq, T]. Also the tests' random numbers, relative error and report line. */
+ * [B*T, Hkv*dh]; LSE [B, Hq, T]. Also the tests' random vectors and relative error (the rest: emu_check.h). */
 #ifndef ZAYA_EMU_ATTENTION_REF_H
 #define ZAYA_EMU_ATTENTION_REF_H
 
@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <vector>
+
+#include "emu_check.h"
 
 struct AttnRef {
     std::vector<double> O, L, dQ, dK, dV;
@@ -64,15 +66,6 @@ inline AttnRef attention_reference(const std::vector<float> &Q, const std::vecto
     return r;
 }
 
-inline uint64_t &emu_rng() {
-    static uint64_t s = 0x243f6a8885a308d3ull;
-    return s;
-}
-inline float urand() { /* [-1, 1) */
-    uint64_t &s = emu_rng();
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    return (float)((s >> 40) * (1.0 / (1ull << 23))) - 1.0f;
-}
 inline std::vector<float> rand_vec(size_t n, float scale) {
     std::vector<float> v(n);
     for (auto &x : v) x = scale * urand();
@@ -86,19 +79,6 @@ inline double rel_err(const float *a, const double *ref, size_t n) {
         num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
     }
     return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-inline int &emu_passed() {
-    static int n = 0;
-    return n;
-}
-inline int &emu_failed() {
-    static int n = 0;
-    return n;
-}
-inline void report(bool ok, const char *what) {
-    (ok ? emu_passed() : emu_failed())++;
-    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
 }
 
 /* The backward's result: g[run][0..2] = dQ, dK, dV of two runs from the same preloads pre[0..2]. Each increment

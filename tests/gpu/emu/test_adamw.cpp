@@ -6,6 +6,7 @@
  * left as they were). Every element outside the chunks must stay untouched. Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_adamw.cu"
+#include "emu_check.h"
 
 #include <cmath>
 #include <cstdio>
@@ -14,20 +15,9 @@
 #include "optim/adamw_elem.h"
 #include "util/util.h"
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float urand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
-}
 /* the emulator's __float_as_uint / __uint_as_float (cuda_emu.h) */
 static uint32_t bits(float f) { return __float_as_uint(f); }
 static float from_bits(uint32_t u) { return __uint_as_float(u); }
-
-static int passed, failed;
-static void report(bool ok, const char *what) {
-    (ok ? passed : failed)++;
-    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-}
 
 /* optim.c's step_consts at step t and learning rate lr */
 static GkOptimStep consts(double lr, int t, double b1, double b2, double eps, double wd, float grad_scale) {
@@ -130,9 +120,10 @@ static void run_case(const char *name, bool with_copy, float grad_scale) {
 }
 
 int main() {
+    emu_rng() = 0x2545f4914f6cdd1dull;
     run_case("AdamW pass with the bf16 copy", true, 1.0f);
     run_case("AdamW pass without a copy", false, 1.0f);
     run_case("AdamW pass clipping as it reads (grad_scale 0.37)", true, 0.37f);
-    std::printf("gpu-emu: %d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
+    return emu_failed() != 0;
 }

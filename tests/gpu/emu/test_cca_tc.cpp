@@ -6,6 +6,7 @@
  * and the shapes it refuses (head size not a multiple of 16, 5 taps, channels not whole groups) launching nothing. Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_cca_tc.cu"
+#include "emu_check.h"
 
 #include <cmath>
 #include <cstdio>
@@ -14,18 +15,7 @@
 
 #include "util/util.h"
 
-static uint64_t rng = 0x6a09e667f3bcc909ull;
-static float urand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
-}
 static double r16(float x) { return zy_bf16_to_f32(zy_f32_to_bf16(x)); }
-
-static int passed, failed;
-static void report(bool ok, const char *what) {
-    (ok ? passed : failed)++;
-    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-}
 
 static const float POISON = 12345.0f;
 
@@ -97,6 +87,7 @@ static void refusals() {
 }
 
 int main(int argc, char **argv) {
+    emu_rng() = 0x6a09e667f3bcc909ull;
     const bool quick = argc > 1 && !std::strcmp(argv[1], "--quick");
     run_case(2, 37, 2, 16, 2); /* ZAYA's two taps; the sequences' rows in one tile */
     run_case(3, 50, 1, 32, 1);
@@ -106,6 +97,6 @@ int main(int argc, char **argv) {
         run_case(1, 9, 1, 144, 2);  /* a head past one 128-channel tile */
     }
     refusals();
-    std::printf("gpu-emu: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
+    return emu_failed() ? 1 : 0;
 }

@@ -6,16 +6,12 @@
  * must give the same bits. Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_expert_gemm.cu"
+#include "emu_check.h"
 
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float urand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
-}
 static uint16_t bf16_bits(float x) { /* nearest even */
     uint32_t u;
     std::memcpy(&u, &x, 4);
@@ -34,11 +30,6 @@ static std::vector<uint16_t> rand16(size_t n) {
     return v;
 }
 
-static int passed, failed;
-static void report(bool ok, const char *what) {
-    (ok ? passed : failed)++;
-    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-}
 static const float SENTINEL = 12345.0f;
 
 /* C[r, :] = A[r, :] op(W_e) + beta C for the rows of each expert (counts[e]), max_rows >= their sum. */
@@ -134,6 +125,7 @@ static void wgrad_case(const char *name, std::vector<int> counts, int M, int N, 
 }
 
 int main() {
+    emu_rng() = 0x9e3779b97f4a7c15ull;
     /* 16-byte loads: K, N, lda multiples of 8 */
     rows_case("forward C = A W_e^T", {150, 0, 37, 200}, 420, 136, 64, 64, 1, 0.0f);
     rows_case("input gradient C = A W_e", {150, 0, 37, 200}, 420, 136, 64, 72, 0, 0.0f);
@@ -149,6 +141,6 @@ int main() {
     wgrad_case("weight gradient, beta 0 (an empty expert zeroed)", {40, 0, 130}, 24, 40, 24, 40, 0.0f);
     wgrad_case("weight gradient, odd sizes", {33, 90}, 30, 50, 33, 51, 1.0f);
     wgrad_case("weight gradient, 1 and 2 k-steps (shorter than the ring)", {17, 40}, 16, 24, 16, 24, 0.0f);
-    std::printf("gpu-emu: %d passed, %d failed (warp of %d lanes)\n", passed, failed, GPU_WARP);
-    return failed != 0;
+    std::printf("gpu-emu: %d passed, %d failed (warp of %d lanes)\n", emu_passed(), emu_failed(), GPU_WARP);
+    return emu_failed() != 0;
 }

@@ -7,6 +7,7 @@
  * Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_skinny.cu"
+#include "emu_check.h"
 
 #include <cmath>
 #include <cstdio>
@@ -14,18 +15,6 @@
 #include <vector>
 
 #include "util/util.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float urand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
-}
-
-static int passed, failed;
-static void report(bool ok, const char *what) {
-    (ok ? passed : failed)++;
-    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-}
 
 static const float POISON = 12345.0f;
 
@@ -170,6 +159,7 @@ static void refusals() {
 }
 
 int main() {
+    emu_rng() = 0x9e3779b97f4a7c15ull;
     plain_case(1, 264, {40, 24, 9});       /* K 264: 33 pieces, two warps, the second mostly idle */
     plain_case(3, 512, {17, 6});           /* units straddling the two products, a short last block */
     plain_case(8, 2056, {12});             /* K past one pass of 256 threads; 8 rows */
@@ -178,6 +168,6 @@ int main() {
     expert_case(64, 24, 3, {1});           /* decoding at batch 1 */
     expert_case(96, 40, 4, {0, 2, 4, 1, 2, -1, 3}); /* rows sharing an expert, two skip rows */
     refusals();
-    std::printf("gpu-emu: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
+    return emu_failed() ? 1 : 0;
 }

@@ -5,24 +5,13 @@
  * "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_xent.cu"
+#include "emu_check.h"
 
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
 #include "util/util.h"
-
-static uint64_t rng = 0x853c49e6748fea9bull;
-static float urand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / (1ull << 23))) - 1.0f;
-}
-
-static int passed, failed;
-static void report(bool ok, const char *what) {
-    (ok ? passed : failed)++;
-    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-}
 
 static void run_case(const char *name, int rows, int V) {
     const size_t n = (size_t)rows * V;
@@ -72,9 +61,10 @@ static void run_case(const char *name, int rows, int V) {
 }
 
 int main() {
+    emu_rng() = 0x853c49e6748fea9bull;
     run_case("4-wide path", 6, 4096);
     run_case("scalar path (V odd)", 5, 4099);
     run_case("short rows", 7, 100);
-    std::printf("gpu-emu: %d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
+    return emu_failed() != 0;
 }
