@@ -32,6 +32,16 @@ typedef struct {
     int B, T, groups, dh, k0, k1;
 } ConvShape;
 
+/* One form of the convolution: its two launchers and its tolerance against the CPU's fp32. */
+typedef struct {
+    const char *name;
+    void (*fwd)(GkStream, float *, float *, const float *, const float *, const float *, const float *, const float *,
+                int, int, int, int, int, int);
+    void (*bwd)(GkStream, float *, float *, float *, float *, float *, float *, const float *, const float *,
+                const float *, const float *, const float *, int, int, int, int, int, int);
+    double tol;
+} ConvForm;
+
 static void check_conv(GpuTest *t, ConvShape sh, int twice) {
     const int B = sh.B, T = sh.T, dh = sh.dh, C = sh.groups * sh.dh, k0 = sh.k0, k1 = sh.k1, TM = T + k1 - 1;
     const size_t nx = (size_t)B * T * C, nm = (size_t)B * TM * C, nw1 = (size_t)C * dh * k1, nw0 = (size_t)C * k0;
@@ -45,16 +55,7 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
     float *dwp = gt_host(t, (size_t)cca_conv_grad_work_floats(shape));
     cca_conv_forward(Y, M, wp, X, w0, b0, w1, b1, shape);
 
-    const float *d_X = gt_up(t, X, nx), *d_w0 = gt_up(t, w0, nw0), *d_b0 = gt_up(t, b0, C);
-    const float *d_w1 = gt_up(t, w1, nw1), *d_b1 = gt_up(t, b1, C);
-    float *d_Y = gt_poison(t, nx), *d_M = gt_poison(t, nm);
-    gk_cca_conv_forward(t->g->stream, d_Y, d_M, d_X, d_w0, d_b0, d_w1, d_b1, B, T, C, dh, k0, k1);
-    snprintf(nm_, sizeof nm_, "conv fwd Y %s", tag);
-    gt_check(t, nm_, d_Y, Y, nx, TOL_SUM);
-    snprintf(nm_, sizeof nm_, "conv fwd M (all B*(T+k1-1) rows) %s", tag);
-    gt_check(t, nm_, d_M, M, nm, TOL_EXACT);
-
-    /* backward from the CPU's M (checked above), gradients preloaded with random values on both sides */
+    /* the backward from the CPU's M, gradients preloaded with random values on both sides */
     const float *dY = gt_rand(t, nx, 1.0f);
     const float *dX0 = gt_rand(t, nx, 1.0f), *dw00 = gt_rand(t, nw0, 1.0f), *db00 = gt_rand(t, C, 1.0f);
     const float *dw10 = gt_rand(t, nw1, 1.0f), *db10 = gt_rand(t, C, 1.0f);
@@ -62,59 +63,61 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
     float *dw1 = gt_copy(t, dw10, nw1), *db1 = gt_copy(t, db10, C), *dM = gt_host(t, nm);
     cca_conv_backward(dX, dw0, db0, dw1, db1, dM, wp, dwp, dY, X, M, w0, w1, shape);
 
+    const float *d_X = gt_up(t, X, nx), *d_w0 = gt_up(t, w0, nw0), *d_b0 = gt_up(t, b0, C);
+    const float *d_w1 = gt_up(t, w1, nw1), *d_b1 = gt_up(t, b1, C);
     const float *d_dY = gt_up(t, dY, nx), *d_Mc = gt_up(t, M, nm);
-    float *d_dX = gt_up(t, dX0, nx), *d_dw0 = gt_up(t, dw00, nw0), *d_db0 = gt_up(t, db00, C);
-    float *d_dw1 = gt_up(t, dw10, nw1), *d_db1 = gt_up(t, db10, C);
-    float *d_dM = gt_poison(t, nm); /* scratch: poisoned, must not leak into any gradient */
-    gk_cca_conv_backward(t->g->stream, d_dX, d_dw0, d_db0, d_dw1, d_db1, d_dM, d_dY, d_X, d_Mc, d_w0, d_w1, B, T, C,
-                         dh, k0, k1);
-    snprintf(nm_, sizeof nm_, "conv bwd dX += %s", tag);
-    gt_check(t, nm_, d_dX, dX, nx, TOL_SUM);
-    snprintf(nm_, sizeof nm_, "conv bwd dw0 += %s", tag);
-    gt_check(t, nm_, d_dw0, dw0, nw0, TOL_SUM);
-    snprintf(nm_, sizeof nm_, "conv bwd db0 += %s", tag);
-    gt_check(t, nm_, d_db0, db0, C, TOL_SUM);
-    snprintf(nm_, sizeof nm_, "conv bwd dw1 += %s", tag);
-    gt_check(t, nm_, d_dw1, dw1, nw1, TOL_SUM);
-    snprintf(nm_, sizeof nm_, "conv bwd db1 += %s", tag);
-    gt_check(t, nm_, d_db1, db1, C, TOL_SUM);
+    /* the fp32 kernels, then bf16 runs' (the grouped products, Y and dM, on tensor cores with bf16 operands, where the
+     * shape allows: the depthwise M exact, the grouped weight gradients the fp32 form's bits) */
+    const ConvForm forms[2] = {{"", gk_cca_conv_forward, gk_cca_conv_backward, TOL_SUM},
+                               {"bf16 (tensor cores) ", gk_cca_conv_forward_bf16, gk_cca_conv_backward_bf16, TOL_BF16}};
+    const float *fp32_dw1 = NULL, *fp32_db1 = NULL;
+    for (int f = 0; f < (dh % 16 == 0 && k1 <= 4 ? 2 : 1); f++) {
+        const ConvForm *cf = &forms[f];
+        float *d_Y = gt_poison(t, nx), *d_M = gt_poison(t, nm);
+        cf->fwd(t->g->stream, d_Y, d_M, d_X, d_w0, d_b0, d_w1, d_b1, B, T, C, dh, k0, k1);
+        snprintf(nm_, sizeof nm_, "conv fwd %sY %s", cf->name, tag);
+        gt_check(t, nm_, d_Y, Y, nx, cf->tol);
+        snprintf(nm_, sizeof nm_, "conv fwd %sM (all B*(T+k1-1) rows) %s", cf->name, tag);
+        gt_check(t, nm_, d_M, M, nm, TOL_EXACT);
 
-    if (twice) { /* determinism: the same backward again (fresh scratch, same preloads) gives the same bits */
-        float *e_dX = gt_up(t, dX0, nx), *e_dw0 = gt_up(t, dw00, nw0), *e_db0 = gt_up(t, db00, C);
-        float *e_dw1 = gt_up(t, dw10, nw1), *e_db1 = gt_up(t, db10, C), *e_dM = gt_poison(t, nm);
-        gk_cca_conv_backward(t->g->stream, e_dX, e_dw0, e_db0, e_dw1, e_db1, e_dM, d_dY, d_X, d_Mc, d_w0, d_w1, B, T,
-                             C, dh, k0, k1);
-        const int same = same_bits(t, e_dX, d_dX, nx) && same_bits(t, e_dw0, d_dw0, nw0) &&
-                         same_bits(t, e_db0, d_db0, C) && same_bits(t, e_dw1, d_dw1, nw1) &&
-                         same_bits(t, e_db1, d_db1, C);
-        snprintf(nm_, sizeof nm_, "conv bwd deterministic %s", tag);
-        gt_assert(t, same, nm_, "%s", same ? "two runs bit-identical" : "two runs differ");
-        float *e_Y = gt_poison(t, nx), *e_M = gt_poison(t, nm);
-        gk_cca_conv_forward(t->g->stream, e_Y, e_M, d_X, d_w0, d_b0, d_w1, d_b1, B, T, C, dh, k0, k1);
-        const int same_f = same_bits(t, e_Y, d_Y, nx) && same_bits(t, e_M, d_M, nm);
-        snprintf(nm_, sizeof nm_, "conv fwd deterministic %s", tag);
-        gt_assert(t, same_f, nm_, "%s", same_f ? "two runs bit-identical" : "two runs differ");
-    }
-    if (dh % 16 == 0 && k1 <= 4) { /* bf16 runs: the grouped products (Y, dM) on tensor cores, bf16 operands */
-        float *f_Y = gt_poison(t, nx), *f_M = gt_poison(t, nm);
-        gk_cca_conv_forward_bf16(t->g->stream, f_Y, f_M, d_X, d_w0, d_b0, d_w1, d_b1, B, T, C, dh, k0, k1);
-        snprintf(nm_, sizeof nm_, "conv fwd bf16 (tensor cores) Y %s", tag);
-        gt_check(t, nm_, f_Y, Y, nx, TOL_BF16);
-        snprintf(nm_, sizeof nm_, "conv fwd bf16 M (fp32 depthwise) %s", tag);
-        gt_check(t, nm_, f_M, M, nm, TOL_EXACT);
-        float *f_dX = gt_up(t, dX0, nx), *f_dw0 = gt_up(t, dw00, nw0), *f_db0 = gt_up(t, db00, C);
-        float *f_dw1 = gt_up(t, dw10, nw1), *f_db1 = gt_up(t, db10, C), *f_dM = gt_poison(t, nm);
-        gk_cca_conv_backward_bf16(t->g->stream, f_dX, f_dw0, f_db0, f_dw1, f_db1, f_dM, d_dY, d_X, d_Mc, d_w0, d_w1, B,
-                                  T, C, dh, k0, k1);
-        snprintf(nm_, sizeof nm_, "conv bwd bf16 (dM on tensor cores) dX += %s", tag);
-        gt_check(t, nm_, f_dX, dX, nx, TOL_BF16);
-        snprintf(nm_, sizeof nm_, "conv bwd bf16 dw0 += %s", tag);
-        gt_check(t, nm_, f_dw0, dw0, nw0, TOL_BF16);
-        snprintf(nm_, sizeof nm_, "conv bwd bf16 db0 += %s", tag);
-        gt_check(t, nm_, f_db0, db0, C, TOL_BF16);
-        const int same_w = same_bits(t, f_dw1, d_dw1, nw1) && same_bits(t, f_db1, d_db1, C);
-        snprintf(nm_, sizeof nm_, "conv bwd bf16 dw1, db1 (fp32 kernels) %s", tag);
-        gt_assert(t, same_w, nm_, "%s", same_w ? "the fp32 path's bits" : "differ from the fp32 path's");
+        float *d_dX = gt_up(t, dX0, nx), *d_dw0 = gt_up(t, dw00, nw0), *d_db0 = gt_up(t, db00, C);
+        float *d_dw1 = gt_up(t, dw10, nw1), *d_db1 = gt_up(t, db10, C);
+        float *d_dM = gt_poison(t, nm); /* scratch: poisoned, must not leak into any gradient */
+        cf->bwd(t->g->stream, d_dX, d_dw0, d_db0, d_dw1, d_db1, d_dM, d_dY, d_X, d_Mc, d_w0, d_w1, B, T, C, dh, k0, k1);
+        snprintf(nm_, sizeof nm_, "conv bwd %sdX += %s", cf->name, tag);
+        gt_check(t, nm_, d_dX, dX, nx, cf->tol);
+        snprintf(nm_, sizeof nm_, "conv bwd %sdw0 += %s", cf->name, tag);
+        gt_check(t, nm_, d_dw0, dw0, nw0, cf->tol);
+        snprintf(nm_, sizeof nm_, "conv bwd %sdb0 += %s", cf->name, tag);
+        gt_check(t, nm_, d_db0, db0, C, cf->tol);
+        if (f == 0) {
+            snprintf(nm_, sizeof nm_, "conv bwd dw1 += %s", tag);
+            gt_check(t, nm_, d_dw1, dw1, nw1, TOL_SUM);
+            snprintf(nm_, sizeof nm_, "conv bwd db1 += %s", tag);
+            gt_check(t, nm_, d_db1, db1, C, TOL_SUM);
+            fp32_dw1 = d_dw1, fp32_db1 = d_db1;
+        } else {
+            const int same_w = same_bits(t, d_dw1, fp32_dw1, nw1) && same_bits(t, d_db1, fp32_db1, C);
+            snprintf(nm_, sizeof nm_, "conv bwd %sdw1, db1 (fp32 kernels) %s", cf->name, tag);
+            gt_assert(t, same_w, nm_, "%s", same_w ? "the fp32 form's bits" : "differ from the fp32 form's");
+        }
+
+        if (twice) { /* determinism: the same backward again (fresh scratch, same preloads) gives the same bits */
+            float *e_dX = gt_up(t, dX0, nx), *e_dw0 = gt_up(t, dw00, nw0), *e_db0 = gt_up(t, db00, C);
+            float *e_dw1 = gt_up(t, dw10, nw1), *e_db1 = gt_up(t, db10, C), *e_dM = gt_poison(t, nm);
+            cf->bwd(t->g->stream, e_dX, e_dw0, e_db0, e_dw1, e_db1, e_dM, d_dY, d_X, d_Mc, d_w0, d_w1, B, T, C, dh, k0,
+                    k1);
+            const int same = same_bits(t, e_dX, d_dX, nx) && same_bits(t, e_dw0, d_dw0, nw0) &&
+                             same_bits(t, e_db0, d_db0, C) && same_bits(t, e_dw1, d_dw1, nw1) &&
+                             same_bits(t, e_db1, d_db1, C);
+            snprintf(nm_, sizeof nm_, "conv bwd %sdeterministic %s", cf->name, tag);
+            gt_assert(t, same, nm_, "%s", same ? "two runs bit-identical" : "two runs differ");
+            float *e_Y = gt_poison(t, nx), *e_M = gt_poison(t, nm);
+            cf->fwd(t->g->stream, e_Y, e_M, d_X, d_w0, d_b0, d_w1, d_b1, B, T, C, dh, k0, k1);
+            const int same_f = same_bits(t, e_Y, d_Y, nx) && same_bits(t, e_M, d_M, nm);
+            snprintf(nm_, sizeof nm_, "conv fwd %sdeterministic %s", cf->name, tag);
+            gt_assert(t, same_f, nm_, "%s", same_f ? "two runs bit-identical" : "two runs differ");
+        }
     }
     gt_reset(t);
 }
