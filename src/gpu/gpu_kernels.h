@@ -320,6 +320,12 @@ typedef struct {
  * at its offset, the bf16 products' copy, so no separate rounding pass reads the weights again. */
 void gk_adamw(GkStream s, float *w, uint16_t *w16, const float *g, float *m, float *v, uint64_t begin,
               const GpuOptimChunk *chunks, int n_chunks, GkOptimStep k0, GkOptimStep k1);
+/* Completes `batch` symmetric r × r matrices (row-major, leading dimension r, `stride` elements apart) whose upper
+ * triangle, diagonal included, is computed: each entry below the diagonal becomes its mirror image above. Newton–
+ * Schulz's banded symmetric products (ns_symmetric_bands, gpu_optim.cu) need it; nothing outside the lower triangles
+ * is written. */
+void gk_mirror_upper_f32(GkStream s, float *M, int r, long stride, int batch);
+void gk_mirror_upper_bf16(GkStream s, uint16_t *M, int r, long stride, int batch);
 
 #ifdef __cplusplus
 }

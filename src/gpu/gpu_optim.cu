@@ -17,6 +17,7 @@
  * AdamW moments and the AdamW weights come out with the CPU's bits (the CPU build has no contraction: ISO C mode).
  * Determinism: every sum is over fixed chunks (their count fixed by the table, not the device), each chunk reduced
  * in a fixed tree (block_sum_d), the chunks' sums then added in order by one block. No atomics. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -350,6 +351,13 @@ static void *go_alloc(size_t n, size_t elem, const char *what, int *failed, ZyEr
 extern "C" int gpu_optim_create_grouped(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, const OptimConfig *cfg,
                                         size_t begin, size_t end, int max_batch, ZyErr *err) {
     memset(o, 0, sizeof *o);
+    /* on (default) | off: Newton–Schulz's symmetric products in bands (ns_symmetric_bands) or whole */
+    const char *bands = getenv("ZAYA_GPU_NS_BANDS");
+    if (bands && strcmp(bands, "on") && strcmp(bands, "off"))
+        return zy_fail(err, "ZAYA_GPU_NS_BANDS=%s: expected on (Newton-Schulz's symmetric products X X^T and A^2 as "
+                       "row bands of their upper triangle and a mirror, from %d rows) or off (whole products)", bands,
+                       (int)NS_BAND_MIN_R);
+    o->ns_band_rows = bands && !strcmp(bands, "off") ? INT_MAX : 0; /* one band taller than any matrix: whole */
     o->cfg = *cfg;
     o->begin = begin;
     o->end = end > begin ? end : begin;
@@ -443,12 +451,69 @@ extern "C" void gpu_optim_free(GpuOptimizer *o) {
     memset(o, 0, sizeof *o);
 }
 
+/* The group's batched product in either precision: fp32 (gpu_gemm_batched; C must be D) or bf16 in and out. */
+static int ns_gemm(GpuCtx *g, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, long sa,
+                   const float *B, int ldb, long sb, float beta, const float *C, float *D, int ldc, long sc, int batch,
+                   ZyErr *err) {
+    (void)C;
+    return gpu_gemm_batched(g, ta, tb, M, N, K, alpha, A, NULL, lda, sa, B, NULL, ldb, sb, beta, D, ldc, sc, batch,
+                            err);
+}
+static int ns_gemm(GpuCtx *g, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda, long sa,
+                   const uint16_t *B, int ldb, long sb, float beta, const uint16_t *C, uint16_t *D, int ldc, long sc,
+                   int batch, ZyErr *err) {
+    return gpu_gemm_batched_bf16(g, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, D, ldc, sc, batch, err);
+}
+static void ns_mirror(gpuStream_t s, float *M, int r, long stride, int batch) {
+    gk_mirror_upper_f32(s, M, r, stride, batch);
+}
+static void ns_mirror(gpuStream_t s, uint16_t *M, int r, long stride, int batch) {
+    gk_mirror_upper_bf16(s, M, r, stride, batch);
+}
+
+/* D = alpha op(P) op(Q) + beta C, a symmetric r × r product of every matrix in the group (inputs `stride_in` apart,
+ * outputs rs apart), as ns_symmetric_bands' row bands of its upper triangle, then mirrored (optim.c's
+ * ns_symmetric_product on the CPU). Band [row0, row0 + rows) reads P from step_p·row0 and Q from step_q·row0 (the
+ * element one row, or one column, of the operand further on) and writes columns [row0, r) of its rows. */
+template <typename T>
+static int ns_symmetric(GpuCtx *g, const NsBand *bands, int nb, int ta, int tb, int r, int K, float alpha, const T *P,
+                        int ld_p, long step_p, const T *Q, int ld_q, long step_q, long stride_in, float beta,
+                        const T *C, T *D, long rs, int batch, ZyErr *err) {
+    for (int i = 0; i < nb; i++) {
+        const long r0 = bands[i].row0, at = r0 * r + r0;
+        if (ns_gemm(g, ta, tb, bands[i].rows, r - (int)r0, K, alpha, P + r0 * step_p, ld_p, stride_in,
+                    Q + r0 * step_q, ld_q, stride_in, beta, C ? C + at : NULL, D + at, r, rs, batch, err))
+            return -1;
+    }
+    if (nb > 1) ns_mirror(g->stream, D, r, rs, batch);
+    return 0;
+}
+
+/* A = X Xᵀ (tall: Xᵀ X) over the group, in bands: the band rows are X's rows (tall: its columns). */
+template <typename T>
+static int ns_gram(GpuCtx *g, const NsBand *bands, int nb, int tall, int r, int kk, int n, const T *X, long ls, T *A,
+                   long rs, int batch, ZyErr *err) {
+    const long step = tall ? 1 : n;
+    return ns_symmetric(g, bands, nb, tall, !tall, r, kk, 1.0f, X, n, step, X, n, step, ls, 0.0f, (const T *)NULL, A,
+                        rs, batch, err);
+}
+
+/* B = beta·C + c·A² over the group, in bands: band rows of A times A's columns from row0 on. */
+template <typename T>
+static int ns_square(GpuCtx *g, const NsBand *bands, int nb, int r, float c, const T *A, float beta, const T *C, T *B,
+                     long rs, int batch, ZyErr *err) {
+    return ns_symmetric(g, bands, nb, 0, 0, r, r, c, A, r, (long)r, A, r, 1, rs, beta, C, B, rs, batch, err);
+}
+
 /* One Muon group (muon_job of optim.c on each of its matrices), every launch over the whole group: momentum and
  * Nesterov vector with the per-matrix norms, Newton–Schulz on the normalised X in each matrix's own layout [m, n]
  * (ns5_iterate's whole-GEMM form: when tall, the wide orientation is Xᵀ, so X Xᵀ, B X become Xᵀ X, X B, B
- * symmetric) as batched products over the scratch copies, then W ← W − (0.2·√max(m,n)·lr·O + lr·wd·W). A group of
- * one is the unbatched step: gpu_gemm_batched with batch 1 is gpu_gemm.
- * Launches: 3 + steps × 5 (fp32) or 3 + steps × 6 (bf16: B's bf16 copy), whatever the group's size. */
+ * symmetric) as batched products over the scratch copies, then W ← W − (0.2·√max(m,n)·lr·O + lr·wd·W). The two
+ * symmetric products are computed as nb row bands of their upper triangle and a mirror (ns_symmetric_bands: at
+ * ZAYA1-8B's r = 2048, 8 bands, 56% of their FLOPs; below 1,024 rows one band, the whole product). A group of one
+ * is the unbatched step: gpu_gemm_batched with batch 1 is gpu_gemm.
+ * Launches: 3 + steps × (2·nb + 3) (fp32; bf16: 2·nb + 1 and one widening at the end), plus 2 mirrors an iteration
+ * when nb > 1, whatever the group's size. */
 static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const float *d_grads, const GpuMuonGroup *gr,
                          const GkOptimStep *k, ZyErr *err) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
@@ -463,6 +528,8 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
     const int parts = (int)((len + GO_NS_CHUNK - 1) / GO_NS_CHUNK);
     const dim3 g_parts((unsigned)parts, (unsigned)batch), g_len((unsigned)gk_blocks(len, GO_THREADS), (unsigned)batch),
         g_rr((unsigned)gk_blocks(rr, GO_THREADS), (unsigned)batch);
+    NsBand bands[NS_MAX_BANDS];
+    const int nb = ns_symmetric_bands(r, o->ns_band_rows, bands);
     go_muon_momentum_kernel<<<g_parts, GO_THREADS, 0, s>>>(o->exp_avg, (uint64_t)o->begin, d_grads, offs, X, ls, len,
                                                            k->mu, k->grad_scale, o->partial);
     go_sum_partials_kernel<<<batch, 1024, 0, s>>>(o->ns_sumsq, o->partial, parts); /* one block per matrix */
@@ -479,9 +546,8 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
         for (int it = 0; it < steps; it++) {
             /* A = X Xᵀ (tall: Xᵀ X), B = bA + cA², X' = aX + B X (tall: Xᵀ' = aXᵀ + Xᵀ B) */
             const int rc =
-                gpu_gemm_batched_bf16(g, tall, !tall, r, r, kk, 1.0f, Xa, n, ls, Xa, n, ls, 0.0f, NULL, A16, r, rs,
-                                      batch, err) ||
-                gpu_gemm_batched_bf16(g, 0, 0, r, r, r, c, A16, r, rs, A16, r, rs, b, A16, B16, r, rs, batch, err) ||
+                ns_gram(g, bands, nb, tall, r, kk, n, (const uint16_t *)Xa, ls, A16, rs, batch, err) ||
+                ns_square(g, bands, nb, r, c, (const uint16_t *)A16, b, (const uint16_t *)A16, B16, rs, batch, err) ||
                 (tall ? gpu_gemm_batched_bf16(g, 0, 0, m, n, n, 1.0f, Xa, n, ls, B16, r, rs, a, Xa, Xb, n, ls, batch,
                                               err)
                       : gpu_gemm_batched_bf16(g, 0, 0, m, n, m, 1.0f, B16, r, rs, Xa, n, ls, a, Xa, Xb, n, ls, batch,
@@ -495,15 +561,11 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
     }
     for (int it = 0; it < (bf ? 0 : steps); it++) { /* fp32 products: the iterates fp32, as on the CPU */
         go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, Xn, NULL, ls, len, a, it == 0 ? o->ns_sumsq : NULL);
-        int rc;
-        if (tall) /* A = Xᵀ X */
-            rc = gpu_gemm_batched(g, 1, 0, r, r, kk, 1.0f, X, NULL, n, ls, X, NULL, n, ls, 0.0f, A, r, rs, batch, err);
-        else /* A = X Xᵀ */
-            rc = gpu_gemm_batched(g, 0, 1, r, r, kk, 1.0f, X, NULL, n, ls, X, NULL, n, ls, 0.0f, A, r, rs, batch, err);
-        if (rc) return rc;
+        if (ns_gram(g, bands, nb, tall, r, kk, n, (const float *)X, ls, A, rs, batch, err)) return -1; /* A = X Xᵀ */
         go_ns_b_kernel<<<g_rr, GO_THREADS, 0, s>>>(B, A, rs, rr, b);
-        if (gpu_gemm_batched(g, 0, 0, r, r, r, c, A, NULL, r, rs, A, NULL, r, rs, 1.0f, B, r, rs, batch, err))
+        if (ns_square(g, bands, nb, r, c, (const float *)A, 1.0f, (const float *)B, B, rs, batch, err))
             return -1; /* B = bA + cA² */
+        int rc;
         if (tall) /* Xᵀ = aXᵀ + Xᵀ B */
             rc = gpu_gemm_batched(g, 0, 0, m, n, n, 1.0f, X, NULL, n, ls, B, NULL, r, rs, 1.0f, Xn, n, ls, batch, err);
         else /* X = aX + B X */

@@ -99,6 +99,10 @@ typedef struct {
     double *partial;
     int n_partial;
     double *ns_sumsq;            /* [max_batch] */
+    /* Newton–Schulz's symmetric products (X Xᵀ, A²) as row bands of their upper triangle and a mirror: the bands'
+     * height (create sets 0: ns_symmetric_bands chooses, or INT_MAX with ZAYA_GPU_NS_BANDS=off: whole products;
+     * tests set it small to cut small matrices) */
+    int ns_band_rows;
 } GpuOptimizer;
 
 /* Owns the whole table. ZeRO-1: gpu_optim_create_block owns the tensors inside [begin, end) (bounds from

@@ -269,6 +269,7 @@ static void mirror_upper(float *M, int r) {
 int ns_symmetric_bands(int r, int band_rows, NsBand bands[NS_MAX_BANDS]) {
     int h = band_rows;
     if (h <= 0) h = r < NS_BAND_MIN_R ? r : ((r + 7) / 8 + 127) / 128 * 128;
+    if (h > r) h = r; /* one band (any band_rows >= r, INT_MAX included) */
     if (h < 1) h = 1;
     if ((r + h - 1) / h > NS_MAX_BANDS) h = (r + NS_MAX_BANDS - 1) / NS_MAX_BANDS;
     int n = 0;

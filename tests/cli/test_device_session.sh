@@ -10,7 +10,7 @@ W=$(mktemp -d /tmp/zaya_device_session_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 suite_begin device-session
 
-OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,train,compile,pair,slice,decode,serve,profile >"$W/run.txt" 2>&1
+OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,conv,muon,train,compile,pair,slice,decode,serve,profile >"$W/run.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && ok "dry run of every part exits 0" || bad "dry run exit $rc: $(tail -n 20 "$W/run.txt")"
 
@@ -21,7 +21,7 @@ mkdir -p "$W/x" && tar -xzf "$W/out/gpu-session.tar.gz" -C "$W/x" 2>/dev/null
 missing=""
 for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-async-1.txt experts-sm90-1.txt \
     experts-async-2.txt experts-sm90-2.txt attention-own-1.txt attention-cudnn-1.txt attention-own-2.txt \
-    attention-cudnn-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-cut.json ncu.csv ncu-run.txt kernel-times.txt \
+    attention-cudnn-2.txt attention-fp32-1.txt attention-tc-2.txt optimizer-off-1.txt optimizer-on-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-cut.json ncu.csv ncu-run.txt kernel-times.txt \
     pair-zaya.txt pair-compile.txt slice-adamw.txt slice-muon.txt decode-b1-f32.txt decode-b1-bf16.txt decode-b32-f32.txt \
     decode-b32-bf16.txt serve.txt; do
     [ -s "$W/x/$f" ] || missing="$missing $f"
@@ -47,6 +47,13 @@ n=$(grep -c '^async (round\|^sm90 (round' "$W/run.txt")
 n=$(grep -c '^own (round\|^cudnn (round' "$W/run.txt")
 [ "$n" -eq 4 ] && ! grep -q '^own (round [12], exit [1-9]\|^cudnn (round [12], exit [1-9]' "$W/run.txt" &&
     ok "attention: four bench train runs" || bad "attention: $(grep 'round' "$W/run.txt")"
+n=$(grep -c '^fp32 (round\|^tc (round' "$W/run.txt")
+[ "$n" -eq 4 ] && ! grep -q '^fp32 (round [12], exit [1-9]\|^tc (round [12], exit [1-9]' "$W/run.txt" &&
+    ok "conv: four bench train runs" || bad "conv: $(grep 'round' "$W/run.txt")"
+n=$(grep -c '^off (round\|^on (round' "$W/run.txt")
+[ "$n" -eq 4 ] && ! grep -q '^off (round [12], exit [1-9]\|^on (round [12], exit [1-9]' "$W/run.txt" &&
+    grep -q 'optimizer Muon + AdamW' "$W/x/optimizer-on-1.txt" && ok "muon: four bench train runs with Muon + AdamW" ||
+    bad "muon: $(grep 'round' "$W/run.txt"; grep -i '^batch' "$W/x/optimizer-on-1.txt")"
 grep -q '^unit: [1-9][0-9]* passed, 0 failed' "$W/x/test-gpu.log" && grep -q '^unit: [1-9][0-9]* passed' "$W/run.txt" &&
     ok "tests part ran its stand-in and showed its suite line" ||
     bad "test-gpu.log: $(tail -n 3 "$W/x/test-gpu.log")"

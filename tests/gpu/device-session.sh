@@ -27,6 +27,8 @@
 #              cuDNN's fused SDPA, from PyTorch's nvidia-cudnn-cu13 unless ZAYA_CUDNN_LIB says), alternating, two rounds
 #     conv     bench train (bf16 AdamW, bench-gpu) with the CCA convolution's products in fp32 and on tensor cores
 #              (ZAYA_GPU_CONV=fp32 / tc), alternating, two rounds; the attention phase's line (it holds the CCA)
+#     muon     bench train (bf16 Muon + AdamW, bench-gpu) with Newton–Schulz's symmetric products whole and in row
+#              bands (ZAYA_GPU_NS_BANDS=off / on), alternating, two rounds; the optimizer phase's line
 #     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
 #              tokens (--micro-batches 8 of 4 x 2048): bench/vs_pytorch_gpu.py, zaya AdamW and Muon + AdamW against
 #              PyTorch eager on the same config, batch and accumulation
@@ -98,13 +100,13 @@ py_bench() { # SCRIPT ARGS... (stdout and stderr as the caller redirects them)
 
 # Two settings of one environment variable side by side, alternating, two rounds, on bench-gpu (bf16 AdamW): each
 # run's step median and named lines, and the phase breakdown's line of that name. PART VAR 'LINES' MODE_A MODE_B
-ab_rounds() {
+ab_rounds() { # part variable lines mode... (AB_OPTIMIZER: the optimizer, adamw unless set)
     local part=$1 var=$2 lines=$3 round mode f
     for round in 1 2; do
         for mode in "${@:4}"; do
             f="$LOG/$part-$mode-$round.txt"
             env "$var=$mode" timeout "$(left)" build/zaya bench train --config $CFG --device $DEV --precision bf16 \
-                --optimizer adamw --batch $BATCH --seq $SEQ --steps 3 --warmup 1 >"$f" 2>&1
+                --optimizer "${AB_OPTIMIZER:-adamw}" --batch $BATCH --seq $SEQ --steps 3 --warmup 1 >"$f" 2>&1
             echo "$mode (round $round, exit $?): $(grep -E "^($lines) " "$f" | tr -s ' ' | tr '\n' ';')"
             grep -E "^ +$part " "$f"
         done
@@ -206,6 +208,11 @@ session() {
         # the CCA convolution's products in bf16 runs: fp32 kernels vs tensor cores (ZAYA_GPU_CONV)
         stamp "conv: the CCA convolution's products fp32 vs tensor cores"
         ab_rounds attention ZAYA_GPU_CONV 'step|throughput|losses' fp32 tc
+    fi
+    if [[ $PARTS == *,muon,* ]]; then
+        # Newton–Schulz's symmetric products (X Xᵀ, A²) whole or in row bands of their upper triangle
+        stamp "muon: Newton-Schulz's symmetric products whole vs in bands"
+        AB_OPTIMIZER=muon ab_rounds optimizer ZAYA_GPU_NS_BANDS 'step|throughput|losses' off on
     fi
     if [[ $PARTS == *,train,* ]]; then
         stamp "train: $SLICE, $MICRO micro-batches of $BATCH x $SEQ = $((MICRO * BATCH * SEQ)) tokens an optimizer step"

@@ -203,8 +203,10 @@ typedef struct {
 } OptimCase;
 
 /* Runs the STEPS GPU steps from w0 on a fresh optimizer with at most max_batch matrices per Muon group (0: the
- * default grouping, 1: unbatched); leaves the weights in d_w and the optimizer open. */
-static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g, int max_batch) {
+ * default grouping, 1: unbatched) and Newton–Schulz's symmetric products in bands of band_rows (0: the default);
+ * leaves the weights in d_w and the optimizer open. */
+static int gpu_run_banded(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g, int max_batch,
+                          int band_rows) {
     ZyErr err = {{0}};
     const size_t bytes = c->tab.total * sizeof(float);
     if (gpu_upload(t->g, d_w, c->w0, bytes, &err) ||
@@ -212,6 +214,7 @@ static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, 
         fprintf(stderr, "  %s\n", err.msg);
         return -1;
     }
+    o->ns_band_rows = band_rows;
     for (int s = 0; s < STEPS; s++)
         if (gpu_upload(t->g, d_g, c->grads[s], bytes, &err) ||
             gpu_optim_step(o, t->g, &c->tab, d_w, d_g, c->lr, 1.0f, &err)) {
@@ -225,8 +228,13 @@ static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, 
     return 0;
 }
 
-/* The CPU optimizer's STEPS steps from w0 (bf16: optim_set_bf16). Weights into w, state into m, v. */
-static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
+static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g, int max_batch) {
+    return gpu_run_banded(t, c, o, d_w, d_g, max_batch, 0);
+}
+
+/* The CPU optimizer's STEPS steps from w0 (bf16: optim_set_bf16; band_rows: its ns_band_rows). Weights into w, state
+ * into m, v. */
+static int cpu_run_banded(OptimCase *c, int bf16, int band_rows, float *w, float *m, float *v) {
     ZyErr err = {{0}};
     Optimizer o;
     ParamTable *tab = &c->tab;
@@ -236,6 +244,7 @@ static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
         return -1;
     }
     optim_set_bf16(&o, bf16 ? ZY_BF16_PRODUCTS_ONEDNN : ZY_BF16_PRODUCTS_FP32);
+    o.ns_band_rows = band_rows;
     for (int s = 0; s < STEPS; s++) {
         memcpy(tab->grad, c->grads[s], tab->total * sizeof(float));
         optim_step(&o, tab, c->lr);
@@ -245,6 +254,10 @@ static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
     memcpy(v, o.exp_avg_sq, tab->total * sizeof(float));
     optim_free(&o);
     return 0;
+}
+
+static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
+    return cpu_run_banded(c, bf16, 0, w, m, v);
 }
 
 static size_t bits_equal(const float *a, const float *b, size_t n) {
@@ -465,6 +478,37 @@ static void test_model_table(GpuTest *t) {
             gt_assert(t, rerun && memcmp(w1, w2, bytes) == 0, "model table: bf16 steps deterministic",
                       "%zu of %zu weights bit-identical", bits_equal(w1, w2, total), total);
         }
+    }
+
+    /* Newton–Schulz's symmetric products in bands of 8 rows, every Muon matrix here cut into several (at the real
+     * sizes, >= 1,024 rows, the default cuts them too): fp32 products against the CPU's syrk to the fp32 tolerance,
+     * bf16 against the CPU's banded bf16 step and against the GPU's whole products (bf16: an fp32-level difference
+     * that moves an entry of A across a bf16 rounding boundary is carried on by the iterations, 8e-3 measured on
+     * the CPU, test_optim.c), and a bf16 rerun bit for bit */
+    for (int bf = 0; bf <= 1; bf++) {
+        float *bw = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
+        ok = cpu_run_banded(&c, bf, bf ? 8 : 0, bw, bm, bv) == 0;
+        t->g->bf16 = bf;
+        GpuOptimizer gb, gb2, gw0;
+        float *d_w2 = gt_dev(t, bytes), *d_w3 = gt_dev(t, bytes);
+        ok = ok && gpu_run_banded(t, &c, &gb, d_w, d_g, 0, 8) == 0;
+        const int rerun = ok && gpu_run_banded(t, &c, &gb2, d_w2, d_g, 0, 8) == 0;
+        const int whole = ok && gpu_run_banded(t, &c, &gw0, d_w3, d_g, 0, 0) == 0;
+        if (rerun) gpu_optim_free(&gb2);
+        if (whole) gpu_optim_free(&gw0);
+        t->g->bf16 = 0;
+        char name[96];
+        snprintf(name, sizeof name, "model table: Newton-Schulz in 8-row bands (%s)", bf ? "bf16" : "fp32");
+        if (!gt_assert(t, ok && rerun && whole, name, "%s", ok && rerun && whole ? "done" : "failed")) continue;
+        gpu_optim_free(&gb);
+        float *w1 = gt_down(t, d_w, total), *w2 = gt_down(t, d_w2, total), *w3 = gt_down(t, d_w3, total);
+        compare_weights(t, &c, w1, bw, bf ? 2e-2 : 1e-5, bf ? "model bf16 banded" : "model fp32 banded");
+        const double e = muon_update_err(&c, w1, w3);
+        snprintf(name, sizeof name, "model table: banded vs whole products (%s)", bf ? "bf16" : "fp32");
+        gt_assert(t, e <= (bf ? 2e-2 : 1e-5), name, "Muon updates rel err %.2e (tol %.0e)", e, bf ? 2e-2 : 1e-5);
+        snprintf(name, sizeof name, "model table: banded steps deterministic (%s)", bf ? "bf16" : "fp32");
+        gt_assert(t, memcmp(w1, w2, bytes) == 0, name, "%zu of %zu weights bit-identical", bits_equal(w1, w2, total),
+                  total);
     }
     params_free(&c.tab);
 }

@@ -1,5 +1,6 @@
 /* Schedules, clipping, and the fast optimizer step against the simple reference path
  * (the steps themselves are checked against torch in tests/oracle/test_optim.py). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -347,7 +348,7 @@ TEST(ns_symmetric_bands_cover_the_rows) {
     static const struct {
         int r, band_rows, want_bands, want_first;
     } cases[] = {{1, 0, 1, 1},      {1000, 0, 1, 1000}, {1024, 0, 8, 128}, {1100, 0, 5, 256}, {2048, 0, 8, 256},
-                 {4096, 0, 8, 512}, {37, 8, 5, 8},      {37, 64, 1, 37},   {1000, 1, 63, 16}, {0, 0, 0, 0}};
+                 {4096, 0, 8, 512}, {37, 8, 5, 8},      {37, 64, 1, 37},   {1000, 1, 63, 16}, {0, 0, 0, 0},     {2048, INT_MAX, 1, 2048}};
     for (size_t c = 0; c < ZY_ARRAY_LEN(cases); c++) {
         NsBand b[NS_MAX_BANDS];
         const int n = ns_symmetric_bands(cases[c].r, cases[c].band_rows, b);
