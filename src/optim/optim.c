@@ -277,42 +277,27 @@ int ns_symmetric_bands(int r, int band_rows, NsBand bands[NS_MAX_BANDS]) {
     return n;
 }
 
-/* P_out = alpha op(P_a) op(P_b) + beta P_out, a symmetric r × r product through gemm, as the bands' upper triangle
- * (ns_symmetric_bands) then mirrored. Band [row0, row0 + rows) reads P_a from step_a·row0 and P_b from step_b·row0
- * (the element one row, or one column, of the operand further on) and writes columns [row0, r) of its rows. */
-static void ns_symmetric_product(ZyGemmCtx *gemm, const NsBand *bands, int nb, int ta, int tb, int r, int K,
-                                 float alpha, const float *P, int ld_a, size_t step_a, const float *Q, int ld_b,
-                                 size_t step_b, float beta, float *out) {
-    for (int i = 0; i < nb; i++) {
-        const size_t r0 = (size_t)bands[i].row0;
-        zy_gemm_ctx(gemm, ta, tb, bands[i].rows, r - (int)r0, K, alpha, P + r0 * step_a, ld_a, Q + r0 * step_b, ld_b,
-                    beta, out + r0 * (size_t)r + r0, r);
-    }
-    if (nb > 1) mirror_upper(out, r);
-}
-
 /* The Newton–Schulz iterations on the normalised X, kept in G's own layout [m, n]: when tall (m > n) the wide
  * orientation is its transpose, and NS5's X Xᵀ, B X become Xᵀ X, X B (B symmetric) with BLAS reading the
  * transposes, so no copy is ever transposed. Xn [m, n], A, B [r, r] (r = min(m, n)) are scratch. A = X Xᵀ and
- * A² = A Aᵀ are symmetric: syrk computes their upper triangles at half the gemm FLOPs (bf16 products: row bands of
- * GEMMs, band_rows high, as ns_symmetric_bands cuts them), a mirror completes them for the next product. Returns
- * the buffer holding the result (X or Xn). */
-static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int m, int n, int steps, ZyGemmCtx *gemm,
-                          int band_rows) {
+ * A² = A Aᵀ are symmetric: syrk computes their upper triangles at half the gemm FLOPs, a mirror completes them
+ * for the next product. Returns the buffer holding the result (X or Xn). */
+static float *ns5_iterate(float *X, float *Xn, float *A, float *B, int m, int n, int steps, ZyGemmCtx *gemm) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
     const int tall = m > n, r = tall ? n : m, k = tall ? m : n;
     const size_t len = (size_t)m * n;
-    if (gemm && gemm->bf16) { /* bf16 products on bf16-rounded inputs: no bf16 syrk, so GEMM bands */
-        NsBand bands[NS_MAX_BANDS];
-        const int nb = ns_symmetric_bands(r, band_rows, bands);
+    /* bf16 products: whole GEMMs (no bf16 syrk), each on bf16-rounded inputs. Not ns_symmetric_bands' row bands, as
+     * the GPU runs them: each of these GEMMs rounds its fp32 operands again, so 8 bands round X ~4.5 times a product,
+     * and on a Zen 3 with 2 threads (bf16-rounded operands through sgemm) the banded step took 1.25-1.5x the whole
+     * one, though the bands' GEMMs alone took 0.61x */
+    if (gemm && gemm->bf16) {
         for (int it = 0; it < steps; it++) {
-            if (tall) /* A = Xᵀ X: band rows are X's columns */
-                ns_symmetric_product(gemm, bands, nb, 1, 0, r, k, 1.0f, X, n, 1, X, n, 1, 0.0f, A);
-            else /* A = X Xᵀ: band rows are X's rows */
-                ns_symmetric_product(gemm, bands, nb, 0, 1, r, k, 1.0f, X, n, (size_t)n, X, n, (size_t)n, 0.0f, A);
+            if (tall)
+                zy_gemm_ctx(gemm, 1, 0, r, r, k, 1.0f, X, n, X, n, 0.0f, A, r); /* A = Xᵀ X */
+            else
+                zy_gemm_ctx(gemm, 0, 1, r, r, k, 1.0f, X, n, X, n, 0.0f, A, r); /* A = X Xᵀ */
             for (size_t i = 0; i < (size_t)r * r; i++) B[i] = b * A[i];
-            /* B = bA + cA²: band rows of A times A's columns from row0 on */
-            ns_symmetric_product(gemm, bands, nb, 0, 0, r, r, c, A, r, (size_t)r, A, r, 1, 1.0f, B);
+            zy_gemm_ctx(gemm, 0, 0, r, r, r, c, A, r, A, r, 1.0f, B, r); /* B = bA + cA² */
             for (size_t i = 0; i < len; i++) Xn[i] = a * X[i];
             if (tall)
                 zy_gemm_ctx(gemm, 0, 0, m, n, n, 1.0f, X, n, B, r, 1.0f, Xn, n); /* Xᵀ = aXᵀ + Xᵀ B */
@@ -349,7 +334,7 @@ void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *
     float *X = work, *Xn = X + len, *A = Xn + len, *B = A + (size_t)r * r;
     const float inv = (float)(1.0 / (sqrt(sumsq_f32(G, len)) + 1e-7));
     for (size_t i = 0; i < len; i++) X[i] = G[i] * inv;
-    X = ns5_iterate(X, Xn, A, B, m, n, steps, NULL, 0);
+    X = ns5_iterate(X, Xn, A, B, m, n, steps, NULL);
     memcpy(out, X, len * sizeof(float));
 }
 
@@ -404,7 +389,7 @@ static void muon_job(const Optimizer *o, ParamTable *t, const OptimJob *j, const
      * time otherwise); the summation order differs from the reference's only in rounding. */
     const float inv = (float)(1.0 / (sqrt(sumsq_f32(X, len)) + 1e-7));
     for (size_t i = 0; i < len; i++) X[i] *= inv;
-    const float *O = ns5_iterate(X, Xn, A, B, m, n, k->ns_steps, gemm, o->ns_band_rows);
+    const float *O = ns5_iterate(X, Xn, A, B, m, n, k->ns_steps, gemm);
     const float scale = (float)(0.2 * sqrt((double)(m > n ? m : n)) * k->lr), decay = k->muon_decay;
     for (size_t i = 0; i < len; i++) w[i] -= scale * O[i] + decay * w[i];
 }

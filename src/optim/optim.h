@@ -47,7 +47,6 @@ typedef struct {
     float *ns_work;        /* n_workers Newton–Schulz workspaces, each sized for the largest owned matrix */
     size_t ns_work_floats; /* per worker */
     ZyGemmCtx *ns_gemm;    /* [n_workers]: the Newton–Schulz products' precision (optim_set_bf16) and scratch */
-    int ns_band_rows;      /* bf16 products: the symmetric products' band height (0: ns_symmetric_bands chooses) */
 } Optimizer;
 
 /* State of tensor p (which = 0: exp_avg, 1: exp_avg_sq); p must be owned. */
@@ -89,10 +88,10 @@ void newton_schulz5(float *out, const float *G, int m, int n, int steps, float *
 void newton_schulz5_reference(float *out, const float *G, int m, int n, int steps, float *work);
 size_t muon_workspace_floats(int m, int n);
 
-/* Newton–Schulz's symmetric products (A = X Xᵀ and A² = A Aᵀ, r × r) where no syrk serves: bf16 products, which
- * neither cuBLASLt nor the CPU's bf16 GEMMs offer as a syrk. The upper triangle is computed as row bands of whole
- * GEMMs, band [row0, row0 + rows) × columns [row0, r), and mirrored after; b equal bands cost (b + 1) / 2b of the
- * whole product (8 bands: 56%). The CPU's bf16 step and the GPU's Newton–Schulz (gpu_optim.cu) share this plan.
+/* Newton–Schulz's symmetric products (A = X Xᵀ and A² = A Aᵀ, r × r) where no syrk serves: on the GPU
+ * (gpu_optim.cu), as cuBLASLt has none. The upper triangle is computed as row bands of whole GEMMs, band
+ * [row0, row0 + rows) × columns [row0, r), and mirrored after; b equal bands cost (b + 1) / 2b of the whole product
+ * (8 bands: 56%). (The CPU's fp32 step has syrk; its bf16 step keeps whole products: see ns5_iterate.)
  * band_rows <= 0 chooses: one band (the whole product, nothing to mirror) below NS_BAND_MIN_R rows, else at most 8
  * bands of a multiple of 128 rows (tall enough to keep a GEMM efficient); a band_rows that would need more than
  * NS_MAX_BANDS bands is widened to fit. Fills bands and returns their count (1: the whole product; 0 when r <= 0). */

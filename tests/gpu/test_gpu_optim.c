@@ -232,9 +232,8 @@ static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, 
     return gpu_run_banded(t, c, o, d_w, d_g, max_batch, 0);
 }
 
-/* The CPU optimizer's STEPS steps from w0 (bf16: optim_set_bf16; band_rows: its ns_band_rows). Weights into w, state
- * into m, v. */
-static int cpu_run_banded(OptimCase *c, int bf16, int band_rows, float *w, float *m, float *v) {
+/* The CPU optimizer's STEPS steps from w0 (bf16: optim_set_bf16). Weights into w, state into m, v. */
+static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
     ZyErr err = {{0}};
     Optimizer o;
     ParamTable *tab = &c->tab;
@@ -244,7 +243,6 @@ static int cpu_run_banded(OptimCase *c, int bf16, int band_rows, float *w, float
         return -1;
     }
     optim_set_bf16(&o, bf16 ? ZY_BF16_PRODUCTS_ONEDNN : ZY_BF16_PRODUCTS_FP32);
-    o.ns_band_rows = band_rows;
     for (int s = 0; s < STEPS; s++) {
         memcpy(tab->grad, c->grads[s], tab->total * sizeof(float));
         optim_step(&o, tab, c->lr);
@@ -254,10 +252,6 @@ static int cpu_run_banded(OptimCase *c, int bf16, int band_rows, float *w, float
     memcpy(v, o.exp_avg_sq, tab->total * sizeof(float));
     optim_free(&o);
     return 0;
-}
-
-static int cpu_run(OptimCase *c, int bf16, float *w, float *m, float *v) {
-    return cpu_run_banded(c, bf16, 0, w, m, v);
 }
 
 static size_t bits_equal(const float *a, const float *b, size_t n) {
@@ -481,13 +475,13 @@ static void test_model_table(GpuTest *t) {
     }
 
     /* Newton–Schulz's symmetric products in bands of 8 rows, every Muon matrix here cut into several (at the real
-     * sizes, >= 1,024 rows, the default cuts them too): fp32 products against the CPU's syrk to the fp32 tolerance,
-     * bf16 against the CPU's banded bf16 step and against the GPU's whole products (bf16: an fp32-level difference
-     * that moves an entry of A across a bf16 rounding boundary is carried on by the iterations, 8e-3 measured on
-     * the CPU, test_optim.c), and a bf16 rerun bit for bit */
+     * sizes, >= 1,024 rows, the default cuts them too), fp32 and bf16: against the CPU's step (fp32: its syrk; bf16:
+     * its whole products) and against the GPU's whole products, to the tolerances above (bf16: an fp32-level
+     * difference that moves an entry of A across a bf16 rounding boundary is carried on by the iterations: 8e-3
+     * when the CPU's bf16 step was given the same bands), and a rerun bit for bit */
     for (int bf = 0; bf <= 1; bf++) {
         float *bw = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
-        ok = cpu_run_banded(&c, bf, bf ? 8 : 0, bw, bm, bv) == 0;
+        ok = cpu_run(&c, bf, bw, bm, bv) == 0;
         t->g->bf16 = bf;
         GpuOptimizer gb, gb2, gw0;
         float *d_w2 = gt_dev(t, bytes), *d_w3 = gt_dev(t, bytes);
