@@ -16,7 +16,9 @@
  * order). Every launch of a Muon step covers a whole group: the momentum, the per-matrix Frobenius norms (one block
  * per matrix over fixed chunks: the same bits as one matrix alone), the Newton–Schulz iterations as strided-batched
  * products (gpu_gemm_batched) over the group's scratch copies, and the weight update. A bench-gpu step (18 layers,
- * 738 Muon matrices) is 35 groups: ~1,150 launches instead of ~24,000 (bf16 products; see gpu_optim.cu).
+ * 738 Muon matrices) is 35 groups: ~1,150 launches instead of ~24,000 (bf16 products; see gpu_optim.cu), before the
+ * symmetric products' bands (matrices of 1,024 rows or more: 16 more launches an iteration of a group, for ~44% of
+ * those two products' FLOPs less).
  *
  * Precision: fp32 products (g->bf16 = 0), or, with g->bf16 = 1 (set by the caller), Newton–Schulz's products take
  * bf16-rounded operands with fp32 sums, as optim_set_bf16 on the CPU; the momentum, the moments and the weights
