@@ -736,22 +736,25 @@ __device__ __forceinline__ float grad_x(float dyv, float xv, double f, double cc
     return (float)__dmul_rn(f, __dsub_rn((double)dyv, __dmul_rn(cc, (double)xv)));
 }
 
+/* The items of both parts (q's rows × Hq heads, then k's rows × Hkv): one launch normalises and rotates both. */
 __global__ void __launch_bounds__(NR_THREADS)
-    l2norm_rope_fwd_kernel(float *__restrict__ y, float *__restrict__ norm, const float *__restrict__ x,
-                           const float *__restrict__ temp, const float *__restrict__ cosv,
-                           const float *__restrict__ sinv, long items, int T, int H, int dh, int half, float scale,
-                           float eps, const int32_t *__restrict__ pos) {
+    l2norm_rope_fwd_kernel(GkNormRopePart qp, GkNormRopePart kp, long q_items, long items,
+                           const float *__restrict__ cosv, const float *__restrict__ sinv, int T, int dh, int half,
+                           float scale, float eps, const int32_t *__restrict__ pos) {
     const int lane = threadIdx.x % GPU_WARP;
-    for (long it = (long)blockIdx.x * NR_WARPS + threadIdx.x / GPU_WARP; it < items; it += (long)gridDim.x * NR_WARPS) {
-        const long r = it / H;
+    for (long item = (long)blockIdx.x * NR_WARPS + threadIdx.x / GPU_WARP; item < items;
+         item += (long)gridDim.x * NR_WARPS) {
+        const bool is_q = item < q_items; /* each field chosen alone: a chosen struct would go to local memory */
+        const int H = is_q ? qp.H : kp.H;
+        const long it = is_q ? item : item - q_items, r = it / H;
         const int h = (int)(it - r * H);
-        const float *xv = x + it * dh;
-        float *yv = y + it * dh;
+        const float *xv = (is_q ? qp.x : kp.x) + it * dh, *temp = is_q ? qp.temp : kp.temp;
+        float *yv = (is_q ? qp.y : kp.y) + it * dh;
         double ss = 0;
         for (int i = lane; i < dh; i += GPU_WARP) ss += (double)xv[i] * xv[i];
         ss = warp_sum_d(ss);
         const float n = (float)sqrt(ss);
-        if (lane == 0) norm[it] = n;
+        if (lane == 0) (is_q ? qp.norm : kp.norm)[it] = n;
         const float f = scale / (n > eps ? n : eps);
         const long at = pos ? (long)pos[r] : r % T; /* per-row positions: a ragged batch */
         const float *cs = cosv + at * half, *sn = sinv + at * half;
@@ -978,22 +981,20 @@ extern "C" void gk_delayed_value_backward(GkStream s, float *dvc, float *dvd, co
     delayed_value_bwd_kernel<<<grid, EW_THREADS, 0, s>>>(dvc, dvd, dvalue, rows, T, half);
 }
 
+extern "C" void gk_l2norm_rope_qk_forward(GkStream s, GkNormRopePart q, GkNormRopePart k, const float *cosv,
+                                          const float *sinv, const int32_t *pos, int rows, int T, int dh, int rd,
+                                          float scale, float eps) {
+    const long q_items = q.y ? (long)rows * q.H : 0, items = q_items + (k.y ? (long)rows * k.H : 0);
+    if (items <= 0 || dh <= 0) return;
+    l2norm_rope_fwd_kernel<<<gk_blocks(items, NR_WARPS), NR_THREADS, 0, s>>>(q, k, q_items, items, cosv, sinv, T, dh,
+                                                                             rd / 2, scale, eps, pos);
+}
+
 extern "C" void gk_l2norm_rope_forward(GkStream s, float *y, float *norm, const float *x, const float *temp,
                                        const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd,
                                        float scale, float eps) {
-    const long items = (long)rows * H;
-    if (items <= 0 || dh <= 0) return;
-    l2norm_rope_fwd_kernel<<<gk_blocks(items, NR_WARPS), NR_THREADS, 0, s>>>(y, norm, x, temp, cosv, sinv, items, T, H,
-                                                                             dh, rd / 2, scale, eps, nullptr);
-}
-
-extern "C" void gk_l2norm_rope_forward_pos(GkStream s, float *y, float *norm, const float *x, const float *temp,
-                                           const float *cosv, const float *sinv, const int32_t *pos, int rows, int H,
-                                           int dh, int rd, float scale, float eps) {
-    const long items = (long)rows * H;
-    if (items <= 0 || dh <= 0) return;
-    l2norm_rope_fwd_kernel<<<gk_blocks(items, NR_WARPS), NR_THREADS, 0, s>>>(y, norm, x, temp, cosv, sinv, items, 1, H,
-                                                                             dh, rd / 2, scale, eps, pos);
+    gk_l2norm_rope_qk_forward(s, GkNormRopePart{y, norm, x, temp, H}, GkNormRopePart{}, cosv, sinv, nullptr, rows, T,
+                              dh, rd, scale, eps);
 }
 
 extern "C" void gk_rope_l2norm_backward(GkStream s, float *dx, float *dtemp, float *dy, const float *x,

@@ -224,15 +224,18 @@ static void append_kv_attend(GpuKVCache *c, int l, int n) {
     const int B = c->batch, Ck = cfg_k_channels(f), p0 = c->len;
     const long seq = (long)c->max_len * Ck, at = (long)p0 * Ck;
     const int Hq = f->num_heads, Hkv = f->num_kv_heads, dh = f->head_dim, window = layer_geom(c, l).window;
+    const long rows = (long)n * Ck; /* each sequence's n new rows as one row of the copy */
+    const GkRowCopy k = {.dst = c->kv_bf16 ? (void *)(kv16(c->k[l]) + at) : (void *)(c->k[l] + at),
+                         .dst_stride = seq, .src = c->s.key, .src_stride = rows, .len = rows, .n = B},
+                    v = {.dst = c->kv_bf16 ? (void *)(kv16(c->v[l]) + at) : (void *)(c->v[l] + at),
+                         .dst_stride = seq, .src = c->s.value, .src_stride = rows, .len = rows, .n = B};
     if (c->kv_bf16) {
-        gk_copy_rows_bf16(st, kv16(c->k[l]) + at, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
-        gk_copy_rows_bf16(st, kv16(c->v[l]) + at, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
+        gk_copy_rows_idx2_bf16(st, k, v);
         gk_decode_attention_bf16(st, c->s.attn_out, c->s.query, kv16(c->k[l]), kv16(c->v[l]), B, n, p0, c->max_len,
                                  Hq, Hkv, dh, window);
         return;
     }
-    gk_copy_rows(st, c->k[l] + at, seq, c->s.key, (long)n * Ck, (long)n * Ck, B);
-    gk_copy_rows(st, c->v[l] + at, seq, c->s.value, (long)n * Ck, (long)n * Ck, B);
+    gk_copy_rows_idx2(st, k, v);
     gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, Hq, Hkv, dh, window);
 }
 
@@ -274,8 +277,11 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     /* 1. down projections (and 4.'s two value projections: they read u too) */
     cca_projections(gm, W, s, N);
     /* 2. convolutions over [P cached columns | n new] per sequence, then the last P columns become the state */
-    gk_copy_rows(st, s->Xe, (long)TE * C, c->conv_state[l], (long)P * C, (long)P * C, B);
-    gk_copy_rows(st, s->Xe + (long)P * C, (long)TE * C, s->X, (long)n * C, (long)n * C, B);
+    gk_copy_rows_idx2(st,
+                      (GkRowCopy){.dst = s->Xe, .dst_stride = (long)TE * C, .src = c->conv_state[l],
+                                  .src_stride = (long)P * C, .len = (long)P * C, .n = B},
+                      (GkRowCopy){.dst = s->Xe + (long)P * C, .dst_stride = (long)TE * C, .src = s->X,
+                                  .src_stride = (long)n * C, .len = (long)n * C, .n = B});
     gpu_cca_conv_forward(gm, W, s->Ye, s->Me, s->Xe, B, TE);
     gk_copy_rows(st, c->conv_state[l], (long)P * C, s->Xe + (long)n * C, (long)TE * C, (long)P * C, B);
     /* 3. q-k mean skip on each sequence's new rows (rows P.. of its [state | new] block), one launch */
@@ -288,10 +294,9 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     const LayerGeom g = layer_geom(c, l);
     const long toff = (long)p0 * (g.rd / 2);
-    gk_l2norm_rope_forward(st, s->query, s->norm_q, s->query_pre, NULL, g.cos + toff, g.sin + toff, N, n, Hq, dh,
-                           g.rd, scale, eps);
-    gk_l2norm_rope_forward(st, s->key, s->norm_k, s->key_pre, W->temp, g.cos + toff, g.sin + toff, N, n, Hkv, dh,
-                           g.rd, scale, eps);
+    gk_l2norm_rope_qk_forward(st, (GkNormRopePart){s->query, s->norm_q, s->query_pre, NULL, Hq},
+                              (GkNormRopePart){s->key, s->norm_k, s->key_pre, W->temp, Hkv}, g.cos + toff,
+                              g.sin + toff, NULL, N, n, dh, g.rd, scale, eps);
     /* 7. attention over everything so far, and 8. the output projection */
     append_kv_attend(c, l, n);
     out_projection(gm, W, s, N);
@@ -699,16 +704,18 @@ static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l) {
     GkStream st = p->gm->g.stream;
     const int Ck = cfg_k_channels(f), Hq = f->num_heads, Hkv = f->num_kv_heads, dh = f->head_dim;
     const int window = pool_geom(p, l).window;
+    const GkRowCopy k = {.dst = p->k[l], .dst_stride = Ck, .dst_idx = desc(p, D_PHYS), .src = p->s.key,
+                         .src_stride = Ck, .len = Ck, .n = ps->N},
+                    v = {.dst = p->v[l], .dst_stride = Ck, .dst_idx = desc(p, D_PHYS), .src = p->s.value,
+                         .src_stride = Ck, .len = Ck, .n = ps->N}; /* bf16: the same rows as bf16 elements */
     if (p->kv_bf16) {
-        gk_copy_rows_idx_bf16(st, kv16(p->k[l]), Ck, desc(p, D_PHYS), p->s.key, Ck, NULL, Ck, ps->N);
-        gk_copy_rows_idx_bf16(st, kv16(p->v[l]), Ck, desc(p, D_PHYS), p->s.value, Ck, NULL, Ck, ps->N);
+        gk_copy_rows_idx2_bf16(st, k, v);
         gk_paged_decode_attention_bf16(st, p->s.attn_out, p->s.query, kv16(p->k[l]), kv16(p->v[l]), desc(p, D_SEQ),
                                        desc(p, D_POS), desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq,
                                        Hkv, dh, window);
         return;
     }
-    gk_copy_rows_idx(st, p->k[l], Ck, desc(p, D_PHYS), p->s.key, Ck, NULL, Ck, ps->N);
-    gk_copy_rows_idx(st, p->v[l], Ck, desc(p, D_PHYS), p->s.value, Ck, NULL, Ck, ps->N);
+    gk_copy_rows_idx2(st, k, v);
     gk_paged_decode_attention(st, p->s.attn_out, p->s.query, p->k[l], p->v[l], desc(p, D_SEQ), desc(p, D_POS),
                               desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window);
 }
@@ -726,8 +733,11 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     cca_projections(gm, W, s, N);
     /* 2. each sequence's [P cached columns | n new] block, the convolutions per group, the last P columns of each
      * block's real rows back to its slot */
-    gk_copy_rows_idx(st, s->Xe, C, desc(p, D_XIN), conv, p->slot_state, desc(p, D_SLOT), (long)P * C, S);
-    gk_copy_rows_idx(st, s->Xe, C, desc(p, D_XROW), s->X, C, NULL, C, N);
+    gk_copy_rows_idx2(st,
+                      (GkRowCopy){.dst = s->Xe, .dst_stride = C, .dst_idx = desc(p, D_XIN), .src = conv,
+                                  .src_stride = p->slot_state, .src_idx = desc(p, D_SLOT), .len = (long)P * C, .n = S},
+                      (GkRowCopy){.dst = s->Xe, .dst_stride = C, .dst_idx = desc(p, D_XROW), .src = s->X,
+                                  .src_stride = C, .len = C, .n = N});
     if (ps->B0)
         gpu_cca_conv_forward(gm, W, s->Ye, s->Me, s->Xe, ps->B0, ps->TE0);
     if (ps->B1) {
@@ -738,16 +748,14 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     /* 3. q-k mean skip on each row's own column of its block */
     gk_qk_mean_forward_idx(st, s->query_pre, s->key_pre, s->Ye, s->Xe, desc(p, D_XROW), N, Hq, Hkv, dh);
     /* 4. values; each sequence's first row takes its slot's previous vd, and its last vd is kept */
-    gk_delayed_value_forward(st, s->value, s->vc, s->vd, 1, N, half);
-    gk_copy_rows_idx(st, s->value + half, Ck, desc(p, D_FIRST), vd_prev, p->slot_state, desc(p, D_SLOT), half, S);
-    gk_copy_rows_idx(st, vd_prev, p->slot_state, desc(p, D_SLOT), s->vd, half, desc(p, D_LAST), half, S);
+    gk_pool_delayed_value(st, s->value, s->vc, s->vd, vd_prev, p->slot_state, desc(p, D_SEQ), desc(p, D_FIRST),
+                          desc(p, D_LAST), desc(p, D_SLOT), N, half);
     /* 5. QK norm and 6. RoPE at each row's absolute position */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     const LayerGeom g = pool_geom(p, l);
-    gk_l2norm_rope_forward_pos(st, s->query, s->norm_q, s->query_pre, NULL, g.cos, g.sin, desc(p, D_POS), N, Hq, dh,
-                               g.rd, scale, eps);
-    gk_l2norm_rope_forward_pos(st, s->key, s->norm_k, s->key_pre, W->temp, g.cos, g.sin, desc(p, D_POS), N, Hkv, dh,
-                               g.rd, scale, eps);
+    gk_l2norm_rope_qk_forward(st, (GkNormRopePart){s->query, s->norm_q, s->query_pre, NULL, Hq},
+                              (GkNormRopePart){s->key, s->norm_k, s->key_pre, W->temp, Hkv}, g.cos, g.sin,
+                              desc(p, D_POS), N, 1, dh, g.rd, scale, eps);
     /* 7. attention and 8. the output projection */
     pool_append_attend(p, ps, l);
     out_projection(gm, W, s, N);

@@ -1,5 +1,6 @@
-/* Kernels of cached decoding on the GPU (gpu_decode.c): attention of a few new queries over the KV cache, and the
- * strided row copies that move rows in and out of the cache and the convolution state. The cache holds k̂ / v as
+/* Kernels of cached decoding on the GPU (gpu_decode.c): attention of a few new queries over the KV cache, the
+ * strided row copies that move rows in and out of the cache and the convolution state (two in one launch where a
+ * step moves two), and a ragged batch's CCA values with their kept state. The cache holds k̂ / v as
  * fp32 or as bf16 (--kv-dtype bf16: rounded nearest-even when appended, widened exactly when read; scores, softmax
  * and sums stay fp32), one template each. Launched through GK_LAUNCH, so tests/gpu/emu runs this file on the CPU. */
 #include "gpu_common.cuh"
@@ -109,28 +110,41 @@ extern "C" void gk_decode_attention_bf16(GkStream s, float *O, const float *Q, c
 __device__ __forceinline__ void kv_store(float *d, float x) { *d = x; }
 __device__ __forceinline__ void kv_store(uint16_t *d, float x) { *d = gk_bf16_bits(x); }
 
-template <class T>
-__global__ void copy_rows_kernel(T *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {
-    const long total = len * rows;
+/* Copies a, then b (GkRowCopy: rows through optional index lists), as one grid over both; every destination element
+ * is written by one thread. */
+template <class T> __device__ __forceinline__ void copy_row_element(const GkRowCopy &c, long k) {
+    const long r = k / c.len, i = k % c.len;
+    const long d = c.dst_idx ? c.dst_idx[r] : r, o = c.src_idx ? c.src_idx[r] : r;
+    kv_store((T *)c.dst + d * c.dst_stride + i, c.src[o * c.src_stride + i]);
+}
+template <class T> __global__ void copy_rows_kernel(GkRowCopy a, GkRowCopy b, long total_a, long total) {
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
-        const long r = k / len, i = k % len;
-        kv_store(dst + r * dst_stride + i, src[r * src_stride + i]);
+        if (k < total_a)
+            copy_row_element<T>(a, k);
+        else
+            copy_row_element<T>(b, k - total_a);
     }
 }
 
-template <class T>
-static void copy_rows(GkStream s, T *dst, long dst_stride, const float *src, long src_stride, long len, int rows) {
-    if (len <= 0 || rows <= 0) return;
-    void (*k)(T *, long, const float *, long, long, int) = copy_rows_kernel<T>;
-    GK_LAUNCH(k, gk_blocks(len * rows, 256), 256, 0, s, dst, dst_stride, src, src_stride, len, rows);
+template <class T> static void copy_rows2(GkStream s, GkRowCopy a, GkRowCopy b) {
+    const long total_a = a.len > 0 && a.n > 0 ? a.len * a.n : 0;
+    const long total = total_a + (b.len > 0 && b.n > 0 ? b.len * b.n : 0);
+    if (total <= 0) return;
+    void (*k)(GkRowCopy, GkRowCopy, long, long) = copy_rows_kernel<T>;
+    GK_LAUNCH(k, gk_blocks(total, 256), 256, 0, s, a, b, total_a, total);
 }
+static GkRowCopy row_copy(void *dst, long dst_stride, const int32_t *dst_idx, const float *src, long src_stride,
+                          const int32_t *src_idx, long len, int n) {
+    return GkRowCopy{dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n};
+}
+
 extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len,
                              int rows) {
-    copy_rows(s, dst, dst_stride, src, src_stride, len, rows);
+    copy_rows2<float>(s, row_copy(dst, dst_stride, nullptr, src, src_stride, nullptr, len, rows), GkRowCopy{});
 }
 extern "C" void gk_copy_rows_bf16(GkStream s, uint16_t *dst, long dst_stride, const float *src, long src_stride,
                                   long len, int rows) {
-    copy_rows(s, dst, dst_stride, src, src_stride, len, rows);
+    copy_rows2<uint16_t>(s, row_copy(dst, dst_stride, nullptr, src, src_stride, nullptr, len, rows), GkRowCopy{});
 }
 
 /* ---- a ragged batch over a block pool (gpu_model_decode_step) ------------------------------------------------ */
@@ -175,29 +189,43 @@ extern "C" void gk_paged_decode_attention_bf16(GkStream s, float *O, const float
     paged_attention(s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, N, Hq, Hkv, dh, window);
 }
 
-template <class T>
-__global__ void copy_rows_idx_kernel(T *dst, long dst_stride, const int32_t *dst_idx, const float *src,
-                                     long src_stride, const int32_t *src_idx, long len, int n) {
-    const long total = len * n;
-    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
-        const long r = k / len, i = k % len;
-        const long d = dst_idx ? dst_idx[r] : r, o = src_idx ? src_idx[r] : r;
-        kv_store(dst + d * dst_stride + i, src[o * src_stride + i]);
-    }
-}
-
-template <class T>
-static void copy_rows_idx(GkStream s, T *dst, long dst_stride, const int32_t *dst_idx, const float *src,
-                          long src_stride, const int32_t *src_idx, long len, int n) {
-    if (len <= 0 || n <= 0) return;
-    void (*k)(T *, long, const int32_t *, const float *, long, const int32_t *, long, int) = copy_rows_idx_kernel<T>;
-    GK_LAUNCH(k, gk_blocks(len * n, 256), 256, 0, s, dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n);
-}
 extern "C" void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
                                  long src_stride, const int32_t *src_idx, long len, int n) {
-    copy_rows_idx(s, dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n);
+    copy_rows2<float>(s, row_copy(dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n), GkRowCopy{});
 }
 extern "C" void gk_copy_rows_idx_bf16(GkStream s, uint16_t *dst, long dst_stride, const int32_t *dst_idx,
                                       const float *src, long src_stride, const int32_t *src_idx, long len, int n) {
-    copy_rows_idx(s, dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n);
+    copy_rows2<uint16_t>(s, row_copy(dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n), GkRowCopy{});
+}
+extern "C" void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<float>(s, a, b); }
+extern "C" void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<uint16_t>(s, a, b); }
+
+/* Thread (r, j): value[r] = [vc[r] | vd[r − 1]] at column j and half + j; when r is its sequence's first row, column
+ * half + j comes from the slot's kept vd, which this same thread then replaces with the sequence's last vd (read
+ * before written, and by no other thread: the slots are distinct). */
+__global__ void pool_delayed_value_kernel(float *value, const float *vc, const float *vd, float *vd_prev,
+                                          long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
+                                          const int32_t *seq_last, const int32_t *seq_slot, int N, int half) {
+    const long total = (long)N * half;
+    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
+        const long r = k / half, j = k % half;
+        const int i = row_seq[r];
+        float *row = value + r * 2 * half;
+        row[j] = vc[r * half + j];
+        if (r == seq_first[i]) {
+            float *kept = vd_prev + (long)seq_slot[i] * slot_stride + j;
+            row[half + j] = *kept;
+            *kept = vd[(long)seq_last[i] * half + j];
+        } else {
+            row[half + j] = vd[(r - 1) * half + j];
+        }
+    }
+}
+
+extern "C" void gk_pool_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev,
+                                      long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
+                                      const int32_t *seq_last, const int32_t *seq_slot, int N, int half) {
+    if (N <= 0 || half <= 0) return;
+    GK_LAUNCH(pool_delayed_value_kernel, gk_blocks((long)N * half, 256), 256, 0, s, value, vc, vd, vd_prev,
+              slot_stride, row_seq, seq_first, seq_last, seq_slot, N, half);
 }

@@ -173,16 +173,24 @@ void gk_delayed_value_forward(GkStream s, float *value, const float *vc, const f
 void gk_delayed_value_backward(GkStream s, float *dvc, float *dvd, const float *dvalue, int B, int T, int half);
 void gk_l2norm_rope_forward(GkStream s, float *y, float *norm, const float *x, const float *temp, const float *cosv,
                             const float *sinv, int rows, int T, int H, int dh, int rd, float scale, float eps);
+/* One tensor of gk_l2norm_rope_qk_forward: y, norm, x, temp as gk_l2norm_rope_forward's, over H heads. */
+typedef struct {
+    float *y, *norm;
+    const float *x, *temp;
+    int H;
+} GkNormRopePart;
+/* gk_l2norm_rope_forward of the query's and the key's heads in one launch (the same rows, tables and positions; a
+ * part with y NULL is left out), with row r at position pos[r] (device [rows]: the rows of a ragged batch, each
+ * sequence at its own place) or, pos NULL, at r % T. */
+void gk_l2norm_rope_qk_forward(GkStream s, GkNormRopePart q, GkNormRopePart k, const float *cosv, const float *sinv,
+                               const int32_t *pos, int rows, int T, int dh, int rd, float scale, float eps);
 /* dy is the incoming gradient; like the CPU op it may be used as scratch (its values are not needed after). */
 void gk_rope_l2norm_backward(GkStream s, float *dx, float *dtemp, float *dy, const float *x, const float *norm,
                              const float *temp, const float *cosv, const float *sinv, int rows, int T, int H, int dh,
                              int rd, float scale, float eps);
 void gk_rope_forward(GkStream s, float *x, const float *cosv, const float *sinv, int rows, int T, int H, int dh, int rd);
-/* The two forwards above with row r at position pos[r] (device [rows]) instead of r % T: the rows of a ragged batch,
- * each sequence at its own place. */
-void gk_l2norm_rope_forward_pos(GkStream s, float *y, float *norm, const float *x, const float *temp, const float *cosv,
-                                const float *sinv, const int32_t *pos, int rows, int H, int dh, int rd, float scale,
-                                float eps);
+/* gk_rope_forward with row r at position pos[r] (device [rows]) instead of r % T: the rows of a ragged batch, each
+ * sequence at its own place. */
 void gk_rope_forward_pos(GkStream s, float *x, const float *cosv, const float *sinv, const int32_t *pos, int rows, int H,
                          int dh, int rd);
 void gk_rope_backward(GkStream s, float *dx, const float *cosv, const float *sinv, int rows, int T, int H, int dh,
@@ -243,6 +251,28 @@ void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, lon
  * src[src_idx[k]*src_stride + i] for i < len, k < n. The destinations must not overlap. */
 void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
                       long src_stride, const int32_t *src_idx, long len, int n);
+/* One gk_copy_rows_idx (dst: float, or uint16_t bf16 bits for the _bf16 forms), for two copies in one launch: the
+ * pairs a decoding step moves together (k̂ and v into the cache; the convolution state and the new rows into their
+ * blocks). No destination may overlap another, in either copy. */
+typedef struct {
+    void *dst;
+    long dst_stride;
+    const int32_t *dst_idx;
+    const float *src;
+    long src_stride;
+    const int32_t *src_idx;
+    long len;
+    int n;
+} GkRowCopy;
+void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b);
+void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b);
+/* CCA's values for the N rows of a ragged batch (each sequence's rows consecutive), gk_delayed_value_forward and its
+ * two copies in one launch: value[r] = [vc[r] | vd[r − 1]], a sequence's first row taking its slot's kept vd instead
+ * (vd_prev + slot·slot_stride, half floats), which then becomes that sequence's last row's vd. value [N, 2·half],
+ * vc, vd [N, half]; row_seq [N], seq_first, seq_last, seq_slot [n_seqs] on the device (slots distinct). */
+void gk_pool_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev, long slot_stride,
+                           const int32_t *row_seq, const int32_t *seq_first, const int32_t *seq_last,
+                           const int32_t *seq_slot, int N, int half);
 /* gk_decode_attention over a block pool, for the N rows of a ragged batch (gpu_model_decode_step): row r (Q, O
  * [N, Hq*dh]) belongs to the step's sequence row_seq[r], sits at position row_pos[r] and sees that sequence's keys
  * 0..row_pos[r] (the last `window` of them when window > 0); key s of sequence i is row

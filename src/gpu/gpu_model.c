@@ -508,8 +508,9 @@ static void cca_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L
     /* 5. QK L2 norm to √dh, keys times the per-kv-head temperature, and 6. partial RoPE, in one pass */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     const AttnGeom g = attn_geom(gm, l);
-    gk_l2norm_rope_forward(s, L->query, L->q_norm, L->query_pre, NULL, g.cos, g.sin, N, T, Hq, dh, g.rd, scale, eps);
-    gk_l2norm_rope_forward(s, L->key, L->k_norm, L->key_pre, W->temp, g.cos, g.sin, N, T, Hkv, dh, g.rd, scale, eps);
+    gk_l2norm_rope_qk_forward(s, (GkNormRopePart){L->query, L->q_norm, L->query_pre, NULL, Hq},
+                              (GkNormRopePart){L->key, L->k_norm, L->key_pre, W->temp, Hkv}, g.cos, g.sin, NULL, N, T,
+                              dh, g.rd, scale, eps);
     /* 7. causal softmax attention in the latent space (a sliding layer: over its window) */
     gpu_attention_forward(gm, L, g.window);
     /* 8. output projection */

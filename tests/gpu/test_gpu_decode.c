@@ -528,8 +528,8 @@ static void check_paged_attention(GpuTest *t, int Hq, int Hkv, int dh, int bt, i
 }
 
 /* gk_copy_rows_idx (both index lists: rows scattered by a permutation, gathered with repeats, strided),
- * gk_rope_forward_pos / gk_l2norm_rope_forward_pos against the CPU's forwards at each row's table offset, and
- * gk_qk_mean_forward_idx against qk_mean_forward on the rows it should read. */
+ * gk_rope_forward_pos / gk_l2norm_rope_qk_forward (q and k in one launch) against the CPU's forwards at each row's
+ * table offset, and gk_qk_mean_forward_idx against qk_mean_forward on the rows it should read. */
 static void check_ragged_kernels(GpuTest *t) {
     GkStream st = t->g->stream;
     char nm[128];
@@ -564,20 +564,33 @@ static void check_ragged_kernels(GpuTest *t) {
         gk_rope_forward_pos(st, d_x, d_cos, d_sin, d_pos, rows, H, dh, rd);
         snprintf(nm, sizeof nm, "rope at per-row positions, rd %d", rd);
         gt_check(t, nm, d_x, rx, n, 1e-6);
-        const float *temp = gt_rand(t, H, 1.0f);
+        /* the query's H heads without a temperature and the key's Hk heads with one, in one launch */
+        const int Hk = 2;
+        const size_t nk = (size_t)rows * Hk * dh;
+        const float *temp = gt_rand(t, Hk, 1.0f), *xk = gt_rand(t, nk, 1.0f);
         float *y = gt_host(t, n), *norm = gt_host(t, (size_t)rows * H);
+        float *yk = gt_host(t, nk), *normk = gt_host(t, (size_t)rows * Hk);
         const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
-        for (int r = 0; r < rows; r++)
-            l2norm_rope_forward(y + (size_t)r * H * dh, norm + (size_t)r * H, x + (size_t)r * H * dh, temp,
-                                cosv + (size_t)pos[r] * half, sinv + (size_t)pos[r] * half, 1, 1, H, dh, rd, scale,
-                                eps);
+        for (int r = 0; r < rows; r++) {
+            const float *cs = cosv + (size_t)pos[r] * half, *sn = sinv + (size_t)pos[r] * half;
+            l2norm_rope_forward(y + (size_t)r * H * dh, norm + (size_t)r * H, x + (size_t)r * H * dh, NULL, cs, sn, 1,
+                                1, H, dh, rd, scale, eps);
+            l2norm_rope_forward(yk + (size_t)r * Hk * dh, normk + (size_t)r * Hk, xk + (size_t)r * Hk * dh, temp, cs,
+                                sn, 1, 1, Hk, dh, rd, scale, eps);
+        }
         float *d_y = gt_poison(t, n), *d_norm = gt_poison(t, (size_t)rows * H);
-        gk_l2norm_rope_forward_pos(st, d_y, d_norm, gt_up(t, x, n), gt_up(t, temp, H), d_cos, d_sin, d_pos, rows, H,
-                                   dh, rd, scale, eps);
-        snprintf(nm, sizeof nm, "l2norm + rope at per-row positions, rd %d: y", rd);
+        float *d_yk = gt_poison(t, nk), *d_normk = gt_poison(t, (size_t)rows * Hk);
+        gk_l2norm_rope_qk_forward(st, (GkNormRopePart){d_y, d_norm, gt_up(t, x, n), NULL, H},
+                                  (GkNormRopePart){d_yk, d_normk, gt_up(t, xk, nk), gt_up(t, temp, Hk), Hk}, d_cos,
+                                  d_sin, d_pos, rows, 1, dh, rd, scale, eps);
+        snprintf(nm, sizeof nm, "l2norm + rope of q and k at per-row positions, rd %d: q", rd);
         gt_check(t, nm, d_y, y, n, 1e-6);
-        snprintf(nm, sizeof nm, "l2norm + rope at per-row positions, rd %d: norm", rd);
+        snprintf(nm, sizeof nm, "l2norm + rope of q and k at per-row positions, rd %d: q norm", rd);
         gt_check(t, nm, d_norm, norm, (size_t)rows * H, 1e-6);
+        snprintf(nm, sizeof nm, "l2norm + rope of q and k at per-row positions, rd %d: k", rd);
+        gt_check(t, nm, d_yk, yk, nk, 1e-6);
+        snprintf(nm, sizeof nm, "l2norm + rope of q and k at per-row positions, rd %d: k norm", rd);
+        gt_check(t, nm, d_normk, normk, (size_t)rows * Hk, 1e-6);
     }
     { /* qk mean reading rows through an index (a ragged batch's padded blocks) */
         const int Hq = 4, Hkv = 2, qd = 8, C = (Hq + Hkv) * qd, nin = 23, nr = 10;
