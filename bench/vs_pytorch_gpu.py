@@ -6,6 +6,10 @@ process; prints a markdown table (median optimizer-step times; MFU of every row 
 the dense bf16 peak) and JSON.
 Usage: python3 bench/vs_pytorch_gpu.py --config configs/bench-gpu.json --batch 4 --seq 2048 [--micro-batches K]
        [--steps 5] [--no-compile] [--compile-timeout 300]
+Decoding alone (no training rows), e.g. ZAYA1-8B's schema with random bf16 weights on both sides, zaya through the
+server's block pool with its steps replayed as CUDA graphs:
+       python3 bench/vs_pytorch_gpu.py --config configs/zaya1-8b.json --decode-only --decode-path pool \
+           --decode-batches 1,32 --decode-tokens 64
 A worker alone on a CPU (fp32, no autocast; a check of the options and the accumulation, no benchmark):
        python3 bench/vs_pytorch_gpu.py --worker eager --device cpu --config configs/tiny.json --batch 2 --seq 16 \
            --micro-batches 2 --steps 1"""
@@ -132,6 +136,10 @@ def main():
     ap.add_argument("--decode-batches", default="1,32", help="decode comparison batch sizes ('' = none)")
     ap.add_argument("--decode-context", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--decode-only", action="store_true", help="the decode comparison alone, no training rows")
+    ap.add_argument("--decode-path", default="cache", choices=["cache", "pool"],
+                    help="zaya's decoding: cache (generate's same-length cache) or pool (the server's block pool, "
+                         "its steps replayed as CUDA graphs: ZAYA_GPU_GRAPHS=1)")
     ap.add_argument("--worker", choices=["eager", "compile", "generate"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -139,6 +147,12 @@ def main():
         return
     if args.device != "cuda":
         ap.error("--device cpu runs a --worker alone (the comparison needs a GPU)")
+    rows = [] if args.decode_only else train_rows(args)
+    decode = decode_rows(args)
+    print("\njson " + json.dumps({"train": rows, "decode": decode}))
+
+
+def train_rows(args):
     rows = [("zaya, AdamW (same work as PyTorch)", run_zaya(args, "adamw")),
             ("zaya, Muon + AdamW (ZAYA's recipe)", run_zaya(args, "muon")),
             ("PyTorch eager (bf16 autocast, fused AdamW)", run_torch(args, "eager", 600))]
@@ -159,11 +173,18 @@ def main():
         ratio = f"{base / r['tokens_per_s']:.2f}x" if base else ""
         mfu = f"{100 * mfu_per_tps * r['tokens_per_s']:.1f}%" if mfu_per_tps else ""
         print(f"| {name} | {r['tokens_per_s']:.0f} | {r['step_s']:.3f} | {ratio} | {mfu} | {r['gpu_mem_gib']:.1f} |")
+    return rows
+
+
+def decode_rows(args):
     decode = []
+    pool = args.decode_path == "pool"
+    env = dict(os.environ, ZAYA_GPU_GRAPHS="1") if pool else None
     for b in [int(x) for x in args.decode_batches.split(",") if x]:
         out = subprocess.run([ZAYA, "bench", "decode", "--config", args.config, "--device", "cuda", "--dtype", "bf16",
                               "--batch", str(b), "--context", str(args.decode_context), "--tokens",
-                              str(args.decode_tokens)], capture_output=True, text=True)
+                              str(args.decode_tokens)] + (["--path", "pool"] if pool else []),
+                             capture_output=True, text=True, env=env)
         z = (json.loads(re.search(r"^json\s+(\{.*\})$", out.stdout, re.M).group(1)) if out.returncode == 0
              else {"error": out.stderr.strip()[-200:]})
         sys.stderr.write(out.stdout)
@@ -172,15 +193,16 @@ def main():
         t = run_torch(targs, "generate", 600)
         decode.append((b, z, t))
     if decode:
-        print(f"\ndecode: {args.decode_context}-token context, {args.decode_tokens} new tokens per sequence, greedy, "
-              "bf16 weights\n")
+        how = "the block pool with CUDA graphs" if pool else "the same-length cache"
+        print(f"\ndecode: {args.config}, {args.decode_context}-token context, {args.decode_tokens} new tokens per "
+              f"sequence, greedy, bf16 weights; zaya through {how}\n")
         print("| batch | zaya tokens/s | transformers `generate` tokens/s | zaya vs generate |")
         print("|---:|---:|---:|---:|")
         for b, z, t in decode:
             zt, tt = z.get("decode_tokens_per_s"), t.get("decode_tokens_per_s")
             ratio = f"{zt / tt:.2f}x" if zt and tt else ""
             print(f"| {b} | {zt if zt else z.get('error')} | {tt if tt else t.get('error')} | {ratio} |")
-    print("\njson " + json.dumps({"train": rows, "decode": decode}))
+    return decode
 
 
 if __name__ == "__main__":

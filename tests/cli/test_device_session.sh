@@ -10,7 +10,7 @@ W=$(mktemp -d /tmp/zaya_device_session_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 suite_begin device-session
 
-OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,conv,muon,train,compile,pair,slice,decode,serve,profile >"$W/run.txt" 2>&1
+OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,conv,muon,train,compile,pair,slice,decode,decode8b,serve,profile >"$W/run.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && ok "dry run of every part exits 0" || bad "dry run exit $rc: $(tail -n 20 "$W/run.txt")"
 
@@ -23,7 +23,7 @@ for f in summary.txt test-gpu.log bench-gemm.txt vs-pytorch.txt experts-async-1.
     experts-async-2.txt experts-sm90-2.txt attention-own-1.txt attention-cudnn-1.txt attention-own-2.txt \
     attention-cudnn-2.txt attention-fp32-1.txt attention-tc-2.txt optimizer-off-1.txt optimizer-on-2.txt train-8b-slice.txt vs-pytorch-8b-slice.txt compile.txt profile-cut.json ncu.csv ncu-run.txt kernel-times.txt \
     pair-zaya.txt pair-compile.txt slice-adamw.txt slice-muon.txt decode-b1-f32.txt decode-b1-bf16.txt decode-b32-f32.txt \
-    decode-b32-bf16.txt serve.txt; do
+    decode-b32-bf16.txt decode-8b.txt serve.txt; do
     [ -s "$W/x/$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ] && ok "the archive holds every part's log" || bad "the archive lacks:$missing"
@@ -77,6 +77,10 @@ grep -q '^zaya (exit 0): step median' "$W/run.txt" && grep -q -- '--worker compi
 [ "$(grep -c '^batch \(1\|32\), KV \(f32\|bf16\) (exit 0): decode ' "$W/run.txt")" -eq 4 ] &&
     grep -q 'k and v bf16' "$W/x/decode-b32-bf16.txt" && grep -q 'k and v f32' "$W/x/decode-b1-f32.txt" &&
     ok "decode: batch 1 and 32, fp32 and bf16 KV cache" || bad "decode: $(grep -E '^batch (1|32), KV' "$W/run.txt")"
+grep -q 'vs_pytorch_gpu decode 8b exit 0' "$W/run.txt" && grep -q -- '--decode-only --decode-path pool' "$W/x/decode-8b.txt" &&
+    grep -q 'CFG8B=configs/zaya1-8b.json' tests/gpu/device-session.sh &&
+    ok "decode8b: vs_pytorch_gpu.py knows --decode-only and --decode-path, on ZAYA1-8B's schema" ||
+    bad "decode8b: $(grep -E 'decode 8b|has no option' "$W/run.txt")"
 grep -q 'serve_bench exit 0' "$W/run.txt" && grep -q -- '--gpu-graphs' "$W/x/serve.txt" &&
     ok "serve: serve_bench.py knows --device and --gpu-graphs" || bad "serve: $(grep -E 'serve_bench|has no option' "$W/run.txt")"
 # the benchmark at ZAYA1-8B's real shapes: its widths and vocabulary exactly, 8 layers

@@ -39,6 +39,9 @@
 #     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16, then through the
 #              server's block pool with CUDA graphs (--path pool, ZAYA_GPU_GRAPHS=1); at batch 1 the few-row products
 #              against cuBLASLt (ZAYA_GPU_FEW_ROWS=off / on, alternating, two rounds)
+#     decode8b ZAYA1-8B's schema (configs/zaya1-8b.json), random bf16 weights on both sides: zaya's decoding through
+#              the block pool with CUDA graphs against transformers' generate, batch 1 and 32 (bench/vs_pytorch_gpu.py
+#              --decode-only --decode-path pool); the weights read a step give the share of the bandwidth bound
 #     serve    bench/serve_bench.py --device cuda on bench-gpu, bf16: zaya serve (and with ZAYA_GPU_GRAPHS=1) against
 #              transformers' generate at 32 concurrent requests (tokens/s, TTFT and inter-token p50 / p99)
 #     profile  per-kernel GPU times (ncu) of bf16 AdamW training steps on configs/bench-gpu.json cut to 2 layers:
@@ -76,12 +79,12 @@ left() { local l=$((BUDGET - $(elapsed))); [ "$l" -lt 10 ] && l=10; echo "$l"; }
 # The shapes: bench-gpu's on the device; a tiny model on the CPU in a dry run, through the same commands
 if [ "$DRY" = 1 ]; then
     # PROFILE_STEPS 2: the CPU's bench train runs 1 + 2 steps (no drained ones), a total no fixed divisor matches
-    DEV=cpu CFG=configs/tiny.json BATCH=2 SEQ=32 GEMM_N=128 PROFILE_STEPS=2 SLICE=configs/tiny.json MICRO=2
+    DEV=cpu CFG=configs/tiny.json BATCH=2 SEQ=32 GEMM_N=128 PROFILE_STEPS=2 SLICE=configs/tiny.json MICRO=2 CFG8B=configs/tiny.json
     NCU=tests/gpu/fake_ncu.py # runs the command and writes an ncu-shaped CSV (one 1 ms kernel per step it ran)
 else
     DEV=cuda CFG=configs/bench-gpu.json BATCH=4 SEQ=2048 GEMM_N=8192 PROFILE_STEPS=1
     # the real shapes: an optimizer step of MICRO x BATCH x SEQ = 65,536 tokens
-    SLICE=configs/bench-gpu-8b-slice.json MICRO=8
+    SLICE=configs/bench-gpu-8b-slice.json MICRO=8 CFG8B=configs/zaya1-8b.json
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
 fi
 # A Python benchmark: on the device it runs; in a dry run (no GPU for PyTorch) every --flag it is given must still be
@@ -269,6 +272,14 @@ session() {
                 echo "batch 1, pool + graphs, few-row products $fr (exit $?): $(grep -E '^decode ' "$LOG/decode-b1-few-$fr.txt" | tr -s ' ' | cut -c1-200)"
             done
         fi
+        pack
+    fi
+    if [[ $PARTS == *,decode8b,* ]]; then
+        stamp "decode8b: $CFG8B (random bf16 weights), zaya's pool + graphs against transformers' generate"
+        py_bench bench/vs_pytorch_gpu.py --config $CFG8B --decode-only --decode-path pool --decode-batches 1,32 \
+            --decode-context 128 --decode-tokens 64 >"$LOG/decode-8b.txt" 2>&1
+        echo "vs_pytorch_gpu decode 8b exit $?"
+        grep -E '^(\||weights|decode|dry)' "$LOG/decode-8b.txt" | tail -n 12
         pack
     fi
     if [[ $PARTS == *,serve,* ]]; then
