@@ -472,8 +472,8 @@ static void ns_mirror(gpuStream_t s, uint16_t *M, int r, long stride, int batch)
 }
 
 /* D = alpha op(P) op(Q) + beta C, a symmetric r × r product of every matrix in the group (inputs `stride_in` apart,
- * outputs rs apart), as ns_symmetric_bands' row bands of its upper triangle, then mirrored (optim.c's
- * ns_symmetric_product on the CPU). Band [row0, row0 + rows) reads P from step_p·row0 and Q from step_q·row0 (the
+ * outputs rs apart), as ns_symmetric_bands' row bands of its upper triangle, then mirrored (what the CPU's fp32 step
+ * gets from syrk). Band [row0, row0 + rows) reads P from step_p·row0 and Q from step_q·row0 (the
  * element one row, or one column, of the operand further on) and writes columns [row0, r) of its rows. */
 template <typename T>
 static int ns_symmetric(GpuCtx *g, const NsBand *bands, int nb, int ta, int tb, int r, int K, float alpha, const T *P,
