@@ -268,7 +268,11 @@ static void mirror_upper(float *M, int r) {
 
 int ns_symmetric_bands(int r, int band_rows, NsBand bands[NS_MAX_BANDS]) {
     int h = band_rows;
-    if (h <= 0) h = r < NS_BAND_MIN_R ? r : ((r + 7) / 8 + 127) / 128 * 128;
+    if (h <= 0 && r < NS_BAND_MIN_R) h = r;
+    if (h <= 0) { /* at most 8 bands of whole 128-row tiles, at least 256 rows: a band's GEMM must still fill the SMs */
+        h = ((r + 7) / 8 + 127) / 128 * 128;
+        if (h < 256) h = 256;
+    }
     if (h > r) h = r; /* one band (any band_rows >= r, INT_MAX included) */
     if (h < 1) h = 1;
     if ((r + h - 1) / h > NS_MAX_BANDS) h = (r + NS_MAX_BANDS - 1) / NS_MAX_BANDS;

@@ -93,7 +93,8 @@ size_t muon_workspace_floats(int m, int n);
  * [row0, row0 + rows) × columns [row0, r), and mirrored after; b equal bands cost (b + 1) / 2b of the whole product
  * (8 bands: 56%). (The CPU's fp32 step has syrk; its bf16 step keeps whole products: see ns5_iterate.)
  * band_rows <= 0 chooses: one band (the whole product, nothing to mirror) below NS_BAND_MIN_R rows, else at most 8
- * bands of a multiple of 128 rows (tall enough to keep a GEMM efficient); a band_rows that would need more than
+ * bands of a multiple of 128 rows and at least 256 (a band's GEMM must still fill the GPU: at r = 1,024, 4 bands,
+ * 62.5%; at 2,048, 8 bands of 256, 56%); a band_rows that would need more than
  * NS_MAX_BANDS bands is widened to fit. Fills bands and returns their count (1: the whole product; 0 when r <= 0). */
 enum { NS_MAX_BANDS = 64, NS_BAND_MIN_R = 1024 };
 typedef struct {
