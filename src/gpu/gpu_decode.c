@@ -287,9 +287,7 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     /* 3. q-k mean skip on each sequence's new rows (rows P.. of its [state | new] block), one launch */
     gk_qk_mean_forward_seqs(st, s->query_pre, s->key_pre, s->Ye, s->Xe, B, n, TE, P, Hq, Hkv, dh);
     /* 4. values; each sequence's first new row takes the previous token's vd, and its last vd is kept */
-    gk_delayed_value_forward(st, s->value, s->vc, s->vd, B, n, half);
-    gk_copy_rows(st, s->value + half, (long)n * Ck, c->vd_prev[l], half, half, B);
-    gk_copy_rows(st, c->vd_prev[l], half, s->vd + (long)(n - 1) * half, (long)n * half, half, B);
+    gk_decode_delayed_value(st, s->value, s->vc, s->vd, c->vd_prev[l], half, NULL, NULL, NULL, NULL, n, N, half);
     /* 5. QK norm and 6. RoPE at the absolute positions p0.. */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     const LayerGeom g = layer_geom(c, l);
@@ -748,8 +746,8 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     /* 3. q-k mean skip on each row's own column of its block */
     gk_qk_mean_forward_idx(st, s->query_pre, s->key_pre, s->Ye, s->Xe, desc(p, D_XROW), N, Hq, Hkv, dh);
     /* 4. values; each sequence's first row takes its slot's previous vd, and its last vd is kept */
-    gk_pool_delayed_value(st, s->value, s->vc, s->vd, vd_prev, p->slot_state, desc(p, D_SEQ), desc(p, D_FIRST),
-                          desc(p, D_LAST), desc(p, D_SLOT), N, half);
+    gk_decode_delayed_value(st, s->value, s->vc, s->vd, vd_prev, p->slot_state, desc(p, D_SEQ), desc(p, D_FIRST),
+                            desc(p, D_LAST), desc(p, D_SLOT), 0, N, half);
     /* 5. QK norm and 6. RoPE at each row's absolute position */
     const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
     const LayerGeom g = pool_geom(p, l);

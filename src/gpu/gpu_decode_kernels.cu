@@ -1,6 +1,6 @@
 /* Kernels of cached decoding on the GPU (gpu_decode.c): attention of a few new queries over the KV cache, the
  * strided row copies that move rows in and out of the cache and the convolution state (two in one launch where a
- * step moves two), and a ragged batch's CCA values with their kept state. The cache holds k̂ / v as
+ * step moves two), and a step's CCA values with their kept state. The cache holds k̂ / v as
  * fp32 or as bf16 (--kv-dtype bf16: rounded nearest-even when appended, widened exactly when read; scores, softmax
  * and sums stay fp32), one template each. Launched through GK_LAUNCH, so tests/gpu/emu runs this file on the CPU. */
 #include "gpu_common.cuh"
@@ -203,29 +203,31 @@ extern "C" void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b) { c
 /* Thread (r, j): value[r] = [vc[r] | vd[r − 1]] at column j and half + j; when r is its sequence's first row, column
  * half + j comes from the slot's kept vd, which this same thread then replaces with the sequence's last vd (read
  * before written, and by no other thread: the slots are distinct). */
-__global__ void pool_delayed_value_kernel(float *value, const float *vc, const float *vd, float *vd_prev,
-                                          long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
-                                          const int32_t *seq_last, const int32_t *seq_slot, int N, int half) {
+__global__ void delayed_value_kernel(float *value, const float *vc, const float *vd, float *vd_prev, long slot_stride,
+                                     const int32_t *row_seq, const int32_t *seq_first, const int32_t *seq_last,
+                                     const int32_t *seq_slot, int n, int N, int half) {
     const long total = (long)N * half;
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
         const long r = k / half, j = k % half;
-        const int i = row_seq[r];
+        const int i = row_seq ? row_seq[r] : (int)(r / n);
+        const long first = row_seq ? seq_first[i] : (long)i * n;
         float *row = value + r * 2 * half;
         row[j] = vc[r * half + j];
-        if (r == seq_first[i]) {
-            float *kept = vd_prev + (long)seq_slot[i] * slot_stride + j;
+        if (r == first) {
+            float *kept = vd_prev + (long)(row_seq ? seq_slot[i] : i) * slot_stride + j;
+            const long last = row_seq ? seq_last[i] : first + n - 1;
             row[half + j] = *kept;
-            *kept = vd[(long)seq_last[i] * half + j];
+            *kept = vd[last * half + j];
         } else {
             row[half + j] = vd[(r - 1) * half + j];
         }
     }
 }
 
-extern "C" void gk_pool_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev,
-                                      long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
-                                      const int32_t *seq_last, const int32_t *seq_slot, int N, int half) {
-    if (N <= 0 || half <= 0) return;
-    GK_LAUNCH(pool_delayed_value_kernel, gk_blocks((long)N * half, 256), 256, 0, s, value, vc, vd, vd_prev,
-              slot_stride, row_seq, seq_first, seq_last, seq_slot, N, half);
+extern "C" void gk_decode_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev,
+                                        long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
+                                        const int32_t *seq_last, const int32_t *seq_slot, int n, int N, int half) {
+    if (N <= 0 || half <= 0 || (!row_seq && n <= 0)) return;
+    GK_LAUNCH(delayed_value_kernel, gk_blocks((long)N * half, 256), 256, 0, s, value, vc, vd, vd_prev, slot_stride,
+              row_seq, seq_first, seq_last, seq_slot, n, N, half);
 }

@@ -266,13 +266,15 @@ typedef struct {
 } GkRowCopy;
 void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b);
 void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b);
-/* CCA's values for the N rows of a ragged batch (each sequence's rows consecutive), gk_delayed_value_forward and its
- * two copies in one launch: value[r] = [vc[r] | vd[r − 1]], a sequence's first row taking its slot's kept vd instead
- * (vd_prev + slot·slot_stride, half floats), which then becomes that sequence's last row's vd. value [N, 2·half],
- * vc, vd [N, half]; row_seq [N], seq_first, seq_last, seq_slot [n_seqs] on the device (slots distinct). */
-void gk_pool_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev, long slot_stride,
-                           const int32_t *row_seq, const int32_t *seq_first, const int32_t *seq_last,
-                           const int32_t *seq_slot, int N, int half);
+/* CCA's values for a decoding step's N rows (each sequence's rows consecutive), gk_delayed_value_forward and its two
+ * copies of the kept state in one launch: value[r] = [vc[r] | vd[r − 1]], a sequence's first row taking its slot's
+ * kept vd instead (vd_prev + slot·slot_stride, half floats), which then becomes that sequence's last row's vd.
+ * value [N, 2·half], vc, vd [N, half]. The sequences: a ragged batch's row_seq [N], seq_first, seq_last, seq_slot
+ * [n_seqs] on the device (slots distinct), or, with row_seq NULL, the same-length cache's: every sequence n rows,
+ * sequence i in slot i. */
+void gk_decode_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev,
+                             long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
+                             const int32_t *seq_last, const int32_t *seq_slot, int n, int N, int half);
 /* gk_decode_attention over a block pool, for the N rows of a ragged batch (gpu_model_decode_step): row r (Q, O
  * [N, Hq*dh]) belongs to the step's sequence row_seq[r], sits at position row_pos[r] and sees that sequence's keys
  * 0..row_pos[r] (the last `window` of them when window > 0); key s of sequence i is row

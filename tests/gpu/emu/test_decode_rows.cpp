@@ -3,9 +3,10 @@
  *   state with the new rows): one copy through both index lists (scattered by a permutation, gathered with
  *   repeats), the other strided without any, rows of different lengths; every written element equal to its source
  *   (bf16 destinations: rounded as zy_f32_to_bf16), every other element untouched; either copy empty;
- * - gk_pool_delayed_value (CCA's values of a ragged batch with each sequence's kept vd): sequences of one and of
- *   several rows in slots out of order, against the three steps it replaces (the delayed value, the first rows' kept
- *   vd, the last rows' vd kept), the slots no sequence uses untouched.
+ * - gk_decode_delayed_value (CCA's values with each sequence's kept vd), against the three steps it replaces (the
+ *   delayed value, the first rows' kept vd, the last rows' vd kept): a ragged batch's sequences of one and of several
+ *   rows in slots out of order, the slots no sequence uses untouched; and the same-length cache's (no descriptors:
+ *   every sequence n rows, sequence i in slot i).
  * Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_decode_kernels.cu"
@@ -79,8 +80,10 @@ template <class T> static void copy2_case(const char *type, int n_a, int n_b) {
     report(bad == 0, what);
 }
 
-/* Sequences of lens[i] consecutive rows, sequence i in slot slots[i] of a kept-vd array of n_slots. */
-static void delayed_value_case(const std::vector<int> &lens, const std::vector<int> &slots, int n_slots) {
+/* Sequences of lens[i] consecutive rows, sequence i in slot slots[i] of a kept-vd array of n_slots; uniform: all
+ * lens equal and slots 0.. in order, passed without descriptors (the same-length cache's form). */
+static void delayed_value_case(const std::vector<int> &lens, const std::vector<int> &slots, int n_slots,
+                               bool uniform = false) {
     const int half = 37, S = (int)lens.size();
     const long slot_stride = half + 3;
     std::vector<int32_t> row_seq, first(S), last(S), slot(slots.begin(), slots.end());
@@ -104,13 +107,17 @@ static void delayed_value_case(const std::vector<int> &lens, const std::vector<i
             want_value[(size_t)first[i] * 2 * half + half + j] = kept[slot[i] * slot_stride + j];
     for (int i = 0; i < S; i++)
         for (int j = 0; j < half; j++) want_kept[slot[i] * slot_stride + j] = vd[(size_t)last[i] * half + j];
-    gk_pool_delayed_value(nullptr, value.data(), vc.data(), vd.data(), kept.data(), slot_stride, row_seq.data(),
-                          first.data(), last.data(), slot.data(), N, half);
+    if (uniform)
+        gk_decode_delayed_value(nullptr, value.data(), vc.data(), vd.data(), kept.data(), slot_stride, nullptr,
+                                nullptr, nullptr, nullptr, lens[0], N, half);
+    else
+        gk_decode_delayed_value(nullptr, value.data(), vc.data(), vd.data(), kept.data(), slot_stride, row_seq.data(),
+                                first.data(), last.data(), slot.data(), 0, N, half);
     const bool ok = std::memcmp(value.data(), want_value.data(), value.size() * sizeof(float)) == 0 &&
                     std::memcmp(kept.data(), want_kept.data(), kept.size() * sizeof(float)) == 0;
     char what[160];
-    std::snprintf(what, sizeof what, "pool_delayed_value: %d sequences, %d rows, %d slots: values and kept vd", S, N,
-                  n_slots);
+    std::snprintf(what, sizeof what, "decode_delayed_value (%s): %d sequences, %d rows, %d slots: values and kept vd",
+                  uniform ? "same-length" : "ragged", S, N, n_slots);
     report(ok, what);
 }
 
@@ -123,6 +130,8 @@ int main() {
     delayed_value_case({1}, {0}, 1);
     delayed_value_case({1, 3, 1, 4}, {5, 0, 3, 2}, 7);
     delayed_value_case({6}, {2}, 3);
+    delayed_value_case({3, 3, 3}, {0, 1, 2}, 3, true);
+    delayed_value_case({1, 1}, {0, 1}, 2, true);
     std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
     return emu_failed() != 0;
 }
