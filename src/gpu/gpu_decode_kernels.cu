@@ -142,10 +142,6 @@ extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const floa
                              int rows) {
     copy_rows2<float>(s, row_copy(dst, dst_stride, nullptr, src, src_stride, nullptr, len, rows), GkRowCopy{});
 }
-extern "C" void gk_copy_rows_bf16(GkStream s, uint16_t *dst, long dst_stride, const float *src, long src_stride,
-                                  long len, int rows) {
-    copy_rows2<uint16_t>(s, row_copy(dst, dst_stride, nullptr, src, src_stride, nullptr, len, rows), GkRowCopy{});
-}
 
 /* ---- a ragged batch over a block pool (gpu_model_decode_step) ------------------------------------------------ */
 
@@ -192,10 +188,6 @@ extern "C" void gk_paged_decode_attention_bf16(GkStream s, float *O, const float
 extern "C" void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
                                  long src_stride, const int32_t *src_idx, long len, int n) {
     copy_rows2<float>(s, row_copy(dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n), GkRowCopy{});
-}
-extern "C" void gk_copy_rows_idx_bf16(GkStream s, uint16_t *dst, long dst_stride, const int32_t *dst_idx,
-                                      const float *src, long src_stride, const int32_t *src_idx, long len, int n) {
-    copy_rows2<uint16_t>(s, row_copy(dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n), GkRowCopy{});
 }
 extern "C" void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<float>(s, a, b); }
 extern "C" void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<uint16_t>(s, a, b); }

@@ -284,17 +284,13 @@ void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float
                                const int32_t *row_seq, const int32_t *row_pos, const int32_t *table, int max_blocks,
                                int block_tokens, int N, int Hq, int Hkv, int dh, int window);
 /* The bf16 KV cache (--kv-dtype bf16): the same attention over bf16 k̂ / v (widened exactly, fp32 arithmetic in the
- * same order: the fp32 kernels' bits on the rounded values), and the row copies into it (rounded nearest-even, as
- * zy_f32_to_bf16). */
+ * same order: the fp32 kernels' bits on the rounded values); the appends into it are gk_copy_rows_idx2_bf16's
+ * (rounded nearest-even, as zy_f32_to_bf16). */
 void gk_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kc, const uint16_t *Vc, int B,
                               int n, int p0, int max_len, int Hq, int Hkv, int dh, int window);
 void gk_paged_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kp, const uint16_t *Vp,
                                     const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
                                     int max_blocks, int block_tokens, int N, int Hq, int Hkv, int dh, int window);
-void gk_copy_rows_bf16(GkStream s, uint16_t *dst, long dst_stride, const float *src, long src_stride, long len,
-                       int rows);
-void gk_copy_rows_idx_bf16(GkStream s, uint16_t *dst, long dst_stride, const int32_t *dst_idx, const float *src,
-                           long src_stride, const int32_t *src_idx, long len, int n);
 
 /* ---- few-row products: decoding's steps (gpu_skinny.cu) ----
  * The bf16 runs' product (x rounded to bf16 nearest-even, bf16 weights, fp32 sums; the sums' order is not

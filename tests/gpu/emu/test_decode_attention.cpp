@@ -1,7 +1,7 @@
 /* src/gpu/gpu_decode_kernels.cu run on the CPU (cuda_emu.h): cached decoding's attention with the KV cache in bf16
  * (--kv-dtype bf16) against the fp32 cache, for the same-length cache and the block pool, with and without a sliding
  * window, 1 and 2 query heads a kv head.
- * - the appends (gk_copy_rows_bf16, gk_copy_rows_idx_bf16) round every value as zy_f32_to_bf16: bit for bit;
+ * - the appends (gk_copy_rows_idx2_bf16: k̂ and v in one launch) round every value as zy_f32_to_bf16: bit for bit;
  * - the bf16 kernels equal the fp32 kernels run on the same values rounded to bf16, bit for bit (one arithmetic, the
  *   loads widen exactly), and a double-precision reference on those values within 1e-5 (relative L2, fp32 sums);
  * - against the unrounded fp32 cache, within 1e-2 and not equal. Why 1e-2: each k̂ / v value rounds with a relative
@@ -63,8 +63,9 @@ static void contiguous_case(int B, int n, int p0, int Hq, int Hkv, int dh, int w
     std::vector<uint16_t> K16(K32.size(), 0x7fc1), V16(K32.size(), 0x7fc1); /* NaN poison past the rows written */
     gk_copy_rows(nullptr, K32.data(), (long)max_len * Ck, K.data(), (long)T * Ck, (long)T * Ck, B);
     gk_copy_rows(nullptr, V32.data(), (long)max_len * Ck, V.data(), (long)T * Ck, (long)T * Ck, B);
-    gk_copy_rows_bf16(nullptr, K16.data(), (long)max_len * Ck, K.data(), (long)T * Ck, (long)T * Ck, B);
-    gk_copy_rows_bf16(nullptr, V16.data(), (long)max_len * Ck, V.data(), (long)T * Ck, (long)T * Ck, B);
+    const long seq = (long)T * Ck; /* each sequence's rows as one row of the copy, as gpu_decode.c appends them */
+    gk_copy_rows_idx2_bf16(nullptr, GkRowCopy{K16.data(), (long)max_len * Ck, nullptr, K.data(), seq, nullptr, seq, B},
+                           GkRowCopy{V16.data(), (long)max_len * Ck, nullptr, V.data(), seq, nullptr, seq, B});
     size_t bad = 0;
     for (int b = 0; b < B; b++)
         for (size_t i = 0; i < (size_t)T * Ck; i++) {
@@ -73,7 +74,7 @@ static void contiguous_case(int B, int n, int p0, int Hq, int Hkv, int dh, int w
         }
     char tag[128], what[200];
     std::snprintf(tag, sizeof tag, "cache B%d n%d p0 %d Hq%d Hkv%d dh%d window %d", B, n, p0, Hq, Hkv, dh, window);
-    std::snprintf(what, sizeof what, "%s: gk_copy_rows_bf16 rounds as zy_f32_to_bf16 (%zu differ)", tag, bad);
+    std::snprintf(what, sizeof what, "%s: the bf16 append rounds as zy_f32_to_bf16 (%zu differ)", tag, bad);
     report(bad == 0, what);
     for (size_t i = 0; i < K32.size(); i++) Kr[i] = widen(K16[i]), Vr[i] = widen(V16[i]);
     /* the new queries: the last n rows of each sequence */
@@ -123,8 +124,8 @@ static void paged_case(int Hq, int Hkv, int dh, int bt, int window) {
     std::vector<uint16_t> K16(pool, 0x7fc1), V16(pool, 0x7fc1);
     gk_copy_rows_idx(nullptr, K32.data(), Ck, phys.data(), K.data(), Ck, nullptr, Ck, rows);
     gk_copy_rows_idx(nullptr, V32.data(), Ck, phys.data(), V.data(), Ck, nullptr, Ck, rows);
-    gk_copy_rows_idx_bf16(nullptr, K16.data(), Ck, phys.data(), K.data(), Ck, nullptr, Ck, rows);
-    gk_copy_rows_idx_bf16(nullptr, V16.data(), Ck, phys.data(), V.data(), Ck, nullptr, Ck, rows);
+    gk_copy_rows_idx2_bf16(nullptr, GkRowCopy{K16.data(), Ck, phys.data(), K.data(), Ck, nullptr, Ck, rows},
+                           GkRowCopy{V16.data(), Ck, phys.data(), V.data(), Ck, nullptr, Ck, rows});
     size_t bad = 0;
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < Ck; i++) {
@@ -133,7 +134,7 @@ static void paged_case(int Hq, int Hkv, int dh, int bt, int window) {
         }
     char tag[128], what[200];
     std::snprintf(tag, sizeof tag, "pool bt %d Hq%d Hkv%d dh%d window %d", bt, Hq, Hkv, dh, window);
-    std::snprintf(what, sizeof what, "%s: gk_copy_rows_idx_bf16 rounds as zy_f32_to_bf16 (%zu differ)", tag, bad);
+    std::snprintf(what, sizeof what, "%s: the bf16 pool append rounds as zy_f32_to_bf16 (%zu differ)", tag, bad);
     report(bad == 0, what);
     for (size_t i = 0; i < pool; i++) Kr[i] = widen(K16[i]), Vr[i] = widen(V16[i]);
     std::vector<float> out16(Q.size(), NAN), out_r(Q.size(), NAN), out32(Q.size(), NAN);
