@@ -48,6 +48,7 @@ done
 run_suite unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/zaya_tests
 run_suite fuzz bash tests/fuzz/run.sh
 run_suite gpu-emu bash tests/gpu/emu/run.sh # the tensor-core kernels' source on the CPU: no GPU needed
+run_suite pdl python3 tests/gpu/pdl_check.py # kernels launched to overlap the one before wait for it first
 for t in tests/cli/test_*.sh; do # not tests/cli/fixture.sh: shared set-up the suites source
     [ -e "$t" ] || continue
     run_suite "$(basename "$t" .sh)" bash "$t"

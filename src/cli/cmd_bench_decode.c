@@ -345,6 +345,9 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         printf(" (steps of up to %d rows: the few-row kernels)\n", gpu_model_few_rows(gm));
     else
         printf("%s\n", bf16 ? " (cuBLASLt and the grouped experts at every step: ZAYA_GPU_FEW_ROWS=off)" : "");
+    printf("launches     %s\n", gpu_model_programmatic_launch(gm)
+                                     ? "programmatic: each small kernel overlaps the one before (ZAYA_GPU_PDL=off: not)"
+                                     : "each kernel after the one before ends (programmatic launch: sm_90+, ZAYA_GPU_PDL)");
     if (pool)
         printf("path         the block pool (the server's step, %d-token blocks); CUDA graphs: %s (%d held)\n",
                block_tokens, gpu_kvpool_graphs(kp) ? "on" : "off (ZAYA_GPU_GRAPHS=1 turns them on)",

@@ -46,6 +46,7 @@ template <int K0> /* 0: k0 at run time */
 __global__ void __launch_bounds__(256)
     depthwise_fwd_kernel(float *__restrict__ M, const float *__restrict__ X, const float *__restrict__ w0,
                          const float *__restrict__ b0, int B, int T, int C, int k0_rt, int k1, int ncb) {
+    gk_pdl_enter();
     const int k0 = K0 ? K0 : k0_rt;
     const int c = (int)(blockIdx.x % ncb) * 32 + threadIdx.x % 32;
     const int TM = T + k1 - 1;
@@ -88,6 +89,7 @@ template <int K1, bool BWD>
 __global__ void __launch_bounds__(CG_THREADS, 2)
     conv_gemm_kernel(float *__restrict__ out, const float *__restrict__ src, const float *__restrict__ w1,
                      const float *__restrict__ b1, int B, int T, int C, int dh, int ntn, int vec) {
+    gk_pdl_enter();
     static_assert(K1 >= 1 && CG_BM + K1 - 1 <= CG_LD, "K1 out of range");
     __shared__ __align__(16) float As[2][CG_BK][CG_LD];
     __shared__ __align__(16) float Bs[2][CG_BK * K1][CG_LD];
@@ -475,6 +477,7 @@ __global__ void conv_dcol_reduce_kernel(float *__restrict__ db0, float *__restri
 /* ---- fallbacks for k0 or k1 above 4 (no model uses them: correct, deterministic, not fast) ------------------------ */
 __global__ void naive_y_kernel(float *__restrict__ Y, const float *__restrict__ M, const float *__restrict__ w1,
                                const float *__restrict__ b1, int B, int T, int C, int dh, int k1) {
+    gk_pdl_enter();
     const int TM = T + k1 - 1;
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < (long)B * T * C;
          idx += (long)gridDim.x * blockDim.x) {
@@ -581,9 +584,11 @@ void launch_conv_gemm(gpuStream_t s, bool bwd, float *out, const float *src, con
     const long blocks = (R + CG_BM - 1) / CG_BM * groups * ntn;
     const int vec = dh % 4 == 0 && aligned16(out);
     if (bwd)
-        conv_gemm_kernel<K1, true><<<(unsigned)blocks, CG_THREADS, 0, s>>>(out, src, w1, b1, B, T, C, dh, ntn, vec);
+        GK_LAUNCH_PDL((conv_gemm_kernel<K1, true>), (unsigned)blocks, CG_THREADS, 0, s, out, src, w1, b1, B, T, C, dh,
+                      ntn, vec);
     else
-        conv_gemm_kernel<K1, false><<<(unsigned)blocks, CG_THREADS, 0, s>>>(out, src, w1, b1, B, T, C, dh, ntn, vec);
+        GK_LAUNCH_PDL((conv_gemm_kernel<K1, false>), (unsigned)blocks, CG_THREADS, 0, s, out, src, w1, b1, B, T, C, dh,
+                      ntn, vec);
 }
 
 template <int K1>
@@ -635,6 +640,7 @@ void launch_conv_dcol(gpuStream_t s, float *dX, float *db0, float *dw0, float *d
 __global__ void qk_mean_fwd_kernel(float *__restrict__ query, float *__restrict__ key, const float *__restrict__ Y,
                                    const float *__restrict__ X, int rows, int Hq, int Hkv, int dh, int seq_rows,
                                    long seq_stride, long seq_offset, const int32_t *__restrict__ in_row) {
+    gk_pdl_enter();
     const int G = Hq / Hkv, C = (Hq + Hkv) * dh, Cq = Hq * dh, nk = Hkv * dh;
     const int el = blockIdx.x * blockDim.x + threadIdx.x;
     if (el >= nk) return;
@@ -708,6 +714,7 @@ __global__ void delayed_value_bwd_kernel(float *__restrict__ dvc, float *__restr
 template <bool BACK>
 __global__ void rope_kernel(float *__restrict__ x, const float *__restrict__ cosv, const float *__restrict__ sinv,
                             long rows, int T, int H, int dh, int half, const int32_t *__restrict__ pos) {
+    gk_pdl_enter();
     const int el = blockIdx.x * blockDim.x + threadIdx.x;
     if (el >= H * half) return;
     const int h = el / half, k = el - h * half;
@@ -741,6 +748,7 @@ __global__ void __launch_bounds__(NR_THREADS)
     l2norm_rope_fwd_kernel(GkNormRopePart qp, GkNormRopePart kp, long q_items, long items,
                            const float *__restrict__ cosv, const float *__restrict__ sinv, int T, int dh, int half,
                            float scale, float eps, const int32_t *__restrict__ pos) {
+    gk_pdl_enter();
     const int lane = threadIdx.x % GPU_WARP;
     for (long item = (long)blockIdx.x * NR_WARPS + threadIdx.x / GPU_WARP; item < items;
          item += (long)gridDim.x * NR_WARPS) {
@@ -849,11 +857,11 @@ static void conv_forward(GkStream s, bool tc, float *Y, float *M, const float *X
     const int ncb = (C + 31) / 32;
     const unsigned dblocks = (unsigned)(ncb * ((R + DEPTH_ROWS - 1) / DEPTH_ROWS));
     switch (k0) {
-    case 1: depthwise_fwd_kernel<1><<<dblocks, 256, 0, s>>>(M, X, w0, b0, B, T, C, k0, k1, ncb); break;
-    case 2: depthwise_fwd_kernel<2><<<dblocks, 256, 0, s>>>(M, X, w0, b0, B, T, C, k0, k1, ncb); break;
-    case 3: depthwise_fwd_kernel<3><<<dblocks, 256, 0, s>>>(M, X, w0, b0, B, T, C, k0, k1, ncb); break;
-    case 4: depthwise_fwd_kernel<4><<<dblocks, 256, 0, s>>>(M, X, w0, b0, B, T, C, k0, k1, ncb); break;
-    default: depthwise_fwd_kernel<0><<<dblocks, 256, 0, s>>>(M, X, w0, b0, B, T, C, k0, k1, ncb);
+    case 1: GK_LAUNCH_PDL((depthwise_fwd_kernel<1>), dblocks, 256, 0, s, M, X, w0, b0, B, T, C, k0, k1, ncb); break;
+    case 2: GK_LAUNCH_PDL((depthwise_fwd_kernel<2>), dblocks, 256, 0, s, M, X, w0, b0, B, T, C, k0, k1, ncb); break;
+    case 3: GK_LAUNCH_PDL((depthwise_fwd_kernel<3>), dblocks, 256, 0, s, M, X, w0, b0, B, T, C, k0, k1, ncb); break;
+    case 4: GK_LAUNCH_PDL((depthwise_fwd_kernel<4>), dblocks, 256, 0, s, M, X, w0, b0, B, T, C, k0, k1, ncb); break;
+    default: GK_LAUNCH_PDL((depthwise_fwd_kernel<0>), dblocks, 256, 0, s, M, X, w0, b0, B, T, C, k0, k1, ncb);
     }
     if (tc && gk_cca_conv_gemm_tc(s, 0, Y, M, w1, b1, B, T, C, dh, k1) == 0) return;
     switch (k1) {
@@ -862,7 +870,8 @@ static void conv_forward(GkStream s, bool tc, float *Y, float *M, const float *X
     case 3: launch_conv_gemm<3>(s, false, Y, M, w1, b1, B, T, C, dh); break;
     case 4: launch_conv_gemm<4>(s, false, Y, M, w1, b1, B, T, C, dh); break;
     default:
-        naive_y_kernel<<<gk_blocks((long)B * T * C, EW_THREADS), EW_THREADS, 0, s>>>(Y, M, w1, b1, B, T, C, dh, k1);
+        GK_LAUNCH_PDL(naive_y_kernel, gk_blocks((long)B * T * C, EW_THREADS), EW_THREADS, 0, s, Y, M, w1, b1, B, T, C,
+                      dh, k1);
     }
 }
 
@@ -939,7 +948,7 @@ extern "C" void gk_qk_mean_forward(GkStream s, float *query, float *key, const f
                                    int Hq, int Hkv, int dh) {
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, nullptr);
+    GK_LAUNCH_PDL(qk_mean_fwd_kernel, grid, EW_THREADS, 0, s, query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, nullptr);
 }
 
 extern "C" void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, const float *Y, const float *X, int B,
@@ -947,15 +956,15 @@ extern "C" void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, co
     const int rows = B * n;
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, n, stride_rows, offset_rows,
-                                                   nullptr);
+    GK_LAUNCH_PDL(qk_mean_fwd_kernel, grid, EW_THREADS, 0, s, query, key, Y, X, rows, Hq, Hkv, dh, n, stride_rows,
+                  offset_rows, nullptr);
 }
 
 extern "C" void gk_qk_mean_forward_idx(GkStream s, float *query, float *key, const float *Y, const float *X,
                                        const int32_t *in_row, int rows, int Hq, int Hkv, int dh) {
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    qk_mean_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, in_row);
+    GK_LAUNCH_PDL(qk_mean_fwd_kernel, grid, EW_THREADS, 0, s, query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, in_row);
 }
 
 extern "C" void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows,
@@ -986,8 +995,8 @@ extern "C" void gk_l2norm_rope_qk_forward(GkStream s, GkNormRopePart q, GkNormRo
                                           float scale, float eps) {
     const long q_items = q.y ? (long)rows * q.H : 0, items = q_items + (k.y ? (long)rows * k.H : 0);
     if (items <= 0 || dh <= 0) return;
-    l2norm_rope_fwd_kernel<<<gk_blocks(items, NR_WARPS), NR_THREADS, 0, s>>>(q, k, q_items, items, cosv, sinv, T, dh,
-                                                                             rd / 2, scale, eps, pos);
+    GK_LAUNCH_PDL(l2norm_rope_fwd_kernel, gk_blocks(items, NR_WARPS), NR_THREADS, 0, s, q, k, q_items, items, cosv,
+                  sinv, T, dh, rd / 2, scale, eps, pos);
 }
 
 extern "C" void gk_l2norm_rope_forward(GkStream s, float *y, float *norm, const float *x, const float *temp,
@@ -1012,7 +1021,7 @@ extern "C" void gk_rope_forward(GkStream s, float *x, const float *cosv, const f
     const int half = rd / 2;
     if (rows <= 0 || H <= 0 || half <= 0) return;
     dim3 grid((unsigned)((H * half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    rope_kernel<false><<<grid, EW_THREADS, 0, s>>>(x, cosv, sinv, rows, T, H, dh, half, nullptr);
+    GK_LAUNCH_PDL((rope_kernel<false>), grid, EW_THREADS, 0, s, x, cosv, sinv, rows, T, H, dh, half, nullptr);
 }
 
 extern "C" void gk_rope_forward_pos(GkStream s, float *x, const float *cosv, const float *sinv, const int32_t *pos,
@@ -1020,7 +1029,7 @@ extern "C" void gk_rope_forward_pos(GkStream s, float *x, const float *cosv, con
     const int half = rd / 2;
     if (rows <= 0 || H <= 0 || half <= 0) return;
     dim3 grid((unsigned)((H * half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    rope_kernel<false><<<grid, EW_THREADS, 0, s>>>(x, cosv, sinv, rows, 1, H, dh, half, pos);
+    GK_LAUNCH_PDL((rope_kernel<false>), grid, EW_THREADS, 0, s, x, cosv, sinv, rows, 1, H, dh, half, pos);
 }
 
 extern "C" void gk_rope_backward(GkStream s, float *dx, const float *cosv, const float *sinv, int rows, int T, int H,
@@ -1028,5 +1037,5 @@ extern "C" void gk_rope_backward(GkStream s, float *dx, const float *cosv, const
     const int half = rd / 2;
     if (rows <= 0 || H <= 0 || half <= 0) return;
     dim3 grid((unsigned)((H * half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    rope_kernel<true><<<grid, EW_THREADS, 0, s>>>(dx, cosv, sinv, rows, T, H, dh, half, nullptr);
+    GK_LAUNCH_PDL((rope_kernel<true>), grid, EW_THREADS, 0, s, dx, cosv, sinv, rows, T, H, dh, half, nullptr);
 }

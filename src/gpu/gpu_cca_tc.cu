@@ -30,6 +30,7 @@ template <int K1, bool BWD>
 __global__ void __launch_bounds__(CT_THREADS)
     conv_tc_kernel(float *__restrict__ out, const float *__restrict__ src, const float *__restrict__ w1,
                    const float *__restrict__ b1, int B, int T, int C, int dh, int ntn) {
+    gk_pdl_enter();
 #if TC_ARCH_OK
     constexpr int AROWS = CT_BM + K1 - 1;
     __shared__ ConvTcShared<K1> sh;
@@ -128,9 +129,12 @@ void launch(GkStream s, bool bwd, float *out, const float *src, const float *w1,
     const long R = (long)B * (T + K1 - 1);
     const int ntn = (dh + CT_BN - 1) / CT_BN;
     const long blocks = (R + CT_BM - 1) / CT_BM * (long)(C / dh) * ntn;
-    void (*k)(float *, const float *, const float *, const float *, int, int, int, int, int) =
-        bwd ? conv_tc_kernel<K1, true> : conv_tc_kernel<K1, false>;
-    GK_LAUNCH(k, dim3((unsigned)blocks), dim3(CT_THREADS), 0, s, out, src, w1, b1, B, T, C, dh, ntn);
+    if (bwd)
+        GK_LAUNCH_PDL((conv_tc_kernel<K1, true>), dim3((unsigned)blocks), dim3(CT_THREADS), 0, s, out, src, w1, b1, B,
+                      T, C, dh, ntn);
+    else
+        GK_LAUNCH_PDL((conv_tc_kernel<K1, false>), dim3((unsigned)blocks), dim3(CT_THREADS), 0, s, out, src, w1, b1, B,
+                      T, C, dh, ntn);
     GK_LAUNCH_CHECK();
 }
 

@@ -12,6 +12,7 @@
 #include "cuda_emu.h" /* tests/gpu/emu: this source run on the CPU */
 #else
 #include "gpu_runtime.h"
+#include "gpu_kernels.h" /* gk_programmatic_launch_on */
 
 /* A kernel launch, written once for the GPU and for the CPU emulation (cuda_emu.h runs the same call there):
  * kern a kernel or a pointer to one (a template's name with commas goes through a pointer). */
@@ -19,7 +20,46 @@
 /* The block's dynamic shared memory, 128-byte aligned (as T elements: GK_DYNAMIC_SMEM_T). */
 #define GK_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 #define GK_DYNAMIC_SMEM_T(T, name) extern __shared__ __align__(128) T name[]
+
+/* Programmatic dependent launch (Hopper and newer, CUDA; gk_programmatic_launch in gpu_kernels.h turns it on): a
+ * kernel launched through GK_LAUNCH_PDL may be scheduled, its blocks made resident and their first instructions run,
+ * while the kernel before it in the stream is still running, so a chain of small kernels (a decoding step) does not
+ * pay each launch's latency in turn. Such a kernel MUST call gk_pdl_enter() before it reads or writes anything another
+ * kernel of the stream writes or reads (tests/gpu/pdl_check.py checks that it calls it, the emulator that every
+ * thread reaches it); what it does before (index arithmetic, loads of weights no kernel of the step writes) overlaps
+ * the previous kernel. Elsewhere (HIP, older GPUs, the switch off) it is an ordinary launch. */
+#ifndef ZAYA_HIP
+template <typename... P, typename... A>
+inline void gk_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, A... args) {
+    if (!gk_programmatic_launch_on()) {
+        kern<<<grid, block, smem, s>>>(static_cast<P>(args)...);
+        return;
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...); /* an error surfaces at the next gpu_check */
+}
+#define GK_LAUNCH_PDL(kern, grid, block, smem, stream, ...) gk_launch_pdl(kern, grid, block, smem, stream, __VA_ARGS__)
+#else
+#define GK_LAUNCH_PDL GK_LAUNCH
 #endif
+#endif
+
+/* Waits for the kernels before this one in the stream to finish (their writes visible), then lets the next kernel
+ * launched through GK_LAUNCH_PDL be scheduled: a no-op where programmatic launch is not in use. Called by every thread,
+ * before the first access that depends on (or is read by) another kernel. */
+__device__ __forceinline__ void gk_pdl_enter() {
+#if defined(ZAYA_GPU_EMU)
+    emu::pdl_entered = true;
+#elif !defined(ZAYA_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
 
 /* Launch-error check after a kernel launch (the launchers return void; errors surface at gpu_check_last). */
 #define GK_LAUNCH_CHECK() ((void)0)

@@ -117,6 +117,23 @@ static int pick_device(int device, ZyErr *err) {
     return 0;
 }
 
+/* gk_programmatic_launch: CUDA on compute capability 9.0+ only (the launch attribute and griddepcontrol are
+ * Hopper's). */
+static int programmatic_launch;
+extern "C" int gk_programmatic_launch(int on) {
+#ifdef ZAYA_HIP
+    (void)on;
+    programmatic_launch = 0;
+#else
+    int dev = 0, major = 0;
+    programmatic_launch = on && cudaGetDevice(&dev) == cudaSuccess &&
+                          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                          major >= 9;
+#endif
+    return programmatic_launch;
+}
+extern "C" int gk_programmatic_launch_on(void) { return programmatic_launch; }
+
 extern "C" int gpu_open(GpuCtx *g, int device, ZyErr *err) {
     memset(g, 0, sizeof *g);
     int d = pick_device(device, err);

@@ -2,7 +2,8 @@
  * strided row copies that move rows in and out of the cache and the convolution state (two in one launch where a
  * step moves two), and a step's CCA values with their kept state. The cache holds k̂ / v as
  * fp32 or as bf16 (--kv-dtype bf16: rounded nearest-even when appended, widened exactly when read; scores, softmax
- * and sums stay fp32), one template each. Launched through GK_LAUNCH, so tests/gpu/emu runs this file on the CPU. */
+ * and sums stay fp32), one template each. Launched through GK_LAUNCH_PDL (a decoding step's chain of small kernels), so
+ * tests/gpu/emu runs this file on the CPU. */
 #include "gpu_common.cuh"
 #include "gpu_kernels.h"
 
@@ -78,6 +79,7 @@ __device__ __forceinline__ void attend_query(float *orow, const float *qrow, con
 template <class KV>
 __global__ void decode_attention_kernel(float *O, const float *Q, const KV *Kc, const KV *Vc, int n, int p0,
                                         int max_len, int Hq, int Hkv, int dh, float scale, int window) {
+    gk_pdl_enter();
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
     const int last = p0 + t; /* sees keys 0..last, or last-window+1..last in a sliding layer */
@@ -93,9 +95,8 @@ static void decode_attention(GkStream s, float *O, const float *Q, const KV *Kc,
     if (B <= 0 || n <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv) return;
     const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
     dim3 grid(n, Hq, B);
-    void (*k)(float *, const float *, const KV *, const KV *, int, int, int, int, int, int, float, int) =
-        decode_attention_kernel<KV>;
-    GK_LAUNCH(k, grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh, scale, window);
+    GK_LAUNCH_PDL((decode_attention_kernel<KV>), grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv,
+                  dh, scale, window);
 }
 extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B,
                                     int n, int p0, int max_len, int Hq, int Hkv, int dh, int window) {
@@ -118,6 +119,7 @@ template <class T> __device__ __forceinline__ void copy_row_element(const GkRowC
     kv_store((T *)c.dst + d * c.dst_stride + i, c.src[o * c.src_stride + i]);
 }
 template <class T> __global__ void copy_rows_kernel(GkRowCopy a, GkRowCopy b, long total_a, long total) {
+    gk_pdl_enter();
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
         if (k < total_a)
             copy_row_element<T>(a, k);
@@ -130,8 +132,7 @@ template <class T> static void copy_rows2(GkStream s, GkRowCopy a, GkRowCopy b) 
     const long total_a = a.len > 0 && a.n > 0 ? a.len * a.n : 0;
     const long total = total_a + (b.len > 0 && b.n > 0 ? b.len * b.n : 0);
     if (total <= 0) return;
-    void (*k)(GkRowCopy, GkRowCopy, long, long) = copy_rows_kernel<T>;
-    GK_LAUNCH(k, gk_blocks(total, 256), 256, 0, s, a, b, total_a, total);
+    GK_LAUNCH_PDL((copy_rows_kernel<T>), gk_blocks(total, 256), 256, 0, s, a, b, total_a, total);
 }
 static GkRowCopy row_copy(void *dst, long dst_stride, const int32_t *dst_idx, const float *src, long src_stride,
                           const int32_t *src_idx, long len, int n) {
@@ -152,6 +153,7 @@ template <class KV>
 __global__ void paged_attention_kernel(float *O, const float *Q, const KV *Kp, const KV *Vp,
                                        const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
                                        int max_blocks, int bt, int Hq, int Hkv, int dh, float scale, int window) {
+    gk_pdl_enter();
     const int r = blockIdx.x, h = blockIdx.y;
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
     const int last = row_pos[r];
@@ -167,10 +169,8 @@ static void paged_attention(GkStream s, float *O, const float *Q, const KV *Kp, 
     if (N <= 0 || dh <= 0 || dh > 256 || Hkv <= 0 || Hq % Hkv || block_tokens <= 0) return;
     const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
     dim3 grid(N, Hq);
-    void (*k)(float *, const float *, const KV *, const KV *, const int32_t *, const int32_t *, const int32_t *, int,
-              int, int, int, int, float, int) = paged_attention_kernel<KV>;
-    GK_LAUNCH(k, grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, Hq,
-              Hkv, dh, scale, window);
+    GK_LAUNCH_PDL((paged_attention_kernel<KV>), grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kp, Vp, row_seq, row_pos, table,
+                  max_blocks, block_tokens, Hq, Hkv, dh, scale, window);
 }
 extern "C" void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,
                                           const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
@@ -198,6 +198,7 @@ extern "C" void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b) { c
 __global__ void delayed_value_kernel(float *value, const float *vc, const float *vd, float *vd_prev, long slot_stride,
                                      const int32_t *row_seq, const int32_t *seq_first, const int32_t *seq_last,
                                      const int32_t *seq_slot, int n, int N, int half) {
+    gk_pdl_enter();
     const long total = (long)N * half;
     for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
         const long r = k / half, j = k % half;
@@ -220,6 +221,6 @@ extern "C" void gk_decode_delayed_value(GkStream s, float *value, const float *v
                                         long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
                                         const int32_t *seq_last, const int32_t *seq_slot, int n, int N, int half) {
     if (N <= 0 || half <= 0 || (!row_seq && n <= 0)) return;
-    GK_LAUNCH(delayed_value_kernel, gk_blocks((long)N * half, 256), 256, 0, s, value, vc, vd, vd_prev, slot_stride,
-              row_seq, seq_first, seq_last, seq_slot, n, N, half);
+    GK_LAUNCH_PDL(delayed_value_kernel, gk_blocks((long)N * half, 256), 256, 0, s, value, vc, vd, vd_prev, slot_stride,
+                  row_seq, seq_first, seq_last, seq_slot, n, N, half);
 }

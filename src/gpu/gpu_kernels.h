@@ -22,6 +22,14 @@ typedef struct ihipStream_t *GkStream;
 typedef struct CUstream_st *GkStream; /* = cudaStream_t */
 #endif
 
+/* ---- launches (gpu_ctx.cu) ---- */
+/* Programmatic dependent launch for the kernels launched through GK_LAUNCH_PDL (gpu_common.cuh: the small kernels of
+ * a decoding step): on = 1 turns it on where the current device can (compute capability 9.0 or newer, CUDA; a no-op
+ * under HIP), 0 off; returns whether it is now on. For the whole process: gpu_model_create sets it from
+ * ZAYA_GPU_PDL. Off until set. */
+int gk_programmatic_launch(int on);
+int gk_programmatic_launch_on(void);
+
 /* ---- norms, residual merges, embedding, loss (gpu_norms.cu) ---- */
 void gk_rmsnorm_forward(GkStream s, float *y, float *rstd, const float *x, const float *w, int rows, int dim, float eps);
 void gk_rmsnorm_backward(GkStream s, float *dx, float *dw, const float *dy, const float *x, const float *w,
@@ -305,7 +313,9 @@ typedef struct GkSkinnyOut {
     int n, ldy;
     const float *bias; /* NULL, or [n]: y = gelu(bf16(x) Wᵀ + bias), gk_bias_gelu_forward's y */
 } GkSkinnyOut;
-/* y_j = bf16(x) W_jᵀ for j < n_outs: products of the same rows x [rows, K] (row stride ldx) in one launch. */
+/* y_j = bf16(x) W_jᵀ for j < n_outs: products of the same rows x [rows, K] (row stride ldx) in one launch. Under
+ * programmatic launch (gk_programmatic_launch) it loads the weights' first pieces before waiting for the kernel before
+ * it: W_j must not be written by the kernel just before it (a model's weights, set before decoding, are not). */
 int gk_skinny_mm(GkStream s, const float *x, int ldx, int rows, int K, const GkSkinnyOut *outs, int n_outs);
 /* The experts, each row through its own (choice[r] in [0, E); others are the skip expert's), x [rows, D]:
  * act [rows, I] = silu(g) ⊙ u with [g | u] = bf16(x_r) W_gu[choice[r]]ᵀ (W_gu [E][2I, D]): gk_swiglu_forward's

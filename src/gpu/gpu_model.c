@@ -238,6 +238,10 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (few && strcmp(few, "on") && strcmp(few, "off"))
         return zy_fail(err, "ZAYA_GPU_FEW_ROWS=%s: expected on (decoding's steps of up to %d rows through the few-row "
                        "products) or off (cuBLASLt and the grouped experts, as longer passes)", few, GK_SKINNY_ROWS);
+    const char *pdl = getenv("ZAYA_GPU_PDL"); /* on (default) | off: gk_programmatic_launch */
+    if (pdl && strcmp(pdl, "on") && strcmp(pdl, "off"))
+        return zy_fail(err, "ZAYA_GPU_PDL=%s: expected on (a decoding step's small kernels launched to overlap the one "
+                       "before them, on sm_90 and newer) or off (every kernel waits for the one before to end)", pdl);
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
@@ -272,6 +276,7 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
         return zy_fail(err, "ZAYA_GPU_EXPERT_KERNEL=sm90 needs an sm_90 GPU (H100, H200) and a build with CUTLASS's "
                        "headers (scripts/install-deps.sh installs them where nvcc is; docs/gpus.md)");
     }
+    gk_programmatic_launch(!pdl || !strcmp(pdl, "on")); /* after gpu_open: it asks the current device */
     snprintf(gm->device_line, sizeof gm->device_line, "%s, sm_%d%d, %d SMs, %.1f GiB", gm->g.name, gm->g.cc_major,
              gm->g.cc_minor, gm->g.sm_count, gm->g.mem_total / 1073741824.0);
     const size_t total = m->params.total;
@@ -552,6 +557,7 @@ const char *gpu_model_attention_path(const GpuModel *gm) {
 }
 
 int gpu_model_few_rows(const GpuModel *gm) { return few_rows(gm, 1) ? GK_SKINNY_ROWS : 0; }
+int gpu_model_programmatic_launch(const GpuModel *gm) { return gm && gk_programmatic_launch_on(); }
 
 int gpu_model_experts_grouped(const GpuModel *gm) {
     if (!experts_grouped(gm, (size_t)gm->a.B * gm->a.T)) return 0;

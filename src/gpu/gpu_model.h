@@ -55,6 +55,9 @@ const char *gpu_model_attention_path(const GpuModel *gm);
 /* The most rows a decoding step may have for the few-row products (gk_skinny_*: bf16 runs, ZAYA_GPU_FEW_ROWS on);
  * 0 where they are off. */
 int gpu_model_few_rows(const GpuModel *gm);
+/* Whether the decoding step's small kernels are launched to overlap the one before them (programmatic dependent
+ * launch: sm_90 and newer, ZAYA_GPU_PDL on; gk_programmatic_launch). */
+int gpu_model_programmatic_launch(const GpuModel *gm);
 /* Every layer's routing statistics of the last forward, summed on the device (one wait): counts [L, E + 1] (rows per
  * choice, E the skip expert), sums [L, 2] (Σ gate over routed rows, Σ skip probability), as routing_counts_add_layer
  * adds them. */

@@ -79,6 +79,7 @@ template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)
 state_rmsnorm_fwd_kernel(float *z, float *zn, float *rstd, const float *bias, const float *r_prev,
                          const float *gamma, const float *w, int rows, int dim, float eps) {
+    gk_pdl_enter();
     const int lane = threadIdx.x % GPU_WARP, nv = dim / V;
     for (long r = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; r < rows;
          r += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
@@ -124,11 +125,11 @@ extern "C" void gk_state_rmsnorm_forward(GkStream s, float *z, float *zn, float 
     const bool vec = dim % 4 == 0 && al16(z) && al16(zn) && al16(bias) && al16(w) &&
                      (!r_prev || (al16(r_prev) && al16(gamma)));
     if (vec)
-        state_rmsnorm_fwd_kernel<4><<<row_blocks(rows), ROW_THREADS, 0, s>>>(z, zn, rstd, bias, r_prev, gamma, w,
-                                                                             rows, dim, eps);
+        GK_LAUNCH_PDL((state_rmsnorm_fwd_kernel<4>), row_blocks(rows), ROW_THREADS, 0, s, z, zn, rstd, bias, r_prev,
+                      gamma, w, rows, dim, eps);
     else
-        state_rmsnorm_fwd_kernel<1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(z, zn, rstd, bias, r_prev, gamma, w,
-                                                                             rows, dim, eps);
+        GK_LAUNCH_PDL((state_rmsnorm_fwd_kernel<1>), row_blocks(rows), ROW_THREADS, 0, s, z, zn, rstd, bias, r_prev,
+                      gamma, w, rows, dim, eps);
     GK_LAUNCH_CHECK();
 }
 
@@ -282,6 +283,7 @@ __device__ __forceinline__ bool choice_beats(float v2, int e2, float v1, int e1)
 __global__ void __launch_bounds__(ROW_THREADS)
 router_choice_fwd_kernel(float *probs, int32_t *choice, float *gate, const float *logits, const float *bias,
                          int rows, int nc) {
+    gk_pdl_enter();
     const int lane = threadIdx.x % GPU_WARP;
     for (long r = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; r < rows;
          r += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
@@ -321,8 +323,8 @@ router_choice_fwd_kernel(float *probs, int32_t *choice, float *gate, const float
 extern "C" void gk_router_choice_forward(GkStream s, float *probs, int32_t *choice, float *gate, const float *logits,
                                          const float *bias, int rows, int n_classes) {
     if (rows <= 0 || n_classes <= 0) return;
-    router_choice_fwd_kernel<<<row_blocks(rows), ROW_THREADS, 0, s>>>(probs, choice, gate, logits, bias, rows,
-                                                                      n_classes);
+    GK_LAUNCH_PDL(router_choice_fwd_kernel, row_blocks(rows), ROW_THREADS, 0, s, probs, choice, gate, logits, bias,
+                  rows, n_classes);
     GK_LAUNCH_CHECK();
 }
 
@@ -351,6 +353,7 @@ extern "C" void gk_router_choice_backward(GkStream s, float *dlogits, const floa
 }
 
 __global__ void route_all_to_one_kernel(int32_t *choice, float *gate, int rows) {
+    gk_pdl_enter();
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += (long)gridDim.x * blockDim.x) {
         choice[i] = 0;
         gate[i] = 1.0f;
@@ -359,7 +362,7 @@ __global__ void route_all_to_one_kernel(int32_t *choice, float *gate, int rows) 
 
 extern "C" void gk_route_all_to_one(GkStream s, int32_t *choice, float *gate, int rows) {
     if (rows <= 0) return;
-    route_all_to_one_kernel<<<gk_blocks(rows, EW_THREADS), EW_THREADS, 0, s>>>(choice, gate, rows);
+    GK_LAUNCH_PDL(route_all_to_one_kernel, gk_blocks(rows, EW_THREADS), EW_THREADS, 0, s, choice, gate, rows);
     GK_LAUNCH_CHECK();
 }
 
@@ -579,6 +582,7 @@ template <int V, bool OUT16>
 __global__ void __launch_bounds__(ROW_THREADS)
 gather_rows_kernel(float *dst, uint16_t *dst16, const float *src, const int32_t *idx, int n_max, const int32_t *n_dev,
                    int D) {
+    gk_pdl_enter();
     const int lane = threadIdx.x % GPU_WARP, nv = D / V;
     const long n = dev_count(n_max, n_dev);
     for (long k = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; k < n;
@@ -602,9 +606,11 @@ static void launch_gather_rows(GkStream s, float *dst, uint16_t *dst16, const fl
     if (n <= 0 || D <= 0) return;
     const bool wide = out_wide<OUT16>(dst, dst16);
     if (D % 4 == 0 && wide && al16(src))
-        gather_rows_kernel<4, OUT16><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, dst16, src, idx, n, n_dev, D);
+        GK_LAUNCH_PDL((gather_rows_kernel<4, OUT16>), row_blocks(n), ROW_THREADS, 0, s, dst, dst16, src, idx, n, n_dev,
+                      D);
     else
-        gather_rows_kernel<1, OUT16><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, dst16, src, idx, n, n_dev, D);
+        GK_LAUNCH_PDL((gather_rows_kernel<1, OUT16>), row_blocks(n), ROW_THREADS, 0, s, dst, dst16, src, idx, n, n_dev,
+                      D);
     GK_LAUNCH_CHECK();
 }
 extern "C" void gk_gather_rows(GkStream s, float *dst, const float *src, const int32_t *idx, int n,

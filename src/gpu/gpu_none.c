@@ -48,6 +48,7 @@ int gpu_model_logits(GpuModel *gm, float *logits, ZyErr *err) { return zy_fail(e
 int gpu_model_experts_grouped(const GpuModel *gm) { return 0; }
 const char *gpu_model_attention_path(const GpuModel *gm) { return NO_GPU; }
 int gpu_model_few_rows(const GpuModel *gm) { return 0; }
+int gpu_model_programmatic_launch(const GpuModel *gm) { return 0; }
 int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, float *probs, ZyErr *err) {
     return zy_fail(err, NO_GPU);
 }

@@ -91,6 +91,7 @@ static void col_sums(gpuStream_t s, long rows, int dim, const F &f) {
 template <int W>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
     rmsnorm_forward_kernel(float *y, float *rstd, const float *x, const float *w, int rows, int dim, float eps) {
+    gk_pdl_enter();
     __shared__ double red[32];
     FOR_EACH_ROW_OF_BLOCK(r, rows) {
         const float *xr = x + r * dim;
@@ -165,9 +166,11 @@ extern "C" void gk_rmsnorm_forward(GkStream s, float *y, float *rstd, const floa
                                    int dim, float eps) {
     if (rows <= 0 || dim <= 0) return;
     if (can_vec4(dim, {y, x, w}))
-        rmsnorm_forward_kernel<4><<<norm_blocks(rows), norm_threads(dim, 4), 0, s>>>(y, rstd, x, w, rows, dim, eps);
+        GK_LAUNCH_PDL((rmsnorm_forward_kernel<4>), norm_blocks(rows), norm_threads(dim, 4), 0, s, y, rstd, x, w, rows,
+                      dim, eps);
     else
-        rmsnorm_forward_kernel<1><<<norm_blocks(rows), norm_threads(dim, 1), 0, s>>>(y, rstd, x, w, rows, dim, eps);
+        GK_LAUNCH_PDL((rmsnorm_forward_kernel<1>), norm_blocks(rows), norm_threads(dim, 1), 0, s, y, rstd, x, w, rows,
+                      dim, eps);
     GK_LAUNCH_CHECK();
 }
 
@@ -208,6 +211,7 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
     merge_rmsnorm_forward_kernel(float *out, float *y, float *rstd, const float *h, const float *res,
                                  const float *hs, const float *hb, const float *rs, const float *rb, const float *w,
                                  int rows, int dim, float eps) {
+    gk_pdl_enter();
     __shared__ double red[32];
     FOR_EACH_ROW_OF_BLOCK(r, rows) {
         const long o = r * dim;
@@ -272,11 +276,11 @@ extern "C" void gk_merge_rmsnorm_forward(GkStream s, float *out, float *y, float
                                          const float *rb, const float *w, int rows, int dim, float eps) {
     if (rows <= 0 || dim <= 0) return;
     if (can_vec4(dim, {out, y, h, res, hs, hb, rs, rb, w}))
-        merge_rmsnorm_forward_kernel<4><<<norm_blocks(rows), norm_threads(dim, 4), 0, s>>>(
-            out, y, rstd, h, res, hs, hb, rs, rb, w, rows, dim, eps);
+        GK_LAUNCH_PDL((merge_rmsnorm_forward_kernel<4>), norm_blocks(rows), norm_threads(dim, 4), 0, s, out, y, rstd, h,
+                      res, hs, hb, rs, rb, w, rows, dim, eps);
     else
-        merge_rmsnorm_forward_kernel<1><<<norm_blocks(rows), norm_threads(dim, 1), 0, s>>>(
-            out, y, rstd, h, res, hs, hb, rs, rb, w, rows, dim, eps);
+        GK_LAUNCH_PDL((merge_rmsnorm_forward_kernel<1>), norm_blocks(rows), norm_threads(dim, 1), 0, s, out, y, rstd, h,
+                      res, hs, hb, rs, rb, w, rows, dim, eps);
     GK_LAUNCH_CHECK();
 }
 
@@ -303,6 +307,7 @@ template <int W>
 __global__ void __launch_bounds__(ROW_THREADS)
     embed_forward_kernel(float *x, const float *emb, const int32_t *tokens, const float *bias, const float *scale,
                          int rows, int dim) {
+    gk_pdl_enter();
     const int lane = threadIdx.x % GPU_WARP;
     FOR_EACH_ROW_OF_WARP(r, rows) {
         const float *e = emb + (long)tokens[r] * dim;
@@ -370,9 +375,11 @@ extern "C" void gk_embed_forward(GkStream s, float *x, const float *emb, const i
                                  const float *scale, int rows, int dim) {
     if (rows <= 0 || dim <= 0) return;
     if (can_vec4(dim, {x, emb, bias, scale}))
-        embed_forward_kernel<4><<<row_blocks(rows), ROW_THREADS, 0, s>>>(x, emb, tokens, bias, scale, rows, dim);
+        GK_LAUNCH_PDL((embed_forward_kernel<4>), row_blocks(rows), ROW_THREADS, 0, s, x, emb, tokens, bias, scale, rows,
+                      dim);
     else
-        embed_forward_kernel<1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(x, emb, tokens, bias, scale, rows, dim);
+        GK_LAUNCH_PDL((embed_forward_kernel<1>), row_blocks(rows), ROW_THREADS, 0, s, x, emb, tokens, bias, scale, rows,
+                      dim);
     GK_LAUNCH_CHECK();
 }
 

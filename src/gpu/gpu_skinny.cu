@@ -48,9 +48,9 @@ __device__ __forceinline__ void load_x8(float (&v)[8], const float *p) {
     v[0] = gk_bf16_round(a.x), v[1] = gk_bf16_round(a.y), v[2] = gk_bf16_round(a.z), v[3] = gk_bf16_round(a.w);
     v[4] = gk_bf16_round(b.x), v[5] = gk_bf16_round(b.y), v[6] = gk_bf16_round(b.z), v[7] = gk_bf16_round(b.w);
 }
-/* 8 consecutive bf16 weights (one 16-byte load; the lower half of each word is the earlier element). */
-__device__ __forceinline__ void load_w8(float (&v)[8], const uint16_t *p) {
-    const uint4 t = *reinterpret_cast<const uint4 *>(p);
+/* 8 consecutive bf16 weights (one 16-byte load; the lower half of each word is the earlier element), as floats. */
+__device__ __forceinline__ uint4 load_w16(const uint16_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+__device__ __forceinline__ void widen_w8(float (&v)[8], const uint4 t) {
     const unsigned u[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) v[2 * i] = __uint_as_float(u[i] << 16), v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(SK_THREADS) skinny_kernel(SkinnyArgs a) {
     __shared__ float part[SK_WARPS][ROWS * S];
     const int lane = threadIdx.x % GPU_WARP, wid = threadIdx.x / GPU_WARP, nw = blockDim.x / GPU_WARP;
     const int unit0 = blockIdx.x * U;
-    const long K = a.K;
+    const long K = a.K, k0 = (long)threadIdx.x * 8;
 
     /* slot s = u·NV + v: its weight row's offset from the row's weight base (SK_PLAIN: the row itself, or NULL) */
     const uint16_t *wrow[S];
@@ -83,6 +83,18 @@ __global__ void __launch_bounds__(SK_THREADS) skinny_kernel(SkinnyArgs a) {
             }
         }
     }
+    /* SK_PLAIN's weights do not depend on the step: the first pass's pieces are loaded before waiting for the kernel
+     * that writes x (programmatic launch, gpu_common.cuh), so they stream in while it finishes. The experts' rows are
+     * chosen by the router's kernel: they wait. */
+    uint4 wfirst[S];
+#pragma unroll
+    for (int s = 0; s < S; s++) wfirst[s] = make_uint4(0, 0, 0, 0);
+    if (MODE == SK_PLAIN && k0 < K)
+#pragma unroll
+        for (int s = 0; s < S; s++)
+            if (wrow[s]) wfirst[s] = load_w16(wrow[s] + k0);
+    gk_pdl_enter();
+
     const uint16_t *wbase[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
@@ -98,7 +110,7 @@ __global__ void __launch_bounds__(SK_THREADS) skinny_kernel(SkinnyArgs a) {
     for (int r = 0; r < ROWS; r++)
 #pragma unroll
         for (int s = 0; s < S; s++) acc[r][s] = 0.0f;
-    for (long k = (long)threadIdx.x * 8; k < K; k += (long)blockDim.x * 8) {
+    for (long k = k0; k < K; k += (long)blockDim.x * 8) {
         float xv[ROWS][8];
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(SK_THREADS) skinny_kernel(SkinnyArgs a) {
 #pragma unroll
             for (int s = 0; s < S; s++) {
                 if (!wrow[s]) continue;
-                load_w8(w, wrow[s] + k);
+                widen_w8(w, k == k0 ? wfirst[s] : load_w16(wrow[s] + k));
 #pragma unroll
                 for (int r = 0; r < ROWS; r++)
 #pragma unroll
@@ -126,7 +138,7 @@ __global__ void __launch_bounds__(SK_THREADS) skinny_kernel(SkinnyArgs a) {
 #pragma unroll
                 for (int s = 0; s < S; s++) {
                     if (woff[s] < 0) continue;
-                    load_w8(w, wbase[r] + woff[s] + k);
+                    widen_w8(w, load_w16(wbase[r] + woff[s] + k));
 #pragma unroll
                     for (int q = 0; q < 8; q++) acc[r][s] = fmaf(xv[r][q], w[q], acc[r][s]);
                 }
@@ -184,11 +196,14 @@ void skinny_launch(GkStream s, const SkinnyArgs &a) {
     /* enough whole warps to cover K once in 8-element pieces, at most SK_THREADS */
     int threads = (a.K / 8 + GPU_WARP - 1) / GPU_WARP * GPU_WARP;
     threads = threads > SK_THREADS ? SK_THREADS : threads;
-    void (*k)(SkinnyArgs) = a.rows <= 1   ? skinny_kernel<1, MODE>
-                            : a.rows <= 2 ? skinny_kernel<2, MODE>
-                            : a.rows <= 4 ? skinny_kernel<4, MODE>
-                                          : skinny_kernel<8, MODE>;
-    GK_LAUNCH(k, dim3(blocks), dim3(threads), 0, s, a);
+    if (a.rows <= 1)
+        GK_LAUNCH_PDL((skinny_kernel<1, MODE>), dim3(blocks), dim3(threads), 0, s, a);
+    else if (a.rows <= 2)
+        GK_LAUNCH_PDL((skinny_kernel<2, MODE>), dim3(blocks), dim3(threads), 0, s, a);
+    else if (a.rows <= 4)
+        GK_LAUNCH_PDL((skinny_kernel<4, MODE>), dim3(blocks), dim3(threads), 0, s, a);
+    else
+        GK_LAUNCH_PDL((skinny_kernel<8, MODE>), dim3(blocks), dim3(threads), 0, s, a);
     GK_LAUNCH_CHECK();
 }
 

@@ -38,7 +38,8 @@
 #              65,536 tokens (MFU at the real shapes)
 #     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16, then through the
 #              server's block pool with CUDA graphs (--path pool, ZAYA_GPU_GRAPHS=1); at batch 1 the few-row products
-#              against cuBLASLt (ZAYA_GPU_FEW_ROWS=off / on, alternating, two rounds)
+#              against cuBLASLt (ZAYA_GPU_FEW_ROWS=off / on, alternating, two rounds), and programmatic dependent
+#              launch off and on (ZAYA_GPU_PDL, the same way)
 #     decode8b ZAYA1-8B's schema (configs/zaya1-8b.json), random bf16 weights on both sides: zaya's decoding through
 #              the block pool with CUDA graphs against transformers' generate, batch 1 and 32 (bench/vs_pytorch_gpu.py
 #              --decode-only --decode-path pool); the weights read a step give the share of the bandwidth bound
@@ -270,6 +271,12 @@ session() {
                 ZAYA_GPU_FEW_ROWS=$fr ZAYA_GPU_GRAPHS=1 timeout "$(left)" build/zaya bench decode --config $CFG \
                     --device $DEV --dtype bf16 --batch 1 --kv-dtype bf16 --path pool >"$LOG/decode-b1-few-$fr.txt" 2>&1
                 echo "batch 1, pool + graphs, few-row products $fr (exit $?): $(grep -E '^decode ' "$LOG/decode-b1-few-$fr.txt" | tr -s ' ' | cut -c1-200)"
+            done
+            # programmatic dependent launch (ZAYA_GPU_PDL): the step's small kernels overlapping the one before
+            for p in off on off on; do
+                ZAYA_GPU_PDL=$p ZAYA_GPU_GRAPHS=1 timeout "$(left)" build/zaya bench decode --config $CFG --device $DEV \
+                    --dtype bf16 --batch 1 --kv-dtype bf16 --path pool >"$LOG/decode-b1-pdl-$p.txt" 2>&1
+                echo "batch 1, pool + graphs, programmatic launch $p (exit $?): $(grep -E '^(launches|decode) ' "$LOG/decode-b1-pdl-$p.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-300)"
             done
         fi
         pack

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "infer/decode.h"
+#include "gpu/gpu.h"
 #include "gpu/gpu_decode.h"
 #include "gpu/gpu_model.h"
 #include "gpu_test.h"
@@ -90,6 +91,60 @@ static void compare_decode_kv(GpuTest *t, const char *label, const ZayaConfig *c
     if (have_cc) kvcache_free(&cc);
     gpu_kvcache_free(gc);
     gpu_model_free(gm);
+    model_free(&m);
+    gt_reset(t);
+}
+
+/* Programmatic dependent launch (ZAYA_GPU_PDL, on by default where the GPU has it) changes when a decoding step's
+ * kernels start, not what they compute: bf16 products (the few-row kernels, which load their weights before waiting)
+ * and the bf16 KV cache, a prefill in pieces and then single-token steps of B sequences, give the same logits bit
+ * for bit with it on and off. A kernel that touched its predecessor's output before gk_pdl_enter() would race here. */
+static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *tokens, float *out, int *pdl,
+                         int *hopper, ZyErr *err) {
+    const int V = m->cfg.vocab_size;
+    GpuModel *gm = NULL;
+    GpuKVCache *gc = NULL;
+    int32_t *piece = malloc((size_t)B * T * sizeof *piece);
+    int ok = piece && gpu_model_create(&gm, m, -1, B, T, 1, 0, err) == 0 &&
+             gpu_kvcache_create_kv(&gc, gm, B, T, 5, 1, err) == 0;
+    if (ok) *pdl = gpu_model_programmatic_launch(gm), *hopper = ((GpuCtx *)gpu_model_ctx(gm))->cc_major >= 9;
+    for (int pos = 0; ok && pos < T;) {
+        const int n = pos == 0 ? n0 : 1;
+        for (int b = 0; b < B; b++) memcpy(piece + (size_t)b * n, tokens + (size_t)b * T + pos, n * sizeof(int32_t));
+        float *lg = malloc((size_t)B * n * V * sizeof *lg);
+        ok = lg && gpu_model_decode(gm, gc, piece, n, lg, 0, err) == 0;
+        for (int b = 0; ok && b < B; b++)
+            memcpy(out + ((size_t)b * T + pos) * V, lg + (size_t)b * n * V, (size_t)n * V * sizeof(float));
+        free(lg);
+        pos += n;
+    }
+    free(piece);
+    gpu_kvcache_free(gc);
+    gpu_model_free(gm);
+    return ok ? 0 : -1;
+}
+static void compare_pdl(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int n0) {
+    Model m;
+    ZyErr err = {{0}};
+    char name[200];
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    const size_t NV = (size_t)B * T * cfg->vocab_size;
+    int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, cfg->vocab_size);
+    float *on = gt_host(t, NV), *off = gt_host(t, NV);
+    int pdl_on = 0, pdl_off = 1, hopper = 0;
+    setenv("ZAYA_GPU_PDL", "off", 1);
+    int ok = decode_logits(&m, B, T, n0, tokens, off, &pdl_off, &hopper, &err) == 0;
+    unsetenv("ZAYA_GPU_PDL");
+    ok = ok && decode_logits(&m, B, T, n0, tokens, on, &pdl_on, &hopper, &err) == 0;
+    snprintf(name, sizeof name, "%s: programmatic launch %s", label, hopper ? "on (sm_90+), off when asked" : "off");
+    gt_assert(t, ok && pdl_on == hopper && pdl_off == 0, name, "%s", ok ? "" : err.msg);
+    snprintf(name, sizeof name, "%s: the same logits with and without it", label);
+    gt_assert(t, ok && memcmp(on, off, NV * sizeof(float)) == 0, name, "rel err %.2e",
+              ok ? gt_rel_err(on, off, NV) : 0.0);
     model_free(&m);
     gt_reset(t);
 }
@@ -712,6 +767,10 @@ void test_gpu_decode(GpuTest *t) {
     compare_decode_kv(t, "bf16 KV cache: zaya1 B3 T33 prefill 16", &c, 3, 33, 16, 64, 1, 1e-3);
     compare_decode_kv(t, "bf16 KV cache: MHA variant B2 T30", &mha, 2, 30, 9, 4, 1, 1e-3);
     compare_decode_kv(t, "bf16 KV cache: sliding W5 B2 T30", &sw, 2, 30, 13, 4, 1, 1e-3);
+    compare_pdl(t, "bf16 zaya1 B3 T30 prefill 12", &c, 3, 30, 12);
+    compare_pdl(t, "bf16 head_dim 128 B1 T40 prefill 9", &wide, 1, 40, 9);
+    compare_pdl(t, "bf16 sliding W5 B2 T30 prefill 13", &sw, 2, 30, 13);
+    compare_pdl(t, "bf16 MHA variant B2 T24 prefill 7", &mha, 2, 24, 7);
     compare_generate(t);
     test_gpu_pool(t);
 }

@@ -99,6 +99,16 @@ inline std::vector<std::unique_ptr<Warp>> warps;
 inline std::vector<unsigned char> dyn_smem_buf;
 inline unsigned char *dyn_smem;
 
+/* GK_LAUNCH_PDL's kernels must call gk_pdl_enter() (gpu_common.cuh) on every thread: set there, checked after. */
+inline thread_local bool pdl_entered;
+inline void pdl_check() {
+    if (pdl_entered) return;
+    std::fprintf(stderr, "cuda_emu: a kernel launched through GK_LAUNCH_PDL returned on thread (%u, %u, %u) of block "
+                         "(%u, %u, %u) without calling gk_pdl_enter()\n",
+                 threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z);
+    std::abort();
+}
+
 inline unsigned flat_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 inline Warp &my_warp() { return *warps[flat_tid() / GPU_WARP]; }
 
@@ -139,6 +149,15 @@ inline void launch(dim3 grid, dim3 block, size_t smem, const std::function<void(
 #define GK_DYNAMIC_SMEM_T(T, name) T *name = reinterpret_cast<T *>(emu::dyn_smem)
 #define GK_LAUNCH(kern, grid, block, smem, stream, ...)                                                        \
     ((void)(stream), emu::launch(grid, block, smem, [&] { kern(__VA_ARGS__); }))
+
+/* Programmatic dependent launch has nothing to overlap here (one kernel at a time): a launch that checks every thread
+ * passed gk_pdl_enter(). */
+#define GK_LAUNCH_PDL(kern, grid, block, smem, stream, ...)                                                    \
+    ((void)(stream), emu::launch(grid, block, smem, [&] {                                                     \
+         emu::pdl_entered = false;                                                                            \
+         kern(__VA_ARGS__);                                                                                   \
+         emu::pdl_check();                                                                                    \
+     }))
 
 inline void __syncthreads() { emu::block_bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::my_warp().bar->arrive_and_wait(); }
