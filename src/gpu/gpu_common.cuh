@@ -78,6 +78,19 @@ static inline int gk_blocks(long n, int threads) {
     return (int)(b > 65535L * 16 ? 65535L * 16 : b);
 }
 
+/* V-wide loads and stores (V = 4: one 128-bit access; the launcher checks the alignment first). */
+template <int V> __device__ __forceinline__ void ldv(float (&d)[V], const float *p);
+template <> __device__ __forceinline__ void ldv<1>(float (&d)[1], const float *p) { d[0] = *p; }
+template <> __device__ __forceinline__ void ldv<4>(float (&d)[4], const float *p) {
+    const float4 t = *reinterpret_cast<const float4 *>(p);
+    d[0] = t.x, d[1] = t.y, d[2] = t.z, d[3] = t.w;
+}
+template <int V> __device__ __forceinline__ void stv(float *p, const float (&d)[V]);
+template <> __device__ __forceinline__ void stv<1>(float *p, const float (&d)[1]) { *p = d[0]; }
+template <> __device__ __forceinline__ void stv<4>(float *p, const float (&d)[4]) {
+    *reinterpret_cast<float4 *>(p) = make_float4(d[0], d[1], d[2], d[3]);
+}
+
 /* xor shuffle (every lane of the warp calls it). */
 template <class T>
 __device__ __forceinline__ T gk_shfl_xor(T v, int o) {

@@ -313,6 +313,23 @@ typedef struct GkSkinnyOut {
     int n, ldy;
     const float *bias; /* NULL, or [n]: y = gelu(bf16(x) Wᵀ + bias), gk_bias_gelu_forward's y */
 } GkSkinnyOut;
+/* The router MLP's tail for rows <= GK_SKINNY_ROWS in one launch (one block), the same bits as its five: z += bias
+ * (+ r_prev ⊙ γ) in place and zn = RMSNorm(z; norm_w) (gk_state_rmsnorm_forward), h1 = gelu(bf16(zn) W1ᵀ + b1), h2 =
+ * gelu(bf16(h1) W2ᵀ + b2), logits = bf16(h2) W_outᵀ (gk_skinny_mm) and the top-1 choice over logits with
+ * balance_bias (gk_router_choice_forward). zn, h1 and h2 stay on chip (not written). Needs R a multiple of 8 and at
+ * most 256 (8 · the warp size), classes <= 256, every fp32 vector and bf16 matrix on 16 bytes; else -1, nothing
+ * launched. */
+typedef struct GkRouterTail {
+    float *z;                                          /* [rows, R], row stride R: the down projection's output */
+    const float *bias, *r_prev, *gamma, *norm_w;       /* [R] each; r_prev [rows, R] or NULL (the first layer) */
+    float eps;
+    const uint16_t *w1, *w2, *w_out;                   /* [R, R], [R, R], [classes, R] bf16 */
+    const float *b1, *b2, *balance_bias;               /* [R], [R], [classes] */
+    float *logits, *probs, *gate;                      /* [rows, classes], [rows, classes], [rows] */
+    int32_t *choice;                                   /* [rows] */
+    int rows, R, classes;
+} GkRouterTail;
+int gk_skinny_router_tail(GkStream s, const GkRouterTail *t);
 /* y_j = bf16(x) W_jᵀ for j < n_outs: products of the same rows x [rows, K] (row stride ldx) in one launch. Under
  * programmatic launch (gk_programmatic_launch) it loads the weights' first pieces before waiting for the kernel before
  * it: W_j must not be written by the kernel just before it (a model's weights, set before decoding, are not). */

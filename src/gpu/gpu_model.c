@@ -597,6 +597,20 @@ static void linear_gelu(GpuModel *gm, int few, int M, int R, const float *A, con
     gk_bias_gelu_forward(gm->g.stream, pre, y, b, M, R);
 }
 
+/* Decoding's few rows: the router after its down projection (state norm, hidden layers, logits, choice) in one
+ * launch, the same bits as gpu_moe_forward's launches; -1 where gk_skinny_router_tail does not take the shape. */
+static int router_tail(GpuModel *gm, const LayerWeights *W, LayerActs *L, const float *r_prev, int N) {
+    const ZayaConfig *c = &gm->cfg;
+    const GkRouterTail t = {.z = L->router_z, .bias = W->router_down_b, .r_prev = r_prev,
+                            .gamma = W->router_state_scale, .norm_w = W->router_norm, .eps = c->rms_norm_eps,
+                            .w1 = gpu_bf16_of(gm, W->router_fc1_w), .w2 = gpu_bf16_of(gm, W->router_fc2_w),
+                            .w_out = gpu_bf16_of(gm, W->router_out_w), .b1 = W->router_fc1_b, .b2 = W->router_fc2_b,
+                            .balance_bias = W->balancing_bias, .logits = L->router_logits, .probs = L->router_probs,
+                            .gate = L->gate, .choice = L->choice, .rows = N, .R = c->router_hidden_size,
+                            .classes = cfg_router_classes(c)};
+    return gk_skinny_router_tail(gm->g.stream, &t);
+}
+
 /* z = u W_downᵀ + b (+ r_prev ⊙ γ), the router MLP, biased top-1 choice, dropless SwiGLU experts. */
 void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, const float *r_prev, int N,
                      int decoding) {
@@ -611,13 +625,17 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
         gk_route_all_to_one(s, L->choice, L->gate, N);
     } else if (c->router == ZY_ROUTER_MLP) {
         linear(gm, few, N, R, D, L->u_mlp, D, W->router_down_w, L->router_z, R);
-        gk_state_rmsnorm_forward(s, L->router_z, L->router_zn, L->router_rstd, W->router_down_b, r_prev,
-                                 W->router_state_scale, W->router_norm, N, R, c->rms_norm_eps);
-        linear_gelu(gm, few, N, R, L->router_zn, W->router_fc1_w, W->router_fc1_b, L->router_h1_pre, L->router_h1);
-        linear_gelu(gm, few, N, R, L->router_h1, W->router_fc2_w, W->router_fc2_b, L->router_h2_pre, L->router_h2);
-        linear(gm, few, N, classes, R, L->router_h2, R, W->router_out_w, L->router_logits, classes);
-        gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
-                                 classes);
+        if (!few || router_tail(gm, W, L, r_prev, N)) { /* else these five ran as one launch */
+            gk_state_rmsnorm_forward(s, L->router_z, L->router_zn, L->router_rstd, W->router_down_b, r_prev,
+                                     W->router_state_scale, W->router_norm, N, R, c->rms_norm_eps);
+            linear_gelu(gm, few, N, R, L->router_zn, W->router_fc1_w, W->router_fc1_b, L->router_h1_pre,
+                        L->router_h1);
+            linear_gelu(gm, few, N, R, L->router_h1, W->router_fc2_w, W->router_fc2_b, L->router_h2_pre,
+                        L->router_h2);
+            linear(gm, few, N, classes, R, L->router_h2, R, W->router_out_w, L->router_logits, classes);
+            gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,
+                                     classes);
+        }
     } else { /* linear-router variant: logits = u Wᵀ */
         linear(gm, few, N, classes, D, L->u_mlp, D, W->router_w, L->router_logits, classes);
         gk_router_choice_forward(s, L->router_probs, L->choice, L->gate, L->router_logits, W->balancing_bias, N,

@@ -4,6 +4,7 @@
  * expert grouping is a stable counting sort in one block (integer counts only, each written by one lane). */
 #include "gpu_common.cuh"
 #include "gpu_kernels.h"
+#include "gpu_router.cuh"
 
 /* ---- small helpers ---------------------------------------------------------------------------------------- */
 
@@ -33,18 +34,6 @@ static inline bool out_wide(const float *p, const uint16_t *p16) {
     return OUT16 ? ((uintptr_t)p16 & 7u) == 0 : al16(p);
 }
 
-/* V-wide loads and stores (V = 4: one 128-bit access; the launcher checks the alignment first). */
-template <int V> __device__ __forceinline__ void ldv(float (&d)[V], const float *p);
-template <> __device__ __forceinline__ void ldv<1>(float (&d)[1], const float *p) { d[0] = *p; }
-template <> __device__ __forceinline__ void ldv<4>(float (&d)[4], const float *p) {
-    const float4 t = *reinterpret_cast<const float4 *>(p);
-    d[0] = t.x, d[1] = t.y, d[2] = t.z, d[3] = t.w;
-}
-template <int V> __device__ __forceinline__ void stv(float *p, const float (&d)[V]);
-template <> __device__ __forceinline__ void stv<1>(float *p, const float (&d)[1]) { *p = d[0]; }
-template <> __device__ __forceinline__ void stv<4>(float *p, const float (&d)[4]) {
-    *reinterpret_cast<float4 *>(p) = make_float4(d[0], d[1], d[2], d[3]);
-}
 /* The same store as bf16 bits (nearest even, gk_bf16_bits): the products' operand, no rounding pass after. */
 template <int V>
 __device__ __forceinline__ void stv16(uint16_t *p, const float (&d)[V]) {
@@ -74,48 +63,16 @@ __device__ __forceinline__ long dev_count(long n, const int32_t *n_dev) {
     return c < n ? (c > 0 ? c : 0) : n;
 }
 
-/* ---- router state: z += bias (+ r_prev ⊙ γ), zn = RMSNorm(z; w) — one warp per row ------------------------- */
+/* ---- router state: z += bias (+ r_prev ⊙ γ), zn = RMSNorm(z; w) — one warp per row (gpu_router.cuh) --------- */
 template <int V>
 __global__ void __launch_bounds__(ROW_THREADS)
 state_rmsnorm_fwd_kernel(float *z, float *zn, float *rstd, const float *bias, const float *r_prev,
                          const float *gamma, const float *w, int rows, int dim, float eps) {
     gk_pdl_enter();
-    const int lane = threadIdx.x % GPU_WARP, nv = dim / V;
     for (long r = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; r < rows;
-         r += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
-        float *zr = z + r * dim;
-        const float *rp = r_prev ? r_prev + r * dim : nullptr;
-        double ss = 0;
-        for (int j = lane; j < nv; j += GPU_WARP) {
-            float v[V], b[V];
-            ldv<V>(v, zr + j * V);
-            ldv<V>(b, bias + j * V);
-#pragma unroll
-            for (int k = 0; k < V; k++) v[k] += b[k];
-            if (rp) {
-                float p[V], g[V];
-                ldv<V>(p, rp + j * V);
-                ldv<V>(g, gamma + j * V);
-#pragma unroll
-                for (int k = 0; k < V; k++) v[k] += p[k] * g[k];
-            }
-            stv<V>(zr + j * V, v);
-#pragma unroll
-            for (int k = 0; k < V; k++) ss += (double)v[k] * v[k];
-        }
-        ss = warp_sum_d(ss);
-        const float s = (float)(1.0 / sqrt(ss / dim + (double)eps));
-        if (lane == 0) rstd[r] = s;
-        float *y = zn + r * dim;
-        for (int j = lane; j < nv; j += GPU_WARP) { /* re-reads this lane's own writes of z */
-            float v[V], ww[V];
-            ldv<V>(v, zr + j * V);
-            ldv<V>(ww, w + j * V);
-#pragma unroll
-            for (int k = 0; k < V; k++) v[k] = ww[k] * (v[k] * s);
-            stv<V>(y + j * V, v);
-        }
-    }
+         r += (long)gridDim.x * (blockDim.x / GPU_WARP))
+        state_rmsnorm_row<V>(z + r * dim, zn + r * dim, rstd + r, bias, r_prev ? r_prev + r * dim : nullptr, gamma, w,
+                             dim, eps);
 }
 
 extern "C" void gk_state_rmsnorm_forward(GkStream s, float *z, float *zn, float *rstd, const float *bias,
@@ -267,57 +224,13 @@ extern "C" void gk_bias_gelu_forward(GkStream s, float *pre, float *y, const flo
  * One warp per row, each lane a strided subset of the classes. As the CPU: exp in double of the float difference,
  * rounded to float, summed in double; inv = (float)(1 / sum). */
 
-/* Does candidate (v2, e2) beat (v1, e1) in the CPU's sequential scan `if (e == 0 || v > best_v)`? A total order:
- * empty (e < 0) loses; class 0 with a NaN score wins outright (the CPU never replaces it); a NaN elsewhere never
- * wins; else the larger score, then the smaller class. */
-__device__ __forceinline__ bool choice_beats(float v2, int e2, float v1, int e1) {
-    if (e2 < 0) return false;
-    if (e1 < 0) return true;
-    if (e1 == 0 && v1 != v1) return false;
-    if (e2 == 0 && v2 != v2) return true;
-    if (v2 != v2) return false;
-    if (v1 != v1) return true;
-    return v2 > v1 || (v2 == v1 && e2 < e1);
-}
-
 __global__ void __launch_bounds__(ROW_THREADS)
 router_choice_fwd_kernel(float *probs, int32_t *choice, float *gate, const float *logits, const float *bias,
                          int rows, int nc) {
     gk_pdl_enter();
-    const int lane = threadIdx.x % GPU_WARP;
     for (long r = (long)blockIdx.x * (blockDim.x / GPU_WARP) + threadIdx.x / GPU_WARP; r < rows;
-         r += (long)gridDim.x * (blockDim.x / GPU_WARP)) {
-        const float *l = logits + r * nc;
-        float *p = probs + r * nc;
-        float mx = -INFINITY;
-        for (int e = lane; e < nc; e += GPU_WARP) mx = fmaxf(mx, l[e]);
-        mx = warp_max(mx);
-        double sum = 0;
-        for (int e = lane; e < nc; e += GPU_WARP) {
-            const float pe = (float)exp((double)(l[e] - mx));
-            p[e] = pe;
-            sum += pe;
-        }
-        sum = warp_sum_d(sum);
-        const float inv = (float)(1.0 / sum);
-        float best_v = 0, best_p = 0;
-        int best = -1;
-        for (int e = lane; e < nc; e += GPU_WARP) {
-            const float pe = p[e] * inv; /* this lane's own unnormalised value */
-            p[e] = pe;
-            const float v = pe + bias[e];
-            if (choice_beats(v, e, best_v, best)) best_v = v, best = e, best_p = pe;
-        }
-        for (int o = GPU_WARP / 2; o > 0; o >>= 1) { /* butterfly: every lane ends with the same winner */
-            const float ov = gk_shfl_xor(best_v, o), op = gk_shfl_xor(best_p, o);
-            const int oe = gk_shfl_xor(best, o);
-            if (choice_beats(ov, oe, best_v, best)) best_v = ov, best = oe, best_p = op;
-        }
-        if (lane == 0) {
-            choice[r] = best;
-            gate[r] = best_p;
-        }
-    }
+         r += (long)gridDim.x * (blockDim.x / GPU_WARP))
+        router_choice_row(probs + r * nc, choice + r, gate + r, logits + r * nc, bias, nc);
 }
 
 extern "C" void gk_router_choice_forward(GkStream s, float *probs, int32_t *choice, float *gate, const float *logits,

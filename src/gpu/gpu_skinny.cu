@@ -11,6 +11,7 @@
 
 #include "gpu_common.cuh"
 #include "gpu_kernels.h"
+#include "gpu_router.cuh"
 
 namespace {
 
@@ -207,7 +208,100 @@ void skinny_launch(GkStream s, const SkinnyArgs &a) {
     GK_LAUNCH_CHECK();
 }
 
+/* ---- the router's tail (gk_skinny_router_tail): one block for the state norm, the two hidden layers, the class
+ * logits and the choice of every row, which as separate launches are five. Each product is skinny_kernel<ROWS,
+ * SK_PLAIN>'s sum at K <= 8 lanes of a warp (its one-warp case): lane l's chain over elements 8l..8l+7, then the warp
+ * butterfly, so the tail gives those launches' bits. */
+constexpr int RT_THREADS = 512;
+constexpr int RT_WARPS = RT_THREADS / GPU_WARP;
+constexpr int RT_MAX_R = 8 * GPU_WARP < 256 ? 8 * GPU_WARP : 256;     /* K a warp covers in one pass; the unit cap */
+constexpr int RT_UPW = (RT_MAX_R + RT_WARPS - 1) / RT_WARPS;         /* units a warp, at most */
+
+/* y[r, u] = Σ_k bf16(x[r, k]) W[u, k] (+ b[u], then GELU) for u < n, K <= RT_MAX_R; x rows in shared memory. Warp w
+ * takes units w, w + RT_WARPS, ...; pre: those units' weight pieces already loaded (or nullptr). */
+template <int ROWS>
+__device__ __forceinline__ void tail_products(float *y, int ldy, const float (*x)[RT_MAX_R], const uint16_t *W,
+                                              const float *b, int n, int K, int rows, const uint4 *pre) {
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
+    const int k = lane * 8;
+    const bool mine = k < K;
+#pragma unroll
+    for (int i = 0; i < RT_UPW; i++) {
+        const int u = warp + i * RT_WARPS;
+        if (u >= n) break; /* uniform over the warp */
+        float acc[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) acc[r] = 0.0f;
+        if (mine) {
+            float w[8];
+            widen_w8(w, pre ? pre[i] : load_w16(W + (long)u * K + k));
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) /* x re-read from shared memory for each unit: registers hold the weights */
+                if (r < rows)
+#pragma unroll
+                    for (int q = 0; q < 8; q++) acc[r] = fmaf(gk_bf16_round(x[r][k + q]), w[q], acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const float t = warp_sum(acc[r]);
+            if (lane == 0 && r < rows) y[(long)r * ldy + u] = b ? gk_gelu(t + b[u]) : t;
+        }
+    }
+}
+
+template <int ROWS>
+__global__ void __launch_bounds__(RT_THREADS, 1) router_tail_kernel(GkRouterTail a) {
+    __align__(16) __shared__ float xs[ROWS][RT_MAX_R];
+    __align__(16) __shared__ float hs[ROWS][RT_MAX_R];
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP, R = a.R;
+    /* the first hidden layer's weights stream in while the down projection before this kernel finishes */
+    uint4 w1[RT_UPW];
+#pragma unroll
+    for (int i = 0; i < RT_UPW; i++) {
+        const int u = warp + i * RT_WARPS;
+        w1[i] = lane * 8 < R && u < R ? load_w16(a.w1 + (long)u * R + lane * 8) : make_uint4(0, 0, 0, 0);
+    }
+    gk_pdl_enter();
+    if (warp < a.rows) /* z += bias (+ r_prev ⊙ γ) in place, its norm into xs */
+        state_rmsnorm_row<4>(a.z + (long)warp * R, xs[warp], nullptr, a.bias,
+                             a.r_prev ? a.r_prev + (long)warp * R : nullptr, a.gamma, a.norm_w, R, a.eps);
+    __syncthreads();
+    tail_products<ROWS>(&hs[0][0], RT_MAX_R, xs, a.w1, a.b1, R, R, a.rows, w1);
+    __syncthreads();
+    tail_products<ROWS>(&xs[0][0], RT_MAX_R, hs, a.w2, a.b2, R, R, a.rows, nullptr);
+    __syncthreads();
+    tail_products<ROWS>(a.logits, a.classes, xs, a.w_out, nullptr, a.classes, R, a.rows, nullptr);
+    __syncthreads(); /* the block's logits writes, visible to its warps */
+    if (warp < a.rows)
+        router_choice_row(a.probs + (long)warp * a.classes, a.choice + warp, a.gate + warp,
+                          a.logits + (long)warp * a.classes, a.balance_bias, a.classes);
+}
+
 } // namespace
+
+extern "C" int gk_skinny_router_tail(GkStream s, const GkRouterTail *t) {
+    const GkRouterTail &a = *t;
+    if (a.rows < 1 || a.rows > GK_SKINNY_ROWS || a.R < 8 || a.R % 8 || a.R > RT_MAX_R || a.classes < 1 ||
+        a.classes > RT_MAX_R)
+        return -1;
+    for (const void *p : {(const void *)a.z, (const void *)a.bias, (const void *)a.norm_w, (const void *)a.w1,
+                          (const void *)a.w2, (const void *)a.w_out})
+        if (!p || !al16(p))
+            return -1;
+    if (!a.b1 || !a.b2 || !a.logits || !a.probs || !a.choice || !a.gate || !a.balance_bias ||
+        (a.r_prev && (!al16(a.r_prev) || !a.gamma || !al16(a.gamma))))
+        return -1;
+    if (a.rows <= 1)
+        GK_LAUNCH_PDL(router_tail_kernel<1>, dim3(1), dim3(RT_THREADS), 0, s, a);
+    else if (a.rows <= 2)
+        GK_LAUNCH_PDL(router_tail_kernel<2>, dim3(1), dim3(RT_THREADS), 0, s, a);
+    else if (a.rows <= 4)
+        GK_LAUNCH_PDL(router_tail_kernel<4>, dim3(1), dim3(RT_THREADS), 0, s, a);
+    else
+        GK_LAUNCH_PDL(router_tail_kernel<8>, dim3(1), dim3(RT_THREADS), 0, s, a);
+    GK_LAUNCH_CHECK();
+    return 0;
+}
 
 extern "C" int gk_skinny_mm(GkStream s, const float *x, int ldx, int rows, int K, const GkSkinnyOut *outs,
                             int n_outs) {

@@ -308,6 +308,59 @@ static void skinny_experts_case(GpuTest *t, int D, int I, int E, const int32_t *
     gt_check(t, what, dout, out, (size_t)rows * D, 2e-5);
     gt_reset(t);
 }
+/* The router's tail in one launch (gk_skinny_router_tail) against the five launches it replaces at decoding's few
+ * rows (gk_state_rmsnorm_forward, gk_skinny_mm for both hidden layers and the logits, gk_router_choice_forward): the
+ * same bits in z, logits, probabilities, choice and gate. */
+static void router_tail_case(GpuTest *t, int rows, int R, int classes, int depth) {
+    const size_t zr = (size_t)rows * R, lc = (size_t)rows * classes;
+    float *z0 = gt_rand(t, zr, 2.0f), *rp = gt_rand(t, zr, 1.0f), *w1 = gt_rand(t, (size_t)R * R, 0.1f);
+    float *w2 = gt_rand(t, (size_t)R * R, 0.1f), *wo = gt_rand(t, (size_t)classes * R, 0.1f);
+    float *bias = gt_up(t, gt_rand(t, R, 0.5f), R), *gamma = gt_up(t, gt_rand(t, R, 0.7f), R);
+    float *norm_w = gt_up(t, gt_rand(t, R, 1.0f), R), *b1 = gt_up(t, gt_rand(t, R, 0.3f), R);
+    float *b2 = gt_up(t, gt_rand(t, R, 0.3f), R), *bal = gt_up(t, gt_rand(t, classes, 0.05f), classes);
+    float *d_rp = depth ? gt_up(t, rp, zr) : NULL;
+    const uint16_t *w1h = bf16_up(t, w1, (size_t)R * R), *w2h = bf16_up(t, w2, (size_t)R * R);
+    const uint16_t *woh = bf16_up(t, wo, (size_t)classes * R);
+    /* the five launches */
+    float *za = gt_up(t, z0, zr), *zn = gt_dev(t, zr * 4), *rstd = gt_dev(t, (size_t)rows * 4), *h1 = gt_dev(t, zr * 4);
+    float *h2 = gt_dev(t, zr * 4), *la = gt_poison(t, lc), *pa = gt_poison(t, lc), *ga = gt_poison(t, (size_t)rows);
+    int32_t *ca = gt_dev(t, (size_t)rows * 4);
+    GkStream s = t->g->stream;
+    gk_state_rmsnorm_forward(s, za, zn, rstd, bias, d_rp, gamma, norm_w, rows, R, 1e-6f);
+    const GkSkinnyOut o1 = {.w = w1h, .y = h1, .n = R, .ldy = R, .bias = b1},
+                      o2 = {.w = w2h, .y = h2, .n = R, .ldy = R, .bias = b2},
+                      oo = {.w = woh, .y = la, .n = classes, .ldy = classes};
+    const int rc5 = gk_skinny_mm(s, zn, R, rows, R, &o1, 1) | gk_skinny_mm(s, h1, R, rows, R, &o2, 1) |
+                    gk_skinny_mm(s, h2, R, rows, R, &oo, 1);
+    gk_router_choice_forward(s, pa, ca, ga, la, bal, rows, classes);
+    /* the one */
+    float *zb = gt_up(t, z0, zr), *lb = gt_poison(t, lc), *pb = gt_poison(t, lc), *gb = gt_poison(t, (size_t)rows);
+    int32_t *cb = gt_dev(t, (size_t)rows * 4);
+    const GkRouterTail tail = {.z = zb, .bias = bias, .r_prev = d_rp, .gamma = gamma, .norm_w = norm_w, .eps = 1e-6f,
+                               .w1 = w1h, .w2 = w2h, .w_out = woh, .b1 = b1, .b2 = b2, .balance_bias = bal,
+                               .logits = lb, .probs = pb, .gate = gb, .choice = cb, .rows = rows, .R = R,
+                               .classes = classes};
+    const int rc1 = gk_skinny_router_tail(s, &tail);
+    char name[160];
+    snprintf(name, sizeof name, "router tail in one launch: %d rows, R %d, %d classes%s", rows, R, classes,
+             depth ? "" : ", first layer");
+    if (!gt_assert(t, rc1 == 0 && rc5 == 0, name, "launchers returned %d, %d", rc1, rc5)) return;
+    const struct {
+        const char *what;
+        const float *a, *b;
+        size_t n;
+    } f[] = {{"z", za, zb, zr}, {"logits", la, lb, lc}, {"probabilities", pa, pb, lc}, {"gate", ga, gb, (size_t)rows}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        char what[200];
+        snprintf(what, sizeof what, "%s: %s as the five launches', bit for bit", name, f[i].what);
+        gt_check(t, what, f[i].b, gt_down(t, f[i].a, f[i].n), f[i].n, 0.0);
+    }
+    char what[200];
+    snprintf(what, sizeof what, "%s: choice as the five launches'", name);
+    gt_check_i(t, what, cb, gt_down_i(t, ca, (size_t)rows), (size_t)rows);
+    gt_reset(t);
+}
+
 static void test_skinny_products(GpuTest *t) {
     const int qkvv[] = {1024, 256, 128, 128}, odd[] = {67, 5, 300}, router[] = {256};
     skinny_case(t, 1, 1024, qkvv, 4, -1); /* bench-gpu's CCA projections at batch 1 */
@@ -318,6 +371,10 @@ static void test_skinny_products(GpuTest *t) {
     const int32_t one[] = {2}, mixed[] = {0, 3, 4, 1, 3, -1, 2, 0};
     skinny_experts_case(t, 256, 128, 4, one, 1);
     skinny_experts_case(t, 1024, 512, 4, mixed, 8);
+    router_tail_case(t, 1, 256, 17, 1); /* ZAYA1's router at batch 1 */
+    router_tail_case(t, 1, 256, 17, 0);
+    router_tail_case(t, 8, 256, 17, 1);
+    router_tail_case(t, 3, 64, 5, 1);
 }
 
 void test_gpu_gemm(GpuTest *t) {
