@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "gpu_common.cuh"
+#include "gpu_cca_rows.cuh"
 #include "gpu_kernels.h"
 
 namespace {
@@ -633,32 +634,16 @@ void launch_conv_dcol(gpuStream_t s, float *dX, float *db0, float *dw0, float *d
 
 /* ---- q-k mean skip ---------------------------------------------------------------------------------------------
  * One thread per (row, kv head j, channel i): the G query heads of the group and the key, the CPU's arithmetic
- * (the half-sums in double, rounded once). */
-/* Output row r reads input row (r / seq_rows) * seq_stride + seq_offset + r % seq_rows of X and Y: the identity for
- * one block of rows (seq_rows = rows, offset 0), or the new rows of each sequence inside [state | new] blocks
- * (cached decoding); with in_row (device [rows]) it reads row in_row[r] (a ragged batch's padded blocks). */
+ * (gpu_cca_rows.cuh's qk_mean_at; cached decoding runs it inside gk_cca_decode_rows). */
 __global__ void qk_mean_fwd_kernel(float *__restrict__ query, float *__restrict__ key, const float *__restrict__ Y,
-                                   const float *__restrict__ X, int rows, int Hq, int Hkv, int dh, int seq_rows,
-                                   long seq_stride, long seq_offset, const int32_t *__restrict__ in_row) {
+                                   const float *__restrict__ X, int rows, int Hq, int Hkv, int dh) {
     gk_pdl_enter();
     const int G = Hq / Hkv, C = (Hq + Hkv) * dh, Cq = Hq * dh, nk = Hkv * dh;
     const int el = blockIdx.x * blockDim.x + threadIdx.x;
     if (el >= nk) return;
     const int j = el / dh, i = el - j * dh;
-    for (long r = blockIdx.y; r < rows; r += gridDim.y) {
-        const long in = in_row ? (long)in_row[r] : (r / seq_rows) * seq_stride + seq_offset + r % seq_rows;
-        const float *x = X + in * C, *y = Y + in * C;
-        float *q = query + r * Cq;
-        const double kk = x[Cq + el];
-        double sum = 0;
-        for (int g = 0; g < G; g++) {
-            const int h = j * G + g;
-            const float qm = (float)(((double)x[h * dh + i] + kk) * 0.5);
-            q[h * dh + i] = __fadd_rn(y[h * dh + i], qm);
-            sum += qm;
-        }
-        key[r * nk + el] = __fadd_rn(y[Cq + el], (float)(sum / G));
-    }
+    for (long r = blockIdx.y; r < rows; r += gridDim.y)
+        qk_mean_at(X + r * C, Y + r * C, j, i, G, dh, Cq, query + r * Cq + (long)j * G * dh, dh, key + r * nk + el);
 }
 
 __global__ void qk_mean_bwd_kernel(float *__restrict__ dY, float *__restrict__ dX, const float *__restrict__ dquery,
@@ -749,31 +734,17 @@ __global__ void __launch_bounds__(NR_THREADS)
                            const float *__restrict__ cosv, const float *__restrict__ sinv, int T, int dh, int half,
                            float scale, float eps, const int32_t *__restrict__ pos) {
     gk_pdl_enter();
-    const int lane = threadIdx.x % GPU_WARP;
     for (long item = (long)blockIdx.x * NR_WARPS + threadIdx.x / GPU_WARP; item < items;
          item += (long)gridDim.x * NR_WARPS) {
         const bool is_q = item < q_items; /* each field chosen alone: a chosen struct would go to local memory */
         const int H = is_q ? qp.H : kp.H;
         const long it = is_q ? item : item - q_items, r = it / H;
         const int h = (int)(it - r * H);
-        const float *xv = (is_q ? qp.x : kp.x) + it * dh, *temp = is_q ? qp.temp : kp.temp;
-        float *yv = (is_q ? qp.y : kp.y) + it * dh;
-        double ss = 0;
-        for (int i = lane; i < dh; i += GPU_WARP) ss += (double)xv[i] * xv[i];
-        ss = warp_sum_d(ss);
-        const float n = (float)sqrt(ss);
-        if (lane == 0) (is_q ? qp.norm : kp.norm)[it] = n;
-        const float f = scale / (n > eps ? n : eps);
+        const float *temp = is_q ? qp.temp : kp.temp;
         const long at = pos ? (long)pos[r] : r % T; /* per-row positions: a ragged batch */
-        const float *cs = cosv + at * half, *sn = sinv + at * half;
-        /* the same two roundings as the CPU (x·f, then ·temp) */
-        auto scaled = [&](float v) { return temp ? __fmul_rn(__fmul_rn(v, f), temp[h]) : __fmul_rn(v, f); };
-        for (int k = lane; k < half; k += GPU_WARP) {
-            const float a = scaled(xv[k]), b = scaled(xv[k + half]), c = cs[k], s = sn[k];
-            yv[k] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-            yv[k + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-        }
-        for (int k = 2 * half + lane; k < dh; k += GPU_WARP) yv[k] = scaled(xv[k]);
+        l2norm_rope_head((is_q ? qp.y : kp.y) + it * dh, (is_q ? qp.norm : kp.norm) + it,
+                         (is_q ? qp.x : kp.x) + it * dh, temp ? temp + h : nullptr, cosv + at * half, sinv + at * half,
+                         dh, half, scale, eps);
     }
 }
 
@@ -948,23 +919,7 @@ extern "C" void gk_qk_mean_forward(GkStream s, float *query, float *key, const f
                                    int Hq, int Hkv, int dh) {
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    GK_LAUNCH_PDL(qk_mean_fwd_kernel, grid, EW_THREADS, 0, s, query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, nullptr);
-}
-
-extern "C" void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, const float *Y, const float *X, int B,
-                                        int n, int stride_rows, int offset_rows, int Hq, int Hkv, int dh) {
-    const int rows = B * n;
-    if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
-    dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    GK_LAUNCH_PDL(qk_mean_fwd_kernel, grid, EW_THREADS, 0, s, query, key, Y, X, rows, Hq, Hkv, dh, n, stride_rows,
-                  offset_rows, nullptr);
-}
-
-extern "C" void gk_qk_mean_forward_idx(GkStream s, float *query, float *key, const float *Y, const float *X,
-                                       const int32_t *in_row, int rows, int Hq, int Hkv, int dh) {
-    if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
-    dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    GK_LAUNCH_PDL(qk_mean_fwd_kernel, grid, EW_THREADS, 0, s, query, key, Y, X, rows, Hq, Hkv, dh, rows, 0, 0, in_row);
+    GK_LAUNCH_PDL(qk_mean_fwd_kernel, grid, EW_THREADS, 0, s, query, key, Y, X, rows, Hq, Hkv, dh);
 }
 
 extern "C" void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows,

@@ -14,8 +14,8 @@ typedef struct {
     int32_t *tokens;
     float *x, *x_mid, *u, *rstd;
     float *X, *Xe, *Ye, *Me;
-    float *query_pre, *key_pre, *query, *key, *norm_q, *norm_k;
-    float *vc, *vd, *value, *attn_out, *proj;
+    float *query, *key, *value; /* key, value: the MHA variant's (CCA's go straight into the cache) */
+    float *vc, *vd, *attn_out, *proj;
     float *z[2];
     LayerActs moe;   /* the MoE block's buffers (u_mlp = u; router state in z[]) */
     float *last_rows, *logits;
@@ -45,12 +45,8 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     s->u = ZY_CARVE_F(cv, N * D);
     s->rstd = ZY_CARVE_F(cv, N);
     s->X = ZY_CARVE_F(cv, N * C);
-    s->query_pre = ZY_CARVE_F(cv, N * Cq);
-    s->key_pre = ZY_CARVE_F(cv, N * Ck);
     s->query = ZY_CARVE_F(cv, N * Cq);
     s->key = ZY_CARVE_F(cv, N * Ck);
-    s->norm_q = ZY_CARVE_F(cv, N * f->num_heads);
-    s->norm_k = ZY_CARVE_F(cv, N * f->num_kv_heads);
     s->vc = ZY_CARVE_F(cv, N * half);
     s->vd = ZY_CARVE_F(cv, N * half);
     s->value = ZY_CARVE_F(cv, N * Ck);
@@ -216,9 +212,9 @@ static LayerGeom layer_geom(const GpuKVCache *c, int l) {
                        .rd = cfg_layer_rotary_dim(f, l), .window = cfg_layer_window(f, l)};
 }
 
-/* Appends the n new k̂ / v rows of each sequence at position len, then attends over everything so far (a sliding
- * layer: over its window). */
-static void append_kv_attend(GpuKVCache *c, int l, int n) {
+/* Appends the n new k̂ / v rows of each sequence at position len (unless CCA's gk_cca_decode_rows did), then attends
+ * over everything so far (a sliding layer: over its window). */
+static void append_kv_attend(GpuKVCache *c, int l, int n, int append) {
     const ZayaConfig *f = &c->gm->cfg;
     GkStream st = c->gm->g.stream;
     const int B = c->batch, Ck = cfg_k_channels(f), p0 = c->len;
@@ -230,12 +226,12 @@ static void append_kv_attend(GpuKVCache *c, int l, int n) {
                     v = {.dst = c->kv_bf16 ? (void *)(kv16(c->v[l]) + at) : (void *)(c->v[l] + at),
                          .dst_stride = seq, .src = c->s.value, .src_stride = rows, .len = rows, .n = B};
     if (c->kv_bf16) {
-        gk_copy_rows_idx2_bf16(st, k, v);
+        if (append) gk_copy_rows_idx2_bf16(st, k, v);
         gk_decode_attention_bf16(st, c->s.attn_out, c->s.query, kv16(c->k[l]), kv16(c->v[l]), B, n, p0, c->max_len,
                                  Hq, Hkv, dh, window);
         return;
     }
-    gk_copy_rows_idx2(st, k, v);
+    if (append) gk_copy_rows_idx2(st, k, v);
     gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, Hq, Hkv, dh, window);
 }
 
@@ -283,20 +279,22 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
                       (GkRowCopy){.dst = s->Xe + (long)P * C, .dst_stride = (long)TE * C, .src = s->X,
                                   .src_stride = (long)n * C, .len = (long)n * C, .n = B});
     gpu_cca_conv_forward(gm, W, s->Ye, s->Me, s->Xe, B, TE);
-    gk_copy_rows(st, c->conv_state[l], (long)P * C, s->Xe + (long)n * C, (long)TE * C, (long)P * C, B);
-    /* 3. q-k mean skip on each sequence's new rows (rows P.. of its [state | new] block), one launch */
-    gk_qk_mean_forward_seqs(st, s->query_pre, s->key_pre, s->Ye, s->Xe, B, n, TE, P, Hq, Hkv, dh);
-    /* 4. values; each sequence's first new row takes the previous token's vd, and its last vd is kept */
-    gk_decode_delayed_value(st, s->value, s->vc, s->vd, c->vd_prev[l], half, NULL, NULL, NULL, NULL, n, N, half);
-    /* 5. QK norm and 6. RoPE at the absolute positions p0.. */
-    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+    /* 3. q-k mean skip, 4. values (each sequence's first new row takes the previous token's vd, its last vd is kept),
+     * 5. QK norm and 6. RoPE at the absolute positions p0.., k̂ and v into the cache, and 2.'s last P columns back
+     * into the convolution state: one launch */
     const LayerGeom g = layer_geom(c, l);
     const long toff = (long)p0 * (g.rd / 2);
-    gk_l2norm_rope_qk_forward(st, (GkNormRopePart){s->query, s->norm_q, s->query_pre, NULL, Hq},
-                              (GkNormRopePart){s->key, s->norm_k, s->key_pre, W->temp, Hkv}, g.cos + toff,
-                              g.sin + toff, NULL, N, n, dh, g.rd, scale, eps);
+    const GkCcaDecode d = {
+        .Xe = s->Xe, .Ye = s->Ye, .TE = TE, .P = P, .vc = s->vc, .vd = s->vd, .vd_prev = c->vd_prev[l],
+        .slot_stride = half, .temp = W->temp, .cosv = g.cos + toff, .sinv = g.sin + toff, .scale = sqrtf((float)dh),
+        .eps = 1.1920928955078125e-07f, .query = s->query, .k_cache = c->k[l], .v_cache = c->v[l],
+        .kv_seq = c->max_len, .kv_p0 = p0, .kv_bf16 = c->kv_bf16,
+        .state = {.dst = c->conv_state[l], .dst_stride = (long)P * C, .src = s->Xe + (long)n * C,
+                  .src_stride = (long)TE * C, .len = (long)P * C, .n = B},
+        .N = N, .n = n, .Hq = Hq, .Hkv = Hkv, .dh = dh, .rd = g.rd};
+    gk_cca_decode_rows(st, &d);
     /* 7. attention over everything so far, and 8. the output projection */
-    append_kv_attend(c, l, n);
+    append_kv_attend(c, l, n, 0);
     out_projection(gm, W, s, N);
 }
 
@@ -313,7 +311,7 @@ static void mha_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     const long toff = (long)p0 * (g.rd / 2);
     gk_rope_forward(st, s->query, g.cos + toff, g.sin + toff, N, n, Hq, dh, g.rd);
     gk_rope_forward(st, s->key, g.cos + toff, g.sin + toff, N, n, Hkv, dh, g.rd);
-    append_kv_attend(c, l, n);
+    append_kv_attend(c, l, n, 1);
     out_projection(gm, W, s, N);
 }
 
@@ -697,7 +695,7 @@ static LayerGeom pool_geom(const GpuKVPool *p, int l) {
 }
 
 /* The new rows' k̂ and v into their blocks, then every row's attention over its sequence so far (its window). */
-static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l) {
+static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l, int append) {
     const ZayaConfig *f = &p->gm->cfg;
     GkStream st = p->gm->g.stream;
     const int Ck = cfg_k_channels(f), Hq = f->num_heads, Hkv = f->num_kv_heads, dh = f->head_dim;
@@ -707,13 +705,13 @@ static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l) {
                     v = {.dst = p->v[l], .dst_stride = Ck, .dst_idx = desc(p, D_PHYS), .src = p->s.value,
                          .src_stride = Ck, .len = Ck, .n = ps->N}; /* bf16: the same rows as bf16 elements */
     if (p->kv_bf16) {
-        gk_copy_rows_idx2_bf16(st, k, v);
+        if (append) gk_copy_rows_idx2_bf16(st, k, v);
         gk_paged_decode_attention_bf16(st, p->s.attn_out, p->s.query, kv16(p->k[l]), kv16(p->v[l]), desc(p, D_SEQ),
                                        desc(p, D_POS), desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq,
                                        Hkv, dh, window);
         return;
     }
-    gk_copy_rows_idx2(st, k, v);
+    if (append) gk_copy_rows_idx2(st, k, v);
     gk_paged_decode_attention(st, p->s.attn_out, p->s.query, p->k[l], p->v[l], desc(p, D_SEQ), desc(p, D_POS),
                               desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window);
 }
@@ -725,7 +723,7 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &p->s;
     const int N = ps->N, S = ps->n_seqs, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
-    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
+    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
     float *conv = p->state + (size_t)l * p->layer_state, *vd_prev = conv + (size_t)P * C; /* slot 0's; slot_state apart */
     /* 1. down projections (and 4.'s two value projections: they read u too) */
     cca_projections(gm, W, s, N);
@@ -742,20 +740,22 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
         const size_t x1 = (size_t)ps->B0 * ps->TE0 * C, m1 = (size_t)ps->B0 * (ps->TE0 + k1 - 1) * C;
         gpu_cca_conv_forward(gm, W, s->Ye + x1, s->Me + m1, s->Xe + x1, ps->B1, ps->TE1);
     }
-    gk_copy_rows_idx(st, conv, p->slot_state, desc(p, D_SLOT), s->Xe, C, desc(p, D_XOUT), (long)P * C, S);
-    /* 3. q-k mean skip on each row's own column of its block */
-    gk_qk_mean_forward_idx(st, s->query_pre, s->key_pre, s->Ye, s->Xe, desc(p, D_XROW), N, Hq, Hkv, dh);
-    /* 4. values; each sequence's first row takes its slot's previous vd, and its last vd is kept */
-    gk_decode_delayed_value(st, s->value, s->vc, s->vd, vd_prev, p->slot_state, desc(p, D_SEQ), desc(p, D_FIRST),
-                            desc(p, D_LAST), desc(p, D_SLOT), 0, N, half);
-    /* 5. QK norm and 6. RoPE at each row's absolute position */
-    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+    /* 3. q-k mean skip on each row's own column of its block, 4. values (each sequence's first row takes its slot's
+     * previous vd, its last vd is kept), 5. QK norm and 6. RoPE at each row's absolute position, k̂ and v into the
+     * pool, and 2.'s last P columns of each block's real rows back to its slot: one launch */
     const LayerGeom g = pool_geom(p, l);
-    gk_l2norm_rope_qk_forward(st, (GkNormRopePart){s->query, s->norm_q, s->query_pre, NULL, Hq},
-                              (GkNormRopePart){s->key, s->norm_k, s->key_pre, W->temp, Hkv}, g.cos, g.sin,
-                              desc(p, D_POS), N, 1, dh, g.rd, scale, eps);
+    const GkCcaDecode d = {
+        .Xe = s->Xe, .Ye = s->Ye, .xrow = desc(p, D_XROW), .vc = s->vc, .vd = s->vd, .vd_prev = vd_prev,
+        .slot_stride = p->slot_state, .row_seq = desc(p, D_SEQ), .seq_first = desc(p, D_FIRST),
+        .seq_last = desc(p, D_LAST), .seq_slot = desc(p, D_SLOT), .temp = W->temp, .cosv = g.cos, .sinv = g.sin,
+        .pos = desc(p, D_POS), .scale = sqrtf((float)dh), .eps = 1.1920928955078125e-07f, .query = s->query,
+        .k_cache = p->k[l], .v_cache = p->v[l], .kv_row = desc(p, D_PHYS), .kv_bf16 = p->kv_bf16,
+        .state = {.dst = conv, .dst_stride = p->slot_state, .dst_idx = desc(p, D_SLOT), .src = s->Xe, .src_stride = C,
+                  .src_idx = desc(p, D_XOUT), .len = (long)P * C, .n = S},
+        .N = N, .Hq = Hq, .Hkv = Hkv, .dh = dh, .rd = g.rd};
+    gk_cca_decode_rows(st, &d);
     /* 7. attention and 8. the output projection */
-    pool_append_attend(p, ps, l);
+    pool_append_attend(p, ps, l, 0);
     out_projection(gm, W, s, N);
 }
 
@@ -770,7 +770,7 @@ static void pool_mha(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     const LayerGeom g = pool_geom(p, l);
     gk_rope_forward_pos(st, s->query, g.cos, g.sin, desc(p, D_POS), N, Hq, dh, g.rd);
     gk_rope_forward_pos(st, s->key, g.cos, g.sin, desc(p, D_POS), N, Hkv, dh, g.rd);
-    pool_append_attend(p, ps, l);
+    pool_append_attend(p, ps, l, 1);
     out_projection(gm, W, s, N);
 }
 

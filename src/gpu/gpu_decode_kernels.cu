@@ -1,10 +1,11 @@
 /* Kernels of cached decoding on the GPU (gpu_decode.c): attention of a few new queries over the KV cache, the
  * strided row copies that move rows in and out of the cache and the convolution state (two in one launch where a
- * step moves two), and a step's CCA values with their kept state. The cache holds k̂ / v as
- * fp32 or as bf16 (--kv-dtype bf16: rounded nearest-even when appended, widened exactly when read; scores, softmax
+ * step moves two), and a step's CCA after the convolution in one launch (gk_cca_decode_rows). The cache holds k̂ / v
+ * as fp32 or as bf16 (--kv-dtype bf16: rounded nearest-even when appended, widened exactly when read; scores, softmax
  * and sums stay fp32), one template each. Launched through GK_LAUNCH_PDL (a decoding step's chain of small kernels), so
  * tests/gpu/emu runs this file on the CPU. */
 #include "gpu_common.cuh"
+#include "gpu_cca_rows.cuh"
 #include "gpu_kernels.h"
 
 #define DA_WARPS 4
@@ -192,35 +193,63 @@ extern "C" void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const 
 extern "C" void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<float>(s, a, b); }
 extern "C" void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<uint16_t>(s, a, b); }
 
-/* Thread (r, j): value[r] = [vc[r] | vd[r − 1]] at column j and half + j; when r is its sequence's first row, column
- * half + j comes from the slot's kept vd, which this same thread then replaces with the sequence's last vd (read
- * before written, and by no other thread: the slots are distinct). */
-__global__ void delayed_value_kernel(float *value, const float *vc, const float *vd, float *vd_prev, long slot_stride,
-                                     const int32_t *row_seq, const int32_t *seq_first, const int32_t *seq_last,
-                                     const int32_t *seq_slot, int n, int N, int half) {
+/* One block a (row r, kv head j), G + 1 warps: the q-k mean of j's group into shared memory, then warp g < G norms and
+ * rotates query head j·G + g into the output and warp G the key into shared memory, then the block appends k̂ and v
+ * (columns j·dh..) to the cache; the convolution state's copy is spread over the whole grid. */
+template <class KV> __global__ void cca_decode_rows_kernel(GkCcaDecode a) {
+    GK_DYNAMIC_SMEM_T(float, sm); /* [G query heads | key] before the norm, then the key after it: (G + 2)·dh */
     gk_pdl_enter();
-    const long total = (long)N * half;
-    for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (long)gridDim.x * blockDim.x) {
-        const long r = k / half, j = k % half;
-        const int i = row_seq ? row_seq[r] : (int)(r / n);
-        const long first = row_seq ? seq_first[i] : (long)i * n;
-        float *row = value + r * 2 * half;
-        row[j] = vc[r * half + j];
-        if (r == first) {
-            float *kept = vd_prev + (long)(row_seq ? seq_slot[i] : i) * slot_stride + j;
-            const long last = row_seq ? seq_last[i] : first + n - 1;
-            row[half + j] = *kept;
-            *kept = vd[last * half + j];
+    const int r = blockIdx.x, j = blockIdx.y, G = a.Hq / a.Hkv, dh = a.dh, warp = threadIdx.x / GPU_WARP;
+    const int Cq = a.Hq * dh, Ck = a.Hkv * dh, C = Cq + Ck, half = Ck / 2, hr = a.rd / 2;
+    float *qpre = sm, *kpre = sm + (long)G * dh, *khat = kpre + dh;
+    const long in = a.xrow ? (long)a.xrow[r] : (long)(r / a.n) * a.TE + a.P + r % a.n;
+    for (int i = threadIdx.x; i < dh; i += blockDim.x)
+        qk_mean_at(a.Xe + in * C, a.Ye + in * C, j, i, G, dh, Cq, qpre, dh, kpre + i);
+    __syncthreads();
+    const long at = a.pos ? (long)a.pos[r] : r % a.n;
+    const float *cs = a.cosv + at * hr, *sn = a.sinv + at * hr;
+    if (warp < G)
+        l2norm_rope_head(a.query + (long)r * Cq + (long)(j * G + warp) * dh, nullptr, qpre + (long)warp * dh, nullptr,
+                         cs, sn, dh, hr, a.scale, a.eps);
+    else if (warp == G)
+        l2norm_rope_head(khat, nullptr, kpre, a.temp ? a.temp + j : nullptr, cs, sn, dh, hr, a.scale, a.eps);
+    __syncthreads();
+    const long kr = a.kv_row ? (long)a.kv_row[r] : (long)(r / a.n) * a.kv_seq + a.kv_p0 + r % a.n;
+    KV *kd = (KV *)a.k_cache + kr * Ck + (long)j * dh, *vdst = (KV *)a.v_cache + kr * Ck + (long)j * dh;
+    const int si = a.row_seq ? a.row_seq[r] : r / a.n;
+    const long first = a.row_seq ? (long)a.seq_first[si] : (long)si * a.n;
+    for (int i = threadIdx.x; i < dh; i += blockDim.x) {
+        kv_store(kd + i, khat[i]);
+        const int c = j * dh + i; /* value column: [vc | delayed vd] */
+        float v;
+        if (c < half) {
+            v = a.vc[(long)r * half + c];
+        } else if (r == first) { /* the slot's kept vd, read before this same thread replaces it */
+            float *kept = a.vd_prev + (long)(a.row_seq ? a.seq_slot[si] : si) * a.slot_stride + (c - half);
+            const long last = a.row_seq ? (long)a.seq_last[si] : first + a.n - 1;
+            v = *kept;
+            *kept = a.vd[last * half + (c - half)];
         } else {
-            row[half + j] = vd[(r - 1) * half + j];
+            v = a.vd[(long)(r - 1) * half + (c - half)];
         }
+        kv_store(vdst + i, v);
     }
+    const long total = a.state.len > 0 && a.state.n > 0 ? a.state.len * a.state.n : 0;
+    const long threads = (long)gridDim.x * gridDim.y * blockDim.x;
+    for (long k = ((long)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += threads)
+        copy_row_element<float>(a.state, k);
 }
 
-extern "C" void gk_decode_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev,
-                                        long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
-                                        const int32_t *seq_last, const int32_t *seq_slot, int n, int N, int half) {
-    if (N <= 0 || half <= 0 || (!row_seq && n <= 0)) return;
-    GK_LAUNCH_PDL(delayed_value_kernel, gk_blocks((long)N * half, 256), 256, 0, s, value, vc, vd, vd_prev, slot_stride,
-                  row_seq, seq_first, seq_last, seq_slot, n, N, half);
+extern "C" void gk_cca_decode_rows(GkStream s, const GkCcaDecode *a) {
+    if (a->N <= 0 || a->dh <= 0 || a->Hkv <= 0 || a->Hq % a->Hkv || a->Hq / a->Hkv > 31 ||
+        (!a->row_seq && a->n <= 0))
+        return;
+    const dim3 grid((unsigned)a->N, (unsigned)a->Hkv);
+    const int threads = (a->Hq / a->Hkv + 1) * GPU_WARP;
+    const size_t smem = (size_t)(a->Hq / a->Hkv + 2) * a->dh * sizeof(float);
+    if (a->kv_bf16)
+        GK_LAUNCH_PDL(cca_decode_rows_kernel<uint16_t>, grid, threads, smem, s, *a);
+    else
+        GK_LAUNCH_PDL(cca_decode_rows_kernel<float>, grid, threads, smem, s, *a);
+    GK_LAUNCH_CHECK();
 }

@@ -167,14 +167,6 @@ int gk_cca_conv_gemm_tc(GkStream s, int bwd, float *out, const float *src, const
                         int T, int C, int dh, int k1);
 void gk_qk_mean_forward(GkStream s, float *query, float *key, const float *Y, const float *X, int rows, int Hq, int Hkv,
                         int dh);
-/* The same for B sequences of n new rows each, sequence b's rows starting at input row b·stride_rows + offset_rows of
- * X and Y (cached decoding's [state | new] blocks), outputs packed [B·n]; one launch. */
-void gk_qk_mean_forward_seqs(GkStream s, float *query, float *key, const float *Y, const float *X, int B, int n,
-                             int stride_rows, int offset_rows, int Hq, int Hkv, int dh);
-/* The same with output row r reading input row in_row[r] (device [rows]) of X and Y: a ragged batch, each sequence's
- * new rows inside its own [state | new] block. */
-void gk_qk_mean_forward_idx(GkStream s, float *query, float *key, const float *Y, const float *X, const int32_t *in_row,
-                            int rows, int Hq, int Hkv, int dh);
 void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const float *dquery, const float *dkey, int rows, int Hq,
                          int Hkv, int dh);
 void gk_delayed_value_forward(GkStream s, float *value, const float *vc, const float *vd, int B, int T, int half);
@@ -274,15 +266,37 @@ typedef struct {
 } GkRowCopy;
 void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b);
 void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b);
-/* CCA's values for a decoding step's N rows (each sequence's rows consecutive), gk_delayed_value_forward and its two
- * copies of the kept state in one launch: value[r] = [vc[r] | vd[r − 1]], a sequence's first row taking its slot's
- * kept vd instead (vd_prev + slot·slot_stride, half floats), which then becomes that sequence's last row's vd.
- * value [N, 2·half], vc, vd [N, half]. The sequences: a ragged batch's row_seq [N], seq_first, seq_last, seq_slot
- * [n_seqs] on the device (slots distinct), or, with row_seq NULL, the same-length cache's: every sequence n rows,
- * sequence i in slot i. */
-void gk_decode_delayed_value(GkStream s, float *value, const float *vc, const float *vd, float *vd_prev,
-                             long slot_stride, const int32_t *row_seq, const int32_t *seq_first,
-                             const int32_t *seq_last, const int32_t *seq_slot, int n, int N, int half);
+/* A decoding step's CCA after its convolution, for N rows in one launch (one block a row and kv head): the q-k mean
+ * skip (gk_qk_mean_forward's), the QK L2 norm + RoPE (gk_l2norm_rope_qk_forward's; the norms are not written), the
+ * values with a one-token delay, k̂ and v appended to the cache (fp32, or bf16 rounded nearest-even), and the
+ * convolution state's copy `state` (gk_copy_rows_idx's) alongside: the same bits as those launches. Row r of a
+ * sequence's consecutive rows: its column in the convolution's [state | new] blocks Xe / Ye is xrow[r], or (r / n)·TE
+ * + P + r % n; its values [vc[r] | vd[r − 1]], the sequence's first row taking its slot's kept vd (vd_prev +
+ * slot·slot_stride, half floats), which then becomes the sequence's last row's vd — the sequences a ragged batch's
+ * row_seq [N], seq_first, seq_last, seq_slot [n_seqs] (slots distinct), or, row_seq NULL, n rows each, sequence i in
+ * slot i; its RoPE row pos[r], or r % n (tables offset to the step's first position); its cache row kv_row[r], or
+ * (r / n)·kv_seq + kv_p0 + r % n. All index arrays on the device. */
+typedef struct GkCcaDecode {
+    const float *Xe, *Ye; /* [rows, Cq + Ck] */
+    const int32_t *xrow;
+    int TE, P;
+    const float *vc, *vd; /* [N, half], half = Ck / 2 */
+    float *vd_prev;
+    long slot_stride;
+    const int32_t *row_seq, *seq_first, *seq_last, *seq_slot;
+    const float *temp;        /* [Hkv]: the keys' temperature */
+    const float *cosv, *sinv; /* [positions, rd / 2] */
+    const int32_t *pos;
+    float scale, eps;
+    float *query;             /* [N, Cq] */
+    void *k_cache, *v_cache;  /* rows of Ck: float, or uint16_t bf16 bits (kv_bf16) */
+    const int32_t *kv_row;
+    long kv_seq;
+    int kv_p0, kv_bf16;
+    GkRowCopy state;
+    int N, n, Hq, Hkv, dh, rd;
+} GkCcaDecode;
+void gk_cca_decode_rows(GkStream s, const GkCcaDecode *a);
 /* gk_decode_attention over a block pool, for the N rows of a ragged batch (gpu_model_decode_step): row r (Q, O
  * [N, Hq*dh]) belongs to the step's sequence row_seq[r], sits at position row_pos[r] and sees that sequence's keys
  * 0..row_pos[r] (the last `window` of them when window > 0); key s of sequence i is row

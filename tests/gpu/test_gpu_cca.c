@@ -124,24 +124,73 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
 
 /* ---- q-k mean skip ------------------------------------------------------------------------------------------ */
 
-/* gk_qk_mean_forward_seqs (cached decoding): B sequences of n new rows at rows P.. of their [P + n]-row blocks, one
- * launch; equal to the CPU's per-sequence results, with the state rows never read into the output */
-static void check_qk_mean_seqs(GpuTest *t, int B, int n, int P, int Hq, int Hkv, int dh) {
-    const int C = (Hq + Hkv) * dh, Cq = Hq * dh, Ck = Hkv * dh, TE = P + n;
-    const size_t nc = (size_t)B * TE * C, nq = (size_t)B * n * Cq, nk = (size_t)B * n * Ck;
-    char nm[128];
-    const float *Y = gt_rand(t, nc, 1.0f), *X = gt_rand(t, nc, 1.0f);
-    float *q = gt_host(t, nq), *k = gt_host(t, nk);
+static void tables(GpuTest *t, int T, int rd, float **cosv, float **sinv);
+
+/* gk_cca_decode_rows (cached decoding's CCA after the convolution, one launch) against the CPU's ops on each sequence:
+ * B sequences of n new rows at rows P.. of their [P + n]-row blocks, at positions p0..: qk_mean_forward, then
+ * l2norm_rope_forward (the keys with their temperature), the values with the kept vd of each slot, k̂ and v written at
+ * rows b·max_len + p0.. of fp32 caches (the rest of the caches untouched), the kept vd replaced by each sequence's last
+ * vd and the blocks' last P rows copied to the convolution state. */
+static void check_cca_decode_rows(GpuTest *t, int B, int n, int P, int p0, int Hq, int Hkv, int dh, int rd) {
+    const int C = (Hq + Hkv) * dh, Cq = Hq * dh, Ck = Hkv * dh, TE = P + n, half = Ck / 2, N = B * n, hr = rd / 2;
+    const int max_len = p0 + n + 3, T = max_len;
+    const size_t nc = (size_t)B * TE * C, nq = (size_t)N * Cq, ncache = (size_t)B * max_len * Ck;
+    const float scale = sqrtf((float)dh), eps = 1.1920928955078125e-07f;
+    char nm[160];
+    const float *Y = gt_rand(t, nc, 1.0f), *X = gt_rand(t, nc, 1.0f), *vc = gt_rand(t, (size_t)N * half, 1.0f);
+    const float *vd = gt_rand(t, (size_t)N * half, 1.0f), *kept0 = gt_rand(t, (size_t)B * half, 1.0f);
+    const float *temp = gt_rand(t, Hkv, 1.0f), *kc0 = gt_rand(t, ncache, 1.0f), *vc0 = gt_rand(t, ncache, 1.0f);
+    const float *state0 = gt_rand(t, (size_t)B * P * C + 1, 1.0f);
+    float *cosv, *sinv;
+    tables(t, T, rd, &cosv, &sinv);
+    /* the CPU, sequence by sequence */
+    float *q = gt_host(t, nq), *kcache = gt_copy(t, kc0, ncache), *vcache = gt_copy(t, vc0, ncache);
+    float *kept = gt_copy(t, kept0, (size_t)B * half), *state = gt_copy(t, state0, (size_t)B * P * C + 1);
+    float *qpre = gt_host(t, (size_t)n * Cq), *kpre = gt_host(t, (size_t)n * Ck), *k = gt_host(t, (size_t)n * Ck);
+    float *norms = gt_host(t, (size_t)n * Hq);
     for (int b = 0; b < B; b++) {
         const size_t off = ((size_t)b * TE + P) * C;
-        qk_mean_forward(q + (size_t)b * n * Cq, k + (size_t)b * n * Ck, Y + off, X + off, n, Hq, Hkv, dh);
+        qk_mean_forward(qpre, kpre, Y + off, X + off, n, Hq, Hkv, dh);
+        l2norm_rope_forward(q + (size_t)b * n * Cq, norms, qpre, NULL, cosv + (size_t)p0 * hr, sinv + (size_t)p0 * hr,
+                            n, n, Hq, dh, rd, scale, eps);
+        l2norm_rope_forward(k, norms, kpre, temp, cosv + (size_t)p0 * hr, sinv + (size_t)p0 * hr, n, n, Hkv, dh, rd,
+                            scale, eps);
+        for (int i = 0; i < n; i++) {
+            const size_t r = (size_t)b * n + i, row = ((size_t)b * max_len + p0 + i) * Ck;
+            memcpy(kcache + row, k + (size_t)i * Ck, (size_t)Ck * sizeof(float));
+            for (int c = 0; c < half; c++) {
+                vcache[row + c] = vc[r * half + c];
+                vcache[row + half + c] = i ? vd[(r - 1) * half + c] : kept0[(size_t)b * half + c];
+            }
+        }
+        memcpy(kept + (size_t)b * half, vd + ((size_t)b * n + n - 1) * half, (size_t)half * sizeof(float));
+        memcpy(state + (size_t)b * P * C, X + ((size_t)b * TE + n) * C, (size_t)P * C * sizeof(float));
     }
-    float *d_q = gt_poison(t, nq), *d_k = gt_poison(t, nk);
-    gk_qk_mean_forward_seqs(t->g->stream, d_q, d_k, gt_up(t, Y, nc), gt_up(t, X, nc), B, n, TE, P, Hq, Hkv, dh);
-    snprintf(nm, sizeof nm, "qk_mean fwd, %d sequences of %d rows after %d state rows: query", B, n, P);
-    gt_check(t, nm, d_q, q, nq, TOL_EXACT);
-    snprintf(nm, sizeof nm, "qk_mean fwd, %d sequences of %d rows after %d state rows: key", B, n, P);
-    gt_check(t, nm, d_k, k, nk, TOL_EXACT);
+    /* the GPU, one launch */
+    float *d_q = gt_poison(t, nq), *d_k = gt_up(t, kc0, ncache), *d_v = gt_up(t, vc0, ncache);
+    float *d_kept = gt_up(t, kept0, (size_t)B * half), *d_state = gt_up(t, state0, (size_t)B * P * C + 1);
+    const float *d_X = gt_up(t, X, nc), *d_cos = gt_up(t, cosv, (size_t)T * hr), *d_sin = gt_up(t, sinv, (size_t)T * hr);
+    const GkCcaDecode d = {.Xe = d_X, .Ye = gt_up(t, Y, nc), .TE = TE, .P = P, .vc = gt_up(t, vc, (size_t)N * half),
+                           .vd = gt_up(t, vd, (size_t)N * half), .vd_prev = d_kept, .slot_stride = half,
+                           .temp = gt_up(t, temp, Hkv), .cosv = d_cos + (size_t)p0 * hr, .sinv = d_sin + (size_t)p0 * hr,
+                           .scale = scale, .eps = eps, .query = d_q, .k_cache = d_k, .v_cache = d_v, .kv_seq = max_len,
+                           .kv_p0 = p0,
+                           .state = {.dst = d_state, .dst_stride = (long)P * C, .src = d_X + (size_t)n * C,
+                                     .src_stride = (long)TE * C, .len = (long)P * C, .n = B},
+                           .N = N, .n = n, .Hq = Hq, .Hkv = Hkv, .dh = dh, .rd = rd};
+    gk_cca_decode_rows(t->g->stream, &d);
+    const struct {
+        const char *what;
+        const float *dev, *ref;
+        size_t n;
+    } out[] = {{"query", d_q, q, nq}, {"k cache", d_k, kcache, ncache}, {"v cache", d_v, vcache, ncache},
+               {"kept vd", d_kept, kept, (size_t)B * half}, {"convolution state", d_state, state, (size_t)B * P * C + 1}};
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++) {
+        snprintf(nm, sizeof nm, "cca decode rows, %d seqs of %d rows after %d state rows at %d: %s", B, n, P, p0,
+                 out[i].what);
+        gt_check(t, nm, out[i].dev, out[i].ref, out[i].n, TOL_EXACT);
+    }
+    gt_reset(t);
 }
 
 static void check_qk_mean(GpuTest *t, int rows, int Hq, int Hkv, int dh) {
@@ -339,10 +388,10 @@ void test_gpu_cca(GpuTest *t) {
     check_qk_mean(t, 7, 4, 2, 5);
     check_qk_mean(t, 33, 6, 3, 16);
     check_qk_mean(t, 4096, 8, 2, 128);
-    check_qk_mean_seqs(t, 1, 1, 2, 4, 2, 8);   /* one token of one sequence */
-    check_qk_mean_seqs(t, 32, 1, 2, 8, 2, 128); /* a batch-32 decoding step at the benchmark's shape */
-    check_qk_mean_seqs(t, 3, 5, 3, 6, 3, 16);  /* prefill pieces of several rows */
-    check_qk_mean_seqs(t, 2, 4, 0, 4, 2, 8);   /* no state rows (k 1/1) */
+    check_cca_decode_rows(t, 1, 1, 2, 0, 4, 2, 8, 4);      /* one token of one sequence */
+    check_cca_decode_rows(t, 32, 1, 2, 37, 8, 2, 128, 64); /* a batch-32 decoding step at the benchmark's shape */
+    check_cca_decode_rows(t, 3, 5, 3, 11, 6, 3, 16, 16);   /* prefill pieces of several rows */
+    check_cca_decode_rows(t, 2, 4, 0, 6, 4, 2, 8, 8);      /* no state rows (k 1/1) */
 
     check_delayed_value(t, 1, 1, 1);
     check_delayed_value(t, 3, 5, 7);

@@ -582,9 +582,9 @@ static void check_paged_attention(GpuTest *t, int Hq, int Hkv, int dh, int bt, i
     gt_check(t, nm, d_O, O, (size_t)N * Cq, 1e-5);
 }
 
-/* gk_copy_rows_idx (both index lists: rows scattered by a permutation, gathered with repeats, strided),
+/* gk_copy_rows_idx (both index lists: rows scattered by a permutation, gathered with repeats, strided), and
  * gk_rope_forward_pos / gk_l2norm_rope_qk_forward (q and k in one launch) against the CPU's forwards at each row's
- * table offset, and gk_qk_mean_forward_idx against qk_mean_forward on the rows it should read. */
+ * table offset. (gk_cca_decode_rows's index form runs in every pool case below; test_gpu_cca.c checks its op by op.) */
 static void check_ragged_kernels(GpuTest *t) {
     GkStream st = t->g->stream;
     char nm[128];
@@ -646,23 +646,6 @@ static void check_ragged_kernels(GpuTest *t) {
         gt_check(t, nm, d_yk, yk, nk, 1e-6);
         snprintf(nm, sizeof nm, "l2norm + rope of q and k at per-row positions, rd %d: k norm", rd);
         gt_check(t, nm, d_normk, normk, (size_t)rows * Hk, 1e-6);
-    }
-    { /* qk mean reading rows through an index (a ragged batch's padded blocks) */
-        const int Hq = 4, Hkv = 2, qd = 8, C = (Hq + Hkv) * qd, nin = 23, nr = 10;
-        float *Y = gt_rand(t, (size_t)nin * C, 1.0f), *X = gt_rand(t, (size_t)nin * C, 1.0f);
-        int32_t *in = gt_rand_int(t, nr, 0, nin);
-        float *Yg = gt_host(t, (size_t)nr * C), *Xg = gt_host(t, (size_t)nr * C);
-        for (int r = 0; r < nr; r++) {
-            memcpy(Yg + (size_t)r * C, Y + (size_t)in[r] * C, (size_t)C * sizeof(float));
-            memcpy(Xg + (size_t)r * C, X + (size_t)in[r] * C, (size_t)C * sizeof(float));
-        }
-        float *q = gt_host(t, (size_t)nr * Hq * qd), *k = gt_host(t, (size_t)nr * Hkv * qd);
-        qk_mean_forward(q, k, Yg, Xg, nr, Hq, Hkv, qd);
-        float *d_q = gt_poison(t, (size_t)nr * Hq * qd), *d_k = gt_poison(t, (size_t)nr * Hkv * qd);
-        gk_qk_mean_forward_idx(st, d_q, d_k, gt_up(t, Y, (size_t)nin * C), gt_up(t, X, (size_t)nin * C),
-                               gt_up_i(t, in, nr), nr, Hq, Hkv, qd);
-        gt_check(t, "qk_mean through a row index: query", d_q, q, (size_t)nr * Hq * qd, 1e-6);
-        gt_check(t, "qk_mean through a row index: key", d_k, k, (size_t)nr * Hkv * qd, 1e-6);
     }
     /* attention through a block table: GQA 3 and 4, MHA; head_dim 256 (the kernel's limit: 8 values a lane), 48 (not
      * a multiple of the warp), 16; 1-, 5- and 16-token blocks; no window, windows shorter than the prefill piece */

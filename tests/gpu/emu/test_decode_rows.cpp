@@ -3,15 +3,16 @@
  *   state with the new rows): one copy through both index lists (scattered by a permutation, gathered with
  *   repeats), the other strided without any, rows of different lengths; every written element equal to its source
  *   (bf16 destinations: rounded as zy_f32_to_bf16), every other element untouched; either copy empty;
- * - gk_decode_delayed_value (CCA's values with each sequence's kept vd), against the three steps it replaces (the
- *   delayed value, the first rows' kept vd, the last rows' vd kept): a ragged batch's sequences of one and of several
- *   rows in slots out of order, the slots no sequence uses untouched; and the same-length cache's (no descriptors:
- *   every sequence n rows, sequence i in slot i).
+ * - gk_cca_decode_rows (CCA after the convolution in one launch: q-k mean, norm + RoPE, the delayed values with each
+ *   sequence's kept vd, k̂ and v appended, the convolution state copied), against the launches it replaces: a ragged
+ *   batch's sequences of one and of several rows in slots out of order, the slots no sequence uses untouched, fp32
+ *   and bf16 caches; and the same-length cache's form (no descriptors).
  * Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_decode_kernels.cu"
 #include "emu_check.h"
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -80,11 +81,34 @@ template <class T> static void copy2_case(const char *type, int n_a, int n_b) {
     report(bad == 0, what);
 }
 
-/* Sequences of lens[i] consecutive rows, sequence i in slot slots[i] of a kept-vd array of n_slots; uniform: all
- * lens equal and slots 0.. in order, passed without descriptors (the same-length cache's form). */
-static void delayed_value_case(const std::vector<int> &lens, const std::vector<int> &slots, int n_slots,
-                               bool uniform = false) {
-    const int half = 37, S = (int)lens.size();
+/* The old kernels' per-row steps, one warp an item, through gpu_cca_rows.cuh's functions: the q-k mean of row r into
+ * qpre / kpre, then the norm + RoPE of each head (queries without a temperature, keys with one). */
+__global__ void qk_mean_ref_kernel(float *qpre, float *kpre, const float *Xe, const float *Ye, const int32_t *xrow,
+                                   int Hq, int Hkv, int dh) {
+    const int r = blockIdx.x, G = Hq / Hkv, C = (Hq + Hkv) * dh, Cq = Hq * dh;
+    for (int el = threadIdx.x; el < Hkv * dh; el += blockDim.x)
+        qk_mean_at(Xe + (long)xrow[r] * C, Ye + (long)xrow[r] * C, el / dh, el % dh, G, dh, Cq,
+                   qpre + (long)r * Cq + (long)(el / dh) * G * dh, dh, kpre + (long)r * Hkv * dh + el);
+}
+__global__ void norm_rope_ref_kernel(float *y, const float *x, const float *temp, const float *cosv, const float *sinv,
+                                     const int32_t *pos, int H, int dh, int half, float scale, float eps) {
+    const int r = blockIdx.x, h = threadIdx.x / GPU_WARP;
+    const long it = (long)r * H + h;
+    l2norm_rope_head(y + it * dh, nullptr, x + it * dh, temp ? temp + h : nullptr, cosv + (long)pos[r] * half,
+                     sinv + (long)pos[r] * half, dh, half, scale, eps);
+}
+
+/* gk_cca_decode_rows against the launches it replaces (q-k mean, norm + RoPE, delayed values, the appends, the
+ * convolution state's copy) as the old kernels' steps and plain loops: sequences of lens[i] consecutive rows in slots
+ * slots[i] (out of order) of a kept-vd array of n_slots, their rows at scattered columns of the [state | new] blocks,
+ * at scattered positions and cache rows; uniform: the same-length cache's form (n rows each, slot i, no descriptors:
+ * columns (r / n)·TE + P + r % n, positions r % n of offset tables, cache rows (r / n)·kv_seq + p0 + r % n). Every
+ * output compared bit for bit, every element not written left as it was. */
+template <class KV>
+static void cca_rows_case(const char *label, const std::vector<int> &lens, const std::vector<int> &slots, int n_slots,
+                          int Hq, int Hkv, int dh, int rd, bool uniform) {
+    const int S = (int)lens.size(), Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2, hr = rd / 2;
+    const int P = 2, n = lens[0], TE = P + n, kv_seq = 50, p0 = 7, n_pos = 64;
     const long slot_stride = half + 3;
     std::vector<int32_t> row_seq, first(S), last(S), slot(slots.begin(), slots.end());
     for (int i = 0; i < S; i++) {
@@ -92,32 +116,82 @@ static void delayed_value_case(const std::vector<int> &lens, const std::vector<i
         for (int t = 0; t < lens[i]; t++) row_seq.push_back(i);
         last[i] = (int)row_seq.size() - 1;
     }
-    const int N = (int)row_seq.size();
-    const std::vector<float> vc = rand_vec((size_t)N * half), vd = rand_vec((size_t)N * half);
-    std::vector<float> kept = rand_vec((size_t)n_slots * slot_stride), value((size_t)N * 2 * half, 12345.0f);
-    /* the reference: the three steps the kernel replaces */
-    std::vector<float> want_value((size_t)N * 2 * half), want_kept = kept;
-    for (int r = 0; r < N; r++)
-        for (int j = 0; j < half; j++) {
-            want_value[(size_t)r * 2 * half + j] = vc[(size_t)r * half + j];
-            want_value[(size_t)r * 2 * half + half + j] = r > 0 ? vd[(size_t)(r - 1) * half + j] : 0.0f;
+    const int N = (int)row_seq.size(), n_in = uniform ? S * TE : N + 5, n_cache = uniform ? S * kv_seq : 3 * N + 4;
+    std::vector<int32_t> xrow(N), pos(N), kv_row(N), xout(S);
+    for (int r = 0; r < N; r++) {
+        const int i = row_seq[r], t = r - first[i];
+        xrow[r] = uniform ? i * TE + P + t : (r * 7 + 2) % n_in;
+        pos[r] = uniform ? p0 + t : (r * 13 + 5) % n_pos;
+        kv_row[r] = uniform ? i * kv_seq + p0 + t : (r * 5 + 1) % n_cache; /* distinct: 5 and 3N + 4 coprime here */
+    }
+    for (int i = 0; i < S; i++) xout[i] = (i * 3 + 1) % n_in;
+    const std::vector<float> Xe = rand_vec((size_t)n_in * C), Ye = rand_vec((size_t)n_in * C);
+    const std::vector<float> vc = rand_vec((size_t)N * half), vd = rand_vec((size_t)N * half), temp = rand_vec(Hkv);
+    std::vector<float> cosv((size_t)n_pos * hr), sinv((size_t)n_pos * hr);
+    for (size_t k = 0; k < cosv.size(); k++) cosv[k] = std::cos(0.1f * k), sinv[k] = std::sin(0.1f * k);
+    std::vector<float> kept = rand_vec((size_t)n_slots * slot_stride), state = rand_vec((size_t)n_slots * P * C + 3);
+    std::vector<KV> kc((size_t)n_cache * Ck), vcache((size_t)n_cache * Ck);
+    for (auto &x : kc) x = (KV)3;
+    for (auto &x : vcache) x = (KV)5;
+    /* the reference */
+    std::vector<float> qpre((size_t)N * Cq), kpre((size_t)N * Ck), want_q((size_t)N * Cq), khat((size_t)N * Ck);
+    const float scale = std::sqrt((float)dh), eps = 1.1920928955078125e-07f;
+    GK_LAUNCH(qk_mean_ref_kernel, dim3(N), dim3(64), 0, nullptr, qpre.data(), kpre.data(), Xe.data(), Ye.data(),
+              xrow.data(), Hq, Hkv, dh);
+    GK_LAUNCH(norm_rope_ref_kernel, dim3(N), dim3(Hq * GPU_WARP), 0, nullptr, want_q.data(), qpre.data(), nullptr,
+              cosv.data(), sinv.data(), pos.data(), Hq, dh, hr, scale, eps);
+    GK_LAUNCH(norm_rope_ref_kernel, dim3(N), dim3(Hkv * GPU_WARP), 0, nullptr, khat.data(), kpre.data(), temp.data(),
+              cosv.data(), sinv.data(), pos.data(), Hkv, dh, hr, scale, eps);
+    std::vector<KV> want_k = kc, want_v = vcache;
+    std::vector<float> want_kept = kept, want_state = state;
+    for (int r = 0; r < N; r++) {
+        const int i = row_seq[r];
+        for (int c = 0; c < Ck; c++) {
+            float v;
+            if (c < half)
+                v = vc[(size_t)r * half + c];
+            else
+                v = r == first[i] ? kept[slot[i] * slot_stride + c - half] : vd[(size_t)(r - 1) * half + c - half];
+            kv_store(&want_k[(size_t)kv_row[r] * Ck + c], khat[(size_t)r * Ck + c]);
+            kv_store(&want_v[(size_t)kv_row[r] * Ck + c], v);
         }
-    for (int i = 0; i < S; i++)
-        for (int j = 0; j < half; j++)
-            want_value[(size_t)first[i] * 2 * half + half + j] = kept[slot[i] * slot_stride + j];
-    for (int i = 0; i < S; i++)
+    }
+    for (int i = 0; i < S; i++) {
         for (int j = 0; j < half; j++) want_kept[slot[i] * slot_stride + j] = vd[(size_t)last[i] * half + j];
-    if (uniform)
-        gk_decode_delayed_value(nullptr, value.data(), vc.data(), vd.data(), kept.data(), slot_stride, nullptr,
-                                nullptr, nullptr, nullptr, lens[0], N, half);
-    else
-        gk_decode_delayed_value(nullptr, value.data(), vc.data(), vd.data(), kept.data(), slot_stride, row_seq.data(),
-                                first.data(), last.data(), slot.data(), 0, N, half);
-    const bool ok = std::memcmp(value.data(), want_value.data(), value.size() * sizeof(float)) == 0 &&
-                    std::memcmp(kept.data(), want_kept.data(), kept.size() * sizeof(float)) == 0;
-    char what[160];
-    std::snprintf(what, sizeof what, "decode_delayed_value (%s): %d sequences, %d rows, %d slots: values and kept vd",
-                  uniform ? "same-length" : "ragged", S, N, n_slots);
+        const int src = uniform ? i * TE + n : xout[i];
+        std::memcpy(&want_state[(size_t)slot[i] * P * C], &Xe[(size_t)src * C], (size_t)P * C * sizeof(float));
+    }
+    /* the one launch */
+    std::vector<float> q((size_t)N * Cq, 12345.0f);
+    GkCcaDecode d = {};
+    d.Xe = Xe.data(), d.Ye = Ye.data(), d.TE = TE, d.P = P, d.vc = vc.data(), d.vd = vd.data();
+    d.vd_prev = kept.data(), d.slot_stride = slot_stride, d.temp = temp.data(), d.scale = scale, d.eps = eps;
+    d.query = q.data(), d.k_cache = kc.data(), d.v_cache = vcache.data(), d.kv_bf16 = sizeof(KV) == 2;
+    d.N = N, d.Hq = Hq, d.Hkv = Hkv, d.dh = dh, d.rd = rd;
+    if (uniform) {
+        d.n = n, d.cosv = cosv.data() + (size_t)p0 * hr, d.sinv = sinv.data() + (size_t)p0 * hr, d.kv_seq = kv_seq;
+        d.kv_p0 = p0;
+        d.state = GkRowCopy{state.data(), (long)P * C, nullptr, Xe.data() + (size_t)n * C, (long)TE * C, nullptr,
+                            (long)P * C, S};
+    } else {
+        d.xrow = xrow.data(), d.row_seq = row_seq.data(), d.seq_first = first.data(), d.seq_last = last.data();
+        d.seq_slot = slot.data(), d.cosv = cosv.data(), d.sinv = sinv.data(), d.pos = pos.data();
+        d.kv_row = kv_row.data();
+        d.state = GkRowCopy{state.data(), (long)P * C, nullptr, Xe.data(), C, nullptr, (long)P * C, S};
+    }
+    std::vector<int32_t> state_dst(slot), state_src(xout); /* the ragged form's copy goes through both index lists */
+    if (!uniform) d.state.dst_idx = state_dst.data(), d.state.src_idx = state_src.data();
+    gk_cca_decode_rows(nullptr, &d);
+    const bool ok = !std::memcmp(q.data(), want_q.data(), q.size() * 4) &&
+                    !std::memcmp(kc.data(), want_k.data(), kc.size() * sizeof(KV)) &&
+                    !std::memcmp(vcache.data(), want_v.data(), vcache.size() * sizeof(KV)) &&
+                    !std::memcmp(kept.data(), want_kept.data(), kept.size() * 4) &&
+                    !std::memcmp(state.data(), want_state.data(), state.size() * 4);
+    char what[200];
+    std::snprintf(what, sizeof what,
+                  "cca_decode_rows %s (%s): %d sequences, %d rows, Hq %d Hkv %d dh %d rd %d: query, k and v appended, "
+                  "kept vd, convolution state",
+                  label, uniform ? "same-length" : "ragged", S, N, Hq, Hkv, dh, rd);
     report(ok, what);
 }
 
@@ -127,11 +201,11 @@ int main() {
     copy2_case<uint16_t>("bf16", 9, 4);
     copy2_case<float>("fp32", 0, 3);
     copy2_case<uint16_t>("bf16", 6, 0);
-    delayed_value_case({1}, {0}, 1);
-    delayed_value_case({1, 3, 1, 4}, {5, 0, 3, 2}, 7);
-    delayed_value_case({6}, {2}, 3);
-    delayed_value_case({3, 3, 3}, {0, 1, 2}, 3, true);
-    delayed_value_case({1, 1}, {0, 1}, 2, true);
+    cca_rows_case<float>("fp32", {1}, {0}, 1, 4, 2, 16, 8, false);
+    cca_rows_case<uint16_t>("bf16", {1, 3, 1, 4}, {5, 0, 3, 2}, 7, 4, 2, 16, 16, false);
+    cca_rows_case<float>("fp32", {6}, {2}, 3, 3, 1, 40, 24, false);
+    cca_rows_case<float>("fp32", {3, 3, 3}, {0, 1, 2}, 3, 4, 2, 16, 8, true);
+    cca_rows_case<uint16_t>("bf16", {1, 1}, {0, 1}, 2, 2, 2, 8, 8, true);
     std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
     return emu_failed() != 0;
 }
