@@ -261,6 +261,20 @@ static void out_projection(GpuModel *gm, const LayerWeights *W, GpuDecodeScratch
     gpu_mm_wt_rows(gm, N, Cq, s->attn_out, Cq, &(GpuLinear){.w = W->w_o, .y = s->proj, .n = D, .ldy = D}, 1);
 }
 
+/* The convolution over B blocks of [P cached columns | TE − P new] (Xe): its outputs Ye at the new rows. A step of few
+ * rows computes only those, in one launch (gk_cca_conv_decode); longer ones (prefill pieces) run the whole convolution
+ * (Me its depthwise scratch), whose tiled products pay off there. */
+#define DECODE_CONV_ROWS 64
+static void decode_conv(GpuModel *gm, const LayerWeights *W, float *Ye, float *Me, const float *Xe, int B, int TE,
+                        int P) {
+    const ZayaConfig *f = &gm->cfg;
+    if ((long)B * (TE - P) <= DECODE_CONV_ROWS &&
+        gk_cca_conv_decode(gm->g.stream, Ye, Xe, W->conv_dw_w, W->conv_dw_b, W->conv_gr_w, W->conv_gr_b, B, TE, P,
+                           cfg_conv_channels(f), f->head_dim, f->cca_time0, f->cca_time1) == 0)
+        return;
+    gpu_cca_conv_forward(gm, W, Ye, Me, Xe, B, TE);
+}
+
 /* CCA on u for the new rows: appends k̂ and v, updates the convolution and delayed-value state, writes proj. */
 static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     GpuModel *gm = c->gm;
@@ -278,7 +292,7 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
                                   .src_stride = (long)P * C, .len = (long)P * C, .n = B},
                       (GkRowCopy){.dst = s->Xe + (long)P * C, .dst_stride = (long)TE * C, .src = s->X,
                                   .src_stride = (long)n * C, .len = (long)n * C, .n = B});
-    gpu_cca_conv_forward(gm, W, s->Ye, s->Me, s->Xe, B, TE);
+    decode_conv(gm, W, s->Ye, s->Me, s->Xe, B, TE, P);
     /* 3. q-k mean skip, 4. values (each sequence's first new row takes the previous token's vd, its last vd is kept),
      * 5. QK norm and 6. RoPE at the absolute positions p0.., k̂ and v into the cache, and 2.'s last P columns back
      * into the convolution state: one launch */
@@ -735,10 +749,10 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
                       (GkRowCopy){.dst = s->Xe, .dst_stride = C, .dst_idx = desc(p, D_XROW), .src = s->X,
                                   .src_stride = C, .len = C, .n = N});
     if (ps->B0)
-        gpu_cca_conv_forward(gm, W, s->Ye, s->Me, s->Xe, ps->B0, ps->TE0);
+        decode_conv(gm, W, s->Ye, s->Me, s->Xe, ps->B0, ps->TE0, P);
     if (ps->B1) {
         const size_t x1 = (size_t)ps->B0 * ps->TE0 * C, m1 = (size_t)ps->B0 * (ps->TE0 + k1 - 1) * C;
-        gpu_cca_conv_forward(gm, W, s->Ye + x1, s->Me + m1, s->Xe + x1, ps->B1, ps->TE1);
+        decode_conv(gm, W, s->Ye + x1, s->Me + m1, s->Xe + x1, ps->B1, ps->TE1, P);
     }
     /* 3. q-k mean skip on each row's own column of its block, 4. values (each sequence's first row takes its slot's
      * previous vd, its last vd is kept), 5. QK norm and 6. RoPE at each row's absolute position, k̂ and v into the

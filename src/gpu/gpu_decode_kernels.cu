@@ -193,6 +193,51 @@ extern "C" void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const 
 extern "C" void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<float>(s, a, b); }
 extern "C" void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b) { copy_rows2<uint16_t>(s, a, b); }
 
+/* The CCA convolution's outputs at the new rows only (gk_cca_conv_decode): one warp an output channel c of one new row
+ * (b, t): the k1 depthwise rows it reads for c's group, M(t + d) for d < k1, into the warp's shared slice (each as
+ * depthwise_fwd_kernel sums it: b0, then the taps in order, positions before the block's start skipped), then the
+ * group's dh·k1 products split over the lanes in w1's order, a warp butterfly, + b1. */
+constexpr int CD_WARPS = 8, CD_MAX_TAPS = 4;
+__global__ void __launch_bounds__(CD_WARPS *GPU_WARP)
+    conv_decode_kernel(float *Y, const float *X, const float *w0, const float *b0, const float *w1, const float *b1,
+                       int T, int P, int C, int dh, int k0, int k1) {
+    GK_DYNAMIC_SMEM_T(float, sm); /* [warp][k1][dh] */
+    gk_pdl_enter();
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP, n_new = T - P;
+    const int c = blockIdx.x * CD_WARPS + warp, b = blockIdx.y / n_new, t = P + blockIdx.y % n_new;
+    if (c >= C) return; /* the whole warp */
+    const int g0 = c / dh * dh;
+    float *m = sm + (long)warp * k1 * dh;
+    for (int d = 0; d < k1; d++) {
+        const int t0 = t + d - (k1 - 1) - (k0 - 1); /* M row t + d is time t + d - (k1 - 1) */
+        for (int i = lane; i < dh; i += GPU_WARP) {
+            const int ch = g0 + i;
+            float v = b0[ch];
+            for (int j = 0; j < k0; j++)
+                if (t0 + j >= 0) v = __fadd_rn(v, __fmul_rn(w0[(long)ch * k0 + j], X[((long)b * T + t0 + j) * C + ch]));
+            m[d * dh + i] = v;
+        }
+    }
+    __syncwarp();
+    const float *w = w1 + (long)c * dh * k1; /* [kidx][d] */
+    float acc = 0.0f;
+    for (int e = lane; e < dh * k1; e += GPU_WARP) acc = fmaf(w[e], m[(e % k1) * dh + e / k1], acc);
+    acc = warp_sum(acc);
+    if (lane == 0) Y[((long)b * T + t) * C + c] = __fadd_rn(b1[c], acc);
+}
+
+extern "C" int gk_cca_conv_decode(GkStream s, float *Y, const float *X, const float *w0, const float *b0,
+                                  const float *w1, const float *b1, int B, int T, int P, int C, int dh, int k0, int k1) {
+    if (B <= 0 || P < 0 || T <= P || C <= 0 || dh <= 0 || C % dh || k0 < 1 || k1 < 1 || k1 > CD_MAX_TAPS ||
+        dh > 256 || (long)B * (T - P) > 65535)
+        return -1;
+    const dim3 grid((unsigned)((C + CD_WARPS - 1) / CD_WARPS), (unsigned)(B * (T - P)));
+    GK_LAUNCH_PDL(conv_decode_kernel, grid, CD_WARPS * GPU_WARP, (size_t)CD_WARPS * k1 * dh * sizeof(float), s, Y, X,
+                  w0, b0, w1, b1, T, P, C, dh, k0, k1);
+    GK_LAUNCH_CHECK();
+    return 0;
+}
+
 /* One block a (row r, kv head j), G + 1 warps: the q-k mean of j's group into shared memory, then warp g < G norms and
  * rotates query head j·G + g into the output and warp G the key into shared memory, then the block appends k̂ and v
  * (columns j·dh..) to the cache; the convolution state's copy is spread over the whole grid. */

@@ -266,6 +266,12 @@ typedef struct {
 } GkRowCopy;
 void gk_copy_rows_idx2(GkStream s, GkRowCopy a, GkRowCopy b);
 void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b);
+/* gk_cca_conv_forward's Y at rows P.. of each of B blocks of T rows only (a decoding step's new rows after its P cached
+ * columns; Y's other rows are not written, M is not needed): one launch, the depthwise sums in the CPU's order, the
+ * grouped products in fp32 in another order than the tiled kernels' (the CPU's cca_conv_forward_last's role). Returns
+ * 0, or -1 having launched nothing (k1 > 4, dh > 256, C not whole groups, more than 65,535 new rows). */
+int gk_cca_conv_decode(GkStream s, float *Y, const float *X, const float *w0, const float *b0, const float *w1,
+                       const float *b1, int B, int T, int P, int C, int dh, int k0, int k1);
 /* A decoding step's CCA after its convolution, for N rows in one launch (one block a row and kv head): the q-k mean
  * skip (gk_qk_mean_forward's), the QK L2 norm + RoPE (gk_l2norm_rope_qk_forward's; the norms are not written), the
  * values with a one-token delay, k̂ and v appended to the cache (fp32, or bf16 rounded nearest-even), and the

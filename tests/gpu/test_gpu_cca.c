@@ -10,6 +10,7 @@
  *         of up to B·T row products (dw1, db0, dw0) accumulated in a different order than OpenBLAS (the GPU keeps
  *         fp32 partials over at most a few thousand rows and adds the splits in double), ~1e-6 observed scale. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -66,6 +67,30 @@ static void check_conv(GpuTest *t, ConvShape sh, int twice) {
     const float *d_X = gt_up(t, X, nx), *d_w0 = gt_up(t, w0, nw0), *d_b0 = gt_up(t, b0, C);
     const float *d_w1 = gt_up(t, w1, nw1), *d_b1 = gt_up(t, b1, C);
     const float *d_dY = gt_up(t, dY, nx), *d_Mc = gt_up(t, M, nm);
+    /* decoding's form: the outputs at the last rows of each sequence only (its first P = (k0 - 1) + (k1 - 1) rows as
+     * the cached columns), the rows before left as they were */
+    const int P = (k0 - 1) + (k1 - 1);
+    if (T > P && k1 <= 4 && dh <= 256 && B * (T - P) <= 4096) {
+        float *d_Yd = gt_poison(t, nx);
+        const int rc = gk_cca_conv_decode(t->g->stream, d_Yd, d_X, d_w0, d_b0, d_w1, d_b1, B, T, P, C, dh, k0, k1);
+        const float *Yd = gt_down(t, d_Yd, nx);
+        const size_t nn = (size_t)B * (T - P) * C, row = (size_t)(T - P) * C;
+        float *got = gt_host(t, nn), *want = gt_host(t, nn);
+        int untouched = 1;
+        for (int b = 0; b < B; b++) {
+            memcpy(got + b * row, Yd + ((size_t)b * T + P) * C, row * sizeof(float));
+            memcpy(want + b * row, Y + ((size_t)b * T + P) * C, row * sizeof(float));
+            for (size_t i = 0; i < (size_t)P * C; i++) {
+                uint32_t u;
+                memcpy(&u, Yd + (size_t)b * T * C + i, 4);
+                untouched = untouched && u == 0xffffffffu;
+            }
+        }
+        snprintf(nm_, sizeof nm_, "conv decode Y at rows %d.. %s", P, tag);
+        gt_check(t, nm_, gt_up(t, got, nn), want, nn, rc == 0 ? TOL_SUM : -1.0);
+        snprintf(nm_, sizeof nm_, "conv decode leaves rows 0..%d alone %s", P - 1, tag);
+        gt_assert(t, rc == 0 && untouched, nm_, "launcher returned %d", rc);
+    }
     /* the fp32 kernels, then bf16 runs' (the grouped products, Y and dM, on tensor cores with bf16 operands, where the
      * shape allows: the depthwise M exact, the grouped weight gradients the fp32 form's bits) */
     const ConvForm forms[2] = {{"", gk_cca_conv_forward, gk_cca_conv_backward, TOL_SUM},

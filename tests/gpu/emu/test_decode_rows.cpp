@@ -6,7 +6,8 @@
  * - gk_cca_decode_rows (CCA after the convolution in one launch: q-k mean, norm + RoPE, the delayed values with each
  *   sequence's kept vd, k̂ and v appended, the convolution state copied), against the launches it replaces: a ragged
  *   batch's sequences of one and of several rows in slots out of order, the slots no sequence uses untouched, fp32
- *   and bf16 caches; and the same-length cache's form (no descriptors).
+ *   and bf16 caches; and the same-length cache's form (no descriptors);
+ * - gk_cca_conv_decode (the convolution's outputs at a step's new rows only) against the CPU's formula in double.
  * Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_decode_kernels.cu"
@@ -195,6 +196,46 @@ static void cca_rows_case(const char *label, const std::vector<int> &lens, const
     report(ok, what);
 }
 
+/* gk_cca_conv_decode: Y at the new rows P.. of B blocks of T rows against the CPU's formula (cca_conv_forward: the
+ * depthwise rows b0 + taps in order, positions before the block skipped; then b1 + the group's dh·k1 products) in
+ * double; every other row of Y left as it was. */
+static void conv_decode_case(int B, int T, int P, int C, int dh, int k0, int k1) {
+    const std::vector<float> X = rand_vec((size_t)B * T * C), w0 = rand_vec((size_t)C * k0), b0 = rand_vec(C);
+    const std::vector<float> w1 = rand_vec((size_t)C * dh * k1), b1 = rand_vec(C);
+    std::vector<float> Y((size_t)B * T * C, 12345.0f);
+    const int rc = gk_cca_conv_decode(nullptr, Y.data(), X.data(), w0.data(), b0.data(), w1.data(), b1.data(), B, T, P,
+                                      C, dh, k0, k1);
+    double worst = 0;
+    bool untouched = true;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                const float got = Y[((size_t)b * T + t) * C + c];
+                if (t < P) {
+                    untouched = untouched && got == 12345.0f;
+                    continue;
+                }
+                const int g0 = c / dh * dh;
+                double y = b1[c], mag = std::fabs(b1[c]);
+                for (int kidx = 0; kidx < dh; kidx++)
+                    for (int d = 0; d < k1; d++) {
+                        const int tau = t + d - (k1 - 1), ch = g0 + kidx;
+                        double m = b0[ch];
+                        for (int j = 0; j < k0; j++) {
+                            const int x = tau - (k0 - 1) + j;
+                            if (x >= 0) m += (double)w0[(size_t)ch * k0 + j] * X[((size_t)b * T + x) * C + ch];
+                        }
+                        const double p = (double)w1[((size_t)c * dh + kidx) * k1 + d] * m;
+                        y += p, mag += std::fabs(p);
+                    }
+                worst = std::fmax(worst, std::fabs(got - y) / (mag + 1e-30));
+            }
+    char what[200];
+    std::snprintf(what, sizeof what, "cca_conv_decode B %d T %d P %d C %d dh %d k %d/%d: new rows vs double %.2e, the "
+                  "cached rows untouched", B, T, P, C, dh, k0, k1, worst);
+    report(rc == 0 && untouched && worst < 1e-6, what);
+}
+
 int main() {
     emu_rng() = 0x726f7773ull;
     copy2_case<float>("fp32", 9, 4);
@@ -206,6 +247,19 @@ int main() {
     cca_rows_case<float>("fp32", {6}, {2}, 3, 3, 1, 40, 24, false);
     cca_rows_case<float>("fp32", {3, 3, 3}, {0, 1, 2}, 3, 4, 2, 16, 8, true);
     cca_rows_case<uint16_t>("bf16", {1, 1}, {0, 1}, 2, 2, 2, 8, 8, true);
+    conv_decode_case(1, 3, 2, 12, 4, 2, 2);
+    conv_decode_case(3, 5, 2, 20, 10, 2, 2);   /* three new rows a block */
+    conv_decode_case(2, 6, 4, 16, 8, 3, 3);
+    conv_decode_case(2, 1, 0, 6, 3, 1, 1);     /* no taps before: no cached rows */
+    conv_decode_case(1, 3, 2, 640, 128, 2, 2); /* ZAYA1's head size, five groups */
+    conv_decode_case(2, 5, 3, 24, 8, 1, 4);
+    {
+        std::vector<float> Y(64, 7.0f), X(64), w(64);
+        report(gk_cca_conv_decode(nullptr, Y.data(), X.data(), w.data(), w.data(), w.data(), w.data(), 1, 6, 5, 8, 4,
+                                  1, 5) == -1 &&
+                   Y == std::vector<float>(64, 7.0f),
+               "cca_conv_decode refused: k1 5; nothing written");
+    }
     std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
     return emu_failed() != 0;
 }
