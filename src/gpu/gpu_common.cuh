@@ -41,7 +41,12 @@ inline void gk_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
     cfg.attrs = attr, cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...); /* an error surfaces at the next gpu_check */
+    if (cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...) == cudaSuccess) return;
+    /* refused (a driver or setup without it): launch as usual from now on; a real launch error repeats below and
+     * surfaces at the next gpu_check as any launch's does */
+    (void)cudaGetLastError();
+    gk_programmatic_launch(0);
+    kern<<<grid, block, smem, s>>>(static_cast<P>(args)...);
 }
 #define GK_LAUNCH_PDL(kern, grid, block, smem, stream, ...) gk_launch_pdl(kern, grid, block, smem, stream, __VA_ARGS__)
 #else

@@ -107,7 +107,6 @@ static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *to
     int32_t *piece = malloc((size_t)B * T * sizeof *piece);
     int ok = piece && gpu_model_create(&gm, m, -1, B, T, 1, 0, err) == 0 &&
              gpu_kvcache_create_kv(&gc, gm, B, T, 5, 1, err) == 0;
-    if (ok) *pdl = gpu_model_programmatic_launch(gm), *hopper = ((GpuCtx *)gpu_model_ctx(gm))->cc_major >= 9;
     for (int pos = 0; ok && pos < T;) {
         const int n = pos == 0 ? n0 : 1;
         for (int b = 0; b < B; b++) memcpy(piece + (size_t)b * n, tokens + (size_t)b * T + pos, n * sizeof(int32_t));
@@ -118,6 +117,8 @@ static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *to
         free(lg);
         pos += n;
     }
+    /* after the launches: a refused programmatic launch turns itself off */
+    if (ok) *pdl = gpu_model_programmatic_launch(gm), *hopper = ((GpuCtx *)gpu_model_ctx(gm))->cc_major >= 9;
     free(piece);
     gpu_kvcache_free(gc);
     gpu_model_free(gm);
