@@ -352,6 +352,9 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         printf("path         the block pool (the server's step, %d-token blocks); CUDA graphs: %s (%d held)\n",
                block_tokens, gpu_kvpool_graphs(kp) ? "on" : "off (ZAYA_GPU_GRAPHS=1 turns them on)",
                gpu_kvpool_graphs(kp));
+    if (kp && gpu_kvpool_graph_kernels(kp))
+        printf("kernels      %d a step in the newest graph (%.1f a layer, %d layers)\n", gpu_kvpool_graph_kernels(kp),
+               (double)gpu_kvpool_graph_kernels(kp) / m->cfg.num_layers, m->cfg.num_layers);
     else
         printf("path         the same-length cache (generate's)\n");
     printf("prefill      %d x %d tokens in %.4f s: %.0f tokens/s\n", batch, context, prefill,
@@ -365,10 +368,12 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
     printf("KV cache     %zu bytes per token (%s k and v, %d layers); %.2f MB for %d x %d tokens; GPU memory in use "
            "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, kv_bf16), kv_bf16 ? "bf16" : "fp32", m->cfg.num_layers,
            kvcache_bytes_per_token(&m->cfg, kv_bf16) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
-    printf("json         {\"device\": \"cuda\", \"path\": \"%s\", \"graphs\": %d, \"batch\": %d, "
-           "\"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, \"prefill_tokens_per_s\": %.1f}\n",
-           pool ? "pool" : "cache", kp ? gpu_kvpool_graphs(kp) : 0, batch, (double)batch * new_tokens / sum,
-           1e3 * median, (double)batch * context / prefill);
+    printf("json         {\"device\": \"cuda\", \"path\": \"%s\", \"graphs\": %d, \"graph_kernels\": %d, "
+           "\"programmatic_launch\": %d, \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, "
+           "\"prefill_tokens_per_s\": %.1f}\n",
+           pool ? "pool" : "cache", kp ? gpu_kvpool_graphs(kp) : 0, kp ? gpu_kvpool_graph_kernels(kp) : 0,
+           gpu_model_programmatic_launch(gm), batch, (double)batch * new_tokens / sum, 1e3 * median,
+           (double)batch * context / prefill);
     rc = 0;
 done:
     gpu_kvcache_free(c);

@@ -60,9 +60,10 @@ void gpu_copy_async(GpuCtx *g, void *dst, const void *src, size_t bytes); /* dev
 int gpu_reserve_scratch(GpuCtx *g, size_t elems, ZyErr *err);
 /* CUDA graphs of a stream's work (gpu_decode.c's ZAYA_GPU_GRAPHS): begin captures what is queued on g's stream from
  * then on (nothing runs; a wait on the stream fails the capture); end instantiates it into *exec (NULL with an error
- * when the capture was refused); launch replays it on g's stream (same kernels, arguments and pointers). */
+ * when the capture was refused) and counts its kernels into *kernels (NULL: not asked); launch replays it on g's
+ * stream (same kernels, arguments and pointers). */
 int gpu_graph_begin(GpuCtx *g, ZyErr *err);
-int gpu_graph_end(GpuCtx *g, void **exec, ZyErr *err);
+int gpu_graph_end(GpuCtx *g, void **exec, int *kernels, ZyErr *err);
 int gpu_graph_launch(GpuCtx *g, void *exec, ZyErr *err);
 void gpu_graph_free(void *exec);
 /* Stream-ordered wall time: start returns a timer, stop waits for the stream and returns the seconds between. */

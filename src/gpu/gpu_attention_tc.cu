@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(NT, 3)
 #pragma unroll
             for (int f = 0; f < NF; f++) tc::store(Ss + 16 * f, s[f], LDS);
         }
-        tc::syncwarp();
+        gk_syncwarp();
         /* row mode: lane (r, sub) takes float4 groups sub, sub + LPR, ... of row r: scale, causal mask (also keys
          * past T, which sit above every valid query), max, exp2, sum; P as bf16 */
         {
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(NT, 3)
                 }
             }
             mx = row_max(mx);
-            tc::syncwarp(); /* every lane holds its scores: P may overwrite them */
+            gk_syncwarp(); /* every lane holds its scores: P may overwrite them */
             /* key 0 is in every row and tile 0 is every warp's first, so mn is finite: alpha = 0 the first time */
             const float mn = fmaxf(m, mx), alpha = exp2f(m - mn);
             float ps = 0.f;
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(NT, 3)
             m = mn;
             if (sub == 0) al[r] = alpha;
         }
-        tc::syncwarp();
+        gk_syncwarp();
         /* O = alpha O + P V; P fragments past nf are zero */
 #pragma unroll
         for (int i = 0; i < tc::CN; i++) {
@@ -305,12 +305,12 @@ __global__ void __launch_bounds__(NT, 3)
         }
     }
     /* O / l and LSE (natural log, as on the CPU) */
-    tc::syncwarp(); /* every lane is done reading al */
+    gk_syncwarp(); /* every lane is done reading al */
     if (sub == 0) {
         al[r] = 1.0f / l;
         if (q < T) LSE[(long)bh * T + q] = m * LN2 + logf(l);
     }
-    tc::syncwarp();
+    gk_syncwarp();
 #pragma unroll
     for (int i = 0; i < tc::CN; i++) {
         const int qq = wq0 + mp.row(i);
@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(NT, 2)
                     Ps[kr * LDP + qc] = bf16_bits(p);
                     dSs[kr * LDP + qc] = bf16_bits(ds);
                 }
-            tc::syncwarp();
+            gk_syncwarp();
             /* dV += Pᵀ dO, dK += dSᵀ Q over the query fragments from f0 */
 #pragma unroll 1
             for (int kq = 0; kq < NQF; kq++) {
@@ -595,7 +595,7 @@ __global__ void __launch_bounds__(NT, 2)
                 const float p = k0 + kc > wq0 + qr ? 0.f : exp2f(s[f].x[i] * sl2 - lse2[i]);
                 dSs[qr * LDP + kc] = bf16_bits(p * (dp[f].x[i] - dlt[i]) * scale);
             }
-        tc::syncwarp();
+        gk_syncwarp();
         /* dQ += dS K over the key fragments up to nf (the rest of dS is zero) */
 #pragma unroll 1
         for (int kf = 0; kf < NF; kf++) {

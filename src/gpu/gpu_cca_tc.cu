@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(CT_THREADS)
 #pragma unroll
         for (int j = 0; j < CT_FN; j++) {
             tc::store(Cs[warp], acc[i][j], 16);
-            tc::syncwarp();
+            gk_syncwarp();
             for (int q = lane; q < 256; q += GPU_WARP) {
                 const long e = e0 + wm * 32 + i * 16 + q / 16;
                 const int n = n0 + wn * CT_WN + j * 16 + q % 16;
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(CT_THREADS)
                     if (t < T) out[(b * T + t) * C + col0 + n] = b1[col0 + n] + v;
                 }
             }
-            tc::syncwarp();
+            gk_syncwarp();
         }
 #endif
 }

@@ -96,6 +96,17 @@ template <> __device__ __forceinline__ void stv<4>(float *p, const float (&d)[4]
     *reinterpret_cast<float4 *>(p) = make_float4(d[0], d[1], d[2], d[3]);
 }
 
+/* Orders a warp's shared-memory writes before its lanes' (or a fragment load's) reads of them. */
+__device__ __forceinline__ void gk_syncwarp() {
+#if defined(ZAYA_HIP) && !defined(ZAYA_GPU_EMU)
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+    __syncwarp();
+#endif
+}
+
 /* xor shuffle (every lane of the warp calls it). */
 template <class T>
 __device__ __forceinline__ T gk_shfl_xor(T v, int o) {

@@ -211,11 +211,27 @@ extern "C" int gpu_graph_begin(GpuCtx *g, ZyErr *err) {
     return e == gpuSuccess ? 0 : zy_fail(err, "starting a graph capture: %s", gpuGetErrorString(e));
 }
 
-extern "C" int gpu_graph_end(GpuCtx *g, void **exec, ZyErr *err) {
+/* The kernel nodes of a captured graph (0 where they cannot be listed). */
+static int graph_kernels(gpuGraph_t graph) {
+    size_t n = 0;
+    if (gpuGraphGetNodes(graph, NULL, &n) != gpuSuccess || n == 0) return 0;
+    gpuGraphNode_t *nodes = (gpuGraphNode_t *)malloc(n * sizeof *nodes);
+    int kernels = 0;
+    if (nodes && gpuGraphGetNodes(graph, nodes, &n) == gpuSuccess)
+        for (size_t i = 0; i < n; i++) {
+            gpuGraphNodeType type;
+            if (gpuGraphNodeGetType(nodes[i], &type) == gpuSuccess && type == gpuGraphNodeTypeKernel) kernels++;
+        }
+    free(nodes);
+    return kernels;
+}
+
+extern "C" int gpu_graph_end(GpuCtx *g, void **exec, int *kernels, ZyErr *err) {
     *exec = NULL;
     gpuGraph_t graph = NULL;
     gpuError_t e = gpuStreamEndCapture(g->stream, &graph);
     gpuGraphExec_t x = NULL;
+    if (e == gpuSuccess && kernels) *kernels = graph_kernels(graph);
     if (e == gpuSuccess) e = gpuGraphInstantiateWithFlags(&x, graph, 0);
     if (graph) gpuGraphDestroy(graph);
     if (e != gpuSuccess) {

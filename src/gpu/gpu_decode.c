@@ -485,7 +485,7 @@ struct GpuKVPool {
     /* ZAYA_GPU_GRAPHS=1: each step shape's device work captured once as a CUDA graph, then replayed (pool_step_run) */
     int graphs_on;
     struct StepGraph *graphs;  /* POOL_GRAPHS of them, filled round robin */
-    int n_graphs, next_graph;
+    int n_graphs, next_graph, last_graph_kernels; /* last_graph_kernels: the newest graph's kernel nodes */
     const void *graph_bufs[4]; /* the scratch the graphs were captured over (a regrown buffer retires them) */
 };
 
@@ -636,6 +636,7 @@ int gpu_kvpool_len(const GpuKVPool *p, int slot) { return p->len[slot]; }
 int gpu_kvpool_free_blocks(const GpuKVPool *p) { return p->n_free; }
 size_t gpu_kvpool_bytes(const GpuKVPool *p) { return p->cache_bytes; }
 int gpu_kvpool_graphs(const GpuKVPool *p) { return p->n_graphs; }
+int gpu_kvpool_graph_kernels(const GpuKVPool *p) { return p->n_graphs ? p->last_graph_kernels : 0; }
 
 /* How one step is laid out: its rows, sequences and the two convolution groups (single-token sequences, padded to
  * P + 1 rows, then the others, each padded to P + the longest of them: the convolution is causal, so the padding rows
@@ -692,7 +693,7 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
 #define POOL_GRAPHS 16
 struct StepGraph {
     PoolStep shape;
-    int want_logits;
+    int want_logits, kernels; /* kernels: the kernel nodes it replays */
     void *exec;
 };
 
@@ -829,14 +830,16 @@ static struct StepGraph *pool_graph(GpuModel *gm, GpuKVPool *p, const PoolStep *
     gm->failed = 0;
     if (gpu_graph_begin(&gm->g, &ignore)) return p->graphs_on = 0, NULL;
     pool_step_work(gm, p, ps, want_logits);
-    if (gpu_graph_end(&gm->g, &exec, &ignore) || gm->failed) { /* nothing ran: the step runs as launches instead */
+    int kernels = 0;
+    if (gpu_graph_end(&gm->g, &exec, &kernels, &ignore) || gm->failed) { /* nothing ran: the step runs as launches instead */
         gpu_graph_free(exec);
         gm->failed = 0;
         return p->graphs_on = 0, NULL;
     }
     struct StepGraph *g = &p->graphs[p->next_graph];
     if (p->next_graph < p->n_graphs) gpu_graph_free(g->exec); /* the oldest one makes room */
-    *g = (struct StepGraph){.shape = *ps, .want_logits = want_logits, .exec = exec};
+    *g = (struct StepGraph){.shape = *ps, .want_logits = want_logits, .kernels = kernels, .exec = exec};
+    p->last_graph_kernels = kernels;
     p->next_graph = (p->next_graph + 1) % POOL_GRAPHS;
     if (p->n_graphs < POOL_GRAPHS) p->n_graphs++;
     return g;

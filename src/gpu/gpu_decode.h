@@ -69,6 +69,8 @@ size_t gpu_kvpool_bytes(const GpuKVPool *p);      /* k̂, v and the per-slot sta
  * once as a CUDA graph and replayed (bf16 runs with grouped experts; a refused capture turns graphs off for the pool).
  * The graphs held now (0 when off). */
 int gpu_kvpool_graphs(const GpuKVPool *p);
+/* The kernels the newest graph replays (a step's launches, counted by the capture); 0 without graphs. */
+int gpu_kvpool_graph_kernels(const GpuKVPool *p);
 
 /* model_decode_step on the GPU: the same ragged batch (seqs[i] adds tokens[row_i .. row_i + n_i) to its slot), the
  * same logits (seqs[i]'s last row at logits[i*V] where wanted; only those rows go through lm_head), the same checks

@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(CD_WARPS *GPU_WARP)
             m[d * dh + i] = v;
         }
     }
-    __syncwarp();
+    gk_syncwarp();
     const float *w = w1 + (long)c * dh * k1; /* [kidx][d] */
     float acc = 0.0f;
     for (int e = lane; e < dh * k1; e += GPU_WARP) acc = fmaf(w[e], m[(e % k1) * dh + e / k1], acc);

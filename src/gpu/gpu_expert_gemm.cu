@@ -226,7 +226,7 @@ __device__ __forceinline__ void tile_store(const tc::C (&acc)[XFM][XFN], Scratch
 #pragma unroll
         for (int j = 0; j < XFN; j++) {
             tc::store(scr, acc[i][j], 16);
-            tc::syncwarp();
+            gk_syncwarp();
             const int mb = m0 + (wm * XFM + i) * 16, nb = n0 + (wn * XFN + j) * 16;
             for (int t = lane; t < 256; t += GPU_WARP) {
                 const int m = mb + t / 16, n = nb + t % 16;
@@ -235,7 +235,7 @@ __device__ __forceinline__ void tile_store(const tc::C (&acc)[XFM][XFN], Scratch
                     *p = beta != 0.0f ? scr[t] + beta * *p : scr[t];
                 }
             }
-            tc::syncwarp(); /* the scratch is rewritten by the next fragment */
+            gk_syncwarp(); /* the scratch is rewritten by the next fragment */
         }
 }
 

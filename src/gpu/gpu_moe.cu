@@ -16,7 +16,6 @@ __device__ __forceinline__ int moe_popc(gk_lanemask_t m) { return __popcll(m); }
 __device__ __forceinline__ int moe_lowest(gk_lanemask_t m) { return __ffsll((unsigned long long)m) - 1; }
 template <class T> __device__ __forceinline__ T moe_shfl(T v, int src) { return __shfl(v, src); }
 __device__ __forceinline__ int moe_shfl_up(int v, int d) { return __shfl_up(v, d); }
-__device__ __forceinline__ void moe_syncwarp() { __builtin_amdgcn_wave_barrier(); } /* a wave runs in lockstep */
 #else
 typedef unsigned gk_lanemask_t;
 __device__ __forceinline__ gk_lanemask_t moe_ballot(int p) { return __ballot_sync(0xffffffffu, p); }
@@ -24,7 +23,6 @@ __device__ __forceinline__ int moe_popc(gk_lanemask_t m) { return __popc(m); }
 __device__ __forceinline__ int moe_lowest(gk_lanemask_t m) { return __ffs((int)m) - 1; }
 template <class T> __device__ __forceinline__ T moe_shfl(T v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 __device__ __forceinline__ int moe_shfl_up(int v, int d) { return __shfl_up_sync(0xffffffffu, v, d); }
-__device__ __forceinline__ void moe_syncwarp() { __syncwarp(); }
 #endif
 
 static inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -350,7 +348,7 @@ group_by_expert_kernel(int32_t *off, int32_t *sorted, const int32_t *choice, int
         for (int j = 0; j < 4; j++) {
             const gk_lanemask_t peers = gbe_peers(key[j], nbits);
             if (key[j] < E && lane == moe_lowest(peers)) mywc[key[j]] += moe_popc(peers);
-            moe_syncwarp(); /* the next round's leader may be another lane */
+            gk_syncwarp(); /* the next round's leader may be another lane */
         }
     }
     __syncthreads();
@@ -399,7 +397,7 @@ group_by_expert_kernel(int32_t *off, int32_t *sorted, const int32_t *choice, int
             }
             v = moe_shfl(v, leader);
             loc[j] = v + moe_popc(peers & lt);
-            moe_syncwarp();
+            gk_syncwarp();
         }
         __syncthreads();
         /* per expert: the warps' counts → each warp's first position in this tile (warp order = row order) */
@@ -416,9 +414,9 @@ group_by_expert_kernel(int32_t *off, int32_t *sorted, const int32_t *choice, int
 #pragma unroll
         for (int j = 0; j < GBE_ITEMS; j++)
             if (key[j] < E) sorted[mywc[key[j]] + loc[j]] = (int32_t)(seg + (long)j * GPU_WARP + lane);
-        moe_syncwarp(); /* only this warp reads its row of wc: it may clear it for the next tile now */
+        gk_syncwarp(); /* only this warp reads its row of wc: it may clear it for the next tile now */
         for (int e = lane; e < E; e += GPU_WARP) mywc[e] = 0;
-        moe_syncwarp();
+        gk_syncwarp();
     }
 }
 

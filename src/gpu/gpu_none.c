@@ -125,6 +125,7 @@ int gpu_kvpool_len(const GpuKVPool *p, int slot) { return 0; }
 int gpu_kvpool_free_blocks(const GpuKVPool *p) { return 0; }
 size_t gpu_kvpool_bytes(const GpuKVPool *p) { return 0; }
 int gpu_kvpool_graphs(const GpuKVPool *p) { return 0; }
+int gpu_kvpool_graph_kernels(const GpuKVPool *p) { return 0; }
 int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
                           float *logits, ZyErr *err) {
     return zy_fail(err, NO_GPU);

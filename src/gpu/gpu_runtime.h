@@ -57,6 +57,11 @@
 #define gpuGraphDestroy hipGraphDestroy
 #define gpuGraphLaunch hipGraphLaunch
 #define gpuGraphExecDestroy hipGraphExecDestroy
+#define gpuGraphNode_t hipGraphNode_t
+#define gpuGraphGetNodes hipGraphGetNodes
+#define gpuGraphNodeGetType hipGraphNodeGetType
+#define gpuGraphNodeType hipGraphNodeType
+#define gpuGraphNodeTypeKernel hipGraphNodeTypeKernel
 typedef ZAYA_HIP_BF16 gpu_bf16;
 #define GPU_WARP 64 /* AMD wavefront */
 #else
@@ -106,6 +111,11 @@ typedef ZAYA_HIP_BF16 gpu_bf16;
 #define gpuGraphDestroy cudaGraphDestroy
 #define gpuGraphLaunch cudaGraphLaunch
 #define gpuGraphExecDestroy cudaGraphExecDestroy
+#define gpuGraphNode_t cudaGraphNode_t
+#define gpuGraphGetNodes cudaGraphGetNodes
+#define gpuGraphNodeGetType cudaGraphNodeGetType
+#define gpuGraphNodeType cudaGraphNodeType
+#define gpuGraphNodeTypeKernel cudaGraphNodeTypeKernel
 typedef __nv_bfloat16 gpu_bf16;
 #define GPU_WARP 32
 #endif

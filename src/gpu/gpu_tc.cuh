@@ -47,16 +47,6 @@ template <class FA, class FB>
 __device__ __forceinline__ void mma(C &acc, const FA &a, const FB &b) { /* acc += a b */
     tcw::mma_sync(acc, a, b, acc);
 }
-/* Orders a warp's shared-memory writes before its lanes' (or a fragment load's) reads of them. */
-__device__ __forceinline__ void syncwarp() {
-#if defined(ZAYA_HIP) && !defined(ZAYA_GPU_EMU)
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
-    __builtin_amdgcn_wave_barrier();
-    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
-#else
-    __syncwarp();
-#endif
-}
 } // namespace tc
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800

@@ -262,7 +262,7 @@ session() {
             if [ "$DEV" = cuda ]; then
                 ZAYA_GPU_GRAPHS=1 timeout "$(left)" build/zaya bench decode --config $CFG --device $DEV --dtype bf16 \
                     --batch $b --kv-dtype bf16 --path pool >"$LOG/decode-b$b-pool-graphs.txt" 2>&1
-                echo "batch $b, pool + graphs (exit $?): $(grep -E '^(path|decode|weights) ' "$LOG/decode-b$b-pool-graphs.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-330)"
+                echo "batch $b, pool + graphs (exit $?): $(grep -E '^(path|kernels|decode|weights) ' "$LOG/decode-b$b-pool-graphs.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-330)"
             fi
         done
         # decoding's few-row products (gpu_skinny.cu, steps of <= 8 rows) against cuBLASLt and the grouped experts
@@ -276,7 +276,7 @@ session() {
             for p in off on off on; do
                 ZAYA_GPU_PDL=$p ZAYA_GPU_GRAPHS=1 timeout "$(left)" build/zaya bench decode --config $CFG --device $DEV \
                     --dtype bf16 --batch 1 --kv-dtype bf16 --path pool >"$LOG/decode-b1-pdl-$p.txt" 2>&1
-                echo "batch 1, pool + graphs, programmatic launch $p (exit $?): $(grep -E '^(launches|decode) ' "$LOG/decode-b1-pdl-$p.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-300)"
+                echo "batch 1, pool + graphs, programmatic launch $p (exit $?): $(grep -E '^(launches|kernels|decode) ' "$LOG/decode-b1-pdl-$p.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-300)"
             done
         fi
         pack
