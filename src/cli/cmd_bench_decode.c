@@ -352,11 +352,17 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         printf("path         the block pool (the server's step, %d-token blocks); CUDA graphs: %s (%d held)\n",
                block_tokens, gpu_kvpool_graphs(kp) ? "on" : "off (ZAYA_GPU_GRAPHS=1 turns them on)",
                gpu_kvpool_graphs(kp));
+    else
+        printf("path         the same-length cache (generate's)\n");
     if (kp && gpu_kvpool_graph_kernels(kp))
         printf("kernels      %d a step in the newest graph (%.1f a layer, %d layers)\n", gpu_kvpool_graph_kernels(kp),
                (double)gpu_kvpool_graph_kernels(kp) / m->cfg.num_layers, m->cfg.num_layers);
+    const long layer_runs = gpu_model_decode_layer_runs(gm);
+    if (gpu_model_decode_layer_persistent(gm))
+        printf("layers       one persistent kernel each at one-token steps: %ld layer runs (or captures) so far%s\n",
+               layer_runs, layer_runs ? "" : " (none: refused, or a model it does not take)");
     else
-        printf("path         the same-length cache (generate's)\n");
+        printf("layers       as their launches (ZAYA_GPU_DECODE_LAYER=persistent: one kernel a layer)\n");
     printf("prefill      %d x %d tokens in %.4f s: %.0f tokens/s\n", batch, context, prefill,
            (double)batch * context / prefill);
     printf("decode       %d steps of %d token%s after a %d-token context: median %.3f ms/step (p90 %.3f), %.0f "
@@ -369,10 +375,10 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
            "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, kv_bf16), kv_bf16 ? "bf16" : "fp32", m->cfg.num_layers,
            kvcache_bytes_per_token(&m->cfg, kv_bf16) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
     printf("json         {\"device\": \"cuda\", \"path\": \"%s\", \"graphs\": %d, \"graph_kernels\": %d, "
-           "\"programmatic_launch\": %d, \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"median_step_ms\": %.3f, "
-           "\"prefill_tokens_per_s\": %.1f}\n",
+           "\"programmatic_launch\": %d, \"persistent_layer_runs\": %ld, \"batch\": %d, \"decode_tokens_per_s\": %.1f, "
+           "\"median_step_ms\": %.3f, \"prefill_tokens_per_s\": %.1f}\n",
            pool ? "pool" : "cache", kp ? gpu_kvpool_graphs(kp) : 0, kp ? gpu_kvpool_graph_kernels(kp) : 0,
-           gpu_model_programmatic_launch(gm), batch, (double)batch * new_tokens / sum, 1e3 * median,
+           gpu_model_programmatic_launch(gm), layer_runs, batch, (double)batch * new_tokens / sum, 1e3 * median,
            (double)batch * context / prefill);
     rc = 0;
 done:

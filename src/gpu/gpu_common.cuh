@@ -52,6 +52,27 @@ inline void gk_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem
 #else
 #define GK_LAUNCH_PDL GK_LAUNCH
 #endif
+/* A launch whose blocks are all resident at once, or none (a kernel that waits on gk_grid_sync): CUDA's cooperative
+ * launch attribute, HIP's cooperative launch (args of the kernel's own parameter types). Returns the runtime's error
+ * (a grid past what fits is refused). */
+template <typename... P, typename... A>
+inline gpuError_t gk_launch_cooperative(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                        A... args) {
+#ifndef ZAYA_HIP
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...);
+#else
+    void *argv[] = {(void *)&args...};
+    return hipLaunchCooperativeKernel((const void *)kern, grid, block, argv, (unsigned)smem, s);
+#endif
+}
+#define GK_LAUNCH_COOPERATIVE(kern, grid, block, smem, stream, ...)                                                \
+    gk_launch_cooperative(kern, grid, block, smem, stream, __VA_ARGS__)
 #endif
 
 /* Waits for the kernels before this one in the stream to finish (their writes visible), then lets the next kernel
@@ -63,6 +84,35 @@ __device__ __forceinline__ void gk_pdl_enter() {
 #elif !defined(ZAYA_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+/* A persistent kernel's grid-wide barrier (gk_decode_layer): every block's writes before it are visible to every block
+ * after it. bar: two zeroed words of device memory owned by the kernel's launches (an arrival count and a generation;
+ * the last block to arrive resets the count and advances the generation, so the words are ready for the next barrier
+ * and the next launch). The fences and block barriers are cooperative groups' grid sync's, which HIP's runtime does not
+ * share with CUDA's; every block must be resident at once: GK_LAUNCH_COOPERATIVE, with a grid the occupancy allows. */
+__device__ __forceinline__ void gk_grid_sync(unsigned *bar) {
+#ifdef ZAYA_GPU_EMU
+    (void)bar;
+    emu::grid_bar->arrive_and_wait();
+#else
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        volatile unsigned *gen = bar + 1;
+        const unsigned seen = *gen; /* read before arriving: it cannot advance until this block has arrived */
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x * gridDim.y * gridDim.z - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == seen) {
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
 #endif
 }
 

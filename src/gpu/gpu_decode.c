@@ -19,6 +19,7 @@ typedef struct {
     float *z[2];
     LayerActs moe;   /* the MoE block's buffers (u_mlp = u; router state in z[]) */
     float *last_rows, *logits;
+    unsigned *barrier; /* gk_decode_layer's grid barrier: two words, zeroed when created */
 } GpuDecodeScratch;
 
 struct GpuKVCache {
@@ -55,6 +56,7 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     s->z[0] = ZY_CARVE_F(cv, N * R);
     s->z[1] = ZY_CARVE_F(cv, N * R);
     layer_acts_carve_moe(cv, &s->moe, f, N, 1);
+    s->barrier = (unsigned *)(void *)ZY_CARVE_I(cv, 4);
 }
 
 /* n cached k̂ or v values: floats, or bf16 values in half as many floats' room (kv_bf16: the pointer is then read
@@ -167,6 +169,7 @@ int gpu_kvcache_create_kv(GpuKVCache **out, GpuModel *gm, int batch, int max_len
         gpu_kvcache_free(c);
         return -1;
     }
+    gpu_memset_async(&gm->g, c->s.barrier, 0, 2 * sizeof(unsigned));
     const size_t widest = (size_t)f->vocab_size > (size_t)2 * f->moe_intermediate_size ? (size_t)f->vocab_size
                                                                                           : (size_t)2 * f->moe_intermediate_size;
     if (gm->bf16 && gpu_reserve_scratch(&gm->g, (size_t)batch * chunk * (widest > (size_t)f->hidden_size ? widest : (size_t)f->hidden_size), err)) {
@@ -275,6 +278,24 @@ static void decode_conv(GpuModel *gm, const LayerWeights *W, float *Ye, float *M
     gpu_cca_conv_forward(gm, W, Ye, Me, Xe, B, TE);
 }
 
+/* CCA's rows after the convolution (gk_cca_decode_rows) for the same-length cache's n new rows a sequence at len. */
+static GkCcaDecode cca_rows_desc(const GpuKVCache *c, const LayerWeights *W, int l, int n) {
+    const ZayaConfig *f = &c->gm->cfg;
+    const GpuDecodeScratch *s = &c->s;
+    const int B = c->batch, dh = f->head_dim, P = c->conv_pad, TE = P + n, Hq = f->num_heads, Hkv = f->num_kv_heads;
+    const int C = (Hq + Hkv) * dh, half = Hkv * dh / 2;
+    const LayerGeom g = layer_geom(c, l);
+    const long toff = (long)c->len * (g.rd / 2);
+    return (GkCcaDecode){
+        .Xe = s->Xe, .Ye = s->Ye, .TE = TE, .P = P, .vc = s->vc, .vd = s->vd, .vd_prev = c->vd_prev[l],
+        .slot_stride = half, .temp = W->temp, .cosv = g.cos + toff, .sinv = g.sin + toff, .scale = sqrtf((float)dh),
+        .eps = 1.1920928955078125e-07f, .query = s->query, .k_cache = c->k[l], .v_cache = c->v[l],
+        .kv_seq = c->max_len, .kv_p0 = c->len, .kv_bf16 = c->kv_bf16,
+        .state = {.dst = c->conv_state[l], .dst_stride = (long)P * C, .src = s->Xe + (long)n * C,
+                  .src_stride = (long)TE * C, .len = (long)P * C, .n = B},
+        .N = B * n, .n = n, .Hq = Hq, .Hkv = Hkv, .dh = dh, .rd = g.rd};
+}
+
 /* CCA on u for the new rows: appends k̂ and v, updates the convolution and delayed-value state, writes proj. */
 static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     GpuModel *gm = c->gm;
@@ -282,8 +303,7 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &c->s;
     const int B = c->batch, N = B * n, dh = f->head_dim, P = c->conv_pad, TE = P + n;
-    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
-    const int p0 = c->len;
+    const int Cq = f->num_heads * dh, C = Cq + f->num_kv_heads * dh;
     /* 1. down projections (and 4.'s two value projections: they read u too) */
     cca_projections(gm, W, s, N);
     /* 2. convolutions over [P cached columns | n new] per sequence, then the last P columns become the state */
@@ -296,16 +316,7 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     /* 3. q-k mean skip, 4. values (each sequence's first new row takes the previous token's vd, its last vd is kept),
      * 5. QK norm and 6. RoPE at the absolute positions p0.., k̂ and v into the cache, and 2.'s last P columns back
      * into the convolution state: one launch */
-    const LayerGeom g = layer_geom(c, l);
-    const long toff = (long)p0 * (g.rd / 2);
-    const GkCcaDecode d = {
-        .Xe = s->Xe, .Ye = s->Ye, .TE = TE, .P = P, .vc = s->vc, .vd = s->vd, .vd_prev = c->vd_prev[l],
-        .slot_stride = half, .temp = W->temp, .cosv = g.cos + toff, .sinv = g.sin + toff, .scale = sqrtf((float)dh),
-        .eps = 1.1920928955078125e-07f, .query = s->query, .k_cache = c->k[l], .v_cache = c->v[l],
-        .kv_seq = c->max_len, .kv_p0 = p0, .kv_bf16 = c->kv_bf16,
-        .state = {.dst = c->conv_state[l], .dst_stride = (long)P * C, .src = s->Xe + (long)n * C,
-                  .src_stride = (long)TE * C, .len = (long)P * C, .n = B},
-        .N = N, .n = n, .Hq = Hq, .Hkv = Hkv, .dh = dh, .rd = g.rd};
+    const GkCcaDecode d = cca_rows_desc(c, W, l, n);
     gk_cca_decode_rows(st, &d);
     /* 7. attention over everything so far, and 8. the output projection */
     append_kv_attend(c, l, n, 0);
@@ -337,6 +348,8 @@ typedef struct DecodeAttend {
     const struct PoolStep *ps;
 } DecodeAttend;
 static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const LayerWeights *W, int l);
+static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
+                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm);
 
 /* The layer loop over the N rows of s (s->tokens on the device): embedding, then per layer the attention (CCA or MHA,
  * through a), the merge normed for the MoE block, the MoE block, and the merge normed by the next layer's input norm
@@ -353,6 +366,10 @@ static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const Decode
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
         const int last = l + 1 == f->num_layers;
+        if (decode_layer_persistent(gm, s, N, a, W, l, r_prev, last ? w->final_norm : w->layers[l + 1].input_norm) == 0) {
+            r_prev = s->z[l & 1];
+            continue;
+        }
         decode_attend(a, f, W, l);
         gk_merge_rmsnorm_forward(st, s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs,
                                  W->attn_rb, W->post_norm, N, D, f->rms_norm_eps);
@@ -593,6 +610,7 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
         gpu_kvpool_free(p);
         return -1;
     }
+    gpu_memset_async(&gm->g, p->s.barrier, 0, 2 * sizeof(unsigned));
     const char *graphs = getenv("ZAYA_GPU_GRAPHS");
     if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
         gpu_kvpool_free(p);
@@ -731,6 +749,27 @@ static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l, int appe
                               desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window);
 }
 
+/* Layer l's convolution state of slot 0 (slot_state floats apart), then its kept vd. */
+static float *pool_conv_state(const GpuKVPool *p, int l) { return p->state + (size_t)l * p->layer_state; }
+
+/* CCA's rows after the convolution (gk_cca_decode_rows) for a pool step, each row through the step's descriptors. */
+static GkCcaDecode pool_rows_desc(const GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, int l) {
+    const ZayaConfig *f = &p->gm->cfg;
+    const GpuDecodeScratch *s = &p->s;
+    const int dh = f->head_dim, P = p->conv_pad, C = (f->num_heads + f->num_kv_heads) * dh;
+    float *conv = pool_conv_state(p, l), *vd_prev = conv + (size_t)P * C;
+    const LayerGeom g = pool_geom(p, l);
+    return (GkCcaDecode){
+        .Xe = s->Xe, .Ye = s->Ye, .xrow = desc(p, D_XROW), .vc = s->vc, .vd = s->vd, .vd_prev = vd_prev,
+        .slot_stride = p->slot_state, .row_seq = desc(p, D_SEQ), .seq_first = desc(p, D_FIRST),
+        .seq_last = desc(p, D_LAST), .seq_slot = desc(p, D_SLOT), .temp = W->temp, .cosv = g.cos, .sinv = g.sin,
+        .pos = desc(p, D_POS), .scale = sqrtf((float)dh), .eps = 1.1920928955078125e-07f, .query = s->query,
+        .k_cache = p->k[l], .v_cache = p->v[l], .kv_row = desc(p, D_PHYS), .kv_bf16 = p->kv_bf16,
+        .state = {.dst = conv, .dst_stride = p->slot_state, .dst_idx = desc(p, D_SLOT), .src = s->Xe, .src_stride = C,
+                  .src_idx = desc(p, D_XOUT), .len = (long)P * C, .n = ps->n_seqs},
+        .N = ps->N, .Hq = f->num_heads, .Hkv = f->num_kv_heads, .dh = dh, .rd = g.rd};
+}
+
 /* cca_decode for a ragged batch: the same steps, each sequence's state gathered from and scattered to its slot. */
 static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, int l) {
     GpuModel *gm = p->gm;
@@ -738,8 +777,8 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     GkStream st = gm->g.stream;
     GpuDecodeScratch *s = &p->s;
     const int N = ps->N, S = ps->n_seqs, dh = f->head_dim, P = p->conv_pad, k1 = f->cca_time1;
-    const int Hq = f->num_heads, Hkv = f->num_kv_heads, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck;
-    float *conv = p->state + (size_t)l * p->layer_state, *vd_prev = conv + (size_t)P * C; /* slot 0's; slot_state apart */
+    const int C = (f->num_heads + f->num_kv_heads) * dh;
+    const float *conv = pool_conv_state(p, l);
     /* 1. down projections (and 4.'s two value projections: they read u too) */
     cca_projections(gm, W, s, N);
     /* 2. each sequence's [P cached columns | n new] block, the convolutions per group, the last P columns of each
@@ -758,16 +797,7 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
     /* 3. q-k mean skip on each row's own column of its block, 4. values (each sequence's first row takes its slot's
      * previous vd, its last vd is kept), 5. QK norm and 6. RoPE at each row's absolute position, k̂ and v into the
      * pool, and 2.'s last P columns of each block's real rows back to its slot: one launch */
-    const LayerGeom g = pool_geom(p, l);
-    const GkCcaDecode d = {
-        .Xe = s->Xe, .Ye = s->Ye, .xrow = desc(p, D_XROW), .vc = s->vc, .vd = s->vd, .vd_prev = vd_prev,
-        .slot_stride = p->slot_state, .row_seq = desc(p, D_SEQ), .seq_first = desc(p, D_FIRST),
-        .seq_last = desc(p, D_LAST), .seq_slot = desc(p, D_SLOT), .temp = W->temp, .cosv = g.cos, .sinv = g.sin,
-        .pos = desc(p, D_POS), .scale = sqrtf((float)dh), .eps = 1.1920928955078125e-07f, .query = s->query,
-        .k_cache = p->k[l], .v_cache = p->v[l], .kv_row = desc(p, D_PHYS), .kv_bf16 = p->kv_bf16,
-        .state = {.dst = conv, .dst_stride = p->slot_state, .dst_idx = desc(p, D_SLOT), .src = s->Xe, .src_stride = C,
-                  .src_idx = desc(p, D_XOUT), .len = (long)P * C, .n = S},
-        .N = N, .Hq = Hq, .Hkv = Hkv, .dh = dh, .rd = g.rd};
+    const GkCcaDecode d = pool_rows_desc(p, ps, W, l);
     gk_cca_decode_rows(st, &d);
     /* 7. attention and 8. the output projection */
     pool_append_attend(p, ps, l, 0);
@@ -794,6 +824,64 @@ static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const Laye
         (f->attention == ZY_ATTN_CCA ? pool_cca : pool_mha)(a->p, a->ps, W, l);
     else
         (f->attention == ZY_ATTN_CCA ? cca_decode : mha_decode)(a->c, W, l, a->n);
+}
+
+/* Layer l of a step whose every sequence has one new row, as one persistent kernel (gk_decode_layer): the same
+ * launches' bodies, the same bits. 0 when it ran; -1 (nothing launched) where it does not apply: the switch off, fp32,
+ * MHA, the linear router or dense MLP, more rows than the few-row products take, per-phase timing, or a shape
+ * gk_decode_layer refuses. next_norm: the next layer's input norm, or the final one. */
+static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
+                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm) {
+    const ZayaConfig *f = &gm->cfg;
+    if (!gpu_model_decode_layer_persistent(gm) || N > gpu_model_few_rows(gm) || gm->tm ||
+        f->attention != ZY_ATTN_CCA || f->router != ZY_ROUTER_MLP || f->moe == ZY_MOE_DENSE)
+        return -1;
+    if (a->p ? a->ps->N != a->ps->n_seqs || a->ps->B1 : a->n != 1) return -1;
+    const int D = f->hidden_size, dh = f->head_dim, Hq = f->num_heads, Hkv = f->num_kv_heads, R = f->router_hidden_size;
+    const int Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
+    const int P = a->p ? a->p->conv_pad : a->c->conv_pad, TE = P + 1;
+    LayerActs *m = &s->moe;
+    m->u_mlp = s->u;
+    m->router_z = s->z[l & 1];
+    GkDecodeLayer d = {
+        .u = s->u,
+        .proj = {{.w = gpu_bf16_of(gm, W->w_q), .y = s->Xe + (long)P * C, .n = Cq, .ldy = TE * C},
+                 {.w = gpu_bf16_of(gm, W->w_k), .y = s->Xe + (long)P * C + Cq, .n = Ck, .ldy = TE * C},
+                 {.w = gpu_bf16_of(gm, W->w_v_current), .y = s->vc, .n = half, .ldy = half},
+                 {.w = gpu_bf16_of(gm, W->w_v_delayed), .y = s->vd, .n = half, .ldy = half}},
+        .Ye = s->Ye, .Xe = s->Xe, .conv_w0 = W->conv_dw_w, .conv_b0 = W->conv_dw_b, .conv_w1 = W->conv_gr_w,
+        .conv_b1 = W->conv_gr_b, .TE = TE, .P = P, .C = C, .k0 = f->cca_time0, .k1 = f->cca_time1,
+        .attn_out = s->attn_out, .query = s->query, .att_scale = (float)(1.0 / sqrt((double)dh)),
+        .o_proj = {.w = gpu_bf16_of(gm, W->w_o), .y = s->proj, .n = D, .ldy = D},
+        .merge_attn = {.out = s->x_mid, .y = s->u, .rstd = s->rstd, .h = s->proj, .res = s->x, .hs = W->attn_hs,
+                       .hb = W->attn_hb, .rs = W->attn_rs, .rb = W->attn_rb, .w = W->post_norm},
+        .router_down = {.w = gpu_bf16_of(gm, W->router_down_w), .y = m->router_z, .n = R, .ldy = R},
+        .act = m->expert_act, .moe_out = m->moe_out, .w_gate_up = gpu_bf16_of(gm, W->expert_gate_up),
+        .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate,
+        .merge_mlp = {.out = s->x, .y = s->u, .rstd = s->rstd, .h = m->moe_out, .res = s->x_mid, .hs = W->mlp_hs,
+                      .hb = W->mlp_hb, .rs = W->mlp_rs, .rb = W->mlp_rb, .w = next_norm},
+        .N = N, .D = D, .Hq = Hq, .Hkv = Hkv, .dh = dh, .I = f->moe_intermediate_size, .E = f->num_experts,
+        .eps = f->rms_norm_eps, .barrier = s->barrier};
+    gpu_router_tail_desc(gm, W, m, r_prev, N, &d.tail);
+    if (a->p) {
+        const GpuKVPool *p = a->p;
+        d.xe_state = (GkRowCopy){.dst = s->Xe, .dst_stride = C, .dst_idx = desc(p, D_XIN), .src = pool_conv_state(p, l),
+                                 .src_stride = p->slot_state, .src_idx = desc(p, D_SLOT), .len = (long)P * C, .n = N};
+        d.rows = pool_rows_desc(p, a->ps, W, l);
+        d.k_cache = p->k[l], d.v_cache = p->v[l];
+        d.att_seq = desc(p, D_SEQ), d.att_pos = desc(p, D_POS), d.att_table = desc(p, D_TABLE);
+        d.max_blocks = p->max_blocks, d.block_tokens = p->block_tokens, d.window = pool_geom(p, l).window;
+    } else {
+        const GpuKVCache *c = a->c;
+        d.xe_state = (GkRowCopy){.dst = s->Xe, .dst_stride = (long)TE * C, .src = c->conv_state[l],
+                                 .src_stride = (long)P * C, .len = (long)P * C, .n = N};
+        d.rows = cca_rows_desc(c, W, l, 1);
+        d.k_cache = c->k[l], d.v_cache = c->v[l];
+        d.p0 = c->len, d.max_len = c->max_len, d.window = layer_geom(c, l).window;
+    }
+    if (gk_decode_layer(gm->g.stream, &d)) return -1;
+    gm->decode_layer_runs++;
+    return 0;
 }
 
 /* The step's device work after its descriptors went up: the layers, then the rows that want logits through lm_head

@@ -363,6 +363,52 @@ int gk_skinny_expert_swiglu(GkStream s, float *act, const float *x, const int32_
 int gk_skinny_expert_down(GkStream s, float *out, const float *act, const int32_t *choice, const float *gate,
                           const uint16_t *w_down, int rows, int I, int D, int E);
 
+/* ---- a decoding layer as one persistent kernel (gpu_decode_layer.cu) ---- */
+/* The residual merge fused with RMSNorm of rows [N, D] (gk_merge_rmsnorm_forward's arguments). */
+typedef struct GkMergeNorm {
+    float *out, *y, *rstd;
+    const float *h, *res, *hs, *hb, *rs, *rb, *w;
+} GkMergeNorm;
+/* A bf16 CCA layer with the MLP router and top-1 experts for N <= GK_SKINNY_ROWS rows, each the one new row of its
+ * sequence, as one launch whose blocks run the launches of a decoding step's layer as phases with a grid-wide barrier
+ * between them (every block resident at once: a cooperative launch): the projections of u (q | k straight into Xe's
+ * new rows, row r's at r·TE + P, with the convolution state's P rows before them; vc, vd), the convolution at the
+ * new rows, CCA's rows (gk_cca_decode_rows), attention over the cache (the same-length one: B = N sequences at p0; or
+ * the pool's, att_table non-NULL), the output projection, the merge normed for the MoE block, the router's down
+ * projection and tail, the experts' two products, and the merge normed for the next layer. Each phase is its launch's
+ * block body with that launch's thread counts: the same bits as the launches. */
+typedef struct GkDecodeLayer {
+    const float *u;                   /* [N, D]: the input norm's rows */
+    GkSkinnyOut proj[4];              /* q | k into Xe, vc, vd */
+    GkRowCopy xe_state;               /* the convolution state into Xe's first P rows of each block */
+    float *Ye;                        /* convolution output, Xe's layout [N·TE, C] */
+    const float *Xe, *conv_w0, *conv_b0, *conv_w1, *conv_b1;
+    int TE, P, C, k0, k1;
+    GkCcaDecode rows;                 /* Xe, Ye, ...: N rows of one new token each */
+    float *attn_out;                  /* [N, Cq] */
+    const float *query;               /* [N, Cq] */
+    const void *k_cache, *v_cache;    /* float or bf16 (rows.kv_bf16) */
+    const int32_t *att_seq, *att_pos, *att_table; /* the pool's (att_table NULL: the same-length cache) */
+    int max_blocks, block_tokens, p0, max_len, window;
+    float att_scale;
+    GkSkinnyOut o_proj;               /* from attn_out, K = Hq·dh */
+    GkMergeNorm merge_attn;           /* x_mid, u from the output projection and x */
+    GkSkinnyOut router_down;          /* from u, K = D */
+    GkRouterTail tail;
+    float *act, *moe_out;             /* [N, I], [N, D] */
+    const uint16_t *w_gate_up, *w_down;
+    const int32_t *choice;
+    const float *gate;
+    GkMergeNorm merge_mlp;            /* x, u from moe_out and x_mid (the next layer's input norm, or the final one) */
+    int N, D, Hq, Hkv, dh, I, E;
+    float eps;
+    unsigned *barrier;                /* two zeroed words on the device, this stream's own */
+    int blocks;                       /* 0: as many as fit on the device at once (tests ask for fewer) */
+} GkDecodeLayer;
+/* Returns 0, or -1 having launched nothing (a shape the phases do not take: rows, alignment, widths; a grid the device
+ * refuses). */
+int gk_decode_layer(GkStream s, const GkDecodeLayer *layer);
+
 /* ---- elementwise (gpu_optim.cu) ---- */
 void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */
 void gk_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n); /* exact, as zy_bf16_to_f32 */

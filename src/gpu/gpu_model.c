@@ -242,8 +242,14 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (pdl && strcmp(pdl, "on") && strcmp(pdl, "off"))
         return zy_fail(err, "ZAYA_GPU_PDL=%s: expected on (a decoding step's small kernels launched to overlap the one "
                        "before them, on sm_90 and newer) or off (every kernel waits for the one before to end)", pdl);
+    const char *layer = getenv("ZAYA_GPU_DECODE_LAYER"); /* launches (default) | persistent: gk_decode_layer */
+    if (layer && strcmp(layer, "launches") && strcmp(layer, "persistent"))
+        return zy_fail(err, "ZAYA_GPU_DECODE_LAYER=%s: expected launches (a decoding step's layer as its dozen kernels, "
+                       "the default) or persistent (each layer of a bf16 step of up to %d one-token rows as one "
+                       "cooperative kernel)", layer, GK_SKINNY_ROWS);
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
+    gm->decode_layer_persistent = layer && !strcmp(layer, "persistent");
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
     gm->few_rows = !few || !strcmp(few, "on");
     gm->conv_tc = !conv || !strcmp(conv, "tc");
@@ -558,6 +564,8 @@ const char *gpu_model_attention_path(const GpuModel *gm) {
 
 int gpu_model_few_rows(const GpuModel *gm) { return few_rows(gm, 1) ? GK_SKINNY_ROWS : 0; }
 int gpu_model_programmatic_launch(const GpuModel *gm) { return gm && gk_programmatic_launch_on(); }
+int gpu_model_decode_layer_persistent(const GpuModel *gm) { return gm && gm->decode_layer_persistent && few_rows(gm, 1); }
+long gpu_model_decode_layer_runs(const GpuModel *gm) { return gm ? gm->decode_layer_runs : 0; }
 
 int gpu_model_experts_grouped(const GpuModel *gm) {
     if (!experts_grouped(gm, (size_t)gm->a.B * gm->a.T)) return 0;
@@ -597,17 +605,23 @@ static void linear_gelu(GpuModel *gm, int few, int M, int R, const float *A, con
     gk_bias_gelu_forward(gm->g.stream, pre, y, b, M, R);
 }
 
+void gpu_router_tail_desc(const GpuModel *gm, const LayerWeights *W, const LayerActs *L, const float *r_prev, int N,
+                          GkRouterTail *t) {
+    const ZayaConfig *c = &gm->cfg;
+    *t = (GkRouterTail){.z = L->router_z, .bias = W->router_down_b, .r_prev = r_prev,
+                        .gamma = W->router_state_scale, .norm_w = W->router_norm, .eps = c->rms_norm_eps,
+                        .w1 = gpu_bf16_of(gm, W->router_fc1_w), .w2 = gpu_bf16_of(gm, W->router_fc2_w),
+                        .w_out = gpu_bf16_of(gm, W->router_out_w), .b1 = W->router_fc1_b, .b2 = W->router_fc2_b,
+                        .balance_bias = W->balancing_bias, .logits = L->router_logits, .probs = L->router_probs,
+                        .gate = L->gate, .choice = L->choice, .rows = N, .R = c->router_hidden_size,
+                        .classes = cfg_router_classes(c)};
+}
+
 /* Decoding's few rows: the router after its down projection (state norm, hidden layers, logits, choice) in one
  * launch, the same bits as gpu_moe_forward's launches; -1 where gk_skinny_router_tail does not take the shape. */
 static int router_tail(GpuModel *gm, const LayerWeights *W, LayerActs *L, const float *r_prev, int N) {
-    const ZayaConfig *c = &gm->cfg;
-    const GkRouterTail t = {.z = L->router_z, .bias = W->router_down_b, .r_prev = r_prev,
-                            .gamma = W->router_state_scale, .norm_w = W->router_norm, .eps = c->rms_norm_eps,
-                            .w1 = gpu_bf16_of(gm, W->router_fc1_w), .w2 = gpu_bf16_of(gm, W->router_fc2_w),
-                            .w_out = gpu_bf16_of(gm, W->router_out_w), .b1 = W->router_fc1_b, .b2 = W->router_fc2_b,
-                            .balance_bias = W->balancing_bias, .logits = L->router_logits, .probs = L->router_probs,
-                            .gate = L->gate, .choice = L->choice, .rows = N, .R = c->router_hidden_size,
-                            .classes = cfg_router_classes(c)};
+    GkRouterTail t;
+    gpu_router_tail_desc(gm, W, L, r_prev, N, &t);
     return gk_skinny_router_tail(gm->g.stream, &t);
 }
 

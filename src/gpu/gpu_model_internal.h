@@ -42,6 +42,8 @@ struct GpuModel {
     unsigned char *attn_ran_cudnn; /* [layers]: whether layer l's last forward ran on cuDNN (its backward must too) */
     int few_rows;          /* decoding's few-row steps through gk_skinny_* (0: ZAYA_GPU_FEW_ROWS=off) */
     int conv_tc;           /* bf16 runs: the CCA convolution's products on tensor cores (0: ZAYA_GPU_CONV=fp32) */
+    int decode_layer_persistent; /* decoding's one-token steps a layer a launch (ZAYA_GPU_DECODE_LAYER=persistent) */
+    long decode_layer_runs;      /* layers run (or captured) that way so far */
 };
 
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */
@@ -69,6 +71,9 @@ int gpu_model_reserve_operands(GpuModel *gm, size_t rows, ZyErr *err);
 /* The bf16 view of a weight inside the parameter arena (NULL in fp32 mode). */
 const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w);
 void gpu_zero(GpuModel *gm, void *p, size_t floats);
+/* The router's tail of layer W over L's buffers for N rows (gk_skinny_router_tail's, gk_decode_layer's). */
+void gpu_router_tail_desc(const GpuModel *gm, const LayerWeights *W, const LayerActs *L, const float *r_prev, int N,
+                          GkRouterTail *t);
 /* The MoE block over N rows whose buffers L points at (router, top-1, per-expert products, combine), as
  * moe_block_forward; with per-expert products (fp32 runs), layer l's expert offsets land in gm->h_off. decoding:
  * nothing but moe_out is read afterwards, so steps of few rows may take the few-row products (no expert grouping). */

@@ -49,6 +49,8 @@ int gpu_model_experts_grouped(const GpuModel *gm) { return 0; }
 const char *gpu_model_attention_path(const GpuModel *gm) { return NO_GPU; }
 int gpu_model_few_rows(const GpuModel *gm) { return 0; }
 int gpu_model_programmatic_launch(const GpuModel *gm) { return 0; }
+int gpu_model_decode_layer_persistent(const GpuModel *gm) { return 0; }
+long gpu_model_decode_layer_runs(const GpuModel *gm) { return 0; }
 int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, float *probs, ZyErr *err) {
     return zy_fail(err, NO_GPU);
 }

@@ -8,6 +8,7 @@
 
 #include "gpu_common.cuh"
 #include "gpu_kernels.h"
+#include "gpu_norms.cuh"
 
 /* ---- shared pieces ---------------------------------------------------------------------------------------- */
 
@@ -21,14 +22,9 @@
 
 static inline int row_blocks(long rows) { return gk_blocks(rows, ROWS_PER_BLOCK); }
 
-/* Row ops with a reduction (the norms) give a block to a row, about 4 W-packs a thread: at 2048 rows a warp per
- * row leaves the H100 at ~16 warps an SM (measured: merge_rmsnorm_forward at 2048 x 1536 ~10% slower that way).
- * The thread count depends on dim only, so the summation order does too. */
-#define NORM_MAX_THREADS 512
-static inline int norm_threads(int dim, int W) {
-    const int packs = (dim + W - 1) / W, t = ((packs + 3) / 4 + 63) / 64 * 64; /* ~4 packs a thread */
-    return t < 64 ? 64 : t > NORM_MAX_THREADS ? NORM_MAX_THREADS : t;
-}
+/* The norms give a block to a row (gpu_norms.cuh's norm_threads threads). */
+using norms::NORM_MAX_THREADS;
+using norms::norm_threads;
 static inline int norm_blocks(long rows) { return rows < 65535L * 16 ? (int)rows : 65535 * 16; }
 #define FOR_EACH_ROW_OF_BLOCK(r, rows) for (long r = blockIdx.x; r < (rows); r += gridDim.x)
 #define FOR_EACH_PACK_OF_ROW(i, dim) for (int i = threadIdx.x * W; i < (dim); i += blockDim.x * W)
@@ -189,23 +185,7 @@ extern "C" void gk_rmsnorm_backward(GkStream s, float *dx, float *dw, const floa
 
 /* ---- residual merge fused with RMSNorm ---------------------------------------------------------------------- */
 
-/* v = (h + hb) ⊙ hs + (res + rb) ⊙ rs with every product rounded (no fused multiply-add, as the CPU build): the
- * second pass recomputes it from the inputs (still in L1) bit for bit instead of reading `out` back. */
-template <int W>
-__device__ __forceinline__ Pack<W> merge_value(const float *h, const float *res, const float *hs, const float *hb,
-                                               const float *rs, const float *rb, long o, int i) {
-    const Pack<W> a = load_pack<W>(h + o + i), b = load_pack<W>(res + o + i);
-    const Pack<W> hsv = load_pack<W>(hs + i), hbv = load_pack<W>(hb + i);
-    const Pack<W> rsv = load_pack<W>(rs + i), rbv = load_pack<W>(rb + i);
-    Pack<W> v;
-#pragma unroll
-    for (int k = 0; k < W; k++)
-        v.v[k] = __fadd_rn(__fmul_rn(a.v[k] + hbv.v[k], hsv.v[k]), __fmul_rn(b.v[k] + rbv.v[k], rsv.v[k]));
-    return v;
-}
-
-/* out = (h + hb) ⊙ hs + (res + rb) ⊙ rs, then y = RMSNorm(out; w). The first pass only loads (many loads in
- * flight), the second recomputes v and writes out and y. */
+/* out = (h + hb) ⊙ hs + (res + rb) ⊙ rs, then y = RMSNorm(out; w): gpu_norms.cuh's row body, a block a row. */
 template <int W>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
     merge_rmsnorm_forward_kernel(float *out, float *y, float *rstd, const float *h, const float *res,
@@ -213,27 +193,8 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS)
                                  int rows, int dim, float eps) {
     gk_pdl_enter();
     __shared__ double red[32];
-    FOR_EACH_ROW_OF_BLOCK(r, rows) {
-        const long o = r * dim;
-        double ss = 0;
-#pragma unroll 4
-        FOR_EACH_PACK_OF_ROW(i, dim) {
-            const Pack<W> v = merge_value<W>(h, res, hs, hb, rs, rb, o, i);
-#pragma unroll
-            for (int k = 0; k < W; k++) ss += (double)v.v[k] * v.v[k];
-        }
-        ss = block_sum_d(ss, red);
-        const float s = (float)(1.0 / sqrt(ss / dim + eps));
-        if (threadIdx.x == 0) rstd[r] = s;
-        FOR_EACH_PACK_OF_ROW(i, dim) {
-            const Pack<W> v = merge_value<W>(h, res, hs, hb, rs, rb, o, i), wv = load_pack<W>(w + i);
-            Pack<W> z;
-#pragma unroll
-            for (int k = 0; k < W; k++) z.v[k] = wv.v[k] * (v.v[k] * s);
-            store_pack<W>(out + o + i, v);
-            store_pack<W>(y + o + i, z);
-        }
-    }
+    FOR_EACH_ROW_OF_BLOCK(r, rows)
+    norms::merge_rmsnorm_row<W>(out, y, rstd, h, res, hs, hb, rs, rb, w, r, dim, eps, blockDim.x, red);
 }
 
 /* The column pass of rmsnorm_merge_backward: dh holds dout = dL/dx (total) from the row pass. Sums dw, dhs, dhb,

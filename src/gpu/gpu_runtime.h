@@ -1,6 +1,7 @@
 /* gpu_runtime: the one place that names the vendor runtime. CUDA by default; -DZAYA_HIP maps the same names onto
  * HIP (ROCm), hipBLASLt and RCCL, so an AMD MI300X build is a build flag away (docs/gpus.md). Only what both
- * runtimes provide is used: no cooperative groups beyond warp shuffles, no inline PTX, no texture objects. */
+ * runtimes provide is used: no cooperative groups beyond warp shuffles (the one grid barrier, gk_grid_sync, is
+ * written out), no inline PTX, no texture objects. */
 #ifndef ZAYA_GPU_RUNTIME_H
 #define ZAYA_GPU_RUNTIME_H
 
@@ -35,6 +36,10 @@
 #define gpuStreamSynchronize hipStreamSynchronize
 #define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuGetDeviceCount hipGetDeviceCount
+#define gpuGetDevice hipGetDevice
+#define gpuDeviceGetAttribute hipDeviceGetAttribute
+#define gpuDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuSetDevice hipSetDevice
 #define gpuGetDeviceProperties hipGetDeviceProperties
 #define gpuDeviceProp hipDeviceProp_t
@@ -89,6 +94,10 @@ typedef ZAYA_HIP_BF16 gpu_bf16;
 #define gpuStreamSynchronize cudaStreamSynchronize
 #define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuGetDevice cudaGetDevice
+#define gpuDeviceGetAttribute cudaDeviceGetAttribute
+#define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuSetDevice cudaSetDevice
 #define gpuGetDeviceProperties cudaGetDeviceProperties
 #define gpuDeviceProp cudaDeviceProp

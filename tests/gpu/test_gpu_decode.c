@@ -95,12 +95,18 @@ static void compare_decode_kv(GpuTest *t, const char *label, const ZayaConfig *c
     gt_reset(t);
 }
 
-/* Programmatic dependent launch (ZAYA_GPU_PDL, on by default where the GPU has it) changes when a decoding step's
- * kernels start, not what they compute: bf16 products (the few-row kernels, which load their weights before waiting)
- * and the bf16 KV cache, a prefill in pieces and then single-token steps of B sequences, give the same logits bit
- * for bit with it on and off. A kernel that touched its predecessor's output before gk_pdl_enter() would race here. */
-static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *tokens, float *out, int *pdl,
-                         int *hopper, ZyErr *err) {
+/* A switch of how a decoding step runs, not what it computes: bf16 products (the few-row kernels) and the bf16 KV
+ * cache, a prefill in pieces and then single-token steps of B sequences, give the same logits bit for bit either way.
+ * - programmatic dependent launch (ZAYA_GPU_PDL, on by default where the GPU has it): a kernel that touched its
+ *   predecessor's output before gk_pdl_enter() would race here;
+ * - each layer of a one-token step as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent): its phases are the
+ *   launches' bodies; a missing grid barrier between phases would race here. */
+typedef struct {
+    int pdl, hopper;
+    long layer_runs; /* layers run as one persistent kernel */
+} DecodeRun;
+static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *tokens, float *out, DecodeRun *run,
+                         ZyErr *err) {
     const int V = m->cfg.vocab_size;
     GpuModel *gm = NULL;
     GpuKVCache *gc = NULL;
@@ -118,36 +124,65 @@ static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *to
         pos += n;
     }
     /* after the launches: a refused programmatic launch turns itself off */
-    if (ok) *pdl = gpu_model_programmatic_launch(gm), *hopper = ((GpuCtx *)gpu_model_ctx(gm))->cc_major >= 9;
+    if (ok) {
+        run->pdl = gpu_model_programmatic_launch(gm), run->hopper = ((GpuCtx *)gpu_model_ctx(gm))->cc_major >= 9;
+        run->layer_runs = gpu_model_decode_layer_runs(gm);
+    }
     free(piece);
     gpu_kvcache_free(gc);
     gpu_model_free(gm);
     return ok ? 0 : -1;
 }
-static void compare_pdl(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int n0) {
+/* The logits with env=off_value and with env=on_value (NULL: unset), bit for bit; the runs, for the caller's checks. */
+static int compare_switch(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int n0, const char *env,
+                          const char *off_value, const char *on_value, DecodeRun *off_run, DecodeRun *on_run) {
     Model m;
     ZyErr err = {{0}};
     char name[200];
     if (model_create(&m, cfg, &err)) {
         gt_assert(t, 0, label, "%s", err.msg);
-        return;
+        return 0;
     }
     gt_randomise_model(t, &m);
     const size_t NV = (size_t)B * T * cfg->vocab_size;
     int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, cfg->vocab_size);
     float *on = gt_host(t, NV), *off = gt_host(t, NV);
-    int pdl_on = 0, pdl_off = 1, hopper = 0;
-    setenv("ZAYA_GPU_PDL", "off", 1);
-    int ok = decode_logits(&m, B, T, n0, tokens, off, &pdl_off, &hopper, &err) == 0;
-    unsetenv("ZAYA_GPU_PDL");
-    ok = ok && decode_logits(&m, B, T, n0, tokens, on, &pdl_on, &hopper, &err) == 0;
-    snprintf(name, sizeof name, "%s: programmatic launch %s", label, hopper ? "on (sm_90+), off when asked" : "off");
-    gt_assert(t, ok && pdl_on == hopper && pdl_off == 0, name, "%s", ok ? "" : err.msg);
-    snprintf(name, sizeof name, "%s: the same logits with and without it", label);
-    gt_assert(t, ok && memcmp(on, off, NV * sizeof(float)) == 0, name, "rel err %.2e",
+    *off_run = *on_run = (DecodeRun){0};
+    setenv(env, off_value, 1);
+    int ok = decode_logits(&m, B, T, n0, tokens, off, off_run, &err) == 0;
+    if (on_value)
+        setenv(env, on_value, 1);
+    else
+        unsetenv(env);
+    ok = ok && decode_logits(&m, B, T, n0, tokens, on, on_run, &err) == 0;
+    unsetenv(env);
+    snprintf(name, sizeof name, "%s: the same logits with %s=%s and %s", label, env, off_value,
+             on_value ? on_value : "unset");
+    gt_assert(t, ok && memcmp(on, off, NV * sizeof(float)) == 0, name, "%s rel err %.2e", ok ? "" : err.msg,
               ok ? gt_rel_err(on, off, NV) : 0.0);
     model_free(&m);
     gt_reset(t);
+    return ok;
+}
+static void compare_pdl(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int n0) {
+    DecodeRun off, on;
+    const int ok = compare_switch(t, label, cfg, B, T, n0, "ZAYA_GPU_PDL", "off", NULL, &off, &on);
+    char name[200];
+    snprintf(name, sizeof name, "%s: programmatic launch %s", label, on.hopper ? "on (sm_90+), off when asked" : "off");
+    gt_assert(t, ok && on.pdl == on.hopper && off.pdl == 0, name, "on %d, off %d", on.pdl, off.pdl);
+}
+/* persistent: whether the config's layers take the persistent kernel (bf16 CCA, MLP router, experts). */
+static void compare_layer_kernel(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int n0,
+                                 int persistent) {
+    DecodeRun off, on;
+    const int ok = compare_switch(t, label, cfg, B, T, n0, "ZAYA_GPU_DECODE_LAYER", "launches", "persistent", &off,
+                                  &on);
+    char name[200];
+    const long steps = T - n0, want = persistent ? steps * cfg->num_layers : 0;
+    snprintf(name, sizeof name, "%s: %s", label,
+             persistent ? "every one-token step's layers ran as the persistent kernel" : "the launches ran (not taken)");
+    gt_assert(t, ok && on.layer_runs == want && off.layer_runs == 0, name, "%ld layers (want %ld), %ld with it off",
+              on.layer_runs, want, off.layer_runs);
 }
 
 /* Greedy generation on the GPU and on the CPU: the same tokens. */
@@ -406,6 +441,11 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
         if (graphs && !strcmp(graphs, "1")) { /* the steps did run as graphs (none refused) */
             snprintf(name, sizeof name, "%s: steps replayed as CUDA graphs", label);
             gt_assert(t, gpu_kvpool_graphs(pp.gpu) > 0, name, "no graph captured (capture refused?)");
+        }
+        const char *layer = getenv("ZAYA_GPU_DECODE_LAYER");
+        if (layer && !strcmp(layer, "persistent")) { /* the steps of one-token rows did run a layer a kernel */
+            snprintf(name, sizeof name, "%s: one-token steps' layers as one persistent kernel", label);
+            gt_assert(t, gpu_model_decode_layer_runs(gm) > 0, name, "no layer ran that way (launch refused?)");
         }
     }
     free(tokens), free(seqs), free(who), free(running), free(rq);
@@ -706,6 +746,14 @@ static void test_gpu_pool(GpuTest *t) {
     compare_pool(t, "pool bf16, CUDA graphs: dense MLP", &dense, &small, 1, 6e-2);
     compare_pool(t, "pool bf16, CUDA graphs: zaya1", &c, &small, 1, 1e-1);
     unsetenv("ZAYA_GPU_GRAPHS");
+    /* each layer of the one-token steps as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent), as launches and
+     * inside the graphs, the same bars */
+    setenv("ZAYA_GPU_DECODE_LAYER", "persistent", 1);
+    compare_pool(t, "pool bf16, persistent layers: zaya1", &c, &small, 1, 1e-1);
+    setenv("ZAYA_GPU_GRAPHS", "1", 1);
+    compare_pool(t, "pool bf16, persistent layers in CUDA graphs: zaya1", &c, &small, 1, 1e-1);
+    unsetenv("ZAYA_GPU_GRAPHS");
+    unsetenv("ZAYA_GPU_DECODE_LAYER");
     /* the bf16 KV cache (--kv-dtype bf16) on both sides, fp32 products: both round the same k̂ / v, which differ by
      * fp32 noise (~1e-6), so only the few that sit on a rounding edge (about 1e-6 / 2^-8, 3e-4 of them) land one bf16
      * step (2^-8) apart: 1e-3 holds that with room */
@@ -755,6 +803,10 @@ void test_gpu_decode(GpuTest *t) {
     compare_pdl(t, "bf16 head_dim 128 B1 T40 prefill 9", &wide, 1, 40, 9);
     compare_pdl(t, "bf16 sliding W5 B2 T30 prefill 13", &sw, 2, 30, 13);
     compare_pdl(t, "bf16 MHA variant B2 T24 prefill 7", &mha, 2, 24, 7);
+    compare_layer_kernel(t, "persistent layer: bf16 zaya1 B3 T30 prefill 12", &c, 3, 30, 12, 1);
+    compare_layer_kernel(t, "persistent layer: bf16 head_dim 128 B1 T40 prefill 9", &wide, 1, 40, 9, 1);
+    compare_layer_kernel(t, "persistent layer: bf16 sliding W5 B2 T30 prefill 13", &sw, 2, 30, 13, 1);
+    compare_layer_kernel(t, "persistent layer: bf16 MHA variant B2 T24 prefill 7", &mha, 2, 24, 7, 0);
     compare_generate(t);
     test_gpu_pool(t);
 }

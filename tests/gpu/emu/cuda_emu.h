@@ -1,6 +1,6 @@
 /* cuda_emu: enough of CUDA to run a kernel source on the CPU (tests/gpu/emu/run.sh): one std::thread per CUDA thread,
  * blocks one after another, __syncthreads / __syncwarp as barriers, __shared__ as static storage (one block at a
- * time) and dynamic shared memory per block, warp shuffles through a per-warp exchange, and emu_wmma: a WMMA with the
+ * time) and dynamic shared memory per block (a cooperative launch runs all its blocks at once, with a grid barrier), warp shuffles through a per-warp exchange, and emu_wmma: a WMMA with the
  * same calls as nvcuda::wmma whose fragments are spread over the warp's lanes in a fixed pseudo-random layout (a
  * kernel that assumes a layout gets wrong numbers), mma_sync a collective of the warp, pointers and strides checked
  * against the hardware's rules. A kernel that reads another lane's or thread's shared-memory writes without the
@@ -85,6 +85,7 @@ typedef void *GkStream;
 typedef void *gpuStream_t;
 typedef int gpuError_t;
 #define gpuSuccess 0
+inline gpuError_t gpuGetLastError() { return gpuSuccess; }
 #define gpuFuncAttributeMaxDynamicSharedMemorySize 0
 inline gpuError_t gpuFuncSetAttribute(const void *, int, int) { return gpuSuccess; }
 
@@ -94,10 +95,15 @@ struct Warp {
     double xchg[GPU_WARP];  /* shuffles */
     float a[256], b[256];   /* mma_sync's operands, gathered from the lanes */
 };
-inline std::barrier<> *block_bar;
-inline std::vector<std::unique_ptr<Warp>> warps;
-inline std::vector<unsigned char> dyn_smem_buf;
-inline unsigned char *dyn_smem;
+/* One block's barrier, warps and dynamic shared memory; each thread points at its own block's. */
+struct Block {
+    std::unique_ptr<std::barrier<>> bar;
+    std::vector<std::unique_ptr<Warp>> warps;
+    std::vector<unsigned char> smem_buf;
+    unsigned char *smem = nullptr;
+};
+inline thread_local Block *block;
+inline std::barrier<> *grid_bar; /* a cooperative launch's (gk_grid_sync) */
 
 /* GK_LAUNCH_PDL's kernels must call gk_pdl_enter() (gpu_common.cuh) on every thread: set there, checked after. */
 inline thread_local bool pdl_entered;
@@ -110,43 +116,74 @@ inline void pdl_check() {
 }
 
 inline unsigned flat_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-inline Warp &my_warp() { return *warps[flat_tid() / GPU_WARP]; }
+inline Warp &my_warp() { return *block->warps[flat_tid() / GPU_WARP]; }
+
+/* A block of nt threads with smem bytes of dynamic shared memory, 128-byte aligned, filled with a NaN pattern. */
+inline std::unique_ptr<Block> make_block(unsigned nt, size_t smem) {
+    std::unique_ptr<Block> b(new Block());
+    b->bar.reset(new std::barrier<>((std::ptrdiff_t)nt));
+    for (unsigned w = 0; w < (nt + GPU_WARP - 1) / GPU_WARP; w++) {
+        const unsigned n = nt - w * GPU_WARP < GPU_WARP ? nt - w * GPU_WARP : GPU_WARP;
+        b->warps.emplace_back(new Warp());
+        b->warps.back()->bar.reset(new std::barrier<>((std::ptrdiff_t)n));
+    }
+    b->smem_buf.assign(smem + 128, 0xff);
+    b->smem = b->smem_buf.data() + (128 - (uintptr_t)b->smem_buf.data() % 128) % 128;
+    return b;
+}
+/* Block (bx, by, bz)'s nt threads as std::threads running fn, appended to th. */
+inline void start_block(std::vector<std::thread> &th, Block *blk, dim3 bdim, unsigned bx, unsigned by, unsigned bz,
+                        const std::function<void()> &fn) {
+    const unsigned nt = bdim.x * bdim.y * bdim.z;
+    for (unsigned t = 0; t < nt; t++)
+        th.emplace_back([=, &fn] {
+            threadIdx = dim3(t % bdim.x, t / bdim.x % bdim.y, t / (bdim.x * bdim.y));
+            blockIdx = dim3(bx, by, bz);
+            block = blk;
+            fn();
+            blk->warps[t / GPU_WARP]->bar->arrive_and_drop();
+            blk->bar->arrive_and_drop();
+            if (grid_bar) grid_bar->arrive_and_drop();
+        });
+}
 
 /* Runs fn as grid x block threads: each block's threads at once, the blocks in order (x fastest); smem bytes of
- * dynamic shared memory a block (GK_DYNAMIC_SMEM), 128-byte aligned, filled with a NaN pattern. */
-inline void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &fn) {
-    const unsigned nt = block.x * block.y * block.z;
-    gridDim = grid, blockDim = block;
-    dyn_smem_buf.assign(smem + 128, 0xff);
-    dyn_smem = dyn_smem_buf.data() + (128 - (uintptr_t)dyn_smem_buf.data() % 128) % 128;
+ * dynamic shared memory a block (GK_DYNAMIC_SMEM). */
+inline void launch(dim3 grid, dim3 bdim, size_t smem, const std::function<void()> &fn) {
+    gridDim = grid, blockDim = bdim, grid_bar = nullptr;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
-                std::barrier<> bar((std::ptrdiff_t)nt);
-                block_bar = &bar;
-                warps.clear();
-                for (unsigned w = 0; w < (nt + GPU_WARP - 1) / GPU_WARP; w++) {
-                    const unsigned n = nt - w * GPU_WARP < GPU_WARP ? nt - w * GPU_WARP : GPU_WARP;
-                    warps.emplace_back(new Warp());
-                    warps.back()->bar.reset(new std::barrier<>((std::ptrdiff_t)n));
-                }
+                std::unique_ptr<Block> blk = make_block(bdim.x * bdim.y * bdim.z, smem);
                 std::vector<std::thread> th;
-                th.reserve(nt);
-                for (unsigned t = 0; t < nt; t++)
-                    th.emplace_back([&, t] {
-                        threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
-                        blockIdx = dim3(bx, by, bz);
-                        fn();
-                        warps[t / GPU_WARP]->bar->arrive_and_drop();
-                        block_bar->arrive_and_drop();
-                    });
+                start_block(th, blk.get(), bdim, bx, by, bz, fn);
                 for (auto &x : th) x.join();
             }
 }
+
+/* A cooperative launch (GK_LAUNCH_COOPERATIVE): every block's threads at once, gk_grid_sync a barrier of them all.
+ * Static __shared__ storage is one copy for all blocks here: such kernels keep theirs in dynamic shared memory. */
+inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::function<void()> &fn) {
+    gridDim = grid, blockDim = bdim;
+    const unsigned nt = bdim.x * bdim.y * bdim.z, nb = grid.x * grid.y * grid.z;
+    std::barrier<> gb((std::ptrdiff_t)nt * nb);
+    grid_bar = &gb;
+    std::vector<std::unique_ptr<Block>> blocks;
+    std::vector<std::thread> th;
+    th.reserve((size_t)nt * nb);
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blocks.push_back(make_block(nt, smem));
+                start_block(th, blocks.back().get(), bdim, bx, by, bz, fn);
+            }
+    for (auto &x : th) x.join();
+    grid_bar = nullptr;
+}
 } // namespace emu
 
-#define GK_DYNAMIC_SMEM(name) unsigned char *name = emu::dyn_smem
-#define GK_DYNAMIC_SMEM_T(T, name) T *name = reinterpret_cast<T *>(emu::dyn_smem)
+#define GK_DYNAMIC_SMEM(name) unsigned char *name = emu::block->smem
+#define GK_DYNAMIC_SMEM_T(T, name) T *name = reinterpret_cast<T *>(emu::block->smem)
 #define GK_LAUNCH(kern, grid, block, smem, stream, ...)                                                        \
     ((void)(stream), emu::launch(grid, block, smem, [&] { kern(__VA_ARGS__); }))
 
@@ -159,7 +196,10 @@ inline void launch(dim3 grid, dim3 block, size_t smem, const std::function<void(
          emu::pdl_check();                                                                                    \
      }))
 
-inline void __syncthreads() { emu::block_bar->arrive_and_wait(); }
+#define GK_LAUNCH_COOPERATIVE(kern, grid, block, smem, stream, ...)                                                \
+    ((void)(stream), emu::launch_cooperative(grid, block, smem, [&] { kern(__VA_ARGS__); }), 0)
+
+inline void __syncthreads() { emu::block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::my_warp().bar->arrive_and_wait(); }
 template <class T>
 inline T __shfl_xor_sync(unsigned, T v, int o) {

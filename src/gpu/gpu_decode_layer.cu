@@ -1,0 +1,195 @@
+/* gpu_decode_layer: a decoding step's layer as one persistent kernel (gk_decode_layer, gpu_kernels.h). At batch 1 a
+ * layer's dozen small kernels cost more in launch gaps than in memory traffic; here one cooperative launch runs them
+ * as phases, each block taking the phase's "virtual blocks" in turn (the launch's grid, strided over the real one)
+ * with that launch's thread counts and order of sums, then a grid-wide barrier (gk_grid_sync) before the next phase.
+ * The phases are the launches' own bodies (gpu_skinny.cuh, gpu_decode_ops.cuh, gpu_norms.cuh): the same bits. */
+#include <stdint.h>
+
+#include "gpu_common.cuh"
+#include "gpu_decode_ops.cuh"
+#include "gpu_kernels.h"
+#include "gpu_norms.cuh"
+#include "gpu_skinny.cuh"
+
+namespace {
+using namespace skinny;
+using namespace decode_ops;
+
+constexpr int LAYER_THREADS = RT_THREADS; /* the widest phase: the router's tail */
+constexpr int LAYER_WARPS = LAYER_THREADS / GPU_WARP;
+
+SkinnyArgs plain_args(const float *x, long ldx, int rows, int K, const GkSkinnyOut *outs, int n_outs) {
+    SkinnyArgs a = {};
+    a.x = x, a.ldx = ldx, a.rows = rows, a.K = K, a.n_outs = n_outs;
+    for (int j = 0; j < n_outs; j++) a.outs[j] = outs[j], a.n_units += outs[j].n;
+    return a;
+}
+
+/* One product phase: the launch's blocks blk = blockIdx.x, + gridDim.x, ... */
+template <int ROWS, int MODE> __device__ __forceinline__ void products(const SkinnyArgs &a, float *sm) {
+    const int threads = skinny_threads(a.K);
+    for (int blk = blockIdx.x; blk < skinny_blocks<MODE>(a.n_units); blk += gridDim.x) {
+        const SkinnyPre<MODE> pre = skinny_prefetch<MODE>(a, blk, threads);
+        skinny_block<ROWS, MODE>(a, blk, threads, sm, pre);
+    }
+}
+
+/* Rows of the merge normed (one row a virtual block). */
+__device__ __forceinline__ void merge_norm(const GkMergeNorm &m, int N, int D, float eps, bool vec4, float *sm) {
+    double *red = reinterpret_cast<double *>(sm);
+    for (int r = blockIdx.x; r < N; r += gridDim.x) {
+        if (vec4)
+            norms::merge_rmsnorm_row<4>(m.out, m.y, m.rstd, m.h, m.res, m.hs, m.hb, m.rs, m.rb, m.w, r, D, eps,
+                                        norms::norm_threads(D, 4), red);
+        else
+            norms::merge_rmsnorm_row<1>(m.out, m.y, m.rstd, m.h, m.res, m.hs, m.hb, m.rs, m.rb, m.w, r, D, eps,
+                                        norms::norm_threads(D, 1), red);
+    }
+}
+
+template <int ROWS, class KV>
+__global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecodeLayer a, SkinnyArgs proj,
+                                                                        SkinnyArgs o_proj, SkinnyArgs router_down,
+                                                                        SkinnyArgs swiglu, SkinnyArgs down, int vec4) {
+    GK_DYNAMIC_SMEM_T(float, sm);
+    const int warp = threadIdx.x / GPU_WARP, N = a.N;
+    const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
+
+    /* 1. the projections of u (q | k into Xe's new rows), and the convolution state into Xe */
+    products<ROWS, SK_PLAIN>(proj, sm);
+    const long state = row_copy_total(a.xe_state);
+    copy_rows_range<float>(a.xe_state, GkRowCopy{}, state, state, gthread, gthreads);
+    gk_grid_sync(a.barrier);
+
+    /* 2. the convolution at the new rows: a warp a (channel, row) */
+    for (long task = (long)blockIdx.x * LAYER_WARPS + warp; task < (long)a.C * N; task += (long)gridDim.x * LAYER_WARPS)
+        conv_decode_channel(a.Ye, a.Xe, a.conv_w0, a.conv_b0, a.conv_w1, a.conv_b1, (int)(task % a.C),
+                            (int)(task / a.C), a.P, a.TE, a.C, a.dh, a.k0, a.k1, sm + (long)warp * a.k1 * a.dh);
+    gk_grid_sync(a.barrier);
+
+    /* 3. CCA's rows: q-k mean, norm + RoPE, k̂ and v into the cache; the state's copy back */
+    for (int vb = blockIdx.x; vb < N * a.Hkv; vb += gridDim.x) cca_rows_block<KV>(a.rows, vb % N, vb / N, sm);
+    cca_state_copy(a.rows, gthread, gthreads);
+    gk_grid_sync(a.barrier);
+
+    /* 4. attention: a virtual block a (row, head) */
+    for (int vb = blockIdx.x; vb < N * a.Hq; vb += gridDim.x) {
+        const int r = vb % N, h = vb / N;
+        if (a.att_table)
+            attend_paged(a.attn_out, a.query, (const KV *)a.k_cache, (const KV *)a.v_cache, a.att_seq, a.att_pos,
+                         a.att_table, a.max_blocks, a.block_tokens, r, h, a.Hq, a.Hkv, a.dh, a.att_scale, a.window, sm);
+        else
+            attend_contiguous(a.attn_out, a.query, (const KV *)a.k_cache, (const KV *)a.v_cache, 0, h, r, 1, a.p0,
+                              a.max_len, a.Hq, a.Hkv, a.dh, a.att_scale, a.window, sm);
+    }
+    gk_grid_sync(a.barrier);
+
+    /* 5. the output projection */
+    products<ROWS, SK_PLAIN>(o_proj, sm);
+    gk_grid_sync(a.barrier);
+
+    /* 6. the merge normed for the MoE block */
+    merge_norm(a.merge_attn, N, a.D, a.eps, vec4, sm);
+    gk_grid_sync(a.barrier);
+
+    /* 7. the router's down projection */
+    products<ROWS, SK_PLAIN>(router_down, sm);
+    gk_grid_sync(a.barrier);
+
+    /* 8. the router's tail, one block */
+    if (blockIdx.x == 0) router_tail_block<ROWS>(a.tail, sm, router_tail_prefetch(a.tail));
+    gk_grid_sync(a.barrier);
+
+    /* 9., 10. the experts: SwiGLU of the chosen expert's gate and up, then down with the gate */
+    products<ROWS, SK_SWIGLU>(swiglu, sm);
+    gk_grid_sync(a.barrier);
+    products<ROWS, SK_DOWN>(down, sm);
+    gk_grid_sync(a.barrier);
+
+    /* 11. the merge normed for the next layer */
+    merge_norm(a.merge_mlp, N, a.D, a.eps, vec4, sm);
+}
+
+inline bool layer_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Shared floats the widest phase needs. */
+template <int ROWS> size_t layer_smem_floats(const GkDecodeLayer &a) {
+    size_t f = (size_t)skinny_smem_floats<ROWS, SK_PLAIN>();
+    const size_t more[] = {(size_t)skinny_smem_floats<ROWS, SK_SWIGLU>(), (size_t)LAYER_WARPS * a.k1 * a.dh,
+                           (size_t)cca_rows_smem_floats(a.rows), (size_t)DA_SMEM_FLOATS,
+                           (size_t)router_tail_smem_floats<ROWS>(), 64 /* 32 doubles */};
+    for (size_t m : more) f = m > f ? m : f;
+    return f;
+}
+
+template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &a, bool vec4) {
+    const SkinnyArgs proj = plain_args(a.u, a.D, a.N, a.D, a.proj, 4);
+    const SkinnyArgs o_proj = plain_args(a.attn_out, (long)a.Hq * a.dh, a.N, a.Hq * a.dh, &a.o_proj, 1);
+    const SkinnyArgs router_down = plain_args(a.u, a.D, a.N, a.D, &a.router_down, 1);
+    SkinnyArgs swiglu = {}, down = {};
+    swiglu.x = a.u, swiglu.ldx = a.D, swiglu.rows = a.N, swiglu.K = a.D, swiglu.n_units = a.I;
+    swiglu.choice = a.choice, swiglu.w = a.w_gate_up, swiglu.w_stride = 2L * a.I * a.D, swiglu.E = a.E;
+    swiglu.I = a.I, swiglu.y = a.act, swiglu.ldy = a.I;
+    down.x = a.act, down.ldx = a.I, down.rows = a.N, down.K = a.I, down.n_units = a.D;
+    down.choice = a.choice, down.gate = a.gate, down.w = a.w_down, down.w_stride = (long)a.D * a.I, down.E = a.E;
+    down.y = a.moe_out, down.ldy = a.D;
+    const size_t smem = layer_smem_floats<ROWS>(a) * sizeof(float);
+    void (*kern)(GkDecodeLayer, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, int) =
+        decode_layer_kernel<ROWS, KV>;
+    int blocks = a.blocks;
+#ifndef ZAYA_GPU_EMU
+    static int fitting[4][2]; /* blocks that fit at once, per form (found once: the device does not change) */
+    int &fit = fitting[ROWS <= 1 ? 0 : ROWS <= 2 ? 1 : ROWS <= 4 ? 2 : 3][sizeof(KV) == 2];
+    if (!fit) {
+        int dev = 0, sms = 0, per_sm = 0;
+        if (smem > 48 * 1024 &&
+            gpuFuncSetAttribute((const void *)kern, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != gpuSuccess)
+            return (void)gpuGetLastError(), -1;
+        if (gpuGetDevice(&dev) != gpuSuccess ||
+            gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, dev) != gpuSuccess ||
+            gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, LAYER_THREADS, smem) != gpuSuccess ||
+            per_sm < 1)
+            return (void)gpuGetLastError(), -1;
+        fit = sms * per_sm;
+    }
+    if (blocks <= 0 || blocks > fit) blocks = fit;
+#else
+    if (blocks <= 0) blocks = 4;
+#endif
+    if (GK_LAUNCH_COOPERATIVE(kern, dim3(blocks), dim3(LAYER_THREADS), smem, s, a, proj, o_proj, router_down, swiglu,
+                              down, (int)vec4) != gpuSuccess)
+        return (void)gpuGetLastError(), -1;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
+    const GkDecodeLayer &a = *layer;
+    const int Cq = a.Hq * a.dh, Ck = a.Hkv * a.dh;
+    /* every product's shape (skinny_fits), the convolution's (gk_cca_conv_decode's), the rows' and attention's */
+    if (a.N < 1 || a.N > GK_SKINNY_ROWS || a.D < 8 || a.D % 8 || Cq % 8 || a.I < 8 || a.I % 8 || a.E < 1 ||
+        !layer_al16(a.u) || !layer_al16(a.attn_out) || !layer_al16(a.act) || !a.barrier)
+        return -1;
+    for (const GkSkinnyOut &o : {a.proj[0], a.proj[1], a.proj[2], a.proj[3], a.o_proj, a.router_down})
+        if (o.n < 1 || !o.y || !layer_al16(o.w)) return -1;
+    if (!layer_al16(a.w_gate_up) || !layer_al16(a.w_down) || !router_tail_fits(a.tail) || a.tail.rows != a.N)
+        return -1;
+    if (a.P < 0 || a.TE != a.P + 1 || a.C != Cq + Ck || a.dh <= 0 || a.dh > DA_MAX_DH || a.C % a.dh || a.k0 < 1 ||
+        a.k1 < 1 || a.k1 > CD_MAX_TAPS || a.Hkv <= 0 || a.Hq % a.Hkv || a.Hq / a.Hkv > 31 ||
+        cca_rows_threads(a.rows) > LAYER_THREADS || a.rows.N != a.N)
+        return -1;
+    const bool vec4 = can_vec4(a.D, {a.merge_attn.out, a.merge_attn.y, a.merge_attn.h, a.merge_attn.res,
+                                     a.merge_attn.hs, a.merge_attn.hb, a.merge_attn.rs, a.merge_attn.rb,
+                                     a.merge_attn.w}) &&
+                      can_vec4(a.D, {a.merge_mlp.out, a.merge_mlp.y, a.merge_mlp.h, a.merge_mlp.res, a.merge_mlp.hs,
+                                     a.merge_mlp.hb, a.merge_mlp.rs, a.merge_mlp.rb, a.merge_mlp.w});
+    if (vec4 != can_vec4(a.D, {a.merge_attn.out, a.merge_attn.y, a.merge_attn.h, a.merge_attn.res, a.merge_attn.hs,
+                               a.merge_attn.hb, a.merge_attn.rs, a.merge_attn.rb, a.merge_attn.w}))
+        return -1; /* the two merges' launches would take different forms */
+    const bool bf16 = a.rows.kv_bf16 != 0;
+    if (a.N <= 1) return bf16 ? launch_layer<1, uint16_t>(s, a, vec4) : launch_layer<1, float>(s, a, vec4);
+    if (a.N <= 2) return bf16 ? launch_layer<2, uint16_t>(s, a, vec4) : launch_layer<2, float>(s, a, vec4);
+    if (a.N <= 4) return bf16 ? launch_layer<4, uint16_t>(s, a, vec4) : launch_layer<4, float>(s, a, vec4);
+    return bf16 ? launch_layer<8, uint16_t>(s, a, vec4) : launch_layer<8, float>(s, a, vec4);
+}

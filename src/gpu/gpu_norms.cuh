@@ -1,0 +1,69 @@
+/* gpu_norms.cuh: the residual merge fused with RMSNorm, one row a block (gpu_norms.cu launches it over rows;
+ * gpu_decode_layer.cu runs it as a phase of a decoding layer's persistent kernel). The thread count is the launch's
+ * (norm_threads: it depends on dim only, so the summation order does too); a caller with more threads passes that
+ * count, and its other threads pass the barriers only. */
+#ifndef ZAYA_GPU_NORMS_CUH
+#define ZAYA_GPU_NORMS_CUH
+
+#include <math.h>
+
+#include "gpu_common.cuh"
+
+namespace norms {
+
+/* Row ops with a reduction (the norms) give a block to a row, about 4 W-packs a thread: at 2048 rows a warp per
+ * row leaves the H100 at ~16 warps an SM (measured: merge_rmsnorm_forward at 2048 x 1536 ~10% slower that way). */
+constexpr int NORM_MAX_THREADS = 512;
+__host__ __device__ inline int norm_threads(int dim, int W) {
+    const int packs = (dim + W - 1) / W, t = ((packs + 3) / 4 + 63) / 64 * 64; /* ~4 packs a thread */
+    return t < 64 ? 64 : t > NORM_MAX_THREADS ? NORM_MAX_THREADS : t;
+}
+
+/* v = (h + hb) ⊙ hs + (res + rb) ⊙ rs with every product rounded (no fused multiply-add, as the CPU build): the
+ * second pass recomputes it from the inputs (still in L1) bit for bit instead of reading `out` back. */
+template <int W>
+__device__ __forceinline__ Pack<W> merge_value(const float *h, const float *res, const float *hs, const float *hb,
+                                               const float *rs, const float *rb, long o, int i) {
+    const Pack<W> a = load_pack<W>(h + o + i), b = load_pack<W>(res + o + i);
+    const Pack<W> hsv = load_pack<W>(hs + i), hbv = load_pack<W>(hb + i);
+    const Pack<W> rsv = load_pack<W>(rs + i), rbv = load_pack<W>(rb + i);
+    Pack<W> v;
+#pragma unroll
+    for (int k = 0; k < W; k++)
+        v.v[k] = __fadd_rn(__fmul_rn(a.v[k] + hbv.v[k], hsv.v[k]), __fmul_rn(b.v[k] + rbv.v[k], rsv.v[k]));
+    return v;
+}
+
+/* Row r: out = (h + hb) ⊙ hs + (res + rb) ⊙ rs, then y = RMSNorm(out; w), by the block's first `threads` threads
+ * (Σ in double; red: 32 doubles of shared scratch). The first pass only loads (many loads in flight), the second
+ * recomputes v and writes out and y. Threads past `threads` add +0.0 to the sum of squares: the same bits. */
+template <int W>
+__device__ __forceinline__ void merge_rmsnorm_row(float *out, float *y, float *rstd, const float *h, const float *res,
+                                                  const float *hs, const float *hb, const float *rs, const float *rb,
+                                                  const float *w, long r, int dim, float eps, int threads,
+                                                  double *red) {
+    const long o = r * dim;
+    const int first = (int)threadIdx.x < threads ? (int)threadIdx.x * W : dim;
+    double ss = 0;
+#pragma unroll 4
+    for (int i = first; i < dim; i += threads * W) {
+        const Pack<W> v = merge_value<W>(h, res, hs, hb, rs, rb, o, i);
+#pragma unroll
+        for (int k = 0; k < W; k++) ss += (double)v.v[k] * v.v[k];
+    }
+    ss = block_sum_d(ss, red);
+    const float s = (float)(1.0 / sqrt(ss / dim + eps));
+    if (threadIdx.x == 0) rstd[r] = s;
+    for (int i = first; i < dim; i += threads * W) {
+        const Pack<W> v = merge_value<W>(h, res, hs, hb, rs, rb, o, i), wv = load_pack<W>(w + i);
+        Pack<W> z;
+#pragma unroll
+        for (int k = 0; k < W; k++) z.v[k] = wv.v[k] * (v.v[k] * s);
+        store_pack<W>(out + o + i, v);
+        store_pack<W>(y + o + i, z);
+    }
+}
+
+} // namespace norms
+
+#endif

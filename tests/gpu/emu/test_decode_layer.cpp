@@ -1,0 +1,260 @@
+/* gk_decode_layer (src/gpu/gpu_decode_layer.cu) run on the CPU (cuda_emu.h): a decoding step's layer as one
+ * persistent kernel, every block at once with a grid barrier between its phases, against the eleven launches it
+ * replaces (gpu_skinny.cu's products and router tail, gpu_decode_kernels.cu's convolution, CCA rows and attention, and
+ * the merge normed, as gpu_norms.cu runs gpu_norms.cuh's row body), bit for bit in every buffer the layer writes: Xe,
+ * Ye, the queries, k̂ and v in the cache, the convolution state and kept values, attention, the projections, both
+ * merges and norms, the router's state, logits, probabilities, choice and gate, the experts' activations and output.
+ * 1, 2 and 3 rows (the 1-, 2- and 4-row forms), fp32 and bf16 caches, the same-length cache and a block pool with its
+ * tables out of order, grids of 1, 2, 3 and 7 blocks (phases with more virtual blocks than real ones, and fewer); the
+ * refusals (too many rows, a convolution of several new rows) launching nothing. --quick: the first case only (the
+ * sanitizer's run: a phase reading what another block writes without the grid barrier between is a reported race).
+ * Prints "gpu-emu: N passed, N
+ * failed". */
+#define ZAYA_GPU_EMU 1
+#include "gpu_decode_layer.cu"
+#include "gpu_decode_kernels.cu"
+#include "gpu_skinny.cu"
+#include "emu_check.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "util/util.h"
+
+/* gpu_norms.cu's merge_rmsnorm_forward_kernel (that file launches its backward kernels with <<<>>>, which the
+ * emulator does not take): the same row body, a block a row */
+template <int W>
+__global__ void merge_ref_kernel(float *out, float *y, float *rstd, const float *h, const float *res, const float *hs,
+                                 const float *hb, const float *rs, const float *rb, const float *w, int dim, float eps) {
+    __shared__ double red[32];
+    norms::merge_rmsnorm_row<W>(out, y, rstd, h, res, hs, hb, rs, rb, w, blockIdx.x, dim, eps, blockDim.x, red);
+}
+static void merge_ref(const GkMergeNorm &m, int N, int D, float eps) {
+    GK_LAUNCH(merge_ref_kernel<4>, dim3(N), dim3(norms::norm_threads(D, 4)), 0, nullptr, m.out, m.y, m.rstd, m.h, m.res,
+              m.hs, m.hb, m.rs, m.rb, m.w, D, eps);
+}
+
+/* Every buffer of one layer's step, allocated 16-byte aligned in one vector each. */
+struct Buf {
+    std::vector<std::vector<float>> store;
+    float *f(size_t n, float scale = 1.0f) {
+        store.emplace_back(n + 4);
+        float *p = store.back().data();
+        while ((uintptr_t)p % 16) p++;
+        for (size_t i = 0; i < n; i++) p[i] = scale * urand();
+        return p;
+    }
+    uint16_t *bf(size_t n, float scale) {
+        uint16_t *p = reinterpret_cast<uint16_t *>(f(n / 2 + 1));
+        for (size_t i = 0; i < n; i++) p[i] = zy_f32_to_bf16(scale * urand());
+        return p;
+    }
+    int32_t *i(size_t n) { return reinterpret_cast<int32_t *>(f(n)); }
+};
+
+struct Shape {
+    int N, kv_bf16, paged, blocks;
+};
+
+constexpr int D = 64, Hq = 4, Hkv = 2, dh = 16, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
+constexpr int k0 = 2, k1 = 2, P = (k0 - 1) + (k1 - 1), TE = P + 1, R = 16, E = 4, classes = E + 1, I = 32, rd = 8;
+constexpr int MAX_LEN = 8, P0 = 3, BT = 2, MAX_BLOCKS = MAX_LEN / BT;
+
+/* The layer's step over fresh random state: its descriptor, and the sizes of everything it writes (for the checks). */
+struct Layer {
+    Buf b;
+    GkDecodeLayer d;
+    std::vector<std::pair<const char *, std::pair<void *, size_t>>> outputs; /* name, (pointer, bytes) */
+    void out(const char *name, void *p, size_t bytes) { outs_add(name, p, bytes); }
+    void outs_add(const char *name, void *p, size_t bytes) { outputs.push_back({name, {p, bytes}}); }
+};
+
+static void build(Layer &L, const Shape &s, uint64_t seed) {
+    emu_rng() = seed;
+    Buf &b = L.b;
+    GkDecodeLayer &d = L.d;
+    d = GkDecodeLayer{};
+    const int N = s.N, slots = N + 2, kv_rows = s.paged ? slots * MAX_LEN : N * MAX_LEN;
+    const size_t kv_floats = s.kv_bf16 ? ((size_t)kv_rows * Ck + 1) / 2 : (size_t)kv_rows * Ck;
+    float *x = b.f((size_t)N * D), *u = b.f((size_t)N * D), *x_mid = b.f((size_t)N * D), *rstd = b.f(N);
+    float *Xe = b.f((size_t)N * TE * C), *Ye = b.f((size_t)N * TE * C), *vc = b.f((size_t)N * half);
+    float *vd = b.f((size_t)N * half), *query = b.f((size_t)N * Cq), *attn_out = b.f((size_t)N * Cq);
+    float *proj = b.f((size_t)N * D), *z = b.f((size_t)N * R), *r_prev = b.f((size_t)N * R);
+    float *logits = b.f((size_t)N * classes), *probs = b.f((size_t)N * classes), *gate = b.f(N);
+    float *act = b.f((size_t)N * I), *moe_out = b.f((size_t)N * D);
+    int32_t *choice = b.i(N);
+    float *k_cache = b.f(kv_floats), *v_cache = b.f(kv_floats);
+    if (s.kv_bf16) { /* finite bf16 values */
+        uint16_t *k16 = reinterpret_cast<uint16_t *>(k_cache), *v16 = reinterpret_cast<uint16_t *>(v_cache);
+        for (size_t i = 0; i < (size_t)kv_rows * Ck; i++) k16[i] = zy_f32_to_bf16(urand()), v16[i] = zy_f32_to_bf16(urand());
+    }
+    const long slot_state = (long)P * C + half; /* the pool's per-slot state: P conv rows, then the kept vd */
+    float *state = b.f((size_t)slots * slot_state);
+    float *cosv = b.f((size_t)MAX_LEN * rd / 2), *sinv = b.f((size_t)MAX_LEN * rd / 2), *temp = b.f(Hkv);
+    for (int h = 0; h < Hkv; h++) temp[h] = 1.0f + 0.25f * temp[h];
+    /* the same-length cache: sequence r in slot r (conv state P·C floats a sequence, vd_prev half); the pool: sequence
+     * r in slot slots − 1 − r, its table a permutation of blocks, positions P0 for every row */
+    int32_t *seq_slot = b.i(N), *xrow = b.i(N), *xin = b.i(N), *xout = b.i(N), *pos = b.i(N), *row_seq = b.i(N);
+    int32_t *first = b.i(N), *last = b.i(N), *kv_row = b.i(N), *table = b.i((size_t)N * MAX_BLOCKS);
+    for (int r = 0; r < N; r++) {
+        seq_slot[r] = slots - 1 - r, xrow[r] = r * TE + P, xin[r] = r * TE, xout[r] = r * TE + 1, pos[r] = P0;
+        row_seq[r] = r, first[r] = r, last[r] = r;
+        for (int k = 0; k < MAX_BLOCKS; k++) table[r * MAX_BLOCKS + k] = (seq_slot[r] * MAX_BLOCKS + (k * 3 + 1) % MAX_BLOCKS);
+        kv_row[r] = table[r * MAX_BLOCKS + P0 / BT] * BT + P0 % BT;
+    }
+    float *conv_state = s.paged ? state : b.f((size_t)N * P * C), *vd_prev = s.paged ? state + (long)P * C : b.f((size_t)N * half);
+    const long conv_stride = s.paged ? slot_state : (long)P * C;
+
+    const uint16_t *wq = b.bf((size_t)Cq * D, 0.2f), *wk = b.bf((size_t)Ck * D, 0.2f), *wvc = b.bf((size_t)half * D, 0.2f);
+    const uint16_t *wvd = b.bf((size_t)half * D, 0.2f), *wo = b.bf((size_t)D * Cq, 0.2f), *wrd = b.bf((size_t)R * D, 0.3f);
+    const uint16_t *w1 = b.bf((size_t)R * R, 0.3f), *w2 = b.bf((size_t)R * R, 0.3f), *wout = b.bf((size_t)classes * R, 0.5f);
+    const uint16_t *wgu = b.bf((size_t)E * 2 * I * D, 0.2f), *wdown = b.bf((size_t)E * D * I, 0.2f);
+    float *cw0 = b.f((size_t)C * k0, 0.5f), *cb0 = b.f(C, 0.1f), *cw1 = b.f((size_t)C * dh * k1, 0.3f), *cb1 = b.f(C, 0.1f);
+    auto vec = [&](float base) {
+        float *p = b.f(D, 0.2f);
+        for (int i = 0; i < D; i++) p[i] += base;
+        return p;
+    };
+    const float *hs = vec(1), *hb = vec(0), *rs = vec(1), *rb = vec(0), *post_norm = vec(1), *next_norm = vec(1);
+    const float *hs2 = vec(1), *hb2 = vec(0), *rs2 = vec(1), *rb2 = vec(0);
+    float *rdb = b.f(R, 0.1f), *gamma = b.f(R, 0.5f), *rnorm = b.f(R, 0.2f), *b1 = b.f(R, 0.1f), *b2 = b.f(R, 0.1f);
+    float *bal = b.f(classes, 0.1f);
+    for (int i = 0; i < R; i++) rnorm[i] += 1.0f;
+
+    d.u = u;
+    d.proj[0] = GkSkinnyOut{wq, Xe + (long)P * C, Cq, TE * C, nullptr};
+    d.proj[1] = GkSkinnyOut{wk, Xe + (long)P * C + Cq, Ck, TE * C, nullptr};
+    d.proj[2] = GkSkinnyOut{wvc, vc, half, half, nullptr};
+    d.proj[3] = GkSkinnyOut{wvd, vd, half, half, nullptr};
+    d.xe_state = GkRowCopy{Xe, s.paged ? (long)C : (long)TE * C, s.paged ? xin : nullptr, conv_state, conv_stride, s.paged ? seq_slot : nullptr,
+                           (long)P * C, N};
+    d.Ye = Ye, d.Xe = Xe, d.conv_w0 = cw0, d.conv_b0 = cb0, d.conv_w1 = cw1, d.conv_b1 = cb1;
+    d.TE = TE, d.P = P, d.C = C, d.k0 = k0, d.k1 = k1;
+    GkCcaDecode &rw = d.rows;
+    rw = GkCcaDecode{};
+    rw.Xe = Xe, rw.Ye = Ye, rw.TE = TE, rw.P = P, rw.vc = vc, rw.vd = vd, rw.vd_prev = vd_prev;
+    rw.slot_stride = s.paged ? slot_state : half, rw.temp = temp, rw.scale = 4.0f, rw.eps = 1.1920928955078125e-07f;
+    rw.query = query, rw.k_cache = k_cache, rw.v_cache = v_cache, rw.kv_bf16 = s.kv_bf16;
+    rw.N = N, rw.n = 1, rw.Hq = Hq, rw.Hkv = Hkv, rw.dh = dh, rw.rd = rd;
+    if (s.paged) {
+        rw.xrow = xrow, rw.row_seq = row_seq, rw.seq_first = first, rw.seq_last = last, rw.seq_slot = seq_slot;
+        rw.cosv = cosv, rw.sinv = sinv, rw.pos = pos, rw.kv_row = kv_row;
+        rw.state = GkRowCopy{conv_state, slot_state, seq_slot, Xe, C, xout, (long)P * C, N};
+    } else {
+        rw.cosv = cosv + (long)P0 * (rd / 2), rw.sinv = sinv + (long)P0 * (rd / 2);
+        rw.kv_seq = MAX_LEN, rw.kv_p0 = P0;
+        rw.state = GkRowCopy{conv_state, (long)P * C, nullptr, Xe + C, (long)TE * C, nullptr, (long)P * C, N};
+    }
+    d.attn_out = attn_out, d.query = query, d.k_cache = k_cache, d.v_cache = v_cache;
+    if (s.paged) d.att_seq = row_seq, d.att_pos = pos, d.att_table = table;
+    d.max_blocks = MAX_BLOCKS, d.block_tokens = BT, d.p0 = P0, d.max_len = MAX_LEN, d.window = 0;
+    d.att_scale = 0.25f;
+    d.o_proj = GkSkinnyOut{wo, proj, D, D, nullptr};
+    d.merge_attn = GkMergeNorm{x_mid, u, rstd, proj, x, hs, hb, rs, rb, post_norm};
+    d.router_down = GkSkinnyOut{wrd, z, R, R, nullptr};
+    d.tail = GkRouterTail{z, rdb, r_prev, gamma, rnorm, 1e-5f, w1, w2, wout, b1, b2, bal, logits, probs, gate, choice,
+                          N, R, classes};
+    d.act = act, d.moe_out = moe_out, d.w_gate_up = wgu, d.w_down = wdown, d.choice = choice, d.gate = gate;
+    d.merge_mlp = GkMergeNorm{x, u, rstd, moe_out, x_mid, hs2, hb2, rs2, rb2, next_norm};
+    d.N = N, d.D = D, d.Hq = Hq, d.Hkv = Hkv, d.dh = dh, d.I = I, d.E = E, d.eps = 1e-5f;
+    d.barrier = reinterpret_cast<unsigned *>(b.i(2));
+    d.blocks = s.blocks;
+
+    L.outputs.clear();
+    L.out("x", x, N * D * 4), L.out("u", u, N * D * 4), L.out("x_mid", x_mid, N * D * 4), L.out("rstd", rstd, N * 4);
+    L.out("Xe", Xe, (size_t)N * TE * C * 4), L.out("Ye (new rows)", Ye, 0), L.out("vc", vc, N * half * 4);
+    L.out("vd", vd, N * half * 4), L.out("query", query, N * Cq * 4), L.out("attn_out", attn_out, N * Cq * 4);
+    L.out("proj", proj, N * D * 4), L.out("z", z, N * R * 4), L.out("logits", logits, N * classes * 4);
+    L.out("probs", probs, N * classes * 4), L.out("gate", gate, N * 4), L.out("choice", choice, N * 4);
+    L.out("act", act, N * I * 4), L.out("moe_out", moe_out, N * D * 4), L.out("k cache", k_cache, kv_floats * 4);
+    L.out("v cache", v_cache, kv_floats * 4);
+    L.out("conv state", conv_state, s.paged ? (size_t)slots * slot_state * 4 : (size_t)N * P * C * 4);
+    L.out("vd_prev", vd_prev, s.paged ? 0 : (size_t)N * half * 4);
+}
+
+/* The launches gk_decode_layer replaces, in the decoding step's order. */
+static void launches(const GkDecodeLayer &d) {
+    const int N = d.N;
+    gk_skinny_mm(nullptr, d.u, D, N, D, d.proj, 4);
+    gk_copy_rows_idx2(nullptr, d.xe_state, GkRowCopy{});
+    gk_cca_conv_decode(nullptr, d.Ye, d.Xe, d.conv_w0, d.conv_b0, d.conv_w1, d.conv_b1, N, TE, P, C, dh, k0, k1);
+    gk_cca_decode_rows(nullptr, &d.rows);
+    if (d.att_table && d.rows.kv_bf16)
+        gk_paged_decode_attention_bf16(nullptr, d.attn_out, d.query, (const uint16_t *)d.k_cache,
+                                       (const uint16_t *)d.v_cache, d.att_seq, d.att_pos, d.att_table, MAX_BLOCKS, BT, N,
+                                       Hq, Hkv, dh, 0);
+    else if (d.att_table)
+        gk_paged_decode_attention(nullptr, d.attn_out, d.query, (const float *)d.k_cache, (const float *)d.v_cache,
+                                  d.att_seq, d.att_pos, d.att_table, MAX_BLOCKS, BT, N, Hq, Hkv, dh, 0);
+    else if (d.rows.kv_bf16)
+        gk_decode_attention_bf16(nullptr, d.attn_out, d.query, (const uint16_t *)d.k_cache, (const uint16_t *)d.v_cache,
+                                 N, 1, P0, MAX_LEN, Hq, Hkv, dh, 0);
+    else
+        gk_decode_attention(nullptr, d.attn_out, d.query, (const float *)d.k_cache, (const float *)d.v_cache, N, 1, P0,
+                            MAX_LEN, Hq, Hkv, dh, 0);
+    gk_skinny_mm(nullptr, d.attn_out, Cq, N, Cq, &d.o_proj, 1);
+    merge_ref(d.merge_attn, N, D, d.eps);
+    gk_skinny_mm(nullptr, d.u, D, N, D, &d.router_down, 1);
+    gk_skinny_router_tail(nullptr, &d.tail);
+    gk_skinny_expert_swiglu(nullptr, d.act, d.u, d.choice, d.w_gate_up, N, D, I, E);
+    gk_skinny_expert_down(nullptr, d.moe_out, d.act, d.choice, d.gate, d.w_down, N, I, D, E);
+    merge_ref(d.merge_mlp, N, D, d.eps);
+}
+
+static int &routed_rows() { /* rows the cases sent through an expert (not the skip expert) */
+    static int n = 0;
+    return n;
+}
+
+static void layer_case(const Shape &s) {
+    Layer want, got;
+    build(want, s, 1000 + s.N * 10 + s.kv_bf16 * 2 + s.paged);
+    build(got, s, 1000 + s.N * 10 + s.kv_bf16 * 2 + s.paged); /* the same inputs */
+    launches(want.d);
+    const int rc = gk_decode_layer(nullptr, &got.d);
+    char what[160];
+    std::snprintf(what, sizeof what, "%d row(s), %s cache, %s, %d block(s)", s.N, s.kv_bf16 ? "bf16" : "fp32",
+                  s.paged ? "pool" : "same-length", s.blocks);
+    report(rc == 0, (std::string(what) + ": launched").c_str());
+    std::string bad;
+    for (size_t i = 0; i < want.outputs.size(); i++) {
+        const auto &w = want.outputs[i].second, &g = got.outputs[i].second;
+        size_t bytes = w.second;
+        if (!std::strcmp(want.outputs[i].first, "Ye (new rows)")) { /* only the new rows are written */
+            for (int r = 0; r < s.N; r++)
+                if (std::memcmp((float *)w.first + ((size_t)r * TE + P) * C, (float *)g.first + ((size_t)r * TE + P) * C,
+                                C * 4))
+                    bad += " Ye";
+            continue;
+        }
+        if (bytes && std::memcmp(w.first, g.first, bytes)) bad += std::string(" ") + want.outputs[i].first;
+    }
+    for (int r = 0; r < s.N; r++) routed_rows() += want.d.choice[r] >= 0 && want.d.choice[r] < E;
+    report(bad.empty(), (std::string(what) + ": every buffer bit for bit" + (bad.empty() ? "" : " — differ:" + bad)).c_str());
+}
+
+int main(int argc, char **argv) {
+    std::setvbuf(stdout, nullptr, _IONBF, 0);
+    const bool quick = argc > 1 && !std::strcmp(argv[1], "--quick"); /* one case: the sanitizer's run */
+    layer_case({2, 1, 1, 3});
+    if (!quick) {
+        layer_case({1, 0, 0, 3});
+        layer_case({3, 1, 0, 3});
+        layer_case({2, 0, 0, 2});
+        layer_case({1, 1, 1, 3});
+        layer_case({3, 0, 1, 1});
+        layer_case({3, 1, 1, 7});
+    }
+    {
+        Layer L;
+        build(L, {2, 0, 0, 3}, 7);
+        L.d.N = 9;
+        report(gk_decode_layer(nullptr, &L.d) == -1, "9 rows refused");
+        L.d.N = 2, L.d.TE = P + 2;
+        report(gk_decode_layer(nullptr, &L.d) == -1, "two new rows a sequence refused");
+    }
+    report(routed_rows() > 0, "some rows went through an expert's products");
+    std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
+    return emu_failed() ? 1 : 0;
+}
