@@ -25,11 +25,16 @@ SkinnyArgs plain_args(const float *x, long ldx, int rows, int K, const GkSkinnyO
     return a;
 }
 
-/* One product phase: the launch's blocks blk = blockIdx.x, + gridDim.x, ... */
-template <int ROWS, int MODE> __device__ __forceinline__ void products(const SkinnyArgs &a, float *sm) {
-    const int threads = skinny_threads(a.K);
-    for (int blk = blockIdx.x; blk < skinny_blocks<MODE>(a.n_units); blk += gridDim.x) {
-        const SkinnyPre<MODE> pre = skinny_prefetch<MODE>(a, blk, threads);
+/* One product phase: the launch's blocks blk = blockIdx.x, + gridDim.x, ... With bar set, the grid barrier before
+ * the phase is taken here, after the block's first weight pieces were loaded (SK_PLAIN: weights are not written while
+ * decoding), so they stream in while the barrier waits; the experts' rows depend on the router and load after it. */
+template <int ROWS, int MODE>
+__device__ __forceinline__ void products(const SkinnyArgs &a, float *sm, unsigned *bar = nullptr) {
+    const int threads = skinny_threads(a.K), blocks = skinny_blocks<MODE>(a.n_units);
+    SkinnyPre<MODE> pre = skinny_prefetch<MODE>(a, blockIdx.x, threads); /* nothing past the last block */
+    if (bar) gk_grid_sync(bar);
+    for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+        if (blk != (int)blockIdx.x) pre = skinny_prefetch<MODE>(a, blk, threads);
         skinny_block<ROWS, MODE>(a, blk, threads, sm, pre);
     }
 }
@@ -82,22 +87,23 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
             attend_contiguous(a.attn_out, a.query, (const KV *)a.k_cache, (const KV *)a.v_cache, 0, h, r, 1, a.p0,
                               a.max_len, a.Hq, a.Hkv, a.dh, a.att_scale, a.window, sm);
     }
-    gk_grid_sync(a.barrier);
 
-    /* 5. the output projection */
-    products<ROWS, SK_PLAIN>(o_proj, sm);
+    /* 5. the output projection (its weights loading across the barrier) */
+    products<ROWS, SK_PLAIN>(o_proj, sm, a.barrier);
     gk_grid_sync(a.barrier);
 
     /* 6. the merge normed for the MoE block */
     merge_norm(a.merge_attn, N, a.D, a.eps, vec4, sm);
-    gk_grid_sync(a.barrier);
 
-    /* 7. the router's down projection */
-    products<ROWS, SK_PLAIN>(router_down, sm);
-    gk_grid_sync(a.barrier);
+    /* 7. the router's down projection (its weights loading across the barrier) */
+    products<ROWS, SK_PLAIN>(router_down, sm, a.barrier);
 
-    /* 8. the router's tail, one block */
-    if (blockIdx.x == 0) router_tail_block<ROWS>(a.tail, sm, router_tail_prefetch(a.tail));
+    /* 8. the router's tail, one block (its first hidden layer's weights loading across the barrier) */
+    {
+        const RouterTailPre pre = router_tail_prefetch(a.tail);
+        gk_grid_sync(a.barrier);
+        if (blockIdx.x == 0) router_tail_block<ROWS>(a.tail, sm, pre);
+    }
     gk_grid_sync(a.barrier);
 
     /* 9., 10. the experts: SwiGLU of the chosen expert's gate and up, then down with the gate */
