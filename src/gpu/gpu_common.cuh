@@ -29,19 +29,25 @@
  * thread reaches it); what it does before (index arithmetic, loads of weights no kernel of the step writes) overlaps
  * the previous kernel. Elsewhere (HIP, older GPUs, the switch off) it is an ordinary launch. */
 #ifndef ZAYA_HIP
+/* cudaLaunchKernelEx with one launch attribute. */
+template <typename... P, typename... A>
+inline cudaError_t gk_launch_with(cudaLaunchAttribute attr, void (*kern)(P...), dim3 grid, dim3 block, size_t smem,
+                                  gpuStream_t s, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...);
+}
 template <typename... P, typename... A>
 inline void gk_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, A... args) {
     if (!gk_programmatic_launch_on()) {
         kern<<<grid, block, smem, s>>>(static_cast<P>(args)...);
         return;
     }
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...) == cudaSuccess) return;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    if (gk_launch_with(attr, kern, grid, block, smem, s, args...) == cudaSuccess) return;
     /* refused (a driver or setup without it): launch as usual from now on; a real launch error repeats below and
      * surfaces at the next gpu_check as any launch's does */
     (void)cudaGetLastError();
@@ -59,13 +65,10 @@ template <typename... P, typename... A>
 inline gpuError_t gk_launch_cooperative(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
                                         A... args) {
 #ifndef ZAYA_HIP
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+    return gk_launch_with(attr, kern, grid, block, smem, s, args...);
 #else
     void *argv[] = {(void *)&args...};
     return hipLaunchCooperativeKernel((const void *)kern, grid, block, argv, (unsigned)smem, s);
