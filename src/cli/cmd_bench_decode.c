@@ -357,6 +357,15 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
     if (kp && gpu_kvpool_graph_kernels(kp))
         printf("kernels      %d a step in the newest graph (%.1f a layer, %d layers)\n", gpu_kvpool_graph_kernels(kp),
                (double)gpu_kvpool_graph_kernels(kp) / m->cfg.num_layers, m->cfg.num_layers);
+    double barrier_us = 0;
+    long stale = 0;
+    int barrier_blocks = 0;
+    ZyErr probe_err;
+    if (gpu_grid_sync_probe(gpu_model_ctx(gm), 1000, &barrier_us, &stale, &barrier_blocks, &probe_err) == 0)
+        printf("barrier      %.2f us a grid barrier over %d blocks (the persistent layer's; %ld stale reads)\n",
+               barrier_us, barrier_blocks, stale);
+    else
+        printf("barrier      not measured: %s\n", probe_err.msg);
     const long layer_runs = gpu_model_decode_layer_runs(gm);
     if (gpu_model_decode_layer_persistent(gm))
         printf("layers       one persistent kernel each at one-token steps: %ld layer runs (or captures) so far%s\n",
@@ -375,10 +384,10 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
            "%.2f GiB\n", kvcache_bytes_per_token(&m->cfg, kv_bf16), kv_bf16 ? "bf16" : "fp32", m->cfg.num_layers,
            kvcache_bytes_per_token(&m->cfg, kv_bf16) * (double)batch * total / 1e6, batch, total, used / 1073741824.0);
     printf("json         {\"device\": \"cuda\", \"path\": \"%s\", \"graphs\": %d, \"graph_kernels\": %d, "
-           "\"programmatic_launch\": %d, \"persistent_layer_runs\": %ld, \"batch\": %d, \"decode_tokens_per_s\": %.1f, "
+           "\"programmatic_launch\": %d, \"persistent_layer_runs\": %ld, \"grid_barrier_us\": %.3f, \"batch\": %d, \"decode_tokens_per_s\": %.1f, "
            "\"median_step_ms\": %.3f, \"prefill_tokens_per_s\": %.1f}\n",
            pool ? "pool" : "cache", kp ? gpu_kvpool_graphs(kp) : 0, kp ? gpu_kvpool_graph_kernels(kp) : 0,
-           gpu_model_programmatic_launch(gm), layer_runs, batch, (double)batch * new_tokens / sum, 1e3 * median,
+           gpu_model_programmatic_launch(gm), layer_runs, barrier_us, batch, (double)batch * new_tokens / sum, 1e3 * median,
            (double)batch * context / prefill);
     rc = 0;
 done:

@@ -85,6 +85,11 @@ double gpu_dense_bf16_peak_tflops(const GpuCtx *g);
 /* Measured dense GEMM throughput (TFLOP/s) of cuBLASLt on n×n×n products in the ctx's precision. */
 double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps);
 
+/* The persistent decoding layer's grid barrier (gk_grid_sync_probe) over one block an SM, as that kernel runs: reps
+ * rounds of two barriers, the stale stamps seen into *stale (0 for a sound barrier) and the microseconds a barrier
+ * (timed against a launch of 1 round: launch cost apart) into *us. -1 (err set) if the launch was refused. */
+int gpu_grid_sync_probe(GpuCtx *g, int reps, double *us, long *stale, int *blocks, ZyErr *err);
+
 /* The experts' six products of a MoE layer (E experts over `rows` routed rows, hidden and intermediate sizes, bf16):
  * grouped on the device (gk_expert_mm) in each form (staged, async, sm90: gk_expert_kernel's; sm90 only where it can
  * run, else -1) and one cuBLASLt product per expert (loop), TFLOP/s of each over `reps` layers into tflops[form].

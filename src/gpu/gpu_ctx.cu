@@ -557,6 +557,35 @@ extern "C" int gpu_gemm_batched_bf16(GpuCtx *g, int trans_a, int trans_b, int M,
     return 0;
 }
 
+extern "C" int gpu_grid_sync_probe(GpuCtx *g, int reps, double *us, long *stale, int *blocks, ZyErr *err) {
+    const int nb = g->sm_count > 0 ? g->sm_count : 1;
+    const size_t words = 2 + 2 * (size_t)nb;
+    *us = 0, *stale = 0, *blocks = nb;
+    unsigned *d = (unsigned *)gpu_alloc(words * sizeof(unsigned), "the grid barrier probe", err);
+    if (!d) return -1;
+    unsigned *h = (unsigned *)calloc(words, sizeof(unsigned));
+    int rc = h ? 0 : zy_fail(err, "out of memory");
+    double t1 = 0, tn = 0;
+    for (int pass = 0; !rc && pass < 3; pass++) { /* a warm-up, then 1 round and reps rounds */
+        const int r = pass == 2 ? reps : 1;
+        gpu_memset_async(g, d, 0, words * sizeof(unsigned));
+        void *timer = gpu_timer_start(g);
+        if (gk_grid_sync_probe(g->stream, d, nb, r)) {
+            rc = zy_fail(err, "GPU: the cooperative launch of %d blocks was refused", nb);
+            break;
+        }
+        const double sec = gpu_timer_stop(g, timer);
+        if (pass == 1) t1 = sec;
+        if (pass == 2) tn = sec;
+        rc = gpu_download(g, h, d, words * sizeof(unsigned), err);
+        for (int b = 0; !rc && b < nb; b++) *stale += h[2 + nb + b];
+    }
+    if (!rc && reps > 1) *us = (tn - t1) / (2.0 * (reps - 1)) * 1e6;
+    free(h);
+    gpu_free(d);
+    return rc;
+}
+
 extern "C" double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) {
     ZyErr err;
     size_t nn = (size_t)n * n;

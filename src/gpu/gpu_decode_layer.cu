@@ -116,6 +116,19 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
     merge_norm(a.merge_mlp, N, a.D, a.eps, vec4, sm);
 }
 
+/* gk_grid_sync_probe: each round every block's thread 0 stamps its flag, passes the barrier, checks its neighbour's
+ * stamp (counting a stale one as an error: a barrier that let a block through early, or a read served from a stale
+ * cache line, since the block read that flag the round before), and passes the barrier again before the next stamp. */
+__global__ void __launch_bounds__(LAYER_THREADS, 1) grid_sync_probe_kernel(unsigned *bar, unsigned *flags,
+                                                                           unsigned *errors, int reps) {
+    for (int r = 1; r <= reps; r++) {
+        if (threadIdx.x == 0) flags[blockIdx.x] = (unsigned)r;
+        gk_grid_sync(bar);
+        if (threadIdx.x == 0 && flags[(blockIdx.x + 1) % gridDim.x] != (unsigned)r) errors[blockIdx.x]++;
+        gk_grid_sync(bar);
+    }
+}
+
 inline bool layer_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Shared floats the widest phase needs. */
@@ -198,4 +211,12 @@ extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
     if (a.N <= 2) return bf16 ? launch_layer<2, uint16_t>(s, a, vec4) : launch_layer<2, float>(s, a, vec4);
     if (a.N <= 4) return bf16 ? launch_layer<4, uint16_t>(s, a, vec4) : launch_layer<4, float>(s, a, vec4);
     return bf16 ? launch_layer<8, uint16_t>(s, a, vec4) : launch_layer<8, float>(s, a, vec4);
+}
+
+extern "C" int gk_grid_sync_probe(GkStream s, unsigned *words, int blocks, int reps) {
+    if (blocks < 1 || reps < 0 || !words) return -1;
+    if (GK_LAUNCH_COOPERATIVE(grid_sync_probe_kernel, dim3(blocks), dim3(LAYER_THREADS), 0, s, words, words + 2,
+                              words + 2 + blocks, reps) != gpuSuccess)
+        return (void)gpuGetLastError(), -1;
+    return 0;
 }

@@ -408,6 +408,10 @@ typedef struct GkDecodeLayer {
 /* Returns 0, or -1 having launched nothing (a shape the phases do not take: rows, alignment, widths; a grid the device
  * refuses). */
 int gk_decode_layer(GkStream s, const GkDecodeLayer *layer);
+/* gk_grid_sync checked and timed: `reps` rounds over `blocks` blocks of the layer kernel's width, two barriers a round,
+ * each block checking after the first that its neighbour's stamp of the round is visible. words: 2 + 2·blocks zeroed
+ * words on the device (the barrier, the stamps, each block's count of stale stamps). -1: refused (nothing ran). */
+int gk_grid_sync_probe(GkStream s, unsigned *words, int blocks, int reps);
 
 /* ---- elementwise (gpu_optim.cu) ---- */
 void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */

@@ -18,6 +18,9 @@ void gpu_close(GpuCtx *g) {}
 int gpu_use(GpuCtx *g, ZyErr *err) { return zy_fail(err, NO_GPU); }
 int gpu_sync(GpuCtx *g, const char *what, ZyErr *err) { return zy_fail(err, NO_GPU); }
 double gpu_gemm_probe_tflops(GpuCtx *g, int n, int reps) { return -1; }
+int gpu_grid_sync_probe(GpuCtx *g, int reps, double *us, long *stale, int *blocks, ZyErr *err) {
+    return zy_fail(err, "this zaya was built without GPU support");
+}
 int gpu_expert_gemm_probe(GpuCtx *g, int E, int rows, int hidden, int inter, int reps,
                           double tflops[GPU_EXPERT_PROBE_FORMS], ZyErr *err) {
     for (int f = 0; f < GPU_EXPERT_PROBE_FORMS; f++) tflops[f] = -1;

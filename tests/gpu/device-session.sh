@@ -284,7 +284,7 @@ session() {
                 for g in 0 1; do
                     ZAYA_GPU_DECODE_LAYER=$pl ZAYA_GPU_GRAPHS=$g timeout "$(left)" build/zaya bench decode --config $CFG \
                         --device $DEV --dtype bf16 --batch 1 --kv-dtype bf16 --path pool >"$LOG/decode-b1-layer-$pl-g$g.txt" 2>&1
-                    echo "batch 1, pool, graphs $g, layers as $pl (exit $?): $(grep -E '^(layers|kernels|decode) ' "$LOG/decode-b1-layer-$pl-g$g.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-300)"
+                    echo "batch 1, pool, graphs $g, layers as $pl (exit $?): $(grep -E '^(layers|barrier|kernels|decode) ' "$LOG/decode-b1-layer-$pl-g$g.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-300)"
                 done
             done
         fi

@@ -185,6 +185,31 @@ static void compare_layer_kernel(GpuTest *t, const char *label, const ZayaConfig
               on.layer_runs, want, off.layer_runs);
 }
 
+/* The persistent layer's grid barrier on its own (gpu_grid_sync_probe): 2,000 rounds over one block an SM, every block
+ * seeing its neighbour's stamp of the round after the barrier (a block let through early, or a stale cached read,
+ * counts). The time a barrier takes is printed, not checked. */
+static void check_grid_barrier(GpuTest *t) {
+    GpuModel *gm = NULL;
+    ZyErr err = {{0}};
+    ZayaConfig cfg = gt_small_config();
+    Model m;
+    double us = 0;
+    long stale = -1;
+    int blocks = 0;
+    if (model_create(&m, &cfg, &err)) {
+        gt_assert(t, 0, "grid barrier", "%s", err.msg);
+        return;
+    }
+    const int ok = gpu_model_create(&gm, &m, -1, 1, 1, 1, 0, &err) == 0 &&
+                   gpu_grid_sync_probe(gpu_model_ctx(gm), 2000, &us, &stale, &blocks, &err) == 0;
+    if (gt_assert(t, ok && stale == 0, "grid barrier: 2,000 rounds over one block an SM, no stale stamp", "%s%ld stale",
+                  ok ? "" : err.msg, stale))
+        printf("    grid barrier: %.2f us over %d blocks\n", us, blocks);
+    gpu_model_free(gm);
+    model_free(&m);
+    gt_reset(t);
+}
+
 /* Greedy generation on the GPU and on the CPU: the same tokens. */
 static int collect(void *ctx, int32_t tok, ZyErr *err) {
     (void)err;
@@ -803,6 +828,7 @@ void test_gpu_decode(GpuTest *t) {
     compare_pdl(t, "bf16 head_dim 128 B1 T40 prefill 9", &wide, 1, 40, 9);
     compare_pdl(t, "bf16 sliding W5 B2 T30 prefill 13", &sw, 2, 30, 13);
     compare_pdl(t, "bf16 MHA variant B2 T24 prefill 7", &mha, 2, 24, 7);
+    check_grid_barrier(t);
     compare_layer_kernel(t, "persistent layer: bf16 zaya1 B3 T30 prefill 12", &c, 3, 30, 12, 1);
     compare_layer_kernel(t, "persistent layer: bf16 head_dim 128 B1 T40 prefill 9", &wide, 1, 40, 9, 1);
     compare_layer_kernel(t, "persistent layer: bf16 sliding W5 B2 T30 prefill 13", &sw, 2, 30, 13, 1);

@@ -6,7 +6,8 @@
  * merges and norms, the router's state, logits, probabilities, choice and gate, the experts' activations and output.
  * 1, 2 and 3 rows (the 1-, 2- and 4-row forms), fp32 and bf16 caches, the same-length cache and a block pool with its
  * tables out of order, grids of 1, 2, 3 and 7 blocks (phases with more virtual blocks than real ones, and fewer); the
- * refusals (too many rows, a convolution of several new rows) launching nothing. --quick: the first case only (the
+ * refusals (too many rows, a convolution of several new rows) launching nothing; and the barrier's own probe
+ * (gk_grid_sync_probe). --quick: the first case only (the
  * sanitizer's run: a phase reading what another block writes without the grid barrier between is a reported race).
  * Prints "gpu-emu: N passed, N
  * failed". */
@@ -255,6 +256,15 @@ int main(int argc, char **argv) {
         report(gk_decode_layer(nullptr, &L.d) == -1, "two new rows a sequence refused");
     }
     report(routed_rows() > 0, "some rows went through an expert's products");
+    { /* the barrier alone: every block sees its neighbour's stamp of each round */
+        const int blocks = 4, reps = quick ? 3 : 6;
+        std::vector<unsigned> words(2 + 2 * blocks, 0);
+        const int rc = gk_grid_sync_probe(nullptr, words.data(), blocks, reps);
+        unsigned stale = 0;
+        for (int b = 0; b < blocks; b++) stale += words[2 + blocks + b];
+        report(rc == 0 && stale == 0 && words[0] == 0 && words[2] == (unsigned)reps,
+               "grid barrier probe: no stale stamp, the barrier's words ready for the next launch");
+    }
     std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
     return emu_failed() ? 1 : 0;
 }
