@@ -159,11 +159,12 @@ template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &
 #ifndef ZAYA_GPU_EMU
     static int fitting[4][2]; /* blocks that fit at once, per form (found once: the device does not change) */
     int &fit = fitting[ROWS <= 1 ? 0 : ROWS <= 2 ? 1 : ROWS <= 4 ? 2 : 3][sizeof(KV) == 2];
+    /* past 48 KB of dynamic shared memory a kernel must ask (each model's widths may need more than the last's) */
+    if (smem > 48 * 1024 &&
+        gpuFuncSetAttribute((const void *)kern, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != gpuSuccess)
+        return (void)gpuGetLastError(), -1;
     if (!fit) {
         int dev = 0, sms = 0, per_sm = 0;
-        if (smem > 48 * 1024 &&
-            gpuFuncSetAttribute((const void *)kern, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != gpuSuccess)
-            return (void)gpuGetLastError(), -1;
         if (gpuGetDevice(&dev) != gpuSuccess ||
             gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, dev) != gpuSuccess ||
             gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, LAYER_THREADS, smem) != gpuSuccess ||
