@@ -199,13 +199,9 @@ extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
         a.k1 < 1 || a.k1 > CD_MAX_TAPS || a.Hkv <= 0 || a.Hq % a.Hkv || a.Hq / a.Hkv > 31 ||
         cca_rows_threads(a.rows) > LAYER_THREADS || a.rows.N != a.N)
         return -1;
-    const bool vec4 = can_vec4(a.D, {a.merge_attn.out, a.merge_attn.y, a.merge_attn.h, a.merge_attn.res,
-                                     a.merge_attn.hs, a.merge_attn.hb, a.merge_attn.rs, a.merge_attn.rb,
-                                     a.merge_attn.w}) &&
-                      can_vec4(a.D, {a.merge_mlp.out, a.merge_mlp.y, a.merge_mlp.h, a.merge_mlp.res, a.merge_mlp.hs,
-                                     a.merge_mlp.hb, a.merge_mlp.rs, a.merge_mlp.rb, a.merge_mlp.w});
-    if (vec4 != can_vec4(a.D, {a.merge_attn.out, a.merge_attn.y, a.merge_attn.h, a.merge_attn.res, a.merge_attn.hs,
-                               a.merge_attn.hb, a.merge_attn.rs, a.merge_attn.rb, a.merge_attn.w}))
+    const GkMergeNorm &m1 = a.merge_attn, &m2 = a.merge_mlp;
+    const bool vec4 = can_vec4(a.D, {m1.out, m1.y, m1.h, m1.res, m1.hs, m1.hb, m1.rs, m1.rb, m1.w});
+    if (vec4 != can_vec4(a.D, {m2.out, m2.y, m2.h, m2.res, m2.hs, m2.hb, m2.rs, m2.rb, m2.w}))
         return -1; /* the two merges' launches would take different forms */
     const bool bf16 = a.rows.kv_bf16 != 0;
     if (a.N <= 1) return bf16 ? launch_layer<1, uint16_t>(s, a, vec4) : launch_layer<1, float>(s, a, vec4);

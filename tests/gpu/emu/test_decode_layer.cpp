@@ -67,8 +67,7 @@ struct Layer {
     Buf b;
     GkDecodeLayer d;
     std::vector<std::pair<const char *, std::pair<void *, size_t>>> outputs; /* name, (pointer, bytes) */
-    void out(const char *name, void *p, size_t bytes) { outs_add(name, p, bytes); }
-    void outs_add(const char *name, void *p, size_t bytes) { outputs.push_back({name, {p, bytes}}); }
+    void out(const char *name, void *p, size_t bytes) { outputs.push_back({name, {p, bytes}}); }
 };
 
 static void build(Layer &L, const Shape &s, uint64_t seed) {
