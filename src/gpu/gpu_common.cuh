@@ -90,33 +90,57 @@ __device__ __forceinline__ void gk_pdl_enter() {
 #endif
 }
 
-/* A persistent kernel's grid-wide barrier (gk_decode_layer): every block's writes before it are visible to every block
- * after it. bar: two zeroed words of device memory owned by the kernel's launches (an arrival count and a generation;
- * the last block to arrive resets the count and advances the generation, so the words are ready for the next barrier
- * and the next launch). The fences and block barriers are cooperative groups' grid sync's, which HIP's runtime does not
- * share with CUDA's; every block must be resident at once: GK_LAUNCH_COOPERATIVE, with a grid the occupancy allows. */
-__device__ __forceinline__ void gk_grid_sync(unsigned *bar) {
-#ifdef ZAYA_GPU_EMU
-    (void)bar;
-    emu::grid_bar->arrive_and_wait();
+/* Device-scope release add and acquire load (the grid barrier's): on the emulator, C++'s, which its thread sanitizer
+ * checks. */
+__device__ __forceinline__ unsigned gk_atomic_add_release(unsigned *p, unsigned v) {
+#if defined(ZAYA_GPU_EMU)
+    return __atomic_fetch_add(p, v, __ATOMIC_RELEASE);
+#elif defined(ZAYA_HIP)
+    return __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
 #else
+    unsigned old;
+    asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+#endif
+}
+__device__ __forceinline__ unsigned gk_load_acquire(const unsigned *p) {
+#if defined(ZAYA_GPU_EMU)
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#elif defined(ZAYA_HIP)
+    return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+    unsigned v;
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+#endif
+}
+
+/* A persistent kernel's grid-wide barrier (gk_decode_layer): every block's writes before it are visible to every block
+ * after it. bar: one zeroed word of device memory owned by the kernel's launches. Each block's first thread adds to it
+ * once, with release, and waits, with acquire, for its top bit to flip: every block adds 1 but block 0, which adds
+ * 2^31 - (blocks - 1), so the last arrival's add flips the bit and leaves the low bits zero again, ready for the next
+ * barrier and the next launch, with no reset on the critical path (one atomic a block, then polls). The block
+ * barriers around it carry the block's other threads' writes and reads (the PTX model's causality order is
+ * transitive through them). Every block must be resident at once: GK_LAUNCH_COOPERATIVE, with a grid the occupancy
+ * allows. A barrier still waiting after ~2^26 polls (seconds: far past any phase's time) traps, so a lost block fails
+ * the launch instead of hanging the device. */
+__device__ __forceinline__ void gk_grid_sync(unsigned *bar) {
     __syncthreads();
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-        volatile unsigned *gen = bar + 1;
-        const unsigned seen = *gen; /* read before arriving: it cannot advance until this block has arrived */
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x * gridDim.y * gridDim.z - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (*gen == seen) {
-            }
+        const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+        const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+        const unsigned seen = gk_atomic_add_release(bar, first ? 0x80000000u - (blocks - 1) : 1u);
+        for (unsigned polls = 0; ((gk_load_acquire(bar) ^ seen) & 0x80000000u) == 0; polls++) {
+#if defined(ZAYA_GPU_EMU)
+            emu::grid_poll(polls);
+#elif defined(ZAYA_HIP)
+            if (polls >> 26) __builtin_trap();
+#else
+            if (polls >> 26) __trap();
+#endif
         }
-        __threadfence();
     }
     __syncthreads();
-#endif
 }
 
 /* Launch-error check after a kernel launch (the launchers return void; errors surface at gpu_check_last). */

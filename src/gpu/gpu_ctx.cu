@@ -559,7 +559,7 @@ extern "C" int gpu_gemm_batched_bf16(GpuCtx *g, int trans_a, int trans_b, int M,
 
 extern "C" int gpu_grid_sync_probe(GpuCtx *g, int reps, double *us, long *stale, int *blocks, ZyErr *err) {
     const int nb = g->sm_count > 0 ? g->sm_count : 1;
-    const size_t words = 2 + 2 * (size_t)nb;
+    const size_t words = 1 + 2 * (size_t)nb;
     *us = 0, *stale = 0, *blocks = nb;
     unsigned *d = (unsigned *)gpu_alloc(words * sizeof(unsigned), "the grid barrier probe", err);
     if (!d) return -1;
@@ -578,7 +578,7 @@ extern "C" int gpu_grid_sync_probe(GpuCtx *g, int reps, double *us, long *stale,
         if (pass == 1) t1 = sec;
         if (pass == 2) tn = sec;
         rc = gpu_download(g, h, d, words * sizeof(unsigned), err);
-        for (int b = 0; !rc && b < nb; b++) *stale += h[2 + nb + b];
+        for (int b = 0; !rc && b < nb; b++) *stale += h[1 + nb + b];
     }
     if (!rc && reps > 1) *us = (tn - t1) / (2.0 * (reps - 1)) * 1e6;
     free(h);

@@ -19,7 +19,7 @@ typedef struct {
     float *z[2];
     LayerActs moe;   /* the MoE block's buffers (u_mlp = u; router state in z[]) */
     float *last_rows, *logits;
-    unsigned *barrier; /* gk_decode_layer's grid barrier: two words, zeroed when created */
+    unsigned *barrier; /* gk_decode_layer's grid barrier: a word, zeroed when created */
 } GpuDecodeScratch;
 
 struct GpuKVCache {
@@ -169,7 +169,7 @@ int gpu_kvcache_create_kv(GpuKVCache **out, GpuModel *gm, int batch, int max_len
         gpu_kvcache_free(c);
         return -1;
     }
-    gpu_memset_async(&gm->g, c->s.barrier, 0, 2 * sizeof(unsigned));
+    gpu_memset_async(&gm->g, c->s.barrier, 0, sizeof(unsigned));
     const size_t widest = (size_t)f->vocab_size > (size_t)2 * f->moe_intermediate_size ? (size_t)f->vocab_size
                                                                                           : (size_t)2 * f->moe_intermediate_size;
     if (gm->bf16 && gpu_reserve_scratch(&gm->g, (size_t)batch * chunk * (widest > (size_t)f->hidden_size ? widest : (size_t)f->hidden_size), err)) {
@@ -610,7 +610,7 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
         gpu_kvpool_free(p);
         return -1;
     }
-    gpu_memset_async(&gm->g, p->s.barrier, 0, 2 * sizeof(unsigned));
+    gpu_memset_async(&gm->g, p->s.barrier, 0, sizeof(unsigned));
     const char *graphs = getenv("ZAYA_GPU_GRAPHS");
     if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
         gpu_kvpool_free(p);

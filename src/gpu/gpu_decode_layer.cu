@@ -212,8 +212,8 @@ extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
 
 extern "C" int gk_grid_sync_probe(GkStream s, unsigned *words, int blocks, int reps) {
     if (blocks < 1 || reps < 0 || !words) return -1;
-    if (GK_LAUNCH_COOPERATIVE(grid_sync_probe_kernel, dim3(blocks), dim3(LAYER_THREADS), 0, s, words, words + 2,
-                              words + 2 + blocks, reps) != gpuSuccess)
+    if (GK_LAUNCH_COOPERATIVE(grid_sync_probe_kernel, dim3(blocks), dim3(LAYER_THREADS), 0, s, words, words + 1,
+                              words + 1 + blocks, reps) != gpuSuccess)
         return (void)gpuGetLastError(), -1;
     return 0;
 }

@@ -402,14 +402,14 @@ typedef struct GkDecodeLayer {
     GkMergeNorm merge_mlp;            /* x, u from moe_out and x_mid (the next layer's input norm, or the final one) */
     int N, D, Hq, Hkv, dh, I, E;
     float eps;
-    unsigned *barrier;                /* two zeroed words on the device, this stream's own */
+    unsigned *barrier;                /* a zeroed word on the device, this stream's own */
     int blocks;                       /* 0: as many as fit on the device at once (tests ask for fewer) */
 } GkDecodeLayer;
 /* Returns 0, or -1 having launched nothing (a shape the phases do not take: rows, alignment, widths; a grid the device
  * refuses). */
 int gk_decode_layer(GkStream s, const GkDecodeLayer *layer);
 /* gk_grid_sync checked and timed: `reps` rounds over `blocks` blocks of the layer kernel's width, two barriers a round,
- * each block checking after the first that its neighbour's stamp of the round is visible. words: 2 + 2·blocks zeroed
+ * each block checking after the first that its neighbour's stamp of the round is visible. words: 1 + 2·blocks zeroed
  * words on the device (the barrier, the stamps, each block's count of stale stamps). -1: refused (nothing ran). */
 int gk_grid_sync_probe(GkStream s, unsigned *words, int blocks, int reps);
 

@@ -9,6 +9,7 @@
 #define ZAYA_CUDA_EMU_H
 
 #include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -103,7 +104,18 @@ struct Block {
     unsigned char *smem = nullptr;
 };
 inline thread_local Block *block;
-inline std::barrier<> *grid_bar; /* a cooperative launch's (gk_grid_sync) */
+/* gk_grid_sync's wait between polls of its word: let the other blocks' threads run; a wait past ten minutes (a
+ * block that never arrives) is reported and aborts, as the device's trap fails the launch. */
+inline void grid_poll(unsigned polls) {
+    static thread_local std::chrono::steady_clock::time_point since;
+    if (polls == 0) since = std::chrono::steady_clock::now();
+    std::this_thread::yield();
+    if (polls % 4096 == 4095 && std::chrono::steady_clock::now() - since > std::chrono::minutes(10)) {
+        std::fprintf(stderr, "cuda_emu: gk_grid_sync waited ten minutes in block (%u, %u, %u)\n", blockIdx.x,
+                     blockIdx.y, blockIdx.z);
+        std::abort();
+    }
+}
 
 /* GK_LAUNCH_PDL's kernels must call gk_pdl_enter() (gpu_common.cuh) on every thread: set there, checked after. */
 inline thread_local bool pdl_entered;
@@ -143,14 +155,13 @@ inline void start_block(std::vector<std::thread> &th, Block *blk, dim3 bdim, uns
             fn();
             blk->warps[t / GPU_WARP]->bar->arrive_and_drop();
             blk->bar->arrive_and_drop();
-            if (grid_bar) grid_bar->arrive_and_drop();
         });
 }
 
 /* Runs fn as grid x block threads: each block's threads at once, the blocks in order (x fastest); smem bytes of
  * dynamic shared memory a block (GK_DYNAMIC_SMEM). */
 inline void launch(dim3 grid, dim3 bdim, size_t smem, const std::function<void()> &fn) {
-    gridDim = grid, blockDim = bdim, grid_bar = nullptr;
+    gridDim = grid, blockDim = bdim;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -161,13 +172,11 @@ inline void launch(dim3 grid, dim3 bdim, size_t smem, const std::function<void()
             }
 }
 
-/* A cooperative launch (GK_LAUNCH_COOPERATIVE): every block's threads at once, gk_grid_sync a barrier of them all.
- * Static __shared__ storage is one copy for all blocks here: such kernels keep theirs in dynamic shared memory. */
+/* A cooperative launch (GK_LAUNCH_COOPERATIVE): every block's threads at once (gk_grid_sync's own atomics make the
+ * grid barrier). Static __shared__ storage is one copy for all blocks here: such kernels keep theirs in dynamic shared memory. */
 inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::function<void()> &fn) {
     gridDim = grid, blockDim = bdim;
     const unsigned nt = bdim.x * bdim.y * bdim.z, nb = grid.x * grid.y * grid.z;
-    std::barrier<> gb((std::ptrdiff_t)nt * nb);
-    grid_bar = &gb;
     std::vector<std::unique_ptr<Block>> blocks;
     std::vector<std::thread> th;
     th.reserve((size_t)nt * nb);
@@ -178,7 +187,6 @@ inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::fun
                 start_block(th, blocks.back().get(), bdim, bx, by, bz, fn);
             }
     for (auto &x : th) x.join();
-    grid_bar = nullptr;
 }
 } // namespace emu
 
