@@ -143,6 +143,24 @@ __device__ __forceinline__ void gk_grid_sync(unsigned *bar) {
     __syncthreads();
 }
 
+/* Asks the L2 cache to fetch [p, p + bytes) ahead of its use: a hint (no value changes, nothing waits for it), the
+ * block's threads taking a 128-byte line each in turn. Nothing on HIP; the emulator reads a byte of each line and the
+ * last, so a range outside its buffer or one another thread is writing shows up in its sanitizers. */
+__device__ __forceinline__ void gk_prefetch_l2(const void *p, long bytes) {
+#if defined(ZAYA_GPU_EMU)
+    const volatile unsigned char *c = static_cast<const volatile unsigned char *>(p);
+    for (long i = (long)threadIdx.x * 128; i < bytes; i += (long)blockDim.x * 128) (void)c[i];
+    if (threadIdx.x == 0 && bytes > 0) (void)c[bytes - 1];
+#elif !defined(ZAYA_HIP)
+    const uintptr_t end = (uintptr_t)p + (uintptr_t)bytes;
+    for (uintptr_t line = ((uintptr_t)p & ~(uintptr_t)127) + (uintptr_t)threadIdx.x * 128; line < end;
+         line += (uintptr_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 /* Launch-error check after a kernel launch (the launchers return void; errors surface at gpu_check_last). */
 #define GK_LAUNCH_CHECK() ((void)0)
 

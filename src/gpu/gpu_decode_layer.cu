@@ -39,6 +39,33 @@ __device__ __forceinline__ void products(const SkinnyArgs &a, float *sm, unsigne
     }
 }
 
+/* This block's virtual blocks' weight rows of a product phase, asked of the L2 cache (hints: the same bits). */
+template <int MODE> __device__ __forceinline__ void products_l2(const SkinnyArgs &a) {
+    for (int blk = blockIdx.x; blk < skinny_blocks<MODE>(a.n_units); blk += gridDim.x) skinny_prefetch_l2<MODE>(a, blk);
+}
+
+/* What the phases after the projections read and no phase writes, asked of the L2 cache once the projections' own
+ * loads are done, so it streams in while the convolution, CCA's rows and attention wait on latency and barriers: the
+ * output and router projections' rows, this block's channels of the convolution, the router tail's second and last
+ * layers (block 0; its first it loads into registers) and the merges' vectors (the blocks that run merges). */
+__device__ __forceinline__ void later_weights_l2(const GkDecodeLayer &a, const SkinnyArgs &o_proj,
+                                                 const SkinnyArgs &router_down) {
+    products_l2<SK_PLAIN>(o_proj);
+    products_l2<SK_PLAIN>(router_down);
+    for (long c = (long)blockIdx.x * LAYER_WARPS; c < a.C; c += (long)gridDim.x * LAYER_WARPS) {
+        const long n = a.C - c < LAYER_WARPS ? a.C - c : LAYER_WARPS; /* the channels of this block's warps */
+        gk_prefetch_l2(a.conv_w1 + c * a.dh * a.k1, n * a.dh * a.k1 * 4);
+        gk_prefetch_l2(a.conv_w0 + c * a.k0, n * a.k0 * 4);
+    }
+    if (blockIdx.x == 0) {
+        gk_prefetch_l2(a.tail.w2, (long)a.tail.R * a.tail.R * 2);
+        gk_prefetch_l2(a.tail.w_out, (long)a.tail.classes * a.tail.R * 2);
+    }
+    if ((int)blockIdx.x < a.N)
+        for (const GkMergeNorm *m : {&a.merge_attn, &a.merge_mlp})
+            for (const float *v : {m->hs, m->hb, m->rs, m->rb, m->w}) gk_prefetch_l2(v, (long)a.D * 4);
+}
+
 /* Rows of the merge normed (one row a virtual block). */
 __device__ __forceinline__ void merge_norm(const GkMergeNorm &m, int N, int D, float eps, bool vec4, float *sm) {
     double *red = reinterpret_cast<double *>(sm);
@@ -62,6 +89,7 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
 
     /* 1. the projections of u (q | k into Xe's new rows), and the convolution state into Xe */
     products<ROWS, SK_PLAIN>(proj, sm);
+    later_weights_l2(a, o_proj, router_down);
     const long state = row_copy_total(a.xe_state);
     copy_rows_range<float>(a.xe_state, GkRowCopy{}, state, state, gthread, gthreads);
     gk_grid_sync(a.barrier);
@@ -106,7 +134,9 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
     }
     gk_grid_sync(a.barrier);
 
-    /* 9., 10. the experts: SwiGLU of the chosen expert's gate and up, then down with the gate */
+    /* 9., 10. the experts: SwiGLU of the chosen expert's gate and up, then down with the gate (its rows asked of the
+     * L2 cache first: the router has chosen them, and they stream in during SwiGLU and its barrier) */
+    products_l2<SK_DOWN>(down);
     products<ROWS, SK_SWIGLU>(swiglu, sm);
     gk_grid_sync(a.barrier);
     products<ROWS, SK_DOWN>(down, sm);

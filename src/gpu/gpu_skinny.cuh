@@ -109,6 +109,28 @@ __device__ __forceinline__ SkinnyPre<MODE> skinny_prefetch(const SkinnyArgs &a, 
     return p;
 }
 
+/* Virtual block blk's weight rows asked of the L2 cache (gk_prefetch_l2) ahead of the phase that reads them: for
+ * SK_DOWN (the experts' rows, chosen by the router) only once choice is known. The block's threads share the lines. */
+template <int MODE> __device__ __forceinline__ void skinny_prefetch_l2(const SkinnyArgs &a, int blk) {
+    constexpr int U = SkinnyShape<MODE>::U;
+    static_assert(MODE != SK_SWIGLU, "the gate and up rows are read as soon as the router has chosen");
+    const long bytes = (long)a.K * 2;
+    for (int u = 0; u < U; u++) {
+        const int g = blk * U + u;
+        if (g >= a.n_units) break;
+        if (MODE == SK_PLAIN) {
+            int j = 0, c = g;
+            while (c >= a.outs[j].n) c -= a.outs[j].n, j++;
+            gk_prefetch_l2(a.outs[j].w + (long)c * a.K, bytes);
+        } else {
+            for (int r = 0; r < a.rows; r++) {
+                const int e = a.choice[r];
+                if (e >= 0 && e < a.E) gk_prefetch_l2(a.w + (long)e * a.w_stride + (long)g * a.K, bytes);
+            }
+        }
+    }
+}
+
 /* Units blk·U.. of every row: the threads split K in 8-element pieces, each applies its piece of the rows' x to all
  * U units, a warp butterfly, then the warps' partials added in warp order (part: skinny_smem_floats). Ends with a
  * barrier: part may be reused right after. */

@@ -9,7 +9,8 @@
 # (test_mirror.cpp), and decoding's row moves, two copies a launch and a ragged batch's CCA values (test_decode_rows.cpp),
 # and the router's tail in one launch against the five it replaces (test_router_tail.cpp), and a decoding layer as
 # one persistent kernel, every block at once with a grid barrier between phases, against its eleven launches
-# (test_decode_layer.cpp: a phase that reads another block's writes without the barrier is a reported race),
+# (test_decode_layer.cpp: a phase that reads another block's writes without the barrier is a reported race; its
+# first cases also under AddressSanitizer, which sees its L2 prefetches' ranges),
 # with 32-lane warps (CUDA) and 64-lane wavefronts (HIP on AMD). Under ThreadSanitizer a missing barrier between threads or lanes is a reported race; a wrong tile, bound,
 # mask or layout assumption a wrong number. The attention tests run their first cases (--quick) under the sanitizer
 # with 32 lanes and all of them without it with 64 (the sanitizer makes them minutes). Part of `make test` (no GPU needed); the same kernels run on a GPU in
@@ -24,6 +25,7 @@ fail=0
 run() { # test warp sanitize [args]
     local t=$1 warp=$2 san=$3 flags="-O2" args=${4:-}
     [ "$san" = tsan ] && flags="-O1 -fsanitize=thread"
+    [ "$san" = asan ] && flags="-O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined"
     echo "--- $t, warp of $warp lanes${san:+, $san}"
     # shellcheck disable=SC2086
     if ! "$CXX" -std=c++20 -g $flags -Wall -Wextra -Wno-unknown-pragmas -Werror -DGPU_WARP="$warp" -I. \
@@ -66,6 +68,7 @@ run test_decode_rows 64 ""
 run test_router_tail 32 tsan --quick
 run test_router_tail 64 ""
 run test_decode_layer 32 tsan --quick
+run test_decode_layer 32 asan --quick
 run test_decode_layer 64 ""
 echo "gpu-emu: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
