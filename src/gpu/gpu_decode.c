@@ -349,12 +349,28 @@ typedef struct DecodeAttend {
 } DecodeAttend;
 static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const LayerWeights *W, int l);
 static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
-                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm);
+                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm,
+                                   GkMergeNorm *left);
+
+/* The MoE block's merge normed by the next layer's input norm (or the final norm) of layer W, as decode_layers runs
+ * it. */
+static GkMergeNorm mlp_merge(const GpuDecodeScratch *s, const LayerWeights *W, const float *next_norm) {
+    return (GkMergeNorm){.out = s->x, .y = s->u, .rstd = s->rstd, .h = s->moe.moe_out, .res = s->x_mid,
+                         .hs = W->mlp_hs, .hb = W->mlp_hb, .rs = W->mlp_rs, .rb = W->mlp_rb, .w = next_norm};
+}
+/* Runs a merge left by a persistent layer (m->out set) as a launch, and clears it. */
+static void run_merge(GpuModel *gm, GkMergeNorm *m, int N) {
+    if (!m->out) return;
+    gk_merge_rmsnorm_forward(gm->g.stream, m->out, m->y, m->rstd, m->h, m->res, m->hs, m->hb, m->rs, m->rb, m->w, N,
+                             gm->cfg.hidden_size, gm->cfg.rms_norm_eps);
+    *m = (GkMergeNorm){0};
+}
 
 /* The layer loop over the N rows of s (s->tokens on the device): embedding, then per layer the attention (CCA or MHA,
  * through a), the merge normed for the MoE block, the MoE block, and the merge normed by the next layer's input norm
  * (or the final norm: per row, so rows picked afterwards are exactly RMSNorm of theirs, as logits_rows computes them).
- * Leaves the final-normed rows in s->u. */
+ * Leaves the final-normed rows in s->u. A persistent layer leaves its last merge to the next one's kernel, or to a
+ * launch where the next runs as launches (or is the last). */
 static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a) {
     const ZayaConfig *f = &gm->cfg;
     const Weights *w = &gm->w;
@@ -363,13 +379,15 @@ static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const Decode
     gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
     gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
     const float *r_prev = NULL;
+    GkMergeNorm left = {0}; /* the last persistent layer's merge, while not yet run */
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
-        const int last = l + 1 == f->num_layers;
-        if (decode_layer_persistent(gm, s, N, a, W, l, r_prev, last ? w->final_norm : w->layers[l + 1].input_norm) == 0) {
+        const float *next_norm = l + 1 == f->num_layers ? w->final_norm : w->layers[l + 1].input_norm;
+        if (decode_layer_persistent(gm, s, N, a, W, l, r_prev, next_norm, &left) == 0) {
             r_prev = s->z[l & 1];
             continue;
         }
+        run_merge(gm, &left, N);
         decode_attend(a, f, W, l);
         gk_merge_rmsnorm_forward(st, s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs,
                                  W->attn_rb, W->post_norm, N, D, f->rms_norm_eps);
@@ -377,10 +395,11 @@ static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const Decode
         m->u_mlp = s->u;
         m->router_z = s->z[l & 1];
         gpu_moe_forward(gm, l, W, m, r_prev, N, 1);
-        gk_merge_rmsnorm_forward(st, s->x, s->u, s->rstd, m->moe_out, s->x_mid, W->mlp_hs, W->mlp_hb, W->mlp_rs,
-                                 W->mlp_rb, last ? w->final_norm : w->layers[l + 1].input_norm, N, D, f->rms_norm_eps);
+        GkMergeNorm merge = mlp_merge(s, W, next_norm);
+        run_merge(gm, &merge, N);
         r_prev = m->router_z;
     }
+    run_merge(gm, &left, N);
 }
 
 /* One piece of n <= chunk tokens per sequence (host tokens in c->h_tokens [B, n]); host logits as decode_piece. */
@@ -829,9 +848,12 @@ static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const Laye
 /* Layer l of a step whose every sequence has one new row, as one persistent kernel (gk_decode_layer): the same
  * launches' bodies, the same bits. 0 when it ran; -1 (nothing launched) where it does not apply: the switch off, fp32,
  * MHA, the linear router or dense MLP, more rows than the few-row products take, per-phase timing, or a shape
- * gk_decode_layer refuses. next_norm: the next layer's input norm, or the final one. */
+ * gk_decode_layer refuses. next_norm: the next layer's input norm, or the final one. left: the previous persistent
+ * layer's merge not yet run (out NULL: none), run first by this kernel; when it ran, this layer's own merge is left
+ * there in turn. */
 static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
-                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm) {
+                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm,
+                                   GkMergeNorm *left) {
     const ZayaConfig *f = &gm->cfg;
     if (!gpu_model_decode_layer_persistent(gm) || N > gpu_model_few_rows(gm) || gm->tm ||
         f->attention != ZY_ATTN_CCA || f->router != ZY_ROUTER_MLP || f->moe == ZY_MOE_DENSE)
@@ -857,9 +879,7 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
                        .hb = W->attn_hb, .rs = W->attn_rs, .rb = W->attn_rb, .w = W->post_norm},
         .router_down = {.w = gpu_bf16_of(gm, W->router_down_w), .y = m->router_z, .n = R, .ldy = R},
         .act = m->expert_act, .moe_out = m->moe_out, .w_gate_up = gpu_bf16_of(gm, W->expert_gate_up),
-        .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate,
-        .merge_mlp = {.out = s->x, .y = s->u, .rstd = s->rstd, .h = m->moe_out, .res = s->x_mid, .hs = W->mlp_hs,
-                      .hb = W->mlp_hb, .rs = W->mlp_rs, .rb = W->mlp_rb, .w = next_norm},
+        .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate, .merge_in = *left,
         .N = N, .D = D, .Hq = Hq, .Hkv = Hkv, .dh = dh, .I = f->moe_intermediate_size, .E = f->num_experts,
         .eps = f->rms_norm_eps, .barrier = s->barrier};
     gpu_router_tail_desc(gm, W, m, r_prev, N, &d.tail);
@@ -880,6 +900,7 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
         d.p0 = c->len, d.max_len = c->max_len, d.window = layer_geom(c, l).window;
     }
     if (gk_decode_layer(gm->g.stream, &d)) return -1;
+    *left = mlp_merge(s, W, next_norm);
     gm->decode_layer_runs++;
     return 0;
 }

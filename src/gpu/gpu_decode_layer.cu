@@ -17,6 +17,9 @@ using namespace decode_ops;
 
 constexpr int LAYER_THREADS = RT_THREADS; /* the widest phase: the router's tail */
 constexpr int LAYER_WARPS = LAYER_THREADS / GPU_WARP;
+/* Up to this many rows every block computes every row of a merge itself, instead of a block a row and a barrier: a
+ * row's merge costs about a load's latency, a barrier about as much (a guess until measured on a GPU). */
+constexpr int MERGE_EVERYWHERE_ROWS = 2;
 
 SkinnyArgs plain_args(const float *x, long ldx, int rows, int K, const GkSkinnyOut *outs, int n_outs) {
     SkinnyArgs a = {};
@@ -27,15 +30,17 @@ SkinnyArgs plain_args(const float *x, long ldx, int rows, int K, const GkSkinnyO
 
 /* One product phase: the launch's blocks blk = blockIdx.x, + gridDim.x, ... With bar set, the grid barrier before
  * the phase is taken here, after the block's first weight pieces were loaded (SK_PLAIN: weights are not written while
- * decoding), so they stream in while the barrier waits; the experts' rows depend on the router and load after it. */
+ * decoding), so they stream in while the barrier waits; the experts' rows depend on the router and load after it.
+ * x: a.x, or this block's copy of those rows in shared memory (ldx unchanged). */
 template <int ROWS, int MODE>
-__device__ __forceinline__ void products(const SkinnyArgs &a, float *sm, unsigned *bar = nullptr) {
+__device__ __forceinline__ void products(const SkinnyArgs &a, float *sm, unsigned *bar = nullptr,
+                                         const float *x = nullptr) {
     const int threads = skinny_threads(a.K), blocks = skinny_blocks<MODE>(a.n_units);
     SkinnyPre<MODE> pre = skinny_prefetch<MODE>(a, blockIdx.x, threads); /* nothing past the last block */
     if (bar) gk_grid_sync(bar);
     for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
         if (blk != (int)blockIdx.x) pre = skinny_prefetch<MODE>(a, blk, threads);
-        skinny_block<ROWS, MODE>(a, blk, threads, sm, pre);
+        skinny_block<ROWS, MODE>(a, x ? x : a.x, blk, threads, sm, pre);
     }
 }
 
@@ -61,34 +66,58 @@ __device__ __forceinline__ void later_weights_l2(const GkDecodeLayer &a, const S
         gk_prefetch_l2(a.tail.w2, (long)a.tail.R * a.tail.R * 2);
         gk_prefetch_l2(a.tail.w_out, (long)a.tail.classes * a.tail.R * 2);
     }
-    if ((int)blockIdx.x < a.N)
+    if ((int)blockIdx.x < a.N || a.N <= MERGE_EVERYWHERE_ROWS)
         for (const GkMergeNorm *m : {&a.merge_attn, &a.merge_mlp})
-            for (const float *v : {m->hs, m->hb, m->rs, m->rb, m->w}) gk_prefetch_l2(v, (long)a.D * 4);
+            if (m->out)
+                for (const float *v : {m->hs, m->hb, m->rs, m->rb, m->w}) gk_prefetch_l2(v, (long)a.D * 4);
 }
 
-/* Rows of the merge normed (one row a virtual block). */
-__device__ __forceinline__ void merge_norm(const GkMergeNorm &m, int N, int D, float eps, bool vec4, float *sm) {
+/* Row r of the merge normed; write: its out, y and rstd (else only ys, when given). */
+__device__ __forceinline__ void merge_row(const GkMergeNorm &m, int r, bool write, int D, float eps, bool vec4,
+                                          float *sm, float *ys) {
     double *red = reinterpret_cast<double *>(sm);
-    for (int r = blockIdx.x; r < N; r += gridDim.x) {
-        if (vec4)
-            norms::merge_rmsnorm_row<4>(m.out, m.y, m.rstd, m.h, m.res, m.hs, m.hb, m.rs, m.rb, m.w, r, D, eps,
-                                        norms::norm_threads(D, 4), red);
-        else
-            norms::merge_rmsnorm_row<1>(m.out, m.y, m.rstd, m.h, m.res, m.hs, m.hb, m.rs, m.rb, m.w, r, D, eps,
-                                        norms::norm_threads(D, 1), red);
-    }
+    float *out = write ? m.out : nullptr, *y = write ? m.y : nullptr, *rstd = write ? m.rstd : nullptr;
+    if (vec4)
+        norms::merge_rmsnorm_row<4>(out, y, rstd, m.h, m.res, m.hs, m.hb, m.rs, m.rb, m.w, r, D, eps,
+                                    norms::norm_threads(D, 4), red, ys);
+    else
+        norms::merge_rmsnorm_row<1>(out, y, rstd, m.h, m.res, m.hs, m.hb, m.rs, m.rb, m.w, r, D, eps,
+                                    norms::norm_threads(D, 1), red, ys);
+}
+/* Rows of the merge normed (one row a virtual block): a barrier must follow before they are read. */
+__device__ __forceinline__ void merge_norm(const GkMergeNorm &m, int N, int D, float eps, bool vec4, float *sm) {
+    for (int r = blockIdx.x; r < N; r += gridDim.x) merge_row(m, r, true, D, eps, vec4, sm, nullptr);
+}
+/* Every row of the merge normed in this block, y into ys (shared: N·D floats) for the block's next phase, no barrier
+ * needed; block r % gridDim.x also writes row r's out, y and rstd (read after later barriers). */
+__device__ __forceinline__ void merge_norm_everywhere(const GkMergeNorm &m, int N, int D, float eps, bool vec4,
+                                                      float *sm, float *ys) {
+    for (int r = 0; r < N; r++) merge_row(m, r, r % (int)gridDim.x == (int)blockIdx.x, D, eps, vec4, sm, ys);
+    __syncthreads(); /* ys, whole, to every thread */
 }
 
 template <int ROWS, class KV>
 __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecodeLayer a, SkinnyArgs proj,
                                                                         SkinnyArgs o_proj, SkinnyArgs router_down,
-                                                                        SkinnyArgs swiglu, SkinnyArgs down, int vec4) {
+                                                                        SkinnyArgs swiglu, SkinnyArgs down, int vec4,
+                                                                        int ys_at) {
     GK_DYNAMIC_SMEM_T(float, sm);
     const int warp = threadIdx.x / GPU_WARP, N = a.N;
     const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
+    const bool everywhere = N <= MERGE_EVERYWHERE_ROWS;
+    float *ys = sm + ys_at; /* everywhere: the merged rows normed, this block's copy */
 
-    /* 1. the projections of u (q | k into Xe's new rows), and the convolution state into Xe */
-    products<ROWS, SK_PLAIN>(proj, sm);
+    /* 0., 1. the previous layer's merge normed, where it was left here; the projections of u (q | k into Xe's new
+     * rows), and the convolution state into Xe */
+    if (a.merge_in.out && everywhere) {
+        merge_norm_everywhere(a.merge_in, N, a.D, a.eps, vec4, sm, ys);
+        products<ROWS, SK_PLAIN>(proj, sm, nullptr, ys);
+    } else if (a.merge_in.out) {
+        merge_norm(a.merge_in, N, a.D, a.eps, vec4, sm);
+        products<ROWS, SK_PLAIN>(proj, sm, a.barrier);
+    } else {
+        products<ROWS, SK_PLAIN>(proj, sm);
+    }
     later_weights_l2(a, o_proj, router_down);
     const long state = row_copy_total(a.xe_state);
     copy_rows_range<float>(a.xe_state, GkRowCopy{}, state, state, gthread, gthreads);
@@ -120,11 +149,15 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
     products<ROWS, SK_PLAIN>(o_proj, sm, a.barrier);
     gk_grid_sync(a.barrier);
 
-    /* 6. the merge normed for the MoE block */
-    merge_norm(a.merge_attn, N, a.D, a.eps, vec4, sm);
-
-    /* 7. the router's down projection (its weights loading across the barrier) */
-    products<ROWS, SK_PLAIN>(router_down, sm, a.barrier);
+    /* 6., 7. the merge normed for the MoE block; the router's down projection (its weights loading across the barrier
+     * where there is one) */
+    if (everywhere) {
+        merge_norm_everywhere(a.merge_attn, N, a.D, a.eps, vec4, sm, ys);
+        products<ROWS, SK_PLAIN>(router_down, sm, nullptr, ys);
+    } else {
+        merge_norm(a.merge_attn, N, a.D, a.eps, vec4, sm);
+        products<ROWS, SK_PLAIN>(router_down, sm, a.barrier);
+    }
 
     /* 8. the router's tail, one block (its first hidden layer's weights loading across the barrier) */
     {
@@ -140,10 +173,12 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
     products<ROWS, SK_SWIGLU>(swiglu, sm);
     gk_grid_sync(a.barrier);
     products<ROWS, SK_DOWN>(down, sm);
-    gk_grid_sync(a.barrier);
 
-    /* 11. the merge normed for the next layer */
-    merge_norm(a.merge_mlp, N, a.D, a.eps, vec4, sm);
+    /* 11. the merge normed for the next layer, unless left to the caller */
+    if (a.merge_mlp.out) {
+        gk_grid_sync(a.barrier);
+        merge_norm(a.merge_mlp, N, a.D, a.eps, vec4, sm);
+    }
 }
 
 /* gk_grid_sync_probe: each round every block's thread 0 stamps its flag, passes the barrier, checks its neighbour's
@@ -161,14 +196,14 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) grid_sync_probe_kernel(unsig
 
 inline bool layer_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* Shared floats the widest phase needs. */
+/* Shared floats the widest phase needs (its scratch), rounded to 16 bytes. */
 template <int ROWS> size_t layer_smem_floats(const GkDecodeLayer &a) {
     size_t f = (size_t)skinny_smem_floats<ROWS, SK_PLAIN>();
     const size_t more[] = {(size_t)skinny_smem_floats<ROWS, SK_SWIGLU>(), (size_t)LAYER_WARPS * a.k1 * a.dh,
                            (size_t)cca_rows_smem_floats(a.rows), (size_t)DA_SMEM_FLOATS,
                            (size_t)router_tail_smem_floats<ROWS>(), 64 /* 32 doubles */};
     for (size_t m : more) f = m > f ? m : f;
-    return f;
+    return (f + 3) / 4 * 4;
 }
 
 template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &a, bool vec4) {
@@ -182,8 +217,10 @@ template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &
     down.x = a.act, down.ldx = a.I, down.rows = a.N, down.K = a.I, down.n_units = a.D;
     down.choice = a.choice, down.gate = a.gate, down.w = a.w_down, down.w_stride = (long)a.D * a.I, down.E = a.E;
     down.y = a.moe_out, down.ldy = a.D;
-    const size_t smem = layer_smem_floats<ROWS>(a) * sizeof(float);
-    void (*kern)(GkDecodeLayer, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, int) =
+    /* the scratch, then (merges everywhere) the block's copy of the normed rows */
+    const size_t ys_at = layer_smem_floats<ROWS>(a);
+    const size_t smem = (ys_at + (a.N <= MERGE_EVERYWHERE_ROWS ? (size_t)a.N * a.D : 0)) * sizeof(float);
+    void (*kern)(GkDecodeLayer, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, int, int) =
         decode_layer_kernel<ROWS, KV>;
     int blocks = a.blocks;
 #ifndef ZAYA_GPU_EMU
@@ -207,7 +244,7 @@ template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &
     if (blocks <= 0) blocks = 4;
 #endif
     if (GK_LAUNCH_COOPERATIVE(kern, dim3(blocks), dim3(LAYER_THREADS), smem, s, a, proj, o_proj, router_down, swiglu,
-                              down, (int)vec4) != gpuSuccess)
+                              down, (int)vec4, (int)ys_at) != gpuSuccess)
         return (void)gpuGetLastError(), -1;
     return 0;
 }
@@ -229,10 +266,11 @@ extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
         a.k1 < 1 || a.k1 > CD_MAX_TAPS || a.Hkv <= 0 || a.Hq % a.Hkv || a.Hq / a.Hkv > 31 ||
         cca_rows_threads(a.rows) > LAYER_THREADS || a.rows.N != a.N)
         return -1;
-    const GkMergeNorm &m1 = a.merge_attn, &m2 = a.merge_mlp;
+    const GkMergeNorm &m1 = a.merge_attn;
     const bool vec4 = can_vec4(a.D, {m1.out, m1.y, m1.h, m1.res, m1.hs, m1.hb, m1.rs, m1.rb, m1.w});
-    if (vec4 != can_vec4(a.D, {m2.out, m2.y, m2.h, m2.res, m2.hs, m2.hb, m2.rs, m2.rb, m2.w}))
-        return -1; /* the two merges' launches would take different forms */
+    for (const GkMergeNorm *m : {&a.merge_in, &a.merge_mlp})
+        if (m->out && vec4 != can_vec4(a.D, {m->out, m->y, m->h, m->res, m->hs, m->hb, m->rs, m->rb, m->w}))
+            return -1; /* the merges' launches would take different forms */
     const bool bf16 = a.rows.kv_bf16 != 0;
     if (a.N <= 1) return bf16 ? launch_layer<1, uint16_t>(s, a, vec4) : launch_layer<1, float>(s, a, vec4);
     if (a.N <= 2) return bf16 ? launch_layer<2, uint16_t>(s, a, vec4) : launch_layer<2, float>(s, a, vec4);

@@ -371,14 +371,20 @@ typedef struct GkMergeNorm {
 } GkMergeNorm;
 /* A bf16 CCA layer with the MLP router and top-1 experts for N <= GK_SKINNY_ROWS rows, each the one new row of its
  * sequence, as one launch whose blocks run the launches of a decoding step's layer as phases with a grid-wide barrier
- * between them (every block resident at once: a cooperative launch): the projections of u (q | k straight into Xe's
+ * between them (every block resident at once: a cooperative launch): the previous layer's merge normed where it was
+ * left here (merge_in), the projections of u (q | k straight into Xe's
  * new rows, row r's at r·TE + P, with the convolution state's P rows before them; vc, vd), the convolution at the
  * new rows, CCA's rows (gk_cca_decode_rows), attention over the cache (the same-length one: B = N sequences at p0; or
  * the pool's, att_table non-NULL), the output projection, the merge normed for the MoE block, the router's down
- * projection and tail, the experts' two products, and the merge normed for the next layer. Each phase is its launch's
- * block body with that launch's thread counts: the same bits as the launches. */
+ * projection and tail, the experts' two products, and the merge normed for the next layer (unless left to the
+ * caller). Each phase is its launch's block body with that launch's thread counts: the same bits as the launches. At
+ * up to 2 rows every block computes every row of the merges itself (the same bits) and reads the norm's rows from its
+ * shared memory, so the merges need no barrier after them: with merge_in and the last merge left to the next layer,
+ * eight barriers a layer instead of ten. */
 typedef struct GkDecodeLayer {
-    const float *u;                   /* [N, D]: the input norm's rows */
+    const float *u;                   /* [N, D]: the input norm's rows (merge_in.out NULL), or where merge_in puts them */
+    GkMergeNorm merge_in;             /* out NULL, or the previous layer's MoE merge normed by this layer's input norm
+                                         (x, u from its moe_out and x_mid), left by its kernel to run first here */
     GkSkinnyOut proj[4];              /* q | k into Xe, vc, vd */
     GkRowCopy xe_state;               /* the convolution state into Xe's first P rows of each block */
     float *Ye;                        /* convolution output, Xe's layout [N·TE, C] */
@@ -399,7 +405,8 @@ typedef struct GkDecodeLayer {
     const uint16_t *w_gate_up, *w_down;
     const int32_t *choice;
     const float *gate;
-    GkMergeNorm merge_mlp;            /* x, u from moe_out and x_mid (the next layer's input norm, or the final one) */
+    GkMergeNorm merge_mlp;            /* x, u from moe_out and x_mid (the next layer's input norm, or the final one);
+                                         out NULL: left to the caller (the next layer's merge_in, or a launch) */
     int N, D, Hq, Hkv, dh, I, E;
     float eps;
     unsigned *barrier;                /* a zeroed word on the device, this stream's own */

@@ -36,12 +36,14 @@ __device__ __forceinline__ Pack<W> merge_value(const float *h, const float *res,
 
 /* Row r: out = (h + hb) ⊙ hs + (res + rb) ⊙ rs, then y = RMSNorm(out; w), by the block's first `threads` threads
  * (Σ in double; red: 32 doubles of shared scratch). The first pass only loads (many loads in flight), the second
- * recomputes v and writes out and y. Threads past `threads` add +0.0 to the sum of squares: the same bits. */
+ * recomputes v and writes out and y. Threads past `threads` add +0.0 to the sum of squares: the same bits. out, y and
+ * rstd may be NULL (not written); y2, when given, gets y's values too (a copy in shared memory, say: row r at
+ * y2 + r·dim). */
 template <int W>
 __device__ __forceinline__ void merge_rmsnorm_row(float *out, float *y, float *rstd, const float *h, const float *res,
                                                   const float *hs, const float *hb, const float *rs, const float *rb,
                                                   const float *w, long r, int dim, float eps, int threads,
-                                                  double *red) {
+                                                  double *red, float *y2 = nullptr) {
     const long o = r * dim;
     const int first = (int)threadIdx.x < threads ? (int)threadIdx.x * W : dim;
     double ss = 0;
@@ -53,14 +55,15 @@ __device__ __forceinline__ void merge_rmsnorm_row(float *out, float *y, float *r
     }
     ss = block_sum_d(ss, red);
     const float s = (float)(1.0 / sqrt(ss / dim + eps));
-    if (threadIdx.x == 0) rstd[r] = s;
+    if (threadIdx.x == 0 && rstd) rstd[r] = s;
     for (int i = first; i < dim; i += threads * W) {
         const Pack<W> v = merge_value<W>(h, res, hs, hb, rs, rb, o, i), wv = load_pack<W>(w + i);
         Pack<W> z;
 #pragma unroll
         for (int k = 0; k < W; k++) z.v[k] = wv.v[k] * (v.v[k] * s);
-        store_pack<W>(out + o + i, v);
-        store_pack<W>(y + o + i, z);
+        if (out) store_pack<W>(out + o + i, v);
+        if (y) store_pack<W>(y + o + i, z);
+        if (y2) store_pack<W>(y2 + o + i, z);
     }
 }
 

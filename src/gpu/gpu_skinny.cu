@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(SK_THREADS) skinny_kernel(SkinnyArgs a) {
     /* the weights' first pieces stream in while the kernel that writes x finishes (programmatic launch) */
     const SkinnyPre<MODE> pre = skinny_prefetch<MODE>(a, blockIdx.x, blockDim.x);
     gk_pdl_enter();
-    skinny_block<ROWS, MODE>(a, blockIdx.x, blockDim.x, part, pre);
+    skinny_block<ROWS, MODE>(a, a.x, blockIdx.x, blockDim.x, part, pre);
 }
 
 inline bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }

@@ -132,10 +132,11 @@ template <int MODE> __device__ __forceinline__ void skinny_prefetch_l2(const Ski
 }
 
 /* Units blk·U.. of every row: the threads split K in 8-element pieces, each applies its piece of the rows' x to all
- * U units, a warp butterfly, then the warps' partials added in warp order (part: skinny_smem_floats). Ends with a
- * barrier: part may be reused right after. */
+ * U units, a warp butterfly, then the warps' partials added in warp order (part: skinny_smem_floats). x: a.x, or the
+ * same rows elsewhere (a persistent kernel's copy in shared memory), at a.ldx. Ends with a barrier: part may be reused
+ * right after. */
 template <int ROWS, int MODE>
-__device__ __forceinline__ void skinny_block(const SkinnyArgs &a, int blk, int threads, float *part,
+__device__ __forceinline__ void skinny_block(const SkinnyArgs &a, const float *x, int blk, int threads, float *part,
                                              const SkinnyPre<MODE> &p) {
     constexpr int U = SkinnyShape<MODE>::U, NV = SkinnyShape<MODE>::NV, S = SkinnyShape<MODE>::S;
     const int lane = threadIdx.x % GPU_WARP, wid = threadIdx.x / GPU_WARP, nw = threads / GPU_WARP;
@@ -163,7 +164,7 @@ __device__ __forceinline__ void skinny_block(const SkinnyArgs &a, int blk, int t
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
             if (r < a.rows && (MODE == SK_PLAIN || wbase[r]))
-                load_x8(xv[r], a.x + r * a.ldx + k);
+                load_x8(xv[r], x + r * a.ldx + k);
             else
 #pragma unroll
                 for (int q = 0; q < 8; q++) xv[r][q] = 0.0f;

@@ -5,7 +5,9 @@
  * Ye, the queries, k̂ and v in the cache, the convolution state and kept values, attention, the projections, both
  * merges and norms, the router's state, logits, probabilities, choice and gate, the experts' activations and output.
  * 1, 2 and 3 rows (the 1-, 2- and 4-row forms), fp32 and bf16 caches, the same-length cache and a block pool with its
- * tables out of order, grids of 1, 2, 3 and 7 blocks (phases with more virtual blocks than real ones, and fewer); the
+ * tables out of order, grids of 1, 2, 3 and 7 blocks (phases with more virtual blocks than real ones, and fewer), alone
+ * and as a middle layer of a chain (the previous layer's merge run first, its own left to the next: at 1-2 rows every
+ * block merging every row, at 3 a block a row and a barrier); the
  * refusals (too many rows, a convolution of several new rows) launching nothing; and the barrier's own probe
  * (gk_grid_sync_probe). --quick: the first case only (the
  * sanitizer's run: a phase reading what another block writes without the grid barrier between is a reported race).
@@ -56,6 +58,7 @@ struct Buf {
 
 struct Shape {
     int N, kv_bf16, paged, blocks;
+    int chained; /* a middle layer of a chain: the previous layer's merge run first here, this one's left to the next */
 };
 
 constexpr int D = 64, Hq = 4, Hkv = 2, dh = 16, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
@@ -157,6 +160,11 @@ static void build(Layer &L, const Shape &s, uint64_t seed) {
                           N, R, classes};
     d.act = act, d.moe_out = moe_out, d.w_gate_up = wgu, d.w_down = wdown, d.choice = choice, d.gate = gate;
     d.merge_mlp = GkMergeNorm{x, u, rstd, moe_out, x_mid, hs2, hb2, rs2, rb2, next_norm};
+    if (s.chained) {
+        const float *prev_moe_out = b.f((size_t)N * D), *prev_x_mid = b.f((size_t)N * D);
+        d.merge_in = GkMergeNorm{x, u, rstd, prev_moe_out, prev_x_mid, vec(1), vec(0), vec(1), vec(0), vec(1)};
+        d.merge_mlp.out = nullptr;
+    }
     d.N = N, d.D = D, d.Hq = Hq, d.Hkv = Hkv, d.dh = dh, d.I = I, d.E = E, d.eps = 1e-5f;
     d.barrier = reinterpret_cast<unsigned *>(b.i(1));
     *d.barrier = 0; /* as the decoding scratch's, zeroed when created */
@@ -177,6 +185,7 @@ static void build(Layer &L, const Shape &s, uint64_t seed) {
 /* The launches gk_decode_layer replaces, in the decoding step's order. */
 static void launches(const GkDecodeLayer &d) {
     const int N = d.N;
+    if (d.merge_in.out) merge_ref(d.merge_in, N, D, d.eps);
     gk_skinny_mm(nullptr, d.u, D, N, D, d.proj, 4);
     gk_copy_rows_idx2(nullptr, d.xe_state, GkRowCopy{});
     gk_cca_conv_decode(nullptr, d.Ye, d.Xe, d.conv_w0, d.conv_b0, d.conv_w1, d.conv_b1, N, TE, P, C, dh, k0, k1);
@@ -200,7 +209,7 @@ static void launches(const GkDecodeLayer &d) {
     gk_skinny_router_tail(nullptr, &d.tail);
     gk_skinny_expert_swiglu(nullptr, d.act, d.u, d.choice, d.w_gate_up, N, D, I, E);
     gk_skinny_expert_down(nullptr, d.moe_out, d.act, d.choice, d.gate, d.w_down, N, I, D, E);
-    merge_ref(d.merge_mlp, N, D, d.eps);
+    if (d.merge_mlp.out) merge_ref(d.merge_mlp, N, D, d.eps);
 }
 
 static int &routed_rows() { /* rows the cases sent through an expert (not the skip expert) */
@@ -215,8 +224,8 @@ static void layer_case(const Shape &s) {
     launches(want.d);
     const int rc = gk_decode_layer(nullptr, &got.d);
     char what[160];
-    std::snprintf(what, sizeof what, "%d row(s), %s cache, %s, %d block(s)", s.N, s.kv_bf16 ? "bf16" : "fp32",
-                  s.paged ? "pool" : "same-length", s.blocks);
+    std::snprintf(what, sizeof what, "%d row(s), %s cache, %s, %d block(s)%s", s.N, s.kv_bf16 ? "bf16" : "fp32",
+                  s.paged ? "pool" : "same-length", s.blocks, s.chained ? ", chained" : "");
     report(rc == 0, (std::string(what) + ": launched").c_str());
     std::string bad;
     for (size_t i = 0; i < want.outputs.size(); i++) {
@@ -238,18 +247,19 @@ static void layer_case(const Shape &s) {
 int main(int argc, char **argv) {
     std::setvbuf(stdout, nullptr, _IONBF, 0);
     const bool quick = argc > 1 && !std::strcmp(argv[1], "--quick"); /* one case: the sanitizer's run */
-    layer_case({2, 1, 1, 3});
+    layer_case({2, 1, 1, 3, 1});
     if (!quick) {
-        layer_case({1, 0, 0, 3});
-        layer_case({3, 1, 0, 3});
-        layer_case({2, 0, 0, 2});
-        layer_case({1, 1, 1, 3});
-        layer_case({3, 0, 1, 1});
-        layer_case({3, 1, 1, 7});
+        layer_case({1, 0, 0, 3, 1});
+        layer_case({3, 1, 0, 3, 0});
+        layer_case({2, 0, 0, 2, 0});
+        layer_case({1, 1, 1, 3, 0});
+        layer_case({3, 0, 1, 1, 0});
+        layer_case({3, 1, 1, 7, 1});
+        layer_case({2, 0, 1, 1, 1});
     }
     {
         Layer L;
-        build(L, {2, 0, 0, 3}, 7);
+        build(L, {2, 0, 0, 3, 0}, 7);
         L.d.N = 9;
         report(gk_decode_layer(nullptr, &L.d) == -1, "9 rows refused");
         L.d.N = 2, L.d.TE = P + 2;
