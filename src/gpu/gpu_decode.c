@@ -349,8 +349,8 @@ typedef struct DecodeAttend {
 } DecodeAttend;
 static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const LayerWeights *W, int l);
 static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
-                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm,
-                                   GkMergeNorm *left);
+                                   const LayerWeights *W, const LayerWeights *W_next, int l, const float *r_prev,
+                                   const float *next_norm, GkMergeNorm *left);
 
 /* The MoE block's merge normed by the next layer's input norm (or the final norm) of layer W, as decode_layers runs
  * it. */
@@ -383,7 +383,8 @@ static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const Decode
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
         const float *next_norm = l + 1 == f->num_layers ? w->final_norm : w->layers[l + 1].input_norm;
-        if (decode_layer_persistent(gm, s, N, a, W, l, r_prev, next_norm, &left) == 0) {
+        const LayerWeights *W_next = l + 1 < f->num_layers ? &w->layers[l + 1] : NULL;
+        if (decode_layer_persistent(gm, s, N, a, W, W_next, l, r_prev, next_norm, &left) == 0) {
             r_prev = s->z[l & 1];
             continue;
         }
@@ -848,12 +849,13 @@ static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const Laye
 /* Layer l of a step whose every sequence has one new row, as one persistent kernel (gk_decode_layer): the same
  * launches' bodies, the same bits. 0 when it ran; -1 (nothing launched) where it does not apply: the switch off, fp32,
  * MHA, the linear router or dense MLP, more rows than the few-row products take, per-phase timing, or a shape
- * gk_decode_layer refuses. next_norm: the next layer's input norm, or the final one. left: the previous persistent
- * layer's merge not yet run (out NULL: none), run first by this kernel; when it ran, this layer's own merge is left
- * there in turn. */
+ * gk_decode_layer refuses. W_next: the next layer's weights (its projections are asked of the L2 cache during the
+ * experts), or NULL; next_norm: the next layer's input norm, or the final one. left: the previous persistent layer's
+ * merge not yet run (out NULL: none), run first by this kernel; when it ran, this layer's own merge is left there in
+ * turn. */
 static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
-                                   const LayerWeights *W, int l, const float *r_prev, const float *next_norm,
-                                   GkMergeNorm *left) {
+                                   const LayerWeights *W, const LayerWeights *W_next, int l, const float *r_prev,
+                                   const float *next_norm, GkMergeNorm *left) {
     const ZayaConfig *f = &gm->cfg;
     if (!gpu_model_decode_layer_persistent(gm) || N > gpu_model_few_rows(gm) || gm->tm ||
         f->attention != ZY_ATTN_CCA || f->router != ZY_ROUTER_MLP || f->moe == ZY_MOE_DENSE)
@@ -867,10 +869,6 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
     m->router_z = s->z[l & 1];
     GkDecodeLayer d = {
         .u = s->u,
-        .proj = {{.w = gpu_bf16_of(gm, W->w_q), .y = s->Xe + (long)P * C, .n = Cq, .ldy = TE * C},
-                 {.w = gpu_bf16_of(gm, W->w_k), .y = s->Xe + (long)P * C + Cq, .n = Ck, .ldy = TE * C},
-                 {.w = gpu_bf16_of(gm, W->w_v_current), .y = s->vc, .n = half, .ldy = half},
-                 {.w = gpu_bf16_of(gm, W->w_v_delayed), .y = s->vd, .n = half, .ldy = half}},
         .Ye = s->Ye, .Xe = s->Xe, .conv_w0 = W->conv_dw_w, .conv_b0 = W->conv_dw_b, .conv_w1 = W->conv_gr_w,
         .conv_b1 = W->conv_gr_b, .TE = TE, .P = P, .C = C, .k0 = f->cca_time0, .k1 = f->cca_time1,
         .attn_out = s->attn_out, .query = s->query, .att_scale = (float)(1.0 / sqrt((double)dh)),
@@ -882,6 +880,15 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
         .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate, .merge_in = *left,
         .N = N, .D = D, .Hq = Hq, .Hkv = Hkv, .dh = dh, .I = f->moe_intermediate_size, .E = f->num_experts,
         .eps = f->rms_norm_eps, .barrier = s->barrier};
+    /* q | k into Xe's new rows, vc, vd; the next layer's the same */
+    for (int j = 0; j < (W_next ? 2 : 1); j++) {
+        const LayerWeights *L = j ? W_next : W;
+        GkSkinnyOut *o = j ? d.next_proj : d.proj;
+        o[0] = (GkSkinnyOut){.w = gpu_bf16_of(gm, L->w_q), .y = s->Xe + (long)P * C, .n = Cq, .ldy = TE * C};
+        o[1] = (GkSkinnyOut){.w = gpu_bf16_of(gm, L->w_k), .y = s->Xe + (long)P * C + Cq, .n = Ck, .ldy = TE * C};
+        o[2] = (GkSkinnyOut){.w = gpu_bf16_of(gm, L->w_v_current), .y = s->vc, .n = half, .ldy = half};
+        o[3] = (GkSkinnyOut){.w = gpu_bf16_of(gm, L->w_v_delayed), .y = s->vd, .n = half, .ldy = half};
+    }
     gpu_router_tail_desc(gm, W, m, r_prev, N, &d.tail);
     if (a->p) {
         const GpuKVPool *p = a->p;

@@ -99,8 +99,8 @@ __device__ __forceinline__ void merge_norm_everywhere(const GkMergeNorm &m, int 
 template <int ROWS, class KV>
 __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecodeLayer a, SkinnyArgs proj,
                                                                         SkinnyArgs o_proj, SkinnyArgs router_down,
-                                                                        SkinnyArgs swiglu, SkinnyArgs down, int vec4,
-                                                                        int ys_at) {
+                                                                        SkinnyArgs swiglu, SkinnyArgs down,
+                                                                        SkinnyArgs next_proj, int vec4, int ys_at) {
     GK_DYNAMIC_SMEM_T(float, sm);
     const int warp = threadIdx.x / GPU_WARP, N = a.N;
     const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
@@ -171,6 +171,9 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
      * L2 cache first: the router has chosen them, and they stream in during SwiGLU and its barrier) */
     products_l2<SK_DOWN>(down);
     products<ROWS, SK_SWIGLU>(swiglu, sm);
+    /* the next layer's projections, to stream during this barrier, the down products and the launch between: the
+     * same grid takes the same virtual blocks there */
+    if (next_proj.n_outs) products_l2<SK_PLAIN>(next_proj);
     gk_grid_sync(a.barrier);
     products<ROWS, SK_DOWN>(down, sm);
 
@@ -220,7 +223,9 @@ template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &
     /* the scratch, then (merges everywhere) the block's copy of the normed rows */
     const size_t ys_at = layer_smem_floats<ROWS>(a);
     const size_t smem = (ys_at + (a.N <= MERGE_EVERYWHERE_ROWS ? (size_t)a.N * a.D : 0)) * sizeof(float);
-    void (*kern)(GkDecodeLayer, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, int, int) =
+    /* the next layer's projections where given (all four, or none) */
+    const SkinnyArgs next_proj = plain_args(nullptr, a.D, a.N, a.D, a.next_proj, a.next_proj[0].w ? 4 : 0);
+    void (*kern)(GkDecodeLayer, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, int, int) =
         decode_layer_kernel<ROWS, KV>;
     int blocks = a.blocks;
 #ifndef ZAYA_GPU_EMU
@@ -244,7 +249,7 @@ template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &
     if (blocks <= 0) blocks = 4;
 #endif
     if (GK_LAUNCH_COOPERATIVE(kern, dim3(blocks), dim3(LAYER_THREADS), smem, s, a, proj, o_proj, router_down, swiglu,
-                              down, (int)vec4, (int)ys_at) != gpuSuccess)
+                              down, next_proj, (int)vec4, (int)ys_at) != gpuSuccess)
         return (void)gpuGetLastError(), -1;
     return 0;
 }
@@ -260,6 +265,8 @@ extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
         return -1;
     for (const GkSkinnyOut &o : {a.proj[0], a.proj[1], a.proj[2], a.proj[3], a.o_proj, a.router_down})
         if (o.n < 1 || !o.y || !layer_al16(o.w)) return -1;
+    for (const GkSkinnyOut &o : a.next_proj)
+        if (a.next_proj[0].w && (o.n < 1 || !o.w)) return -1; /* all four, or none */
     if (!layer_al16(a.w_gate_up) || !layer_al16(a.w_down) || !router_tail_fits(a.tail) || a.tail.rows != a.N)
         return -1;
     if (a.P < 0 || a.TE != a.P + 1 || a.C != Cq + Ck || a.dh <= 0 || a.dh > DA_MAX_DH || a.C % a.dh || a.k0 < 1 ||

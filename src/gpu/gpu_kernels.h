@@ -407,6 +407,8 @@ typedef struct GkDecodeLayer {
     const float *gate;
     GkMergeNorm merge_mlp;            /* x, u from moe_out and x_mid (the next layer's input norm, or the final one);
                                          out NULL: left to the caller (the next layer's merge_in, or a launch) */
+    GkSkinnyOut next_proj[4];         /* the next layer's proj (w and n only; w NULL: none), asked of the L2 cache
+                                         during the experts, each block its share as the next kernel's grid takes it */
     int N, D, Hq, Hkv, dh, I, E;
     float eps;
     unsigned *barrier;                /* a zeroed word on the device, this stream's own */

@@ -58,7 +58,8 @@ struct Buf {
 
 struct Shape {
     int N, kv_bf16, paged, blocks;
-    int chained; /* a middle layer of a chain: the previous layer's merge run first here, this one's left to the next */
+    int chained; /* a middle layer of a chain: the previous layer's merge run first here, this one's left to the next
+                    (and the next one's projections prefetched) */
 };
 
 constexpr int D = 64, Hq = 4, Hkv = 2, dh = 16, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
@@ -164,6 +165,8 @@ static void build(Layer &L, const Shape &s, uint64_t seed) {
         const float *prev_moe_out = b.f((size_t)N * D), *prev_x_mid = b.f((size_t)N * D);
         d.merge_in = GkMergeNorm{x, u, rstd, prev_moe_out, prev_x_mid, vec(1), vec(0), vec(1), vec(0), vec(1)};
         d.merge_mlp.out = nullptr;
+        for (int j = 0; j < 4; j++) /* the next layer's projections, only prefetched */
+            d.next_proj[j] = GkSkinnyOut{b.bf((size_t)d.proj[j].n * D, 0.2f), nullptr, d.proj[j].n, 0, nullptr};
     }
     d.N = N, d.D = D, d.Hq = Hq, d.Hkv = Hkv, d.dh = dh, d.I = I, d.E = E, d.eps = 1e-5f;
     d.barrier = reinterpret_cast<unsigned *>(b.i(1));
