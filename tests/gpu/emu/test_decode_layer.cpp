@@ -269,14 +269,18 @@ int main(int argc, char **argv) {
         report(gk_decode_layer(nullptr, &L.d) == -1, "two new rows a sequence refused");
     }
     report(routed_rows() > 0, "some rows went through an expert's products");
-    { /* the barrier alone: every block sees its neighbour's stamp of each round */
-        const int blocks = 4, reps = quick ? 3 : 6;
+    /* the barrier alone: every block sees its neighbour's stamp of each round; from a zeroed word, and from one a
+     * launch with an odd number of barriers left (the top bit set: the layer takes 9 with its own last merge) */
+    for (unsigned start : {0u, 0x80000000u}) {
+        const int blocks = quick ? 4 : 5, reps = quick ? 3 : 10;
         std::vector<unsigned> words(1 + 2 * blocks, 0);
+        words[0] = start;
         const int rc = gk_grid_sync_probe(nullptr, words.data(), blocks, reps);
         unsigned stale = 0;
         for (int b = 0; b < blocks; b++) stale += words[1 + blocks + b];
-        report(rc == 0 && stale == 0 && words[0] == 0 && words[1] == (unsigned)reps,
-               "grid barrier probe: no stale stamp, the barrier's words ready for the next launch");
+        report(rc == 0 && stale == 0 && words[0] == start && words[1] == (unsigned)reps,
+               start ? "grid barrier probe from a flipped word: no stale stamp, the word as it was"
+                     : "grid barrier probe: no stale stamp, the barrier's word ready for the next launch");
     }
     std::printf("gpu-emu: %d passed, %d failed\n", emu_passed(), emu_failed());
     return emu_failed() ? 1 : 0;
