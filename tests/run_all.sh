@@ -9,14 +9,17 @@ total_pass=0
 total_fail=0
 log_dir=build/test-logs
 mkdir -p "$log_dir"
+suite_times=() # "seconds name" per suite: CI has 90 minutes, and the table at the end says where they go
 
 run_suite() {
     local name=$1
     shift
     echo "=== suite: $name"
     local log="$log_dir/$name.log"
+    local start=$SECONDS
     "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
+    suite_times+=("$((SECONDS - start)) $name")
     local line
     line=$(grep -E '^[a-z_-]+: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     if [ -z "$line" ]; then
@@ -67,5 +70,7 @@ else
 fi
 
 echo
+echo "=== seconds a suite (${SECONDS} s in all)"
+printf '%s\n' "${suite_times[@]}" | sort -rn | awk '{ printf "%6d  %s\n", $1, $2 }'
 echo "${total_pass} passed, ${total_fail} failed"
 [ "$total_fail" -eq 0 ]
