@@ -1,5 +1,5 @@
-/* cuda_emu: enough of CUDA to run a kernel source on the CPU (tests/gpu/emu/run.sh): one std::thread per CUDA thread,
- * blocks one after another, __syncthreads / __syncwarp as barriers, __shared__ as static storage (one block at a
+/* cuda_emu: enough of CUDA to run a kernel source on the CPU (tests/gpu/emu/run.sh): one std::thread per CUDA thread
+ * (kept in a pool between blocks and launches: creating them was most of the suite's time), blocks one after another, __syncthreads / __syncwarp as barriers, __shared__ as static storage (one block at a
  * time) and dynamic shared memory per block (a cooperative launch runs all its blocks at once, with a grid barrier), warp shuffles through a per-warp exchange, and emu_wmma: a WMMA with the
  * same calls as nvcuda::wmma whose fragments are spread over the warp's lanes in a fixed pseudo-random layout (a
  * kernel that assumes a layout gets wrong numbers), mma_sync a collective of the warp, pointers and strides checked
@@ -8,15 +8,17 @@
 #ifndef ZAYA_CUDA_EMU_H
 #define ZAYA_CUDA_EMU_H
 
-#include <barrier>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -91,14 +93,41 @@ inline gpuError_t gpuGetLastError() { return gpuSuccess; }
 inline gpuError_t gpuFuncSetAttribute(const void *, int, int) { return gpuSuccess; }
 
 namespace emu {
+/* A barrier of n threads (arrive_and_drop: arrives and leaves for good, as a thread that has returned). On its own
+ * mutex and condition variable, not std::barrier: libstdc++'s atomic waits (std::barrier's, std::semaphore's) share a
+ * global table of counters whose read-modify-writes the thread sanitizer takes as synchronisation between any threads
+ * that wait, which hid races between blocks (a piece combined before another block wrote it went unreported). */
+class Barrier {
+    std::mutex m_;
+    std::condition_variable cv_;
+    unsigned expected_, arrived_ = 0, phase_ = 0;
+    void complete() { /* under m_ */
+        arrived_ = 0, phase_++;
+        cv_.notify_all();
+    }
+
+  public:
+    explicit Barrier(unsigned n) : expected_(n) {}
+    void arrive_and_wait() {
+        std::unique_lock<std::mutex> lock(m_);
+        const unsigned phase = phase_;
+        if (++arrived_ == expected_) return complete();
+        cv_.wait(lock, [&] { return phase_ != phase; });
+    }
+    void arrive_and_drop() {
+        std::lock_guard<std::mutex> lock(m_);
+        if (--expected_ == arrived_ && arrived_ > 0) complete();
+    }
+};
+
 struct Warp {
-    std::unique_ptr<std::barrier<>> bar;
+    std::unique_ptr<Barrier> bar;
     double xchg[GPU_WARP];  /* shuffles */
     float a[256], b[256];   /* mma_sync's operands, gathered from the lanes */
 };
 /* One block's barrier, warps and dynamic shared memory; each thread points at its own block's. */
 struct Block {
-    std::unique_ptr<std::barrier<>> bar;
+    std::unique_ptr<Barrier> bar;
     std::vector<std::unique_ptr<Warp>> warps;
     std::vector<unsigned char> smem_buf;
     unsigned char *smem = nullptr;
@@ -133,29 +162,94 @@ inline Warp &my_warp() { return *block->warps[flat_tid() / GPU_WARP]; }
 /* A block of nt threads with smem bytes of dynamic shared memory, 128-byte aligned, filled with a NaN pattern. */
 inline std::unique_ptr<Block> make_block(unsigned nt, size_t smem) {
     std::unique_ptr<Block> b(new Block());
-    b->bar.reset(new std::barrier<>((std::ptrdiff_t)nt));
+    b->bar.reset(new Barrier(nt));
     for (unsigned w = 0; w < (nt + GPU_WARP - 1) / GPU_WARP; w++) {
         const unsigned n = nt - w * GPU_WARP < GPU_WARP ? nt - w * GPU_WARP : GPU_WARP;
         b->warps.emplace_back(new Warp());
-        b->warps.back()->bar.reset(new std::barrier<>((std::ptrdiff_t)n));
+        b->warps.back()->bar.reset(new Barrier(n));
     }
     b->smem_buf.assign(smem + 128, 0xff);
     b->smem = b->smem_buf.data() + (128 - (uintptr_t)b->smem_buf.data() % 128) % 128;
     return b;
 }
-/* Block (bx, by, bz)'s nt threads as std::threads running fn, appended to th. */
-inline void start_block(std::vector<std::thread> &th, Block *blk, dim3 bdim, unsigned bx, unsigned by, unsigned bz,
-                        const std::function<void()> &fn) {
+/* The CUDA threads' std::threads, started once and kept: run(n, job) has workers 0..n-1 run job(k) at once (a block's
+ * threads must all be running to meet at its barriers) and returns when all have. Each worker waits on its own mutex
+ * and condition variable, so a job wakes only its n, and the sanitizer sees the same edges a thread's start and join
+ * gave (launcher to worker, worker to launcher), none between workers. */
+class Pool {
+    struct Worker {
+        std::mutex m;
+        std::condition_variable cv;
+        unsigned jobs = 0; /* jobs handed to this worker so far */
+        std::thread th;
+    };
+    std::vector<std::unique_ptr<Worker>> workers_;
+    const std::function<void(unsigned)> *job_ = nullptr;
+    std::mutex done_m_;
+    std::condition_variable done_cv_;
+    unsigned left_ = 0;
+    std::atomic<bool> quit_{false};
+
+    void work(Worker *w, unsigned k) {
+        for (unsigned seen = 0;;) {
+            {
+                std::unique_lock<std::mutex> lock(w->m);
+                w->cv.wait(lock, [&] { return w->jobs != seen || quit_; });
+                if (w->jobs == seen) return; /* quit */
+                seen = w->jobs;
+            }
+            (*job_)(k);
+            std::lock_guard<std::mutex> lock(done_m_);
+            if (--left_ == 0) done_cv_.notify_one();
+        }
+    }
+
+  public:
+    void run(unsigned n, const std::function<void(unsigned)> &job) {
+        while (workers_.size() < n) {
+            Worker *w = new Worker();
+            const unsigned k = (unsigned)workers_.size();
+            workers_.emplace_back(w);
+            w->th = std::thread([this, w, k] { work(w, k); });
+        }
+        if (n == 0) return;
+        job_ = &job;
+        left_ = n; /* no worker is running a job now: none touches it */
+        for (unsigned k = 0; k < n; k++) {
+            std::lock_guard<std::mutex> lock(workers_[k]->m);
+            workers_[k]->jobs++;
+            workers_[k]->cv.notify_one();
+        }
+        std::unique_lock<std::mutex> lock(done_m_);
+        done_cv_.wait(lock, [&] { return left_ == 0; });
+    }
+    ~Pool() {
+        quit_ = true;
+        for (auto &w : workers_) {
+            std::lock_guard<std::mutex> lock(w->m);
+            w->cv.notify_one();
+        }
+        for (auto &w : workers_) w->th.join();
+    }
+};
+inline Pool &pool() {
+    static Pool p;
+    return p;
+}
+
+/* Blocks blks (their ids in ids) of bdim threads each, all at once on the pool, running fn. */
+inline void run_blocks(const std::vector<Block *> &blks, const std::vector<dim3> &ids, dim3 bdim,
+                       const std::function<void()> &fn) {
     const unsigned nt = bdim.x * bdim.y * bdim.z;
-    for (unsigned t = 0; t < nt; t++)
-        th.emplace_back([=, &fn] {
-            threadIdx = dim3(t % bdim.x, t / bdim.x % bdim.y, t / (bdim.x * bdim.y));
-            blockIdx = dim3(bx, by, bz);
-            block = blk;
-            fn();
-            blk->warps[t / GPU_WARP]->bar->arrive_and_drop();
-            blk->bar->arrive_and_drop();
-        });
+    pool().run(nt * (unsigned)blks.size(), [&](unsigned k) {
+        const unsigned b = k / nt, t = k % nt;
+        threadIdx = dim3(t % bdim.x, t / bdim.x % bdim.y, t / (bdim.x * bdim.y));
+        blockIdx = ids[b];
+        block = blks[b];
+        fn();
+        blks[b]->warps[t / GPU_WARP]->bar->arrive_and_drop();
+        blks[b]->bar->arrive_and_drop();
+    });
 }
 
 /* Runs fn as grid x block threads: each block's threads at once, the blocks in order (x fastest); smem bytes of
@@ -166,9 +260,7 @@ inline void launch(dim3 grid, dim3 bdim, size_t smem, const std::function<void()
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 std::unique_ptr<Block> blk = make_block(bdim.x * bdim.y * bdim.z, smem);
-                std::vector<std::thread> th;
-                start_block(th, blk.get(), bdim, bx, by, bz, fn);
-                for (auto &x : th) x.join();
+                run_blocks({blk.get()}, {dim3(bx, by, bz)}, bdim, fn);
             }
 }
 
@@ -176,17 +268,18 @@ inline void launch(dim3 grid, dim3 bdim, size_t smem, const std::function<void()
  * grid barrier). Static __shared__ storage is one copy for all blocks here: such kernels keep theirs in dynamic shared memory. */
 inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::function<void()> &fn) {
     gridDim = grid, blockDim = bdim;
-    const unsigned nt = bdim.x * bdim.y * bdim.z, nb = grid.x * grid.y * grid.z;
+    const unsigned nt = bdim.x * bdim.y * bdim.z;
     std::vector<std::unique_ptr<Block>> blocks;
-    std::vector<std::thread> th;
-    th.reserve((size_t)nt * nb);
+    std::vector<Block *> blks;
+    std::vector<dim3> ids;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 blocks.push_back(make_block(nt, smem));
-                start_block(th, blocks.back().get(), bdim, bx, by, bz, fn);
+                blks.push_back(blocks.back().get());
+                ids.push_back(dim3(bx, by, bz));
             }
-    for (auto &x : th) x.join();
+    run_blocks(blks, ids, bdim, fn);
 }
 } // namespace emu
 
