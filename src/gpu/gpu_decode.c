@@ -20,6 +20,8 @@ typedef struct {
     LayerActs moe;   /* the MoE block's buffers (u_mlp = u; router state in z[]) */
     float *last_rows, *logits;
     unsigned *barrier; /* gk_decode_layer's grid barrier: a word, zeroed when created */
+    GkAttnPieces pieces; /* attention's key pieces (gpu_kernels.h): scratch for the rows that use them */
+    size_t piece_words;  /* pieces.count's words, zeroed when created */
 } GpuDecodeScratch;
 
 struct GpuKVCache {
@@ -57,6 +59,16 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     s->z[1] = ZY_CARVE_F(cv, N * R);
     layer_acts_carve_moe(cv, &s->moe, f, N, 1);
     s->barrier = (unsigned *)(void *)ZY_CARVE_I(cv, 4);
+    const size_t Hq = f->num_heads, piece_rows = (size_t)gk_attn_piece_rows((long)N, (int)Hq);
+    s->pieces.partial = ZY_CARVE_F(cv, piece_rows * Hq * GK_ATTN_PIECES * (f->head_dim + 2));
+    s->piece_words = piece_rows * Hq;
+    s->pieces.count = (unsigned *)(void *)ZY_CARVE_I(cv, s->piece_words);
+}
+
+/* The words the kernels count in, zeroed once (each use leaves them zero). */
+static void zero_counters(GpuModel *gm, const GpuDecodeScratch *s) {
+    gpu_memset_async(&gm->g, s->barrier, 0, sizeof(unsigned));
+    gpu_memset_async(&gm->g, s->pieces.count, 0, s->piece_words * sizeof(unsigned));
 }
 
 /* n cached k̂ or v values: floats, or bf16 values in half as many floats' room (kv_bf16: the pointer is then read
@@ -169,7 +181,7 @@ int gpu_kvcache_create_kv(GpuKVCache **out, GpuModel *gm, int batch, int max_len
         gpu_kvcache_free(c);
         return -1;
     }
-    gpu_memset_async(&gm->g, c->s.barrier, 0, sizeof(unsigned));
+    zero_counters(gm, &c->s);
     const size_t widest = (size_t)f->vocab_size > (size_t)2 * f->moe_intermediate_size ? (size_t)f->vocab_size
                                                                                           : (size_t)2 * f->moe_intermediate_size;
     if (gm->bf16 && gpu_reserve_scratch(&gm->g, (size_t)batch * chunk * (widest > (size_t)f->hidden_size ? widest : (size_t)f->hidden_size), err)) {
@@ -231,11 +243,12 @@ static void append_kv_attend(GpuKVCache *c, int l, int n, int append) {
     if (c->kv_bf16) {
         if (append) gk_copy_rows_idx2_bf16(st, k, v);
         gk_decode_attention_bf16(st, c->s.attn_out, c->s.query, kv16(c->k[l]), kv16(c->v[l]), B, n, p0, c->max_len,
-                                 Hq, Hkv, dh, window);
+                                 Hq, Hkv, dh, window, c->s.pieces);
         return;
     }
     if (append) gk_copy_rows_idx2(st, k, v);
-    gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, Hq, Hkv, dh, window);
+    gk_decode_attention(st, c->s.attn_out, c->s.query, c->k[l], c->v[l], B, n, p0, c->max_len, Hq, Hkv, dh, window,
+                        c->s.pieces);
 }
 
 /* The projections of the N rows of u: each a linear layer of gpu_mm_wt_rows, so that at decoding's few rows the
@@ -630,7 +643,7 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
         gpu_kvpool_free(p);
         return -1;
     }
-    gpu_memset_async(&gm->g, p->s.barrier, 0, sizeof(unsigned));
+    zero_counters(gm, &p->s);
     const char *graphs = getenv("ZAYA_GPU_GRAPHS");
     if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
         gpu_kvpool_free(p);
@@ -761,12 +774,13 @@ static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l, int appe
         if (append) gk_copy_rows_idx2_bf16(st, k, v);
         gk_paged_decode_attention_bf16(st, p->s.attn_out, p->s.query, kv16(p->k[l]), kv16(p->v[l]), desc(p, D_SEQ),
                                        desc(p, D_POS), desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq,
-                                       Hkv, dh, window);
+                                       Hkv, dh, window, p->s.pieces);
         return;
     }
     if (append) gk_copy_rows_idx2(st, k, v);
     gk_paged_decode_attention(st, p->s.attn_out, p->s.query, p->k[l], p->v[l], desc(p, D_SEQ), desc(p, D_POS),
-                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window);
+                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window,
+                              p->s.pieces);
 }
 
 /* Layer l's convolution state of slot 0 (slot_state floats apart), then its kept vd. */
@@ -861,6 +875,7 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
         f->attention != ZY_ATTN_CCA || f->router != ZY_ROUTER_MLP || f->moe == ZY_MOE_DENSE)
         return -1;
     if (a->p ? a->ps->N != a->ps->n_seqs || a->ps->B1 : a->n != 1) return -1;
+    if (N > GK_DECODE_LAYER_ROWS || !(a->p ? a->p->kv_bf16 : a->c->kv_bf16)) return -1; /* the forms it has */
     const int D = f->hidden_size, dh = f->head_dim, Hq = f->num_heads, Hkv = f->num_kv_heads, R = f->router_hidden_size;
     const int Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
     const int P = a->p ? a->p->conv_pad : a->c->conv_pad, TE = P + 1;
@@ -879,7 +894,7 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
         .act = m->expert_act, .moe_out = m->moe_out, .w_gate_up = gpu_bf16_of(gm, W->expert_gate_up),
         .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate, .merge_in = *left,
         .N = N, .D = D, .Hq = Hq, .Hkv = Hkv, .dh = dh, .I = f->moe_intermediate_size, .E = f->num_experts,
-        .eps = f->rms_norm_eps, .barrier = s->barrier};
+        .eps = f->rms_norm_eps, .barrier = s->barrier, .att_pieces = s->pieces};
     /* q | k into Xe's new rows, vc, vd; the next layer's the same */
     for (int j = 0; j < (W_next ? 2 : 1); j++) {
         const LayerWeights *L = j ? W_next : W;

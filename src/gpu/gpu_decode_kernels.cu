@@ -11,23 +11,37 @@
 namespace {
 using namespace decode_ops;
 
-/* One block per (new query t, head h, sequence b) of the same-length cache. */
+/* Blocks a (row, head) that share its key pieces: every piece its own block where the (row, head)s leave room on the
+ * GPU, fewer (each taking several in turn) as they fill it. Which block takes a piece does not change a bit. */
+int piece_blocks(long rows_heads, int max_pieces) {
+    long z = GK_ATTN_PIECE_ROWS_HEADS / (rows_heads > 0 ? rows_heads : 1);
+    if (z > max_pieces) z = max_pieces;
+    return z < 1 ? 1 : (int)z;
+}
+
+/* Block (row, head h, z) of the same-length cache's n new rows a sequence (row = b·n + t): pieces z, z + gridDim.z,
+ * ... of the row's keys. */
 template <class KV>
-__global__ void decode_attention_kernel(float *O, const float *Q, const KV *Kc, const KV *Vc, int n, int p0,
-                                        int max_len, int Hq, int Hkv, int dh, float scale, int window) {
+__global__ void __launch_bounds__(DA_THREADS)
+    decode_attention_kernel(float *O, const float *Q, const KV *Kc, const KV *Vc, int n, int p0, int max_len, int Hq,
+                            int Hkv, int dh, float scale, int window, GkAttnPieces ap) {
     __shared__ float sm[DA_SMEM_FLOATS];
     gk_pdl_enter();
-    attend_contiguous(O, Q, Kc, Vc, blockIdx.x, blockIdx.y, blockIdx.z, n, p0, max_len, Hq, Hkv, dh, scale, window, sm);
+    attend_contiguous(O, Q, Kc, Vc, blockIdx.x % n, blockIdx.y, blockIdx.x / n, n, p0, max_len, Hq, Hkv, dh, scale,
+                      window, ap, blockIdx.z, gridDim.z, sm);
 }
 
 template <class KV>
 void decode_attention(GkStream s, float *O, const float *Q, const KV *Kc, const KV *Vc, int B, int n, int p0,
-                      int max_len, int Hq, int Hkv, int dh, int window) {
+                      int max_len, int Hq, int Hkv, int dh, int window, GkAttnPieces ap) {
     if (B <= 0 || n <= 0 || dh <= 0 || dh > DA_MAX_DH || Hkv <= 0 || Hq % Hkv) return;
     const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
-    dim3 grid(n, Hq, B);
-    GK_LAUNCH_PDL((decode_attention_kernel<KV>), grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv,
-                  dh, scale, window);
+    if ((long)B * n * Hq > GK_ATTN_PIECE_ROWS_HEADS) ap = GkAttnPieces{}; /* the (row, head)s fill the GPU */
+    const int keys = window > 0 && window < p0 + n ? window : p0 + n;   /* the last row's, the most */
+    const int pieces = cut_keys(keys, ap.partial != nullptr).n;
+    dim3 grid((unsigned)(B * n), Hq, piece_blocks((long)B * n * Hq, pieces));
+    GK_LAUNCH_PDL((decode_attention_kernel<KV>), grid, DA_THREADS, 0, s, O, Q, Kc, Vc, n, p0, max_len, Hq, Hkv, dh,
+                  scale, window, ap);
 }
 
 /* Copies a, then b, as one grid over both; every destination element is written by one thread. */
@@ -46,26 +60,31 @@ GkRowCopy row_copy(void *dst, long dst_stride, const int32_t *dst_idx, const flo
     return GkRowCopy{dst, dst_stride, dst_idx, src, src_stride, src_idx, len, n};
 }
 
-/* decode_attention_kernel for one row of a ragged batch: one block per (row r, head h). */
+/* decode_attention_kernel for one row of a ragged batch: block (row r, head h, z). The rows' lengths are on the
+ * device (and a captured graph replays other lengths), so the grid takes the most pieces any row can have. */
 template <class KV>
-__global__ void paged_attention_kernel(float *O, const float *Q, const KV *Kp, const KV *Vp,
-                                       const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
-                                       int max_blocks, int bt, int Hq, int Hkv, int dh, float scale, int window) {
+__global__ void __launch_bounds__(DA_THREADS)
+    paged_attention_kernel(float *O, const float *Q, const KV *Kp, const KV *Vp, const int32_t *row_seq,
+                           const int32_t *row_pos, const int32_t *table, int max_blocks, int bt, int Hq, int Hkv,
+                           int dh, float scale, int window, GkAttnPieces ap) {
     __shared__ float sm[DA_SMEM_FLOATS];
     gk_pdl_enter();
     attend_paged(O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, bt, blockIdx.x, blockIdx.y, Hq, Hkv, dh, scale,
-                 window, sm);
+                 window, ap, blockIdx.z, gridDim.z, sm);
 }
 
 template <class KV>
 void paged_attention(GkStream s, float *O, const float *Q, const KV *Kp, const KV *Vp, const int32_t *row_seq,
                      const int32_t *row_pos, const int32_t *table, int max_blocks, int block_tokens, int N, int Hq,
-                     int Hkv, int dh, int window) {
+                     int Hkv, int dh, int window, GkAttnPieces ap) {
     if (N <= 0 || dh <= 0 || dh > DA_MAX_DH || Hkv <= 0 || Hq % Hkv || block_tokens <= 0) return;
     const float scale = (float)(1.0 / sqrt((double)dh)); /* as cached_attention */
-    dim3 grid(N, Hq);
-    GK_LAUNCH_PDL((paged_attention_kernel<KV>), grid, DA_WARPS * GPU_WARP, 0, s, O, Q, Kp, Vp, row_seq, row_pos, table,
-                  max_blocks, block_tokens, Hq, Hkv, dh, scale, window);
+    if ((long)N * Hq > GK_ATTN_PIECE_ROWS_HEADS) ap = GkAttnPieces{}; /* the (row, head)s fill the GPU */
+    const long most = (long)max_blocks * block_tokens;                /* a sequence's keys at most */
+    const int keys = window > 0 && window < most ? window : (int)(most < (1L << 30) ? most : 1L << 30);
+    dim3 grid(N, Hq, piece_blocks((long)N * Hq, cut_keys(keys, ap.partial != nullptr).n));
+    GK_LAUNCH_PDL((paged_attention_kernel<KV>), grid, DA_THREADS, 0, s, O, Q, Kp, Vp, row_seq, row_pos, table,
+                  max_blocks, block_tokens, Hq, Hkv, dh, scale, window, ap);
 }
 
 /* One warp an output channel of one new row (b, t). */
@@ -92,12 +111,13 @@ template <class KV> __global__ void cca_decode_rows_kernel(GkCcaDecode a) {
 } // namespace
 
 extern "C" void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B,
-                                    int n, int p0, int max_len, int Hq, int Hkv, int dh, int window) {
-    decode_attention(s, O, Q, Kc, Vc, B, n, p0, max_len, Hq, Hkv, dh, window);
+                                    int n, int p0, int max_len, int Hq, int Hkv, int dh, int window, GkAttnPieces ap) {
+    decode_attention(s, O, Q, Kc, Vc, B, n, p0, max_len, Hq, Hkv, dh, window, ap);
 }
 extern "C" void gk_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kc, const uint16_t *Vc,
-                                         int B, int n, int p0, int max_len, int Hq, int Hkv, int dh, int window) {
-    decode_attention(s, O, Q, Kc, Vc, B, n, p0, max_len, Hq, Hkv, dh, window);
+                                         int B, int n, int p0, int max_len, int Hq, int Hkv, int dh, int window,
+                                         GkAttnPieces ap) {
+    decode_attention(s, O, Q, Kc, Vc, B, n, p0, max_len, Hq, Hkv, dh, window, ap);
 }
 
 extern "C" void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len,
@@ -114,14 +134,14 @@ extern "C" void gk_copy_rows_idx2_bf16(GkStream s, GkRowCopy a, GkRowCopy b) { c
 extern "C" void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,
                                           const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
                                           int max_blocks, int block_tokens, int N, int Hq, int Hkv, int dh,
-                                          int window) {
-    paged_attention(s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, N, Hq, Hkv, dh, window);
+                                          int window, GkAttnPieces ap) {
+    paged_attention(s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, N, Hq, Hkv, dh, window, ap);
 }
 extern "C" void gk_paged_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kp,
                                                const uint16_t *Vp, const int32_t *row_seq, const int32_t *row_pos,
                                                const int32_t *table, int max_blocks, int block_tokens, int N, int Hq,
-                                               int Hkv, int dh, int window) {
-    paged_attention(s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, N, Hq, Hkv, dh, window);
+                                               int Hkv, int dh, int window, GkAttnPieces ap) {
+    paged_attention(s, O, Q, Kp, Vp, row_seq, row_pos, table, max_blocks, block_tokens, N, Hq, Hkv, dh, window, ap);
 }
 
 extern "C" int gk_cca_conv_decode(GkStream s, float *Y, const float *X, const float *w0, const float *b0,

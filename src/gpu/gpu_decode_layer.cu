@@ -134,15 +134,20 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
     cca_state_copy(a.rows, gthread, gthreads);
     gk_grid_sync(a.barrier);
 
-    /* 4. attention: a virtual block a (row, head) */
-    for (int vb = blockIdx.x; vb < N * a.Hq; vb += gridDim.x) {
-        const int r = vb % N, h = vb / N;
-        if (a.att_table)
-            attend_paged(a.attn_out, a.query, (const KV *)a.k_cache, (const KV *)a.v_cache, a.att_seq, a.att_pos,
-                         a.att_table, a.max_blocks, a.block_tokens, r, h, a.Hq, a.Hkv, a.dh, a.att_scale, a.window, sm);
-        else
-            attend_contiguous(a.attn_out, a.query, (const KV *)a.k_cache, (const KV *)a.v_cache, 0, h, r, 1, a.p0,
-                              a.max_len, a.Hq, a.Hkv, a.dh, a.att_scale, a.window, sm);
+    /* 4. attention: a virtual block a (row, head, z), z < Z taking the key pieces z, z + Z, ... (Z: the grid's blocks
+     * a (row, head), up to the most pieces) */
+    {
+        const int Z = a.att_pieces.partial ? max(1, min(GK_ATTN_PIECES, (int)gridDim.x / (N * a.Hq))) : 1;
+        for (int vb = blockIdx.x; vb < N * a.Hq * Z; vb += gridDim.x) {
+            const int r = vb % N, h = vb / N % a.Hq, z = vb / (N * a.Hq);
+            if (a.att_table)
+                attend_paged(a.attn_out, a.query, (const KV *)a.k_cache, (const KV *)a.v_cache, a.att_seq, a.att_pos,
+                             a.att_table, a.max_blocks, a.block_tokens, r, h, a.Hq, a.Hkv, a.dh, a.att_scale, a.window,
+                             a.att_pieces, z, Z, sm);
+            else
+                attend_contiguous(a.attn_out, a.query, (const KV *)a.k_cache, (const KV *)a.v_cache, 0, h, r, 1, a.p0,
+                                  a.max_len, a.Hq, a.Hkv, a.dh, a.att_scale, a.window, a.att_pieces, z, Z, sm);
+        }
     }
 
     /* 5. the output projection (its weights loading across the barrier) */
@@ -229,8 +234,8 @@ template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &
         decode_layer_kernel<ROWS, KV>;
     int blocks = a.blocks;
 #ifndef ZAYA_GPU_EMU
-    static int fitting[4][2]; /* blocks that fit at once, per form (found once: the device does not change) */
-    int &fit = fitting[ROWS <= 1 ? 0 : ROWS <= 2 ? 1 : ROWS <= 4 ? 2 : 3][sizeof(KV) == 2];
+    static int fitting[3]; /* blocks that fit at once, per form (found once: the device does not change) */
+    int &fit = fitting[ROWS <= 1 ? 0 : ROWS <= 2 ? 1 : 2];
     /* past 48 KB of dynamic shared memory a kernel must ask (each model's widths may need more than the last's) */
     if (smem > 48 * 1024 &&
         gpuFuncSetAttribute((const void *)kern, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != gpuSuccess)
@@ -260,7 +265,7 @@ extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
     const GkDecodeLayer &a = *layer;
     const int Cq = a.Hq * a.dh, Ck = a.Hkv * a.dh;
     /* every product's shape (skinny_fits), the convolution's (gk_cca_conv_decode's), the rows' and attention's */
-    if (a.N < 1 || a.N > GK_SKINNY_ROWS || a.D < 8 || a.D % 8 || Cq % 8 || a.I < 8 || a.I % 8 || a.E < 1 ||
+    if (a.N < 1 || a.N > GK_DECODE_LAYER_ROWS || !a.rows.kv_bf16 || a.D < 8 || a.D % 8 || Cq % 8 || a.I < 8 || a.I % 8 || a.E < 1 ||
         !layer_al16(a.u) || !layer_al16(a.attn_out) || !layer_al16(a.act) || !a.barrier)
         return -1;
     for (const GkSkinnyOut &o : {a.proj[0], a.proj[1], a.proj[2], a.proj[3], a.o_proj, a.router_down})
@@ -278,11 +283,11 @@ extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
     for (const GkMergeNorm *m : {&a.merge_in, &a.merge_mlp})
         if (m->out && vec4 != can_vec4(a.D, {m->out, m->y, m->h, m->res, m->hs, m->hb, m->rs, m->rb, m->w}))
             return -1; /* the merges' launches would take different forms */
-    const bool bf16 = a.rows.kv_bf16 != 0;
-    if (a.N <= 1) return bf16 ? launch_layer<1, uint16_t>(s, a, vec4) : launch_layer<1, float>(s, a, vec4);
-    if (a.N <= 2) return bf16 ? launch_layer<2, uint16_t>(s, a, vec4) : launch_layer<2, float>(s, a, vec4);
-    if (a.N <= 4) return bf16 ? launch_layer<4, uint16_t>(s, a, vec4) : launch_layer<4, float>(s, a, vec4);
-    return bf16 ? launch_layer<8, uint16_t>(s, a, vec4) : launch_layer<8, float>(s, a, vec4);
+    if (a.att_pieces.partial && (long)a.N * a.Hq > GK_ATTN_PIECE_ROWS_HEADS) return -1; /* the launches leave them */
+    static_assert(GK_DECODE_LAYER_ROWS == 4, "the forms below");
+    if (a.N <= 1) return launch_layer<1, uint16_t>(s, a, vec4);
+    if (a.N <= 2) return launch_layer<2, uint16_t>(s, a, vec4);
+    return launch_layer<4, uint16_t>(s, a, vec4);
 }
 
 extern "C" int gk_grid_sync_probe(GkStream s, unsigned *words, int blocks, int reps) {

@@ -12,11 +12,25 @@
 
 namespace decode_ops {
 
-constexpr int DA_WARPS = 4;
+constexpr int DA_WARPS = 8;
+constexpr int DA_THREADS = DA_WARPS * GPU_WARP;
 constexpr int DA_MAX_DH = 256;
 constexpr int DA_MAX_PER_LANE = DA_MAX_DH / GPU_WARP;
-/* Shared floats attend_query needs: the query, each warp's max and sum, each warp's output. */
-constexpr int DA_SMEM_FLOATS = DA_MAX_DH + 2 * DA_WARPS + DA_WARPS * DA_MAX_DH;
+constexpr int DA_PER_LANE_128 = 128 / GPU_WARP; /* head dims up to 128 take the form with fewer registers */
+/* Shared floats attend_query needs: the query, each warp's max and sum, each warp's output, the last-piece flag. */
+constexpr int DA_SMEM_FLOATS = DA_MAX_DH + 2 * DA_WARPS + DA_WARPS * DA_MAX_DH + 4;
+
+/* How a (row, head)'s keys are cut into pieces (gpu_kernels.h, GkAttnPieces): `size` keys a piece (the last may have
+ * fewer), the smallest multiple of GK_ATTN_PIECE_KEYS that leaves at most GK_ATTN_PIECES pieces; one piece of all of
+ * them without the scratch. A function of the key count alone, so every launch form cuts alike. */
+struct KeyPieces {
+    int size, n;
+};
+__host__ __device__ inline KeyPieces cut_keys(int keys, bool pieces) {
+    if (!pieces || keys <= GK_ATTN_PIECE_KEYS) return {keys, 1};
+    const int unit = GK_ATTN_PIECE_KEYS * GK_ATTN_PIECES, size = GK_ATTN_PIECE_KEYS * ((keys + unit - 1) / unit);
+    return {size, (keys + size - 1) / size};
+}
 
 /* Where a sequence's key s sits (its k̂ and v rows share the offset): contiguous rows of the same-length cache, or
  * row table[s / bt]·bt + s % bt of a block pool. */
@@ -39,76 +53,176 @@ __device__ __forceinline__ float kv_value(const uint16_t *p) { return gk_bf16_fl
 __device__ __forceinline__ void kv_store(float *d, float x) { *d = x; }
 __device__ __forceinline__ void kv_store(uint16_t *d, float x) { *d = gk_bf16_bits(x); }
 
-/* One query row of one head (DA_WARPS warps of the block) over keys first..last: each warp walks every DA_WARPS-th
- * key with an online softmax (its own max, sum and output accumulator); the warps' partial results are then combined
- * in a fixed order, so the result does not depend on scheduling. Lane l holds output dims l, l+GPU_WARP, ... (32 on
- * NVIDIA, 64 on AMD). sm: DA_SMEM_FLOATS. Ends with a barrier. */
-template <class Keys, class KV>
+/* Keys a warp loads at once with PL dims a lane (its k̂ and v values: 2·KEYS·PL registers). */
+template <int PL> struct WarpKeys {
+    static constexpr int AT_ONCE = 16 / PL < 1 ? 1 : 16 / PL > 4 ? 4 : 16 / PL;
+};
+
+/* This warp's share of keys [first, end) for one query q (shared memory): keys first + warp·KEYS + j·DA_WARPS·KEYS and
+ * the KEYS - 1 after each, their k̂ and v rows loaded together (a round costs one memory latency, not one a key), into
+ * an online softmax: the warp's running max m, sum l and output acc (lane l holds dims l, l + GPU_WARP, ...). */
+template <int PL, class Keys, class KV>
+__device__ __forceinline__ void warp_keys(const float *q, const KV *K, const KV *V, Keys key, int first, int end,
+                                          int dh, float scale, float &m, float &l, float (&acc)[PL]) {
+    constexpr int KEYS = WarpKeys<PL>::AT_ONCE;
+    const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
+    float qv[PL];
+#pragma unroll
+    for (int p = 0; p < PL; p++) qv[p] = lane + p * GPU_WARP < dh ? q[lane + p * GPU_WARP] : 0.0f;
+    for (int base = first + warp * KEYS; base < end; base += DA_WARPS * KEYS) {
+        float kx[KEYS][PL], vx[KEYS][PL];
+#pragma unroll
+        for (int k = 0; k < KEYS; k++) {
+            const bool valid = base + k < end;
+            const long at = valid ? key(base + k) : 0;
+#pragma unroll
+            for (int p = 0; p < PL; p++) {
+                const int i = lane + p * GPU_WARP;
+                kx[k][p] = valid && i < dh ? kv_value(K + at + i) : 0.0f;
+                vx[k][p] = valid && i < dh ? kv_value(V + at + i) : 0.0f;
+            }
+        }
+        float dot[KEYS];
+#pragma unroll
+        for (int k = 0; k < KEYS; k++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int p = 0; p < PL; p++) d += qv[p] * kx[k][p];
+            dot[k] = d;
+        }
+#pragma unroll
+        for (int k = 0; k < KEYS; k++) dot[k] = warp_sum(dot[k]) * scale;
+        float m_new = m;
+#pragma unroll
+        for (int k = 0; k < KEYS; k++)
+            if (base + k < end) m_new = fmaxf(m_new, dot[k]);
+        const float corr = expf(m - m_new); /* base < end: key base is there, m_new is finite */
+        l *= corr;
+#pragma unroll
+        for (int p = 0; p < PL; p++) acc[p] *= corr;
+#pragma unroll
+        for (int k = 0; k < KEYS; k++)
+            if (base + k < end) {
+                const float e = expf(dot[k] - m_new);
+                l += e;
+#pragma unroll
+                for (int p = 0; p < PL; p++) acc[p] += e * vx[k][p];
+            }
+        m = m_new;
+    }
+}
+
+/* One query row (qrow) of one head over keys first..last, pieces z, z + Z, ... of their cut (cut_keys; part NULL: one
+ * piece, and Z must be 1). Each piece by the block's first DA_WARPS warps (warp_keys), their results combined in warp
+ * order. One piece: the output row itself. Several: each piece's unnormalised output, max and sum into part
+ * [n][dh + 2]; the block whose release add on *count completes the n-th piece combines them, in piece order, into
+ * orow and leaves *count zero. sm: DA_SMEM_FLOATS. Ends with a barrier (the block's threads all take it, or none). */
+template <int PL, class Keys, class KV>
 __device__ __forceinline__ void attend_query(float *orow, const float *qrow, const KV *K, const KV *V, Keys key,
-                                             int first, int last, int dh, float scale, float *sm) {
+                                             int first, int last, int dh, float scale, float *part, unsigned *count,
+                                             int z, int Z, float *sm) {
     const int lane = threadIdx.x % GPU_WARP, warp = threadIdx.x / GPU_WARP;
     float *q = sm, *wm = q + DA_MAX_DH, *wl = wm + DA_WARPS, *wo = wl + DA_WARPS; /* wo [DA_WARPS][DA_MAX_DH] */
+    unsigned *combine = reinterpret_cast<unsigned *>(wo + DA_WARPS * DA_MAX_DH);
+    const KeyPieces cut = cut_keys(last - first + 1, part != nullptr);
+    if (z >= cut.n) return;
     for (int i = threadIdx.x; i < dh; i += blockDim.x) q[i] = qrow[i];
     __syncthreads();
-    if (warp < DA_WARPS) {
-        float m = -INFINITY, l = 0.0f, acc[DA_MAX_PER_LANE];
-        for (int k = 0; k < DA_MAX_PER_LANE; k++) acc[k] = 0.0f;
-        for (int s = first + warp; s <= last; s += DA_WARPS) {
-            const long at = key(s);
-            const KV *kr = K + at;
-            float dot = 0.0f;
-            for (int i = lane; i < dh; i += GPU_WARP) dot += q[i] * kv_value(kr + i);
-            dot = warp_sum(dot) * scale;
-            const float m_new = fmaxf(m, dot);
-            const float corr = expf(m - m_new), p = expf(dot - m_new);
-            l = l * corr + p;
-            const KV *vr = V + at;
-            int k = 0;
-            for (int i = lane; i < dh; i += GPU_WARP, k++) acc[k] = acc[k] * corr + p * kv_value(vr + i);
-            m = m_new;
+    for (int piece = z; piece < cut.n; piece += Z) {
+        const int from = first + piece * cut.size, end = min(last + 1, from + cut.size);
+        if (warp < DA_WARPS) {
+            float m = -INFINITY, l = 0.0f, acc[PL];
+#pragma unroll
+            for (int p = 0; p < PL; p++) acc[p] = 0.0f;
+            warp_keys<PL>(q, K, V, key, from, end, dh, scale, m, l, acc);
+            if (lane == 0) wm[warp] = m, wl[warp] = l;
+#pragma unroll
+            for (int p = 0; p < PL; p++)
+                if (lane + p * GPU_WARP < dh) wo[warp * DA_MAX_DH + lane + p * GPU_WARP] = acc[p];
         }
-        if (lane == 0) wm[warp] = m, wl[warp] = l;
-        int k = 0;
-        for (int i = lane; i < dh; i += GPU_WARP, k++) wo[warp * DA_MAX_DH + i] = acc[k];
-    }
-    __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < DA_WARPS; w++) M = fmaxf(M, wm[w]);
-    float L = 0.0f;
-    for (int w = 0; w < DA_WARPS; w++) L += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - M);
-    for (int i = threadIdx.x; i < dh; i += blockDim.x) {
-        float o = 0.0f;
-        for (int w = 0; w < DA_WARPS; w++)
-            if (wm[w] != -INFINITY) o += wo[w * DA_MAX_DH + i] * expf(wm[w] - M);
-        orow[i] = o / L;
+        __syncthreads();
+        float M = -INFINITY;
+        for (int w = 0; w < DA_WARPS; w++) M = fmaxf(M, wm[w]);
+        float L = 0.0f;
+        for (int w = 0; w < DA_WARPS; w++) L += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - M);
+        float *out = cut.n == 1 ? orow : part + (long)piece * (dh + 2);
+        for (int i = threadIdx.x; i < dh; i += blockDim.x) {
+            float o = 0.0f;
+            for (int w = 0; w < DA_WARPS; w++)
+                if (wm[w] != -INFINITY) o += wo[w * DA_MAX_DH + i] * expf(wm[w] - M);
+            out[i] = cut.n == 1 ? o / L : o;
+        }
+        if (cut.n > 1 && threadIdx.x == 0) out[dh] = M, out[dh + 1] = L;
+        __syncthreads(); /* the piece is written; wm, wl, wo are free again */
+        if (cut.n == 1) continue;
+        if (threadIdx.x == 0) {
+            const bool done = gk_atomic_add_release(count, 1u) == (unsigned)cut.n - 1;
+            if (done) { /* every piece's release add is before this acquire: their writes are visible */
+                (void)gk_load_acquire(count);
+                *count = 0u;
+            }
+            *combine = done;
+        }
+        __syncthreads();
+        if (!*combine) continue;
+        float MP = -INFINITY, LP = 0.0f;
+        for (int p = 0; p < cut.n; p++) MP = fmaxf(MP, part[(long)p * (dh + 2) + dh]);
+        for (int p = 0; p < cut.n; p++)
+            LP += part[(long)p * (dh + 2) + dh + 1] * expf(part[(long)p * (dh + 2) + dh] - MP);
+        for (int i = threadIdx.x; i < dh; i += blockDim.x) {
+            float o = 0.0f;
+            for (int p = 0; p < cut.n; p++)
+                o += part[(long)p * (dh + 2) + i] * expf(part[(long)p * (dh + 2) + dh] - MP);
+            orow[i] = o / LP;
+        }
     }
     __syncthreads();
 }
 
-/* Query t of sequence b, head h, of the same-length cache [B, max_len, Hkv·dh] (n new rows a sequence at p0..). */
+/* attend_query in the form dh takes. */
+template <class Keys, class KV>
+__device__ __forceinline__ void attend_query_dh(float *orow, const float *qrow, const KV *K, const KV *V, Keys key,
+                                                int first, int last, int dh, float scale, float *part,
+                                                unsigned *count, int z, int Z, float *sm) {
+    if (dh <= DA_PER_LANE_128 * GPU_WARP)
+        attend_query<DA_PER_LANE_128>(orow, qrow, K, V, key, first, last, dh, scale, part, count, z, Z, sm);
+    else
+        attend_query<DA_MAX_PER_LANE>(orow, qrow, K, V, key, first, last, dh, scale, part, count, z, Z, sm);
+}
+/* Row `slot`'s (row·Hq + h) piece scratch, or NULL without it. */
+__device__ __forceinline__ float *piece_part(const GkAttnPieces &ap, long slot, int dh) {
+    return ap.partial ? ap.partial + slot * GK_ATTN_PIECES * (dh + 2) : nullptr;
+}
+
+/* Query t of sequence b, head h, of the same-length cache [B, max_len, Hkv·dh] (n new rows a sequence at p0..):
+ * pieces z, z + Z, ... of its keys. */
 template <class KV>
 __device__ __forceinline__ void attend_contiguous(float *O, const float *Q, const KV *Kc, const KV *Vc, int t, int h,
                                                   int b, int n, int p0, int max_len, int Hq, int Hkv, int dh,
-                                                  float scale, int window, float *sm) {
+                                                  float scale, int window, const GkAttnPieces &ap, int z, int Z,
+                                                  float *sm) {
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
     const int last = p0 + t; /* sees keys 0..last, or last-window+1..last in a sliding layer */
     const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
-    const long row = (long)b * n + t;
-    attend_query(O + row * Cq + (long)h * dh, Q + row * Cq + (long)h * dh, Kc, Vc,
-                 ContiguousKeys{(long)b * max_len * Ck + (long)j * dh, Ck}, first, last, dh, scale, sm);
+    const long row = (long)b * n + t, slot = row * Hq + h;
+    attend_query_dh(O + row * Cq + (long)h * dh, Q + row * Cq + (long)h * dh, Kc, Vc,
+                    ContiguousKeys{(long)b * max_len * Ck + (long)j * dh, Ck}, first, last, dh, scale,
+                    piece_part(ap, slot, dh), ap.count ? ap.count + slot : nullptr, z, Z, sm);
 }
 /* Row r of a ragged batch, head h: its sequence row_seq[r] at position row_pos[r]; key s of that sequence is row
- * table[seq, s / bt]·bt + s % bt of the pool's Kp / Vp [n_blocks·bt, Hkv·dh]. */
+ * table[seq, s / bt]·bt + s % bt of the pool's Kp / Vp [n_blocks·bt, Hkv·dh]. Pieces z, z + Z, ... of its keys. */
 template <class KV>
 __device__ __forceinline__ void attend_paged(float *O, const float *Q, const KV *Kp, const KV *Vp,
                                              const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
                                              int max_blocks, int bt, int r, int h, int Hq, int Hkv, int dh, float scale,
-                                             int window, float *sm) {
+                                             int window, const GkAttnPieces &ap, int z, int Z, float *sm) {
     const int G = Hq / Hkv, j = h / G, Cq = Hq * dh, Ck = Hkv * dh;
     const int last = row_pos[r];
     const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
-    attend_query(O + (long)r * Cq + (long)h * dh, Q + (long)r * Cq + (long)h * dh, Kp, Vp,
-                 PagedKeys{table + (long)row_seq[r] * max_blocks, bt, Ck, (long)j * dh}, first, last, dh, scale, sm);
+    const long slot = (long)r * Hq + h;
+    attend_query_dh(O + (long)r * Cq + (long)h * dh, Q + (long)r * Cq + (long)h * dh, Kp, Vp,
+                    PagedKeys{table + (long)row_seq[r] * max_blocks, bt, Ck, (long)j * dh}, first, last, dh, scale,
+                    piece_part(ap, slot, dh), ap.count ? ap.count + slot : nullptr, z, Z, sm);
 }
 
 /* Element k of a GkRowCopy (rows through optional index lists; row k / len, column k % len). */

@@ -240,11 +240,31 @@ int gk_cudnn_attention_backward(GkStream s, float *dQ, float *dK, float *dV, con
                                 int Hkv, int dh, int window);
 
 /* ---- cached decoding (gpu_decode_kernels.cu) ---- */
+/* Decoding attention's keys in pieces (flash-decoding): at batch 1 a (row, head) a block leaves most of the GPU idle
+ * and one block walks the whole context, a memory latency a few keys. With this scratch each (row, head)'s keys are
+ * cut into up to GK_ATTN_PIECES pieces of GK_ATTN_PIECE_KEYS keys or a multiple (the cut a function of the key count
+ * alone), attended by separate blocks at once; the block that finishes a (row, head)'s last piece combines the pieces
+ * in their order, so the bits do not depend on which block that is or on how blocks share the pieces. partial:
+ * [rows * Hq * GK_ATTN_PIECES, dh + 2] floats (each piece's unnormalised output, its max and its sum); count: rows * Hq
+ * words, zeroed once (the combining block leaves its word zero again). partial NULL: one piece a (row, head), no
+ * scratch (other bits). Pieces only where rows * Hq <= GK_ATTN_PIECE_ROWS_HEADS (past that the (row, head)s alone fill
+ * the GPU, and the scratch is not touched): gk_attn_piece_rows says how many rows' scratch that takes. */
+#define GK_ATTN_PIECES 16
+#define GK_ATTN_PIECE_KEYS 32
+#define GK_ATTN_PIECE_ROWS_HEADS 2048
+typedef struct {
+    float *partial;
+    unsigned *count;
+} GkAttnPieces;
+static inline long gk_attn_piece_rows(long max_rows, int Hq) {
+    const long cap = GK_ATTN_PIECE_ROWS_HEADS / (Hq > 0 ? Hq : 1);
+    return max_rows < cap ? max_rows : cap;
+}
 /* Attention of n new queries per sequence at positions p0..p0+n-1 over the cached keys 0..p0+n-1 (causal; with
  * window > 0 query q sees keys q-window+1..q), as cached_attention in src/infer/decode.c: Q, O [B*n, Hq*dh]; Kc, Vc
- * [B, max_len, Hkv*dh]. Deterministic. */
+ * [B, max_len, Hkv*dh]; pieces: scratch for B*n rows, or {NULL}. Deterministic. */
 void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, const float *Vc, int B, int n, int p0,
-                         int max_len, int Hq, int Hkv, int dh, int window);
+                         int max_len, int Hq, int Hkv, int dh, int window, GkAttnPieces pieces);
 /* dst[b*dst_stride + i] = src[b*src_stride + i] for i < len, b < rows (strided row copies, floats). */
 void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len, int rows);
 /* The same through index lists (device int32 [n]; NULL = the identity): dst[dst_idx[k]*dst_stride + i] =
@@ -310,15 +330,16 @@ void gk_cca_decode_rows(GkStream s, const GkCcaDecode *a);
  * index arrays on the device. Deterministic. */
 void gk_paged_decode_attention(GkStream s, float *O, const float *Q, const float *Kp, const float *Vp,
                                const int32_t *row_seq, const int32_t *row_pos, const int32_t *table, int max_blocks,
-                               int block_tokens, int N, int Hq, int Hkv, int dh, int window);
+                               int block_tokens, int N, int Hq, int Hkv, int dh, int window, GkAttnPieces pieces);
 /* The bf16 KV cache (--kv-dtype bf16): the same attention over bf16 k̂ / v (widened exactly, fp32 arithmetic in the
  * same order: the fp32 kernels' bits on the rounded values); the appends into it are gk_copy_rows_idx2_bf16's
  * (rounded nearest-even, as zy_f32_to_bf16). */
 void gk_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kc, const uint16_t *Vc, int B,
-                              int n, int p0, int max_len, int Hq, int Hkv, int dh, int window);
+                              int n, int p0, int max_len, int Hq, int Hkv, int dh, int window, GkAttnPieces pieces);
 void gk_paged_decode_attention_bf16(GkStream s, float *O, const float *Q, const uint16_t *Kp, const uint16_t *Vp,
                                     const int32_t *row_seq, const int32_t *row_pos, const int32_t *table,
-                                    int max_blocks, int block_tokens, int N, int Hq, int Hkv, int dh, int window);
+                                    int max_blocks, int block_tokens, int N, int Hq, int Hkv, int dh, int window,
+                                    GkAttnPieces pieces);
 
 /* ---- few-row products: decoding's steps (gpu_skinny.cu) ----
  * The bf16 runs' product (x rounded to bf16 nearest-even, bf16 weights, fp32 sums; the sums' order is not
@@ -369,8 +390,11 @@ typedef struct GkMergeNorm {
     float *out, *y, *rstd;
     const float *h, *res, *hs, *hb, *rs, *rb, *w;
 } GkMergeNorm;
-/* A bf16 CCA layer with the MLP router and top-1 experts for N <= GK_SKINNY_ROWS rows, each the one new row of its
- * sequence, as one launch whose blocks run the launches of a decoding step's layer as phases with a grid-wide barrier
+/* Rows the persistent layer takes (its 1-, 2- and 4-row forms, over a bf16 KV cache: each form is one huge kernel,
+ * minutes of nvcc a target, so the 8-row and fp32-cache ones are left to the launches). */
+#define GK_DECODE_LAYER_ROWS 4
+/* A bf16 CCA layer with the MLP router and top-1 experts for N <= GK_DECODE_LAYER_ROWS rows, each the one new row of
+ * its sequence, its cache bf16 (rows.kv_bf16), as one launch whose blocks run the launches of a decoding step's layer as phases with a grid-wide barrier
  * between them (every block resident at once: a cooperative launch): the previous layer's merge normed where it was
  * left here (merge_in), the projections of u (q | k straight into Xe's
  * new rows, row r's at r·TE + P, with the convolution state's P rows before them; vc, vd), the convolution at the
@@ -397,6 +421,7 @@ typedef struct GkDecodeLayer {
     const int32_t *att_seq, *att_pos, *att_table; /* the pool's (att_table NULL: the same-length cache) */
     int max_blocks, block_tokens, p0, max_len, window;
     float att_scale;
+    GkAttnPieces att_pieces;          /* scratch for N rows, or {NULL} */
     GkSkinnyOut o_proj;               /* from attn_out, K = Hq·dh */
     GkMergeNorm merge_attn;           /* x_mid, u from the output projection and x */
     GkSkinnyOut router_down;          /* from u, K = D */

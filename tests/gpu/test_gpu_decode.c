@@ -574,13 +574,14 @@ static void pool_refusals(GpuTest *t, const ZayaConfig *cfg) {
 
 /* ---- the pool step's own kernels alone (a failure here names the kernel before the model-level lockstep) ------- */
 
-/* gk_paged_decode_attention vs a double reference: three sequences (37, 1 and 20 tokens) whose blocks lie shuffled
- * over the pool, rows for the last 6 positions of the first (a prefill piece) and the last of the others (decode
- * rows), GQA, a window. Every pool row no sequence owns, and every table entry past a sequence's blocks, is NaN or
- * points at NaN rows: a key read outside [max(0, pos-W+1), pos] of the row's own sequence shows as a NaN. */
-static void check_paged_attention(GpuTest *t, int Hq, int Hkv, int dh, int bt, int window) {
+/* gk_paged_decode_attention vs a double reference: three sequences (long_seq, 1 and 20 tokens) whose blocks lie
+ * shuffled over the pool, rows for the last 6 positions of the first (a prefill piece) and the last of the others
+ * (decode rows), GQA, a window; with the key pieces' scratch (its counts left zero) and without. Every pool row no
+ * sequence owns, and every table entry past a sequence's blocks, is NaN or points at NaN rows: a key read outside
+ * [max(0, pos-W+1), pos] of the row's own sequence shows as a NaN. */
+static void check_paged_attention(GpuTest *t, int Hq, int Hkv, int dh, int bt, int window, int long_seq) {
     enum { NS = 3 };
-    const int lens[NS] = {37, 1, 20}, news[NS] = {6, 1, 1};
+    const int lens[NS] = {long_seq, 1, 20}, news[NS] = {6, 1, 1};
     const int Cq = Hq * dh, Ck = Hkv * dh, G = Hq / Hkv;
     int MB = 0, used = 0, N = 0;
     for (int i = 0; i < NS; i++) {
@@ -616,7 +617,7 @@ static void check_paged_attention(GpuTest *t, int Hq, int Hkv, int dh, int bt, i
         for (int k = 0; k < news[i]; k++, r++) seq[r] = i, pos[r] = lens[i] - news[i] + k;
     float *Q = gt_rand(t, (size_t)N * Cq, 1.0f), *O = gt_host(t, (size_t)N * Cq);
     const double scale = (float)(1.0 / sqrt((double)dh));
-    double *sc = malloc(sizeof(double) * 64), *acc = malloc(sizeof(double) * dh);
+    double *sc = malloc(sizeof(double) * (size_t)long_seq), *acc = malloc(sizeof(double) * dh);
     for (int r = 0; sc && acc && r < N; r++)
         for (int h = 0; h < Hq; h++) {
             const int last = pos[r], first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
@@ -639,13 +640,26 @@ static void check_paged_attention(GpuTest *t, int Hq, int Hkv, int dh, int bt, i
             for (int i = 0; i < dh; i++) O[(size_t)r * Cq + (size_t)h * dh + i] = (float)(acc[i] / sum);
         }
     free(sc), free(acc);
-    float *d_O = gt_poison(t, (size_t)N * Cq);
-    gk_paged_decode_attention(t->g->stream, d_O, gt_up(t, Q, (size_t)N * Cq), gt_up(t, K, nkv), gt_up(t, V, nkv),
-                              gt_up_i(t, seq, N), gt_up_i(t, pos, N), gt_up_i(t, table, (size_t)NS * MB), MB, bt, N, Hq,
-                              Hkv, dh, window);
-    char nm[128];
-    snprintf(nm, sizeof nm, "paged attention Hq%d Hkv%d dh%d bt%d W%d", Hq, Hkv, dh, bt, window);
-    gt_check(t, nm, d_O, O, (size_t)N * Cq, 1e-5);
+    const float *d_Q = gt_up(t, Q, (size_t)N * Cq), *d_K = gt_up(t, K, nkv), *d_V = gt_up(t, V, nkv);
+    const int32_t *d_seq = gt_up_i(t, seq, N), *d_pos = gt_up_i(t, pos, N), *d_table = gt_up_i(t, table, (size_t)NS * MB);
+    for (int pieces = 0; pieces < 2; pieces++) {
+        float *d_O = gt_poison(t, (size_t)N * Cq);
+        GkAttnPieces ap = {0};
+        if (pieces)
+            ap = (GkAttnPieces){.partial = gt_poison(t, (size_t)N * Hq * GK_ATTN_PIECES * (dh + 2)),
+                                .count = gt_dev(t, (size_t)N * Hq * sizeof(unsigned))};
+        gk_paged_decode_attention(t->g->stream, d_O, d_Q, d_K, d_V, d_seq, d_pos, d_table, MB, bt, N, Hq, Hkv, dh,
+                                  window, ap);
+        char nm[160];
+        snprintf(nm, sizeof nm, "paged attention Hq%d Hkv%d dh%d bt%d W%d, lengths %d 1 20, %s", Hq, Hkv, dh, bt, window,
+                 long_seq, pieces ? "key pieces" : "one block a row");
+        gt_check(t, nm, d_O, O, (size_t)N * Cq, 1e-5);
+        if (!pieces) continue;
+        const int32_t *counts = gt_down_i(t, (const int32_t *)(const void *)ap.count, (size_t)N * Hq);
+        int left = 0;
+        for (int i = 0; i < N * Hq; i++) left += counts[i] != 0;
+        gt_assert(t, left == 0, nm, "%d piece counts not left zero", left);
+    }
 }
 
 /* gk_copy_rows_idx (both index lists: rows scattered by a permutation, gathered with repeats, strided), and
@@ -715,10 +729,12 @@ static void check_ragged_kernels(GpuTest *t) {
     }
     /* attention through a block table: GQA 3 and 4, MHA; head_dim 256 (the kernel's limit: 8 values a lane), 48 (not
      * a multiple of the warp), 16; 1-, 5- and 16-token blocks; no window, windows shorter than the prefill piece */
-    check_paged_attention(t, 6, 2, 256, 5, 0);
-    check_paged_attention(t, 4, 4, 48, 1, 7);
-    check_paged_attention(t, 8, 2, 16, 16, 3);
-    check_paged_attention(t, 4, 1, 32, 4, 1);
+    check_paged_attention(t, 6, 2, 256, 5, 0, 37);
+    check_paged_attention(t, 4, 4, 48, 1, 7, 37);
+    check_paged_attention(t, 8, 2, 16, 16, 3, 37);
+    check_paged_attention(t, 4, 1, 32, 4, 1, 37);
+    check_paged_attention(t, 8, 2, 128, 16, 0, 700); /* 700 keys: 11 pieces of 64 */
+    check_paged_attention(t, 8, 2, 128, 16, 300, 700); /* a window of 300: 10 pieces of 32, not from 0 */
     gt_reset(t);
 }
 

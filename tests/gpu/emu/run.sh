@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU kernel sources run on the CPU (cuda_emu.h): the grouped expert GEMM (test_expert_gemm.cpp), the tensor-core flash
 # attention (test_attention_tc.cpp) and the fp32 one with its sliding windows (test_attention_fp32.cpp), forward and
-# backward, and cached decoding's attention over a bf16 KV cache against the fp32 one (test_decode_attention.cpp),
+# backward, and cached decoding's attention over a bf16 KV cache against the fp32 one, its keys in pieces and not,
+# blocks at once sharing a (row, head)'s pieces (test_decode_attention.cpp),
 # each against a double-precision reference, the cross-entropy with its bf16 gradient (test_xent.cpp), and the
 # optimizer's AdamW pass with its bf16 weight copy (test_adamw.cpp) against the CPU's own adamw_elem bit for bit, and
 # decoding's few-row products with the experts' SwiGLU and combine (test_skinny.cpp), and the CCA convolution's

@@ -9,6 +9,11 @@
  *   of v rows, by at most 2^-9 ≈ 2e-3 of its size; k̂'s moves each score by at most scale·Σ|q_i k_i|·2^-9, about
  *   (1/8)·64·(1/4)·2^-9 ≈ 4e-3 here (q and k̂ uniform in [-1, 1), dh 64), so the softmax weights by at most ≈ 8e-3
  *   relative. The sum, ≈ 1e-2, bounds the relative L2 error; typical errors are a few times smaller.
+ * Each case runs twice: with the key pieces' scratch (GkAttnPieces: contexts past 32 keys cut into pieces attended by
+ * separate blocks and combined by the last one, which must leave its count zero) and without it (one block walks them
+ * all); both against the reference; and blocks running at once sharing a (row, head)'s pieces (as the persistent
+ * layer's blocks do) giving the launches' bits. Contexts of 1-16 keys (one piece) and 41-601 (2-10 pieces, windows across pieces,
+ * head dims 64, 128 and 256: the kernels' two register forms).
  * Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
 #include "gpu_decode_kernels.cu"
@@ -38,6 +43,18 @@ static double rel_l2(const std::vector<float> &a, const std::vector<float> &b) {
     return std::sqrt(num / (den > 0 ? den : 1));
 }
 
+/* The key pieces' scratch for `rows` rows of Hq heads (its counts zeroed, as the decoding scratch's), or none. */
+struct Pieces {
+    std::vector<float> partial;
+    std::vector<unsigned> count;
+    bool on;
+    Pieces(bool on_, int rows, int Hq, int dh)
+        : partial(on_ ? (size_t)rows * Hq * GK_ATTN_PIECES * (dh + 2) : 0, NAN), count(on_ ? (size_t)rows * Hq : 0, 0),
+          on(on_) {}
+    GkAttnPieces arg() { return on ? GkAttnPieces{partial.data(), count.data()} : GkAttnPieces{nullptr, nullptr}; }
+    bool counts_zero() const { return std::all_of(count.begin(), count.end(), [](unsigned c) { return c == 0; }); }
+};
+
 /* The three checks of the header on one result: bf16 kernel out16, fp32 kernel on the rounded cache out_r, fp32
  * kernel on the fp32 cache out32, the double reference on the rounded values ref. */
 static void check_results(const char *tag, const std::vector<float> &out16, const std::vector<float> &out_r,
@@ -54,7 +71,7 @@ static void check_results(const char *tag, const std::vector<float> &out16, cons
 }
 
 /* The same-length cache [B, max_len, Hkv·dh]: n new queries per sequence at p0.. over keys 0..p0+n-1. */
-static void contiguous_case(int B, int n, int p0, int Hq, int Hkv, int dh, int window) {
+static void contiguous_case(int B, int n, int p0, int Hq, int Hkv, int dh, int window, bool pieces) {
     const int T = p0 + n, max_len = T + 3, Cq = Hq * dh, Ck = Hkv * dh;
     const std::vector<float> Qall = rand_vec((size_t)B * T * Cq, 1), K = rand_vec((size_t)B * T * Ck, 1),
                              V = rand_vec((size_t)B * T * Ck, 1);
@@ -73,7 +90,8 @@ static void contiguous_case(int B, int n, int p0, int Hq, int Hkv, int dh, int w
             bad += K16[c] != ref_bf16(K[s]) || V16[c] != ref_bf16(V[s]);
         }
     char tag[128], what[200];
-    std::snprintf(tag, sizeof tag, "cache B%d n%d p0 %d Hq%d Hkv%d dh%d window %d", B, n, p0, Hq, Hkv, dh, window);
+    std::snprintf(tag, sizeof tag, "cache B%d n%d p0 %d Hq%d Hkv%d dh%d window %d, %s", B, n, p0, Hq, Hkv, dh, window,
+                  pieces ? "key pieces" : "one block a row");
     std::snprintf(what, sizeof what, "%s: the bf16 append rounds as zy_f32_to_bf16 (%zu differ)", tag, bad);
     report(bad == 0, what);
     for (size_t i = 0; i < K32.size(); i++) Kr[i] = widen(K16[i]), Vr[i] = widen(V16[i]);
@@ -82,10 +100,15 @@ static void contiguous_case(int B, int n, int p0, int Hq, int Hkv, int dh, int w
     for (int b = 0; b < B; b++)
         std::memcpy(&Q[(size_t)b * n * Cq], &Qall[((size_t)b * T + p0) * Cq], (size_t)n * Cq * sizeof(float));
     std::vector<float> out16(Q.size(), NAN), out_r(Q.size(), NAN), out32(Q.size(), NAN);
+    Pieces sp(pieces, B * n, Hq, dh);
     gk_decode_attention_bf16(nullptr, out16.data(), Q.data(), K16.data(), V16.data(), B, n, p0, max_len, Hq, Hkv, dh,
-                             window);
-    gk_decode_attention(nullptr, out_r.data(), Q.data(), Kr.data(), Vr.data(), B, n, p0, max_len, Hq, Hkv, dh, window);
-    gk_decode_attention(nullptr, out32.data(), Q.data(), K32.data(), V32.data(), B, n, p0, max_len, Hq, Hkv, dh, window);
+                             window, sp.arg());
+    gk_decode_attention(nullptr, out_r.data(), Q.data(), Kr.data(), Vr.data(), B, n, p0, max_len, Hq, Hkv, dh, window,
+                        sp.arg());
+    gk_decode_attention(nullptr, out32.data(), Q.data(), K32.data(), V32.data(), B, n, p0, max_len, Hq, Hkv, dh, window,
+                        sp.arg());
+    std::snprintf(what, sizeof what, "%s: the piece counts left zero", tag);
+    report(sp.counts_zero(), what);
     /* the reference: full causal attention over the rounded values, its last n rows per sequence */
     std::vector<float> Kt((size_t)B * T * Ck), Vt(Kt.size());
     for (size_t i = 0; i < Kt.size(); i++) Kt[i] = widen(ref_bf16(K[i])), Vt[i] = widen(ref_bf16(V[i]));
@@ -99,12 +122,18 @@ static void contiguous_case(int B, int n, int p0, int Hq, int Hkv, int dh, int w
 
 /* A block pool of n_blocks·bt rows: sequences of lengths len[i] in blocks handed out in a shuffled order, the step's
  * rows the last n[i] positions of each (appended through the index copy, as pool_append_attend does). */
-static void paged_case(int Hq, int Hkv, int dh, int bt, int window) {
-    const int S = 3, lens[S] = {9, 14, 1}, news[S] = {2, 3, 1}, Cq = Hq * dh, Ck = Hkv * dh;
-    const int max_blocks = 4, n_blocks = 12;
+static void paged_case(int Hq, int Hkv, int dh, int bt, int window, bool long_seqs, bool pieces) {
+    constexpr int S = 3;
+    const int short_lens[S] = {9, 14, 1}, long_lens[S] = {150, 37, 1}, news[S] = {2, 3, 1}, Cq = Hq * dh, Ck = Hkv * dh;
+    const int *lens = long_seqs ? long_lens : short_lens;
+    int max_blocks = 0, n_blocks = 0;
+    for (int i = 0; i < S; i++) max_blocks = std::max(max_blocks, (lens[i] + bt - 1) / bt), n_blocks += (lens[i] + bt - 1) / bt;
+    n_blocks += 2; /* two never handed out */
     std::vector<int32_t> table((size_t)S * max_blocks, -1), row_seq, row_pos, phys;
     std::vector<int32_t> order(n_blocks);
-    for (int i = 0; i < n_blocks; i++) order[i] = (i * 7 + 3) % n_blocks; /* 7 is prime to 12: a permutation */
+    int step = 7;
+    while (std::__gcd(step, n_blocks) != 1) step += 2;
+    for (int i = 0; i < n_blocks; i++) order[i] = (i * step + 3) % n_blocks; /* step prime to n_blocks: a permutation */
     int next = 0;
     for (int i = 0; i < S; i++)
         for (int k = 0; k < (lens[i] + bt - 1) / bt; k++) table[(size_t)i * max_blocks + k] = order[next++];
@@ -133,17 +162,21 @@ static void paged_case(int Hq, int Hkv, int dh, int bt, int window) {
             bad += K16[c] != ref_bf16(K[s]) || V16[c] != ref_bf16(V[s]);
         }
     char tag[128], what[200];
-    std::snprintf(tag, sizeof tag, "pool bt %d Hq%d Hkv%d dh%d window %d", bt, Hq, Hkv, dh, window);
+    std::snprintf(tag, sizeof tag, "pool bt %d Hq%d Hkv%d dh%d window %d, lengths %d %d %d, %s", bt, Hq, Hkv, dh, window,
+                  lens[0], lens[1], lens[2], pieces ? "key pieces" : "one block a row");
     std::snprintf(what, sizeof what, "%s: the bf16 pool append rounds as zy_f32_to_bf16 (%zu differ)", tag, bad);
     report(bad == 0, what);
     for (size_t i = 0; i < pool; i++) Kr[i] = widen(K16[i]), Vr[i] = widen(V16[i]);
     std::vector<float> out16(Q.size(), NAN), out_r(Q.size(), NAN), out32(Q.size(), NAN);
+    Pieces sp(pieces, N, Hq, dh);
     gk_paged_decode_attention_bf16(nullptr, out16.data(), Q.data(), K16.data(), V16.data(), q_seq.data(),
-                                   q_pos.data(), table.data(), max_blocks, bt, N, Hq, Hkv, dh, window);
+                                   q_pos.data(), table.data(), max_blocks, bt, N, Hq, Hkv, dh, window, sp.arg());
     gk_paged_decode_attention(nullptr, out_r.data(), Q.data(), Kr.data(), Vr.data(), q_seq.data(), q_pos.data(),
-                              table.data(), max_blocks, bt, N, Hq, Hkv, dh, window);
+                              table.data(), max_blocks, bt, N, Hq, Hkv, dh, window, sp.arg());
     gk_paged_decode_attention(nullptr, out32.data(), Q.data(), K32.data(), V32.data(), q_seq.data(), q_pos.data(),
-                              table.data(), max_blocks, bt, N, Hq, Hkv, dh, window);
+                              table.data(), max_blocks, bt, N, Hq, Hkv, dh, window, sp.arg());
+    std::snprintf(what, sizeof what, "%s: the piece counts left zero", tag);
+    report(sp.counts_zero(), what);
     /* the reference, one query row at a time over its sequence's rounded keys (in position order) */
     std::vector<double> ref(Q.size());
     const double sc = 1.0 / std::sqrt((double)dh);
@@ -171,14 +204,54 @@ static void paged_case(int Hq, int Hkv, int dh, int bt, int window) {
     check_results(tag, out16, out_r, out32, ref);
 }
 
+/* Blocks sharing a (row, head)'s key pieces while running at once, as the persistent layer's do: Z virtual blocks a
+ * (row, head) strided over the grid (cooperative: all blocks' threads together, so the sanitizer sees a combine that
+ * read another block's piece without the count's release and acquire as a race). */
+template <class KV>
+__global__ void shared_pieces_kernel(float *O, const float *Q, const KV *Kc, const KV *Vc, int B, int p0, int max_len,
+                                     int Hq, int Hkv, int dh, float scale, GkAttnPieces ap, int Z) {
+    GK_DYNAMIC_SMEM_T(float, sm);
+    for (int vb = blockIdx.x; vb < B * Hq * Z; vb += gridDim.x)
+        attend_contiguous(O, Q, Kc, Vc, 0, vb / B % Hq, vb % B, 1, p0, max_len, Hq, Hkv, dh, scale, 0, ap,
+                          vb / (B * Hq), Z, sm);
+}
+/* One new row a sequence at p0 (bf16 cache): the launches' result, and the blocks' at once sharing the pieces, Z a
+ * (row, head) over `blocks` blocks: the same bits, and the counts left zero. */
+static void shared_pieces_case(int B, int p0, int Hq, int Hkv, int dh, int Z, int blocks) {
+    const int max_len = p0 + 1, Cq = Hq * dh, Ck = Hkv * dh;
+    std::vector<uint16_t> K16((size_t)B * max_len * Ck), V16(K16.size());
+    for (size_t i = 0; i < K16.size(); i++) K16[i] = ref_bf16(urand()), V16[i] = ref_bf16(urand());
+    const std::vector<float> Q = rand_vec((size_t)B * Cq, 1);
+    std::vector<float> want(Q.size(), NAN), got(Q.size(), NAN);
+    Pieces a(true, B, Hq, dh), b(true, B, Hq, dh);
+    gk_decode_attention_bf16(nullptr, want.data(), Q.data(), K16.data(), V16.data(), B, 1, p0, max_len, Hq, Hkv, dh, 0,
+                             a.arg());
+    GK_LAUNCH_COOPERATIVE(shared_pieces_kernel<uint16_t>, dim3(blocks), dim3(DA_THREADS), DA_SMEM_FLOATS * sizeof(float),
+                          nullptr, got.data(), Q.data(), K16.data(), V16.data(), B, p0, max_len, Hq, Hkv, dh,
+                          (float)(1.0 / std::sqrt((double)dh)), b.arg(), Z);
+    char what[200];
+    std::snprintf(what, sizeof what, "B%d p0 %d Hq%d dh%d: %d keys' pieces shared %d a (row, head) over %d blocks at once: "
+                  "the launches' bits, the counts left zero", B, p0, Hq, dh, p0 + 1, Z, blocks);
+    report(same_bits(want, got) && b.counts_zero(), what);
+}
+
 int main(int argc, char **argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0; /* the sanitizer run */
-    contiguous_case(2, 3, 13, 4, 2, 64, 0); /* 2 query heads a kv head, plain causal */
-    paged_case(2, 2, 64, 4, 0);             /* one query head a kv head, blocks of 4 */
-    if (!quick) {
-        contiguous_case(1, 1, 40, 2, 1, 64, 7);  /* one new token, a sliding window */
-        contiguous_case(2, 2, 5, 2, 2, 128, 0);  /* dh 128: several values a lane */
-        paged_case(4, 2, 64, 5, 6);              /* a window across block edges */
+    shared_pieces_case(1, 100, 2, 1, 64, 4, 3); /* four pieces; blocks taking 2-3 virtual blocks each */
+    if (!quick) shared_pieces_case(2, 200, 2, 2, 128, 3, 5);
+    for (bool pieces : {true, false}) {
+        contiguous_case(2, 3, 13, 4, 2, 64, 0, pieces);  /* 2 query heads a kv head, plain causal */
+        paged_case(2, 2, 64, 4, 0, false, pieces);       /* one query head a kv head, blocks of 4 */
+        contiguous_case(1, 2, 40, 2, 1, 64, 0, pieces);  /* 41-42 keys: two pieces */
+        if (quick) continue;
+        contiguous_case(1, 1, 40, 2, 1, 64, 7, pieces);  /* one new token, a sliding window */
+        contiguous_case(2, 2, 5, 2, 2, 128, 0, pieces);  /* dh 128: several values a lane */
+        paged_case(4, 2, 64, 5, 6, false, pieces);       /* a window across block edges */
+        contiguous_case(1, 1, 600, 2, 1, 64, 0, pieces);    /* 601 keys: ten pieces of 64 */
+        contiguous_case(1, 1, 300, 2, 1, 128, 100, pieces); /* a window of 100 keys: four pieces, not at 0 */
+        contiguous_case(1, 1, 70, 1, 1, 256, 0, pieces);    /* dh 256: the wider form, three pieces */
+        paged_case(2, 2, 64, 16, 0, true, pieces);          /* 150 keys in blocks of 16: five pieces; 37: two */
+        paged_case(2, 1, 128, 8, 45, true, pieces);         /* windows of 45 across pieces and blocks */
     }
     std::printf("gpu-emu: %d passed, %d failed (decode attention, bf16 KV cache, warp of %d lanes)\n", emu_passed(),
                 emu_failed(), GPU_WARP);

@@ -4,11 +4,13 @@
  * the merge normed, as gpu_norms.cu runs gpu_norms.cuh's row body), bit for bit in every buffer the layer writes: Xe,
  * Ye, the queries, k̂ and v in the cache, the convolution state and kept values, attention, the projections, both
  * merges and norms, the router's state, logits, probabilities, choice and gate, the experts' activations and output.
- * 1, 2 and 3 rows (the 1-, 2- and 4-row forms), fp32 and bf16 caches, the same-length cache and a block pool with its
- * tables out of order, grids of 1, 2, 3 and 7 blocks (phases with more virtual blocks than real ones, and fewer), alone
+ * 1, 2 and 3 rows (the 1-, 2- and 4-row forms) over a bf16 cache, the same-length cache and a block pool with its
+ * tables out of order, contexts of one piece of keys and of three (GkAttnPieces: a (row, head)'s pieces shared over
+ * two blocks here, a block each in the launches), grids of 1, 2, 3, 7 and 9 blocks (phases with more virtual blocks
+ * than real ones, and fewer), alone
  * and as a middle layer of a chain (the previous layer's merge run first, its own left to the next: at 1-2 rows every
  * block merging every row, at 3 a block a row and a barrier); the
- * refusals (too many rows, a convolution of several new rows) launching nothing; and the barrier's own probe
+ * refusals (5 rows, an fp32 cache, a convolution of several new rows) launching nothing; and the barrier's own probe
  * (gk_grid_sync_probe). --quick: the first case only (the
  * sanitizer's run: a phase reading what another block writes without the grid barrier between is a reported race).
  * Prints "gpu-emu: N passed, N
@@ -60,11 +62,12 @@ struct Shape {
     int N, kv_bf16, paged, blocks;
     int chained; /* a middle layer of a chain: the previous layer's merge run first here, this one's left to the next
                     (and the next one's projections prefetched) */
+    int p0 = 3;  /* the new row's position: 3, one piece of keys; 70, three pieces (GK_ATTN_PIECE_KEYS 32) */
 };
 
 constexpr int D = 64, Hq = 4, Hkv = 2, dh = 16, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
 constexpr int k0 = 2, k1 = 2, P = (k0 - 1) + (k1 - 1), TE = P + 1, R = 16, E = 4, classes = E + 1, I = 32, rd = 8;
-constexpr int MAX_LEN = 8, P0 = 3, BT = 2, MAX_BLOCKS = MAX_LEN / BT;
+constexpr int MAX_LEN = 72, BT = 8, MAX_BLOCKS = MAX_LEN / BT;
 
 /* The layer's step over fresh random state: its descriptor, and the sizes of everything it writes (for the checks). */
 struct Layer {
@@ -98,13 +101,15 @@ static void build(Layer &L, const Shape &s, uint64_t seed) {
     float *cosv = b.f((size_t)MAX_LEN * rd / 2), *sinv = b.f((size_t)MAX_LEN * rd / 2), *temp = b.f(Hkv);
     for (int h = 0; h < Hkv; h++) temp[h] = 1.0f + 0.25f * temp[h];
     /* the same-length cache: sequence r in slot r (conv state P·C floats a sequence, vd_prev half); the pool: sequence
-     * r in slot slots − 1 − r, its table a permutation of blocks, positions P0 for every row */
+     * r in slot slots − 1 − r, its table a permutation of blocks, positions p0 for every row */
     int32_t *seq_slot = b.i(N), *xrow = b.i(N), *xin = b.i(N), *xout = b.i(N), *pos = b.i(N), *row_seq = b.i(N);
     int32_t *first = b.i(N), *last = b.i(N), *kv_row = b.i(N), *table = b.i((size_t)N * MAX_BLOCKS);
+    const int P0 = s.p0;
     for (int r = 0; r < N; r++) {
         seq_slot[r] = slots - 1 - r, xrow[r] = r * TE + P, xin[r] = r * TE, xout[r] = r * TE + 1, pos[r] = P0;
         row_seq[r] = r, first[r] = r, last[r] = r;
-        for (int k = 0; k < MAX_BLOCKS; k++) table[r * MAX_BLOCKS + k] = (seq_slot[r] * MAX_BLOCKS + (k * 3 + 1) % MAX_BLOCKS);
+        for (int k = 0; k < MAX_BLOCKS; k++) /* 2 is prime to MAX_BLOCKS (9): a permutation */
+            table[r * MAX_BLOCKS + k] = seq_slot[r] * MAX_BLOCKS + (k * 2 + 1) % MAX_BLOCKS;
         kv_row[r] = table[r * MAX_BLOCKS + P0 / BT] * BT + P0 % BT;
     }
     float *conv_state = s.paged ? state : b.f((size_t)N * P * C), *vd_prev = s.paged ? state + (long)P * C : b.f((size_t)N * half);
@@ -154,6 +159,9 @@ static void build(Layer &L, const Shape &s, uint64_t seed) {
     if (s.paged) d.att_seq = row_seq, d.att_pos = pos, d.att_table = table;
     d.max_blocks = MAX_BLOCKS, d.block_tokens = BT, d.p0 = P0, d.max_len = MAX_LEN, d.window = 0;
     d.att_scale = 0.25f;
+    const size_t slots_heads = (size_t)N * Hq;
+    d.att_pieces = GkAttnPieces{b.f(slots_heads * GK_ATTN_PIECES * (dh + 2)), reinterpret_cast<unsigned *>(b.i(slots_heads))};
+    std::memset(d.att_pieces.count, 0, slots_heads * sizeof(unsigned)); /* as the decoding scratch's */
     d.o_proj = GkSkinnyOut{wo, proj, D, D, nullptr};
     d.merge_attn = GkMergeNorm{x_mid, u, rstd, proj, x, hs, hb, rs, rb, post_norm};
     d.router_down = GkSkinnyOut{wrd, z, R, R, nullptr};
@@ -183,6 +191,8 @@ static void build(Layer &L, const Shape &s, uint64_t seed) {
     L.out("v cache", v_cache, kv_floats * 4);
     L.out("conv state", conv_state, s.paged ? (size_t)slots * slot_state * 4 : (size_t)N * P * C * 4);
     L.out("vd_prev", vd_prev, s.paged ? 0 : (size_t)N * half * 4);
+    L.out("attention's pieces", d.att_pieces.partial, s.p0 > GK_ATTN_PIECE_KEYS ? slots_heads * GK_ATTN_PIECES * (dh + 2) * 4 : 0);
+    L.out("attention's piece counts", d.att_pieces.count, slots_heads * 4);
 }
 
 /* The launches gk_decode_layer replaces, in the decoding step's order. */
@@ -196,16 +206,16 @@ static void launches(const GkDecodeLayer &d) {
     if (d.att_table && d.rows.kv_bf16)
         gk_paged_decode_attention_bf16(nullptr, d.attn_out, d.query, (const uint16_t *)d.k_cache,
                                        (const uint16_t *)d.v_cache, d.att_seq, d.att_pos, d.att_table, MAX_BLOCKS, BT, N,
-                                       Hq, Hkv, dh, 0);
+                                       Hq, Hkv, dh, 0, d.att_pieces);
     else if (d.att_table)
         gk_paged_decode_attention(nullptr, d.attn_out, d.query, (const float *)d.k_cache, (const float *)d.v_cache,
-                                  d.att_seq, d.att_pos, d.att_table, MAX_BLOCKS, BT, N, Hq, Hkv, dh, 0);
+                                  d.att_seq, d.att_pos, d.att_table, MAX_BLOCKS, BT, N, Hq, Hkv, dh, 0, d.att_pieces);
     else if (d.rows.kv_bf16)
         gk_decode_attention_bf16(nullptr, d.attn_out, d.query, (const uint16_t *)d.k_cache, (const uint16_t *)d.v_cache,
-                                 N, 1, P0, MAX_LEN, Hq, Hkv, dh, 0);
+                                 N, 1, d.p0, MAX_LEN, Hq, Hkv, dh, 0, d.att_pieces);
     else
-        gk_decode_attention(nullptr, d.attn_out, d.query, (const float *)d.k_cache, (const float *)d.v_cache, N, 1, P0,
-                            MAX_LEN, Hq, Hkv, dh, 0);
+        gk_decode_attention(nullptr, d.attn_out, d.query, (const float *)d.k_cache, (const float *)d.v_cache, N, 1, d.p0,
+                            MAX_LEN, Hq, Hkv, dh, 0, d.att_pieces);
     gk_skinny_mm(nullptr, d.attn_out, Cq, N, Cq, &d.o_proj, 1);
     merge_ref(d.merge_attn, N, D, d.eps);
     gk_skinny_mm(nullptr, d.u, D, N, D, &d.router_down, 1);
@@ -227,8 +237,9 @@ static void layer_case(const Shape &s) {
     launches(want.d);
     const int rc = gk_decode_layer(nullptr, &got.d);
     char what[160];
-    std::snprintf(what, sizeof what, "%d row(s), %s cache, %s, %d block(s)%s", s.N, s.kv_bf16 ? "bf16" : "fp32",
-                  s.paged ? "pool" : "same-length", s.blocks, s.chained ? ", chained" : "");
+    std::snprintf(what, sizeof what, "%d row(s), %s cache, %s, %d block(s)%s, position %d", s.N,
+                  s.kv_bf16 ? "bf16" : "fp32", s.paged ? "pool" : "same-length", s.blocks, s.chained ? ", chained" : "",
+                  s.p0);
     report(rc == 0, (std::string(what) + ": launched").c_str());
     std::string bad;
     for (size_t i = 0; i < want.outputs.size(); i++) {
@@ -245,6 +256,9 @@ static void layer_case(const Shape &s) {
     }
     for (int r = 0; r < s.N; r++) routed_rows() += want.d.choice[r] >= 0 && want.d.choice[r] < E;
     report(bad.empty(), (std::string(what) + ": every buffer bit for bit" + (bad.empty() ? "" : " — differ:" + bad)).c_str());
+    unsigned counts = 0;
+    for (int i = 0; i < s.N * Hq; i++) counts |= want.d.att_pieces.count[i] | got.d.att_pieces.count[i];
+    report(counts == 0, (std::string(what) + ": attention's piece counts left zero").c_str());
 }
 
 int main(int argc, char **argv) {
@@ -252,20 +266,24 @@ int main(int argc, char **argv) {
     const bool quick = argc > 1 && !std::strcmp(argv[1], "--quick"); /* one case: the sanitizer's run */
     layer_case({2, 1, 1, 3, 1});
     if (!quick) {
-        layer_case({1, 0, 0, 3, 1});
+        layer_case({1, 1, 1, 9, 1, 70}); /* three pieces of keys: two blocks a (row, head) here, one a piece launched */
+        layer_case({2, 1, 0, 3, 0, 70});
+        layer_case({1, 1, 0, 3, 1});
         layer_case({3, 1, 0, 3, 0});
-        layer_case({2, 0, 0, 2, 0});
+        layer_case({2, 1, 0, 2, 0});
         layer_case({1, 1, 1, 3, 0});
-        layer_case({3, 0, 1, 1, 0});
+        layer_case({3, 1, 1, 1, 0});
         layer_case({3, 1, 1, 7, 1});
-        layer_case({2, 0, 1, 1, 1});
+        layer_case({2, 1, 1, 1, 1});
     }
     {
         Layer L;
-        build(L, {2, 0, 0, 3, 0}, 7);
-        L.d.N = 9;
-        report(gk_decode_layer(nullptr, &L.d) == -1, "9 rows refused");
-        L.d.N = 2, L.d.TE = P + 2;
+        build(L, {2, 1, 0, 3, 0}, 7);
+        L.d.N = 5;
+        report(gk_decode_layer(nullptr, &L.d) == -1, "5 rows refused");
+        L.d.N = 2, L.d.rows.kv_bf16 = 0;
+        report(gk_decode_layer(nullptr, &L.d) == -1, "an fp32 cache refused");
+        L.d.rows.kv_bf16 = 1, L.d.TE = P + 2;
         report(gk_decode_layer(nullptr, &L.d) == -1, "two new rows a sequence refused");
     }
     report(routed_rows() > 0, "some rows went through an expert's products");
