@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,9 +18,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <linux/futex.h>
 #include <memory>
 #include <mutex>
+#include <sys/syscall.h>
 #include <thread>
+#include <unistd.h>
 #include <type_traits>
 #include <vector>
 
@@ -93,30 +97,34 @@ inline gpuError_t gpuGetLastError() { return gpuSuccess; }
 inline gpuError_t gpuFuncSetAttribute(const void *, int, int) { return gpuSuccess; }
 
 namespace emu {
-/* A barrier of n threads (arrive_and_drop: arrives and leaves for good, as a thread that has returned). On its own
- * mutex and condition variable, not std::barrier: libstdc++'s atomic waits (std::barrier's, std::semaphore's) share a
- * global table of counters whose read-modify-writes the thread sanitizer takes as synchronisation between any threads
- * that wait, which hid races between blocks (a piece combined before another block wrote it went unreported). */
+/* A barrier of n threads (arrive_and_drop: arrives and leaves for good, as a thread that has returned). Its own
+ * atomics carry the order (the arrivals' acquire-release adds on one word, then the completing thread's release of the
+ * phase, which the waiters acquire) and a raw futex only puts waiters to sleep. Not std::barrier: libstdc++'s atomic
+ * waits share a process-wide table of counters whose read-modify-writes the thread sanitizer takes as synchronisation
+ * between any threads that wait, which hid races between blocks (a piece combined before another block wrote it went
+ * unreported); nor a mutex and condition variable, whose wake-ups queue on the mutex (the suite took twice as long). */
 class Barrier {
-    std::mutex m_;
-    std::condition_variable cv_;
-    unsigned expected_, arrived_ = 0, phase_ = 0;
-    void complete() { /* under m_ */
-        arrived_ = 0, phase_++;
-        cv_.notify_all();
+    std::atomic<uint64_t> count_; /* expected << 32 | arrived */
+    std::atomic<uint32_t> phase_{0};
+    void complete(uint32_t arrived) {
+        count_.fetch_sub(arrived, std::memory_order_relaxed); /* no one arrives until the phase moves */
+        phase_.fetch_add(1, std::memory_order_release);
+        syscall(SYS_futex, reinterpret_cast<uint32_t *>(&phase_), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
     }
 
   public:
-    explicit Barrier(unsigned n) : expected_(n) {}
+    explicit Barrier(unsigned n) : count_((uint64_t)n << 32) {}
     void arrive_and_wait() {
-        std::unique_lock<std::mutex> lock(m_);
-        const unsigned phase = phase_;
-        if (++arrived_ == expected_) return complete();
-        cv_.wait(lock, [&] { return phase_ != phase; });
+        const uint32_t phase = phase_.load(std::memory_order_acquire);
+        const uint64_t now = count_.fetch_add(1, std::memory_order_acq_rel) + 1;
+        if ((uint32_t)now == (uint32_t)(now >> 32)) return complete((uint32_t)now);
+        while (phase_.load(std::memory_order_acquire) == phase)
+            syscall(SYS_futex, reinterpret_cast<uint32_t *>(&phase_), FUTEX_WAIT_PRIVATE, phase, nullptr, nullptr, 0);
     }
     void arrive_and_drop() {
-        std::lock_guard<std::mutex> lock(m_);
-        if (--expected_ == arrived_ && arrived_ > 0) complete();
+        const uint64_t was = count_.fetch_sub((uint64_t)1 << 32, std::memory_order_acq_rel);
+        const uint32_t arrived = (uint32_t)was, expected = (uint32_t)(was >> 32) - 1;
+        if (arrived > 0 && arrived == expected) complete(arrived);
     }
 };
 
