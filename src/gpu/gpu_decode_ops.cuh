@@ -113,7 +113,7 @@ __device__ __forceinline__ void warp_keys(const float *q, const KV *K, const KV 
 }
 
 /* One query row (qrow) of one head over keys first..last, pieces z, z + Z, ... of their cut (cut_keys; part NULL: one
- * piece, and Z must be 1). Each piece by the block's first DA_WARPS warps (warp_keys), their results combined in warp
+ * piece, which block z 0 takes). Each piece by the block's first DA_WARPS warps (warp_keys), their results combined in warp
  * order. One piece: the output row itself. Several: each piece's unnormalised output, max and sum into part
  * [n][dh + 2]; the block whose release add on *count completes the n-th piece combines them, in piece order, into
  * orow and leaves *count zero. sm: DA_SMEM_FLOATS. Ends with a barrier (the block's threads all take it, or none). */
