@@ -368,10 +368,10 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         printf("barrier      not measured: %s\n", probe_err.msg);
     const long layer_runs = gpu_model_decode_layer_runs(gm);
     if (gpu_model_decode_layer_persistent(gm))
-        printf("layers       one persistent kernel each at one-token steps: %ld layer runs (or captures) so far%s\n",
+        printf("layers       a one-token step's layers as one persistent kernel: %ld layer runs (or captures) so far%s\n",
                layer_runs, layer_runs ? "" : " (none: refused, or a model it does not take)");
     else
-        printf("layers       as their launches (ZAYA_GPU_DECODE_LAYER=persistent: one kernel a layer)\n");
+        printf("layers       as their launches (ZAYA_GPU_DECODE_LAYER=persistent: one kernel a step)\n");
     printf("prefill      %d x %d tokens in %.4f s: %.0f tokens/s\n", batch, context, prefill,
            (double)batch * context / prefill);
     printf("decode       %d steps of %d token%s after a %d-token context: median %.3f ms/step (p90 %.3f), %.0f "

@@ -115,7 +115,7 @@ __device__ __forceinline__ unsigned gk_load_acquire(const unsigned *p) {
 #endif
 }
 
-/* A persistent kernel's grid-wide barrier (gk_decode_layer): every block's writes before it are visible to every block
+/* A persistent kernel's grid-wide barrier (gk_decode_layers): every block's writes before it are visible to every block
  * after it. bar: one zeroed word of device memory owned by the kernel's launches. Each block's first thread adds to it
  * once, with release, and waits, with acquire, for its top bit to flip: every block adds 1 but block 0, which adds
  * 2^31 - (blocks - 1), so the last arrival's add flips the bit and leaves the low bits zero again, ready for the next

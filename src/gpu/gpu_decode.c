@@ -19,7 +19,11 @@ typedef struct {
     float *z[2];
     LayerActs moe;   /* the MoE block's buffers (u_mlp = u; router state in z[]) */
     float *last_rows, *logits;
-    unsigned *barrier; /* gk_decode_layer's grid barrier: a word, zeroed when created */
+    unsigned *barrier; /* gk_decode_layers' grid barrier: a word, zeroed when created */
+    /* the persistent kernel's layer plans (gk_decode_plan) for r + 1 rows at plans + r·L·gk_decode_plan_bytes(),
+     * written at the first step of that many rows (plan_state 1; -1: refused, the step runs as launches) */
+    unsigned char *plans;
+    signed char plan_state[GK_DECODE_LAYER_ROWS];
     GkAttnPieces pieces; /* attention's key pieces (gpu_kernels.h): scratch for the rows that use them */
     size_t piece_words;  /* pieces.count's words, zeroed when created */
 } GpuDecodeScratch;
@@ -63,6 +67,8 @@ static void carve_rows(ZyCarver *cv, GpuDecodeScratch *s, const ZayaConfig *f, s
     s->pieces.partial = ZY_CARVE_F(cv, piece_rows * Hq * GK_ATTN_PIECES * (f->head_dim + 2));
     s->piece_words = piece_rows * Hq;
     s->pieces.count = (unsigned *)(void *)ZY_CARVE_I(cv, s->piece_words);
+    const size_t sets = N < GK_DECODE_LAYER_ROWS ? N : GK_DECODE_LAYER_ROWS;
+    s->plans = (unsigned char *)ZY_CARVE_F(cv, sets * f->num_layers * (gk_decode_plan_bytes() / sizeof(float)));
 }
 
 /* The words the kernels count in, zeroed once (each use leaves them zero). */
@@ -292,18 +298,18 @@ static void decode_conv(GpuModel *gm, const LayerWeights *W, float *Ye, float *M
 }
 
 /* CCA's rows after the convolution (gk_cca_decode_rows) for the same-length cache's n new rows a sequence at len. */
-static GkCcaDecode cca_rows_desc(const GpuKVCache *c, const LayerWeights *W, int l, int n) {
+static GkCcaDecode cca_rows_desc(const GpuKVCache *c, const LayerWeights *W, int l, int n, int len) {
     const ZayaConfig *f = &c->gm->cfg;
     const GpuDecodeScratch *s = &c->s;
     const int B = c->batch, dh = f->head_dim, P = c->conv_pad, TE = P + n, Hq = f->num_heads, Hkv = f->num_kv_heads;
     const int C = (Hq + Hkv) * dh, half = Hkv * dh / 2;
     const LayerGeom g = layer_geom(c, l);
-    const long toff = (long)c->len * (g.rd / 2);
+    const long toff = (long)len * (g.rd / 2);
     return (GkCcaDecode){
         .Xe = s->Xe, .Ye = s->Ye, .TE = TE, .P = P, .vc = s->vc, .vd = s->vd, .vd_prev = c->vd_prev[l],
         .slot_stride = half, .temp = W->temp, .cosv = g.cos + toff, .sinv = g.sin + toff, .scale = sqrtf((float)dh),
         .eps = 1.1920928955078125e-07f, .query = s->query, .k_cache = c->k[l], .v_cache = c->v[l],
-        .kv_seq = c->max_len, .kv_p0 = c->len, .kv_bf16 = c->kv_bf16,
+        .kv_seq = c->max_len, .kv_p0 = len, .kv_bf16 = c->kv_bf16,
         .state = {.dst = c->conv_state[l], .dst_stride = (long)P * C, .src = s->Xe + (long)n * C,
                   .src_stride = (long)TE * C, .len = (long)P * C, .n = B},
         .N = B * n, .n = n, .Hq = Hq, .Hkv = Hkv, .dh = dh, .rd = g.rd};
@@ -329,7 +335,7 @@ static void cca_decode(GpuKVCache *c, const LayerWeights *W, int l, int n) {
     /* 3. q-k mean skip, 4. values (each sequence's first new row takes the previous token's vd, its last vd is kept),
      * 5. QK norm and 6. RoPE at the absolute positions p0.., k̂ and v into the cache, and 2.'s last P columns back
      * into the convolution state: one launch */
-    const GkCcaDecode d = cca_rows_desc(c, W, l, n);
+    const GkCcaDecode d = cca_rows_desc(c, W, l, n, c->len);
     gk_cca_decode_rows(st, &d);
     /* 7. attention over everything so far, and 8. the output projection */
     append_kv_attend(c, l, n, 0);
@@ -361,9 +367,7 @@ typedef struct DecodeAttend {
     const struct PoolStep *ps;
 } DecodeAttend;
 static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const LayerWeights *W, int l);
-static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
-                                   const LayerWeights *W, const LayerWeights *W_next, int l, const float *r_prev,
-                                   const float *next_norm, GkMergeNorm *left);
+static int decode_layers_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, int head);
 
 /* The MoE block's merge normed by the next layer's input norm (or the final norm) of layer W, as decode_layers runs
  * it. */
@@ -371,37 +375,25 @@ static GkMergeNorm mlp_merge(const GpuDecodeScratch *s, const LayerWeights *W, c
     return (GkMergeNorm){.out = s->x, .y = s->u, .rstd = s->rstd, .h = s->moe.moe_out, .res = s->x_mid,
                          .hs = W->mlp_hs, .hb = W->mlp_hb, .rs = W->mlp_rs, .rb = W->mlp_rb, .w = next_norm};
 }
-/* Runs a merge left by a persistent layer (m->out set) as a launch, and clears it. */
-static void run_merge(GpuModel *gm, GkMergeNorm *m, int N) {
-    if (!m->out) return;
-    gk_merge_rmsnorm_forward(gm->g.stream, m->out, m->y, m->rstd, m->h, m->res, m->hs, m->hb, m->rs, m->rb, m->w, N,
-                             gm->cfg.hidden_size, gm->cfg.rms_norm_eps);
-    *m = (GkMergeNorm){0};
-}
-
 /* The layer loop over the N rows of s (s->tokens on the device): embedding, then per layer the attention (CCA or MHA,
  * through a), the merge normed for the MoE block, the MoE block, and the merge normed by the next layer's input norm
  * (or the final norm: per row, so rows picked afterwards are exactly RMSNorm of theirs, as logits_rows computes them).
- * Leaves the final-normed rows in s->u. A persistent layer leaves its last merge to the next one's kernel, or to a
- * launch where the next runs as launches (or is the last). */
-static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a) {
+ * Leaves the final-normed rows in s->u. The layers run as one persistent kernel where it applies, else as launches;
+ * head: every row's logits are wanted, which that kernel then computes too (into s->logits [N, V]). Returns 1 when it
+ * did, else 0 (the caller's product). */
+static int decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, int head) {
     const ZayaConfig *f = &gm->cfg;
     const Weights *w = &gm->w;
     GkStream st = gm->g.stream;
     const int D = f->hidden_size;
     gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
     gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
+    const int ran = decode_layers_persistent(gm, s, N, a, head);
+    if (ran >= 0) return ran;
     const float *r_prev = NULL;
-    GkMergeNorm left = {0}; /* the last persistent layer's merge, while not yet run */
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
         const float *next_norm = l + 1 == f->num_layers ? w->final_norm : w->layers[l + 1].input_norm;
-        const LayerWeights *W_next = l + 1 < f->num_layers ? &w->layers[l + 1] : NULL;
-        if (decode_layer_persistent(gm, s, N, a, W, W_next, l, r_prev, next_norm, &left) == 0) {
-            r_prev = s->z[l & 1];
-            continue;
-        }
-        run_merge(gm, &left, N);
         decode_attend(a, f, W, l);
         gk_merge_rmsnorm_forward(st, s->x_mid, s->u, s->rstd, s->proj, s->x, W->attn_hs, W->attn_hb, W->attn_rs,
                                  W->attn_rb, W->post_norm, N, D, f->rms_norm_eps);
@@ -409,11 +401,12 @@ static void decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const Decode
         m->u_mlp = s->u;
         m->router_z = s->z[l & 1];
         gpu_moe_forward(gm, l, W, m, r_prev, N, 1);
-        GkMergeNorm merge = mlp_merge(s, W, next_norm);
-        run_merge(gm, &merge, N);
+        const GkMergeNorm merge = mlp_merge(s, W, next_norm);
+        gk_merge_rmsnorm_forward(st, merge.out, merge.y, merge.rstd, merge.h, merge.res, merge.hs, merge.hb, merge.rs,
+                                 merge.rb, merge.w, N, D, f->rms_norm_eps);
         r_prev = m->router_z;
     }
-    run_merge(gm, &left, N);
+    return 0;
 }
 
 /* One piece of n <= chunk tokens per sequence (host tokens in c->h_tokens [B, n]); host logits as decode_piece. */
@@ -427,7 +420,7 @@ static int decode_piece(GpuKVCache *c, int n, float *logits, int last_only, int 
     gm->failed = 0;
     gpu_upload_async(&gm->g, s->tokens, c->h_tokens, (size_t)N * sizeof(int32_t));
     DecodeAttend da = {.c = c, .n = n};
-    decode_layers(gm, s, N, &da);
+    const int logits_done = decode_layers(gm, s, N, &da, logits != NULL);
     if (gm->failed) {
         *err = gm->err;
         gpu_kvcache_reset(c); /* the layers' states are already overwritten: the cache is no longer consistent */
@@ -436,13 +429,15 @@ static int decode_piece(GpuKVCache *c, int n, float *logits, int last_only, int 
     c->len += n;
     if (!logits) return 0;
     const GpuLinear head = {.w = w->lm_head, .y = s->logits, .n = V, .ldy = V};
-    if (last_only) {
-        gk_copy_rows(st, s->last_rows, D, s->u + (long)(n - 1) * D, (long)n * D, D, B);
-        gpu_mm_wt_rows(gm, B, D, s->last_rows, D, &head, 1);
+    if (last_only) { /* logits_done: n is 1, the rows are the last ones */
+        if (!logits_done) {
+            gk_copy_rows(st, s->last_rows, D, s->u + (long)(n - 1) * D, (long)n * D, D, B);
+            gpu_mm_wt_rows(gm, B, D, s->last_rows, D, &head, 1);
+        }
         if (gm->failed) return *err = gm->err, -1;
         return gpu_download(&gm->g, logits, s->logits, (size_t)B * V * sizeof(float), err);
     }
-    gpu_mm_wt_rows(gm, N, D, s->u, D, &head, 1);
+    if (!logits_done) gpu_mm_wt_rows(gm, N, D, s->u, D, &head, 1);
     if (gpu_sync(&gm->g, "decoding", err)) return -1;
     for (int b = 0; b < B; b++)
         if (gpu_download(&gm->g, logits + ((long)b * n_total + t_off) * V, s->logits + (long)b * n * V,
@@ -860,22 +855,25 @@ static void decode_attend(const DecodeAttend *a, const ZayaConfig *f, const Laye
         (f->attention == ZY_ATTN_CCA ? cca_decode : mha_decode)(a->c, W, l, a->n);
 }
 
-/* Layer l of a step whose every sequence has one new row, as one persistent kernel (gk_decode_layer): the same
- * launches' bodies, the same bits. 0 when it ran; -1 (nothing launched) where it does not apply: the switch off, fp32,
- * MHA, the linear router or dense MLP, more rows than the few-row products take, per-phase timing, or a shape
- * gk_decode_layer refuses. W_next: the next layer's weights (its projections are asked of the L2 cache during the
- * experts), or NULL; next_norm: the next layer's input norm, or the final one. left: the previous persistent layer's
- * merge not yet run (out NULL: none), run first by this kernel; when it ran, this layer's own merge is left there in
- * turn. */
-static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a,
-                                   const LayerWeights *W, const LayerWeights *W_next, int l, const float *r_prev,
-                                   const float *next_norm, GkMergeNorm *left) {
+/* Whether a step of N rows can run its layers as one persistent kernel (before its plans): the switch on, bf16 with
+ * the few-row products, CCA, the MLP router and experts, no per-phase timing, a bf16 cache, every sequence one new
+ * row, at most GK_DECODE_LAYER_ROWS of them. */
+static int persistent_applies(const GpuModel *gm, int N, const DecodeAttend *a) {
     const ZayaConfig *f = &gm->cfg;
     if (!gpu_model_decode_layer_persistent(gm) || N > gpu_model_few_rows(gm) || gm->tm ||
         f->attention != ZY_ATTN_CCA || f->router != ZY_ROUTER_MLP || f->moe == ZY_MOE_DENSE)
-        return -1;
-    if (a->p ? a->ps->N != a->ps->n_seqs || a->ps->B1 : a->n != 1) return -1;
-    if (N > GK_DECODE_LAYER_ROWS || !(a->p ? a->p->kv_bf16 : a->c->kv_bf16)) return -1; /* the forms it has */
+        return 0;
+    if (a->p ? a->ps->N != a->ps->n_seqs || a->ps->B1 : a->n != 1) return 0;
+    return N >= 1 && N <= GK_DECODE_LAYER_ROWS && (a->p ? a->p->kv_bf16 : a->c->kv_bf16);
+}
+
+/* Layer l's descriptor for a step of N rows of one token each (the same-length cache's at position 0: the launch
+ * moves it to the step's). Each layer but the first runs the one before's last merge first; the last runs its own
+ * (the final norm). */
+static GkDecodeLayer layer_desc(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, int l) {
+    const ZayaConfig *f = &gm->cfg;
+    const Weights *w = &gm->w;
+    const LayerWeights *W = &w->layers[l], *W_next = l + 1 < f->num_layers ? &w->layers[l + 1] : NULL;
     const int D = f->hidden_size, dh = f->head_dim, Hq = f->num_heads, Hkv = f->num_kv_heads, R = f->router_hidden_size;
     const int Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
     const int P = a->p ? a->p->conv_pad : a->c->conv_pad, TE = P + 1;
@@ -892,9 +890,15 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
                        .hb = W->attn_hb, .rs = W->attn_rs, .rb = W->attn_rb, .w = W->post_norm},
         .router_down = {.w = gpu_bf16_of(gm, W->router_down_w), .y = m->router_z, .n = R, .ldy = R},
         .act = m->expert_act, .moe_out = m->moe_out, .w_gate_up = gpu_bf16_of(gm, W->expert_gate_up),
-        .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate, .merge_in = *left,
+        .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate,
         .N = N, .D = D, .Hq = Hq, .Hkv = Hkv, .dh = dh, .I = f->moe_intermediate_size, .E = f->num_experts,
         .eps = f->rms_norm_eps, .barrier = s->barrier, .att_pieces = s->pieces};
+    if (l > 0) d.merge_in = mlp_merge(s, &w->layers[l - 1], W->input_norm);
+    if (!W_next) { /* the final norm, and the logits' product (run where the step asks) */
+        d.merge_mlp = mlp_merge(s, W, w->final_norm);
+        d.head = (GkSkinnyOut){.w = gpu_bf16_of(gm, w->lm_head), .y = s->logits, .n = f->vocab_size,
+                               .ldy = f->vocab_size};
+    }
     /* q | k into Xe's new rows, vc, vd; the next layer's the same */
     for (int j = 0; j < (W_next ? 2 : 1); j++) {
         const LayerWeights *L = j ? W_next : W;
@@ -904,7 +908,7 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
         o[2] = (GkSkinnyOut){.w = gpu_bf16_of(gm, L->w_v_current), .y = s->vc, .n = half, .ldy = half};
         o[3] = (GkSkinnyOut){.w = gpu_bf16_of(gm, L->w_v_delayed), .y = s->vd, .n = half, .ldy = half};
     }
-    gpu_router_tail_desc(gm, W, m, r_prev, N, &d.tail);
+    gpu_router_tail_desc(gm, W, m, l > 0 ? s->z[(l - 1) & 1] : NULL, N, &d.tail);
     if (a->p) {
         const GpuKVPool *p = a->p;
         d.xe_state = (GkRowCopy){.dst = s->Xe, .dst_stride = C, .dst_idx = desc(p, D_XIN), .src = pool_conv_state(p, l),
@@ -917,14 +921,50 @@ static int decode_layer_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, con
         const GpuKVCache *c = a->c;
         d.xe_state = (GkRowCopy){.dst = s->Xe, .dst_stride = (long)TE * C, .src = c->conv_state[l],
                                  .src_stride = (long)P * C, .len = (long)P * C, .n = N};
-        d.rows = cca_rows_desc(c, W, l, 1);
+        d.rows = cca_rows_desc(c, W, l, 1, 0);
         d.k_cache = c->k[l], d.v_cache = c->v[l];
-        d.p0 = c->len, d.max_len = c->max_len, d.window = layer_geom(c, l).window;
+        d.p0 = 0, d.max_len = c->max_len, d.window = layer_geom(c, l).window;
     }
-    if (gk_decode_layer(gm->g.stream, &d)) return -1;
-    *left = mlp_merge(s, W, next_norm);
-    gm->decode_layer_runs++;
-    return 0;
+    return d;
+}
+
+/* The plans of a step of N rows on the device (NULL: the step runs as launches), *first its first layer's
+ * descriptor. Written and copied up at the first such step, then the same for every later one: a plan points at the
+ * model's weights and this cache's buffers, which stay where they are. A graph's capture finds them there (its step
+ * calls this before capturing), so the copy is never captured. */
+static const void *layer_plans(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, GkDecodeLayer *first) {
+    if (!persistent_applies(gm, N, a)) return NULL;
+    const int L = gm->cfg.num_layers;
+    const size_t bytes = gk_decode_plan_bytes() * (size_t)L;
+    unsigned char *plans = s->plans + (size_t)(N - 1) * bytes;
+    *first = layer_desc(gm, s, N, a, 0);
+    if (s->plan_state[N - 1]) return s->plan_state[N - 1] > 0 ? plans : NULL;
+    GkDecodeLayer *d = malloc((size_t)L * sizeof *d);
+    void *host = malloc(bytes);
+    ZyErr e;
+    s->plan_state[N - 1] = -1;
+    if (d && host) {
+        for (int l = 0; l < L; l++) d[l] = layer_desc(gm, s, N, a, l);
+        if (gk_decode_plan(d, L, host) == 0 && gpu_upload(&gm->g, plans, host, bytes, &e) == 0)
+            s->plan_state[N - 1] = 1;
+    }
+    free(d);
+    free(host);
+    return s->plan_state[N - 1] > 0 ? plans : NULL;
+}
+
+/* A step whose every sequence has one new row, its layers as one persistent kernel (gk_decode_layers): the same
+ * launches' bodies, the same bits. 0 when it ran (the final norm's rows in s->u), 1 when it also computed every row's
+ * logits into s->logits (head asked, and lm_head has its bf16 copy); -1, nothing launched, where it does not apply
+ * (persistent_applies, a shape gk_decode_plan refuses, a grid the device refuses). */
+static int decode_layers_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, int head) {
+    GkDecodeLayer first;
+    const void *plans = layer_plans(gm, s, N, a, &first);
+    head = head && gpu_bf16_of(gm, gm->w.lm_head); /* the last layer's plan has a head */
+    if (!plans || gk_decode_layers(gm->g.stream, &first, plans, gm->cfg.num_layers, a->p ? 0 : a->c->len, head))
+        return -1;
+    gm->decode_layer_runs += gm->cfg.num_layers;
+    return head;
 }
 
 /* The step's device work after its descriptors went up: the layers, then the rows that want logits through lm_head
@@ -933,8 +973,8 @@ static void pool_step_work(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int w
     const ZayaConfig *f = &gm->cfg;
     GpuDecodeScratch *s = &p->s;
     DecodeAttend da = {.p = p, .ps = ps};
-    decode_layers(gm, s, ps->N, &da);
-    if (!want_logits || gm->failed) return;
+    /* every row wanting logits: they are the rows in order (one token each, where the layers' kernel applies) */
+    if (decode_layers(gm, s, ps->N, &da, want_logits && ps->n_logits == ps->N) || !want_logits || gm->failed) return;
     gk_gather_rows(gm->g.stream, s->last_rows, s->u, desc(p, D_LOGIT), ps->n_logits, NULL, f->hidden_size);
     gpu_mm_wt_rows(gm, ps->n_logits, f->hidden_size, s->last_rows, f->hidden_size,
                    &(GpuLinear){.w = gm->w.lm_head, .y = s->logits, .n = f->vocab_size, .ldy = f->vocab_size}, 1);
@@ -978,6 +1018,8 @@ static struct StepGraph *pool_graph(GpuModel *gm, GpuKVPool *p, const PoolStep *
 
 /* pool_step_work as one graph launch where graphs are on, else as launches. */
 static void pool_step_run(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int want_logits) {
+    GkDecodeLayer first;
+    (void)layer_plans(gm, &p->s, ps->N, &(DecodeAttend){.p = p, .ps = ps}, &first); /* copied up outside a capture */
     struct StepGraph *g = pool_graph(gm, p, ps, want_logits);
     if (!g) {
         pool_step_work(gm, p, ps, want_logits);

@@ -1,9 +1,13 @@
-/* gpu_decode_layer: a decoding step's layer as one persistent kernel (gk_decode_layer, gpu_kernels.h). At batch 1 a
+/* gpu_decode_layer: a decoding step's layers as one persistent kernel (gk_decode_layers, gpu_kernels.h). At batch 1 a
  * layer's dozen small kernels cost more in launch gaps than in memory traffic; here one cooperative launch runs them
  * as phases, each block taking the phase's "virtual blocks" in turn (the launch's grid, strided over the real one)
- * with that launch's thread counts and order of sums, then a grid-wide barrier (gk_grid_sync) before the next phase.
- * The phases are the launches' own bodies (gpu_skinny.cuh, gpu_decode_ops.cuh, gpu_norms.cuh): the same bits. */
+ * with that launch's thread counts and order of sums, then a grid-wide barrier (gk_grid_sync) before the next phase,
+ * and the layers one after another the same way. The phases are the launches' own bodies (gpu_skinny.cuh,
+ * gpu_decode_ops.cuh, gpu_norms.cuh): the same bits. Each layer's descriptor and its products' arguments (a plan) are
+ * written once on the host and read from device memory into shared memory as the layer starts. */
 #include <stdint.h>
+
+#include <cstring>
 
 #include "gpu_common.cuh"
 #include "gpu_decode_ops.cuh"
@@ -21,27 +25,32 @@ constexpr int LAYER_WARPS = LAYER_THREADS / GPU_WARP;
  * row's merge costs about a load's latency, a barrier about as much (a guess until measured on a GPU). */
 constexpr int MERGE_EVERYWHERE_ROWS = 2;
 
-SkinnyArgs plain_args(const float *x, long ldx, int rows, int K, const GkSkinnyOut *outs, int n_outs) {
-    SkinnyArgs a = {};
-    a.x = x, a.ldx = ldx, a.rows = rows, a.K = K, a.n_outs = n_outs;
-    for (int j = 0; j < n_outs; j++) a.outs[j] = outs[j], a.n_units += outs[j].n;
-    return a;
-}
+/* A layer's plan: its descriptor and its product phases' arguments, written on the host (gk_decode_plan), copied into
+ * the block's shared memory as the layer starts (load_plan). */
+struct LayerPlan {
+    GkDecodeLayer a;
+    SkinnyArgs proj, o_proj, router_down, swiglu, down, next_proj, head;
+};
 
-/* One product phase: the launch's blocks blk = blockIdx.x, + gridDim.x, ... With bar set, the grid barrier before
- * the phase is taken here, after the block's first weight pieces were loaded (SK_PLAIN: weights are not written while
- * decoding), so they stream in while the barrier waits; the experts' rows depend on the router and load after it.
+/* One product phase: the launch's blocks blk = blockIdx.x, + gridDim.x, ..., after `before()` (a grid barrier, a
+ * merge), which runs once the block's first weight pieces were loaded (SK_PLAIN: weights are not written while
+ * decoding), so they stream in while it waits; the experts' rows depend on the router and load after it.
  * x: a.x, or this block's copy of those rows in shared memory (ldx unchanged). */
-template <int ROWS, int MODE>
-__device__ __forceinline__ void products(const SkinnyArgs &a, float *sm, unsigned *bar = nullptr,
-                                         const float *x = nullptr) {
+template <int ROWS, int MODE, class Before>
+__device__ __forceinline__ void products_after(const SkinnyArgs &a, float *sm, Before before, const float *x = nullptr) {
     const int threads = skinny_threads(a.K), blocks = skinny_blocks<MODE>(a.n_units);
     SkinnyPre<MODE> pre = skinny_prefetch<MODE>(a, blockIdx.x, threads); /* nothing past the last block */
-    if (bar) gk_grid_sync(bar);
+    before();
     for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
         if (blk != (int)blockIdx.x) pre = skinny_prefetch<MODE>(a, blk, threads);
         skinny_block<ROWS, MODE>(a, x ? x : a.x, blk, threads, sm, pre);
     }
+}
+/* The same with the grid barrier before it where bar is set. */
+template <int ROWS, int MODE>
+__device__ __forceinline__ void products(const SkinnyArgs &a, float *sm, unsigned *bar = nullptr,
+                                         const float *x = nullptr) {
+    products_after<ROWS, MODE>(a, sm, [&] { if (bar) gk_grid_sync(bar); }, x);
 }
 
 /* This block's virtual blocks' weight rows of a product phase, asked of the L2 cache (hints: the same bits). */
@@ -96,29 +105,51 @@ __device__ __forceinline__ void merge_norm_everywhere(const GkMergeNorm &m, int 
     __syncthreads(); /* ys, whole, to every thread */
 }
 
+/* Layer plan src into the block's copy dst. The same-length cache's layers are planned at position 0: p0 moves them
+ * to the step's (the one thing that changes from step to step). */
+__device__ __forceinline__ void load_plan(LayerPlan &dst, const LayerPlan *src, int p0) {
+    static_assert(sizeof(LayerPlan) % 8 == 0 && alignof(LayerPlan) <= 8, "copied in 8-byte words");
+    __syncthreads(); /* the layer before is done reading the copy */
+    const unsigned long long *from = reinterpret_cast<const unsigned long long *>(src);
+    unsigned long long *to = reinterpret_cast<unsigned long long *>(&dst);
+    for (int i = threadIdx.x; i < (int)(sizeof(LayerPlan) / 8); i += blockDim.x) to[i] = from[i];
+    __syncthreads();
+    if (threadIdx.x == 0 && !dst.a.att_table && p0) {
+        GkDecodeLayer &a = dst.a;
+        a.p0 += p0, a.rows.kv_p0 += p0;
+        a.rows.cosv += (long)p0 * (a.rows.rd / 2), a.rows.sinv += (long)p0 * (a.rows.rd / 2);
+    }
+    __syncthreads();
+}
+
+/* One layer's phases. after: a layer ran before it in this launch (its last writes need a barrier first); head: its
+ * head's product runs after its last merge. */
 template <int ROWS, class KV>
-__global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecodeLayer a, SkinnyArgs proj,
-                                                                        SkinnyArgs o_proj, SkinnyArgs router_down,
-                                                                        SkinnyArgs swiglu, SkinnyArgs down,
-                                                                        SkinnyArgs next_proj, int vec4, int ys_at) {
-    GK_DYNAMIC_SMEM_T(float, sm);
+__device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, bool head, bool vec4, float *sm,
+                                             float *ys) {
+    const GkDecodeLayer &a = plan.a;
     const int warp = threadIdx.x / GPU_WARP, N = a.N;
     const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
     const bool everywhere = N <= MERGE_EVERYWHERE_ROWS;
-    float *ys = sm + ys_at; /* everywhere: the merged rows normed, this block's copy */
 
-    /* 0., 1. the previous layer's merge normed, where it was left here; the projections of u (q | k into Xe's new
-     * rows), and the convolution state into Xe */
+    /* 0., 1. the previous layer's merge normed, where it was left here (its weights' first pieces loading across the
+     * barrier after the layer before); the projections of u (q | k into Xe's new rows), and the convolution state
+     * into Xe */
     if (a.merge_in.out && everywhere) {
-        merge_norm_everywhere(a.merge_in, N, a.D, a.eps, vec4, sm, ys);
-        products<ROWS, SK_PLAIN>(proj, sm, nullptr, ys);
+        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
+            if (after) gk_grid_sync(a.barrier);
+            merge_norm_everywhere(a.merge_in, N, a.D, a.eps, vec4, sm, ys);
+        }, ys);
     } else if (a.merge_in.out) {
-        merge_norm(a.merge_in, N, a.D, a.eps, vec4, sm);
-        products<ROWS, SK_PLAIN>(proj, sm, a.barrier);
+        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
+            if (after) gk_grid_sync(a.barrier);
+            merge_norm(a.merge_in, N, a.D, a.eps, vec4, sm);
+            gk_grid_sync(a.barrier);
+        });
     } else {
-        products<ROWS, SK_PLAIN>(proj, sm);
+        products<ROWS, SK_PLAIN>(plan.proj, sm, after ? a.barrier : nullptr);
     }
-    later_weights_l2(a, o_proj, router_down);
+    later_weights_l2(a, plan.o_proj, plan.router_down);
     const long state = row_copy_total(a.xe_state);
     copy_rows_range<float>(a.xe_state, GkRowCopy{}, state, state, gthread, gthreads);
     gk_grid_sync(a.barrier);
@@ -151,17 +182,17 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
     }
 
     /* 5. the output projection (its weights loading across the barrier) */
-    products<ROWS, SK_PLAIN>(o_proj, sm, a.barrier);
+    products<ROWS, SK_PLAIN>(plan.o_proj, sm, a.barrier);
     gk_grid_sync(a.barrier);
 
     /* 6., 7. the merge normed for the MoE block; the router's down projection (its weights loading across the barrier
      * where there is one) */
     if (everywhere) {
         merge_norm_everywhere(a.merge_attn, N, a.D, a.eps, vec4, sm, ys);
-        products<ROWS, SK_PLAIN>(router_down, sm, nullptr, ys);
+        products<ROWS, SK_PLAIN>(plan.router_down, sm, nullptr, ys);
     } else {
         merge_norm(a.merge_attn, N, a.D, a.eps, vec4, sm);
-        products<ROWS, SK_PLAIN>(router_down, sm, a.barrier);
+        products<ROWS, SK_PLAIN>(plan.router_down, sm, a.barrier);
     }
 
     /* 8. the router's tail, one block (its first hidden layer's weights loading across the barrier) */
@@ -174,18 +205,37 @@ __global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layer_kernel(GkDecode
 
     /* 9., 10. the experts: SwiGLU of the chosen expert's gate and up, then down with the gate (its rows asked of the
      * L2 cache first: the router has chosen them, and they stream in during SwiGLU and its barrier) */
-    products_l2<SK_DOWN>(down);
-    products<ROWS, SK_SWIGLU>(swiglu, sm);
-    /* the next layer's projections, to stream during this barrier, the down products and the launch between: the
-     * same grid takes the same virtual blocks there */
-    if (next_proj.n_outs) products_l2<SK_PLAIN>(next_proj);
+    products_l2<SK_DOWN>(plan.down);
+    products<ROWS, SK_SWIGLU>(plan.swiglu, sm);
+    /* the next layer's projections, to stream during this barrier, the down products and the barrier or launch
+     * between: the same grid takes the same virtual blocks there */
+    if (plan.next_proj.n_outs) products_l2<SK_PLAIN>(plan.next_proj);
     gk_grid_sync(a.barrier);
-    products<ROWS, SK_DOWN>(down, sm);
+    products<ROWS, SK_DOWN>(plan.down, sm);
 
-    /* 11. the merge normed for the next layer, unless left to the caller */
-    if (a.merge_mlp.out) {
-        gk_grid_sync(a.barrier);
-        merge_norm(a.merge_mlp, N, a.D, a.eps, vec4, sm);
+    /* 11. the merge normed for the next layer, unless left to the next layer or the caller; 12. the logits' product
+     * (its weights loading across the barrier where there is one) */
+    if (!a.merge_mlp.out) return;
+    if (head && everywhere) {
+        products_after<ROWS, SK_PLAIN>(plan.head, sm, [&] {
+            gk_grid_sync(a.barrier);
+            merge_norm_everywhere(a.merge_mlp, N, a.D, a.eps, vec4, sm, ys);
+        }, ys);
+        return;
+    }
+    gk_grid_sync(a.barrier);
+    merge_norm(a.merge_mlp, N, a.D, a.eps, vec4, sm);
+    if (head) products<ROWS, SK_PLAIN>(plan.head, sm, a.barrier);
+}
+
+template <int ROWS, class KV>
+__global__ void __launch_bounds__(LAYER_THREADS, 1) decode_layers_kernel(const LayerPlan *plans, int n_layers, int p0,
+                                                                         int head, int vec4, int ys_at, int plan_at) {
+    GK_DYNAMIC_SMEM_T(float, sm);
+    LayerPlan &plan = *reinterpret_cast<LayerPlan *>(sm + plan_at);
+    for (int l = 0; l < n_layers; l++) {
+        load_plan(plan, plans + l, p0);
+        layer_phases<ROWS, KV>(plan, l > 0, head && l + 1 == n_layers && plan.a.head.w, vec4 != 0, sm, sm + ys_at);
     }
 }
 
@@ -214,24 +264,82 @@ template <int ROWS> size_t layer_smem_floats(const GkDecodeLayer &a) {
     return (f + 3) / 4 * 4;
 }
 
-template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &a, bool vec4) {
-    const SkinnyArgs proj = plain_args(a.u, a.D, a.N, a.D, a.proj, 4);
-    const SkinnyArgs o_proj = plain_args(a.attn_out, (long)a.Hq * a.dh, a.N, a.Hq * a.dh, &a.o_proj, 1);
-    const SkinnyArgs router_down = plain_args(a.u, a.D, a.N, a.D, &a.router_down, 1);
-    SkinnyArgs swiglu = {}, down = {};
-    swiglu.x = a.u, swiglu.ldx = a.D, swiglu.rows = a.N, swiglu.K = a.D, swiglu.n_units = a.I;
-    swiglu.choice = a.choice, swiglu.w = a.w_gate_up, swiglu.w_stride = 2L * a.I * a.D, swiglu.E = a.E;
-    swiglu.I = a.I, swiglu.y = a.act, swiglu.ldy = a.I;
-    down.x = a.act, down.ldx = a.I, down.rows = a.N, down.K = a.I, down.n_units = a.D;
-    down.choice = a.choice, down.gate = a.gate, down.w = a.w_down, down.w_stride = (long)a.D * a.I, down.E = a.E;
-    down.y = a.moe_out, down.ldy = a.D;
-    /* the scratch, then (merges everywhere) the block's copy of the normed rows */
-    const size_t ys_at = layer_smem_floats<ROWS>(a);
-    const size_t smem = (ys_at + (a.N <= MERGE_EVERYWHERE_ROWS ? (size_t)a.N * a.D : 0)) * sizeof(float);
+SkinnyArgs plain_args(const float *x, long ldx, int rows, int K, const GkSkinnyOut *outs, int n_outs) {
+    SkinnyArgs a = {};
+    a.x = x, a.ldx = ldx, a.rows = rows, a.K = K, a.n_outs = n_outs;
+    for (int j = 0; j < n_outs; j++) a.outs[j] = outs[j], a.n_units += outs[j].n;
+    return a;
+}
+
+/* The plan of layer a: the launches' arguments of its product phases. */
+LayerPlan plan_of(const GkDecodeLayer &a) {
+    LayerPlan p;
+    std::memset(&p, 0, sizeof p); /* the padding too: the same layers, the same bytes */
+    p.a = a;
+    p.proj = plain_args(a.u, a.D, a.N, a.D, a.proj, 4);
+    p.o_proj = plain_args(a.attn_out, (long)a.Hq * a.dh, a.N, a.Hq * a.dh, &a.o_proj, 1);
+    p.router_down = plain_args(a.u, a.D, a.N, a.D, &a.router_down, 1);
+    SkinnyArgs &sw = p.swiglu, &dn = p.down;
+    sw.x = a.u, sw.ldx = a.D, sw.rows = a.N, sw.K = a.D, sw.n_units = a.I;
+    sw.choice = a.choice, sw.w = a.w_gate_up, sw.w_stride = 2L * a.I * a.D, sw.E = a.E;
+    sw.I = a.I, sw.y = a.act, sw.ldy = a.I;
+    dn.x = a.act, dn.ldx = a.I, dn.rows = a.N, dn.K = a.I, dn.n_units = a.D;
+    dn.choice = a.choice, dn.gate = a.gate, dn.w = a.w_down, dn.w_stride = (long)a.D * a.I, dn.E = a.E;
+    dn.y = a.moe_out, dn.ldy = a.D;
     /* the next layer's projections where given (all four, or none) */
-    const SkinnyArgs next_proj = plain_args(nullptr, a.D, a.N, a.D, a.next_proj, a.next_proj[0].w ? 4 : 0);
-    void (*kern)(GkDecodeLayer, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, SkinnyArgs, int, int) =
-        decode_layer_kernel<ROWS, KV>;
+    p.next_proj = plain_args(nullptr, a.D, a.N, a.D, a.next_proj, a.next_proj[0].w ? 4 : 0);
+    p.head = plain_args(a.u, a.D, a.N, a.D, &a.head, a.head.w ? 1 : 0);
+    return p;
+}
+
+/* The merges' vector form (1 where every merge's rows and vectors are on 16 bytes); -1: the merges would take
+ * different forms as launches. */
+int merges_vec4(const GkDecodeLayer &a) {
+    const GkMergeNorm &m1 = a.merge_attn;
+    const bool vec4 = can_vec4(a.D, {m1.out, m1.y, m1.h, m1.res, m1.hs, m1.hb, m1.rs, m1.rb, m1.w});
+    for (const GkMergeNorm *m : {&a.merge_in, &a.merge_mlp})
+        if (m->out && vec4 != can_vec4(a.D, {m->out, m->y, m->h, m->res, m->hs, m->hb, m->rs, m->rb, m->w}))
+            return -1;
+    return vec4;
+}
+
+/* Whether the phases take layer a's shapes: every product's (skinny_fits), the convolution's (gk_cca_conv_decode's),
+ * the rows' and attention's. */
+bool layer_fits(const GkDecodeLayer &a) {
+    const int Cq = a.Hq * a.dh, Ck = a.Hkv * a.dh;
+    if (a.N < 1 || a.N > GK_DECODE_LAYER_ROWS || !a.rows.kv_bf16 || a.D < 8 || a.D % 8 || Cq % 8 || a.I < 8 ||
+        a.I % 8 || a.E < 1 || !layer_al16(a.u) || !layer_al16(a.attn_out) || !layer_al16(a.act) || !a.barrier)
+        return false;
+    for (const GkSkinnyOut &o : {a.proj[0], a.proj[1], a.proj[2], a.proj[3], a.o_proj, a.router_down})
+        if (o.n < 1 || !o.y || !layer_al16(o.w)) return false;
+    for (const GkSkinnyOut &o : a.next_proj)
+        if (a.next_proj[0].w && (o.n < 1 || !o.w)) return false; /* all four, or none */
+    if (a.head.w && (a.head.n < 1 || !a.head.y || !layer_al16(a.head.w) || !a.merge_mlp.out)) return false;
+    if (!layer_al16(a.w_gate_up) || !layer_al16(a.w_down) || !router_tail_fits(a.tail) || a.tail.rows != a.N)
+        return false;
+    if (a.P < 0 || a.TE != a.P + 1 || a.C != Cq + Ck || a.dh <= 0 || a.dh > DA_MAX_DH || a.C % a.dh || a.k0 < 1 ||
+        a.k1 < 1 || a.k1 > CD_MAX_TAPS || a.Hkv <= 0 || a.Hq % a.Hkv || a.Hq / a.Hkv > 31 ||
+        cca_rows_threads(a.rows) > LAYER_THREADS || a.rows.N != a.N)
+        return false;
+    if (a.att_pieces.partial && (long)a.N * a.Hq > GK_ATTN_PIECE_ROWS_HEADS) return false; /* the launches leave them */
+    return merges_vec4(a) >= 0;
+}
+
+/* What the launch's shape depends on: the same in every layer of a launch. */
+bool same_launch(const GkDecodeLayer &a, const GkDecodeLayer &b) {
+    return a.N == b.N && a.D == b.D && a.Hq == b.Hq && a.Hkv == b.Hkv && a.dh == b.dh && a.I == b.I && a.E == b.E &&
+           a.k1 == b.k1 && cca_rows_smem_floats(a.rows) == cca_rows_smem_floats(b.rows) && a.barrier == b.barrier &&
+           a.blocks == b.blocks && !a.att_table == !b.att_table && merges_vec4(a) == merges_vec4(b);
+}
+
+template <int ROWS, class KV>
+int launch_layers(GkStream s, const GkDecodeLayer &a, const LayerPlan *plans, int n_layers, int p0, int head,
+                  bool vec4) {
+    /* the scratch, then (merges everywhere) the block's copy of the normed rows, then the layer's plan */
+    const size_t ys_at = layer_smem_floats<ROWS>(a);
+    const size_t plan_at = ys_at + (a.N <= MERGE_EVERYWHERE_ROWS ? ((size_t)a.N * a.D + 3) / 4 * 4 : 0);
+    const size_t smem = plan_at * sizeof(float) + sizeof(LayerPlan);
+    void (*kern)(const LayerPlan *, int, int, int, int, int, int) = decode_layers_kernel<ROWS, KV>;
     int blocks = a.blocks;
 #ifndef ZAYA_GPU_EMU
     static int fitting[3]; /* blocks that fit at once, per form (found once: the device does not change) */
@@ -253,41 +361,42 @@ template <int ROWS, class KV> int launch_layer(GkStream s, const GkDecodeLayer &
 #else
     if (blocks <= 0) blocks = 4;
 #endif
-    if (GK_LAUNCH_COOPERATIVE(kern, dim3(blocks), dim3(LAYER_THREADS), smem, s, a, proj, o_proj, router_down, swiglu,
-                              down, next_proj, (int)vec4, (int)ys_at) != gpuSuccess)
+    if (GK_LAUNCH_COOPERATIVE(kern, dim3(blocks), dim3(LAYER_THREADS), smem, s, plans, n_layers, p0, head,
+                              (int)vec4, (int)ys_at, (int)plan_at) != gpuSuccess)
         return (void)gpuGetLastError(), -1;
     return 0;
 }
 
 } // namespace
 
-extern "C" int gk_decode_layer(GkStream s, const GkDecodeLayer *layer) {
-    const GkDecodeLayer &a = *layer;
-    const int Cq = a.Hq * a.dh, Ck = a.Hkv * a.dh;
-    /* every product's shape (skinny_fits), the convolution's (gk_cca_conv_decode's), the rows' and attention's */
-    if (a.N < 1 || a.N > GK_DECODE_LAYER_ROWS || !a.rows.kv_bf16 || a.D < 8 || a.D % 8 || Cq % 8 || a.I < 8 || a.I % 8 || a.E < 1 ||
-        !layer_al16(a.u) || !layer_al16(a.attn_out) || !layer_al16(a.act) || !a.barrier)
-        return -1;
-    for (const GkSkinnyOut &o : {a.proj[0], a.proj[1], a.proj[2], a.proj[3], a.o_proj, a.router_down})
-        if (o.n < 1 || !o.y || !layer_al16(o.w)) return -1;
-    for (const GkSkinnyOut &o : a.next_proj)
-        if (a.next_proj[0].w && (o.n < 1 || !o.w)) return -1; /* all four, or none */
-    if (!layer_al16(a.w_gate_up) || !layer_al16(a.w_down) || !router_tail_fits(a.tail) || a.tail.rows != a.N)
-        return -1;
-    if (a.P < 0 || a.TE != a.P + 1 || a.C != Cq + Ck || a.dh <= 0 || a.dh > DA_MAX_DH || a.C % a.dh || a.k0 < 1 ||
-        a.k1 < 1 || a.k1 > CD_MAX_TAPS || a.Hkv <= 0 || a.Hq % a.Hkv || a.Hq / a.Hkv > 31 ||
-        cca_rows_threads(a.rows) > LAYER_THREADS || a.rows.N != a.N)
-        return -1;
-    const GkMergeNorm &m1 = a.merge_attn;
-    const bool vec4 = can_vec4(a.D, {m1.out, m1.y, m1.h, m1.res, m1.hs, m1.hb, m1.rs, m1.rb, m1.w});
-    for (const GkMergeNorm *m : {&a.merge_in, &a.merge_mlp})
-        if (m->out && vec4 != can_vec4(a.D, {m->out, m->y, m->h, m->res, m->hs, m->hb, m->rs, m->rb, m->w}))
-            return -1; /* the merges' launches would take different forms */
-    if (a.att_pieces.partial && (long)a.N * a.Hq > GK_ATTN_PIECE_ROWS_HEADS) return -1; /* the launches leave them */
+extern "C" size_t gk_decode_plan_bytes(void) { return sizeof(LayerPlan); }
+
+extern "C" int gk_decode_plan(const GkDecodeLayer *layers, int n_layers, void *plans) {
+    if (n_layers < 1 || !layers || !plans) return -1;
+    for (int l = 0; l < n_layers; l++) {
+        const GkDecodeLayer &a = layers[l];
+        if (!layer_fits(a) || !same_launch(a, layers[0])) return -1;
+        if (!a.att_table && (a.p0 || a.rows.kv_p0)) return -1; /* the same-length cache's layers: at position 0 */
+        /* a chain: each layer's last merge left to the next, which runs it first */
+        if ((l > 0 && !a.merge_in.out) || (l + 1 < n_layers && (a.merge_mlp.out || a.head.w))) return -1;
+    }
+    for (int l = 0; l < n_layers; l++) {
+        const LayerPlan p = plan_of(layers[l]);
+        std::memcpy(static_cast<unsigned char *>(plans) + (size_t)l * sizeof p, &p, sizeof p);
+    }
+    return 0;
+}
+
+extern "C" int gk_decode_layers(GkStream s, const GkDecodeLayer *first, const void *plans, int n_layers, int p0,
+                                int head) {
+    if (!first || !plans || n_layers < 1 || p0 < 0 || first->N < 1 || first->N > GK_DECODE_LAYER_ROWS) return -1;
+    const int vec4 = merges_vec4(*first);
+    if (vec4 < 0) return -1;
+    const LayerPlan *lp = static_cast<const LayerPlan *>(plans);
     static_assert(GK_DECODE_LAYER_ROWS == 4, "the forms below");
-    if (a.N <= 1) return launch_layer<1, uint16_t>(s, a, vec4);
-    if (a.N <= 2) return launch_layer<2, uint16_t>(s, a, vec4);
-    return launch_layer<4, uint16_t>(s, a, vec4);
+    if (first->N <= 1) return launch_layers<1, uint16_t>(s, *first, lp, n_layers, p0, head != 0, vec4);
+    if (first->N <= 2) return launch_layers<2, uint16_t>(s, *first, lp, n_layers, p0, head != 0, vec4);
+    return launch_layers<4, uint16_t>(s, *first, lp, n_layers, p0, head != 0, vec4);
 }
 
 extern "C" int gk_grid_sync_probe(GkStream s, unsigned *words, int blocks, int reps) {

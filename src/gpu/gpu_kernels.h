@@ -384,7 +384,7 @@ int gk_skinny_expert_swiglu(GkStream s, float *act, const float *x, const int32_
 int gk_skinny_expert_down(GkStream s, float *out, const float *act, const int32_t *choice, const float *gate,
                           const uint16_t *w_down, int rows, int I, int D, int E);
 
-/* ---- a decoding layer as one persistent kernel (gpu_decode_layer.cu) ---- */
+/* ---- a decoding step's layers as one persistent kernel (gpu_decode_layer.cu) ---- */
 /* The residual merge fused with RMSNorm of rows [N, D] (gk_merge_rmsnorm_forward's arguments). */
 typedef struct GkMergeNorm {
     float *out, *y, *rstd;
@@ -434,14 +434,25 @@ typedef struct GkDecodeLayer {
                                          out NULL: left to the caller (the next layer's merge_in, or a launch) */
     GkSkinnyOut next_proj[4];         /* the next layer's proj (w and n only; w NULL: none), asked of the L2 cache
                                          during the experts, each block its share as the next kernel's grid takes it */
+    GkSkinnyOut head;                 /* the last layer's: logits [N, V] = bf16(u) lm_headᵀ after its merge_mlp (u the
+                                         final norm's rows: gk_skinny_mm's bits), where the launch asks; w NULL: none */
     int N, D, Hq, Hkv, dh, I, E;
     float eps;
     unsigned *barrier;                /* a zeroed word on the device, this stream's own */
     int blocks;                       /* 0: as many as fit on the device at once (tests ask for fewer) */
 } GkDecodeLayer;
-/* Returns 0, or -1 having launched nothing (a shape the phases do not take: rows, alignment, widths; a grid the device
- * refuses). */
-int gk_decode_layer(GkStream s, const GkDecodeLayer *layer);
+/* Consecutive layers of a step in one launch: their plans, gk_decode_plan_bytes() each, written on the host by
+ * gk_decode_plan (0; -1: a shape the phases do not take — rows, alignment, widths —, layers that differ in the launch's
+ * shape, or not a chain: each layer but the first takes the one before's last merge as its merge_in, so only the last
+ * may run its merge_mlp, and only a last layer that runs it may have a head), then copied to the device by the caller, once: a plan holds pointers and shapes that stay the
+ * same from step to step, the same-length cache's layers being planned at position 0 (p0 and rows.kv_p0 0, the RoPE
+ * tables at their row 0). gk_decode_layers runs n_layers of those plans (on the device) at the same-length cache's
+ * position p0 (0 for the pool), first being the first layer's descriptor on the host, and the last layer's head (the
+ * logits' product) where `head` is set: 0, or -1 having launched nothing (a grid the device refuses). Between layers a
+ * grid barrier replaces the launch boundary, and the next layer's first weight pieces load across it. */
+size_t gk_decode_plan_bytes(void);
+int gk_decode_plan(const GkDecodeLayer *layers, int n_layers, void *plans);
+int gk_decode_layers(GkStream s, const GkDecodeLayer *first, const void *plans, int n_layers, int p0, int head);
 /* gk_grid_sync checked and timed: `reps` rounds over `blocks` blocks of the layer kernel's width, two barriers a round,
  * each block checking after the first that its neighbour's stamp of the round is visible. words: 1 + 2·blocks zeroed
  * words on the device (the barrier, the stamps, each block's count of stale stamps). -1: refused (nothing ran). */

@@ -242,11 +242,11 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (pdl && strcmp(pdl, "on") && strcmp(pdl, "off"))
         return zy_fail(err, "ZAYA_GPU_PDL=%s: expected on (a decoding step's small kernels launched to overlap the one "
                        "before them, on sm_90 and newer) or off (every kernel waits for the one before to end)", pdl);
-    const char *layer = getenv("ZAYA_GPU_DECODE_LAYER"); /* launches (default) | persistent: gk_decode_layer */
+    const char *layer = getenv("ZAYA_GPU_DECODE_LAYER"); /* launches (default) | persistent: gk_decode_layers */
     if (layer && strcmp(layer, "launches") && strcmp(layer, "persistent"))
         return zy_fail(err, "ZAYA_GPU_DECODE_LAYER=%s: expected launches (a decoding step's layer as its dozen kernels, "
-                       "the default) or persistent (each layer of a bf16 step of up to %d one-token rows as one "
-                       "cooperative kernel)", layer, GK_SKINNY_ROWS);
+                       "the default) or persistent (the layers of a bf16 step of up to %d one-token rows as one "
+                       "cooperative kernel)", layer, GK_DECODE_LAYER_ROWS);
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
     gm->decode_layer_persistent = layer && !strcmp(layer, "persistent");

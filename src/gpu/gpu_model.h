@@ -58,8 +58,9 @@ int gpu_model_few_rows(const GpuModel *gm);
 /* Whether the decoding step's small kernels are launched to overlap the one before them (programmatic dependent
  * launch: sm_90 and newer, ZAYA_GPU_PDL on; gk_programmatic_launch). */
 int gpu_model_programmatic_launch(const GpuModel *gm);
-/* Whether a decoding step of up to GK_SKINNY_ROWS sequences of one new token runs each bf16 CCA layer as one persistent
- * kernel (ZAYA_GPU_DECODE_LAYER=persistent and the few-row products on; gk_decode_layer), else as its launches. */
+/* Whether a decoding step of up to GK_DECODE_LAYER_ROWS sequences of one new token (bf16 CCA layers, a bf16 cache) runs
+ * its layers as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent and the few-row products on;
+ * gk_decode_layers), else as their launches. */
 int gpu_model_decode_layer_persistent(const GpuModel *gm);
 /* The layers decoding has run (or captured into a graph) as that kernel so far: 0 where it never applied. */
 long gpu_model_decode_layer_runs(const GpuModel *gm);

@@ -71,7 +71,7 @@ int gpu_model_reserve_operands(GpuModel *gm, size_t rows, ZyErr *err);
 /* The bf16 view of a weight inside the parameter arena (NULL in fp32 mode). */
 const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w);
 void gpu_zero(GpuModel *gm, void *p, size_t floats);
-/* The router's tail of layer W over L's buffers for N rows (gk_skinny_router_tail's, gk_decode_layer's). */
+/* The router's tail of layer W over L's buffers for N rows (gk_skinny_router_tail's, gk_decode_layers'). */
 void gpu_router_tail_desc(const GpuModel *gm, const LayerWeights *W, const LayerActs *L, const float *r_prev, int N,
                           GkRouterTail *t);
 /* The MoE block over N rows whose buffers L points at (router, top-1, per-expert products, combine), as

@@ -39,8 +39,8 @@
 #     decode   zaya bench decode on bench-gpu at batch 1 and 32, the KV cache in fp32 and in bf16, then through the
 #              server's block pool with CUDA graphs (--path pool, ZAYA_GPU_GRAPHS=1); at batch 1 the few-row products
 #              against cuBLASLt (ZAYA_GPU_FEW_ROWS=off / on, alternating, two rounds), programmatic dependent
-#              launch off and on (ZAYA_GPU_PDL, the same way), and each layer as its launches or as one persistent
-#              kernel (ZAYA_GPU_DECODE_LAYER=launches / persistent, the same way, without and with graphs)
+#              launch off and on (ZAYA_GPU_PDL, the same way), and the layers as their launches or as one persistent
+#              kernel a step (ZAYA_GPU_DECODE_LAYER=launches / persistent, the same way, without and with graphs)
 #     decode8b ZAYA1-8B's schema (configs/zaya1-8b.json), random bf16 weights on both sides: zaya's decoding through
 #              the block pool with CUDA graphs against transformers' generate, batch 1 and 32 (bench/vs_pytorch_gpu.py
 #              --decode-only --decode-path pool); the weights read a step give the share of the bandwidth bound
@@ -279,7 +279,7 @@ session() {
                     --dtype bf16 --batch 1 --kv-dtype bf16 --path pool >"$LOG/decode-b1-pdl-$p.txt" 2>&1
                 echo "batch 1, pool + graphs, programmatic launch $p (exit $?): $(grep -E '^(launches|kernels|decode) ' "$LOG/decode-b1-pdl-$p.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-300)"
             done
-            # each layer of a one-token step as one persistent kernel (ZAYA_GPU_DECODE_LAYER), as launches and in graphs
+            # a one-token step's layers as one persistent kernel (ZAYA_GPU_DECODE_LAYER), as launches and in graphs
             for pl in launches persistent launches persistent; do
                 for g in 0 1; do
                     ZAYA_GPU_DECODE_LAYER=$pl ZAYA_GPU_GRAPHS=$g timeout "$(left)" build/zaya bench decode --config $CFG \

@@ -99,8 +99,8 @@ static void compare_decode_kv(GpuTest *t, const char *label, const ZayaConfig *c
  * cache, a prefill in pieces and then single-token steps of B sequences, give the same logits bit for bit either way.
  * - programmatic dependent launch (ZAYA_GPU_PDL, on by default where the GPU has it): a kernel that touched its
  *   predecessor's output before gk_pdl_enter() would race here;
- * - each layer of a one-token step as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent): its phases are the
- *   launches' bodies; a missing grid barrier between phases would race here. */
+ * - a one-token step's layers as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent): its phases are the
+ *   launches' bodies; a missing grid barrier between phases or layers would race here. */
 typedef struct {
     int pdl, hopper;
     long layer_runs; /* layers run as one persistent kernel */
@@ -787,8 +787,8 @@ static void test_gpu_pool(GpuTest *t) {
     compare_pool(t, "pool bf16, CUDA graphs: dense MLP", &dense, &small, 1, 6e-2);
     compare_pool(t, "pool bf16, CUDA graphs: zaya1", &c, &small, 1, 1e-1);
     unsetenv("ZAYA_GPU_GRAPHS");
-    /* each layer of the one-token steps as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent), as launches and
-     * inside the graphs, the same bars */
+    /* the one-token steps' layers as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent; each count of rows its
+     * own plans), as a launch and inside the graphs, the same bars */
     setenv("ZAYA_GPU_DECODE_LAYER", "persistent", 1);
     compare_pool(t, "pool bf16, persistent layers: zaya1", &c, &small, 1, 1e-1);
     setenv("ZAYA_GPU_GRAPHS", "1", 1);

@@ -8,9 +8,9 @@
 # decoding's few-row products with the experts' SwiGLU and combine (test_skinny.cpp), and the CCA convolution's
 # products on tensor cores (test_cca_tc.cpp), and the mirror that completes Newton–Schulz's banded symmetric products
 # (test_mirror.cpp), and decoding's row moves, two copies a launch and a ragged batch's CCA values (test_decode_rows.cpp),
-# and the router's tail in one launch against the five it replaces (test_router_tail.cpp), and a decoding layer as
-# one persistent kernel, every block at once with a grid barrier between phases, against its eleven launches
-# (test_decode_layer.cpp: a phase that reads another block's writes without the barrier is a reported race; its
+# and the router's tail in one launch against the five it replaces (test_router_tail.cpp), and a decoding step's
+# layers as one persistent kernel, every block at once with a grid barrier between phases and layers, against eleven
+# launches a layer (test_decode_layer.cpp: a phase that reads another block's writes without the barrier is a reported race; its
 # first cases also under AddressSanitizer, which sees its L2 prefetches' ranges),
 # with 32-lane warps (CUDA) and 64-lane wavefronts (HIP on AMD). Under ThreadSanitizer a missing barrier between threads or lanes is a reported race; a wrong tile, bound,
 # mask or layout assumption a wrong number. The attention tests run their first cases (--quick) under the sanitizer
