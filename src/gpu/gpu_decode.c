@@ -378,7 +378,7 @@ static GkMergeNorm mlp_merge(const GpuDecodeScratch *s, const LayerWeights *W, c
 /* The layer loop over the N rows of s (s->tokens on the device): embedding, then per layer the attention (CCA or MHA,
  * through a), the merge normed for the MoE block, the MoE block, and the merge normed by the next layer's input norm
  * (or the final norm: per row, so rows picked afterwards are exactly RMSNorm of theirs, as logits_rows computes them).
- * Leaves the final-normed rows in s->u. The layers run as one persistent kernel where it applies, else as launches;
+ * Leaves the final-normed rows in s->u. The step runs as one persistent kernel where it applies, else as launches;
  * head: every row's logits are wanted, which that kernel then computes too (into s->logits [N, V]). Returns 1 when it
  * did, else 0 (the caller's product). */
 static int decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, int head) {
@@ -386,10 +386,10 @@ static int decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeA
     const Weights *w = &gm->w;
     GkStream st = gm->g.stream;
     const int D = f->hidden_size;
-    gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
-    gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
     const int ran = decode_layers_persistent(gm, s, N, a, head);
     if (ran >= 0) return ran;
+    gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
+    gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
     const float *r_prev = NULL;
     for (int l = 0; l < f->num_layers; l++) {
         const LayerWeights *W = &w->layers[l];
@@ -893,7 +893,11 @@ static GkDecodeLayer layer_desc(GpuModel *gm, GpuDecodeScratch *s, int N, const 
         .w_down = gpu_bf16_of(gm, W->expert_down), .choice = m->choice, .gate = m->gate,
         .N = N, .D = D, .Hq = Hq, .Hkv = Hkv, .dh = dh, .I = f->moe_intermediate_size, .E = f->num_experts,
         .eps = f->rms_norm_eps, .barrier = s->barrier, .att_pieces = s->pieces};
-    if (l > 0) d.merge_in = mlp_merge(s, &w->layers[l - 1], W->input_norm);
+    if (l > 0)
+        d.merge_in = mlp_merge(s, &w->layers[l - 1], W->input_norm);
+    else /* the step's tokens embedded and normed */
+        d.embed_in = (GkEmbedNorm){.emb = w->embed, .bias = w->in_bias, .scale = w->in_scale, .norm_w = W->input_norm,
+                                   .tokens = s->tokens, .x = s->x, .u = s->u, .rstd = s->rstd};
     if (!W_next) { /* the final norm, and the logits' product (run where the step asks) */
         d.merge_mlp = mlp_merge(s, W, w->final_norm);
         d.head = (GkSkinnyOut){.w = gpu_bf16_of(gm, w->lm_head), .y = s->logits, .n = f->vocab_size,
@@ -953,8 +957,8 @@ static const void *layer_plans(GpuModel *gm, GpuDecodeScratch *s, int N, const D
     return s->plan_state[N - 1] > 0 ? plans : NULL;
 }
 
-/* A step whose every sequence has one new row, its layers as one persistent kernel (gk_decode_layers): the same
- * launches' bodies, the same bits. 0 when it ran (the final norm's rows in s->u), 1 when it also computed every row's
+/* A step whose every sequence has one new row, its embedding and layers as one persistent kernel (gk_decode_layers):
+ * the same launches' bodies, the same bits. 0 when it ran (the final norm's rows in s->u), 1 when it also computed every row's
  * logits into s->logits (head asked, and lm_head has its bf16 copy); -1, nothing launched, where it does not apply
  * (persistent_applies, a shape gk_decode_plan refuses, a grid the device refuses). */
 static int decode_layers_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, int head) {

@@ -105,6 +105,41 @@ __device__ __forceinline__ void merge_norm_everywhere(const GkMergeNorm &m, int 
     __syncthreads(); /* ys, whole, to every thread */
 }
 
+/* Row r of the embedding and its norm: the row's x into xs (shared: D floats) by the threads of the norm that read
+ * them (each reads only what it wrote: no barrier), then RMSNorm from there; write: x's, u's and rstd's row r (else
+ * only ys, when given). */
+template <int W>
+__device__ __forceinline__ void embed_norm_row_w(const GkEmbedNorm &e, int r, bool write, int D, float eps, float *sm,
+                                                 float *ys) {
+    double *red = reinterpret_cast<double *>(sm);
+    float *xs = sm + 64; /* past the sums' 32 doubles */
+    const float *row = e.emb + (long)e.tokens[r] * D;
+    const int threads = norms::norm_threads(D, W), first = (int)threadIdx.x < threads ? (int)threadIdx.x * W : D;
+    for (int i = first; i < D; i += threads * W) {
+        const Pack<W> v = norms::embed_value<W>(row, e.bias, e.scale, i);
+        store_pack<W>(xs + i, v);
+        if (write) store_pack<W>(e.x + (long)r * D + i, v);
+    }
+    norms::rmsnorm_row<W>(write ? e.u : nullptr, write ? e.rstd : nullptr, xs, e.norm_w, r, D, eps, threads, red, ys);
+}
+__device__ __forceinline__ void embed_norm_row(const GkEmbedNorm &e, int r, bool write, int D, float eps, bool vec4,
+                                               float *sm, float *ys) {
+    if (vec4)
+        embed_norm_row_w<4>(e, r, write, D, eps, sm, ys);
+    else
+        embed_norm_row_w<1>(e, r, write, D, eps, sm, ys);
+}
+/* Rows of the embedding normed, a row a virtual block: a barrier must follow before they are read. */
+__device__ __forceinline__ void embed_norm(const GkEmbedNorm &e, int N, int D, float eps, bool vec4, float *sm) {
+    for (int r = blockIdx.x; r < N; r += gridDim.x) embed_norm_row(e, r, true, D, eps, vec4, sm, nullptr);
+}
+/* Every row of it in this block, u's rows into ys (shared: N·D floats), as merge_norm_everywhere. */
+__device__ __forceinline__ void embed_norm_everywhere(const GkEmbedNorm &e, int N, int D, float eps, bool vec4,
+                                                      float *sm, float *ys) {
+    for (int r = 0; r < N; r++) embed_norm_row(e, r, r % (int)gridDim.x == (int)blockIdx.x, D, eps, vec4, sm, ys);
+    __syncthreads(); /* ys, whole, to every thread */
+}
+
 /* Layer plan src into the block's copy dst. The same-length cache's layers are planned at position 0: p0 moves them
  * to the step's (the one thing that changes from step to step). */
 __device__ __forceinline__ void load_plan(LayerPlan &dst, const LayerPlan *src, int p0) {
@@ -132,10 +167,19 @@ __device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, 
     const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
     const bool everywhere = N <= MERGE_EVERYWHERE_ROWS;
 
-    /* 0., 1. the previous layer's merge normed, where it was left here (its weights' first pieces loading across the
-     * barrier after the layer before); the projections of u (q | k into Xe's new rows), and the convolution state
-     * into Xe */
-    if (a.merge_in.out && everywhere) {
+    /* 0., 1. the step's embedding and its norm, or the previous layer's merge normed, where it was left here (the
+     * projections' first weight pieces loading across the barrier after the layer before); the projections of u (q |
+     * k into Xe's new rows), and the convolution state into Xe */
+    if (a.embed_in.emb && everywhere) {
+        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
+            embed_norm_everywhere(a.embed_in, N, a.D, a.eps, vec4, sm, ys);
+        }, ys);
+    } else if (a.embed_in.emb) {
+        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
+            embed_norm(a.embed_in, N, a.D, a.eps, vec4, sm);
+            gk_grid_sync(a.barrier);
+        });
+    } else if (a.merge_in.out && everywhere) {
         products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
             if (after) gk_grid_sync(a.barrier);
             merge_norm_everywhere(a.merge_in, N, a.D, a.eps, vec4, sm, ys);
@@ -259,7 +303,8 @@ template <int ROWS> size_t layer_smem_floats(const GkDecodeLayer &a) {
     size_t f = (size_t)skinny_smem_floats<ROWS, SK_PLAIN>();
     const size_t more[] = {(size_t)skinny_smem_floats<ROWS, SK_SWIGLU>(), (size_t)LAYER_WARPS * a.k1 * a.dh,
                            (size_t)cca_rows_smem_floats(a.rows), (size_t)DA_SMEM_FLOATS,
-                           (size_t)router_tail_smem_floats<ROWS>(), 64 /* 32 doubles */};
+                           (size_t)router_tail_smem_floats<ROWS>(), 64 /* 32 doubles */,
+                           a.embed_in.emb ? 64 + (size_t)a.D : 0 /* the sums, an embedded row */};
     for (size_t m : more) f = m > f ? m : f;
     return (f + 3) / 4 * 4;
 }
@@ -292,14 +337,17 @@ LayerPlan plan_of(const GkDecodeLayer &a) {
     return p;
 }
 
-/* The merges' vector form (1 where every merge's rows and vectors are on 16 bytes); -1: the merges would take
- * different forms as launches. */
+/* The norms' vector form (1 where every merge's and the embedding norm's rows and vectors are on 16 bytes); -1: the
+ * norms would take different forms as launches. */
 int merges_vec4(const GkDecodeLayer &a) {
     const GkMergeNorm &m1 = a.merge_attn;
     const bool vec4 = can_vec4(a.D, {m1.out, m1.y, m1.h, m1.res, m1.hs, m1.hb, m1.rs, m1.rb, m1.w});
     for (const GkMergeNorm *m : {&a.merge_in, &a.merge_mlp})
         if (m->out && vec4 != can_vec4(a.D, {m->out, m->y, m->h, m->res, m->hs, m->hb, m->rs, m->rb, m->w}))
             return -1;
+    const GkEmbedNorm &e = a.embed_in;
+    /* gk_rmsnorm_forward's test, and the embedding's loads in the same packs */
+    if (e.emb && vec4 != can_vec4(a.D, {e.u, e.x, e.norm_w, e.emb, e.bias, e.scale})) return -1;
     return vec4;
 }
 
@@ -315,6 +363,9 @@ bool layer_fits(const GkDecodeLayer &a) {
     for (const GkSkinnyOut &o : a.next_proj)
         if (a.next_proj[0].w && (o.n < 1 || !o.w)) return false; /* all four, or none */
     if (a.head.w && (a.head.n < 1 || !a.head.y || !layer_al16(a.head.w) || !a.merge_mlp.out)) return false;
+    const GkEmbedNorm &e = a.embed_in;
+    if (e.emb && (a.merge_in.out || e.u != a.u || !e.bias || !e.scale || !e.norm_w || !e.tokens || !e.x || !e.rstd))
+        return false;
     if (!layer_al16(a.w_gate_up) || !layer_al16(a.w_down) || !router_tail_fits(a.tail) || a.tail.rows != a.N)
         return false;
     if (a.P < 0 || a.TE != a.P + 1 || a.C != Cq + Ck || a.dh <= 0 || a.dh > DA_MAX_DH || a.C % a.dh || a.k0 < 1 ||
@@ -378,7 +429,8 @@ extern "C" int gk_decode_plan(const GkDecodeLayer *layers, int n_layers, void *p
         if (!layer_fits(a) || !same_launch(a, layers[0])) return -1;
         if (!a.att_table && (a.p0 || a.rows.kv_p0)) return -1; /* the same-length cache's layers: at position 0 */
         /* a chain: each layer's last merge left to the next, which runs it first */
-        if ((l > 0 && !a.merge_in.out) || (l + 1 < n_layers && (a.merge_mlp.out || a.head.w))) return -1;
+        if ((l > 0 && (!a.merge_in.out || a.embed_in.emb)) || (l + 1 < n_layers && (a.merge_mlp.out || a.head.w)))
+            return -1;
     }
     for (int l = 0; l < n_layers; l++) {
         const LayerPlan p = plan_of(layers[l]);

@@ -405,8 +405,17 @@ typedef struct GkMergeNorm {
  * up to 2 rows every block computes every row of the merges itself (the same bits) and reads the norm's rows from its
  * shared memory, so the merges need no barrier after them: with merge_in and the last merge left to the next layer,
  * eight barriers a layer instead of ten. */
+/* The step's first rows: x = (emb[tokens[r]] + bias) ⊙ scale (gk_embed_forward's), then u = RMSNorm(x; norm_w)
+ * (gk_rmsnorm_forward's), [N, D] each. */
+typedef struct GkEmbedNorm {
+    const float *emb, *bias, *scale, *norm_w;
+    const int32_t *tokens; /* [N], on the device */
+    float *x, *u, *rstd;
+} GkEmbedNorm;
 typedef struct GkDecodeLayer {
     const float *u;                   /* [N, D]: the input norm's rows (merge_in.out NULL), or where merge_in puts them */
+    GkEmbedNorm embed_in;             /* emb NULL, or (the first layer, without merge_in) the embedding and its norm
+                                         into x and u, run first here */
     GkMergeNorm merge_in;             /* out NULL, or the previous layer's MoE merge normed by this layer's input norm
                                          (x, u from its moe_out and x_mid), left by its kernel to run first here */
     GkSkinnyOut proj[4];              /* q | k into Xe, vc, vd */

@@ -82,34 +82,13 @@ static void col_sums(gpuStream_t s, long rows, int dim, const F &f) {
 
 /* ---- RMSNorm ---------------------------------------------------------------------------------------------- */
 
-/* y = w ⊙ x · rstd, rstd = 1 / sqrt(mean(x²) + eps) (Σx² in double, as the CPU). The second pass re-reads x
- * from L1. */
+/* y = w ⊙ x · rstd, rstd = 1 / sqrt(mean(x²) + eps): gpu_norms.cuh's row body, a block a row. */
 template <int W>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
     rmsnorm_forward_kernel(float *y, float *rstd, const float *x, const float *w, int rows, int dim, float eps) {
     gk_pdl_enter();
     __shared__ double red[32];
-    FOR_EACH_ROW_OF_BLOCK(r, rows) {
-        const float *xr = x + r * dim;
-        float *yr = y + r * dim;
-        double ss = 0;
-#pragma unroll 4
-        FOR_EACH_PACK_OF_ROW(i, dim) {
-            const Pack<W> a = load_pack<W>(xr + i);
-#pragma unroll
-            for (int k = 0; k < W; k++) ss += (double)a.v[k] * a.v[k];
-        }
-        ss = block_sum_d(ss, red);
-        const float s = (float)(1.0 / sqrt(ss / dim + eps));
-        if (threadIdx.x == 0) rstd[r] = s;
-        FOR_EACH_PACK_OF_ROW(i, dim) {
-            const Pack<W> a = load_pack<W>(xr + i), wv = load_pack<W>(w + i);
-            Pack<W> o;
-#pragma unroll
-            for (int k = 0; k < W; k++) o.v[k] = wv.v[k] * (a.v[k] * s);
-            store_pack<W>(yr + i, o);
-        }
-    }
+    FOR_EACH_ROW_OF_BLOCK(r, rows) norms::rmsnorm_row<W>(y, rstd, x + r * dim, w, r, dim, eps, blockDim.x, red);
 }
 
 /* out = base + rstd·(w⊙dy) − x·rstd³·mean(x⊙w⊙dy), per row in double as the CPU. out == base for the plain
@@ -273,13 +252,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
     FOR_EACH_ROW_OF_WARP(r, rows) {
         const float *e = emb + (long)tokens[r] * dim;
         float *xr = x + r * dim;
-        for (int i = lane * W; i < dim; i += GPU_WARP * W) {
-            const Pack<W> a = load_pack<W>(e + i), b = load_pack<W>(bias + i), sc = load_pack<W>(scale + i);
-            Pack<W> o;
-#pragma unroll
-            for (int k = 0; k < W; k++) o.v[k] = (a.v[k] + b.v[k]) * sc.v[k];
-            store_pack<W>(xr + i, o);
-        }
+        for (int i = lane * W; i < dim; i += GPU_WARP * W) store_pack<W>(xr + i, norms::embed_value<W>(e, bias, scale, i));
     }
 }
 

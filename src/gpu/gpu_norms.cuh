@@ -1,5 +1,6 @@
-/* gpu_norms.cuh: the residual merge fused with RMSNorm, one row a block (gpu_norms.cu launches it over rows;
- * gpu_decode_layer.cu runs it as a phase of a decoding layer's persistent kernel). The thread count is the launch's
+/* gpu_norms.cuh: RMSNorm and the residual merge fused with it, one row a block, and the embedding's values
+ * (gpu_norms.cu launches them over rows; gpu_decode_layer.cu runs them as phases of a decoding step's persistent
+ * kernel). The thread count is the launch's
  * (norm_threads: it depends on dim only, so the summation order does too); a caller with more threads passes that
  * count, and its other threads pass the barriers only. */
 #ifndef ZAYA_GPU_NORMS_CUH
@@ -65,6 +66,44 @@ __device__ __forceinline__ void merge_rmsnorm_row(float *out, float *y, float *r
         if (y) store_pack<W>(y + o + i, z);
         if (y2) store_pack<W>(y2 + o + i, z);
     }
+}
+
+/* Row r: y = RMSNorm(x; w), rstd = 1 / sqrt(mean(x²) + eps) (Σx² in double, as the CPU), xr being the row's values
+ * (x's row r, or a copy in shared memory), by the block's first `threads` threads as merge_rmsnorm_row. The second
+ * pass re-reads x (from L1). y and rstd may be NULL; y2, when given, gets y's values too (row r at y2 + r·dim). */
+template <int W>
+__device__ __forceinline__ void rmsnorm_row(float *y, float *rstd, const float *xr, const float *w, long r, int dim,
+                                            float eps, int threads, double *red, float *y2 = nullptr) {
+    const long o = r * dim;
+    const int first = (int)threadIdx.x < threads ? (int)threadIdx.x * W : dim;
+    double ss = 0;
+#pragma unroll 4
+    for (int i = first; i < dim; i += threads * W) {
+        const Pack<W> a = load_pack<W>(xr + i);
+#pragma unroll
+        for (int k = 0; k < W; k++) ss += (double)a.v[k] * a.v[k];
+    }
+    ss = block_sum_d(ss, red);
+    const float s = (float)(1.0 / sqrt(ss / dim + eps));
+    if (threadIdx.x == 0 && rstd) rstd[r] = s;
+    for (int i = first; i < dim; i += threads * W) {
+        const Pack<W> a = load_pack<W>(xr + i), wv = load_pack<W>(w + i);
+        Pack<W> z;
+#pragma unroll
+        for (int k = 0; k < W; k++) z.v[k] = wv.v[k] * (a.v[k] * s);
+        if (y) store_pack<W>(y + o + i, z);
+        if (y2) store_pack<W>(y2 + o + i, z);
+    }
+}
+
+/* The embedding's values at [i, i + W) of a row: (emb_row + bias) ⊙ scale. */
+template <int W>
+__device__ __forceinline__ Pack<W> embed_value(const float *emb_row, const float *bias, const float *scale, int i) {
+    const Pack<W> a = load_pack<W>(emb_row + i), b = load_pack<W>(bias + i), sc = load_pack<W>(scale + i);
+    Pack<W> o;
+#pragma unroll
+    for (int k = 0; k < W; k++) o.v[k] = (a.v[k] + b.v[k]) * sc.v[k];
+    return o;
 }
 
 } // namespace norms

@@ -9,11 +9,12 @@
  * of order, contexts of one piece of keys and of three (GkAttnPieces: a (row, head)'s pieces shared over two blocks
  * here, a block each in the launches), grids of 1, 2, 3, 7 and 9 blocks (phases with more virtual blocks than real
  * ones, and fewer); one layer alone (its merge run, or taken from a layer before and left to one after) and chains of
- * 2 and 3 layers in one launch (each taking the one before's last merge; at 1-2 rows every block merging every row, at
+ * 2 and 3 layers in one launch (the first embedding the step's tokens and norming them, each other one taking the one
+ * before's last merge; at 1-2 rows every block merging every row, at
  * 3 a block a row and a barrier), the last one's logits' product run after its merge (against gk_skinny_mm's launch)
  * or not (the logits left as they were); the refusals (5 rows, an fp32 cache, a convolution of several new rows, a
- * same-length layer not planned at position 0, a broken chain, layers of different rows, a head misplaced) launching
- * nothing; and the
+ * same-length layer not planned at position 0, a broken chain, layers of different rows, a head or an embedding
+ * misplaced) launching nothing; and the
  * barrier's own probe (gk_grid_sync_probe). --quick: the first case only (the sanitizer's run: a phase reading what
  * another block writes without the grid barrier between is a reported race). Prints "gpu-emu: N passed, N failed". */
 #define ZAYA_GPU_EMU 1
@@ -40,6 +41,21 @@ static void merge_ref(const GkMergeNorm &m, int N, int D, float eps) {
     GK_LAUNCH(merge_ref_kernel<4>, dim3(N), dim3(norms::norm_threads(D, 4)), 0, nullptr, m.out, m.y, m.rstd, m.h, m.res,
               m.hs, m.hb, m.rs, m.rb, m.w, D, eps);
 }
+/* gk_embed_forward then gk_rmsnorm_forward, as gpu_norms.cu runs their bodies (a warp a row: the embedding's values
+ * are elementwise; a block a row for the norm) */
+__global__ void embed_ref_kernel(GkEmbedNorm e, int dim) {
+    const float *row = e.emb + (long)e.tokens[blockIdx.x] * dim;
+    for (int i = threadIdx.x * 4; i < dim; i += GPU_WARP * 4)
+        store_pack<4>(e.x + (long)blockIdx.x * dim + i, norms::embed_value<4>(row, e.bias, e.scale, i));
+}
+__global__ void rmsnorm_ref_kernel(GkEmbedNorm e, int dim, float eps) {
+    __shared__ double red[32];
+    norms::rmsnorm_row<4>(e.u, e.rstd, e.x + (long)blockIdx.x * dim, e.norm_w, blockIdx.x, dim, eps, blockDim.x, red);
+}
+static void embed_norm_ref(const GkEmbedNorm &e, int N, int D, float eps) {
+    GK_LAUNCH(embed_ref_kernel, dim3(N), dim3(GPU_WARP), 0, nullptr, e, D);
+    GK_LAUNCH(rmsnorm_ref_kernel, dim3(N), dim3(norms::norm_threads(D, 4)), 0, nullptr, e, D, eps);
+}
 
 /* Every buffer of one layer's step, allocated 16-byte aligned in one vector each. */
 struct Buf {
@@ -63,7 +79,8 @@ struct Shape {
     int N, paged, blocks;
     int layers = 1;   /* layers in the launch, a chain */
     int chained = 0;  /* the first takes a merge left by a layer before the launch, the last leaves its own (and
-                         prefetches a next layer's projections) */
+                         prefetches a next layer's projections); else the first embeds the step's tokens and norms
+                         them */
     int p0 = 3;       /* the new row's position: 3, one piece of keys; 70, three pieces (GK_ATTN_PIECE_KEYS 32) */
     int head = 1;     /* the logits' product run after the last merge (where the last layer runs its merge) */
 };
@@ -94,6 +111,9 @@ static void build(Stack &S, const Shape &s, uint64_t seed) {
     float *logits = b.f((size_t)N * classes), *probs = b.f((size_t)N * classes), *gate = b.f(N);
     float *act = b.f((size_t)N * I), *moe_out = b.f((size_t)N * D), *head_out = b.f((size_t)N * VOCAB);
     const uint16_t *lm_head = b.bf((size_t)VOCAB * D, 0.3f);
+    const float *emb = b.f((size_t)VOCAB * D), *emb_bias = b.f(D, 0.1f), *emb_scale = b.f(D, 0.5f);
+    int32_t *tokens = b.i(N);
+    for (int r = 0; r < N; r++) tokens[r] = (7 * r + 3) % VOCAB;
     int32_t *choice = b.i(N);
     const long slot_state = (long)P * C + half; /* the pool's per-slot state: P conv rows, then the kept vd */
     float *cosv = b.f((size_t)MAX_LEN * rd / 2), *sinv = b.f((size_t)MAX_LEN * rd / 2);
@@ -190,6 +210,8 @@ static void build(Stack &S, const Shape &s, uint64_t seed) {
         /* layer l takes the merge of the one before it (layer 0: of a layer before the launch, where chained) */
         if (l > 0 || s.chained)
             d.merge_in = GkMergeNorm{x, u, rstd, moe_out, x_mid, prev.mhs, prev.mhb, prev.mrs, prev.mrb, V.input_norm};
+        else
+            d.embed_in = GkEmbedNorm{emb, emb_bias, emb_scale, V.input_norm, tokens, x, u, rstd};
         if (l + 1 == s.layers && !s.chained) {
             d.merge_mlp = GkMergeNorm{x, u, rstd, moe_out, x_mid, V.mhs, V.mhb, V.mrs, V.mrb, next.input_norm};
             d.head = GkSkinnyOut{lm_head, head_out, VOCAB, VOCAB, nullptr};
@@ -219,6 +241,7 @@ static void build(Stack &S, const Shape &s, uint64_t seed) {
 /* The launches gk_decode_layers replaces, in the decoding step's order, for one layer. */
 static void launches(const GkDecodeLayer &d) {
     const int N = d.N;
+    if (d.embed_in.emb) embed_norm_ref(d.embed_in, N, D, d.eps);
     if (d.merge_in.out) merge_ref(d.merge_in, N, D, d.eps);
     gk_skinny_mm(nullptr, d.u, D, N, D, d.proj, 4);
     gk_copy_rows_idx2(nullptr, d.xe_state, GkRowCopy{});
@@ -341,6 +364,10 @@ int main(int argc, char **argv) {
         report(refused(x), "a head before the last layer refused");
         x = d, x[1].merge_mlp.out = nullptr;
         report(refused(x), "a head without the last merge refused");
+        x = d, x[1].embed_in = x[0].embed_in;
+        report(refused(x), "an embedding past the first layer refused");
+        x = d, x[0].merge_in = x[1].merge_in;
+        report(refused(x), "an embedding and a merge before the same layer refused");
         report(!refused(d), "the same chain planned as the decoding step plans it");
         report(gk_decode_layers(nullptr, &d[0], plans.data(), 0, 0, 1) == -1 &&
                    gk_decode_layers(nullptr, &d[0], plans.data(), 2, -1, 1) == -1,
