@@ -383,13 +383,19 @@ bool same_launch(const GkDecodeLayer &a, const GkDecodeLayer &b) {
            a.blocks == b.blocks && !a.att_table == !b.att_table && merges_vec4(a) == merges_vec4(b);
 }
 
+/* The launch's shared memory: the scratch, then (merges everywhere) the block's copy of the normed rows, then the
+ * layer's plan; ys_at and plan_at in floats. */
+template <int ROWS> size_t layer_smem_bytes(const GkDecodeLayer &a, size_t *ys_at, size_t *plan_at) {
+    *ys_at = layer_smem_floats<ROWS>(a);
+    *plan_at = *ys_at + (a.N <= MERGE_EVERYWHERE_ROWS ? ((size_t)a.N * a.D + 3) / 4 * 4 : 0);
+    return *plan_at * sizeof(float) + sizeof(LayerPlan);
+}
+
 template <int ROWS, class KV>
 int launch_layers(GkStream s, const GkDecodeLayer &a, const LayerPlan *plans, int n_layers, int p0, int head,
                   bool vec4) {
-    /* the scratch, then (merges everywhere) the block's copy of the normed rows, then the layer's plan */
-    const size_t ys_at = layer_smem_floats<ROWS>(a);
-    const size_t plan_at = ys_at + (a.N <= MERGE_EVERYWHERE_ROWS ? ((size_t)a.N * a.D + 3) / 4 * 4 : 0);
-    const size_t smem = plan_at * sizeof(float) + sizeof(LayerPlan);
+    size_t ys_at, plan_at;
+    const size_t smem = layer_smem_bytes<ROWS>(a, &ys_at, &plan_at);
     void (*kern)(const LayerPlan *, int, int, int, int, int, int) = decode_layers_kernel<ROWS, KV>;
     int blocks = a.blocks;
 #ifndef ZAYA_GPU_EMU

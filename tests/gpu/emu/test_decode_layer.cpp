@@ -23,6 +23,7 @@
 #include "gpu_skinny.cu"
 #include "emu_check.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -374,6 +375,30 @@ int main(int argc, char **argv) {
                "no layers, or a negative position, refused");
     }
     report(routed_rows() > 0, "some rows went through an expert's products");
+    /* ZAYA1-8B's shapes (configs/zaya1-8b.json; the buffers the small ones', nothing runs): a step of 1, 2 and 4 rows
+     * is planned, and its shared memory fits an H100's / H200's 227 KB a block */
+    for (int rows : {1, 2, 4}) {
+        Stack S;
+        build(S, {std::min(rows, 3), 0, 3, 2, 0}, 9);
+        std::vector<GkDecodeLayer> d = at_position_0(S.d);
+        for (GkDecodeLayer &a : d) {
+            a.N = a.rows.N = a.tail.rows = a.xe_state.n = a.rows.state.n = rows;
+            a.D = 2048, a.Hq = a.rows.Hq = 8, a.Hkv = a.rows.Hkv = 2, a.dh = a.rows.dh = 128, a.rows.rd = 64;
+            a.I = 2048, a.E = 16, a.C = (8 + 2) * 128, a.tail.R = 256, a.tail.classes = 17;
+            a.proj[0].n = 1024, a.proj[1].n = 256, a.proj[2].n = a.proj[3].n = 128, a.o_proj.n = 2048;
+            a.router_down.n = 256;
+            if (a.head.w) a.head.n = a.head.ldy = 262272;
+        }
+        std::vector<unsigned long long> plans((2 * gk_decode_plan_bytes() + 7) / 8);
+        size_t ys_at, plan_at, smem = 0;
+        smem = rows == 1 ? layer_smem_bytes<1>(d[0], &ys_at, &plan_at)
+             : rows == 2 ? layer_smem_bytes<2>(d[0], &ys_at, &plan_at)
+                         : layer_smem_bytes<4>(d[0], &ys_at, &plan_at);
+        char what[120];
+        std::snprintf(what, sizeof what, "ZAYA1-8B's shapes at %d row(s) planned, %zu bytes of shared memory a block",
+                      rows, smem);
+        report(gk_decode_plan(d.data(), 2, plans.data()) == 0 && smem <= 227 * 1024, what);
+    }
     /* the barrier alone: every block sees its neighbour's stamp of each round; from a zeroed word, and from one a
      * launch with an odd number of barriers left (the top bit set: a layer takes 9 with its own last merge) */
     for (unsigned start : {0u, 0x80000000u}) {
