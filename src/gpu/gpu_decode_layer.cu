@@ -82,8 +82,8 @@ __device__ __forceinline__ void later_weights_l2(const GkDecodeLayer &a, const S
 }
 
 /* Row r of the merge normed; write: its out, y and rstd (else only ys, when given). */
-__device__ __forceinline__ void merge_row(const GkMergeNorm &m, int r, bool write, int D, float eps, bool vec4,
-                                          float *sm, float *ys) {
+__device__ __forceinline__ void norm_row(const GkMergeNorm &m, int r, bool write, int D, float eps, bool vec4,
+                                         float *sm, float *ys) {
     double *red = reinterpret_cast<double *>(sm);
     float *out = write ? m.out : nullptr, *y = write ? m.y : nullptr, *rstd = write ? m.rstd : nullptr;
     if (vec4)
@@ -92,17 +92,6 @@ __device__ __forceinline__ void merge_row(const GkMergeNorm &m, int r, bool writ
     else
         norms::merge_rmsnorm_row<1>(out, y, rstd, m.h, m.res, m.hs, m.hb, m.rs, m.rb, m.w, r, D, eps,
                                     norms::norm_threads(D, 1), red, ys);
-}
-/* Rows of the merge normed (one row a virtual block): a barrier must follow before they are read. */
-__device__ __forceinline__ void merge_norm(const GkMergeNorm &m, int N, int D, float eps, bool vec4, float *sm) {
-    for (int r = blockIdx.x; r < N; r += gridDim.x) merge_row(m, r, true, D, eps, vec4, sm, nullptr);
-}
-/* Every row of the merge normed in this block, y into ys (shared: N·D floats) for the block's next phase, no barrier
- * needed; block r % gridDim.x also writes row r's out, y and rstd (read after later barriers). */
-__device__ __forceinline__ void merge_norm_everywhere(const GkMergeNorm &m, int N, int D, float eps, bool vec4,
-                                                      float *sm, float *ys) {
-    for (int r = 0; r < N; r++) merge_row(m, r, r % (int)gridDim.x == (int)blockIdx.x, D, eps, vec4, sm, ys);
-    __syncthreads(); /* ys, whole, to every thread */
 }
 
 /* Row r of the embedding and its norm: the row's x into xs (shared: D floats) by the threads of the norm that read
@@ -122,22 +111,48 @@ __device__ __forceinline__ void embed_norm_row_w(const GkEmbedNorm &e, int r, bo
     }
     norms::rmsnorm_row<W>(write ? e.u : nullptr, write ? e.rstd : nullptr, xs, e.norm_w, r, D, eps, threads, red, ys);
 }
-__device__ __forceinline__ void embed_norm_row(const GkEmbedNorm &e, int r, bool write, int D, float eps, bool vec4,
-                                               float *sm, float *ys) {
+__device__ __forceinline__ void norm_row(const GkEmbedNorm &e, int r, bool write, int D, float eps, bool vec4,
+                                         float *sm, float *ys) {
     if (vec4)
         embed_norm_row_w<4>(e, r, write, D, eps, sm, ys);
     else
         embed_norm_row_w<1>(e, r, write, D, eps, sm, ys);
 }
-/* Rows of the embedding normed, a row a virtual block: a barrier must follow before they are read. */
-__device__ __forceinline__ void embed_norm(const GkEmbedNorm &e, int N, int D, float eps, bool vec4, float *sm) {
-    for (int r = blockIdx.x; r < N; r += gridDim.x) embed_norm_row(e, r, true, D, eps, vec4, sm, nullptr);
+
+/* Rows of a merge (GkMergeNorm) or of the embedding (GkEmbedNorm) normed, one row a virtual block: a barrier must
+ * follow before they are read. */
+template <class Norm>
+__device__ __forceinline__ void norm_rows(const Norm &m, int N, int D, float eps, bool vec4, float *sm) {
+    for (int r = blockIdx.x; r < N; r += gridDim.x) norm_row(m, r, true, D, eps, vec4, sm, nullptr);
 }
-/* Every row of it in this block, u's rows into ys (shared: N·D floats), as merge_norm_everywhere. */
-__device__ __forceinline__ void embed_norm_everywhere(const GkEmbedNorm &e, int N, int D, float eps, bool vec4,
-                                                      float *sm, float *ys) {
-    for (int r = 0; r < N; r++) embed_norm_row(e, r, r % (int)gridDim.x == (int)blockIdx.x, D, eps, vec4, sm, ys);
+/* Every row of them normed in this block, the norm's rows into ys (shared: N·D floats) for the block's next phase, no
+ * barrier needed; block r % gridDim.x also writes row r's outputs (read after later barriers). */
+template <class Norm>
+__device__ __forceinline__ void norm_rows_everywhere(const Norm &m, int N, int D, float eps, bool vec4, float *sm,
+                                                     float *ys) {
+    for (int r = 0; r < N; r++) norm_row(m, r, r % (int)gridDim.x == (int)blockIdx.x, D, eps, vec4, sm, ys);
     __syncthreads(); /* ys, whole, to every thread */
+}
+
+/* Rows normed (the embedding's, or a merge's), then a product of them, its first weight pieces loading across the
+ * barriers before it: `after`, one first (the rows' inputs were written by other blocks). At up to
+ * MERGE_EVERYWHERE_ROWS rows every block norms every row into ys and the product reads them there, no barrier
+ * between; else a block a row, a barrier, and the product reads them from memory. */
+template <int ROWS, class Norm>
+__device__ __forceinline__ void norm_then_products(const GkDecodeLayer &a, const Norm &m, const SkinnyArgs &product,
+                                                   bool after, bool vec4, float *sm, float *ys) {
+    if (a.N <= MERGE_EVERYWHERE_ROWS) {
+        products_after<ROWS, SK_PLAIN>(product, sm, [&] {
+            if (after) gk_grid_sync(a.barrier);
+            norm_rows_everywhere(m, a.N, a.D, a.eps, vec4, sm, ys);
+        }, ys);
+    } else {
+        products_after<ROWS, SK_PLAIN>(product, sm, [&] {
+            if (after) gk_grid_sync(a.barrier);
+            norm_rows(m, a.N, a.D, a.eps, vec4, sm);
+            gk_grid_sync(a.barrier);
+        });
+    }
 }
 
 /* Layer plan src into the block's copy dst. The same-length cache's layers are planned at position 0: p0 moves them
@@ -165,34 +180,15 @@ __device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, 
     const GkDecodeLayer &a = plan.a;
     const int warp = threadIdx.x / GPU_WARP, N = a.N;
     const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
-    const bool everywhere = N <= MERGE_EVERYWHERE_ROWS;
 
-    /* 0., 1. the step's embedding and its norm, or the previous layer's merge normed, where it was left here (the
-     * projections' first weight pieces loading across the barrier after the layer before); the projections of u (q |
-     * k into Xe's new rows), and the convolution state into Xe */
-    if (a.embed_in.emb && everywhere) {
-        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
-            embed_norm_everywhere(a.embed_in, N, a.D, a.eps, vec4, sm, ys);
-        }, ys);
-    } else if (a.embed_in.emb) {
-        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
-            embed_norm(a.embed_in, N, a.D, a.eps, vec4, sm);
-            gk_grid_sync(a.barrier);
-        });
-    } else if (a.merge_in.out && everywhere) {
-        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
-            if (after) gk_grid_sync(a.barrier);
-            merge_norm_everywhere(a.merge_in, N, a.D, a.eps, vec4, sm, ys);
-        }, ys);
-    } else if (a.merge_in.out) {
-        products_after<ROWS, SK_PLAIN>(plan.proj, sm, [&] {
-            if (after) gk_grid_sync(a.barrier);
-            merge_norm(a.merge_in, N, a.D, a.eps, vec4, sm);
-            gk_grid_sync(a.barrier);
-        });
-    } else {
+    /* 0., 1. the step's embedding and its norm, or the previous layer's merge normed, where it was left here; the
+     * projections of u (q | k into Xe's new rows), and the convolution state into Xe */
+    if (a.embed_in.emb)
+        norm_then_products<ROWS>(a, a.embed_in, plan.proj, false, vec4, sm, ys);
+    else if (a.merge_in.out)
+        norm_then_products<ROWS>(a, a.merge_in, plan.proj, after, vec4, sm, ys);
+    else
         products<ROWS, SK_PLAIN>(plan.proj, sm, after ? a.barrier : nullptr);
-    }
     later_weights_l2(a, plan.o_proj, plan.router_down);
     const long state = row_copy_total(a.xe_state);
     copy_rows_range<float>(a.xe_state, GkRowCopy{}, state, state, gthread, gthreads);
@@ -231,13 +227,7 @@ __device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, 
 
     /* 6., 7. the merge normed for the MoE block; the router's down projection (its weights loading across the barrier
      * where there is one) */
-    if (everywhere) {
-        merge_norm_everywhere(a.merge_attn, N, a.D, a.eps, vec4, sm, ys);
-        products<ROWS, SK_PLAIN>(plan.router_down, sm, nullptr, ys);
-    } else {
-        merge_norm(a.merge_attn, N, a.D, a.eps, vec4, sm);
-        products<ROWS, SK_PLAIN>(plan.router_down, sm, a.barrier);
-    }
+    norm_then_products<ROWS>(a, a.merge_attn, plan.router_down, false, vec4, sm, ys);
 
     /* 8. the router's tail, one block (its first hidden layer's weights loading across the barrier) */
     {
@@ -259,17 +249,12 @@ __device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, 
 
     /* 11. the merge normed for the next layer, unless left to the next layer or the caller; 12. the logits' product
      * (its weights loading across the barrier where there is one) */
-    if (!a.merge_mlp.out) return;
-    if (head && everywhere) {
-        products_after<ROWS, SK_PLAIN>(plan.head, sm, [&] {
-            gk_grid_sync(a.barrier);
-            merge_norm_everywhere(a.merge_mlp, N, a.D, a.eps, vec4, sm, ys);
-        }, ys);
-        return;
+    if (head) {
+        norm_then_products<ROWS>(a, a.merge_mlp, plan.head, true, vec4, sm, ys);
+    } else if (a.merge_mlp.out) {
+        gk_grid_sync(a.barrier);
+        norm_rows(a.merge_mlp, N, a.D, a.eps, vec4, sm);
     }
-    gk_grid_sync(a.barrier);
-    merge_norm(a.merge_mlp, N, a.D, a.eps, vec4, sm);
-    if (head) products<ROWS, SK_PLAIN>(plan.head, sm, a.barrier);
 }
 
 template <int ROWS, class KV>
