@@ -390,21 +390,6 @@ typedef struct GkMergeNorm {
     float *out, *y, *rstd;
     const float *h, *res, *hs, *hb, *rs, *rb, *w;
 } GkMergeNorm;
-/* Rows the persistent layer takes (its 1-, 2- and 4-row forms, over a bf16 KV cache: each form is one huge kernel,
- * minutes of nvcc a target, so the 8-row and fp32-cache ones are left to the launches). */
-#define GK_DECODE_LAYER_ROWS 4
-/* A bf16 CCA layer with the MLP router and top-1 experts for N <= GK_DECODE_LAYER_ROWS rows, each the one new row of
- * its sequence, its cache bf16 (rows.kv_bf16), as one launch whose blocks run the launches of a decoding step's layer as phases with a grid-wide barrier
- * between them (every block resident at once: a cooperative launch): the previous layer's merge normed where it was
- * left here (merge_in), the projections of u (q | k straight into Xe's
- * new rows, row r's at r·TE + P, with the convolution state's P rows before them; vc, vd), the convolution at the
- * new rows, CCA's rows (gk_cca_decode_rows), attention over the cache (the same-length one: B = N sequences at p0; or
- * the pool's, att_table non-NULL), the output projection, the merge normed for the MoE block, the router's down
- * projection and tail, the experts' two products, and the merge normed for the next layer (unless left to the
- * caller). Each phase is its launch's block body with that launch's thread counts: the same bits as the launches. At
- * up to 2 rows every block computes every row of the merges itself (the same bits) and reads the norm's rows from its
- * shared memory, so the merges need no barrier after them: with merge_in and the last merge left to the next layer,
- * eight barriers a layer instead of ten. */
 /* The step's first rows: x = (emb[tokens[r]] + bias) ⊙ scale (gk_embed_forward's), then u = RMSNorm(x; norm_w)
  * (gk_rmsnorm_forward's), [N, D] each. */
 typedef struct GkEmbedNorm {
@@ -412,6 +397,21 @@ typedef struct GkEmbedNorm {
     const int32_t *tokens; /* [N], on the device */
     float *x, *u, *rstd;
 } GkEmbedNorm;
+/* Rows the persistent layer takes (its 1-, 2- and 4-row forms, over a bf16 KV cache: each form is one huge kernel,
+ * minutes of nvcc a target, so the 8-row and fp32-cache ones are left to the launches). */
+#define GK_DECODE_LAYER_ROWS 4
+/* A bf16 CCA layer with the MLP router and top-1 experts for N <= GK_DECODE_LAYER_ROWS rows, each the one new row of
+ * its sequence, its cache bf16 (rows.kv_bf16), as one launch whose blocks run the launches of a decoding step's layer
+ * as phases with a grid-wide barrier between them (every block resident at once: a cooperative launch): the previous
+ * layer's merge normed where it was left here (merge_in), the projections of u (q | k straight into Xe's new rows, row
+ * r's at r·TE + P, with the convolution state's P rows before them; vc, vd), the convolution at the new rows, CCA's
+ * rows (gk_cca_decode_rows), attention over the cache (the same-length one: B = N sequences at p0; or the pool's,
+ * att_table non-NULL), the output projection, the merge normed for the MoE block, the router's down projection and
+ * tail, the experts' two products, and the merge normed for the next layer (unless left to the next layer). Each phase is
+ * its launch's block body with that launch's thread counts: the same bits as the launches. At up to 2 rows every block
+ * computes every row of the merges itself (the same bits) and reads the norm's rows from its shared memory, so the
+ * merges need no barrier after them: with merge_in and the last merge left to the next layer, eight barriers a layer
+ * and one between layers instead of ten and a launch. */
 typedef struct GkDecodeLayer {
     const float *u;                   /* [N, D]: the input norm's rows (merge_in.out NULL), or where merge_in puts them */
     GkEmbedNorm embed_in;             /* emb NULL, or (the first layer, without merge_in) the embedding and its norm
@@ -440,7 +440,7 @@ typedef struct GkDecodeLayer {
     const int32_t *choice;
     const float *gate;
     GkMergeNorm merge_mlp;            /* x, u from moe_out and x_mid (the next layer's input norm, or the final one);
-                                         out NULL: left to the caller (the next layer's merge_in, or a launch) */
+                                         out NULL: left to the next layer's merge_in (or the caller) */
     GkSkinnyOut next_proj[4];         /* the next layer's proj (w and n only; w NULL: none), asked of the L2 cache
                                          during the experts, each block its share as the next kernel's grid takes it */
     GkSkinnyOut head;                 /* the last layer's: logits [N, V] = bf16(u) lm_headᵀ after its merge_mlp (u the
@@ -453,12 +453,13 @@ typedef struct GkDecodeLayer {
 /* Consecutive layers of a step in one launch: their plans, gk_decode_plan_bytes() each, written on the host by
  * gk_decode_plan (0; -1: a shape the phases do not take — rows, alignment, widths —, layers that differ in the launch's
  * shape, or not a chain: each layer but the first takes the one before's last merge as its merge_in, so only the last
- * may run its merge_mlp, and only a last layer that runs it may have a head), then copied to the device by the caller, once: a plan holds pointers and shapes that stay the
- * same from step to step, the same-length cache's layers being planned at position 0 (p0 and rows.kv_p0 0, the RoPE
- * tables at their row 0). gk_decode_layers runs n_layers of those plans (on the device) at the same-length cache's
- * position p0 (0 for the pool), first being the first layer's descriptor on the host, and the last layer's head (the
- * logits' product) where `head` is set: 0, or -1 having launched nothing (a grid the device refuses). Between layers a
- * grid barrier replaces the launch boundary, and the next layer's first weight pieces load across it. */
+ * may run its merge_mlp, and only a last layer that runs it may have a head; only the first may embed), then copied to
+ * the device by the caller, once: a plan holds pointers and shapes that stay the same from step to step, the
+ * same-length cache's layers being planned at position 0 (p0 and rows.kv_p0 0, the RoPE tables at their row 0).
+ * gk_decode_layers runs n_layers of those plans (on the device) at the same-length cache's position p0 (0 for the
+ * pool), first being the first layer's descriptor on the host, and the last layer's head (the logits' product) where
+ * `head` is set: 0, or -1 having launched nothing (a grid the device refuses). Between layers a grid barrier replaces
+ * the launch boundary, and the next layer's first weight pieces load across it. */
 size_t gk_decode_plan_bytes(void);
 int gk_decode_plan(const GkDecodeLayer *layers, int n_layers, void *plans);
 int gk_decode_layers(GkStream s, const GkDecodeLayer *first, const void *plans, int n_layers, int p0, int head);
