@@ -958,9 +958,9 @@ static const void *layer_plans(GpuModel *gm, GpuDecodeScratch *s, int N, const D
 }
 
 /* A step whose every sequence has one new row, its embedding and layers as one persistent kernel (gk_decode_layers):
- * the same launches' bodies, the same bits. 0 when it ran (the final norm's rows in s->u), 1 when it also computed every row's
- * logits into s->logits (head asked, and lm_head has its bf16 copy); -1, nothing launched, where it does not apply
- * (persistent_applies, a shape gk_decode_plan refuses, a grid the device refuses). */
+ * the same launches' bodies, the same bits. 0 when it ran (the final norm's rows in s->u), 1 when it also computed
+ * every row's logits into s->logits (head asked, and lm_head has its bf16 copy); -1, nothing launched, where it does
+ * not apply (persistent_applies, a shape gk_decode_plan refuses, a grid the device refuses). */
 static int decode_layers_persistent(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeAttend *a, int head) {
     GkDecodeLayer first;
     const void *plans = layer_plans(gm, s, N, a, &first);
