@@ -21,6 +21,7 @@
 #include "gpu/gpu_decode.h"
 #include "gpu/gpu_model.h"
 #include "infer/eval.h"
+#include "infer/prefix_cache.h"
 #include "model/model.h"
 #include "io/model_io.h"
 #include "serve/serve_engine.h"
@@ -58,6 +59,7 @@ static int parse_bytes(const char *s, size_t *out, ZyErr *err) {
 typedef struct {
     GpuModel *gm;
     GpuKVPool *pool;
+    PrefixCache pc; /* pc.blocks is NULL until asked for */
 } GpuServe;
 static int gpu_step(void *x, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, float *logits, ZyErr *err) {
     GpuServe *g = x;
@@ -68,8 +70,20 @@ static void gpu_seq_reset(void *x, int slot) { gpu_kvpool_seq_reset(((GpuServe *
 static void gpu_seq_release(void *x, int slot) { gpu_kvpool_seq_release(((GpuServe *)x)->pool, slot); }
 static int gpu_seq_len(void *x, int slot) { return gpu_kvpool_len(((GpuServe *)x)->pool, slot); }
 static int gpu_n_free(void *x) { return gpu_kvpool_free_blocks(((GpuServe *)x)->pool); }
+static int gpu_fork(void *x, int parent, int child) { return gpu_kvpool_fork(((GpuServe *)x)->pool, parent, child); }
+static int gpu_share(void *pool, int slot, const int32_t *blocks, int n) {
+    return gpu_kvpool_seq_share(pool, slot, blocks, n);
+}
+static PrefixCache *gpu_prefix_cache(void *x, ZyErr *err) {
+    GpuServe *g = x;
+    if (!g->pc.blocks && (gpu_kvpool_keep_block_states(g->pool, err) ||
+                          prefix_cache_init(&g->pc, gpu_kvpool_blocks(g->pool), gpu_share, g->pool, err)))
+        return NULL;
+    return &g->pc;
+}
 static void gpu_destroy(void *x) {
     GpuServe *g = x;
+    prefix_cache_free(&g->pc);
     gpu_kvpool_free(g->pool);
     free(g);
 }
@@ -87,7 +101,7 @@ static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max
     }
     *be = (ServeBackend){.ctx = g, .step = gpu_step, .reserve = gpu_reserve, .seq_reset = gpu_seq_reset,
                          .seq_release = gpu_seq_release, .seq_len = gpu_seq_len, .n_free = gpu_n_free,
-                         .destroy = gpu_destroy};
+                         .destroy = gpu_destroy, .fork = gpu_fork, .prefix_cache = gpu_prefix_cache};
     return 0;
 }
 
@@ -211,7 +225,7 @@ int cmd_serve(int argc, char **argv) {
     ServeEngineOpts eo = {.max_batch = max_batch, .max_context = max_context, .kv_memory = kv_bytes,
                           .block_tokens = block_tokens, .prefill_chunk = prefill_chunk, .step_tokens = step_tokens,
                           .max_queue = max_queue, .threads = threads, .kv_bf16 = ma.kv_bf16,
-                          .no_prefix_cache = no_prefix_cache || ma.gpu}; /* the GPU's pool has none */
+                          .no_prefix_cache = no_prefix_cache};
     /* every thread started from here on inherits the blocked signals; this one waits for them */
     sigset_t sigs;
     sigemptyset(&sigs);

@@ -504,22 +504,27 @@ int gpu_generate(GpuModel *gm, GpuKVCache *c, Sampler *s, const SamplingParams *
 /* The step's descriptors (int32), laid out in one host buffer and uploaded in one copy. Per row r of the step:
  * its token, absolute position, sequence (index in the step), row in the convolution blocks, and row in the pool's
  * k̂ / v. Per sequence i: its slot, where its [P state columns | new rows] block starts in Xe (and where its new state
- * starts: n rows further), its first and last rows; the rows that get logits; its block-table row. */
-enum { D_TOKEN, D_POS, D_SEQ, D_XROW, D_PHYS, D_SLOT, D_XIN, D_XOUT, D_FIRST, D_LAST, D_LOGIT, D_TABLE, D_COUNT };
+ * starts: n rows further), its first and last rows; the rows that get logits; its block-table row. Where blocks keep
+ * their states (gpu_kvpool_keep_block_states): per sequence the block that the step fills to the step's end (-1:
+ * none), and per block the step fills to an end inside its rows (up to keep_in of them, -1 past the last) the block,
+ * the Xe row where the state at that end starts and the row of its last delayed value. */
+enum {
+    D_TOKEN, D_POS, D_SEQ, D_XROW, D_PHYS, D_SLOT, D_XIN, D_XOUT, D_FIRST, D_LAST, D_LOGIT,
+    D_KEEP_END, D_KEEP_IN, D_KEEP_XROW, D_KEEP_VDROW, D_TABLE, D_COUNT
+};
 
 struct GpuKVPool {
     GpuModel *gm;
-    int max_seqs, max_len, block_tokens, n_blocks, max_blocks, max_rows, chunk, conv_pad;
+    int max_len, max_rows, chunk, conv_pad;
     int kv_bf16;               /* k and v hold bf16 values (kv_carve) */
-    /* host bookkeeping, as KVPool's and through the same code (decode.h's kvblocks_*) */
-    int32_t *table;            /* [max_seqs, max_blocks] */
-    int *len, *n_held;         /* per slot */
-    int32_t *free_blocks;      /* a stack of n_free ids */
-    int n_free;
+    KVBlocks blocks;           /* host bookkeeping, KVPool's (decode.h) */
+    void *host;                /* the bookkeeping's arrays and h_desc, one allocation */
     /* device */
     float **k, **v;            /* per layer [n_blocks * block_tokens, Ck] */
     float *state;              /* per slot, every layer's [P, C] convolution columns then its vd_prev [Ck/2] */
     long layer_state, slot_state; /* floats of one layer's state / of one slot's */
+    float *block_state;        /* NULL, or per block the slot state at its end (gpu_kvpool_keep_block_states) */
+    int keep_in;               /* descriptors for kept states at ends inside a step's rows */
     float *rope_cos, *rope_sin, *rope_cos_sw, *rope_sin_sw;
     GpuDecodeScratch s;        /* max_rows rows; Xe/Ye/Me xe_rows; logits [max_seqs, V] */
     size_t xe_rows;
@@ -537,9 +542,9 @@ struct GpuKVPool {
 static void carve_pool(ZyCarver *cv, void *pool) {
     GpuKVPool *p = pool;
     const ZayaConfig *f = &p->gm->cfg;
-    const size_t S = p->max_seqs, R = p->max_rows, D = f->hidden_size, V = f->vocab_size, L = f->num_layers;
+    const size_t S = p->blocks.max_seqs, R = p->max_rows, D = f->hidden_size, V = f->vocab_size, L = f->num_layers;
     const size_t Ck = cfg_k_channels(f), C = cfg_conv_channels(f), k1 = f->cca_time1;
-    const size_t rows_kv = (size_t)p->n_blocks * p->block_tokens, SN = S < R ? S : R;
+    const size_t rows_kv = (size_t)p->blocks.n_blocks * p->blocks.block_tokens, SN = S < R ? S : R;
     for (size_t l = 0; l < L; l++) {
         p->k[l] = kv_carve(cv, rows_kv * Ck, p->kv_bf16);
         p->v[l] = kv_carve(cv, rows_kv * Ck, p->kv_bf16);
@@ -577,8 +582,9 @@ void gpu_kvpool_free(GpuKVPool *p) {
         gpu_sync(&p->gm->g, "freeing the KV pool", &ignore);
         gpu_free(p->block);
     }
+    gpu_free(p->block_state);
     free(p->k);
-    free(p->table);
+    free(p->host);
     free(p);
 }
 
@@ -607,8 +613,8 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
     }
     p->v = p->k + L;
     p->gm = gm, p->kv_bf16 = kv_bf16 != 0;
-    p->max_seqs = max_seqs, p->max_len = max_len, p->block_tokens = block_tokens, p->n_blocks = n_blocks;
-    p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
+    p->max_len = max_len;
+    p->blocks = kvblocks_shape(max_seqs, max_len, n_blocks, block_tokens);
     p->chunk = chunk < max_len ? chunk : max_len;
     p->max_rows = max_rows < p->chunk ? p->chunk : max_rows;
     p->conv_pad = f->attention == ZY_ATTN_CCA ? cfg_conv_pad(f) : 0;
@@ -616,19 +622,23 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
     p->layer_state = (long)(P * C + cfg_k_channels(f) / 2);
     p->slot_state = p->layer_state * (long)L;
     p->xe_rows = (S < R ? S : R) * (P + p->chunk);
-    const size_t count[D_COUNT] = {R, R, R, R, R, S, S, S, S, S, S, S * p->max_blocks};
+    /* kept states at block ends inside a step's rows: a sequence of n > 1 rows crosses at most n / block_tokens + 1 */
+    p->keep_in = (int)(R / (size_t)block_tokens + (S < R ? S : R));
+    const size_t K = (size_t)p->keep_in;
+    const size_t count[D_COUNT] = {R, R, R, R, R, S, S, S, S, S, S, S, K, K, K, S * p->blocks.max_blocks};
     for (int i = 0; i < D_COUNT; i++) p->off[i + 1] = p->off[i] + count[i];
-    /* host: the table, lengths, held counts, free stack and the descriptor staging, one allocation */
-    const size_t host_ints = S * p->max_blocks + 2 * S + (size_t)n_blocks + p->off[D_COUNT];
-    if (!(p->table = calloc(host_ints, sizeof(int32_t)))) {
+    /* host: the block bookkeeping and the descriptors' staging, one allocation */
+    ZyCarver sizing = {0};
+    kvblocks_carve(&sizing, &p->blocks);
+    ZY_CARVE_I(&sizing, p->off[D_COUNT]);
+    ZyCarver hc = {.base = p->host = calloc(1, sizing.used)};
+    if (!hc.base) {
         gpu_kvpool_free(p);
         return zy_fail(err, "out of memory");
     }
-    p->len = (int *)(p->table + S * p->max_blocks);
-    p->n_held = p->len + S;
-    p->free_blocks = (int32_t *)(p->n_held + S);
-    p->h_desc = p->free_blocks + n_blocks;
-    kvblocks_init(p->free_blocks, &p->n_free, n_blocks);
+    kvblocks_carve(&hc, &p->blocks);
+    p->h_desc = ZY_CARVE_I(&hc, p->off[D_COUNT]);
+    kvblocks_init(&p->blocks);
     if (!(p->block = carve_on_device(carve_pool, p, &p->bytes, "the KV pool", err))) {
         zy_wrap(err, "%d blocks of %d tokens for %d sequences", n_blocks, block_tokens, max_seqs);
         gpu_kvpool_free(p);
@@ -665,22 +675,58 @@ void gpu_kvpool_seq_reset(GpuKVPool *p, int slot) {
     ZyErr ignore;
     gpu_use(&p->gm->g, &ignore);
     gpu_memset_async(&p->gm->g, p->state + (size_t)slot * p->slot_state, 0, (size_t)p->slot_state * sizeof(float));
-    p->len[slot] = 0;
+    p->blocks.len[slot] = 0;
 }
 
 void gpu_kvpool_seq_release(GpuKVPool *p, int slot) {
     gpu_kvpool_seq_reset(p, slot);
-    kvblocks_give(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot], p->free_blocks, &p->n_free);
+    kvblocks_release(&p->blocks, slot);
 }
 
-int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) {
-    return kvblocks_take(p->table + (size_t)slot * p->max_blocks, &p->n_held[slot],
-                         (tokens + p->block_tokens - 1) / p->block_tokens, p->max_blocks, p->free_blocks, &p->n_free);
+int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) { return kvblocks_reserve(&p->blocks, slot, tokens); }
+
+/* kvpool_fork's copies on the device, in stream order: the partly filled block (all of it: rows past the length are
+ * never read) and the slot's state. */
+int gpu_kvpool_fork(GpuKVPool *p, int parent, int child) {
+    int32_t from, to;
+    if (kvblocks_fork(&p->blocks, parent, child, &from, &to)) return -1;
+    GpuCtx *g = &p->gm->g;
+    ZyErr ignore;
+    gpu_use(g, &ignore);
+    const size_t block = (size_t)p->blocks.block_tokens * cfg_k_channels(&p->gm->cfg) * (p->kv_bf16 ? 2 : 4);
+    for (int l = 0; from >= 0 && l < p->gm->cfg.num_layers; l++) {
+        gpu_copy_async(g, (char *)p->k[l] + to * block, (char *)p->k[l] + from * block, block);
+        gpu_copy_async(g, (char *)p->v[l] + to * block, (char *)p->v[l] + from * block, block);
+    }
+    const size_t state = (size_t)p->slot_state;
+    gpu_copy_async(g, p->state + child * state, p->state + parent * state, state * sizeof(float));
+    return 0;
 }
 
-int gpu_kvpool_len(const GpuKVPool *p, int slot) { return p->len[slot]; }
-int gpu_kvpool_free_blocks(const GpuKVPool *p) { return p->n_free; }
-size_t gpu_kvpool_bytes(const GpuKVPool *p) { return p->cache_bytes; }
+int gpu_kvpool_keep_block_states(GpuKVPool *p, ZyErr *err) {
+    if (p->block_state) return 0;
+    if (gpu_use(&p->gm->g, err)) return -1;
+    const size_t bytes = (size_t)p->blocks.n_blocks * p->slot_state * sizeof(float);
+    if (!(p->block_state = gpu_alloc(bytes, "the KV blocks' kept states", err))) return -1;
+    pool_graphs_clear(p); /* the steps now also keep states */
+    return 0;
+}
+
+int gpu_kvpool_seq_share(GpuKVPool *p, int slot, const int32_t *blocks, int n) {
+    if (!p->block_state || kvblocks_share(&p->blocks, slot, blocks, n)) return -1;
+    ZyErr ignore;
+    gpu_use(&p->gm->g, &ignore);
+    const size_t state = (size_t)p->slot_state;
+    gpu_copy_async(&p->gm->g, p->state + slot * state, p->block_state + blocks[n - 1] * state, state * sizeof(float));
+    return 0;
+}
+
+KVBlocks *gpu_kvpool_blocks(GpuKVPool *p) { return &p->blocks; }
+int gpu_kvpool_len(const GpuKVPool *p, int slot) { return p->blocks.len[slot]; }
+int gpu_kvpool_free_blocks(const GpuKVPool *p) { return p->blocks.n_free; }
+size_t gpu_kvpool_bytes(const GpuKVPool *p) {
+    return p->cache_bytes + (p->block_state ? (size_t)p->blocks.n_blocks * p->slot_state * sizeof(float) : 0);
+}
 int gpu_kvpool_graphs(const GpuKVPool *p) { return p->n_graphs; }
 int gpu_kvpool_graph_kernels(const GpuKVPool *p) { return p->n_graphs ? p->last_graph_kernels : 0; }
 
@@ -690,12 +736,13 @@ int gpu_kvpool_graph_kernels(const GpuKVPool *p) { return p->n_graphs ? p->last_
 typedef struct PoolStep {
     int N, n_seqs, n_logits;
     int B0, TE0, B1, TE1;
+    int keep_end, keep_in; /* kept states: at the sequences' ends (0 or n_seqs), inside their rows (D_KEEP_IN's) */
 } PoolStep;
 
 static const int32_t *desc(const GpuKVPool *p, int which) { return p->d_desc + p->off[which]; }
 
 static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, PoolStep *ps) {
-    const int P = p->conv_pad, bt = p->block_tokens, MB = p->max_blocks;
+    const int P = p->conv_pad, bt = p->blocks.block_tokens, MB = p->blocks.max_blocks;
     int32_t *h = p->h_desc;
     const size_t *o = p->off;
     int B0 = 0, B1 = 0, n1 = 0;
@@ -704,11 +751,17 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
         else B1++, n1 = seqs[i].n > n1 ? seqs[i].n : n1;
     }
     *ps = (PoolStep){.n_seqs = n_seqs, .B0 = B0, .TE0 = P + 1, .B1 = B1, .TE1 = P + n1};
-    int row = 0, i0 = 0, i1 = 0;
+    if (p->block_state) { /* a count the step's shape sets, so that a graph replays any step of it */
+        int multi_rows = 0;
+        for (int i = 0; i < n_seqs; i++) multi_rows += seqs[i].n > 1 ? seqs[i].n : 0;
+        ps->keep_end = n_seqs;
+        ps->keep_in = multi_rows / bt + B1;
+    }
+    int row = 0, i0 = 0, i1 = 0, kept = 0;
     for (int i = 0; i < n_seqs; i++) {
-        const int slot = seqs[i].slot, n = seqs[i].n, pos0 = p->len[slot];
+        const int slot = seqs[i].slot, n = seqs[i].n, pos0 = p->blocks.len[slot];
         const int xb = n == 1 ? i0++ * ps->TE0 : B0 * ps->TE0 + i1++ * ps->TE1;
-        const int32_t *trow = p->table + (size_t)slot * MB;
+        const int32_t *trow = kvblocks_row(&p->blocks, slot);
         h[o[D_SLOT] + i] = slot;
         h[o[D_XIN] + i] = xb;
         h[o[D_XOUT] + i] = xb + n;
@@ -716,6 +769,14 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
         h[o[D_LAST] + i] = row + n - 1;
         if (seqs[i].logits) h[o[D_LOGIT] + ps->n_logits++] = row + n - 1;
         memcpy(h + o[D_TABLE] + (size_t)i * MB, trow, (size_t)((pos0 + n + bt - 1) / bt) * sizeof(int32_t));
+        if (ps->keep_end) { /* the state at a block's end: Xe's P rows before it, the delayed value just before it */
+            h[o[D_KEEP_END] + i] = (pos0 + n) % bt ? -1 : trow[(pos0 + n) / bt - 1];
+            for (int end = (pos0 / bt + 1) * bt; end < pos0 + n; end += bt, kept++) {
+                h[o[D_KEEP_IN] + kept] = trow[end / bt - 1];
+                h[o[D_KEEP_XROW] + kept] = xb + end - pos0;
+                h[o[D_KEEP_VDROW] + kept] = row + end - 1 - pos0;
+            }
+        }
         for (int t = 0; t < n; t++, row++) {
             const int pos = pos0 + t;
             h[o[D_TOKEN] + row] = tokens[row];
@@ -726,6 +787,7 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
         }
     }
     ps->N = row;
+    for (int k = kept; k < ps->keep_in; k++) h[o[D_KEEP_IN] + k] = -1;
     /* the descriptors up to the last sequence's table row (the rest of each table row is never read) */
     gpu_upload_async(&p->gm->g, p->d_desc, h, (o[D_TABLE] + (size_t)n_seqs * MB) * sizeof(int32_t));
 }
@@ -768,13 +830,14 @@ static void pool_append_attend(GpuKVPool *p, const PoolStep *ps, int l, int appe
     if (p->kv_bf16) {
         if (append) gk_copy_rows_idx2_bf16(st, k, v);
         gk_paged_decode_attention_bf16(st, p->s.attn_out, p->s.query, kv16(p->k[l]), kv16(p->v[l]), desc(p, D_SEQ),
-                                       desc(p, D_POS), desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq,
+                                       desc(p, D_POS), desc(p, D_TABLE), p->blocks.max_blocks,
+                                       p->blocks.block_tokens, ps->N, Hq,
                                        Hkv, dh, window, p->s.pieces);
         return;
     }
     if (append) gk_copy_rows_idx2(st, k, v);
     gk_paged_decode_attention(st, p->s.attn_out, p->s.query, p->k[l], p->v[l], desc(p, D_SEQ), desc(p, D_POS),
-                              desc(p, D_TABLE), p->max_blocks, p->block_tokens, ps->N, Hq, Hkv, dh, window,
+                              desc(p, D_TABLE), p->blocks.max_blocks, p->blocks.block_tokens, ps->N, Hq, Hkv, dh, window,
                               p->s.pieces);
 }
 
@@ -828,6 +891,17 @@ static void pool_cca(GpuKVPool *p, const PoolStep *ps, const LayerWeights *W, in
      * pool, and 2.'s last P columns of each block's real rows back to its slot: one launch */
     const GkCcaDecode d = pool_rows_desc(p, ps, W, l);
     gk_cca_decode_rows(st, &d);
+    if (ps->keep_in) { /* blocks filled to an end inside a sequence's rows keep the state there */
+        float *kept = p->block_state + (size_t)l * p->layer_state;
+        const int half = cfg_k_channels(f) / 2;
+        gk_copy_rows_idx2(st,
+                          (GkRowCopy){.dst = kept, .dst_stride = p->slot_state, .dst_idx = desc(p, D_KEEP_IN),
+                                      .src = s->Xe, .src_stride = C, .src_idx = desc(p, D_KEEP_XROW),
+                                      .len = (long)P * C, .n = ps->keep_in},
+                          (GkRowCopy){.dst = kept + (size_t)P * C, .dst_stride = p->slot_state,
+                                      .dst_idx = desc(p, D_KEEP_IN), .src = s->vd, .src_stride = half,
+                                      .src_idx = desc(p, D_KEEP_VDROW), .len = half, .n = ps->keep_in});
+    }
     /* 7. attention and 8. the output projection */
     pool_append_attend(p, ps, l, 0);
     out_projection(gm, W, s, N);
@@ -920,7 +994,8 @@ static GkDecodeLayer layer_desc(GpuModel *gm, GpuDecodeScratch *s, int N, const 
         d.rows = pool_rows_desc(p, a->ps, W, l);
         d.k_cache = p->k[l], d.v_cache = p->v[l];
         d.att_seq = desc(p, D_SEQ), d.att_pos = desc(p, D_POS), d.att_table = desc(p, D_TABLE);
-        d.max_blocks = p->max_blocks, d.block_tokens = p->block_tokens, d.window = pool_geom(p, l).window;
+        d.max_blocks = p->blocks.max_blocks, d.block_tokens = p->blocks.block_tokens;
+        d.window = pool_geom(p, l).window;
     } else {
         const GpuKVCache *c = a->c;
         d.xe_state = (GkRowCopy){.dst = s->Xe, .dst_stride = (long)TE * C, .src = c->conv_state[l],
@@ -978,7 +1053,11 @@ static void pool_step_work(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int w
     GpuDecodeScratch *s = &p->s;
     DecodeAttend da = {.p = p, .ps = ps};
     /* every row wanting logits: they are the rows in order (one token each, where the layers' kernel applies) */
-    if (decode_layers(gm, s, ps->N, &da, want_logits && ps->n_logits == ps->N) || !want_logits || gm->failed) return;
+    const int logits_done = decode_layers(gm, s, ps->N, &da, want_logits && ps->n_logits == ps->N);
+    if (ps->keep_end) /* a block the step fills to its end keeps the slot's state after it */
+        gk_copy_rows_idx(gm->g.stream, p->block_state, p->slot_state, desc(p, D_KEEP_END), p->state, p->slot_state,
+                         desc(p, D_SLOT), p->slot_state, ps->keep_end);
+    if (logits_done || !want_logits || gm->failed) return;
     gk_gather_rows(gm->g.stream, s->last_rows, s->u, desc(p, D_LOGIT), ps->n_logits, NULL, f->hidden_size);
     gpu_mm_wt_rows(gm, ps->n_logits, f->hidden_size, s->last_rows, f->hidden_size,
                    &(GpuLinear){.w = gm->w.lm_head, .y = s->logits, .n = f->vocab_size, .ldy = f->vocab_size}, 1);
@@ -986,7 +1065,8 @@ static void pool_step_work(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int w
 
 static int same_shape(const PoolStep *a, const PoolStep *b) {
     return a->N == b->N && a->n_seqs == b->n_seqs && a->n_logits == b->n_logits && a->B0 == b->B0 &&
-           a->TE0 == b->TE0 && a->B1 == b->B1 && a->TE1 == b->TE1;
+           a->TE0 == b->TE0 && a->B1 == b->B1 && a->TE1 == b->TE1 && a->keep_end == b->keep_end &&
+           a->keep_in == b->keep_in;
 }
 
 /* The graph of this shape, captured now if there is none; NULL when graphs are off (or were just turned off). */
@@ -1044,9 +1124,8 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     const ZayaConfig *f = &gm->cfg;
     if (p->gm != gm) return zy_fail(err, "decode: the KV cache belongs to another GPU model");
     /* model_decode_step's checks, in its order and words (decode.h) */
-    const DecodeStepShape shape = {.max_seqs = p->max_seqs, .chunk = p->chunk, .max_len = p->max_len,
-                                   .max_rows = p->max_rows, .block_tokens = p->block_tokens,
-                                   .vocab_size = f->vocab_size, .len = p->len, .n_held = p->n_held};
+    const DecodeStepShape shape = {.blocks = &p->blocks, .chunk = p->chunk, .max_len = p->max_len,
+                                   .max_rows = p->max_rows, .vocab_size = f->vocab_size};
     int N; /* the wanted logits are counted by pool_plan */
     if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, NULL, err)) return -1;
     if (gpu_use(&gm->g, err)) return -1;
@@ -1065,7 +1144,7 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     pool_step_run(gm, p, &ps, want_logits);
     if (!want_logits && !gm->failed) { /* the step's faults surface here, before the lengths move */
         if (gpu_sync(&gm->g, "a decoding step", err)) return pool_step_failed(p, seqs, n_seqs);
-        for (int i = 0; i < n_seqs; i++) p->len[seqs[i].slot] += seqs[i].n;
+        for (int i = 0; i < n_seqs; i++) p->blocks.len[seqs[i].slot] += seqs[i].n;
         return 0;
     }
     if (gm->failed) {
@@ -1074,7 +1153,7 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     }
     if (gpu_download(&gm->g, logits, s->logits, (size_t)ps.n_logits * V * sizeof(float), err))
         return pool_step_failed(p, seqs, n_seqs);
-    for (int i = 0; i < n_seqs; i++) p->len[seqs[i].slot] += seqs[i].n;
+    for (int i = 0; i < n_seqs; i++) p->blocks.len[seqs[i].slot] += seqs[i].n;
     int k = ps.n_logits;
     for (int i = n_seqs - 1; i >= 0 && k > 0; i--)
         if (seqs[i].logits && --k != i) memmove(logits + (size_t)i * V, logits + (size_t)k * V, (size_t)V * sizeof(float));

@@ -48,7 +48,7 @@ typedef struct GpuKVPool GpuKVPool;
 
 /* kvpool_create on gm's GPU: n_blocks blocks of block_tokens tokens shared by max_seqs sequences (slots) of up to
  * max_len tokens; one step runs up to max_rows new rows in all, at most chunk of them per sequence. The block
- * bookkeeping (block table, lengths, free blocks) stays on the host, kept by decode.h's kvblocks_* as KVPool's is;
+ * bookkeeping (block table, lengths, free blocks, holders) stays on the host, a KVBlocks as KVPool's is;
  * per layer k̂ and v [n_blocks, block_tokens, Ck], each slot's convolution and delayed-value state and the step's
  * scratch (logits for max_seqs rows) live on the device. Every slot starts empty. Errors as kvpool_create, and GPU
  * memory. */
@@ -58,13 +58,20 @@ int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, 
 int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
                          int max_rows, int chunk, int kv_bf16, ZyErr *err);
 void gpu_kvpool_free(GpuKVPool *p);
-/* As kvpool_seq_reset / kvpool_seq_release / kvpool_reserve. */
+/* As kvpool_seq_reset / kvpool_seq_release / kvpool_reserve / kvpool_fork (its copies made on the device). */
 void gpu_kvpool_seq_reset(GpuKVPool *p, int slot);
 void gpu_kvpool_seq_release(GpuKVPool *p, int slot);
 int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens);
+int gpu_kvpool_fork(GpuKVPool *p, int parent, int child);
+/* As kvpool_keep_block_states and kvpool_seq_share: each block keeps the slot's state at its end in GPU memory
+ * (kvpool_state_bytes a block), written by the step that fills it; a slot continues from a kept state. A prefix
+ * cache (prefix_cache.h) runs over gpu_kvpool_blocks with gpu_kvpool_seq_share. */
+int gpu_kvpool_keep_block_states(GpuKVPool *p, ZyErr *err);
+int gpu_kvpool_seq_share(GpuKVPool *p, int slot, const int32_t *blocks, int n);
+KVBlocks *gpu_kvpool_blocks(GpuKVPool *p);       /* the host bookkeeping */
 int gpu_kvpool_len(const GpuKVPool *p, int slot); /* tokens cached for slot */
 int gpu_kvpool_free_blocks(const GpuKVPool *p);
-size_t gpu_kvpool_bytes(const GpuKVPool *p);      /* k̂, v and the per-slot state on the device */
+size_t gpu_kvpool_bytes(const GpuKVPool *p);      /* k̂, v, the per-slot state and the kept states on the device */
 /* ZAYA_GPU_GRAPHS=1 (read by gpu_kvpool_create; 0, the default, is off): each step shape's device work is captured
  * once as a CUDA graph and replayed (bf16 runs with grouped experts; a refused capture turns graphs off for the pool).
  * The graphs held now (0 when off). */

@@ -225,11 +225,12 @@ __device__ __forceinline__ void attend_paged(float *O, const float *Q, const KV 
                     piece_part(ap, slot, dh), ap.count ? ap.count + slot : nullptr, z, Z, sm);
 }
 
-/* Element k of a GkRowCopy (rows through optional index lists; row k / len, column k % len). */
+/* Element k of a GkRowCopy (rows through optional index lists; row k / len, column k % len; a row whose destination
+ * index is negative is skipped). */
 template <class T> __device__ __forceinline__ void copy_row_element(const GkRowCopy &c, long k) {
     const long r = k / c.len, i = k % c.len;
     const long d = c.dst_idx ? c.dst_idx[r] : r, o = c.src_idx ? c.src_idx[r] : r;
-    kv_store((T *)c.dst + d * c.dst_stride + i, c.src[o * c.src_stride + i]);
+    if (d >= 0) kv_store((T *)c.dst + d * c.dst_stride + i, c.src[o * c.src_stride + i]);
 }
 __host__ __device__ inline long row_copy_total(const GkRowCopy &c) { return c.len > 0 && c.n > 0 ? c.len * c.n : 0; }
 /* Elements first, first + stride, ... of a then b as one range. */

@@ -268,7 +268,8 @@ void gk_decode_attention(GkStream s, float *O, const float *Q, const float *Kc, 
 /* dst[b*dst_stride + i] = src[b*src_stride + i] for i < len, b < rows (strided row copies, floats). */
 void gk_copy_rows(GkStream s, float *dst, long dst_stride, const float *src, long src_stride, long len, int rows);
 /* The same through index lists (device int32 [n]; NULL = the identity): dst[dst_idx[k]*dst_stride + i] =
- * src[src_idx[k]*src_stride + i] for i < len, k < n. The destinations must not overlap. */
+ * src[src_idx[k]*src_stride + i] for i < len, k < n; a row k with dst_idx[k] < 0 is skipped (a list padded to a
+ * count a CUDA graph keeps). The destinations must not overlap. */
 void gk_copy_rows_idx(GkStream s, float *dst, long dst_stride, const int32_t *dst_idx, const float *src,
                       long src_stride, const int32_t *src_idx, long len, int n);
 /* One gk_copy_rows_idx (dst: float, or uint16_t bf16 bits for the _bf16 forms), for two copies in one launch: the

@@ -126,6 +126,10 @@ void gpu_kvpool_free(GpuKVPool *p) {}
 void gpu_kvpool_seq_reset(GpuKVPool *p, int slot) {}
 void gpu_kvpool_seq_release(GpuKVPool *p, int slot) {}
 int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) { return -1; }
+int gpu_kvpool_fork(GpuKVPool *p, int parent, int child) { return -1; }
+int gpu_kvpool_keep_block_states(GpuKVPool *p, ZyErr *err) { return zy_fail(err, NO_GPU); }
+int gpu_kvpool_seq_share(GpuKVPool *p, int slot, const int32_t *blocks, int n) { return -1; }
+KVBlocks *gpu_kvpool_blocks(GpuKVPool *p) { return NULL; }
 int gpu_kvpool_len(const GpuKVPool *p, int slot) { return 0; }
 int gpu_kvpool_free_blocks(const GpuKVPool *p) { return 0; }
 size_t gpu_kvpool_bytes(const GpuKVPool *p) { return 0; }

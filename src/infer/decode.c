@@ -18,8 +18,8 @@
 
 static void carve_pool(ZyCarver *cv, KVPool *p) {
     const ZayaConfig *f = &p->cfg;
-    const size_t S = p->max_seqs, ML = p->max_len, N = p->max_rows, P = p->conv_pad;
-    const size_t BT = (size_t)p->n_blocks * p->block_tokens;
+    const size_t S = p->blocks.max_seqs, ML = p->max_len, N = p->max_rows, P = p->conv_pad;
+    const size_t BT = (size_t)p->blocks.n_blocks * p->blocks.block_tokens;
     const size_t D = f->hidden_size, Cq = cfg_q_channels(f), Ck = cfg_k_channels(f), C = Cq + Ck;
     const size_t R = f->router_hidden_size;
     const size_t Hq = f->num_heads, Hkv = f->num_kv_heads, half_rd = cfg_rotary_dim(f) / 2;
@@ -36,11 +36,7 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
         p->vd_prev[l] = ZY_CARVE_F(cv, S * Ck / 2);
     }
     p->cache_bytes = cv->used;
-    p->table = ZY_CARVE_I(cv, S * p->max_blocks);
-    p->len = (int *)ZY_CARVE_I(cv, S);
-    p->n_held = (int *)ZY_CARVE_I(cv, S);
-    p->free_blocks = ZY_CARVE_I(cv, p->n_blocks);
-    p->refs = ZY_CARVE_I(cv, p->n_blocks);
+    kvblocks_carve(cv, &p->blocks);
     p->rope_cos = ZY_CARVE_F(cv, ML * half_rd);
     p->rope_sin = ZY_CARVE_F(cv, ML * half_rd);
     if (cfg_has_sliding(f)) {
@@ -103,12 +99,9 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
         return zy_fail(err, "KV cache: max_len %d exceeds max_position_embeddings %d", max_len,
                        cfg->max_position_embeddings);
     p->cfg = *cfg;
-    p->max_seqs = max_seqs;
     p->max_len = max_len;
-    p->block_tokens = block_tokens;
+    p->blocks = kvblocks_shape(max_seqs, max_len, n_blocks, block_tokens);
     p->kv_bf16 = kv_bf16 != 0;
-    p->n_blocks = n_blocks;
-    p->max_blocks = (max_len + block_tokens - 1) / block_tokens;
     p->chunk = chunk < max_len ? chunk : max_len;
     p->max_rows = max_rows < p->chunk ? p->chunk : max_rows;
     p->conv_pad = cfg->attention == ZY_ATTN_CCA ? cfg_conv_pad(cfg) : 0; /* the MHA variant has no convolutions */
@@ -137,7 +130,7 @@ int kvpool_create(KVPool *p, const ZayaConfig *cfg, int max_seqs, int max_len, i
     rope_tables(p->rope_cos, p->rope_sin, max_len, cfg_rotary_dim(cfg), cfg->rope_theta);
     if (p->rope_cos_sw)
         rope_tables(p->rope_cos_sw, p->rope_sin_sw, max_len, cfg_sliding_rotary_dim(cfg), cfg->rope_theta_sliding);
-    kvblocks_init(p->free_blocks, &p->n_free, n_blocks);
+    kvblocks_init(&p->blocks);
     return 0;
 }
 
@@ -155,64 +148,43 @@ void kvpool_seq_reset(KVPool *p, int slot) {
         memset(p->conv_state[l] + slot * P * C, 0, P * C * sizeof(float));
         memset(p->vd_prev[l] + slot * half, 0, half * sizeof(float));
     }
-    p->len[slot] = 0;
+    p->blocks.len[slot] = 0;
 }
 
 void kvpool_seq_release(KVPool *p, int slot) {
     kvpool_seq_reset(p, slot);
-    const int32_t *row = p->table + (size_t)slot * p->max_blocks;
-    for (int i = p->n_held[slot] - 1; i >= 0; i--) /* a shared block goes back with its last holder */
-        if (--p->refs[row[i]] == 0) p->free_blocks[p->n_free++] = row[i];
-    p->n_held[slot] = 0;
+    kvblocks_release(&p->blocks, slot);
 }
 
-int kvpool_reserve(KVPool *p, int slot, int tokens) {
-    int32_t *row = p->table + (size_t)slot * p->max_blocks;
-    const int had = p->n_held[slot];
-    if (kvblocks_take(row, &p->n_held[slot], kvpool_blocks_for(p, tokens), p->max_blocks, p->free_blocks, &p->n_free))
-        return -1;
-    for (int i = had; i < p->n_held[slot]; i++) p->refs[row[i]] = 1;
-    return 0;
-}
+int kvpool_reserve(KVPool *p, int slot, int tokens) { return kvblocks_reserve(&p->blocks, slot, tokens); }
 
 int kvpool_fork(KVPool *p, int parent, int child) {
-    const int bt = p->block_tokens, len = p->len[parent], shared = len / bt, partial = len % bt;
-    int32_t *pr = p->table + (size_t)parent * p->max_blocks, *cr = p->table + (size_t)child * p->max_blocks;
-    const int own = p->n_held[child];
-    if (parent == child || p->len[child] != 0 || shared + own > p->max_blocks || (partial && own < 1)) return -1;
-    for (int i = 0; i < own; i++)
-        if (p->refs[cr[i]] != 1) return -1;
-    memmove(cr + shared, cr, (size_t)own * sizeof *cr);
-    for (int i = 0; i < shared; i++) {
-        cr[i] = pr[i];
-        p->refs[pr[i]]++;
-    }
-    const size_t Ck = cfg_k_channels(&p->cfg), block = (size_t)bt * Ck; /* values per block and layer, k and v alike */
+    int32_t from, to;
+    if (kvblocks_fork(&p->blocks, parent, child, &from, &to)) return -1;
+    const size_t Ck = cfg_k_channels(&p->cfg), block = (size_t)p->blocks.block_tokens * Ck; /* per block and layer */
     const size_t P = p->conv_pad, C = cfg_conv_channels(&p->cfg), half = Ck / 2;
     for (int l = 0; l < p->cfg.num_layers; l++) {
-        if (partial) { /* the whole block: rows past len are never read */
-            const size_t from = (size_t)pr[shared] * block, to = (size_t)cr[shared] * block;
+        if (from >= 0) { /* the whole block: rows past len are never read */
             if (p->kv_bf16) {
-                memcpy(p->k16[l] + to, p->k16[l] + from, block * sizeof(uint16_t));
-                memcpy(p->v16[l] + to, p->v16[l] + from, block * sizeof(uint16_t));
+                memcpy(p->k16[l] + to * block, p->k16[l] + from * block, block * sizeof(uint16_t));
+                memcpy(p->v16[l] + to * block, p->v16[l] + from * block, block * sizeof(uint16_t));
             } else {
-                memcpy(p->k[l] + to, p->k[l] + from, block * sizeof(float));
-                memcpy(p->v[l] + to, p->v[l] + from, block * sizeof(float));
+                memcpy(p->k[l] + to * block, p->k[l] + from * block, block * sizeof(float));
+                memcpy(p->v[l] + to * block, p->v[l] + from * block, block * sizeof(float));
             }
         }
         memcpy(p->conv_state[l] + (size_t)child * P * C, p->conv_state[l] + (size_t)parent * P * C, P * C * sizeof(float));
         memcpy(p->vd_prev[l] + (size_t)child * half, p->vd_prev[l] + (size_t)parent * half, half * sizeof(float));
     }
-    p->n_held[child] = shared + own;
-    p->len[child] = len;
     return 0;
 }
 
 int kvpool_keep_block_states(KVPool *p, ZyErr *err) {
     if (p->block_state) return 0;
     const size_t bytes = kvpool_state_bytes(&p->cfg);
-    if (!(p->block_state = calloc((size_t)p->n_blocks, bytes + (bytes == 0))))
-        return zy_fail(err, "out of memory keeping the CCA state of %d KV blocks (%zu bytes each)", p->n_blocks, bytes);
+    if (!(p->block_state = calloc((size_t)p->blocks.n_blocks, bytes + (bytes == 0))))
+        return zy_fail(err, "out of memory keeping the CCA state of %d KV blocks (%zu bytes each)", p->blocks.n_blocks,
+                       bytes);
     return 0;
 }
 
@@ -223,48 +195,103 @@ static float *block_state_at(const KVPool *p, int32_t block, int l) {
 }
 
 int kvpool_seq_share(KVPool *p, int slot, const int32_t *blocks, int n) {
-    if (!p->block_state || p->len[slot] != 0 || p->n_held[slot] != 0 || n <= 0 || n > p->max_blocks) return -1;
-    int32_t *row = p->table + (size_t)slot * p->max_blocks;
-    for (int i = 0; i < n; i++) {
-        row[i] = blocks[i];
-        p->refs[blocks[i]]++;
-    }
+    if (!p->block_state || kvblocks_share(&p->blocks, slot, blocks, n)) return -1;
     const size_t P = p->conv_pad, C = cfg_conv_channels(&p->cfg), half = cfg_k_channels(&p->cfg) / 2;
     for (int l = 0; l < p->cfg.num_layers; l++) {
         const float *st = block_state_at(p, blocks[n - 1], l);
         memcpy(p->conv_state[l] + (size_t)slot * P * C, st, P * C * sizeof(float));
         memcpy(p->vd_prev[l] + (size_t)slot * half, st + P * C, half * sizeof(float));
     }
-    p->n_held[slot] = n;
-    p->len[slot] = n * p->block_tokens;
     return 0;
 }
 
 /* The first block end past position pos (a step adding rows at pos.. fills the blocks ending there and later). */
-static int block_end_after(const KVPool *p, int pos) { return (pos / p->block_tokens + 1) * p->block_tokens; }
+static int block_end_after(const KVPool *p, int pos) {
+    const int bt = p->blocks.block_tokens;
+    return (pos / bt + 1) * bt;
+}
 
 /* The block whose end is position `end` (a multiple of block_tokens) in slot's table, when kept states are wanted. */
 static int32_t block_ending_at(const KVPool *p, int slot, int end) {
-    return p->table[(size_t)slot * p->max_blocks + (end - 1) / p->block_tokens];
+    return kvblocks_row(&p->blocks, slot)[(end - 1) / p->blocks.block_tokens];
 }
 
-void kvblocks_init(int32_t *free_blocks, int *n_free, int n_blocks) {
+/* ---- the block bookkeeping (KVBlocks), the GPU's pool's too ---------------------------------------------------- */
+
+KVBlocks kvblocks_shape(int max_seqs, int max_len, int n_blocks, int block_tokens) {
+    return (KVBlocks){.max_seqs = max_seqs, .block_tokens = block_tokens, .n_blocks = n_blocks,
+                      .max_blocks = (max_len + block_tokens - 1) / block_tokens};
+}
+
+void kvblocks_carve(ZyCarver *cv, KVBlocks *b) {
+    const size_t S = (size_t)b->max_seqs;
+    b->table = ZY_CARVE_I(cv, S * b->max_blocks);
+    b->len = (int *)ZY_CARVE_I(cv, S);
+    b->n_held = (int *)ZY_CARVE_I(cv, S);
+    b->free_blocks = ZY_CARVE_I(cv, b->n_blocks);
+    b->refs = ZY_CARVE_I(cv, b->n_blocks);
+}
+
+void kvblocks_init(KVBlocks *b) {
+    for (int i = 0; i < b->max_seqs; i++) b->len[i] = b->n_held[i] = 0;
     /* the stack hands out low ids first */
-    for (int i = 0; i < n_blocks; i++) free_blocks[i] = n_blocks - 1 - i;
-    *n_free = n_blocks;
+    for (int i = 0; i < b->n_blocks; i++) {
+        b->free_blocks[i] = b->n_blocks - 1 - i;
+        b->refs[i] = 0;
+    }
+    b->n_free = b->n_blocks;
 }
 
-int kvblocks_take(int32_t *row, int *n_held, int want, int max_blocks, int32_t *free_blocks, int *n_free) {
-    const int need = want - *n_held;
+int kvblocks_reserve(KVBlocks *b, int slot, int tokens) {
+    int32_t *row = kvblocks_row(b, slot);
+    const int need = kvblocks_for(b, tokens) - b->n_held[slot];
     if (need <= 0) return 0;
-    if (need > *n_free || *n_held + need > max_blocks) return -1;
-    for (int i = 0; i < need; i++) row[(*n_held)++] = free_blocks[--*n_free];
+    if (need > b->n_free || b->n_held[slot] + need > b->max_blocks) return -1;
+    for (int i = 0; i < need; i++) {
+        const int32_t blk = b->free_blocks[--b->n_free];
+        b->refs[blk] = 1;
+        row[b->n_held[slot]++] = blk;
+    }
     return 0;
 }
 
-void kvblocks_give(const int32_t *row, int *n_held, int32_t *free_blocks, int *n_free) {
-    for (int i = *n_held - 1; i >= 0; i--) free_blocks[(*n_free)++] = row[i];
-    *n_held = 0;
+void kvblocks_release(KVBlocks *b, int slot) {
+    const int32_t *row = kvblocks_row(b, slot);
+    for (int i = b->n_held[slot] - 1; i >= 0; i--) /* a shared block goes back with its last holder */
+        if (--b->refs[row[i]] == 0) b->free_blocks[b->n_free++] = row[i];
+    b->n_held[slot] = 0;
+    b->len[slot] = 0;
+}
+
+int kvblocks_fork(KVBlocks *b, int parent, int child, int32_t *copy_from, int32_t *copy_to) {
+    const int bt = b->block_tokens, len = b->len[parent], shared = len / bt, partial = len % bt;
+    int32_t *pr = kvblocks_row(b, parent), *cr = kvblocks_row(b, child);
+    const int own = b->n_held[child];
+    if (parent == child || b->len[child] != 0 || shared + own > b->max_blocks || (partial && own < 1)) return -1;
+    for (int i = 0; i < own; i++)
+        if (b->refs[cr[i]] != 1) return -1;
+    memmove(cr + shared, cr, (size_t)own * sizeof *cr);
+    for (int i = 0; i < shared; i++) {
+        cr[i] = pr[i];
+        b->refs[pr[i]]++;
+    }
+    *copy_from = partial ? pr[shared] : -1;
+    *copy_to = partial ? cr[shared] : -1;
+    b->n_held[child] = shared + own;
+    b->len[child] = len;
+    return 0;
+}
+
+int kvblocks_share(KVBlocks *b, int slot, const int32_t *blocks, int n) {
+    if (b->len[slot] != 0 || b->n_held[slot] != 0 || n <= 0 || n > b->max_blocks) return -1;
+    int32_t *row = kvblocks_row(b, slot);
+    for (int i = 0; i < n; i++) {
+        row[i] = blocks[i];
+        b->refs[blocks[i]]++;
+    }
+    b->n_held[slot] = n;
+    b->len[slot] = n * b->block_tokens;
+    return 0;
 }
 
 /* ---- the layer loop over a ragged batch ------------------------------------------------------------------------ */
@@ -285,12 +312,12 @@ typedef struct {
  * broadcast against whole vectors of keys: no per-key sums to reduce), in elements of p->v[l] / p->v16[l] and
  * p->k[l] / p->k16[l]. */
 static inline size_t kv_row_at(const KVPool *p, int slot, int pos) {
-    const int32_t blk = p->table[(size_t)slot * p->max_blocks + pos / p->block_tokens];
-    return ((size_t)blk * p->block_tokens + pos % p->block_tokens) * cfg_k_channels(&p->cfg);
+    const int32_t blk = kvblocks_row(&p->blocks, slot)[pos / p->blocks.block_tokens];
+    return ((size_t)blk * p->blocks.block_tokens + pos % p->blocks.block_tokens) * cfg_k_channels(&p->cfg);
 }
 static inline size_t kv_key_at(const KVPool *p, int slot, int pos) {
-    const int32_t blk = p->table[(size_t)slot * p->max_blocks + pos / p->block_tokens];
-    return (size_t)blk * p->block_tokens * cfg_k_channels(&p->cfg) + pos % p->block_tokens;
+    const int32_t blk = kvblocks_row(&p->blocks, slot)[pos / p->blocks.block_tokens];
+    return (size_t)blk * p->blocks.block_tokens * cfg_k_channels(&p->cfg) + pos % p->blocks.block_tokens;
 }
 
 /* The next block's keys / values of kv head j, asked for while this block's are used: a sequence's blocks lie
@@ -298,14 +325,14 @@ static inline size_t kv_key_at(const KVPool *p, int slot, int pos) {
  * cached key and value once per step: memory-bound). 16 keys' worth at most (the same-length cache's one block per
  * sequence is long). */
 static inline void prefetch_keys(const KVPool *p, int l, int slot, int pos, int j) {
-    const int bt = p->block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
+    const int bt = p->blocks.block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
     const size_t at = kv_key_at(p, slot, pos) + (size_t)j * dh * bt, size = p->kv_bf16 ? 2 : 4;
     const char *kt = p->kv_bf16 ? (const char *)(p->k16[l] + at) : (const char *)(p->k[l] + at);
     for (int d = 0; d < dh; d++)
         for (size_t c = 0; c < n * size; c += 64) __builtin_prefetch(kt + ((size_t)d * bt) * size + c);
 }
 static inline void prefetch_values(const KVPool *p, int l, int slot, int pos, int j) {
-    const int bt = p->block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
+    const int bt = p->blocks.block_tokens, dh = p->cfg.head_dim, n = bt - pos % bt < 16 ? bt - pos % bt : 16;
     const size_t size = p->kv_bf16 ? 2 : 4;
     for (int t = 0; t < n; t++) {
         const size_t at = kv_row_at(p, slot, pos + t) + (size_t)j * dh;
@@ -323,7 +350,7 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
                              float *sc) {
     const ZayaConfig *f = &p->cfg;
     const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h0 / G, W = cfg_layer_window(f, l);
-    const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, bt = p->block_tokens;
+    const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, bt = p->blocks.block_tokens;
     const int hi = q->pos0 + n, lo = W > 0 && q->pos0 - W + 1 > 0 ? q->pos0 - W + 1 : 0, Lk = hi - lo;
     const float scale = (float)(1.0 / sqrt((double)dh));
     const float *qr = query + (size_t)q->row0 * Cq + h0 * dh;
@@ -381,10 +408,10 @@ static void append_kv_attend(KVPool *p, const Step *st, int l) {
             const size_t kt = kv_key_at(p, q->slot, q->pos0 + t), vr = kv_row_at(p, q->slot, q->pos0 + t);
             const float *key = s->key + (size_t)(q->row0 + t) * Ck, *value = s->value + (size_t)(q->row0 + t) * Ck;
             if (p->kv_bf16) { /* rounded to nearest even, as the bf16 weights were */
-                for (int c = 0; c < Ck; c++) p->k16[l][kt + (size_t)c * p->block_tokens] = zy_f32_to_bf16(key[c]);
+                for (int c = 0; c < Ck; c++) p->k16[l][kt + (size_t)c * p->blocks.block_tokens] = zy_f32_to_bf16(key[c]);
                 zy_kernels()->f32_to_bf16_row(p->v16[l] + vr, value, Ck);
             } else {
-                for (int c = 0; c < Ck; c++) p->k[l][kt + (size_t)c * p->block_tokens] = key[c];
+                for (int c = 0; c < Ck; c++) p->k[l][kt + (size_t)c * p->blocks.block_tokens] = key[c];
                 memcpy(p->v[l] + vr, value, Ck * sizeof(float));
             }
         }
@@ -438,7 +465,7 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
         memcpy(p->conv_state[l] + (size_t)q->slot * P * C, s->Xe + (size_t)(q->xe_row + q->n) * C,
                (size_t)P * C * sizeof(float));
         /* a block filled to its end keeps the state there: X of its last P positions, Xe rows from end - pos0 */
-        for (int end = block_end_after(p, q->pos0); p->block_state && end <= q->pos0 + q->n; end += p->block_tokens)
+        for (int end = block_end_after(p, q->pos0); p->block_state && end <= q->pos0 + q->n; end += p->blocks.block_tokens)
             memcpy(block_state_at(p, block_ending_at(p, q->slot, end), l),
                    s->Xe + (size_t)(q->xe_row + end - q->pos0) * C, (size_t)P * C * sizeof(float));
     }
@@ -461,7 +488,7 @@ static void cca_decode(const ZayaConfig *f, const LayerWeights *W, KVPool *p, co
         float *prev = p->vd_prev[l] + (size_t)q->slot * half;
         memcpy(s->value + (size_t)q->row0 * Ck + half, prev, (size_t)half * sizeof(float));
         memcpy(prev, s->vd + (size_t)(q->row0 + q->n - 1) * half, (size_t)half * sizeof(float));
-        for (int end = block_end_after(p, q->pos0); p->block_state && end <= q->pos0 + q->n; end += p->block_tokens)
+        for (int end = block_end_after(p, q->pos0); p->block_state && end <= q->pos0 + q->n; end += p->blocks.block_tokens)
             memcpy(block_state_at(p, block_ending_at(p, q->slot, end), l) + (size_t)P * C,
                    s->vd + (size_t)(q->row0 + end - 1 - q->pos0) * half, (size_t)half * sizeof(float));
         const size_t toff = (size_t)q->pos0 * (rd / 2), r = q->row0;
@@ -538,7 +565,7 @@ static void decode_rows(const Model *m, KVPool *p, const Step *st, int32_t *rout
         r_prev = z;
         if (routing) memcpy(routing + (size_t)l * N, s->moe.choice, (size_t)N * sizeof(int32_t));
     }
-    for (int i = 0; i < st->n_seqs; i++) p->len[st->seq[i].slot] += st->seq[i].n;
+    for (int i = 0; i < st->n_seqs; i++) p->blocks.len[st->seq[i].slot] += st->seq[i].n;
 }
 
 /* Lays the step out: rows and convolution-buffer rows per sequence. */
@@ -547,7 +574,7 @@ static void plan_step(const KVPool *p, Step *st) {
     int row = 0, xe = 0;
     for (int i = 0; i < st->n_seqs; i++) {
         StepSeq *q = &st->seq[i];
-        q->pos0 = p->len[q->slot];
+        q->pos0 = p->blocks.len[q->slot];
         q->row0 = row;
         q->xe_row = xe;
         row += q->n;
@@ -585,12 +612,12 @@ static int check_model(const Model *m, const ZayaConfig *cc, ZyErr *err) {
 
 int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, int *rows,
                       int *n_logits, ZyErr *err) {
-    if (n_seqs <= 0 || n_seqs > p->max_seqs)
-        return zy_fail(err, "decode: %d sequences in a step (1..%d)", n_seqs, p->max_seqs);
+    if (n_seqs <= 0 || n_seqs > p->blocks->max_seqs)
+        return zy_fail(err, "decode: %d sequences in a step (1..%d)", n_seqs, p->blocks->max_seqs);
     int N = 0, k = 0;
     for (int i = 0; i < n_seqs; i++) {
         const DecodeSeq *d = &seqs[i];
-        if (d->slot < 0 || d->slot >= p->max_seqs) return zy_fail(err, "decode: slot %d out of range", d->slot);
+        if (d->slot < 0 || d->slot >= p->blocks->max_seqs) return zy_fail(err, "decode: slot %d out of range", d->slot);
         for (int j = 0; j < i; j++)
             if (seqs[j].slot == d->slot) return zy_fail(err, "decode: slot %d appears twice in one step", d->slot);
         if (d->n <= 0 || d->n > p->chunk)
@@ -598,12 +625,12 @@ int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seq
         if (d->logits == DECODE_LOGITS_ALL && d->n > 1 && !p->all_logits)
             return zy_fail(err, "decode: every row's logits (slot %d) are not available on this pool: one row at a "
                            "time", d->slot);
-        const int len = p->len[d->slot];
+        const int len = p->blocks->len[d->slot];
         if (d->n > p->max_len - len)
             return zy_fail(err, "decode: KV cache full (%d + %d tokens > max_len %d)", len, d->n, p->max_len);
-        const int need = (len + d->n + p->block_tokens - 1) / p->block_tokens;
-        if (need > p->n_held[d->slot])
-            return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->n_held[d->slot],
+        const int need = kvblocks_for(p->blocks, len + d->n);
+        if (need > p->blocks->n_held[d->slot])
+            return zy_fail(err, "decode: slot %d holds %d blocks, %d + %d tokens need %d", d->slot, p->blocks->n_held[d->slot],
                            len, d->n, need);
         N += d->n;
         k += d->logits == DECODE_LOGITS_ALL ? d->n : d->logits != 0;
@@ -621,10 +648,8 @@ int decode_step_check(const DecodeStepShape *p, const DecodeSeq *seqs, int n_seq
 int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,
                       float *logits, ZyErr *err) {
     if (check_model(m, &p->cfg, err)) return -1;
-    const DecodeStepShape shape = {.max_seqs = p->max_seqs, .chunk = p->chunk, .max_len = p->max_len,
-                                   .max_rows = p->max_rows, .block_tokens = p->block_tokens,
-                                   .vocab_size = m->cfg.vocab_size, .len = p->len, .n_held = p->n_held,
-                                   .all_logits = 1};
+    const DecodeStepShape shape = {.blocks = &p->blocks, .chunk = p->chunk, .max_len = p->max_len,
+                                   .max_rows = p->max_rows, .vocab_size = m->cfg.vocab_size, .all_logits = 1};
     int N, n_logits;
     if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, &n_logits, err)) return -1;
     StepSeq seq[n_seqs];
@@ -722,7 +747,7 @@ void kvcache_mark(KVCache *c) {
 void kvcache_rewind(KVCache *c) {
     copy_state(c, 0);
     c->len = c->mark_len;
-    for (int b = 0; b < c->batch; b++) c->pool.len[b] = c->len;
+    for (int b = 0; b < c->batch; b++) c->pool.blocks.len[b] = c->len;
 }
 
 void kvcache_free(KVCache *c) {

@@ -33,6 +33,41 @@ typedef struct {
     float *last_rows;                       /* final-normed rows that get logits [max_seqs,D] */
 } DecodeScratch;
 
+/* A block pool's bookkeeping, in host memory wherever the blocks live (KVPool's here, gpu_decode.h's on a GPU): per
+ * slot a row of the block table, its length and the blocks it holds; a stack of free block ids; per block its
+ * holders (the slots whose rows hold it, kvblocks_fork and kvblocks_share letting several share it, and a prefix
+ * cache's hold, prefix_cache.h). A block goes back to the stack with its last holder. */
+typedef struct {
+    int max_seqs, block_tokens, n_blocks, max_blocks; /* slots; block size; blocks; blocks one slot may hold */
+    int32_t *table;                                   /* [max_seqs, max_blocks] block ids */
+    int *len, *n_held;                                /* per slot: tokens cached, blocks held */
+    int32_t *free_blocks;                             /* a stack of n_free block ids */
+    int n_free;
+    int32_t *refs;                                    /* per block: its holders */
+} KVBlocks;
+
+/* A shape (max_blocks: enough for max_len tokens), its arrays unset; kvblocks_carve carves them from cv (a sizing
+ * pass with cv->base NULL, then the binding one); kvblocks_init then empties every slot and stacks every block. */
+KVBlocks kvblocks_shape(int max_seqs, int max_len, int n_blocks, int block_tokens);
+void kvblocks_carve(ZyCarver *cv, KVBlocks *b);
+void kvblocks_init(KVBlocks *b);
+static inline int32_t *kvblocks_row(const KVBlocks *b, int slot) { return b->table + (size_t)slot * b->max_blocks; }
+/* Blocks needed for `tokens` positions. */
+static inline int kvblocks_for(const KVBlocks *b, int tokens) { return (tokens + b->block_tokens - 1) / b->block_tokens; }
+/* Makes slot hold blocks for `tokens` positions (new blocks low ids first); -1 (nothing taken) when the stack has
+ * too few or the row too little room. */
+int kvblocks_reserve(KVBlocks *b, int slot, int tokens);
+/* Slot's length to 0 and its blocks given up (each back to the stack with its last holder). */
+void kvblocks_release(KVBlocks *b, int slot);
+/* The bookkeeping of kvpool_fork: child, empty and holding only blocks of its own, takes parent's full blocks (shared)
+ * before its own and parent's length. *copy_from / *copy_to: the parent's partly filled last block and the child's
+ * own block that must become a copy of it, or -1 / -1 when parent's length is whole blocks. -1, nothing changed,
+ * as kvpool_fork refuses. The caller copies the block's rows and the slot's state. */
+int kvblocks_fork(KVBlocks *b, int parent, int child, int32_t *copy_from, int32_t *copy_to);
+/* The bookkeeping of kvpool_seq_share: slot, empty and holding nothing, takes the n blocks (shared) and the length
+ * n * block_tokens. -1 (nothing changed) when the slot is not empty or n is out of range. */
+int kvblocks_share(KVBlocks *b, int slot, const int32_t *blocks, int n);
+
 /* The KV cache as a pool of fixed-size blocks shared by up to max_seqs sequences (slots), each with its own length
  * (a server's running batch: sequences join and leave between steps). Per layer a block holds block_tokens rows of
  * k̂ (after QK-norm, temperature and RoPE) and v, 2·Ck values each (fp32, or bf16: kv_bf16); a slot's block table
@@ -41,8 +76,8 @@ typedef struct {
  * to its last W keys only and rotates with its own RoPE tables; its older blocks are kept (not reused). */
 typedef struct {
     ZayaConfig cfg;
-    int max_seqs, max_len;                  /* slots; tokens per sequence (<= max_position_embeddings) */
-    int block_tokens, n_blocks, max_blocks; /* block size; blocks in the pool; blocks one sequence may hold */
+    int max_len;                            /* tokens per sequence (<= max_position_embeddings) */
+    KVBlocks blocks;                        /* slots: the blocks each holds and its length; the free blocks */
     int max_rows, chunk;                    /* new rows per step, all sequences / per sequence */
     int conv_pad;                           /* P */
     int kv_bf16;                            /* k̂ and v held as bf16 (k16, v16; k, v unset), else fp32 (k, v) */
@@ -51,12 +86,6 @@ typedef struct {
     uint16_t **k16, **v16;                  /* the same as bf16 */
     float **conv_state;                     /* per layer [max_seqs, P, C]: X at positions len-P..len-1 (0 before 0) */
     float **vd_prev;                        /* per layer [max_seqs, Ck/2]: vd of the token at len-1 (0 when len = 0) */
-    int32_t *table;                         /* [max_seqs, max_blocks] block ids */
-    int *len, *n_held;                      /* per slot: tokens cached, blocks held */
-    int32_t *free_blocks;                   /* a stack of n_free block ids */
-    int n_free;
-    int32_t *refs;                          /* per block: the slots whose tables hold it (kvpool_fork shares), and a
-                                             * prefix cache's hold (prefix_cache.h) */
     float *block_state;                     /* NULL, or per block the CCA state at its end (kvpool_keep_block_states) */
     float *rope_cos, *rope_sin;             /* [max_len, rd/2], fp32 like the full forward */
     float *rope_cos_sw, *rope_sin_sw;       /* the sliding-window layers' own tables (NULL without such layers) */
@@ -92,17 +121,6 @@ int kvpool_keep_block_states(KVPool *p, ZyErr *err);
  * kvpool_fork shares) with the state kept at the last one's end: its length becomes n * block_tokens. -1 (nothing
  * changes) without kept states, when the slot is not empty, or n is out of range. */
 int kvpool_seq_share(KVPool *p, int slot, const int32_t *blocks, int n);
-/* Blocks needed for `tokens` positions. */
-static inline int kvpool_blocks_for(const KVPool *p, int tokens) {
-    return (tokens + p->block_tokens - 1) / p->block_tokens;
-}
-/* The block bookkeeping itself, on plain arrays so that a pool kept elsewhere (the GPU's, gpu_decode.h) shares it
- * with KVPool: a stack of n_free free block ids, and per slot a row of the block table holding *n_held ids.
- * kvblocks_init stacks ids 0..n_blocks-1 (low ids handed out first); kvblocks_take makes the row hold `want` blocks
- * (-1, nothing taken, when the stack has too few or want > max_blocks); kvblocks_give returns the row's blocks. */
-void kvblocks_init(int32_t *free_blocks, int *n_free, int n_blocks);
-int kvblocks_take(int32_t *row, int *n_held, int want, int max_blocks, int32_t *free_blocks, int *n_free);
-void kvblocks_give(const int32_t *row, int *n_held, int32_t *free_blocks, int *n_free);
 /* Bytes of one block (all layers) and of one slot's constant CCA state (all layers). */
 size_t kvpool_block_bytes(const ZayaConfig *cfg, int block_tokens, int kv_bf16);
 size_t kvpool_state_bytes(const ZayaConfig *cfg);
@@ -125,8 +143,8 @@ int model_decode_step(const Model *m, KVPool *p, const DecodeSeq *seqs, int n_se
 
 /* What a pool's step is checked against (the GPU's pool, gpu_decode.h, shares the checks and their words). */
 typedef struct {
-    int max_seqs, chunk, max_len, max_rows, block_tokens, vocab_size;
-    const int *len, *n_held; /* per slot */
+    const KVBlocks *blocks;  /* slots, lengths, blocks held */
+    int chunk, max_len, max_rows, vocab_size;
     int all_logits;          /* the pool gives every row's logits (DECODE_LOGITS_ALL with n > 1) */
 } DecodeStepShape;
 /* model_decode_step's refusals, in order: sequences, slots, rows per sequence, cache room, blocks held, rows in all,

@@ -1,16 +1,15 @@
-/* Automatic prefix caching over a KVPool (see prefix_cache.h): a hash table of cached blocks chained by parent, and
+/* Automatic prefix caching over a block pool (see prefix_cache.h): a hash table of cached blocks chained by parent, and
  * LRU eviction of the blocks no sequence holds. */
 #include "infer/prefix_cache.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int prefix_cache_init(PrefixCache *c, KVPool *pool, ZyErr *err) {
+int prefix_cache_init(PrefixCache *c, KVBlocks *blocks, PrefixShareFn share, void *pool, ZyErr *err) {
     memset(c, 0, sizeof *c);
-    if (kvpool_keep_block_states(pool, err)) return -1;
-    c->pool = pool;
-    c->block_tokens = pool->block_tokens;
-    c->n_blocks = pool->n_blocks;
+    c->blocks = blocks, c->share = share, c->pool = pool;
+    c->block_tokens = blocks->block_tokens;
+    c->n_blocks = blocks->n_blocks;
     int buckets = 1;
     while (buckets < 2 * c->n_blocks) buckets *= 2;
     c->mask = buckets - 1;
@@ -24,11 +23,21 @@ int prefix_cache_init(PrefixCache *c, KVPool *pool, ZyErr *err) {
     c->tokens = malloc(sizeof *c->tokens * nb * c->block_tokens);
     if (!c->bucket || !c->next || !c->parent || !c->children || !c->hash || !c->used || !c->tokens) {
         prefix_cache_free(c);
-        return zy_fail(err, "out of memory for the prefix cache of %d blocks", pool->n_blocks);
+        return zy_fail(err, "out of memory for the prefix cache of %d blocks", blocks->n_blocks);
     }
     for (int i = 0; i < buckets; i++) c->bucket[i] = -1;
     for (size_t b = 0; b < nb; b++) c->parent[b] = PREFIX_NOT_CACHED;
     return 0;
+}
+
+static int kvpool_share(void *pool, int slot, const int32_t *blocks, int n) {
+    return kvpool_seq_share(pool, slot, blocks, n);
+}
+
+int prefix_cache_init_kvpool(PrefixCache *c, KVPool *pool, ZyErr *err) {
+    memset(c, 0, sizeof *c);
+    if (kvpool_keep_block_states(pool, err)) return -1;
+    return prefix_cache_init(c, &pool->blocks, kvpool_share, pool, err);
 }
 
 void prefix_cache_free(PrefixCache *c) {
@@ -61,7 +70,7 @@ static int32_t find(const PrefixCache *c, uint64_t h, int32_t parent, const int3
 }
 
 int prefix_cache_attach(PrefixCache *c, int slot, const int32_t *tokens, int n) {
-    const int bt = c->block_tokens, want = n / bt < c->pool->max_blocks ? n / bt : c->pool->max_blocks;
+    const int bt = c->block_tokens, want = n / bt < c->blocks->max_blocks ? n / bt : c->blocks->max_blocks;
     int32_t run[want > 0 ? want : 1];
     int got = 0;
     uint64_t h = 0;
@@ -71,7 +80,7 @@ int prefix_cache_attach(PrefixCache *c, int slot, const int32_t *tokens, int n) 
         if (b < 0) break;
         run[got] = parent = b;
     }
-    if (got == 0 || kvpool_seq_share(c->pool, slot, run, got)) return 0;
+    if (got == 0 || c->share(c->pool, slot, run, got)) return 0;
     c->clock++;
     for (int i = 0; i < got; i++) c->used[run[i]] = c->clock;
     return got * bt;
@@ -85,7 +94,7 @@ void prefix_cache_count(PrefixCache *c, int reused) {
 
 void prefix_cache_insert(PrefixCache *c, int slot, const int32_t *prompt, int n_prompt, const int32_t *more, int len) {
     const int bt = c->block_tokens;
-    const int32_t *row = c->pool->table + (size_t)slot * c->pool->max_blocks;
+    const int32_t *row = kvblocks_row(c->blocks, slot);
     int32_t block_tok[bt];
     uint64_t h = 0;
     c->clock++;
@@ -106,7 +115,7 @@ void prefix_cache_insert(PrefixCache *c, int slot, const int32_t *prompt, int n_
         memcpy(c->tokens + (size_t)b * bt, block_tok, sizeof block_tok);
         c->next[b] = c->bucket[h & c->mask];
         c->bucket[h & c->mask] = b;
-        c->pool->refs[b]++; /* the cache's hold */
+        c->blocks->refs[b]++; /* the cache's hold */
         c->st.cached++;
     }
 }
@@ -114,7 +123,7 @@ void prefix_cache_insert(PrefixCache *c, int slot, const int32_t *prompt, int n_
 int prefix_cache_evict(PrefixCache *c) {
     int32_t victim = -1;
     for (int32_t b = 0; b < c->n_blocks; b++)
-        if (c->parent[b] != PREFIX_NOT_CACHED && c->pool->refs[b] == 1 && c->children[b] == 0 &&
+        if (c->parent[b] != PREFIX_NOT_CACHED && c->blocks->refs[b] == 1 && c->children[b] == 0 &&
             (victim < 0 || c->used[b] < c->used[victim]))
             victim = b;
     if (victim < 0) return 0;
@@ -123,8 +132,8 @@ int prefix_cache_evict(PrefixCache *c) {
     *p = c->next[victim];
     if (c->parent[victim] >= 0) c->children[c->parent[victim]]--;
     c->parent[victim] = PREFIX_NOT_CACHED;
-    c->pool->refs[victim] = 0;
-    c->pool->free_blocks[c->pool->n_free++] = victim;
+    c->blocks->refs[victim] = 0;
+    c->blocks->free_blocks[c->blocks->n_free++] = victim;
     c->st.cached--;
     c->st.evictions++;
     return 1;
@@ -133,6 +142,6 @@ int prefix_cache_evict(PrefixCache *c) {
 PrefixCacheStats prefix_cache_stats(const PrefixCache *c) {
     PrefixCacheStats st = c->st;
     st.idle = 0;
-    for (int32_t b = 0; b < c->n_blocks; b++) st.idle += c->parent[b] != PREFIX_NOT_CACHED && c->pool->refs[b] == 1;
+    for (int32_t b = 0; b < c->n_blocks; b++) st.idle += c->parent[b] != PREFIX_NOT_CACHED && c->blocks->refs[b] == 1;
     return st;
 }

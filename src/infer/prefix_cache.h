@@ -1,4 +1,4 @@
-/* prefix_cache: automatic prefix caching over a KVPool's blocks. A full block stays in the pool after the sequence
+/* prefix_cache: automatic prefix caching over a block pool's blocks (a KVPool's, or a GPU's: it keeps to KVBlocks). A full block stays in the pool after the sequence
  * that filled it ends, keyed by its whole token prefix (a hash chained over the blocks up to and including it; on a
  * hit the block's own tokens are compared and its parent must be the block matched before it, so every token of the
  * prefix is compared, never the hash alone). A later sequence whose tokens start the same way takes the blocks
@@ -32,8 +32,14 @@ typedef struct {
     int idle;            /* ... of which no sequence holds (what prefix_cache_evict can free) */
 } PrefixCacheStats;
 
+/* Makes slot, empty and holding no blocks, continue after the n full cached blocks with the state kept at the last
+ * one's end (kvpool_seq_share, or the GPU pool's); -1, nothing changed, when it cannot. */
+typedef int (*PrefixShareFn)(void *pool, int slot, const int32_t *blocks, int n);
+
 typedef struct {
-    KVPool *pool;
+    KVBlocks *blocks;            /* the pool's bookkeeping: the cache holds a reference to each cached block */
+    PrefixShareFn share;
+    void *pool;                  /* share's */
     int block_tokens, n_blocks, mask; /* mask: buckets - 1 */
     int32_t *bucket;   /* [mask + 1] first cached block of each hash bucket, -1 none */
     int32_t *next;     /* per block: the next in its bucket */
@@ -48,8 +54,11 @@ typedef struct {
 
 #define PREFIX_NOT_CACHED (-2)
 
-/* A cache over pool's blocks (it keeps block states from now on); empty. */
-int prefix_cache_init(PrefixCache *c, KVPool *pool, ZyErr *err);
+/* An empty cache over a pool's blocks, whose pool keeps block states already (kvpool_keep_block_states, or the GPU
+ * pool's). */
+int prefix_cache_init(PrefixCache *c, KVBlocks *blocks, PrefixShareFn share, void *pool, ZyErr *err);
+/* The same over a KVPool, whose blocks keep their states from now on (kvpool_keep_block_states). */
+int prefix_cache_init_kvpool(PrefixCache *c, KVPool *pool, ZyErr *err);
 void prefix_cache_free(PrefixCache *c);
 
 /* Slot, empty and holding no blocks, takes the longest run of cached whole blocks that tokens[0 .. n) start with,

@@ -520,7 +520,7 @@ static void *engine_main(void *arg) {
 typedef struct {
     const Model *m;
     KVPool pool;
-    PrefixCache pc; /* pc.pool is NULL until asked for */
+    PrefixCache pc; /* pc.blocks is NULL until asked for */
 } CpuServe;
 static int cpu_step(void *x, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, float *logits, ZyErr *err) {
     CpuServe *c = x;
@@ -529,12 +529,12 @@ static int cpu_step(void *x, const DecodeSeq *seqs, int n_seqs, const int32_t *t
 static int cpu_reserve(void *x, int slot, int tokens) { return kvpool_reserve(&((CpuServe *)x)->pool, slot, tokens); }
 static void cpu_seq_reset(void *x, int slot) { kvpool_seq_reset(&((CpuServe *)x)->pool, slot); }
 static void cpu_seq_release(void *x, int slot) { kvpool_seq_release(&((CpuServe *)x)->pool, slot); }
-static int cpu_seq_len(void *x, int slot) { return ((CpuServe *)x)->pool.len[slot]; }
-static int cpu_n_free(void *x) { return ((CpuServe *)x)->pool.n_free; }
+static int cpu_seq_len(void *x, int slot) { return ((CpuServe *)x)->pool.blocks.len[slot]; }
+static int cpu_n_free(void *x) { return ((CpuServe *)x)->pool.blocks.n_free; }
 static int cpu_fork(void *x, int parent, int child) { return kvpool_fork(&((CpuServe *)x)->pool, parent, child); }
 static PrefixCache *cpu_prefix_cache(void *x, ZyErr *err) {
     CpuServe *c = x;
-    if (!c->pc.pool && prefix_cache_init(&c->pc, &c->pool, err)) return NULL;
+    if (!c->pc.blocks && prefix_cache_init_kvpool(&c->pc, &c->pool, err)) return NULL;
     return &c->pc;
 }
 static void cpu_destroy(void *x) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """`zaya serve --device cuda` on a trained model (tests/gpu/run.sh): greedy completions over HTTP, sent one at a time
 and then all at once (so the engine runs ragged batches on the GPU's KV block pool: prefill chunks next to decode
-rows, requests joining and leaving), each equal to `zaya generate --device cuda`'s text for the same prompt; the KV
-blocks all returned afterwards (/metrics); SIGTERM exits 0.
+rows, requests joining and leaving), each equal to `zaya generate --device cuda`'s text for the same prompt; prompts
+that start alike, the later ones taking the earlier one's KV blocks from the prefix cache (its hits counted in
+/metrics), and a prompt's `n` choices sharing its blocks (forked), equal to `generate`'s text too; the KV blocks all
+returned afterwards (/metrics); SIGTERM exits 0.
 
     python3 tests/gpu/serve_check.py ZAYA MODEL_DIR TOKENIZER [--dtype f32|bf16|auto] [--kv-dtype auto|f32|bf16]
                                      [--device cuda]
@@ -22,6 +24,9 @@ import sys
 import threading
 
 PROMPTS = ["12+34=", "The ", "def f(x):", "Once upon a time", "7*8=", "hello world"]
+# prompts with a common start several 4-token blocks long: the later ones reuse the first one's cached blocks
+SHARED = "Once upon a time there was a little model that could add: "
+PREFIXED = [SHARED + "12+34=", SHARED + "7*8=", SHARED + "hello"]
 MAX_TOKENS = 40
 # a tiny model answers in seconds; a hung engine must not eat the GPU session's minutes
 GENERATE_TIMEOUT, HTTP_TIMEOUT, START_TIMEOUT = 120, 60, 120
@@ -72,7 +77,7 @@ def main():
         passed += bool(ok)
         failed += not ok
 
-    want = {p: generate(args, p) for p in PROMPTS}
+    want = {p: generate(args, p) for p in PROMPTS + PREFIXED}
     check(len(set(want.values())) > 1, f"generate --device {args.device} says different things to different prompts",
           str(list(want.values())[:3]))
     # small blocks and prefill chunks, fewer slots than prompts: sequences span blocks, prompts run in pieces next to
@@ -95,10 +100,10 @@ def main():
             return 1
         port = int(m.group(1))
 
-        def complete(prompt):
+        def complete(prompt, n=1):
             try:
                 st, body = post(port, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": MAX_TOKENS,
-                                                          "temperature": 0})
+                                                          "temperature": 0, "n": n})
                 return st, json.loads(body)
             except Exception as e:  # a timeout or a dead server: a failed check, not a traceback
                 return 0, {"error": f"{type(e).__name__}: {e}"}
@@ -131,11 +136,33 @@ def main():
             st, r = got.get(p, (0, {}))
             text = r["choices"][0]["text"] if st == 200 else r
             check(st == 200 and text == want[p], f"{len(PROMPTS)} at once: {p!r}", f"{st} {text!r} vs {want[p]!r}")
-        try:
-            st, body = get(port, "/metrics")
-            metrics = dict(ln.rsplit(" ", 1) for ln in body.decode().splitlines() if ln and not ln.startswith("#"))
-        except Exception as e:
-            st, metrics = 0, {"error": f"{type(e).__name__}: {e}"}
+
+        def read_metrics():
+            try:
+                st, body = get(port, "/metrics")
+                return st, dict(ln.rsplit(" ", 1) for ln in body.decode().splitlines() if ln and not ln.startswith("#"))
+            except Exception as e:
+                return 0, {"error": f"{type(e).__name__}: {e}"}
+
+        # the prefix cache: one after another, so each later prompt finds the first one's blocks cached
+        _, before = read_metrics()
+        for p in PREFIXED:
+            st, r = complete(p)
+            text = r["choices"][0]["text"] if st == 200 else r
+            check(st == 200 and text == want[p], f"prefix cache: {p[len(SHARED):]!r} after the shared start",
+                  f"{st} {text!r} vs {want[p]!r}")
+        st, metrics = read_metrics()
+        hit_tokens = float(metrics.get("zaya_prefix_cache_hit_tokens_total", 0)) - \
+            float(before.get("zaya_prefix_cache_hit_tokens_total", 0))
+        check(st == 200 and hit_tokens >= 2 * 8, "prefix cache: the later prompts took the shared start's blocks "
+              "(/metrics)", {k: metrics.get(k) for k in ("zaya_prefix_cache_hits_total",
+                                                         "zaya_prefix_cache_hit_tokens_total")})
+        # a prompt's choices: the first prefills it, the others continue from its blocks (forked)
+        st, r = complete(PROMPTS[2], n=3)
+        texts = [c["text"] for c in r["choices"]] if st == 200 else r
+        check(st == 200 and texts == [want[PROMPTS[2]]] * 3, "n = 3 choices (forked from the prompt's blocks)",
+              f"{st} {texts!r} vs {want[PROMPTS[2]]!r}")
+        st, metrics = read_metrics()
         check(st == 200 and float(metrics.get("zaya_kv_blocks_used", -1)) == 0 and
               float(metrics.get("zaya_step_errors_total", -1)) == 0 and float(metrics.get("zaya_steps_total", 0)) > 0,
               "every KV block returned, no failed step (/metrics)",

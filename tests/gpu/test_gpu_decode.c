@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "infer/decode.h"
+#include "infer/prefix_cache.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_decode.h"
 #include "gpu/gpu_model.h"
@@ -257,11 +258,12 @@ static void compare_generate(GpuTest *t) {
 
 /* ---- the ragged step over a block pool (gpu_model_decode_step) against the CPU's model_decode_step ------------- */
 
-/* Both pools: the CPU's and the GPU's, built with the same sizes. */
+/* Both pools: the CPU's and the GPU's, built with the same sizes; and a prefix cache over each where asked. */
 typedef struct {
     KVPool cpu;
     GpuKVPool *gpu;
     int have_cpu;
+    PrefixCache pc_cpu, pc_gpu; /* .blocks NULL: none */
 } PoolPair;
 
 static int pair_create(PoolPair *pp, GpuModel *gm, const ZayaConfig *cfg, int S, int ML, int NB, int bt, int rows,
@@ -271,14 +273,23 @@ static int pair_create(PoolPair *pp, GpuModel *gm, const ZayaConfig *cfg, int S,
     pp->have_cpu = 1;
     return gpu_kvpool_create_kv(&pp->gpu, gm, S, ML, NB, bt, rows, chunk, kv_bf16, err);
 }
+static int gpu_share(void *pool, int slot, const int32_t *blocks, int n) {
+    return gpu_kvpool_seq_share(pool, slot, blocks, n);
+}
+static int pair_prefix_caches(PoolPair *pp, ZyErr *err) {
+    return prefix_cache_init_kvpool(&pp->pc_cpu, &pp->cpu, err) || gpu_kvpool_keep_block_states(pp->gpu, err) ||
+           prefix_cache_init(&pp->pc_gpu, gpu_kvpool_blocks(pp->gpu), gpu_share, pp->gpu, err);
+}
 static void pair_free(PoolPair *pp) {
+    prefix_cache_free(&pp->pc_cpu);
+    prefix_cache_free(&pp->pc_gpu);
     gpu_kvpool_free(pp->gpu);
     if (pp->have_cpu) kvpool_free(&pp->cpu);
 }
 /* The host bookkeeping agrees: every slot's length and the free blocks. */
 static int pair_same(const PoolPair *pp) {
-    int same = gpu_kvpool_free_blocks(pp->gpu) == pp->cpu.n_free;
-    for (int s = 0; s < pp->cpu.max_seqs; s++) same &= gpu_kvpool_len(pp->gpu, s) == pp->cpu.len[s];
+    int same = gpu_kvpool_free_blocks(pp->gpu) == pp->cpu.blocks.n_free;
+    for (int s = 0; s < pp->cpu.blocks.max_seqs; s++) same &= gpu_kvpool_len(pp->gpu, s) == pp->cpu.blocks.len[s];
     return same;
 }
 
@@ -292,6 +303,7 @@ typedef struct {
     int S, ML, NB, bt, rows, chunk; /* the pools */
     int n_req, max_prompt, max_gen;  /* the schedule */
     int kv_bf16;                     /* both pools hold k̂ / v in bf16 */
+    int prefix;                      /* prompts start with the first's first `prefix` tokens; prefix caches on both */
 } PoolCase;
 
 /* A server's life on both pools in lockstep: requests arrive over time, join when a slot and the blocks for their
@@ -299,7 +311,10 @@ typedef struct {
  * by later ones); each step's sequences in a shuffled order; logits wanted at each prefill's end, for about two
  * decode rows in three and a few mid-prefill chunks. Every wanted row is compared, the bookkeeping after each step,
  * and once mid-way malformed steps are refused by both with the same words, changing nothing. bf16: the GPU takes
- * bf16 products; its rows are held to `tol` in bulk instead of each. */
+ * bf16 products; its rows are held to `tol` in bulk instead of each. With pc->prefix, the prompts share a start and
+ * each pool has a prefix cache, used as serve_engine.c uses it: a joining request takes the cached blocks its
+ * prompt starts with (and their kept state) and prefills the rest, each step's filled blocks are cached, and a
+ * request short of blocks evicts idle cached ones; both caches must decide alike. */
 static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, const PoolCase *pc, int bf16,
                          double tol) {
     Model m;
@@ -321,6 +336,9 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
         if (q->n_total > pc->ML) q->n_total = pc->ML;
         if (q->n_prompt > q->n_total) q->n_prompt = q->n_total;
         q->tok = gt_rand_int(t, q->n_total, 0, V);
+        int shared = pc->prefix < q->n_total ? pc->prefix : q->n_total; /* the first's start, where both have it */
+        shared = shared < rq[0].n_total ? shared : rq[0].n_total;
+        if (r > 0 && q->tok && rq[0].tok) memcpy(q->tok, rq[0].tok, sizeof(int32_t) * (size_t)shared);
         q->slot = -1;
         total += q->n_total;
     }
@@ -333,8 +351,9 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
     GpuModel *gm = NULL;
     PoolPair pp = {0};
     int ok = tokens && seqs && who && running && rq && gpu_model_create(&gm, &m, -1, 1, 1, bf16, 0, &err) == 0 &&
-             pair_create(&pp, gm, cfg, S, pc->ML, pc->NB, pc->bt, pc->rows, pc->chunk, pc->kv_bf16, &err) == 0;
-    long n_rows = 0;
+             pair_create(&pp, gm, cfg, S, pc->ML, pc->NB, pc->bt, pc->rows, pc->chunk, pc->kv_bf16, &err) == 0 &&
+             (!pc->prefix || pair_prefix_caches(&pp, &err) == 0);
+    long n_rows = 0, reused_tokens = 0;
     int steps = 0, done = 0, max_batch = 0, mixed = 0, agree = 1, refusals_ok = -1, rows_over = 0;
     double worst = 0;
     for (; ok && done < pc->n_req && steps < 2000; steps++) {
@@ -345,12 +364,24 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             int slot = 0;
             while (slot < S && running[slot]) slot++;
             if (slot == S) break;
-            const int rc = kvpool_reserve(&pp.cpu, slot, q->n_total), rg = gpu_kvpool_reserve(pp.gpu, slot, q->n_total);
-            agree &= rc == rg;
-            if (rc) break;
-            kvpool_seq_reset(&pp.cpu, slot);
-            gpu_kvpool_seq_reset(pp.gpu, slot);
-            q->state = 1, q->slot = slot, running[slot] = q;
+            int reused = 0, rc, rg;
+            if (pc->prefix) { /* never the last prompt token: its logits are wanted */
+                reused = prefix_cache_attach(&pp.pc_cpu, slot, q->tok, q->n_prompt - 1);
+                agree &= prefix_cache_attach(&pp.pc_gpu, slot, q->tok, q->n_prompt - 1) == reused;
+            }
+            for (;;) {
+                rc = kvpool_reserve(&pp.cpu, slot, q->n_total), rg = gpu_kvpool_reserve(pp.gpu, slot, q->n_total);
+                agree &= rc == rg;
+                if (!rc || !pc->prefix || !prefix_cache_evict(&pp.pc_cpu)) break;
+                agree &= prefix_cache_evict(&pp.pc_gpu) == 1; /* blocks no request holds go back first */
+            }
+            if (rc) {
+                if (reused) kvpool_seq_release(&pp.cpu, slot), gpu_kvpool_seq_release(pp.gpu, slot);
+                break;
+            }
+            if (!reused) kvpool_seq_reset(&pp.cpu, slot), gpu_kvpool_seq_reset(pp.gpu, slot);
+            reused_tokens += reused;
+            q->state = 1, q->slot = slot, q->fed = reused, running[slot] = q;
         }
         /* the step: decode rows first, then prefill chunks while rows are left (as serve_engine.c), then shuffled */
         int n = 0, rows = 0;
@@ -429,10 +460,14 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             memcpy(want_gpu + (size_t)n_rows * V, lg + (size_t)i * V, sizeof(float) * V);
             n_rows++;
         }
-        /* leave: blocks back to the pool */
+        /* the blocks the step filled join the caches; leave: blocks back to the pool */
         for (int i = 0; i < n; i++) {
             Req *q = who[i];
             q->fed += seqs[i].n;
+            if (pc->prefix) {
+                prefix_cache_insert(&pp.pc_cpu, q->slot, q->tok, q->n_total, NULL, q->fed);
+                prefix_cache_insert(&pp.pc_gpu, q->slot, q->tok, q->n_total, NULL, q->fed);
+            }
             if (q->fed < q->n_total) continue;
             kvpool_seq_release(&pp.cpu, q->slot);
             gpu_kvpool_seq_release(pp.gpu, q->slot);
@@ -451,6 +486,15 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
         gt_assert(t, mixed > 0 && max_batch >= 2 && n_rows > 0, name, "%d mixed steps, batch <= %d", mixed, max_batch);
         snprintf(name, sizeof name, "%s: lengths and free blocks equal the CPU pool's after every step", label);
         gt_assert(t, agree, name, "bookkeeping differs");
+        if (pc->prefix) {
+            const PrefixCacheStats a = prefix_cache_stats(&pp.pc_cpu), b = prefix_cache_stats(&pp.pc_gpu);
+            snprintf(name, sizeof name, "%s: prompts took cached blocks, as on the CPU", label);
+            gt_assert(t, reused_tokens > 0 && a.cached == b.cached && a.evictions == b.evictions, name,
+                      "%ld tokens reused; cached %d / %d, evicted %llu / %llu", reused_tokens, a.cached, b.cached,
+                      (unsigned long long)a.evictions, (unsigned long long)b.evictions);
+            printf("    %s: %ld prompt tokens from the cache, %llu evictions\n", label, reused_tokens,
+                   (unsigned long long)a.evictions);
+        }
         snprintf(name, sizeof name, "%s: malformed steps refused as on the CPU, nothing changed", label);
         gt_assert(t, refusals_ok == 1, name, "%s", refusals_ok < 0 ? "never tried" : "see above");
         const double e = gt_rel_err(want_gpu, want_cpu, (size_t)n_rows * V);
@@ -563,9 +607,65 @@ static void pool_refusals(GpuTest *t, const ZayaConfig *cfg) {
             worst = e > worst ? e : worst;
         }
     }
-    gt_assert(t, ok && all && pair_same(&pp) && pp.cpu.len[2] == ML && worst <= 1e-4,
+    gt_assert(t, ok && all && pair_same(&pp) && pp.cpu.blocks.len[2] == ML && worst <= 1e-4,
               "pool refusals: the pools unchanged (next steps' logits equal the CPU's)", "%s; worst row %.2e",
               ok ? "ran" : cerr.msg[0] ? cerr.msg : err.msg, worst);
+    pair_free(&pp);
+    gpu_model_free(gm);
+    model_free(&m);
+    gt_reset(t);
+}
+
+/* kvpool_fork on both pools: a prompt of 10 tokens (two full blocks of 4 and a partial one) prefilled in slot 0, then
+ * forked into slots 1 and 2 (the full blocks shared, the partial one copied, the state copied), and all three go on
+ * with tokens of their own for 8 steps, one row each: every step's logits against the CPU's, the bookkeeping alike,
+ * and a refused fork (a child holding shared blocks) refused by both. */
+static void pool_fork(GpuTest *t, const char *label, const ZayaConfig *cfg, int kv_bf16, double tol) {
+    Model m;
+    ZyErr err = {{0}}, cerr = {{0}};
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    const int V = cfg->vocab_size, S = 3, ML = 24, bt = 4, NP = 10, NG = 8;
+    GpuModel *gm = NULL;
+    PoolPair pp = {0};
+    float *lc = gt_host(t, (size_t)S * V), *lg = gt_host(t, (size_t)S * V);
+    int32_t *prompt = gt_rand_int(t, NP, 0, V), *gen = gt_rand_int(t, (size_t)S * NG, 0, V);
+    int ok = gpu_model_create(&gm, &m, -1, 1, 1, 0, 0, &err) == 0 &&
+             pair_create(&pp, gm, cfg, S, ML, 24, bt, 12, 12, kv_bf16, &err) == 0 &&
+             kvpool_reserve(&pp.cpu, 0, NP + NG) == 0 && gpu_kvpool_reserve(pp.gpu, 0, NP + NG) == 0;
+    const DecodeSeq pre = {.slot = 0, .n = NP, .logits = 1};
+    ok = ok && model_decode_step(&m, &pp.cpu, &pre, 1, prompt, lc, &cerr) == 0 &&
+         gpu_model_decode_step(gm, pp.gpu, &pre, 1, prompt, lg, &err) == 0;
+    double worst = ok ? gt_rel_err(lg, lc, V) : 0;
+    int forks_agree = 1;
+    for (int c = 1; ok && c < S; c++) { /* blocks of its own past the shared ones, as serve_engine.c reserves them */
+        const int own = (NP + NG + bt - 1) / bt - NP / bt;
+        ok = kvpool_reserve(&pp.cpu, c, own * bt) == 0 && gpu_kvpool_reserve(pp.gpu, c, own * bt) == 0;
+        const int rc = kvpool_fork(&pp.cpu, 0, c), rg = gpu_kvpool_fork(pp.gpu, 0, c);
+        forks_agree &= rc == 0 && rg == 0;
+    }
+    /* slot 1 now holds slot 0's full blocks: a second fork into it is refused alike, nothing changed */
+    forks_agree &= kvpool_fork(&pp.cpu, 0, 1) == -1 && gpu_kvpool_fork(pp.gpu, 0, 1) == -1 && pair_same(&pp);
+    for (int k = 0; ok && k < NG; k++) {
+        const DecodeSeq step[3] = {{2, 1, 1}, {0, 1, 1}, {1, 1, 1}};
+        int32_t tok[3];
+        for (int i = 0; i < 3; i++) tok[i] = gen[step[i].slot * NG + k];
+        ok = model_decode_step(&m, &pp.cpu, step, 3, tok, lc, &cerr) == 0 &&
+             gpu_model_decode_step(gm, pp.gpu, step, 3, tok, lg, &err) == 0;
+        for (int i = 0; ok && i < 3; i++) {
+            const double e = gt_rel_err(lg + (size_t)i * V, lc + (size_t)i * V, V);
+            worst = e > worst ? e : worst;
+        }
+    }
+    char name[200];
+    snprintf(name, sizeof name, "%s: forks agree with the CPU's (shared, copied, refused)", label);
+    gt_assert(t, ok && forks_agree && pair_same(&pp), name, "%s",
+              ok ? (forks_agree ? "bookkeeping differs" : "a fork's result differs") : cerr.msg[0] ? cerr.msg : err.msg);
+    snprintf(name, sizeof name, "%s: the forked sequences' logits vs the CPU's", label);
+    gt_assert(t, ok && worst <= tol, name, "worst row %.2e (tol %.0e)", worst, tol);
     pair_free(&pp);
     gpu_model_free(gm);
     model_free(&m);
@@ -788,24 +888,40 @@ static void test_gpu_pool(GpuTest *t) {
     compare_pool(t, "pool bf16, CUDA graphs: zaya1", &c, &small, 1, 1e-1);
     unsetenv("ZAYA_GPU_GRAPHS");
     /* the one-token steps' layers as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent; each count of rows its
-     * own plans), as a launch and inside the graphs, the same bars */
+     * own plans; it reads a bf16 KV cache), as a launch and inside the graphs, the same bars */
+    PoolCase small16 = small;
+    small16.kv_bf16 = 1;
     setenv("ZAYA_GPU_DECODE_LAYER", "persistent", 1);
-    compare_pool(t, "pool bf16, persistent layers: zaya1", &c, &small, 1, 1e-1);
+    compare_pool(t, "pool bf16, persistent layers: zaya1", &c, &small16, 1, 1e-1);
     setenv("ZAYA_GPU_GRAPHS", "1", 1);
-    compare_pool(t, "pool bf16, persistent layers in CUDA graphs: zaya1", &c, &small, 1, 1e-1);
+    compare_pool(t, "pool bf16, persistent layers in CUDA graphs: zaya1", &c, &small16, 1, 1e-1);
     unsetenv("ZAYA_GPU_GRAPHS");
     unsetenv("ZAYA_GPU_DECODE_LAYER");
     /* the bf16 KV cache (--kv-dtype bf16) on both sides, fp32 products: both round the same k̂ / v, which differ by
      * fp32 noise (~1e-6), so only the few that sit on a rounding edge (about 1e-6 / 2^-8, 3e-4 of them) land one bf16
      * step (2^-8) apart: 1e-3 holds that with room */
-    PoolCase small16 = small;
-    small16.kv_bf16 = 1;
     compare_pool(t, "pool, bf16 KV cache: zaya1", &c, &small16, 0, 1e-3);
     compare_pool(t, "pool, bf16 KV cache: sliding W5 (layers 0, 2)", &sw, &small16, 0, 1e-3);
     PoolCase big16 = big;
     big16.kv_bf16 = 1;
     compare_pool(t, "pool, bf16 KV cache: head_dim 128", &wide, &big16, 0, 1e-3);
     pool_refusals(t, &c);
+    /* the prompts' choices (n > 1) and the prefix cache: forks, kept block states, sequences continuing from them */
+    pool_fork(t, "pool fork: zaya1", &c, 0, 1e-4);
+    pool_fork(t, "pool fork, bf16 KV cache: k 3/3", &k33, 1, 1e-3);
+    PoolCase shared = small;
+    shared.prefix = 13, shared.NB = 30, shared.n_req = 12; /* three full blocks and a bit */
+    compare_pool(t, "pool, prefix cache: zaya1", &c, &shared, 0, 1e-4);
+    compare_pool(t, "pool, prefix cache: k 3/3 (4 state columns)", &k33, &shared, 0, 1e-4);
+    compare_pool(t, "pool, prefix cache: sliding W5 (layers 0, 2)", &sw, &shared, 0, 1e-4);
+    compare_pool(t, "pool, prefix cache: MHA variant", &mha, &shared, 0, 1e-4);
+    PoolCase shared16 = shared;
+    shared16.kv_bf16 = 1;
+    setenv("ZAYA_GPU_DECODE_LAYER", "persistent", 1);
+    setenv("ZAYA_GPU_GRAPHS", "1", 1);
+    compare_pool(t, "pool bf16, prefix cache, persistent layers in CUDA graphs: zaya1", &c, &shared16, 1, 1e-1);
+    unsetenv("ZAYA_GPU_GRAPHS");
+    unsetenv("ZAYA_GPU_DECODE_LAYER");
 }
 
 void test_gpu_decode(GpuTest *t) {

@@ -549,7 +549,7 @@ TEST(decode_pool_ragged_batch_matches_full_forward) {
                     double e = rel_err(lg + (long)i * V, ref[q] + (long)(fed[q] - 1) * V, V);
                     if (!(e <= worst[kvb])) worst[kvb] = e;
                     pieces[kvb]++;
-                    CHECK(p.len[s] == fed[q]);
+                    CHECK(p.blocks.len[s] == fed[q]);
                     if (fed[q] == lens[q]) {
                         kvpool_seq_release(&p, s);
                         slot_seq[s] = -1;
@@ -558,11 +558,11 @@ TEST(decode_pool_ragged_batch_matches_full_forward) {
                     }
                 }
             }
-            CHECK(p.n_free == p.n_blocks);
+            CHECK(p.blocks.n_free == p.blocks.n_blocks);
             /* errors change nothing */
             REQUIRE(kvpool_reserve(&p, 0, 10) == 0);
-            CHECK(kvpool_reserve(&p, 1, 32) == 0 && p.n_free == 5); /* 7 blocks needed, 12 free: fits */
-            CHECK(kvpool_reserve(&p, 2, 32) == -1 && p.n_held[2] == 0);   /* 7 more do not */
+            CHECK(kvpool_reserve(&p, 1, 32) == 0 && p.blocks.n_free == 5); /* 7 blocks needed, 12 free: fits */
+            CHECK(kvpool_reserve(&p, 2, 32) == -1 && p.blocks.n_held[2] == 0);   /* 7 more do not */
             int32_t two[2] = {1, 2};
             DecodeSeq dup[2] = {{0, 1, 1}, {0, 1, 1}};
             CHECK(model_decode_step(&m, &p, dup, 2, two, lg, &err) == -1 && strstr(err.msg, "twice"));
@@ -573,10 +573,10 @@ TEST(decode_pool_ragged_batch_matches_full_forward) {
             int32_t bad = V;
             DecodeSeq one = {0, 1, 1};
             CHECK(model_decode_step(&m, &p, &one, 1, &bad, lg, &err) == -1 && strstr(err.msg, "outside the vocabulary"));
-            CHECK(p.len[0] == 0);
+            CHECK(p.blocks.len[0] == 0);
             kvpool_seq_release(&p, 0);
             kvpool_seq_release(&p, 1);
-            CHECK(p.n_free == p.n_blocks);
+            CHECK(p.blocks.n_free == p.blocks.n_blocks);
             for (int q = 0; q < NSEQ; q++) CHECK(done[q]);
             free(lg);
             kvpool_free(&p);
@@ -625,7 +625,7 @@ TEST(decode_pool_fork_shares_blocks_and_every_row_logits) {
         }
         KVPool p;
         REQUIRE(kvpool_create(&p, &m.cfg, 3, NP + NC, 16, BT, 2 * CHUNK, CHUNK, kvb, &err) == 0);
-        const int own = kvpool_blocks_for(&p, NP + NC) - NP / BT;
+        const int own = kvblocks_for(&p.blocks, NP + NC) - NP / BT;
         REQUIRE(kvpool_reserve(&p, 0, NP + NC) == 0 && kvpool_reserve(&p, 1, own * BT) == 0 &&
                 kvpool_reserve(&p, 2, OTHER) == 0);
         float *lg = malloc(sizeof(float) * 2 * CHUNK * V);
@@ -656,16 +656,17 @@ TEST(decode_pool_fork_shares_blocks_and_every_row_logits) {
             double e = rel_err(other_row, ref[2] + (size_t)(of - 1) * V, V);
             worst = e > worst ? e : worst;
         }
-        CHECK(p.len[0] == NP && p.len[2] == OTHER);
+        CHECK(p.blocks.len[0] == NP && p.blocks.len[2] == OTHER);
         kvpool_seq_release(&p, 2);
         /* the fork: the child takes the 3 full blocks (shared) and copies the partial fourth into its own */
-        const int free_before = p.n_free;
+        const int free_before = p.blocks.n_free;
         CHECK(kvpool_fork(&p, 0, 0) == -1);
-        CHECK(kvpool_fork(&p, 0, 2) == -1 && p.len[2] == 0); /* no block of its own for the partial one's copy */
+        CHECK(kvpool_fork(&p, 0, 2) == -1 && p.blocks.len[2] == 0); /* no block of its own for the partial one's copy */
         REQUIRE(kvpool_fork(&p, 0, 1) == 0);
-        CHECK(p.len[1] == NP && p.n_free == free_before && p.n_held[1] == NP / BT + own);
-        for (int b = 0; b < NP / BT; b++) CHECK(p.table[p.max_blocks + b] == p.table[b] && p.refs[p.table[b]] == 2);
-        CHECK(p.table[p.max_blocks + NP / BT] != p.table[NP / BT]);
+        CHECK(p.blocks.len[1] == NP && p.blocks.n_free == free_before && p.blocks.n_held[1] == NP / BT + own);
+        const int32_t *row0 = kvblocks_row(&p.blocks, 0), *row1 = kvblocks_row(&p.blocks, 1);
+        for (int b = 0; b < NP / BT; b++) CHECK(row1[b] == row0[b] && p.blocks.refs[row0[b]] == 2);
+        CHECK(row1[NP / BT] != row0[NP / BT]);
         CHECK(kvpool_fork(&p, 0, 1) == -1); /* the child is not empty any more */
         /* both continue, one token each per step */
         for (int t = NP; t < NP + NC; t++) {
@@ -678,9 +679,9 @@ TEST(decode_pool_fork_shares_blocks_and_every_row_logits) {
             }
         }
         kvpool_seq_release(&p, 0); /* the shared blocks stay with the child */
-        CHECK(p.n_blocks - p.n_free == p.n_held[1]);
+        CHECK(p.blocks.n_blocks - p.blocks.n_free == p.blocks.n_held[1]);
         kvpool_seq_release(&p, 1);
-        CHECK(p.n_free == p.n_blocks);
+        CHECK(p.blocks.n_free == p.blocks.n_blocks);
         printf("    fork and every-row logits vs full forward (%s k and v): max rel err %.3g\n", kvb ? "bf16" : "fp32",
                worst);
         CHECK_MSG(worst < (kvb ? 2e-2 : 1e-5), "max rel err %.3g", worst);
@@ -903,14 +904,14 @@ TEST(decode_pool_prefix_cache_matches_uncached) {
             PrefixCache c;
             REQUIRE(kvpool_create(&p, &m.cfg, 2, 32, 16, BT, CHUNK, CHUNK, kvb, &err) == 0);
             REQUIRE(kvpool_create(&q, &m.cfg, 1, 32, 16, BT, CHUNK, CHUNK, kvb, &err) == 0);
-            REQUIRE(prefix_cache_init(&c, &p, &err) == 0);
+            REQUIRE(prefix_cache_init_kvpool(&c, &p, &err) == 0);
             float *lg = malloc(sizeof(float) * CHUNK * V), *ref = malloc(sizeof(float) * CHUNK * V);
             /* prompt a in chunks 6, 6, 6, 4 (block ends at 4, 8, 12, 16, 20 fall inside steps) */
             REQUIRE(kvpool_reserve(&p, 0, NA) == 0);
             for (int at = 0; at < NA; at += 6) {
                 const DecodeSeq ds = {.slot = 0, .n = NA - at < 6 ? NA - at : 6, .logits = 1};
                 REQUIRE(model_decode_step(&m, &p, &ds, 1, a + at, lg, &err) == 0);
-                prefix_cache_insert(&c, 0, a, NA, NULL, p.len[0]);
+                prefix_cache_insert(&c, 0, a, NA, NULL, p.blocks.len[0]);
             }
             kvpool_seq_release(&p, 0);
             CHECK(prefix_cache_stats(&c).cached == NA / BT);

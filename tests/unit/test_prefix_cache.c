@@ -16,16 +16,16 @@ static int make_pool(KVPool *p, PrefixCache *c, ZyErr *err) {
                       .cca_time0 = 2, .cca_time1 = 2, .rms_norm_eps = 1e-5f, .max_position_embeddings = 64,
                       .rope_theta = 10000.0f, .partial_rotary_factor = 0.5f, .initializer_range = 0.02f};
     if (kvpool_create(p, &cfg, SLOTS, MAXLEN, BLOCKS, BT, 8, 8, 0, err)) return -1;
-    return prefix_cache_init(c, p, err);
+    return prefix_cache_init_kvpool(c, p, err);
 }
 
 /* Slot holds blocks for len tokens as if a step had computed them (the cache reads only the table). */
 static void fill(KVPool *p, int slot, int len) {
     kvpool_reserve(p, slot, len);
-    p->len[slot] = len;
+    p->blocks.len[slot] = len;
 }
 
-static int row_of(const KVPool *p, int slot, int i) { return p->table[(size_t)slot * p->max_blocks + i]; }
+static int row_of(const KVPool *p, int slot, int i) { return kvblocks_row(&p->blocks, slot)[i]; }
 
 TEST(prefix_cache_reuses_whole_matching_blocks) {
     ZyErr err = {{0}};
@@ -37,26 +37,26 @@ TEST(prefix_cache_reuses_whole_matching_blocks) {
     fill(&p, 0, 37);
     prefix_cache_insert(&c, 0, a, 30, a + 30, 37); /* prompt 30 tokens + 7 generated: 9 full blocks */
     CHECK(prefix_cache_stats(&c).cached == 9 && prefix_cache_stats(&c).idle == 0);
-    for (int i = 0; i < 9; i++) CHECK(p.refs[row_of(&p, 0, i)] == 2);
-    CHECK(p.refs[row_of(&p, 0, 9)] == 1); /* the partial tenth is not cached */
+    for (int i = 0; i < 9; i++) CHECK(p.blocks.refs[row_of(&p, 0, i)] == 2);
+    CHECK(p.blocks.refs[row_of(&p, 0, 9)] == 1); /* the partial tenth is not cached */
     /* every token of the prefix matches: 9 blocks; one token short of a block boundary: one block fewer */
     CHECK(prefix_cache_attach(&c, 1, b, 36) == 36);
-    CHECK(p.len[1] == 36 && p.n_held[1] == 9);
-    for (int i = 0; i < 9; i++) CHECK(row_of(&p, 1, i) == row_of(&p, 0, i) && p.refs[row_of(&p, 0, i)] == 3);
+    CHECK(p.blocks.len[1] == 36 && p.blocks.n_held[1] == 9);
+    for (int i = 0; i < 9; i++) CHECK(row_of(&p, 1, i) == row_of(&p, 0, i) && p.blocks.refs[row_of(&p, 0, i)] == 3);
     kvpool_seq_release(&p, 1);
     CHECK(prefix_cache_attach(&c, 1, b, 35) == 32);
     kvpool_seq_release(&p, 1);
     /* a token differing in the third block: the two before it */
     b[10] = 1;
-    CHECK(prefix_cache_attach(&c, 1, b, 36) == 8 && p.n_held[1] == 2);
+    CHECK(prefix_cache_attach(&c, 1, b, 36) == 8 && p.blocks.n_held[1] == 2);
     kvpool_seq_release(&p, 1);
     /* differing in the first: nothing, the slot untouched */
     b[10] = a[10];
     b[0] = 1;
-    CHECK(prefix_cache_attach(&c, 1, b, 36) == 0 && p.n_held[1] == 0 && p.len[1] == 0);
+    CHECK(prefix_cache_attach(&c, 1, b, 36) == 0 && p.blocks.n_held[1] == 0 && p.blocks.len[1] == 0);
     /* a slot that is not empty takes nothing */
     fill(&p, 2, 3);
-    CHECK(prefix_cache_attach(&c, 2, a, 36) == 0 && p.n_held[2] == 1);
+    CHECK(prefix_cache_attach(&c, 2, a, 36) == 0 && p.blocks.n_held[2] == 1);
     kvpool_seq_release(&p, 2);
     prefix_cache_count(&c, 36);
     prefix_cache_count(&c, 0);
@@ -65,7 +65,7 @@ TEST(prefix_cache_reuses_whole_matching_blocks) {
     /* the request ends: its cached blocks stay (idle), the rest go back */
     kvpool_seq_release(&p, 0);
     st = prefix_cache_stats(&c);
-    CHECK(st.cached == 9 && st.idle == 9 && p.n_free == BLOCKS - 9);
+    CHECK(st.cached == 9 && st.idle == 9 && p.blocks.n_free == BLOCKS - 9);
     prefix_cache_free(&c);
     kvpool_free(&p);
 }
@@ -111,15 +111,15 @@ TEST(prefix_cache_keeps_one_copy_of_a_prefix) {
     prefix_cache_insert(&c, 0, a, 16, NULL, 8);
     prefix_cache_insert(&c, 1, a, 16, NULL, 16);
     CHECK(prefix_cache_stats(&c).cached == 2);
-    for (int i = 0; i < 4; i++) CHECK(p.refs[row_of(&p, 1, i)] == 1);
+    for (int i = 0; i < 4; i++) CHECK(p.blocks.refs[row_of(&p, 1, i)] == 1);
     /* slot 0 goes on: its third and fourth blocks join */
     kvpool_reserve(&p, 0, 16);
-    p.len[0] = 16;
+    p.blocks.len[0] = 16;
     prefix_cache_insert(&c, 0, a, 16, NULL, 16);
     CHECK(prefix_cache_stats(&c).cached == 4);
     kvpool_seq_release(&p, 0);
     kvpool_seq_release(&p, 1);
-    CHECK(p.n_free == BLOCKS - 4 && prefix_cache_stats(&c).idle == 4);
+    CHECK(p.blocks.n_free == BLOCKS - 4 && prefix_cache_stats(&c).idle == 4);
     prefix_cache_free(&c);
     kvpool_free(&p);
 }
@@ -139,25 +139,25 @@ TEST(prefix_cache_evicts_lru_leaf_first) {
     prefix_cache_insert(&c, 1, b, 12, NULL, 12); /* chain b: 3 blocks, newer */
     const int a_last = row_of(&p, 0, 2), a_first = row_of(&p, 0, 0), b_last = row_of(&p, 1, 2);
     kvpool_seq_release(&p, 0);
-    CHECK(prefix_cache_evict(&c) == 1 && p.refs[a_last] == 0 && p.free_blocks[p.n_free - 1] == a_last);
+    CHECK(prefix_cache_evict(&c) == 1 && p.blocks.refs[a_last] == 0 && p.blocks.free_blocks[p.blocks.n_free - 1] == a_last);
     CHECK(prefix_cache_stats(&c).cached == 5 && prefix_cache_stats(&c).evictions == 1);
     CHECK(prefix_cache_attach(&c, 2, a, 11) == 8); /* a's first two are still there (and now recently used) */
     kvpool_seq_release(&p, 2);
     /* chain b is held by slot 1: a's two go, a_first last */
-    CHECK(prefix_cache_evict(&c) == 1 && p.refs[a_first] == 1);
-    CHECK(prefix_cache_evict(&c) == 1 && p.refs[a_first] == 0);
-    CHECK(prefix_cache_evict(&c) == 0 && p.refs[b_last] == 2);
+    CHECK(prefix_cache_evict(&c) == 1 && p.blocks.refs[a_first] == 1);
+    CHECK(prefix_cache_evict(&c) == 1 && p.blocks.refs[a_first] == 0);
+    CHECK(prefix_cache_evict(&c) == 0 && p.blocks.refs[b_last] == 2);
     CHECK(prefix_cache_attach(&c, 2, a, 11) == 0);
     kvpool_seq_release(&p, 1);
     /* one request holds half the pool, another wants the other half: b's three idle blocks come back for it */
     fill(&p, 0, MAXLEN);
-    CHECK(p.n_free == BLOCKS - MAXLEN / BT - 3);
+    CHECK(p.blocks.n_free == BLOCKS - MAXLEN / BT - 3);
     int evicted = 0;
     while (kvpool_reserve(&p, 3, MAXLEN) != 0 && prefix_cache_evict(&c)) evicted++;
-    CHECK(evicted == 3 && p.n_held[3] == MAXLEN / BT && prefix_cache_stats(&c).cached == 0);
+    CHECK(evicted == 3 && p.blocks.n_held[3] == MAXLEN / BT && prefix_cache_stats(&c).cached == 0);
     kvpool_seq_release(&p, 3);
     kvpool_seq_release(&p, 0);
-    CHECK(p.n_free == BLOCKS);
+    CHECK(p.blocks.n_free == BLOCKS);
     prefix_cache_free(&c);
     kvpool_free(&p);
 }

@@ -486,8 +486,8 @@ static int plain_step(void *x, const DecodeSeq *seqs, int n, const int32_t *toke
 static int plain_reserve(void *x, int slot, int tokens) { return kvpool_reserve(&((PlainPool *)x)->pool, slot, tokens); }
 static void plain_reset(void *x, int slot) { kvpool_seq_reset(&((PlainPool *)x)->pool, slot); }
 static void plain_release(void *x, int slot) { kvpool_seq_release(&((PlainPool *)x)->pool, slot); }
-static int plain_len(void *x, int slot) { return ((PlainPool *)x)->pool.len[slot]; }
-static int plain_free_blocks(void *x) { return ((PlainPool *)x)->pool.n_free; }
+static int plain_len(void *x, int slot) { return ((PlainPool *)x)->pool.blocks.len[slot]; }
+static int plain_free_blocks(void *x) { return ((PlainPool *)x)->pool.blocks.n_free; }
 static void plain_destroy(void *x) {
     kvpool_free(&((PlainPool *)x)->pool);
     free(x);

@@ -2,7 +2,8 @@
  * - gk_copy_rows_idx2 (two copies in one launch, as a decoding step appends k̂ and v, or gathers the convolution
  *   state with the new rows): one copy through both index lists (scattered by a permutation, gathered with
  *   repeats), the other strided without any, rows of different lengths; every written element equal to its source
- *   (bf16 destinations: rounded as zy_f32_to_bf16), every other element untouched; either copy empty;
+ *   (bf16 destinations: rounded as zy_f32_to_bf16), every other element untouched; either copy empty; rows whose
+ *   destination index is negative skipped (a padded list: the kept block states' copies);
  * - gk_cca_decode_rows (CCA after the convolution in one launch: q-k mean, norm + RoPE, the delayed values with each
  *   sequence's kept vd, k̂ and v appended, the convolution state copied), against the launches it replaces: a ragged
  *   batch's sequences of one and of several rows in slots out of order, the slots no sequence uses untouched, fp32
@@ -43,29 +44,31 @@ static std::vector<float> rand_vec(size_t n) {
     return v;
 }
 
-/* Copy a: n_a rows of len_a through dst_idx (a permutation of a larger destination) and src_idx (with repeats);
- * copy b: n_b rows of len_b, strided, no index; the two land in disjoint halves of one destination. */
-template <class T> static void copy2_case(const char *type, int n_a, int n_b) {
+/* Copy a: n_a rows of len_a through dst_idx (a permutation of a larger destination; with skips, every third row's
+ * index -1: not copied) and src_idx (with repeats); copy b: n_b rows of len_b, strided, no index; the two land in
+ * disjoint halves of one destination. */
+template <class T> static void copy2_case(const char *type, int n_a, int n_b, bool skips = false) {
     const long len_a = 29, sst_a = len_a + 3, len_b = 11, dst_b_stride = len_b + 5, src_b_stride = len_b + 2;
     const int rows_a = n_a + 4, src_rows_a = 7; /* a few rows no index names */
-    const long size_a = rows_a * len_a, size = size_a + (long)(n_b > 0 ? n_b : 1) * dst_b_stride;
+    /* copy a's rows start one row in: a skipped row written at index -1 would land in that row, checked untouched */
+    const long size_a = (rows_a + 1) * len_a, size = size_a + (long)(n_b > 0 ? n_b : 1) * dst_b_stride;
     const std::vector<float> src_a = rand_vec((size_t)src_rows_a * sst_a),
                              src_b = rand_vec((size_t)(n_b + 1) * src_b_stride);
     std::vector<int32_t> dst_idx(n_a > 0 ? n_a : 1), src_idx(n_a > 0 ? n_a : 1);
     for (int k = 0; k < n_a; k++) /* 7 is prime to rows_a (10, 13): distinct destinations */
-        dst_idx[k] = (k * 7 + 3) % rows_a, src_idx[k] = (k * 3) % src_rows_a;
+        dst_idx[k] = skips && k % 3 == 1 ? -1 : (k * 7 + 3) % rows_a, src_idx[k] = (k * 3) % src_rows_a;
     std::vector<T> dst((size_t)size);
     std::memset(dst.data(), 0x7f, dst.size() * sizeof(T));
     const std::vector<T> before = dst;
-    const GkRowCopy a = {dst.data(), len_a, dst_idx.data(), src_a.data(), sst_a, src_idx.data(), len_a, n_a},
+    const GkRowCopy a = {dst.data() + len_a, len_a, dst_idx.data(), src_a.data(), sst_a, src_idx.data(), len_a, n_a},
                     b = {dst.data() + size_a, dst_b_stride, nullptr, src_b.data(), src_b_stride, nullptr, len_b, n_b};
     if constexpr (sizeof(T) == 4) gk_copy_rows_idx2(nullptr, a, b);
     else gk_copy_rows_idx2_bf16(nullptr, a, b);
     std::vector<int> written((size_t)size, 0);
     long bad = 0;
     for (int k = 0; k < n_a; k++)
-        for (long i = 0; i < len_a; i++) {
-            const long d = dst_idx[k] * len_a + i;
+        for (long i = 0; i < len_a && dst_idx[k] >= 0; i++) {
+            const long d = (dst_idx[k] + 1) * len_a + i;
             written[d]++;
             bad += bits(&dst[d]) != stored(src_a[src_idx[k] * sst_a + i], (T *)nullptr);
         }
@@ -77,8 +80,8 @@ template <class T> static void copy2_case(const char *type, int n_a, int n_b) {
         }
     for (long d = 0; d < size; d++) bad += !written[d] && bits(&dst[d]) != bits(&before[d]);
     char what[160];
-    std::snprintf(what, sizeof what, "copy_rows_idx2 %s: %d indexed rows + %d strided rows, %ld elements wrong", type,
-                  n_a, n_b, bad);
+    std::snprintf(what, sizeof what, "copy_rows_idx2 %s: %d indexed rows%s + %d strided rows, %ld elements wrong", type,
+                  n_a, skips ? " (every third skipped)" : "", n_b, bad);
     report(bad == 0, what);
 }
 
@@ -242,6 +245,8 @@ int main() {
     copy2_case<uint16_t>("bf16", 9, 4);
     copy2_case<float>("fp32", 0, 3);
     copy2_case<uint16_t>("bf16", 6, 0);
+    copy2_case<float>("fp32", 9, 4, true);
+    copy2_case<uint16_t>("bf16", 7, 2, true);
     cca_rows_case<float>("fp32", {1}, {0}, 1, 4, 2, 16, 8, false);
     cca_rows_case<uint16_t>("bf16", {1, 3, 1, 4}, {5, 0, 3, 2}, 7, 4, 2, 16, 16, false);
     cca_rows_case<float>("fp32", {6}, {2}, 3, 3, 1, 40, 24, false);
