@@ -101,7 +101,8 @@ static int gpu_open_backend(ServeBackend *be, void *arg, const Model *m, int max
     }
     *be = (ServeBackend){.ctx = g, .step = gpu_step, .reserve = gpu_reserve, .seq_reset = gpu_seq_reset,
                          .seq_release = gpu_seq_release, .seq_len = gpu_seq_len, .n_free = gpu_n_free,
-                         .destroy = gpu_destroy, .fork = gpu_fork, .prefix_cache = gpu_prefix_cache};
+                         .destroy = gpu_destroy, .fork = gpu_fork, .all_logits = 1,
+                         .prefix_cache = gpu_prefix_cache};
     return 0;
 }
 

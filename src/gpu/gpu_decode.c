@@ -516,6 +516,7 @@ enum {
 struct GpuKVPool {
     GpuModel *gm;
     int max_len, max_rows, chunk, conv_pad;
+    int logit_rows;            /* rows a step may want logits of: a row a sequence, plus a chunk's (every row's) */
     int kv_bf16;               /* k and v hold bf16 values (kv_carve) */
     KVBlocks blocks;           /* host bookkeeping, KVPool's (decode.h) */
     void *host;                /* the bookkeeping's arrays and h_desc, one allocation */
@@ -526,7 +527,7 @@ struct GpuKVPool {
     float *block_state;        /* NULL, or per block the slot state at its end (gpu_kvpool_keep_block_states) */
     int keep_in;               /* descriptors for kept states at ends inside a step's rows */
     float *rope_cos, *rope_sin, *rope_cos_sw, *rope_sin_sw;
-    GpuDecodeScratch s;        /* max_rows rows; Xe/Ye/Me xe_rows; logits [max_seqs, V] */
+    GpuDecodeScratch s;        /* max_rows rows; Xe/Ye/Me xe_rows; logits [logit_rows, V] */
     size_t xe_rows;
     int32_t *d_desc, *h_desc;  /* the descriptors, device and host */
     size_t off[D_COUNT + 1];   /* their offsets (ints) */
@@ -566,8 +567,8 @@ static void carve_pool(ZyCarver *cv, void *pool) {
         s->Ye = ZY_CARVE_F(cv, p->xe_rows * C);
         s->Me = ZY_CARVE_F(cv, (p->xe_rows + SN * (k1 - 1)) * C);
     }
-    s->last_rows = ZY_CARVE_F(cv, SN * D);
-    s->logits = ZY_CARVE_F(cv, SN * V);
+    s->last_rows = ZY_CARVE_F(cv, (size_t)p->logit_rows * D);
+    s->logits = ZY_CARVE_F(cv, (size_t)p->logit_rows * V);
 }
 
 static void pool_graphs_clear(GpuKVPool *p);
@@ -622,10 +623,12 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
     p->layer_state = (long)(P * C + cfg_k_channels(f) / 2);
     p->slot_state = p->layer_state * (long)L;
     p->xe_rows = (S < R ? S : R) * (P + p->chunk);
+    p->logit_rows = (int)(S + (size_t)p->chunk < R ? S + (size_t)p->chunk : R);
     /* kept states at block ends inside a step's rows: a sequence of n > 1 rows crosses at most n / block_tokens + 1 */
     p->keep_in = (int)(R / (size_t)block_tokens + (S < R ? S : R));
     const size_t K = (size_t)p->keep_in;
-    const size_t count[D_COUNT] = {R, R, R, R, R, S, S, S, S, S, S, S, K, K, K, S * p->blocks.max_blocks};
+    const size_t LR = (size_t)p->logit_rows;
+    const size_t count[D_COUNT] = {R, R, R, R, R, S, S, S, S, S, LR, S, K, K, K, S * p->blocks.max_blocks};
     for (int i = 0; i < D_COUNT; i++) p->off[i + 1] = p->off[i] + count[i];
     /* host: the block bookkeeping and the descriptors' staging, one allocation */
     ZyCarver sizing = {0};
@@ -767,7 +770,8 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
         h[o[D_XOUT] + i] = xb + n;
         h[o[D_FIRST] + i] = row;
         h[o[D_LAST] + i] = row + n - 1;
-        if (seqs[i].logits) h[o[D_LOGIT] + ps->n_logits++] = row + n - 1;
+        for (int t = seqs[i].logits == DECODE_LOGITS_ALL ? 0 : n - 1; seqs[i].logits && t < n; t++)
+            h[o[D_LOGIT] + ps->n_logits++] = row + t; /* its last row, or every row */
         memcpy(h + o[D_TABLE] + (size_t)i * MB, trow, (size_t)((pos0 + n + bt - 1) / bt) * sizeof(int32_t));
         if (ps->keep_end) { /* the state at a block's end: Xe's P rows before it, the delayed value just before it */
             h[o[D_KEEP_END] + i] = (pos0 + n) % bt ? -1 : trow[(pos0 + n) / bt - 1];
@@ -1113,6 +1117,25 @@ static void pool_step_run(GpuModel *gm, GpuKVPool *p, const PoolStep *ps, int wa
     if (gpu_graph_launch(&gm->g, g->exec, &e) && !gm->failed) gm->failed = 1, gm->err = e;
 }
 
+/* Moves the step's packed logits (the wanted rows, sequence by sequence) to model_decode_step's places: sequence i's
+ * at row o_i, which counts n_j rows for each earlier sequence that wants every row's and 1 for any other. o_i is at
+ * least the packed start, so moving back to front never overwrites rows still to move. */
+static void logits_to_places(float *logits, const DecodeSeq *seqs, int n_seqs, int V) {
+    int packed = 0, place = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const int all = seqs[i].logits == DECODE_LOGITS_ALL;
+        packed += all ? seqs[i].n : seqs[i].logits != 0;
+        place += all ? seqs[i].n : 1;
+    }
+    for (int i = n_seqs - 1; i >= 0; i--) {
+        const int all = seqs[i].logits == DECODE_LOGITS_ALL, rows = all ? seqs[i].n : seqs[i].logits != 0;
+        packed -= rows;
+        place -= all ? seqs[i].n : 1;
+        if (rows && packed != place)
+            memmove(logits + (size_t)place * V, logits + (size_t)packed * V, (size_t)rows * V * sizeof(float));
+    }
+}
+
 /* A fault after the step's first write: its sequences start over (their states no longer match their lengths). */
 static int pool_step_failed(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs) {
     for (int i = 0; i < n_seqs; i++) gpu_kvpool_seq_reset(p, seqs[i].slot);
@@ -1125,9 +1148,12 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     if (p->gm != gm) return zy_fail(err, "decode: the KV cache belongs to another GPU model");
     /* model_decode_step's checks, in its order and words (decode.h) */
     const DecodeStepShape shape = {.blocks = &p->blocks, .chunk = p->chunk, .max_len = p->max_len,
-                                   .max_rows = p->max_rows, .vocab_size = f->vocab_size};
-    int N; /* the wanted logits are counted by pool_plan */
-    if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, NULL, err)) return -1;
+                                   .max_rows = p->max_rows, .vocab_size = f->vocab_size, .all_logits = 1};
+    int N, wanted;
+    if (decode_step_check(&shape, seqs, n_seqs, tokens, &N, &wanted, err)) return -1;
+    if (logits && wanted > p->logit_rows)
+        return zy_fail(err, "decode: %d rows want logits in one step; this pool gives at most %d (one a sequence and "
+                       "a chunk's)", wanted, p->logit_rows);
     if (gpu_use(&gm->g, err)) return -1;
     GpuDecodeScratch *s = &p->s;
     const int V = f->vocab_size;
@@ -1138,8 +1164,8 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     gm->failed = 0;
     PoolStep ps;
     pool_plan(p, seqs, n_seqs, tokens, &ps);
-    /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places
-     * (back to front: no overlap), as model_decode_step */
+    /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places, as
+     * model_decode_step lays them out */
     const int want_logits = logits && ps.n_logits;
     pool_step_run(gm, p, &ps, want_logits);
     if (!want_logits && !gm->failed) { /* the step's faults surface here, before the lengths move */
@@ -1154,8 +1180,6 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     if (gpu_download(&gm->g, logits, s->logits, (size_t)ps.n_logits * V * sizeof(float), err))
         return pool_step_failed(p, seqs, n_seqs);
     for (int i = 0; i < n_seqs; i++) p->blocks.len[seqs[i].slot] += seqs[i].n;
-    int k = ps.n_logits;
-    for (int i = n_seqs - 1; i >= 0 && k > 0; i--)
-        if (seqs[i].logits && --k != i) memmove(logits + (size_t)i * V, logits + (size_t)k * V, (size_t)V * sizeof(float));
+    logits_to_places(logits, seqs, n_seqs, V);
     return 0;
 }

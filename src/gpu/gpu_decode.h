@@ -48,9 +48,9 @@ typedef struct GpuKVPool GpuKVPool;
 
 /* kvpool_create on gm's GPU: n_blocks blocks of block_tokens tokens shared by max_seqs sequences (slots) of up to
  * max_len tokens; one step runs up to max_rows new rows in all, at most chunk of them per sequence. The block
- * bookkeeping (block table, lengths, free blocks, holders) stays on the host, a KVBlocks as KVPool's is;
- * per layer k̂ and v [n_blocks, block_tokens, Ck], each slot's convolution and delayed-value state and the step's
- * scratch (logits for max_seqs rows) live on the device. Every slot starts empty. Errors as kvpool_create, and GPU
+ * bookkeeping (block table, lengths, free blocks, holders) stays on the host, a KVBlocks as KVPool's is; per layer
+ * k̂ and v [n_blocks, block_tokens, Ck], each slot's convolution and delayed-value state and the step's scratch
+ * (logits for max_seqs + chunk rows) live on the device. Every slot starts empty. Errors as kvpool_create, and GPU
  * memory. */
 int gpu_kvpool_create(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_len, int n_blocks, int block_tokens,
                       int max_rows, int chunk, ZyErr *err);
@@ -80,9 +80,10 @@ int gpu_kvpool_graphs(const GpuKVPool *p);
 int gpu_kvpool_graph_kernels(const GpuKVPool *p);
 
 /* model_decode_step on the GPU: the same ragged batch (seqs[i] adds tokens[row_i .. row_i + n_i) to its slot), the
- * same logits (seqs[i]'s last row at logits[i*V] where wanted; only those rows go through lm_head), the same checks
- * and messages: refused input (bad or repeated slot, n out of range, too many rows, no blocks, token ids outside the
- * vocabulary) changes nothing. The step's descriptors go up in one copy; it waits for the GPU once at its end (and
+ * same logits in the same places (a sequence's last row, or every row for DECODE_LOGITS_ALL; only those rows go
+ * through lm_head), the same checks and messages: refused input (bad or repeated slot, n out of range, too many rows,
+ * no blocks, token ids outside the vocabulary) changes nothing. Its own refusal: more rows wanting logits than one a
+ * sequence plus a chunk's (the scratch holds no more). The step's descriptors go up in one copy; it waits for the GPU once at its end (and
  * once per layer for the experts' sizes, as gpu_model_decode). A GPU fault mid-step empties the step's sequences
  * (length 0, zero state, blocks kept): their states were already overwritten. */
 int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens,

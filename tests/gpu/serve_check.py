@@ -3,8 +3,9 @@
 and then all at once (so the engine runs ragged batches on the GPU's KV block pool: prefill chunks next to decode
 rows, requests joining and leaving), each equal to `zaya generate --device cuda`'s text for the same prompt; prompts
 that start alike, the later ones taking the earlier one's KV blocks from the prefix cache (its hits counted in
-/metrics), and a prompt's `n` choices sharing its blocks (forked), equal to `generate`'s text too; the KV blocks all
-returned afterwards (/metrics); SIGTERM exits 0.
+/metrics), and a prompt's `n` choices sharing its blocks (forked), equal to `generate`'s text too; an echoed prompt
+with its log-probabilities (every prompt row's logits from one step, lm-eval's request), its text the prompt and
+`generate`'s; the KV blocks all returned afterwards (/metrics); SIGTERM exits 0.
 
     python3 tests/gpu/serve_check.py ZAYA MODEL_DIR TOKENIZER [--dtype f32|bf16|auto] [--kv-dtype auto|f32|bf16]
                                      [--device cuda]
@@ -100,10 +101,10 @@ def main():
             return 1
         port = int(m.group(1))
 
-        def complete(prompt, n=1):
+        def complete(prompt, n=1, **extra):
             try:
                 st, body = post(port, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": MAX_TOKENS,
-                                                          "temperature": 0, "n": n})
+                                                          "temperature": 0, "n": n, **extra})
                 return st, json.loads(body)
             except Exception as e:  # a timeout or a dead server: a failed check, not a traceback
                 return 0, {"error": f"{type(e).__name__}: {e}"}
@@ -162,6 +163,14 @@ def main():
         texts = [c["text"] for c in r["choices"]] if st == 200 else r
         check(st == 200 and texts == [want[PROMPTS[2]]] * 3, "n = 3 choices (forked from the prompt's blocks)",
               f"{st} {texts!r} vs {want[PROMPTS[2]]!r}")
+        # an echoed prompt with log-probabilities: its rows' logits come from the prefill steps (every row's)
+        p = PREFIXED[1]
+        st, r = complete(p, echo=True, logprobs=1)
+        ok = st == 200 and r["choices"][0]["text"] == p + want[p]
+        lp = r["choices"][0]["logprobs"]["token_logprobs"] if ok else []
+        ok = ok and lp[0] is None and len(lp) > 8 and all(x is not None and -100 < x <= 1e-4 for x in lp[1:])
+        check(ok, "echo with logprobs: the prompt and generate's text, a log-probability for every token after the "
+              "first", f"{st} {str(r)[:300]}")
         st, metrics = read_metrics()
         check(st == 200 and float(metrics.get("zaya_kv_blocks_used", -1)) == 0 and
               float(metrics.get("zaya_step_errors_total", -1)) == 0 and float(metrics.get("zaya_steps_total", 0)) > 0,

@@ -343,7 +343,7 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
         total += q->n_total;
     }
     float *want_cpu = gt_host(t, (size_t)total * V), *want_gpu = gt_host(t, (size_t)total * V);
-    float *lc = gt_host(t, (size_t)S * V), *lg = gt_host(t, (size_t)S * V);
+    float *lc = gt_host(t, (size_t)(S + pc->chunk) * V), *lg = gt_host(t, (size_t)(S + pc->chunk) * V);
     int32_t *tokens = malloc(sizeof(int32_t) * (pc->rows + pc->chunk + 2));
     DecodeSeq *seqs = malloc(sizeof *seqs * (S + 1));
     Req **who = malloc(sizeof *who * (S + 1));
@@ -353,7 +353,7 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
     int ok = tokens && seqs && who && running && rq && gpu_model_create(&gm, &m, -1, 1, 1, bf16, 0, &err) == 0 &&
              pair_create(&pp, gm, cfg, S, pc->ML, pc->NB, pc->bt, pc->rows, pc->chunk, pc->kv_bf16, &err) == 0 &&
              (!pc->prefix || pair_prefix_caches(&pp, &err) == 0);
-    long n_rows = 0, reused_tokens = 0;
+    long n_rows = 0, reused_tokens = 0, all_rows = 0;
     int steps = 0, done = 0, max_batch = 0, mixed = 0, agree = 1, refusals_ok = -1, rows_over = 0;
     double worst = 0;
     for (; ok && done < pc->n_req && steps < 2000; steps++) {
@@ -384,7 +384,7 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             q->state = 1, q->slot = slot, q->fed = reused, running[slot] = q;
         }
         /* the step: decode rows first, then prefill chunks while rows are left (as serve_engine.c), then shuffled */
-        int n = 0, rows = 0;
+        int n = 0, rows = 0, every_row = 0;
         for (int sl = 0; sl < S; sl++) {
             Req *q = running[sl];
             if (!q || q->fed < q->n_prompt) continue;
@@ -398,8 +398,12 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             int k = q->n_prompt - q->fed;
             k = k < pc->chunk ? k : pc->chunk;
             k = k < pc->rows - rows ? k : pc->rows - rows;
+            /* every row's logits for about one chunk in eight (an echo), one such chunk a step (as the engine's logits
+             * buffer allows: a row a sequence and a chunk's) */
+            const uint64_t dice = zy_rng_next(&t->rng) % 8;
+            const int all = dice == 0 && !every_row++;
             seqs[n] = (DecodeSeq){.slot = sl, .n = k,
-                                  .logits = q->fed + k == q->n_prompt || zy_rng_next(&t->rng) % 4 == 0};
+                                  .logits = all ? DECODE_LOGITS_ALL : q->fed + k == q->n_prompt || dice < 3};
             who[n++] = q;
             rows += k;
         }
@@ -451,14 +455,19 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             if (rc) err = cerr;
             break;
         }
-        for (int i = 0; i < n; i++) {
-            if (!seqs[i].logits) continue;
-            const double e = gt_rel_err(lg + (size_t)i * V, lc + (size_t)i * V, V);
-            worst = e > worst ? e : worst;
-            rows_over += e > tol;
-            memcpy(want_cpu + (size_t)n_rows * V, lc + (size_t)i * V, sizeof(float) * V);
-            memcpy(want_gpu + (size_t)n_rows * V, lg + (size_t)i * V, sizeof(float) * V);
-            n_rows++;
+        for (int i = 0, place = 0; i < n; i++) { /* every row's logits take n places, any other sequence's one */
+            const int rows = seqs[i].logits == DECODE_LOGITS_ALL ? seqs[i].n : seqs[i].logits != 0;
+            for (int r = 0; r < rows; r++) {
+                const size_t at = (size_t)(place + r) * V;
+                const double e = gt_rel_err(lg + at, lc + at, V);
+                worst = e > worst ? e : worst;
+                rows_over += e > tol;
+                memcpy(want_cpu + (size_t)n_rows * V, lc + at, sizeof(float) * V);
+                memcpy(want_gpu + (size_t)n_rows * V, lg + at, sizeof(float) * V);
+                n_rows++;
+                all_rows += seqs[i].logits == DECODE_LOGITS_ALL;
+            }
+            place += seqs[i].logits == DECODE_LOGITS_ALL ? seqs[i].n : 1;
         }
         /* the blocks the step filled join the caches; leave: blocks back to the pool */
         for (int i = 0; i < n; i++) {
@@ -482,8 +491,10 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
                   ok ? (done == pc->n_req ? "" : "requests left unfinished") : err.msg)) {
         printf("    %s: %d requests, %d steps (at most %d sequences, %d mixing prefill and decode), %ld logit rows, "
                "worst row %.2e\n", label, pc->n_req, steps, max_batch, mixed, n_rows, worst);
-        snprintf(name, sizeof name, "%s: the schedule mixes joins, prefill chunks and decode rows", label);
-        gt_assert(t, mixed > 0 && max_batch >= 2 && n_rows > 0, name, "%d mixed steps, batch <= %d", mixed, max_batch);
+        snprintf(name, sizeof name, "%s: the schedule mixes joins, prefill chunks and decode rows, and chunks that "
+                 "want every row's logits", label);
+        gt_assert(t, mixed > 0 && max_batch >= 2 && n_rows > 0 && all_rows > 0, name,
+                  "%d mixed steps, batch <= %d, %ld rows of every-row chunks", mixed, max_batch, all_rows);
         snprintf(name, sizeof name, "%s: lengths and free blocks equal the CPU pool's after every step", label);
         gt_assert(t, agree, name, "bookkeeping differs");
         if (pc->prefix) {
