@@ -401,7 +401,8 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             /* every row's logits for about one chunk in eight (an echo), one such chunk a step (as the engine's logits
              * buffer allows: a row a sequence and a chunk's) */
             const uint64_t dice = zy_rng_next(&t->rng) % 8;
-            const int all = dice == 0 && !every_row++;
+            const int all = !every_row && (dice == 0 || (q == rq && q->fed == 0)); /* the first prompt's first, always */
+            every_row += all;
             seqs[n] = (DecodeSeq){.slot = sl, .n = k,
                                   .logits = all ? DECODE_LOGITS_ALL : q->fed + k == q->n_prompt || dice < 3};
             who[n++] = q;
@@ -878,8 +879,8 @@ static void test_gpu_pool(GpuTest *t) {
     ZayaConfig swm = sw;
     swm.attention = ZY_ATTN_MHA, swm.sliding_window = 9;
     compare_pool(t, "pool: sliding W9, MHA variant", &swm, &small, 0, 1e-4);
-    /* one-token blocks, a single slot at a time */
-    const PoolCase tiny = {.S = 2, .ML = 20, .NB = 20, .bt = 1, .rows = 6, .chunk = 3, .n_req = 4, .max_prompt = 9,
+    /* one-token blocks; 40 of them hold the two slots' sequences at once */
+    const PoolCase tiny = {.S = 2, .ML = 20, .NB = 40, .bt = 1, .rows = 6, .chunk = 3, .n_req = 8, .max_prompt = 9,
                            .max_gen = 8};
     compare_pool(t, "pool: zaya1, 1-token blocks", &c, &tiny, 0, 1e-4);
     /* head_dim 128 (the attention kernel's 4 values per lane), long prefills in 64-row chunks over 16-token blocks */
