@@ -138,6 +138,26 @@ void gt_reset(GpuTest *t) {
     t->n_host = t->n_dev = 0;
 }
 
+GtEnv gt_env_set(const char *name, const char *value) {
+    const char *outer = getenv(name);
+    GtEnv e = {.name = name, .outer = outer ? strdup(outer) : NULL};
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    return e;
+}
+
+void gt_env_restore(GtEnv *e) {
+    if (!e->name) return; /* never set */
+    if (e->outer)
+        setenv(e->name, e->outer, 1);
+    else
+        unsetenv(e->name);
+    free(e->outer);
+    e->outer = NULL;
+}
+
 ZayaConfig gt_small_config(void) {
     return (ZayaConfig){.vocab_size = 97, .hidden_size = 64, .num_layers = 3, .num_heads = 4, .num_kv_heads = 2,
                         .head_dim = 16, .num_experts = 4, .moe_intermediate_size = 48, .router_hidden_size = 32,
@@ -169,6 +189,7 @@ int main(int argc, char **argv) {
     const int n_groups = (int)(sizeof groups / sizeof groups[0]);
     GpuCtx g;
     ZyErr err;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each result as it comes, also into a pipe or a log (a hang shows where) */
     if (gpu_open(&g, -1, &err)) {
         fprintf(stderr, "zaya gpu tests: %s\n", err.msg);
         printf("0 passed, 1 failed\n");

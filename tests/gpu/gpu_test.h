@@ -43,6 +43,15 @@ int gt_assert(GpuTest *t, int ok, const char *name, const char *fmt, ...) __attr
 double gt_rel_err(const float *a, const float *ref, size_t n); /* host arrays; INFINITY when a has a NaN */
 void gt_reset(GpuTest *t);
 
+/* An environment switch a check sets (value NULL: unset) and gt_env_restore puts back as the run found it, so a
+ * rerun with the switch exported (ZAYA_GPU_PDL=off make test-gpu) keeps it for the checks after. */
+typedef struct {
+    const char *name;
+    char *outer; /* the value before gt_env_set (NULL: unset) */
+} GtEnv;
+GtEnv gt_env_set(const char *name, const char *value);
+void gt_env_restore(GtEnv *e); /* also a zeroed GtEnv: nothing set, nothing to do */
+
 /* The small ZAYA1 config the model-level groups start from (V 97, D 64, 3 layers, 4 experts, head_dim 16). */
 ZayaConfig gt_small_config(void);
 /* Random weights for a model-level check: the spec's init, matrices scaled to std 0.1 (outputs of order one), every

@@ -7,6 +7,12 @@ that start alike, the later ones taking the earlier one's KV blocks from the pre
 with its log-probabilities (every prompt row's logits from one step, lm-eval's request), its text the prompt and
 `generate`'s; the KV blocks all returned afterwards (/metrics); SIGTERM exits 0.
 
+With bf16 products (--dtype bf16 or auto) a batched step may take a row through other kernels than `generate`'s one
+row (cuBLASLt next to prefill rows, the few-row products alone), so its logits differ by bf16 rounding and a greedy
+choice on a near tie may go the other way: there a completion may leave `generate`'s text only at a token whose
+runner-up in its own top log-probabilities is `generate`'s, within NEAR_TIE nats (vLLM's check for the same thing).
+fp32 products must give `generate`'s text exactly.
+
     python3 tests/gpu/serve_check.py ZAYA MODEL_DIR TOKENIZER [--dtype f32|bf16|auto] [--kv-dtype auto|f32|bf16]
                                      [--device cuda]
 
@@ -31,6 +37,29 @@ PREFIXED = [SHARED + "12+34=", SHARED + "7*8=", SHARED + "hello"]
 MAX_TOKENS = 40
 # a tiny model answers in seconds; a hung engine must not eat the GPU session's minutes
 GENERATE_TIMEOUT, HTTP_TIMEOUT, START_TIMEOUT = 120, 60, 120
+# bf16 logits differ from one set of kernels to another by ~1e-2 of their size: a tie within this is rounding
+NEAR_TIE = 0.25
+
+
+def same_text(want, choice, ties):
+    """'equal' when the choice's text is want; 'near tie' when (ties) it leaves want at a token whose top
+    log-probabilities hold want's next token within NEAR_TIE of the one taken; else None."""
+    if choice.get("text") == want:
+        return "equal"
+    lp = choice.get("logprobs") or {}
+    tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+    if not ties or len(tops) != len(tokens):
+        return None
+    at = 0
+    for tok, top in zip(tokens, tops):
+        if want.startswith(tok, at):
+            at += len(tok)
+            continue
+        taken = (top or {}).get(tok)
+        rest = want[at:]
+        return "near tie" if taken is not None and any(
+            k != tok and k and rest.startswith(k) and taken - v <= NEAR_TIE for k, v in top.items()) else None
+    return None
 
 
 def generate(args, prompt):
@@ -70,7 +99,9 @@ def main():
     ap.add_argument("--kv-dtype", default="auto")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
+    ties = args.dtype != "f32"  # bf16 products (auto: a bf16 folder's)
     passed = failed = 0
+    near_ties = []
 
     def check(ok, name, detail=""):
         nonlocal passed, failed
@@ -102,6 +133,8 @@ def main():
         port = int(m.group(1))
 
         def complete(prompt, n=1, **extra):
+            if ties:  # each token's runner-up, for same_text
+                extra = {"logprobs": 2, **extra}
             try:
                 st, body = post(port, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": MAX_TOKENS,
                                                           "temperature": 0, "n": n, **extra})
@@ -109,11 +142,18 @@ def main():
             except Exception as e:  # a timeout or a dead server: a failed check, not a traceback
                 return 0, {"error": f"{type(e).__name__}: {e}"}
 
+        def agrees(label, text, choice):
+            how = same_text(text, choice, ties)
+            if how == "near tie":
+                near_ties.append(label)
+            return how is not None
+
         hung = False
         for p in PROMPTS[:2]:
             st, r = complete(p)
             got = r["choices"][0]["text"] if st == 200 else r
-            check(st == 200 and got == want[p], f"one at a time: {p!r}", f"{st} {got!r} vs {want[p]!r}")
+            check(st == 200 and agrees(p, want[p], r["choices"][0]), f"one at a time: {p!r}",
+                  f"{st} {got!r} vs {want[p]!r}")
             hung = st == 0
             if hung:
                 break
@@ -136,7 +176,8 @@ def main():
         for p in PROMPTS:
             st, r = got.get(p, (0, {}))
             text = r["choices"][0]["text"] if st == 200 else r
-            check(st == 200 and text == want[p], f"{len(PROMPTS)} at once: {p!r}", f"{st} {text!r} vs {want[p]!r}")
+            check(st == 200 and agrees(p, want[p], r["choices"][0]), f"{len(PROMPTS)} at once: {p!r}",
+                  f"{st} {text!r} vs {want[p]!r}")
 
         def read_metrics():
             try:
@@ -150,7 +191,7 @@ def main():
         for p in PREFIXED:
             st, r = complete(p)
             text = r["choices"][0]["text"] if st == 200 else r
-            check(st == 200 and text == want[p], f"prefix cache: {p[len(SHARED):]!r} after the shared start",
+            check(st == 200 and agrees(p, want[p], r["choices"][0]), f"prefix cache: {p[len(SHARED):]!r} after the shared start",
                   f"{st} {text!r} vs {want[p]!r}")
         st, metrics = read_metrics()
         hit_tokens = float(metrics.get("zaya_prefix_cache_hit_tokens_total", 0)) - \
@@ -161,12 +202,13 @@ def main():
         # a prompt's choices: the first prefills it, the others continue from its blocks (forked)
         st, r = complete(PROMPTS[2], n=3)
         texts = [c["text"] for c in r["choices"]] if st == 200 else r
-        check(st == 200 and texts == [want[PROMPTS[2]]] * 3, "n = 3 choices (forked from the prompt's blocks)",
+        check(st == 200 and len(texts) == 3 and all(agrees(PROMPTS[2], want[PROMPTS[2]], c) for c in r["choices"]),
+              "n = 3 choices (forked from the prompt's blocks)",
               f"{st} {texts!r} vs {want[PROMPTS[2]]!r}")
         # an echoed prompt with log-probabilities: its rows' logits come from the prefill steps (every row's)
         p = PREFIXED[1]
-        st, r = complete(p, echo=True, logprobs=1)
-        ok = st == 200 and r["choices"][0]["text"] == p + want[p]
+        st, r = complete(p, echo=True, logprobs=2 if ties else 1)
+        ok = st == 200 and agrees("echo " + p, p + want[p], r["choices"][0])
         lp = r["choices"][0]["logprobs"]["token_logprobs"] if ok else []
         ok = ok and lp[0] is None and len(lp) > 8 and all(x is not None and -100 < x <= 1e-4 for x in lp[1:])
         check(ok, "echo with logprobs: the prompt and generate's text, a log-probability for every token after the "
@@ -188,6 +230,8 @@ def main():
     check(srv.returncode == 0, "SIGTERM: exit 0", f"rc {srv.returncode}: {err[-800:]}")
     if args.device != "cpu":
         check("device GPU" in err, "serve said which GPU it runs on", err[-400:])
+    if ties:  # how many completions needed the allowance (0 expected most runs)
+        print(f"  completions that left generate's text on a bf16 near tie: {len(near_ties)} {near_ties!r}")
     print(f"serve-gpu: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

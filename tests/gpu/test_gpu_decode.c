@@ -104,6 +104,7 @@ static void compare_decode_kv(GpuTest *t, const char *label, const ZayaConfig *c
  *   launches' bodies; a missing grid barrier between phases or layers would race here. */
 typedef struct {
     int pdl, hopper;
+    int layer_ready; /* the persistent layer switched on and its few-row products with it */
     long layer_runs; /* layers run as one persistent kernel */
 } DecodeRun;
 static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *tokens, float *out, DecodeRun *run,
@@ -127,6 +128,7 @@ static int decode_logits(const Model *m, int B, int T, int n0, const int32_t *to
     /* after the launches: a refused programmatic launch turns itself off */
     if (ok) {
         run->pdl = gpu_model_programmatic_launch(gm), run->hopper = ((GpuCtx *)gpu_model_ctx(gm))->cc_major >= 9;
+        run->layer_ready = gpu_model_decode_layer_persistent(gm);
         run->layer_runs = gpu_model_decode_layer_runs(gm);
     }
     free(piece);
@@ -149,14 +151,12 @@ static int compare_switch(GpuTest *t, const char *label, const ZayaConfig *cfg, 
     int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, cfg->vocab_size);
     float *on = gt_host(t, NV), *off = gt_host(t, NV);
     *off_run = *on_run = (DecodeRun){0};
-    setenv(env, off_value, 1);
+    GtEnv e = gt_env_set(env, off_value);
     int ok = decode_logits(&m, B, T, n0, tokens, off, off_run, &err) == 0;
-    if (on_value)
-        setenv(env, on_value, 1);
-    else
-        unsetenv(env);
+    gt_env_restore(&e);
+    e = gt_env_set(env, on_value);
     ok = ok && decode_logits(&m, B, T, n0, tokens, on, on_run, &err) == 0;
-    unsetenv(env);
+    gt_env_restore(&e);
     snprintf(name, sizeof name, "%s: the same logits with %s=%s and %s", label, env, off_value,
              on_value ? on_value : "unset");
     gt_assert(t, ok && memcmp(on, off, NV * sizeof(float)) == 0, name, "%s rel err %.2e", ok ? "" : err.msg,
@@ -172,16 +172,18 @@ static void compare_pdl(GpuTest *t, const char *label, const ZayaConfig *cfg, in
     snprintf(name, sizeof name, "%s: programmatic launch %s", label, on.hopper ? "on (sm_90+), off when asked" : "off");
     gt_assert(t, ok && on.pdl == on.hopper && off.pdl == 0, name, "on %d, off %d", on.pdl, off.pdl);
 }
-/* persistent: whether the config's layers take the persistent kernel (bf16 CCA, MLP router, experts). */
+/* persistent: whether the config's layers take the persistent kernel (bf16 CCA, MLP router, experts) when the run
+ * allows it (not under ZAYA_GPU_FEW_ROWS=off, which it needs). */
 static void compare_layer_kernel(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int n0,
                                  int persistent) {
     DecodeRun off, on;
     const int ok = compare_switch(t, label, cfg, B, T, n0, "ZAYA_GPU_DECODE_LAYER", "launches", "persistent", &off,
                                   &on);
     char name[200];
-    const long steps = T - n0, want = persistent ? steps * cfg->num_layers : 0;
+    const long steps = T - n0, want = persistent && on.layer_ready ? steps * cfg->num_layers : 0;
     snprintf(name, sizeof name, "%s: %s", label,
-             persistent ? "every one-token step's layers ran as the persistent kernel" : "the launches ran (not taken)");
+             want ? "every one-token step's layers ran as the persistent kernel"
+                  : persistent ? "the launches ran (ZAYA_GPU_FEW_ROWS=off: not taken)" : "the launches ran (not taken)");
     gt_assert(t, ok && on.layer_runs == want && off.layer_runs == 0, name, "%ld layers (want %ld), %ld with it off",
               on.layer_runs, want, off.layer_runs);
 }
@@ -304,6 +306,7 @@ typedef struct {
     int n_req, max_prompt, max_gen;  /* the schedule */
     int kv_bf16;                     /* both pools hold k̂ / v in bf16 */
     int prefix;                      /* prompts start with the first's first `prefix` tokens; prefix caches on both */
+    int graphs, persistent; /* steps as CUDA graphs / one-token layers as one kernel, where the run allows them */
 } PoolCase;
 
 /* A server's life on both pools in lockstep: requests arrive over time, join when a slot and the blocks for their
@@ -325,6 +328,10 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
         return;
     }
     gt_randomise_model(t, &m);
+    /* the case's switches, read when the model and the pool are created; otherwise the run's own */
+    GtEnv graphs_env = {0}, layer_env = {0};
+    if (pc->graphs) graphs_env = gt_env_set("ZAYA_GPU_GRAPHS", "1");
+    if (pc->persistent) layer_env = gt_env_set("ZAYA_GPU_DECODE_LAYER", "persistent");
     const int V = cfg->vocab_size, S = pc->S;
     Req *rq = calloc(pc->n_req, sizeof *rq);
     long total = 0;
@@ -497,7 +504,7 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
         gt_assert(t, mixed > 0 && max_batch >= 2 && n_rows > 0 && all_rows > 0, name,
                   "%d mixed steps, batch <= %d, %ld rows of every-row chunks", mixed, max_batch, all_rows);
         snprintf(name, sizeof name, "%s: lengths and free blocks equal the CPU pool's after every step", label);
-        gt_assert(t, agree, name, "bookkeeping differs");
+        gt_assert(t, agree, name, "%s", agree ? "" : "bookkeeping differs");
         if (pc->prefix) {
             const PrefixCacheStats a = prefix_cache_stats(&pp.pc_cpu), b = prefix_cache_stats(&pp.pc_gpu);
             snprintf(name, sizeof name, "%s: prompts took cached blocks, as on the CPU", label);
@@ -508,7 +515,7 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
                    (unsigned long long)a.evictions);
         }
         snprintf(name, sizeof name, "%s: malformed steps refused as on the CPU, nothing changed", label);
-        gt_assert(t, refusals_ok == 1, name, "%s", refusals_ok < 0 ? "never tried" : "see above");
+        gt_assert(t, refusals_ok == 1, name, "%s", refusals_ok == 1 ? "" : refusals_ok < 0 ? "never tried" : "see above");
         const double e = gt_rel_err(want_gpu, want_cpu, (size_t)n_rows * V);
         if (!bf16) {
             snprintf(name, sizeof name, "%s: wanted logits vs the CPU's (fp32)", label);
@@ -518,20 +525,27 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             gt_assert(t, e <= tol && rows_over * 10 <= n_rows, name, "rel err %.2e (tol %.0e), %d of %ld rows over",
                       e, tol, rows_over, n_rows);
         }
-        const char *graphs = getenv("ZAYA_GPU_GRAPHS");
-        if (graphs && !strcmp(graphs, "1")) { /* the steps did run as graphs (none refused) */
-            snprintf(name, sizeof name, "%s: steps replayed as CUDA graphs", label);
-            gt_assert(t, gpu_kvpool_graphs(pp.gpu) > 0, name, "no graph captured (capture refused?)");
+        if (pc->graphs) { /* the steps ran as graphs (none refused) where the run allows them: bf16, grouped experts */
+            const int can = bf16 && gpu_model_experts_grouped(gm), n = gpu_kvpool_graphs(pp.gpu);
+            snprintf(name, sizeof name, "%s: steps replayed as CUDA graphs%s", label,
+                     can ? "" : " (ZAYA_GPU_EXPERTS=loop: none)");
+            gt_assert(t, can ? n > 0 : n == 0, name, "%s", (n > 0) == can ? "" : can ? "no graph captured (refused?)"
+                                                                                     : "graphs without their conditions");
         }
-        const char *layer = getenv("ZAYA_GPU_DECODE_LAYER");
-        if (layer && !strcmp(layer, "persistent")) { /* the steps of one-token rows did run a layer a kernel */
-            snprintf(name, sizeof name, "%s: one-token steps' layers as one persistent kernel", label);
-            gt_assert(t, gpu_model_decode_layer_runs(gm) > 0, name, "no layer ran that way (launch refused?)");
+        if (pc->persistent) { /* the one-token steps ran a layer a kernel, unless ZAYA_GPU_FEW_ROWS=off */
+            const int can = gpu_model_decode_layer_persistent(gm);
+            const long n = gpu_model_decode_layer_runs(gm);
+            snprintf(name, sizeof name, "%s: one-token steps' layers as one persistent kernel%s", label,
+                     can ? "" : " (ZAYA_GPU_FEW_ROWS=off: none)");
+            gt_assert(t, can ? n > 0 : n == 0, name, "%s", (n > 0) == can ? "" : can ? "no layer ran that way (refused?)"
+                                                                                     : "ran without its conditions");
         }
     }
     free(tokens), free(seqs), free(who), free(running), free(rq);
     pair_free(&pp);
     gpu_model_free(gm);
+    gt_env_restore(&layer_env);
+    gt_env_restore(&graphs_env);
     model_free(&m);
     gt_reset(t);
 }
@@ -675,7 +689,8 @@ static void pool_fork(GpuTest *t, const char *label, const ZayaConfig *cfg, int 
     char name[200];
     snprintf(name, sizeof name, "%s: forks agree with the CPU's (shared, copied, refused)", label);
     gt_assert(t, ok && forks_agree && pair_same(&pp), name, "%s",
-              ok ? (forks_agree ? "bookkeeping differs" : "a fork's result differs") : cerr.msg[0] ? cerr.msg : err.msg);
+              ok ? (!forks_agree ? "a fork's result differs" : pair_same(&pp) ? "" : "bookkeeping differs")
+                 : cerr.msg[0] ? cerr.msg : err.msg);
     snprintf(name, sizeof name, "%s: the forked sequences' logits vs the CPU's", label);
     gt_assert(t, ok && worst <= tol, name, "worst row %.2e (tol %.0e)", worst, tol);
     pair_free(&pp);
@@ -895,20 +910,19 @@ static void test_gpu_pool(GpuTest *t) {
     compare_pool(t, "pool bf16: dense MLP", &dense, &small, 1, 6e-2);
     compare_pool(t, "pool bf16: zaya1", &c, &small, 1, 1e-1);
     /* the same steps replayed as CUDA graphs (ZAYA_GPU_GRAPHS=1: one capture per step shape), the same bars */
-    setenv("ZAYA_GPU_GRAPHS", "1", 1);
-    compare_pool(t, "pool bf16, CUDA graphs: dense MLP", &dense, &small, 1, 6e-2);
-    compare_pool(t, "pool bf16, CUDA graphs: zaya1", &c, &small, 1, 1e-1);
-    unsetenv("ZAYA_GPU_GRAPHS");
+    PoolCase graphed = small;
+    graphed.graphs = 1;
+    compare_pool(t, "pool bf16, CUDA graphs: dense MLP", &dense, &graphed, 1, 6e-2);
+    compare_pool(t, "pool bf16, CUDA graphs: zaya1", &c, &graphed, 1, 1e-1);
     /* the one-token steps' layers as one persistent kernel (ZAYA_GPU_DECODE_LAYER=persistent; each count of rows its
      * own plans; it reads a bf16 KV cache), as a launch and inside the graphs, the same bars */
     PoolCase small16 = small;
     small16.kv_bf16 = 1;
-    setenv("ZAYA_GPU_DECODE_LAYER", "persistent", 1);
-    compare_pool(t, "pool bf16, persistent layers: zaya1", &c, &small16, 1, 1e-1);
-    setenv("ZAYA_GPU_GRAPHS", "1", 1);
-    compare_pool(t, "pool bf16, persistent layers in CUDA graphs: zaya1", &c, &small16, 1, 1e-1);
-    unsetenv("ZAYA_GPU_GRAPHS");
-    unsetenv("ZAYA_GPU_DECODE_LAYER");
+    PoolCase layered = small16;
+    layered.persistent = 1;
+    compare_pool(t, "pool bf16, persistent layers: zaya1", &c, &layered, 1, 1e-1);
+    layered.graphs = 1;
+    compare_pool(t, "pool bf16, persistent layers in CUDA graphs: zaya1", &c, &layered, 1, 1e-1);
     /* the bf16 KV cache (--kv-dtype bf16) on both sides, fp32 products: both round the same k̂ / v, which differ by
      * fp32 noise (~1e-6), so only the few that sit on a rounding edge (about 1e-6 / 2^-8, 3e-4 of them) land one bf16
      * step (2^-8) apart: 1e-3 holds that with room */
@@ -928,12 +942,8 @@ static void test_gpu_pool(GpuTest *t) {
     compare_pool(t, "pool, prefix cache: sliding W5 (layers 0, 2)", &sw, &shared, 0, 1e-4);
     compare_pool(t, "pool, prefix cache: MHA variant", &mha, &shared, 0, 1e-4);
     PoolCase shared16 = shared;
-    shared16.kv_bf16 = 1;
-    setenv("ZAYA_GPU_DECODE_LAYER", "persistent", 1);
-    setenv("ZAYA_GPU_GRAPHS", "1", 1);
+    shared16.kv_bf16 = 1, shared16.persistent = 1, shared16.graphs = 1;
     compare_pool(t, "pool bf16, prefix cache, persistent layers in CUDA graphs: zaya1", &c, &shared16, 1, 1e-1);
-    unsetenv("ZAYA_GPU_GRAPHS");
-    unsetenv("ZAYA_GPU_DECODE_LAYER");
 }
 
 void test_gpu_decode(GpuTest *t) {

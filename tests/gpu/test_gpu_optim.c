@@ -203,7 +203,8 @@ typedef struct {
 } OptimCase;
 
 /* Runs the STEPS GPU steps from w0 on a fresh optimizer with at most max_batch matrices per Muon group (0: the
- * default grouping, 1: unbatched) and Newton–Schulz's symmetric products in bands of band_rows (0: the default);
+ * default grouping, 1: unbatched) and Newton–Schulz's symmetric products in bands of band_rows (0: the default
+ * choice, -1: as created, which keeps the run's ZAYA_GPU_NS_BANDS);
  * leaves the weights in d_w and the optimizer open. */
 static int gpu_run_banded(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g, int max_batch,
                           int band_rows) {
@@ -214,7 +215,7 @@ static int gpu_run_banded(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float
         fprintf(stderr, "  %s\n", err.msg);
         return -1;
     }
-    o->ns_band_rows = band_rows;
+    if (band_rows >= 0) o->ns_band_rows = band_rows;
     for (int s = 0; s < STEPS; s++)
         if (gpu_upload(t->g, d_g, c->grads[s], bytes, &err) ||
             gpu_optim_step(o, t->g, &c->tab, d_w, d_g, c->lr, 1.0f, &err)) {
@@ -229,7 +230,7 @@ static int gpu_run_banded(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float
 }
 
 static int gpu_run(GpuTest *t, const OptimCase *c, GpuOptimizer *o, float *d_w, float *d_g, int max_batch) {
-    return gpu_run_banded(t, c, o, d_w, d_g, max_batch, 0);
+    return gpu_run_banded(t, c, o, d_w, d_g, max_batch, -1);
 }
 
 /* The CPU optimizer's STEPS steps from w0 (bf16: optim_set_bf16). Weights into w, state into m, v. */
