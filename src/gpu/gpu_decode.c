@@ -692,10 +692,9 @@ int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) { return kvblocks_res
  * never read) and the slot's state. */
 int gpu_kvpool_fork(GpuKVPool *p, int parent, int child) {
     int32_t from, to;
-    if (kvblocks_fork(&p->blocks, parent, child, &from, &to)) return -1;
     GpuCtx *g = &p->gm->g;
     ZyErr ignore;
-    gpu_use(g, &ignore);
+    if (gpu_use(g, &ignore) || kvblocks_fork(&p->blocks, parent, child, &from, &to)) return -1;
     const size_t block = (size_t)p->blocks.block_tokens * cfg_k_channels(&p->gm->cfg) * (p->kv_bf16 ? 2 : 4);
     for (int l = 0; from >= 0 && l < p->gm->cfg.num_layers; l++) {
         gpu_copy_async(g, (char *)p->k[l] + to * block, (char *)p->k[l] + from * block, block);
@@ -711,17 +710,24 @@ int gpu_kvpool_keep_block_states(GpuKVPool *p, ZyErr *err) {
     if (gpu_use(&p->gm->g, err)) return -1;
     const size_t bytes = (size_t)p->blocks.n_blocks * p->slot_state * sizeof(float);
     if (!(p->block_state = gpu_alloc(bytes, "the KV blocks' kept states", err))) return -1;
+    gpu_memset_async(&p->gm->g, p->block_state, 0, bytes); /* as the CPU pool's: blocks filled before now keep zeros */
     pool_graphs_clear(p); /* the steps now also keep states */
     return 0;
 }
 
 int gpu_kvpool_seq_share(GpuKVPool *p, int slot, const int32_t *blocks, int n) {
-    if (!p->block_state || kvblocks_share(&p->blocks, slot, blocks, n)) return -1;
     ZyErr ignore;
-    gpu_use(&p->gm->g, &ignore);
+    if (!p->block_state || gpu_use(&p->gm->g, &ignore) || kvblocks_share(&p->blocks, slot, blocks, n)) return -1;
     const size_t state = (size_t)p->slot_state;
     gpu_copy_async(&p->gm->g, p->state + slot * state, p->block_state + blocks[n - 1] * state, state * sizeof(float));
     return 0;
+}
+
+int gpu_kvpool_download_block_states(GpuKVPool *p, float *out, ZyErr *err) {
+    if (!p->block_state) return zy_fail(err, "the GPU pool keeps no block states (gpu_kvpool_keep_block_states)");
+    if (gpu_use(&p->gm->g, err)) return -1;
+    const size_t bytes = (size_t)p->blocks.n_blocks * p->slot_state * sizeof(float);
+    return gpu_download(&p->gm->g, out, p->block_state, bytes, err);
 }
 
 KVBlocks *gpu_kvpool_blocks(GpuKVPool *p) { return &p->blocks; }
@@ -744,7 +750,10 @@ typedef struct PoolStep {
 
 static const int32_t *desc(const GpuKVPool *p, int which) { return p->d_desc + p->off[which]; }
 
-static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, PoolStep *ps) {
+/* want_logits 0: the caller takes no logits, so no row goes through lm_head whatever seqs[].logits say (as on the
+ * CPU), and D_LOGIT, sized for logit_rows, gets no entries. */
+static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int32_t *tokens, int want_logits,
+                      PoolStep *ps) {
     const int P = p->conv_pad, bt = p->blocks.block_tokens, MB = p->blocks.max_blocks;
     int32_t *h = p->h_desc;
     const size_t *o = p->off;
@@ -770,7 +779,7 @@ static void pool_plan(GpuKVPool *p, const DecodeSeq *seqs, int n_seqs, const int
         h[o[D_XOUT] + i] = xb + n;
         h[o[D_FIRST] + i] = row;
         h[o[D_LAST] + i] = row + n - 1;
-        for (int t = seqs[i].logits == DECODE_LOGITS_ALL ? 0 : n - 1; seqs[i].logits && t < n; t++)
+        for (int t = seqs[i].logits == DECODE_LOGITS_ALL ? 0 : n - 1; want_logits && seqs[i].logits && t < n; t++)
             h[o[D_LOGIT] + ps->n_logits++] = row + t; /* its last row, or every row */
         memcpy(h + o[D_TABLE] + (size_t)i * MB, trow, (size_t)((pos0 + n + bt - 1) / bt) * sizeof(int32_t));
         if (ps->keep_end) { /* the state at a block's end: Xe's P rows before it, the delayed value just before it */
@@ -1163,7 +1172,7 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     }
     gm->failed = 0;
     PoolStep ps;
-    pool_plan(p, seqs, n_seqs, tokens, &ps);
+    pool_plan(p, seqs, n_seqs, tokens, logits != NULL, &ps);
     /* only the rows that want logits go through lm_head; they land packed, then move to their sequences' places, as
      * model_decode_step lays them out */
     const int want_logits = logits && ps.n_logits;

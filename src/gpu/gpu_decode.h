@@ -68,6 +68,9 @@ int gpu_kvpool_fork(GpuKVPool *p, int parent, int child);
  * cache (prefix_cache.h) runs over gpu_kvpool_blocks with gpu_kvpool_seq_share. */
 int gpu_kvpool_keep_block_states(GpuKVPool *p, ZyErr *err);
 int gpu_kvpool_seq_share(GpuKVPool *p, int slot, const int32_t *blocks, int n);
+/* Every block's kept state into out (n_blocks x the floats of one slot's state, as KVPool's block_state lays them
+ * out), after the queued work; -1 with an error without kept states or when the copy fails. */
+int gpu_kvpool_download_block_states(GpuKVPool *p, float *out, ZyErr *err);
 KVBlocks *gpu_kvpool_blocks(GpuKVPool *p);       /* the host bookkeeping */
 int gpu_kvpool_len(const GpuKVPool *p, int slot); /* tokens cached for slot */
 int gpu_kvpool_free_blocks(const GpuKVPool *p);

@@ -13,7 +13,7 @@
  * order differs from the WMMA kernels', so the bits do too (tests/gpu/test_gpu_gemm.c checks both against the CPU).
  *
  * Only for NVIDIA sm_90 (H100/H200): the Makefile compiles this file for sm_90a alone (wgmma/TMA are arch-specific
- * instructions) when CUTLASS's headers are there (third_party/cutlass, its licence beside them); the launchers
+ * instructions) when CUTLASS's headers are there (PyPI's nvidia-cutlass, see the Makefile); the launchers
  * return -1 on any other device, or shape they do not take, and the WMMA kernels run instead. Not in the HIP build
  * nor the CPU emulator (neither can express wgmma/TMA). */
 #include <stdint.h>
@@ -159,23 +159,59 @@ struct Scratch {
 constexpr int MAX_SCRATCH = 16;
 Scratch scratch[MAX_SCRATCH];
 
-int sm90_device = -1; /* -1 unknown, 0 no, 1 an sm_90 device */
-cutlass::KernelHardwareInfo hw_info;
+/* Buffers outgrown on a stream: a graph captured before the growth may still replay with them, so they are freed
+ * with the stream's scratch (gk_expert_sm90_release), not when outgrown. */
+struct Retired {
+    GkStream stream;
+    void *ptr;
+};
+constexpr int MAX_RETIRED = 64;
+Retired retired[MAX_RETIRED];
+
+bool retire(GkStream s, void *p) {
+    if (!p) return true;
+    for (int i = 0; i < MAX_RETIRED; i++)
+        if (!retired[i].ptr) {
+            retired[i] = Retired{s, p};
+            return true;
+        }
+    return false;
+}
+
+/* Per device (a process may switch devices): -1 unknown, 0 not sm_90, 1 sm_90, and its SM count for the grid. */
+constexpr int MAX_DEVICES = 64;
+signed char sm90_device[MAX_DEVICES];
+int sm_count[MAX_DEVICES];
+bool device_known[MAX_DEVICES];
+
+/* The current device's id, its entry read on first use; -1 when the id cannot be read or is out of range. */
+int current_device() {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_DEVICES) return -1;
+    if (!device_known[dev]) {
+        int major = 0, minor = 0, sms = 0;
+        sm90_device[dev] = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                                   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                                   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+                                   major == 9 && minor == 0
+                               ? 1
+                               : 0;
+        sm_count[dev] = sms;
+        device_known[dev] = true;
+    }
+    return dev;
+}
 
 bool device_is_sm90() {
-    if (sm90_device < 0) {
-        int dev = 0, major = 0, minor = 0, sms = 0;
-        sm90_device = cudaGetDevice(&dev) == cudaSuccess &&
-                              cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                              cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                              cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-                              major == 9 && minor == 0
-                          ? 1
-                          : 0;
-        hw_info.device_id = dev;
-        hw_info.sm_count = sms;
-    }
-    return sm90_device == 1;
+    const int dev = current_device();
+    return dev >= 0 && sm90_device[dev] == 1;
+}
+
+cutlass::KernelHardwareInfo hw_info() {
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = current_device();
+    hw.sm_count = hw.device_id >= 0 ? sm_count[hw.device_id] : 0;
+    return hw;
 }
 
 } // namespace experts_sm90
@@ -203,9 +239,8 @@ Scratch *scratch_for(GkStream s, int kind, int E, size_t group_bytes, size_t ws)
         if (!free_slot) return NULL;
         x = free_slot;
     } else {
-        cudaStreamSynchronize(s); /* the old buffers may still be read by the stream's work */
-        cudaFree(x->groups);
-        cudaFree(x->workspace);
+        /* kept until the stream's release: its queued work or a graph captured earlier may still read them */
+        if (!retire(s, x->groups) || !retire(s, x->workspace)) return NULL;
         *x = Scratch{};
     }
     const int cap = E < 64 ? 64 : E;
@@ -254,7 +289,7 @@ typename G::Gemm::Arguments arguments(const typename G::Groups &g, int E, float 
     args.epilogue.dC = g.sc;
     args.epilogue.ptr_D = g.d;
     args.epilogue.dD = g.sd;
-    args.hw_info = hw_info;
+    args.hw_info = hw_info();
     return args;
 }
 
@@ -274,10 +309,12 @@ int run_grouped(GkStream s, int kind, int E, float beta, Prep prep) {
     Scratch *x = scratch_of<G>(s, kind, E);
     if (!x) return -1;
     const typename G::Groups g = carve<G>(x->groups, x->cap_groups);
-    prep(g);
     typename G::Gemm gemm;
     typename G::Gemm::Arguments args = arguments<G>(g, E, beta);
+    /* initialize reads only the arrays' addresses, so it comes first: a refusal then leaves nothing queued */
     if (gemm.initialize(args, x->workspace, s) != cutlass::Status::kSuccess) return -1;
+    prep(g);
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
     return gemm.run(s) == cutlass::Status::kSuccess ? 0 : -1;
 }
 
@@ -303,6 +340,11 @@ extern "C" void gk_expert_sm90_release(GkStream s) {
             cudaFree(scratch[i].groups);
             if (scratch[i].workspace) cudaFree(scratch[i].workspace);
             scratch[i] = Scratch{};
+        }
+    for (int i = 0; i < MAX_RETIRED; i++)
+        if (retired[i].ptr && retired[i].stream == s) {
+            cudaFree(retired[i].ptr);
+            retired[i] = Retired{};
         }
 }
 

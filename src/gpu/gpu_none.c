@@ -129,6 +129,7 @@ int gpu_kvpool_reserve(GpuKVPool *p, int slot, int tokens) { return -1; }
 int gpu_kvpool_fork(GpuKVPool *p, int parent, int child) { return -1; }
 int gpu_kvpool_keep_block_states(GpuKVPool *p, ZyErr *err) { return zy_fail(err, NO_GPU); }
 int gpu_kvpool_seq_share(GpuKVPool *p, int slot, const int32_t *blocks, int n) { return -1; }
+int gpu_kvpool_download_block_states(GpuKVPool *p, float *out, ZyErr *err) { return zy_fail(err, NO_GPU); }
 KVBlocks *gpu_kvpool_blocks(GpuKVPool *p) { return NULL; }
 int gpu_kvpool_len(const GpuKVPool *p, int slot) { return 0; }
 int gpu_kvpool_free_blocks(const GpuKVPool *p) { return 0; }

@@ -363,6 +363,12 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
     long n_rows = 0, reused_tokens = 0, all_rows = 0;
     int steps = 0, done = 0, max_batch = 0, mixed = 0, agree = 1, refusals_ok = -1, rows_over = 0;
     double worst = 0;
+    /* with prefix caches: every block's kept state against the CPU pool's after each step, block by block, so that a
+     * state kept at the wrong row or into the wrong block shows even when no later prompt reads it */
+    const size_t state_floats = kvpool_state_bytes(cfg) / sizeof(float);
+    float *states = pc->prefix ? gt_host(t, (size_t)pc->NB * state_floats) : NULL;
+    long state_checks = 0, states_over = 0, states_kept = 0;
+    double state_worst = 0;
     for (; ok && done < pc->n_req && steps < 2000; steps++) {
         /* join: FIFO, each holding blocks for its whole length */
         for (int r = 0; r < pc->n_req; r++) {
@@ -493,6 +499,21 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
             done++;
         }
         agree &= pair_same(&pp);
+        if (pc->prefix && ok) {
+            if (!states || gpu_kvpool_download_block_states(pp.gpu, states, &err)) {
+                ok = 0;
+                break;
+            }
+            for (int b = 0; b < pc->NB; b++, state_checks++) {
+                const float *want = pp.cpu.block_state + (size_t)b * state_floats;
+                const double e = gt_rel_err(states + (size_t)b * state_floats, want, state_floats);
+                state_worst = e > state_worst ? e : state_worst;
+                states_over += e > tol;
+                int kept = 0;
+                for (size_t i = 0; i < state_floats && !kept; i++) kept = want[i] != 0;
+                states_kept += kept;
+            }
+        }
     }
     snprintf(name, sizeof name, "%s: schedule ran", label);
     if (gt_assert(t, ok && done == pc->n_req, name, "%s",
@@ -513,6 +534,11 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
                       (unsigned long long)a.evictions, (unsigned long long)b.evictions);
             printf("    %s: %ld prompt tokens from the cache, %llu evictions\n", label, reused_tokens,
                    (unsigned long long)a.evictions);
+            /* fp32: every block within tol; bf16 products: a near-tie expert flip may move a few, so the bulk */
+            snprintf(name, sizeof name, "%s: every block's kept state equals the CPU pool's after each step", label);
+            gt_assert(t, states_kept > 0 && (bf16 ? states_over * 10 <= state_checks : states_over == 0), name,
+                      "%ld of %ld block checks over %.0e (worst %.2e), %ld with a kept state", states_over,
+                      state_checks, tol, state_worst, states_kept);
         }
         snprintf(name, sizeof name, "%s: malformed steps refused as on the CPU, nothing changed", label);
         gt_assert(t, refusals_ok == 1, name, "%s", refusals_ok == 1 ? "" : refusals_ok < 0 ? "never tried" : "see above");
@@ -642,11 +668,67 @@ static void pool_refusals(GpuTest *t, const ZayaConfig *cfg) {
     gt_reset(t);
 }
 
+/* The GPU pool's one refusal the CPU has not: more rows wanting logits than its logits buffer holds (a row a sequence
+ * and a chunk's: 5 here) is refused, nothing changed. The same step without a logits buffer runs on both (no row goes
+ * through lm_head, whatever the sequences want), keeping nothing where no block ends; the next step's logits and
+ * every block's kept state then equal the CPU's. */
+static void pool_logit_rows(GpuTest *t, const ZayaConfig *cfg) {
+    Model m;
+    ZyErr err = {{0}}, cerr = {{0}};
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, "pool logit rows", "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    const int V = cfg->vocab_size, S = 2, ML = 16, NB = 8, bt = 4, rows = 6, chunk = 3;
+    GpuModel *gm = NULL;
+    PoolPair pp = {0};
+    float *lc = gt_host(t, (size_t)rows * V), *lg = gt_host(t, (size_t)rows * V);
+    int32_t *tok = gt_rand_int(t, 8, 0, V);
+    int ok = gpu_model_create(&gm, &m, -1, 1, 1, 0, 0, &err) == 0 &&
+             pair_create(&pp, gm, cfg, S, ML, NB, bt, rows, chunk, 0, &err) == 0 &&
+             kvpool_keep_block_states(&pp.cpu, &err) == 0 && gpu_kvpool_keep_block_states(pp.gpu, &err) == 0;
+    for (int s = 0; ok && s < S; s++)
+        ok = kvpool_reserve(&pp.cpu, s, ML) == 0 && gpu_kvpool_reserve(pp.gpu, s, ML) == 0;
+    const DecodeSeq echo[2] = {{0, 3, DECODE_LOGITS_ALL}, {1, 3, DECODE_LOGITS_ALL}};
+    err.msg[0] = 0;
+    const int refused = ok && gpu_model_decode_step(gm, pp.gpu, echo, 2, tok, lg, &err) == -1;
+    gt_assert(t, refused && strstr(err.msg, "6 rows want logits") && pair_same(&pp),
+              "pool logit rows: 6 rows wanting logits refused by a pool that holds 5, nothing changed", "\"%s\"",
+              err.msg);
+    ok = ok && model_decode_step(&m, &pp.cpu, echo, 2, tok, NULL, &cerr) == 0 &&
+         gpu_model_decode_step(gm, pp.gpu, echo, 2, tok, NULL, &err) == 0;
+    const DecodeSeq next[2] = {{1, 1, 1}, {0, 1, 1}}; /* both at 4 tokens: a block ends, its state kept */
+    ok = ok && model_decode_step(&m, &pp.cpu, next, 2, tok + 6, lc, &cerr) == 0 &&
+         gpu_model_decode_step(gm, pp.gpu, next, 2, tok + 6, lg, &err) == 0;
+    const double e = ok ? gt_rel_err(lg, lc, (size_t)2 * V) : 0;
+    const size_t F = kvpool_state_bytes(cfg) / sizeof(float);
+    float *states = gt_host(t, (size_t)NB * F);
+    ok = ok && states && gpu_kvpool_download_block_states(pp.gpu, states, &err) == 0;
+    const double es = ok ? gt_rel_err(states, pp.cpu.block_state, (size_t)NB * F) : 0;
+    double worst_block = 0;
+    for (int b = 0; ok && b < NB; b++) {
+        const double eb = gt_rel_err(states + (size_t)b * F, pp.cpu.block_state + (size_t)b * F, F);
+        worst_block = eb > worst_block ? eb : worst_block;
+    }
+    gt_assert(t, ok && pair_same(&pp) && e <= 1e-4 && worst_block <= 1e-4,
+              "pool logit rows: the step without a logits buffer runs as on the CPU (logits, kept states)",
+              "%s; logits rel err %.2e, kept states %.2e (worst block %.2e)",
+              ok ? "ran" : cerr.msg[0] ? cerr.msg : err.msg, e, es, worst_block);
+    pair_free(&pp);
+    gpu_model_free(gm);
+    model_free(&m);
+    gt_reset(t);
+}
+
 /* kvpool_fork on both pools: a prompt of 10 tokens (two full blocks of 4 and a partial one) prefilled in slot 0, then
  * forked into slots 1 and 2 (the full blocks shared, the partial one copied, the state copied), and all three go on
  * with tokens of their own for 8 steps, one row each: every step's logits against the CPU's, the bookkeeping alike,
- * and a refused fork (a child holding shared blocks) refused by both. */
-static void pool_fork(GpuTest *t, const char *label, const ZayaConfig *cfg, int kv_bf16, double tol) {
+ * and a refused fork (a child holding shared blocks) refused by both. keep: both pools keep block states, as serve's
+ * prefix cache has them (n choices of a prompt): the children's copied block and the next fill and keep their states
+ * at the end of a one-row step; every block's kept state then equals the CPU's, and a fourth slot continues from
+ * child 1's four full blocks (its kept state) alike. */
+static void pool_fork(GpuTest *t, const char *label, const ZayaConfig *cfg, int kv_bf16, int keep, double tol) {
     Model m;
     ZyErr err = {{0}}, cerr = {{0}};
     if (model_create(&m, cfg, &err)) {
@@ -654,20 +736,22 @@ static void pool_fork(GpuTest *t, const char *label, const ZayaConfig *cfg, int 
         return;
     }
     gt_randomise_model(t, &m);
-    const int V = cfg->vocab_size, S = 3, ML = 24, bt = 4, NP = 10, NG = 8;
+    const int V = cfg->vocab_size, S = 4, ML = 24, bt = 4, NP = 10, NG = 8, NB = 24;
     GpuModel *gm = NULL;
     PoolPair pp = {0};
     float *lc = gt_host(t, (size_t)S * V), *lg = gt_host(t, (size_t)S * V);
     int32_t *prompt = gt_rand_int(t, NP, 0, V), *gen = gt_rand_int(t, (size_t)S * NG, 0, V);
     int ok = gpu_model_create(&gm, &m, -1, 1, 1, 0, 0, &err) == 0 &&
-             pair_create(&pp, gm, cfg, S, ML, 24, bt, 12, 12, kv_bf16, &err) == 0 &&
+             pair_create(&pp, gm, cfg, S, ML, NB, bt, 12, 12, kv_bf16, &err) == 0 &&
+             (!keep || (kvpool_keep_block_states(&pp.cpu, &err) == 0 &&
+                        gpu_kvpool_keep_block_states(pp.gpu, &err) == 0)) &&
              kvpool_reserve(&pp.cpu, 0, NP + NG) == 0 && gpu_kvpool_reserve(pp.gpu, 0, NP + NG) == 0;
     const DecodeSeq pre = {.slot = 0, .n = NP, .logits = 1};
     ok = ok && model_decode_step(&m, &pp.cpu, &pre, 1, prompt, lc, &cerr) == 0 &&
          gpu_model_decode_step(gm, pp.gpu, &pre, 1, prompt, lg, &err) == 0;
     double worst = ok ? gt_rel_err(lg, lc, V) : 0;
     int forks_agree = 1;
-    for (int c = 1; ok && c < S; c++) { /* blocks of its own past the shared ones, as serve_engine.c reserves them */
+    for (int c = 1; ok && c < 3; c++) { /* blocks of its own past the shared ones, as serve_engine.c reserves them */
         const int own = (NP + NG + bt - 1) / bt - NP / bt;
         ok = kvpool_reserve(&pp.cpu, c, own * bt) == 0 && gpu_kvpool_reserve(pp.gpu, c, own * bt) == 0;
         const int rc = kvpool_fork(&pp.cpu, 0, c), rg = gpu_kvpool_fork(pp.gpu, 0, c);
@@ -687,6 +771,36 @@ static void pool_fork(GpuTest *t, const char *label, const ZayaConfig *cfg, int 
         }
     }
     char name[200];
+    if (keep && ok) { /* each slot is at 18 tokens: blocks ending at 12 and 16 were filled by one-row steps */
+        const size_t F = kvpool_state_bytes(cfg) / sizeof(float);
+        float *states = gt_host(t, (size_t)NB * F);
+        double state_worst = 0;
+        int kept = 0;
+        ok = states && gpu_kvpool_download_block_states(pp.gpu, states, &err) == 0;
+        for (int b = 0; ok && b < NB; b++) {
+            const float *want = pp.cpu.block_state + (size_t)b * F;
+            const double e = gt_rel_err(states + (size_t)b * F, want, F);
+            state_worst = e > state_worst ? e : state_worst;
+            int any = 0;
+            for (size_t i = 0; i < F && !any; i++) any = want[i] != 0;
+            kept += any;
+        }
+        snprintf(name, sizeof name, "%s: every block's kept state equals the CPU pool's (forked children's too)", label);
+        gt_assert(t, ok && kept >= 8 && state_worst <= tol, name, "%d blocks with a kept state, worst %.2e (tol %.0e)",
+                  kept, state_worst, tol);
+        /* slot 3 continues after child 1's four full blocks, from the state kept at the fourth's end */
+        int32_t shared[4], tok = gen[3 * NG];
+        memcpy(shared, kvblocks_row(&pp.cpu.blocks, 1), sizeof shared);
+        const DecodeSeq next = {.slot = 3, .n = 1, .logits = 1};
+        const int rc = kvpool_seq_share(&pp.cpu, 3, shared, 4), rg = gpu_kvpool_seq_share(pp.gpu, 3, shared, 4);
+        ok = ok && rc == 0 && rg == 0 && kvpool_reserve(&pp.cpu, 3, 17) == 0 && gpu_kvpool_reserve(pp.gpu, 3, 17) == 0 &&
+             model_decode_step(&m, &pp.cpu, &next, 1, &tok, lc, &cerr) == 0 &&
+             gpu_model_decode_step(gm, pp.gpu, &next, 1, &tok, lg, &err) == 0;
+        const double e = ok ? gt_rel_err(lg, lc, V) : 0;
+        snprintf(name, sizeof name, "%s: a slot continues from a child's kept state as on the CPU", label);
+        gt_assert(t, ok && pair_same(&pp) && e <= tol, name, "%s; logits rel err %.2e (tol %.0e)",
+                  ok ? "shared" : cerr.msg[0] ? cerr.msg : err.msg, e, tol);
+    }
     snprintf(name, sizeof name, "%s: forks agree with the CPU's (shared, copied, refused)", label);
     gt_assert(t, ok && forks_agree && pair_same(&pp), name, "%s",
               ok ? (!forks_agree ? "a fork's result differs" : pair_same(&pp) ? "" : "bookkeeping differs")
@@ -933,8 +1047,11 @@ static void test_gpu_pool(GpuTest *t) {
     compare_pool(t, "pool, bf16 KV cache: head_dim 128", &wide, &big16, 0, 1e-3);
     pool_refusals(t, &c);
     /* the prompts' choices (n > 1) and the prefix cache: forks, kept block states, sequences continuing from them */
-    pool_fork(t, "pool fork: zaya1", &c, 0, 1e-4);
-    pool_fork(t, "pool fork, bf16 KV cache: k 3/3", &k33, 1, 1e-3);
+    pool_fork(t, "pool fork: zaya1", &c, 0, 0, 1e-4);
+    pool_fork(t, "pool fork, bf16 KV cache: k 3/3", &k33, 1, 0, 1e-3);
+    pool_fork(t, "pool fork, kept states: zaya1", &c, 0, 1, 1e-4);
+    pool_logit_rows(t, &c);
+    pool_fork(t, "pool fork, kept states, bf16 KV cache: k 3/3", &k33, 1, 1, 1e-3);
     PoolCase shared = small;
     shared.prefix = 13, shared.NB = 30, shared.n_req = 12; /* three full blocks and a bit */
     compare_pool(t, "pool, prefix cache: zaya1", &c, &shared, 0, 1e-4);
