@@ -21,6 +21,7 @@ trap 'rm -rf "$out"' EXIT
 has_header() { echo "#include <$1>" | "$HIPCC" -x c++ -E - -o /dev/null >/dev/null 2>&1; }
 pass=0
 fail=0
+jobs=() # "src arch": compiled a core at a time (each hipcc is one process), reported in order
 for src in src/gpu/*.cu; do
     if grep -q '"cutlass/' "$src"; then
         echo "skip $src: NVIDIA Hopper only (CUTLASS's wgmma + TMA kernels; the HIP build runs the WMMA form instead)"
@@ -37,17 +38,28 @@ for src in src/gpu/*.cu; do
         echo "skip $src: needs $need, which this ROCm does not have (Debian 12 does not package it)"
         continue
     fi
-    for arch in $archs; do
-        if "$HIPCC" -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Werror --offload-arch="$arch" -DZAYA_HIP \
-            -Isrc -Isrc/gpu -c "$src" -o "$out/$(basename "$src").$arch.o" >"$out/log" 2>&1; then
-            echo "ok   $src for $arch"
-            pass=$((pass + 1))
-        else
-            echo "FAIL $src for $arch"
-            grep -E 'error|warning' "$out/log" | head -10 | sed 's/^/    /'
-            fail=$((fail + 1))
-        fi
-    done
+    for arch in $archs; do jobs+=("$src $arch"); done
+done
+compile() { # src arch: its log, and a .ok file when it compiled
+    local o
+    o="$out/$(basename "$1").$2"
+    "$HIPCC" -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Werror --offload-arch="$2" -DZAYA_HIP \
+        -Isrc -Isrc/gpu -c "$1" -o "$o.o" >"$o.log" 2>&1 && touch "$o.ok"
+}
+export -f compile
+export HIPCC out
+printf '%s\n' "${jobs[@]}" | xargs -P "${HIP_JOBS:-$(nproc)}" -L 1 bash -c 'compile "$@"' _ || true
+for j in "${jobs[@]}"; do
+    read -r src arch <<<"$j"
+    o="$out/$(basename "$src").$arch"
+    if [ -e "$o.ok" ]; then
+        echo "ok   $src for $arch"
+        pass=$((pass + 1))
+    else
+        echo "FAIL $src for $arch"
+        grep -E 'error|warning' "$o.log" | head -10 | sed 's/^/    /'
+        fail=$((fail + 1))
+    fi
 done
 "$HIPCC" --version 2>/dev/null | head -n 1
 echo "hip: $pass passed, $fail failed"

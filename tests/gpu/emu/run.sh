@@ -21,55 +21,68 @@ cd "$(dirname "$0")"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 CXX=${CXX:-g++}
+jobs=${EMU_JOBS:-$(nproc)}
 pass=0
 fail=0
-run() { # test warp sanitize [args]
-    local t=$1 warp=$2 san=$3 flags="-O2" args=${4:-}
+runs=() # "test warp sanitize [args]", in order
+add() { runs+=("$*"); }
+add test_expert_gemm 32 tsan
+add test_expert_gemm 64 -
+add test_attention_tc 32 tsan --quick
+add test_attention_tc 64 -
+add test_attention_fp32 32 tsan --quick
+add test_attention_fp32 64 -
+add test_adamw 32 tsan
+add test_xent 32 tsan
+add test_xent 64 -
+add test_decode_attention 32 tsan --quick
+add test_decode_attention 64 -
+add test_skinny 32 tsan
+add test_skinny 64 -
+add test_cca_tc 32 tsan --quick
+add test_cca_tc 64 -
+add test_mirror 32 tsan
+add test_mirror 64 -
+add test_decode_rows 32 tsan
+add test_decode_rows 64 -
+add test_router_tail 32 tsan --quick
+add test_router_tail 64 -
+add test_decode_layer 32 tsan --quick
+add test_decode_layer 32 asan --quick
+add test_decode_layer 64 -
+
+# Every binary first, a compile a core (each is one single-threaded g++), then the runs in order: the compiles are
+# about half of this suite's time.
+build() { # test warp sanitize
+    local t=$1 warp=$2 san=$3 flags="-O2"
     [ "$san" = tsan ] && flags="-O1 -fsanitize=thread"
     [ "$san" = asan ] && flags="-O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined"
-    echo "--- $t, warp of $warp lanes${san:+, $san}"
     # shellcheck disable=SC2086
-    if ! "$CXX" -std=c++20 -g $flags -Wall -Wextra -Wno-unknown-pragmas -Werror -DGPU_WARP="$warp" -I. \
-        -I../../../src/gpu -I../../../src "$t.cpp" -o "$out/$t.$warp" -lpthread 2>"$out/log"; then
-        cat "$out/log"
+    "$CXX" -std=c++20 -g $flags -Wall -Wextra -Wno-unknown-pragmas -Werror -DGPU_WARP="$warp" -I. \
+        -I../../../src/gpu -I../../../src "$t.cpp" -o "$out/$t.$warp.$san" -lpthread >"$out/$t.$warp.$san.log" 2>&1
+}
+export -f build
+export CXX out
+printf '%s\n' "${runs[@]}" | cut -d' ' -f1-3 | xargs -P "$jobs" -L 1 bash -c 'build "$@"' _ || true
+
+for r in "${runs[@]}"; do
+    read -r t warp san args <<<"$r"
+    echo "--- $t, warp of $warp lanes$([ "$san" = - ] || echo ", $san")"
+    if [ ! -x "$out/$t.$warp.$san" ]; then
+        cat "$out/$t.$warp.$san.log"
         fail=$((fail + 1))
-        return
+        continue
     fi
     # halt_on_error: a race fails the run instead of only printing
     # shellcheck disable=SC2086
-    TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" "$out/$t.$warp" $args | tee "$out/run"
-    local line
+    TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" "$out/$t.$warp.$san" $args | tee "$out/run"
     line=$(grep -E '^gpu-emu: [0-9]+ passed' "$out/run" | tail -n 1)
     if [ -z "$line" ]; then
         fail=$((fail + 1))
-        return
+        continue
     fi
     pass=$((pass + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
     fail=$((fail + $(echo "$line" | sed -E 's/.*, ([0-9]+) failed.*/\1/')))
-}
-run test_expert_gemm 32 tsan
-run test_expert_gemm 64 tsan
-run test_attention_tc 32 tsan --quick
-run test_attention_tc 64 ""
-run test_attention_fp32 32 tsan --quick
-run test_attention_fp32 64 ""
-run test_adamw 32 tsan
-run test_xent 32 tsan
-run test_xent 64 ""
-run test_decode_attention 32 tsan --quick
-run test_decode_attention 64 ""
-run test_skinny 32 tsan
-run test_skinny 64 ""
-run test_cca_tc 32 tsan --quick
-run test_cca_tc 64 ""
-run test_mirror 32 tsan
-run test_mirror 64 ""
-run test_decode_rows 32 tsan
-run test_decode_rows 64 ""
-run test_router_tail 32 tsan --quick
-run test_router_tail 64 ""
-run test_decode_layer 32 tsan --quick
-run test_decode_layer 32 asan --quick
-run test_decode_layer 64 ""
+done
 echo "gpu-emu: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
