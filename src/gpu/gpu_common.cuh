@@ -83,7 +83,7 @@ inline gpuError_t gk_launch_cooperative(void (*kern)(P...), dim3 grid, dim3 bloc
  * before the first access that depends on (or is read by) another kernel. */
 __device__ __forceinline__ void gk_pdl_enter() {
 #if defined(ZAYA_GPU_EMU)
-    emu::pdl_entered = true;
+    emu::pdl_enter();
 #elif !defined(ZAYA_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();

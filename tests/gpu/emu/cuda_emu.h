@@ -1,31 +1,50 @@
-/* cuda_emu: enough of CUDA to run a kernel source on the CPU (tests/gpu/emu/run.sh): one std::thread per CUDA thread
- * (kept in a pool between blocks and launches: creating them was most of the suite's time), blocks one after another, __syncthreads / __syncwarp as barriers, __shared__ as static storage (one block at a
- * time) and dynamic shared memory per block (a cooperative launch runs all its blocks at once, with a grid barrier), warp shuffles through a per-warp exchange, and emu_wmma: a WMMA with the
- * same calls as nvcuda::wmma whose fragments are spread over the warp's lanes in a fixed pseudo-random layout (a
- * kernel that assumes a layout gets wrong numbers), mma_sync a collective of the warp, pointers and strides checked
- * against the hardware's rules. A kernel that reads another lane's or thread's shared-memory writes without the
- * barrier between them races; ThreadSanitizer reports it. Used for the tensor-core sources that include gpu_tc.cuh. */
+/* cuda_emu: enough of CUDA to run a kernel source on the CPU (tests/gpu/emu/run.sh): a fiber per CUDA thread (kept in a
+ * pool between blocks and launches), all on the launching OS thread, each running until it waits and then switching to
+ * the next; blocks one after another, __syncthreads / __syncwarp as barriers, __shared__ as static storage (one block at
+ * a time) and dynamic shared memory per block (a cooperative launch runs all its blocks at once, with a grid barrier),
+ * warp shuffles through a per-warp exchange, and emu_wmma: a WMMA with the same calls as nvcuda::wmma whose fragments
+ * are spread over the warp's lanes in a fixed pseudo-random layout (a kernel that assumes a layout gets wrong numbers),
+ * mma_sync a collective of the warp, pointers and strides checked against the hardware's rules. The sanitizers take
+ * each fiber as a thread, and the switches between them order nothing: a kernel that reads another lane's or thread's
+ * shared-memory writes without the barrier between them races, and ThreadSanitizer reports it. Used for the
+ * tensor-core sources that include gpu_tc.cuh. */
 #ifndef ZAYA_CUDA_EMU_H
 #define ZAYA_CUDA_EMU_H
 
 #include <atomic>
-#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <linux/futex.h>
 #include <memory>
-#include <mutex>
-#include <sys/syscall.h>
-#include <thread>
-#include <unistd.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <type_traits>
 #include <vector>
+
+#if defined(__SANITIZE_THREAD__)
+#define EMU_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(EMU_TSAN)
+#define EMU_TSAN 1
+#endif
+#if __has_feature(address_sanitizer) && !defined(EMU_ASAN)
+#define EMU_ASAN 1
+#endif
+#endif
+#if EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+#if EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 struct dim3 {
     unsigned x, y, z;
@@ -74,7 +93,6 @@ inline int max(int a, int b) { return a > b ? a : b; }
 inline long min(long a, long b) { return a < b ? a : b; }
 inline long max(long a, long b) { return a > b ? a : b; }
 
-inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
 
 #define __global__
@@ -97,32 +115,57 @@ inline gpuError_t gpuGetLastError() { return gpuSuccess; }
 inline gpuError_t gpuFuncSetAttribute(const void *, int, int) { return gpuSuccess; }
 
 namespace emu {
+struct Block;
+/* A CUDA thread: a fiber with its own stack, and the values that are per thread on a GPU. All of a launch's threads
+ * run on the launching OS thread, each until it waits (a barrier, a shuffle, a grid barrier's poll) or returns, then
+ * the next (Pool below). A switch is a few stores and loads (emu_fiber_switch); a thread per OS thread made every
+ * barrier a futex wake-up and sleep, ~85% of the suite's time. */
+struct Fiber {
+    void *sp = nullptr;                 /* its stack pointer while switched out */
+    void *stack = nullptr;              /* the lowest usable byte (a guard page below it) */
+    size_t stack_bytes = 0;
+    void *tsan = nullptr;               /* the thread sanitizer's context for it */
+    unsigned k = 0;                     /* its place in the pool */
+    dim3 tid, bid;                      /* threadIdx, blockIdx */
+    Block *block = nullptr;
+    bool pdl_entered = false;           /* GK_LAUNCH_PDL's check */
+};
+/* The fiber running now: an atomic, as every fiber writes it when it switches and the sanitizer takes fibers as threads
+ * (relaxed: it must not order one fiber's work before another's). */
+inline Fiber main_fiber;
+inline std::atomic<Fiber *> current{&main_fiber};
+inline Fiber &self() { return *current.load(std::memory_order_relaxed); }
+void yield();
+void progress();
+
 /* A barrier of n threads (arrive_and_drop: arrives and leaves for good, as a thread that has returned). Its own
- * atomics carry the order (the arrivals' acquire-release adds on one word, then the completing thread's release of the
- * phase, which the waiters acquire) and a raw futex only puts waiters to sleep. Not std::barrier: libstdc++'s atomic
- * waits share a process-wide table of counters whose read-modify-writes the thread sanitizer takes as synchronisation
- * between any threads that wait, which hid races between blocks (a piece combined before another block wrote it went
- * unreported); nor a mutex and condition variable, whose wake-ups queue on the mutex (the suite took twice as long). */
+ * atomics carry the order: each arrival's release add on one word, the completing thread's acquire of them and its
+ * release of the phase, which each waiter acquires once it has moved; a waiter lets the other threads run until then.
+ * The fibers' switches carry no order of their own, so a read of another thread's write with no barrier between is a
+ * reported race. Under the thread sanitizer every acquire costs a merge of a clock as long as there are threads: the
+ * waits poll relaxed and acquire once. */
 class Barrier {
     std::atomic<uint64_t> count_; /* expected << 32 | arrived */
     std::atomic<uint32_t> phase_{0};
     void complete(uint32_t arrived) {
+        (void)count_.load(std::memory_order_acquire); /* every arrival's release add before it */
         count_.fetch_sub(arrived, std::memory_order_relaxed); /* no one arrives until the phase moves */
         phase_.fetch_add(1, std::memory_order_release);
-        syscall(SYS_futex, reinterpret_cast<uint32_t *>(&phase_), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
     }
 
   public:
     explicit Barrier(unsigned n) : count_((uint64_t)n << 32) {}
     void arrive_and_wait() {
-        const uint32_t phase = phase_.load(std::memory_order_acquire);
-        const uint64_t now = count_.fetch_add(1, std::memory_order_acq_rel) + 1;
+        progress();
+        const uint32_t phase = phase_.load(std::memory_order_relaxed);
+        const uint64_t now = count_.fetch_add(1, std::memory_order_release) + 1;
         if ((uint32_t)now == (uint32_t)(now >> 32)) return complete((uint32_t)now);
-        while (phase_.load(std::memory_order_acquire) == phase)
-            syscall(SYS_futex, reinterpret_cast<uint32_t *>(&phase_), FUTEX_WAIT_PRIVATE, phase, nullptr, nullptr, 0);
+        while (phase_.load(std::memory_order_relaxed) == phase) yield();
+        (void)phase_.load(std::memory_order_acquire);
     }
     void arrive_and_drop() {
-        const uint64_t was = count_.fetch_sub((uint64_t)1 << 32, std::memory_order_acq_rel);
+        progress();
+        const uint64_t was = count_.fetch_sub((uint64_t)1 << 32, std::memory_order_release);
         const uint32_t arrived = (uint32_t)was, expected = (uint32_t)(was >> 32) - 1;
         if (arrived > 0 && arrived == expected) complete(arrived);
     }
@@ -140,32 +183,26 @@ struct Block {
     std::vector<unsigned char> smem_buf;
     unsigned char *smem = nullptr;
 };
-inline thread_local Block *block;
-/* gk_grid_sync's wait between polls of its word: let the other blocks' threads run; a wait past ten minutes (a
- * block that never arrives) is reported and aborts, as the device's trap fails the launch. */
-inline void grid_poll(unsigned polls) {
-    static thread_local std::chrono::steady_clock::time_point since;
-    if (polls == 0) since = std::chrono::steady_clock::now();
-    std::this_thread::yield();
-    if (polls % 4096 == 4095 && std::chrono::steady_clock::now() - since > std::chrono::minutes(10)) {
-        std::fprintf(stderr, "cuda_emu: gk_grid_sync waited ten minutes in block (%u, %u, %u)\n", blockIdx.x,
-                     blockIdx.y, blockIdx.z);
-        std::abort();
-    }
-}
+/* gk_grid_sync's wait between polls of its word: let the other threads run (a block that never arrives is a deadlock,
+ * which Pool::yield reports). */
+inline void grid_poll(unsigned) { yield(); }
 
 /* GK_LAUNCH_PDL's kernels must call gk_pdl_enter() (gpu_common.cuh) on every thread: set there, checked after. */
-inline thread_local bool pdl_entered;
+inline void pdl_enter() { self().pdl_entered = true; }
 inline void pdl_check() {
-    if (pdl_entered) return;
+    const Fiber &f = self();
+    if (f.pdl_entered) return;
     std::fprintf(stderr, "cuda_emu: a kernel launched through GK_LAUNCH_PDL returned on thread (%u, %u, %u) of block "
                          "(%u, %u, %u) without calling gk_pdl_enter()\n",
-                 threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z);
+                 f.tid.x, f.tid.y, f.tid.z, f.bid.x, f.bid.y, f.bid.z);
     std::abort();
 }
 
-inline unsigned flat_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-inline Warp &my_warp() { return *block->warps[flat_tid() / GPU_WARP]; }
+inline unsigned flat_tid() {
+    const dim3 &t = self().tid;
+    return t.x + blockDim.x * (t.y + blockDim.y * t.z);
+}
+inline Warp &my_warp() { return *self().block->warps[flat_tid() / GPU_WARP]; }
 
 /* A block of nt threads with smem bytes of dynamic shared memory, 128-byte aligned, filled with a NaN pattern. */
 inline std::unique_ptr<Block> make_block(unsigned nt, size_t smem) {
@@ -180,70 +217,164 @@ inline std::unique_ptr<Block> make_block(unsigned nt, size_t smem) {
     b->smem = b->smem_buf.data() + (128 - (uintptr_t)b->smem_buf.data() % 128) % 128;
     return b;
 }
-/* The CUDA threads' std::threads, started once and kept: run(n, job) has workers 0..n-1 run job(k) at once (a block's
- * threads must all be running to meet at its barriers) and returns when all have. Each worker waits on its own mutex
- * and condition variable, so a job wakes only its n, and the sanitizer sees the same edges a thread's start and join
- * gave (launcher to worker, worker to launcher), none between workers. */
-class Pool {
-    struct Worker {
-        std::mutex m;
-        std::condition_variable cv;
-        unsigned jobs = 0; /* jobs handed to this worker so far */
-        std::thread th;
-    };
-    std::vector<std::unique_ptr<Worker>> workers_;
-    const std::function<void(unsigned)> *job_ = nullptr;
-    std::mutex done_m_;
-    std::condition_variable done_cv_;
-    unsigned left_ = 0;
-    std::atomic<bool> quit_{false};
+/* The switch between two fibers: x86-64's callee-saved registers and SSE/x87 control words pushed on the old stack,
+ * its pointer stored, the new one's loaded and its registers popped (a fiber's first switch returns into its entry).
+ * Weak: each test is one translation unit, but two including this header must still link. */
+extern "C" void emu_fiber_switch(void **save_sp, void *load_sp);
+#if defined(__x86_64__)
+asm(".text\n"
+    ".weak emu_fiber_switch\n"
+    ".type emu_fiber_switch, @function\n"
+    "emu_fiber_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_fiber_switch, .-emu_fiber_switch\n");
+#else
+#error "cuda_emu: its fibers switch with x86-64 code (emu_fiber_switch)"
+#endif
 
-    void work(Worker *w, unsigned k) {
-        for (unsigned seen = 0;;) {
-            {
-                std::unique_lock<std::mutex> lock(w->m);
-                w->cv.wait(lock, [&] { return w->jobs != seen || quit_; });
-                if (w->jobs == seen) return; /* quit */
-                seen = w->jobs;
+/* The CUDA threads' fibers, made once and kept (with their stacks and sanitizer contexts): run(n, job) has fibers
+ * 0..n-1 run job(k) and returns when all have. A fiber runs until it waits, then switches to the next one still
+ * running (a ring); the last to return switches back to the launcher. The sanitizer sees the edges a thread's start
+ * and join would give (launcher to fiber through epoch_, fiber to launcher through left_), none between fibers. */
+class Pool {
+    static constexpr size_t stack_bytes = 1 << 20, guard_bytes = 4096;
+    std::vector<std::unique_ptr<Fiber>> fibers_;
+    std::unique_ptr<std::atomic<unsigned>[]> next_, prev_; /* the ring of the job's fibers still running */
+    const std::function<void(unsigned)> *job_ = nullptr;
+    std::atomic<unsigned> epoch_{0}; /* jobs started: released by the launcher, acquired by each fiber */
+    std::atomic<unsigned> left_{0};  /* the job's fibers still running: released by each, acquired by the launcher */
+    std::atomic<unsigned long> waits_{0}; /* yields since a fiber last arrived at a barrier or returned */
+
+    static void entry();
+    void switch_to(Fiber &from, Fiber &to) {
+        current.store(&to, std::memory_order_relaxed);
+#if EMU_TSAN
+        __tsan_switch_to_fiber(to.tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+#if EMU_ASAN
+        void *fake_stack = nullptr;
+        __sanitizer_start_switch_fiber(&fake_stack, to.stack, to.stack_bytes);
+#endif
+        emu_fiber_switch(&from.sp, to.sp);
+#if EMU_ASAN
+        __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+    }
+    void grow(unsigned n) {
+        if (n <= fibers_.size()) return;
+        for (unsigned k = (unsigned)fibers_.size(); k < n; k++) {
+            std::unique_ptr<Fiber> f(new Fiber());
+            void *m = mmap(nullptr, stack_bytes + guard_bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+            if (m == MAP_FAILED || mprotect(m, guard_bytes, PROT_NONE) != 0) {
+                std::fprintf(stderr, "cuda_emu: no memory for CUDA thread %u's stack\n", k);
+                std::abort();
             }
-            (*job_)(k);
-            std::lock_guard<std::mutex> lock(done_m_);
-            if (--left_ == 0) done_cv_.notify_one();
+            f->k = k;
+            f->stack = static_cast<unsigned char *>(m) + guard_bytes;
+            f->stack_bytes = stack_bytes;
+            /* its first switch: the control words, six registers, then "returns" into entry, whose own return
+             * address (never used) leaves the stack as a call would */
+            uint64_t *sp = reinterpret_cast<uint64_t *>(((uintptr_t)f->stack + stack_bytes) & ~(uintptr_t)15);
+            *--sp = 0;
+            *--sp = (uint64_t)(uintptr_t)&entry;
+            for (int r = 0; r < 6; r++) *--sp = 0;
+            uint32_t mxcsr;
+            uint16_t fcw;
+            asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fcw));
+            *--sp = (uint64_t)mxcsr | (uint64_t)fcw << 32;
+            f->sp = sp;
+#if EMU_TSAN
+            f->tsan = __tsan_create_fiber(0);
+#endif
+            fibers_.push_back(std::move(f));
         }
+        next_.reset(new std::atomic<unsigned>[n]);
+        prev_.reset(new std::atomic<unsigned>[n]);
     }
 
   public:
-    void run(unsigned n, const std::function<void(unsigned)> &job) {
-        while (workers_.size() < n) {
-            Worker *w = new Worker();
-            const unsigned k = (unsigned)workers_.size();
-            workers_.emplace_back(w);
-            w->th = std::thread([this, w, k] { work(w, k); });
+    Pool() {
+#if EMU_TSAN
+        main_fiber.tsan = __tsan_get_current_fiber();
+#endif
+        pthread_attr_t a;
+        size_t bytes = 0;
+        void *lo = nullptr;
+        if (pthread_getattr_np(pthread_self(), &a) == 0) {
+            pthread_attr_getstack(&a, &lo, &bytes);
+            pthread_attr_destroy(&a);
         }
-        if (n == 0) return;
-        job_ = &job;
-        left_ = n; /* no worker is running a job now: none touches it */
-        for (unsigned k = 0; k < n; k++) {
-            std::lock_guard<std::mutex> lock(workers_[k]->m);
-            workers_[k]->jobs++;
-            workers_[k]->cv.notify_one();
-        }
-        std::unique_lock<std::mutex> lock(done_m_);
-        done_cv_.wait(lock, [&] { return left_ == 0; });
+        main_fiber.stack = lo, main_fiber.stack_bytes = bytes;
     }
-    ~Pool() {
-        quit_ = true;
-        for (auto &w : workers_) {
-            std::lock_guard<std::mutex> lock(w->m);
-            w->cv.notify_one();
+    /* A waiting fiber lets the next one run. Yields with no arrival at a barrier and no return between them, more than
+     * every running fiber's few, are a deadlock (a barrier some threads never reach, a block that skips a grid
+     * barrier): reported, and the test aborts instead of hanging. */
+    void yield() {
+        Fiber &f = self();
+        if (&f == &main_fiber || waits_.fetch_add(1, std::memory_order_relaxed) > 4ul * left_.load(std::memory_order_relaxed) + 64) {
+            std::fprintf(stderr, "cuda_emu: deadlock: every running thread waits and none can go on (thread (%u, %u, "
+                                 "%u) of block (%u, %u, %u) among them)\n",
+                         f.tid.x, f.tid.y, f.tid.z, f.bid.x, f.bid.y, f.bid.z);
+            std::abort();
         }
-        for (auto &w : workers_) w->th.join();
+        switch_to(f, *fibers_[next_[f.k].load(std::memory_order_relaxed)]);
+    }
+    void progress() { waits_.store(0, std::memory_order_relaxed); }
+    void run(unsigned n, const std::function<void(unsigned)> &job) {
+        if (n == 0) return;
+        if (&self() != &main_fiber) {
+            std::fprintf(stderr, "cuda_emu: a launch from inside a kernel\n");
+            std::abort();
+        }
+        grow(n);
+        job_ = &job;
+        for (unsigned k = 0; k < n; k++) {
+            next_[k].store((k + 1) % n, std::memory_order_relaxed);
+            prev_[k].store((k + n - 1) % n, std::memory_order_relaxed);
+        }
+        left_.store(n, std::memory_order_relaxed);
+        epoch_.fetch_add(1, std::memory_order_release);
+        switch_to(main_fiber, *fibers_[0]);
+        (void)left_.load(std::memory_order_acquire);
+    }
+  private:
+    /* the fiber has returned from its job: out of the ring, then on to the next (the last: back to the launcher) */
+    void finish(Fiber &f) {
+        progress();
+        const unsigned next = next_[f.k].load(std::memory_order_relaxed);
+        const unsigned prev = prev_[f.k].load(std::memory_order_relaxed);
+        next_[prev].store(next, std::memory_order_relaxed);
+        prev_[next].store(prev, std::memory_order_relaxed);
+        Fiber *to = fibers_[next].get(); /* read before the release: the launcher may grow fibers_ after it */
+        if (left_.fetch_sub(1, std::memory_order_release) == 1) to = &main_fiber;
+        switch_to(f, *to);
     }
 };
+/* Never destroyed: its fibers stay parked in finish() until the process ends. */
 inline Pool &pool() {
-    static Pool p;
-    return p;
+    static Pool *p = new Pool();
+    return *p;
 }
+inline void Pool::entry() {
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+    Pool &p = pool();
+    Fiber &f = self();
+    for (;;) {
+        (void)p.epoch_.load(std::memory_order_acquire);
+        (*p.job_)(f.k);
+        p.finish(f);
+    }
+}
+inline void yield() { pool().yield(); }
+inline void progress() { pool().progress(); }
 
 /* Blocks blks (their ids in ids) of bdim threads each, all at once on the pool, running fn. */
 inline void run_blocks(const std::vector<Block *> &blks, const std::vector<dim3> &ids, dim3 bdim,
@@ -251,9 +382,10 @@ inline void run_blocks(const std::vector<Block *> &blks, const std::vector<dim3>
     const unsigned nt = bdim.x * bdim.y * bdim.z;
     pool().run(nt * (unsigned)blks.size(), [&](unsigned k) {
         const unsigned b = k / nt, t = k % nt;
-        threadIdx = dim3(t % bdim.x, t / bdim.x % bdim.y, t / (bdim.x * bdim.y));
-        blockIdx = ids[b];
-        block = blks[b];
+        Fiber &f = self();
+        f.tid = dim3(t % bdim.x, t / bdim.x % bdim.y, t / (bdim.x * bdim.y));
+        f.bid = ids[b];
+        f.block = blks[b];
         fn();
         blks[b]->warps[t / GPU_WARP]->bar->arrive_and_drop();
         blks[b]->bar->arrive_and_drop();
@@ -291,8 +423,11 @@ inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::fun
 }
 } // namespace emu
 
-#define GK_DYNAMIC_SMEM(name) unsigned char *name = emu::block->smem
-#define GK_DYNAMIC_SMEM_T(T, name) T *name = reinterpret_cast<T *>(emu::block->smem)
+/* threadIdx and blockIdx: the running fiber's */
+#define threadIdx (emu::self().tid)
+#define blockIdx (emu::self().bid)
+#define GK_DYNAMIC_SMEM(name) unsigned char *name = emu::self().block->smem
+#define GK_DYNAMIC_SMEM_T(T, name) T *name = reinterpret_cast<T *>(emu::self().block->smem)
 #define GK_LAUNCH(kern, grid, block, smem, stream, ...)                                                        \
     ((void)(stream), emu::launch(grid, block, smem, [&] { kern(__VA_ARGS__); }))
 
@@ -300,7 +435,7 @@ inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::fun
  * passed gk_pdl_enter(). */
 #define GK_LAUNCH_PDL(kern, grid, block, smem, stream, ...)                                                    \
     ((void)(stream), emu::launch(grid, block, smem, [&] {                                                     \
-         emu::pdl_entered = false;                                                                            \
+         emu::self().pdl_entered = false;                                                                     \
          kern(__VA_ARGS__);                                                                                   \
          emu::pdl_check();                                                                                    \
      }))
@@ -308,7 +443,7 @@ inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::fun
 #define GK_LAUNCH_COOPERATIVE(kern, grid, block, smem, stream, ...)                                                \
     ((void)(stream), emu::launch_cooperative(grid, block, smem, [&] { kern(__VA_ARGS__); }), 0)
 
-inline void __syncthreads() { emu::block->bar->arrive_and_wait(); }
+inline void __syncthreads() { emu::self().block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::my_warp().bar->arrive_and_wait(); }
 template <class T>
 inline T __shfl_xor_sync(unsigned, T v, int o) {
