@@ -37,7 +37,7 @@ fi
 # packages are not needed), pinned to the versions it is checked with (nvcc 13.0):
 #   nvidia-cutlass: CUTLASS, the experts' grouped products on Hopper's wgmma + TMA (src/gpu/gpu_expert_gemm_sm90.cu);
 #   nvidia-cudnn-frontend + nvidia-cudnn-cu13 (cudnn.h; PyTorch already brings it): cuDNN's fused attention
-#   (src/gpu/gpu_attention_cudnn.cu), whose library is loaded at run time.
+#   (src/gpu/gpu_attention_cudnn.cpp), whose library is loaded at run time.
 has_module() { python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('$1') is None)" 2>/dev/null; }
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     gpu_pkgs=()

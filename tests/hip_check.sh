@@ -4,8 +4,8 @@
 # 12's clang 15 does not know gfx942 by name) and CDNA2 (gfx90a, MI200). Nothing is linked or run: Debian 12 packages
 # hipcc with HIP 5.2 but not hipBLASLt, rocWMMA or RCCL, so gpu_ctx.cu (cuBLASLt -> hipBLASLt) and
 # the tensor-core sources (those including gpu_tc.cuh: WMMA -> rocWMMA) are compiled only where their headers exist,
-# and said so otherwise. gpu_expert_gemm_sm90.cu (CUTLASS, wgmma + TMA) and gpu_attention_cudnn.cu (cuDNN) are
-# NVIDIA's alone: never for HIP.
+# and said so otherwise. gpu_expert_gemm_sm90.cu (CUTLASS, wgmma + TMA) is NVIDIA's alone: never for HIP (nor
+# gpu_attention_cudnn.cpp, cuDNN's host code, which is not a kernel source).
 # Ends with "hip: N passed, N failed" (one per source and target).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,10 +25,6 @@ jobs=() # "src arch": compiled a core at a time (each hipcc is one process), rep
 for src in src/gpu/*.cu; do
     if grep -q '"cutlass/' "$src"; then
         echo "skip $src: NVIDIA Hopper only (CUTLASS's wgmma + TMA kernels; the HIP build runs the WMMA form instead)"
-        continue
-    fi
-    if grep -q '<cudnn_frontend.h>' "$src"; then
-        echo "skip $src: NVIDIA only (cuDNN's fused attention; the HIP build runs zaya's attention kernels)"
         continue
     fi
     need=""

@@ -223,7 +223,7 @@ void gk_flash_attention_backward_bf16(GkStream s, float *dQ, float *dK, float *d
                                       const float *LSE, const float *Q, const float *K, const float *V, int B, int T,
                                       int Hq, int Hkv, int dh, float *work);
 long gk_flash_attention_bf16_work_floats(int B, int T, int Hq, int Hkv, int dh);
-/* The same ops through cuDNN's fused SDPA (gpu_attention_cudnn.cu; built where the Makefile finds the cudnn-frontend
+/* The same ops through cuDNN's fused SDPA (gpu_attention_cudnn.cpp; built where the Makefile finds the cudnn-frontend
  * and cuDNN headers, ZAYA_CUDNN; libcudnn.so.9 loaded at run time): same layouts and semantics (the backward
  * accumulates, deterministic), bf16 operands and results, LSE in cuDNN's convention, so a layer's backward must take
  * the path its forward took. gk_cudnn_attention_available: the library loaded (1) or not (0);
@@ -472,6 +472,7 @@ int gk_grid_sync_probe(GkStream s, unsigned *words, int blocks, int reps);
 /* ---- elementwise (gpu_optim.cu) ---- */
 void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n); /* nearest even, as zy_f32_to_bf16 */
 void gk_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n); /* exact, as zy_bf16_to_f32 */
+void gk_add_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n); /* dst += widened src */
 void gk_scale(GkStream s, float *x, float a, long n);                      /* x *= a */
 /* *out (device double) += Σ x² over [0, n), fixed order. */
 void gk_sumsq(GkStream s, double *out, const float *x, long n);

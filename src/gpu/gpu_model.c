@@ -443,7 +443,7 @@ static AttnGeom attn_geom(const GpuModel *gm, int l) {
 }
 
 /* Causal softmax attention of layer l: bf16 runs take cuDNN's fused SDPA where it was asked for and takes the shape
- * (gpu_attention_cudnn.cu), else the tensor-core kernels (gpu_attention_tc.cu); fp32 runs and other sliding-window
+ * (gpu_attention_cudnn.cpp), else the tensor-core kernels (gpu_attention_tc.cu); fp32 runs and other sliding-window
  * layers the fp32 ones. A layer's backward takes the path its forward took (their LSE conventions differ). */
 static void gpu_attention_forward(GpuModel *gm, LayerActs *L, int window) {
     const ZayaConfig *c = &gm->cfg;

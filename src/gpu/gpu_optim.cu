@@ -94,6 +94,18 @@ extern "C" void gk_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long
     GK_LAUNCH_CHECK();
 }
 
+/* dst += widened src: cuDNN's attention backward adds its bf16 gradients into the caller's fp32 ones. */
+__global__ void go_add_bf16_to_f32_kernel(float *dst, const uint16_t *src, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        dst[i] += gk_bf16_float(src[i]);
+}
+
+extern "C" void gk_add_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n) {
+    if (n <= 0) return;
+    go_add_bf16_to_f32_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+    GK_LAUNCH_CHECK();
+}
+
 extern "C" void gk_scale(GkStream s, float *x, float a, long n) {
     if (n <= 0) return;
     go_scale_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(x, a, n);

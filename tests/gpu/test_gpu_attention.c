@@ -306,7 +306,7 @@ static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t mi
     gt_reset(t);
 }
 
-/* ---- cuDNN's fused SDPA: gk_cudnn_attention_forward / _backward (gpu_attention_cudnn.cu, ZAYA_GPU_ATTENTION) ------
+/* ---- cuDNN's fused SDPA: gk_cudnn_attention_forward / _backward (gpu_attention_cudnn.cpp, ZAYA_GPU_ATTENTION) ------
  * Reference: the CPU flash attention on bf16-rounded Q, K, V, dO, as for the tensor-core path, with a sliding window
  * where the case has one. cuDNN rounds what the tensor-core path rounds (P, dS) and, in addition, its results: O and
  * dQ, dK, dV come back as bf16 (relative error <= 2^-9 each, rms ~1.1e-3), which adds to the ~1.6e-3 of the internal

@@ -116,6 +116,30 @@ static void test_bf16_widen(GpuTest *t) {
     gt_assert(t, bad == 0, "gk_bf16_to_f32 bit-exact, all 65536 patterns", "%zu of %zu differ %s", bad, n, err.msg);
 }
 
+/* ---- gk_add_bf16_to_f32: dst += widened src (cuDNN's attention backward adds its bf16 gradients so), bit for bit
+ * the CPU's fp32 sum of dst and zy_bf16_to_f32(src) ---- */
+static void test_bf16_add(GpuTest *t) {
+    const size_t n = 100003;
+    float *dst = gt_rand(t, n, 2.0f), *ref = gt_copy(t, dst, n), *vals = gt_rand(t, n, 0.5f);
+    uint16_t *src = (uint16_t *)gt_host(t, n / 2 + 1);
+    for (size_t i = 0; i < n; i++) {
+        src[i] = zy_f32_to_bf16(vals[i]);
+        ref[i] += zy_bf16_to_f32(src[i]);
+    }
+    float *d_dst = gt_up(t, dst, n);
+    uint16_t *d_src = (uint16_t *)gt_dev(t, n * sizeof(uint16_t));
+    ZyErr err = {{0}};
+    size_t bad = n;
+    if (gpu_upload(t->g, d_src, src, n * sizeof(uint16_t), &err) == 0) {
+        gk_add_bf16_to_f32(t->g->stream, d_dst, d_src, (long)n);
+        float *h = gt_down(t, d_dst, n);
+        bad = 0;
+        for (size_t i = 0; i < n; i++) bad += f2u(h[i]) != f2u(ref[i]);
+    }
+    gt_assert(t, bad == 0, "gk_add_bf16_to_f32 bit-exact against the CPU's sums", "%zu of %zu differ %s", bad, n,
+              err.msg);
+}
+
 /* ---- gk_scale, gk_sumsq ---- */
 static void test_scale_sumsq(GpuTest *t) {
     const size_t n = 100003;
@@ -573,6 +597,7 @@ static void test_bench_timing(GpuTest *t) {
 void test_gpu_optim(GpuTest *t) {
     test_bf16_round(t);
     test_bf16_widen(t);
+    test_bf16_add(t);
     test_scale_sumsq(t);
 
     OptimCase c;

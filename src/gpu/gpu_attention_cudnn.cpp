@@ -207,16 +207,6 @@ void *scratch_for(GkStream s, size_t bytes) {
     return scratch;
 }
 
-/* dst[i] += float(src[i]) (bf16 bits), n elements: the backward's accumulation into the caller's fp32 gradients. */
-__global__ void add_bf16_kernel(float *dst, const uint16_t *src, long n) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[i] += __uint_as_float((uint32_t)src[i] << 16);
-}
-void add_bf16(GkStream s, float *dst, const uint16_t *src, long n) {
-    const long blocks = (n + 255) / 256;
-    add_bf16_kernel<<<(unsigned)(blocks < 65535L * 8 ? blocks : 65535L * 8), 256, 0, s>>>(dst, src, n);
-}
-
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 } // namespace attention_cudnn
@@ -288,8 +278,8 @@ extern "C" int gk_cudnn_attention_backward(GkStream s, float *dQ, float *dK, flo
                                                 {DK_UID, dk16}, {DV_UID, dv16}};
     if (fe::detail::set_stream(handle, s) != CUDNN_STATUS_SUCCESS || !p.bwd->execute(handle, pack, ws).is_good())
         return -2;
-    add_bf16(s, dQ, dq16, (long)nq);
-    add_bf16(s, dK, dk16, (long)nk);
-    add_bf16(s, dV, dv16, (long)nk);
+    gk_add_bf16_to_f32(s, dQ, dq16, (long)nq);
+    gk_add_bf16_to_f32(s, dK, dk16, (long)nk);
+    gk_add_bf16_to_f32(s, dV, dv16, (long)nk);
     return 0;
 }
