@@ -135,9 +135,9 @@ extern "C" void gk_gelu_bias_backward(GkStream s, float *dpre, float *dbias, con
                                       int rows, int dim) {
     if (rows <= 0 || dim <= 0) return;
     if (dim >= 1024)
-        gelu_bias_bwd_kernel<8><<<(dim + 7) / 8, COL_THREADS, 0, s>>>(dpre, dbias, dy, pre, rows, dim);
+        GK_LAUNCH(gelu_bias_bwd_kernel<8>, (dim + 7) / 8, COL_THREADS, 0, s, dpre, dbias, dy, pre, rows, dim);
     else
-        gelu_bias_bwd_kernel<4><<<(dim + 3) / 4, COL_THREADS, 0, s>>>(dpre, dbias, dy, pre, rows, dim);
+        GK_LAUNCH(gelu_bias_bwd_kernel<4>, (dim + 3) / 4, COL_THREADS, 0, s, dpre, dbias, dy, pre, rows, dim);
     GK_LAUNCH_CHECK();
 }
 
@@ -181,11 +181,11 @@ extern "C" void gk_state_backward(GkStream s, float *dr_prev, float *dgamma, flo
     if (rows <= 0 || dim <= 0) return;
     if (!dbias && !r_prev) return;
     if (dim >= 1024)
-        state_bwd_kernel<8><<<(dim + 7) / 8, COL_THREADS, 0, s>>>(dr_prev, dgamma, dbias, dz, r_prev, gamma, rows,
-                                                                   dim);
+        GK_LAUNCH(state_bwd_kernel<8>, (dim + 7) / 8, COL_THREADS, 0, s, dr_prev, dgamma, dbias, dz, r_prev, gamma,
+                  rows, dim);
     else
-        state_bwd_kernel<4><<<(dim + 3) / 4, COL_THREADS, 0, s>>>(dr_prev, dgamma, dbias, dz, r_prev, gamma, rows,
-                                                                   dim);
+        GK_LAUNCH(state_bwd_kernel<4>, (dim + 3) / 4, COL_THREADS, 0, s, dr_prev, dgamma, dbias, dz, r_prev, gamma,
+                  rows, dim);
     GK_LAUNCH_CHECK();
 }
 
@@ -211,10 +211,10 @@ extern "C" void gk_bias_gelu_forward(GkStream s, float *pre, float *y, const flo
     const long n = (long)rows * dim;
     const bool small = fits32(n);
     if (dim % 4 == 0 && al16(pre) && al16(y) && al16(bias))
-        bias_gelu_fwd_kernel<4><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(pre, y, bias, n / 4, dim / 4,
-                                                                                    small);
+        GK_LAUNCH(bias_gelu_fwd_kernel<4>, gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s, pre, y, bias, n / 4,
+                  dim / 4, small);
     else
-        bias_gelu_fwd_kernel<1><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(pre, y, bias, n, dim, small);
+        GK_LAUNCH(bias_gelu_fwd_kernel<1>, gk_blocks(n, EW_THREADS), EW_THREADS, 0, s, pre, y, bias, n, dim, small);
     GK_LAUNCH_CHECK();
 }
 
@@ -258,8 +258,8 @@ extern "C" void gk_router_choice_backward(GkStream s, float *dlogits, const floa
                                           const int32_t *choice, int rows, int n_classes) {
     if (rows <= 0 || n_classes <= 0) return;
     const long n = (long)rows * n_classes;
-    router_choice_bwd_kernel<<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(dlogits, dgate, probs, choice, rows,
-                                                                            n_classes, fits32(n));
+    GK_LAUNCH(router_choice_bwd_kernel, gk_blocks(n, EW_THREADS), EW_THREADS, 0, s, dlogits, dgate, probs, choice,
+              rows, n_classes, fits32(n));
     GK_LAUNCH_CHECK();
 }
 
@@ -325,7 +325,7 @@ __device__ __forceinline__ int block_excl_scan(int v, int *wsum, int *total) {
 
 __global__ void __launch_bounds__(1024)
 group_by_expert_kernel(int32_t *off, int32_t *sorted, const int32_t *choice, int N, int E, int nbits) {
-    extern __shared__ int gbe_smem[];
+    GK_DYNAMIC_SMEM_T(int, gbe_smem);
     const int bd = blockDim.x, tid = threadIdx.x, nw = bd / GPU_WARP, lane = tid % GPU_WARP, w = tid / GPU_WARP;
     int *wc = gbe_smem;       /* [nw][E] per-warp counts */
     int *base = wc + nw * E;  /* [E] next free sorted position of each expert */
@@ -451,9 +451,9 @@ extern "C" void gk_group_by_expert(GkStream s, int32_t *off, int32_t *sorted, co
         if (smem <= GBE_MAX_SMEM || threads <= GPU_WARP) break;
     }
     if (smem <= GBE_MAX_SMEM)
-        group_by_expert_kernel<<<1, threads, smem, s>>>(off, sorted, choice, N, E, nbits);
+        GK_LAUNCH(group_by_expert_kernel, 1, threads, smem, s, off, sorted, choice, N, E, nbits);
     else
-        group_by_expert_serial_kernel<<<1, 1, 0, s>>>(off, sorted, choice, N, E);
+        GK_LAUNCH(group_by_expert_serial_kernel, 1, 1, 0, s, off, sorted, choice, N, E);
     GK_LAUNCH_CHECK();
 }
 
@@ -462,7 +462,7 @@ extern "C" void gk_group_by_expert(GkStream s, int32_t *off, int32_t *sorted, co
 __global__ void __launch_bounds__(RS_THREADS)
 routing_stats_kernel(int32_t *counts, double *sums, const int32_t *choice, const float *gate, const float *probs,
                      int N, int classes, int E) {
-    extern __shared__ int rs_count[]; /* [E + 1]: integer counts, so the atomics' order does not matter */
+    GK_DYNAMIC_SMEM_T(int, rs_count); /* [E + 1]: integer counts, so the atomics' order does not matter */
     __shared__ double part[32];
     for (int i = threadIdx.x; i <= E; i += blockDim.x) rs_count[i] = 0;
     __syncthreads();
@@ -483,8 +483,8 @@ extern "C" void gk_routing_stats(GkStream s, int32_t *counts, double *sums, cons
                                  const float *probs, int N, int classes, int E) {
     if (E <= 0) return;
     if (classes <= E) probs = nullptr; /* no skip class: its probability sum stays 0 */
-    routing_stats_kernel<<<1, RS_THREADS, (size_t)(E + 1) * sizeof(int), s>>>(counts, sums, choice, gate, probs,
-                                                                             N < 0 ? 0 : N, classes, E);
+    GK_LAUNCH(routing_stats_kernel, 1, RS_THREADS, (size_t)(E + 1) * sizeof(int), s, counts, sums, choice, gate,
+              probs, N < 0 ? 0 : N, classes, E);
     GK_LAUNCH_CHECK();
 }
 
@@ -558,9 +558,9 @@ extern "C" void gk_scatter_add_rows(GkStream s, float *dst, const float *src, co
                                     const int32_t *n_dev, int D) {
     if (n <= 0 || D <= 0) return;
     if (D % 4 == 0 && al16(dst) && al16(src))
-        scatter_add_rows_kernel<4><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
+        GK_LAUNCH(scatter_add_rows_kernel<4>, row_blocks(n), ROW_THREADS, 0, s, dst, src, idx, n, n_dev, D);
     else
-        scatter_add_rows_kernel<1><<<row_blocks(n), ROW_THREADS, 0, s>>>(dst, src, idx, n, n_dev, D);
+        GK_LAUNCH(scatter_add_rows_kernel<1>, row_blocks(n), ROW_THREADS, 0, s, dst, src, idx, n, n_dev, D);
     GK_LAUNCH_CHECK();
 }
 
@@ -604,11 +604,11 @@ extern "C" void gk_moe_combine(GkStream s, float *out, const float *y, const flo
     if (rows <= 0 || D <= 0) return;
     if (n < 0) n = 0;
     if (D % 4 == 0 && al16(out) && al16(y))
-        moe_combine_kernel<4><<<row_blocks(rows), ROW_THREADS, 0, s>>>(out, y, gate, sorted, choice, rows, n, n_dev,
-                                                                       D, E);
+        GK_LAUNCH(moe_combine_kernel<4>, row_blocks(rows), ROW_THREADS, 0, s, out, y, gate, sorted, choice, rows, n,
+                  n_dev, D, E);
     else
-        moe_combine_kernel<1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(out, y, gate, sorted, choice, rows, n, n_dev,
-                                                                       D, E);
+        GK_LAUNCH(moe_combine_kernel<1>, row_blocks(rows), ROW_THREADS, 0, s, out, y, gate, sorted, choice, rows, n,
+                  n_dev, D, E);
     GK_LAUNCH_CHECK();
 }
 
@@ -652,11 +652,11 @@ static void launch_gate_bwd(GkStream s, float *dgate, float *dy, uint16_t *dy16,
     if (n_routed <= 0 || D <= 0) return;
     const bool wide = out_wide<OUT16>(dy, dy16);
     if (D % 4 == 0 && wide && al16(dout) && al16(y))
-        moe_gate_bwd_kernel<4, OUT16><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dy16, dout, y, gate,
-                                                                                   sorted, n_routed, n_dev, D);
+        GK_LAUNCH((moe_gate_bwd_kernel<4, OUT16>), row_blocks(n_routed), ROW_THREADS, 0, s, dgate, dy, dy16, dout, y,
+                  gate, sorted, n_routed, n_dev, D);
     else
-        moe_gate_bwd_kernel<1, OUT16><<<row_blocks(n_routed), ROW_THREADS, 0, s>>>(dgate, dy, dy16, dout, y, gate,
-                                                                                   sorted, n_routed, n_dev, D);
+        GK_LAUNCH((moe_gate_bwd_kernel<1, OUT16>), row_blocks(n_routed), ROW_THREADS, 0, s, dgate, dy, dy16, dout, y,
+                  gate, sorted, n_routed, n_dev, D);
     GK_LAUNCH_CHECK();
 }
 extern "C" void gk_moe_gate_backward(GkStream s, float *dgate, float *dy, const float *dout, const float *y,
@@ -702,11 +702,11 @@ static void launch_swiglu_fwd(GkStream s, float *act, uint16_t *act16, const flo
     const long n = (long)rows * I;
     const bool wide = out_wide<OUT16>(act, act16);
     if (I % 4 == 0 && wide && al16(gu))
-        swiglu_fwd_kernel<4, OUT16><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(act, act16, gu, n / 4,
-                                                                                        rows_dev, I / 4, fits32(n));
+        GK_LAUNCH((swiglu_fwd_kernel<4, OUT16>), gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s, act, act16, gu,
+                  n / 4, rows_dev, I / 4, fits32(n));
     else
-        swiglu_fwd_kernel<1, OUT16><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(act, act16, gu, n, rows_dev, I,
-                                                                                    fits32(n));
+        GK_LAUNCH((swiglu_fwd_kernel<1, OUT16>), gk_blocks(n, EW_THREADS), EW_THREADS, 0, s, act, act16, gu, n,
+                  rows_dev, I, fits32(n));
     GK_LAUNCH_CHECK();
 }
 extern "C" void gk_swiglu_forward(GkStream s, float *act, const float *gu, int rows, const int32_t *rows_dev, int I) {
@@ -760,11 +760,11 @@ static void launch_swiglu_bwd(GkStream s, float *dgu, uint16_t *dgu16, const flo
     const bool small = fits32(n);
     const bool wide = out_wide<OUT16>(dgu, dgu16);
     if (I % 4 == 0 && wide && al16(dact) && al16(gu))
-        swiglu_bwd_kernel<4, OUT16><<<gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dgu16, dact, gu, n / 4,
-                                                                                        rows_dev, I / 4, small);
+        GK_LAUNCH((swiglu_bwd_kernel<4, OUT16>), gk_blocks(n / 4, EW_THREADS), EW_THREADS, 0, s, dgu, dgu16, dact, gu,
+                  n / 4, rows_dev, I / 4, small);
     else
-        swiglu_bwd_kernel<1, OUT16><<<gk_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(dgu, dgu16, dact, gu, n, rows_dev,
-                                                                                    I, small);
+        GK_LAUNCH((swiglu_bwd_kernel<1, OUT16>), gk_blocks(n, EW_THREADS), EW_THREADS, 0, s, dgu, dgu16, dact, gu, n,
+                  rows_dev, I, small);
     GK_LAUNCH_CHECK();
 }
 extern "C" void gk_swiglu_backward(GkStream s, float *dgu, const float *dact, const float *gu, int rows,

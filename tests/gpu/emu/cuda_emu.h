@@ -173,6 +173,7 @@ class Barrier {
 
 struct Warp {
     std::unique_ptr<Barrier> bar;
+    unsigned lanes = GPU_WARP; /* fewer in a block's last warp when the block is not a multiple of the warp */
     double xchg[GPU_WARP];  /* shuffles */
     float a[256], b[256];   /* mma_sync's operands, gathered from the lanes */
 };
@@ -212,6 +213,7 @@ inline std::unique_ptr<Block> make_block(unsigned nt, size_t smem) {
         const unsigned n = nt - w * GPU_WARP < GPU_WARP ? nt - w * GPU_WARP : GPU_WARP;
         b->warps.emplace_back(new Warp());
         b->warps.back()->bar.reset(new Barrier(n));
+        b->warps.back()->lanes = n;
     }
     b->smem_buf.assign(smem + 128, 0xff);
     b->smem = b->smem_buf.data() + (128 - (uintptr_t)b->smem_buf.data() % 128) % 128;
@@ -445,18 +447,75 @@ inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::fun
 
 inline void __syncthreads() { emu::self().block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::my_warp().bar->arrive_and_wait(); }
-template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int o) {
-    static_assert(sizeof(T) <= sizeof(double), "shuffle of a wide type");
-    emu::Warp &w = emu::my_warp();
-    const unsigned lane = emu::flat_tid() % GPU_WARP;
+namespace emu {
+/* A warp collective: each lane's v into the warp's exchange, then each lane reads what read(lane, exchange, lanes)
+ * makes of the lanes' values (a barrier before and after: the exchange is reused by the next one). */
+template <class T, class R>
+inline auto warp_collective(T v, R read) {
+    static_assert(sizeof(T) <= sizeof(double), "a warp exchange of a wide type");
+    Warp &w = my_warp();
+    const unsigned lane = flat_tid() % GPU_WARP;
     std::memcpy(&w.xchg[lane], &v, sizeof v);
     w.bar->arrive_and_wait();
-    T r;
-    std::memcpy(&r, &w.xchg[(lane ^ (unsigned)o) % GPU_WARP], sizeof r);
-    w.bar->arrive_and_wait(); /* the exchange may be reused */
+    const auto r = read(lane, w.xchg, w.lanes);
+    w.bar->arrive_and_wait();
     return r;
 }
+/* lane src's value (a lane past the warp's: the caller's own, as the hardware gives) */
+template <class T>
+inline T shuffle(T v, unsigned src) {
+    return warp_collective(v, [&](unsigned lane, const double *x, unsigned lanes) {
+        T r;
+        std::memcpy(&r, &x[src < lanes ? src : lane], sizeof r);
+        return r;
+    });
+}
+/* bit l set where lane l's predicate is non-zero */
+inline unsigned long long ballot(int p) {
+    return warp_collective(p, [](unsigned, const double *x, unsigned lanes) {
+        unsigned long long m = 0;
+        for (unsigned l = 0; l < lanes; l++) {
+            int q;
+            std::memcpy(&q, &x[l], sizeof q);
+            m |= (unsigned long long)(q != 0) << l;
+        }
+        return m;
+    });
+}
+inline unsigned lane_id() { return flat_tid() % GPU_WARP; }
+} // namespace emu
+
+/* CUDA's warp intrinsics (the full-warp masks these kernels pass) */
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int o) { return emu::shuffle(v, emu::lane_id() ^ (unsigned)o); }
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src) { return emu::shuffle(v, (unsigned)src % GPU_WARP); }
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, unsigned d) {
+    const unsigned lane = emu::lane_id();
+    return emu::shuffle(v, lane >= d ? lane - d : lane);
+}
+#if GPU_WARP == 32
+inline unsigned __ballot_sync(unsigned, int p) { return (unsigned)emu::ballot(p); }
+#endif
+inline int __popc(unsigned m) { return __builtin_popcount(m); }
+inline int __ffs(int m) { return __builtin_ffs(m); }
+/* HIP's (a 64-bit lane mask, whatever the warp) */
+template <class T>
+inline T __shfl_xor(T v, int o) { return emu::shuffle(v, emu::lane_id() ^ (unsigned)o); }
+template <class T>
+inline T __shfl(T v, int src) { return emu::shuffle(v, (unsigned)src % GPU_WARP); }
+template <class T>
+inline T __shfl_up(T v, unsigned d) {
+    const unsigned lane = emu::lane_id();
+    return emu::shuffle(v, lane >= d ? lane - d : lane);
+}
+inline unsigned long long __ballot(int p) { return emu::ballot(p); }
+inline int __popcll(unsigned long long m) { return __builtin_popcountll(m); }
+inline int __ffsll(unsigned long long m) { return __builtin_ffsll((long long)m); }
+/* Integer atomics: relaxed, as the device's (they order nothing: the sanitizer sees no edge through them). */
+inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 
 namespace emu_wmma {
 struct row_major {};
