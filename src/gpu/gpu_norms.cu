@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(F::cols *F::row_threads) col_sums_kernel(F f, 
 template <int NACC, class F>
 static void col_sums(gpuStream_t s, long rows, int dim, const F &f) {
     if (dim <= 0) return;
-    col_sums_kernel<NACC, F><<<(dim + F::cols - 1) / F::cols, F::cols * F::row_threads, 0, s>>>(f, rows, dim);
+    GK_LAUNCH((col_sums_kernel<NACC, F>), (dim + F::cols - 1) / F::cols, F::cols * F::row_threads, 0, s, f, rows, dim);
     GK_LAUNCH_CHECK();
 }
 
@@ -154,9 +154,11 @@ extern "C" void gk_rmsnorm_backward(GkStream s, float *dx, float *dw, const floa
     if (rows <= 0 || dim <= 0) return;
     if (dx) {
         if (can_vec4(dim, {dx, dy, x, w}))
-            rmsnorm_dx_kernel<4><<<norm_blocks(rows), norm_threads(dim, 4), 0, s>>>(dx, dx, dy, x, w, rstd, rows, dim);
+            GK_LAUNCH(rmsnorm_dx_kernel<4>, norm_blocks(rows), norm_threads(dim, 4), 0, s, dx, dx, dy, x, w, rstd,
+                      rows, dim);
         else
-            rmsnorm_dx_kernel<1><<<norm_blocks(rows), norm_threads(dim, 1), 0, s>>>(dx, dx, dy, x, w, rstd, rows, dim);
+            GK_LAUNCH(rmsnorm_dx_kernel<1>, norm_blocks(rows), norm_threads(dim, 1), 0, s, dx, dx, dy, x, w, rstd,
+                      rows, dim);
         GK_LAUNCH_CHECK();
     }
     if (dw) col_sums<1>(s, rows, dim, RmsnormDw{dw, dy, x, rstd, dim});
@@ -233,9 +235,11 @@ extern "C" void gk_rmsnorm_merge_backward(GkStream s, float *dx, float *dh, floa
                                           const float *hb, const float *rs, const float *rb, int rows, int dim) {
     if (rows <= 0 || dim <= 0) return;
     if (can_vec4(dim, {dh, dx, du, x, w}))
-        rmsnorm_dx_kernel<4><<<norm_blocks(rows), norm_threads(dim, 4), 0, s>>>(dh, dx, du, x, w, rstd, rows, dim);
+        GK_LAUNCH(rmsnorm_dx_kernel<4>, norm_blocks(rows), norm_threads(dim, 4), 0, s, dh, dx, du, x, w, rstd, rows,
+                  dim);
     else
-        rmsnorm_dx_kernel<1><<<norm_blocks(rows), norm_threads(dim, 1), 0, s>>>(dh, dx, du, x, w, rstd, rows, dim);
+        GK_LAUNCH(rmsnorm_dx_kernel<1>, norm_blocks(rows), norm_threads(dim, 1), 0, s, dh, dx, du, x, w, rstd, rows,
+                  dim);
     GK_LAUNCH_CHECK();
     MergeBackwardCols f{dx, dh, dw, dhs, dhb, drs, drb, du, x, rstd, h, res, hs, hb, rs, rb, dim, 0, 0, 0, 0};
     col_sums<5>(s, rows, dim, f);
@@ -324,11 +328,11 @@ extern "C" void gk_embed_backward(GkStream s, float *demb, float *dbias, float *
     if (rows <= 0 || dim <= 0) return;
     if (demb && n_uniq > 0) {
         if (can_vec4(dim, {demb, dx, scale}))
-            embed_demb_kernel<4><<<row_blocks(n_uniq), ROW_THREADS, 0, s>>>(demb, dx, scale, dim, pad_id, plan_rows,
-                                                                            plan_start, plan_tok, n_uniq);
+            GK_LAUNCH(embed_demb_kernel<4>, row_blocks(n_uniq), ROW_THREADS, 0, s, demb, dx, scale, dim, pad_id,
+                      plan_rows, plan_start, plan_tok, n_uniq);
         else
-            embed_demb_kernel<1><<<row_blocks(n_uniq), ROW_THREADS, 0, s>>>(demb, dx, scale, dim, pad_id, plan_rows,
-                                                                            plan_start, plan_tok, n_uniq);
+            GK_LAUNCH(embed_demb_kernel<1>, row_blocks(n_uniq), ROW_THREADS, 0, s, demb, dx, scale, dim, pad_id,
+                      plan_rows, plan_start, plan_tok, n_uniq);
         GK_LAUNCH_CHECK();
     }
     if (dbias || dscale) col_sums<2>(s, rows, dim, EmbedBiasScale{dbias, dscale, dx, emb, bias, scale, tokens, dim, 0});
@@ -372,6 +376,6 @@ __global__ void __launch_bounds__(SUM_THREADS) sum_kernel(double *out, const flo
 
 /* Launched for n == 0 too: the contract is *out = Σ, so an empty sum writes 0 rather than leaving a stale value. */
 extern "C" void gk_sum(GkStream s, double *out, const float *x, long n) {
-    sum_kernel<<<1, SUM_THREADS, 0, s>>>(out, x, n < 0 ? 0 : n);
+    GK_LAUNCH(sum_kernel, 1, SUM_THREADS, 0, s, out, x, n < 0 ? 0 : n);
     GK_LAUNCH_CHECK();
 }

@@ -9,7 +9,8 @@
 # the fp32 one, its keys in pieces and not, blocks at once sharing a (row, head)'s pieces (test_decode_attention.cpp),
 # the CCA convolution's products on tensor cores (test_cca_tc.cpp), the experts' grouping of rows (a stable counting
 # sort by warp ballots) and the routing statistics (test_moe_routing.cpp; at 64 lanes the HIP build's form), their
-# rows' gather, scatter-add, combine, gate backward and SwiGLU with device-held counts (test_moe_rows.cpp), the
+# rows' gather, scatter-add, combine, gate backward and SwiGLU with device-held counts (test_moe_rows.cpp), RMSNorm
+# forward and backward with the column sums every norm's parameter gradient uses (test_norms.cpp), the
 # router's tail in one launch against the five it replaces (test_router_tail.cpp), decoding's few-row products with the experts' SwiGLU and combine (test_skinny.cpp),
 # the optimizer's AdamW pass with its bf16 weight copy against the CPU's own adamw_elem bit for bit (test_adamw.cpp),
 # the cross-entropy with its bf16 gradient (test_xent.cpp), the mirror that completes Newton–Schulz's banded symmetric
@@ -51,6 +52,8 @@ add test_cca_tc 32 tsan
 add test_cca_tc 64 -
 add test_skinny 32 tsan
 add test_skinny 64 -
+add test_norms 32 tsan
+add test_norms 64 -
 add test_moe_routing 32 tsan --quick
 add test_moe_rows 32 tsan
 add test_moe_rows 64 -
