@@ -114,6 +114,23 @@ static void write_record(Report *r, cJSON *o) {
     free(line);
 }
 
+/* A number metrics.jsonl reads back as the same double: cJSON prints 15 significant digits whenever they read back
+ * within a relative DBL_EPSILON, which can be the neighbouring double (a loss then differs by an ulp from the same
+ * loss printed exactly, as bench train prints it). The shortest of 15, 16 and 17 digits that reads back exactly;
+ * null for NaN and infinities, as cJSON writes them. */
+static void add_exact(cJSON *o, const char *key, double v) {
+    if (!isfinite(v)) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    char buf[32];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    cJSON_AddRawToObject(o, key, buf);
+}
+
 void report_step(Report *r, const StepMetrics *m) {
     if (!r->enabled) return;
     double tps = m->step_tokens / (m->step_seconds > 0 ? m->step_seconds : 1e-9);
@@ -126,9 +143,9 @@ void report_step(Report *r, const StepMetrics *m) {
     cJSON_AddStringToObject(o, "kind", "train");
     cJSON_AddNumberToObject(o, "step", (double)m->step);
     cJSON_AddNumberToObject(o, "phase", m->phase);
-    cJSON_AddNumberToObject(o, "loss", m->loss);
-    cJSON_AddNumberToObject(o, "lr", m->lr);
-    cJSON_AddNumberToObject(o, "grad_norm", m->grad_norm);
+    add_exact(o, "loss", m->loss);
+    add_exact(o, "lr", m->lr);
+    add_exact(o, "grad_norm", m->grad_norm);
     cJSON_AddNumberToObject(o, "tokens", m->tokens_seen);
     cJSON_AddNumberToObject(o, "seq_len", m->seq_len);
     cJSON_AddNumberToObject(o, "tokens_per_s", tps);
@@ -215,7 +232,7 @@ void report_eval(Report *r, int64_t step, int phase, const char *name, double va
     cJSON_AddNumberToObject(o, "step", (double)step);
     cJSON_AddNumberToObject(o, "phase", phase);
     cJSON_AddStringToObject(o, "name", name);
-    cJSON_AddNumberToObject(o, "value", value);
+    add_exact(o, "value", value);
     write_record(r, o);
     report_event(r, "eval step %lld: %s = %.4f", (long long)step, name, value);
 }
