@@ -55,6 +55,18 @@ static inline void vstore(float *p, zvec v) { memcpy(p, &v, sizeof v); }
 
 static inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
+/* t + a·b for the scalar loops (columns past the last whole vector): one fused multiply-add where the vectors'
+ * `x += a * b` contracts to one, else a multiply and an add as theirs. Left to fp-contract, GCC unrolls such a loop
+ * and SLP-vectorises the products of the unrolled steps (a multiply, then separate adds) but fuses the leftover
+ * steps: which sums fuse then hangs on the key count and the rows of the block, not on the element. */
+static inline float fmadd(float a, float b, float t) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+    return __builtin_fmaf(a, b, t);
+#else
+    return t + a * b;
+#endif
+}
+
 /* Which part of a diagonal tile a product may skip (row i, column j of the tile, causal: j <= i). */
 enum { FULL, A_LOWER /* A(i,k) = 0 for k > i */, A_UPPER /* A(i,k) = 0 for k < i */, C_LOWER /* only C(i,n<=i) */ };
 
@@ -129,7 +141,7 @@ static inline __attribute__((always_inline)) void mm_rows(const int MR, float *r
     for (; n < N; n++)
         for (int r = 0; r < MR; r++) {
             float t = accumulate ? C[r * ldc + n] : 0;
-            for (int k = kb; k < ke; k++) t += A[r * ars + k * acs] * B[k * ldb + n];
+            for (int k = kb; k < ke; k++) t = fmadd(A[r * ars + k * acs], B[k * ldb + n], t);
             C[r * ldc + n] = t;
         }
 }
@@ -550,7 +562,7 @@ void ZY_ISA_NAME(decode_attn_scores_bf16)(float *S, long lds, const float *Q, lo
         for (; s < cnt; s++) /* keys at the end of the readable columns: one at a time */
             for (int r = 0; r < nr; r++) {
                 float x = 0;
-                for (int d = 0; d < dh; d++) x += Qt[r * ldq + d] * bf16_to_f32(KT[d * ldkt + s]);
+                for (int d = 0; d < dh; d++) x = fmadd(Qt[r * ldq + d], bf16_to_f32(KT[d * ldkt + s]), x);
                 St[r * lds + s] = x * scale;
             }
     }
@@ -584,7 +596,7 @@ static inline __attribute__((always_inline)) void values_bf16_rows(const int NR,
     for (; c < dh; c++)
         for (int r = 0; r < NR; r++) {
             float x = accumulate ? O[r * ldo + c] : 0;
-            for (int s = 0; s < cnt; s++) x += P[r * ldp + s] * bf16_to_f32(V[s * ldv + c]);
+            for (int s = 0; s < cnt; s++) x = fmadd(P[r * ldp + s], bf16_to_f32(V[s * ldv + c]), x);
             O[r * ldo + c] = x;
         }
 }
