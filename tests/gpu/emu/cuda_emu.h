@@ -319,7 +319,8 @@ class Pool {
      * barrier): reported, and the test aborts instead of hanging. */
     void yield() {
         Fiber &f = self();
-        if (&f == &main_fiber || waits_.fetch_add(1, std::memory_order_relaxed) > 4ul * left_.load(std::memory_order_relaxed) + 64) {
+        const unsigned long limit = 4ul * left_.load(std::memory_order_relaxed) + 64;
+        if (&f == &main_fiber || waits_.fetch_add(1, std::memory_order_relaxed) > limit) {
             std::fprintf(stderr, "cuda_emu: deadlock: every running thread waits and none can go on (thread (%u, %u, "
                                  "%u) of block (%u, %u, %u) among them)\n",
                          f.tid.x, f.tid.y, f.tid.z, f.bid.x, f.bid.y, f.bid.z);
@@ -502,14 +503,11 @@ inline int __popc(unsigned m) { return __builtin_popcount(m); }
 inline int __ffs(int m) { return __builtin_ffs(m); }
 /* HIP's (a 64-bit lane mask, whatever the warp) */
 template <class T>
-inline T __shfl_xor(T v, int o) { return emu::shuffle(v, emu::lane_id() ^ (unsigned)o); }
+inline T __shfl_xor(T v, int o) { return __shfl_xor_sync(~0u, v, o); }
 template <class T>
-inline T __shfl(T v, int src) { return emu::shuffle(v, (unsigned)src % GPU_WARP); }
+inline T __shfl(T v, int src) { return __shfl_sync(~0u, v, src); }
 template <class T>
-inline T __shfl_up(T v, unsigned d) {
-    const unsigned lane = emu::lane_id();
-    return emu::shuffle(v, lane >= d ? lane - d : lane);
-}
+inline T __shfl_up(T v, unsigned d) { return __shfl_up_sync(~0u, v, d); }
 inline unsigned long long __ballot(int p) { return emu::ballot(p); }
 inline int __popcll(unsigned long long m) { return __builtin_popcountll(m); }
 inline int __ffsll(unsigned long long m) { return __builtin_ffsll((long long)m); }

@@ -31,7 +31,7 @@ pass=0
 fail=0
 runs=() # "test warp sanitize [args]", in order
 add() { runs+=("$*"); }
-# In order of their time under the sanitizer, longest first: the runs start in this order, a core each.
+# The slowest (under the sanitizer) near the top: the runs start in this order, a core each.
 add test_emu 32 tsan
 add test_emu 64 -
 add test_decode_layer 32 tsan --quick

@@ -109,7 +109,8 @@ static void combine_case(int D) {
                    &r.off[(size_t)r.E], D, r.E);
     long bad = 0;
     for (size_t i = 0; i < out.size(); i++) bad += bits(out[i]) != bits(want[i]);
-    report(bad == 0, (tag("combine", D, false, true) + ": " + std::to_string(bad) + " wrong (every row written)").c_str());
+    report(bad == 0,
+           (tag("combine", D, false, true) + ": " + std::to_string(bad) + " wrong (every row written)").c_str());
 }
 
 static void gate_bwd_case(int D, bool bf16) {
