@@ -66,6 +66,8 @@ static void carve_pool(ZyCarver *cv, KVPool *p) {
     s->vd = ZY_CARVE_F(cv, N * Ck / 2);
     s->value = ZY_CARVE_F(cv, N * Ck);
     s->scores = ZY_CARVE_F(cv, (size_t)s->n_threads * p->chunk * ML);
+    s->row_max = ZY_CARVE_F(cv, (size_t)s->n_threads * p->chunk);
+    s->row_sum = (double *)zy_carve(cv, (size_t)s->n_threads * p->chunk, sizeof(double));
     s->attn_out = ZY_CARVE_F(cv, N * Cq);
     s->proj = ZY_CARVE_F(cv, N * D);
     s->z[0] = ZY_CARVE_F(cv, N * R);
@@ -343,13 +345,14 @@ static inline void prefetch_values(const KVPool *p, int l, int slot, int pos, in
 
 /* Causal attention of one sequence's n new queries (positions p0..p0+n-1) for the nh query heads h0..h0+nh-1 (all
  * reading kv head h0 / G) over its cached keys 0..p0+n-1 — in a sliding-window layer (window W > 0) query p sees
- * keys p-W+1..p only — block by block; the arithmetic of attention_forward (scaled products, fp32 softmax with
- * double sums, products with the values). The heads of a kv head share one pass over its keys: each key is read
- * once for all of them. sc: [n nh, p0+n] scratch, row t nh + g for query t of head h0 + g. */
-static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, int nh, const float *query, float *out,
-                             float *sc) {
+ * keys p-W+1..p only — block by block, with the full forward's arithmetic (flash_attention_forward: scaled products,
+ * its online softmax over the same key tiles, products with the values). The heads of a kv head share one pass
+ * over its keys: each key is read once for all of them. sc: [n nh, p0+n] scratch, row t nh + g for query t of head
+ * h0 + g; row_max, row_sum: n nh each, the rows' running softmax. */
+static void attend_seq_heads(const KVPool *p, int layer, const StepSeq *q, int h0, int nh, const float *query,
+                             float *out, float *sc, float *row_max, double *row_sum) {
     const ZayaConfig *f = &p->cfg;
-    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h0 / G, W = cfg_layer_window(f, l);
+    const int dh = f->head_dim, G = f->num_heads / f->num_kv_heads, j = h0 / G, W = cfg_layer_window(f, layer);
     const int Cq = f->num_heads * dh, Ck = f->num_kv_heads * dh, n = q->n, bt = p->blocks.block_tokens;
     const int hi = q->pos0 + n, lo = W > 0 && q->pos0 - W + 1 > 0 ? q->pos0 - W + 1 : 0, Lk = hi - lo;
     const float scale = (float)(1.0 / sqrt((double)dh));
@@ -359,41 +362,53 @@ static void attend_seq_heads(const KVPool *p, int l, const StepSeq *q, int h0, i
     for (int s0 = lo; s0 < hi;) {
         const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
         const size_t kt = kv_key_at(p, q->slot, s0) + (size_t)j * dh * bt; /* [dh, bt] */
-        if (s0 + cnt < hi) prefetch_keys(p, l, q->slot, s0 + cnt, j);
+        if (s0 + cnt < hi) prefetch_keys(p, layer, q->slot, s0 + cnt, j);
         /* one head's n queries (n rows Cq apart), or each query's nh heads (nh rows dh apart) */
         for (int t = 0; t < (nh == 1 ? 1 : n); t++) {
             float *st = sc + (size_t)t * nh * Lk + (s0 - lo);
             const float *qt = qr + (size_t)t * Cq;
             const int rows = nh == 1 ? n : nh, ldq = nh == 1 ? Cq : dh;
             if (p->kv_bf16)
-                decode_attn_scores_bf16(st, Lk, qt, ldq, p->k16[l] + kt, bt, rows, cnt, bt - s0 % bt, dh, scale);
+                decode_attn_scores_bf16(st, Lk, qt, ldq, p->k16[layer] + kt, bt, rows, cnt, bt - s0 % bt, dh, scale);
             else
-                decode_attn_scores(st, Lk, qt, ldq, p->k[l] + kt, bt, rows, cnt, bt - s0 % bt, dh, scale);
+                decode_attn_scores(st, Lk, qt, ldq, p->k[layer] + kt, bt, rows, cnt, bt - s0 % bt, dh, scale);
         }
         s0 += cnt;
     }
-    for (int r = 0; r < n * nh; r++) {
-        const int last = q->pos0 + r / nh - lo; /* query at position p0+t sees keys up to p0+t ... */
-        const int first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0; /* ... and from p0+t-W+1 in a window */
-        decode_attn_softmax(sc + (size_t)r * Lk, Lk, first, last);
+    /* softmax and o = P V over the full forward's key tiles, each a step of its online softmax (running max and
+     * sum, output rescaled) with the same roundings: decoding's output is the full forward's, bit for bit where the
+     * scores are. P V register-blocked over the rows that share each value row: one head's n queries, or query t's
+     * nh heads (adjacent in o). Score row r is query r / nh's head h0 + r % nh. */
+    const int rows = n * nh;
+    for (int r = 0; r < rows; r++) {
+        row_max[r] = -INFINITY, row_sum[r] = 0;
+        memset(o + (size_t)(r / nh) * Cq + (size_t)(r % nh) * dh, 0, sizeof(float) * (size_t)dh);
     }
-    /* o = P V block by block, register-blocked over the rows that share each value row: one head's n queries, or
-     * query t's nh heads (adjacent in o) */
-    for (int s0 = lo; s0 < hi;) {
-        const int cnt = (bt - s0 % bt) < hi - s0 ? bt - s0 % bt : hi - s0;
-        const size_t vb = kv_row_at(p, q->slot, s0) + (size_t)j * dh;
-        if (s0 + cnt < hi) prefetch_values(p, l, q->slot, s0 + cnt, j);
-        for (int t = 0; t < (nh == 1 ? 1 : n); t++) {
-            float *ot = o + (size_t)t * Cq;
-            const float *pt = sc + (size_t)t * nh * Lk + (s0 - lo);
-            const int rows = nh == 1 ? n : nh, ldo = nh == 1 ? Cq : dh;
-            if (p->kv_bf16)
-                decode_attn_values_bf16(ot, ldo, pt, Lk, p->v16[l] + vb, Ck, rows, cnt, dh, s0 > lo);
-            else
-                decode_attn_values(ot, ldo, pt, Lk, p->v[l] + vb, Ck, rows, cnt, dh, s0 > lo);
+    for (int k0 = lo / ZY_ATTN_KEY_TILE * ZY_ATTN_KEY_TILE; k0 < hi; k0 += ZY_ATTN_KEY_TILE) {
+        const int c0 = k0 > lo ? k0 : lo, c1 = k0 + ZY_ATTN_KEY_TILE < hi ? k0 + ZY_ATTN_KEY_TILE : hi;
+        for (int r = 0; r < rows; r++) {
+            const int last = q->pos0 + r / nh; /* query at position p0+t sees keys up to p0+t ... */
+            const int first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0; /* ... and from p0+t-W+1 in a window */
+            decode_attn_softmax_tile(sc + (size_t)r * Lk + (c0 - lo), k0, c0, c1, first, last, &row_max[r], &row_sum[r],
+                                     o + (size_t)(r / nh) * Cq + (size_t)(r % nh) * dh, dh);
         }
-        s0 += cnt;
+        for (int s0 = c0; s0 < c1;) { /* the tile's keys, block by block */
+            const int cnt = (bt - s0 % bt) < c1 - s0 ? bt - s0 % bt : c1 - s0;
+            const size_t vb = kv_row_at(p, q->slot, s0) + (size_t)j * dh;
+            if (s0 + cnt < hi && (s0 + cnt) % bt == 0) prefetch_values(p, layer, q->slot, s0 + cnt, j);
+            for (int t = 0; t < (nh == 1 ? 1 : n); t++) {
+                float *ot = o + (size_t)t * Cq;
+                const float *pt = sc + (size_t)t * nh * Lk + (s0 - lo);
+                const int nr = nh == 1 ? n : nh, ldo = nh == 1 ? Cq : dh;
+                if (p->kv_bf16)
+                    decode_attn_values_bf16(ot, ldo, pt, Lk, p->v16[layer] + vb, Ck, nr, cnt, dh, 1);
+                else
+                    decode_attn_values(ot, ldo, pt, Lk, p->v[layer] + vb, Ck, nr, cnt, dh, 1);
+            }
+            s0 += cnt;
+        }
     }
+    for (int r = 0; r < rows; r++) decode_attn_normalise(o + (size_t)(r / nh) * Cq + (size_t)(r % nh) * dh, dh, row_sum[r]);
 }
 
 /* Appends every sequence's new rows of s->key / s->value to layer l's blocks, then attends in parallel, each
@@ -424,8 +439,9 @@ static void append_kv_attend(KVPool *p, const Step *st, int l) {
         const StepSeq *q = &st->seq[x / Hq];
         const int h = x % Hq, nh = q->n * G <= p->chunk ? G : 1;
         if (h % nh) continue;
-        float *sc = s->scores + (size_t)omp_get_thread_num() * p->chunk * p->max_len;
-        attend_seq_heads(p, l, q, h, nh, s->query, s->attn_out, sc);
+        const size_t th = (size_t)omp_get_thread_num();
+        attend_seq_heads(p, l, q, h, nh, s->query, s->attn_out, s->scores + th * p->chunk * p->max_len,
+                         s->row_max + th * p->chunk, s->row_sum + th * p->chunk);
     }
 }
 

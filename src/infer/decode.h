@@ -25,6 +25,8 @@ typedef struct {
     float *norm_q, *norm_k;                 /* [N,Hq], [N,Hkv] */
     float *vc, *vd, *value;                 /* [N,Ck/2] x2, [N,Ck] */
     float *scores;                          /* per thread [chunk, max_len]: one (sequence, head) at a time */
+    float *row_max;                         /* per thread [chunk]: the score rows' running softmax max ... */
+    double *row_sum;                        /* ... and sum */
     int n_threads;                          /* score buffers */
     float *attn_out, *proj;                 /* [N,Cq], [N,D] */
     float *z[2];                            /* router state, ping-pong across layers [N,R] */

@@ -32,7 +32,7 @@
 #error "attention.c is compiled once per CPU level, with -DZY_ISA=<level> (see the Makefile)"
 #endif
 
-#define TILE 64
+#define TILE ZY_ATTN_KEY_TILE
 
 /* Vector width in floats: the widest registers -march allows (16-byte vectors are baseline on x86-64 and arm64).
  * -DZW=16 checks the AVX-512 layout on a machine without it (the compiler splits the vectors). */
@@ -252,12 +252,12 @@ static Scratch carve_scratch(float *ws, int dh) {
     return x;
 }
 
-/* dst[d*TILE + c] = mul · src[c*ld + d] for the n rows of a tile, columns n..(vector width) zeroed: the score
+/* dst[d*TILE + c] = src[c*ld + d] for the n rows of a tile, columns n..(vector width) zeroed: the score
  * products run over whole vectors of key columns. */
-static void load_transposed(float *dst, const float *src, long ld, int n, int dh, float mul) {
+static void load_transposed(float *dst, const float *src, long ld, int n, int dh) {
     const int w = round_up(n, ZW) < TILE ? round_up(n, ZW) : TILE;
     for (int c = 0; c < n; c++)
-        for (int d = 0; d < dh; d++) dst[d * TILE + c] = mul * src[c * ld + d];
+        for (int d = 0; d < dh; d++) dst[d * TILE + c] = src[c * ld + d];
     for (int d = 0; d < dh; d++)
         for (int c = n; c < w; c++) dst[d * TILE + c] = 0;
 }
@@ -271,6 +271,51 @@ static int threads_for(int threads, double flops) {
     int t = omp_get_max_threads();
     t = threads < t ? threads : t;
     return flops < 2e5 || t < 1 ? 1 : t; /* tiny problems (decode-sized T) are not worth waking the team */
+}
+
+/* ---- the online softmax's step, shared by the forward and cached decoding ------------------------------------ */
+
+/* pr[0, nv) *= scale. Scores are scaled after their product, (q·k)·scale, as transformers does (and cached
+ * decoding, whose keys are stored unscaled): both then round the very same score. */
+static void scale_row(float *pr, int nv, float scale) {
+    for (int c = 0; c < nv; c += ZW) vstore(pr + c, vload(pr + c) * scale);
+}
+
+/* One row of one key tile: pr[c0, c1) (whole vectors at tile columns that are multiples of ZW, -inf where masked)
+ * holds the row's scores. They become exp(s - m') with m' = max(m, their max); *m = m', *l = *l·alpha + their sum
+ * (in ZW float lanes, lane c mod ZW, then in order); returns alpha = exp(m - m'), the factor the row's earlier output
+ * takes (0 on its first tile, m = -inf). Masked columns add exact zeros, so a range that covers a row's unmasked
+ * columns with fewer masked ones gives the same bits: cached decoding relies on that. */
+static inline float online_softmax_step(float *pr, int c0, int c1, float *m, double *l) {
+    zvec vm = vsplat(*m), vs = {0};
+    for (int c = c0; c < c1; c += ZW) {
+        const zvec v = vload(pr + c);
+        vm = vselect(v > vm, v, vm);
+    }
+    float mx = vm[0], sum = 0;
+    for (int i = 1; i < ZW; i++) mx = vm[i] > mx ? vm[i] : mx;
+    for (int c = c0; c < c1; c += ZW) {
+        const zvec e = vexp(vload(pr + c) - mx);
+        vstore(pr + c, e);
+        vs += e;
+    }
+    for (int i = 0; i < ZW; i++) sum += vs[i];
+    const float alpha = vexp(vsplat(*m - mx))[0]; /* 0 on the first tile (m = -inf) */
+    *m = mx;
+    *l = *l * alpha + sum;
+    return alpha;
+}
+
+/* o[0, dh) *= alpha, skipped when alpha is 1 (the row's max did not move). */
+static void rescale_output(float *o, int dh, float alpha) {
+    if (alpha != 1.0f)
+        for (int d = 0; d < dh; d++) o[d] *= alpha;
+}
+
+/* The output row at the end: o / l. */
+static void normalise_output(float *o, const float *acc, int dh, double l) {
+    const float inv = (float)(1.0 / l);
+    for (int d = 0; d < dh; d++) o[d] = acc[d] * inv;
 }
 
 /* ---- forward ------------------------------------------------------------------------------------------------ */
@@ -288,7 +333,7 @@ static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int 
         const int k0 = kb * TILE, kn = s->T - k0 < TILE ? s->T - k0 : TILE;
         const int kw = round_up(kn, ZW) < TILE ? round_up(kn, ZW) : TILE, diag = kb == qt;
         const long koff = ((long)b * s->T + k0) * s->ldk + (long)(h / s->G) * dh;
-        load_transposed(x->kt, s->K + koff, s->ldk, kn, dh, s->scale);
+        load_transposed(x->kt, s->K + koff, s->ldk, kn, dh);
         load_rows(x->kr, s->V + koff, s->ldk, kn, dh);
         mm(p, TILE, x->qr, dh, 1, x->kt, TILE, qn, kw, dh, 0, diag ? C_LOWER : FULL);
         for (int r = 0; r < qn; r++) {
@@ -302,36 +347,16 @@ static void forward_query_tile(const Shape *s, float *O, float *LSE, int b, int 
             }
             for (int c = 0; c < lo; c++) pr[c] = -INFINITY;
             for (int c = n; c < nv; c++) pr[c] = -INFINITY;
-            zvec vm = vsplat(m[r]), vs = {0};
-            for (int c = 0; c < nv; c += ZW) {
-                const zvec v = vload(pr + c);
-                vm = vselect(v > vm, v, vm);
-            }
-            float mx = vm[0], sum = 0;
-            for (int i = 1; i < ZW; i++) mx = vm[i] > mx ? vm[i] : mx;
-            for (int c = 0; c < nv; c += ZW) {
-                const zvec e = vexp(vload(pr + c) - mx);
-                vstore(pr + c, e);
-                vs += e;
-            }
-            for (int i = 0; i < ZW; i++) sum += vs[i];
+            scale_row(pr, nv, s->scale);
+            const float alpha = online_softmax_step(pr, 0, nv, &m[r], &l[r]);
             for (int c = nv; c < kn; c++) pr[c] = 0;
-            const float alpha = vexp(vsplat(m[r] - mx))[0]; /* 0 on the first tile (m = -inf) */
-            m[r] = mx;
-            l[r] = l[r] * alpha + sum;
-            if (alpha != 1.0f) {
-                float *ar = acc + (long)r * dh;
-                for (int d = 0; d < dh; d++) ar[d] *= alpha;
-            }
+            rescale_output(acc + (long)r * dh, dh, alpha);
         }
         mm(acc, dh, p, TILE, 1, x->kr, dh, qn, dh, kn, 1, diag ? A_LOWER : FULL); /* acc += P V */
     }
     float *lse = LSE + ((long)b * s->Hq + h) * s->T + q0;
     for (int r = 0; r < qn; r++) {
-        const float inv = (float)(1.0 / l[r]);
-        float *o = O + qoff + r * s->ldq;
-        const float *ar = acc + (long)r * dh;
-        for (int d = 0; d < dh; d++) o[d] = ar[d] * inv;
+        normalise_output(O + qoff + r * s->ldq, acc + (long)r * dh, dh, l[r]);
         lse[r] = (float)(m[r] + log(l[r]));
     }
 }
@@ -380,7 +405,7 @@ static void backward_block(const Shape *s, const Grads *g, int b, int h, int qt,
         for (int d = 0; d < dh; d++) dot += dr[d] * orow[d];
         D[r] = dot;
     }
-    mm(p, TILE, q, dh, 1, x->kt, TILE, qn, kw, dh, 0, diag ? C_LOWER : FULL);   /* S (scaled) */
+    mm(p, TILE, q, dh, 1, x->kt, TILE, qn, kw, dh, 0, diag ? C_LOWER : FULL);   /* S (unscaled) */
     mm(ds, TILE, dO, dh, 1, x->vt, TILE, qn, kw, dh, 0, diag ? C_LOWER : FULL); /* dP = dO Vᵀ */
     for (int r = 0; r < qn; r++) {
         float *pr = p + r * TILE, *dr = ds + r * TILE;
@@ -389,6 +414,7 @@ static void backward_block(const Shape *s, const Grads *g, int b, int h, int qt,
         const float lr = lse[r], Dr = D[r], sc = s->scale;
         for (int c = 0; c < lo && c < nv; c++) pr[c] = -INFINITY; /* out of the sliding window: P = 0, dS = 0 */
         for (int c = n; c < nv; c++) pr[c] = -INFINITY; /* masked, as in the forward */
+        scale_row(pr, nv, sc);
         for (int c = 0; c < nv; c += ZW) {
             const zvec e = vexp(vload(pr + c) - lr);
             vstore(pr + c, e);
@@ -406,8 +432,8 @@ static void backward_block(const Shape *s, const Grads *g, int b, int h, int qt,
 static void load_key_tile(const Shape *s, int b, int j, int kb, const Scratch *x) {
     const int kn = s->T - kb * TILE < TILE ? s->T - kb * TILE : TILE;
     const long koff = ((long)b * s->T + (long)kb * TILE) * s->ldk + (long)j * s->dh;
-    load_transposed(x->kt, s->K + koff, s->ldk, kn, s->dh, s->scale);
-    load_transposed(x->vt, s->V + koff, s->ldk, kn, s->dh, 1.0f);
+    load_transposed(x->kt, s->K + koff, s->ldk, kn, s->dh);
+    load_transposed(x->vt, s->V + koff, s->ldk, kn, s->dh);
     load_rows(x->kr, s->K + koff, s->ldk, kn, s->dh);
 }
 
@@ -616,29 +642,26 @@ void ZY_ISA_NAME(decode_attn_values_bf16)(float *O, long ldo, const float *P, lo
     }
 }
 
-/* One score row of cached decoding, in place: softmax over columns [first, last] (exp on whole vectors as the full
- * forward's tiles, sum in double), every other column of [0, n) zero. */
-void ZY_ISA_NAME(decode_attn_softmax)(float *row, int n, int first, int last) {
-    const int len = last - first + 1, lv = len / ZW * ZW;
-    float *r = row + first;
-    float mx = r[0];
-    for (int c = 1; c < len; c++) mx = r[c] > mx ? r[c] : mx;
-    double sum = 0;
-    int c = 0;
-    for (; c < lv; c += ZW) {
-        const zvec e = vexp(vload(r + c) - mx);
-        vstore(r + c, e);
-        for (int i = 0; i < ZW; i++) sum += e[i];
+/* One score row of cached decoding against the part c0..c1-1 of the forward's key tile that starts at key k0: the
+ * forward's online softmax step on the same columns (a tile-aligned copy, -inf outside the row's keys first..last),
+ * so decoding rounds every exponential, sum and rescale as the full forward does. */
+void ZY_ISA_NAME(decode_attn_softmax_tile)(float *s, int k0, int c0, int c1, int first, int last, float *m, double *l,
+                                           float *o, int dh) {
+    const int a = first > c0 ? first : c0, b = last < c1 - 1 ? last : c1 - 1; /* the row's keys in the piece */
+    if (a > b) { /* none: its softmax and output stay as they are, its probabilities here are 0 */
+        memset(s, 0, sizeof(float) * (size_t)(c1 - c0));
+        return;
     }
-    for (; c < len; c++) {
-        r[c] = vexp(vsplat(r[c] - mx))[0];
-        sum += r[c];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (c = 0; c < len; c++) r[c] *= inv;
-    memset(row, 0, sizeof(float) * (size_t)first);
-    memset(row + last + 1, 0, sizeof(float) * (size_t)(n - last - 1));
+    float tile[TILE];
+    const int v0 = (a - k0) / ZW * ZW, v1 = round_up(b - k0 + 1, ZW) < TILE ? round_up(b - k0 + 1, ZW) : TILE;
+    for (int c = v0; c < v1; c++) tile[c] = -INFINITY;
+    memcpy(tile + (a - k0), s + (a - c0), sizeof(float) * (size_t)(b - a + 1));
+    rescale_output(o, dh, online_softmax_step(tile, v0, v1, m, l));
+    memset(s, 0, sizeof(float) * (size_t)(c1 - c0));
+    memcpy(s + (a - c0), tile + (a - k0), sizeof(float) * (size_t)(b - a + 1));
 }
+
+void ZY_ISA_NAME(decode_attn_normalise)(float *o, int dh, double l) { normalise_output(o, o, dh, l); }
 
 /* O[t] (+)= Σ_s P[t, s] · V[s] for n probability rows (stride ldp) against the cnt cached values of one KV block
  * (stride ldv), into O (stride ldo): the tiles' register-blocked product, each value row read once per 2 vectors of

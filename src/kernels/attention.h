@@ -11,6 +11,9 @@
 #include <stdint.h>
 #include <stddef.h>
 
+/* The forward's key tiles: decoding steps its softmax over the same tiles (decode_attn_softmax_tile). */
+#define ZY_ATTN_KEY_TILE 64
+
 /* OP(return type, name, (parameters), (arguments)) for every op here: declared below, and dispatched through the
  * table of the process's CPU level (kernel_table.h). */
 #define ZY_ATTENTION_OPS(OP)                                                                                           \
@@ -48,10 +51,19 @@
        (float *O, long ldo, const float *P, long ldp, const uint16_t *V, long ldv, int n, int cnt, int dh,             \
         int accumulate),                                                                                               \
        (O, ldo, P, ldp, V, ldv, n, cnt, dh, accumulate))                                                               \
-    /* ... a score row's softmax over columns [first, last] in place, the other columns of [0, n) zero; and            \
-     * O[t] (+)= Σ_s P[t, s] · V[s] for n rows against one block's cnt values (accumulate: add to O, else              \
+    /* ... one score row's softmax step against keys c0..c1-1 of the full forward's key tile that starts at key k0  \
+     * (a multiple of ZY_ATTN_KEY_TILE; k0 <= c0 < c1 <= k0 + ZY_ATTN_KEY_TILE), s[0, c1-c0) their scaled scores:     \
+     * the forward's online softmax, bit for bit. The row sees keys first..last; s becomes its unnormalised           \
+     * probabilities (0 outside first..last), its running max *m (-inf before its first tile) and sum *l move on,     \
+     * and its output row o[0, dh) (zero before the first tile) is rescaled as the forward's. A row's tiles in key     \
+     * order, each followed by o += P V over the tile's keys (decode_attn_values, accumulating); then                 \
+     * decode_attn_normalise(o, dh, l) divides by the sum as the forward does. */                                     \
+    OP(void, decode_attn_softmax_tile,                                                                                 \
+       (float *s, int k0, int c0, int c1, int first, int last, float *m, double *l, float *o, int dh),                 \
+       (s, k0, c0, c1, first, last, m, l, o, dh))                                                                      \
+    OP(void, decode_attn_normalise, (float *o, int dh, double l), (o, dh, l))                                          \
+    /* ... O[t] (+)= Σ_s P[t, s] · V[s] for n rows against one block's cnt values (accumulate: add to O, else          \
      * overwrite). */                                                                                                  \
-    OP(void, decode_attn_softmax, (float *row, int n, int first, int last), (row, n, first, last))                     \
     OP(void, decode_attn_values,                                                                                       \
        (float *O, long ldo, const float *P, long ldp, const float *V, long ldv, int n, int cnt, int dh,                \
         int accumulate),                                                                                               \
