@@ -92,8 +92,9 @@ __global__ void __launch_bounds__(CG_THREADS, 2)
                      const float *__restrict__ b1, int B, int T, int C, int dh, int ntn, int vec) {
     gk_pdl_enter();
     static_assert(K1 >= 1 && CG_BM + K1 - 1 <= CG_LD, "K1 out of range");
-    __shared__ __align__(16) float As[2][CG_BK][CG_LD];
-    __shared__ __align__(16) float Bs[2][CG_BK * K1][CG_LD];
+    /* __align__ before __shared__: on the CPU emulator they become alignas and static, in that order only */
+    __align__(16) __shared__ float As[2][CG_BK][CG_LD];
+    __align__(16) __shared__ float Bs[2][CG_BK * K1][CG_LD];
     constexpr int AROWS = CG_BM + K1 - 1;
     constexpr int APER = (AROWS * CG_BK + CG_THREADS - 1) / CG_THREADS; /* A elements a thread loads */
     constexpr int AW = 8 + K1 - 1;                                        /* source rows a thread keeps */
@@ -257,8 +258,8 @@ __global__ void __launch_bounds__(DW_THREADS, 2)
     conv_dw1_kernel(float *__restrict__ part, float *__restrict__ partb, float *__restrict__ dw1, float *__restrict__ db1,
                     const float *__restrict__ dY, const float *__restrict__ M, int B, int T, int C, int dh, int nto,
                     int ntk, int splits, int vec) {
-    __shared__ __align__(16) float As[2][DW_BK][DW_LD];
-    __shared__ __align__(16) float Bs[2][DW_BK][DW_LD];
+    __align__(16) __shared__ float As[2][DW_BK][DW_LD];
+    __align__(16) __shared__ float Bs[2][DW_BK][DW_LD];
     const int TM = T + K1 - 1, NK = dh * K1;
     const long ER = (long)B * TM - (K1 - 1); /* rows of dE (the rest of the last sequence's tail is zero) */
     const int tid = threadIdx.x, tx = (tid / 32 % 2) * 8 + tid % 8, ty = (tid / 64) * 4 + tid % 32 / 8; /* as above */
@@ -607,12 +608,12 @@ void launch_conv_dw1(gpuStream_t s, float *dw1, float *db1, float *scratch, cons
     float *part = scratch, *partb = scratch + splits * C * NK;
     const int vec = NK % 4 == 0 && aligned16(splits == 1 ? dw1 : part);
     dim3 grid((unsigned)tiles, (unsigned)splits);
-    conv_dw1_kernel<K1><<<grid, DW_THREADS, 0, s>>>(part, partb, dw1, db1, dY, M, B, T, C, dh, nto, ntk, (int)splits,
-                                                    vec);
+    GK_LAUNCH(conv_dw1_kernel<K1>, grid, DW_THREADS, 0, s, part, partb, dw1, db1, dY, M, B, T, C, dh, nto, ntk,
+              (int)splits, vec);
     if (splits > 1) {
         const long n1 = (long)C * NK;
-        conv_dw1_reduce_kernel<<<gk_blocks(n1 + C, EW_THREADS), EW_THREADS, 0, s>>>(dw1, db1, part, partb, n1, C,
-                                                                                   (int)splits);
+        GK_LAUNCH(conv_dw1_reduce_kernel, gk_blocks(n1 + C, EW_THREADS), EW_THREADS, 0, s, dw1, db1, part, partb, n1,
+                  C, (int)splits);
     }
 }
 
@@ -625,11 +626,11 @@ void launch_conv_dcol(gpuStream_t s, float *dX, float *db0, float *dw0, float *d
     long nchunks = R / chunk;
     if (nchunks > 65535) nchunks = 65535;
     if (nchunks < 1) nchunks = 1;
-    conv_dcol_kernel<K0><<<(unsigned)(nslab * nchunks), DC_THREADS, 0, s>>>(dX, db0, dw0, dM, X, w0, B, T, C, k1, nslab,
-                                                                           (int)nchunks);
+    GK_LAUNCH(conv_dcol_kernel<K0>, (unsigned)(nslab * nchunks), DC_THREADS, 0, s, dX, db0, dw0, dM, X, w0, B, T, C, k1,
+              nslab, (int)nchunks);
     if (nchunks > 1)
-        conv_dcol_reduce_kernel<<<gk_blocks((long)C * (K0 + 1), EW_THREADS), EW_THREADS, 0, s>>>(db0, dw0, dM, B, T, C,
-                                                                                                K0, k1, (int)nchunks);
+        GK_LAUNCH(conv_dcol_reduce_kernel, gk_blocks((long)C * (K0 + 1), EW_THREADS), EW_THREADS, 0, s, db0, dw0, dM, B,
+                  T, C, K0, k1, (int)nchunks);
 }
 
 /* ---- q-k mean skip ---------------------------------------------------------------------------------------------
@@ -887,10 +888,11 @@ static void conv_backward(GkStream s, bool tc, float *dX, float *dw0, float *db0
             launch_conv_gemm<4>(s, true, dM, dY, w1, nullptr, B, T, C, dh);
         break;
     default:
-        naive_dw1_kernel<<<gk_blocks((long)C * dh * k1, EW_THREADS), EW_THREADS, 0, s>>>(dw1, dY, M, B, T, C, dh, k1);
+        GK_LAUNCH(naive_dw1_kernel, gk_blocks((long)C * dh * k1, EW_THREADS), EW_THREADS, 0, s, dw1, dY, M, B, T, C, dh,
+                  k1);
         col_reduce(s, db1, (long)B * T, C, RowSum{dY, C});
-        naive_dm_kernel<<<gk_blocks((long)B * (T + k1 - 1) * C, EW_THREADS), EW_THREADS, 0, s>>>(dM, dY, w1, B, T, C, dh,
-                                                                                                 k1);
+        GK_LAUNCH(naive_dm_kernel, gk_blocks((long)B * (T + k1 - 1) * C, EW_THREADS), EW_THREADS, 0, s, dM, dY, w1, B,
+                  T, C, dh, k1);
     }
     switch (k0) {
     case 1: launch_conv_dcol<1>(s, dX, db0, dw0, dM, X, w0, B, T, C, k1); break;
@@ -898,9 +900,10 @@ static void conv_backward(GkStream s, bool tc, float *dX, float *dw0, float *db0
     case 3: launch_conv_dcol<3>(s, dX, db0, dw0, dM, X, w0, B, T, C, k1); break;
     case 4: launch_conv_dcol<4>(s, dX, db0, dw0, dM, X, w0, B, T, C, k1); break;
     default:
-        naive_dcol_kernel<<<gk_blocks((long)C * (k0 + 1), EW_THREADS), EW_THREADS, 0, s>>>(db0, dw0, dM, X, B, T, C, k0,
-                                                                                          k1);
-        naive_dx_kernel<<<gk_blocks((long)B * T * C, EW_THREADS), EW_THREADS, 0, s>>>(dX, dM, w0, B, T, C, k0, k1);
+        GK_LAUNCH(naive_dcol_kernel, gk_blocks((long)C * (k0 + 1), EW_THREADS), EW_THREADS, 0, s, db0, dw0, dM, X, B, T,
+                  C, k0, k1);
+        GK_LAUNCH(naive_dx_kernel, gk_blocks((long)B * T * C, EW_THREADS), EW_THREADS, 0, s, dX, dM, w0, B, T, C, k0,
+                  k1);
     }
 }
 
@@ -926,7 +929,7 @@ extern "C" void gk_qk_mean_backward(GkStream s, float *dY, float *dX, const floa
                                     int Hq, int Hkv, int dh) {
     if (rows <= 0 || Hkv <= 0 || dh <= 0) return;
     dim3 grid((unsigned)((Hkv * dh + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    qk_mean_bwd_kernel<<<grid, EW_THREADS, 0, s>>>(dY, dX, dquery, dkey, rows, Hq, Hkv, dh);
+    GK_LAUNCH(qk_mean_bwd_kernel, grid, EW_THREADS, 0, s, dY, dX, dquery, dkey, rows, Hq, Hkv, dh);
 }
 
 extern "C" void gk_delayed_value_forward(GkStream s, float *value, const float *vc, const float *vd, int B, int T,
@@ -934,7 +937,7 @@ extern "C" void gk_delayed_value_forward(GkStream s, float *value, const float *
     const long rows = (long)B * T;
     if (rows <= 0 || half <= 0) return;
     dim3 grid((unsigned)((2 * half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    delayed_value_fwd_kernel<<<grid, EW_THREADS, 0, s>>>(value, vc, vd, rows, T, half);
+    GK_LAUNCH(delayed_value_fwd_kernel, grid, EW_THREADS, 0, s, value, vc, vd, rows, T, half);
 }
 
 extern "C" void gk_delayed_value_backward(GkStream s, float *dvc, float *dvd, const float *dvalue, int B, int T,
@@ -942,7 +945,7 @@ extern "C" void gk_delayed_value_backward(GkStream s, float *dvc, float *dvd, co
     const long rows = (long)B * T;
     if (rows <= 0 || half <= 0) return;
     dim3 grid((unsigned)((half + EW_THREADS - 1) / EW_THREADS), (unsigned)grid_y(rows));
-    delayed_value_bwd_kernel<<<grid, EW_THREADS, 0, s>>>(dvc, dvd, dvalue, rows, T, half);
+    GK_LAUNCH(delayed_value_bwd_kernel, grid, EW_THREADS, 0, s, dvc, dvd, dvalue, rows, T, half);
 }
 
 extern "C" void gk_l2norm_rope_qk_forward(GkStream s, GkNormRopePart q, GkNormRopePart k, const float *cosv,
@@ -966,9 +969,9 @@ extern "C" void gk_rope_l2norm_backward(GkStream s, float *dx, float *dtemp, flo
                                         int rows, int T, int H, int dh, int rd, float scale, float eps) {
     const long items = (long)rows * H;
     if (items <= 0 || dh <= 0) return;
-    rope_l2norm_bwd_kernel<<<gk_blocks(items, NR_WARPS), NR_THREADS, 0, s>>>(dx, dy, x, norm, temp, cosv, sinv, items,
-                                                                             T, H, dh, rd / 2, scale, eps, dtemp != nullptr);
-    if (dtemp) rope_dtemp_reduce_kernel<<<H, 1024, 0, s>>>(dtemp, dy, rows, H, dh);
+    GK_LAUNCH(rope_l2norm_bwd_kernel, gk_blocks(items, NR_WARPS), NR_THREADS, 0, s, dx, dy, x, norm, temp, cosv, sinv,
+              items, T, H, dh, rd / 2, scale, eps, dtemp != nullptr);
+    if (dtemp) GK_LAUNCH(rope_dtemp_reduce_kernel, H, 1024, 0, s, dtemp, dy, rows, H, dh);
 }
 
 extern "C" void gk_rope_forward(GkStream s, float *x, const float *cosv, const float *sinv, int rows, int T, int H,

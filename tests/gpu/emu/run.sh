@@ -41,6 +41,8 @@ add test_decode_layer 64 -
 add test_attention_tc 32 tsan --quick
 add test_attention_tc 32 -
 add test_attention_tc 64 -
+add test_optim 32 tsan
+add test_optim 64 -
 add test_expert_gemm 32 tsan
 add test_expert_gemm 64 -
 add test_attention_fp32 32 tsan
@@ -50,6 +52,8 @@ add test_decode_attention 32 -
 add test_decode_attention 64 -
 add test_cca_tc 32 tsan
 add test_cca_tc 64 -
+add test_cca 32 tsan
+add test_cca 64 -
 add test_skinny 32 tsan
 add test_skinny 64 -
 add test_norms 32 tsan
