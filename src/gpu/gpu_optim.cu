@@ -16,14 +16,14 @@
  * src/optim/optim.c in the same order, so the compiler cannot contract a product and a sum into an FMA: the momentum, the
  * AdamW moments and the AdamW weights come out with the CPU's bits (the CPU build has no contraction: ISO C mode).
  * Determinism: every sum is over fixed chunks (their count fixed by the table, not the device), each chunk reduced
- * in a fixed tree (block_sum_d), the chunks' sums then added in order by one block. No atomics. */
+ * in a fixed tree (block_sum_d), the chunks' sums then added in order by one block. No atomics.
+ * Every launch goes through GK_LAUNCH, so the CPU emulator runs this source (tests/gpu/emu/test_optim.cpp). */
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_runtime.h"
 #include "gpu_common.cuh"
 #include "gpu/gpu_optim.h" /* before gpu.h: see there */
 #include "gpu/gpu.h"
@@ -76,9 +76,9 @@ __global__ void go_sumsq_block_kernel(double *out, const float *x, long n) {
 extern "C" void gk_f32_to_bf16(GkStream s, uint16_t *dst, const float *src, long n) {
     if (n <= 0) return;
     if (((uintptr_t)src & 15u) == 0 && ((uintptr_t)dst & 7u) == 0 && n >= 4)
-        go_f32_to_bf16_vec4_kernel<<<gk_blocks(n / 4, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+        GK_LAUNCH(go_f32_to_bf16_vec4_kernel, gk_blocks(n / 4, GO_THREADS), GO_THREADS, 0, s, dst, src, n);
     else
-        go_f32_to_bf16_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+        GK_LAUNCH(go_f32_to_bf16_kernel, gk_blocks(n, GO_THREADS), GO_THREADS, 0, s, dst, src, n);
     GK_LAUNCH_CHECK();
 }
 
@@ -90,7 +90,7 @@ __global__ void go_bf16_to_f32_kernel(float *dst, const uint16_t *src, long n) {
 
 extern "C" void gk_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n) {
     if (n <= 0) return;
-    go_bf16_to_f32_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+    GK_LAUNCH(go_bf16_to_f32_kernel, gk_blocks(n, GO_THREADS), GO_THREADS, 0, s, dst, src, n);
     GK_LAUNCH_CHECK();
 }
 
@@ -102,19 +102,19 @@ __global__ void go_add_bf16_to_f32_kernel(float *dst, const uint16_t *src, long 
 
 extern "C" void gk_add_bf16_to_f32(GkStream s, float *dst, const uint16_t *src, long n) {
     if (n <= 0) return;
-    go_add_bf16_to_f32_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(dst, src, n);
+    GK_LAUNCH(go_add_bf16_to_f32_kernel, gk_blocks(n, GO_THREADS), GO_THREADS, 0, s, dst, src, n);
     GK_LAUNCH_CHECK();
 }
 
 extern "C" void gk_scale(GkStream s, float *x, float a, long n) {
     if (n <= 0) return;
-    go_scale_kernel<<<gk_blocks(n, GO_THREADS), GO_THREADS, 0, s>>>(x, a, n);
+    GK_LAUNCH(go_scale_kernel, gk_blocks(n, GO_THREADS), GO_THREADS, 0, s, x, a, n);
     GK_LAUNCH_CHECK();
 }
 
 extern "C" void gk_sumsq(GkStream s, double *out, const float *x, long n) {
     if (n <= 0) return;
-    go_sumsq_block_kernel<<<1, 1024, 0, s>>>(out, x, n);
+    GK_LAUNCH(go_sumsq_block_kernel, 1, 1024, 0, s, out, x, n);
     GK_LAUNCH_CHECK();
 }
 
@@ -542,19 +542,19 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
         g_rr((unsigned)gk_blocks(rr, GO_THREADS), (unsigned)batch);
     NsBand bands[NS_MAX_BANDS];
     const int nb = ns_symmetric_bands(r, o->ns_band_rows, bands);
-    go_muon_momentum_kernel<<<g_parts, GO_THREADS, 0, s>>>(o->exp_avg, (uint64_t)o->begin, d_grads, offs, X, ls, len,
-                                                           k->mu, k->grad_scale, o->partial);
-    go_sum_partials_kernel<<<batch, 1024, 0, s>>>(o->ns_sumsq, o->partial, parts); /* one block per matrix */
+    GK_LAUNCH(go_muon_momentum_kernel, g_parts, GO_THREADS, 0, s, o->exp_avg, (uint64_t)o->begin, d_grads, offs, X,
+              ls, len, k->mu, k->grad_scale, o->partial);
+    GK_LAUNCH(go_sum_partials_kernel, batch, 1024, 0, s, o->ns_sumsq, o->partial, parts); /* one block per matrix */
     const int steps = o->cfg.muon_ns_steps;
     if (steps <= 0) /* no iteration: the output is the normalised input */
-        go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, Xn, NULL, ls, len, a, o->ns_sumsq);
+        GK_LAUNCH(go_ns_prep_kernel, g_len, GO_THREADS, 0, s, X, Xn, NULL, ls, len, a, o->ns_sumsq);
     if (bf && steps > 0) {
         /* bf16 products: the iterates stay bf16 (as Muon's reference implementation runs them), so an iteration is
          * three products with the coefficients in their alpha / beta and no elementwise pass: A = X Xᵀ,
          * B = b·A + c·A² (C = A, D = B), X' = a·X + B X (C = X, D = X'); X and X' alternate between X16 and Xn's
          * storage, B lives in B's. Only the normalised start is rounded (prep) and the result widened (once). */
         uint16_t *Xa = X16, *Xb = (uint16_t *)Xn, *A16 = M16, *B16 = (uint16_t *)B;
-        go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, NULL, Xa, ls, len, a, o->ns_sumsq);
+        GK_LAUNCH(go_ns_prep_kernel, g_len, GO_THREADS, 0, s, X, NULL, Xa, ls, len, a, o->ns_sumsq);
         for (int it = 0; it < steps; it++) {
             /* A = X Xᵀ (tall: Xᵀ X), B = bA + cA², X' = aX + B X (tall: Xᵀ' = aXᵀ + Xᵀ B) */
             const int rc =
@@ -572,9 +572,9 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
         gk_bf16_to_f32(s, X, Xa, (long)((batch - 1) * ls + len)); /* the result, widened for the update */
     }
     for (int it = 0; it < (bf ? 0 : steps); it++) { /* fp32 products: the iterates fp32, as on the CPU */
-        go_ns_prep_kernel<<<g_len, GO_THREADS, 0, s>>>(X, Xn, NULL, ls, len, a, it == 0 ? o->ns_sumsq : NULL);
+        GK_LAUNCH(go_ns_prep_kernel, g_len, GO_THREADS, 0, s, X, Xn, NULL, ls, len, a, it == 0 ? o->ns_sumsq : NULL);
         if (ns_gram(g, bands, nb, tall, r, kk, n, (const float *)X, ls, A, rs, batch, err)) return -1; /* A = X Xᵀ */
-        go_ns_b_kernel<<<g_rr, GO_THREADS, 0, s>>>(B, A, rs, rr, b);
+        GK_LAUNCH(go_ns_b_kernel, g_rr, GO_THREADS, 0, s, B, A, rs, rr, b);
         if (ns_square(g, bands, nb, r, c, (const float *)A, 1.0f, (const float *)B, B, rs, batch, err))
             return -1; /* B = bA + cA² */
         int rc;
@@ -588,12 +588,14 @@ static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const floa
         Xn = tmp;
     }
     const float scale = (float)(0.2 * sqrt((double)(m > n ? m : n)) * k->lr);
-    go_muon_apply_kernel<<<g_len, GO_THREADS, 0, s>>>(d_params, o->params16, offs, X, ls, len, scale, k->muon_decay);
+    GK_LAUNCH(go_muon_apply_kernel, g_len, GO_THREADS, 0, s, d_params, o->params16, offs, X, ls, len, scale,
+              k->muon_decay);
     return 0;
 }
 
 extern "C" int gpu_optim_step(GpuOptimizer *o, GpuCtx *g, const ParamTable *t, float *d_params, const float *d_grads,
                               double lr, float grad_scale, ZyErr *err) {
+    (void)t; /* create's table: its layout is in o's lists already */
     o->step++;
     const GkOptimStep k[2] = {go_step_consts(o, lr, grad_scale),
                               go_step_consts(o, lr * o->cfg.router_lr_scale, grad_scale)};
@@ -615,14 +617,15 @@ extern "C" int gpu_grad_sumsq(GpuOptimizer *o, GpuCtx *g, const float *d_grads, 
         gpu_memset_async(g, d_out, 0, sizeof(double));
         return 0;
     }
-    go_chunk_sumsq_kernel<<<o->n_grad_chunks, GO_THREADS, 0, s>>>(o->partial, d_grads, o->grad_chunks);
-    go_sum_partials_kernel<<<1, 1024, 0, s>>>(d_out, o->partial, o->n_grad_chunks);
+    GK_LAUNCH(go_chunk_sumsq_kernel, o->n_grad_chunks, GO_THREADS, 0, s, o->partial, d_grads, o->grad_chunks);
+    GK_LAUNCH(go_sum_partials_kernel, 1, 1024, 0, s, d_out, o->partial, o->n_grad_chunks);
     return 0;
 }
 
 extern "C" void gpu_grad_clip(GpuCtx *g, float *d_grads, size_t n, const double *d_sumsq, double max_norm) {
     if (max_norm <= 0 || n == 0) return; /* clip_coefficient: 1 */
-    go_clip_kernel<<<gk_blocks((long)n, GO_THREADS), GO_THREADS, 0, g->stream>>>(d_grads, (long)n, d_sumsq, max_norm);
+    GK_LAUNCH(go_clip_kernel, gk_blocks((long)n, GO_THREADS), GO_THREADS, 0, g->stream, d_grads, (long)n, d_sumsq,
+              max_norm);
 }
 
 extern "C" int gpu_optim_download(GpuOptimizer *o, GpuCtx *g, float *exp_avg, float *exp_avg_sq, ZyErr *err) {
