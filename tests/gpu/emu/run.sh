@@ -7,14 +7,15 @@
 # attention (test_attention_tc.cpp) and the fp32 one with its sliding windows (test_attention_fp32.cpp), forward and
 # backward, the grouped expert GEMM (test_expert_gemm.cpp), cached decoding's attention over a bf16 KV cache against
 # the fp32 one, its keys in pieces and not, blocks at once sharing a (row, head)'s pieces (test_decode_attention.cpp),
-# the CCA convolution's products on tensor cores (test_cca_tc.cpp), the experts' grouping of rows (a stable counting
+# the CCA convolution's products on tensor cores (test_cca_tc.cpp) and every other CCA kernel, forward and backward
+# (test_cca.cpp), the experts' grouping of rows (a stable counting
 # sort by warp ballots) and the routing statistics (test_moe_routing.cpp; at 64 lanes the HIP build's form), their
 # rows' gather, scatter-add, combine, gate backward and SwiGLU with device-held counts (test_moe_rows.cpp), RMSNorm
 # forward and backward with the column sums every norm's parameter gradient uses (test_norms.cpp), the
 # router's tail in one launch against the five it replaces (test_router_tail.cpp), decoding's few-row products with the experts' SwiGLU and combine (test_skinny.cpp),
 # the optimizer's AdamW pass with its bf16 weight copy against the CPU's own adamw_elem bit for bit (test_adamw.cpp),
 # the cross-entropy with its bf16 gradient (test_xent.cpp), the mirror that completes Newton–Schulz's banded symmetric
-# products (test_mirror.cpp), and decoding's row moves, two copies a launch and a ragged batch's CCA values
+# products (test_mirror.cpp), the optimizer's conversions, sums, clipping and whole Muon steps (test_optim.cpp), and decoding's row moves, two copies a launch and a ragged batch's CCA values
 # (test_decode_rows.cpp).
 # Each runs with 32-lane warps (CUDA) under ThreadSanitizer, where a missing barrier between threads or lanes is a
 # reported race (the slowest ones their first cases, --quick: the sanitizer's clocks grow with the threads), and
