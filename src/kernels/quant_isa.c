@@ -89,7 +89,7 @@ INLINE __m256i dpbusd256(__m256i acc, __m256i a, __m256i b) {
     /* per 128-bit lane: bytes 0-7 and 8-15 as pairs' sums; hadd pairs them again, in dword order */
     return _mm256_add_epi32(acc, _mm256_hadd_epi32(_mm256_madd_epi16(a_lo, b_lo), _mm256_madd_epi16(a_hi, b_hi)));
 }
-#elif defined(__AVXVNNI__)
+#elif defined(__AVXVNNI__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__)) /* else the AVX-512 form serves */
 #define ZY_AVXVNNI 1
 INLINE __m256i dpbusd256(__m256i acc, __m256i a, __m256i b) { return _mm256_dpbusd_avx_epi32(acc, a, b); }
 #endif
