@@ -1,6 +1,7 @@
-/* gpu_attention_tc: causal GQA flash attention on the tensor cores, for bf16 runs (GpuCtx.bf16 / GpuModel.bf16).
- * The same layouts and semantics as gk_flash_attention_forward/backward (gpu_attention.cu, fp32 on the CUDA cores,
- * kept for fp32 runs): Q, O, dQ, dO [B*T, Hq*dh] (row = b*T + t), K, V, dK, dV [B*T, Hkv*dh], LSE [B, Hq, T];
+/* gpu_attention_tc: causal GQA flash attention on the tensor cores, for bf16 runs (GpuCtx.bf16 / GpuModel.bf16),
+ * with an optional sliding window (window > 0: query q sees keys q-window+1 .. q; 0 or >= T: plain causal).
+ * The same layouts and semantics as gk_flash_attention_forward/backward_window (gpu_attention.cu, fp32 on the CUDA
+ * cores, kept for fp32 runs): Q, O, dQ, dO [B*T, Hq*dh] (row = b*T + t), K, V, dK, dV [B*T, Hkv*dh], LSE [B, Hq, T];
  * query head h reads kv head h / (Hq/Hkv); scores scaled by 1/sqrt(dh); the backward ACCUMULATES (+=) into dQ,
  * dK, dV; deterministic (no atomics, fixed loop orders, every output element added once by one thread).
  *
@@ -35,9 +36,13 @@
  *             2b. the partials are summed in split order into dK, dV (S = 1: the block adds straight into them);
  *             3. one block per (b, h, 64 queries), longest first: dQ over the 64-key tiles up to the diagonal.
  * Per kernel at dh 128 (dh 64), sm_90, from ptxas and the launch sizes; no spills on sm_80 or sm_90:
- *   forward  70.3 KB (46.3 KB) shared, 153 (128) registers: 3 (4) blocks an SM on an H100, 2 on an A100;
- *   dK/dV    62.3 KB (38.3 KB), 242 (158) registers: 2 (3) blocks an SM;
- *   dQ       78.0 KB (46.0 KB), 252 (208) registers: 2 blocks an SM.
+ *   forward  70.3 KB (46.3 KB) shared, 156 (122) registers: 3 (4) blocks an SM on an H100, 2 on an A100;
+ *   dK/dV    62.3 KB (38.3 KB), 246 (162) registers: 2 (3) blocks an SM;
+ *   dQ       78.0 KB (46.0 KB), 252 (212) registers: 2 blocks an SM.
+ * A window skips the key tiles wholly before a block's first query's window (forward, dQ) and the query tiles past
+ * a key tile's last key's window (dK/dV), and within a tile the fragments wholly outside a warp's rows' windows; the
+ * window's start is masked like the diagonal (a row may see none of a warp's first tiles: its running max stays -inf).
+ * Written without a GPU: checked on the emulator (tests/gpu/emu) against the double reference.
  * Head sizes 64 and 128 (a template on dh); any other dh, or a device that refuses the shared memory, falls back
  * to the fp32 kernels. `make test` runs this source on the CPU (tests/gpu/emu: a thread per CUDA thread, a WMMA with a
  * pseudo-random fragment layout, ThreadSanitizer) against a double-precision reference; tests/gpu/test_gpu_attention.c
@@ -187,7 +192,7 @@ template <int D, int BC>
 __global__ void __launch_bounds__(NT, 3)
     tc_fwd_kernel(float *__restrict__ O, float *__restrict__ LSE, const float *__restrict__ Q,
                   const float *__restrict__ K, const float *__restrict__ V, int B, int T, int Hq, int Hkv, int nq,
-                  float sl2, int vec) {
+                  float sl2, int vec, int window) {
 #if TC_ARCH_OK
     using F = Fwd<D, BC>;
     constexpr int LD = F::LD, LDS = F::LDS, LDP = F::LDP, KD = F::KD, NF = F::NF, NG = F::NG;
@@ -219,14 +224,19 @@ __global__ void __launch_bounds__(NT, 3)
     for (int f = 0; f < KD; f++) tc::zero(o[f]);
     float m = -INFINITY, l = 0.f; /* running max (base 2) and sum of row r; the same bits in its LPR lanes */
 
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    /* a sliding window (window > 0: query q sees keys q-window+1 .. q): the key tiles wholly before the block's first
+     * query's window are skipped */
+    const int kbeg = window > 0 ? max(0, q0 - window + 1) / BC * BC : 0;
+    for (int k0 = kbeg; k0 < kend; k0 += BC) {
         const long koff = ((long)b * T + k0) * ldk + (long)j * D;
         __syncthreads(); /* the previous tile's readers of Ks, Vs, Ss, Ps, al are done */
         load_cvt2<D, BC>(Ks, Vs, K + koff, V + koff, ldk, min(BC, T - k0), vec);
         __syncthreads();
-        /* key fragments holding a key <= the warp's last query */
+        /* key fragments [kf0, nf): from the first holding a key in the window of the warp's first query to the last
+         * holding a key <= the warp's last query */
         const int nf = wq0 + 15 < k0 ? 0 : min(NF, (wq0 + 15 - k0) / 16 + 1);
-        if (nf == 0) continue; /* warp-uniform */
+        const int kf0 = window > 0 ? min(NF, max(0, wq0 - window + 1 - k0) / 16) : 0;
+        if (kf0 >= nf) continue; /* warp-uniform */
         /* S = Q Kᵀ (all NF fragments: independent accumulators; the masked ones are discarded below) */
         {
             tc::C s[NF];
@@ -248,7 +258,7 @@ __global__ void __launch_bounds__(NT, 3)
         }
         gk_syncwarp();
         /* row mode: lane (r, sub) takes float4 groups sub, sub + LPR, ... of row r: scale, causal mask (also keys
-         * past T, which sit above every valid query), max, exp2, sum; P as bf16 */
+         * past T, which sit above every valid query) and window mask, max, exp2, sum; P as bf16 */
         {
             float v[NG][4], mx = -INFINITY;
 #pragma unroll
@@ -258,14 +268,17 @@ __global__ void __launch_bounds__(NT, 3)
                 const float xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    v[t][u] = k0 + c + u > q ? -INFINITY : xs[u] * sl2;
+                    const int key = k0 + c + u;
+                    v[t][u] = key > q || (window > 0 && key <= q - window) ? -INFINITY : xs[u] * sl2;
                     mx = fmaxf(mx, v[t][u]);
                 }
             }
             mx = row_max(mx);
             gk_syncwarp(); /* every lane holds its scores: P may overwrite them */
-            /* key 0 is in every row and tile 0 is every warp's first, so mn is finite: alpha = 0 the first time */
-            const float mn = fmaxf(m, mx), alpha = exp2f(m - mn);
+            /* causal, key 0 is in every row and tile 0 is every warp's first, so mn is finite: alpha = 0 the first
+             * time. A window can leave a row none of the warp's first tiles: its max stays -inf and is taken as 0
+             * (P = 0, alpha = 0, no -inf - -inf) */
+            const float mn = fmaxf(m, mx), mr = mn == -INFINITY ? 0.f : mn, alpha = exp2f(m - mr);
             float ps = 0.f;
 #pragma unroll
             for (int t = 0; t < NG; t++) {
@@ -273,7 +286,7 @@ __global__ void __launch_bounds__(NT, 3)
                 float p[4];
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    p[u] = exp2f(v[t][u] - mn);
+                    p[u] = exp2f(v[t][u] - mr);
                     ps += p[u];
                 }
                 *reinterpret_cast<uint2 *>(Ps + r * LDP + c) = make_uint2(bf16x2(p[0], p[1]), bf16x2(p[2], p[3]));
@@ -284,7 +297,7 @@ __global__ void __launch_bounds__(NT, 3)
             if (sub == 0) al[r] = alpha;
         }
         gk_syncwarp();
-        /* O = alpha O + P V; P fragments past nf are zero */
+        /* O = alpha O + P V; P fragments before kf0 and from nf on are zero */
 #pragma unroll
         for (int i = 0; i < tc::CN; i++) {
             const float a = al[mp.row(i)];
@@ -294,6 +307,7 @@ __global__ void __launch_bounds__(NT, 3)
 #pragma unroll 1
         for (int kf = 0; kf < NF; kf++) {
             if (kf >= nf) break;
+            if (kf < kf0) continue;
             tc::A pa;
             tc::load(pa, Ps + 16 * kf, LDP);
 #pragma unroll
@@ -392,7 +406,7 @@ __global__ void __launch_bounds__(NT, 2)
                    int S, const uint16_t *__restrict__ dO16,
                    const float *__restrict__ LSE, const float *__restrict__ Dlt, const uint16_t *__restrict__ Q16,
                    const uint16_t *__restrict__ K16, const uint16_t *__restrict__ V16, int B, int T, int Hq, int Hkv,
-                   float sl2, float scale) {
+                   float sl2, float scale, int window) {
 #if TC_ARCH_OK
     using F = Dkv<D, BQ>;
     constexpr int LD = F::LD, LDP = F::LDP, KD = F::KD, NQF = F::NQF;
@@ -420,9 +434,11 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
     for (int f = 0; f < KD; f++) tc::zero(dk[f]), tc::zero(dv[f]);
 
+    /* a sliding window: the tile's last key is seen by queries up to it + window - 1 */
+    const int qend = window > 0 ? min(T, k0 + ROWS - 1 + window) : T;
     for (int h = j * G + sp * HS; h < j * G + (sp + 1) * HS; h++) {
         const long bh = (long)b * Hq + h;
-        for (int q0 = k0; q0 < T; q0 += BQ) {
+        for (int q0 = k0; q0 < qend; q0 += BQ) {
             const int qn = min(BQ, T - q0);
             const long qoff = ((long)b * T + q0) * ldq + (long)h * D;
             __syncthreads(); /* the previous tile's readers of Qs, dOs, ls, dl, Ps, dSs are done */
@@ -432,9 +448,12 @@ __global__ void __launch_bounds__(NT, 2)
                 dl[i] = i < qn ? Dlt[bh * T + q0 + i] : 0.f;
             }
             __syncthreads();
-            /* query fragments before f0 end before the warp's first key: all masked */
+            /* query fragments [f0, f1) see a key of the warp: those before f0 end before its first key, those from
+             * f1 on start after its last key's window */
             const int f0 = wk0 > q0 ? (wk0 - q0) / 16 : 0;
-            if (f0 >= NQF) continue; /* warp-uniform */
+            const int qlast = wk0 + 15 + window - 1; /* the last query that sees a key of the warp */
+            const int f1 = window == 0 ? NQF : qlast < q0 ? 0 : min(NQF, (qlast - q0) / 16 + 1);
+            if (f0 >= f1) continue; /* warp-uniform */
             /* Sᵀ = K Qᵀ, dPᵀ = V dOᵀ for the warp's 16 keys x BQ queries */
             tc::C st[NQF], dpt[NQF];
 #pragma unroll
@@ -453,21 +472,24 @@ __global__ void __launch_bounds__(NT, 2)
                     tc::mma(dpt[f], va, ob);
                 }
             }
-            /* Pᵀ = exp2(Sᵀ·scale·log2 e − LSE₂[query]) (0 where key > query), dSᵀ = Pᵀ (dPᵀ − Dlt[query]) · scale */
+            /* Pᵀ = exp2(Sᵀ·scale·log2 e − LSE₂[query]) (0 where key > query or key <= query - window), dSᵀ = Pᵀ
+             * (dPᵀ − Dlt[query]) · scale */
 #pragma unroll
             for (int f = 0; f < NQF; f++)
 #pragma unroll
                 for (int i = 0; i < tc::CN; i++) {
-                    const int kr = mp.row(i), qc = 16 * f + mp.col(i);
-                    const float p = wk0 + kr > q0 + qc ? 0.f : exp2f(st[f].x[i] * sl2 - ls[qc]);
+                    const int kr = mp.row(i), qc = 16 * f + mp.col(i), key = wk0 + kr, q = q0 + qc;
+                    const float p = key > q || (window > 0 && key <= q - window) ? 0.f
+                                                                                 : exp2f(st[f].x[i] * sl2 - ls[qc]);
                     const float ds = p * (dpt[f].x[i] - dl[qc]) * scale;
                     Ps[kr * LDP + qc] = bf16_bits(p);
                     dSs[kr * LDP + qc] = bf16_bits(ds);
                 }
             gk_syncwarp();
-            /* dV += Pᵀ dO, dK += dSᵀ Q over the query fragments from f0 */
+            /* dV += Pᵀ dO, dK += dSᵀ Q over the query fragments [f0, f1) */
 #pragma unroll 1
             for (int kq = 0; kq < NQF; kq++) {
+                if (kq >= f1) break;
                 if (kq < f0) continue;
                 tc::A pa, sa;
                 tc::load(pa, Ps + 16 * kq, LDP);
@@ -527,7 +549,8 @@ template <int D, int BC>
 __global__ void __launch_bounds__(NT, 2)
     tc_dq_kernel(float *__restrict__ dQ, const uint16_t *__restrict__ dO16, const float *__restrict__ LSE,
                  const float *__restrict__ Dlt, const uint16_t *__restrict__ Q16, const uint16_t *__restrict__ K16,
-                 const uint16_t *__restrict__ V16, int B, int T, int Hq, int Hkv, int nq, float sl2, float scale) {
+                 const uint16_t *__restrict__ V16, int B, int T, int Hq, int Hkv, int nq, float sl2, float scale,
+                 int window) {
 #if TC_ARCH_OK
     using F = Dq<D, BC>;
     constexpr int LD = F::LD, LDP = F::LDP, KD = F::KD, NF = F::NF;
@@ -561,13 +584,15 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
     for (int f = 0; f < KD; f++) tc::zero(dq[f]);
 
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    const int kbeg = window > 0 ? max(0, q0 - window + 1) / BC * BC : 0; /* as in the forward */
+    for (int k0 = kbeg; k0 < kend; k0 += BC) {
         const long koff = ((long)b * T + k0) * ldk + (long)j * D;
         __syncthreads(); /* the previous tile's readers of Ks, Vs, dSs are done */
         load_bf2<D, BC>(Ks, Vs, K16 + koff, V16 + koff, ldk, min(BC, T - k0));
         __syncthreads();
         const int nf = wq0 + 15 < k0 ? 0 : min(NF, (wq0 + 15 - k0) / 16 + 1);
-        if (nf == 0) continue; /* warp-uniform */
+        const int kf0 = window > 0 ? min(NF, max(0, wq0 - window + 1 - k0) / 16) : 0;
+        if (kf0 >= nf) continue; /* warp-uniform */
         /* S = Q Kᵀ, dP = dO Vᵀ for the warp's 16 queries x BC keys */
         tc::C s[NF], dp[NF];
 #pragma unroll
@@ -586,20 +611,22 @@ __global__ void __launch_bounds__(NT, 2)
                 tc::mma(dp[f], da, vb);
             }
         }
-        /* dS = P (dP − Dlt) · scale, P = exp2(S·scale·log2 e − LSE₂) (0 where key > query) */
+        /* dS = P (dP − Dlt) · scale, P = exp2(S·scale·log2 e − LSE₂) (0 where key > query or key <= query - window) */
 #pragma unroll
         for (int f = 0; f < NF; f++)
 #pragma unroll
             for (int i = 0; i < tc::CN; i++) {
-                const int qr = mp.row(i), kc = 16 * f + mp.col(i);
-                const float p = k0 + kc > wq0 + qr ? 0.f : exp2f(s[f].x[i] * sl2 - lse2[i]);
+                const int qr = mp.row(i), kc = 16 * f + mp.col(i), key = k0 + kc, q = wq0 + qr;
+                const float p = key > q || (window > 0 && key <= q - window) ? 0.f
+                                                                             : exp2f(s[f].x[i] * sl2 - lse2[i]);
                 dSs[qr * LDP + kc] = bf16_bits(p * (dp[f].x[i] - dlt[i]) * scale);
             }
         gk_syncwarp();
-        /* dQ += dS K over the key fragments up to nf (the rest of dS is zero) */
+        /* dQ += dS K over the key fragments [kf0, nf) (the rest of dS is zero) */
 #pragma unroll 1
         for (int kf = 0; kf < NF; kf++) {
             if (kf >= nf) break;
+            if (kf < kf0) continue;
             tc::A sa;
             tc::load(sa, dSs + 16 * kf, LDP);
 #pragma unroll
@@ -647,14 +674,14 @@ inline bool tc_head(int dh) { return dh == 64 || dh == 128; }
 
 template <int D>
 bool tc_forward(gpuStream_t s, float *O, float *LSE, const float *Q, const float *K, const float *V, int B, int T,
-                int Hq, int Hkv) {
+                int Hq, int Hkv, int window) {
     const size_t bytes = Fwd<D, FWD_BC>::SMEM;
     if (!allow_smem(tc_fwd_kernel<D, FWD_BC>, bytes)) return false;
     const int nq = (T + ROWS - 1) / ROWS;
     const float sl2 = (float)(1.0 / sqrt((double)D)) * LOG2E;
     const int vec = aligned16(Q) && aligned16(K) && aligned16(V);
     auto *k = tc_fwd_kernel<D, FWD_BC>;
-    GK_LAUNCH(k, (unsigned)((long)nq * B * Hq), NT, bytes, s, O, LSE, Q, K, V, B, T, Hq, Hkv, nq, sl2, vec);
+    GK_LAUNCH(k, (unsigned)((long)nq * B * Hq), NT, bytes, s, O, LSE, Q, K, V, B, T, Hq, Hkv, nq, sl2, vec, window);
     return true;
 }
 
@@ -686,7 +713,8 @@ inline WorkParts work_parts(int B, int T, int Hq, int Hkv, int dh) {
 
 template <int D>
 bool tc_backward(gpuStream_t s, float *dQ, float *dK, float *dV, const float *dO, const float *O, const float *LSE,
-                 const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, float *work) {
+                 const float *Q, const float *K, const float *V, int B, int T, int Hq, int Hkv, float *work,
+                 int window) {
     const size_t b1 = Dkv<D, DKV_BQ>::SMEM, b2 = Dq<D, DQ_BC>::SMEM;
     if (!aligned16(work) || !allow_smem(tc_dkdv_kernel<D, DKV_BQ>, b1) || !allow_smem(tc_dq_kernel<D, DQ_BC>, b2))
         return false;
@@ -711,12 +739,12 @@ bool tc_backward(gpuStream_t s, float *dQ, float *dK, float *dV, const float *dO
     auto *kdkv = tc_dkdv_kernel<D, DKV_BQ>;
     const int S = wp.splits;
     GK_LAUNCH(kdkv, (unsigned)((long)nkt * B * Hkv * S), NT, b1, s, dK, dV, dKp, dVp, S, dO16, LSE, Dlt, Q16, K16, V16,
-              B, T, Hq, Hkv, sl2, scale);
+              B, T, Hq, Hkv, sl2, scale, window);
     if (S > 1)
         GK_LAUNCH(tc_dkdv_sum_kernel, gk_blocks(nk, 256), 256, 0, s, dK, dV, dKp, dVp, nk, S);
     auto *kdq = tc_dq_kernel<D, DQ_BC>;
     GK_LAUNCH(kdq, (unsigned)((long)nqt * B * Hq), NT, b2, s, dQ, dO16, LSE, Dlt, Q16, K16, V16, B, T, Hq, Hkv, nqt,
-              sl2, scale);
+              sl2, scale, window);
     return true;
 }
 
@@ -730,27 +758,30 @@ extern "C" long gk_flash_attention_bf16_work_floats(int B, int T, int Hq, int Hk
 }
 
 extern "C" void gk_flash_attention_forward_bf16(GkStream s, float *O, float *LSE, const float *Q, const float *K,
-                                                const float *V, int B, int T, int Hq, int Hkv, int dh) {
+                                                const float *V, int B, int T, int Hq, int Hkv, int dh, int window) {
     if (bad_shape(B, T, Hq, Hkv, dh)) return;
+    if (window < 0 || window >= T) window = 0; /* as the fp32 kernels: a window of T or more is plain causal */
     bool done = false;
     if (dh == 64)
-        done = tc_forward<64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv);
+        done = tc_forward<64>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, window);
     else if (dh == 128)
-        done = tc_forward<128>(s, O, LSE, Q, K, V, B, T, Hq, Hkv);
-    if (!done) gk_flash_attention_forward(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh);
+        done = tc_forward<128>(s, O, LSE, Q, K, V, B, T, Hq, Hkv, window);
+    if (!done) gk_flash_attention_forward_window(s, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, window);
     GK_LAUNCH_CHECK();
 }
 
 extern "C" void gk_flash_attention_backward_bf16(GkStream s, float *dQ, float *dK, float *dV, const float *dO,
                                                  const float *O, const float *LSE, const float *Q, const float *K,
-                                                 const float *V, int B, int T, int Hq, int Hkv, int dh, float *work) {
+                                                 const float *V, int B, int T, int Hq, int Hkv, int dh, float *work,
+                                                 int window) {
     if (bad_shape(B, T, Hq, Hkv, dh)) return;
+    if (window < 0 || window >= T) window = 0; /* (and k0 + ROWS - 1 + window cannot overflow) */
     bool done = false;
     if (dh == 64)
-        done = tc_backward<64>(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, work);
+        done = tc_backward<64>(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, work, window);
     else if (dh == 128)
-        done = tc_backward<128>(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, work);
-    if (!done) gk_flash_attention_backward(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work);
+        done = tc_backward<128>(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, work, window);
+    if (!done) gk_flash_attention_backward_window(s, dQ, dK, dV, dO, O, LSE, Q, K, V, B, T, Hq, Hkv, dh, work, window);
     GK_LAUNCH_CHECK();
 }
 

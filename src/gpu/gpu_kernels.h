@@ -212,16 +212,16 @@ void gk_flash_attention_forward_window(GkStream s, float *O, float *LSE, const f
 void gk_flash_attention_backward_window(GkStream s, float *dQ, float *dK, float *dV, const float *dO, const float *O,
                                         const float *LSE, const float *Q, const float *K, const float *V, int B,
                                         int T, int Hq, int Hkv, int dh, float *work, int window);
-/* The same ops on the tensor cores for bf16 runs (gpu_attention_tc.cu): identical layouts and semantics (fp32 in
- * and out, backward accumulates, deterministic), the products on bf16-rounded Q, K, V, dO with P and dS rounded to
- * bf16 and fp32 accumulation; softmax statistics and LSE in fp32. dh 64 and 128 run on the tensor cores, any other
- * dh runs the fp32 kernels above. work: gk_flash_attention_bf16_work_floats(...) floats, 16-byte aligned (bf16
+/* The same ops (with the window) on the tensor cores for bf16 runs (gpu_attention_tc.cu): identical layouts and
+ * semantics (fp32 in and out, backward accumulates, deterministic), the products on bf16-rounded Q, K, V, dO with P
+ * and dS rounded to bf16 and fp32 accumulation; softmax statistics and LSE in fp32. dh 64 and 128 run on the tensor
+ * cores, any other dh runs the fp32 kernels above. work: gk_flash_attention_bf16_work_floats(...) floats, 16-byte aligned (bf16
  * copies of Q, K, V, dO and Dlt); it covers the fp32 kernels' need too. */
 void gk_flash_attention_forward_bf16(GkStream s, float *O, float *LSE, const float *Q, const float *K, const float *V,
-                                     int B, int T, int Hq, int Hkv, int dh);
+                                     int B, int T, int Hq, int Hkv, int dh, int window);
 void gk_flash_attention_backward_bf16(GkStream s, float *dQ, float *dK, float *dV, const float *dO, const float *O,
                                       const float *LSE, const float *Q, const float *K, const float *V, int B, int T,
-                                      int Hq, int Hkv, int dh, float *work);
+                                      int Hq, int Hkv, int dh, float *work, int window);
 long gk_flash_attention_bf16_work_floats(int B, int T, int Hq, int Hkv, int dh);
 /* The same ops through cuDNN's fused SDPA (gpu_attention_cudnn.cpp; built where the Makefile finds the cudnn-frontend
  * and cuDNN headers, ZAYA_CUDNN; libcudnn.so.9 loaded at run time): same layouts and semantics (the backward

@@ -234,6 +234,11 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (conv && strcmp(conv, "tc") && strcmp(conv, "fp32"))
         return zy_fail(err, "ZAYA_GPU_CONV=%s: expected tc (bf16 runs: the CCA convolution's products on tensor "
                        "cores) or fp32 (the fp32 kernels, as fp32 runs)", conv);
+    /* on (default) | off: bf16 runs' sliding-window layers on the tensor-core attention (never run on a GPU yet) */
+    const char *window_tc = getenv("ZAYA_GPU_WINDOW_TC");
+    if (window_tc && strcmp(window_tc, "on") && strcmp(window_tc, "off"))
+        return zy_fail(err, "ZAYA_GPU_WINDOW_TC=%s: expected on (bf16 runs: sliding-window layers on the tensor-core "
+                       "attention) or off (the fp32 kernels, as fp32 runs)", window_tc);
     const char *few = getenv("ZAYA_GPU_FEW_ROWS"); /* on (default) | off: decoding's few-row products (gpu_mm_wt_rows) */
     if (few && strcmp(few, "on") && strcmp(few, "off"))
         return zy_fail(err, "ZAYA_GPU_FEW_ROWS=%s: expected on (decoding's steps of up to %d rows through the few-row "
@@ -253,6 +258,7 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
     gm->few_rows = !few || !strcmp(few, "on");
     gm->conv_tc = !conv || !strcmp(conv, "tc");
+    gm->window_tc = !window_tc || !strcmp(window_tc, "on");
     gm->host = m;
     gm->cfg = m->cfg;
     gm->bf16 = bf16;
@@ -443,8 +449,10 @@ static AttnGeom attn_geom(const GpuModel *gm, int l) {
 }
 
 /* Causal softmax attention of layer l: bf16 runs take cuDNN's fused SDPA where it was asked for and takes the shape
- * (gpu_attention_cudnn.cpp), else the tensor-core kernels (gpu_attention_tc.cu); fp32 runs and other sliding-window
- * layers the fp32 ones. A layer's backward takes the path its forward took (their LSE conventions differ). */
+ * (gpu_attention_cudnn.cpp), else the tensor-core kernels (gpu_attention_tc.cu; their sliding windows unless
+ * ZAYA_GPU_WINDOW_TC=off); fp32 runs and the rest the fp32 ones. A layer's backward takes the path its forward took
+ * (their LSE conventions differ; attention_tc depends on the window and the model only). */
+static int attention_tc(const GpuModel *gm, int window) { return gm->bf16 && (window == 0 || gm->window_tc); }
 static void gpu_attention_forward(GpuModel *gm, LayerActs *L, int window) {
     const ZayaConfig *c = &gm->cfg;
     const int B = gm->a.B, T = gm->a.T, Hq = c->num_heads, Hkv = c->num_kv_heads, dh = c->head_dim;
@@ -465,11 +473,8 @@ static void gpu_attention_forward(GpuModel *gm, LayerActs *L, int window) {
             return;
         }
     }
-    if (window > 0)
-        gk_flash_attention_forward_window(s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, window);
-    else
-        (gm->bf16 ? gk_flash_attention_forward_bf16 : gk_flash_attention_forward)(s, L->attn_out, L->lse, L->query,
-                                                                                 L->key, L->value, B, T, Hq, Hkv, dh);
+    (attention_tc(gm, window) ? gk_flash_attention_forward_bf16 : gk_flash_attention_forward_window)(
+        s, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq, Hkv, dh, window);
 }
 static void gpu_attention_backward(GpuModel *gm, LayerActs *L, int window) {
     const ZayaConfig *c = &gm->cfg;
@@ -486,13 +491,9 @@ static void gpu_attention_backward(GpuModel *gm, LayerActs *L, int window) {
         }
         return;
     }
-    if (window > 0)
-        gk_flash_attention_backward_window(s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse,
-                                           L->query, L->key, L->value, B, T, Hq, Hkv, dh, gm->a.attn_work, window);
-    else
-        (gm->bf16 ? gk_flash_attention_backward_bf16 : gk_flash_attention_backward)(
-            s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key, L->value, B, T,
-            Hq, Hkv, dh, gm->a.attn_work);
+    (attention_tc(gm, window) ? gk_flash_attention_backward_bf16 : gk_flash_attention_backward_window)(
+        s, d->d_query, d->d_key, d->d_value, d->d_attn_out, L->attn_out, L->lse, L->query, L->key, L->value, B, T, Hq,
+        Hkv, dh, gm->a.attn_work, window);
 }
 
 /* CCA attention on u = RMSNorm(x); writes L->attn_proj [N, D]. */

@@ -42,6 +42,7 @@ struct GpuModel {
     unsigned char *attn_ran_cudnn; /* [layers]: whether layer l's last forward ran on cuDNN (its backward must too) */
     int few_rows;          /* decoding's few-row steps through gk_skinny_* (0: ZAYA_GPU_FEW_ROWS=off) */
     int conv_tc;           /* bf16 runs: the CCA convolution's products on tensor cores (0: ZAYA_GPU_CONV=fp32) */
+    int window_tc;         /* bf16 runs: sliding-window attention on tensor cores (0: ZAYA_GPU_WINDOW_TC=off) */
     int decode_layer_persistent; /* decoding's one-token steps a layer a launch (ZAYA_GPU_DECODE_LAYER=persistent) */
     long decode_layer_runs;      /* layers run (or captured) that way so far */
 };

@@ -228,17 +228,17 @@ static void rounded_case(GpuTest *t, RoundedCase *c, int B, int T, int Hq, int H
                              ws, 1);
 }
 
-static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t misalign) {
+static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, int window, size_t misalign) {
     const int tc = dh == 64 || dh == 128; /* else the fp32 fallback */
     const double tol = tc ? TOL_TC : TOL, tol_inc = tc ? TOL_TC : TOL_INC;
     const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, nl = (size_t)B * Hq * T;
-    char tag[80], nm[160];
-    snprintf(tag, sizeof tag, "bf16 B%d T%d Hq%d Hkv%d dh%d%s%s", B, T, Hq, Hkv, dh, misalign ? " unal" : "",
-             tc ? "" : " (fp32 fallback)");
+    char tag[96], nm[180];
+    snprintf(tag, sizeof tag, "bf16 B%d T%d Hq%d Hkv%d dh%d window %d%s%s", B, T, Hq, Hkv, dh, window,
+             misalign ? " unal" : "", tc ? "" : " (fp32 fallback)");
 
     /* raw inputs, their bf16 roundings, and the CPU reference on the roundings (one thread) */
     RoundedCase ref;
-    rounded_case(t, &ref, B, T, Hq, Hkv, dh, 0);
+    rounded_case(t, &ref, B, T, Hq, Hkv, dh, window);
     const float *Q = ref.Q, *K = ref.K, *V = ref.V, *dO = ref.dO, *dQ0 = ref.dQ0, *dK0 = ref.dK0, *dV0 = ref.dV0;
     const float *Qr = ref.Qr, *Kr = ref.Kr, *Vr = ref.Vr, *dOr = ref.dOr, *O = ref.O, *L = ref.L;
     const float *dQ = ref.dQ, *dK = ref.dK, *dV = ref.dV;
@@ -249,7 +249,7 @@ static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t mi
     float *d_O[2], *d_L[2];
     for (int rep = 0; rep < 2; rep++) {
         d_O[rep] = gt_poison(t, nq), d_L[rep] = gt_poison(t, nl);
-        gk_flash_attention_forward_bf16(t->g->stream, d_O[rep], d_L[rep], d_Q, d_K, d_V, B, T, Hq, Hkv, dh);
+        gk_flash_attention_forward_bf16(t->g->stream, d_O[rep], d_L[rep], d_Q, d_K, d_V, B, T, Hq, Hkv, dh, window);
     }
     snprintf(nm, sizeof nm, "fwd O %s", tag);
     gt_check(t, nm, d_O[0], O, nq, tol);
@@ -278,7 +278,7 @@ static void tc_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, size_t mi
     for (int rep = 0; rep < 2; rep++) {
         g[rep][0] = up_at(t, dQ0, nq, misalign), g[rep][1] = gt_up(t, dK0, nk), g[rep][2] = gt_up(t, dV0, nk);
         gk_flash_attention_backward_bf16(t->g->stream, g[rep][0], g[rep][1], g[rep][2], d_dO, d_Oc, d_Lc, d_Q, d_K,
-                                         d_V, B, T, Hq, Hkv, dh, work);
+                                         d_V, B, T, Hq, Hkv, dh, work, window);
     }
     snprintf(nm, sizeof nm, "bwd dQ += %s", tag);
     gt_check(t, nm, g[0][0], dQ, nq, tol);
@@ -382,18 +382,26 @@ static void test_gpu_attention_cudnn(GpuTest *t) {
 }
 
 static void test_gpu_attention_tc(GpuTest *t) {
-    tc_case(t, 1, 1, 2, 2, 64, 0);     /* one token: O = bf16(V), dV = bf16(dO), dQ = dK = 0 */
-    tc_case(t, 1, 1, 4, 2, 128, 0);    /* the same at dh 128, with GQA */
-    tc_case(t, 2, 37, 4, 2, 64, 0);    /* one partial tile */
-    tc_case(t, 2, 37, 4, 2, 128, 0);
-    tc_case(t, 1, 300, 2, 1, 64, 0);   /* five tiles, the last partial */
-    tc_case(t, 1, 300, 8, 2, 128, 0);  /* the benchmark's heads (8 query, 2 kv), a partial last tile */
-    tc_case(t, 2, 130, 8, 2, 64, 0);   /* bench-medium's heads, two sequences, a partial tile */
-    tc_case(t, 2, 200, 4, 2, 128, 0);  /* several tiles and sequences at dh 128 */
-    tc_case(t, 2, 130, 4, 1, 64, 0);   /* a group of 4 query heads, a 2-query last tile */
-    tc_case(t, 1, 129, 2, 2, 128, 1);  /* unaligned Q, dO, dQ: the scalar loads */
-    tc_case(t, 1, 77, 4, 2, 64, 1);    /* the same at dh 64 */
-    tc_case(t, 1, 2048, 8, 2, 128, 0); /* a full sequence at the benchmark's head shape */
-    tc_case(t, 2, 37, 4, 2, 12, 0);    /* other head sizes: the fp32 kernels */
-    tc_case(t, 1, 100, 2, 1, 32, 0);
+    tc_case(t, 1, 1, 2, 2, 64, 0, 0);  /* one token: O = bf16(V), dV = bf16(dO), dQ = dK = 0 */
+    tc_case(t, 1, 1, 4, 2, 128, 0, 0);  /* the same at dh 128, with GQA */
+    tc_case(t, 2, 37, 4, 2, 64, 0, 0);  /* one partial tile */
+    tc_case(t, 2, 37, 4, 2, 128, 0, 0);
+    tc_case(t, 1, 300, 2, 1, 64, 0, 0);  /* five tiles, the last partial */
+    tc_case(t, 1, 300, 8, 2, 128, 0, 0);  /* the benchmark's heads (8 query, 2 kv), a partial last tile */
+    tc_case(t, 2, 130, 8, 2, 64, 0, 0);  /* bench-medium's heads, two sequences, a partial tile */
+    tc_case(t, 2, 200, 4, 2, 128, 0, 0);  /* several tiles and sequences at dh 128 */
+    tc_case(t, 2, 130, 4, 1, 64, 0, 0);  /* a group of 4 query heads, a 2-query last tile */
+    tc_case(t, 1, 129, 2, 2, 128, 0, 1);  /* unaligned Q, dO, dQ: the scalar loads */
+    tc_case(t, 1, 77, 4, 2, 64, 0, 1);  /* the same at dh 64 */
+    tc_case(t, 1, 2048, 8, 2, 128, 0, 0);  /* a full sequence at the benchmark's head shape */
+    tc_case(t, 2, 37, 4, 2, 12, 0, 0);  /* other head sizes: the fp32 kernels */
+    tc_case(t, 1, 100, 2, 1, 32, 0, 0);
+    /* sliding windows (written without a GPU; ZAYA_GPU_WINDOW_TC=off takes bf16 runs back to the fp32 kernels) */
+    tc_case(t, 1, 300, 8, 2, 128, 64, 0);  /* a key tile: the windows start on tile edges */
+    tc_case(t, 2, 200, 4, 1, 64, 1, 0);  /* each query sees itself only: dQ, dK increments zero */
+    tc_case(t, 2, 130, 4, 2, 64, 40, 1);  /* off the tile sizes; unaligned: the scalar loads */
+    tc_case(t, 1, 260, 2, 2, 128, 66, 0);  /* ≡ 2 mod 32 and 64: the windows end on the dK/dV query tiles' edges */
+    tc_case(t, 1, 2048, 8, 2, 128, 512, 0);  /* a full sequence at the benchmark's head shape */
+    tc_case(t, 1, 100, 2, 1, 64, 100, 0);  /* a window of T: plain causal */
+    tc_case(t, 1, 100, 2, 1, 32, 20, 0);  /* another head size: the fp32 kernels with the window */
 }

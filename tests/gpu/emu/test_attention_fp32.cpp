@@ -1,5 +1,5 @@
-/* src/gpu/gpu_attention.cu run on the CPU (cuda_emu.h): the fp32 flash attention (fp32 runs, and the sliding-window
- * layers in every run), forward and backward, against a double-precision reference, with the tolerances of
+/* src/gpu/gpu_attention.cu run on the CPU (cuda_emu.h): the fp32 flash attention (fp32 runs, and bf16 runs' sliding
+ * window layers with ZAYA_GPU_WINDOW_TC=off), forward and backward, against a double-precision reference, with the tolerances of
  * tests/gpu/test_gpu_attention.c (relative L2: 1e-5 for O and LSE, 5e-5 for the gradient increments). Sliding
  * windows of 1, inside one tile, across tile edges, ending exactly on the query blocks' edges (W ≡ 2 mod 32), and
  * none (plain causal); head sizes that take the
