@@ -10,7 +10,7 @@ W=$(mktemp -d /tmp/zaya_device_session_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 suite_begin device-session
 
-OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,conv,muon,train,compile,pair,slice,decode,decode8b,serve,profile >"$W/run.txt" 2>&1
+OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,conv,window,muon,train,compile,pair,slice,decode,decode8b,serve,profile >"$W/run.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && ok "dry run of every part exits 0" || bad "dry run exit $rc: $(tail -n 20 "$W/run.txt")"
 
@@ -50,10 +50,14 @@ n=$(grep -c '^own (round\|^cudnn (round' "$W/run.txt")
 n=$(grep -c '^fp32 (round\|^tc (round' "$W/run.txt")
 [ "$n" -eq 4 ] && ! grep -q '^fp32 (round [12], exit [1-9]\|^tc (round [12], exit [1-9]' "$W/run.txt" &&
     ok "conv: four bench train runs" || bad "conv: $(grep 'round' "$W/run.txt")"
+# window and muon both switch a variable off and on: eight runs
 n=$(grep -c '^off (round\|^on (round' "$W/run.txt")
-[ "$n" -eq 4 ] && ! grep -q '^off (round [12], exit [1-9]\|^on (round [12], exit [1-9]' "$W/run.txt" &&
+[ "$n" -eq 8 ] && ! grep -q '^off (round [12], exit [1-9]\|^on (round [12], exit [1-9]' "$W/run.txt" &&
     grep -q 'optimizer Muon + AdamW' "$W/x/optimizer-on-1.txt" && ok "muon: four bench train runs with Muon + AdamW" ||
     bad "muon: $(grep 'round' "$W/run.txt"; grep -i '^batch' "$W/x/optimizer-on-1.txt")"
+grep -q '^model .*tiny-sliding.json' "$W/x/attention-off-1.txt" && grep -q '^model .*tiny-sliding.json' "$W/x/attention-on-2.txt" &&
+    ok "window: four bench train runs on the sliding-window model" ||
+    bad "window: $(grep -i '^model' "$W/x/attention-off-1.txt" "$W/x/attention-on-2.txt")"
 grep -q '^unit: [1-9][0-9]* passed, 0 failed' "$W/x/test-gpu.log" && grep -q '^unit: [1-9][0-9]* passed' "$W/run.txt" &&
     ok "tests part ran its stand-in and showed its suite line" ||
     bad "test-gpu.log: $(tail -n 3 "$W/x/test-gpu.log")"

@@ -28,6 +28,9 @@
 #              cuDNN's fused SDPA, from PyTorch's nvidia-cudnn-cu13 unless ZAYA_CUDNN_LIB says), alternating, two rounds
 #     conv     bench train (bf16 AdamW, bench-gpu) with the CCA convolution's products in fp32 and on tensor cores
 #              (ZAYA_GPU_CONV=fp32 / tc), alternating, two rounds; the attention phase's line (it holds the CCA)
+#     window   bench train (bf16 AdamW) on configs/bench-gpu-sliding.json (bench-gpu with every other layer a 512-key
+#              sliding window) with the windowed layers' attention on the fp32 kernels and on the tensor cores
+#              (ZAYA_GPU_WINDOW_TC=off / on), alternating, two rounds; the attention phase's line
 #     muon     bench train (bf16 Muon + AdamW, bench-gpu) with Newton–Schulz's symmetric products whole and in row
 #              bands (ZAYA_GPU_NS_BANDS=off / on), alternating, two rounds; the optimizer phase's line
 #     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
@@ -83,9 +86,10 @@ left() { local l=$((BUDGET - $(elapsed))); [ "$l" -lt 10 ] && l=10; echo "$l"; }
 if [ "$DRY" = 1 ]; then
     # PROFILE_STEPS 2: the CPU's bench train runs 1 + 2 steps (no drained ones), a total no fixed divisor matches
     DEV=cpu CFG=configs/tiny.json BATCH=2 SEQ=32 GEMM_N=128 PROFILE_STEPS=2 SLICE=configs/tiny.json MICRO=2 CFG8B=configs/tiny.json
+    WINDOW_CFG=configs/tiny-sliding.json
     NCU=tests/gpu/fake_ncu.py # runs the command and writes an ncu-shaped CSV (one 1 ms kernel per step it ran)
 else
-    DEV=cuda CFG=configs/bench-gpu.json BATCH=4 SEQ=2048 GEMM_N=8192 PROFILE_STEPS=1
+    DEV=cuda CFG=configs/bench-gpu.json BATCH=4 SEQ=2048 GEMM_N=8192 PROFILE_STEPS=1 WINDOW_CFG=configs/bench-gpu-sliding.json
     # the real shapes: an optimizer step of MICRO x BATCH x SEQ = 65,536 tokens
     SLICE=configs/bench-gpu-8b-slice.json MICRO=8 CFG8B=configs/zaya1-8b.json
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
@@ -106,12 +110,12 @@ py_bench() { # SCRIPT ARGS... (stdout and stderr as the caller redirects them)
 
 # Two settings of one environment variable side by side, alternating, two rounds, on bench-gpu (bf16 AdamW): each
 # run's step median and named lines, and the phase breakdown's line of that name. PART VAR 'LINES' MODE_A MODE_B
-ab_rounds() { # part variable lines mode... (AB_OPTIMIZER: the optimizer, adamw unless set)
+ab_rounds() { # part variable lines mode... (AB_OPTIMIZER: the optimizer, adamw unless set; AB_CONFIG: the model, $CFG unless set)
     local part=$1 var=$2 lines=$3 round mode f
     for round in 1 2; do
         for mode in "${@:4}"; do
             f="$LOG/$part-$mode-$round.txt"
-            env "$var=$mode" timeout "$(left)" build/zaya bench train --config $CFG --device $DEV --precision bf16 \
+            env "$var=$mode" timeout "$(left)" build/zaya bench train --config "${AB_CONFIG:-$CFG}" --device $DEV --precision bf16 \
                 --optimizer "${AB_OPTIMIZER:-adamw}" --batch $BATCH --seq $SEQ --steps 3 --warmup 1 >"$f" 2>&1
             echo "$mode (round $round, exit $?): $(grep -E "^($lines) " "$f" | tr -s ' ' | tr '\n' ';')"
             grep -E "^ +$part " "$f"
@@ -217,6 +221,11 @@ session() {
         # the CCA convolution's products in bf16 runs: fp32 kernels vs tensor cores (ZAYA_GPU_CONV)
         stamp "conv: the CCA convolution's products fp32 vs tensor cores"
         ab_rounds attention ZAYA_GPU_CONV 'step|throughput|losses' fp32 tc
+    fi
+    if [[ $PARTS == *,window,* ]]; then
+        # the sliding-window layers' attention in bf16 runs: fp32 kernels vs tensor cores (ZAYA_GPU_WINDOW_TC)
+        stamp "window: $WINDOW_CFG's sliding-window layers' attention fp32 vs tensor cores"
+        AB_CONFIG=$WINDOW_CFG ab_rounds attention ZAYA_GPU_WINDOW_TC 'model|step|throughput|losses' off on
     fi
     if [[ $PARTS == *,muon,* ]]; then
         # Newton–Schulz's symmetric products (X Xᵀ, A²) whole or in row bands of their upper triangle

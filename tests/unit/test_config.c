@@ -214,7 +214,8 @@ TEST(config_sliding_window_layers_parse_and_round_trip) {
 }
 
 TEST(config_files_in_repo_load) {
-    static const char *files[] = {"configs/zaya1-base.json", "configs/tiny.json", "configs/bench-gpu-8b-slice.json"};
+    static const char *files[] = {"configs/zaya1-base.json", "configs/tiny.json", "configs/bench-gpu-8b-slice.json",
+                                  "configs/bench-gpu-sliding.json", "configs/tiny-sliding.json"};
     for (size_t i = 0; i < ZY_ARRAY_LEN(files); i++) {
         ZayaConfig c;
         ZyErr err = {{0}};
@@ -231,6 +232,13 @@ TEST(config_files_in_repo_load) {
     CHECK(slice.vocab_size == 262272 && slice.hidden_size == 2048 && slice.num_layers == 8 && slice.num_experts == 16);
     CHECK(slice.num_heads == 8 && slice.num_kv_heads == 2 && slice.head_dim == 128 &&
           slice.moe_intermediate_size == 2048 && slice.router_hidden_size == 256);
+    /* the sliding-window benchmark (device-session.sh's window part): bench-gpu with every other layer windowed */
+    ZayaConfig gpu, sliding;
+    REQUIRE(config_load(&gpu, "configs/bench-gpu.json", &err) == 0);
+    REQUIRE(config_load(&sliding, "configs/bench-gpu-sliding.json", &err) == 0);
+    CHECK(sliding.hidden_size == gpu.hidden_size && sliding.num_layers == gpu.num_layers &&
+          sliding.head_dim == gpu.head_dim && sliding.num_experts == gpu.num_experts && sliding.sliding_window == 512);
+    for (int l = 0; l < sliding.num_layers; l++) CHECK(cfg_layer_is_sliding(&sliding, l) == (l % 2 == 0));
 }
 
 /* generation_config.json: absent is fine; eos ids (integer or list) and the sampling keys are read; a key zaya uses
