@@ -10,6 +10,7 @@
 
 #include "model/config.h"
 #include "gpu/gpu_optim.h"
+#include "bf16_specials.h"
 #include "gpu_test.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -40,26 +41,11 @@ static void test_bf16_round(GpuTest *t) {
     test_bf16_round_case(t, (size_t)8192 * 1024, 0, 0); /* an [N, D] activation at bench-gpu's size */
 }
 static void test_bf16_round_case(GpuTest *t, size_t n, size_t src_off, size_t dst_off) {
-    static const uint32_t specials[] = {
-        0x00000000u, 0x80000000u,             /* ±0 */
-        0x7f800000u, 0xff800000u,             /* ±inf */
-        0x7fc00000u, 0xffc00000u,             /* quiet NaNs */
-        0x7f800001u, 0xff800001u, 0x7fbfffffu, /* signalling NaNs: made quiet, top bits kept */
-        0x7fffffffu, 0xffffffffu,             /* NaN, all ones */
-        0x3f808000u, 0x3f818000u,             /* exactly halfway: even below (stays), odd below (rounds up) */
-        0xbf808000u, 0xbf818000u,             /* the same, negative */
-        0x3f807fffu, 0x3f808001u,             /* just below / above halfway */
-        0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, /* FLT_MAX rounds to inf; halfway at the top (odd: inf); below */
-        0xff7fffffu,                          /* −FLT_MAX → −inf */
-        0x00000001u, 0x00008000u, 0x00018000u, 0x807fffffu, /* subnormals, halfway ones */
-        0x00800000u, 0x3f800000u, 0xc0490fdbu, /* FLT_MIN, 1, −π */
-    };
-    const size_t n_spec = ZY_ARRAY_LEN(specials);
     float *src = gt_host(t, n);
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
-        if (i < n_spec)
-            u = specials[i];
+        if (i < n_bf16_specials)
+            u = bf16_specials[i];
         else if (i % 4 == 0) /* any bit pattern: NaNs, infs, subnormals included */
             u = (uint32_t)zy_rng_next(&t->rng);
         else if (i % 4 == 1) /* exact halfway cases, even and odd upper halves */
