@@ -524,8 +524,8 @@ static int ns_square(GpuCtx *g, const NsBand *bands, int nb, int r, float c, con
  * symmetric products are computed as nb row bands of their upper triangle and a mirror (ns_symmetric_bands: at
  * ZAYA1-8B's r = 2048, 8 bands, 56% of their FLOPs; below 1,024 rows one band, the whole product). A group of one
  * is the unbatched step: gpu_gemm_batched with batch 1 is gpu_gemm.
- * Launches: 3 + steps × (2·nb + 3) (fp32; bf16: 2·nb + 1 and one widening at the end), plus 2 mirrors an iteration
- * when nb > 1, whatever the group's size. */
+ * Launches: 3 + steps × (2·nb + 3) (fp32; bf16: 5 + steps × (2·nb + 1), the rounded start and the widened result
+ * besides), plus 2 mirrors an iteration when nb > 1, whatever the group's size. */
 static int go_muon_group(GpuOptimizer *o, GpuCtx *g, float *d_params, const float *d_grads, const GpuMuonGroup *gr,
                          const GkOptimStep *k, ZyErr *err) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
