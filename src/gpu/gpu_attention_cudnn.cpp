@@ -6,11 +6,13 @@
  * nvidia-cudnn-cu13), and `zaya` dlopens libcudnn.so.9 when a bf16 run first asks for attention (ZAYA_CUDNN_LIB=path,
  * else the loader's search path, else where the build found the library). Without it, for shapes its engines refuse,
  * and on request (ZAYA_GPU_ATTENTION=own) the own kernels run: the caller asks gk_cudnn_attention_plan first and
- * takes one path for both passes of a layer, since the two paths' LSE conventions differ.
+ * takes one path for both passes of a layer (both write the natural-log LSE, but each backward is checked only
+ * against its own forward's O and LSE, whose roundings differ).
  *
  * Contract: gk_flash_attention_forward_bf16's layouts (Q, O [B*T, Hq*dh], K, V [B*T, Hkv*dh], LSE [B, Hq, T]: the
  * token-major tensors are handed to cuDNN as strided [B, H, T, dh] views) and semantics (scores scaled by 1/sqrt(dh),
- * causal, window > 0: query q sees keys q-window+1 .. q; the backward accumulates into dQ, dK, dV). cuDNN's operands
+ * causal, 0 < window < T: query q sees keys q-window+1 .. q, as cuDNN's left bound W keeps key k where k + W > q;
+ * a window of T or more is plain causal; the backward accumulates into dQ, dK, dV). cuDNN's operands
  * and results are bf16: Q, K, V, dO are rounded into bf16 scratch first, O and the gradients widened (added) after.
  * LSE is cuDNN's softmax statistics (natural log, fp32). The backward runs cuDNN's deterministic algorithm, so a step
  * gives the same bits on every run. */
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <cstring> /* the frontend's headers use std::strlen without it */
 #include <map>
 #include <stdexcept>
@@ -45,7 +48,7 @@ constexpr int MIN_VERSION = 90300; /* cuDNN 9.3: deterministic Hopper SDPA backw
 int state = -1; /* -1 not tried, 0 unavailable, 1 loaded */
 cudnnHandle_t handle = nullptr;
 char why[256] = "not loaded yet";
-char refusal[512]; /* the last shape cuDNN refused, and why ("" when none) */
+char refusal[512]; /* the last shape cuDNN refused or run that failed, and why ("" when none) */
 
 bool load() {
     if (state >= 0) return state == 1;
@@ -67,8 +70,10 @@ bool load() {
     }
     fe::cudnn_dlhandle = h;
     size_t version = 0;
-    try {
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    try { /* the frontend throws where the library lacks a symbol it looks up */
         version = fe::detail::get_backend_version();
+        if (version >= MIN_VERSION) st = fe::detail::create_handle(&handle);
     } catch (const std::exception &e) {
         snprintf(why, sizeof why, "%s", e.what());
         return false;
@@ -77,7 +82,6 @@ bool load() {
         snprintf(why, sizeof why, "cuDNN %zu is older than %d", version, MIN_VERSION);
         return false;
     }
-    const cudnnStatus_t st = fe::detail::create_handle(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
         snprintf(why, sizeof why, "cuDNN %zu loaded, but cudnnCreate failed (status %d)", version, (int)st);
         return false;
@@ -93,7 +97,12 @@ struct Plan {
     bool ok = false;
 };
 using Key = std::tuple<int, int, int, int, int, int>; /* B, T, Hq, Hkv, dh, window */
-std::map<Key, Plan> plans;
+/* Leaked on purpose: destroying the graphs at exit would call into cuDNN after the CUDA runtime's own teardown. */
+std::map<Key, Plan> &plans = *new std::map<Key, Plan>;
+
+/* A window of T or more masks nothing: plain causal, as the CPU reference and the own kernels take it (one graph,
+ * without the band mask, for both). */
+int effective_window(int T, int window) { return window > 0 && window < T ? window : 0; }
 
 /* A token-major [B*T, H*dh] tensor as cuDNN's [B, H, T, dh] view; bf16 unless said. */
 std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph &g, const char *name, int64_t uid, int64_t B,
@@ -162,8 +171,8 @@ Plan build_graphs(int B, int T, int Hq, int Hkv, int dh, int window) {
         auto built = g.build(handle, {fe::HeurMode_t::A});
         auto st = built.is_good() ? g.get_workspace_size(ws) : built;
         if (!st.is_good()) {
-            snprintf(refusal, sizeof refusal, "B %d T %d Hq %d Hkv %d dh %d window %d, %s graph: %s", B, T, Hq, Hkv,
-                     dh, window, what[pass], st.get_message().c_str());
+            snprintf(refusal, sizeof refusal, "it refused B %d T %d Hq %d Hkv %d dh %d window %d, %s graph: %s", B, T,
+                     Hq, Hkv, dh, window, what[pass], st.get_message().c_str());
             return Plan{};
         }
     }
@@ -176,8 +185,8 @@ Plan build(int B, int T, int Hq, int Hkv, int dh, int window) {
     try {
         return build_graphs(B, T, Hq, Hkv, dh, window);
     } catch (const std::exception &e) {
-        snprintf(refusal, sizeof refusal, "B %d T %d Hq %d Hkv %d dh %d window %d: %s", B, T, Hq, Hkv, dh, window,
-                 e.what());
+        snprintf(refusal, sizeof refusal, "it refused B %d T %d Hq %d Hkv %d dh %d window %d: %s", B, T, Hq, Hkv, dh,
+                 window, e.what());
         return Plan{};
     }
 }
@@ -197,10 +206,16 @@ void *scratch_for(GkStream s, size_t bytes) {
     if (capturing(s)) return nullptr;
     cudaStreamSynchronize(s);
     if (scratch) cudaFree(scratch);
+    const size_t had = scratch_bytes;
     scratch = nullptr;
     scratch_bytes = 0;
     if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
+        /* keep what the layers whose forward already ran here need for their backward */
+        if (had && cudaMalloc(&scratch, had) == cudaSuccess)
+            scratch_bytes = had;
+        else
+            scratch = nullptr, (void)cudaGetLastError();
         return nullptr;
     }
     scratch_bytes = bytes;
@@ -208,6 +223,42 @@ void *scratch_for(GkStream s, size_t bytes) {
 }
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* The scratch of a shape: the backward's bf16 copies (Q, O, dO, dQ and K, V, dK, dV) and the larger workspace (on
+ * Hopper the deterministic backward's holds a bf16 dP, B*Hq*T*T). The forward takes it all, so that a layer whose
+ * forward ran here finds its backward's memory: that backward has no other path. */
+size_t scratch_need(const Plan &p, size_t nq, size_t nk) {
+    return 4 * align256(nq * 2) + 4 * align256(nk * 2) + align256((size_t)std::max(p.ws_fwd, p.ws_bwd));
+}
+
+/* The cached plan of a shape, built on first use; nullptr where cuDNN is not loaded or refuses it. */
+const Plan *plan_for(int B, int T, int Hq, int Hkv, int dh, int window) {
+    if (!load() || B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv || (dh != 64 && dh != 128)) return nullptr;
+    window = effective_window(T, window);
+    const Key key{B, T, Hq, Hkv, dh, window};
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, build(B, T, Hq, Hkv, dh, window)).first;
+    return it->second.ok ? &it->second : nullptr;
+}
+
+/* Runs a built graph on s; false where cuDNN fails, the reason in the status line (an exception must not cross
+ * into the C caller). */
+bool run(fe::graph::Graph &g, const char *what, GkStream s, std::unordered_map<int64_t, void *> &pack, void *ws) {
+    try {
+        const cudnnStatus_t st = fe::detail::set_stream(handle, s);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            snprintf(refusal, sizeof refusal, "the %s failed: cudnnSetStream status %d", what, (int)st);
+            return false;
+        }
+        auto done = g.execute(handle, pack, ws);
+        if (!done.is_good())
+            snprintf(refusal, sizeof refusal, "the %s failed: %s", what, done.get_message().c_str());
+        return done.is_good();
+    } catch (const std::exception &e) {
+        snprintf(refusal, sizeof refusal, "the %s failed: %s", what, e.what());
+        return false;
+    }
+}
 
 } // namespace attention_cudnn
 using namespace attention_cudnn;
@@ -218,26 +269,21 @@ extern "C" const char *gk_cudnn_attention_status(void) {
     static char line[800];
     if (state < 0) load();
     if (state != 1) return why;
-    snprintf(line, sizeof line, "cuDNN %zu%s%s%s", fe::detail::get_backend_version(), *refusal ? " (it refused " : "",
-             refusal, *refusal ? ")" : "");
+    snprintf(line, sizeof line, "cuDNN %zu%s%s%s", fe::detail::get_backend_version(), *refusal ? " (" : "", refusal,
+             *refusal ? ")" : "");
     return line;
 }
 
 extern "C" int gk_cudnn_attention_plan(int B, int T, int Hq, int Hkv, int dh, int window) {
-    if (!load() || B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv || (dh != 64 && dh != 128)) return 0;
-    const Key key{B, T, Hq, Hkv, dh, window};
-    auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, build(B, T, Hq, Hkv, dh, window)).first;
-    return it->second.ok ? 1 : 0;
+    return plan_for(B, T, Hq, Hkv, dh, window) ? 1 : 0;
 }
 
 extern "C" int gk_cudnn_attention_forward(GkStream s, float *O, float *LSE, const float *Q, const float *K,
                                           const float *V, int B, int T, int Hq, int Hkv, int dh, int window) {
-    if (!gk_cudnn_attention_plan(B, T, Hq, Hkv, dh, window)) return -1;
-    const Plan &p = plans[Key{B, T, Hq, Hkv, dh, window}];
+    const Plan *p = plan_for(B, T, Hq, Hkv, dh, window);
+    if (!p) return -1;
     const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh;
-    const size_t bytes = align256(nq * 2) * 2 + align256(nk * 2) * 2 + align256((size_t)p.ws_fwd);
-    char *w = static_cast<char *>(scratch_for(s, bytes));
+    char *w = static_cast<char *>(scratch_for(s, scratch_need(*p, nq, nk)));
     if (!w) return -1;
     uint16_t *q16 = (uint16_t *)w, *k16 = (uint16_t *)(w + align256(nq * 2)), *v16 = k16 + align256(nk * 2) / 2;
     uint16_t *o16 = v16 + align256(nk * 2) / 2;
@@ -247,8 +293,7 @@ extern "C" int gk_cudnn_attention_forward(GkStream s, float *O, float *LSE, cons
     gk_f32_to_bf16(s, v16, V, (long)nk);
     std::unordered_map<int64_t, void *> pack = {
         {Q_UID, q16}, {K_UID, k16}, {V_UID, v16}, {O_UID, o16}, {STATS_UID, LSE}};
-    if (fe::detail::set_stream(handle, s) != CUDNN_STATUS_SUCCESS || !p.fwd->execute(handle, pack, ws).is_good())
-        return -2;
+    if (!run(*p->fwd, "forward", s, pack, ws)) return -2;
     gk_bf16_to_f32(s, O, o16, (long)nq);
     return 0;
 }
@@ -256,13 +301,12 @@ extern "C" int gk_cudnn_attention_forward(GkStream s, float *O, float *LSE, cons
 extern "C" int gk_cudnn_attention_backward(GkStream s, float *dQ, float *dK, float *dV, const float *dO,
                                            const float *O, const float *LSE, const float *Q, const float *K,
                                            const float *V, int B, int T, int Hq, int Hkv, int dh, int window) {
-    if (!gk_cudnn_attention_plan(B, T, Hq, Hkv, dh, window)) return -1;
-    const Plan &p = plans[Key{B, T, Hq, Hkv, dh, window}];
+    const Plan *p = plan_for(B, T, Hq, Hkv, dh, window);
+    if (!p) return -1;
     const size_t nq = (size_t)B * T * Hq * dh, nk = (size_t)B * T * Hkv * dh, aq = align256(nq * 2),
                  ak = align256(nk * 2);
     /* Q, O, dO, dQ (nq each) and K, V, dK, dV (nk each) in bf16, then the workspace */
-    const size_t bytes = 4 * aq + 4 * ak + align256((size_t)p.ws_bwd);
-    char *w = static_cast<char *>(scratch_for(s, bytes));
+    char *w = static_cast<char *>(scratch_for(s, scratch_need(*p, nq, nk)));
     if (!w) return -1;
     uint16_t *q16 = (uint16_t *)w, *o16 = (uint16_t *)(w + aq), *do16 = (uint16_t *)(w + 2 * aq),
              *dq16 = (uint16_t *)(w + 3 * aq), *k16 = (uint16_t *)(w + 4 * aq), *v16 = (uint16_t *)(w + 4 * aq + ak),
@@ -276,8 +320,7 @@ extern "C" int gk_cudnn_attention_backward(GkStream s, float *dQ, float *dK, flo
     std::unordered_map<int64_t, void *> pack = {{Q_UID, q16},  {K_UID, k16},   {V_UID, v16},   {O_UID, o16},
                                                 {DO_UID, do16}, {STATS_UID, (void *)LSE}, {DQ_UID, dq16},
                                                 {DK_UID, dk16}, {DV_UID, dv16}};
-    if (fe::detail::set_stream(handle, s) != CUDNN_STATUS_SUCCESS || !p.bwd->execute(handle, pack, ws).is_good())
-        return -2;
+    if (!run(*p->bwd, "backward", s, pack, ws)) return -2;
     gk_add_bf16_to_f32(s, dQ, dq16, (long)nq);
     gk_add_bf16_to_f32(s, dK, dk16, (long)nk);
     gk_add_bf16_to_f32(s, dV, dv16, (long)nk);

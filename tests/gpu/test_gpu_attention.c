@@ -334,7 +334,7 @@ static void cudnn_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, int wi
     float *d_O = gt_poison(t, nq), *d_L = gt_poison(t, nl);
     int rc = gk_cudnn_attention_forward(t->g->stream, d_O, d_L, d_Q, d_K, d_V, B, T, Hq, Hkv, dh, window);
     snprintf(nm, sizeof nm, "fwd ran %s", tag);
-    gt_assert(t, rc == 0, nm, "returned %d", rc);
+    gt_assert(t, rc == 0, nm, "returned %d: %s", rc, gk_cudnn_attention_status());
     snprintf(nm, sizeof nm, "fwd O %s", tag);
     gt_check(t, nm, d_O, O, nq, TOL_CUDNN);
     snprintf(nm, sizeof nm, "fwd LSE %s", tag);
@@ -346,7 +346,7 @@ static void cudnn_case(GpuTest *t, int B, int T, int Hq, int Hkv, int dh, int wi
                                           B, T, Hq, Hkv, dh, window);
     }
     snprintf(nm, sizeof nm, "bwd ran %s", tag);
-    gt_assert(t, rc == 0, nm, "returned %d", rc);
+    gt_assert(t, rc == 0, nm, "returned %d: %s", rc, gk_cudnn_attention_status());
     const char *what[3] = {"dQ", "dK", "dV"};
     const float *ref[3] = {dQ, dK, dV}, *pre[3] = {dQ0, dK0, dV0};
     const size_t n[3] = {nq, nk, nk};
@@ -377,6 +377,7 @@ static void test_gpu_attention_cudnn(GpuTest *t) {
     cudnn_case(t, 2, 300, 8, 2, 128, 0);  /* the benchmark's heads, two sequences */
     cudnn_case(t, 1, 2048, 8, 2, 128, 0); /* a full sequence */
     cudnn_case(t, 2, 200, 4, 1, 64, 0);   /* a group of 4 query heads */
+    cudnn_case(t, 2, 200, 4, 1, 64, 200); /* a window of T: plain causal (the graph above, no new build) */
     cudnn_case(t, 1, 300, 8, 2, 128, 64); /* a sliding-window layer: the window's edge */
     cudnn_case(t, 2, 100, 4, 2, 64, 1);   /* window 1: each query sees itself only */
 }
