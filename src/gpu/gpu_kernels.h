@@ -225,8 +225,8 @@ void gk_flash_attention_backward_bf16(GkStream s, float *dQ, float *dK, float *d
 long gk_flash_attention_bf16_work_floats(int B, int T, int Hq, int Hkv, int dh);
 /* The same ops through cuDNN's fused SDPA (gpu_attention_cudnn.cpp; built where the Makefile finds the cudnn-frontend
  * and cuDNN headers, ZAYA_CUDNN; libcudnn.so.9 loaded at run time): same layouts and semantics (the backward
- * accumulates, deterministic), bf16 operands and results, LSE in cuDNN's convention, so a layer's backward must take
- * the path its forward took. gk_cudnn_attention_available: the library loaded (1) or not (0);
+ * accumulates, deterministic), bf16 operands and results, the same natural-log LSE, whose rounding differs from the
+ * own kernels': a layer's backward takes the path its forward took. gk_cudnn_attention_available: the library loaded (1) or not (0);
  * gk_cudnn_attention_status: a line saying which cuDNN, or why not; gk_cudnn_attention_plan: 1 when cuDNN takes this
  * shape (both passes' graphs built, cached by shape). The passes return 0 when done, -1 when nothing ran (no library,
  * a refused shape, no scratch during a graph capture: run the own kernels) and -2 when cuDNN failed midway. */

@@ -451,7 +451,8 @@ static AttnGeom attn_geom(const GpuModel *gm, int l) {
 /* Causal softmax attention of layer l: bf16 runs take cuDNN's fused SDPA where it was asked for and takes the shape
  * (gpu_attention_cudnn.cpp), else the tensor-core kernels (gpu_attention_tc.cu; their sliding windows unless
  * ZAYA_GPU_WINDOW_TC=off); fp32 runs and the rest the fp32 ones. A layer's backward takes the path its forward took
- * (their LSE conventions differ; attention_tc depends on the window and the model only). */
+ * (both write the natural-log LSE, but each backward is checked only against its own forward's O and LSE;
+ * attention_tc depends on the window and the model only). */
 static int attention_tc(const GpuModel *gm, int window) { return gm->bf16 && (window == 0 || gm->window_tc); }
 static void gpu_attention_forward(GpuModel *gm, LayerActs *L, int window) {
     const ZayaConfig *c = &gm->cfg;
