@@ -32,6 +32,16 @@ struct LayerPlan {
     SkinnyArgs proj, o_proj, router_down, swiglu, down, next_proj, head;
 };
 
+/* The phases' bodies are called, not inlined, where the kernel has several call sites or forms of them: inlined,
+ * each of the three row counts' kernels carried its own copies (ten of the plain products' block alone), nvcc took
+ * 196 s on this file instead of 134 (three targets, one Zen 5 core) and ptxas spilled more at the kernel's 128
+ * registers. A call a virtual block or a row costs next to nothing beside its loads. */
+template <int ROWS, int MODE>
+__device__ __noinline__ void skinny_block_call(const SkinnyArgs &a, const float *x, int blk, int threads, float *sm,
+                                               const SkinnyPre<MODE> pre) {
+    skinny_block<ROWS, MODE>(a, x, blk, threads, sm, pre);
+}
+
 /* One product phase: the launch's blocks blk = blockIdx.x, + gridDim.x, ..., after `before()` (a grid barrier, a
  * merge), which runs once the block's first weight pieces were loaded (SK_PLAIN: weights are not written while
  * decoding), so they stream in while it waits; the experts' rows depend on the router and load after it.
@@ -43,7 +53,7 @@ __device__ __forceinline__ void products_after(const SkinnyArgs &a, float *sm, B
     before();
     for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
         if (blk != (int)blockIdx.x) pre = skinny_prefetch<MODE>(a, blk, threads);
-        skinny_block<ROWS, MODE>(a, x ? x : a.x, blk, threads, sm, pre);
+        skinny_block_call<ROWS, MODE>(a, x ? x : a.x, blk, threads, sm, pre);
     }
 }
 /* The same with the grid barrier before it where bar is set. */
@@ -82,8 +92,8 @@ __device__ __forceinline__ void later_weights_l2(const GkDecodeLayer &a, const S
 }
 
 /* Row r of the merge normed; write: its out, y and rstd (else only ys, when given). */
-__device__ __forceinline__ void norm_row(const GkMergeNorm &m, int r, bool write, int D, float eps, bool vec4,
-                                         float *sm, float *ys) {
+__device__ __noinline__ void norm_row(const GkMergeNorm &m, int r, bool write, int D, float eps, bool vec4,
+                                      float *sm, float *ys) {
     double *red = reinterpret_cast<double *>(sm);
     float *out = write ? m.out : nullptr, *y = write ? m.y : nullptr, *rstd = write ? m.rstd : nullptr;
     if (vec4)
@@ -111,8 +121,8 @@ __device__ __forceinline__ void embed_norm_row_w(const GkEmbedNorm &e, int r, bo
     }
     norms::rmsnorm_row<W>(write ? e.u : nullptr, write ? e.rstd : nullptr, xs, e.norm_w, r, D, eps, threads, red, ys);
 }
-__device__ __forceinline__ void norm_row(const GkEmbedNorm &e, int r, bool write, int D, float eps, bool vec4,
-                                         float *sm, float *ys) {
+__device__ __noinline__ void norm_row(const GkEmbedNorm &e, int r, bool write, int D, float eps, bool vec4,
+                                      float *sm, float *ys) {
     if (vec4)
         embed_norm_row_w<4>(e, r, write, D, eps, sm, ys);
     else
@@ -172,27 +182,11 @@ __device__ __forceinline__ void load_plan(LayerPlan &dst, const LayerPlan *src, 
     __syncthreads();
 }
 
-/* One layer's phases. after: a layer ran before it in this launch (its last writes need a barrier first); head: its
- * head's product runs after its last merge. */
-template <int ROWS, class KV>
-__device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, bool head, bool vec4, float *sm,
-                                             float *ys) {
-    const GkDecodeLayer &a = plan.a;
+/* Phases 2-4 of a layer (the convolution, CCA's rows, attention: no row count in them), each ended by a grid barrier
+ * but the last, whose barrier is the next phase's. */
+template <class KV> __device__ __noinline__ void conv_cca_attention(const GkDecodeLayer &a, float *sm) {
     const int warp = threadIdx.x / GPU_WARP, N = a.N;
     const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
-
-    /* 0., 1. the step's embedding and its norm, or the previous layer's merge normed, where it was left here; the
-     * projections of u (q | k into Xe's new rows), and the convolution state into Xe */
-    if (a.embed_in.emb)
-        norm_then_products<ROWS>(a, a.embed_in, plan.proj, false, vec4, sm, ys);
-    else if (a.merge_in.out)
-        norm_then_products<ROWS>(a, a.merge_in, plan.proj, after, vec4, sm, ys);
-    else
-        products<ROWS, SK_PLAIN>(plan.proj, sm, after ? a.barrier : nullptr);
-    later_weights_l2(a, plan.o_proj, plan.router_down);
-    const long state = row_copy_total(a.xe_state);
-    copy_rows_range<float>(a.xe_state, GkRowCopy{}, state, state, gthread, gthreads);
-    gk_grid_sync(a.barrier);
 
     /* 2. the convolution at the new rows: a warp a (channel, row) */
     for (long task = (long)blockIdx.x * LAYER_WARPS + warp; task < (long)a.C * N; task += (long)gridDim.x * LAYER_WARPS)
@@ -220,6 +214,30 @@ __device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, 
                                   a.max_len, a.Hq, a.Hkv, a.dh, a.att_scale, a.window, a.att_pieces, z, Z, sm);
         }
     }
+}
+
+/* One layer's phases. after: a layer ran before it in this launch (its last writes need a barrier first); head: its
+ * head's product runs after its last merge. */
+template <int ROWS, class KV>
+__device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, bool head, bool vec4, float *sm,
+                                             float *ys) {
+    const GkDecodeLayer &a = plan.a;
+    const long gthread = (long)blockIdx.x * blockDim.x + threadIdx.x, gthreads = (long)gridDim.x * blockDim.x;
+
+    /* 0., 1. the step's embedding and its norm, or the previous layer's merge normed, where it was left here; the
+     * projections of u (q | k into Xe's new rows), and the convolution state into Xe */
+    if (a.embed_in.emb)
+        norm_then_products<ROWS>(a, a.embed_in, plan.proj, false, vec4, sm, ys);
+    else if (a.merge_in.out)
+        norm_then_products<ROWS>(a, a.merge_in, plan.proj, after, vec4, sm, ys);
+    else
+        products<ROWS, SK_PLAIN>(plan.proj, sm, after ? a.barrier : nullptr);
+    later_weights_l2(a, plan.o_proj, plan.router_down);
+    const long state = row_copy_total(a.xe_state);
+    copy_rows_range<float>(a.xe_state, GkRowCopy{}, state, state, gthread, gthreads);
+    gk_grid_sync(a.barrier);
+
+    conv_cca_attention<KV>(a, sm);
 
     /* 5. the output projection (its weights loading across the barrier) */
     products<ROWS, SK_PLAIN>(plan.o_proj, sm, a.barrier);
@@ -253,7 +271,7 @@ __device__ __forceinline__ void layer_phases(const LayerPlan &plan, bool after, 
         norm_then_products<ROWS>(a, a.merge_mlp, plan.head, true, vec4, sm, ys);
     } else if (a.merge_mlp.out) {
         gk_grid_sync(a.barrier);
-        norm_rows(a.merge_mlp, N, a.D, a.eps, vec4, sm);
+        norm_rows(a.merge_mlp, a.N, a.D, a.eps, vec4, sm);
     }
 }
 

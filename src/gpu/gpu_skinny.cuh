@@ -279,7 +279,14 @@ __device__ __forceinline__ void tail_products(float *y, int ldy, const float (*x
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
             const float t = warp_sum(acc[r]);
-            if (lane == 0 && r < rows) y[(long)r * ldy + u] = b ? gk_gelu(t + b[u]) : t;
+            if (lane == 0 && r < rows) y[(long)r * ldy + u] = b ? t + b[u] : t;
+        }
+    }
+    if (b) { /* GELU of the warp's outputs, a lane each: one copy of erfcf's code, not one a unit and row */
+        gk_syncwarp();
+        for (int j = lane; j < RT_UPW * rows; j += GPU_WARP) {
+            const int u = warp + j / rows * RT_WARPS, r = j % rows;
+            if (u < n) y[(long)r * ldy + u] = gk_gelu(y[(long)r * ldy + u]);
         }
     }
 }
