@@ -2,6 +2,7 @@
  * built with -DZAYA_NO_NCCL when the build found no nccl.h (then only the decision and clear errors remain). */
 #include "gpu/gpu_comm.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaStream_t hipStream_t
-#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaStreamQuery hipStreamQuery
+#define cudaErrorNotReady hipErrorNotReady
 typedef hipDeviceProp_t DeviceProp;
 #else
 #include <cuda_runtime_api.h>
@@ -168,6 +170,7 @@ int gpu_comm_reduce_scatter_f32(GpuComm *c, float *d_arena, const size_t *bounds
 int gpu_comm_allgather_f32(GpuComm *c, float *d_arena, const size_t *bounds, ZyErr *err) {
     return zy_fail(err, "%s", NO_NCCL);
 }
+int gpu_comm_wait(GpuComm *c, const char *what, ZyErr *err) { return zy_fail(err, "%s", NO_NCCL); }
 int gpu_comm_bench_open(GpuCommBench **out, const Dist *d, size_t bytes, ZyErr *err) {
     *out = NULL;
     zy_fail(err, "bench comm --backend nccl: %s", NO_NCCL);
@@ -276,16 +279,41 @@ int gpu_comm_create(GpuComm **out, const Dist *d, GpuCtx *g, ZyErr *err) {
     return 0;
 }
 
+/* Ends the communicator's operations on the device (its kernels leave their loops) and frees it: after an error. */
+static void comm_abort(GpuComm *c) {
+    if (c->comm) ncclCommAbort(c->comm);
+    c->comm = NULL;
+    c->broken = 1;
+}
+
+/* NCCL's documented wait (cudaStreamQuery and ncclCommGetAsyncError in turn, ncclCommAbort on an error): a collective
+ * that met an asynchronous error (a network failure, a peer gone) never completes, so cudaStreamSynchronize would
+ * wait for it forever instead of reporting it. */
+int gpu_comm_wait(GpuComm *c, const char *what, ZyErr *err) {
+    if (!c->comm) return zy_fail(err, "NCCL %s: the communicator was aborted after an earlier error", what);
+    const cudaStream_t s = (cudaStream_t)c->g->stream;
+    for (;;) {
+        const cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) { /* a fault of the context: NCCL cannot go on either */
+            zy_fail(err, "GPU fault during %s: %s", what, cudaGetErrorString(e));
+            comm_abort(c);
+            return -1;
+        }
+        if (async_check(c, what, err)) {
+            comm_abort(c);
+            return -1;
+        }
+        sched_yield(); /* as cudaStreamSynchronize's default spin: the host has nothing else to do meanwhile */
+    }
+}
+
 void gpu_comm_free(GpuComm *c) {
     if (!c) return;
-    if (c->comm) {
-        if (c->broken) {
-            ncclCommAbort(c->comm);
-        } else {
-            cudaStreamSynchronize((cudaStream_t)c->g->stream);
-            ncclCommDestroy(c->comm);
-        }
-    }
+    ZyErr e;
+    /* queued collectives first (a wait that meets an error aborts the communicator); destroyed only when idle */
+    if (c->comm && !c->broken && gpu_comm_wait(c, "the last collectives", &e) == 0) ncclCommDestroy(c->comm);
+    else comm_abort(c);
     free(c);
 }
 
@@ -294,6 +322,7 @@ const char *gpu_comm_describe(const GpuComm *c) { return c ? c->desc : "none"; }
 /* One group of per-block calls: ncclReduce (reduce = 1, block r summed into rank r) or ncclBroadcast (block r from
  * rank r), in place. Empty blocks are skipped (every rank has the same bounds, so all skip the same ones). */
 static int blocks_v(GpuComm *c, float *arena, const size_t *bounds, int reduce, const char *what, ZyErr *err) {
+    if (!c->comm) return zy_fail(err, "NCCL %s: the communicator was aborted after an earlier error", what);
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return nccl_fail(c, r, what, err);
     for (int k = 0; k < c->size && r == ncclSuccess; k++) {
@@ -442,8 +471,9 @@ int gpu_comm_bench_run(GpuCommBench *b, GpuCollective op, int inplace, int bf16,
     for (int i = 0; i < reps && r == ncclSuccess && count > 0; i++) r = coll_once(b, op, inplace, dt, elem, count, root);
     /* a failed call: no wait for a stream that may hold calls the peers never match (the caller aborts) */
     if (r != ncclSuccess) return nccl_fail(b->comm, r, coll_name(op), err);
-    double t = timer ? gpu_timer_stop(&b->g, timer) : 0; /* waits for the stream */
-    if (async_check(b->comm, coll_name(op), err)) return -1;
+    /* NCCL's wait first (an asynchronous error ends it); the timer's own wait then finds the stream done */
+    if (gpu_comm_wait(b->comm, coll_name(op), err)) return -1;
+    double t = timer ? gpu_timer_stop(&b->g, timer) : 0;
     if (gpu_sync(&b->g, coll_name(op), err)) return -1;
     if (seconds) *seconds = reps > 0 ? t / reps : 0;
     return 0;

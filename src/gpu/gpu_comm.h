@@ -46,6 +46,11 @@ int gpu_comm_decide(const Dist *d, const GpuCtx *g, int required, int *use, char
  * A rank whose NCCL set-up fails returns -1; the caller ends the job (dist_abort), the others may wait in NCCL's
  * bootstrap. */
 int gpu_comm_create(GpuComm **out, const Dist *d, GpuCtx *g, ZyErr *err);
+/* Waits for g's stream, polling NCCL for asynchronous errors: a collective that meets one (a network failure, a peer
+ * gone) never completes, so a plain stream wait would hang; here the communicator is aborted (its kernels end, every
+ * later call fails) and err names `what`; likewise a GPU fault. The trainer and the benchmark wait on NCCL here. */
+int gpu_comm_wait(GpuComm *c, const char *what, ZyErr *err);
+/* Waits for the queued collectives (gpu_comm_wait) and destroys the communicator; aborts it after an error. */
 void gpu_comm_free(GpuComm *c);
 /* "NCCL 2.28.9, 4 ranks" */
 const char *gpu_comm_describe(const GpuComm *c);
@@ -53,7 +58,7 @@ const char *gpu_comm_describe(const GpuComm *c);
 /* ZeRO-1 exchange on a device arena, bounds as dist_reduce_scatter_f32 ([ranks + 1]; block r = [bounds[r],
  * bounds[r+1]), contiguous from bounds[0]). reduce_scatter: block r of rank r becomes the sum over ranks of
  * everyone's block r (in place; the other blocks keep this rank's values). allgather: every rank's block r becomes
- * rank r's. Launches only (stream-ordered); errors name the collective. */
+ * rank r's. Launches only (stream-ordered; the host waits with gpu_comm_wait); errors name the collective. */
 int gpu_comm_reduce_scatter_f32(GpuComm *c, float *d_arena, const size_t *bounds, ZyErr *err);
 int gpu_comm_allgather_f32(GpuComm *c, float *d_arena, const size_t *bounds, ZyErr *err);
 

@@ -138,6 +138,9 @@ int gpu_trainer_reduce(GpuTrainer *gt, Model *host, const Dist *d, const size_t 
         if (b1 > b0 && gpu_upload(g, grads + b0, host->params.grad + b0, (b1 - b0) * sizeof(float), err)) return -1;
     }
     gpu_grad_sumsq(&gt->opt, g, grads, gt->d_sumsq);
+    /* NCCL: the wait that reports an asynchronous error (a plain one would hang on it); the download then finds the
+     * stream done */
+    if (gt->comm && gpu_comm_wait(gt->comm, "the reduce-scatter of the ZeRO-1 gradient blocks", err)) return -1;
     return gpu_download(g, sumsq, gt->d_sumsq, sizeof *sumsq, err);
 }
 
@@ -150,7 +153,11 @@ int gpu_trainer_apply(GpuTrainer *gt, Model *host, const Dist *d, const size_t *
     if (gpu_optim_step(&gt->opt, g, &host->params, params, grads, lr, clip < 1.0 ? (float)clip : 1.0f, err)) return -1;
     if (!gt->opt.params16) gpu_model_weights_changed(gt->model); /* else the step wrote the bf16 copy too */
     if (d->size > 1 && gt->comm) { /* every rank gets the others' updated blocks, device to device */
-        if (gpu_comm_allgather_f32(gt->comm, params, bounds, err)) return -1;
+        /* waited for here, not by the next step's first plain stream wait (which would hang on an asynchronous
+         * error) */
+        if (gpu_comm_allgather_f32(gt->comm, params, bounds, err) ||
+            gpu_comm_wait(gt->comm, "the all-gather of the ZeRO-1 parameter blocks", err))
+            return -1;
         gpu_model_weights_changed(gt->model);
     } else if (d->size > 1) { /* every rank gets the others' updated blocks, through the host */
         if ((b1 > b0 && gpu_download(g, host->params.data + b0, params + b0, (b1 - b0) * sizeof(float), err)) ||
