@@ -134,7 +134,8 @@ int gpu_trainer_reduce(GpuTrainer *gt, Model *host, const Dist *d, const size_t 
         if (gpu_model_download_grads(gt->model, host, err) ||
             dist_reduce_scatter_f32(d, host->params.grad, bounds, scratch, err))
             return -1;
-        for (size_t i = b0; i < b1; i++) host->params.grad[i] /= (float)d->size;
+        const float mean = (float)(1.0 / d->size); /* × 1/ranks, as the CPU's grad_scale_owned and the NCCL path */
+        for (size_t i = b0; i < b1; i++) host->params.grad[i] *= mean;
         if (b1 > b0 && gpu_upload(g, grads + b0, host->params.grad + b0, (b1 - b0) * sizeof(float), err)) return -1;
     }
     gpu_grad_sumsq(&gt->opt, g, grads, gt->d_sumsq);
