@@ -277,29 +277,32 @@ static void swiglu_bf16_case(GpuTest *t, const char *label, const float *d_gu, c
     gpu_memset_async(t->g, d_dgu, 0, 2 * n * sizeof(float));
     gk_swiglu_forward(t->g->stream, d_act, d_gu, rows, n_dev, I);
     gk_swiglu_backward(t->g->stream, d_dgu, d_dact, d_gu, rows, n_dev, I);
-    uint16_t *d16 = gt_dev(t, 2 * n * sizeof(uint16_t)), *g16 = gt_dev(t, 4 * n * sizeof(uint16_t));
-    gpu_memset_async(t->g, d16, 0xff, 2 * n * sizeof(uint16_t)); /* 0xffff: a NaN no kernel writes */
+    /* the two forward forms side by side: at + 1 (the element-wide path) and at the first 16-byte boundary past
+     * that one's n elements (the vector path) */
+    const size_t second = (n + 1 + 7) / 8 * 8;
+    uint16_t *d16 = gt_dev(t, (second + n) * sizeof(uint16_t)), *g16 = gt_dev(t, 4 * n * sizeof(uint16_t));
+    gpu_memset_async(t->g, d16, 0xff, (second + n) * sizeof(uint16_t)); /* 0xffff: a NaN no kernel writes */
     gpu_memset_async(t->g, g16, 0xff, 4 * n * sizeof(uint16_t));
-    gk_swiglu_forward_bf16(t->g->stream, d16 + 1, d_gu, rows, n_dev, I); /* + 1: the element-wide path too */
-    gk_swiglu_forward_bf16(t->g->stream, d16 + n, d_gu, rows, n_dev, I);
+    gk_swiglu_forward_bf16(t->g->stream, d16 + 1, d_gu, rows, n_dev, I);
+    gk_swiglu_forward_bf16(t->g->stream, d16 + second, d_gu, rows, n_dev, I);
     gk_swiglu_backward_bf16(t->g->stream, g16 + 2 * n, d_dact, d_gu, rows, n_dev, I);
     float *act = gt_down(t, d_act, n), *dgu = gt_down(t, d_dgu, 2 * n);
-    uint16_t *h16 = malloc(6 * n * sizeof(uint16_t));
+    uint16_t *h16 = malloc((second + 5 * n) * sizeof(uint16_t)), *hg16 = h16 ? h16 + second + n : NULL;
     ZyErr err;
     int ok = h16 && gpu_sync(t->g, "swiglu bf16", &err) == 0 &&
-             gpu_download(t->g, h16, d16, 2 * n * sizeof(uint16_t), &err) == 0 &&
-             gpu_download(t->g, h16 + 2 * n, g16, 4 * n * sizeof(uint16_t), &err) == 0;
+             gpu_download(t->g, h16, d16, (second + n) * sizeof(uint16_t), &err) == 0 &&
+             gpu_download(t->g, hg16, g16, 4 * n * sizeof(uint16_t), &err) == 0;
     size_t wrong = 0, stray = 0;
     for (size_t i = 0; ok && i < n; i++) {
         const float want = zy_bf16_to_f32(zy_f32_to_bf16(act[i]));
         for (int form = 0; form < 2; form++) {
-            const uint16_t got = h16[form ? n + i : 1 + i];
+            const uint16_t got = h16[form ? second + i : 1 + i];
             if (i < nc) wrong += zy_bf16_to_f32(got) != want;
             else stray += got != 0xffff;
         }
     }
     for (size_t i = 0; ok && i < 2 * n; i++) {
-        const uint16_t got = h16[4 * n + i];
+        const uint16_t got = hg16[2 * n + i];
         if (i < 2 * nc) wrong += zy_bf16_to_f32(got) != zy_bf16_to_f32(zy_f32_to_bf16(dgu[i]));
         else stray += got != 0xffff;
     }
