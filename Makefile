@@ -54,7 +54,21 @@ NVCC_STRICT = $(filter 1,$(WERROR) $(NVCC_WERROR))
 NVCCFLAGS ?= -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Isrc -Isrc/gpu \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter$(if $(NVCC_STRICT),$(comma)-Werror) \
              $(if $(NVCC_STRICT),-Werror all-warnings)
-ifeq ($(CUDA),1)
+# GPU_EMU=1 (tests/gpu/emu/backend.sh, its own BUILD): the GPU backend with no GPU. Every CUDA source is compiled by
+# the host's C++ compiler against tests/gpu/emu (cuda_emu.h runs kernels as a fiber per CUDA thread; emu_runtime.cpp
+# and cublasLt.h there stand in for the CUDA runtime and cuBLASLt), so make test-gpu's suites run on the CPU. Left out:
+# the wgmma + TMA experts (no emulation of Hopper's asynchronous units), cuDNN, NCCL.
+ifeq ($(GPU_EMU),1)
+GPU_SRC   := $(filter-out src/gpu/gpu_none.c,$(sort $(wildcard src/gpu/*.c)))
+GPU_CU    := $(filter-out src/gpu/gpu_expert_gemm_sm90.cu,$(sort $(wildcard src/gpu/*.cu)))
+GPU_CPP   := tests/gpu/emu/emu_runtime.cpp
+EMU_CXXFLAGS := -std=c++20 -O2 $(DEBUG) -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+                $(if $(filter 1,$(WERROR)),-Werror) -DZAYA_GPU_EMU=1 -DGPU_WARP=32 -Itests/gpu/emu -Isrc -Isrc/gpu
+GPU_CXXFLAGS := $(EMU_CXXFLAGS)
+CFLAGS    += -DZAYA_CUDA=1
+$(BUILD)/src/gpu/gpu_comm.o: CFLAGS += -DZAYA_NO_NCCL -Itests/gpu/emu
+LDLIBS    += -lstdc++
+else ifeq ($(CUDA),1)
 GPU_SRC   := $(filter-out src/gpu/gpu_none.c,$(sort $(wildcard src/gpu/*.c)))
 GPU_CU    := $(sort $(wildcard src/gpu/*.cu))
 # Host C++ against the CUDA runtime, with no kernels (gpu_attention_cudnn.cpp): the host compiler alone (nvcc would
@@ -118,7 +132,8 @@ LIB_DIRS := util model kernels optim io train data dist aegis jinja tokenizer in
 LIB_SRC  := $(filter-out $(ISA_SRC) $(BF16_SRC),$(sort $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
-HDRS     := $(wildcard src/*/*.h src/*/*.inc src/gpu/*.cuh tests/unit/*.h tests/gpu/*.h)
+HDRS     := $(wildcard src/*/*.h src/*/*.inc src/gpu/*.cuh tests/unit/*.h tests/gpu/*.h) \
+            $(if $(filter 1,$(GPU_EMU)),$(wildcard tests/gpu/emu/*.h))
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c))
 
 ifeq ($(UNAME_M),x86_64)
@@ -157,7 +172,7 @@ $(BUILD)/%.o: %.c $(HDRS)
 
 $(BUILD)/%.o: %.cu $(HDRS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(if $(filter 1,$(GPU_EMU)),$(CXX) $(EMU_CXXFLAGS) -x c++ -c $< -o $@,$(NVCC) $(NVCCFLAGS) -c $< -o $@)
 
 $(BUILD)/%.o: %.cpp $(HDRS)
 	@mkdir -p $(dir $@)
@@ -193,7 +208,7 @@ $(BUILD)/zaya_tests: $(LIB_OBJ) $(TEST_OBJ)
 $(BUILD)/zaya_gpu_tests: $(LIB_OBJ) $(GPU_TEST_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-ifeq ($(CUDA),1)
+ifneq ($(filter 1,$(CUDA) $(GPU_EMU)),)
 all: $(BUILD)/zaya_gpu_tests
 endif
 

@@ -52,6 +52,8 @@ run_suite unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktra
 run_suite fuzz bash tests/fuzz/run.sh
 run_suite gpu-emu bash tests/gpu/emu/run.sh # the tensor-core kernels' source on the CPU: no GPU needed
 run_suite pdl python3 tests/gpu/pdl_check.py # kernels launched to overlap the one before wait for it first
+# make test-gpu's kernel and model suites with the whole GPU backend built on the CPU emulator (GPU_EMU=1, build-emu)
+run_suite gpu-emu-backend bash tests/gpu/emu/backend.sh
 for t in tests/cli/test_*.sh; do # not tests/cli/fixture.sh: shared set-up the suites source
     [ -e "$t" ] || continue
     run_suite "$(basename "$t" .sh)" bash "$t"
@@ -64,7 +66,7 @@ done
 # GPU suites (make test-gpu) need an NVIDIA GPU: here the CUDA sources were compiled (make all) and the GPU test
 # binary linked, but nothing runs on a GPU.
 if [ -x build/zaya_gpu_tests ]; then
-    echo "GPU tests skipped: no GPU in this run (CUDA sources compiled into build/zaya and build/zaya_gpu_tests; run make test-gpu on a GPU machine)"
+    echo "GPU tests on a GPU skipped: no GPU in this run (CUDA sources compiled into build/zaya and build/zaya_gpu_tests; the same suites ran on the emulator above; run make test-gpu on a GPU machine)"
 else
     echo "GPU tests skipped: built without GPU support (no nvcc, or CUDA=0)"
 fi

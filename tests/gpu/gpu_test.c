@@ -127,6 +127,12 @@ int gt_assert(GpuTest *t, int ok, const char *name, const char *fmt, ...) {
     return ok;
 }
 
+int gt_gpu_sized(GpuTest *t, const char *what) {
+    if (!t->emulated) return 1;
+    printf("  --   %-10s %-44s sized for a GPU: make test-gpu runs it\n", t->group, what);
+    return 0;
+}
+
 void gt_reset(GpuTest *t) {
     ZyErr e;
     if (gpu_sync(t->g, t->group ? t->group : "test", &e)) {
@@ -185,7 +191,7 @@ int main(int argc, char **argv) {
     const Group groups[] = {{"gemm", test_gpu_gemm},           {"norms", test_gpu_norms}, {"moe", test_gpu_moe},
                             {"cca", test_gpu_cca},             {"attention", test_gpu_attention},
                             {"optim", test_gpu_optim},         {"model", test_gpu_model},
-                            {"decode", test_gpu_decode}};
+                            {"decode", test_gpu_decode},       {"pool", test_gpu_pool}};
     const int n_groups = (int)(sizeof groups / sizeof groups[0]);
     GpuCtx g;
     ZyErr err;
@@ -197,7 +203,7 @@ int main(int argc, char **argv) {
     }
     printf("zaya gpu tests on %s (sm_%d%d, %d SMs, %.1f GiB)\n", g.name, g.cc_major, g.cc_minor, g.sm_count,
            g.mem_total / 1073741824.0);
-    GpuTest t = {.g = &g};
+    GpuTest t = {.g = &g, .emulated = !strncmp(g.name, "cuda_emu", 8)};
     zy_rng_seed(&t.rng, 20261125);
     for (int k = 0; k < n_groups; k++) {
         int wanted = argc < 2;

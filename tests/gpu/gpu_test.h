@@ -19,6 +19,7 @@ typedef struct {
     void *host[512], *dev[512]; /* allocations of the current group, freed by gt_reset */
     int n_host, n_dev;
     const char *group;
+    int emulated; /* the device is tests/gpu/emu's CPU emulation (GPU_EMU=1 builds) */
 } GpuTest;
 
 /* Host arrays (freed by gt_reset): normal(0, scale) values; uniform integers in [lo, hi). */
@@ -42,6 +43,10 @@ int gt_check_i(GpuTest *t, const char *name, const int32_t *dev, const int32_t *
 int gt_assert(GpuTest *t, int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 double gt_rel_err(const float *a, const float *ref, size_t n); /* host arrays; INFINITY when a has a NaN */
 void gt_reset(GpuTest *t);
+/* 1 on a GPU. On the CPU emulator 0, with a line naming the case: a case sized for a GPU (a benchmark's shapes, a
+ * throughput probe) would take the emulator hours, and runs in make test-gpu; the smaller cases beside it cover the
+ * same code there. */
+int gt_gpu_sized(GpuTest *t, const char *what);
 
 /* An environment switch a check sets (value NULL: unset) and gt_env_restore puts back as the run found it, so a
  * rerun with the switch exported (ZAYA_GPU_PDL=off make test-gpu) keeps it for the checks after. */
@@ -67,5 +72,6 @@ void test_gpu_attention(GpuTest *t);
 void test_gpu_optim(GpuTest *t);
 void test_gpu_model(GpuTest *t);
 void test_gpu_decode(GpuTest *t);
+void test_gpu_pool(GpuTest *t); /* in test_gpu_decode.c: the ragged block pool behind zaya serve */
 
 #endif

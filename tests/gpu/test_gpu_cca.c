@@ -406,7 +406,8 @@ void test_gpu_cca(GpuTest *t) {
     };
     for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++) {
         const int realistic = conv[i].T == 2048;
-        check_conv(t, conv[i], realistic || i == 5);
+        if (!realistic || gt_gpu_sized(t, "convolution at B 2, T 2048, C 768, dh 128"))
+            check_conv(t, conv[i], realistic || i == 5);
     }
 
     check_qk_mean(t, 1, 1, 1, 1);

@@ -220,19 +220,25 @@ static void expert_case(GpuTest *t, const int *counts, int E, int extra_rows, in
 
 static void test_expert_products(GpuTest *t) {
     const int small[] = {150, 0, 37, 200}, odd[] = {70, 3, 0, 64}, one[] = {256};
-    int many[16];
+    int many[16], few[16];
     for (int e = 0; e < 16; e++) many[e] = e == 5 ? 0 : 200 + 37 * e % 300; /* bench-gpu-like: 16 experts */
+    for (int e = 0; e < 16; e++) few[e] = e == 5 ? 0 : 3 + 7 * e % 40;      /* 16 experts, one empty, fewer rows */
+    const int big = gt_gpu_sized(t, "expert products at bench-gpu's sizes (16 experts, 5,155 rows)");
     for (int tw = 0; tw < 2; tw++) {
         expert_case(t, small, 4, 33, 136, 64, 0, 0, tw, 0.0f);
         expert_case(t, small, 4, 0, 200, 40, 8, 0, tw, 1.0f);
         expert_case(t, odd, 4, 13, 45, 37, 3, 0, tw, tw ? 0.0f : 1.0f); /* element loads */
         expert_case(t, one, 1, 0, 128, 32, 0, 0, tw, 0.0f);
+        expert_case(t, few, 16, 9, 96, 80, 0, 0, tw, 1.0f);
+        if (!big) continue;
         expert_case(t, many, 16, 100, 512, 256, 0, 0, tw, 0.0f);
         expert_case(t, many, 16, 0, 1024, 1024, 0, 0, tw, 1.0f); /* bench-gpu's sizes: 32 k-steps through the ring */
     }
     expert_case(t, small, 4, 5, 136, 72, 0, 1, 0, 1.0f);
     expert_case(t, small, 4, 5, 24, 40, 0, 1, 0, 0.0f); /* an empty expert's gradient zeroed */
     expert_case(t, odd, 4, 5, 30, 50, 3, 1, 0, 1.0f);    /* element loads */
+    expert_case(t, few, 16, 0, 96, 80, 0, 1, 0, 0.0f);
+    if (!big) return;
     expert_case(t, many, 16, 0, 512, 256, 0, 1, 0, 1.0f);
     expert_case(t, many, 16, 0, 1024, 2048, 0, 1, 0, 0.0f);
 }
@@ -444,6 +450,7 @@ void test_gpu_gemm(GpuTest *t) {
                   heur);
         gt_reset(t);
     }
+    if (!gt_gpu_sized(t, "GEMM probe (4096^3)")) return;
     double tf = gpu_gemm_probe_tflops(t->g, 4096, 10);
     t->g->bf16 = 1;
     double tf16 = gpu_gemm_probe_tflops(t->g, 4096, 10);

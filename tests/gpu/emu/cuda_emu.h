@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <tuple>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <type_traits>
@@ -110,10 +111,59 @@ inline dim3 blockDim, gridDim;
 #endif
 #define GK_LAUNCH_CHECK() ((void)0)
 typedef void *GkStream;
-typedef void *gpuStream_t;
-typedef int gpuError_t;
-#define gpuSuccess 0
-inline gpuError_t gpuGetLastError() { return gpuSuccess; }
+/* The runtime's host side (emu_runtime.cpp) under the names gpu_runtime.h gives src/gpu */
+#include "cuda_runtime_api.h"
+typedef cudaStream_t gpuStream_t;
+typedef cudaError_t gpuError_t;
+typedef cudaEvent_t gpuEvent_t;
+typedef cudaGraph_t gpuGraph_t;
+typedef cudaGraphExec_t gpuGraphExec_t;
+typedef cudaGraphNode_t gpuGraphNode_t;
+typedef cudaGraphNodeType gpuGraphNodeType;
+typedef struct cudaDeviceProp gpuDeviceProp;
+#define gpuSuccess cudaSuccess
+#define gpuErrorNoDevice cudaErrorNoDevice
+#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
+#define gpuGetErrorString cudaGetErrorString
+#define gpuGetLastError cudaGetLastError
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemcpy cudaMemcpy
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemset cudaMemset
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuStreamCreate cudaStreamCreate
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuDeviceSynchronize cudaDeviceSynchronize
+#define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuGetDevice cudaGetDevice
+#define gpuDeviceGetAttribute cudaDeviceGetAttribute
+#define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
+#define gpuSetDevice cudaSetDevice
+#define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuEventCreate cudaEventCreate
+#define gpuEventRecord cudaEventRecord
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventElapsedTime cudaEventElapsedTime
+#define gpuEventDestroy cudaEventDestroy
+#define gpuMemGetInfo cudaMemGetInfo
+#define gpuMallocHost cudaMallocHost
+#define gpuFreeHost cudaFreeHost
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuGraphInstantiateWithFlags cudaGraphInstantiateWithFlags
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphExecDestroy cudaGraphExecDestroy
+#define gpuGraphGetNodes cudaGraphGetNodes
+#define gpuGraphNodeGetType cudaGraphNodeGetType
+#define gpuGraphNodeTypeKernel cudaGraphNodeTypeKernel
 #define gpuFuncAttributeMaxDynamicSharedMemorySize 0
 inline gpuError_t gpuFuncSetAttribute(const void *, int, int) { return gpuSuccess; }
 
@@ -434,20 +484,48 @@ inline void launch_cooperative(dim3 grid, dim3 bdim, size_t smem, const std::fun
 #define blockIdx (emu::self().bid)
 #define GK_DYNAMIC_SMEM(name) unsigned char *name = emu::self().block->smem
 #define GK_DYNAMIC_SMEM_T(T, name) T *name = reinterpret_cast<T *>(emu::self().block->smem)
+namespace emu {
+/* Runs job now or, while a stream is being captured (emu_runtime.cpp), records it for the graph's launches. */
+inline void submit(std::function<void()> job) {
+    if (!emu_capturing()) {
+        job();
+        return;
+    }
+    emu_capture_record(
+        new std::function<void()>(std::move(job)), [](void *j) { (*static_cast<std::function<void()> *>(j))(); },
+        [](void *j) { delete static_cast<std::function<void()> *>(j); });
+}
+/* bind(kern)(args...): a kernel call with its arguments converted to the kernel's parameter types when launched, as
+ * CUDA copies them then (a graph replays the values a capture saw); converted at the call, so NULL is a pointer. */
+template <typename... P>
+inline auto bind(void (*kern)(P...)) {
+    return [kern](P... args) -> std::function<void()> {
+        return [kern, t = std::tuple<std::decay_t<P>...>(args...)] { std::apply(kern, t); };
+    };
+}
+} // namespace emu
 #define GK_LAUNCH(kern, grid, block, smem, stream, ...)                                                        \
-    ((void)(stream), emu::launch(grid, block, smem, [&] { kern(__VA_ARGS__); }))
+    ((void)(stream), emu::submit([k_ = emu::bind(kern)(__VA_ARGS__), g_ = dim3(grid), b_ = dim3(block),          \
+                                  s_ = (size_t)(smem)] { emu::launch(g_, b_, s_, k_); }))
 
 /* Programmatic dependent launch has nothing to overlap here (one kernel at a time): a launch that checks every thread
  * passed gk_pdl_enter(). */
 #define GK_LAUNCH_PDL(kern, grid, block, smem, stream, ...)                                                    \
-    ((void)(stream), emu::launch(grid, block, smem, [&] {                                                     \
-         emu::self().pdl_entered = false;                                                                     \
-         kern(__VA_ARGS__);                                                                                   \
-         emu::pdl_check();                                                                                    \
+    ((void)(stream), emu::submit([k_ = emu::bind(kern)(__VA_ARGS__), g_ = dim3(grid), b_ = dim3(block),          \
+                                  s_ = (size_t)(smem)] {                                                      \
+         emu::launch(g_, b_, s_, [&] {                                                                        \
+             emu::self().pdl_entered = false;                                                                 \
+             k_();                                                                                            \
+             emu::pdl_check();                                                                                \
+         });                                                                                                  \
      }))
 
-#define GK_LAUNCH_COOPERATIVE(kern, grid, block, smem, stream, ...)                                                \
-    ((void)(stream), emu::launch_cooperative(grid, block, smem, [&] { kern(__VA_ARGS__); }), 0)
+#define GK_LAUNCH_COOPERATIVE(kern, grid, block, smem, stream, ...)                                            \
+    ((void)(stream),                                                                                          \
+     emu::submit([k_ = emu::bind(kern)(__VA_ARGS__), g_ = dim3(grid), b_ = dim3(block), s_ = (size_t)(smem)] { \
+         emu::launch_cooperative(g_, b_, s_, k_);                                                             \
+     }),                                                                                                      \
+     gpuSuccess)
 
 inline void __syncthreads() { emu::self().block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::my_warp().bar->arrive_and_wait(); }

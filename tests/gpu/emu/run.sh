@@ -82,7 +82,7 @@ build() { # test warp sanitize
     [ "$san" = asan ] && flags="-O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined"
     # shellcheck disable=SC2086
     "$CXX" -std=c++20 -g $flags -Wall -Wextra -Wno-unknown-pragmas -Werror -DGPU_WARP="$warp" -I. \
-        -I../../../src/gpu -I../../../src "$t.cpp" -o "$out/$t.$warp.$san" -lpthread >"$out/$t.$warp.$san.log" 2>&1
+        -I../../../src/gpu -I../../../src "$t.cpp" emu_runtime.cpp -o "$out/$t.$warp.$san" -lpthread >"$out/$t.$warp.$san.log" 2>&1
 }
 export -f build
 export CXX out
