@@ -534,9 +534,13 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
                       (unsigned long long)a.evictions, (unsigned long long)b.evictions);
             printf("    %s: %ld prompt tokens from the cache, %llu evictions\n", label, reused_tokens,
                    (unsigned long long)a.evictions);
-            /* fp32: every block within tol; bf16 products: a near-tie expert flip may move a few, so the bulk */
+            /* fp32: every block within tol; bf16 products: a near-tie expert flip may move a few, so the bulk. CCA
+             * keeps convolution and delayed-value states (some must be non-zero, or nothing was checked); the MHA
+             * variant carries nothing across tokens: its states stay zero on both */
+            const int carries = cfg->attention == ZY_ATTN_CCA;
             snprintf(name, sizeof name, "%s: every block's kept state equals the CPU pool's after each step", label);
-            gt_assert(t, states_kept > 0 && (bf16 ? states_over * 10 <= state_checks : states_over == 0), name,
+            gt_assert(t, (states_kept > 0) == carries && (bf16 ? states_over * 10 <= state_checks : states_over == 0),
+                      name,
                       "%ld of %ld block checks over %.0e (worst %.2e), %ld with a kept state", states_over,
                       state_checks, tol, state_worst, states_kept);
         }
@@ -979,7 +983,7 @@ static void check_ragged_kernels(GpuTest *t) {
     gt_reset(t);
 }
 
-static void test_gpu_pool(GpuTest *t) {
+void test_gpu_pool(GpuTest *t) {
     check_ragged_kernels(t);
     ZayaConfig c = gt_small_config();
     /* block_tokens 4 with prefill chunks of 7: sequences span blocks and chunks cross block edges; 25 blocks hold
@@ -1017,7 +1021,8 @@ static void test_gpu_pool(GpuTest *t) {
     wide.hidden_size = 256, wide.num_heads = 8, wide.head_dim = 128, wide.num_experts = 8, wide.vocab_size = 1000;
     const PoolCase big = {.S = 3, .ML = 200, .NB = 30, .bt = 16, .rows = 80, .chunk = 64, .n_req = 5,
                           .max_prompt = 150, .max_gen = 20};
-    compare_pool(t, "pool: head_dim 128, 64-row prefill chunks", &wide, &big, 0, 1e-4);
+    const int gpu = gt_gpu_sized(t, "pool: head_dim 128, 150-token prompts (fp32 and bf16 KV cache)");
+    if (gpu) compare_pool(t, "pool: head_dim 128, 64-row prefill chunks", &wide, &big, 0, 1e-4);
     /* bf16 products: the dense MLP (no expert choice to flip) and ZAYA1's experts */
     ZayaConfig dense = c;
     dense.moe = ZY_MOE_DENSE;
@@ -1044,7 +1049,7 @@ static void test_gpu_pool(GpuTest *t) {
     compare_pool(t, "pool, bf16 KV cache: sliding W5 (layers 0, 2)", &sw, &small16, 0, 1e-3);
     PoolCase big16 = big;
     big16.kv_bf16 = 1;
-    compare_pool(t, "pool, bf16 KV cache: head_dim 128", &wide, &big16, 0, 1e-3);
+    if (gpu) compare_pool(t, "pool, bf16 KV cache: head_dim 128", &wide, &big16, 0, 1e-3);
     pool_refusals(t, &c);
     /* the prompts' choices (n > 1) and the prefix cache: forks, kept block states, sequences continuing from them */
     pool_fork(t, "pool fork: zaya1", &c, 0, 0, 1e-4);
@@ -1078,7 +1083,8 @@ void test_gpu_decode(GpuTest *t) {
     compare_decode(t, "dense MLP B2 T25", &dense, 2, 25, 6, 64);
     ZayaConfig wide = c;
     wide.hidden_size = 256, wide.num_heads = 8, wide.head_dim = 128, wide.num_experts = 8, wide.vocab_size = 1000;
-    compare_decode(t, "head_dim 128 B2 T200 prefill 150", &wide, 2, 200, 150, 64);
+    if (gt_gpu_sized(t, "head_dim 128 B2 T200 prefill 150")) /* head_dim 128 on the emulator: the cases below */
+        compare_decode(t, "head_dim 128 B2 T200 prefill 150", &wide, 2, 200, 150, 64);
     /* sliding-window layers (ZAYA1-74B-preview's hybrid_sliding): windows shorter than the prefill and its pieces,
      * their own RoPE (another theta, full rotation), alternating with full layers; and the MHA variant */
     ZayaConfig sw = c;
@@ -1105,5 +1111,4 @@ void test_gpu_decode(GpuTest *t) {
     compare_layer_kernel(t, "persistent layer: bf16 sliding W5 B2 T30 prefill 13", &sw, 2, 30, 13, 1);
     compare_layer_kernel(t, "persistent layer: bf16 MHA variant B2 T24 prefill 7", &mha, 2, 24, 7, 0);
     compare_generate(t);
-    test_gpu_pool(t);
 }
