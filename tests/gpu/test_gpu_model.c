@@ -13,9 +13,55 @@
 #include "io/model_io.h"
 #include "model/model.h"
 
+/* The CPU's fp32 step (src/model/model.c) on m: logits, loss, every gradient and (choice non-NULL) each layer's expert
+ * choices into host arrays freed by gt_reset. 0, or -1 with err set. */
+typedef struct {
+    float *logits, *grad;
+    int32_t *choice;
+    double loss;
+} CpuStep;
+static int cpu_step(GpuTest *t, Model *m, int B, int T, const int32_t *tokens, const int32_t *targets, CpuStep *out,
+                    ZyErr *err) {
+    const ZayaConfig *cfg = &m->cfg;
+    const int N = B * T;
+    Activations a;
+    if (acts_create(&a, cfg, B, T, err)) return -1;
+    model_forward(m, &a, tokens);
+    params_zero_grad(&m->params);
+    out->loss = model_backward(m, &a, targets);
+    out->logits = gt_copy(t, a.logits, (size_t)N * cfg->vocab_size);
+    out->grad = gt_copy(t, m->params.grad, m->params.total);
+    out->choice = gt_rand_int(t, (size_t)N * cfg->num_layers, 0, 1);
+    for (int l = 0; l < cfg->num_layers; l++)
+        memcpy(out->choice + (size_t)l * N, a.layers[l].choice, N * sizeof(int32_t));
+    acts_free(&a);
+    return 0;
+}
+
+/* The floor of tensor_err: 1e-4 of the whole reference gradient's norm. */
+static double grad_floor(const Model *m, const float *ref) {
+    double all = 0;
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.info[i];
+        if (!param_trainable(p)) continue;
+        for (size_t j = 0; j < p->numel; j++) all += (double)ref[p->offset + j] * ref[p->offset + j];
+    }
+    return 1e-4 * sqrt(all);
+}
+/* One tensor's gradient against the reference's, relative to the reference's own norm or, where that is under
+ * floor_norm (*floored = 1), to the floor. */
+static double tensor_err(const ParamInfo *p, const float *grad, const float *ref, double floor_norm, int *floored) {
+    double diff = 0, r = 0;
+    for (size_t j = 0; j < p->numel; j++) {
+        const double g = grad[p->offset + j], c = ref[p->offset + j];
+        diff += (g - c) * (g - c), r += c * c;
+    }
+    *floored = sqrt(r) < floor_norm;
+    return sqrt(diff) / (*floored ? floor_norm : sqrt(r));
+}
+
 static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T) {
     Model m;
-    Activations a;
     ZyErr err = {{0}};
     char name[200];
     if (model_create(&m, cfg, &err)) {
@@ -26,20 +72,15 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
     const int N = B * T, V = cfg->vocab_size;
     int32_t *tokens = gt_rand_int(t, (size_t)N, 0, V), *targets = gt_rand_int(t, (size_t)N, 0, V);
     targets[N - 1] = -1; /* an ignored position */
-    /* CPU */
-    if (acts_create(&a, cfg, B, T, &err)) {
+    CpuStep cpu;
+    if (cpu_step(t, &m, B, T, tokens, targets, &cpu, &err)) {
         gt_assert(t, 0, label, "%s", err.msg);
         model_free(&m);
         return;
     }
-    model_forward(&m, &a, tokens);
-    params_zero_grad(&m.params);
-    double cpu_loss = model_backward(&m, &a, targets);
-    float *cpu_logits = gt_copy(t, a.logits, (size_t)N * V);
-    float *cpu_grad = gt_copy(t, m.params.grad, m.params.total);
-    int32_t *cpu_choice = malloc((size_t)N * cfg->num_layers * sizeof(int32_t));
-    for (int l = 0; l < cfg->num_layers; l++) memcpy(cpu_choice + (size_t)l * N, a.layers[l].choice, N * sizeof(int32_t));
-    acts_free(&a);
+    const double cpu_loss = cpu.loss;
+    const float *cpu_logits = cpu.logits, *cpu_grad = cpu.grad;
+    const int32_t *cpu_choice = cpu.choice;
     /* GPU (fp32) */
     GpuModel *gm = NULL;
     int ok = gpu_model_create(&gm, &m, -1, B, T, 0, 1, &err) == 0;
@@ -72,26 +113,15 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
          * residue (2e-9 against a whole norm of 4.9 on the CPU; the GPU's differs by 2.3e-8 of the whole, H200) that
          * no two summation orders share */
         gpu_model_download_grads(gm, &m, &err);
-        double all = 0;
-        for (int i = 0; i < m.params.count; i++) {
-            const ParamInfo *p = &m.params.info[i];
-            if (!param_trainable(p)) continue;
-            for (size_t j = 0; j < p->numel; j++) all += (double)cpu_grad[p->offset + j] * cpu_grad[p->offset + j];
-        }
-        const double floor_norm = 1e-4 * sqrt(all);
+        const double floor_norm = grad_floor(&m, cpu_grad);
         int bad = 0, shown = 0;
         double worst = 0;
         const char *worst_name = "";
         for (int i = 0; i < m.params.count; i++) {
             const ParamInfo *p = &m.params.info[i];
             if (!param_trainable(p)) continue;
-            double diff = 0, ref = 0;
-            for (size_t j = 0; j < p->numel; j++) {
-                double g = m.params.grad[p->offset + j], c = cpu_grad[p->offset + j];
-                diff += (g - c) * (g - c), ref += c * c;
-            }
-            const int floored = sqrt(ref) < floor_norm;
-            double ei = sqrt(diff) / (floored ? floor_norm : sqrt(ref));
+            int floored;
+            const double ei = tensor_err(p, m.params.grad, cpu_grad, floor_norm, &floored);
             if (!(ei <= 1e-3)) bad++;
             if (!(ei <= 1e-4) && shown++ < 6) /* over the CPU oracle's bar: named, for the record */
                 printf("       %s: rel err %.2e%s%s\n", p->name, ei,
@@ -102,7 +132,6 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
         snprintf(name, sizeof name, "%s: every gradient", label);
         gt_assert(t, bad == 0, name, "%d tensors over 1e-3; worst %.2e (%s)", bad, worst, worst_name);
     }
-    free(cpu_choice);
     gpu_model_free(gm);
     model_free(&m);
     gt_reset(t);
@@ -115,9 +144,14 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
  * model sized for fewer rows takes). Both runs take the per-expert products (the grouped ones need the sharing).
  * Logits, loss and every gradient compared bit for bit.
  * GROUPED: the experts' products grouped on the device (gpu_expert_gemm.cu, the bf16 default) against one cuBLASLt
- * product per expert (experts_grouped = 0, as ZAYA_GPU_EXPERTS=loop): the same bf16 operands summed in another order,
- * so the fp32-vs-CPU bars of compare_model (logits 1e-4, loss 1e-5, every gradient 1e-3) and the same expert choices
- * (random logits leave no near-ties at these sizes); a wrong row, weight or stride is off by O(1). */
+ * product per expert (experts_grouped = 0, as ZAYA_GPU_EXPERTS=loop): the same bf16 operands summed in another order.
+ * The two runs are not held to each other: a product one ulp apart flips a bf16 rounding downstream, and from there
+ * every later rounding may flip, so two correct runs end as far apart as bf16 noise goes (on the CPU emulator, with
+ * cuBLASLt's sums made one ulp more exact than the grouped kernel's: logits 5.9e-4 apart and a gradient tensor
+ * 9.8e-3 at head_dim 64, T 256; with both summing in the same order, the same bits). Each is held to the CPU's fp32
+ * step instead: the grouped run must be as close to it as the per-expert run, within 25% on the logits and the whole
+ * gradient and 2x + 1e-3 per tensor, with the same expert choices (random logits leave no near-ties at these sizes).
+ * A wrong row, weight or stride is off by O(1). */
 enum { BF16_SHARED, BF16_GROUPED };
 static void compare_bf16_runs(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int mode) {
     Model m;
@@ -135,6 +169,8 @@ static void compare_bf16_runs(GpuTest *t, const char *label, const ZayaConfig *c
     int32_t *choice[2] = {NULL, NULL};
     double loss[2] = {NAN, NAN};
     int ok = 1, shared = 0;
+    CpuStep cpu = {0};
+    if (mode == BF16_GROUPED && cpu_step(t, &m, B, T, tokens, targets, &cpu, &err)) ok = 0;
     for (int run = 0; run < 2 && ok; run++) {
         GpuModel *gm = NULL;
         ok = gpu_model_create(&gm, &m, -1, B, T, 1, 1, &err) == 0;
@@ -173,22 +209,31 @@ static void compare_bf16_runs(GpuTest *t, const char *label, const ZayaConfig *c
         for (size_t i = 0; routed && i < (size_t)N * L; i++) differ += choice[0][i] != choice[1][i];
         snprintf(name, sizeof name, "%s: grouped experts, same choices", label);
         gt_assert(t, differ == 0, name, "%d of %d differ", differ, N * L);
-        const double el = gt_rel_err(logits[0], logits[1], (size_t)N * V);
+        const size_t NV = (size_t)N * V;
+        const double l0 = gt_rel_err(logits[0], cpu.logits, NV), l1 = gt_rel_err(logits[1], cpu.logits, NV);
+        const double d0 = fabs(loss[0] - cpu.loss), d1 = fabs(loss[1] - cpu.loss);
         snprintf(name, sizeof name, "%s: grouped experts, logits and loss", label);
-        gt_assert(t, el <= 1e-4 && fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[1]), name,
-                  "logits rel err %.2e (tol 1e-4), loss %.9f vs %.9f", el, loss[0], loss[1]);
+        gt_assert(t, l0 <= 1.25 * l1 + 1e-6 && d0 <= 2 * d1 + 1e-6 * fabs(cpu.loss), name,
+                  "vs the CPU's fp32: logits %.2e (per-expert %.2e), loss %.2e (%.2e)", l0, l1, d0, d1);
+        const double g0 = gt_rel_err(grads[0], cpu.grad, m.params.total), g1 = gt_rel_err(grads[1], cpu.grad,
+                                                                                             m.params.total);
+        const double floor_norm = grad_floor(&m, cpu.grad);
         int bad = 0;
-        double worst = 0;
+        double worst = 0, worst_loop = 0;
         const char *worst_name = "";
         for (int i = 0; i < m.params.count; i++) {
             const ParamInfo *p = &m.params.info[i];
             if (!param_trainable(p)) continue;
-            const double ei = gt_rel_err(grads[0] + p->offset, grads[1] + p->offset, p->numel);
-            if (!(ei <= 1e-3)) bad++;
-            if (!(ei <= worst)) worst = ei, worst_name = p->name;
+            int floored;
+            const double e0 = tensor_err(p, grads[0], cpu.grad, floor_norm, &floored);
+            const double e1 = tensor_err(p, grads[1], cpu.grad, floor_norm, &floored);
+            if (!(e0 <= 2 * e1 + 1e-3)) bad++;
+            if (!(e0 <= worst)) worst = e0, worst_loop = e1, worst_name = p->name;
         }
         snprintf(name, sizeof name, "%s: grouped experts, every gradient", label);
-        gt_assert(t, bad == 0, name, "%d tensors over 1e-3; worst %.2e (%s)", bad, worst, worst_name);
+        gt_assert(t, bad == 0 && g0 <= 1.25 * g1 + 1e-6, name,
+                  "vs the CPU's fp32: whole %.2e (per-expert %.2e); %d tensors over 2x + 1e-3, worst %.2e (%.2e, %s)",
+                  g0, g1, bad, worst, worst_loop, worst_name);
     }
     model_free(&m);
     gt_reset(t);
@@ -312,6 +357,8 @@ void test_gpu_model(GpuTest *t) {
     big.hidden_size = 1024, big.num_layers = 1, big.num_heads = 8, big.num_kv_heads = 2, big.head_dim = 128;
     big.num_experts = 16, big.moe_intermediate_size = 1024, big.router_hidden_size = 256, big.vocab_size = 512;
     big.cca_time0 = 2, big.cca_time1 = 2, big.max_position_embeddings = 4096;
-    compare_bf16_runs(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048, BF16_SHARED);
-    compare_bf16_runs(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048, BF16_GROUPED);
+    if (gt_gpu_sized(t, "bench-gpu layer, 4 x 2048")) {
+        compare_bf16_runs(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048, BF16_SHARED);
+        compare_bf16_runs(t, "bench-gpu layer, 4 x 2048", &big, 4, 2048, BF16_GROUPED);
+    }
 }
