@@ -271,6 +271,15 @@ static size_t bits_equal(const float *a, const float *b, size_t n) {
     return k;
 }
 
+/* The GPU's bf16 Newton–Schulz keeps its iterates X, A = XXᵀ and B = bA + cA² in bf16 (Muon's reference form; the
+ * coefficients in the products' alpha / beta), where the CPU's bf16 mode rounds only the products' operands and
+ * keeps the iterates fp32. Both are held to the CPU's fp32 step. Five iterations on a random matrix, simulated in
+ * numpy with nearest-even rounding at each form's points: the GPU's form lands 0.9-1.5e-2 from fp32, the CPU's bf16
+ * 1.3-3.6e-2, and the two 1.6-3.7e-2 from each other (the 3.8e-2 this test's bar of 2e-2 against the CPU's bf16
+ * mode met on the CPU emulator); the GPU's form under two summation orders 0-5e-3 apart. A wrong coefficient,
+ * transpose or band is off by O(1). */
+#define BF16_MUON_TOL 3e-2
+
 /* Per tensor: Muon by the relative error of its update (w − w0), within mu_tol; AdamW by the weights (the CPU's
  * arithmetic, operation for operation: bit-identical with a gcc build) within 1e-6; buffers untouched. */
 static void compare_weights(GpuTest *t, const OptimCase *c, const float *gw, const float *cw, double mu_tol,
@@ -464,11 +473,10 @@ static void test_model_table(GpuTest *t) {
                   bits_equal(wa, wu, total), total, changed);
     }
 
-    /* bf16 products, batched, against the CPU's bf16 step (tolerance as above; the GPU's Newton–Schulz iterates stay
-     * bf16 where the CPU's are fp32 with bf16 operands), and a rerun bit for bit */
+    /* bf16 products, batched, against the CPU's fp32 step (BF16_MUON_TOL), and a rerun bit for bit */
     {
         float *bw = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
-        ok = cpu_run(&c, 1, bw, bm, bv) == 0;
+        ok = cpu_run(&c, 0, bw, bm, bv) == 0;
         t->g->bf16 = 1;
         GpuOptimizer gb, gb2;
         float *d_w2 = gt_dev(t, bytes);
@@ -479,7 +487,7 @@ static void test_model_table(GpuTest *t) {
         if (gt_assert(t, ok, "model table: batched GPU steps (bf16)", "%s", ok ? "done" : "failed")) {
             gpu_optim_free(&gb);
             float *w1 = gt_down(t, d_w, total), *w2 = gt_down(t, d_w2, total);
-            compare_weights(t, &c, w1, bw, 2e-2, "model bf16");
+            compare_weights(t, &c, w1, bw, BF16_MUON_TOL, "model bf16");
             gt_assert(t, rerun && memcmp(w1, w2, bytes) == 0, "model table: bf16 steps deterministic",
                       "%zu of %zu weights bit-identical", bits_equal(w1, w2, total), total);
         }
@@ -492,7 +500,7 @@ static void test_model_table(GpuTest *t) {
      * when the CPU's bf16 step was given the same bands), and a rerun bit for bit */
     for (int bf = 0; bf <= 1; bf++) {
         float *bw = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
-        ok = cpu_run(&c, bf, bw, bm, bv) == 0;
+        ok = cpu_run(&c, 0, bw, bm, bv) == 0; /* bf16: against fp32, as above */
         t->g->bf16 = bf;
         GpuOptimizer gb, gb2, gw0;
         float *d_w2 = gt_dev(t, bytes), *d_w3 = gt_dev(t, bytes);
@@ -507,7 +515,7 @@ static void test_model_table(GpuTest *t) {
         if (!gt_assert(t, ok && rerun && whole, name, "%s", ok && rerun && whole ? "done" : "failed")) continue;
         gpu_optim_free(&gb);
         float *w1 = gt_down(t, d_w, total), *w2 = gt_down(t, d_w2, total), *w3 = gt_down(t, d_w3, total);
-        compare_weights(t, &c, w1, bw, bf ? 2e-2 : 1e-5, bf ? "model bf16 banded" : "model fp32 banded");
+        compare_weights(t, &c, w1, bw, bf ? BF16_MUON_TOL : 1e-5, bf ? "model bf16 banded" : "model fp32 banded");
         const double e = muon_update_err(&c, w1, w3);
         snprintf(name, sizeof name, "model table: banded vs whole products (%s)", bf ? "bf16" : "fp32");
         gt_assert(t, e <= (bf ? 2e-2 : 1e-5), name, "Muon updates rel err %.2e (tol %.0e)", e, bf ? 2e-2 : 1e-5);
@@ -539,6 +547,7 @@ static int optim_step_launches(const GpuOptimizer *o, int bf16) {
  * bf16 and fp32 products, on random weights and gradients. Prints the times (the mean of 3 steps after a warm-up
  * step that builds the product plans); asserts only that the steps ran. Needs ~18 GB of GPU memory. */
 static void test_bench_timing(GpuTest *t) {
+    if (!gt_gpu_sized(t, "bench-gpu optimizer step timing")) return;
     ZyErr err = {{0}};
     ZayaConfig zc;
     ParamTable tab;
@@ -795,21 +804,19 @@ void test_gpu_optim(GpuTest *t) {
     }
     gpu_optim_free(&go);
 
-    /* bf16 products (the caller sets g->bf16): Newton–Schulz on bf16-rounded operands, as optim_set_bf16. The
-     * products of bf16 values are exact, but a sum that lands on the other side of a bf16 rounding boundary makes
-     * the next iteration's operand differ by one bf16 ulp (2^-8 relative): the updates agree to ~1e-3, not 1e-6.
-     * AdamW and the moments do not use products: the same bits as fp32. */
+    /* bf16 products (the caller sets g->bf16): Newton–Schulz's iterates in bf16, against the CPU's fp32 step
+     * (BF16_MUON_TOL). AdamW and the moments do not use products: the same bits as fp32. */
     {
         float *bw = gt_host(t, total), *bm = gt_host(t, total), *bv = gt_host(t, total);
-        const int cpu_bf_ok = cpu_run(&c, 1, bw, bm, bv) == 0;
-        if (gt_assert(t, cpu_bf_ok, "CPU reference steps (bf16)", "%s", cpu_bf_ok ? "done" : "failed")) {
+        const int cpu_bf_ok = cpu_run(&c, 0, bw, bm, bv) == 0;
+        if (gt_assert(t, cpu_bf_ok, "CPU reference steps (fp32, for bf16)", "%s", cpu_bf_ok ? "done" : "failed")) {
             t->g->bf16 = 1;
             GpuOptimizer gb;
             ok = gpu_run(t, &c, &gb, d_w, d_g, 0) == 0;
             t->g->bf16 = 0;
             if (gt_assert(t, ok, "GPU optimizer steps (bf16)", "%s", ok ? "done" : "failed")) {
                 float *hw = gt_down(t, d_w, total);
-                compare_weights(t, &c, hw, bw, 2e-2, "bf16");
+                compare_weights(t, &c, hw, bw, BF16_MUON_TOL, "bf16");
                 /* and bf16 is not secretly fp32: its Muon updates differ from the fp32 ones */
                 double diff = 0;
                 for (size_t i = 0; i < total; i++) diff = fmax(diff, fabs((double)hw[i] - gw[i]));
