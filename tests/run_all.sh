@@ -54,6 +54,8 @@ run_suite gpu-emu bash tests/gpu/emu/run.sh # the tensor-core kernels' source on
 run_suite pdl python3 tests/gpu/pdl_check.py # kernels launched to overlap the one before wait for it first
 # make test-gpu's kernel and model suites with the whole GPU backend built on the CPU emulator (GPU_EMU=1, build-emu)
 run_suite gpu-emu-backend bash tests/gpu/emu/backend.sh
+# zaya itself on the emulated GPU: train, resume, generate and serve with --device cuda (make test-gpu's, smaller)
+run_suite gpu-emu-train bash tests/gpu/emu/train.sh
 for t in tests/cli/test_*.sh; do # not tests/cli/fixture.sh: shared set-up the suites source
     [ -e "$t" ] || continue
     run_suite "$(basename "$t" .sh)" bash "$t"
