@@ -62,7 +62,8 @@ ifeq ($(GPU_EMU),1)
 GPU_SRC   := $(filter-out src/gpu/gpu_none.c,$(sort $(wildcard src/gpu/*.c)))
 GPU_CU    := $(filter-out src/gpu/gpu_expert_gemm_sm90.cu,$(sort $(wildcard src/gpu/*.cu)))
 GPU_CPP   := tests/gpu/emu/emu_runtime.cpp
-EMU_CXXFLAGS := -std=c++20 -O2 $(DEBUG) -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+# EMU_SAN: sanitizer flags for the emulated sources as well (OPT carries them for the C ones)
+EMU_CXXFLAGS := -std=c++20 -O2 $(DEBUG) -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas $(EMU_SAN) \
                 $(if $(filter 1,$(WERROR)),-Werror) -DZAYA_GPU_EMU=1 -DGPU_WARP=32 -Itests/gpu/emu -Isrc -Isrc/gpu
 GPU_CXXFLAGS := $(EMU_CXXFLAGS)
 CFLAGS    += -DZAYA_CUDA=1
