@@ -70,8 +70,14 @@
 typedef ZAYA_HIP_BF16 gpu_bf16;
 #define GPU_WARP 64 /* AMD wavefront */
 #else
+#ifdef ZAYA_GPU_EMU /* tests/gpu/emu: the CUDA runtime's host side on the CPU (cuda_emu.h sets the warp) */
+#include "cuda_runtime_api.h"
+#else
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+typedef __nv_bfloat16 gpu_bf16;
+#define GPU_WARP 32
+#endif
 #define gpuError_t cudaError_t
 #define gpuSuccess cudaSuccess
 #define gpuErrorNoDevice cudaErrorNoDevice
@@ -125,8 +131,6 @@ typedef ZAYA_HIP_BF16 gpu_bf16;
 #define gpuGraphNodeGetType cudaGraphNodeGetType
 #define gpuGraphNodeType cudaGraphNodeType
 #define gpuGraphNodeTypeKernel cudaGraphNodeTypeKernel
-typedef __nv_bfloat16 gpu_bf16;
-#define GPU_WARP 32
 #endif
 
 #endif

@@ -10,6 +10,9 @@
  * tensor-core sources that include gpu_tc.cuh. */
 #ifndef ZAYA_CUDA_EMU_H
 #define ZAYA_CUDA_EMU_H
+#ifndef ZAYA_GPU_EMU
+#define ZAYA_GPU_EMU 1 /* gpu_runtime.h: this runtime */
+#endif
 
 #include <atomic>
 #include <climits>
@@ -111,61 +114,8 @@ inline dim3 blockDim, gridDim;
 #endif
 #define GK_LAUNCH_CHECK() ((void)0)
 typedef void *GkStream;
-/* The runtime's host side (emu_runtime.cpp) under the names gpu_runtime.h gives src/gpu */
-#include "cuda_runtime_api.h"
-typedef cudaStream_t gpuStream_t;
-typedef cudaError_t gpuError_t;
-typedef cudaEvent_t gpuEvent_t;
-typedef cudaGraph_t gpuGraph_t;
-typedef cudaGraphExec_t gpuGraphExec_t;
-typedef cudaGraphNode_t gpuGraphNode_t;
-typedef cudaGraphNodeType gpuGraphNodeType;
-typedef struct cudaDeviceProp gpuDeviceProp;
-#define gpuSuccess cudaSuccess
-#define gpuErrorNoDevice cudaErrorNoDevice
-#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
-#define gpuGetErrorString cudaGetErrorString
-#define gpuGetLastError cudaGetLastError
-#define gpuMalloc cudaMalloc
-#define gpuFree cudaFree
-#define gpuMemcpyAsync cudaMemcpyAsync
-#define gpuMemcpy cudaMemcpy
-#define gpuMemsetAsync cudaMemsetAsync
-#define gpuMemset cudaMemset
-#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
-#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
-#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
-#define gpuStreamCreate cudaStreamCreate
-#define gpuStreamDestroy cudaStreamDestroy
-#define gpuStreamSynchronize cudaStreamSynchronize
-#define gpuDeviceSynchronize cudaDeviceSynchronize
-#define gpuGetDeviceCount cudaGetDeviceCount
-#define gpuGetDevice cudaGetDevice
-#define gpuDeviceGetAttribute cudaDeviceGetAttribute
-#define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
-#define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
-#define gpuSetDevice cudaSetDevice
-#define gpuGetDeviceProperties cudaGetDeviceProperties
-#define gpuEventCreate cudaEventCreate
-#define gpuEventRecord cudaEventRecord
-#define gpuEventSynchronize cudaEventSynchronize
-#define gpuEventElapsedTime cudaEventElapsedTime
-#define gpuEventDestroy cudaEventDestroy
-#define gpuMemGetInfo cudaMemGetInfo
-#define gpuMallocHost cudaMallocHost
-#define gpuFreeHost cudaFreeHost
-#define gpuStreamBeginCapture cudaStreamBeginCapture
-#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
-#define gpuStreamEndCapture cudaStreamEndCapture
-#define gpuGraphInstantiateWithFlags cudaGraphInstantiateWithFlags
-#define gpuGraphDestroy cudaGraphDestroy
-#define gpuGraphLaunch cudaGraphLaunch
-#define gpuGraphExecDestroy cudaGraphExecDestroy
-#define gpuGraphGetNodes cudaGraphGetNodes
-#define gpuGraphNodeGetType cudaGraphNodeGetType
-#define gpuGraphNodeTypeKernel cudaGraphNodeTypeKernel
-#define gpuFuncAttributeMaxDynamicSharedMemorySize 0
-inline gpuError_t gpuFuncSetAttribute(const void *, int, int) { return gpuSuccess; }
+/* The runtime's host side (emu_runtime.cpp), under the names src/gpu uses */
+#include "gpu_runtime.h"
 
 namespace emu {
 struct Block;

@@ -40,6 +40,7 @@ typedef enum {
     cudaMemcpyDeviceToHost = 2,
     cudaMemcpyDeviceToDevice = 3
 } cudaMemcpyKind;
+typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
 typedef enum {
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMajor = 75,
@@ -67,6 +68,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *kernel, int block_size,
                                                           size_t smem);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attr, int value); /* any size: one block at a time */
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
