@@ -5,7 +5,7 @@
 #ifndef ZAYA_GPU_RUNTIME_H
 #define ZAYA_GPU_RUNTIME_H
 
-#ifdef ZAYA_HIP
+#if defined(ZAYA_HIP) && !defined(ZAYA_GPU_EMU) /* the emulator speaks CUDA's runtime names, a HIP form's kernels too */
 #include <hip/hip_runtime.h>
 #if __has_include(<hip/hip_bf16.h>)
 #include <hip/hip_bf16.h>
