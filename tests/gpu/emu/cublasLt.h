@@ -5,8 +5,9 @@
  * count and a stride in elements. So gpu_ctx.cu's mapping of row-major products onto it (operands swapped, transposes,
  * leading dimensions, batch strides) is what is checked. Refused as cuBLASLt refuses: a layout whose shape does not
  * fit the operation, a leading dimension under its rows, and an algorithm run on operands less aligned than the ones
- * it was picked for (the heuristic's MIN_ALIGNMENT preferences). bf16 operands are exact in fp32; sums are in double,
- * so results agree with the GPU's to its fp32 accumulation, not bit for bit. Header-only: one file includes it. */
+ * it was picked for (the heuristic's MIN_ALIGNMENT preferences). bf16 operands are exact in fp32; each sum runs over
+ * k in order in fp32 (a GPU's order differs: its results agree to fp32 rounding, not bit for bit). Header-only: one
+ * file includes it. */
 #ifndef ZAYA_EMU_CUBLASLT_H
 #define ZAYA_EMU_CUBLASLT_H
 
@@ -16,7 +17,10 @@
 
 #include <vector>
 
-#include "cuda_emu.h" /* emu_submit: a product queued during a capture runs when the graph does */
+extern "C" {
+#include "util/util.h" /* zy_f32_to_bf16, zy_bf16_to_f32: the project's one rounding */
+}
+#include "cuda_emu.h" /* emu::submit: a product queued during a capture runs when the graph does */
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -153,25 +157,13 @@ inline cublasStatus_t check(const EmuLtDesc *d, const EmuLtLayout *a, const EmuL
     return CUBLAS_STATUS_SUCCESS;
 }
 inline float load(const void *p, cudaDataType_t t, int64_t i) {
-    if (t == CUDA_R_32F) return static_cast<const float *>(p)[i];
-    const uint32_t u = (uint32_t) static_cast<const uint16_t *>(p)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return t == CUDA_R_32F ? static_cast<const float *>(p)[i] : zy_bf16_to_f32(static_cast<const uint16_t *>(p)[i]);
 }
 inline void store(void *p, cudaDataType_t t, int64_t i, float v) {
-    if (t == CUDA_R_32F) {
+    if (t == CUDA_R_32F)
         static_cast<float *>(p)[i] = v;
-        return;
-    }
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    uint16_t h;
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        h = (uint16_t)((u >> 16) | 0x40); /* a NaN stays a (quiet) NaN */
     else
-        h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16); /* nearest, ties to even */
-    static_cast<uint16_t *>(p)[i] = h;
+        static_cast<uint16_t *>(p)[i] = zy_f32_to_bf16(v); /* nearest, ties to even, as the library's epilogue */
 }
 inline uint64_t alignment(const void *p) {
     const uint64_t v = (uint64_t)(uintptr_t)p | 256u;

@@ -34,7 +34,6 @@ std::mutex mu;                        /* the table (a server's engine thread and
 std::map<const char *, Alloc> allocs; /* by start address */
 size_t in_use;
 cudaError_t last_error = cudaSuccess;
-int device_set;
 
 /* The capture in progress (one at a time, as zaya takes them) and its stream. */
 bool capturing, capture_broken;
@@ -134,7 +133,6 @@ cudaError_t cudaGetDeviceCount(int *count) {
 }
 cudaError_t cudaSetDevice(int device) {
     if (device != 0) return fail(cudaErrorInvalidDevice);
-    device_set = 1;
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *device) {
