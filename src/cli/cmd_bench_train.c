@@ -138,6 +138,17 @@ static int report_gpu(const char *config_path, const StepBackend *be, BenchData 
            : grouped == 2 ? "grouped on the device (one launch each; cp.async into a ring of tiles)"
            : grouped == 1 ? "grouped on the device (one launch each; staged form)"
                           : "one cuBLASLt product per expert");
+    int graph_kernels = 0;
+    long graph_replays = 0;
+    const char *graphs_refused = NULL;
+    const int graphs = gpu_model_graphs(gpu_trainer_model(gt), &graph_kernels, &graph_replays, &graphs_refused);
+    if (graph_kernels > 0)
+        printf("graphs       each micro-batch's forward, loss and backward replayed as one CUDA graph of %d kernels "
+               "(%ld micro-batches so far)\n", graph_kernels, graph_replays);
+    else if (graphs || graphs_refused)
+        printf("graphs       asked for, not used: %s\n", graphs_refused ? graphs_refused : "no micro-batch ran");
+    else
+        printf("graphs       off (ZAYA_GPU_GRAPHS=1: each micro-batch's launches as one CUDA graph)\n");
     printf("step         median %.4f s per optimizer step (min %.4f, max %.4f)\n", median, times[0],
            times[steps - 1]);
     printf("throughput   %.0f tokens/s over whole optimizer steps, %.1f TFLOP/s (%.3g GFLOP/token, 6N + attention "
@@ -168,10 +179,11 @@ static int report_gpu(const char *config_path, const StepBackend *be, BenchData 
            100 * (t_all - accounted) / t_all, (t_all - accounted) / BREAKDOWN_STEPS);
     printf("json         {\"device\": \"cuda\", \"tokens_per_s\": %.1f, \"step_s\": %.5f, \"tokens_per_step\": %.0f, "
            "\"micro_batches\": %d, \"mfu_dense\": %.4f, \"mfu_cublas\": %.4f, \"steps_run\": %d, \"gpu_mem_gib\": %.2f, "
-           "\"plan_builds_per_step\": %.1f, \"plan_heuristics_per_step\": %.1f, \"plan_ms_per_step\": %.3f}\n",
+           "\"plan_builds_per_step\": %.1f, \"plan_heuristics_per_step\": %.1f, \"plan_ms_per_step\": %.3f, "
+           "\"graph_kernels\": %d}\n",
            tps, median, tokens, K, dense > 0 ? tps * flops / (dense * 1e12) : 0,
            probe16 > 0 ? tps * flops / (probe16 * 1e12) : 0, warmup + steps + BREAKDOWN_STEPS,
-           gpu_trainer_memory_used(gt) / 1073741824.0, builds, heuristics, plan_ms);
+           gpu_trainer_memory_used(gt) / 1073741824.0, builds, heuristics, plan_ms, graph_kernels);
     return 0;
 }
 

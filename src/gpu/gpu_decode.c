@@ -652,13 +652,10 @@ int gpu_kvpool_create_kv(GpuKVPool **out, GpuModel *gm, int max_seqs, int max_le
         return -1;
     }
     zero_counters(gm, &p->s);
-    const char *graphs = getenv("ZAYA_GPU_GRAPHS");
-    if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
+    if (gpu_graphs_requested(&p->graphs_on, err)) {
         gpu_kvpool_free(p);
-        return zy_fail(err, "ZAYA_GPU_GRAPHS=%s: expected 1 (decoding steps replayed as CUDA graphs) or 0 (off, the "
-                       "default)", graphs);
+        return -1;
     }
-    p->graphs_on = graphs && !strcmp(graphs, "1");
     /* bf16 products round their activation operand into scratch: at most max_rows rows of the widest of them */
     size_t wide = (size_t)f->hidden_size;
     const size_t others[3] = {(size_t)cfg_q_channels(f), (size_t)f->router_hidden_size, (size_t)f->moe_intermediate_size};

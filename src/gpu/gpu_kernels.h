@@ -45,22 +45,30 @@ void gk_embed_forward(GkStream s, float *x, const float *emb, const int32_t *tok
                       const float *scale, int rows, int dim);
 /* The embedding gradient without atomics: the rows grouped by token id (host-built by gk_embed_plan, uploaded),
  * each embedding row summed over its rows in order. plan_rows [rows] = row indices sorted by token (stable),
- * plan_start [n_uniq + 1] = where each distinct token's rows begin, plan_tok [n_uniq] = the tokens. */
+ * plan_start [n_uniq + 1] = where each distinct token's rows begin, plan_tok [n_uniq] = the tokens, *plan_count =
+ * n_uniq: all on the device (the launch does not depend on the batch, so a captured graph replays any batch). */
 void gk_embed_backward(GkStream s, float *demb, float *dbias, float *dscale, const float *dx, const float *emb,
                        const int32_t *tokens, const float *bias, const float *scale, int rows, int dim, int pad_id,
-                       const int32_t *plan_rows, const int32_t *plan_start, const int32_t *plan_tok, int n_uniq);
+                       const int32_t *plan_rows, const int32_t *plan_start, const int32_t *plan_tok,
+                       const int32_t *plan_count);
 /* Host: builds the plan above from host tokens [rows]; returns n_uniq. plan_rows [rows], plan_start [rows + 1],
  * plan_tok [rows]; work [V] ints of scratch (V = vocabulary size). */
 int gk_embed_plan(const int32_t *tokens, int rows, int V, int32_t *plan_rows, int32_t *plan_start, int32_t *plan_tok,
                   int32_t *work);
 /* Cross-entropy per row: row_loss[r] = lse − logit[target] (0 where target < 0); when dlogits, writes
- * (softmax − onehot) · dl_scale (dl_scale = dloss / n_valid, the host counts n_valid; ignored rows get 0), and when
+ * (softmax − onehot) · *dl_scale (device float, dloss / n_valid: gk_loss_scale's; ignored rows get 0), and when
  * dlogits16 the same values' bf16 bits (nearest even, as gk_f32_to_bf16 rounds them): either, both or neither.
  * One pass over the logits (online max and sum), no probabilities kept. */
 void gk_cross_entropy(GkStream s, float *dlogits, uint16_t *dlogits16, float *row_loss, const float *logits,
-                      const int32_t *targets, int rows, int V, float dl_scale);
+                      const int32_t *targets, int rows, int V, const float *dl_scale);
 /* *out (device double) = Σ_r x[r] in a fixed order (one block). */
 void gk_sum(GkStream s, double *out, const float *x, long n);
+/* A loss pass on the device: *valid = the count of targets ≥ 0, *scale = 1 / *valid in fp32 (0 without any): the
+ * cross-entropy's gradient scale. */
+void gk_loss_scale(GkStream s, float *scale, int32_t *valid, const int32_t *targets, int rows);
+/* *acc += (*valid ? Σ_r row_loss[r] / *valid : 0) in double (gk_sum's order): the pass's mean loss added to the
+ * step's. */
+void gk_loss_add(GkStream s, double *acc, const float *row_loss, long n, const int32_t *valid);
 
 /* ---- router and experts (gpu_moe.cu) ---- */
 void gk_state_rmsnorm_forward(GkStream s, float *z, float *zn, float *rstd, const float *bias, const float *r_prev,

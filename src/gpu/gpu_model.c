@@ -140,6 +140,8 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
     if (gm->acts_block && gm->a.B == B && gm->a.T == T) return 0;
     if (B <= 0 || T <= 0) return zy_fail(err, "batch shape [%d, %d] must be positive", B, T);
     gpu_sync(&gm->g, "resizing activations", err);
+    gpu_graph_free(gm->micro_graph); /* it points into the buffers freed here */
+    gm->micro_graph = NULL;
     gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
     gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
     free(gm->h_plan), free(gm->h_tokens);
@@ -162,8 +164,8 @@ int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) {
         return zy_wrap(err, "batch [%d, %d]", B, T);
     acts_carve(&gm->a, &gm->cfg, gm->acts_block);
     gm->targets = gpu_alloc(N * sizeof(int32_t), "targets", err);
-    gm->plan = gpu_alloc((3 * N + 1) * sizeof(int32_t), "the embedding-gradient plan", err);
-    gm->h_plan = malloc((3 * N + 1) * sizeof(int32_t));
+    gm->plan = gpu_alloc((3 * N + 2) * sizeof(int32_t), "the embedding-gradient plan", err);
+    gm->h_plan = malloc((3 * N + 2) * sizeof(int32_t));
     gm->h_tokens = malloc(N * sizeof(int32_t));
     if (!gm->targets || !gm->plan) return -1;
     if (!gm->h_plan || !gm->h_tokens) return zy_fail(err, "out of memory");
@@ -252,8 +254,11 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
         return zy_fail(err, "ZAYA_GPU_DECODE_LAYER=%s: expected launches (a decoding step's layer as its dozen kernels, "
                        "the default) or persistent (the layers of a bf16 step of up to %d one-token rows as one "
                        "cooperative kernel)", layer, GK_DECODE_LAYER_ROWS);
+    int graphs = 0;
+    if (gpu_graphs_requested(&graphs, err)) return -1;
     GpuModel *gm = calloc(1, sizeof *gm);
     if (!gm) return zy_fail(err, "out of memory");
+    gm->graphs = graphs && train; /* the training passes' graphs; decoding's pool reads the switch itself */
     gm->decode_layer_persistent = layer && !strcmp(layer, "persistent");
     gm->experts_grouped = !experts || !strcmp(experts, "grouped");
     gm->few_rows = !few || !strcmp(few, "on");
@@ -298,9 +303,8 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     const int E1 = c->num_experts + 1;
     gm->h_off = calloc((size_t)c->num_layers * E1, sizeof(int32_t));
     gm->h_work = malloc((size_t)c->vocab_size * sizeof(int32_t));
-    gm->h_valid = calloc(MAX_LOSS_PARTS, sizeof(int));
     gm->attn_ran_cudnn = calloc((size_t)c->num_layers, 1);
-    if (!gm->w.layers || !gm->gw.layers || !gm->a.layers || !gm->h_off || !gm->h_work || !gm->h_valid ||
+    if (!gm->w.layers || !gm->gw.layers || !gm->a.layers || !gm->h_off || !gm->h_work ||
         !gm->attn_ran_cudnn) {
         gpu_model_free(gm);
         return zy_fail(err, "out of memory");
@@ -310,12 +314,15 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
         /* a model without the fp32 arena uploads its bf16 matrices here first (gpu_model_upload) */
         ((bf16 || !gpu_weights_in_one_arena(m)) &&
          !(gm->params16 = gpu_alloc(total * sizeof(uint16_t), "bf16 weights", err))) ||
-        !(gm->loss_parts = gpu_alloc(MAX_LOSS_PARTS * sizeof(double), "loss accumulators", err)) ||
+        !(gm->loss_sum = gpu_alloc(sizeof(double), "the loss accumulator", err)) ||
+        !(gm->loss_scale = gpu_alloc(sizeof(float), "the loss scale", err)) ||
+        !(gm->loss_valid = gpu_alloc(sizeof(int32_t), "the loss's target count", err)) ||
         !(gm->route_counts = gpu_alloc((size_t)c->num_layers * E1 * sizeof(int32_t), "routing counts", err)) ||
         !(gm->route_sums = gpu_alloc((size_t)c->num_layers * 2 * sizeof(double), "routing sums", err))) {
         gpu_model_free(gm);
         return -1;
     }
+    gpu_memset_async(&gm->g, gm->loss_sum, 0, sizeof(double));
     model_bind_weights(m, gm->params, &gm->w);
     if (gm->grads) model_bind_weights(m, gm->grads, &gm->gw);
     if (c->no_residual_scaling) {
@@ -356,12 +363,14 @@ void gpu_model_free(GpuModel *gm) {
         ZyErr ignore;
         gpu_sync(&gm->g, "freeing the model", &ignore);
     }
-    gpu_free(gm->params), gpu_free(gm->grads), gpu_free(gm->params16), gpu_free(gm->loss_parts);
+    gpu_graph_free(gm->micro_graph);
+    gpu_free(gm->params), gpu_free(gm->grads), gpu_free(gm->params16);
+    gpu_free(gm->loss_sum), gpu_free(gm->loss_scale), gpu_free(gm->loss_valid);
     gpu_free(gm->route_counts), gpu_free(gm->route_sums);
     gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
     gpu_free(gm->unit_scale), gpu_free(gm->zero_bias), gpu_free(gm->merge_grad_sink);
     gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
-    free(gm->h_plan), free(gm->h_work), free(gm->h_tokens), free(gm->h_off), free(gm->h_valid);
+    free(gm->h_plan), free(gm->h_work), free(gm->h_tokens), free(gm->h_off);
     free(gm->attn_ran_cudnn);
     free(gm->w.layers), free(gm->gw.layers), free(gm->a.layers);
     if (gm->g.stream) gpu_close(&gm->g);
@@ -714,20 +723,26 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
     gpu_tock(gm, PHASE_EXPERTS, &t0);
 }
 
-int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
+/* What a forward needs before its launches: the tokens on the device (a host copy kept for the embedding-gradient
+ * plan) and the weights' bf16 copy current. Outside the launches, so a captured pass never holds a host copy. */
+static void forward_inputs(GpuModel *gm, const int32_t *tokens) {
+    const size_t N = (size_t)gm->a.B * gm->a.T;
+    /* bf16 products read bf16 copies of the weights, rebuilt once after every change */
+    if (gm->bf16 && gm->bf16_stale) {
+        gk_f32_to_bf16(gm->g.stream, gm->params16, gm->params, (long)gm->host->params.total);
+        gm->bf16_stale = 0;
+    }
+    memcpy(gm->h_tokens, tokens, N * sizeof *tokens);
+    gpu_upload_async(&gm->g, gm->a.tokens, gm->h_tokens, N * sizeof *tokens);
+}
+
+/* The forward's launches over the tokens on the device (forward_inputs). */
+static void forward_work(GpuModel *gm) {
     const ZayaConfig *c = &gm->cfg;
     Activations *a = &gm->a;
     GkStream s = gm->g.stream;
     const Weights *w = &gm->w;
     const int N = a->B * a->T, D = c->hidden_size;
-    gm->failed = 0;
-    /* bf16 products read bf16 copies of the weights, rebuilt once after every change */
-    if (gm->bf16 && gm->bf16_stale) {
-        gk_f32_to_bf16(s, gm->params16, gm->params, (long)gm->host->params.total);
-        gm->bf16_stale = 0;
-    }
-    memcpy(gm->h_tokens, tokens, (size_t)N * sizeof *tokens);
-    gpu_upload_async(&gm->g, a->tokens, gm->h_tokens, (size_t)N * sizeof *tokens);
     double t0 = gpu_tick(gm);
     /* x = (Emb[tokens] + b_in) ⊙ s_in; u = RMSNorm(x) */
     gk_embed_forward(s, a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D);
@@ -763,38 +778,51 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
     /* logits = RMSNorm(x; w_final) · headᵀ */
     gpu_mm_wt(gm, N, c->vocab_size, D, a->final_normed, D, w->lm_head, gpu_bf16_of(gm, w->lm_head), a->logits, c->vocab_size);
     gpu_tock(gm, PHASE_HEAD, &t0);
-    if (gm->failed) {
-        *err = gm->err;
-        return -1;
-    }
-    return 0;
 }
 
-/* Cross-entropy of the last forward against host targets: per-row losses summed into a new loss part; with
- * dlogits (fp32) or dlogits16 (its bf16 bits), (softmax − onehot) / n_valid as well. */
-static int loss_pass(GpuModel *gm, const int32_t *targets, float *dlogits, uint16_t *dlogits16, ZyErr *err) {
+/* The first failure inside the launches since failed was cleared, into err. */
+static int pass_status(GpuModel *gm, ZyErr *err) {
+    if (!gm->failed) return 0;
+    *err = gm->err;
+    return -1;
+}
+
+int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) {
+    gm->failed = 0;
+    forward_inputs(gm, tokens);
+    forward_work(gm);
+    return pass_status(gm, err);
+}
+
+/* Cross-entropy of the last forward against the targets on the device (gm->targets): the pass's mean loss added to
+ * the accumulator; with dlogits (fp32) or dlogits16 (its bf16 bits), (softmax − onehot) / n_valid as well. Launches
+ * only (the count of valid targets is taken on the device), so a graph replays it for any batch. */
+static void loss_work(GpuModel *gm, float *dlogits, uint16_t *dlogits16) {
     const int N = gm->a.B * gm->a.T;
-    if (gm->n_parts == MAX_LOSS_PARTS) return zy_fail(err, "GPU loss accumulator full: take the loss more often");
-    int valid = 0;
-    for (int i = 0; i < N; i++) valid += targets[i] >= 0;
-    gpu_upload_async(&gm->g, gm->targets, targets, (size_t)N * sizeof *targets);
-    gk_cross_entropy(gm->g.stream, dlogits, dlogits16, gm->a.row_loss, gm->a.logits, gm->targets, N,
-                     gm->cfg.vocab_size, valid ? 1.0f / valid : 0.0f);
-    gk_sum(gm->g.stream, gm->loss_parts + gm->n_parts, gm->a.row_loss, N);
-    gm->h_valid[gm->n_parts++] = valid;
-    return 0;
+    GkStream s = gm->g.stream;
+    gk_loss_scale(s, gm->loss_scale, gm->loss_valid, gm->targets, N);
+    gk_cross_entropy(s, dlogits, dlogits16, gm->a.row_loss, gm->a.logits, gm->targets, N, gm->cfg.vocab_size,
+                     gm->loss_scale);
+    gk_loss_add(s, gm->loss_sum, gm->a.row_loss, N, gm->loss_valid);
+}
+
+static void targets_input(GpuModel *gm, const int32_t *targets) {
+    gpu_upload_async(&gm->g, gm->targets, targets, (size_t)gm->a.B * gm->a.T * sizeof *targets);
 }
 
 int gpu_model_loss(GpuModel *gm, const int32_t *targets, ZyErr *err) {
-    return loss_pass(gm, targets, NULL, NULL, err);
+    gm->failed = 0;
+    targets_input(gm, targets);
+    loss_work(gm, NULL, NULL);
+    gm->n_parts++;
+    return pass_status(gm, err);
 }
 
 int gpu_model_take_loss(GpuModel *gm, double *sum, ZyErr *err) {
-    double parts[MAX_LOSS_PARTS];
     *sum = 0;
     if (!gm->n_parts) return 0;
-    if (gpu_download(&gm->g, parts, gm->loss_parts, (size_t)gm->n_parts * sizeof(double), err)) return -1;
-    for (int i = 0; i < gm->n_parts; i++) *sum += gm->h_valid[i] ? parts[i] / gm->h_valid[i] : 0.0;
+    if (gpu_download(&gm->g, sum, gm->loss_sum, sizeof *sum, err)) return -1;
+    gpu_memset_async(&gm->g, gm->loss_sum, 0, sizeof(double));
     gm->n_parts = 0;
     return 0;
 }
@@ -1027,7 +1055,18 @@ static void cca_backward(GpuModel *gm, int l, const LayerWeights *W, LayerWeight
     mm16(gm, 1, 0, Ck, D, N, d->d_qk_down + Cq, dk16, C, L->u_attn, u16, D, 1, G->w_k, D);
 }
 
-int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
+/* What a backward needs before its launches: the targets on the device, and the embedding gradient's plan (rows
+ * grouped by token, built on the host from the forward's tokens; its size goes up with it). */
+static void backward_inputs(GpuModel *gm, const int32_t *targets) {
+    const int N = gm->a.B * gm->a.T;
+    targets_input(gm, targets);
+    int32_t *rows_by_tok = gm->h_plan, *start = gm->h_plan + N, *tok = gm->h_plan + 2 * N + 1;
+    gm->h_plan[3 * N + 1] = gk_embed_plan(gm->h_tokens, N, gm->cfg.vocab_size, rows_by_tok, start, tok, gm->h_work);
+    gpu_upload_async(&gm->g, gm->plan, gm->h_plan, (size_t)(3 * N + 2) * sizeof(int32_t));
+}
+
+/* The loss and the backward's launches over backward_inputs' targets and plan. */
+static void backward_work(GpuModel *gm) {
     const ZayaConfig *c = &gm->cfg;
     Activations *a = &gm->a;
     GkStream s = gm->g.stream;
@@ -1035,8 +1074,6 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
     const Weights *w = &gm->w;
     Weights *g = &gm->gw;
     BackwardScratch *d = &a->d;
-    if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
-    gm->failed = 0;
     double t0 = gpu_tick(gm);
     /* loss and head: d_final = d_logits · head. With the bf16 operands shared (op16), the cross-entropy writes the
      * logits' gradient as bf16 bits into d_logits' memory and both products read those: the values each product
@@ -1047,7 +1084,7 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
     const int ce16 = gm->bf16 && gm->op16[0] && gm->op16_elems > 0 && (size_t)N * V >= 256;
     uint16_t *dl16 = ce16 ? (uint16_t *)(((uintptr_t)d->d_logits + 255) & ~(uintptr_t)255) : NULL;
     float *dl = ce16 ? NULL : d->d_logits;
-    if (loss_pass(gm, targets, dl, dl16, err)) return -1;
+    loss_work(gm, dl, dl16);
     mm16(gm, 0, 0, N, D, V, dl, dl16, V, w->lm_head, gpu_bf16_of(gm, w->lm_head), D, 0, d->d_final, D);
     mm16(gm, 1, 0, V, D, N, dl, dl16, V, a->final_normed, NULL, D, 1, g->lm_head, D);
     gpu_tock(gm, PHASE_HEAD, &t0);
@@ -1096,16 +1133,97 @@ int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
             gk_rmsnorm_backward(s, d->d_x, G->input_norm, d->d_u, L->x_in, W->input_norm, L->rstd_attn, N, D);
         }
     }
-    /* the embedding gradient: rows grouped by token on the host (from this batch's tokens), summed in order */
-    int32_t *rows_by_tok = gm->h_plan, *start = gm->h_plan + N, *tok = gm->h_plan + 2 * N + 1;
-    gm->n_uniq = gk_embed_plan(gm->h_tokens, N, V, rows_by_tok, start, tok, gm->h_work);
-    gpu_upload_async(&gm->g, gm->plan, gm->h_plan, (size_t)(3 * N + 1) * sizeof(int32_t));
+    /* the embedding gradient: rows grouped by token (backward_inputs' plan of this batch's tokens), summed in order */
     gk_embed_backward(s, g->embed, g->in_bias, g->in_scale, d->d_x, w->embed, a->tokens, w->in_bias, w->in_scale, N, D,
-                      c->pad_token_id, gm->plan, gm->plan + N, gm->plan + 2 * N + 1, gm->n_uniq);
+                      c->pad_token_id, gm->plan, gm->plan + N, gm->plan + 2 * N + 1, gm->plan + 3 * N + 1);
     gpu_tock(gm, PHASE_NORMS, &t0);
+}
+
+int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) {
+    if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
+    gm->failed = 0;
+    backward_inputs(gm, targets);
+    backward_work(gm);
+    gm->n_parts++;
+    return pass_status(gm, err);
+}
+
+/* ---- a training micro-batch as a CUDA graph (ZAYA_GPU_GRAPHS=1; off by default until timed on a GPU) ----------
+ * Between forward_inputs / backward_inputs (tokens, targets, the embedding plan and its size copied up) and the
+ * optimizer, a micro-batch's launches depend on nothing but the shape [B, T] and the buffers: the experts' products
+ * are sized on the device (grouped), the loss counts its valid targets on the device and the embedding gradient reads
+ * its plan's size there. So the forward, loss and backward are captured once and replayed as one launch. Not where
+ * anything in them waits on the host or times itself: fp32 runs and ZAYA_GPU_EXPERTS=loop (each layer's offsets come
+ * to the host), the phase breakdown (gpu_model_set_timing), cuDNN's attention (its plans and scratch are made at
+ * first use, inside what would be the capture). A refused capture turns graphs off for the model, and the passes run
+ * as launches: the same launches, the same bits. */
+static const char *graphs_unfit(const GpuModel *gm) {
+    if (!gm->bf16) return "fp32 runs wait on the host for each MoE layer's expert sizes";
+    if (!gpu_model_experts_grouped(gm)) return "the experts' products are not grouped (ZAYA_GPU_EXPERTS=loop or a GPU before sm_80)";
+    if (gm->tm) return "the phase breakdown drains the queue at each phase";
+    if (gm->attn_cudnn) return "cuDNN's attention makes its plans at first use";
+    return NULL;
+}
+
+/* The micro-batch graph of the current shape and buffers, captured now where there is none; NULL: run as launches. */
+static void *micro_graph(GpuModel *gm) {
+    if (!gm->graphs || graphs_unfit(gm)) return NULL;
+    const void *bufs[8] = {gm->acts_block, gm->g.scratch[0], gm->g.scratch[1], gm->op16[0], gm->op16[1], gm->plan,
+                           (const void *)(intptr_t)gm->a.B, (const void *)(intptr_t)gm->a.T};
+    if (gm->micro_graph && !memcmp(bufs, gm->micro_graph_bufs, sizeof bufs)) return gm->micro_graph;
+    gpu_graph_free(gm->micro_graph); /* captured over buffers that moved since */
+    gm->micro_graph = NULL;
+    ZyErr e;
+    void *exec = NULL;
+    int kernels = 0;
+    if (gpu_graph_begin(&gm->g, &e)) goto refused;
+    forward_work(gm);
+    backward_work(gm);
+    if (gpu_graph_end(&gm->g, &exec, &kernels, &e)) goto refused;
     if (gm->failed) {
-        *err = gm->err;
-        return -1;
+        e = gm->err;
+        gpu_graph_free(exec);
+        goto refused;
     }
+    memcpy(gm->micro_graph_bufs, bufs, sizeof bufs);
+    gm->micro_graph_kernels = kernels;
+    return gm->micro_graph = exec;
+refused: /* nothing ran: the passes run as launches from now on */
+    snprintf(gm->graphs_refused, sizeof gm->graphs_refused, "the capture failed: %.120s", e.msg);
+    gm->failed = 0;
+    gm->graphs = 0;
+    return NULL;
+}
+
+int gpu_model_train_micro(GpuModel *gm, const int32_t *tokens, const int32_t *targets, ZyErr *err) {
+    if (!gm->grads) return zy_fail(err, "the GPU model was opened for inference (no gradients)");
+    gm->failed = 0;
+    forward_inputs(gm, tokens);
+    backward_inputs(gm, targets);
+    void *graph = micro_graph(gm);
+    if (graph) {
+        if (gpu_graph_launch(&gm->g, graph, err)) return -1;
+        gm->micro_graph_replays++;
+    } else {
+        forward_work(gm);
+        backward_work(gm);
+    }
+    gm->n_parts++;
+    return pass_status(gm, err);
+}
+
+int gpu_model_graphs(const GpuModel *gm, int *kernels, long *replays, const char **refused) {
+    *kernels = gm->micro_graph ? gm->micro_graph_kernels : 0;
+    *replays = gm->micro_graph_replays;
+    *refused = gm->graphs_refused[0] ? gm->graphs_refused : gm->graphs ? graphs_unfit(gm) : NULL;
+    return gm->graphs;
+}
+
+int gpu_graphs_requested(int *on, ZyErr *err) {
+    const char *graphs = getenv("ZAYA_GPU_GRAPHS");
+    *on = graphs && !strcmp(graphs, "1");
+    if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1"))
+        return zy_fail(err, "ZAYA_GPU_GRAPHS=%s: expected 1 (training micro-batches and decoding steps replayed as CUDA "
+                       "graphs) or 0 (off, the default)", graphs);
     return 0;
 }

@@ -39,6 +39,15 @@ int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err);
 /* Backward of the mean cross-entropy against host targets [B, T] (-1 = ignored) after gpu_model_forward;
  * ACCUMULATES the gradients; the loss is added to a device accumulator (gpu_model_take_loss). No host sync. */
 int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err);
+/* A training micro-batch: gpu_model_forward then gpu_model_backward for host tokens and targets [B, T], the same bits.
+ * With ZAYA_GPU_GRAPHS=1 (read at create) their launches are captured as one CUDA graph at the first micro-batch of
+ * a shape and replayed by the later ones, where they can be (bf16 runs with grouped experts, no phase timing, the own
+ * attention kernels); elsewhere, or where a capture is refused, they run as launches. */
+int gpu_model_train_micro(GpuModel *gm, const int32_t *tokens, const int32_t *targets, ZyErr *err);
+/* Whether the micro-batches may run as a graph (ZAYA_GPU_GRAPHS=1 and no capture refused so far); *kernels = the
+ * kernel nodes of the current graph (0: none captured), *replays = micro-batches replayed so far, *refused = why
+ * graphs are not used (NULL: nothing refused them). */
+int gpu_model_graphs(const GpuModel *gm, int *kernels, long *replays, const char **refused);
 /* Loss of the last forward against targets, without gradients; added to the accumulator. */
 int gpu_model_loss(GpuModel *gm, const int32_t *targets, ZyErr *err);
 /* Reads (waits) and clears the loss accumulator: the sum of the mean losses since the last take. */

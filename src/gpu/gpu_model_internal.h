@@ -7,8 +7,6 @@
 #include "gpu/gpu_model.h"
 #include "model/model.h"
 
-#define MAX_LOSS_PARTS 1024
-
 struct GpuModel {
     GpuCtx g;
     const Model *host;   /* the table (shapes, offsets) */
@@ -22,15 +20,15 @@ struct GpuModel {
     void *acts_block;
     size_t acts_bytes;
     int32_t *targets;      /* device [N] */
-    int32_t *plan;         /* device: embedding-gradient plan, rows [N] | start [N + 1] | tok [N] */
+    int32_t *plan;         /* device: embedding-gradient plan, rows [N] | start [N + 1] | tok [N] | count [1] */
     int32_t *h_plan, *h_work, *h_tokens; /* host staging */
-    int n_uniq;
     int32_t *h_off;        /* host copies of each layer's expert offsets [L, E + 1] */
     int32_t *route_counts; /* device: each layer's routing counts [L, E + 1] and sums [L, 2] (gk_routing_stats) */
     double *route_sums;
-    double *loss_parts;    /* device: Σ row loss of each pass since the last take */
-    int *h_valid;          /* host: valid targets of each pass */
-    int n_parts;
+    double *loss_sum;      /* device: Σ of each loss pass's mean since the last take (gk_loss_add) */
+    float *loss_scale;     /* device: the last loss pass's 1 / valid targets (gk_loss_scale) */
+    int32_t *loss_valid;   /* device: its count of valid targets */
+    int n_parts;           /* loss passes since the last take */
     char device_line[400];
     ZyErr err;             /* the first failure inside a pass (products report errors; kernels do not) */
     int failed;
@@ -45,8 +43,18 @@ struct GpuModel {
     int window_tc;         /* bf16 runs: sliding-window attention on tensor cores (0: ZAYA_GPU_WINDOW_TC=off) */
     int decode_layer_persistent; /* decoding's one-token steps a layer a launch (ZAYA_GPU_DECODE_LAYER=persistent) */
     long decode_layer_runs;      /* layers run (or captured) that way so far */
+    /* ZAYA_GPU_GRAPHS=1: a training micro-batch's forward, loss and backward captured once as a CUDA graph and replayed
+     * (gpu_model_train_micro); graphs_refused says why a capture was refused (then the passes run as launches) */
+    int graphs;
+    void *micro_graph;
+    const void *micro_graph_bufs[8]; /* the buffers and shape it was captured over: a change retires it */
+    int micro_graph_kernels;
+    long micro_graph_replays;
+    char graphs_refused[160];
 };
 
+/* ZAYA_GPU_GRAPHS: *on = 1 where it is 1 (unset or 0: off); any other value is an error naming it. */
+int gpu_graphs_requested(int *on, ZyErr *err);
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */
 void gpu_mm_wt(GpuModel *gm, int M, int N, int K, const float *A, int lda, const float *W, const uint16_t *W16,
                float *C, int ldc);

@@ -44,6 +44,13 @@ int gpu_model_upload_range(GpuModel *gm, const Model *m, size_t offset, size_t c
 void gpu_model_weights_changed(GpuModel *gm) {}
 int gpu_model_forward(GpuModel *gm, const int32_t *tokens, ZyErr *err) { return zy_fail(err, NO_GPU); }
 int gpu_model_backward(GpuModel *gm, const int32_t *targets, ZyErr *err) { return zy_fail(err, NO_GPU); }
+int gpu_model_train_micro(GpuModel *gm, const int32_t *tokens, const int32_t *targets, ZyErr *err) {
+    return zy_fail(err, NO_GPU);
+}
+int gpu_model_graphs(const GpuModel *gm, int *kernels, long *replays, const char **refused) {
+    *kernels = 0, *replays = 0, *refused = NULL;
+    return 0;
+}
 int gpu_model_loss(GpuModel *gm, const int32_t *targets, ZyErr *err) { return zy_fail(err, NO_GPU); }
 int gpu_model_take_loss(GpuModel *gm, double *sum, ZyErr *err) { return zy_fail(err, NO_GPU); }
 void gpu_model_zero_grads(GpuModel *gm) {}

@@ -266,8 +266,10 @@ __global__ void __launch_bounds__(ROW_THREADS)
 template <int W>
 __global__ void __launch_bounds__(ROW_THREADS)
     embed_demb_kernel(float *demb, const float *dx, const float *scale, int dim, int pad_id,
-                      const int32_t *plan_rows, const int32_t *plan_start, const int32_t *plan_tok, int n_uniq) {
+                      const int32_t *plan_rows, const int32_t *plan_start, const int32_t *plan_tok,
+                      const int32_t *plan_count) {
     const int lane = threadIdx.x % GPU_WARP;
+    const int n_uniq = *plan_count; /* read on the device: a captured graph replays any batch's plan */
     FOR_EACH_ROW_OF_WARP(u, n_uniq) {
         const int tok = plan_tok[u];
         if (tok == pad_id) continue;
@@ -324,15 +326,15 @@ extern "C" void gk_embed_forward(GkStream s, float *x, const float *emb, const i
 extern "C" void gk_embed_backward(GkStream s, float *demb, float *dbias, float *dscale, const float *dx,
                                   const float *emb, const int32_t *tokens, const float *bias, const float *scale,
                                   int rows, int dim, int pad_id, const int32_t *plan_rows, const int32_t *plan_start,
-                                  const int32_t *plan_tok, int n_uniq) {
+                                  const int32_t *plan_tok, const int32_t *plan_count) {
     if (rows <= 0 || dim <= 0) return;
-    if (demb && n_uniq > 0) {
+    if (demb) { /* sized for every row a distinct token (the plan's bound): the blocks past its count return */
         if (can_vec4(dim, {demb, dx, scale}))
-            GK_LAUNCH(embed_demb_kernel<4>, row_blocks(n_uniq), ROW_THREADS, 0, s, demb, dx, scale, dim, pad_id,
-                      plan_rows, plan_start, plan_tok, n_uniq);
+            GK_LAUNCH(embed_demb_kernel<4>, row_blocks(rows), ROW_THREADS, 0, s, demb, dx, scale, dim, pad_id,
+                      plan_rows, plan_start, plan_tok, plan_count);
         else
-            GK_LAUNCH(embed_demb_kernel<1>, row_blocks(n_uniq), ROW_THREADS, 0, s, demb, dx, scale, dim, pad_id,
-                      plan_rows, plan_start, plan_tok, n_uniq);
+            GK_LAUNCH(embed_demb_kernel<1>, row_blocks(rows), ROW_THREADS, 0, s, demb, dx, scale, dim, pad_id,
+                      plan_rows, plan_start, plan_tok, plan_count);
         GK_LAUNCH_CHECK();
     }
     if (dbias || dscale) col_sums<2>(s, rows, dim, EmbedBiasScale{dbias, dscale, dx, emb, bias, scale, tokens, dim, 0});
@@ -366,16 +368,46 @@ extern "C" int gk_embed_plan(const int32_t *tokens, int rows, int V, int32_t *pl
 /* ---- sum -------------------------------------------------------------------------------------------------- */
 
 #define SUM_THREADS 1024
-__global__ void __launch_bounds__(SUM_THREADS) sum_kernel(double *out, const float *x, long n) {
+/* Σ x over one block in a fixed order; valid == NULL: *out = Σ; else *out += (*valid ? Σ / *valid : 0), a pass's mean
+ * loss added to a step's (the division and the sum in double, in the order the passes ran). */
+__global__ void __launch_bounds__(SUM_THREADS) sum_kernel(double *out, const float *x, long n, const int32_t *valid) {
     __shared__ double red[32];
     double acc = 0;
     for (long i = threadIdx.x; i < n; i += SUM_THREADS) acc += x[i];
     acc = block_sum_d(acc, red);
-    if (threadIdx.x == 0) *out = acc;
+    if (threadIdx.x != 0) return;
+    if (!valid)
+        *out = acc;
+    else
+        *out += *valid ? acc / *valid : 0.0;
 }
 
 /* Launched for n == 0 too: the contract is *out = Σ, so an empty sum writes 0 rather than leaving a stale value. */
 extern "C" void gk_sum(GkStream s, double *out, const float *x, long n) {
-    GK_LAUNCH(sum_kernel, 1, SUM_THREADS, 0, s, out, x, n < 0 ? 0 : n);
+    GK_LAUNCH(sum_kernel, 1, SUM_THREADS, 0, s, out, x, n < 0 ? 0 : n, (const int32_t *)nullptr);
+    GK_LAUNCH_CHECK();
+}
+
+extern "C" void gk_loss_add(GkStream s, double *acc, const float *row_loss, long n, const int32_t *valid) {
+    GK_LAUNCH(sum_kernel, 1, SUM_THREADS, 0, s, acc, row_loss, n < 0 ? 0 : n, valid);
+    GK_LAUNCH_CHECK();
+}
+
+/* One block: the count of targets ≥ 0 (exact in int) and the gradient's scale 1/count in fp32 (0 without any), the
+ * host's former arithmetic. */
+__global__ void __launch_bounds__(SUM_THREADS) loss_scale_kernel(float *scale, int32_t *valid, const int32_t *targets,
+                                                               int rows) {
+    __shared__ double red[32];
+    double count = 0; /* a block sum of whole numbers below 2^53: exact */
+    for (int i = threadIdx.x; i < rows; i += SUM_THREADS) count += targets[i] >= 0;
+    count = block_sum_d(count, red);
+    if (threadIdx.x != 0) return;
+    const int n = (int)count;
+    *valid = n;
+    *scale = n ? 1.0f / (float)n : 0.0f;
+}
+
+extern "C" void gk_loss_scale(GkStream s, float *scale, int32_t *valid, const int32_t *targets, int rows) {
+    GK_LAUNCH(loss_scale_kernel, 1, SUM_THREADS, 0, s, scale, valid, targets, rows < 0 ? 0 : rows);
     GK_LAUNCH_CHECK();
 }

@@ -95,7 +95,7 @@ void gpu_trainer_begin(GpuTrainer *gt) { gpu_model_zero_grads(gt->model); }
 
 int gpu_trainer_micro(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, RoutingCounts *routes,
                       ZyErr *err) {
-    if (gpu_model_forward(gt->model, inputs, err) || gpu_model_backward(gt->model, targets, err)) return -1;
+    if (gpu_model_train_micro(gt->model, inputs, targets, err)) return -1;
     const ZayaConfig *c = &gt->host->cfg;
     if (!cfg_router_classes(c)) return 0;
     /* summed on the device, one copy (not the rows' choices, gates and probabilities of every layer) */

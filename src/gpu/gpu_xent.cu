@@ -25,9 +25,10 @@ __device__ __forceinline__ void store_bf16_pack(uint16_t *p, const Pack<W> &a) {
 
 template <int W>
 __global__ void cross_entropy_kernel(float *dlogits, uint16_t *dlogits16, float *row_loss, const float *logits,
-                                     const int32_t *targets, int rows, int V, float dl_scale) {
+                                     const int32_t *targets, int rows, int V, const float *dl_scale_at) {
     __shared__ float red_max[32];
     __shared__ double red_sum[32];
+    const float dl_scale = dl_scale_at ? *dl_scale_at : 0.0f; /* on the device: set by gk_loss_scale */
     for (long r = blockIdx.x; r < rows; r += gridDim.x) { /* r is block-uniform: the barriers below are safe */
         const float *l = logits + r * V;
         float *dl = dlogits ? dlogits + r * V : nullptr;
@@ -84,13 +85,13 @@ __global__ void cross_entropy_kernel(float *dlogits, uint16_t *dlogits16, float 
 }
 
 extern "C" void gk_cross_entropy(GkStream s, float *dlogits, uint16_t *dlogits16, float *row_loss,
-                                 const float *logits, const int32_t *targets, int rows, int V, float dl_scale) {
+                                 const float *logits, const int32_t *targets, int rows, int V, const float *dl_scale) {
     if (rows <= 0 || V <= 0) return;
     /* enough threads to keep a long row's loads in flight, few for a short row (multiples of 64: any warp size) */
     const int threads = V >= 32768 ? 512 : V >= 4096 ? 256 : V >= 512 ? 128 : 64;
     const int blocks = rows < 65535 * 16 ? rows : 65535 * 16;
     /* 4-wide: every fp32 row 16-byte aligned, every bf16 row 8-byte aligned (V % 4 == 0 and aligned bases) */
-    void (*k)(float *, uint16_t *, float *, const float *, const int32_t *, int, int, float) =
+    void (*k)(float *, uint16_t *, float *, const float *, const int32_t *, int, int, const float *) =
         can_vec4(V, {logits, dlogits, dlogits16}) ? cross_entropy_kernel<4> : cross_entropy_kernel<1>;
     GK_LAUNCH(k, blocks, threads, 0, s, dlogits, dlogits16, row_loss, logits, targets, rows, V, dl_scale);
     GK_LAUNCH_CHECK();

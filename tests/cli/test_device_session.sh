@@ -10,7 +10,7 @@ W=$(mktemp -d /tmp/zaya_device_session_test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 suite_begin device-session
 
-OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,conv,window,muon,train,compile,pair,slice,decode,decode8b,serve,profile >"$W/run.txt" 2>&1
+OUT="$W/out" ZAYA_DEVICE_DRY=1 tests/gpu/device-session.sh 300 tests,bench,gemm,experts,attention,conv,window,muon,graphs,train,compile,pair,slice,decode,decode8b,serve,profile >"$W/run.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && ok "dry run of every part exits 0" || bad "dry run exit $rc: $(tail -n 20 "$W/run.txt")"
 
@@ -55,6 +55,10 @@ n=$(grep -c '^off (round\|^on (round' "$W/run.txt")
 [ "$n" -eq 8 ] && ! grep -q '^off (round [12], exit [1-9]\|^on (round [12], exit [1-9]' "$W/run.txt" &&
     grep -q 'optimizer Muon + AdamW' "$W/x/optimizer-on-1.txt" && ok "muon: four bench train runs with Muon + AdamW" ||
     bad "muon: $(grep 'round' "$W/run.txt"; grep -i '^batch' "$W/x/optimizer-on-1.txt")"
+n=$(grep -c '^0 (round\|^1 (round' "$W/run.txt")
+[ "$n" -eq 4 ] && ! grep -q '^0 (round [12], exit [1-9]\|^1 (round [12], exit [1-9]' "$W/run.txt" &&
+    [ -s "$W/x/graphs-0-1.txt" ] && [ -s "$W/x/graphs-1-2.txt" ] && ok "graphs: four bench train runs" ||
+    bad "graphs: $(grep 'round' "$W/run.txt")"
 grep -q '^model .*tiny-sliding.json' "$W/x/attention-off-1.txt" && grep -q '^model .*tiny-sliding.json' "$W/x/attention-on-2.txt" &&
     ok "window: four bench train runs on the sliding-window model" ||
     bad "window: $(grep -i '^model' "$W/x/attention-off-1.txt" "$W/x/attention-on-2.txt")"

@@ -33,6 +33,8 @@
 #              (ZAYA_GPU_WINDOW_TC=off / on), alternating, two rounds; the attention phase's line
 #     muon     bench train (bf16 Muon + AdamW, bench-gpu) with Newton–Schulz's symmetric products whole and in row
 #              bands (ZAYA_GPU_NS_BANDS=off / on), alternating, two rounds; the optimizer phase's line
+#     graphs   bench train (bf16 AdamW, bench-gpu) with each micro-batch's forward, loss and backward as launches and
+#              as one CUDA graph (ZAYA_GPU_GRAPHS=0 / 1), alternating, two rounds; the same losses expected
 #     train    the benchmark at ZAYA1-8B's real shapes (configs/bench-gpu-8b-slice.json), an optimizer step of >= 64K
 #              tokens (--micro-batches 8 of 4 x 2048): bench/vs_pytorch_gpu.py, zaya AdamW and Muon + AdamW against
 #              PyTorch eager on the same config, batch and accumulation
@@ -231,6 +233,11 @@ session() {
         # Newton–Schulz's symmetric products (X Xᵀ, A²) whole or in row bands of their upper triangle
         stamp "muon: Newton-Schulz's symmetric products whole vs in bands"
         AB_OPTIMIZER=muon ab_rounds optimizer ZAYA_GPU_NS_BANDS 'step|throughput|losses' off on
+    fi
+    if [[ $PARTS == *,graphs,* ]]; then
+        # a training micro-batch's launches one by one or replayed as one CUDA graph (gpu_model_train_micro)
+        stamp "graphs: the micro-batches as launches vs as one CUDA graph"
+        ab_rounds graphs ZAYA_GPU_GRAPHS 'graphs|step|throughput|fwd\+bwd|losses' 0 1
     fi
     if [[ $PARTS == *,train,* ]]; then
         stamp "train: $SLICE, $MICRO micro-batches of $BATCH x $SEQ = $((MICRO * BATCH * SEQ)) tokens an optimizer step"

@@ -73,7 +73,7 @@ JSON
         shift 2
         $Z train "$W/run.json" --quiet --override "out_dir=$out" --device "$dev" "$@"
     }
-    rm -rf "$W"/cpu "$W"/gpu "$W"/gpu-resume "$W"/gpu-to-cpu "$W"/cpu-to-gpu
+    rm -rf "$W"/cpu "$W"/gpu "$W"/gpu-resume "$W"/gpu-graphs "$W"/gpu-to-cpu "$W"/cpu-to-gpu
     check "50 bf16 steps on the CPU" train "$W/cpu" cpu
     check "50 bf16 steps on the GPU" train "$W/gpu" cuda
     check "GPU loss curve tracks the CPU's (50 steps)" python3 tests/gpu/compare_runs.py curve "$W/cpu" "$W/gpu"
@@ -81,6 +81,11 @@ JSON
     check "GPU run stopped at step 25" train "$W/gpu-resume" cuda --stop-after 25
     check "GPU run resumed to step 50" train "$W/gpu-resume" cuda --resume
     check "GPU resume is bit-identical (metrics and final weights)" python3 tests/gpu/compare_runs.py identical "$W/gpu" "$W/gpu-resume"
+    # each micro-batch's forward, loss and backward as one CUDA graph: the launches' run bit for bit
+    check "50 bf16 steps with the micro-batches as CUDA graphs (ZAYA_GPU_GRAPHS=1)" \
+        env ZAYA_GPU_GRAPHS=1 $Z train "$W/run.json" --quiet --override "out_dir=$W/gpu-graphs" --device cuda
+    check "graphs give the launches' run bit for bit (metrics and final weights)" \
+        python3 tests/gpu/compare_runs.py identical "$W/gpu" "$W/gpu-graphs"
     # a GPU checkpoint resumed on the CPU, and a CPU checkpoint on the GPU
     check "GPU run to step 25, resumed on the CPU" bash -c "$(declare -f train); Z=$Z W=$W; train $W/gpu-to-cpu cuda --stop-after 25 && train $W/gpu-to-cpu cpu --resume"
     check "CPU run to step 25, resumed on the GPU" bash -c "$(declare -f train); Z=$Z W=$W; train $W/cpu-to-gpu cpu --stop-after 25 && train $W/cpu-to-gpu cuda --resume"

@@ -239,6 +239,93 @@ static void compare_bf16_runs(GpuTest *t, const char *label, const ZayaConfig *c
     gt_reset(t);
 }
 
+/* Training micro-batches as a CUDA graph (ZAYA_GPU_GRAPHS=1, gpu_model_train_micro): a bf16 model with grouped experts
+ * runs three micro-batches (different tokens, a different count of ignored targets each, one of a few distinct
+ * tokens: the loss's count and the embedding plan's size change under the same graph), then one at another shape
+ * (a new capture), with graphs off and on: the loss, the accumulated gradients and the last logits bit for bit, one
+ * capture a shape and a replay a micro-batch. fp32 products cannot be captured (each MoE layer's offsets come to the
+ * host): graphs on there say so and run as launches, the same bits. */
+static int graph_run(GpuTest *t, Model *m, int bf16, int B, int T, int T2, int32_t *const tok[4],
+                     int32_t *const tgt[4], double loss[2], float *grads[2], float **logits, int *kernels,
+                     long *replays, char refused[200], ZyErr *err) {
+    GpuModel *gm = NULL;
+    const int V = m->cfg.vocab_size;
+    int ok = gpu_model_create(&gm, m, -1, B, T, bf16, 1, err) == 0;
+    if (ok) gm->experts_grouped = 1, gm->attn_cudnn = 0; /* the run's own switches aside: the graph path itself */
+    for (int phase = 0; ok && phase < 2; phase++) {
+        gpu_model_zero_grads(gm);
+        const int first = phase ? 3 : 0, last = phase ? 4 : 3;
+        if (phase) ok = gpu_model_set_shape(gm, B, T2, err) == 0;
+        for (int k = first; ok && k < last; k++) ok = gpu_model_train_micro(gm, tok[k], tgt[k], err) == 0;
+        ok = ok && gpu_model_take_loss(gm, &loss[phase], err) == 0 && gpu_model_download_grads(gm, m, err) == 0;
+        if (ok) grads[phase] = gt_copy(t, m->params.grad, m->params.total);
+    }
+    if (ok) {
+        *logits = gt_host(t, (size_t)B * T2 * V);
+        ok = gpu_model_logits(gm, *logits, err) == 0;
+        const char *why = NULL;
+        gpu_model_graphs(gm, kernels, replays, &why);
+        snprintf(refused, 200, "%s", why ? why : "");
+    }
+    gpu_model_free(gm);
+    return ok;
+}
+
+static void compare_graph_micro(GpuTest *t, const char *label, const ZayaConfig *cfg, int B, int T, int bf16) {
+    Model m;
+    ZyErr err = {{0}};
+    char name[200];
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    const int V = cfg->vocab_size, T2 = T - 5;
+    int32_t *tok[4], *tgt[4];
+    for (int k = 0; k < 4; k++) {
+        const int N = B * (k == 3 ? T2 : T);
+        tok[k] = gt_rand_int(t, (size_t)N, 0, k == 2 ? 3 : V); /* k = 2: three distinct tokens */
+        tgt[k] = gt_rand_int(t, (size_t)N, 0, V);
+        for (int i = 0; i < N; i++)
+            if ((k == 0 && i == N - 1) || (k == 1 && i % 3 == 0) || (k == 3 && i % 2)) tgt[k][i] = -1;
+    }
+    double loss[2][2];
+    float *grads[2][2] = {{NULL}}, *logits[2] = {NULL};
+    int kernels[2] = {0};
+    long replays[2] = {0};
+    char refused[2][200] = {"", ""};
+    int ok = 1;
+    for (int run = 0; run < 2 && ok; run++) {
+        GtEnv e = gt_env_set("ZAYA_GPU_GRAPHS", run ? "1" : "0");
+        ok = graph_run(t, &m, bf16, B, T, T2, tok, tgt, loss[run], grads[run], &logits[run], &kernels[run],
+                       &replays[run], refused[run], &err);
+        gt_env_restore(&e);
+    }
+    size_t dg = 0, dl = 0;
+    int dloss = 0;
+    for (int phase = 0; ok && phase < 2; phase++) {
+        for (size_t i = 0; i < m.params.total; i++) dg += memcmp(&grads[0][phase][i], &grads[1][phase][i], 4) != 0;
+        dloss += memcmp(&loss[0][phase], &loss[1][phase], sizeof(double)) != 0;
+    }
+    for (size_t i = 0; ok && i < (size_t)B * T2 * V; i++) dl += memcmp(&logits[0][i], &logits[1][i], 4) != 0;
+    snprintf(name, sizeof name, "%s: micro-batches with graphs off and on, the same bits", label);
+    gt_assert(t, ok && dg == 0 && dl == 0 && dloss == 0, name,
+              "%s%zu gradients, %zu logits, %d losses differ (losses %.17g, %.17g)", ok ? "" : err.msg, dg, dl, dloss,
+              ok ? loss[1][0] : NAN, ok ? loss[1][1] : NAN);
+    if (bf16) {
+        snprintf(name, sizeof name, "%s: four micro-batches, two shapes: captured and replayed", label);
+        gt_assert(t, ok && !refused[1][0] && kernels[1] > 0 && replays[1] == 4 && replays[0] == 0 && kernels[0] == 0,
+                  name, "%s; %d kernels in the last graph, %ld replays (graphs off: %d, %ld)",
+                  refused[1], kernels[1], replays[1], kernels[0], replays[0]);
+    } else {
+        snprintf(name, sizeof name, "%s: graphs on an fp32 run are refused, with why", label);
+        gt_assert(t, ok && strstr(refused[1], "fp32") && replays[1] == 0, name, "%s",
+                  refused[1][0] ? refused[1] : "nothing refused");
+    }
+    model_free(&m);
+    gt_reset(t);
+}
+
 /* A bf16 folder loaded mapped (no fp32 host arena) goes up tensor by tensor (gpu_weight_upload.h): the device's fp32
  * arena equals the fp32 load of the same folder bit for bit (the bf16 matrices widened on the device), and a bf16
  * forward of each gives the same logits bit for bit; fp32 products (--dtype f32 on such a model) too. */
@@ -351,6 +438,10 @@ void test_gpu_model(GpuTest *t) {
         compare_bf16_runs(t, "head_dim 64, 8 experts, T 256", &wide, 2, 256, mode);
     }
     compare_bf16_runs(t, "no skip expert", &noskip, 2, 31, BF16_GROUPED);
+    compare_graph_micro(t, "graphs, zaya1 B2 T37", &c, 2, 37, 1);
+    compare_graph_micro(t, "graphs, MHA variant, sliding W5", &swm, 2, 33, 1);
+    compare_graph_micro(t, "graphs, linear router", &lin, 2, 29, 1);
+    compare_graph_micro(t, "graphs, fp32", &c, 2, 24, 0);
     /* bench-gpu's layer shapes (hidden 1024, 16 experts of 1024, 8/2 heads of 128, router 256) at 4 x 2048 rows,
      * one layer and a small vocabulary: the sizes the training benchmark runs */
     ZayaConfig big = c;

@@ -169,10 +169,10 @@ static EmbedGrads gpu_embed_backward(GpuTest *t, const float *demb0, const float
                                      const float *d_dx, const float *d_emb, const int32_t *d_tok, const float *d_bias,
                                      const float *d_scale, int rows, int dim, int V, int pad_id,
                                      const int32_t *d_plan_rows, const int32_t *d_plan_start,
-                                     const int32_t *d_plan_tok, int n_uniq) {
+                                     const int32_t *d_plan_tok, const int32_t *d_plan_count) {
     EmbedGrads g = {gt_up(t, demb0, (size_t)V * dim), gt_up(t, dbias0, dim), gt_up(t, dscale0, dim)};
     gk_embed_backward(t->g->stream, g.demb, g.dbias, g.dscale, d_dx, d_emb, d_tok, d_bias, d_scale, rows, dim, pad_id,
-                      d_plan_rows, d_plan_start, d_plan_tok, n_uniq);
+                      d_plan_rows, d_plan_start, d_plan_tok, d_plan_count);
     return g;
 }
 
@@ -205,9 +205,9 @@ static void check_embed(GpuTest *t, int rows, int dim, int V, int determinism) {
 
     const float *d_dx = gt_up(t, dx, n);
     const int32_t *d_pr = gt_up_i(t, plan_rows, rows), *d_ps = gt_up_i(t, plan_start, n_uniq + 1);
-    const int32_t *d_pt = gt_up_i(t, plan_tok, n_uniq);
+    const int32_t *d_pt = gt_up_i(t, plan_tok, n_uniq), *d_pc = gt_up_i(t, &n_uniq, 1);
     const EmbedGrads g = gpu_embed_backward(t, demb0, dbias0, dscale0, d_dx, d_emb, d_tok, d_bias, d_scale, rows, dim,
-                                            V, pad_id, d_pr, d_ps, d_pt, n_uniq);
+                                            V, pad_id, d_pr, d_ps, d_pt, d_pc);
     snprintf(nm, sizeof nm, "embed bwd demb += %dx%d V %d", rows, dim, V);
     gt_check(t, nm, g.demb, demb, ne, TOL);
     snprintf(nm, sizeof nm, "embed bwd dbias += %dx%d", rows, dim);
@@ -222,7 +222,7 @@ static void check_embed(GpuTest *t, int rows, int dim, int V, int determinism) {
     }
     if (determinism) {
         const EmbedGrads g2 = gpu_embed_backward(t, demb0, dbias0, dscale0, d_dx, d_emb, d_tok, d_bias, d_scale, rows,
-                                                 dim, V, pad_id, d_pr, d_ps, d_pt, n_uniq);
+                                                 dim, V, pad_id, d_pr, d_ps, d_pt, d_pc);
         const int same = same_bits(t, g.demb, g2.demb, ne) && same_bits(t, g.dbias, g2.dbias, dim) &&
                          same_bits(t, g.dscale, g2.dscale, dim);
         snprintf(nm, sizeof nm, "embed bwd deterministic %dx%d", rows, dim);
@@ -249,12 +249,36 @@ static void check_cross_entropy(GpuTest *t, int rows, int V, int ignore_every, i
     float *dl = with_grad ? gt_host(t, n) : NULL, *row_loss = gt_host(t, rows);
     cross_entropy(dl, row_loss, logits, targets, rows, V, dloss);
 
+    const float *d_scale = gt_up(t, &dl_scale, 1); /* the kernel reads its scale on the device */
     const float *d_logits = gt_up(t, logits, n);
     const int32_t *d_targets = gt_up_i(t, targets, rows);
     float *d_dl = with_grad ? gt_poison(t, n) : NULL, *d_loss = gt_poison(t, rows);
-    gk_cross_entropy(t->g->stream, d_dl, NULL, d_loss, d_logits, d_targets, rows, V, dl_scale);
+    gk_cross_entropy(t->g->stream, d_dl, NULL, d_loss, d_logits, d_targets, rows, V, d_scale);
     snprintf(nm, sizeof nm, "xent row_loss %dx%d%s", rows, V, with_grad ? "" : " (no grad)");
     gt_check(t, nm, d_loss, row_loss, rows, TOL);
+    { /* the loss pass's device arithmetic: the valid count and 1/count (the host's former), then two passes' means
+       * added in double in order (the host's former sum of parts / count) */
+        ZyErr e;
+        float *d_inv = gt_dev(t, sizeof(float)), inv = NAN;
+        int32_t *d_valid = gt_dev(t, sizeof(int32_t)), valid = -1;
+        double *d_acc = gt_dev(t, sizeof(double)), acc = NAN, sum = NAN;
+        double *d_sum = gt_dev(t, sizeof(double));
+        gk_loss_scale(t->g->stream, d_inv, d_valid, d_targets, rows);
+        gk_loss_add(t->g->stream, d_acc, d_loss, rows, d_valid);
+        gk_loss_add(t->g->stream, d_acc, d_loss, rows, d_valid);
+        gk_sum(t->g->stream, d_sum, d_loss, rows);
+        const int ran = gpu_download(t->g, &inv, d_inv, sizeof inv, &e) == 0 &&
+                        gpu_download(t->g, &valid, d_valid, sizeof valid, &e) == 0 &&
+                        gpu_download(t->g, &acc, d_acc, sizeof acc, &e) == 0 &&
+                        gpu_download(t->g, &sum, d_sum, sizeof sum, &e) == 0;
+        const float want_inv = n_valid ? 1.0f / (float)n_valid : 0.0f;
+        double want_acc = 0;
+        for (int k = 0; k < 2; k++) want_acc += n_valid ? sum / n_valid : 0.0;
+        snprintf(nm, sizeof nm, "loss pass on the device %dx%d valid %d", rows, V, n_valid);
+        gt_assert(t, ran && valid == n_valid && memcmp(&inv, &want_inv, sizeof inv) == 0 && acc == want_acc, nm,
+                  "%s; valid %d, 1/valid %.9g (want %.9g), Σ of two means %.17g (want %.17g)", ran ? "ran" : e.msg,
+                  valid, inv, want_inv, acc, want_acc);
+    }
     if (!with_grad) {
         gt_reset(t);
         return;
@@ -271,7 +295,7 @@ static void check_cross_entropy(GpuTest *t, int rows, int V, int ignore_every, i
     gt_assert(t, e <= TOL, nm, "rel err %.2e (tol %.0e)", e, TOL);
     if (determinism) {
         float *d_dl2 = gt_poison(t, n), *d_loss2 = gt_poison(t, rows);
-        gk_cross_entropy(t->g->stream, d_dl2, NULL, d_loss2, d_logits, d_targets, rows, V, dl_scale);
+        gk_cross_entropy(t->g->stream, d_dl2, NULL, d_loss2, d_logits, d_targets, rows, V, d_scale);
         const int same = same_bits(t, d_dl, d_dl2, n) && same_bits(t, d_loss, d_loss2, rows);
         snprintf(nm, sizeof nm, "xent deterministic %dx%d", rows, V);
         gt_assert(t, same, nm, "%s", same ? "two runs bit-identical" : "two runs differ");
@@ -285,8 +309,8 @@ static void check_cross_entropy(GpuTest *t, int rows, int V, int ignore_every, i
         float *d_dl3 = gt_poison(t, n);
         gpu_memset_async(t->g, d16, 0xff, n * sizeof(uint16_t));
         gpu_memset_async(t->g, d16b, 0xff, n * sizeof(uint16_t));
-        gk_cross_entropy(t->g->stream, NULL, d16, NULL, d_logits, d_targets, rows, V, dl_scale);
-        gk_cross_entropy(t->g->stream, d_dl3, d16b, NULL, d_logits, d_targets, rows, V, dl_scale);
+        gk_cross_entropy(t->g->stream, NULL, d16, NULL, d_logits, d_targets, rows, V, d_scale);
+        gk_cross_entropy(t->g->stream, d_dl3, d16b, NULL, d_logits, d_targets, rows, V, d_scale);
         size_t wrong = 0, wrong_b = 0;
         int ran = h16 && h16b && gpu_download(t->g, h16, d16, n * sizeof *h16, &e) == 0 &&
                   gpu_download(t->g, h16b, d16b, n * sizeof *h16b, &e) == 0;

@@ -27,9 +27,9 @@ static void run_case(const char *name, int rows, int V) {
     const float POISON = 12345.0f;
     std::vector<float> dl(n, POISON), dl_b(n, POISON), loss(rows, POISON);
     std::vector<uint16_t> d16(n, 0xffff), d16_b(n, 0xffff);
-    gk_cross_entropy(nullptr, dl.data(), nullptr, loss.data(), logits.data(), targets.data(), rows, V, dl_scale);
-    gk_cross_entropy(nullptr, nullptr, d16.data(), nullptr, logits.data(), targets.data(), rows, V, dl_scale);
-    gk_cross_entropy(nullptr, dl_b.data(), d16_b.data(), nullptr, logits.data(), targets.data(), rows, V, dl_scale);
+    gk_cross_entropy(nullptr, dl.data(), nullptr, loss.data(), logits.data(), targets.data(), rows, V, &dl_scale);
+    gk_cross_entropy(nullptr, nullptr, d16.data(), nullptr, logits.data(), targets.data(), rows, V, &dl_scale);
+    gk_cross_entropy(nullptr, dl_b.data(), d16_b.data(), nullptr, logits.data(), targets.data(), rows, V, &dl_scale);
     double worst_l = 0, worst_g = 0;
     for (int r = 0; r < rows; r++) {
         const float *l = &logits[(size_t)r * V];

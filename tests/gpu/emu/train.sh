@@ -2,7 +2,8 @@
 # zaya itself with its GPU backend on the CPU emulator (build-emu/zaya, GPU_EMU=1): the command-line paths of
 # make test-gpu's training suite at a tiny size. bf16 training with --device cuda (the trainer, the optimizer's
 # Muon and AdamW on the device, checkpoints) against the CPU's curve; a stopped GPU run resumed bit for bit; GPU
-# checkpoint resumed on the CPU; generate --device cuda against the CPU's greedy tokens; zaya serve --device cuda
+# checkpoint resumed on the CPU; the micro-batches as CUDA graphs bit for bit; generate --device cuda against
+# the CPU's greedy tokens; zaya serve --device cuda
 # (fp32, a bf16 folder with a bf16 KV cache, and its steps as CUDA graphs) against generate's completions.
 # Ends with "gpu-emu-train: N passed, N failed".
 set -uo pipefail
@@ -49,6 +50,10 @@ check "GPU run stopped at step 4" train "$W/gpu-resume" cuda --stop-after 4
 check "GPU run resumed to step 8" train "$W/gpu-resume" cuda --resume
 check "GPU resume is bit-identical (metrics and final weights)" \
     python3 tests/gpu/compare_runs.py identical "$W/gpu" "$W/gpu-resume"
+train_graphs() { ZAYA_GPU_GRAPHS=1 train "$@"; }
+check "8 bf16 steps with each micro-batch as a CUDA graph (ZAYA_GPU_GRAPHS=1)" train_graphs "$W/gpu-graphs" cuda
+check "graphs give the launches' run bit for bit (metrics and final weights)" \
+    python3 tests/gpu/compare_runs.py identical "$W/gpu" "$W/gpu-graphs"
 check "GPU run to step 4, resumed on the CPU" bash -c "$(declare -f train); W=$W ZAYA=$ZAYA; \
     train $W/gpu-to-cpu cuda --stop-after 4 && train $W/gpu-to-cpu cpu --resume"
 check "first 4 steps of GPU→CPU equal the GPU run's" python3 tests/gpu/compare_runs.py prefix "$W/gpu" "$W/gpu-to-cpu" 4
