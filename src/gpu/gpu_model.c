@@ -316,9 +316,7 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
          !(gm->params16 = gpu_alloc(total * sizeof(uint16_t), "bf16 weights", err))) ||
         !(gm->loss_sum = gpu_alloc(sizeof(double), "the loss accumulator", err)) ||
         !(gm->loss_scale = gpu_alloc(sizeof(float), "the loss scale", err)) ||
-        !(gm->loss_valid = gpu_alloc(sizeof(int32_t), "the loss's target count", err)) ||
-        !(gm->route_counts = gpu_alloc((size_t)c->num_layers * E1 * sizeof(int32_t), "routing counts", err)) ||
-        !(gm->route_sums = gpu_alloc((size_t)c->num_layers * 2 * sizeof(double), "routing sums", err))) {
+        !(gm->loss_valid = gpu_alloc(sizeof(int32_t), "the loss's target count", err))) {
         gpu_model_free(gm);
         return -1;
     }
@@ -366,7 +364,6 @@ void gpu_model_free(GpuModel *gm) {
     gpu_graph_free(gm->micro_graph);
     gpu_free(gm->params), gpu_free(gm->grads), gpu_free(gm->params16);
     gpu_free(gm->loss_sum), gpu_free(gm->loss_scale), gpu_free(gm->loss_valid);
-    gpu_free(gm->route_counts), gpu_free(gm->route_sums);
     gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
     gpu_free(gm->unit_scale), gpu_free(gm->zero_bias), gpu_free(gm->merge_grad_sink);
     gpu_free(gm->op16[0]), gpu_free(gm->op16[1]);
@@ -841,18 +838,14 @@ int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, flo
     return 0;
 }
 
-int gpu_model_routing_stats(GpuModel *gm, int32_t *counts, double *sums, ZyErr *err) {
+void gpu_model_routing_stats(GpuModel *gm, int32_t *counts, double *sums) {
     const ZayaConfig *c = &gm->cfg;
     const int L = c->num_layers, E = c->num_experts, N = gm->a.B * gm->a.T, K = cfg_router_classes(c);
     for (int l = 0; l < L; l++) {
         const LayerActs *A = &gm->a.layers[l];
-        gk_routing_stats(gm->g.stream, gm->route_counts + (size_t)l * (E + 1), gm->route_sums + 2 * (size_t)l,
-                         A->choice, A->gate, A->router_probs, N, K, E);
+        gk_routing_stats(gm->g.stream, counts + (size_t)l * (E + 1), sums + 2 * (size_t)l, A->choice, A->gate,
+                         A->router_probs, N, K, E);
     }
-    return gpu_download(&gm->g, counts, gm->route_counts, (size_t)L * (E + 1) * sizeof(int32_t), err) ||
-                   gpu_download(&gm->g, sums, gm->route_sums, (size_t)L * 2 * sizeof(double), err)
-               ? -1
-               : 0;
 }
 
 /* ======================================================================================================

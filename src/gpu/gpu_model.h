@@ -73,10 +73,10 @@ int gpu_model_programmatic_launch(const GpuModel *gm);
 int gpu_model_decode_layer_persistent(const GpuModel *gm);
 /* The layers decoding has run (or captured into a graph) as that kernel so far: 0 where it never applied. */
 long gpu_model_decode_layer_runs(const GpuModel *gm);
-/* Every layer's routing statistics of the last forward, summed on the device (one wait): counts [L, E + 1] (rows per
- * choice, E the skip expert), sums [L, 2] (Σ gate over routed rows, Σ skip probability), as routing_counts_add_layer
- * adds them. */
-int gpu_model_routing_stats(GpuModel *gm, int32_t *counts, double *sums, ZyErr *err);
+/* Every layer's routing statistics of the last forward, summed on the device into device memory (queued, no wait):
+ * counts [L, E + 1] (rows per choice, E the skip expert), sums [L, 2] (Σ gate over routed rows, Σ skip probability),
+ * as routing_counts_add_layer adds them. */
+void gpu_model_routing_stats(GpuModel *gm, int32_t *counts, double *sums);
 /* Host copies of the last forward's logits [B*T, V] / of layer l's routing (choice [N], gate [N], probs [N, K]). */
 int gpu_model_logits(GpuModel *gm, float *logits, ZyErr *err);
 int gpu_model_routing(GpuModel *gm, int layer, int32_t *choice, float *gate, float *probs, ZyErr *err);

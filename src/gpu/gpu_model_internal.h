@@ -23,8 +23,6 @@ struct GpuModel {
     int32_t *plan;         /* device: embedding-gradient plan, rows [N] | start [N + 1] | tok [N] | count [1] */
     int32_t *h_plan, *h_work, *h_tokens; /* host staging */
     int32_t *h_off;        /* host copies of each layer's expert offsets [L, E + 1] */
-    int32_t *route_counts; /* device: each layer's routing counts [L, E + 1] and sums [L, 2] (gk_routing_stats) */
-    double *route_sums;
     double *loss_sum;      /* device: Σ of each loss pass's mean since the last take (gk_loss_add) */
     float *loss_scale;     /* device: the last loss pass's 1 / valid targets (gk_loss_scale) */
     int32_t *loss_valid;   /* device: its count of valid targets */

@@ -18,18 +18,52 @@ struct GpuTrainer {
     int have_opt;
     const Model *host;   /* the table */
     double *d_sumsq;     /* device double */
-    int32_t *route_counts; /* host staging of every layer's routing statistics [L, E + 1], [L, 2] */
-    double *route_sums;
+    /* every layer's routing statistics ([L, E + 1] counts, [L, 2] sums) of up to ROUTE_SLOTS micro-batches, left on the
+     * device until the step's reduce (or a full buffer) copies them up in one wait and adds them in order */
+    int32_t *d_route_counts, *route_counts;
+    double *d_route_sums, *route_sums;
+    int routes_pending;
+    RoutingCounts *routes_into;
     int B, T;
     GpuComm *comm;       /* NCCL between the ranks' GPUs; NULL: one rank, or the host-staged MPI path */
     char collectives[200];
 };
 
+#define ROUTE_SLOTS 16
+
 static int stage_routing(GpuTrainer *gt, ZyErr *err) { /* sized by the config: once, at create */
     const ZayaConfig *c = &gt->host->cfg;
-    gt->route_counts = malloc((size_t)c->num_layers * (c->num_experts + 1) * sizeof(int32_t));
-    gt->route_sums = malloc((size_t)c->num_layers * 2 * sizeof(double));
+    const size_t counts = (size_t)ROUTE_SLOTS * c->num_layers * (c->num_experts + 1), sums = (size_t)ROUTE_SLOTS *
+                                                                                            c->num_layers * 2;
+    gt->route_counts = malloc(counts * sizeof(int32_t));
+    gt->route_sums = malloc(sums * sizeof(double));
     if (!gt->route_counts || !gt->route_sums) return zy_fail(err, "out of memory");
+    if (!(gt->d_route_counts = gpu_alloc(counts * sizeof(int32_t), "routing counts", err)) ||
+        !(gt->d_route_sums = gpu_alloc(sums * sizeof(double), "routing sums", err)))
+        return -1;
+    return 0;
+}
+
+/* The pending micro-batches' routing statistics to the host (one wait), added to routes_into in their order: the
+ * same sums, in the same order, as when each micro-batch copied its own. */
+static int flush_routing(GpuTrainer *gt, ZyErr *err) {
+    const ZayaConfig *c = &gt->host->cfg;
+    const int L = c->num_layers, E1 = c->num_experts + 1, n = gt->routes_pending;
+    if (!n) return 0;
+    gt->routes_pending = 0;
+    if (gpu_download(gt->g, gt->route_counts, gt->d_route_counts, (size_t)n * L * E1 * sizeof(int32_t), err) ||
+        gpu_download(gt->g, gt->route_sums, gt->d_route_sums, (size_t)n * L * 2 * sizeof(double), err))
+        return -1;
+    RoutingCounts *routes = gt->routes_into;
+    for (int k = 0; k < n; k++) {
+        const int32_t *counts = gt->route_counts + (size_t)k * L * E1;
+        const double *sums = gt->route_sums + (size_t)k * L * 2;
+        for (int l = 0; l < L; l++) {
+            for (int e = 0; e < E1; e++) routes->counts[(size_t)l * E1 + e] += counts[(size_t)l * E1 + e];
+            routes->sums[2 * l] += sums[2 * l];
+            routes->sums[2 * l + 1] += sums[2 * l + 1];
+        }
+    }
     return 0;
 }
 
@@ -75,7 +109,7 @@ void gpu_trainer_free(GpuTrainer *gt) {
     if (!gt) return;
     gpu_comm_free(gt->comm);
     if (gt->have_opt) gpu_optim_free(&gt->opt);
-    gpu_free(gt->d_sumsq);
+    gpu_free(gt->d_sumsq), gpu_free(gt->d_route_counts), gpu_free(gt->d_route_sums);
     gpu_model_free(gt->model);
     free(gt->route_counts), free(gt->route_sums);
     free(gt);
@@ -98,14 +132,13 @@ int gpu_trainer_micro(GpuTrainer *gt, const int32_t *inputs, const int32_t *targ
     if (gpu_model_train_micro(gt->model, inputs, targets, err)) return -1;
     const ZayaConfig *c = &gt->host->cfg;
     if (!cfg_router_classes(c)) return 0;
-    /* summed on the device, one copy (not the rows' choices, gates and probabilities of every layer) */
-    if (gpu_model_routing_stats(gt->model, gt->route_counts, gt->route_sums, err)) return -1;
-    const int E1 = c->num_experts + 1;
-    for (int l = 0; l < c->num_layers; l++) {
-        for (int e = 0; e < E1; e++) routes->counts[(size_t)l * E1 + e] += gt->route_counts[(size_t)l * E1 + e];
-        routes->sums[2 * l] += gt->route_sums[2 * l];
-        routes->sums[2 * l + 1] += gt->route_sums[2 * l + 1];
-    }
+    /* summed on the device into this micro-batch's slot (not the rows' choices, gates and probabilities of every
+     * layer), copied up by the step's reduce: no wait between micro-batches */
+    if (gt->routes_pending && routes != gt->routes_into && flush_routing(gt, err)) return -1;
+    if (gt->routes_pending == ROUTE_SLOTS && flush_routing(gt, err)) return -1;
+    const size_t k = (size_t)gt->routes_pending++, L = (size_t)c->num_layers;
+    gt->routes_into = routes;
+    gpu_model_routing_stats(gt->model, gt->d_route_counts + k * L * (c->num_experts + 1), gt->d_route_sums + k * L * 2);
     return 0;
 }
 
@@ -114,7 +147,7 @@ int gpu_trainer_reduce(GpuTrainer *gt, Model *host, const Dist *d, const size_t 
     GpuCtx *g = gt->g;
     float *grads = gpu_model_grads(gt->model);
     const size_t total = host->params.total;
-    if (gpu_model_take_loss(gt->model, loss, err)) return -1;
+    if (flush_routing(gt, err) || gpu_model_take_loss(gt->model, loss, err)) return -1;
     *loss /= n_micro;
     if (nan_fault) {
         const float nan = NAN;

@@ -8,8 +8,9 @@
  * the optimizer update on the device; with several ranks the updated blocks are all-gathered). With several ranks
  * the exchange runs over NCCL on the devices (gpu_comm.h) when every rank has its own GPU and ZAYA_NCCL is not 0,
  * else host-staged: device -> host, MPI, host -> device (ranks sharing a GPU, builds without NCCL).
- * Host waits per step: the routing decisions of each micro-batch (for the balancing controller and the routing
- * report), each MoE layer's expert offsets, and the loss and gradient norm that the step prints. */
+ * Host waits per step: the routing statistics of the step's micro-batches, copied up together at the reduce (for the
+ * balancing controller and the routing report), each MoE layer's expert offsets in fp32 runs, and the loss and
+ * gradient norm that the step prints. */
 #ifndef ZAYA_GPU_TRAINER_H
 #define ZAYA_GPU_TRAINER_H
 
@@ -37,8 +38,8 @@ int gpu_trainer_set_shape(GpuTrainer *gt, int B, int T, ZyErr *err);
 
 /* Starts a step: zeroes the gradients. */
 void gpu_trainer_begin(GpuTrainer *gt);
-/* Forward + backward of one micro-batch (host tokens and targets [B, T], checked); the routing decisions are added
- * to routes (host). */
+/* Forward + backward of one micro-batch (host tokens and targets [B, T], checked), queued without a wait; the routing
+ * decisions are added to routes (host) by gpu_trainer_reduce (every micro-batch of a step passes the same routes). */
 int gpu_trainer_micro(GpuTrainer *gt, const int32_t *inputs, const int32_t *targets, RoutingCounts *routes,
                       ZyErr *err);
 /* Makes the step's gradient: the mean over n_micro micro-batches, then (d->size > 1) summed over ranks into this

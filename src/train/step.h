@@ -37,7 +37,7 @@ typedef struct {
     /* Starts a step: zeroes the gradients. */
     void (*begin)(void *ctx);
     /* Forward + backward of one micro-batch (tokens and targets [B, T], checked), gradients and loss accumulating;
-     * the routing decisions are added to routes. */
+     * the routing decisions are added to routes by the time reduce returns (a GPU copies a step's up at once). */
     int (*micro)(void *ctx, const int32_t *inputs, const int32_t *targets, RoutingCounts *routes, ZyErr *err);
     /* Makes this rank's share of the step's gradient: the mean over n_micro micro-batches, then (several ranks) the
      * ZeRO-1 reduce-scatter and the mean over ranks. *loss = this rank's mean loss, *sumsq = Σ g² over its block
