@@ -9,6 +9,7 @@
 
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_model_internal.h" /* op16: the bf16 operand sharing, switched off for a reference run */
+#include "gpu/gpu_trainer.h"
 #include "gpu_test.h"
 #include "io/model_io.h"
 #include "model/model.h"
@@ -326,6 +327,63 @@ static void compare_graph_micro(GpuTest *t, const char *label, const ZayaConfig 
     gt_reset(t);
 }
 
+/* The trainer's routing statistics (gpu_trainer.c): a step's micro-batches leave theirs in 16 device slots, copied up
+ * at the reduce (and when the slots are full). One step of 20 micro-batches (a flush at the 17th) against the same 20
+ * as steps of one (no update between, so the weights are the same): every layer's counts and sums, bit for bit (the
+ * sums are added in the same order). */
+static void compare_trainer_routing(GpuTest *t, const ZayaConfig *cfg, int B, int T) {
+    enum { K = 20 };
+    const char *name = "trainer: a step's 20 micro-batches' routing statistics (16 device slots) as 20 steps' own";
+    Model m;
+    Optimizer o;
+    ZyErr err = {{0}};
+    if (model_create(&m, cfg, &err)) {
+        gt_assert(t, 0, name, "%s", err.msg);
+        return;
+    }
+    gt_randomise_model(t, &m);
+    OptimConfig oc;
+    optim_config_default(&oc);
+    memset(&o, 0, sizeof o); /* optim_free of a table optim_create never filled frees nothing */
+    const int N = B * T, L = cfg->num_layers, E = cfg->num_experts;
+    RoutingCounts one = {0}, each = {0}, total = {0};
+    GpuTrainer *gt = NULL;
+    const Dist solo = {.rank = 0, .size = 1};
+    const size_t bounds[2] = {0, m.params.total};
+    int ok = optim_create(&o, &m.params, &oc, &err) == 0;
+    ok = ok && routing_counts_create(&one, L, E, &err) == 0 && routing_counts_create(&each, L, E, &err) == 0 &&
+         routing_counts_create(&total, L, E, &err) == 0;
+    ok = ok && gpu_trainer_create(&gt, &m, &o, NULL, -1, 1, B, T, &err) == 0;
+    int32_t *tok[K], *tgt[K];
+    for (int k = 0; k < K; k++)
+        tok[k] = gt_rand_int(t, (size_t)N, 0, cfg->vocab_size), tgt[k] = gt_rand_int(t, (size_t)N, 0, cfg->vocab_size);
+    double loss, sumsq;
+    /* one step of K micro-batches */
+    if (ok) gpu_trainer_begin(gt);
+    for (int k = 0; ok && k < K; k++) ok = gpu_trainer_micro(gt, tok[k], tgt[k], &one, &err) == 0;
+    ok = ok && gpu_trainer_reduce(gt, &m, &solo, bounds, NULL, K, 0, &loss, &sumsq, &err) == 0;
+    /* K steps of one, their tables added up in order (the host's order when each micro-batch copied its own) */
+    for (int k = 0; ok && k < K; k++) {
+        routing_counts_reset(&each);
+        gpu_trainer_begin(gt); /* ok: gt exists */
+        ok = gpu_trainer_micro(gt, tok[k], tgt[k], &each, &err) == 0 &&
+             gpu_trainer_reduce(gt, &m, &solo, bounds, NULL, 1, 0, &loss, &sumsq, &err) == 0;
+        routing_counts_add(&total, &each);
+    }
+    long routed = 0;
+    size_t dc = 0, ds = 0;
+    for (size_t i = 0; ok && i < (size_t)L * (E + 1); i++) dc += one.counts[i] != total.counts[i], routed += one.counts[i];
+    for (size_t i = 0; ok && i < (size_t)L * 2; i++) ds += memcmp(&one.sums[i], &total.sums[i], sizeof(double)) != 0;
+    gt_assert(t, ok && dc == 0 && ds == 0 && routed == (long)K * N * L, name,
+              "%s%zu counts, %zu sums differ; %ld rows counted (want %ld)", ok ? "" : err.msg, dc, ds, routed,
+              (long)K * N * L);
+    gpu_trainer_free(gt);
+    routing_counts_free(&one), routing_counts_free(&each), routing_counts_free(&total);
+    optim_free(&o);
+    model_free(&m);
+    gt_reset(t);
+}
+
 /* A bf16 folder loaded mapped (no fp32 host arena) goes up tensor by tensor (gpu_weight_upload.h): the device's fp32
  * arena equals the fp32 load of the same folder bit for bit (the bf16 matrices widened on the device), and a bf16
  * forward of each gives the same logits bit for bit; fp32 products (--dtype f32 on such a model) too. */
@@ -442,6 +500,7 @@ void test_gpu_model(GpuTest *t) {
     compare_graph_micro(t, "graphs, MHA variant, sliding W5", &swm, 2, 33, 1);
     compare_graph_micro(t, "graphs, linear router", &lin, 2, 29, 1);
     compare_graph_micro(t, "graphs, fp32", &c, 2, 24, 0);
+    compare_trainer_routing(t, &c, 2, 16);
     /* bench-gpu's layer shapes (hidden 1024, 16 experts of 1024, 8/2 heads of 128, router 256) at 4 x 2048 rows,
      * one layer and a small vocabulary: the sizes the training benchmark runs */
     ZayaConfig big = c;
