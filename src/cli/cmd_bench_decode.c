@@ -345,6 +345,12 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
         printf(" (steps of up to %d rows: the few-row kernels)\n", gpu_model_few_rows(gm));
     else
         printf("%s\n", bf16 ? " (cuBLASLt and the grouped experts at every step: ZAYA_GPU_FEW_ROWS=off)" : "");
+    const double fp32_gib = gpu_model_fp32_weight_bytes(gm) / 1073741824.0,
+                 all_gib = m->params.total * 4.0 / 1073741824.0;
+    if (bf16)
+        printf("arenas       bf16 %.2f GiB; fp32 %.2f GiB (%s)\n", m->params.total * 2.0 / 1073741824.0, fp32_gib,
+               fp32_gib < all_gib ? "a lean arena: norms, biases, convolutions and the embedding"
+                                  : "every tensor: ZAYA_GPU_ARENA=full, or no sparse ranges here");
     printf("launches     %s\n", gpu_model_programmatic_launch(gm)
                                      ? "programmatic: each small kernel overlaps the one before (ZAYA_GPU_PDL=off: not)"
                                      : "each kernel after the one before ends (programmatic launch: sm_90+, ZAYA_GPU_PDL)");

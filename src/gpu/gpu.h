@@ -58,6 +58,21 @@ void gpu_memset_async(GpuCtx *g, void *dst, int value, size_t bytes);
 void gpu_copy_async(GpuCtx *g, void *dst, const void *src, size_t bytes); /* device to device */
 /* Sizes the bf16 operand scratch for products of up to `elems` elements per operand, so that no step allocates. */
 int gpu_reserve_scratch(GpuCtx *g, size_t elems, ZyErr *err);
+/* A device address range of `bytes` with memory only where gpu_sparse_commit puts it (CUDA's virtual memory
+ * management: cuMemAddressReserve, then cuMemCreate + cuMemMap per committed piece), so an arena can keep its layout
+ * while holding only some of its tensors (gpu_model.c's lean fp32 arena). The driver's functions are looked up at run
+ * time (cudaGetDriverEntryPointByVersion): nothing links libcuda. NULL with err set where the driver or build has no
+ * such memory (HIP builds, old drivers): the caller allocates the whole range instead. A read or write outside the
+ * committed pieces is an illegal address. */
+typedef struct GpuSparse GpuSparse;
+GpuSparse *gpu_sparse_reserve(GpuCtx *g, size_t bytes, ZyErr *err);
+void *gpu_sparse_base(const GpuSparse *s);
+/* The commit granularity (bytes; a power of two): gpu_sparse_commit's offset and size are multiples of it. */
+size_t gpu_sparse_granularity(const GpuSparse *s);
+/* Backs [offset, offset + bytes) with zeroed device memory. */
+int gpu_sparse_commit(GpuSparse *s, size_t offset, size_t bytes, ZyErr *err);
+size_t gpu_sparse_committed(const GpuSparse *s); /* bytes backed so far */
+void gpu_sparse_free(GpuSparse *s);
 /* CUDA graphs of a stream's work (gpu_decode.c's ZAYA_GPU_GRAPHS): begin captures what is queued on g's stream from
  * then on (nothing runs; a wait on the stream fails the capture); end instantiates it into *exec (NULL with an error
  * when the capture was refused) and counts its kernels into *kernels (NULL: not asked); launch replays it on g's

@@ -41,6 +41,9 @@ typedef hipblasOperation_t cublasOperation_t;
 typedef hipDataType cudaDataType_t;
 #else
 #include <cublasLt.h>
+/* the driver API's types for the sparse ranges (its functions come from cudaGetDriverEntryPointByVersion); the
+ * emulator's own cuda.h where it builds this file */
+#include <cuda.h>
 #endif
 
 #include "gpu_common.cuh"
@@ -272,6 +275,167 @@ extern "C" void *gpu_alloc(size_t bytes, const char *what, ZyErr *err) {
 
 extern "C" void gpu_free(void *p) {
     if (p) gpuFree(p);
+}
+
+/* ---- sparse device ranges (gpu.h): CUDA's virtual memory management ---- */
+
+struct SparsePiece {
+    size_t offset, bytes;
+    unsigned long long handle;
+};
+struct GpuSparse {
+    char *base;
+    size_t bytes, granularity, committed;
+    int device;
+    SparsePiece *pieces;
+    int n, cap;
+};
+
+#ifndef ZAYA_HIP
+/* The driver entry points, looked up once (a binary without a GPU driver still loads; nothing links libcuda). */
+struct Vmm {
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*address_free)(CUdeviceptr, size_t);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+};
+static Vmm vmm;
+static int vmm_state; /* 0 not looked up, 1 ready, -1 missing */
+static char vmm_missing[96];
+
+static int vmm_ready(void) {
+    if (vmm_state) return vmm_state > 0;
+    struct {
+        const char *name;
+        void **fn;
+    } want[] = {{"cuMemAddressReserve", (void **)&vmm.reserve}, {"cuMemAddressFree", (void **)&vmm.address_free},
+                {"cuMemCreate", (void **)&vmm.create},          {"cuMemRelease", (void **)&vmm.release},
+                {"cuMemMap", (void **)&vmm.map},                {"cuMemUnmap", (void **)&vmm.unmap},
+                {"cuMemSetAccess", (void **)&vmm.set_access},
+                {"cuMemGetAllocationGranularity", (void **)&vmm.granularity}};
+    vmm_state = 1;
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion(want[i].name, want[i].fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !*want[i].fn) {
+            cudaGetLastError();
+            snprintf(vmm_missing, sizeof vmm_missing, "the driver has no %s", want[i].name);
+            vmm_state = -1;
+            break;
+        }
+    }
+    return vmm_state > 0;
+}
+
+static CUmemAllocationProp vmm_prop(int device) {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    return prop;
+}
+#endif
+
+extern "C" GpuSparse *gpu_sparse_reserve(GpuCtx *g, size_t bytes, ZyErr *err) {
+#ifdef ZAYA_HIP
+    (void)g, (void)bytes;
+    zy_fail(err, "sparse device ranges are not in HIP builds");
+    return NULL;
+#else
+    if (!vmm_ready()) {
+        zy_fail(err, "no sparse device ranges: %s", vmm_missing);
+        return NULL;
+    }
+    const CUmemAllocationProp prop = vmm_prop(g->device);
+    size_t gran = 0;
+    if (vmm.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || gran == 0 ||
+        (gran & (gran - 1))) {
+        zy_fail(err, "no sparse device ranges: the driver gave no commit granularity");
+        return NULL;
+    }
+    GpuSparse *s = (GpuSparse *)calloc(1, sizeof *s);
+    if (!s) {
+        zy_fail(err, "out of memory");
+        return NULL;
+    }
+    s->bytes = (bytes + gran - 1) / gran * gran;
+    s->granularity = gran;
+    s->device = g->device;
+    CUdeviceptr base = 0;
+    if (vmm.reserve(&base, s->bytes, 0, 0, 0) != CUDA_SUCCESS) {
+        free(s);
+        zy_fail(err, "reserving %.1f GiB of device addresses failed", bytes / 1073741824.0);
+        return NULL;
+    }
+    s->base = (char *)(uintptr_t)base;
+    return s;
+#endif
+}
+
+extern "C" void *gpu_sparse_base(const GpuSparse *s) { return s->base; }
+extern "C" size_t gpu_sparse_granularity(const GpuSparse *s) { return s->granularity; }
+extern "C" size_t gpu_sparse_committed(const GpuSparse *s) { return s->committed; }
+
+extern "C" int gpu_sparse_commit(GpuSparse *s, size_t offset, size_t bytes, ZyErr *err) {
+#ifdef ZAYA_HIP
+    (void)s, (void)offset, (void)bytes;
+    return zy_fail(err, "sparse device ranges are not in HIP builds");
+#else
+    if (!bytes) return 0;
+    if (offset % s->granularity || bytes % s->granularity || offset > s->bytes || bytes > s->bytes - offset)
+        return zy_fail(err, "sparse range: piece [%zu, +%zu) is outside the range or off its %zu-byte granularity",
+                       offset, bytes, s->granularity);
+    if (s->n == s->cap) {
+        const int cap = s->cap ? 2 * s->cap : 16;
+        SparsePiece *p = (SparsePiece *)realloc(s->pieces, (size_t)cap * sizeof *p);
+        if (!p) return zy_fail(err, "out of memory");
+        s->pieces = p, s->cap = cap;
+    }
+    const CUmemAllocationProp prop = vmm_prop(s->device);
+    CUmemGenericAllocationHandle h = 0;
+    const CUdeviceptr at = (CUdeviceptr)(uintptr_t)(s->base + offset);
+    if (vmm.create(&h, bytes, &prop, 0) != CUDA_SUCCESS) {
+        size_t free_b = 0, total_b = 0;
+        gpuMemGetInfo(&free_b, &total_b);
+        return zy_fail(err, "GPU out of memory committing %.1f MiB of a sparse range (%.1f of %.1f GiB free)",
+                       bytes / 1048576.0, free_b / 1073741824.0, total_b / 1073741824.0);
+    }
+    if (vmm.map(at, bytes, 0, h, 0) != CUDA_SUCCESS) {
+        vmm.release(h);
+        return zy_fail(err, "mapping %.1f MiB of a sparse range failed", bytes / 1048576.0);
+    }
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (vmm.set_access(at, bytes, &access, 1) != CUDA_SUCCESS) {
+        vmm.unmap(at, bytes);
+        vmm.release(h);
+        return zy_fail(err, "opening %.1f MiB of a sparse range to the device failed", bytes / 1048576.0);
+    }
+    s->pieces[s->n++] = (SparsePiece){offset, bytes, (unsigned long long)h};
+    s->committed += bytes;
+    if (gpuMemset(s->base + offset, 0, bytes) != gpuSuccess) return zy_fail(err, "GPU: clearing a sparse piece failed");
+    return 0;
+#endif
+}
+
+extern "C" void gpu_sparse_free(GpuSparse *s) {
+    if (!s) return;
+#ifndef ZAYA_HIP
+    for (int i = 0; i < s->n; i++) {
+        vmm.unmap((CUdeviceptr)(uintptr_t)(s->base + s->pieces[i].offset), s->pieces[i].bytes);
+        vmm.release((CUmemGenericAllocationHandle)s->pieces[i].handle);
+    }
+    if (s->base) vmm.address_free((CUdeviceptr)(uintptr_t)s->base, s->bytes);
+#endif
+    free(s->pieces);
+    free(s);
 }
 
 extern "C" int gpu_upload(GpuCtx *g, void *dst, const void *src, size_t bytes, ZyErr *err) {

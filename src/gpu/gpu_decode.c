@@ -458,10 +458,7 @@ int gpu_model_decode(GpuModel *gm, GpuKVCache *c, const int32_t *tokens, int n, 
         if (tokens[i] < 0 || tokens[i] >= f->vocab_size)
             return zy_fail(err, "decode: token id %d at [%ld, %ld] is outside the vocabulary [0, %d)", tokens[i], i / n,
                            i % n, f->vocab_size);
-    if (gm->bf16 && gm->bf16_stale) { /* bf16 products read bf16 copies of the weights */
-        gk_f32_to_bf16(gm->g.stream, gm->params16, gm->params, (long)gm->host->params.total);
-        gm->bf16_stale = 0;
-    }
+    gpu_model_refresh_bf16(gm); /* bf16 products read bf16 copies of the weights */
     for (int t0 = 0; t0 < n; t0 += c->chunk) {
         const int k = n - t0 < c->chunk ? n - t0 : c->chunk, final = t0 + k == n;
         for (int b = 0; b < B; b++)
@@ -1163,10 +1160,7 @@ int gpu_model_decode_step(GpuModel *gm, GpuKVPool *p, const DecodeSeq *seqs, int
     if (gpu_use(&gm->g, err)) return -1;
     GpuDecodeScratch *s = &p->s;
     const int V = f->vocab_size;
-    if (gm->bf16 && gm->bf16_stale) { /* bf16 products read bf16 copies of the weights */
-        gk_f32_to_bf16(gm->g.stream, gm->params16, gm->params, (long)gm->host->params.total);
-        gm->bf16_stale = 0;
-    }
+    gpu_model_refresh_bf16(gm); /* bf16 products read bf16 copies of the weights */
     gm->failed = 0;
     PoolStep ps;
     pool_plan(p, seqs, n_seqs, tokens, logits != NULL, &ps);

@@ -125,6 +125,7 @@ void gpu_zero(GpuModel *gm, void *p, size_t floats) { gpu_memset_async(&gm->g, p
 /* ---- set-up --------------------------------------------------------------------------------------------- */
 
 static size_t operand_width(const ZayaConfig *c);
+static void lean_arena(GpuModel *gm, const Model *m);
 
 static void bind_plain_residuals(GpuModel *gm) {
     for (int l = 0; l < gm->cfg.num_layers; l++) {
@@ -249,6 +250,11 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     if (pdl && strcmp(pdl, "on") && strcmp(pdl, "off"))
         return zy_fail(err, "ZAYA_GPU_PDL=%s: expected on (a decoding step's small kernels launched to overlap the one "
                        "before them, on sm_90 and newer) or off (every kernel waits for the one before to end)", pdl);
+    const char *arena = getenv("ZAYA_GPU_ARENA"); /* lean (default) | full: a bf16 inference model's fp32 arena */
+    if (arena && strcmp(arena, "lean") && strcmp(arena, "full"))
+        return zy_fail(err, "ZAYA_GPU_ARENA=%s: expected lean (bf16 inference keeps fp32 copies only of what fp32 "
+                       "kernels read: norms, biases, convolutions, the embedding; the default) or full (every tensor "
+                       "in fp32 and bf16, as training)", arena);
     const char *layer = getenv("ZAYA_GPU_DECODE_LAYER"); /* launches (default) | persistent: gk_decode_layers */
     if (layer && strcmp(layer, "launches") && strcmp(layer, "persistent"))
         return zy_fail(err, "ZAYA_GPU_DECODE_LAYER=%s: expected launches (a decoding step's layer as its dozen kernels, "
@@ -309,7 +315,10 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
         gpu_model_free(gm);
         return zy_fail(err, "out of memory");
     }
-    if (!(gm->params = gpu_alloc(total * sizeof(float), "parameters", err)) ||
+    /* bf16 inference: the matrices' fp32 copies are never read (every product takes the bf16 arena), so the fp32
+     * arena keeps its layout but holds only the rest (where the driver has sparse ranges; else all of it) */
+    if (!train && bf16 && !(arena && !strcmp(arena, "full"))) lean_arena(gm, m);
+    if ((!gm->params && !(gm->params = gpu_alloc(total * sizeof(float), "parameters", err))) ||
         (train && !(gm->grads = gpu_alloc(total * sizeof(float), "gradients", err))) ||
         /* a model without the fp32 arena uploads its bf16 matrices here first (gpu_model_upload) */
         ((bf16 || !gpu_weights_in_one_arena(m)) &&
@@ -362,7 +371,12 @@ void gpu_model_free(GpuModel *gm) {
         gpu_sync(&gm->g, "freeing the model", &ignore);
     }
     gpu_graph_free(gm->micro_graph);
-    gpu_free(gm->params), gpu_free(gm->grads), gpu_free(gm->params16);
+    if (gm->params_sparse)
+        gpu_sparse_free(gm->params_sparse);
+    else
+        gpu_free(gm->params);
+    free(gm->fp32_ranges);
+    gpu_free(gm->grads), gpu_free(gm->params16);
     gpu_free(gm->loss_sum), gpu_free(gm->loss_scale), gpu_free(gm->loss_valid);
     gpu_free(gm->acts_block), gpu_free(gm->targets), gpu_free(gm->plan);
     gpu_free(gm->unit_scale), gpu_free(gm->zero_bias), gpu_free(gm->merge_grad_sink);
@@ -381,26 +395,107 @@ uint16_t *gpu_model_params16(GpuModel *gm) { return gm->params16; }
 void *gpu_model_ctx(GpuModel *gm) { return &gm->g; }
 size_t gpu_model_bytes(const GpuModel *gm) {
     const size_t total = gm->host->params.total;
-    return total * sizeof(float) * (gm->grads ? 2 : 1) + (gm->params16 ? total * 2 : 0) + gm->acts_bytes;
+    const size_t fp32 = gm->params_sparse ? gpu_sparse_committed(gm->params_sparse) : total * sizeof(float);
+    return fp32 + (gm->grads ? total * sizeof(float) : 0) + (gm->params16 ? total * 2 : 0) + gm->acts_bytes;
+}
+
+size_t gpu_model_fp32_weight_bytes(const GpuModel *gm) {
+    return gm->params_sparse ? gpu_sparse_committed(gm->params_sparse) : gm->host->params.total * sizeof(float);
 }
 
 /* The uploads of a model without the fp32 arena (gpu_weight_upload.h): fp32 tensors as they are, bf16 matrices into
  * the bf16 arena and widened on the device into the fp32 one. Each copy waits, so the host views may be pageable
  * mapped file pages. */
+/* Whether the fp32 arena holds the tensor at `offset` (floats): always, but in a lean arena only its ranges. */
+static int fp32_held(const GpuModel *gm, size_t offset) {
+    if (!gm->params_sparse) return 1;
+    for (int i = 0; i < gm->n_fp32_ranges; i++)
+        if (offset >= gm->fp32_ranges[2 * i] && offset < gm->fp32_ranges[2 * i] + gm->fp32_ranges[2 * i + 1]) return 1;
+    return 0;
+}
+
+/* Whether a lean arena keeps tensor p in fp32: what fp32 kernels read — every tensor the products do not take in
+ * bf16 (vectors, the convolutions: model_holds_bf16's rule, which the CPU's bf16 inference follows too) and the
+ * embedding, whose gather reads fp32 rows (model.c names it so). */
+static int lean_keeps(const ParamInfo *p) {
+    return !model_holds_bf16(p) || !strcmp(p->name, "model.embed_tokens.weight");
+}
+
+/* The lean fp32 arena: a sparse range the size of the whole, its pieces committed over lean_keeps' tensors (merged,
+ * rounded out to the granularity). Where the driver has no sparse ranges or a commit fails, nothing changes and the
+ * caller allocates the whole arena. */
+static void lean_arena(GpuModel *gm, const Model *m) {
+    const ParamTable *t = &m->params;
+    ZyErr e;
+    GpuSparse *s = gpu_sparse_reserve(&gm->g, t->total * sizeof(float), &e);
+    size_t *r = s ? malloc(2 * (size_t)(t->count + 1) * sizeof(size_t)) : NULL;
+    int nr = 0, ok = r != NULL;
+    for (int i = 0; ok && i < t->count; i++) {
+        const ParamInfo *p = &t->info[i];
+        if (!p->numel || !lean_keeps(p)) continue;
+        if (nr && r[2 * nr - 2] + r[2 * nr - 1] == p->offset)
+            r[2 * nr - 1] += p->numel;
+        else
+            r[2 * nr] = p->offset, r[2 * nr + 1] = p->numel, nr++;
+    }
+    const size_t gran = s ? gpu_sparse_granularity(s) : 1;
+    size_t done = 0; /* bytes [0, done) are settled */
+    for (int k = 0; ok && k < nr; k++) {
+        size_t b0 = r[2 * k] * sizeof(float) / gran * gran;
+        const size_t b1 = ((r[2 * k] + r[2 * k + 1]) * sizeof(float) + gran - 1) / gran * gran;
+        if (b0 < done) b0 = done;
+        if (b1 > b0) ok = gpu_sparse_commit(s, b0, b1 - b0, &e) == 0;
+        if (b1 > done) done = b1;
+    }
+    if (!ok) {
+        free(r);
+        gpu_sparse_free(s);
+        return;
+    }
+    gm->params_sparse = s, gm->params = gpu_sparse_base(s), gm->fp32_ranges = r, gm->n_fp32_ranges = nr;
+}
+
+void gpu_model_refresh_bf16(GpuModel *gm) {
+    if (!gm->bf16 || !gm->bf16_stale) return;
+    if (!gm->params_sparse)
+        gk_f32_to_bf16(gm->g.stream, gm->params16, gm->params, (long)gm->host->params.total);
+    for (int i = 0; gm->params_sparse && i < gm->n_fp32_ranges; i++) {
+        const size_t off = gm->fp32_ranges[2 * i];
+        gk_f32_to_bf16(gm->g.stream, gm->params16 + off, gm->params + off, (long)gm->fp32_ranges[2 * i + 1]);
+    }
+    gm->bf16_stale = 0;
+}
+
+/* A tensor's fp32 values into the bf16 arena alone (a lean arena does not hold it): rounded on the host as
+ * gk_f32_to_bf16 rounds (zy_f32_to_bf16, the same bits), a piece at a time. */
+static int upload_rounded(GpuModel *gm, size_t offset, const float *src, size_t n, ZyErr *err) {
+    enum { PIECE = 1 << 20 };
+    uint16_t *h = malloc((n < PIECE ? n : PIECE) * sizeof *h);
+    if (!h) return zy_fail(err, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i += PIECE) {
+        const size_t k = n - i < PIECE ? n - i : PIECE;
+        for (size_t j = 0; j < k; j++) h[j] = zy_f32_to_bf16(src[i + j]);
+        rc = gpu_upload(&gm->g, gm->params16 + offset + i, h, k * sizeof *h, err);
+    }
+    free(h);
+    return rc;
+}
 static int sink_f32(void *ctx, size_t offset, const float *src, size_t n, ZyErr *err) {
     GpuModel *gm = ctx;
+    if (!fp32_held(gm, offset)) return upload_rounded(gm, offset, src, n, err);
     return gpu_upload(&gm->g, gm->params + offset, src, n * sizeof(float), err);
 }
 static int sink_bf16(void *ctx, size_t offset, const uint16_t *src, size_t n, ZyErr *err) {
     GpuModel *gm = ctx;
     if (gpu_upload(&gm->g, gm->params16 + offset, src, n * sizeof(uint16_t), err)) return -1;
-    gk_bf16_to_f32(gm->g.stream, gm->params + offset, gm->params16 + offset, (long)n);
+    if (fp32_held(gm, offset)) gk_bf16_to_f32(gm->g.stream, gm->params + offset, gm->params16 + offset, (long)n);
     return 0;
 }
 
 int gpu_model_upload(GpuModel *gm, const Model *m, ZyErr *err) {
     gm->bf16_stale = 1; /* the bf16 copy is rebuilt from the fp32 arena (exact for values that came up as bf16) */
-    if (gpu_weights_in_one_arena(m))
+    if (gpu_weights_in_one_arena(m) && !gm->params_sparse)
         return gpu_upload(&gm->g, gm->params, m->params.data, m->params.total * sizeof(float), err);
     if (!gm->params16) return zy_fail(err, "uploading a model without an fp32 arena needs the GPU's bf16 arena");
     const WeightSink sink = {.ctx = gm, .f32 = sink_f32, .bf16 = sink_bf16};
@@ -416,6 +511,9 @@ static int host_arena(const Model *m, ZyErr *err) {
 
 int gpu_model_download(GpuModel *gm, Model *m, ZyErr *err) {
     if (host_arena(m, err)) return -1;
+    if (gm->params_sparse)
+        return zy_fail(err, "this GPU model holds its matrices in bf16 only (a lean arena: ZAYA_GPU_ARENA=full keeps "
+                       "them in fp32 too)");
     return gpu_download(&gm->g, m->params.data, gm->params, m->params.total * sizeof(float), err);
 }
 int gpu_model_download_grads(GpuModel *gm, Model *m, ZyErr *err) {
@@ -428,6 +526,9 @@ int gpu_model_upload_grads(GpuModel *gm, const Model *m, ZyErr *err) {
 }
 int gpu_model_upload_range(GpuModel *gm, const Model *m, size_t offset, size_t count, ZyErr *err) {
     if (host_arena(m, err)) return -1;
+    if (!fp32_held(gm, offset))
+        return zy_fail(err, "uploading fp32 values [%zu, +%zu) into a lean arena, which does not hold them", offset,
+                       count);
     gm->bf16_stale = 1;
     return gpu_upload(&gm->g, gm->params + offset, m->params.data + offset, count * sizeof(float), err);
 }
@@ -724,11 +825,7 @@ void gpu_moe_forward(GpuModel *gm, int l, const LayerWeights *W, LayerActs *L, c
  * plan) and the weights' bf16 copy current. Outside the launches, so a captured pass never holds a host copy. */
 static void forward_inputs(GpuModel *gm, const int32_t *tokens) {
     const size_t N = (size_t)gm->a.B * gm->a.T;
-    /* bf16 products read bf16 copies of the weights, rebuilt once after every change */
-    if (gm->bf16 && gm->bf16_stale) {
-        gk_f32_to_bf16(gm->g.stream, gm->params16, gm->params, (long)gm->host->params.total);
-        gm->bf16_stale = 0;
-    }
+    gpu_model_refresh_bf16(gm); /* bf16 products read bf16 copies of the weights, rebuilt once after every change */
     memcpy(gm->h_tokens, tokens, N * sizeof *tokens);
     gpu_upload_async(&gm->g, gm->a.tokens, gm->h_tokens, N * sizeof *tokens);
 }

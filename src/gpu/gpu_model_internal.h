@@ -13,6 +13,11 @@ struct GpuModel {
     ZayaConfig cfg;
     float *params, *grads; /* device arenas, the host table's layout */
     uint16_t *params16;    /* bf16 copy of params (bf16 products) */
+    /* the lean fp32 arena (bf16 inference, ZAYA_GPU_ARENA=lean): params is the base of a sparse range that holds only
+     * the tensors fp32 kernels read, fp32_ranges [offset, count] pairs (floats, merged); NULL: one whole allocation */
+    GpuSparse *params_sparse;
+    size_t *fp32_ranges;
+    int n_fp32_ranges;
     int bf16, bf16_stale;
     Weights w, gw;         /* views of params / grads */
     float *unit_scale, *zero_bias, *merge_grad_sink; /* no_residual_scaling constants (device) */
@@ -51,6 +56,10 @@ struct GpuModel {
     char graphs_refused[160];
 };
 
+/* bf16 runs: the bf16 copies of the weights rebuilt from the fp32 arena after a change (gpu_model_weights_changed, an
+ * upload); in a lean arena only the tensors it holds (the matrices have no fp32 copy there: their bf16 one is the
+ * only one). */
+void gpu_model_refresh_bf16(GpuModel *gm);
 /* ZAYA_GPU_GRAPHS: *on = 1 where it is 1 (unset or 0: off); any other value is an error naming it. */
 int gpu_graphs_requested(int *on, ZyErr *err);
 /* C = A Wᵀ (A [M, K] with row stride lda, W [N, K]), W16 its bf16 view: a linear layer, as zy_matmul_wt_ctx. */

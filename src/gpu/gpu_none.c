@@ -69,6 +69,7 @@ uint16_t *gpu_model_params16(GpuModel *gm) { return NULL; }
 float *gpu_model_grads(GpuModel *gm) { return NULL; }
 void *gpu_model_ctx(GpuModel *gm) { return NULL; }
 size_t gpu_model_bytes(const GpuModel *gm) { return 0; }
+size_t gpu_model_fp32_weight_bytes(const GpuModel *gm) { return 0; }
 int gpu_model_set_shape(GpuModel *gm, int B, int T, ZyErr *err) { return zy_fail(err, NO_GPU); }
 
 int gpu_trainer_create(GpuTrainer **out, const Model *m, const Optimizer *opt, const Dist *d, int device, int bf16,

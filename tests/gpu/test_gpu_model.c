@@ -405,8 +405,10 @@ static void compare_mapped_upload(GpuTest *t, const ZayaConfig *cfg, int bf16) {
     float *pa = gt_host(t, total), *pb = gt_host(t, total), *la = gt_host(t, (size_t)B * T * V),
           *lb = gt_host(t, (size_t)B * T * V);
     int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, V);
+    GtEnv full = gt_env_set("ZAYA_GPU_ARENA", "full"); /* both arenas whole, to compare them */
     ok = ok && !mapped.params.data && gpu_model_create(&ga, &mapped, -1, B, T, bf16, 0, &err) == 0 &&
          gpu_model_create(&gb, &ref, -1, B, T, bf16, 0, &err) == 0;
+    gt_env_restore(&full);
     ok = ok && gpu_download(gpu_model_ctx(ga), pa, gpu_model_params(ga), total * sizeof(float), &err) == 0 &&
          gpu_download(gpu_model_ctx(gb), pb, gpu_model_params(gb), total * sizeof(float), &err) == 0;
     ok = ok && gpu_model_forward(ga, tokens, &err) == 0 && gpu_model_logits(ga, la, &err) == 0 &&
@@ -422,6 +424,21 @@ static void compare_mapped_upload(GpuTest *t, const ZayaConfig *cfg, int bf16) {
                  bf16 ? "bf16" : "fp32");
         gt_assert(t, memcmp(la, lb, (size_t)B * T * V * sizeof(float)) == 0, name, "logits differ");
     }
+    if (ok && bf16) /* the lean arena's logits, from the mapped folder and from the fp32 load, against the full one's */
+        for (int from = 0; from < 2; from++) {
+            GtEnv lean = gt_env_set("ZAYA_GPU_ARENA", "lean");
+            GpuModel *gl = NULL;
+            float *ll = gt_host(t, (size_t)B * T * V);
+            int run = gpu_model_create(&gl, from ? &ref : &mapped, -1, B, T, 1, 0, &err) == 0 &&
+                      gpu_model_forward(gl, tokens, &err) == 0 && gpu_model_logits(gl, ll, &err) == 0;
+            gt_env_restore(&lean);
+            const size_t fp32 = run ? gpu_model_fp32_weight_bytes(gl) : 0;
+            snprintf(name, sizeof name, "lean arena (bf16 inference) from the %s: the full arena's logits bit for bit",
+                     from ? "fp32 load" : "mapped bf16 folder");
+            gt_assert(t, run && memcmp(ll, lb, (size_t)B * T * V * sizeof(float)) == 0, name,
+                      "%s; fp32 weights %zu of %zu bytes", run ? "" : err.msg, fp32, total * sizeof(float));
+            gpu_model_free(gl);
+        }
     gpu_model_free(ga), gpu_model_free(gb);
     model_free(&mapped), model_free(&ref), model_free(&src);
     const char *files[] = {"config.json", "model.safetensors"}; /* what model_save_dir wrote */

@@ -42,6 +42,12 @@ typedef enum {
 } cudaMemcpyKind;
 typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
 typedef enum {
+    cudaDriverEntryPointSuccess = 0,
+    cudaDriverEntryPointSymbolNotFound = 1,
+    cudaDriverEntryPointVersionNotSufficent = 2
+} cudaDriverEntryPointQueryResult;
+enum { cudaEnableDefault = 0 };
+typedef enum {
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76
@@ -95,6 +101,9 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *count);
 cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType *type);
+/* The driver API's functions by name (cuda.h beside this header: the virtual memory management zaya uses). */
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult *status);
 
 /* For the emulator's kernel launches (cuda_emu.h): 1 while a stream is being captured, and the capture's queue;
  * a launch made then is recorded (emu_capture_record), not run. */

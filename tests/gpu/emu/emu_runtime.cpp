@@ -5,8 +5,14 @@
  * rules a GPU enforces during a capture are enforced: no waits, no synchronous copies or allocations, no copies to or
  * from pageable host memory (only cudaMallocHost's). */
 #include "cuda_runtime_api.h"
+#include "cuda.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +26,8 @@ constexpr size_t kTotalBytes = size_t(16) << 30; /* what the emulated device say
 
 struct Alloc {
     size_t bytes;
-    bool pinned; /* cudaMallocHost: host memory a copy may use during a capture */
+    bool pinned;   /* cudaMallocHost: host memory a copy may use during a capture */
+    bool reserved; /* cuMemAddressReserve: address space, readable only where cuMemMap mapped a piece */
 };
 
 struct Node {
@@ -187,7 +194,7 @@ static cudaError_t allocate(void **p, size_t bytes, bool pinned) {
     if (!m) return fail(cudaErrorMemoryAllocation);
     memset(m, 0xa5, rounded ? rounded : 256); /* not zero: code that assumes fresh memory is zero shows */
     std::lock_guard<std::mutex> lock(mu);
-    allocs[static_cast<const char *>(m)] = Alloc{bytes ? bytes : 1, pinned};
+    allocs[static_cast<const char *>(m)] = Alloc{bytes ? bytes : 1, pinned, false};
     if (!pinned) in_use += bytes;
     *p = m;
     return cudaSuccess;
@@ -197,7 +204,7 @@ static cudaError_t release(void *p, bool pinned) {
     if (refuse_in_capture()) return cudaErrorStreamCaptureUnsupported;
     std::lock_guard<std::mutex> lock(mu);
     auto it = allocs.find(static_cast<const char *>(p));
-    if (it == allocs.end() || it->second.pinned != pinned) {
+    if (it == allocs.end() || it->second.pinned != pinned || it->second.reserved) {
         fprintf(stderr, "cuda_emu: %s of %p, which %s did not return\n", pinned ? "cudaFreeHost" : "cudaFree", p,
                 pinned ? "cudaMallocHost" : "cudaMalloc");
         abort();
@@ -351,6 +358,159 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType *type) 
 int emu_capturing(void) { return capturing; }
 void emu_capture_record(void *job, void (*run)(void *), void (*drop)(void *)) {
     record(cudaGraphNodeTypeKernel, job, run, drop);
+}
+
+} // extern "C"
+
+/* ---- the driver's virtual memory management (cuda.h) ---- */
+
+namespace {
+/* A page, not CUDA's 2 MiB: the tests' small models then have matrices whose fp32 room is left unmapped (a lean
+ * arena's), so a kernel reading one stops here; zaya's code takes whatever granularity the driver reports. */
+constexpr size_t kGranularity = 4096;
+/* The reservations, for the fault handler (read without a lock: a fixed table, written before its range is used). */
+constexpr int kMaxReserved = 64;
+struct Reserved {
+    const char *base;
+    size_t bytes;
+};
+Reserved reserved_ranges[kMaxReserved];
+struct sigaction previous_segv;
+bool handler_installed;
+
+void on_segv(int sig, siginfo_t *info, void *ctx) {
+    const char *at = static_cast<const char *>(info->si_addr);
+    for (int i = 0; i < kMaxReserved; i++) {
+        const Reserved r = reserved_ranges[i];
+        if (r.base && at >= r.base && at < r.base + r.bytes) {
+            char msg[200];
+            const int n = snprintf(msg, sizeof msg, "cuda_emu: an access to %p, byte %zu of a sparse range where nothing "
+                                   "is mapped (an illegal address on a GPU: gpu_sparse_commit)\n", info->si_addr,
+                                   (size_t)(at - r.base));
+            if (n > 0) (void)!write(2, msg, (size_t)n);
+            abort();
+        }
+    }
+    /* not ours: the fault again, under the handler that was there before */
+    sigaction(SIGSEGV, &previous_segv, nullptr);
+    (void)sig, (void)ctx;
+}
+
+struct Piece {
+    size_t bytes;
+};
+} // namespace
+
+extern "C" {
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int, unsigned long long,
+                                             cudaDriverEntryPointQueryResult *status) {
+    static const struct {
+        const char *name;
+        void *fn;
+    } table[] = {{"cuMemAddressReserve", (void *)cuMemAddressReserve}, {"cuMemAddressFree", (void *)cuMemAddressFree},
+                 {"cuMemCreate", (void *)cuMemCreate},                  {"cuMemRelease", (void *)cuMemRelease},
+                 {"cuMemMap", (void *)cuMemMap},                        {"cuMemUnmap", (void *)cuMemUnmap},
+                 {"cuMemSetAccess", (void *)cuMemSetAccess},
+                 {"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity}};
+    *fn = nullptr;
+    for (const auto &t : table)
+        if (!strcmp(t.name, symbol)) *fn = t.fn;
+    if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *, CUmemAllocationGranularity_flags) {
+    *granularity = kGranularity;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t, CUdeviceptr, unsigned long long) {
+    *ptr = 0;
+    if (!size || size % kGranularity) return CUDA_ERROR_INVALID_VALUE;
+    void *m = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::lock_guard<std::mutex> lock(mu);
+    int slot = -1;
+    for (int i = 0; i < kMaxReserved && slot < 0; i++)
+        if (!reserved_ranges[i].base) slot = i;
+    if (slot < 0) {
+        munmap(m, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    reserved_ranges[slot] = Reserved{static_cast<const char *>(m), size};
+    if (!handler_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &sa, &previous_segv);
+        handler_installed = true;
+    }
+    allocs[static_cast<const char *>(m)] = Alloc{size, false, true};
+    *ptr = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    const char *p = (const char *)(uintptr_t)ptr;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = allocs.find(p);
+    if (it == allocs.end() || !it->second.reserved || it->second.bytes != size) {
+        fprintf(stderr, "cuda_emu: cuMemAddressFree of %p (%zu bytes), which cuMemAddressReserve did not return\n", p,
+                size);
+        abort();
+    }
+    allocs.erase(it);
+    for (auto &r : reserved_ranges)
+        if (r.base == p) r = Reserved{nullptr, 0};
+    munmap(const_cast<char *>(p), size);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *, unsigned long long) {
+    *handle = 0;
+    if (!size || size % kGranularity) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(mu);
+    if (size > kTotalBytes - in_use) return CUDA_ERROR_OUT_OF_MEMORY;
+    in_use += size;
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t) new Piece{size};
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    Piece *p = (Piece *)(uintptr_t)handle;
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(mu);
+    in_use -= p->bytes;
+    delete p;
+    return CUDA_SUCCESS;
+}
+
+/* A piece must lie inside one reservation, at the granularity, and match its handle's size (zaya maps whole pieces). */
+static bool inside_reservation(CUdeviceptr ptr, size_t size) {
+    const Alloc *a = holding((const void *)(uintptr_t)ptr, size);
+    return a && a->reserved && ptr % kGranularity == 0 && size % kGranularity == 0;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long) {
+    const Piece *p = (const Piece *)(uintptr_t)handle;
+    if (!p || offset || p->bytes != size || !inside_reservation(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+    void *at = (void *)(uintptr_t)ptr;
+    if (mprotect(at, size, PROT_READ | PROT_WRITE)) return CUDA_ERROR_INVALID_VALUE;
+    memset(at, 0xa5, size); /* fresh memory is not zero */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    if (!inside_reservation(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+    void *at = (void *)(uintptr_t)ptr;
+    madvise(at, size, MADV_DONTNEED);
+    return mprotect(at, size, PROT_NONE) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+    return desc && count == 1 && inside_reservation(ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 } // extern "C"
