@@ -182,6 +182,16 @@ void gt_randomise_model(GpuTest *t, Model *m) {
     }
 }
 
+int gt_random_model(GpuTest *t, Model *m, const ZayaConfig *cfg, const char *label) {
+    ZyErr err = {{0}};
+    if (model_create(m, cfg, &err)) {
+        gt_assert(t, 0, label, "%s", err.msg);
+        return -1;
+    }
+    gt_randomise_model(t, m);
+    return 0;
+}
+
 typedef struct {
     const char *name;
     void (*fn)(GpuTest *);

@@ -62,6 +62,9 @@ ZayaConfig gt_small_config(void);
 /* Random weights for a model-level check: the spec's init, matrices scaled to std 0.1 (outputs of order one), every
  * vector (norms, biases, scales, temperatures) moved off its constant so each gradient path carries signal. */
 void gt_randomise_model(GpuTest *t, Model *m);
+/* model_create of cfg into m, then gt_randomise_model; -1 (a failed check named `label`, with the reason) when it
+ * cannot be made. */
+int gt_random_model(GpuTest *t, Model *m, const ZayaConfig *cfg, const char *label);
 
 /* The groups (each in tests/gpu/test_gpu_<group>.c). */
 void test_gpu_gemm(GpuTest *t);

@@ -30,11 +30,7 @@ static void compare_decode_kv(GpuTest *t, const char *label, const ZayaConfig *c
     Model m;
     ZyErr err = {{0}};
     char name[200];
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, label, "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, label)) return;
     const int V = cfg->vocab_size;
     const size_t NV = (size_t)B * T * V;
     int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, V);
@@ -142,11 +138,7 @@ static int compare_switch(GpuTest *t, const char *label, const ZayaConfig *cfg, 
     Model m;
     ZyErr err = {{0}};
     char name[200];
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, label, "%s", err.msg);
-        return 0;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, label)) return 0;
     const size_t NV = (size_t)B * T * cfg->vocab_size;
     int32_t *tokens = gt_rand_int(t, (size_t)B * T, 0, cfg->vocab_size);
     float *on = gt_host(t, NV), *off = gt_host(t, NV);
@@ -323,11 +315,7 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
     Model m;
     ZyErr err = {{0}}, cerr = {{0}};
     char name[240];
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, label, "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, label)) return;
     /* the case's switches, read when the model and the pool are created; otherwise the run's own */
     GtEnv graphs_env = {0}, layer_env = {0};
     if (pc->graphs) graphs_env = gt_env_set("ZAYA_GPU_GRAPHS", "1");
@@ -585,11 +573,7 @@ static void compare_pool(GpuTest *t, const char *label, const ZayaConfig *cfg, c
 static void pool_refusals(GpuTest *t, const ZayaConfig *cfg) {
     Model m;
     ZyErr err = {{0}}, cerr = {{0}};
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, "pool refusals", "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, "pool refusals")) return;
     const int V = cfg->vocab_size, S = 4, ML = 16, bt = 4, chunk = 5, rows = 8;
     GpuModel *gm = NULL;
     PoolPair pp = {0};
@@ -679,11 +663,7 @@ static void pool_refusals(GpuTest *t, const ZayaConfig *cfg) {
 static void pool_logit_rows(GpuTest *t, const ZayaConfig *cfg) {
     Model m;
     ZyErr err = {{0}}, cerr = {{0}};
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, "pool logit rows", "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, "pool logit rows")) return;
     const int V = cfg->vocab_size, S = 2, ML = 16, NB = 8, bt = 4, rows = 6, chunk = 3;
     GpuModel *gm = NULL;
     PoolPair pp = {0};
@@ -735,11 +715,7 @@ static void pool_logit_rows(GpuTest *t, const ZayaConfig *cfg) {
 static void pool_fork(GpuTest *t, const char *label, const ZayaConfig *cfg, int kv_bf16, int keep, double tol) {
     Model m;
     ZyErr err = {{0}}, cerr = {{0}};
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, label, "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, label)) return;
     const int V = cfg->vocab_size, S = 4, ML = 24, bt = 4, NP = 10, NG = 8, NB = 24;
     GpuModel *gm = NULL;
     PoolPair pp = {0};

@@ -65,11 +65,7 @@ static void compare_model(GpuTest *t, const char *label, const ZayaConfig *cfg, 
     Model m;
     ZyErr err = {{0}};
     char name[200];
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, label, "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, label)) return;
     const int N = B * T, V = cfg->vocab_size;
     int32_t *tokens = gt_rand_int(t, (size_t)N, 0, V), *targets = gt_rand_int(t, (size_t)N, 0, V);
     targets[N - 1] = -1; /* an ignored position */
@@ -158,11 +154,7 @@ static void compare_bf16_runs(GpuTest *t, const char *label, const ZayaConfig *c
     Model m;
     ZyErr err = {{0}};
     char name[200];
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, label, "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, label)) return;
     const int N = B * T, V = cfg->vocab_size, L = cfg->num_layers, routed = cfg_router_classes(cfg) > 0;
     int32_t *tokens = gt_rand_int(t, (size_t)N, 0, V), *targets = gt_rand_int(t, (size_t)N, 0, V);
     targets[N - 1] = -1;
@@ -276,11 +268,7 @@ static void compare_graph_micro(GpuTest *t, const char *label, const ZayaConfig 
     Model m;
     ZyErr err = {{0}};
     char name[200];
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, label, "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, label)) return;
     const int V = cfg->vocab_size, T2 = T - 5;
     int32_t *tok[4], *tgt[4];
     for (int k = 0; k < 4; k++) {
@@ -337,11 +325,7 @@ static void compare_trainer_routing(GpuTest *t, const ZayaConfig *cfg, int B, in
     Model m;
     Optimizer o;
     ZyErr err = {{0}};
-    if (model_create(&m, cfg, &err)) {
-        gt_assert(t, 0, name, "%s", err.msg);
-        return;
-    }
-    gt_randomise_model(t, &m);
+    if (gt_random_model(t, &m, cfg, name)) return;
     OptimConfig oc;
     optim_config_default(&oc);
     memset(&o, 0, sizeof o); /* optim_free of a table optim_create never filled frees nothing */
