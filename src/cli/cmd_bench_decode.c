@@ -349,7 +349,7 @@ static int bench_decode_gpu(const char *label, Model *m, int gpu_index, int batc
                  all_gib = m->params.total * 4.0 / 1073741824.0;
     if (bf16)
         printf("arenas       bf16 %.2f GiB; fp32 %.2f GiB (%s)\n", m->params.total * 2.0 / 1073741824.0, fp32_gib,
-               fp32_gib < all_gib ? "a lean arena: norms, biases, convolutions and the embedding"
+               fp32_gib < all_gib ? "a lean arena: norms, biases, convolutions"
                                   : "every tensor: ZAYA_GPU_ARENA=full, or no sparse ranges here");
     printf("launches     %s\n", gpu_model_programmatic_launch(gm)
                                      ? "programmatic: each small kernel overlaps the one before (ZAYA_GPU_PDL=off: not)"

@@ -388,7 +388,7 @@ static int decode_layers(GpuModel *gm, GpuDecodeScratch *s, int N, const DecodeA
     const int D = f->hidden_size;
     const int ran = decode_layers_persistent(gm, s, N, a, head);
     if (ran >= 0) return ran;
-    gk_embed_forward(st, s->x, w->embed, s->tokens, w->in_bias, w->in_scale, N, D);
+    gk_embed_forward(st, s->x, w->embed, gpu_embed16(gm), s->tokens, w->in_bias, w->in_scale, N, D);
     gk_rmsnorm_forward(st, s->u, s->rstd, s->x, w->layers[0].input_norm, N, D, f->rms_norm_eps);
     const float *r_prev = NULL;
     for (int l = 0; l < f->num_layers; l++) {
@@ -978,7 +978,8 @@ static GkDecodeLayer layer_desc(GpuModel *gm, GpuDecodeScratch *s, int N, const 
         d.merge_in = mlp_merge(s, &w->layers[l - 1], W->input_norm);
     else /* the step's tokens embedded and normed */
         d.embed_in = (GkEmbedNorm){.emb = w->embed, .bias = w->in_bias, .scale = w->in_scale, .norm_w = W->input_norm,
-                                   .tokens = s->tokens, .x = s->x, .u = s->u, .rstd = s->rstd};
+                                   .tokens = s->tokens, .x = s->x, .u = s->u, .rstd = s->rstd,
+                                   .emb16 = gpu_embed16(gm)};
     if (!W_next) { /* the final norm, and the logits' product (run where the step asks) */
         d.merge_mlp = mlp_merge(s, W, w->final_norm);
         d.head = (GkSkinnyOut){.w = gpu_bf16_of(gm, w->lm_head), .y = s->logits, .n = f->vocab_size,

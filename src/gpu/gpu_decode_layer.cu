@@ -112,10 +112,12 @@ __device__ __forceinline__ void embed_norm_row_w(const GkEmbedNorm &e, int r, bo
                                                  float *ys) {
     double *red = reinterpret_cast<double *>(sm);
     float *xs = sm + 64; /* past the sums' 32 doubles */
-    const float *row = e.emb + (long)e.tokens[r] * D;
+    const long at = (long)e.tokens[r] * D;
+    const float *row = e.emb16 ? nullptr : e.emb + at;
+    const uint16_t *row16 = e.emb16 ? e.emb16 + at : nullptr;
     const int threads = norms::norm_threads(D, W), first = (int)threadIdx.x < threads ? (int)threadIdx.x * W : D;
     for (int i = first; i < D; i += threads * W) {
-        const Pack<W> v = norms::embed_value<W>(row, e.bias, e.scale, i);
+        const Pack<W> v = norms::embed_value<W>(row, row16, e.bias, e.scale, i);
         store_pack<W>(xs + i, v);
         if (write) store_pack<W>(e.x + (long)r * D + i, v);
     }
@@ -350,7 +352,7 @@ int merges_vec4(const GkDecodeLayer &a) {
             return -1;
     const GkEmbedNorm &e = a.embed_in;
     /* gk_rmsnorm_forward's test, and the embedding's loads in the same packs */
-    if (e.emb && vec4 != can_vec4(a.D, {e.u, e.x, e.norm_w, e.emb, e.bias, e.scale})) return -1;
+    if (e.emb && vec4 != can_vec4(a.D, {e.u, e.x, e.norm_w, e.emb16 ? e.bias : e.emb, e.bias, e.scale})) return -1;
     return vec4;
 }
 

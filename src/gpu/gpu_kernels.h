@@ -41,8 +41,10 @@ void gk_rmsnorm_merge_backward(GkStream s, float *dx, float *dh, float *dw, floa
                                float *drb, const float *du, const float *x, const float *w, const float *rstd,
                                const float *h, const float *res, const float *hs, const float *hb, const float *rs,
                                const float *rb, int rows, int dim);
-void gk_embed_forward(GkStream s, float *x, const float *emb, const int32_t *tokens, const float *bias,
-                      const float *scale, int rows, int dim);
+/* x = (emb[tokens[r]] + bias) ⊙ scale, [rows, dim]; the rows from emb16 (bf16, widened exactly) where it is set,
+ * else from emb (fp32). */
+void gk_embed_forward(GkStream s, float *x, const float *emb, const uint16_t *emb16, const int32_t *tokens,
+                      const float *bias, const float *scale, int rows, int dim);
 /* The embedding gradient without atomics: the rows grouped by token id (host-built by gk_embed_plan, uploaded),
  * each embedding row summed over its rows in order. plan_rows [rows] = row indices sorted by token (stable),
  * plan_start [n_uniq + 1] = where each distinct token's rows begin, plan_tok [n_uniq] = the tokens, *plan_count =
@@ -402,9 +404,10 @@ typedef struct GkMergeNorm {
 /* The step's first rows: x = (emb[tokens[r]] + bias) ⊙ scale (gk_embed_forward's), then u = RMSNorm(x; norm_w)
  * (gk_rmsnorm_forward's), [N, D] each. */
 typedef struct GkEmbedNorm {
-    const float *emb, *bias, *scale, *norm_w;
+    const float *emb, *bias, *scale, *norm_w; /* emb: set where there is an embedding (its rows when emb16 is not) */
     const int32_t *tokens; /* [N], on the device */
     float *x, *u, *rstd;
+    const uint16_t *emb16; /* NULL, or the rows' bf16 copy (gk_embed_forward's emb16) */
 } GkEmbedNorm;
 /* Rows the persistent layer takes (its 1-, 2- and 4-row forms, over a bf16 KV cache: each form is one huge kernel,
  * minutes of nvcc a target, so the 8-row and fp32-cache ones are left to the launches). */

@@ -120,6 +120,8 @@ const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w) {
     return gm->params16 && w ? gm->params16 + (w - gm->params) : NULL;
 }
 
+const uint16_t *gpu_embed16(const GpuModel *gm) { return gm->bf16 && !gm->grads ? gpu_bf16_of(gm, gm->w.embed) : NULL; }
+
 void gpu_zero(GpuModel *gm, void *p, size_t floats) { gpu_memset_async(&gm->g, p, 0, floats * sizeof(float)); }
 
 /* ---- set-up --------------------------------------------------------------------------------------------- */
@@ -253,7 +255,7 @@ int gpu_model_create(GpuModel **out, const Model *m, int device, int B, int T, i
     const char *arena = getenv("ZAYA_GPU_ARENA"); /* lean (default) | full: a bf16 inference model's fp32 arena */
     if (arena && strcmp(arena, "lean") && strcmp(arena, "full"))
         return zy_fail(err, "ZAYA_GPU_ARENA=%s: expected lean (bf16 inference keeps fp32 copies only of what fp32 "
-                       "kernels read: norms, biases, convolutions, the embedding; the default) or full (every tensor "
+                       "kernels read: norms, biases, convolutions; the default) or full (every tensor "
                        "in fp32 and bf16, as training)", arena);
     const char *layer = getenv("ZAYA_GPU_DECODE_LAYER"); /* launches (default) | persistent: gk_decode_layers */
     if (layer && strcmp(layer, "launches") && strcmp(layer, "persistent"))
@@ -415,11 +417,9 @@ static int fp32_held(const GpuModel *gm, size_t offset) {
 }
 
 /* Whether a lean arena keeps tensor p in fp32: what fp32 kernels read — every tensor the products do not take in
- * bf16 (vectors, the convolutions: model_holds_bf16's rule, which the CPU's bf16 inference follows too) and the
- * embedding, whose gather reads fp32 rows (model.c names it so). */
-static int lean_keeps(const ParamInfo *p) {
-    return !model_holds_bf16(p) || !strcmp(p->name, "model.embed_tokens.weight");
-}
+ * bf16 (vectors, the convolutions): model_holds_bf16's rule, which the CPU's bf16 inference follows too. The
+ * embedding is gathered from its bf16 copy there (gpu_embed16). */
+static int lean_keeps(const ParamInfo *p) { return !model_holds_bf16(p); }
 
 /* The lean fp32 arena: a sparse range the size of the whole, its pieces committed over lean_keeps' tensors (merged,
  * rounded out to the granularity). Where the driver has no sparse ranges or a commit fails, nothing changes and the
@@ -839,7 +839,7 @@ static void forward_work(GpuModel *gm) {
     const int N = a->B * a->T, D = c->hidden_size;
     double t0 = gpu_tick(gm);
     /* x = (Emb[tokens] + b_in) ⊙ s_in; u = RMSNorm(x) */
-    gk_embed_forward(s, a->layers[0].x_in, w->embed, a->tokens, w->in_bias, w->in_scale, N, D);
+    gk_embed_forward(s, a->layers[0].x_in, w->embed, gpu_embed16(gm), a->tokens, w->in_bias, w->in_scale, N, D);
     gk_rmsnorm_forward(s, a->layers[0].u_attn, a->layers[0].rstd_attn, a->layers[0].x_in, w->layers[0].input_norm, N,
                        D, c->rms_norm_eps);
     const float *r_prev = NULL;

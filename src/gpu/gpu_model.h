@@ -91,7 +91,7 @@ void *gpu_model_ctx(GpuModel *gm); /* the GpuCtx (gpu.h) */
 /* Device memory this model holds (bytes). */
 size_t gpu_model_bytes(const GpuModel *gm);
 /* The fp32 weights' share of it: the whole arena, or a lean arena's pieces (bf16 inference, ZAYA_GPU_ARENA=lean:
- * norms, biases, convolutions and the embedding; the matrices are in the bf16 arena alone). */
+ * norms, biases, convolutions; the matrices and the embedding are in the bf16 arena alone). */
 size_t gpu_model_fp32_weight_bytes(const GpuModel *gm);
 
 /* Per-phase seconds (ModelPhase, model.h) of every later pass are added to phase_seconds (NULL: off). Drains the

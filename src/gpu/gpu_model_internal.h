@@ -86,6 +86,10 @@ void gpu_mm_wt_rows(GpuModel *gm, int M, int K, const float *A, int lda, const G
 int gpu_model_reserve_operands(GpuModel *gm, size_t rows, ZyErr *err);
 /* The bf16 view of a weight inside the parameter arena (NULL in fp32 mode). */
 const uint16_t *gpu_bf16_of(const GpuModel *gm, const float *w);
+/* The embedding rows a pass gathers in bf16 (gk_embed_forward's emb16): bf16 inference gathers the embedding's bf16
+ * copy, as the CPU's bf16 inference does (and a lean arena holds no fp32 one); training and fp32 runs the fp32 rows
+ * (NULL). */
+const uint16_t *gpu_embed16(const GpuModel *gm);
 void gpu_zero(GpuModel *gm, void *p, size_t floats);
 /* The router's tail of layer W over L's buffers for N rows (gk_skinny_router_tail's, gk_decode_layers'). */
 void gpu_router_tail_desc(const GpuModel *gm, const LayerWeights *W, const LayerActs *L, const float *r_prev, int N,

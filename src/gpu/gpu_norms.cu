@@ -249,14 +249,17 @@ extern "C" void gk_rmsnorm_merge_backward(GkStream s, float *dx, float *dh, floa
 
 template <int W>
 __global__ void __launch_bounds__(ROW_THREADS)
-    embed_forward_kernel(float *x, const float *emb, const int32_t *tokens, const float *bias, const float *scale,
-                         int rows, int dim) {
+    embed_forward_kernel(float *x, const float *emb, const uint16_t *emb16, const int32_t *tokens, const float *bias,
+                         const float *scale, int rows, int dim) {
     gk_pdl_enter();
     const int lane = threadIdx.x % GPU_WARP;
     FOR_EACH_ROW_OF_WARP(r, rows) {
-        const float *e = emb + (long)tokens[r] * dim;
+        const long at = (long)tokens[r] * dim;
+        const float *e = emb16 ? nullptr : emb + at;
+        const uint16_t *e16 = emb16 ? emb16 + at : nullptr;
         float *xr = x + r * dim;
-        for (int i = lane * W; i < dim; i += GPU_WARP * W) store_pack<W>(xr + i, norms::embed_value<W>(e, bias, scale, i));
+        for (int i = lane * W; i < dim; i += GPU_WARP * W)
+            store_pack<W>(xr + i, norms::embed_value<W>(e, e16, bias, scale, i));
     }
 }
 
@@ -311,15 +314,15 @@ struct EmbedBiasScale {
     }
 };
 
-extern "C" void gk_embed_forward(GkStream s, float *x, const float *emb, const int32_t *tokens, const float *bias,
-                                 const float *scale, int rows, int dim) {
+extern "C" void gk_embed_forward(GkStream s, float *x, const float *emb, const uint16_t *emb16, const int32_t *tokens,
+                                 const float *bias, const float *scale, int rows, int dim) {
     if (rows <= 0 || dim <= 0) return;
-    if (can_vec4(dim, {x, emb, bias, scale}))
-        GK_LAUNCH_PDL((embed_forward_kernel<4>), row_blocks(rows), ROW_THREADS, 0, s, x, emb, tokens, bias, scale, rows,
-                      dim);
+    if (can_vec4(dim, {x, emb16 ? bias : emb, bias, scale}))
+        GK_LAUNCH_PDL((embed_forward_kernel<4>), row_blocks(rows), ROW_THREADS, 0, s, x, emb, emb16, tokens, bias, scale,
+                      rows, dim);
     else
-        GK_LAUNCH_PDL((embed_forward_kernel<1>), row_blocks(rows), ROW_THREADS, 0, s, x, emb, tokens, bias, scale, rows,
-                      dim);
+        GK_LAUNCH_PDL((embed_forward_kernel<1>), row_blocks(rows), ROW_THREADS, 0, s, x, emb, emb16, tokens, bias, scale,
+                      rows, dim);
     GK_LAUNCH_CHECK();
 }
 

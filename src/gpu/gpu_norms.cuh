@@ -96,10 +96,20 @@ __device__ __forceinline__ void rmsnorm_row(float *y, float *rstd, const float *
     }
 }
 
-/* The embedding's values at [i, i + W) of a row: (emb_row + bias) ⊙ scale. */
+/* The embedding's values at [i, i + W) of a row: (emb_row + bias) ⊙ scale; from the row's bf16 copy where emb16_row
+ * is set (bf16 inference: widened exactly, so a row that came as bf16 gives the fp32 row's values; its loads are
+ * element by element, so only bias and scale set the vector form). */
 template <int W>
-__device__ __forceinline__ Pack<W> embed_value(const float *emb_row, const float *bias, const float *scale, int i) {
-    const Pack<W> a = load_pack<W>(emb_row + i), b = load_pack<W>(bias + i), sc = load_pack<W>(scale + i);
+__device__ __forceinline__ Pack<W> embed_value(const float *emb_row, const uint16_t *emb16_row, const float *bias,
+                                               const float *scale, int i) {
+    Pack<W> a;
+    if (emb16_row) {
+#pragma unroll
+        for (int k = 0; k < W; k++) a.v[k] = gk_bf16_float(emb16_row[i + k]);
+    } else {
+        a = load_pack<W>(emb_row + i);
+    }
+    const Pack<W> b = load_pack<W>(bias + i), sc = load_pack<W>(scale + i);
     Pack<W> o;
 #pragma unroll
     for (int k = 0; k < W; k++) o.v[k] = (a.v[k] + b.v[k]) * sc.v[k];

@@ -199,9 +199,23 @@ static void check_embed(GpuTest *t, int rows, int dim, int V, int determinism) {
     const float *d_emb = gt_up(t, emb, ne), *d_bias = gt_up(t, bias, dim), *d_scale = gt_up(t, scale, dim);
     const int32_t *d_tok = gt_up_i(t, tokens, rows);
     float *d_x = gt_poison(t, n);
-    gk_embed_forward(t->g->stream, d_x, d_emb, d_tok, d_bias, d_scale, rows, dim);
+    gk_embed_forward(t->g->stream, d_x, d_emb, NULL, d_tok, d_bias, d_scale, rows, dim);
     snprintf(nm, sizeof nm, "embed fwd x %dx%d V %d", rows, dim, V);
     gt_check(t, nm, d_x, x, n, TOL);
+    { /* from the bf16 copy (bf16 inference): the fp32 gather of the rounded rows, bit for bit */
+        uint16_t *h16 = malloc(ne * sizeof *h16);
+        float *wide = gt_host(t, ne);
+        for (size_t i = 0; h16 && i < ne; i++) h16[i] = zy_f32_to_bf16(emb[i]), wide[i] = zy_bf16_to_f32(h16[i]);
+        uint16_t *d16 = gt_dev(t, ne * sizeof *d16);
+        ZyErr e;
+        const int up = h16 && gpu_upload(t->g, d16, h16, ne * sizeof *h16, &e) == 0;
+        float *d_x16 = gt_poison(t, n), *d_xw = gt_poison(t, n);
+        gk_embed_forward(t->g->stream, d_x16, NULL, d16, d_tok, d_bias, d_scale, rows, dim);
+        gk_embed_forward(t->g->stream, d_xw, gt_up(t, wide, ne), NULL, d_tok, d_bias, d_scale, rows, dim);
+        snprintf(nm, sizeof nm, "embed fwd from bf16 rows %dx%d = the widened rows' (bit for bit)", rows, dim);
+        gt_assert(t, up && same_bits(t, d_x16, d_xw, n), nm, "%s", up ? "" : "upload failed");
+        free(h16);
+    }
 
     const float *d_dx = gt_up(t, dx, n);
     const int32_t *d_pr = gt_up_i(t, plan_rows, rows), *d_ps = gt_up_i(t, plan_start, n_uniq + 1);

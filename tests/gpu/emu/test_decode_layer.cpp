@@ -45,9 +45,11 @@ static void merge_ref(const GkMergeNorm &m, int N, int D, float eps) {
 /* gk_embed_forward then gk_rmsnorm_forward, as gpu_norms.cu runs their bodies (a warp a row: the embedding's values
  * are elementwise; a block a row for the norm) */
 __global__ void embed_ref_kernel(GkEmbedNorm e, int dim) {
-    const float *row = e.emb + (long)e.tokens[blockIdx.x] * dim;
+    const long at = (long)e.tokens[blockIdx.x] * dim;
+    const float *row = e.emb16 ? nullptr : e.emb + at;
+    const uint16_t *row16 = e.emb16 ? e.emb16 + at : nullptr;
     for (int i = threadIdx.x * 4; i < dim; i += GPU_WARP * 4)
-        store_pack<4>(e.x + (long)blockIdx.x * dim + i, norms::embed_value<4>(row, e.bias, e.scale, i));
+        store_pack<4>(e.x + (long)blockIdx.x * dim + i, norms::embed_value<4>(row, row16, e.bias, e.scale, i));
 }
 __global__ void rmsnorm_ref_kernel(GkEmbedNorm e, int dim, float eps) {
     __shared__ double red[32];
@@ -84,6 +86,7 @@ struct Shape {
                          them */
     int p0 = 3;       /* the new row's position: 3, one piece of keys; 70, three pieces (GK_ATTN_PIECE_KEYS 32) */
     int head = 1;     /* the logits' product run after the last merge (where the last layer runs its merge) */
+    int emb16 = 0;    /* the embedding's rows from a bf16 copy (bf16 inference) */
 };
 
 constexpr int D = 64, Hq = 4, Hkv = 2, dh = 16, Cq = Hq * dh, Ck = Hkv * dh, C = Cq + Ck, half = Ck / 2;
@@ -113,6 +116,7 @@ static void build(Stack &S, const Shape &s, uint64_t seed) {
     float *act = b.f((size_t)N * I), *moe_out = b.f((size_t)N * D), *head_out = b.f((size_t)N * VOCAB);
     const uint16_t *lm_head = b.bf((size_t)VOCAB * D, 0.3f);
     const float *emb = b.f((size_t)VOCAB * D), *emb_bias = b.f(D, 0.1f), *emb_scale = b.f(D, 0.5f);
+    const uint16_t *emb16 = s.emb16 ? b.bf((size_t)VOCAB * D, 0.3f) : nullptr;
     int32_t *tokens = b.i(N);
     for (int r = 0; r < N; r++) tokens[r] = (7 * r + 3) % VOCAB;
     int32_t *choice = b.i(N);
@@ -212,7 +216,7 @@ static void build(Stack &S, const Shape &s, uint64_t seed) {
         if (l > 0 || s.chained)
             d.merge_in = GkMergeNorm{x, u, rstd, moe_out, x_mid, prev.mhs, prev.mhb, prev.mrs, prev.mrb, V.input_norm};
         else
-            d.embed_in = GkEmbedNorm{emb, emb_bias, emb_scale, V.input_norm, tokens, x, u, rstd};
+            d.embed_in = GkEmbedNorm{emb, emb_bias, emb_scale, V.input_norm, tokens, x, u, rstd, emb16};
         if (l + 1 == s.layers && !s.chained) {
             d.merge_mlp = GkMergeNorm{x, u, rstd, moe_out, x_mid, V.mhs, V.mhb, V.mrs, V.mrb, next.input_norm};
             d.head = GkSkinnyOut{lm_head, head_out, VOCAB, VOCAB, nullptr};
@@ -297,9 +301,9 @@ static void layer_case(const Shape &s) {
     if (s.head && last.head.w) gk_skinny_mm(nullptr, last.u, D, s.N, D, &last.head, 1); /* the logits' launch */
     const int rc = run_planned(at_position_0(got.d), s.paged ? 0 : s.p0, s.head);
     char what[160];
-    std::snprintf(what, sizeof what, "%d layer(s), %d row(s), %s, %d block(s)%s, position %d%s", s.layers, s.N,
+    std::snprintf(what, sizeof what, "%d layer(s), %d row(s), %s, %d block(s)%s, position %d%s%s", s.layers, s.N,
                   s.paged ? "pool" : "same-length", s.blocks, s.chained ? ", chained" : "", s.p0,
-                  s.chained ? "" : s.head ? ", logits" : ", no logits");
+                  s.chained ? "" : s.head ? ", logits" : ", no logits", s.emb16 ? ", bf16 embedding" : "");
     report(rc == 0, (std::string(what) + ": launched").c_str());
     std::string bad;
     for (size_t i = 0; i < want.outputs.size(); i++) {
@@ -337,6 +341,7 @@ int main(int argc, char **argv) {
         layer_case({3, 1, 7, 1, 1});
         layer_case({2, 1, 1, 1, 1});
         layer_case({1, 0, 9, 2, 0, 70}); /* a whole step: the embedding first, the last merge and the logits */
+        layer_case({2, 1, 3, 2, 0, 3, 1, 1}); /* the same from the embedding's bf16 copy (bf16 inference) */
         layer_case({3, 1, 3, 2, 0});
         layer_case({2, 0, 3, 3, 1});
     }
