@@ -33,8 +33,8 @@ struct GpuTrainer {
 
 static int stage_routing(GpuTrainer *gt, ZyErr *err) { /* sized by the config: once, at create */
     const ZayaConfig *c = &gt->host->cfg;
-    const size_t counts = (size_t)ROUTE_SLOTS * c->num_layers * (c->num_experts + 1), sums = (size_t)ROUTE_SLOTS *
-                                                                                            c->num_layers * 2;
+    const size_t counts = (size_t)ROUTE_SLOTS * c->num_layers * (c->num_experts + 1);
+    const size_t sums = (size_t)ROUTE_SLOTS * c->num_layers * 2;
     gt->route_counts = malloc(counts * sizeof(int32_t));
     gt->route_sums = malloc(sums * sizeof(double));
     if (!gt->route_counts || !gt->route_sums) return zy_fail(err, "out of memory");
