@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_trainer.h"
@@ -88,6 +89,15 @@ int step_backend_gpu(StepBackend *be, const StepHost *h, int device, int bf16, i
                         .set_timing = gpu_step_set_timing, .free = gpu_step_free};
     snprintf(be->note, sizeof be->note, "device: GPU %s; %s products, fp32 master weights and optimizer state; "
              "collectives: %s", gpu_trainer_device(s->gt), bf16 ? "bf16" : "fp32", gpu_trainer_collectives(s->gt));
+    int kernels;
+    long replays;
+    const char *refused;
+    if (gpu_model_graphs(gpu_trainer_model(s->gt), &kernels, &replays, &refused) || refused) { /* ZAYA_GPU_GRAPHS=1 */
+        const size_t len = strlen(be->note);
+        snprintf(be->note + len, sizeof be->note - len, "; CUDA graphs: %s%s",
+                 refused ? "asked for, not used: " : "each micro-batch's forward, loss and backward as one graph",
+                 refused ? refused : "");
+    }
     return 0;
 }
 

@@ -54,6 +54,7 @@ train_graphs() { ZAYA_GPU_GRAPHS=1 train "$@"; }
 check "8 bf16 steps with each micro-batch as a CUDA graph (ZAYA_GPU_GRAPHS=1)" train_graphs "$W/gpu-graphs" cuda
 check "graphs give the launches' run bit for bit (metrics and final weights)" \
     python3 tests/gpu/compare_runs.py identical "$W/gpu" "$W/gpu-graphs"
+check "the graphs run's events.log says it takes graphs" grep -q 'CUDA graphs: each micro-batch' "$W/gpu-graphs/events.log"
 check "GPU run to step 4, resumed on the CPU" bash -c "$(declare -f train); W=$W ZAYA=$ZAYA; \
     train $W/gpu-to-cpu cuda --stop-after 4 && train $W/gpu-to-cpu cpu --resume"
 check "first 4 steps of GPU→CPU equal the GPU run's" python3 tests/gpu/compare_runs.py prefix "$W/gpu" "$W/gpu-to-cpu" 4
