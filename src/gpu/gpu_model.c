@@ -395,19 +395,16 @@ float *gpu_model_params(GpuModel *gm) { return gm->params; }
 float *gpu_model_grads(GpuModel *gm) { return gm->grads; }
 uint16_t *gpu_model_params16(GpuModel *gm) { return gm->params16; }
 void *gpu_model_ctx(GpuModel *gm) { return &gm->g; }
-size_t gpu_model_bytes(const GpuModel *gm) {
-    const size_t total = gm->host->params.total;
-    const size_t fp32 = gm->params_sparse ? gpu_sparse_committed(gm->params_sparse) : total * sizeof(float);
-    return fp32 + (gm->grads ? total * sizeof(float) : 0) + (gm->params16 ? total * 2 : 0) + gm->acts_bytes;
-}
-
 size_t gpu_model_fp32_weight_bytes(const GpuModel *gm) {
     return gm->params_sparse ? gpu_sparse_committed(gm->params_sparse) : gm->host->params.total * sizeof(float);
 }
 
-/* The uploads of a model without the fp32 arena (gpu_weight_upload.h): fp32 tensors as they are, bf16 matrices into
- * the bf16 arena and widened on the device into the fp32 one. Each copy waits, so the host views may be pageable
- * mapped file pages. */
+size_t gpu_model_bytes(const GpuModel *gm) {
+    const size_t total = gm->host->params.total;
+    return gpu_model_fp32_weight_bytes(gm) + (gm->grads ? total * sizeof(float) : 0) + (gm->params16 ? total * 2 : 0) +
+           gm->acts_bytes;
+}
+
 /* Whether the fp32 arena holds the tensor at `offset` (floats): always, but in a lean arena only its ranges. */
 static int fp32_held(const GpuModel *gm, size_t offset) {
     if (!gm->params_sparse) return 1;
@@ -481,6 +478,9 @@ static int upload_rounded(GpuModel *gm, size_t offset, const float *src, size_t 
     free(h);
     return rc;
 }
+/* The uploads of a model without the fp32 arena (gpu_weight_upload.h), or into a lean one: fp32 tensors as they are,
+ * bf16 matrices into the bf16 arena and widened on the device into the fp32 one where it holds them. Each copy waits,
+ * so the host views may be pageable mapped file pages. */
 static int sink_f32(void *ctx, size_t offset, const float *src, size_t n, ZyErr *err) {
     GpuModel *gm = ctx;
     if (!fp32_held(gm, offset)) return upload_rounded(gm, offset, src, n, err);
@@ -1258,10 +1258,10 @@ static const char *graphs_unfit(const GpuModel *gm) {
 /* The micro-batch graph of the current shape and buffers, captured now where there is none; NULL: run as launches. */
 static void *micro_graph(GpuModel *gm) {
     if (!gm->graphs || graphs_unfit(gm)) return NULL;
-    const void *bufs[8] = {gm->acts_block, gm->g.scratch[0], gm->g.scratch[1], gm->op16[0], gm->op16[1], gm->plan,
-                           (const void *)(intptr_t)gm->a.B, (const void *)(intptr_t)gm->a.T};
+    /* the buffers that can move without a new shape (gpu_model_set_shape retires the graph itself) */
+    const void *bufs[4] = {gm->g.scratch[0], gm->g.scratch[1], gm->op16[0], gm->op16[1]};
     if (gm->micro_graph && !memcmp(bufs, gm->micro_graph_bufs, sizeof bufs)) return gm->micro_graph;
-    gpu_graph_free(gm->micro_graph); /* captured over buffers that moved since */
+    gpu_graph_free(gm->micro_graph); /* captured over buffers that moved since (each move waited for the stream) */
     gm->micro_graph = NULL;
     ZyErr e;
     void *exec = NULL;

@@ -50,7 +50,7 @@ struct GpuModel {
      * (gpu_model_train_micro); graphs_refused says why a capture was refused (then the passes run as launches) */
     int graphs;
     void *micro_graph;
-    const void *micro_graph_bufs[8]; /* the buffers and shape it was captured over: a change retires it */
+    const void *micro_graph_bufs[4]; /* the movable buffers it was captured over: a move retires it */
     int micro_graph_kernels;
     long micro_graph_replays;
     char graphs_refused[160];
